@@ -1,0 +1,503 @@
+package checkpoints
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// ConfigFile is the name of a checkpoint's model configuration.
+const ConfigFile = "config.json"
+
+// Config is a LlamaForCausalLM config.json as Llama 2, 3, 3.1 and 3.2 write
+// it. Field names follow HuggingFace's keys; zero values mean "absent" only
+// where HF has a default (HeadDim, NumKeyValueHeads, RopeTheta).
+type Config struct {
+	Architectures         []string
+	ModelType             string
+	HiddenSize            int
+	IntermediateSize      int
+	NumHiddenLayers       int
+	NumAttentionHeads     int
+	NumKeyValueHeads      int
+	HeadDim               int
+	RMSNormEps            float64
+	RopeTheta             float64
+	RopeScaling           *RopeScaling
+	MaxPositionEmbeddings int
+	VocabSize             int
+	TieWordEmbeddings     bool
+	BOSTokenIDs           []int
+	EOSTokenIDs           []int
+	PadTokenID            *int
+	TorchDType            string
+	HiddenAct             string
+	InitializerRange      float64
+	AttentionBias         bool
+	MLPBias               bool
+}
+
+// RopeScaling is the `llama3` frequency scaling of Llama 3.1 and 3.2.
+type RopeScaling struct {
+	RopeType                      string
+	Factor                        float64
+	LowFreqFactor                 float64
+	HighFreqFactor                float64
+	OriginalMaxPositionEmbeddings int
+}
+
+// ConfigError reports a problem with one field of a config.json.
+type ConfigError struct {
+	File  string // path of the file, or "" when parsed from bytes
+	Field string // the JSON key, dotted for nested keys
+	Msg   string
+}
+
+func (e *ConfigError) Error() string {
+	file := e.File
+	if file == "" {
+		file = ConfigFile
+	}
+	if e.Field == "" {
+		return fmt.Sprintf("checkpoints: %s: %s", file, e.Msg)
+	}
+	return fmt.Sprintf("checkpoints: %s: field %q: %s", file, e.Field, e.Msg)
+}
+
+// ReadConfig reads and validates config.json from a file or a checkpoint
+// folder.
+func ReadConfig(path string) (*Config, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		path = filepath.Join(path, ConfigFile)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoints: %w", err)
+	}
+	return ParseConfig(path, b)
+}
+
+// ParseConfig parses and validates config.json bytes; name (a path) is used
+// in error messages.
+func ParseConfig(name string, b []byte) (*Config, error) {
+	fail := func(field, format string, args ...any) error {
+		return &ConfigError{File: name, Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
+	var raw map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&raw); err != nil {
+		return nil, fail("", "not a JSON object: %v", err)
+	}
+	if raw == nil {
+		return nil, fail("", "not a JSON object")
+	}
+	if dec.More() {
+		return nil, fail("", "trailing data after the JSON object")
+	}
+	p := fieldParser{raw: raw, fail: fail}
+	c := &Config{}
+	c.Architectures = p.strings("architectures")
+	c.ModelType = p.str("model_type", "llama")
+	if p.err == nil {
+		if len(c.Architectures) > 0 && !contains(c.Architectures, "LlamaForCausalLM") {
+			return nil, fail("architectures", "unsupported architecture %q (want LlamaForCausalLM)", strings.Join(c.Architectures, ", "))
+		}
+		if c.ModelType != "llama" {
+			return nil, fail("model_type", "unsupported model type %q (want llama)", c.ModelType)
+		}
+	}
+	c.HiddenSize = p.requiredInt("hidden_size")
+	c.IntermediateSize = p.requiredInt("intermediate_size")
+	c.NumHiddenLayers = p.requiredInt("num_hidden_layers")
+	c.NumAttentionHeads = p.requiredInt("num_attention_heads")
+	c.NumKeyValueHeads = p.optionalInt("num_key_value_heads", 0)
+	c.HeadDim = p.optionalInt("head_dim", 0)
+	c.RMSNormEps = p.requiredFloat("rms_norm_eps")
+	c.RopeTheta = p.optionalFloat("rope_theta", 10000)
+	c.MaxPositionEmbeddings = p.requiredInt("max_position_embeddings")
+	c.VocabSize = p.requiredInt("vocab_size")
+	c.TieWordEmbeddings = p.boolean("tie_word_embeddings", false)
+	c.BOSTokenIDs = p.ids("bos_token_id")
+	c.EOSTokenIDs = p.ids("eos_token_id")
+	if pad := p.ids("pad_token_id"); len(pad) == 1 {
+		c.PadTokenID = &pad[0]
+	} else if len(pad) > 1 {
+		p.setErr(fail("pad_token_id", "want one integer, got a list"))
+	}
+	c.TorchDType = p.str("torch_dtype", "float32")
+	c.HiddenAct = p.str("hidden_act", "silu")
+	c.InitializerRange = p.optionalFloat("initializer_range", 0.02)
+	c.AttentionBias = p.boolean("attention_bias", false)
+	c.MLPBias = p.boolean("mlp_bias", false)
+	c.RopeScaling = p.ropeScaling("rope_scaling")
+	if p.err != nil {
+		return nil, p.err
+	}
+	if c.NumKeyValueHeads == 0 {
+		// Llama 2 7B/13B configs omit it: plain multi-head attention.
+		c.NumKeyValueHeads = c.NumAttentionHeads
+	}
+	if err := c.validate(name); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Validate checks the configuration's internal consistency.
+func (c *Config) Validate() error { return c.validate("") }
+
+func (c *Config) validate(name string) error {
+	fail := func(field, format string, args ...any) error {
+		return &ConfigError{File: name, Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
+	positive := []struct {
+		field string
+		v     int
+	}{
+		{"hidden_size", c.HiddenSize},
+		{"intermediate_size", c.IntermediateSize},
+		{"num_hidden_layers", c.NumHiddenLayers},
+		{"num_attention_heads", c.NumAttentionHeads},
+		{"num_key_value_heads", c.NumKeyValueHeads},
+		{"max_position_embeddings", c.MaxPositionEmbeddings},
+		{"vocab_size", c.VocabSize},
+	}
+	for _, f := range positive {
+		if f.v <= 0 {
+			return fail(f.field, "want a positive integer, got %d", f.v)
+		}
+	}
+	if c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
+		return fail("num_key_value_heads", "%d does not divide num_attention_heads %d", c.NumKeyValueHeads, c.NumAttentionHeads)
+	}
+	if c.HeadDim < 0 {
+		return fail("head_dim", "want a positive integer, got %d", c.HeadDim)
+	}
+	if c.HeadDim == 0 && c.HiddenSize%c.NumAttentionHeads != 0 {
+		return fail("hidden_size", "%d is not divisible by num_attention_heads %d and head_dim is not given", c.HiddenSize, c.NumAttentionHeads)
+	}
+	if c.HeadDimension()%2 != 0 {
+		return fail("head_dim", "rotary embeddings need an even head dimension, got %d", c.HeadDimension())
+	}
+	if !(c.RMSNormEps > 0) || math.IsInf(c.RMSNormEps, 0) {
+		return fail("rms_norm_eps", "want a positive number, got %v", c.RMSNormEps)
+	}
+	if !(c.RopeTheta > 0) || math.IsInf(c.RopeTheta, 0) {
+		return fail("rope_theta", "want a positive number, got %v", c.RopeTheta)
+	}
+	if c.HiddenAct != "silu" {
+		return fail("hidden_act", "unsupported activation %q (Llama uses silu)", c.HiddenAct)
+	}
+	if c.AttentionBias {
+		return fail("attention_bias", "unsupported: Llama projections have no bias")
+	}
+	if c.MLPBias {
+		return fail("mlp_bias", "unsupported: Llama projections have no bias")
+	}
+	if _, err := ParseDType(c.TorchDType); err != nil {
+		return fail("torch_dtype", "unsupported dtype %q (want float32, bfloat16 or float16)", c.TorchDType)
+	}
+	for _, f := range []struct {
+		field string
+		ids   []int
+	}{{"bos_token_id", c.BOSTokenIDs}, {"eos_token_id", c.EOSTokenIDs}} {
+		for _, id := range f.ids {
+			if id < 0 || id >= c.VocabSize {
+				return fail(f.field, "token id %d outside the vocabulary [0, %d)", id, c.VocabSize)
+			}
+		}
+	}
+	if rs := c.RopeScaling; rs != nil {
+		if rs.RopeType != "llama3" {
+			return fail("rope_scaling.rope_type", "unsupported rope scaling %q (want llama3)", rs.RopeType)
+		}
+		if !(rs.Factor >= 1) || !(rs.LowFreqFactor > 0) || !(rs.HighFreqFactor > rs.LowFreqFactor) || rs.OriginalMaxPositionEmbeddings <= 0 {
+			return fail("rope_scaling", "want factor ≥ 1, 0 < low_freq_factor < high_freq_factor and original_max_position_embeddings > 0, got %+v", *rs)
+		}
+	}
+	return nil
+}
+
+// HeadDimension is the per-head width: head_dim when given, else
+// hidden_size / num_attention_heads.
+func (c *Config) HeadDimension() int {
+	if c.HeadDim > 0 {
+		return c.HeadDim
+	}
+	return c.HiddenSize / c.NumAttentionHeads
+}
+
+// QDim is the width of the query projection's output, heads × head_dim.
+func (c *Config) QDim() int { return c.NumAttentionHeads * c.HeadDimension() }
+
+// KVDim is the width of the key and value projections' output.
+func (c *Config) KVDim() int { return c.NumKeyValueHeads * c.HeadDimension() }
+
+// MarshalJSON writes the config with HuggingFace's keys, as transformers
+// writes config.json for LlamaForCausalLM.
+func (c *Config) MarshalJSON() ([]byte, error) {
+	m := map[string]any{
+		"architectures":           c.architectures(),
+		"model_type":              "llama",
+		"hidden_size":             c.HiddenSize,
+		"intermediate_size":       c.IntermediateSize,
+		"num_hidden_layers":       c.NumHiddenLayers,
+		"num_attention_heads":     c.NumAttentionHeads,
+		"num_key_value_heads":     c.NumKeyValueHeads,
+		"head_dim":                c.HeadDimension(),
+		"rms_norm_eps":            c.RMSNormEps,
+		"rope_theta":              c.RopeTheta,
+		"max_position_embeddings": c.MaxPositionEmbeddings,
+		"vocab_size":              c.VocabSize,
+		"tie_word_embeddings":     c.TieWordEmbeddings,
+		"torch_dtype":             c.TorchDType,
+		"hidden_act":              c.HiddenAct,
+		"initializer_range":       c.InitializerRange,
+		"attention_bias":          c.AttentionBias,
+		"attention_dropout":       0.0,
+		"mlp_bias":                c.MLPBias,
+		"pretraining_tp":          1,
+		"use_cache":               true,
+		"rope_scaling":            nil,
+	}
+	if c.PadTokenID != nil {
+		m["pad_token_id"] = *c.PadTokenID
+	}
+	for key, ids := range map[string][]int{"bos_token_id": c.BOSTokenIDs, "eos_token_id": c.EOSTokenIDs} {
+		switch len(ids) {
+		case 0:
+		case 1:
+			m[key] = ids[0]
+		default:
+			m[key] = ids
+		}
+	}
+	if rs := c.RopeScaling; rs != nil {
+		m["rope_scaling"] = map[string]any{
+			"rope_type":                        rs.RopeType,
+			"factor":                           rs.Factor,
+			"low_freq_factor":                  rs.LowFreqFactor,
+			"high_freq_factor":                 rs.HighFreqFactor,
+			"original_max_position_embeddings": rs.OriginalMaxPositionEmbeddings,
+		}
+	}
+	return json.MarshalIndent(m, "", "  ")
+}
+
+func (c *Config) architectures() []string {
+	if len(c.Architectures) > 0 {
+		return c.Architectures
+	}
+	return []string{"LlamaForCausalLM"}
+}
+
+// Clone returns a deep copy.
+func (c *Config) Clone() *Config {
+	d := *c
+	d.Architectures = append([]string(nil), c.Architectures...)
+	d.BOSTokenIDs = append([]int(nil), c.BOSTokenIDs...)
+	d.EOSTokenIDs = append([]int(nil), c.EOSTokenIDs...)
+	if c.PadTokenID != nil {
+		v := *c.PadTokenID
+		d.PadTokenID = &v
+	}
+	if c.RopeScaling != nil {
+		rs := *c.RopeScaling
+		d.RopeScaling = &rs
+	}
+	return &d
+}
+
+// fieldParser pulls typed values out of a JSON object, keeping the first
+// error so that callers can read many fields and check once.
+type fieldParser struct {
+	raw  map[string]json.RawMessage
+	fail func(field, format string, args ...any) error
+	err  error
+}
+
+func (p *fieldParser) setErr(err error) {
+	if p.err == nil {
+		p.err = err
+	}
+}
+
+// get returns the raw value of key, or nil when the key is absent or null.
+func (p *fieldParser) get(key string) json.RawMessage {
+	v, ok := p.raw[key]
+	if !ok || string(bytes.TrimSpace(v)) == "null" {
+		return nil
+	}
+	return v
+}
+
+func (p *fieldParser) requiredInt(key string) int {
+	if p.get(key) == nil {
+		p.setErr(p.fail(key, "missing (want a positive integer)"))
+		return 0
+	}
+	return p.optionalInt(key, 0)
+}
+
+func (p *fieldParser) optionalInt(key string, def int) int {
+	v := p.get(key)
+	if v == nil {
+		return def
+	}
+	var f float64
+	if err := json.Unmarshal(v, &f); err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		p.setErr(p.fail(key, "want an integer, got %s", short(v)))
+		return 0
+	}
+	return int(f)
+}
+
+func (p *fieldParser) requiredFloat(key string) float64 {
+	if p.get(key) == nil {
+		p.setErr(p.fail(key, "missing (want a number)"))
+		return 0
+	}
+	return p.optionalFloat(key, 0)
+}
+
+func (p *fieldParser) optionalFloat(key string, def float64) float64 {
+	v := p.get(key)
+	if v == nil {
+		return def
+	}
+	var f float64
+	if err := json.Unmarshal(v, &f); err != nil {
+		p.setErr(p.fail(key, "want a number, got %s", short(v)))
+		return 0
+	}
+	return f
+}
+
+func (p *fieldParser) boolean(key string, def bool) bool {
+	v := p.get(key)
+	if v == nil {
+		return def
+	}
+	var b bool
+	if err := json.Unmarshal(v, &b); err != nil {
+		p.setErr(p.fail(key, "want true or false, got %s", short(v)))
+		return false
+	}
+	return b
+}
+
+func (p *fieldParser) str(key, def string) string {
+	v := p.get(key)
+	if v == nil {
+		return def
+	}
+	var s string
+	if err := json.Unmarshal(v, &s); err != nil {
+		p.setErr(p.fail(key, "want a string, got %s", short(v)))
+		return ""
+	}
+	return s
+}
+
+func (p *fieldParser) strings(key string) []string {
+	v := p.get(key)
+	if v == nil {
+		return nil
+	}
+	var s []string
+	if err := json.Unmarshal(v, &s); err != nil {
+		p.setErr(p.fail(key, "want a list of strings, got %s", short(v)))
+		return nil
+	}
+	return s
+}
+
+// ids reads a token id field that HF writes as an int or a list of ints.
+func (p *fieldParser) ids(key string) []int {
+	v := p.get(key)
+	if v == nil {
+		return nil
+	}
+	var one float64
+	if err := json.Unmarshal(v, &one); err == nil {
+		if one != math.Trunc(one) || one < 0 || one > 1<<31 {
+			p.setErr(p.fail(key, "want a non-negative integer token id, got %s", short(v)))
+			return nil
+		}
+		return []int{int(one)}
+	}
+	var many []float64
+	if err := json.Unmarshal(v, &many); err != nil {
+		p.setErr(p.fail(key, "want a token id or a list of token ids, got %s", short(v)))
+		return nil
+	}
+	out := make([]int, len(many))
+	for i, f := range many {
+		if f != math.Trunc(f) || f < 0 || f > 1<<31 {
+			p.setErr(p.fail(key, "want non-negative integer token ids, got %s", short(v)))
+			return nil
+		}
+		out[i] = int(f)
+	}
+	return out
+}
+
+func (p *fieldParser) ropeScaling(key string) *RopeScaling {
+	v := p.get(key)
+	if v == nil {
+		return nil
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(v, &raw); err != nil {
+		p.setErr(p.fail(key, "want an object or null, got %s", short(v)))
+		return nil
+	}
+	sub := fieldParser{raw: raw, fail: func(field, format string, args ...any) error {
+		return p.fail(key+"."+field, format, args...)
+	}}
+	rs := &RopeScaling{}
+	// transformers ≥ 4.43 writes rope_type; earlier ones wrote type.
+	rs.RopeType = sub.str("rope_type", "")
+	if rs.RopeType == "" {
+		rs.RopeType = sub.str("type", "")
+	}
+	switch rs.RopeType {
+	case "default":
+		// Explicitly no scaling.
+		return nil
+	case "llama3":
+	case "":
+		p.setErr(p.fail(key+".rope_type", "missing (want llama3)"))
+		return nil
+	default:
+		p.setErr(p.fail(key+".rope_type", "unsupported rope scaling type %q (only llama3 is supported)", rs.RopeType))
+		return nil
+	}
+	rs.Factor = sub.requiredFloat("factor")
+	rs.LowFreqFactor = sub.requiredFloat("low_freq_factor")
+	rs.HighFreqFactor = sub.requiredFloat("high_freq_factor")
+	rs.OriginalMaxPositionEmbeddings = sub.requiredInt("original_max_position_embeddings")
+	p.setErr(sub.err)
+	return rs
+}
+
+func short(v json.RawMessage) string {
+	s := string(bytes.TrimSpace(v))
+	if len(s) > 40 {
+		s = s[:40] + "…"
+	}
+	return s
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,230 @@
+package checkpoints
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestReadConfigRealLlamaConfigs(t *testing.T) {
+	tests := []struct {
+		file        string
+		params      int64
+		kv, headDim int
+		eos         []int
+		scaling     float64 // 0: none
+		tie         bool
+	}{
+		{"llama2-7b.json", 6_738_415_616, 32, 128, []int{2}, 0, false},
+		{"llama3-8b.json", 8_030_261_248, 8, 128, []int{128001}, 0, false},
+		{"llama3.1-8b.json", 8_030_261_248, 8, 128, []int{128001, 128008, 128009}, 8, false},
+		{"llama3.2-1b.json", 1_235_814_400, 8, 64, []int{128001, 128008, 128009}, 32, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			c, err := ReadConfig(filepath.Join("testdata", "configs", tt.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Params().Total; got != tt.params {
+				t.Errorf("params = %d, want %d", got, tt.params)
+			}
+			if c.NumKeyValueHeads != tt.kv || c.HeadDimension() != tt.headDim {
+				t.Errorf("kv heads %d head dim %d, want %d %d", c.NumKeyValueHeads, c.HeadDimension(), tt.kv, tt.headDim)
+			}
+			if !equalShape(c.EOSTokenIDs, tt.eos) {
+				t.Errorf("eos = %v, want %v", c.EOSTokenIDs, tt.eos)
+			}
+			if (c.RopeScaling == nil) != (tt.scaling == 0) || (c.RopeScaling != nil && c.RopeScaling.Factor != tt.scaling) {
+				t.Errorf("rope scaling = %+v, want factor %v", c.RopeScaling, tt.scaling)
+			}
+			if c.TieWordEmbeddings != tt.tie {
+				t.Errorf("tie = %v", c.TieWordEmbeddings)
+			}
+		})
+	}
+}
+
+func TestConfigMarshalRoundTrip(t *testing.T) {
+	for _, p := range Presets() {
+		c := p.Config()
+		b, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := ParseConfig(p.Name, b)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", p.Name, err, b)
+		}
+		b2, _ := json.Marshal(d)
+		if string(b) != string(b2) {
+			t.Errorf("%s: round trip changed the config:\n%s\n%s", p.Name, b, b2)
+		}
+		if d.Params() != c.Params() {
+			t.Errorf("%s: params changed", p.Name)
+		}
+	}
+}
+
+func TestPresetParams(t *testing.T) {
+	want := map[string]int64{
+		"llama3.2-1b":   1_235_814_400,
+		"llama3.1-8b":   8_030_261_248,
+		"llama3.1-70b":  70_553_706_496,
+		"llama3.1-405b": 405_853_388_800,
+		"llama2-7b":     6_738_415_616,
+	}
+	for name, n := range want {
+		p, err := LookupPreset(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.Config().Params().Total; got != n {
+			t.Errorf("%s: %d params, want %d", name, got, n)
+		}
+	}
+	if _, err := LookupPreset("gpt2"); err == nil || !strings.Contains(err.Error(), "llama3.1-8b") {
+		t.Errorf("unknown preset error should list the presets: %v", err)
+	}
+}
+
+// base is a valid config that the error cases below break one field at a time.
+const base = `{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":64,
+"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,
+"rms_norm_eps":1e-5,"rope_theta":10000,"max_position_embeddings":128,"vocab_size":100,
+"bos_token_id":1,"eos_token_id":[2,3],"torch_dtype":"float32","tie_word_embeddings":true}`
+
+func edit(t *testing.T, fn func(m map[string]any)) []byte {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(base), &m); err != nil {
+		t.Fatal(err)
+	}
+	fn(m)
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		edit  func(m map[string]any)
+		field string // must appear in the message
+		msg   string
+	}{
+		{"missing hidden", func(m map[string]any) { delete(m, "hidden_size") }, "hidden_size", "missing"},
+		{"string size", func(m map[string]any) { m["hidden_size"] = "64" }, "hidden_size", "want an integer"},
+		{"fractional", func(m map[string]any) { m["num_hidden_layers"] = 2.5 }, "num_hidden_layers", "want an integer"},
+		{"zero layers", func(m map[string]any) { m["num_hidden_layers"] = 0 }, "num_hidden_layers", "positive"},
+		{"negative vocab", func(m map[string]any) { m["vocab_size"] = -1 }, "vocab_size", "positive"},
+		{"kv not dividing", func(m map[string]any) { m["num_key_value_heads"] = 3 }, "num_key_value_heads", "does not divide"},
+		{"hidden not divisible", func(m map[string]any) { m["num_attention_heads"] = 6; m["num_key_value_heads"] = 6 }, "hidden_size", "not divisible"},
+		{"odd head dim", func(m map[string]any) { m["head_dim"] = 15 }, "head_dim", "even"},
+		{"other architecture", func(m map[string]any) { m["architectures"] = []string{"MistralForCausalLM"} }, "architectures", "unsupported architecture"},
+		{"other model type", func(m map[string]any) { m["model_type"] = "gpt2" }, "model_type", "unsupported model type"},
+		{"rope linear", func(m map[string]any) { m["rope_scaling"] = map[string]any{"type": "linear", "factor": 2} }, "rope_scaling.rope_type", "unsupported"},
+		{"rope yarn", func(m map[string]any) { m["rope_scaling"] = map[string]any{"rope_type": "yarn", "factor": 2} }, "rope_scaling.rope_type", "unsupported"},
+		{"rope llama3 incomplete", func(m map[string]any) { m["rope_scaling"] = map[string]any{"rope_type": "llama3", "factor": 8} }, "rope_scaling.low_freq_factor", "missing"},
+		{"eos out of vocab", func(m map[string]any) { m["eos_token_id"] = []int{2, 100} }, "eos_token_id", "outside the vocabulary"},
+		{"bos not int", func(m map[string]any) { m["bos_token_id"] = "1" }, "bos_token_id", "token id"},
+		{"bad eps", func(m map[string]any) { m["rms_norm_eps"] = 0 }, "rms_norm_eps", "positive"},
+		{"missing eps", func(m map[string]any) { delete(m, "rms_norm_eps") }, "rms_norm_eps", "missing"},
+		{"gelu", func(m map[string]any) { m["hidden_act"] = "gelu" }, "hidden_act", "unsupported"},
+		{"bias", func(m map[string]any) { m["attention_bias"] = true }, "attention_bias", "unsupported"},
+		{"dtype", func(m map[string]any) { m["torch_dtype"] = "int8" }, "torch_dtype", "unsupported"},
+		{"tie not bool", func(m map[string]any) { m["tie_word_embeddings"] = "yes" }, "tie_word_embeddings", "true or false"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseConfig("dir/config.json", edit(t, tt.edit))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			msg := err.Error()
+			var ce *ConfigError
+			if !errors.As(err, &ce) || ce.Field != tt.field {
+				t.Errorf("error %q: want field %q", msg, tt.field)
+			}
+			for _, s := range []string{"dir/config.json", tt.msg} {
+				if !strings.Contains(msg, s) {
+					t.Errorf("error %q does not mention %q", msg, s)
+				}
+			}
+			if strings.Contains(msg, "\n") {
+				t.Errorf("error spans lines: %q", msg)
+			}
+		})
+	}
+}
+
+func TestParseConfigDefaults(t *testing.T) {
+	b := edit(t, func(m map[string]any) {
+		delete(m, "num_key_value_heads")
+		delete(m, "rope_theta")
+		delete(m, "torch_dtype")
+		m["rope_scaling"] = map[string]any{"rope_type": "default"}
+	})
+	c, err := ParseConfig("x", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NumKeyValueHeads != 4 || c.RopeTheta != 10000 || c.RopeScaling != nil || c.TorchDType != "float32" {
+		t.Errorf("defaults not applied: %+v", c)
+	}
+}
+
+func TestParseConfigNotJSON(t *testing.T) {
+	for _, in := range []string{"", "null", "[1,2]", "{", `{"hidden_size":1} {}`} {
+		if _, err := ParseConfig("c.json", []byte(in)); err == nil || !strings.Contains(err.Error(), "c.json") {
+			t.Errorf("%q: error %v", in, err)
+		}
+	}
+}
+
+func TestReadConfigFolderAndMissingFile(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := ReadConfig(dir); err == nil || !strings.Contains(err.Error(), "config.json") {
+		t.Errorf("missing config: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ConfigFile), []byte(base), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadConfig(dir); err != nil {
+		t.Error(err)
+	}
+}
+
+func FuzzConfig(f *testing.F) {
+	f.Add([]byte(base))
+	for _, name := range []string{"llama2-7b.json", "llama3-8b.json", "llama3.1-8b.json", "llama3.2-1b.json"} {
+		b, err := os.ReadFile(filepath.Join("testdata", "configs", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte(`{"hidden_size":1e400}`))
+	f.Add([]byte(`{"rope_scaling":{"rope_type":"llama3","factor":"x"}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := ParseConfig("fuzz.json", b)
+		if err != nil {
+			if !strings.Contains(err.Error(), "fuzz.json") {
+				t.Errorf("error does not name the file: %v", err)
+			}
+			return
+		}
+		// A valid config must describe a model whose sizes are consistent.
+		if c.QDim() <= 0 || c.KVDim() <= 0 || c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
+			t.Errorf("accepted inconsistent config %+v", c)
+		}
+		if _, err := json.Marshal(c); err != nil {
+			t.Errorf("accepted config does not marshal: %v", err)
+		}
+	})
+}

@@ -1,0 +1,81 @@
+package checkpoints
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// A Preset is a named model shape: the small ones for tests and the demo,
+// and the real Llama shapes, which `inspect --preset` can size without any
+// weights.
+type Preset struct {
+	Name        string
+	Description string
+	config      Config
+}
+
+// Config returns a copy of the preset's configuration.
+func (p Preset) Config() *Config { return p.config.Clone() }
+
+var llama31Scaling = RopeScaling{RopeType: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8192}
+
+func llama3(hidden, inter, layers, heads, kv int, tie bool, scaling RopeScaling) Config {
+	return Config{
+		Architectures: []string{"LlamaForCausalLM"}, ModelType: "llama",
+		HiddenSize: hidden, IntermediateSize: inter, NumHiddenLayers: layers,
+		NumAttentionHeads: heads, NumKeyValueHeads: kv, HeadDim: hidden / heads,
+		RMSNormEps: 1e-5, RopeTheta: 500000, RopeScaling: &scaling,
+		MaxPositionEmbeddings: 131072, VocabSize: 128256, TieWordEmbeddings: tie,
+		BOSTokenIDs: []int{128000}, EOSTokenIDs: []int{128001, 128008, 128009},
+		TorchDType: "bfloat16", HiddenAct: "silu", InitializerRange: 0.02,
+	}
+}
+
+func small(hidden, inter, layers, heads, kv int) Config {
+	return Config{
+		Architectures: []string{"LlamaForCausalLM"}, ModelType: "llama",
+		HiddenSize: hidden, IntermediateSize: inter, NumHiddenLayers: layers,
+		NumAttentionHeads: heads, NumKeyValueHeads: kv, HeadDim: hidden / heads,
+		RMSNormEps: 1e-5, RopeTheta: 10000, MaxPositionEmbeddings: 2048,
+		VocabSize: 32000, TieWordEmbeddings: true,
+		BOSTokenIDs: []int{1}, EOSTokenIDs: []int{2},
+		TorchDType: "float32", HiddenAct: "silu", InitializerRange: 0.02,
+	}
+}
+
+// presets is read-only after package initialisation.
+var presets = []Preset{
+	{"tiny", "4 layers, hidden 128, tied embeddings: a few million parameters, for tests and the demo", small(128, 384, 4, 4, 2)},
+	{"small", "6 layers, hidden 256, tied embeddings: tens of millions of parameters with a Llama 3 vocabulary", small(256, 768, 6, 8, 4)},
+	{"llama2-7b", "Llama 2 7B (multi-head attention, 4k context)", Config{
+		Architectures: []string{"LlamaForCausalLM"}, ModelType: "llama",
+		HiddenSize: 4096, IntermediateSize: 11008, NumHiddenLayers: 32,
+		NumAttentionHeads: 32, NumKeyValueHeads: 32, HeadDim: 128,
+		RMSNormEps: 1e-5, RopeTheta: 10000, MaxPositionEmbeddings: 4096, VocabSize: 32000,
+		BOSTokenIDs: []int{1}, EOSTokenIDs: []int{2}, TorchDType: "float16", HiddenAct: "silu", InitializerRange: 0.02,
+	}},
+	{"llama3.2-1b", "Llama 3.2 1B (tied embeddings, rope scaling factor 32)", llama3(2048, 8192, 16, 32, 8, true,
+		RopeScaling{RopeType: "llama3", Factor: 32, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8192})},
+	{"llama3.1-8b", "Llama 3.1 8B", llama3(4096, 14336, 32, 32, 8, false, llama31Scaling)},
+	{"llama3.1-70b", "Llama 3.1 70B", llama3(8192, 28672, 80, 64, 8, false, llama31Scaling)},
+	{"llama3.1-405b", "Llama 3.1 405B", llama3(16384, 53248, 126, 128, 8, false, llama31Scaling)},
+}
+
+// Presets lists the presets in order of size.
+func Presets() []Preset { return append([]Preset(nil), presets...) }
+
+// LookupPreset returns the named preset.
+func LookupPreset(name string) (Preset, error) {
+	for _, p := range presets {
+		if p.Name == name {
+			return p, nil
+		}
+	}
+	names := make([]string, len(presets))
+	for i, p := range presets {
+		names[i] = p.Name
+	}
+	sort.Strings(names)
+	return Preset{}, fmt.Errorf("checkpoints: unknown preset %q (want one of %s)", name, strings.Join(names, ", "))
+}

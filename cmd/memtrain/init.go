@@ -1,0 +1,213 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/memtrain/memtrain/checkpoints"
+)
+
+// maxInitParams bounds `init`, which holds every weight in memory as
+// float32 before writing (4 bytes a parameter).
+const maxInitParams = 3_000_000_000
+
+type initFlags struct {
+	out, tokenizer, preset, config string
+	hidden, layers, heads, kvHeads int
+	intermediate, headDim          int
+	seed                           uint64
+	dtype, maxShard                string
+	force                          bool
+}
+
+func newInitCmd() *cobra.Command {
+	var f initFlags
+	cmd := &cobra.Command{
+		Use:   "init --out DIR --tokenizer PATH [--preset NAME | --config FILE] [shape flags]",
+		Short: "Write a randomly initialised Llama checkpoint in HuggingFace layout",
+		Long: `init writes a new Llama checkpoint folder: config.json, model.safetensors
+(weights normal with std 0.02, RMSNorm weights one, deterministic for a seed)
+and the tokenizer files. The vocabulary size and BOS/EOS ids come from the
+tokenizer. The shape comes from --preset (default tiny) or --config, and the
+shape flags override single fields.`,
+		Example: `  memtrain init --out tiny --tokenizer builtin:llama2 --preset tiny --seed 1
+  memtrain init --out m --tokenizer ./tokenizer.json --hidden 256 --layers 8 --heads 8 --kv-heads 2 --intermediate 688 --dtype bf16`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return runInit(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.out, "out", "", "output checkpoint folder (created; must not hold a checkpoint unless --force)")
+	fl.StringVar(&f.tokenizer, "tokenizer", "", tokenizerFlagHelp)
+	fl.StringVar(&f.preset, "preset", "", "model shape preset (see `memtrain inspect --help`); default tiny")
+	fl.StringVar(&f.config, "config", "", "a HuggingFace config.json (or checkpoint folder) to take the shape from")
+	fl.IntVar(&f.hidden, "hidden", 0, "override hidden_size")
+	fl.IntVar(&f.layers, "layers", 0, "override num_hidden_layers")
+	fl.IntVar(&f.heads, "heads", 0, "override num_attention_heads")
+	fl.IntVar(&f.kvHeads, "kv-heads", 0, "override num_key_value_heads (grouped-query attention)")
+	fl.IntVar(&f.intermediate, "intermediate", 0, "override intermediate_size (the MLP width)")
+	fl.IntVar(&f.headDim, "head-dim", 0, "override head_dim (default hidden / heads)")
+	fl.Uint64Var(&f.seed, "seed", 0, "random seed; the same seed gives the same weights")
+	fl.StringVar(&f.dtype, "dtype", "f32", "storage type of the weights: f32 or bf16")
+	fl.StringVar(&f.maxShard, "max-shard-size", "5GB", "split the weights into shards above this size (e.g. 500MB, 5GB; 0 for one file)")
+	fl.BoolVar(&f.force, "force", false, "overwrite a checkpoint already in --out")
+	cmd.MarkFlagRequired("out")
+	cmd.MarkFlagRequired("tokenizer")
+	return cmd
+}
+
+func runInit(cmd *cobra.Command, f initFlags) error {
+	if f.preset != "" && f.config != "" {
+		return errors.New("init: give --preset or --config, not both")
+	}
+	dtype, err := parseStorageDType(f.dtype)
+	if err != nil {
+		return err
+	}
+	maxShard, err := parseByteSize(f.maxShard)
+	if err != nil {
+		return fmt.Errorf("init: --max-shard-size: %w", err)
+	}
+	if _, err := os.Stat(filepath.Join(f.out, checkpoints.ConfigFile)); err == nil && !f.force {
+		return fmt.Errorf("init: %s already holds a checkpoint (use --force to overwrite)", f.out)
+	}
+	tok, files, err := openTokenizer(f.tokenizer)
+	if err != nil {
+		return err
+	}
+
+	var cfg *checkpoints.Config
+	source := ""
+	if f.config != "" {
+		if cfg, err = checkpoints.ReadConfig(f.config); err != nil {
+			return err
+		}
+		source = f.config
+		if cfg.VocabSize < tok.VocabSize() {
+			return fmt.Errorf("init: %s: vocab_size %d is smaller than the tokenizer's %d", f.config, cfg.VocabSize, tok.VocabSize())
+		}
+	} else {
+		name := f.preset
+		if name == "" {
+			name = "tiny"
+		}
+		p, err := checkpoints.LookupPreset(name)
+		if err != nil {
+			return err
+		}
+		cfg, source = p.Config(), "preset "+name
+		cfg.VocabSize = tok.VocabSize()
+	}
+	reshaped := false
+	for _, o := range []struct {
+		v   int
+		dst *int
+	}{
+		{f.hidden, &cfg.HiddenSize}, {f.layers, &cfg.NumHiddenLayers}, {f.heads, &cfg.NumAttentionHeads},
+		{f.kvHeads, &cfg.NumKeyValueHeads}, {f.intermediate, &cfg.IntermediateSize},
+	} {
+		if o.v < 0 {
+			return errors.New("init: shape flags must be positive")
+		}
+		if o.v > 0 {
+			*o.dst = o.v
+			reshaped = true
+		}
+	}
+	if f.headDim > 0 {
+		cfg.HeadDim = f.headDim
+	} else if reshaped && (f.hidden > 0 || f.heads > 0) {
+		cfg.HeadDim = 0 // derive from the new hidden size and head count
+	}
+	if cfg.NumKeyValueHeads > cfg.NumAttentionHeads && f.kvHeads == 0 {
+		cfg.NumKeyValueHeads = cfg.NumAttentionHeads
+	}
+	cfg.BOSTokenIDs, cfg.EOSTokenIDs = nil, nil
+	if id, ok := tok.BOS(); ok {
+		cfg.BOSTokenIDs = []int{int(id)}
+	}
+	if id, ok := tok.EOS(); ok {
+		cfg.EOSTokenIDs = []int{int(id)}
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("init: %w", err)
+	}
+	params := cfg.Params()
+	if params.Total > maxInitParams {
+		return fmt.Errorf("init: %s has %s parameters; init holds them in memory as float32 and stops at %s (use `memtrain inspect --preset` to size large models)",
+			source, humanCount(params.Total), humanCount(maxInitParams))
+	}
+	tensors := checkpoints.RandomWeights(cfg, f.seed)
+	err = checkpoints.Save(f.out, cfg, tensors, checkpoints.SaveOptions{DType: dtype, MaxShardBytes: maxShard, Files: files})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %s parameters (%s non-embedding), %d layers, hidden %d, vocab %d, %s, seed %d\n",
+		f.out, humanCount(params.Total), humanCount(params.NonEmbedding), cfg.NumHiddenLayers, cfg.HiddenSize, cfg.VocabSize, dtype, f.seed)
+	return nil
+}
+
+// parseStorageDType accepts the dtypes a checkpoint can be written in.
+func parseStorageDType(s string) (checkpoints.DType, error) {
+	switch strings.ToLower(s) {
+	case "f32", "float32":
+		return checkpoints.DTypeF32, nil
+	case "bf16", "bfloat16":
+		return checkpoints.DTypeBF16, nil
+	}
+	return 0, fmt.Errorf("--dtype: unsupported %q (want f32 or bf16)", s)
+}
+
+// parseByteSize reads sizes such as 0, 123, 500MB, 5GB or 2GiB.
+func parseByteSize(s string) (int64, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KIB", 1 << 10}, {"MIB", 1 << 20}, {"GIB", 1 << 30}, {"TIB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || v < 0 || v*float64(mult) > 1<<62 {
+		return 0, fmt.Errorf("invalid size %q (want e.g. 500MB, 5GB or 0)", s)
+	}
+	return int64(v * float64(mult)), nil
+}
+
+// humanCount writes 8030261248 as "8.03B".
+func humanCount(n int64) string {
+	switch {
+	case n >= 1e12:
+		return fmt.Sprintf("%.2fT", float64(n)/1e12)
+	case n >= 1e9:
+		return fmt.Sprintf("%.2fB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.2fM", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.2fK", float64(n)/1e3)
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// humanBytes writes sizes in binary units: "15.0 GiB".
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

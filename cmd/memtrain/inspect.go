@@ -1,0 +1,231 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
+)
+
+type inspectFlags struct {
+	preset    string
+	batch     int
+	seqLen    int
+	precision string
+	json      bool
+}
+
+// inspectReport is what `inspect --json` prints.
+type inspectReport struct {
+	Source     string              `json:"source"`
+	Config     *checkpoints.Config `json:"config"`
+	Params     paramsReport        `json:"params"`
+	DTypeBytes map[string]int64    `json:"bytes_per_dtype"`
+	Stored     *storedReport       `json:"stored,omitempty"`
+	Tokenizer  *tokenizerReport    `json:"tokenizer,omitempty"`
+	Training   trainingReport      `json:"training_memory"`
+}
+
+type paramsReport struct {
+	Total        int64 `json:"total"`
+	NonEmbedding int64 `json:"non_embedding"`
+	Embedding    int64 `json:"embedding"`
+	PerLayer     int64 `json:"per_layer"`
+}
+
+type storedReport struct {
+	Files   []string         `json:"files"`
+	Tensors int              `json:"tensors"`
+	Bytes   map[string]int64 `json:"bytes"` // by stored dtype
+}
+
+type tokenizerReport struct {
+	Family    string `json:"family"`
+	VocabSize int    `json:"vocab_size"`
+	Error     string `json:"error,omitempty"`
+}
+
+type trainingReport struct {
+	Optimizer           string `json:"optimizer"`
+	Precision           string `json:"precision"`
+	Batch               int    `json:"batch"`
+	SeqLen              int    `json:"seq_len"`
+	Weights             int64  `json:"weights"`
+	Gradients           int64  `json:"gradients"`
+	OptimizerState      int64  `json:"optimizer_state"`
+	Activations         int64  `json:"activations"`
+	ActivationsRecompute int64  `json:"activations_recompute"`
+	Total               int64  `json:"total"`
+	TotalRecompute      int64  `json:"total_recompute"`
+}
+
+func newInspectCmd() *cobra.Command {
+	var f inspectFlags
+	var presetNames []string
+	for _, p := range checkpoints.Presets() {
+		presetNames = append(presetNames, fmt.Sprintf("  %-14s %s", p.Name, p.Description))
+	}
+	cmd := &cobra.Command{
+		Use:   "inspect DIR | --preset NAME",
+		Short: "Print a checkpoint's config, parameter counts and fine-tuning memory",
+		Long: `inspect prints a checkpoint's (or a preset's) configuration, its parameter
+counts (total and non-embedding), its size in each dtype, what is stored on
+disk, and the memory needed to fully fine-tune it with AdamW: weights,
+gradients, the two moments, and activations for --batch sequences of
+--seq-len tokens, with and without activation recomputation.
+
+Presets:
+` + strings.Join(presetNames, "\n"),
+		Example: `  memtrain inspect ./tiny
+  memtrain inspect --preset llama3.1-405b --seq-len 8192 --precision bf16 --json`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return runInspect(cmd, args, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.preset, "preset", "", "inspect a preset shape instead of a checkpoint folder")
+	fl.IntVar(&f.batch, "batch", 1, "sequences per step for the activation estimate")
+	fl.IntVar(&f.seqLen, "seq-len", 0, "tokens per sequence for the activation estimate (default min(2048, max_position_embeddings))")
+	fl.StringVar(&f.precision, "precision", "f32", "training precision: f32 (CPU) or bf16 (mixed, fp32 master weights and moments)")
+	fl.BoolVar(&f.json, "json", false, "print one JSON object instead of a table")
+	return cmd
+}
+
+func runInspect(cmd *cobra.Command, args []string, f inspectFlags) error {
+	if (len(args) == 1) == (f.preset != "") {
+		return errors.New("inspect: give a checkpoint folder or --preset NAME (one of them)")
+	}
+	if f.batch <= 0 || f.seqLen < 0 {
+		return errors.New("inspect: --batch and --seq-len must be positive")
+	}
+	precision, err := engine.ParsePrecision(f.precision)
+	if err != nil {
+		return fmt.Errorf("inspect: --precision: %w", err)
+	}
+	rep := inspectReport{}
+	if f.preset != "" {
+		p, err := checkpoints.LookupPreset(f.preset)
+		if err != nil {
+			return err
+		}
+		rep.Source, rep.Config = "preset "+p.Name, p.Config()
+	} else {
+		ck, err := checkpoints.Open(args[0])
+		if err != nil {
+			return err
+		}
+		defer ck.Close()
+		rep.Source, rep.Config = args[0], ck.Config
+		rep.Stored = describeStored(ck.Weights)
+		if path := ck.TokenizerPath(); path != "" {
+			tr := &tokenizerReport{}
+			if tok, _, err := openTokenizer(path); err != nil {
+				tr.Error = err.Error()
+			} else {
+				tr.Family, tr.VocabSize = tok.Family(), tok.VocabSize()
+			}
+			rep.Tokenizer = tr
+		}
+	}
+	cfg := rep.Config
+	pc := cfg.Params()
+	rep.Params = paramsReport{Total: pc.Total, NonEmbedding: pc.NonEmbedding, Embedding: pc.Embedding, PerLayer: pc.PerLayer}
+	rep.DTypeBytes = map[string]int64{}
+	for _, d := range []checkpoints.DType{checkpoints.DTypeF32, checkpoints.DTypeBF16, checkpoints.DTypeF16} {
+		rep.DTypeBytes[d.String()] = pc.Total * int64(d.Size())
+	}
+	seq := f.seqLen
+	if seq == 0 {
+		seq = min(2048, cfg.MaxPositionEmbeddings)
+	}
+	m := engine.EstimateTrainingMemory(cfg, f.batch, seq, precision)
+	rep.Training = trainingReport{
+		Optimizer: "AdamW", Precision: precision.String(), Batch: f.batch, SeqLen: seq,
+		Weights: m.Weights, Gradients: m.Gradients, OptimizerState: m.Optimizer,
+		Activations: m.Activation, ActivationsRecompute: m.ActivationRecompute,
+		Total: m.Total(), TotalRecompute: m.TotalRecompute(),
+	}
+	out := cmd.OutOrStdout()
+	if f.json {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return printInspect(out, rep)
+}
+
+func describeStored(set *checkpoints.Set) *storedReport {
+	s := &storedReport{Bytes: map[string]int64{}}
+	files := map[string]bool{}
+	for _, t := range set.Tensors() {
+		s.Tensors++
+		s.Bytes[t.DType.String()] += t.Size
+		files[set.FileOf(t.Name)] = true
+	}
+	for f := range files {
+		s.Files = append(s.Files, f)
+	}
+	sort.Strings(s.Files)
+	return s
+}
+
+func printInspect(w io.Writer, r inspectReport) error {
+	c := r.Config
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }
+	row("model", "%s", r.Source)
+	row("architecture", "LlamaForCausalLM")
+	row("hidden_size", "%d", c.HiddenSize)
+	row("intermediate_size", "%d", c.IntermediateSize)
+	row("num_hidden_layers", "%d", c.NumHiddenLayers)
+	row("attention heads", "%d (kv %d, head_dim %d)", c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDimension())
+	row("vocab_size", "%d", c.VocabSize)
+	row("max_position_embeddings", "%d", c.MaxPositionEmbeddings)
+	rope := fmt.Sprintf("theta %g", c.RopeTheta)
+	if rs := c.RopeScaling; rs != nil {
+		rope += fmt.Sprintf(", %s scaling ×%g (low %g, high %g, original %d)", rs.RopeType, rs.Factor, rs.LowFreqFactor, rs.HighFreqFactor, rs.OriginalMaxPositionEmbeddings)
+	}
+	row("rope", "%s", rope)
+	row("rms_norm_eps", "%g", c.RMSNormEps)
+	row("tie_word_embeddings", "%v", c.TieWordEmbeddings)
+	row("bos / eos ids", "%v / %v", c.BOSTokenIDs, c.EOSTokenIDs)
+	row("torch_dtype", "%s", c.TorchDType)
+	if t := r.Tokenizer; t != nil {
+		if t.Error != "" {
+			row("tokenizer", "unreadable: %s", t.Error)
+		} else {
+			row("tokenizer", "%s, %d tokens", t.Family, t.VocabSize)
+		}
+	}
+	fmt.Fprintln(tw)
+	row("parameters", "%s (%d)", humanCount(r.Params.Total), r.Params.Total)
+	row("  non-embedding", "%s (%d)", humanCount(r.Params.NonEmbedding), r.Params.NonEmbedding)
+	row("  embedding", "%s (%d)", humanCount(r.Params.Embedding), r.Params.Embedding)
+	row("  per layer", "%s (%d)", humanCount(r.Params.PerLayer), r.Params.PerLayer)
+	row("weights", "F32 %s, BF16 %s, F16 %s", humanBytes(r.DTypeBytes["F32"]), humanBytes(r.DTypeBytes["BF16"]), humanBytes(r.DTypeBytes["F16"]))
+	if s := r.Stored; s != nil {
+		var parts []string
+		for _, d := range []string{"F32", "BF16", "F16"} {
+			if b, ok := s.Bytes[d]; ok {
+				parts = append(parts, fmt.Sprintf("%s %s", d, humanBytes(b)))
+			}
+		}
+		row("stored", "%s in %d tensors, %d file(s)", strings.Join(parts, ", "), s.Tensors, len(s.Files))
+	}
+	fmt.Fprintln(tw)
+	t := r.Training
+	row("full fine-tune", "AdamW, %s, batch %d × %d tokens", t.Precision, t.Batch, t.SeqLen)
+	row("  weights", "%s", humanBytes(t.Weights))
+	row("  gradients", "%s", humanBytes(t.Gradients))
+	row("  optimizer (2 moments)", "%s", humanBytes(t.OptimizerState))
+	row("  activations", "%s (with recomputation %s)", humanBytes(t.Activations), humanBytes(t.ActivationsRecompute))
+	row("  total", "%s (with recomputation %s)", humanBytes(t.Total), humanBytes(t.TotalRecompute))
+	return tw.Flush()
+}
