@@ -54,17 +54,17 @@ type tokenizerReport struct {
 }
 
 type trainingReport struct {
-	Optimizer           string `json:"optimizer"`
-	Precision           string `json:"precision"`
-	Batch               int    `json:"batch"`
-	SeqLen              int    `json:"seq_len"`
-	Weights             int64  `json:"weights"`
-	Gradients           int64  `json:"gradients"`
-	OptimizerState      int64  `json:"optimizer_state"`
-	Activations         int64  `json:"activations"`
+	Optimizer            string `json:"optimizer"`
+	Precision            string `json:"precision"`
+	Batch                int    `json:"batch"`
+	SeqLen               int    `json:"seq_len"`
+	Weights              int64  `json:"weights"`
+	Gradients            int64  `json:"gradients"`
+	OptimizerState       int64  `json:"optimizer_state"`
+	Activations          int64  `json:"activations"`
 	ActivationsRecompute int64  `json:"activations_recompute"`
-	Total               int64  `json:"total"`
-	TotalRecompute      int64  `json:"total_recompute"`
+	Total                int64  `json:"total"`
+	TotalRecompute       int64  `json:"total_recompute"`
 }
 
 func newInspectCmd() *cobra.Command {
