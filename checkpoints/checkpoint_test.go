@@ -156,3 +156,45 @@ func TestSaveRejectsWrongTensors(t *testing.T) {
 		t.Error("a failed save left a config.json")
 	}
 }
+
+// TestOpenTorchCheckpoints opens the HF-layout folders that PyTorch wrote
+// (scripts/fixtures/make_safetensors_fixtures.py) as whole checkpoints: the
+// config parses, every tensor the config implies is there with its shape,
+// and the bf16 shards hold PyTorch's rounding of the f32 weights, which our
+// rounding reproduces bit for bit.
+func TestOpenTorchCheckpoints(t *testing.T) {
+	f32, err := Open(filepath.Join("testdata", "torch-tiny-llama"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f32.Close()
+	bf16, err := Open(filepath.Join("testdata", "torch-tiny-llama-bf16-sharded"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bf16.Close()
+	if c := f32.Config; c.RopeScaling == nil || c.RopeScaling.Factor != 32 || c.HeadDimension() != 4 || c.TieWordEmbeddings {
+		t.Errorf("config %+v", c)
+	}
+	if len(bf16.Weights.Files()) != 2 {
+		t.Errorf("want 2 shards, got %v", bf16.Weights.Files())
+	}
+	a, err := f32.ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := bf16.ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a) != len(f32.Config.TensorSpecs()) {
+		t.Fatalf("%d tensors", len(a))
+	}
+	for i := range a {
+		for j, v := range a[i].Data {
+			if want := BF16ToFloat32(Float32ToBF16(v)); b[i].Data[j] != want {
+				t.Fatalf("%s[%d]: torch bf16 %v, our rounding of %v gives %v", a[i].Name, j, b[i].Data[j], v, want)
+			}
+		}
+	}
+}
