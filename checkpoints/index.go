@@ -1,0 +1,272 @@
+package checkpoints
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// A Set is the weights of a checkpoint folder: one safetensors file, or the
+// shards an index file lists. Its methods may be called concurrently, except
+// Close.
+type Set struct {
+	dir     string
+	files   []*File      // sorted by path
+	tensors []TensorInfo // sorted by name
+	owner   map[string]*File
+}
+
+// OpenSet opens the weights of the checkpoint folder dir. It reads
+// model.safetensors.index.json and the shards it lists if there is one;
+// otherwise model.safetensors; otherwise every *.safetensors file in dir.
+//
+// OpenSet checks that every tensor the index lists is in the file the index
+// names, that the shards hold no tensor the index does not list, and that
+// no tensor is in two files.
+func OpenSet(dir string) (*Set, error) {
+	indexPath := filepath.Join(dir, SafetensorsIndexFile)
+	data, err := os.ReadFile(indexPath)
+	switch {
+	case err == nil:
+		return openIndexed(dir, indexPath, data)
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("checkpoints: %w", err)
+	}
+
+	single := filepath.Join(dir, SafetensorsFile)
+	if _, err := os.Stat(single); err == nil {
+		return openFiles(dir, []string{single})
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("checkpoints: %w", err)
+	}
+
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoints: %w", err)
+	}
+	var paths []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".safetensors") && !e.IsDir() {
+			paths = append(paths, filepath.Join(dir, e.Name()))
+		}
+	}
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("checkpoints: %s: no %s, %s or other .safetensors file", dir, SafetensorsIndexFile, SafetensorsFile)
+	}
+	return openFiles(dir, paths)
+}
+
+// openFiles opens the files at paths, sorted, as one set.
+func openFiles(dir string, paths []string) (*Set, error) {
+	s := &Set{dir: dir, owner: make(map[string]*File)}
+	for _, p := range paths {
+		f, err := OpenFile(p)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.files = append(s.files, f)
+		for _, t := range f.tensors {
+			if other, ok := s.owner[t.Name]; ok {
+				s.Close()
+				return nil, fmt.Errorf("checkpoints: %s: tensor %q: also in %s", p, t.Name, other.path)
+			}
+			s.owner[t.Name] = f
+			s.tensors = append(s.tensors, t)
+		}
+	}
+	slices.SortFunc(s.tensors, func(a, b TensorInfo) int { return strings.Compare(a.Name, b.Name) })
+	return s, nil
+}
+
+// openIndexed opens the shards listed by the index at indexPath, whose
+// contents are data.
+func openIndexed(dir, indexPath string, data []byte) (*Set, error) {
+	weightMap, err := parseIndex(data)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoints: %s: %w", indexPath, err)
+	}
+	var names []string
+	for _, tensor := range slices.Sorted(maps.Keys(weightMap)) {
+		if name := weightMap[tensor]; !slices.Contains(names, name) {
+			names = append(names, name)
+			if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+				return nil, fmt.Errorf("checkpoints: %s: tensor %q: file %s: %w", indexPath, tensor, name, err)
+			}
+		}
+	}
+	slices.Sort(names)
+	paths := make([]string, len(names))
+	for i, name := range names {
+		paths[i] = filepath.Join(dir, name)
+	}
+	s, err := openFiles(dir, paths)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range slices.Sorted(maps.Keys(weightMap)) {
+		file := filepath.Join(dir, weightMap[name])
+		f, ok := s.owner[name]
+		switch {
+		case !ok:
+			err = fmt.Errorf("checkpoints: %s: tensor %q: listed for %s, which does not hold it", indexPath, name, file)
+		case f.path != file:
+			err = fmt.Errorf("checkpoints: %s: tensor %q: listed for %s but stored in %s", indexPath, name, file, f.path)
+		}
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	for _, t := range s.tensors {
+		if _, ok := weightMap[t.Name]; !ok {
+			s.Close()
+			return nil, fmt.Errorf("checkpoints: %s: tensor %q: not listed in %s", s.owner[t.Name].path, t.Name, indexPath)
+		}
+	}
+	return s, nil
+}
+
+// parseIndex parses a model.safetensors.index.json and returns its
+// weight_map, tensor name to shard file name. The shard names must be plain
+// file names in the index's folder.
+func parseIndex(data []byte) (map[string]string, error) {
+	var weightMap map[string]string
+	err := decodeJSONObject(data, "index", func(key string, value json.RawMessage) error {
+		switch key {
+		case "metadata":
+			if !isNull(value) {
+				var m map[string]json.RawMessage
+				if err := json.Unmarshal(value, &m); err != nil {
+					return errors.New("index: metadata is not an object")
+				}
+			}
+		case "weight_map":
+			weightMap = make(map[string]string)
+			return decodeJSONObject(value, "weight_map", func(name string, value json.RawMessage) error {
+				var file string
+				if err := json.Unmarshal(value, &file); err != nil {
+					return fmt.Errorf("tensor %q: file %s is not a string", name, clip(value))
+				}
+				if file == "" || file == "." || file == ".." || strings.ContainsAny(file, `/\`) || filepath.Base(file) != file {
+					return fmt.Errorf("tensor %q: file %q is not a plain file name", name, file)
+				}
+				weightMap[name] = file
+				return nil
+			})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(weightMap) == 0 {
+		return nil, errors.New("index: no weight_map, or an empty one")
+	}
+	return weightMap, nil
+}
+
+// Dir returns the folder the set was opened from.
+func (s *Set) Dir() string { return s.dir }
+
+// Files returns the paths of the set's files, sorted.
+func (s *Set) Files() []string {
+	paths := make([]string, len(s.files))
+	for i, f := range s.files {
+		paths[i] = f.path
+	}
+	return paths
+}
+
+// FileOf returns the path of the file holding the named tensor, or "" if
+// the set has no such tensor.
+func (s *Set) FileOf(name string) string {
+	if f, ok := s.owner[name]; ok {
+		return f.path
+	}
+	return ""
+}
+
+// Tensors returns the tensors of all files of the set, sorted by name.
+// Offsets are relative to the file holding each tensor; see FileOf.
+func (s *Set) Tensors() []TensorInfo {
+	ts := make([]TensorInfo, len(s.tensors))
+	for i, t := range s.tensors {
+		ts[i] = t.clone()
+	}
+	return ts
+}
+
+// Tensor returns the named tensor, and whether the set holds it.
+func (s *Set) Tensor(name string) (TensorInfo, bool) {
+	f, ok := s.owner[name]
+	if !ok {
+		return TensorInfo{}, false
+	}
+	return f.Tensor(name)
+}
+
+// file returns the file holding the named tensor.
+func (s *Set) file(name string) (*File, error) {
+	f, ok := s.owner[name]
+	if !ok {
+		return nil, fmt.Errorf("checkpoints: %s: tensor %q: %w", s.dir, name, ErrTensorNotFound)
+	}
+	return f, nil
+}
+
+// ReadFloat32 reads the named tensor, converting it to float32.
+func (s *Set) ReadFloat32(name string) ([]float32, error) {
+	f, err := s.file(name)
+	if err != nil {
+		return nil, err
+	}
+	return f.ReadFloat32(name)
+}
+
+// ReadFloat32Into reads the named tensor into dst, converting it to
+// float32. The length of dst must be the number of elements of the tensor.
+func (s *Set) ReadFloat32Into(name string, dst []float32) error {
+	f, err := s.file(name)
+	if err != nil {
+		return err
+	}
+	return f.ReadFloat32Into(name, dst)
+}
+
+// ReadSlice reads rows r0:r1 and columns c0:c1 of the named 2-D tensor;
+// see [File.ReadSlice].
+func (s *Set) ReadSlice(name string, r0, r1, c0, c1 int) ([]float32, error) {
+	f, err := s.file(name)
+	if err != nil {
+		return nil, err
+	}
+	return f.ReadSlice(name, r0, r1, c0, c1)
+}
+
+// BytesRead returns the number of bytes of tensor data the set's files
+// have converted so far.
+func (s *Set) BytesRead() int64 {
+	var n int64
+	for _, f := range s.files {
+		n += f.BytesRead()
+	}
+	return n
+}
+
+// Close closes the set's files.
+func (s *Set) Close() error {
+	var errs []error
+	for _, f := range s.files {
+		if err := f.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

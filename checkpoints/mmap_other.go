@@ -1,0 +1,14 @@
+//go:build !unix
+
+package checkpoints
+
+import (
+	"errors"
+	"os"
+)
+
+// mmapFile reports that memory mapping is not available on this system, so
+// files are read with ReadAt instead.
+func mmapFile(f *os.File, size int64) ([]byte, func() error, error) {
+	return nil, nil, errors.ErrUnsupported
+}
