@@ -225,7 +225,7 @@ func printInspect(w io.Writer, r inspectReport) error {
 	row("  weights", "%s", humanBytes(t.Weights))
 	row("  gradients", "%s", humanBytes(t.Gradients))
 	row("  optimizer (2 moments)", "%s", humanBytes(t.OptimizerState))
-	row("  activations", "%s (with recomputation %s)", humanBytes(t.Activations), humanBytes(t.ActivationsRecompute))
+	row("  activations", "%s (with recomputation %s; attention scores materialised)", humanBytes(t.Activations), humanBytes(t.ActivationsRecompute))
 	row("  total", "%s (with recomputation %s)", humanBytes(t.Total), humanBytes(t.TotalRecompute))
 	return tw.Flush()
 }
