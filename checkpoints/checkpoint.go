@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -61,7 +62,7 @@ func checkTensors(dir string, cfg *Config, set *Set) error {
 			missing = append(missing, s.Name)
 			continue
 		}
-		if !equalShape(info.Shape, s.Shape) {
+		if !slices.Equal(info.Shape, s.Shape) {
 			return fmt.Errorf("checkpoints: %s: tensor %q: shape %v disagrees with %s (want %v)",
 				set.FileOf(s.Name), s.Name, info.Shape, ConfigFile, s.Shape)
 		}
@@ -147,7 +148,7 @@ func Save(dir string, cfg *Config, tensors []Tensor, opt SaveOptions) error {
 		if !ok {
 			return fmt.Errorf("checkpoints: %s: tensor %q required by the config is missing", dir, s.Name)
 		}
-		if !equalShape(t.Shape, s.Shape) {
+		if !slices.Equal(t.Shape, s.Shape) {
 			return fmt.Errorf("checkpoints: %s: tensor %q: shape %v, the config implies %v", dir, s.Name, t.Shape, s.Shape)
 		}
 	}
@@ -195,18 +196,6 @@ func ReadTokenizerFiles(dir string) (map[string][]byte, error) {
 		files[name] = b
 	}
 	return files, nil
-}
-
-func equalShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func quoteAll(s []string) []string {

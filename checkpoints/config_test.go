@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -35,7 +36,7 @@ func TestReadConfigRealLlamaConfigs(t *testing.T) {
 			if c.NumKeyValueHeads != tt.kv || c.HeadDimension() != tt.headDim {
 				t.Errorf("kv heads %d head dim %d, want %d %d", c.NumKeyValueHeads, c.HeadDimension(), tt.kv, tt.headDim)
 			}
-			if !equalShape(c.EOSTokenIDs, tt.eos) {
+			if !slices.Equal(c.EOSTokenIDs, tt.eos) {
 				t.Errorf("eos = %v, want %v", c.EOSTokenIDs, tt.eos)
 			}
 			if (c.RopeScaling == nil) != (tt.scaling == 0) || (c.RopeScaling != nil && c.RopeScaling.Factor != tt.scaling) {

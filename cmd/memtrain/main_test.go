@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -92,7 +93,7 @@ func TestInitWritesHFCheckpoint(t *testing.T) {
 		if err := json.Unmarshal(v, &e); err != nil {
 			t.Fatal(err)
 		}
-		if e.DType != "F32" || !equalInts(e.Shape, want[name]) {
+		if e.DType != "F32" || !slices.Equal(e.Shape, want[name]) {
 			t.Errorf("%s: %s %v, want F32 %v", name, e.DType, e.Shape, want[name])
 		}
 		elems := int64(1)
@@ -357,16 +358,4 @@ func TestVersion(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "memtrain "+version) {
 		t.Errorf("%d %q", code, out)
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
