@@ -47,7 +47,8 @@ func small(hidden, inter, layers, heads, kv int) Config {
 // presets is read-only after package initialisation.
 var presets = []Preset{
 	{"tiny", "4 layers, hidden 128, tied embeddings: a few million parameters, for tests and the demo", small(128, 384, 4, 4, 2)},
-	{"small", "6 layers, hidden 256, tied embeddings: tens of millions of parameters with a Llama 3 vocabulary", small(256, 768, 6, 8, 4)},
+	{"small", "6 layers, hidden 384, tied embeddings: about 23M parameters (the CPU benchmark shape)", small(384, 1024, 6, 6, 6)},
+	{"peer-tiny", "4 layers, hidden 256, 4 heads, intermediate 688, tied: the shape used to compare with other CPU trainers", small(256, 688, 4, 4, 4)},
 	{"llama2-7b", "Llama 2 7B (multi-head attention, 4k context)", Config{
 		Architectures: []string{"LlamaForCausalLM"}, ModelType: "llama",
 		HiddenSize: 4096, IntermediateSize: 11008, NumHiddenLayers: 32,

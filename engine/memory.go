@@ -1,10 +1,6 @@
 package engine
 
-import (
-	"fmt"
-
-	"github.com/memtrain/memtrain/checkpoints"
-)
+import "fmt"
 
 // Precision says how training stores its numbers.
 type Precision int
@@ -76,42 +72,15 @@ func (m TrainingMemory) TotalRecompute() int64 {
 	return m.Weights + m.Gradients + m.Optimizer + m.ActivationRecompute
 }
 
-// EstimateTrainingMemory estimates the memory of one AdamW training step on
-// batch sequences of seqLen tokens.
-//
-// Activations follow the layout of an llm.c-style implementation that
-// materialises the attention scores. Per token and layer it keeps the
-// layer input, the two normalised inputs and the residual after attention
-// (3H plus 2 reciprocal RMS values), the queries and the attention output
-// (2·Q), the keys and values (2·KV), the gate, up and gated product (3·I),
-// and the softmax probabilities (heads·T per token, heads·T² per sequence).
-// After the last layer it keeps the final norm's input and output (2H) and
-// the logits (V, whose softmax is taken in place):
-//
-//	A_layer = B·T·(3H + 2Q + 2KV + 3I + 2) + B·heads·T²
-//	A_final = B·T·(2H + V)
-//	full      = L·A_layer + A_final
-//	recompute = L·B·T·H + A_layer + A_final
-//
-// times the activation element size (4 bytes in f32, 2 in bf16). The engine
-// issue replaces this formula with the engine's own accounting.
-func EstimateTrainingMemory(cfg *checkpoints.Config, batch, seqLen int, p Precision) TrainingMemory {
-	n := cfg.Params().Total
+// NewTrainingMemory sizes the parameter state of a params-parameter model
+// under AdamW at precision p; activation sizes come from the model's own
+// workspace plan (llama.EstimateTrainingMemory fills them in).
+func NewTrainingMemory(params int64, batch, seqLen int, p Precision) TrainingMemory {
 	w, g, o := p.bytesPerParam()
-	b, t := int64(batch), int64(seqLen)
-	h, q, kv, i := int64(cfg.HiddenSize), int64(cfg.QDim()), int64(cfg.KVDim()), int64(cfg.IntermediateSize)
-	heads, v, l := int64(cfg.NumAttentionHeads), int64(cfg.VocabSize), int64(cfg.NumHiddenLayers)
-	layer := b*t*(3*h+2*q+2*kv+3*i+2) + b*heads*t*t
-	final := b * t * (2*h + v)
-	ab := p.activationBytes()
-	return TrainingMemory{
-		Precision:           p,
-		Batch:               batch,
-		SeqLen:              seqLen,
-		Weights:             n * w,
-		Gradients:           n * g,
-		Optimizer:           n * o,
-		Activation:          (l*layer + final) * ab,
-		ActivationRecompute: (l*b*t*h + layer + final) * ab,
-	}
+	return TrainingMemory{Precision: p, Batch: batch, SeqLen: seqLen, Weights: params * w, Gradients: params * g, Optimizer: params * o}
+}
+
+// ActivationScale converts float32 activation bytes to this precision's.
+func (p Precision) ActivationScale(f32Bytes int64) int64 {
+	return f32Bytes * p.activationBytes() / 4
 }

@@ -1,0 +1,152 @@
+package engine
+
+// Backend runs the engine's kernels on one device. The set is small on
+// purpose: a strided, batched GEMM plus a dozen fused kernels, each with its
+// backward beside its forward. Every backend passes the conformance suite
+// in engine/enginetest against the CPU reference.
+//
+// Ordering: kernels are issued in program order onto one stream and may run
+// asynchronously. A kernel sees the results of every kernel issued before
+// it. The host sees results only after Synchronize, or through Download,
+// which synchronises. The CPU backend runs each kernel to completion before
+// returning, so its Synchronize is free.
+//
+// Shapes: N is the number of token positions (batch × sequence, flattened),
+// H the hidden size, V the vocabulary, heads/kvHeads and D the attention
+// geometry. All float tensors are F32 on the CPU backend; token ids and
+// positions are I32 tensors.
+//
+// Accumulation: kernels whose output is a gradient of a weight
+// (EmbeddingBackward's dTable, RMSNormBackward's dw) add into it, so that
+// micro-batches accumulate; activation gradients are overwritten unless a
+// kernel says otherwise.
+//
+// Determinism: for a fixed backend, thread count and input, every kernel
+// gives bit-identical results (reductions run in a fixed order).
+type Backend interface {
+	Name() string
+	Device() Device
+	// Threads is the number of host threads the backend computes with.
+	Threads() int
+
+	// Alloc returns a zero-filled tensor. Free releases it; a tensor must
+	// not be used after Free.
+	Alloc(dtype DType, shape ...int) *Tensor
+	Free(t *Tensor)
+	// MemStats reports the bytes of tensors allocated now and at peak.
+	MemStats() MemStats
+
+	// Upload copies host float32 values into t (converting to t's dtype).
+	Upload(t *Tensor, src []float32)
+	// UploadInt32 copies host int32 values into an I32 tensor.
+	UploadInt32(t *Tensor, src []int32)
+	// Download copies t into dst as float32, after synchronising.
+	Download(dst []float32, t *Tensor)
+	// DownloadInt32 copies an I32 tensor into dst, after synchronising.
+	DownloadInt32(dst []int32, t *Tensor)
+	// Synchronize waits for every kernel issued so far.
+	Synchronize() error
+
+	// Gemm computes, for each of p.Batch problems i,
+	//	C_i = Alpha·op(A_i)·op(B_i) + Beta·C_i
+	// row-major, where op transposes when TransA/TransB is set, A_i starts
+	// i·StrideA elements into a (likewise B, C), and LDA/LDB/LDC are row
+	// strides. With Beta = 0, C is overwritten (NaNs in C do not leak).
+	Gemm(p GemmParams, a, b, c *Tensor)
+
+	// Fill sets every element of t to v.
+	Fill(t *Tensor, v float32)
+	// Copy copies src into dst (same number of elements).
+	Copy(dst, src *Tensor)
+	// Add computes dst = a + b elementwise; dst may alias a or b.
+	Add(dst, a, b *Tensor)
+	// Axpy computes dst += alpha·x elementwise.
+	Axpy(dst *Tensor, alpha float32, x *Tensor)
+	// Scale computes t *= alpha.
+	Scale(t *Tensor, alpha float32)
+	// SumSquares writes Σ x² (accumulated in float64, stored as float32)
+	// into the one-element tensor dst.
+	SumSquares(dst, x *Tensor)
+
+	// Embedding gathers rows: out[i] = table[ids[i]]. out [N,H], table
+	// [V,H], ids I32 [N].
+	Embedding(out, table, ids *Tensor)
+	// EmbeddingBackward adds dOut[i] into dTable[ids[i]].
+	EmbeddingBackward(dTable, dOut, ids *Tensor)
+
+	// RMSNorm computes out[i] = x[i] / rms(x[i]) ⊙ w, with
+	// rms = sqrt(mean(x²) + eps), and saves rstd[i] = 1/rms for the
+	// backward pass. out, x [N,H]; w [H]; rstd [N].
+	RMSNorm(out, rstd, x, w *Tensor, eps float32)
+	// RMSNormBackward writes dx and adds into dw.
+	RMSNormBackward(dx, dw, dOut, x, w, rstd *Tensor)
+
+	// RoPE rotates x [N, heads, D] in place, HuggingFace rotate-half
+	// layout: for j < D/2, with θ = pos·invFreq[j],
+	//	x'[j]     = x[j]·cos θ − x[j+D/2]·sin θ
+	//	x'[j+D/2] = x[j+D/2]·cos θ + x[j]·sin θ
+	// pos I32 [N] holds each row's position; invFreq [D/2] the (scaled)
+	// inverse frequencies.
+	RoPE(x, pos, invFreq *Tensor)
+	// RoPEBackward rotates the gradient dx [N, heads, D] back (by −θ) in
+	// place.
+	RoPEBackward(dx, pos, invFreq *Tensor)
+
+	// Attention is causal grouped-query self-attention over B sequences of
+	// T tokens: q [B,T,heads,D], k and v [B,T,kvHeads,D], out
+	// [B,T,heads,D]; query head h uses key/value head h/(heads/kvHeads).
+	// Scores are scaled by 1/√D. probs [B,heads,T,T] receives the softmax
+	// (zero above the diagonal) for the backward pass.
+	Attention(out, probs, q, k, v *Tensor)
+	// AttentionBackward writes dq, dk and dv from dOut and the saved probs.
+	AttentionBackward(dq, dk, dv, dOut, q, k, v, probs *Tensor)
+	// AttentionKV is inference attention against a cache: for sequence b,
+	// the n queries q[b, i] (i < n) sit at positions start[b]+i and attend
+	// to kCache[b, 0 : start[b]+i+1]. q, out [B,n,heads,D]; kCache, vCache
+	// [B,Tmax,kvHeads,D]; start I32 [B].
+	AttentionKV(out, q, kCache, vCache, start *Tensor)
+
+	// SwiGLU computes out = silu(gate) ⊙ up, silu(x) = x·σ(x).
+	SwiGLU(out, gate, up *Tensor)
+	// SwiGLUBackward writes dGate and dUp from dOut.
+	SwiGLUBackward(dGate, dUp, dOut, gate, up *Tensor)
+
+	// CrossEntropy computes, for each row i of logits [N,V] with target
+	// t[i] (I32) and weight w[i]:
+	//	losses[i] = −w[i]·log softmax(logits[i])[t[i]]
+	// and, if dLogits is not nil, dLogits[i] = scale·w[i]·(softmax(logits[i]) − onehot(t[i])).
+	// Rows with weight 0 get zero loss and zero gradient (their target
+	// may be out of range, e.g. padding).
+	CrossEntropy(losses, dLogits, logits, targets, weights *Tensor, scale float32)
+	// Argmax writes, for each row of logits [N,V], the index of the
+	// largest value, the lowest index on ties, into out I32 [N].
+	Argmax(out, logits *Tensor)
+
+	// AdamW updates a parameter in place from its gradient and moments
+	// (all the same length), with decoupled weight decay.
+	AdamW(param, grad, m, v *Tensor, h AdamWParams)
+}
+
+// GemmParams describe a batched, strided, row-major GEMM.
+type GemmParams struct {
+	TransA, TransB   bool
+	M, N, K          int
+	Alpha, Beta      float32
+	LDA, LDB, LDC    int
+	Batch            int // 0 means 1
+	StrideA, StrideB int
+	StrideC          int
+}
+
+// AdamWParams are one AdamW step's hyper-parameters. Step counts from 1
+// and sets the bias corrections.
+type AdamWParams struct {
+	LR, Beta1, Beta2, Eps, WeightDecay float32
+	Step                               int
+}
+
+// MemStats is a backend's tensor memory in bytes.
+type MemStats struct {
+	Allocated int64
+	Peak      int64
+}

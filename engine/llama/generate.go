@@ -1,0 +1,215 @@
+package llama
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/memtrain/memtrain/engine"
+)
+
+// GenerateOptions control greedy decoding.
+type GenerateOptions struct {
+	MaxNewTokens int
+	// StopIDs end a sequence: the first generated id in this set is kept
+	// as the sequence's last token (as HF's generate keeps EOS).
+	StopIDs []int32
+}
+
+// decoder is the state of one batched greedy decoding: the KV cache of
+// every layer and the scratch activations of a step of up to rows tokens.
+type decoder struct {
+	m      *Model
+	B      int
+	Tmax   int
+	kCache []*engine.Tensor // per layer [B,Tmax,kvHeads,D]
+	vCache []*engine.Tensor
+
+	x, y, ln, h             *engine.Tensor // [rows,H]
+	rstd                    *engine.Tensor // [rows]
+	q, att                  *engine.Tensor // [rows,Q]
+	k, v                    *engine.Tensor // [rows,KV]
+	gate, up, act           *engine.Tensor // [rows,I]
+	ids, pos                *engine.Tensor // I32 [rows]
+	start                   *engine.Tensor // I32 [B]
+	last, lastNorm, lastRms *engine.Tensor // [B,H], [B,H], [B]
+	logits                  *engine.Tensor // [B,V]
+	next                    *engine.Tensor // I32 [B]
+	all                     []*engine.Tensor
+}
+
+func (m *Model) newDecoder(B, Tmax, rows int) *decoder {
+	cfg := m.Config
+	H, Q, KV, I, V := cfg.HiddenSize, cfg.QDim(), cfg.KVDim(), cfg.IntermediateSize, cfg.VocabSize
+	d := &decoder{m: m, B: B, Tmax: Tmax}
+	alloc := func(dt engine.DType, shape ...int) *engine.Tensor {
+		t := m.backend.Alloc(dt, shape...)
+		d.all = append(d.all, t)
+		return t
+	}
+	for range m.Layers {
+		d.kCache = append(d.kCache, alloc(engine.F32, B, Tmax, cfg.NumKeyValueHeads, cfg.HeadDimension()))
+		d.vCache = append(d.vCache, alloc(engine.F32, B, Tmax, cfg.NumKeyValueHeads, cfg.HeadDimension()))
+	}
+	d.x, d.y, d.ln, d.h = alloc(engine.F32, rows, H), alloc(engine.F32, rows, H), alloc(engine.F32, rows, H), alloc(engine.F32, rows, H)
+	d.rstd = alloc(engine.F32, rows)
+	d.q, d.att = alloc(engine.F32, rows, Q), alloc(engine.F32, rows, Q)
+	d.k, d.v = alloc(engine.F32, rows, KV), alloc(engine.F32, rows, KV)
+	d.gate, d.up, d.act = alloc(engine.F32, rows, I), alloc(engine.F32, rows, I), alloc(engine.F32, rows, I)
+	d.ids, d.pos = alloc(engine.I32, rows), alloc(engine.I32, rows)
+	d.start = alloc(engine.I32, B)
+	d.last, d.lastNorm, d.lastRms = alloc(engine.F32, B, H), alloc(engine.F32, B, H), alloc(engine.F32, B)
+	d.logits = alloc(engine.F32, B, V)
+	d.next = alloc(engine.I32, B)
+	return d
+}
+
+func (d *decoder) free() {
+	for _, t := range d.all {
+		d.m.backend.Free(t)
+	}
+}
+
+// rowsOf returns the first n rows of a [rows, w] scratch tensor.
+func rowsOf(t *engine.Tensor, n int) *engine.Tensor { return t.View(0, n, t.Dim(1)) }
+
+// step runs n new tokens of each of the sequences seqs (a contiguous range
+// [s0, s0+len) of the batch) through the model: ids are the tokens, start
+// each sequence's position of its first new token. The hidden state of
+// each sequence's last new token is left in d.last rows s0….
+func (d *decoder) step(s0 int, ids []int32, n int, start []int32) {
+	m, b, cfg := d.m, d.m.backend, d.m.Config
+	S := len(start)
+	R := S * n
+	D := cfg.HeadDimension()
+	heads, kvHeads := cfg.NumAttentionHeads, cfg.NumKeyValueHeads
+	eps := float32(cfg.RMSNormEps)
+
+	pos := make([]int32, R)
+	for s := 0; s < S; s++ {
+		for i := 0; i < n; i++ {
+			pos[s*n+i] = start[s] + int32(i)
+		}
+	}
+	idsT, posT := d.ids.View(0, R), d.pos.View(0, R)
+	b.UploadInt32(idsT, ids)
+	b.UploadInt32(posT, pos)
+	startT := d.start.View(0, S)
+	b.UploadInt32(startT, start)
+
+	x, y := rowsOf(d.x, R), rowsOf(d.y, R)
+	ln, h, rstd := rowsOf(d.ln, R), rowsOf(d.h, R), d.rstd.View(0, R)
+	q, att, k, v := rowsOf(d.q, R), rowsOf(d.att, R), rowsOf(d.k, R), rowsOf(d.v, R)
+	gate, up, act := rowsOf(d.gate, R), rowsOf(d.up, R), rowsOf(d.act, R)
+	kvRow := kvHeads * D
+	b.Embedding(x, m.Embed.Value, idsT)
+	for l, p := range m.Layers {
+		b.RMSNorm(ln, rstd, x, p.AttnNorm.Value, eps)
+		m.linear(q, ln, p.Q, false)
+		m.linear(k, ln, p.K, false)
+		m.linear(v, ln, p.V, false)
+		b.RoPE(q.Reshape(R, heads, D), posT, m.invFreq)
+		b.RoPE(k.Reshape(R, kvHeads, D), posT, m.invFreq)
+		// Append this step's keys and values to each sequence's cache.
+		kc := d.kCache[l].View(s0*d.Tmax*kvRow, S, d.Tmax, kvHeads, D)
+		vc := d.vCache[l].View(s0*d.Tmax*kvRow, S, d.Tmax, kvHeads, D)
+		for s := 0; s < S; s++ {
+			off := (s*d.Tmax + int(start[s])) * kvRow
+			b.Copy(kc.View(off, n, kvRow), k.View(s*n*kvRow, n, kvRow))
+			b.Copy(vc.View(off, n, kvRow), v.View(s*n*kvRow, n, kvRow))
+		}
+		b.AttentionKV(att.Reshape(S, n, heads, D), q.Reshape(S, n, heads, D), kc, vc, startT)
+		b.Copy(h, x)
+		m.linear(h, att, p.O, true)
+		b.RMSNorm(ln, rstd, h, p.MLPNorm.Value, eps)
+		m.linear(gate, ln, p.Gate, false)
+		m.linear(up, ln, p.Up, false)
+		b.SwiGLU(act, gate, up)
+		b.Copy(y, h)
+		m.linear(y, act, p.Down, true)
+		x, y = y, x
+	}
+	for s := 0; s < S; s++ {
+		b.Copy(d.last.Row(s0+s), x.Row(s*n+n-1))
+	}
+}
+
+// predict turns d.last into the greedy next token of every sequence.
+func (d *decoder) predict() []int32 {
+	m, b := d.m, d.m.backend
+	b.RMSNorm(d.lastNorm, d.lastRms, d.last, m.Norm.Value, float32(m.Config.RMSNormEps))
+	m.linear(d.logits, d.lastNorm, m.Head, false)
+	b.Argmax(d.next, d.logits)
+	out := make([]int32, d.B)
+	b.DownloadInt32(out, d.next)
+	return out
+}
+
+// Generate continues each prompt greedily (the most likely token, the
+// lowest id on ties) with a KV cache, the prompts batched whatever their
+// lengths. It returns only the new tokens of each prompt.
+func (m *Model) Generate(prompts [][]int32, opt GenerateOptions) ([][]int32, error) {
+	cfg := m.Config
+	if len(prompts) == 0 {
+		return nil, fmt.Errorf("llama: no prompts")
+	}
+	if opt.MaxNewTokens < 0 {
+		return nil, fmt.Errorf("llama: max new tokens %d is negative", opt.MaxNewTokens)
+	}
+	longest := 0
+	for i, p := range prompts {
+		if len(p) == 0 {
+			return nil, fmt.Errorf("llama: prompt %d is empty", i)
+		}
+		for _, id := range p {
+			if id < 0 || int(id) >= cfg.VocabSize {
+				return nil, fmt.Errorf("llama: prompt %d: token id %d outside the vocabulary [0, %d)", i, id, cfg.VocabSize)
+			}
+		}
+		longest = max(longest, len(p))
+	}
+	if longest+opt.MaxNewTokens > cfg.MaxPositionEmbeddings {
+		return nil, fmt.Errorf("llama: prompt of %d tokens plus %d new exceeds max_position_embeddings %d", longest, opt.MaxNewTokens, cfg.MaxPositionEmbeddings)
+	}
+	B := len(prompts)
+	out := make([][]int32, B)
+	if opt.MaxNewTokens == 0 {
+		return out, nil
+	}
+	d := m.newDecoder(B, longest+opt.MaxNewTokens, max(longest, B))
+	defer d.free()
+
+	// Prefill: each prompt on its own, since lengths differ.
+	for s, p := range prompts {
+		d.step(s, p, len(p), []int32{0})
+	}
+	next := d.predict()
+	done := make([]bool, B)
+	start := make([]int32, B)
+	for s := range prompts {
+		start[s] = int32(len(prompts[s]))
+	}
+	for step := 0; ; step++ {
+		alive := false
+		for s := range next {
+			if done[s] {
+				continue
+			}
+			out[s] = append(out[s], next[s])
+			if slices.Contains(opt.StopIDs, next[s]) || len(out[s]) == opt.MaxNewTokens {
+				done[s] = true
+			} else {
+				alive = true
+			}
+		}
+		if !alive {
+			return out, nil
+		}
+		// Finished sequences keep decoding (their outputs are dropped) so
+		// that the batch stays one contiguous GEMM.
+		d.step(0, next, 1, start)
+		for s := range start {
+			start[s]++
+		}
+		next = d.predict()
+	}
+}

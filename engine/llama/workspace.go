@@ -1,0 +1,205 @@
+package llama
+
+import (
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
+)
+
+// layerActs are the activations one decoder block saves for its backward
+// pass (N = B·T token positions).
+type layerActs struct {
+	ln1, rstd1 *engine.Tensor // [N,H], [N]   attention norm output and 1/rms
+	q, k, v    *engine.Tensor // [N,Q], [N,KV] after RoPE
+	probs      *engine.Tensor // [B,heads,T,T] softmax
+	att        *engine.Tensor // [N,Q] attention output, before o_proj
+	h          *engine.Tensor // [N,H] residual stream after attention
+	ln2, rstd2 *engine.Tensor // [N,H], [N]
+	gate, up   *engine.Tensor // [N,I]
+	act        *engine.Tensor // [N,I] silu(gate)·up
+}
+
+// grads are the activation gradients, one set shared by all layers.
+type grads struct {
+	dx, dh, dln, dnorm *engine.Tensor // [N,H]
+	dq, datt           *engine.Tensor // [N,Q]
+	dk, dv             *engine.Tensor // [N,KV]
+	dgate, dup, dact   *engine.Tensor // [N,I]
+	dlnf               *engine.Tensor // [N,H]
+	dlogits            *engine.Tensor // [N,V]
+}
+
+// workspace holds everything a batch of B sequences of T tokens needs.
+type workspace struct {
+	B, T  int
+	train bool
+
+	ids, targets, pos *engine.Tensor // I32 [N]
+	weights, losses   *engine.Tensor // F32 [N]
+	// inputs[l] is layer l's input; inputs[L] is the last layer's output.
+	inputs []*engine.Tensor
+	// layers has one set per layer, or a single shared set when the
+	// activations are recomputed (or not needed: forward only).
+	layers []*layerActs
+	lnf    *engine.Tensor // [N,H]
+	rstdf  *engine.Tensor // [N]
+	logits *engine.Tensor // [N,V]
+	g      *grads         // nil when forward only
+}
+
+// tensorPlan is one allocation of a workspace, for accounting.
+type tensorPlan struct {
+	name  string
+	dtype engine.DType
+	shape []int
+}
+
+// plan lists the workspace's tensors. It is the single source of truth
+// for both the allocation and the memory accounting (ActivationBytes), so
+// the two cannot disagree.
+func plan(cfg *checkpoints.Config, B, T int, train, recompute bool) []tensorPlan {
+	N := B * T
+	H, Q, KV, I, V := cfg.HiddenSize, cfg.QDim(), cfg.KVDim(), cfg.IntermediateSize, cfg.VocabSize
+	L, heads := cfg.NumHiddenLayers, cfg.NumAttentionHeads
+	var p []tensorPlan
+	add := func(name string, dt engine.DType, shape ...int) {
+		p = append(p, tensorPlan{name, dt, shape})
+	}
+	add("ids", engine.I32, N)
+	add("targets", engine.I32, N)
+	add("pos", engine.I32, N)
+	add("weights", engine.F32, N)
+	add("losses", engine.F32, N)
+	inputs := L + 1
+	if !train {
+		inputs = 2 // forward only: ping-pong between two residual buffers
+	}
+	for i := 0; i < inputs; i++ {
+		add("input", engine.F32, N, H)
+	}
+	sets := L
+	if !train || recompute {
+		sets = 1
+	}
+	for i := 0; i < sets; i++ {
+		add("ln1", engine.F32, N, H)
+		add("rstd1", engine.F32, N)
+		add("q", engine.F32, N, Q)
+		add("k", engine.F32, N, KV)
+		add("v", engine.F32, N, KV)
+		add("probs", engine.F32, B, heads, T, T)
+		add("att", engine.F32, N, Q)
+		add("h", engine.F32, N, H)
+		add("ln2", engine.F32, N, H)
+		add("rstd2", engine.F32, N)
+		add("gate", engine.F32, N, I)
+		add("up", engine.F32, N, I)
+		add("act", engine.F32, N, I)
+	}
+	add("lnf", engine.F32, N, H)
+	add("rstdf", engine.F32, N)
+	add("logits", engine.F32, N, V)
+	if train {
+		for _, n := range []string{"dx", "dh", "dln", "dnorm"} {
+			add(n, engine.F32, N, H)
+		}
+		add("dq", engine.F32, N, Q)
+		add("datt", engine.F32, N, Q)
+		add("dk", engine.F32, N, KV)
+		add("dv", engine.F32, N, KV)
+		for _, n := range []string{"dgate", "dup", "dact"} {
+			add(n, engine.F32, N, I)
+		}
+		add("dlnf", engine.F32, N, H)
+		add("dlogits", engine.F32, N, V)
+	}
+	return p
+}
+
+// ActivationBytes is the memory the model's workspace takes for batches of
+// B sequences of T tokens: everything the engine allocates besides the
+// parameters, their gradients and the optimizer state. train adds the
+// saved activations and activation gradients of the backward pass.
+func ActivationBytes(cfg *checkpoints.Config, B, T int, train, recompute bool) int64 {
+	var n int64
+	for _, t := range plan(cfg, B, T, train, recompute) {
+		n += int64(engine.Elements(t.shape)) * int64(t.dtype.Size())
+	}
+	return n
+}
+
+// prepare makes the workspace fit a batch shape and mode, reallocating
+// only when either changed.
+func (m *Model) prepare(B, T int, train bool) *workspace {
+	if ws := m.ws; ws != nil && ws.B == B && ws.T == T && ws.train == train {
+		return ws
+	}
+	m.freeWorkspace()
+	b := m.backend
+	tensors := []*engine.Tensor{}
+	for _, p := range plan(m.Config, B, T, train, m.Options.Recompute) {
+		tensors = append(tensors, b.Alloc(p.dtype, p.shape...))
+	}
+	next := func() *engine.Tensor {
+		t := tensors[0]
+		tensors = tensors[1:]
+		return t
+	}
+	ws := &workspace{B: B, T: T, train: train}
+	ws.ids, ws.targets, ws.pos, ws.weights, ws.losses = next(), next(), next(), next(), next()
+	inputs := m.Config.NumHiddenLayers + 1
+	if !train {
+		inputs = 2
+	}
+	for i := 0; i < inputs; i++ {
+		ws.inputs = append(ws.inputs, next())
+	}
+	sets := m.Config.NumHiddenLayers
+	if !train || m.Options.Recompute {
+		sets = 1
+	}
+	for i := 0; i < sets; i++ {
+		a := &layerActs{}
+		a.ln1, a.rstd1, a.q, a.k, a.v, a.probs, a.att = next(), next(), next(), next(), next(), next(), next()
+		a.h, a.ln2, a.rstd2, a.gate, a.up, a.act = next(), next(), next(), next(), next(), next()
+		ws.layers = append(ws.layers, a)
+	}
+	ws.lnf, ws.rstdf, ws.logits = next(), next(), next()
+	if train {
+		g := &grads{}
+		g.dx, g.dh, g.dln, g.dnorm = next(), next(), next(), next()
+		g.dq, g.datt, g.dk, g.dv = next(), next(), next(), next()
+		g.dgate, g.dup, g.dact = next(), next(), next()
+		g.dlnf, g.dlogits = next(), next()
+		ws.g = g
+	}
+	pos := make([]int32, B*T)
+	for i := range pos {
+		pos[i] = int32(i % T)
+	}
+	b.UploadInt32(ws.pos, pos)
+	m.ws = ws
+	return ws
+}
+
+// all lists every tensor of the workspace, for freeing.
+func (ws *workspace) all() []*engine.Tensor {
+	ts := []*engine.Tensor{ws.ids, ws.targets, ws.pos, ws.weights, ws.losses, ws.lnf, ws.rstdf, ws.logits}
+	ts = append(ts, ws.inputs...)
+	for _, a := range ws.layers {
+		ts = append(ts, a.ln1, a.rstd1, a.q, a.k, a.v, a.probs, a.att, a.h, a.ln2, a.rstd2, a.gate, a.up, a.act)
+	}
+	if g := ws.g; g != nil {
+		ts = append(ts, g.dx, g.dh, g.dln, g.dnorm, g.dq, g.datt, g.dk, g.dv, g.dgate, g.dup, g.dact, g.dlnf, g.dlogits)
+	}
+	return ts
+}
+
+func (m *Model) freeWorkspace() {
+	if m.ws == nil {
+		return
+	}
+	for _, t := range m.ws.all() {
+		m.backend.Free(t)
+	}
+	m.ws = nil
+}
