@@ -3,7 +3,7 @@
 
 Trains a Llama of the given shape (HF LlamaForCausalLM architecture: RMSNorm,
 RoPE in the rotate_half layout, causal grouped-query attention, SwiGLU MLP,
-untied LM head) in float32 on the CPU with AdamW, on random token batches,
+LM head untied or, with --tie, tied) in float32 on the CPU with AdamW, on random token batches,
 and prints one JSON line:
 
     {"impl": "torch", "tokens_per_s": ..., "step_ms_median": ..., "threads": ...,
@@ -106,6 +106,8 @@ class Llama(nn.Module):
         for m in self.modules():
             if isinstance(m, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(m.weight, std=0.02)
+        if a.tie:
+            self.lm_head.weight = self.embed_tokens.weight
         d = a.hidden // a.heads
         inv = 1.0 / (a.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
         freqs = torch.outer(torch.arange(a.seq_len, dtype=torch.float32), inv)
@@ -147,6 +149,7 @@ def main():
     ap.add_argument("--rope-theta", type=float, default=10000.0)
     ap.add_argument("--eps", type=float, default=1e-5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tie", action="store_true", help="tie the LM head to the embedding (memtrain's small presets do)")
     a = ap.parse_args()
     if a.kv_heads is None:
         a.kv_heads = a.heads
@@ -188,7 +191,7 @@ def main():
         "params": params,
         "torch_version": torch.__version__,
         "shape": {"hidden": a.hidden, "layers": a.layers, "heads": a.heads, "kv_heads": a.kv_heads,
-                  "intermediate": a.intermediate, "vocab": a.vocab, "batch": a.batch, "seq_len": a.seq_len},
+                  "intermediate": a.intermediate, "vocab": a.vocab, "tie": a.tie, "batch": a.batch, "seq_len": a.seq_len},
         "steps": a.steps,
         "warmup": a.warmup,
         "loss_first": round(losses[0], 4),
