@@ -29,11 +29,14 @@ type Backend interface {
 	// Threads is the number of host threads the backend computes with.
 	Threads() int
 
-	// Alloc returns a zero-filled tensor. Free releases it; a tensor must
-	// not be used after Free.
+	// Alloc returns a zero-filled tensor. Free releases the storage of a
+	// tensor returned by Alloc (with every view of it); a tensor must not
+	// be used after Free.
 	Alloc(dtype DType, shape ...int) *Tensor
 	Free(t *Tensor)
 	// MemStats reports the bytes of tensors allocated now and at peak.
+	// Kernels may use transient workspace (e.g. AttentionBackward's
+	// per-head partials) that is not counted.
 	MemStats() MemStats
 
 	// Upload copies host float32 values into t (converting to t's dtype).
@@ -52,6 +55,7 @@ type Backend interface {
 	// row-major, where op transposes when TransA/TransB is set, A_i starts
 	// i·StrideA elements into a (likewise B, C), and LDA/LDB/LDC are row
 	// strides. With Beta = 0, C is overwritten (NaNs in C do not leak).
+	// With K = 0, C = Beta·C and A, B are not read.
 	Gemm(p GemmParams, a, b, c *Tensor)
 
 	// Fill sets every element of t to v.
@@ -86,7 +90,9 @@ type Backend interface {
 	//	x'[j]     = x[j]·cos θ − x[j+D/2]·sin θ
 	//	x'[j+D/2] = x[j+D/2]·cos θ + x[j]·sin θ
 	// pos I32 [N] holds each row's position; invFreq [D/2] the (scaled)
-	// inverse frequencies.
+	// inverse frequencies. θ is the float32 product float32(pos)·invFreq[j],
+	// rounded to float32 as HuggingFace computes it; cos and sin are then
+	// taken of that value.
 	RoPE(x, pos, invFreq *Tensor)
 	// RoPEBackward rotates the gradient dx [N, heads, D] back (by −θ) in
 	// place.
@@ -99,6 +105,8 @@ type Backend interface {
 	// (zero above the diagonal) for the backward pass.
 	Attention(out, probs, q, k, v *Tensor)
 	// AttentionBackward writes dq, dk and dv from dOut and the saved probs.
+	// dk and dv are overwritten (each the sum over its group's query
+	// heads), not accumulated.
 	AttentionBackward(dq, dk, dv, dOut, q, k, v, probs *Tensor)
 	// AttentionKV is inference attention against a cache: for sequence b,
 	// the n queries q[b, i] (i < n) sit at positions start[b]+i and attend
@@ -116,10 +124,13 @@ type Backend interface {
 	//	losses[i] = −w[i]·log softmax(logits[i])[t[i]]
 	// and, if dLogits is not nil, dLogits[i] = scale·w[i]·(softmax(logits[i]) − onehot(t[i])).
 	// Rows with weight 0 get zero loss and zero gradient (their target
-	// may be out of range, e.g. padding).
+	// may be out of range, e.g. padding). dLogits may be logits itself: the
+	// gradient then replaces the logits in place.
 	CrossEntropy(losses, dLogits, logits, targets, weights *Tensor, scale float32)
 	// Argmax writes, for each row of logits [N,V], the index of the
-	// largest value, the lowest index on ties, into out I32 [N].
+	// largest value, the lowest index on ties, into out I32 [N]. A NaN
+	// counts as larger than any number, so a row holding NaN yields its
+	// first NaN's index (as torch.argmax).
 	Argmax(out, logits *Tensor)
 
 	// AdamW updates a parameter in place from its gradient and moments

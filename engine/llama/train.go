@@ -172,17 +172,17 @@ func (m *Model) ForwardBackward(batch Batch, scale float32) (Loss, error) {
 		return Loss{}, err
 	}
 	m.forward(ws)
-	b, g := m.backend, ws.g
-	b.CrossEntropy(ws.losses, g.dlogits, ws.logits, ws.targets, ws.weights, scale)
+	m.backend.CrossEntropy(ws.losses, ws.logits, ws.logits, ws.targets, ws.weights, scale)
 	m.backward(ws)
 	return m.lossOf(ws, batch), nil
 }
 
-// backward propagates g.dlogits back through the model.
+// backward propagates the logits' gradient (left in ws.logits by the
+// loss) back through the model.
 func (m *Model) backward(ws *workspace) {
 	b, g := m.backend, ws.g
 	B, T, L := ws.B, ws.T, len(m.Layers)
-	m.linearBackward(g.dlnf, g.dlogits, ws.lnf, m.Head, false)
+	m.linearBackward(g.dlnf, ws.logits, ws.lnf, m.Head, false)
 	b.RMSNormBackward(g.dx, m.Norm.Grad, g.dlnf, ws.inputs[L], m.Norm.Value, ws.rstdf)
 	for l := L - 1; l >= 0; l-- {
 		a := ws.layers[min(l, len(ws.layers)-1)]

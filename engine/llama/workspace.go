@@ -25,7 +25,7 @@ type grads struct {
 	dk, dv             *engine.Tensor // [N,KV]
 	dgate, dup, dact   *engine.Tensor // [N,I]
 	dlnf               *engine.Tensor // [N,H]
-	dlogits            *engine.Tensor // [N,V]
+	// The logits' gradient replaces the logits in place.
 }
 
 // workspace holds everything a batch of B sequences of T tokens needs.
@@ -110,7 +110,6 @@ func plan(cfg *checkpoints.Config, B, T int, train, recompute bool) []tensorPlan
 			add(n, engine.F32, N, I)
 		}
 		add("dlnf", engine.F32, N, H)
-		add("dlogits", engine.F32, N, V)
 	}
 	return p
 }
@@ -169,7 +168,7 @@ func (m *Model) prepare(B, T int, train bool) *workspace {
 		g.dx, g.dh, g.dln, g.dnorm = next(), next(), next(), next()
 		g.dq, g.datt, g.dk, g.dv = next(), next(), next(), next()
 		g.dgate, g.dup, g.dact = next(), next(), next()
-		g.dlnf, g.dlogits = next(), next()
+		g.dlnf = next()
 		ws.g = g
 	}
 	pos := make([]int32, B*T)
@@ -189,7 +188,7 @@ func (ws *workspace) all() []*engine.Tensor {
 		ts = append(ts, a.ln1, a.rstd1, a.q, a.k, a.v, a.probs, a.att, a.h, a.ln2, a.rstd2, a.gate, a.up, a.act)
 	}
 	if g := ws.g; g != nil {
-		ts = append(ts, g.dx, g.dh, g.dln, g.dnorm, g.dq, g.datt, g.dk, g.dv, g.dgate, g.dup, g.dact, g.dlnf, g.dlogits)
+		ts = append(ts, g.dx, g.dh, g.dln, g.dnorm, g.dq, g.datt, g.dk, g.dv, g.dgate, g.dup, g.dact, g.dlnf)
 	}
 	return ts
 }

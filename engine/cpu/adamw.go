@@ -1,0 +1,57 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/memtrain/memtrain/engine"
+)
+
+// AdamW updates param in place from grad and the moments m and v (all the
+// same length), with decoupled weight decay, exactly as PyTorch's
+// torch.optim.AdamW (1.13, _single_tensor_adamw) computes it for float32
+// tensors:
+//
+//	param.mul_(1 − lr·wd)
+//	m.mul_(β1).add_(g, alpha=1−β1)
+//	v.mul_(β2).addcmul_(g, g, value=1−β2)
+//	denom = v.sqrt() / sqrt(1−β2^t) + eps
+//	param.addcdiv_(m, denom, value=−lr/(1−β1^t))
+//
+// The scalar coefficients are computed in float64, as Python does, then
+// rounded to float32, as ATen does before a float32 kernel; each
+// elementwise operation is then rounded to float32 in ATen's order
+// (addcmul is (value·g)·g and addcdiv (value·m)/denom). The explicit
+// float32 conversions stop a compiler from fusing multiply-adds, which
+// would change the bits on arm64. (ATen built with FMA contraction can
+// itself differ from this in the last bit.)
+func (b *Backend) AdamW(param, grad, m, v *engine.Tensor, h engine.AdamWParams) {
+	p, g, ms, vs := Float32s(param), Float32s(grad), Float32s(m), Float32s(v)
+	n := len(p)
+	check(len(g) == n && len(ms) == n && len(vs) == n,
+		"AdamW: param %v, grad %v, m %v and v %v differ in size", param, grad, m, v)
+	check(h.Step >= 1, "AdamW: Step = %d, want ≥ 1 (it counts from 1)", h.Step)
+
+	lr, wd := float64(h.LR), float64(h.WeightDecay)
+	beta1, beta2 := float64(h.Beta1), float64(h.Beta2)
+	step := float64(h.Step)
+	decay := float32(1 - lr*wd)
+	b1, a1 := float32(beta1), float32(1-beta1)
+	b2, a2 := float32(beta2), float32(1-beta2)
+	stepSize := float32(-(lr / (1 - math.Pow(beta1, step))))
+	bc2Sqrt := float32(math.Sqrt(1 - math.Pow(beta2, step)))
+	eps := h.Eps
+
+	b.parallelFor(n, elementGrain/4, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			gi := g[i]
+			pi := p[i] * decay
+			mi := float32(ms[i]*b1) + float32(a1*gi)
+			vi := float32(vs[i]*b2) + float32(float32(a2*gi)*gi)
+			// float64 square root rounded to float32 is the correctly
+			// rounded float32 square root.
+			denom := float32(float32(math.Sqrt(float64(vi)))/bc2Sqrt) + eps
+			p[i] = pi + float32(float32(stepSize*mi)/denom)
+			ms[i], vs[i] = mi, vi
+		}
+	})
+}

@@ -1,0 +1,267 @@
+// Package cpu is the engine's CPU backend: every kernel of engine.Backend
+// written as plain Go loops over float32 slices, in the manner of llm.c,
+// with the matrix products delegated to package gemm.
+//
+// Each layer's forward and backward sit side by side in a file named after
+// the layer. Kernels run to completion before they return, on the calling
+// goroutine plus up to Threads()−1 helpers. Work is split by a fixed
+// partition (see parallelFor) and every reduction runs in a fixed order, so
+// every kernel is bit-for-bit reproducible. More than that, no kernel
+// reduces across a thread's share of the work: reductions are split by
+// output element (dw, dTable by column), by fixed-size blocks (SumSquares)
+// or by attention head, so with a GEMM whose results do not depend on its
+// thread count (the default, gemm.New) the results are the same for any
+// number of threads.
+//
+// Only F32 and I32 tensors exist here: the CPU trains in float32, and BF16
+// is the GPU backend's compute type.
+package cpu
+
+import (
+	"fmt"
+	"runtime"
+	"sync/atomic"
+
+	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/gemm"
+)
+
+// Options configure a Backend.
+type Options struct {
+	// Threads is the number of goroutines a kernel computes with; 0 means
+	// runtime.GOMAXPROCS(0).
+	Threads int
+	// GEMM multiplies matrices; nil means gemm.New(Threads), the pure-Go
+	// path.
+	GEMM gemm.Impl
+}
+
+// Backend is the CPU implementation of engine.Backend. It is safe for
+// concurrent use, though kernels that share tensors must of course be
+// ordered by the caller.
+type Backend struct {
+	threads int
+	gemm    gemm.Impl
+	// inner multiplies the small matrices of kernels that are already
+	// parallel over their own work items (attention's per-head products),
+	// so it must not start threads of its own.
+	inner gemm.Impl
+
+	allocated atomic.Int64 // bytes of live tensors
+	peak      atomic.Int64 // high-water mark of allocated
+}
+
+var _ engine.Backend = (*Backend)(nil)
+
+// New returns a CPU backend.
+func New(opts Options) *Backend {
+	threads := opts.Threads
+	if threads <= 0 {
+		threads = runtime.GOMAXPROCS(0)
+	}
+	g := opts.GEMM
+	if g == nil {
+		g = defaultGemm(threads)
+	}
+	return &Backend{threads: threads, gemm: g, inner: serial(g)}
+}
+
+// defaultGemm is the GEMM a backend uses when Options.GEMM is nil: the
+// pure-Go path, whose results do not depend on its thread count.
+func defaultGemm(threads int) gemm.Impl { return gemm.New(threads) }
+
+// serial returns a single-threaded GEMM computing what g computes: g's own
+// serial version when it has one, else g if it is single-threaded, else
+// (an OpenBLAS, say) the pure-Go path on one thread, which then computes
+// the per-head products of attention while g computes the rest.
+func serial(g gemm.Impl) gemm.Impl {
+	if s, ok := g.(gemm.Serialer); ok {
+		return s.Serial()
+	}
+	if g.Threads() <= 1 {
+		return g
+	}
+	return gemm.New(1)
+}
+
+// Name reports the backend and its GEMM, e.g. "cpu(gonum)".
+func (b *Backend) Name() string { return "cpu(" + b.gemm.Name() + ")" }
+
+// Device is the host.
+func (b *Backend) Device() engine.Device { return engine.Device{Kind: engine.CPU} }
+
+// Threads is the number of goroutines a kernel computes with.
+func (b *Backend) Threads() int { return b.threads }
+
+// Synchronize returns at once: every kernel has finished when it returns.
+func (b *Backend) Synchronize() error { return nil }
+
+// Storage is host memory holding either float32 (F32) or int32 (I32)
+// elements.
+type Storage struct {
+	dtype engine.DType
+	f32   []float32
+	i32   []int32
+	n     int
+	freed bool
+}
+
+// Device is the host.
+func (s *Storage) Device() engine.Device { return engine.Device{Kind: engine.CPU} }
+
+// DType is F32 or I32.
+func (s *Storage) DType() engine.DType { return s.dtype }
+
+// Len is the number of elements.
+func (s *Storage) Len() int { return s.n }
+
+// Alloc returns a zero-filled F32 or I32 tensor. It panics for BF16: the
+// CPU backend computes in float32 only, and asking it for BF16 is a
+// programming error of the caller (the model chooses F32 on the CPU).
+func (b *Backend) Alloc(dtype engine.DType, shape ...int) *engine.Tensor {
+	n := 1
+	for _, d := range shape {
+		if d < 0 {
+			panic(fmt.Sprintf("cpu: Alloc with negative dimension in shape %v", shape))
+		}
+		n *= d
+	}
+	s := &Storage{dtype: dtype, n: n}
+	switch dtype {
+	case engine.F32:
+		s.f32 = make([]float32, n)
+	case engine.I32:
+		s.i32 = make([]int32, n)
+	case engine.BF16:
+		panic("cpu: BF16 tensors are not supported by the CPU backend (it computes in float32; allocate F32)")
+	default:
+		panic(fmt.Sprintf("cpu: Alloc of unknown dtype %v", dtype))
+	}
+	bytes := int64(n) * int64(dtype.Size())
+	now := b.allocated.Add(bytes)
+	for {
+		p := b.peak.Load()
+		if now <= p || b.peak.CompareAndSwap(p, now) {
+			break
+		}
+	}
+	return &engine.Tensor{Storage: s, Shape: append([]int(nil), shape...)}
+}
+
+// Free releases t's storage. Every view of it becomes unusable, and
+// freeing a storage twice panics. Free takes the whole storage, whatever
+// part of it t views.
+func (b *Backend) Free(t *engine.Tensor) {
+	s, ok := t.Storage.(*Storage)
+	if !ok {
+		panic(fmt.Sprintf("cpu: Free of %v, which is not a CPU tensor", t))
+	}
+	if s.freed {
+		panic("cpu: Free of a tensor that was already freed")
+	}
+	s.freed = true
+	s.f32, s.i32 = nil, nil
+	b.allocated.Add(-int64(s.n) * int64(s.dtype.Size()))
+}
+
+// MemStats reports the bytes of live tensors and their peak. Kernels'
+// short-lived workspaces (attention's score gradients, per-head partial
+// key/value gradients) are ordinary Go allocations and are not counted.
+func (b *Backend) MemStats() engine.MemStats {
+	return engine.MemStats{Allocated: b.allocated.Load(), Peak: b.peak.Load()}
+}
+
+// storageOf returns t's CPU storage, panicking with a clear message for a
+// tensor of another backend or one already freed.
+func storageOf(t *engine.Tensor) *Storage {
+	if t == nil {
+		panic("cpu: nil tensor")
+	}
+	s, ok := t.Storage.(*Storage)
+	if !ok {
+		panic(fmt.Sprintf("cpu: tensor %v is not a CPU tensor (storage %T)", t, t.Storage))
+	}
+	if s.freed {
+		panic("cpu: use of a freed tensor")
+	}
+	if t.Offset < 0 || t.Offset+t.Len() > s.n {
+		panic(fmt.Sprintf("cpu: view of %v elements at offset %d overruns its storage of %d", t.Len(), t.Offset, s.n))
+	}
+	return s
+}
+
+// Float32s returns the elements t views, sharing memory with it: writes
+// through the slice change the tensor. The slice's capacity ends with the
+// view, so appending cannot overwrite a neighbour. It panics unless t is a
+// CPU F32 tensor.
+func Float32s(t *engine.Tensor) []float32 {
+	s := storageOf(t)
+	if s.dtype != engine.F32 {
+		panic(fmt.Sprintf("cpu: Float32s of a %v tensor", s.dtype))
+	}
+	end := t.Offset + t.Len()
+	return s.f32[t.Offset:end:end]
+}
+
+// Int32s is Float32s for I32 tensors.
+func Int32s(t *engine.Tensor) []int32 {
+	s := storageOf(t)
+	if s.dtype != engine.I32 {
+		panic(fmt.Sprintf("cpu: Int32s of a %v tensor", s.dtype))
+	}
+	end := t.Offset + t.Len()
+	return s.i32[t.Offset:end:end]
+}
+
+// Upload copies src into t. An I32 tensor receives the values converted
+// to int32 (truncated toward zero).
+func (b *Backend) Upload(t *engine.Tensor, src []float32) {
+	checkLen("Upload", len(src), t.Len())
+	if t.DType() == engine.I32 {
+		dst := Int32s(t)
+		for i, v := range src {
+			dst[i] = int32(v)
+		}
+		return
+	}
+	copy(Float32s(t), src)
+}
+
+// UploadInt32 copies src into the I32 tensor t.
+func (b *Backend) UploadInt32(t *engine.Tensor, src []int32) {
+	checkLen("UploadInt32", len(src), t.Len())
+	copy(Int32s(t), src)
+}
+
+// Download copies t into dst, converting int32 elements to float32.
+func (b *Backend) Download(dst []float32, t *engine.Tensor) {
+	checkLen("Download", len(dst), t.Len())
+	if t.DType() == engine.I32 {
+		for i, v := range Int32s(t) {
+			dst[i] = float32(v)
+		}
+		return
+	}
+	copy(dst, Float32s(t))
+}
+
+// DownloadInt32 copies the I32 tensor t into dst.
+func (b *Backend) DownloadInt32(dst []int32, t *engine.Tensor) {
+	checkLen("DownloadInt32", len(dst), t.Len())
+	copy(dst, Int32s(t))
+}
+
+func checkLen(op string, got, want int) {
+	if got != want {
+		panic(fmt.Sprintf("cpu: %s of %d elements into a tensor of %d", op, got, want))
+	}
+}
+
+// check panics with a formatted message when a kernel's arguments do not
+// fit together. Shapes come from the engine's own arithmetic, so a misfit
+// is a programming error, not an input error.
+func check(ok bool, format string, args ...any) {
+	if !ok {
+		panic(fmt.Sprintf("cpu: "+format, args...))
+	}
+}

@@ -1,0 +1,106 @@
+package cpu
+
+import (
+	"github.com/memtrain/memtrain/engine"
+)
+
+// elementGrain is the least number of elements an elementwise kernel hands
+// to a goroutine: these kernels are memory-bound, and below ~32k elements
+// a hand-off costs more than it saves.
+const elementGrain = 1 << 15
+
+// Fill sets every element of t to v (converted to int32 for I32 tensors).
+func (b *Backend) Fill(t *engine.Tensor, v float32) {
+	if t.DType() == engine.I32 {
+		x := Int32s(t)
+		for i := range x {
+			x[i] = int32(v)
+		}
+		return
+	}
+	x := Float32s(t)
+	b.parallelFor(len(x), elementGrain, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			x[i] = v
+		}
+	})
+}
+
+// Copy copies src into dst; both have the same dtype and number of
+// elements. Overlapping views are copied as if through a temporary.
+func (b *Backend) Copy(dst, src *engine.Tensor) {
+	check(dst.Len() == src.Len(), "Copy of %v into %v", src, dst)
+	check(dst.DType() == src.DType(), "Copy of %v into %v", src, dst)
+	if dst.DType() == engine.I32 {
+		copy(Int32s(dst), Int32s(src))
+		return
+	}
+	// One memmove: it handles overlap, and a single core nearly saturates
+	// memory bandwidth on a copy anyway.
+	copy(Float32s(dst), Float32s(src))
+}
+
+// Add computes dst = a + b. dst may be a or b itself (the same view), not a
+// partial overlap of one.
+func (b *Backend) Add(dst, x, y *engine.Tensor) {
+	d, xs, ys := Float32s(dst), Float32s(x), Float32s(y)
+	check(len(d) == len(xs) && len(d) == len(ys), "Add of %v and %v into %v", x, y, dst)
+	b.parallelFor(len(d), elementGrain, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			d[i] = xs[i] + ys[i]
+		}
+	})
+}
+
+// Axpy computes dst += alpha·x.
+func (b *Backend) Axpy(dst *engine.Tensor, alpha float32, x *engine.Tensor) {
+	d, xs := Float32s(dst), Float32s(x)
+	check(len(d) == len(xs), "Axpy of %v into %v", x, dst)
+	b.parallelFor(len(d), elementGrain, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			// The explicit conversion rounds the product, so that a
+			// compiler that fuses multiply-adds (arm64) gives the same
+			// bits as one that does not.
+			d[i] += float32(alpha * xs[i])
+		}
+	})
+}
+
+// Scale computes t *= alpha.
+func (b *Backend) Scale(t *engine.Tensor, alpha float32) {
+	x := Float32s(t)
+	b.parallelFor(len(x), elementGrain, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			x[i] *= alpha
+		}
+	})
+}
+
+// sumSquaresBlock is the length of the pieces SumSquares sums separately.
+// The pieces are fixed by the tensor's length, not by the thread count, so
+// the result is the same for any number of threads.
+const sumSquaresBlock = 1 << 14
+
+// SumSquares writes Σ x² into the one-element tensor dst. Each block of
+// sumSquaresBlock elements is summed in float64, and the block sums are
+// then added in order, also in float64.
+func (b *Backend) SumSquares(dst, x *engine.Tensor) {
+	out, xs := Float32s(dst), Float32s(x)
+	check(len(out) == 1, "SumSquares into %v, want one element", dst)
+	blocks := (len(xs) + sumSquaresBlock - 1) / sumSquaresBlock
+	partial := make([]float64, blocks)
+	b.parallelFor(blocks, 2, func(lo, hi int) {
+		for blk := lo; blk < hi; blk++ {
+			var s float64
+			for _, v := range xs[blk*sumSquaresBlock : min((blk+1)*sumSquaresBlock, len(xs))] {
+				s += float64(v) * float64(v)
+			}
+			partial[blk] = s
+		}
+	})
+	var s float64
+	for _, p := range partial {
+		s += p
+	}
+	out[0] = float32(s)
+}

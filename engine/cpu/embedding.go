@@ -1,0 +1,54 @@
+package cpu
+
+import (
+	"github.com/memtrain/memtrain/engine"
+)
+
+// embeddingShape returns N, H and V for an embedding of ids into out from
+// table, and checks that every id names a row of the table.
+func embeddingShape(op string, out, table, ids *engine.Tensor) (n, h, v int) {
+	h = table.Dim(-1)
+	check(h > 0, "%s: table %v has no columns", op, table)
+	v = table.Len() / h
+	n = ids.Len()
+	check(out.Len() == n*h, "%s: %v for %d ids of width %d", op, out, n, h)
+	for i, id := range Int32s(ids) {
+		check(id >= 0 && int(id) < v, "%s: ids[%d] = %d is outside the table's %d rows", op, i, id, v)
+	}
+	return n, h, v
+}
+
+// Embedding gathers out[i] = table[ids[i]]; out [N,H], table [V,H], ids
+// I32 [N]. An id outside [0, V) panics.
+func (b *Backend) Embedding(out, table, ids *engine.Tensor) {
+	n, h, _ := embeddingShape("Embedding", out, table, ids)
+	o, tab, id := Float32s(out), Float32s(table), Int32s(ids)
+	b.parallelFor(n, elementGrain/max(h, 1), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			row := int(id[i])
+			copy(o[i*h:(i+1)*h], tab[row*h:(row+1)*h])
+		}
+	})
+}
+
+// EmbeddingBackward adds dOut[i] into dTable[ids[i]] for every i, in order
+// of i. The threads split the columns, not the rows: a token that occurs
+// twice then updates its row from one goroutine, in order, without locks
+// or per-thread copies of the table, and the result is the same for any
+// thread count.
+func (b *Backend) EmbeddingBackward(dTable, dOut, ids *engine.Tensor) {
+	n, h, _ := embeddingShape("EmbeddingBackward", dOut, dTable, ids)
+	dt, do, id := Float32s(dTable), Float32s(dOut), Int32s(ids)
+	// Give each goroutine at least a cache line of columns, and enough
+	// rows × columns to be worth it.
+	grain := max(16, elementGrain/max(n, 1))
+	b.parallelFor(h, grain, func(c0, c1 int) {
+		for i := 0; i < n; i++ {
+			dst := dt[int(id[i])*h:][c0:c1]
+			src := do[i*h:][c0:c1]
+			for j := range dst {
+				dst[j] += src[j]
+			}
+		}
+	})
+}

@@ -1,0 +1,54 @@
+package cpu
+
+import (
+	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/gemm"
+)
+
+// Gemm computes C_i = Alpha·op(A_i)·op(B_i) + Beta·C_i for each of the
+// p.Batch problems, delegating to the backend's gemm.Impl through
+// gemm.Batched: a batch of small products (one per attention head, say)
+// runs side by side on one goroutine each, a big product on every thread.
+// Each C_i is computed by one call either way, so with the default Go GEMM
+// the result does not depend on the thread count.
+func (b *Backend) Gemm(p engine.GemmParams, a, bm, c *engine.Tensor) {
+	batch := max(p.Batch, 1)
+	A, B, C := Float32s(a), Float32s(bm), Float32s(c)
+	check(p.M >= 0 && p.N >= 0 && p.K >= 0, "Gemm with negative size %d×%d×%d", p.M, p.N, p.K)
+	if p.M == 0 || p.N == 0 {
+		return
+	}
+	// Stored shapes: op(A) is M×K, so A is stored K×M when transposed.
+	ar, ac := p.M, p.K
+	if p.TransA {
+		ar, ac = p.K, p.M
+	}
+	br, bc := p.K, p.N
+	if p.TransB {
+		br, bc = p.N, p.K
+	}
+	checkMatrix("A", len(A), batch, p.StrideA, ar, ac, p.LDA, p.K > 0)
+	checkMatrix("B", len(B), batch, p.StrideB, br, bc, p.LDB, p.K > 0)
+	checkMatrix("C", len(C), batch, p.StrideC, p.M, p.N, p.LDC, true)
+	strideA, strideB := p.StrideA, p.StrideB
+	if p.K == 0 {
+		// A and B are not read, and may be too small for their strides.
+		strideA, strideB = 0, 0
+	}
+	gemm.Batched(b.gemm, batch, p.TransA, p.TransB, p.M, p.N, p.K, p.Alpha,
+		A, max(p.LDA, 1), strideA, B, max(p.LDB, 1), strideB, p.Beta, C, p.LDC, p.StrideC)
+}
+
+// checkMatrix panics unless every one of batch stored rows×cols matrices,
+// i·stride elements apart with row stride ld, lies inside n elements.
+// A matrix that is not read (K = 0) is not checked.
+func checkMatrix(name string, n, batch, stride, rows, cols, ld int, read bool) {
+	if !read || rows == 0 || cols == 0 {
+		return
+	}
+	check(ld >= cols, "Gemm: LD%s = %d is less than the %d columns stored", name, ld, cols)
+	check(stride >= 0, "Gemm: negative Stride%s", name)
+	last := (batch-1)*stride + (rows-1)*ld + cols
+	check(last <= n, "Gemm: %s needs %d elements (batch %d, stride %d, %d×%d, ld %d) but its tensor has %d",
+		name, last, batch, stride, rows, cols, ld, n)
+}

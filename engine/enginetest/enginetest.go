@@ -1,0 +1,90 @@
+// Package enginetest is the conformance suite every engine.Backend must
+// pass. It runs each kernel on random inputs and compares the results with
+// plain float64 implementations written here (reference.go), which are the
+// specification in code; its own tests prove those references right by
+// finite differences, so a backend that matches them is right too.
+//
+// The suite talks to a backend only through the engine.Backend interface
+// (Alloc, Upload, Download and the kernels), never through a backend's
+// internals, so that the CUDA backend runs the same checks as the CPU one:
+//
+//	func TestConformance(t *testing.T) {
+//		enginetest.Run(t, func() engine.Backend { return cpu.New(cpu.Options{Threads: 2}) })
+//	}
+//
+// Besides values, it checks the contracts of the interface: outputs that
+// are overwritten (they are pre-filled with NaN), gradients that
+// accumulate (a second backward call doubles the increment), views at
+// nonzero offsets (every tensor is a view into a larger allocation whose
+// margins hold sentinels that must survive and must not be read), GEMM
+// padding that must not be read or written, Beta = 0 over NaN, weight-0
+// rows with target −1, Argmax ties, and bit-identical reruns.
+//
+// Tolerances are stated per kernel as a bound on the largest absolute
+// error relative to the largest reference magnitude,
+//
+//	max|got − ref| ≤ tol · max(max|ref|, 1e-6)
+//
+// with tol a few float32 epsilons for elementwise kernels and scaled by
+// √K for kernels that sum K terms.
+package enginetest
+
+import (
+	"testing"
+
+	"github.com/memtrain/memtrain/engine"
+)
+
+// Config tunes a run of the suite.
+type Config struct {
+	// New returns a fresh backend. Each subtest gets its own, and frees
+	// every tensor it allocates.
+	New func() engine.Backend
+	// Tolerance multiplies every tolerance; 0 means 1. A backend that
+	// computes in lower precision (TF32 GEMMs, say) raises it.
+	Tolerance float64
+	// Seed seeds the random inputs; 0 means a fixed default.
+	Seed uint64
+}
+
+// Run runs the conformance suite against the backends newBackend returns.
+func Run(t *testing.T, newBackend func() engine.Backend) {
+	RunConfig(t, Config{New: newBackend})
+}
+
+// RunConfig runs the conformance suite with the given configuration.
+func RunConfig(t *testing.T, cfg Config) {
+	if cfg.Tolerance == 0 {
+		cfg.Tolerance = 1
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = 0x6d656d747261696e // "memtrain"
+	}
+	tests := []struct {
+		name string
+		fn   func(*harness)
+	}{
+		{"Memory", testMemory},
+		{"Transfer", testTransfer},
+		{"Gemm", testGemm},
+		{"GemmBetaZeroNaN", testGemmBetaZeroNaN},
+		{"GemmKZero", testGemmKZero},
+		{"Elementwise", testElementwise},
+		{"SumSquares", testSumSquares},
+		{"Embedding", testEmbedding},
+		{"RMSNorm", testRMSNorm},
+		{"RoPE", testRoPE},
+		{"SwiGLU", testSwiGLU},
+		{"Attention", testAttention},
+		{"AttentionKV", testAttentionKV},
+		{"CrossEntropy", testCrossEntropy},
+		{"Argmax", testArgmax},
+		{"AdamW", testAdamW},
+		{"Determinism", testDeterminism},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.fn(newHarness(t, cfg, cfg.Seed+uint64(i)))
+		})
+	}
+}

@@ -1,0 +1,304 @@
+package enginetest
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/memtrain/memtrain/engine"
+)
+
+func testEmbedding(h *harness) {
+	for _, c := range []struct{ V, H, N int }{{11, 7, 13}, {50, 300, 200}, {3, 1, 5}} {
+		name := fmt.Sprintf("V=%d H=%d N=%d", c.V, c.H, c.N)
+		table := h.randn(c.V*c.H, 1)
+		ids := h.ints(c.N, c.V)
+		ids[c.N-1] = ids[0] // a repeated token accumulates
+		tIDs := h.i32(ids, c.N)
+		out := h.nan(c.N, c.H)
+		h.be.Embedding(out, h.f32(table, c.V, c.H), tIDs)
+		want := make([]float32, 0, c.N*c.H)
+		for _, id := range ids {
+			want = append(want, table[int(id)*c.H:(int(id)+1)*c.H]...)
+		}
+		h.equal("Embedding "+name, h.get(out), want)
+
+		dt0 := h.randn(c.V*c.H, 1)
+		dOut := h.randn(c.N*c.H, 1)
+		dTable, tdOut := h.f32(dt0, c.V, c.H), h.f32(dOut, c.N, c.H)
+		h.be.EmbeddingBackward(dTable, tdOut, tIDs)
+		h.be.EmbeddingBackward(dTable, tdOut, tIDs)
+		ref := refEmbeddingBackward(f64(dOut), ids, c.V, c.H)
+		h.close("EmbeddingBackward twice "+name, h.get(dTable), addScaled(dt0, 2, ref), sqrtTol(tolSum, c.N))
+	}
+}
+
+func testRMSNorm(h *harness) {
+	for _, c := range []struct {
+		N, H int
+		eps  float32
+	}{{3, 5, 1e-5}, {7, 64, 1e-6}, {130, 300, 1e-5}, {1, 3, 1e-5}} {
+		name := fmt.Sprintf("N=%d H=%d", c.N, c.H)
+		x := h.randn(c.N*c.H, 2)
+		w := make([]float32, c.H)
+		for j := range w {
+			w[j] = float32(1 + 0.2*h.rng.NormFloat64())
+		}
+		tx, tw := h.f32(x, c.N, c.H), h.f32(w, c.H)
+		out, rstd := h.nan(c.N, c.H), h.nan(c.N)
+		h.be.RMSNorm(out, rstd, tx, tw, c.eps)
+		wantOut, wantR := refRMSNorm(f64(x), f64(w), c.N, c.H, float64(c.eps))
+		h.close("RMSNorm out "+name, h.get(out), wantOut, tolElem)
+		h.close("RMSNorm rstd "+name, h.get(rstd), wantR, tolElem)
+
+		dOut := h.randn(c.N*c.H, 1)
+		dw0 := h.randn(c.H, 1)
+		dx, dw := h.nan(c.N, c.H), h.f32(dw0, c.H)
+		h.be.RMSNormBackward(dx, dw, h.f32(dOut, c.N, c.H), tx, tw, rstd)
+		h.be.RMSNormBackward(dx, dw, h.f32(dOut, c.N, c.H), tx, tw, rstd)
+		wantDx, wantDw := refRMSNormBackward(f64(dOut), f64(x), f64(w), c.N, c.H, float64(c.eps))
+		h.close("RMSNormBackward dx "+name, h.get(dx), wantDx, sqrtTol(tolSum, c.H))
+		h.close("RMSNormBackward dw twice "+name, h.get(dw), addScaled(dw0, 2, wantDw), sqrtTol(tolSum, c.N))
+	}
+}
+
+// ropeInvFreq returns Llama's inverse frequencies base^(−2j/D), in float32.
+func ropeInvFreq(d int, base float64) []float32 {
+	f := make([]float32, d/2)
+	for j := range f {
+		f[j] = float32(1 / math.Pow(base, float64(2*j)/float64(d)))
+	}
+	return f
+}
+
+func testRoPE(h *harness) {
+	for _, c := range []struct{ N, heads, D int }{{5, 3, 8}, {9, 2, 64}, {1, 1, 2}, {300, 4, 32}} {
+		name := fmt.Sprintf("N=%d heads=%d D=%d", c.N, c.heads, c.D)
+		pos := h.ints(c.N, 4096)
+		pos[0] = 0
+		inv := ropeInvFreq(c.D, 10000)
+		tPos, tInv := h.i32(pos, c.N), h.f32(inv, c.D/2)
+		x := h.randn(c.N*c.heads*c.D, 1)
+		tx := h.f32(x, c.N, c.heads, c.D)
+		h.be.RoPE(tx, tPos, tInv)
+		h.close("RoPE "+name, h.get(tx), refRoPE(f64(x), pos, inv, c.heads, 1), tolElem)
+
+		h.be.RoPEBackward(tx, tPos, tInv)
+		h.close("RoPEBackward∘RoPE "+name, h.get(tx), f64(x), tolElem)
+
+		dx := h.randn(len(x), 1)
+		tdx := h.f32(dx, c.N, c.heads, c.D)
+		h.be.RoPEBackward(tdx, tPos, tInv)
+		h.close("RoPEBackward "+name, h.get(tdx), refRoPE(f64(dx), pos, inv, c.heads, -1), tolElem)
+	}
+}
+
+func testSwiGLU(h *harness) {
+	for _, n := range []int{1, 37, 70001} {
+		gate, up := h.randn(n, 3), h.randn(n, 1)
+		// Saturated gates: σ at ±30 and ±100 must neither overflow nor
+		// lose the product.
+		for i, v := range []float32{30, -30, 100, -100} {
+			if i < n {
+				gate[i] = v
+			}
+		}
+		tg, tu := h.f32(gate, n), h.f32(up, n)
+		out := h.nan(n)
+		h.be.SwiGLU(out, tg, tu)
+		h.close(fmt.Sprintf("SwiGLU n=%d", n), h.get(out), refSwiGLU(f64(gate), f64(up)), tolElem)
+
+		dOut := h.randn(n, 1)
+		dg, du := h.nan(n), h.nan(n)
+		h.be.SwiGLUBackward(dg, du, h.f32(dOut, n), tg, tu)
+		wantG, wantU := refSwiGLUBackward(f64(dOut), f64(gate), f64(up))
+		h.close(fmt.Sprintf("SwiGLUBackward dGate n=%d", n), h.get(dg), wantG, tolElem)
+		h.close(fmt.Sprintf("SwiGLUBackward dUp n=%d", n), h.get(du), wantU, tolElem)
+	}
+}
+
+// attentionGeometries covers one token, grouped queries, odd head sizes,
+// no grouping, B > 1 and sequences that span several 64-row blocks.
+var attentionGeometries = []geometry{
+	{B: 1, T: 1, heads: 2, kvHeads: 1, D: 4},
+	{B: 2, T: 5, heads: 4, kvHeads: 2, D: 8},
+	{B: 1, T: 67, heads: 3, kvHeads: 1, D: 16},
+	{B: 3, T: 9, heads: 6, kvHeads: 6, D: 5},
+	{B: 2, T: 130, heads: 2, kvHeads: 1, D: 8},
+}
+
+func testAttention(h *harness) {
+	for _, g := range attentionGeometries {
+		name := fmt.Sprintf("%+v", g)
+		q, k, v := h.randn(g.qLen(), 1.5), h.randn(g.kvLen(), 1.5), h.randn(g.kvLen(), 1)
+		tq := h.f32(q, g.B, g.T, g.heads, g.D)
+		tk := h.f32(k, g.B, g.T, g.kvHeads, g.D)
+		tv := h.f32(v, g.B, g.T, g.kvHeads, g.D)
+		out, probs := h.nan(g.B, g.T, g.heads, g.D), h.nan(g.B, g.heads, g.T, g.T)
+		h.be.Attention(out, probs, tq, tk, tv)
+		wantOut, wantP := refAttention(f64(q), f64(k), f64(v), g)
+		h.close("Attention out "+name, h.get(out), wantOut, sqrtTol(tolSum, g.T+g.D))
+		gotP := h.get(probs)
+		h.close("Attention probs "+name, gotP, wantP, sqrtTol(tolSum, g.D))
+		for r := 0; r < g.B*g.heads; r++ {
+			for i := 0; i < g.T; i++ {
+				for j := i + 1; j < g.T; j++ {
+					if p := gotP[(r*g.T+i)*g.T+j]; p != 0 {
+						h.t.Fatalf("Attention probs %s: [%d,%d,%d] above the diagonal is %g, want 0", name, r, i, j, p)
+					}
+				}
+			}
+		}
+
+		dOut := h.randn(g.qLen(), 1)
+		dq, dk, dv := h.nan(g.B, g.T, g.heads, g.D), h.nan(g.B, g.T, g.kvHeads, g.D), h.nan(g.B, g.T, g.kvHeads, g.D)
+		h.be.AttentionBackward(dq, dk, dv, h.f32(dOut, g.B, g.T, g.heads, g.D), tq, tk, tv, probs)
+		wq, wk, wv := refAttentionBackward(f64(dOut), f64(q), f64(k), f64(v), g)
+		tol := sqrtTol(tolSum, g.T*g.heads/g.kvHeads+g.D)
+		h.close("AttentionBackward dq "+name, h.get(dq), wq, tol)
+		h.close("AttentionBackward dk "+name, h.get(dk), wk, tol)
+		h.close("AttentionBackward dv "+name, h.get(dv), wv, tol)
+	}
+}
+
+func testAttentionKV(h *harness) {
+	const B, tmax, heads, kvHeads, D = 2, 12, 4, 2, 8
+	for _, c := range []struct {
+		n     int
+		start []int32
+	}{{1, []int32{11, 4}}, {3, []int32{0, 7}}, {1, []int32{0, 0}}} {
+		name := fmt.Sprintf("n=%d start=%v", c.n, c.start)
+		kc, vc := h.randn(B*tmax*kvHeads*D, 1.5), h.randn(B*tmax*kvHeads*D, 1)
+		// Cache rows past the last query's position must not be read.
+		for b, s := range c.start {
+			for t := int(s) + c.n; t < tmax; t++ {
+				for i := 0; i < kvHeads*D; i++ {
+					kc[(b*tmax+t)*kvHeads*D+i] = float32(math.NaN())
+					vc[(b*tmax+t)*kvHeads*D+i] = float32(math.NaN())
+				}
+			}
+		}
+		q := h.randn(B*c.n*heads*D, 1.5)
+		out := h.nan(B, c.n, heads, D)
+		h.be.AttentionKV(out, h.f32(q, B, c.n, heads, D), h.f32(kc, B, tmax, kvHeads, D),
+			h.f32(vc, B, tmax, kvHeads, D), h.i32(c.start, B))
+		want := refAttentionKV(f64(q), f64(kc), f64(vc), c.start, B, c.n, tmax, heads, kvHeads, D)
+		h.close("AttentionKV "+name, h.get(out), want, sqrtTol(tolSum, tmax+D))
+	}
+
+	// Prefill from position 0 is ordinary causal attention.
+	g := geometry{B: 2, T: 7, heads: 4, kvHeads: 2, D: 8}
+	q, k, v := h.randn(g.qLen(), 1.5), h.randn(g.kvLen(), 1.5), h.randn(g.kvLen(), 1)
+	tq := h.f32(q, g.B, g.T, g.heads, g.D)
+	tk, tv := h.f32(k, g.B, g.T, g.kvHeads, g.D), h.f32(v, g.B, g.T, g.kvHeads, g.D)
+	full, probs := h.nan(g.B, g.T, g.heads, g.D), h.nan(g.B, g.heads, g.T, g.T)
+	h.be.Attention(full, probs, tq, tk, tv)
+	kvOut := h.nan(g.B, g.T, g.heads, g.D)
+	h.be.AttentionKV(kvOut, tq, tk, tv, h.i32([]int32{0, 0}, 2))
+	h.close("AttentionKV prefill = Attention", h.get(kvOut), f64(h.get(full)), sqrtTol(tolSum, g.T+g.D))
+}
+
+func testCrossEntropy(h *harness) {
+	// Row 1 and row 4 have weight 0 and invalid targets (padding); row 3
+	// is shifted by 1000 and row 5 spread ×50, which a naive softmax
+	// would overflow.
+	const N, V = 6, 11
+	logits := h.randn(N*V, 3)
+	for j := 0; j < V; j++ {
+		logits[3*V+j] += 1000
+		logits[5*V+j] *= 50
+	}
+	targets := h.ints(N, V)
+	targets[1], targets[4] = -1, 999
+	weights := []float32{1, 0, 0.5, 2, 0, 1}
+	h.checkCrossEntropy("N=6 V=11", logits, targets, weights, N, V, 0.25)
+
+	const N2, V2 = 3, 5003
+	h.checkCrossEntropy("N=3 V=5003", h.randn(N2*V2, 2), h.ints(N2, V2), fill(N2, 1), N2, V2, 1)
+}
+
+func (h *harness) checkCrossEntropy(name string, logits []float32, targets []int32, weights []float32, n, v int, scale float32) {
+	tl, tt, tw := h.f32(logits, n, v), h.i32(targets, n), h.f32(weights, n)
+	wantL, wantD := refCrossEntropy(f64(logits), targets, f64(weights), n, v, float64(scale))
+
+	losses, dLogits := h.nan(n), h.nan(n, v)
+	h.be.CrossEntropy(losses, dLogits, tl, tt, tw, scale)
+	gotL, gotD := h.get(losses), h.get(dLogits)
+	h.close("CrossEntropy losses "+name, gotL, wantL, tolElem)
+	h.close("CrossEntropy dLogits "+name, gotD, wantD, tolElem)
+	for i, w := range weights {
+		if w != 0 {
+			continue
+		}
+		if gotL[i] != 0 {
+			h.t.Errorf("CrossEntropy %s: loss of weight-0 row %d is %g, want 0", name, i, gotL[i])
+		}
+		for j := 0; j < v; j++ {
+			if gotD[i*v+j] != 0 {
+				h.t.Errorf("CrossEntropy %s: gradient of weight-0 row %d is %g at %d, want 0", name, i, gotD[i*v+j], j)
+				break
+			}
+		}
+	}
+
+	lossOnly := h.nan(n)
+	h.be.CrossEntropy(lossOnly, nil, tl, tt, tw, scale)
+	h.close("CrossEntropy without dLogits "+name, h.get(lossOnly), wantL, tolElem)
+}
+
+func testArgmax(h *harness) {
+	check := func(name string, x []float32, n, v int) {
+		out := h.i32(fill32(n, -7), n)
+		h.be.Argmax(out, h.f32(x, n, v))
+		h.equalInt("Argmax "+name, h.getInt(out), refArgmax(x, n, v))
+	}
+	inf := float32(math.Inf(1))
+	check("ties", []float32{
+		1, 3, 3, 2,
+		5, 5, 5, 5,
+		-1, -2, -1, -3,
+		-inf, -inf, -inf, -inf,
+		0, 0, inf, inf,
+	}, 5, 4)
+	check("V=1", []float32{4, -2, 0}, 3, 1)
+	const N, V = 7, 1000
+	x := h.randn(N*V, 1)
+	for i := 0; i < N; i++ {
+		// A repeated maximum in every row.
+		a, b := h.rng.IntN(V), h.rng.IntN(V)
+		x[i*V+a], x[i*V+b] = 10, 10
+	}
+	check("random rows with repeated maxima", x, N, V)
+}
+
+func fill32(n int, v int32) []int32 {
+	x := make([]int32, n)
+	for i := range x {
+		x[i] = v
+	}
+	return x
+}
+
+func testAdamW(h *harness) {
+	for _, n := range []int{1, 1000, 70001} {
+		name := fmt.Sprintf("n=%d", n)
+		hp := engine.AdamWParams{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1}
+		ref := adamw{lr: float64(hp.LR), beta1: float64(hp.Beta1), beta2: float64(hp.Beta2),
+			eps: float64(hp.Eps), wd: float64(hp.WeightDecay)}
+		p0 := h.randn(n, 1)
+		tp, tm, tv := h.f32(p0, n), h.f32(nil, n), h.f32(nil, n)
+		p, m, v := f64(p0), make([]float64, n), make([]float64, n)
+		for step := 1; step <= 4; step++ {
+			g := h.randn(n, 0.1*float64(step))
+			if n > 2 {
+				g[0] = 0     // no gradient: only the decay moves it
+				g[1] = 1e-10 // eps dominates the denominator
+			}
+			hp.Step, ref.step = step, step
+			h.be.AdamW(tp, h.f32(g, n), tm, tv, hp)
+			refAdamW(p, f64(g), m, v, ref)
+			h.close(fmt.Sprintf("AdamW param %s step %d", name, step), h.get(tp), p, tolElem)
+			h.close(fmt.Sprintf("AdamW m %s step %d", name, step), h.get(tm), m, tolElem)
+			h.close(fmt.Sprintf("AdamW v %s step %d", name, step), h.get(tv), v, tolElem)
+		}
+	}
+}
