@@ -13,6 +13,7 @@ import (
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/llama"
 )
 
 type inspectFlags struct {
@@ -145,7 +146,7 @@ func runInspect(cmd *cobra.Command, args []string, f inspectFlags) error {
 	if seq == 0 {
 		seq = min(2048, cfg.MaxPositionEmbeddings)
 	}
-	m := engine.EstimateTrainingMemory(cfg, f.batch, seq, precision)
+	m := llama.EstimateTrainingMemory(cfg, f.batch, seq, precision)
 	rep.Training = trainingReport{
 		Optimizer: "AdamW", Precision: precision.String(), Batch: f.batch, SeqLen: seq,
 		Weights: m.Weights, Gradients: m.Gradients, OptimizerState: m.Optimizer,
@@ -225,7 +226,7 @@ func printInspect(w io.Writer, r inspectReport) error {
 	row("  weights", "%s", humanBytes(t.Weights))
 	row("  gradients", "%s", humanBytes(t.Gradients))
 	row("  optimizer (2 moments)", "%s", humanBytes(t.OptimizerState))
-	row("  activations", "%s (with recomputation %s; attention scores materialised)", humanBytes(t.Activations), humanBytes(t.ActivationsRecompute))
+	row("  activations", "%s (with recomputation %s; the engine's workspace)", humanBytes(t.Activations), humanBytes(t.ActivationsRecompute))
 	row("  total", "%s (with recomputation %s)", humanBytes(t.Total), humanBytes(t.TotalRecompute))
 	return tw.Flush()
 }

@@ -18,8 +18,11 @@ that prevents verbatim memorization, and measures exact-match extraction.`,
 	root.AddCommand(
 		newInitCmd(),
 		newInspectCmd(),
+		newEvalCmd(),
+		newGenerateCmd(),
 		newTokenizeCmd(),
 		newVersionCmd(),
+		newBenchCmd(),
 	)
 	return root
 }

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"os"
+
+	"github.com/spf13/pflag"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/data/tokenizer"
+	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/cpu"
+	"github.com/memtrain/memtrain/engine/gemm"
+	"github.com/memtrain/memtrain/engine/llama"
+)
+
+// engineFlags choose the backend a command computes on.
+type engineFlags struct {
+	threads int
+	blas    string
+}
+
+func (f *engineFlags) register(fl *pflag.FlagSet) {
+	fl.IntVar(&f.threads, "threads", 0, "compute threads (default all cores)")
+	def := os.Getenv("MEMTRAIN_BLAS")
+	if def == "" {
+		def = "auto"
+	}
+	fl.StringVar(&f.blas, "blas", def, "matrix multiply: go (memtrain's kernels), openblas (loaded at run time) or auto; default $MEMTRAIN_BLAS or auto")
+}
+
+func (f engineFlags) backend() (engine.Backend, error) {
+	g, err := gemm.Select(f.blas, f.threads)
+	if err != nil {
+		return nil, err
+	}
+	return cpu.New(cpu.Options{Threads: f.threads, GEMM: g}), nil
+}
+
+// loadedModel is a checkpoint opened on a backend, with its tokenizer when
+// the folder has one.
+type loadedModel struct {
+	model *llama.Model
+	tok   *tokenizer.Tokenizer
+	dir   string
+}
+
+func loadModel(dir string, ef engineFlags, opt llama.Options, needTokenizer bool) (*loadedModel, error) {
+	ck, err := checkpoints.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer ck.Close()
+	lm := &loadedModel{dir: dir}
+	if path := ck.TokenizerPath(); path != "" {
+		if lm.tok, _, err = openTokenizer(path); err != nil {
+			return nil, err
+		}
+	} else if needTokenizer {
+		return nil, errNoTokenizer(dir)
+	}
+	b, err := ef.backend()
+	if err != nil {
+		return nil, err
+	}
+	if lm.model, err = llama.Load(b, ck, opt); err != nil {
+		return nil, err
+	}
+	return lm, nil
+}
+
+type errNoTokenizer string
+
+func (e errNoTokenizer) Error() string {
+	return string(e) + ": no tokenizer.json in the checkpoint folder (needed to read text; give token ids instead)"
+}

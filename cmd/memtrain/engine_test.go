@@ -1,0 +1,156 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestEvalLoss(t *testing.T) {
+	dir := initSmall(t)
+	data := writeFile(t, "docs.jsonl", `{"text":"It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife."}
+{"input_ids":[1,306,626,263,1243,4086,310,278,3186,29889]}
+{"input_ids":[5]}
+`)
+	var reports []evalLossReport
+	for _, args := range [][]string{
+		{"--batch", "8"},
+		{"--batch", "1"},                   // batching changes nothing
+		{"--batch", "3", "--seq-len", "4"}, // windows of 4: the same tokens scored, with less context
+	} {
+		out, errs, code := memtrain(t, "", append([]string{"eval", "loss", "--model", dir, "--data", data, "--json"}, args...)...)
+		if code != 0 {
+			t.Fatal(errs)
+		}
+		var rep evalLossReport
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatal(err)
+		}
+		reports = append(reports, rep)
+	}
+	r := reports[0]
+	if r.Documents != 2 || r.Skipped != 1 || len(r.PerDoc) != 2 || r.PerDoc[1].Tokens != 9 || r.PerDoc[1].Line != 2 {
+		t.Fatalf("report %+v", r)
+	}
+	// A freshly initialised model is close to uniform over 32000 tokens.
+	if math.Abs(r.Loss-math.Log(32000)) > 0.05 || math.Abs(r.Perplexity-math.Exp(r.Loss)) > 1e-9*r.Perplexity {
+		t.Errorf("loss %v perplexity %v, want ≈ ln 32000", r.Loss, r.Perplexity)
+	}
+	if b := reports[1]; b.Tokens != r.Tokens || math.Abs(b.Loss-r.Loss) > 1e-5 {
+		t.Errorf("batch 1 gives %v, batch 8 %v", b.Loss, r.Loss)
+	}
+	if w := reports[2]; w.Tokens != r.Tokens || w.PerDoc[1].Tokens != 9 || w.Loss == r.Loss {
+		t.Errorf("windowed evaluation %+v (whole: %+v)", w, r)
+	}
+	out, _, code := memtrain(t, "", "eval", "loss", "--model", dir, "--data", data)
+	if code != 0 || !strings.HasPrefix(out, "loss ") || !strings.Contains(out, "perplexity") {
+		t.Errorf("text output %q", out)
+	}
+}
+
+func TestEvalLossErrors(t *testing.T) {
+	dir := initSmall(t)
+	tests := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"empty data", []string{"--data", writeFile(t, "empty.jsonl", "\n")}, []string{"empty.jsonl", "no documents"}},
+		{"id outside vocab", []string{"--data", writeFile(t, "big.jsonl", `{"input_ids":[1,32000]}`+"\n")}, []string{"big.jsonl:1", "32000"}},
+		{"bad line", []string{"--data", writeFile(t, "bad.jsonl", `{"text":"a"}`+"\n"+`{"input_ids":"x"}`+"\n")}, []string{"bad.jsonl:2"}},
+		{"neither field", []string{"--data", writeFile(t, "other.jsonl", `{"body":"a"}`+"\n")}, []string{"other.jsonl:1", "input_ids"}},
+		{"too long", []string{"--data", writeFile(t, "ok.jsonl", `{"input_ids":[1,2,3]}`+"\n"), "--seq-len", "5000"}, []string{"max_position_embeddings"}},
+		{"missing file", []string{"--data", filepath.Join(t.TempDir(), "none.jsonl")}, []string{"none.jsonl"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, errs, code := memtrain(t, "", append([]string{"eval", "loss", "--model", dir}, tt.args...)...)
+			if code != 1 || strings.Count(errs, "\n") != 1 {
+				t.Fatalf("code %d stderr %q", code, errs)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(errs, w) {
+					t.Errorf("stderr %q does not mention %q", errs, w)
+				}
+			}
+		})
+	}
+}
+
+func TestGenerate(t *testing.T) {
+	dir := initSmall(t)
+	out, errs, code := memtrain(t, "", "generate", "--model", dir, "--prompt-ids", "1,450,3186", "--prompt", "Emma Woodhouse, handsome",
+		"--max-new-tokens", "6", "--stop-at-eos=false", "--json")
+	if code != 0 {
+		t.Fatal(errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want 2 lines, got %q", out)
+	}
+	var again []generation
+	for _, line := range lines {
+		var g generation
+		if err := json.Unmarshal([]byte(line), &g); err != nil {
+			t.Fatal(err)
+		}
+		if len(g.IDs) != 6 || g.PromptIDs[0] != 1 {
+			t.Errorf("generation %+v", g)
+		}
+		again = append(again, g)
+	}
+	// Greedy decoding is deterministic, and a prompt alone gives what it
+	// gave in the batch.
+	out, _, _ = memtrain(t, "", "generate", "--model", dir, "--prompt-ids", "1,450,3186", "--max-new-tokens", "6", "--stop-at-eos=false", "--json")
+	var solo generation
+	json.Unmarshal([]byte(out), &solo)
+	if !slices.Equal(solo.IDs, again[0].IDs) {
+		t.Errorf("batched %v, alone %v", again[0].IDs, solo.IDs)
+	}
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--prompt-ids", "1,32000"}, "outside the vocabulary"},
+		{[]string{"--prompt-ids", "1,x"}, "not a token id"},
+		{[]string{"--prompt-ids", "1", "--max-new-tokens", "5000"}, "max_position_embeddings"},
+		{nil, "--prompt"},
+	} {
+		_, errs, code := memtrain(t, "", append([]string{"generate", "--model", dir}, bad.args...)...)
+		if code != 1 || !strings.Contains(errs, bad.want) {
+			t.Errorf("%v: code %d, %q", bad.args, code, errs)
+		}
+	}
+}
+
+func TestBenchStep(t *testing.T) {
+	out, errs, code := memtrain(t, "", "bench", "step", "--preset", "tiny", "--batch", "1", "--seq-len", "16", "--steps", "1")
+	if code != 0 {
+		t.Fatal(errs)
+	}
+	var r benchStepResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.TokensPerS <= 0 || r.ModelFLOPsPerToken <= 0 || r.GEMMGFLOPs <= 0 || r.Efficiency <= 0 || r.EngineBytes <= 16*r.Params {
+		t.Errorf("result %+v", r)
+	}
+	// 6N + 12·L·heads·D·T for tiny (tied, so N is every parameter).
+	want := 6*float64(r.Params) + 12*4*4*32*16
+	if r.ModelFLOPsPerToken != want {
+		t.Errorf("flops/token %v, want %v", r.ModelFLOPsPerToken, want)
+	}
+}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/memtrain/memtrain/data/tokenizer"
+	"github.com/memtrain/memtrain/engine/llama"
+)
+
+type generateFlags struct {
+	model     string
+	prompts   []string
+	promptIDs []string
+	maxNew    int
+	json      bool
+	bos       bool
+	stopAtEOS bool
+	engine    engineFlags
+}
+
+// generation is one prompt's result in `generate --json`.
+type generation struct {
+	PromptIDs []int32 `json:"prompt_ids"`
+	IDs       []int32 `json:"ids"`
+	Text      string  `json:"text,omitempty"`
+}
+
+func newGenerateCmd() *cobra.Command {
+	var f generateFlags
+	cmd := &cobra.Command{
+		Use:   "generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-new-tokens N]",
+		Short: "Continue prompts greedily with a KV cache",
+		Long: `generate continues each prompt with the most likely token at every step (the
+lowest id on ties), all prompts in one batch whatever their lengths. Repeat
+--prompt or --prompt-ids for several prompts. Text prompts are tokenized with
+the checkpoint's tokenizer (BOS added unless --bos=false). A continuation ends
+at the model's EOS (kept) unless --stop-at-eos=false.`,
+		Example: `  memtrain generate --model ./tiny --prompt "It is a truth universally acknowledged" --max-new-tokens 20
+  memtrain generate --model ./tiny --prompt-ids 1,450,3186 --prompt-ids 1,306 --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return runGenerate(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.model, "model", "", "checkpoint folder")
+	fl.StringArrayVar(&f.prompts, "prompt", nil, "prompt text (repeatable)")
+	fl.StringArrayVar(&f.promptIDs, "prompt-ids", nil, "prompt as comma-separated token ids (repeatable)")
+	fl.IntVar(&f.maxNew, "max-new-tokens", 32, "tokens to generate per prompt")
+	fl.BoolVar(&f.json, "json", false, "print one JSON line per prompt: prompt_ids, ids, text")
+	fl.BoolVar(&f.bos, "bos", true, "add BOS when tokenizing a text prompt")
+	fl.BoolVar(&f.stopAtEOS, "stop-at-eos", true, "end a continuation at the model's EOS token")
+	f.engine.register(fl)
+	cmd.MarkFlagRequired("model")
+	return cmd
+}
+
+func parseIDs(s string) ([]int32, error) {
+	var ids []int32
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		v, err := strconv.ParseInt(part, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("--prompt-ids: %q is not a token id", part)
+		}
+		ids = append(ids, int32(v))
+	}
+	if len(ids) == 0 {
+		return nil, errors.New("--prompt-ids: no ids")
+	}
+	return ids, nil
+}
+
+func runGenerate(cmd *cobra.Command, f generateFlags) error {
+	if len(f.prompts)+len(f.promptIDs) == 0 {
+		return errors.New("generate: give --prompt or --prompt-ids")
+	}
+	if f.maxNew < 0 {
+		return errors.New("generate: --max-new-tokens must not be negative")
+	}
+	lm, err := loadModel(f.model, f.engine, llama.Options{}, len(f.prompts) > 0)
+	if err != nil {
+		return err
+	}
+	m := lm.model
+	defer m.Free()
+	var prompts [][]int32
+	for _, s := range f.promptIDs {
+		ids, err := parseIDs(s)
+		if err != nil {
+			return fmt.Errorf("generate: %w", err)
+		}
+		prompts = append(prompts, ids)
+	}
+	if len(f.prompts) > 0 {
+		prompts = append(prompts, lm.tok.EncodeBatch(f.prompts, tokenizer.EncodeOptions{AddSpecial: f.bos}, 0)...)
+	}
+	var stop []int32
+	if f.stopAtEOS {
+		for _, id := range m.Config.EOSTokenIDs {
+			stop = append(stop, int32(id))
+		}
+	}
+	outs, err := m.Generate(prompts, llama.GenerateOptions{MaxNewTokens: f.maxNew, StopIDs: stop})
+	if err != nil {
+		return fmt.Errorf("generate: %w", err)
+	}
+	w := cmd.OutOrStdout()
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	for i, ids := range outs {
+		g := generation{PromptIDs: prompts[i], IDs: ids}
+		if ids == nil {
+			g.IDs = []int32{}
+		}
+		if lm.tok != nil {
+			g.Text = lm.tok.Decode(ids)
+		}
+		if f.json {
+			if err := enc.Encode(g); err != nil {
+				return err
+			}
+			continue
+		}
+		if lm.tok != nil {
+			fmt.Fprintf(w, "%s\u2192%s\n", lm.tok.Decode(prompts[i]), g.Text)
+		} else {
+			fmt.Fprintf(w, "%v -> %v\n", prompts[i], ids)
+		}
+	}
+	return nil
+}
