@@ -1,0 +1,111 @@
+// Package gemm multiplies float32 matrices: the one operation that decides
+// how fast the CPU engine trains. It has three implementations behind one
+// interface: a pure-Go path with assembly micro-kernels (the default),
+// OpenBLAS loaded at run time without cgo when the library is present, and
+// gonum's pure-Go blas32 as the portable reference every other
+// implementation is tested against.
+//
+// # The Go path
+//
+// New follows Goto and van de Geijn's blocking, as BLIS and OpenBLAS do:
+// operands are packed, alpha applied, into panels that a register-blocked
+// micro-kernel streams from L1 and L2, and C is split into one rectangle a
+// thread. The micro-kernel is chosen once from the CPU's features:
+//
+//   - AVX-512: 12×32 tiles (24 zmm accumulators), and 24×16 tiles for
+//     products at most 16 columns wide; packing also uses AVX-512;
+//   - AVX2 with FMA: 6×16 tiles (12 ymm accumulators);
+//   - anything else, or the purego build tag: 4×4 tiles in plain Go.
+//
+// Each element of C is computed by one goroutine summing its k products in
+// an order that depends on k alone, so results are bit-identical for any
+// thread count on a given CPU (though not between the kernels).
+//
+// # Choosing an implementation
+//
+// Select maps the names of $MEMTRAIN_BLAS (EnvBLAS) to implementations.
+// Batched runs many equal-shaped products, such as attention heads, side
+// by side when that beats threading each one; Serialer is the optional
+// interface it relies on.
+//
+// # Build tags
+//
+// purego leaves out the assembly. noopenblas leaves out the loading of
+// OpenBLAS, whose machinery (purego's dlopen without cgo) links the C
+// library dynamically even with CGO_ENABLED=0; with the tag, a
+// CGO_ENABLED=0 binary is static.
+package gemm
+
+import (
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas32"
+)
+
+// Impl is a single-precision GEMM, row-major:
+//
+//	C = alpha·op(A)·op(B) + beta·C
+//
+// op(A) is m×k, op(B) is k×n and C is m×n; op(A) is A, or Aᵀ when transA
+// is set (A then stored k×m), and likewise for B. lda, ldb and ldc are the
+// row strides of A, B and C as stored. With beta = 0, C is overwritten and
+// its old contents (even NaN) do not leak into the result; with alpha = 0
+// or k = 0, A and B are not read. Sgemm panics on negative sizes, strides
+// shorter than a row, or slices too short for their matrices.
+// Implementations are safe for concurrent use.
+type Impl interface {
+	// Name identifies the implementation: "go", "openblas" or "gonum".
+	Name() string
+	// Threads is the most threads one Sgemm call computes on.
+	Threads() int
+	// Sgemm computes C = alpha·op(A)·op(B) + beta·C.
+	Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)
+}
+
+// Reference is gonum's pure-Go blas32 on one thread: slow (about 10–16
+// GFLOP/s on a modern core) but independent of this package's code, the
+// yardstick of the tests.
+type Reference struct{}
+
+// Name returns "gonum".
+func (Reference) Name() string { return "gonum" }
+
+// Threads returns 1.
+func (Reference) Threads() int { return 1 }
+
+// Sgemm computes C = alpha·op(A)·op(B) + beta·C with gonum; see Impl.
+func (Reference) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	ta, tb := blas.NoTrans, blas.NoTrans
+	ar, ac := m, k
+	if transA {
+		ta, ar, ac = blas.Trans, k, m
+	}
+	br, bc := k, n
+	if transB {
+		tb, br, bc = blas.Trans, n, k
+	}
+	if beta == 0 {
+		// gonum scales C by beta, and 0·NaN is NaN: clear it instead.
+		for i := 0; i < m; i++ {
+			clear(c[i*ldc : i*ldc+n])
+		}
+	}
+	if k == 0 {
+		if beta != 0 && beta != 1 {
+			for i := 0; i < m; i++ {
+				row := c[i*ldc : i*ldc+n]
+				for j := range row {
+					row[j] *= beta
+				}
+			}
+		}
+		return
+	}
+	blas32.Gemm(ta, tb, alpha,
+		blas32.General{Rows: ar, Cols: ac, Stride: lda, Data: a[:(ar-1)*lda+ac]},
+		blas32.General{Rows: br, Cols: bc, Stride: ldb, Data: b[:(br-1)*ldb+bc]},
+		beta,
+		blas32.General{Rows: m, Cols: n, Stride: ldc, Data: c[:(m-1)*ldc+n]})
+}

@@ -1,0 +1,338 @@
+package gemm
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+)
+
+// minThreadFlops is the least work, in floating-point operations, worth
+// handing to one more goroutine: about 2 µs of one core's time. Below it,
+// handing the work over and waiting for it costs more than the thread
+// saves (measured: 48³ is faster on one thread, 64³ on two).
+const minThreadFlops = 1 << 18
+
+// goGEMM is the pure-Go GEMM: Goto/BLIS-style blocking with packed panels
+// around an assembly micro-kernel.
+//
+// C is split into one rectangle per thread, on the micro-kernel's tile
+// grid, and each goroutine runs the whole blocked algorithm on its own
+// rectangle with its own packing buffers. Every element of C is therefore
+// computed by one goroutine, by the same kernel, summing over k in the same
+// order, whatever the thread count: the result is bit-identical for any
+// number of threads on the same CPU.
+type goGEMM struct {
+	threads int
+	kern    *microKernel
+	// pool holds *workspace values: packing buffers sized for kern.
+	pool *sync.Pool
+
+	teamOnce sync.Once
+	team     *team // threads−1 workers, started by the first parallel call
+}
+
+// New returns the pure-Go GEMM running on up to threads goroutines
+// (runtime.GOMAXPROCS(0) when threads ≤ 0). It uses the fastest
+// micro-kernel this CPU supports: AVX-512, AVX2+FMA or portable Go.
+//
+// Products too small to gain from threads (under about 64³) run on the
+// calling goroutine. Larger ones split C among the caller and a team of
+// threads−1 worker goroutines, started on first use and owned by the Impl;
+// between calls the workers poll for 200 µs, yielding to other goroutines
+// every microsecond or so, before they sleep, since waking a sleeping one
+// costs more than a small product takes. They stop when the Impl is garbage collected.
+//
+// The returned Impl also implements Serialer. Its results depend only on
+// the operands and the CPU's micro-kernel, not on the thread count.
+func New(threads int) Impl {
+	return newGo(threads, cpuKernels[0])
+}
+
+func newGo(threads int, k *microKernel) *goGEMM {
+	if threads <= 0 {
+		threads = runtime.GOMAXPROCS(0)
+	}
+	return &goGEMM{threads: threads, kern: k, pool: new(sync.Pool)}
+}
+
+// parallel calls f(w) for w = 0, …, n−1, n ≤ g.threads, f(0) on the calling
+// goroutine and the others on g's team of workers, or on new goroutines if
+// the team is busy with a concurrent call.
+func (g *goGEMM) parallel(n int, f func(w int)) {
+	if n <= 1 {
+		f(0)
+		return
+	}
+	g.teamOnce.Do(func() {
+		g.team = newTeam(g.threads - 1)
+		// The workers do not refer to g: stop them when g goes.
+		runtime.AddCleanup(g, (*team).close, g.team)
+	})
+	if g.team.run(func(w int) {
+		if w < n {
+			f(w)
+		}
+	}) {
+		return
+	}
+	var wg sync.WaitGroup
+	for w := 1; w < n; w++ {
+		wg.Go(func() { f(w) })
+	}
+	f(0)
+	wg.Wait()
+}
+
+// Name returns "go".
+func (g *goGEMM) Name() string { return "go" }
+
+// Threads returns the most goroutines one Sgemm uses.
+func (g *goGEMM) Threads() int { return g.threads }
+
+// Kernel names the micro-kernel in use: "avx512", "avx2" or "generic".
+// (Products at most 16 columns wide use the AVX-512 kernel's narrow
+// variant.)
+func (g *goGEMM) Kernel() string { return g.kern.name }
+
+// Serial returns a single-threaded GEMM sharing g's kernel and buffers.
+func (g *goGEMM) Serial() Impl {
+	if g.threads == 1 {
+		return g
+	}
+	return &goGEMM{threads: 1, kern: g.kern, pool: g.pool}
+}
+
+// runner is implemented by Impls with their own way to run goroutines side
+// by side; Batched uses it.
+type runner interface {
+	// parallel calls f(w) for w = 0, …, n−1 side by side, n ≤ Threads().
+	parallel(n int, f func(w int))
+}
+
+// Sgemm computes C = alpha·op(A)·op(B) + beta·C; see Impl.
+func (g *goGEMM) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	checkArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 || alpha == 0 {
+		scale(m, n, beta, c, ldc)
+		return
+	}
+	kn := g.kern
+	if kn.narrow != nil && n <= kn.narrow.nr {
+		kn = kn.narrow
+	}
+	tm, tn := split(m, n, kn.mr, kn.nr, g.workers(m, n, k))
+	if tm*tn == 1 {
+		g.region(kn, transA, transB, 0, m, 0, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	// Rectangle (ti, tj) holds tiles [ti·mt/tm, (ti+1)·mt/tm) of the
+	// tile rows and likewise for the columns.
+	mt, nt := ceilDiv(m, kn.mr), ceilDiv(n, kn.nr)
+	g.parallel(tm*tn, func(t int) {
+		ti, tj := t/tn, t%tn
+		i0, i1 := min(ti*mt/tm*kn.mr, m), min((ti+1)*mt/tm*kn.mr, m)
+		j0, j1 := min(tj*nt/tn*kn.nr, n), min((tj+1)*nt/tn*kn.nr, n)
+		g.region(kn, transA, transB, i0, i1, j0, j1, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	})
+}
+
+// workers returns how many goroutines an m×n×k product deserves.
+func (g *goGEMM) workers(m, n, k int) int {
+	flops := 2 * float64(m) * float64(n) * float64(k)
+	return max(1, min(g.threads, int(flops/minThreadFlops)))
+}
+
+// region computes rows [i0, i1) and columns [j0, j1) of C with kernel kn on
+// the calling goroutine, blocked for the caches:
+//
+//	for each mc-row block of the region        (A block in L3)
+//	  for each kc-deep slice of k
+//	    pack the mc×kc block of op(A)
+//	    for each nc-column block of the region (B block in L2)
+//	      pack the kc×nc block of op(B)
+//	      for each mr-row panel of the A block  (A panel in L1)
+//	        for each nr-column panel of the B block
+//	          micro-kernel: mr×nr tile of C += A panel · B panel
+//
+// The block sizes are the kernel's, evened out so that no block is much
+// smaller than the others. The k slices depend on k alone, so every
+// element of C sums its products in the same order in any region.
+func (g *goGEMM) region(kn *microKernel, transA, transB bool, i0, i1, j0, j1, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	mr, nr := kn.mr, kn.nr
+	kcMax := evenBlock(k, kn.kc, 1)
+	mcMax := evenBlock(i1-i0, kn.mc, mr)
+	ncMax := evenBlock(j1-j0, kn.nc, nr)
+	ws := g.workspace(mcMax*kcMax, ncMax*kcMax, mr*nr)
+	defer g.pool.Put(ws)
+	fn := kn.fn
+	for ic := i0; ic < i1; ic += mcMax {
+		mc := min(mcMax, i1-ic)
+		for pc := 0; pc < k; pc += kcMax {
+			kc := min(kcMax, k-pc)
+			packA(ws.a, mr, transA, a, lda, ic, pc, mc, kc, alpha)
+			bet := beta
+			if pc > 0 {
+				bet = 1
+			}
+			for jc := j0; jc < j1; jc += ncMax {
+				nc := min(ncMax, j1-jc)
+				packB(ws.b, nr, transB, b, ldb, pc, jc, kc, nc)
+				for ir := 0; ir < mc; ir += mr {
+					rows := min(mr, mc-ir)
+					ap := &ws.a[ir*kc]
+					for jr := 0; jr < nc; jr += nr {
+						cols := min(nr, nc-jr)
+						bp := &ws.b[jr*kc]
+						ci := (ic+ir)*ldc + jc + jr
+						if rows == mr && cols == nr {
+							fn(kc, ap, bp, &c[ci], ldc, bet)
+							continue
+						}
+						// An edge tile: run the kernel on a full
+						// tile in ws.tile and copy the valid part
+						// back, so that edge elements get the same
+						// arithmetic as the others.
+						t := ws.tile
+						clear(t)
+						if bet != 0 {
+							for r := 0; r < rows; r++ {
+								copy(t[r*nr:r*nr+cols], c[ci+r*ldc:])
+							}
+						}
+						fn(kc, ap, bp, &t[0], nr, bet)
+						for r := 0; r < rows; r++ {
+							copy(c[ci+r*ldc:ci+r*ldc+cols], t[r*nr:])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// evenBlock returns the block size, a multiple of unit, that cuts n into as
+// few blocks of at most limit (rounded up to unit) as possible, all of about
+// the same size.
+func evenBlock(n, limit, unit int) int {
+	if n <= 0 {
+		return unit
+	}
+	blocks := ceilDiv(n, limit)
+	return ceilDiv(ceilDiv(n, blocks), unit) * unit
+}
+
+// workspace is one goroutine's packing buffers.
+type workspace struct {
+	a, b, tile []float32
+}
+
+// workspace takes a workspace from g's pool with room for at least na, nb
+// and nt values in its A, B and tile buffers.
+func (g *goGEMM) workspace(na, nb, nt int) *workspace {
+	ws, _ := g.pool.Get().(*workspace)
+	if ws == nil {
+		ws = new(workspace)
+	}
+	if len(ws.a) < na {
+		ws.a = alignedFloats(na)
+	}
+	if len(ws.b) < nb {
+		ws.b = alignedFloats(nb)
+	}
+	if cap(ws.tile) < nt {
+		ws.tile = alignedFloats(nt)
+	}
+	ws.tile = ws.tile[:nt]
+	return ws
+}
+
+// alignedFloats returns n zeroed float32s starting on a 64-byte boundary,
+// the width of a cache line and of a zmm register.
+func alignedFloats(n int) []float32 {
+	const align = 64 / 4
+	s := make([]float32, n+align)
+	off := int(uintptr(unsafe.Pointer(unsafe.SliceData(s)))%64) / 4
+	if off != 0 {
+		off = align - off
+	}
+	return s[off : off+n : off+n]
+}
+
+// split chooses a grid of tm×tn rectangles, at most threads of them, for an
+// m×n product cut on an mr×nr tile grid: the grid whose largest rectangle
+// is smallest, and among those the one whose rectangles are most square
+// (the least packing per goroutine).
+func split(m, n, mr, nr, threads int) (tm, tn int) {
+	mt, nt := ceilDiv(m, mr), ceilDiv(n, nr)
+	tm, tn = 1, 1
+	bestArea, bestPerim := mt*mr*nt*nr, mt*mr+nt*nr
+	for t := 2; t <= threads; t++ {
+		for p := 1; p <= t; p++ {
+			if t%p != 0 {
+				continue
+			}
+			q := t / p
+			if p > mt || q > nt {
+				continue
+			}
+			h, w := ceilDiv(mt, p)*mr, ceilDiv(nt, q)*nr
+			if area, perim := h*w, h+w; area < bestArea || area == bestArea && perim < bestPerim {
+				tm, tn, bestArea, bestPerim = p, q, area, perim
+			}
+		}
+	}
+	return tm, tn
+}
+
+// scale sets C = beta·C, clearing it (NaNs included) when beta is 0.
+func scale(m, n int, beta float32, c []float32, ldc int) {
+	if beta == 1 {
+		return
+	}
+	for i := 0; i < m; i++ {
+		row := c[i*ldc : i*ldc+n]
+		if beta == 0 {
+			clear(row)
+			continue
+		}
+		for j := range row {
+			row[j] *= beta
+		}
+	}
+}
+
+// checkArgs panics, as BLAS implementations do, if the dimensions are
+// negative, a leading dimension is shorter than its row or a slice is too
+// short for the matrix it holds.
+func checkArgs(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	if m < 0 || n < 0 || k < 0 {
+		panic(fmt.Sprintf("gemm: negative dimension m=%d n=%d k=%d", m, n, k))
+	}
+	ar, ac := m, k
+	if transA {
+		ar, ac = k, m
+	}
+	br, bc := k, n
+	if transB {
+		br, bc = n, k
+	}
+	check := func(name string, s []float32, rows, cols, ld int) {
+		if ld < max(1, cols) {
+			panic(fmt.Sprintf("gemm: ld%s = %d is less than the %d columns of %s", name, ld, cols, name))
+		}
+		if rows > 0 && cols > 0 && len(s) < (rows-1)*ld+cols {
+			panic(fmt.Sprintf("gemm: %s has %d elements, too few for %d×%d with stride %d", name, len(s), rows, cols, ld))
+		}
+	}
+	if m > 0 && n > 0 && k > 0 {
+		check("a", a, ar, ac, lda)
+		check("b", b, br, bc, ldb)
+	}
+	check("c", c, m, n, ldc)
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }

@@ -1,0 +1,16 @@
+//go:build !amd64 || purego
+
+package gemm
+
+// cpuKernels lists the micro-kernels this build runs: only the portable one.
+var cpuKernels = []*microKernel{&genericKernel}
+
+// packColsFast reports false: this build has no faster packCols.
+func packColsFast(panel []float32, w int, src []float32, ld, kc, n int, alpha float32) bool {
+	return false
+}
+
+// packRowsFast reports false: this build has no faster packRows.
+func packRowsFast(dst []float32, w int, src []float32, ld, kc, n int, alpha float32) bool {
+	return false
+}
