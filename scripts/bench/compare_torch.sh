@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# compare_torch.sh — memtrain's training step against PyTorch's on this CPU,
+# same model, batch and threads, run side by side (alternating, so that both
+# see the same machine state), and the ratio of the median tokens/s.
+#
+#   scripts/bench/compare_torch.sh [preset] [batch] [seq_len] [threads] [rounds]
+#
+# Needs Debian's python3-torch (apt-get install python3-torch) and Go.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+preset=${1:-small} batch=${2:-4} seq=${3:-256} threads=${4:-2} rounds=${5:-3}
+case "$preset" in
+  small)     shape=(--hidden 384 --layers 6 --heads 6 --kv-heads 6 --intermediate 1024 --vocab 32000 --tie) ;;
+  peer-tiny) shape=(--hidden 256 --layers 4 --heads 4 --kv-heads 4 --intermediate 688 --vocab 32000 --tie) ;;
+  *) echo "compare_torch.sh: no torch shape for preset $preset" >&2; exit 2 ;;
+esac
+bin=$(mktemp -d)/memtrain
+go build -o "$bin" ./cmd/memtrain
+ours=() theirs=()
+for r in $(seq "$rounds"); do
+  o=$("$bin" bench step --preset "$preset" --batch "$batch" --seq-len "$seq" --threads "$threads" --steps 5)
+  t=$(/usr/bin/python3 scripts/bench/torch_train_step.py "${shape[@]}" --batch "$batch" --seq-len "$seq" --threads "$threads" --steps 5 --warmup 2)
+  echo "memtrain: $o"
+  echo "torch:    $t"
+  ours+=("$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["tokens_per_s"])' "$o")")
+  theirs+=("$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["tokens_per_s"])' "$t")")
+done
+python3 - "${ours[*]}" "${theirs[*]}" <<'PY'
+import statistics, sys
+o = [float(x) for x in sys.argv[1].split()]
+t = [float(x) for x in sys.argv[2].split()]
+mo, mt = statistics.median(o), statistics.median(t)
+print(f"median tokens/s: memtrain {mo:.1f}, torch {mt:.1f}, ratio memtrain/torch {mo/mt:.2f}")
+PY
