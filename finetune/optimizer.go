@@ -1,0 +1,129 @@
+package finetune
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/memtrain/memtrain/engine"
+)
+
+// OptimizerConfig chooses and tunes the optimizer.
+type OptimizerConfig struct {
+	Name        string  // "adamw" or "sgd"
+	Beta1       float64 // AdamW
+	Beta2       float64 // AdamW
+	Eps         float64 // AdamW
+	WeightDecay float64 // decoupled: p -= lr·wd·p before the update
+	DecayNorms  bool    // apply weight decay to RMSNorm weights too (off by default, as is usual)
+}
+
+// Validate checks the configuration.
+func (c OptimizerConfig) Validate() error {
+	switch c.Name {
+	case "adamw":
+		if !(c.Beta1 >= 0 && c.Beta1 < 1) || !(c.Beta2 >= 0 && c.Beta2 < 1) || !(c.Eps > 0) {
+			return fmt.Errorf("finetune: adamw needs 0 ≤ β1, β2 < 1 and ε > 0, got %v, %v, %v", c.Beta1, c.Beta2, c.Eps)
+		}
+	case "sgd":
+	default:
+		return fmt.Errorf("finetune: optimizer %q (want adamw or sgd)", c.Name)
+	}
+	if c.WeightDecay < 0 || math.IsInf(c.WeightDecay, 0) || math.IsNaN(c.WeightDecay) {
+		return fmt.Errorf("finetune: weight decay %v (want ≥ 0)", c.WeightDecay)
+	}
+	return nil
+}
+
+// Optimizer updates parameters from their gradients. Its state (AdamW's
+// two moments) lives on the backend as full-shape tensors beside the
+// parameters, so it can be saved like weights and sliced onto another grid.
+type Optimizer struct {
+	cfg     OptimizerConfig
+	backend engine.Backend
+	params  []*engine.Param
+	m, v    []*engine.Tensor // AdamW moments, parallel to params; nil for SGD
+	// Step counts the updates done; AdamW's bias correction uses it.
+	Step int
+}
+
+// NewOptimizer allocates the optimizer's state for params.
+func NewOptimizer(b engine.Backend, params []*engine.Param, cfg OptimizerConfig) (*Optimizer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	o := &Optimizer{cfg: cfg, backend: b, params: params}
+	if cfg.Name == "adamw" {
+		for _, p := range params {
+			o.m = append(o.m, b.Alloc(engine.F32, p.Value.Shape...))
+			o.v = append(o.v, b.Alloc(engine.F32, p.Value.Shape...))
+		}
+	}
+	return o, nil
+}
+
+// Update applies one step at learning rate lr to every parameter.
+func (o *Optimizer) Update(lr float64) {
+	o.Step++
+	for i, p := range o.params {
+		wd := o.cfg.WeightDecay
+		if !p.Decay && !o.cfg.DecayNorms {
+			wd = 0
+		}
+		switch o.cfg.Name {
+		case "adamw":
+			o.backend.AdamW(p.Value, p.Grad, o.m[i], o.v[i], engine.AdamWParams{
+				LR: float32(lr), Beta1: float32(o.cfg.Beta1), Beta2: float32(o.cfg.Beta2),
+				Eps: float32(o.cfg.Eps), WeightDecay: float32(wd), Step: o.Step,
+			})
+		case "sgd":
+			if wd != 0 {
+				o.backend.Scale(p.Value, float32(1-lr*wd))
+			}
+			o.backend.Axpy(p.Value, float32(-lr), p.Grad)
+		}
+	}
+}
+
+// Moments returns AdamW's state tensors (first and second moments),
+// parallel to the parameters; nil for SGD.
+func (o *Optimizer) Moments() (m, v []*engine.Tensor) { return o.m, o.v }
+
+// Free releases the optimizer's state.
+func (o *Optimizer) Free() {
+	for i := range o.m {
+		o.backend.Free(o.m[i])
+		o.backend.Free(o.v[i])
+	}
+	o.m, o.v = nil, nil
+}
+
+// GradNorm is the global L2 norm of all gradients, summed in float64 in
+// parameter order.
+func GradNorm(b engine.Backend, params []*engine.Param) float64 {
+	acc := b.Alloc(engine.F32, 1)
+	defer b.Free(acc)
+	one := make([]float32, 1)
+	total := 0.0
+	for _, p := range params {
+		b.SumSquares(acc, p.Grad)
+		b.Download(one, acc)
+		total += float64(one[0])
+	}
+	return math.Sqrt(total)
+}
+
+// ClipGradNorm scales every gradient by maxNorm/(norm+1e-6) when the
+// global norm exceeds maxNorm, as torch.nn.utils.clip_grad_norm_ does, and
+// returns the norm before clipping. maxNorm ≤ 0 disables clipping.
+func ClipGradNorm(b engine.Backend, params []*engine.Param, maxNorm float64) float64 {
+	norm := GradNorm(b, params)
+	if maxNorm <= 0 {
+		return norm
+	}
+	if coef := maxNorm / (norm + 1e-6); coef < 1 {
+		for _, p := range params {
+			b.Scale(p.Grad, float32(coef))
+		}
+	}
+	return norm
+}
