@@ -114,16 +114,18 @@ func GradNorm(b engine.Backend, params []*engine.Param) float64 {
 
 // ClipGradNorm scales every gradient by maxNorm/(norm+1e-6) when the
 // global norm exceeds maxNorm, as torch.nn.utils.clip_grad_norm_ does, and
-// returns the norm before clipping. maxNorm ≤ 0 disables clipping.
-func ClipGradNorm(b engine.Backend, params []*engine.Param, maxNorm float64) float64 {
-	norm := GradNorm(b, params)
+// returns the norm before clipping and whether it clipped. maxNorm ≤ 0
+// disables clipping; a non-finite norm leaves the gradients alone.
+func ClipGradNorm(b engine.Backend, params []*engine.Param, maxNorm float64) (norm float64, clipped bool) {
+	norm = GradNorm(b, params)
 	if maxNorm <= 0 {
-		return norm
+		return norm, false
 	}
 	if coef := maxNorm / (norm + 1e-6); coef < 1 {
 		for _, p := range params {
 			b.Scale(p.Grad, float32(coef))
 		}
+		return norm, true
 	}
-	return norm
+	return norm, false
 }

@@ -102,8 +102,8 @@ func TestSGDAndClipping(t *testing.T) {
 	if norm := GradNorm(b, params); math.Abs(norm-13) > 1e-6 {
 		t.Fatalf("norm %v, want 13", norm)
 	}
-	if norm := ClipGradNorm(b, params, 1); math.Abs(norm-13) > 1e-6 {
-		t.Fatalf("clip returned %v", norm)
+	if norm, clipped := ClipGradNorm(b, params, 1); math.Abs(norm-13) > 1e-6 || !clipped {
+		t.Fatalf("clip returned %v %v", norm, clipped)
 	}
 	coef := 1 / (13 + 1e-6)
 	if g := values(b, p.Grad); math.Abs(float64(g[0])-3*coef) > 1e-7 || math.Abs(float64(g[1])-4*coef) > 1e-7 {

@@ -1,0 +1,61 @@
+package finetune
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/memtrain/memtrain/engine/llama"
+)
+
+// StepResult describes one optimizer step.
+type StepResult struct {
+	Loss     float64 // mean over the kept targets of the global batch
+	Weight   float64 // kept targets (Σ of the loss weights)
+	GradNorm float64 // global gradient norm before clipping
+	LR       float64
+	Clipped  bool
+}
+
+// ErrNonFinite reports a NaN or infinite loss or gradient norm; the step
+// that met it changed no weights.
+var ErrNonFinite = errors.New("finetune: loss or gradient norm is not finite")
+
+// TrainStep runs one optimizer step over a global batch given as
+// micro-batches: the gradient of the mean loss over every kept target of
+// the whole global batch (so that any split into micro-batches, and any
+// parallel grid, equals one big batch), clipped to maxNorm (≤ 0: no
+// clipping), then an optimizer update at learning rate lr. A global batch
+// with nothing to learn from (every weight 0) changes nothing.
+func TrainStep(m *llama.Model, o *Optimizer, micro []llama.Batch, lr, maxNorm float64) (StepResult, error) {
+	res := StepResult{LR: lr}
+	for _, b := range micro {
+		if b.Weights == nil {
+			res.Weight += float64(b.B * b.T)
+			continue
+		}
+		for _, w := range b.Weights {
+			res.Weight += float64(w)
+		}
+	}
+	if res.Weight == 0 {
+		res.Loss = math.NaN()
+		return res, nil
+	}
+	m.ZeroGrads()
+	var sum float64
+	for i, b := range micro {
+		l, err := m.ForwardBackward(b, float32(1/res.Weight))
+		if err != nil {
+			return res, fmt.Errorf("finetune: micro-batch %d: %w", i, err)
+		}
+		sum += l.Sum
+	}
+	res.Loss = sum / res.Weight
+	res.GradNorm, res.Clipped = ClipGradNorm(m.Backend(), m.Params(), maxNorm)
+	if math.IsNaN(res.Loss) || math.IsInf(res.Loss, 0) || math.IsNaN(res.GradNorm) || math.IsInf(res.GradNorm, 0) {
+		return res, fmt.Errorf("%w (loss %v, gradient norm %v)", ErrNonFinite, res.Loss, res.GradNorm)
+	}
+	o.Update(lr)
+	return res, nil
+}
