@@ -1,0 +1,334 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+
+	"github.com/memtrain/memtrain/data/tokenizer"
+	"github.com/memtrain/memtrain/goldfish"
+)
+
+type goldfishFlags struct {
+	strategy  string
+	k, h      int
+	start     int
+	tokenizer string
+	input     string
+	field     string
+	bos       bool
+	asTargets bool
+	show      bool
+}
+
+func newGoldfishCmd() *cobra.Command {
+	var f goldfishFlags
+	cmd := &cobra.Command{
+		Use:   "goldfish [--strategy S] [--k K] [--h H] [--start N] [--tokenizer PATH] [--input FILE] [--show]",
+		Short: "Show which tokens the goldfish loss drops from training",
+		Long: `goldfish reads JSON Lines of token ids, {"ids": [...]} or {"input_ids": [...]},
+or of text, {"text": "..."} (another field with --field; needs --tokenizer; BOS
+added unless --bos=false), and writes for each line which tokens the goldfish
+loss drops:
+
+  {"ids":[...],"drop":[0,1,...],"dropped":n,"fraction":f}
+
+A causal LM is trained on the targets ids[1:], token i predicted from the ones
+before it, and the mask applies to them: drop[i] is 1 when the loss at token
+ids[i] is dropped, drop[0] is always 0, and fraction is dropped over the
+len(ids)-1 targets. With --as-targets the ids are the targets themselves
+(labels) and every position may be dropped.
+
+Strategies (Hans et al. 2024, the reference's names): static drops the
+targets at positions start, start+k, start+2k, … (position 0 is the first
+target, ids[1]); hash-table (the published runs: --k 4 --h 13) and
+hash-avalanche drop a target according to the h targets ending at it, so a
+repeated passage drops the same tokens every time.
+
+--show prints the decoded text instead, with the dropped tokens in reverse
+video on a terminal and [[in brackets]] otherwise, and the overall fraction on
+standard error. Blank lines are skipped.`,
+		Example: `  echo '{"text":"It is a truth universally acknowledged"}' | memtrain goldfish --tokenizer builtin:llama3 --show
+  memtrain goldfish --strategy static --k 4 --start 0 --input ids.jsonl`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return runGoldfish(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.strategy, "strategy", "hash-table", "static, hash-table or hash-avalanche")
+	fl.IntVar(&f.k, "k", 4, "drop 1 target in k (at least 2)")
+	fl.IntVar(&f.h, "h", 13, "context width of the hash strategies: the targets hashed, ending at the one decided")
+	fl.IntVar(&f.start, "start", 0, "first target position dropped by the static strategy (0: the first target)")
+	fl.StringVar(&f.tokenizer, "tokenizer", "", tokenizerFlagHelp+" (needed for text lines and to decode ids with --show)")
+	fl.StringVar(&f.input, "input", "", "input JSONL file (default standard input)")
+	fl.StringVar(&f.field, "field", "text", "JSON field holding the text of lines without ids")
+	fl.BoolVar(&f.bos, "bos", true, "add BOS when tokenizing text")
+	fl.BoolVar(&f.asTargets, "as-targets", false, "the ids are the targets themselves (labels): mask all of them, not ids[1:]")
+	fl.BoolVar(&f.show, "show", false, "print the decoded text with the dropped tokens highlighted")
+	return cmd
+}
+
+func runGoldfish(cmd *cobra.Command, f goldfishFlags) error {
+	strategy, err := goldfish.ParseStrategy(f.strategy)
+	if err != nil {
+		return err
+	}
+	if strategy == goldfish.Static && cmd.Flags().Changed("h") {
+		return fmt.Errorf("goldfish: --h applies to the hash strategies, not to static")
+	}
+	if strategy != goldfish.Static && cmd.Flags().Changed("start") {
+		return fmt.Errorf("goldfish: --start applies to the static strategy, not to %s", strategy)
+	}
+	cfg := goldfish.Config{Strategy: strategy, K: f.k, H: f.h, Start: f.start}
+	if strategy == goldfish.Static {
+		cfg.H = 0
+	} else {
+		cfg.Start = 0
+	}
+	m, err := goldfish.New(cfg)
+	if err != nil {
+		return err
+	}
+	var tok *tokenizer.Tokenizer
+	if f.tokenizer != "" {
+		if tok, _, err = openTokenizer(f.tokenizer); err != nil {
+			return err
+		}
+	}
+	in, name := cmd.InOrStdin(), "stdin"
+	if f.input != "" {
+		file, err := os.Open(f.input)
+		if err != nil {
+			return fmt.Errorf("goldfish: %w", err)
+		}
+		defer file.Close()
+		in, name = file, f.input
+	}
+	out := bufio.NewWriterSize(cmd.OutOrStdout(), 1<<20)
+	hl := bracketHighlight
+	if f.show && isTerminal(cmd.OutOrStdout()) {
+		hl = reverseHighlight
+	}
+
+	var lines, targets, dropped int64
+	var w []float32
+	var buf []byte
+	err = jsonlLines(in, func(line []byte, n int) error {
+		ids, err := goldfishIDs(line, name, n, f, tok)
+		if err != nil {
+			return err
+		}
+		t := ids
+		if !f.asTargets && len(t) > 0 {
+			t = ids[1:]
+		}
+		if cap(w) < len(t) {
+			w = make([]float32, len(t))
+		}
+		w = w[:len(t)]
+		d := m.Mask(t, w)
+		drop := make([]bool, len(ids))
+		for i, v := range w {
+			drop[len(ids)-len(t)+i] = v == 0
+		}
+		lines++
+		targets += int64(len(t))
+		dropped += int64(d)
+		if f.show {
+			buf = appendShown(buf[:0], tok, ids, drop, hl)
+		} else {
+			buf = appendGoldfishJSON(buf[:0], ids, drop, d, len(t))
+		}
+		buf = append(buf, '\n')
+		_, err = out.Write(buf)
+		return err
+	})
+	if err != nil {
+		if strings.HasPrefix(err.Error(), "goldfish: ") {
+			return err
+		}
+		return fmt.Errorf("goldfish: %s: %w", name, err)
+	}
+	if err := out.Flush(); err != nil {
+		return err
+	}
+	if f.show {
+		frac := 0.0
+		if targets > 0 {
+			frac = float64(dropped) / float64(targets)
+		}
+		plural := "s"
+		if lines == 1 {
+			plural = ""
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "goldfish: %v: dropped %d of %d targets (%.2f%%; 1/k = %.2f%%) on %d line%s\n",
+			cfg, dropped, targets, 100*frac, 100/float64(f.k), lines, plural)
+	}
+	return nil
+}
+
+// goldfishIDs returns the token ids of one JSONL line: its "ids" or
+// "input_ids", or its text field encoded.
+func goldfishIDs(line []byte, name string, n int, f goldfishFlags, tok *tokenizer.Tokenizer) ([]int32, error) {
+	var rec map[string]json.RawMessage
+	if err := json.Unmarshal(line, &rec); err != nil {
+		return nil, fmt.Errorf("goldfish: %s:%d: invalid JSON: %v", name, n, err)
+	}
+	for _, key := range []string{"ids", "input_ids"} {
+		raw, ok := rec[key]
+		if !ok {
+			continue
+		}
+		var ids64 []int64
+		if err := json.Unmarshal(raw, &ids64); err != nil {
+			return nil, fmt.Errorf("goldfish: %s:%d: %q: want an array of integers", name, n, key)
+		}
+		ids := make([]int32, len(ids64))
+		for i, id := range ids64 {
+			if id < math.MinInt32 || id > math.MaxInt32 {
+				return nil, fmt.Errorf("goldfish: %s:%d: %q: token id %d does not fit in int32", name, n, key, id)
+			}
+			ids[i] = int32(id)
+		}
+		return ids, nil
+	}
+	raw, ok := rec[f.field]
+	if !ok {
+		return nil, fmt.Errorf("goldfish: %s:%d: want a field \"ids\", \"input_ids\" or %q", name, n, f.field)
+	}
+	var text string
+	if err := json.Unmarshal(raw, &text); err != nil {
+		return nil, fmt.Errorf("goldfish: %s:%d: field %q: want a string", name, n, f.field)
+	}
+	if tok == nil {
+		return nil, fmt.Errorf("goldfish: %s:%d: a text line needs --tokenizer", name, n)
+	}
+	return tok.Encode(text, tokenizer.EncodeOptions{AddSpecial: f.bos}), nil
+}
+
+func appendGoldfishJSON(b []byte, ids []int32, drop []bool, dropped, targets int) []byte {
+	b = append(b, `{"ids":[`...)
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(id), 10)
+	}
+	b = append(b, `],"drop":[`...)
+	for i, d := range drop {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if d {
+			b = append(b, '1')
+		} else {
+			b = append(b, '0')
+		}
+	}
+	b = append(b, `],"dropped":`...)
+	b = strconv.AppendInt(b, int64(dropped), 10)
+	b = append(b, `,"fraction":`...)
+	frac := 0.0
+	if targets > 0 {
+		frac = float64(dropped) / float64(targets)
+	}
+	b = strconv.AppendFloat(b, frac, 'g', -1, 64)
+	return append(b, '}')
+}
+
+// A highlight marks a dropped token's text.
+type highlight func(b []byte, s string) []byte
+
+func bracketHighlight(b []byte, s string) []byte {
+	b = append(b, "[["...)
+	b = append(b, s...)
+	return append(b, "]]"...)
+}
+
+func reverseHighlight(b []byte, s string) []byte {
+	b = append(b, "\x1b[7m"...)
+	b = append(b, s...)
+	return append(b, "\x1b[27m"...)
+}
+
+// showContext is how many tokens before a piece are decoded with it, so
+// that a piece decodes as it reads in the text: with the space that a
+// SentencePiece decoder strips at the start, and with the characters whose
+// bytes straddle tokens whole.
+const showContext = 8
+
+// appendShown appends the text of ids with each dropped token highlighted
+// on its own and the kept tokens between them in runs. Without a tokenizer
+// it shows the ids, space-separated.
+func appendShown(b []byte, tok *tokenizer.Tokenizer, ids []int32, drop []bool, hl highlight) []byte {
+	if tok == nil {
+		for i, id := range ids {
+			if i > 0 {
+				b = append(b, ' ')
+			}
+			if drop[i] {
+				b = hl(b, strconv.Itoa(int(id)))
+			} else {
+				b = strconv.AppendInt(b, int64(id), 10)
+			}
+		}
+		return b
+	}
+	for a := 0; a < len(ids); {
+		e := a + 1
+		if !drop[a] {
+			for e < len(ids) && !drop[e] {
+				e++
+			}
+		}
+		c := max(0, a-showContext)
+		// The text that ids[a:e] add after ids[c:a]. A character left
+		// incomplete at the end of a piece (decoded as U+FFFD) belongs to
+		// the piece that completes it.
+		before := trimIncomplete(tok.Decode(ids[c:a]))
+		upto := tok.Decode(ids[c:e])
+		if e < len(ids) {
+			upto = trimIncomplete(upto)
+		}
+		piece := upto[commonPrefix(before, upto):]
+		if drop[a] {
+			b = hl(b, piece)
+		} else {
+			b = append(b, piece...)
+		}
+		a = e
+	}
+	return b
+}
+
+// trimIncomplete removes trailing U+FFFD, the decoding of bytes that may
+// begin a character that the next token completes.
+func trimIncomplete(s string) string {
+	for {
+		r, n := utf8.DecodeLastRuneInString(s)
+		if r != utf8.RuneError || n == 0 {
+			return s
+		}
+		s = s[:len(s)-n]
+	}
+}
+
+func commonPrefix(a, b string) int {
+	n := min(len(a), len(b))
+	for i := range n {
+		if a[i] != b[i] {
+			// Back up to a character boundary of b.
+			for i > 0 && !utf8.RuneStart(b[i]) {
+				i--
+			}
+			return i
+		}
+	}
+	return n
+}
