@@ -5,11 +5,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine/cpu"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/goldfish"
 )
 
 // goldenRun is steps.json of scripts/fixtures/make_train_golden.py.
@@ -28,6 +30,10 @@ type goldenRun struct {
 		Total  int     `json:"total"`
 		Warmup int     `json:"warmup"`
 	} `json:"schedule"`
+	Goldfish *struct {
+		K int `json:"k"`
+		H int `json:"h"`
+	} `json:"goldfish"`
 	Records []struct {
 		Loss     float64 `json:"loss"`
 		LR       float64 `json:"lr"`
@@ -36,6 +42,7 @@ type goldenRun struct {
 		Micro    []struct {
 			IDs     [][]int32   `json:"ids"`
 			Targets [][]int32   `json:"targets"`
+			Padding [][]float32 `json:"padding_weights"`
 			Weights [][]float32 `json:"weights"`
 		} `json:"micro_batches"`
 	} `json:"records"`
@@ -95,6 +102,20 @@ func TestTrainStepsMatchPyTorch(t *testing.T) {
 				}
 				var micro []llama.Batch
 				for _, mb := range rec.Micro {
+					if g.Goldfish != nil {
+						// memtrain's goldfish mask gives the reference's weights.
+						gm, err := goldfish.New(goldfish.Config{Strategy: goldfish.HashTable, K: g.Goldfish.K, H: g.Goldfish.H})
+						if err != nil {
+							t.Fatal(err)
+						}
+						for r := range mb.Targets {
+							w := slices.Clone(mb.Padding[r])
+							gm.Apply(mb.Targets[r], w)
+							if !slices.Equal(w, mb.Weights[r]) {
+								t.Fatalf("step %d: goldfish weights %v, reference %v", s, w, mb.Weights[r])
+							}
+						}
+					}
 					micro = append(micro, llama.Batch{B: len(mb.IDs), T: len(mb.IDs[0]),
 						IDs: flatten(mb.IDs), Targets: flatten(mb.Targets), Weights: flatten(mb.Weights)})
 				}
