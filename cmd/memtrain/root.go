@@ -21,6 +21,8 @@ that prevents verbatim memorization, and measures exact-match extraction.`,
 		newEvalCmd(),
 		newGenerateCmd(),
 		newTokenizeCmd(),
+		newDataCmd(),
+		newGoldfishCmd(),
 		newVersionCmd(),
 		newBenchCmd(),
 	)

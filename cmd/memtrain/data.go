@@ -1,0 +1,472 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/bits"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/memtrain/memtrain/data"
+	"github.com/memtrain/memtrain/data/tokenizer"
+)
+
+func newDataCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "data",
+		Short: "Prepare and inspect tokenized training datasets",
+	}
+	cmd.AddCommand(newDataPrepareCmd(), newDataInspectCmd())
+	return cmd
+}
+
+type dataPrepareFlags struct {
+	inputs       []string
+	tokenizer    string
+	out          string
+	field        string
+	format       string
+	pretokenized bool
+	paragraphs   bool
+	seqLen       int
+	mode         string
+	holdout      float64
+	seed         uint64
+	bos, eos     bool
+	splitSpecial bool
+	strict       bool
+	threads      int
+}
+
+func newDataPrepareCmd() *cobra.Command {
+	var f dataPrepareFlags
+	cmd := &cobra.Command{
+		Use:   "prepare --input PATH... --tokenizer PATH --out DATASET",
+		Short: "Tokenize a corpus into a dataset folder",
+		Long: `prepare reads JSON Lines, Parquet or plain text files (or folders of them),
+tokenizes the documents in parallel and writes a dataset folder: tokens.bin,
+index.bin and manifest.json.
+
+Each JSONL line or Parquet row is a document, its text in --field (default
+"text"), or its token ids with --pretokenized (default field "input_ids"). A
+text file is a document, or each of its blank-line separated paragraphs with
+--paragraphs. Folders are walked in sorted order; by default only files with a
+known extension (.jsonl .ndjson .parquet .pq .txt .md) are read, and every file
+with --format. Bad records are skipped and counted, with examples naming file
+and line (or row); --strict stops at the first.
+
+--mode pack joins the documents and cuts windows of --seq-len+1 tokens, one
+every --seq-len tokens; --mode document makes each document one sequence,
+truncated or padded (padding has no loss). --bos and --eos put the tokenizer's
+BOS and EOS tokens around each document. --holdout sets aside that fraction of
+the documents, chosen by a hash of their text and --seed.`,
+		Example: `  memtrain data prepare --input austen.jsonl --tokenizer builtin:llama3 --out austen-ds --eos
+  memtrain data prepare --input shards/ --format parquet --tokenizer ./ckpt --out ds --mode document --seq-len 256 --holdout 0.1`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f.inputs = append(f.inputs, args...)
+			return runDataPrepare(cmd, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringArrayVar(&f.inputs, "input", nil, "input file or folder (repeatable; further paths may follow as arguments)")
+	fl.StringVar(&f.tokenizer, "tokenizer", "", tokenizerFlagHelp)
+	fl.StringVar(&f.out, "out", "", "dataset folder to create (must not exist, or be empty)")
+	fl.StringVar(&f.field, "field", "", `JSONL field or Parquet column (default "text", or "input_ids" with --pretokenized)`)
+	fl.StringVar(&f.format, "format", "auto", "input format: auto (by extension), jsonl, parquet or text")
+	fl.BoolVar(&f.pretokenized, "pretokenized", false, "the field holds token ids, not text")
+	fl.BoolVar(&f.paragraphs, "paragraphs", false, "text files: a document per blank-line separated paragraph")
+	fl.IntVar(&f.seqLen, "seq-len", 512, "tokens per training sequence")
+	fl.StringVar(&f.mode, "mode", "pack", "pack (join documents, cut windows) or document (one sequence per document)")
+	fl.Float64Var(&f.holdout, "holdout", 0, "fraction of documents held out, in [0, 1]")
+	fl.Uint64Var(&f.seed, "seed", 0, "seed of the holdout choice")
+	fl.BoolVar(&f.bos, "bos", false, "start each document with the BOS token")
+	fl.BoolVar(&f.eos, "eos", false, "end each document with the EOS token")
+	fl.BoolVar(&f.splitSpecial, "split-special", false, "treat special-token text in the input as plain text")
+	fl.BoolVar(&f.strict, "strict", false, "fail on the first bad record instead of skipping it")
+	fl.IntVar(&f.threads, "threads", 0, "encoding threads (default all cores)")
+	cmd.MarkFlagRequired("tokenizer")
+	cmd.MarkFlagRequired("out")
+	return cmd
+}
+
+func runDataPrepare(cmd *cobra.Command, f dataPrepareFlags) error {
+	if len(f.inputs) == 0 {
+		return errors.New("data prepare: no input (use --input)")
+	}
+	format, err := data.ParseFormat(f.format)
+	if err != nil {
+		return err
+	}
+	mode, err := data.ParseMode(f.mode)
+	if err != nil {
+		return err
+	}
+	tok, _, err := openTokenizer(f.tokenizer)
+	if err != nil {
+		return err
+	}
+	cfg := data.PrepareConfig{
+		Read: data.ReadOptions{
+			Format: format, Field: f.field, Pretokenized: f.pretokenized,
+			Paragraphs: f.paragraphs, Strict: f.strict,
+		},
+		Mode: mode, SeqLen: f.seqLen, BOS: f.bos, EOS: f.eos,
+		Holdout: f.holdout, Seed: f.seed, SplitSpecial: f.splitSpecial, Threads: f.threads,
+	}
+	var bar *progressbar.ProgressBar
+	if isTerminal(cmd.ErrOrStderr()) {
+		var total int64
+		for _, in := range f.inputs {
+			total += pathSize(in, cfg.Read)
+		}
+		bar = progressbar.DefaultBytes(total, "prepare")
+		cfg.Read.Progress = func(n int64) { bar.Add64(n) }
+	}
+	start := time.Now()
+	m, err := data.Prepare(f.out, f.inputs, tok, cfg)
+	if bar != nil {
+		bar.Finish()
+		fmt.Fprintln(cmd.ErrOrStderr())
+	}
+	if err != nil {
+		return err
+	}
+	elapsed := time.Since(start)
+	threads := f.threads
+	if threads <= 0 {
+		threads = runtime.GOMAXPROCS(0)
+	}
+	printPrepareSummary(cmd.OutOrStdout(), f.out, m, elapsed, threads)
+	return nil
+}
+
+// pathSize returns the size of a file, or of the files under a folder.
+func pathSize(path string, opt data.ReadOptions) int64 {
+	r, err := data.NewReader([]string{path}, opt)
+	if err != nil {
+		return 0
+	}
+	defer r.Close()
+	return r.Size()
+}
+
+func printPrepareSummary(w io.Writer, out string, m *data.Manifest, elapsed time.Duration, threads int) {
+	var bytes int64
+	for _, s := range m.Sources {
+		bytes += s.Bytes
+	}
+	secs := elapsed.Seconds()
+	files := "files"
+	if len(m.Sources) == 1 {
+		files = "file"
+	}
+	plural := "s"
+	if threads == 1 {
+		plural = ""
+	}
+	fmt.Fprintf(w, "read %d %s, %.1f MB, in %.2f s: %.2f MB/s with %d thread%s\n",
+		len(m.Sources), files, float64(bytes)/1e6, secs, float64(bytes)/1e6/max(secs, 1e-9), threads, plural)
+	c, tr, ho := m.Counts, m.Splits.Train, m.Splits.Holdout
+	set := m.Settings
+	fmt.Fprintf(w, "documents %s (train %s, holdout %s), tokens %s\n",
+		commas(c.Documents), commas(tr.Documents), commas(ho.Documents), commas(c.Tokens))
+	fmt.Fprintf(w, "sequences %s (train %s, holdout %s) of %d, %s mode; targets %s, padding %s",
+		commas(c.Sequences), commas(tr.Sequences), commas(ho.Sequences), set.SeqLen, set.Mode,
+		commas(c.Targets), commas(c.Padding))
+	if set.Mode == data.ModeDocument {
+		fmt.Fprintf(w, "; truncated %s documents (%s tokens)", commas(c.TruncatedDocuments), commas(c.TruncatedTokens))
+	}
+	fmt.Fprintln(w)
+	printProblems(w, &m.Problems)
+	fmt.Fprintf(w, "wrote %s\n", out)
+}
+
+func printProblems(w io.Writer, ps *data.Problems) {
+	fmt.Fprintf(w, "bad records: %s\n", ps.String())
+	for _, p := range ps.Examples {
+		fmt.Fprintf(w, "  %s\n", p)
+	}
+	if n := ps.Total() - int64(len(ps.Examples)); n > 0 {
+		fmt.Fprintf(w, "  … and %d more\n", n)
+	}
+}
+
+// commas writes 1234567 as "1,234,567".
+func commas(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+type dataInspectFlags struct {
+	samples   int
+	json      bool
+	tokenizer string
+}
+
+func newDataInspectCmd() *cobra.Command {
+	var f dataInspectFlags
+	cmd := &cobra.Command{
+		Use:   "inspect DATASET",
+		Short: "Show a dataset's counts, length histograms and samples",
+		Long: `inspect opens a dataset folder (verifying its checksums) and prints its
+tokenizer, settings, sources, counts per split, bad records, histograms of the
+document lengths and of the targets per sequence, and the first --samples
+training sequences: decoded with --tokenizer (which must be the dataset's), or
+as token ids.`,
+		Example: `  memtrain data inspect austen-ds --tokenizer builtin:llama3 --samples 2`,
+		Args:    cobra.ExactArgs(1),
+		RunE:    func(cmd *cobra.Command, args []string) error { return runDataInspect(cmd, args[0], f) },
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&f.samples, "samples", 3, "sequences to show")
+	fl.BoolVar(&f.json, "json", false, "print a JSON report")
+	fl.StringVar(&f.tokenizer, "tokenizer", "", tokenizerFlagHelp+"; decodes the samples")
+	return cmd
+}
+
+// histBucket counts the lengths in [Lo, Hi].
+type histBucket struct {
+	Lo    int64 `json:"lo"`
+	Hi    int64 `json:"hi"`
+	Count int64 `json:"count"`
+}
+
+// dataSample is one sequence shown by inspect.
+type dataSample struct {
+	Split    data.Split `json:"split"`
+	Sequence int        `json:"sequence"`
+	Document int        `json:"document"`
+	Source   string     `json:"source"`
+	Line     int64      `json:"line"`
+	Targets  int        `json:"targets"`
+	IDs      []int32    `json:"ids"` // the window: inputs and the last target, no padding
+	Text     *string    `json:"text,omitempty"`
+}
+
+type dataInspectReport struct {
+	Dataset         string         `json:"dataset"`
+	Manifest        *data.Manifest `json:"manifest"`
+	DocumentLengths []histBucket   `json:"document_lengths"`
+	SequenceTargets []histBucket   `json:"sequence_targets"`
+	Samples         []dataSample   `json:"samples"`
+}
+
+func runDataInspect(cmd *cobra.Command, dir string, f dataInspectFlags) error {
+	var tok *tokenizer.Tokenizer
+	if f.tokenizer != "" {
+		var err error
+		if tok, _, err = openTokenizer(f.tokenizer); err != nil {
+			return err
+		}
+	}
+	s, err := data.OpenStore(dir)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	m := s.Manifest()
+	if tok != nil && tok.Hash() != m.Tokenizer.SHA256 {
+		return fmt.Errorf("data inspect: tokenizer %s (sha256 %s) is not the dataset's (sha256 %s)", f.tokenizer, tok.Hash(), m.Tokenizer.SHA256)
+	}
+	if f.samples < 0 {
+		return fmt.Errorf("data inspect: --samples %d is negative", f.samples)
+	}
+	rep := dataInspectReport{Dataset: dir, Manifest: m, Samples: []dataSample{}}
+	var docLens, seqTargets []int64
+	T := int64(s.SeqLen())
+	for id := range s.NumDocuments() {
+		info, err := s.Doc(id)
+		if err != nil {
+			return err
+		}
+		L := int64(info.Tokens)
+		docLens = append(docLens, L)
+		if m.Settings.Mode == data.ModeDocument {
+			seqTargets = append(seqTargets, min(L, T+1)-1)
+		}
+	}
+	if m.Settings.Mode == data.ModePack {
+		for _, si := range []data.SplitInfo{m.Splits.Train, m.Splits.Holdout} {
+			for i := range si.Sequences {
+				n := T
+				if i == si.Sequences-1 {
+					n = si.Targets - T*(si.Sequences-1)
+				}
+				seqTargets = append(seqTargets, n)
+			}
+		}
+	}
+	rep.DocumentLengths = histogram(docLens)
+	rep.SequenceTargets = histogram(seqTargets)
+
+	split := data.Train
+	if s.NumSequences(split) == 0 {
+		split = data.Holdout
+	}
+	ids, targets, weights := make([]int32, T), make([]int32, T), make([]float32, T)
+	for i := range min(f.samples, s.NumSequences(split)) {
+		doc, err := s.Sequence(split, i, ids, targets, weights)
+		if err != nil {
+			return err
+		}
+		info, _ := s.Doc(doc)
+		n := 0
+		for _, w := range weights {
+			if w != 0 {
+				n++
+			}
+		}
+		window := append([]int32(nil), ids[:n]...)
+		if n > 0 {
+			window = append(window, targets[n-1])
+		}
+		sm := dataSample{Split: split, Sequence: i, Document: doc, Source: info.Source, Line: info.Line, Targets: n, IDs: window}
+		if tok != nil {
+			text := tok.Decode(window)
+			sm.Text = &text
+		}
+		rep.Samples = append(rep.Samples, sm)
+	}
+	out := cmd.OutOrStdout()
+	if f.json {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		return enc.Encode(rep)
+	}
+	printDataInspect(out, rep)
+	return nil
+}
+
+// histogram counts values in power-of-two buckets [2^k, 2^(k+1)-1], from
+// the smallest value's bucket to the largest's (0 has a bucket of its own).
+func histogram(values []int64) []histBucket {
+	if len(values) == 0 {
+		return []histBucket{}
+	}
+	bucket := func(v int64) int {
+		if v <= 0 {
+			return 0
+		}
+		return bits.Len64(uint64(v))
+	}
+	lo, hi := bucket(values[0]), bucket(values[0])
+	for _, v := range values {
+		lo, hi = min(lo, bucket(v)), max(hi, bucket(v))
+	}
+	out := make([]histBucket, hi-lo+1)
+	for i := range out {
+		k := lo + i
+		if k == 0 {
+			out[i] = histBucket{Lo: 0, Hi: 0}
+		} else {
+			out[i] = histBucket{Lo: 1 << (k - 1), Hi: 1<<k - 1}
+		}
+	}
+	for _, v := range values {
+		out[bucket(v)-lo].Count++
+	}
+	return out
+}
+
+func printHistogram(w io.Writer, title string, h []histBucket) {
+	fmt.Fprintln(w, title)
+	var most int64
+	for _, b := range h {
+		most = max(most, b.Count)
+	}
+	width := len(strconv.FormatInt(h[len(h)-1].Hi, 10))
+	for _, b := range h {
+		bar := 0
+		if most > 0 {
+			bar = int((b.Count*40 + most - 1) / most)
+		}
+		fmt.Fprintf(w, "  %*d–%-*d %s %s\n", width, b.Lo, width, b.Hi, strings.Repeat("█", bar), commas(b.Count))
+	}
+}
+
+func printDataInspect(w io.Writer, r dataInspectReport) {
+	m := r.Manifest
+	set, tk := m.Settings, m.Tokenizer
+	yes := map[bool]string{true: "yes", false: "no"}
+	fmt.Fprintf(w, "dataset   %s (%s v%d, %s tokens)\n", r.Dataset, m.Format, m.Version, m.DType)
+	fmt.Fprintf(w, "tokenizer sha256 %s, vocab %d, bos %d, eos %d\n", tk.SHA256, tk.VocabSize, tk.BOS, tk.EOS)
+	fmt.Fprintf(w, "settings  %s mode, seq_len %d, bos %s, eos %s, pad %d, holdout %g (seed %d)\n",
+		set.Mode, set.SeqLen, yes[set.BOS], yes[set.EOS], set.PadID, set.Holdout, set.Seed)
+	var bytes int64
+	for _, s := range m.Sources {
+		bytes += s.Bytes
+	}
+	fmt.Fprintf(w, "sources   %d, %s\n", len(m.Sources), humanBytes(bytes))
+	for _, s := range m.Sources {
+		fmt.Fprintf(w, "  %s (%s, %s, sha256 %.12s…): %s documents, %s bad\n",
+			s.Path, s.Format, humanBytes(s.Bytes), s.SHA256, commas(s.Documents), commas(s.Problems))
+	}
+	fmt.Fprintf(w, "\n%-8s %12s %14s %12s %14s %12s %10s\n", "split", "documents", "tokens", "sequences", "targets", "padding", "truncated")
+	for _, row := range []struct {
+		name string
+		c    data.Counts
+	}{{"train", m.Splits.Train.Counts}, {"holdout", m.Splits.Holdout.Counts}, {"total", m.Counts}} {
+		fmt.Fprintf(w, "%-8s %12s %14s %12s %14s %12s %10s\n", row.name, commas(row.c.Documents), commas(row.c.Tokens),
+			commas(row.c.Sequences), commas(row.c.Targets), commas(row.c.Padding), commas(row.c.TruncatedDocuments))
+	}
+	fmt.Fprintln(w)
+	printProblems(w, &m.Problems)
+	if len(r.DocumentLengths) > 0 {
+		fmt.Fprintln(w)
+		printHistogram(w, "document lengths (tokens)", r.DocumentLengths)
+	}
+	if len(r.SequenceTargets) > 0 {
+		fmt.Fprintln(w)
+		printHistogram(w, "targets per sequence", r.SequenceTargets)
+	}
+	for _, s := range r.Samples {
+		fmt.Fprintf(w, "\n%s sequence %d: document %d (%s), %d targets\n", s.Split, s.Sequence, s.Document,
+			data.Problem{Source: s.Source, Line: s.Line, Row: isParquetSource(m, s.Source)}.Where(), s.Targets)
+		if s.Text != nil {
+			fmt.Fprintf(w, "  %s\n", clipText(strconv.Quote(*s.Text), 400))
+		} else {
+			fmt.Fprintf(w, "  ids %s\n", clipText(fmt.Sprint(s.IDs), 400))
+		}
+	}
+}
+
+func isParquetSource(m *data.Manifest, path string) bool {
+	for _, s := range m.Sources {
+		if s.Path == path {
+			return s.Format == data.Parquet
+		}
+	}
+	return false
+}
+
+// clipText shortens s to about n bytes, on a rune boundary.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}

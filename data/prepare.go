@@ -1,0 +1,207 @@
+package data
+
+import (
+	"io"
+	"runtime"
+	"sync"
+
+	"github.com/memtrain/memtrain/data/tokenizer"
+)
+
+// PrepareConfig controls Prepare.
+type PrepareConfig struct {
+	// Read is how the inputs are read; its VocabSize is set from the
+	// tokenizer.
+	Read ReadOptions
+	// Mode (ModePack when empty), SeqLen, BOS, EOS, Holdout and Seed are
+	// the dataset's settings (see Settings).
+	Mode    Mode
+	SeqLen  int
+	BOS     bool
+	EOS     bool
+	Holdout float64
+	Seed    uint64
+	// SplitSpecial encodes special-token text in the input as plain text
+	// (see tokenizer.EncodeOptions).
+	SplitSpecial bool
+	// Threads is the number of encoding goroutines (0: GOMAXPROCS).
+	Threads int
+	// ChunkBytes is about how much text is encoded at a time, spread over
+	// the threads (0: 1 MiB, or 256 KiB per thread if more).
+	ChunkBytes int
+}
+
+// maxChunkDocs bounds the documents encoded at a time.
+const maxChunkDocs = 4096
+
+// Prepare reads the inputs (files or folders), tokenizes them with tok and
+// writes the dataset folder out (see CreateStore). Reading, encoding and
+// writing overlap; the result does not depend on Threads. Records that do
+// not make a document are counted in the manifest's Problems (in strict
+// mode, the first is an error), as are texts that encode to no token.
+func Prepare(out string, inputs []string, tok *tokenizer.Tokenizer, cfg PrepareConfig) (*Manifest, error) {
+	ropt := cfg.Read
+	ropt.VocabSize = tok.VocabSize()
+	r, err := NewReader(inputs, ropt)
+	if err != nil {
+		return nil, err
+	}
+	mode := cfg.Mode
+	if mode == "" {
+		mode = ModePack
+	}
+	set := Settings{
+		Mode: mode, SeqLen: cfg.SeqLen, BOS: cfg.BOS, EOS: cfg.EOS,
+		Holdout: cfg.Holdout, Seed: cfg.Seed,
+		Format: r.opt.Format, Field: ropt.field(), Pretokenized: ropt.Pretokenized,
+		Paragraphs: ropt.Paragraphs, SplitSpecial: cfg.SplitSpecial,
+	}
+	w, err := CreateStore(out, TokenizerInfoOf(tok), set)
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	chunkBytes := cfg.ChunkBytes
+	if chunkBytes <= 0 {
+		threads := cfg.Threads
+		if threads <= 0 {
+			threads = runtime.GOMAXPROCS(0)
+		}
+		chunkBytes = max(1<<20, threads*256<<10)
+	}
+
+	parquetFiles := map[string]bool{}
+	for _, s := range r.sources {
+		if s.Format == Parquet {
+			parquetFiles[s.Path] = true
+		}
+	}
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() {
+		close(stop)
+		wg.Wait()
+		r.Close()
+	}()
+	send := func(ch chan<- []Document, chunk []Document) bool {
+		select {
+		case ch <- chunk:
+			return true
+		case <-stop:
+			return false
+		}
+	}
+	// Read, in chunks.
+	chunks := make(chan []Document, 2)
+	readErr := make(chan error, 1)
+	wg.Go(func() {
+		defer close(chunks)
+		var chunk []Document
+		size := 0
+		for {
+			doc, err := r.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				readErr <- err
+				return
+			}
+			chunk = append(chunk, doc)
+			size += len(doc.Text) + 4*len(doc.IDs)
+			if size >= chunkBytes || len(chunk) >= maxChunkDocs {
+				if !send(chunks, chunk) {
+					return
+				}
+				chunk, size = nil, 0
+			}
+		}
+		if len(chunk) > 0 {
+			send(chunks, chunk)
+		}
+	})
+	// Encode.
+	encoded := make(chan []Document, 2)
+	wg.Go(func() {
+		defer close(encoded)
+		opt := tokenizer.EncodeOptions{SplitSpecial: cfg.SplitSpecial}
+		for chunk := range chunks {
+			var texts []string
+			for _, d := range chunk {
+				if d.IDs == nil {
+					texts = append(texts, d.Text)
+				}
+			}
+			ids := tok.EncodeBatch(texts, opt, cfg.Threads)
+			for i := range chunk {
+				if chunk[i].IDs == nil {
+					chunk[i].IDs, ids = ids[0], ids[1:]
+					if chunk[i].IDs == nil {
+						chunk[i].IDs = []int32{}
+					}
+				}
+			}
+			if !send(encoded, chunk) {
+				return
+			}
+		}
+	})
+	// Write.
+	var encProblems Problems
+	encProblems.MaxExamples = ropt.MaxExamples
+	perSource := map[string]int64{}
+	for chunk := range encoded {
+		for _, doc := range chunk {
+			if len(doc.IDs) == 0 {
+				p := Problem{Source: doc.Source, Line: doc.Line, Row: parquetFiles[doc.Source],
+					Kind: EmptyText, Detail: "the text encodes to no tokens"}
+				encProblems.Add(p)
+				perSource[doc.Source]++
+				if ropt.Strict {
+					w.Abort()
+					return nil, &RecordError{p}
+				}
+				continue
+			}
+			if _, err := w.Add(doc); err != nil {
+				w.Abort()
+				return nil, err
+			}
+		}
+	}
+	select {
+	case err := <-readErr:
+		w.Abort()
+		return nil, err
+	default:
+	}
+	problems := r.Problems()
+	problems.merge(&encProblems)
+	sources := r.Sources()
+	for i := range sources {
+		sources[i].Documents -= perSource[sources[i].Path]
+		sources[i].Problems += perSource[sources[i].Path]
+		perSource[sources[i].Path] = 0
+	}
+	return w.Commit(sources, problems)
+}
+
+// merge adds the problems of o.
+func (ps *Problems) merge(o *Problems) {
+	for _, k := range o.Kinds() {
+		if ps.Counts == nil {
+			ps.Counts = make(map[ProblemKind]int64)
+		}
+		ps.Counts[k] += o.Counts[k]
+	}
+	limit := ps.MaxExamples
+	if limit == 0 {
+		limit = DefaultMaxExamples
+	}
+	for _, p := range o.Examples {
+		if len(ps.Examples) < limit {
+			ps.Examples = append(ps.Examples, p)
+		}
+	}
+}

@@ -1,0 +1,166 @@
+package data
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/memtrain/memtrain/data/tokenizer"
+)
+
+func TestPrepareTiny(t *testing.T) {
+	// The tiny tokenizer: "hello world" is [20 25], "hello!\n" [20 4 3];
+	// BOS 1, EOS 2.
+	dir := t.TempDir()
+	in := writeFile(t, dir, "in.jsonl", `{"text": "hello world"}
+{"text": 3}
+{"text": "hello!\n"}
+`)
+	tests := []struct {
+		mode     Mode
+		bos, eos bool
+		docs     [][]int32
+		seqs     []seq
+	}{
+		{ModeDocument, true, true, [][]int32{{1, 20, 25, 2}, {1, 20, 4, 3, 2}}, []seq{
+			{[]int32{1, 20, 25, 2}, []int32{20, 25, 2, 2}, []float32{1, 1, 1, 0}, 0},
+			{[]int32{1, 20, 4, 3}, []int32{20, 4, 3, 2}, []float32{1, 1, 1, 1}, 1},
+		}},
+		{ModePack, false, true, [][]int32{{20, 25, 2}, {20, 4, 3, 2}}, []seq{
+			{[]int32{20, 25, 2, 20}, []int32{25, 2, 20, 4}, []float32{1, 1, 1, 1}, 0},
+			{[]int32{4, 3, 2, 2}, []int32{3, 2, 2, 2}, []float32{1, 1, 0, 0}, 1},
+		}},
+		{ModePack, false, false, [][]int32{{20, 25}, {20, 4, 3}}, []seq{
+			{[]int32{20, 25, 20, 4}, []int32{25, 20, 4, 3}, []float32{1, 1, 1, 1}, 0},
+		}},
+	}
+	for _, tt := range tests {
+		out := filepath.Join(t.TempDir(), "ds")
+		m, err := Prepare(out, []string{in}, tiny(t), PrepareConfig{Mode: tt.mode, SeqLen: 4, BOS: tt.bos, EOS: tt.eos})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Problems.Total() != 1 || m.Problems.Examples[0].Line != 2 || m.Sources[0].Documents != 2 || m.Sources[0].Problems != 1 {
+			t.Errorf("problems %+v, sources %+v", m.Problems, m.Sources)
+		}
+		s, err := OpenStore(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for id, want := range tt.docs {
+			if got, _ := s.DocTokens(id); !slices.Equal(got, want) {
+				t.Errorf("%s bos=%v eos=%v: document %d = %v, want %v", tt.mode, tt.bos, tt.eos, id, got, want)
+			}
+		}
+		checkSequences(t, sequences(t, s, Train), tt.seqs)
+		if info, _ := s.Doc(1); info.Line != 3 || info.Source != in {
+			t.Errorf("document 1 from %s:%d", info.Source, info.Line)
+		}
+		s.Close()
+	}
+}
+
+// TestParquetJSONLIdentical: the same texts as JSONL and as Parquet (in
+// several row groups) make byte-identical token stores.
+func TestParquetJSONLIdentical(t *testing.T) {
+	texts := austen(t, 300)
+	dir := t.TempDir()
+	jsonl := writeJSONL(t, dir, "austen.jsonl", texts)
+	rows := make([]textRow, len(texts))
+	for i := range texts {
+		rows[i] = textRow{Text: &texts[i], N: int64(i)}
+	}
+	pq := writeParquet(t, dir, "austen.parquet", rows, 37)
+	cfg := PrepareConfig{Mode: ModePack, SeqLen: 64, BOS: true, EOS: true, Holdout: 0.1, Seed: 3, Threads: 3, ChunkBytes: 10000}
+	outs := map[string]string{}
+	for name, in := range map[string]string{"jsonl": jsonl, "parquet": pq} {
+		outs[name] = filepath.Join(dir, "ds-"+name)
+		m, err := Prepare(outs[name], []string{in}, llama2(t), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Counts.Documents != 300 || m.Problems.Total() != 0 || m.Splits.Holdout.Documents == 0 {
+			t.Errorf("%s: counts %+v, problems %v", name, m.Counts, m.Problems.Counts)
+		}
+	}
+	for _, file := range []string{TokensFile, IndexFile} {
+		a, _ := os.ReadFile(filepath.Join(outs["jsonl"], file))
+		b, _ := os.ReadFile(filepath.Join(outs["parquet"], file))
+		if len(a) == 0 || !bytes.Equal(a, b) {
+			t.Errorf("%s differs between JSONL and Parquet (%d and %d bytes)", file, len(a), len(b))
+		}
+	}
+	// The tokens are the tokenizer's, and the result does not depend on
+	// the threads.
+	s, err := OpenStore(outs["jsonl"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, id := range []int{0, 150, 299} {
+		got, _ := s.DocTokens(id)
+		want := append(append([]int32{1}, llama2(t).Encode(texts[id], tokenizer.EncodeOptions{})...), 2)
+		if !slices.Equal(got, want) {
+			t.Errorf("document %d differs from Encode", id)
+		}
+	}
+	cfg.Threads, cfg.ChunkBytes = 1, 0
+	one := filepath.Join(dir, "ds-one")
+	if _, err := Prepare(one, []string{jsonl}, llama2(t), cfg); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := os.ReadFile(filepath.Join(outs["jsonl"], TokensFile))
+	b, _ := os.ReadFile(filepath.Join(one, TokensFile))
+	if !bytes.Equal(a, b) {
+		t.Error("tokens.bin depends on the threads")
+	}
+}
+
+func TestPrepareErrors(t *testing.T) {
+	dir := t.TempDir()
+	good := writeFile(t, dir, "good.jsonl", "{\"text\": \"hello\"}\n")
+	bad := writeFile(t, dir, "bad.jsonl", "{\"text\": \"hello\"}\n{\"text\": \"\\ud800\"}\n")
+	tests := []struct {
+		name   string
+		inputs []string
+		cfg    PrepareConfig
+		want   string
+	}{
+		{"strict", []string{bad}, PrepareConfig{SeqLen: 4, Read: ReadOptions{Strict: true}}, "bad.jsonl:2: field \"text\" is not valid UTF-8"},
+		{"seq len", []string{good}, PrepareConfig{}, "seq_len 0"},
+		{"no input", []string{filepath.Join(dir, "none.jsonl")}, PrepareConfig{SeqLen: 4}, "none.jsonl"},
+		{"holdout", []string{good}, PrepareConfig{SeqLen: 4, Holdout: -1}, "holdout -1 out of range"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "ds")
+			_, err := Prepare(out, tt.inputs, tiny(t), tt.cfg)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want %q", err, tt.want)
+			}
+			if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("failed prepare left %s: %v", out, err)
+			}
+			if entries, _ := os.ReadDir(filepath.Dir(out)); len(entries) != 0 {
+				t.Errorf("failed prepare left %v", entries)
+			}
+		})
+	}
+}
+
+func TestPreparePretokenized(t *testing.T) {
+	dir := t.TempDir()
+	in := writeFile(t, dir, "ids.jsonl", "{\"input_ids\": [20, 25]}\n{\"input_ids\": [20, 26]}\n")
+	out := filepath.Join(dir, "ds")
+	m, err := Prepare(out, []string{in}, tiny(t), PrepareConfig{SeqLen: 4, EOS: true, Read: ReadOptions{Pretokenized: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Counts.Documents != 1 || m.Problems.Counts[BadToken] != 1 || m.Counts.Tokens != 3 || !m.Settings.Pretokenized || m.Settings.Field != "input_ids" {
+		t.Errorf("manifest %+v", m)
+	}
+}

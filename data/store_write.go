@@ -1,0 +1,364 @@
+package data
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+)
+
+// A StoreWriter writes a dataset folder. The documents go to a temporary
+// folder beside it, which Commit completes and renames into place, so that
+// the dataset appears whole or not at all.
+type StoreWriter struct {
+	dir, tmp  string
+	m         Manifest
+	f         *os.File
+	w         *bufio.Writer
+	tokens    int64
+	recs      []record
+	srcIndex  map[string]uint32
+	srcNames  []string
+	threshold uint64 // held out: hash < threshold
+	all       bool   // Holdout == 1
+	buf       []byte
+	err       error // sticky
+}
+
+// CreateStore starts a dataset in dir, which must not exist or be an empty
+// folder, for tokens of the tokenizer tok made with the given settings (whose
+// PadID it sets).
+func CreateStore(dir string, tok TokenizerInfo, set Settings) (*StoreWriter, error) {
+	if err := set.check(); err != nil {
+		return nil, err
+	}
+	switch {
+	case tok.VocabSize <= 0 || tok.VocabSize > math.MaxInt32:
+		return nil, fmt.Errorf("data: vocabulary size %d out of range", tok.VocabSize)
+	case set.BOS && tok.BOS < 0:
+		return nil, errors.New("data: the tokenizer has no BOS token")
+	case set.EOS && tok.EOS < 0:
+		return nil, errors.New("data: the tokenizer has no EOS token")
+	}
+	set.PadID = 0
+	if tok.EOS >= 0 {
+		set.PadID = tok.EOS
+	}
+	if err := checkEmptyDir(dir); err != nil {
+		return nil, err
+	}
+	parent, base := filepath.Split(filepath.Clean(dir))
+	if parent == "" {
+		parent = "."
+	}
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	tmp, err := os.MkdirTemp(parent, "."+base+".tmp-*")
+	if err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	f, err := os.Create(filepath.Join(tmp, TokensFile))
+	if err != nil {
+		os.RemoveAll(tmp)
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	w := &StoreWriter{
+		dir: dir, tmp: tmp, f: f, w: bufio.NewWriterSize(f, 1<<20),
+		srcIndex: map[string]uint32{},
+		m: Manifest{
+			Format: manifestFormat, Version: StoreVersion, DType: "uint32",
+			Tokenizer: tok, Settings: set,
+		},
+	}
+	w.all = set.Holdout >= 1
+	w.threshold = uint64(math.Ldexp(set.Holdout, 64)) // < 2⁶⁴ when Holdout < 1
+	// The header is written again, with the counts, by Commit.
+	if _, err := w.w.Write(tokensHeader(0, 0)); err != nil {
+		w.Abort()
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	return w, nil
+}
+
+func checkEmptyDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("data: %w", err)
+	}
+	if len(entries) > 0 {
+		return fmt.Errorf("data: %s already exists and is not empty", dir)
+	}
+	return nil
+}
+
+// heldOut reports whether a document goes to the holdout split (see
+// Settings.Holdout).
+func heldOut(doc *Document, seed uint64, threshold uint64, all bool) bool {
+	if all {
+		return true
+	}
+	if threshold == 0 {
+		return false
+	}
+	h := sha256.New()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], seed)
+	h.Write(b[:])
+	if doc.Text != "" {
+		io.WriteString(h, doc.Text)
+	} else {
+		buf := make([]byte, 4*len(doc.IDs))
+		for i, id := range doc.IDs {
+			binary.LittleEndian.PutUint32(buf[4*i:], uint32(id))
+		}
+		h.Write(buf)
+	}
+	return binary.BigEndian.Uint64(h.Sum(nil)) < threshold
+}
+
+// Add appends a document: doc.IDs, between the BOS and EOS tokens if the
+// settings ask for them. doc.Text, if set, decides the split (see
+// Settings.Holdout); doc.Source and doc.Line are recorded. It returns the
+// document's id, its index in the dataset.
+func (w *StoreWriter) Add(doc Document) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	set := &w.m.Settings
+	n := len(doc.IDs)
+	if set.BOS {
+		n++
+	}
+	if set.EOS {
+		n++
+	}
+	where := Problem{Source: doc.Source, Line: doc.Line}.Where()
+	if n == 0 {
+		return 0, fmt.Errorf("data: %s: empty document", where)
+	}
+	if int64(n) > math.MaxUint32 {
+		return 0, fmt.Errorf("data: %s: document of %d tokens is too long", where, n)
+	}
+	vocab := int32(w.m.Tokenizer.VocabSize)
+	for i, id := range doc.IDs {
+		if id < 0 || id >= vocab {
+			return 0, fmt.Errorf("data: %s: token %d (id %d) outside the vocabulary [0, %d)", where, i, id, vocab)
+		}
+	}
+	if len(w.recs) >= math.MaxInt32 {
+		return 0, errors.New("data: too many documents")
+	}
+	w.buf = w.buf[:0]
+	if set.BOS {
+		w.buf = binary.LittleEndian.AppendUint32(w.buf, uint32(w.m.Tokenizer.BOS))
+	}
+	for _, id := range doc.IDs {
+		w.buf = binary.LittleEndian.AppendUint32(w.buf, uint32(id))
+	}
+	if set.EOS {
+		w.buf = binary.LittleEndian.AppendUint32(w.buf, uint32(w.m.Tokenizer.EOS))
+	}
+	if _, err := w.w.Write(w.buf); err != nil {
+		w.err = fmt.Errorf("data: %w", err)
+		return 0, w.err
+	}
+	src, ok := w.srcIndex[doc.Source]
+	if !ok {
+		src = uint32(len(w.srcNames))
+		w.srcIndex[doc.Source] = src
+		w.srcNames = append(w.srcNames, doc.Source)
+	}
+	r := record{offset: w.tokens, length: uint32(n), source: src, line: doc.Line}
+	if heldOut(&doc, set.Seed, w.threshold, w.all) {
+		r.split = 1
+	}
+	w.recs = append(w.recs, r)
+	w.tokens += int64(n)
+	return len(w.recs) - 1, nil
+}
+
+// Commit completes the dataset: it writes the token header, index.bin and
+// manifest.json, with the sources (their order and details; sources of
+// added documents missing from it are appended) and the problems met in
+// reading, syncs them and renames the folder into place. It returns the
+// manifest.
+func (w *StoreWriter) Commit(sources []Source, problems *Problems) (*Manifest, error) {
+	if w.err != nil {
+		w.Abort()
+		return nil, w.err
+	}
+	m, err := w.commit(sources, problems)
+	if err != nil {
+		w.Abort()
+		w.err = err
+		return nil, err
+	}
+	w.err = errors.New("data: store already committed")
+	return m, nil
+}
+
+func (w *StoreWriter) commit(sources []Source, problems *Problems) (*Manifest, error) {
+	m := &w.m
+	// Sources: the reader's list, then any others, and the records remapped.
+	m.Sources = append([]Source(nil), sources...)
+	index := map[string]uint32{}
+	for i, s := range m.Sources {
+		if _, ok := index[s.Path]; !ok {
+			index[s.Path] = uint32(i)
+		}
+	}
+	remap := make([]uint32, len(w.srcNames))
+	for i, name := range w.srcNames {
+		j, ok := index[name]
+		if !ok {
+			j = uint32(len(m.Sources))
+			index[name] = j
+			m.Sources = append(m.Sources, Source{Path: name})
+		}
+		remap[i] = j
+	}
+	for i := range w.recs {
+		w.recs[i].source = remap[w.recs[i].source]
+	}
+	if problems != nil {
+		m.Problems = Problems{Counts: problems.Counts, Examples: problems.Examples}
+	}
+	if m.Problems.Counts == nil {
+		m.Problems.Counts = map[ProblemKind]int64{}
+	}
+	if m.Problems.Examples == nil {
+		m.Problems.Examples = []Problem{}
+	}
+
+	// tokens.bin: the header with the counts, then a checksum of what is
+	// on disk.
+	if err := w.w.Flush(); err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	if _, err := w.f.WriteAt(tokensHeader(w.tokens, int64(len(w.recs))), 0); err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	if err := w.f.Sync(); err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	if _, err := w.f.Seek(0, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	h := sha256.New()
+	size, err := io.Copy(h, w.f)
+	if err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	if err := w.f.Close(); err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	w.f = nil
+	m.Files = map[string]FileInfo{TokensFile: {Bytes: size, SHA256: hexSum(h)}}
+
+	idx := indexBytes(w.recs, w.tokens)
+	if err := writeSynced(filepath.Join(w.tmp, IndexFile), idx); err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(idx)
+	m.Files[IndexFile] = FileInfo{Bytes: int64(len(idx)), SHA256: hex.EncodeToString(sum[:])}
+
+	v := views(w.recs, m.Settings)
+	m.Counts = Counts{}
+	for i, s := range []*SplitInfo{&m.Splits.Train, &m.Splits.Holdout} {
+		*s = SplitInfo{Counts: v[i].counts, DocIDs: docRanges(v[i].docs)}
+		m.Counts.add(v[i].counts)
+	}
+	js, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	if err := writeSynced(filepath.Join(w.tmp, ManifestFile), append(js, '\n')); err != nil {
+		return nil, err
+	}
+	if err := syncDir(w.tmp); err != nil {
+		return nil, err
+	}
+	// Into place: an empty folder there is replaced.
+	if err := checkEmptyDir(w.dir); err != nil {
+		return nil, err
+	}
+	if err := os.Remove(w.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	if err := os.Rename(w.tmp, w.dir); err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	w.tmp = ""
+	parent := filepath.Dir(filepath.Clean(w.dir))
+	if err := syncDir(parent); err != nil {
+		return nil, err
+	}
+	out := *m
+	return &out, nil
+}
+
+// Abort discards the dataset being written.
+func (w *StoreWriter) Abort() error {
+	if w.f != nil {
+		w.f.Close()
+		w.f = nil
+	}
+	if w.err == nil {
+		w.err = errors.New("data: store aborted")
+	}
+	if w.tmp == "" {
+		return nil
+	}
+	err := os.RemoveAll(w.tmp)
+	w.tmp = ""
+	return err
+}
+
+// writeSynced creates the file at path with data and syncs it.
+func writeSynced(path string, data []byte) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("data: %w", err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("data: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("data: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("data: %w", err)
+	}
+	return nil
+}
+
+// syncDir flushes a folder's entries, making renames in it durable. Windows
+// cannot sync folders; there it does nothing.
+func syncDir(dir string) error {
+	if runtime.GOOS == "windows" {
+		return nil
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("data: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("data: syncing %s: %w", dir, err)
+	}
+	return nil
+}
