@@ -9,12 +9,12 @@ import (
 
 // OptimizerConfig chooses and tunes the optimizer.
 type OptimizerConfig struct {
-	Name        string  // "adamw" or "sgd"
-	Beta1       float64 // AdamW
-	Beta2       float64 // AdamW
-	Eps         float64 // AdamW
-	WeightDecay float64 // decoupled: p -= lr·wd·p before the update
-	DecayNorms  bool    // apply weight decay to RMSNorm weights too (off by default, as is usual)
+	Name        string  `yaml:"name" json:"name"`                 // "adamw" or "sgd"
+	Beta1       float64 `yaml:"beta1" json:"beta1"`               // AdamW
+	Beta2       float64 `yaml:"beta2" json:"beta2"`               // AdamW
+	Eps         float64 `yaml:"eps" json:"eps"`                   // AdamW
+	WeightDecay float64 `yaml:"weight_decay" json:"weight_decay"` // decoupled: p -= lr·wd·p before the update
+	DecayNorms  bool    `yaml:"decay_norms" json:"decay_norms"`   // apply weight decay to RMSNorm weights too (off by default, as is usual)
 }
 
 // Validate checks the configuration.

@@ -7,11 +7,11 @@ import (
 
 // Schedule gives the learning rate of each optimizer step.
 type Schedule struct {
-	Kind   string  // "constant", "cosine" or "linear"
-	LR     float64 // peak learning rate
-	MinLR  float64 // floor of the decay
-	Warmup int     // steps of linear warm-up from LR/Warmup to LR
-	Total  int     // steps in the run; the decay ends here
+	Kind   string  `yaml:"kind" json:"kind"`     // "constant", "cosine" or "linear"
+	LR     float64 `yaml:"lr" json:"lr"`         // peak learning rate
+	MinLR  float64 `yaml:"min_lr" json:"min_lr"` // floor of the decay
+	Warmup int     `yaml:"warmup" json:"warmup"` // steps of linear warm-up from LR/Warmup to LR
+	Total  int     `yaml:"total" json:"total"`   // steps in the run; the decay ends here (0: the run's length)
 }
 
 // Validate checks the schedule.

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/memtrain/memtrain/data/assets"
+)
+
+// finetuneFixture makes a small base model and a document-mode dataset of
+// Austen paragraphs with its tokenizer.
+func finetuneFixture(t *testing.T, tokenizer string) (base, ds string) {
+	t.Helper()
+	dir := t.TempDir()
+	base = filepath.Join(dir, "base")
+	if _, errs, code := memtrain(t, "", "init", "--out", base, "--tokenizer", "builtin:llama2", "--hidden", "32", "--layers", "2",
+		"--heads", "4", "--kv-heads", "2", "--intermediate", "64", "--seed", "3"); code != 0 {
+		t.Fatal(errs)
+	}
+	raw, err := assets.Read(assets.Austen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.SplitAfter(raw, []byte("\n"))[:60]
+	corpus := filepath.Join(dir, "austen.jsonl")
+	os.WriteFile(corpus, bytes.Join(lines, nil), 0o644)
+	ds = filepath.Join(dir, "ds")
+	if _, errs, code := memtrain(t, "", "data", "prepare", "--input", corpus, "--tokenizer", tokenizer, "--out", ds,
+		"--seq-len", "32", "--mode", "document", "--holdout", "0.1", "--bos", "--eos"); code != 0 {
+		t.Fatal(errs)
+	}
+	return base, ds
+}
+
+func TestFinetuneResumeIsBitIdentical(t *testing.T) {
+	base, ds := finetuneFixture(t, "builtin:llama2")
+	runs := t.TempDir()
+	args := func(out string, extra ...string) []string {
+		return append([]string{"finetune", "--model", base, "--data", ds, "--out", out, "--max_steps", "6", "--batch_size", "4",
+			"--micro_batch", "2", "--loss", "goldfish", "--goldfish.h", "4", "--schedule.lr", "1e-3", "--eval_every", "3"}, extra...)
+	}
+	a, b := filepath.Join(runs, "a"), filepath.Join(runs, "b")
+	if _, errs, code := memtrain(t, "", args(a)...); code != 0 {
+		t.Fatal(errs)
+	}
+	if _, errs, code := memtrain(t, "", args(b, "--stop-after", "3")...); code != 0 {
+		t.Fatal(errs)
+	}
+	if _, errs, code := memtrain(t, "", args(b, "--resume", b)...); code != 0 {
+		t.Fatal(errs)
+	}
+	for _, f := range []string{"model.safetensors", "optimizer.safetensors"} {
+		x, err := os.ReadFile(filepath.Join(a, "checkpoints", "step-00000006", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := os.ReadFile(filepath.Join(b, "checkpoints", "step-00000006", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(x, y) {
+			t.Errorf("%s: resumed run differs from the uninterrupted one", f)
+		}
+	}
+	// Metrics: one line per step, schema 1, goldfish drops near 1/4.
+	raw, _ := os.ReadFile(filepath.Join(a, "metrics.jsonl"))
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	if len(lines) != 6 {
+		t.Fatalf("%d metrics lines", len(lines))
+	}
+	var m struct {
+		Schema   int     `json:"schema"`
+		Step     int     `json:"step"`
+		Loss     float64 `json:"loss"`
+		Dropped  float64 `json:"dropped_frac"`
+		EvalLoss float64 `json:"eval_loss"`
+	}
+	json.Unmarshal([]byte(lines[5]), &m)
+	if m.Schema != 1 || m.Step != 6 || m.Loss <= 0 || m.Dropped < 0.1 || m.Dropped > 0.4 || m.EvalLoss <= 0 {
+		t.Errorf("last metrics line %s", lines[5])
+	}
+	if _, err := os.Stat(filepath.Join(a, "config.yaml")); err != nil {
+		t.Error("no effective config saved")
+	}
+}
+
+func TestFinetuneErrors(t *testing.T) {
+	base, ds := finetuneFixture(t, "builtin:llama2")
+	_, ds3 := finetuneFixture(t, "builtin:llama3")
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("model: x\nlearning_rate: 1\n"), 0o644)
+	out := t.TempDir()
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--config", bad}, "learning_rate"},
+		{[]string{"--model", base, "--data", ds3, "--out", out}, "another tokenizer"},
+		{[]string{"--model", base, "--data", ds, "--out", out, "--loss", "goldfish", "--goldfish.k", "1"}, "k must be"},
+		{[]string{"--model", base, "--data", ds, "--out", out, "--goldfish.strategy", "random"}, "random"},
+		{[]string{"--model", base, "--data", ds, "--out", out, "--batch_size", "3", "--micro_batch", "2"}, "does not divide"},
+		{[]string{"--model", base, "--out", out}, "data"},
+	}
+	for _, tt := range tests {
+		_, errs, code := memtrain(t, "", append([]string{"finetune"}, tt.args...)...)
+		if code != 1 || !strings.Contains(errs, tt.want) || strings.Count(errs, "\n") != 1 {
+			t.Errorf("%v: code %d, stderr %q (want %q)", tt.args, code, errs, tt.want)
+		}
+	}
+}

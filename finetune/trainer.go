@@ -1,0 +1,395 @@
+package finetune
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/data"
+	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/goldfish"
+)
+
+// Config is a fine-tuning run. Its YAML keys are also the command's flags
+// (nested keys dotted: goldfish.k).
+type Config struct {
+	Model string `yaml:"model" json:"model"` // base checkpoint folder
+	Data  string `yaml:"data" json:"data"`   // dataset folder (memtrain data prepare)
+	Out   string `yaml:"out" json:"out"`     // run folder: metrics, checkpoints, config
+
+	Loss     string          `yaml:"loss" json:"loss"` // standard or goldfish
+	Goldfish goldfish.Config `yaml:"goldfish" json:"goldfish"`
+
+	Optimizer OptimizerConfig `yaml:"optimizer" json:"optimizer"`
+	Schedule  Schedule        `yaml:"schedule" json:"schedule"`
+
+	BatchSize  int     `yaml:"batch_size" json:"batch_size"`   // sequences per optimizer step
+	MicroBatch int     `yaml:"micro_batch" json:"micro_batch"` // sequences per forward pass (accumulated)
+	Epochs     int     `yaml:"epochs" json:"epochs"`
+	MaxSteps   int     `yaml:"max_steps" json:"max_steps"` // overrides epochs when > 0
+	Clip       float64 `yaml:"clip" json:"clip"`           // global gradient norm; 0 disables
+	EvalEvery  int     `yaml:"eval_every" json:"eval_every"`
+	SaveEvery  int     `yaml:"save_every" json:"save_every"`
+	Keep       int     `yaml:"keep" json:"keep"` // checkpoints kept
+	Seed       uint64  `yaml:"seed" json:"seed"`
+	Recompute  bool    `yaml:"recompute" json:"recompute"`
+	SaveDType  string  `yaml:"save_dtype" json:"save_dtype"` // f32 or bf16
+}
+
+// DefaultConfig is the configuration flags and files start from.
+func DefaultConfig() Config {
+	return Config{
+		Loss:       "standard",
+		Goldfish:   goldfish.Config{Strategy: goldfish.HashTable, K: 4, H: 13},
+		Optimizer:  OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1},
+		Schedule:   Schedule{Kind: "cosine", LR: 1e-4, MinLR: 1e-5, Warmup: 0},
+		BatchSize:  8,
+		MicroBatch: 4,
+		Epochs:     1,
+		Clip:       1.0,
+		Keep:       2,
+		SaveDType:  "f32",
+	}
+}
+
+// Validate checks the configuration on its own (the data and model are
+// checked when the run opens them).
+func (c *Config) Validate() error {
+	switch {
+	case c.Model == "":
+		return errors.New("finetune: model: missing (a checkpoint folder)")
+	case c.Data == "":
+		return errors.New("finetune: data: missing (a dataset folder from memtrain data prepare)")
+	case c.Out == "":
+		return errors.New("finetune: out: missing (the run folder)")
+	case c.Loss != "standard" && c.Loss != "goldfish":
+		return fmt.Errorf("finetune: loss: %q (want standard or goldfish)", c.Loss)
+	case c.BatchSize <= 0 || c.MicroBatch <= 0:
+		return fmt.Errorf("finetune: batch_size %d and micro_batch %d must be positive", c.BatchSize, c.MicroBatch)
+	case c.BatchSize%c.MicroBatch != 0:
+		return fmt.Errorf("finetune: micro_batch %d does not divide batch_size %d", c.MicroBatch, c.BatchSize)
+	case c.Epochs <= 0 && c.MaxSteps <= 0:
+		return errors.New("finetune: epochs or max_steps must be positive")
+	case c.Clip < 0 || c.EvalEvery < 0 || c.SaveEvery < 0 || c.Keep < 0:
+		return errors.New("finetune: clip, eval_every, save_every and keep must not be negative")
+	case c.SaveDType != "f32" && c.SaveDType != "bf16":
+		return fmt.Errorf("finetune: save_dtype: %q (want f32 or bf16)", c.SaveDType)
+	}
+	if c.Loss == "goldfish" {
+		if err := c.Goldfish.Validate(); err != nil {
+			return err
+		}
+	}
+	if err := c.Optimizer.Validate(); err != nil {
+		return err
+	}
+	s := c.Schedule
+	if s.Total == 0 {
+		s.Total = s.Warmup + 1 // the real total is set once the data is open
+	}
+	return s.Validate()
+}
+
+// resumeHash identifies the settings a resumed run must share with the run
+// it continues (the data order and the model must not change under it).
+func (c *Config) resumeHash() string {
+	key := struct {
+		Model, Data, Loss   string
+		Goldfish            goldfish.Config
+		BatchSize, Seed     any
+		OptimizerName       string
+		ScheduleKind        string
+		ScheduleTotalSource int
+	}{c.Model, c.Data, c.Loss, c.Goldfish, c.BatchSize, c.Seed, c.Optimizer.Name, c.Schedule.Kind, c.MaxSteps}
+	b, _ := json.Marshal(key)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// Metrics is one line of metrics.jsonl, written after every step.
+type Metrics struct {
+	Schema        int     `json:"schema"` // 1
+	Step          int     `json:"step"`
+	Epoch         int     `json:"epoch"`
+	LR            float64 `json:"lr"`
+	Loss          float64 `json:"loss"`           // mean over kept targets
+	Kept          float64 `json:"kept_tokens"`    // targets in the loss
+	Targets       float64 `json:"targets"`        // non-padding targets
+	DroppedFrac   float64 `json:"dropped_frac"`   // goldfish drops / non-padding targets
+	GradNorm      float64 `json:"grad_norm"`      // before clipping
+	Clipped       bool    `json:"clipped"`        //
+	TokensPerS    float64 `json:"tokens_per_s"`   // input tokens of the step / its wall time
+	ModelFLOPsPS  float64 `json:"model_flops_ps"` // tokens/s × model FLOPs per token
+	EvalLoss      float64 `json:"eval_loss,omitempty"`
+	EvalPerplex   float64 `json:"eval_perplexity,omitempty"`
+	CheckpointDir string  `json:"checkpoint,omitempty"`
+}
+
+const metricsSchema = 1
+
+// Run is a fine-tuning run in progress.
+type Run struct {
+	Config Config
+	Model  *llama.Model
+	Opt    *Optimizer
+	Store  *data.Store
+	Loader *data.Loader
+	Steps  int // total optimizer steps
+	Step   int // steps done
+	// StopAfter, when positive, ends Train after that step (with a
+	// checkpoint) as if the run were interrupted; --resume continues it.
+	StopAfter int
+	masker    *goldfish.Masker
+	files     map[string][]byte // tokenizer files carried into checkpoints
+	metrics   io.Writer
+}
+
+// Open prepares a run: it opens the dataset and the model, checks that
+// they belong together, and restores a checkpoint when resume names a run
+// folder (or one of its checkpoints).
+func Open(cfg Config, b engine.Backend, resume string) (*Run, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	store, err := data.OpenStore(cfg.Data)
+	if err != nil {
+		return nil, err
+	}
+	ck, err := checkpoints.Open(cfg.Model)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	defer ck.Close()
+	r := &Run{Config: cfg, Store: store}
+	fail := func(err error) (*Run, error) {
+		r.Close()
+		return nil, err
+	}
+	man := store.Manifest()
+	if r.files, err = checkpoints.ReadTokenizerFiles(cfg.Model); err != nil {
+		return fail(err)
+	}
+	if tj, ok := r.files[checkpoints.TokenizerFile]; ok {
+		sum := sha256.Sum256(tj)
+		if got := hex.EncodeToString(sum[:]); got != man.Tokenizer.SHA256 {
+			return fail(fmt.Errorf("finetune: %s was tokenized with another tokenizer than %s's (tokenizer hash %.12s…, the model's %.12s…)", cfg.Data, cfg.Model, man.Tokenizer.SHA256, got))
+		}
+	}
+	if man.Tokenizer.VocabSize > ck.Config.VocabSize {
+		return fail(fmt.Errorf("finetune: %s: vocabulary of %d tokens, the model has %d", cfg.Data, man.Tokenizer.VocabSize, ck.Config.VocabSize))
+	}
+	if store.SeqLen() > ck.Config.MaxPositionEmbeddings {
+		return fail(fmt.Errorf("finetune: %s: sequence length %d exceeds the model's max_position_embeddings %d", cfg.Data, store.SeqLen(), ck.Config.MaxPositionEmbeddings))
+	}
+	if cfg.Loss == "goldfish" {
+		if r.masker, err = goldfish.New(cfg.Goldfish); err != nil {
+			return fail(err)
+		}
+	}
+	if r.Loader, err = data.NewLoader(store, data.LoaderConfig{Split: data.Train, BatchSize: cfg.BatchSize, Shuffle: true, Seed: cfg.Seed}); err != nil {
+		return fail(err)
+	}
+	r.Steps = cfg.MaxSteps
+	if r.Steps <= 0 {
+		perEpoch := (r.Loader.NumSequences() + int64(cfg.BatchSize) - 1) / int64(cfg.BatchSize)
+		r.Steps = int(perEpoch) * cfg.Epochs
+	}
+	if r.Config.Schedule.Total == 0 {
+		r.Config.Schedule.Total = r.Steps
+	}
+	if err := r.Config.Schedule.Validate(); err != nil {
+		return fail(err)
+	}
+	if r.Model, err = llama.Load(b, ck, llama.Options{Recompute: cfg.Recompute}); err != nil {
+		return fail(err)
+	}
+	if r.Opt, err = NewOptimizer(b, r.Model.Params(), cfg.Optimizer); err != nil {
+		return fail(err)
+	}
+	if resume != "" {
+		path := resume
+		if _, err := os.Stat(filepath.Join(resume, StateFile)); err != nil {
+			if path, err = LatestCheckpoint(filepath.Join(resume, "checkpoints")); err != nil {
+				return fail(err)
+			}
+		}
+		st, err := LoadCheckpoint(path, r.Model, r.Opt)
+		if err != nil {
+			return fail(err)
+		}
+		if st.ConfigHash != r.Config.resumeHash() {
+			return fail(fmt.Errorf("finetune: %s was saved by a run with other model, data, loss, batch size, seed or schedule settings; resume needs the same", path))
+		}
+		if err := r.Loader.SetPosition(st.LoaderPosition); err != nil {
+			return fail(err)
+		}
+		r.Step = st.Step
+	}
+	return r, nil
+}
+
+// Close releases the run's model, optimizer state and dataset.
+func (r *Run) Close() {
+	if r.Opt != nil {
+		r.Opt.Free()
+	}
+	if r.Model != nil {
+		r.Model.Free()
+	}
+	if r.Store != nil {
+		r.Store.Close()
+	}
+}
+
+// microBatches cuts a global batch into micro-batches, applying the
+// goldfish mask to each sequence's targets. It returns the non-padding
+// target count and the goldfish drops among them.
+func (r *Run) microBatches(g data.Batch) ([]llama.Batch, float64, float64) {
+	var targets, dropped float64
+	for _, w := range g.Weights {
+		targets += float64(w)
+	}
+	if r.masker != nil {
+		for s := 0; s < g.B; s++ {
+			row := g.Weights[s*g.T : (s+1)*g.T]
+			dropped += float64(r.masker.Apply(g.Targets[s*g.T:(s+1)*g.T], row))
+		}
+	}
+	var out []llama.Batch
+	mb := r.Config.MicroBatch
+	for s := 0; s < g.B; s += mb {
+		n := min(mb, g.B-s)
+		lo, hi := s*g.T, (s+n)*g.T
+		out = append(out, llama.Batch{B: n, T: g.T, IDs: g.IDs[lo:hi], Targets: g.Targets[lo:hi], Weights: g.Weights[lo:hi]})
+	}
+	return out, targets, dropped
+}
+
+// TrainOne runs the next optimizer step and returns its metrics.
+func (r *Run) TrainOne() (Metrics, error) {
+	g, err := r.Loader.Next()
+	if err != nil {
+		return Metrics{}, err
+	}
+	start := time.Now()
+	micro, targets, dropped := r.microBatches(g)
+	lr := r.Config.Schedule.At(r.Step)
+	res, err := TrainStep(r.Model, r.Opt, micro, lr, r.Config.Clip)
+	if err != nil {
+		return Metrics{}, fmt.Errorf("finetune: step %d: %w", r.Step+1, err)
+	}
+	r.Step++
+	dt := time.Since(start).Seconds()
+	tokens := float64(g.B * g.T)
+	m := Metrics{
+		Schema: metricsSchema, Step: r.Step, Epoch: g.Epoch, LR: lr, Loss: res.Loss, Kept: res.Weight, Targets: targets,
+		GradNorm: res.GradNorm, Clipped: res.Clipped, TokensPerS: tokens / dt,
+	}
+	if targets > 0 {
+		m.DroppedFrac = dropped / targets
+	}
+	m.ModelFLOPsPS = m.TokensPerS * engine.ModelFLOPsPerToken(r.Model.Config, g.T)
+	return m, nil
+}
+
+// Evaluate returns the mean loss over every target of the holdout split,
+// or NaN when the dataset has none.
+func (r *Run) Evaluate() (float64, error) {
+	n := r.Store.NumSequences(data.Holdout)
+	if n == 0 {
+		return math.NaN(), nil
+	}
+	T := r.Store.SeqLen()
+	B := r.Config.MicroBatch
+	var sum, weight float64
+	for i := 0; i < n; i += B {
+		k := min(B, n-i)
+		batch := llama.Batch{B: k, T: T, IDs: make([]int32, k*T), Targets: make([]int32, k*T), Weights: make([]float32, k*T)}
+		for s := 0; s < k; s++ {
+			if _, err := r.Store.Sequence(data.Holdout, i+s, batch.IDs[s*T:(s+1)*T], batch.Targets[s*T:(s+1)*T], batch.Weights[s*T:(s+1)*T]); err != nil {
+				return 0, err
+			}
+		}
+		l, err := r.Model.Evaluate(batch)
+		if err != nil {
+			return 0, err
+		}
+		sum += l.Sum
+		weight += l.Weight
+	}
+	return sum / weight, nil
+}
+
+// Save writes a checkpoint of the run's current state.
+func (r *Run) Save() (string, error) {
+	dtype := checkpoints.DTypeF32
+	if r.Config.SaveDType == "bf16" {
+		dtype = checkpoints.DTypeBF16
+	}
+	st := TrainerState{Step: r.Step, OptimizerStep: r.Opt.Step, LoaderPosition: r.Loader.Position(), ConfigHash: r.Config.resumeHash()}
+	dir := filepath.Join(r.Config.Out, "checkpoints")
+	name := StepName(r.Step)
+	if err := SaveCheckpoint(dir, name, r.Model, r.Opt, st, r.files, dtype, r.Config.Keep); err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, name), nil
+}
+
+// Train runs the remaining steps: metrics to w (one JSON line per step),
+// held-out evaluation every EvalEvery steps, a checkpoint every SaveEvery
+// steps and at the end. progress, if not nil, sees each step's metrics. A
+// non-finite loss stops the run with an error naming the last good
+// checkpoint; the weights of the failed step are not saved.
+func (r *Run) Train(w io.Writer, progress func(Metrics)) error {
+	enc := json.NewEncoder(w)
+	lastGood := ""
+	for r.Step < r.Steps {
+		m, err := r.TrainOne()
+		if errors.Is(err, ErrNonFinite) {
+			if lastGood == "" {
+				lastGood = "none saved by this run"
+			}
+			return fmt.Errorf("%w; stopped, last good checkpoint: %s", err, lastGood)
+		}
+		if err != nil {
+			return err
+		}
+		if r.Config.EvalEvery > 0 && (r.Step%r.Config.EvalEvery == 0 || r.Step == r.Steps) {
+			l, err := r.Evaluate()
+			if err != nil {
+				return err
+			}
+			if !math.IsNaN(l) {
+				m.EvalLoss, m.EvalPerplex = l, math.Exp(l)
+			}
+		}
+		stop := r.StopAfter > 0 && r.Step >= r.StopAfter
+		if (r.Config.SaveEvery > 0 && r.Step%r.Config.SaveEvery == 0) || r.Step == r.Steps || stop {
+			path, err := r.Save()
+			if err != nil {
+				return err
+			}
+			m.CheckpointDir, lastGood = path, path
+		}
+		if err := enc.Encode(m); err != nil {
+			return fmt.Errorf("finetune: metrics: %w", err)
+		}
+		if progress != nil {
+			progress(m)
+		}
+		if stop {
+			break
+		}
+	}
+	return nil
+}
