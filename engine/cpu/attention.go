@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/cpu/vec"
 )
 
 // causalBlock is the number of query rows attention handles per GEMM.
@@ -82,25 +83,14 @@ func (b *Backend) Attention(out, probs, q, k, v *engine.Tensor) {
 }
 
 // causalSoftmax replaces row[0..i] with its softmax and zeroes the masked
-// rest of the row. The maximum is subtracted first, and the exponentials
-// are summed in float64.
+// rest of the row. The maximum is subtracted first; the exponentials
+// (vec.ExpSum, float32) are summed in float64 in a fixed lane order, and
+// each is then multiplied by the float32 reciprocal of the sum.
 func causalSoftmax(row []float32, i int) {
-	m := row[0]
-	for _, s := range row[1 : i+1] {
-		if s > m {
-			m = s
-		}
-	}
-	var sum float64
-	for j, s := range row[:i+1] {
-		e := math.Exp(float64(s) - float64(m))
-		row[j] = float32(e)
-		sum += e
-	}
-	inv := 1 / sum
-	for j, e := range row[:i+1] {
-		row[j] = float32(float64(e) * inv)
-	}
+	r := row[:i+1]
+	m := vec.Max(r)
+	sum := vec.ExpSum(r, r, m)
+	vec.Scale(float32(1/sum), r)
 	clear(row[i+1:])
 }
 
@@ -200,15 +190,11 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, probs *engine.Ten
 // softmaxBackward turns row i of dP into row i of dS in place, given the
 // probabilities p: dS_j = p_j·(dP_j − Σ_k p_k·dP_k) for j ≤ i, and zero
 // beyond the diagonal (where the GEMM left values of masked positions or
-// nothing at all), so that the products that follow may run over it.
+// nothing at all), so that the products that follow may run over it. The
+// sum is vec.Dot's, in float32 with a fixed order.
 func softmaxBackward(d, p []float32, i int) {
-	var dot float64
-	for j, pj := range p[:i+1] {
-		dot += float64(pj) * float64(d[j])
-	}
-	for j, pj := range p[:i+1] {
-		d[j] = float32(float64(pj) * (float64(d[j]) - dot))
-	}
+	dot := vec.Dot(p[:i+1], d[:i+1])
+	vec.SubMul(d[:i+1], dot, p)
 	clear(d[i+1:])
 }
 
@@ -217,9 +203,12 @@ func softmaxBackward(d, p []float32, i int) {
 // to kCache[b, 0 : start[b]+i+1]. q, out [B,n,heads,D]; kCache, vCache
 // [B,Tmax,kvHeads,D]; start I32 [B], with start[b]+n ≤ Tmax.
 //
-// Decoding has n = 1 or a short prompt, so plain loops suffice; the
-// (sequence, head) pairs run in parallel. Scores are dot products in
-// float32, the softmax sums in float64.
+// Decoding has n = 1 or a short prompt, so there is no GEMM: each query
+// takes its scores as vec.Dot products with the cached keys, scaled by
+// 1/√D, softmaxes them as Attention does, and sums the cached values
+// weighted by the probabilities with vec.Axpy, in key order. The
+// (sequence, head) pairs run in parallel, each computed whole by one
+// goroutine, so the result does not depend on the thread count.
 func (b *Backend) AttentionKV(out, q, kCache, vCache, start *engine.Tensor) {
 	check(len(q.Shape) == 4 && len(kCache.Shape) == 4,
 		"AttentionKV: q %v and kCache %v must be [B,n,heads,D] and [B,Tmax,kvHeads,D]", q, kCache)
@@ -235,33 +224,27 @@ func (b *Backend) AttentionKV(out, q, kCache, vCache, start *engine.Tensor) {
 	}
 	group := H / KV
 	scale := float32(1 / math.Sqrt(float64(D)))
+	ld := KV * D // elements from one cached position to the next
 
 	b.parallelFor(B*H, 1, func(lo, hi int) {
 		scores := make([]float32, Tmax)
-		acc := make([]float32, D)
 		for item := lo; item < hi; item++ {
 			bi, h := item/H, item%H
 			kv := h / group
+			kb := K[(bi*Tmax*KV+kv)*D:]
+			vb := V[(bi*Tmax*KV+kv)*D:]
 			for i := range n {
 				qi := Q[((bi*n+i)*H+h)*D:][:D]
 				L := int(S[bi]) + i + 1
 				for j := range L {
-					kj := K[((bi*Tmax+j)*KV+kv)*D:][:D]
-					var s float32
-					for d, x := range qi {
-						s += x * kj[d]
-					}
-					scores[j] = s * scale
+					scores[j] = vec.Dot(qi, kb[j*ld:j*ld+D]) * scale
 				}
 				causalSoftmax(scores[:L], L-1)
+				acc := O[((bi*n+i)*H+h)*D:][:D]
 				clear(acc)
 				for j, p := range scores[:L] {
-					vj := V[((bi*Tmax+j)*KV+kv)*D:][:D]
-					for d, x := range vj {
-						acc[d] += p * x
-					}
+					vec.Axpy(p, vb[j*ld:j*ld+D], acc)
 				}
-				copy(O[((bi*n+i)*H+h)*D:][:D], acc)
 			}
 		}
 	})

@@ -53,6 +53,30 @@ func BenchmarkAttention(b *testing.B) {
 	}
 }
 
+// BenchmarkAttentionKV times one decoding step's attention against the
+// cache: 8 sequences, one new query each, at the small preset's geometry
+// (6 heads of 64), with 128 or 384 cached positions.
+func BenchmarkAttentionKV(b *testing.B) {
+	const B, H, D, Tmax = 8, 6, 64, 512
+	be := New(Options{})
+	rng := rand.New(rand.NewPCG(6, 6))
+	kc, vc := upload(be, randn(rng, B*Tmax*H*D), B, Tmax, H, D), upload(be, randn(rng, B*Tmax*H*D), B, Tmax, H, D)
+	q, out := upload(be, randn(rng, B*H*D), B, 1, H, D), be.Alloc(engine.F32, B, 1, H, D)
+	for _, pos := range []int32{128, 384} {
+		start := make([]int32, B)
+		for i := range start {
+			start[i] = pos
+		}
+		st := uploadInt(be, start, B)
+		b.Run(fmt.Sprintf("B=%d,heads=%d,D=%d,pos=%d", B, H, D, pos), func(b *testing.B) {
+			b.SetBytes(int64(2 * B * H * D * 4 * (int(pos) + 1))) // keys and values read
+			for b.Loop() {
+				be.AttentionKV(out, q, kc, vc, st)
+			}
+		})
+	}
+}
+
 func BenchmarkRMSNorm(b *testing.B) {
 	const N, H = 4096, 768
 	be := New(Options{})

@@ -230,8 +230,17 @@ func TestThreadCountIndependence(t *testing.T) {
 		b.Gemm(engine.GemmParams{M: gm, N: gn, K: gk, Alpha: 1, LDA: gk, LDB: gn, LDC: gn}, ga, gb, gc)
 		losses, dLogits := b.Alloc(engine.F32, N), b.Alloc(engine.F32, N, H)
 		b.CrossEntropy(losses, dLogits, tx, uploadInt(b, ids, N), upload(b, x[:N], N), 0.5)
+		// SwiGLU over an odd length, so that chunk boundaries fall inside
+		// vector blocks.
+		sg, su, sd := upload(b, big, len(big)), upload(b, big[1:], len(big)-1), upload(b, big[2:], len(big)-2)
+		sgv, suv := sg.View(0, len(big)-2), su.View(0, len(big)-2)
+		so, sdg, sdu := b.Alloc(engine.F32, len(big)-2), b.Alloc(engine.F32, len(big)-2), b.Alloc(engine.F32, len(big)-2)
+		b.SwiGLU(so, sgv, suv)
+		b.SwiGLUBackward(sdg, sdu, sd, sgv, suv)
+		kvOut := b.Alloc(engine.F32, B, 3, heads, D)
+		b.AttentionKV(kvOut, upload(b, q[:B*3*heads*D], B, 3, heads, D), tk, tv, uploadInt(b, []int32{0, 40}, B))
 		var res [][]float32
-		for _, t := range []*engine.Tensor{out, rstd, dx, dw, dTable, ss, ao, probs, dq, dk, dv, gc, losses, dLogits} {
+		for _, t := range []*engine.Tensor{out, rstd, dx, dw, dTable, ss, ao, probs, dq, dk, dv, gc, losses, dLogits, so, sdg, sdu, kvOut} {
 			res = append(res, Float32s(t))
 		}
 		return res

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/cpu/vec"
 )
 
 // logitsShape returns N and V for per-row kernels over logits [N,V] with
@@ -20,9 +21,17 @@ func logitsShape(op string, logits *engine.Tensor, n int) int {
 //	dLogits[i] = scale·w[i]·(softmax(logits[i]) − onehot(t[i]))
 //
 // the gradient only when dLogits is not nil. The softmax is taken after
-// subtracting the row's maximum, with the exponentials summed and the
-// logarithm taken in float64, so neither large nor very negative logits
-// overflow or lose the loss.
+// subtracting the row's maximum m, so neither large nor very negative
+// logits overflow or lose the loss: the exponentials e_j = e^(x_j − m)
+// come from vec.ExpSum (float32, within an ulp; flushed to zero below
+// e^−87.3, which no sum can notice) and are summed in float64 in a fixed
+// lane order, and the logarithm is taken in float64 of x_t − m exactly.
+// The gradient is e_j·c with c = scale·w/Σe rounded to float32, except at
+// the target, whose p_t − 1 would cancel when p_t is near 1: it is
+// computed in float64 from the exact exponent.
+//
+// Each row is computed whole by one goroutine, so the result does not
+// depend on the thread count.
 //
 // Rows with weight 0 get loss 0 and a zero gradient row whatever their
 // target (padding may carry −1). A target outside [0, V) on a row with
@@ -46,8 +55,10 @@ func (b *Backend) CrossEntropy(losses, dLogits, logits, targets, weights *engine
 			"CrossEntropy: targets[%d] = %d is outside the vocabulary of %d on a row of weight %g", i, t, v, ws[i])
 	}
 
-	// Rows cost about as much per element as SwiGLU's: an exponential.
-	b.parallelFor(n, max(1, elementGrain/8/v), func(lo, hi int) {
+	// A row costs a few passes over V floats: one goroutine per
+	// elementGrain/2 elements at least.
+	b.parallelFor(n, max(1, elementGrain/2/v), func(lo, hi int) {
+		var scratch []float32 // the exponentials when there is no d to hold them
 		for i := lo; i < hi; i++ {
 			x := xs[i*v : (i+1)*v]
 			var d []float32
@@ -61,39 +72,24 @@ func (b *Backend) CrossEntropy(losses, dLogits, logits, targets, weights *engine
 				continue
 			}
 			t := int(ts[i])
-			m := x[0]
-			for _, xj := range x[1:] {
-				if xj > m {
-					m = xj
-				}
-			}
+			m := vec.Max(x)
 			// Read the target's logit before d (which may be x) is
 			// overwritten.
 			zt := float64(x[t]) - float64(m)
-			var sum float64
-			if d == nil {
-				for _, xj := range x {
-					sum += math.Exp(float64(xj) - float64(m))
+			e := d
+			if e == nil {
+				if scratch == nil {
+					scratch = make([]float32, v)
 				}
-			} else {
-				// Keep each exponential in d so the gradient needs no
-				// second exp.
-				for j, xj := range x {
-					e := math.Exp(float64(xj) - float64(m))
-					d[j] = float32(e)
-					sum += e
-				}
+				e = scratch
 			}
+			sum := vec.ExpSum(e, x, m)
 			ls[i] = float32(w * (math.Log(sum) - zt))
 			if d == nil {
 				continue
 			}
 			c := float64(scale) * w / sum
-			for j, e := range d {
-				d[j] = float32(float64(e) * c)
-			}
-			// The target's gradient is p_t − 1, which cancels when p_t is
-			// near 1: compute it from the unrounded exponential.
+			vec.Scale(float32(c), d)
 			d[t] = float32(math.Exp(zt)*c - float64(scale)*w)
 		}
 	})

@@ -28,6 +28,11 @@ type goGEMM struct {
 	// pool holds *workspace values: packing buffers sized for kern.
 	pool *sync.Pool
 
+	// noSkinny sends every product down the blocked path, and skinnyAny
+	// sends down the skinny path products of any m it has kernels for:
+	// for tests and benchmarks.
+	noSkinny, skinnyAny bool
+
 	teamOnce sync.Once
 	team     *team // threads−1 workers, started by the first parallel call
 }
@@ -100,7 +105,7 @@ func (g *goGEMM) Serial() Impl {
 	if g.threads == 1 {
 		return g
 	}
-	return &goGEMM{threads: 1, kern: g.kern, pool: g.pool}
+	return &goGEMM{threads: 1, kern: g.kern, pool: g.pool, noSkinny: g.noSkinny, skinnyAny: g.skinnyAny}
 }
 
 // runner is implemented by Impls with their own way to run goroutines side
@@ -118,6 +123,9 @@ func (g *goGEMM) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []floa
 	}
 	if k == 0 || alpha == 0 {
 		scale(m, n, beta, c, ldc)
+		return
+	}
+	if g.skinny(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) {
 		return
 	}
 	kn := g.kern

@@ -29,13 +29,18 @@ type microKernel struct {
 	// products no wider than its nr, which would waste at least half of
 	// each of this kernel's tiles.
 	narrow *microKernel
+	// dot and axpy, if set, are the skinny path's kernels for transB and
+	// not transB: see skinny.
+	dot  *dotKernels
+	axpy *axpyKernels
 }
 
 // genericKernel is the portable micro-kernel: a 4×4 tile in plain Go.
 var genericKernel = microKernel{
 	name: "generic", mr: 4, nr: 4,
 	kc: 256, nc: 512, mc: 512,
-	fn: kernelGeneric4x4,
+	fn:  kernelGeneric4x4,
+	dot: goDot,
 }
 
 // kernelGeneric4x4 is the pure-Go 4×4 micro-kernel.

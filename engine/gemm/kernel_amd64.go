@@ -5,6 +5,7 @@ package gemm
 import "golang.org/x/sys/cpu"
 
 //go:generate go run gen_kernels.go
+//go:generate go run gen_skinny.go
 
 // sgemmKernelAVX512 is the 12×32 AVX-512 micro-kernel: 24 zmm accumulators,
 // two zmm rows of B and one broadcast of A per row.
@@ -37,6 +38,8 @@ var (
 		kc: 256, nc: 384, mc: 2400,
 		fn:     sgemmKernelAVX512,
 		narrow: &avx512NarrowKernel,
+		dot:    &avx512Dot,
+		axpy:   &avx512Axpy,
 	}
 	// The narrow kernel's 24×256 A panel takes 24 KiB of L1.
 	avx512NarrowKernel = microKernel{
@@ -49,7 +52,8 @@ var (
 	avx2Kernel = microKernel{
 		name: "avx2", mr: 6, nr: 16,
 		kc: 256, nc: 256, mc: 1200,
-		fn: sgemmKernelAVX2,
+		fn:  sgemmKernelAVX2,
+		dot: &avx2Dot,
 	}
 )
 
