@@ -1,6 +1,9 @@
 // Package cpu is the engine's CPU backend: every kernel of engine.Backend
 // written as plain Go loops over float32 slices, in the manner of llm.c,
-// with the matrix products delegated to package gemm.
+// with the matrix products delegated to package gemm and the inner loops
+// of the softmaxes, SwiGLU and cached attention (exponentials, dot
+// products, axpys, maxima) to package vec, which runs them in AVX-512 or
+// AVX2 assembly on amd64.
 //
 // Each layer's forward and backward sit side by side in a file named after
 // the layer. Kernels run to completion before they return, on the calling
