@@ -17,9 +17,27 @@
 //   - AVX2 with FMA: 6×16 tiles (12 ymm accumulators);
 //   - anything else, or the purego build tag: 4×4 tiles in plain Go.
 //
+// (Products at most 16 rows high take the skinny path below.)
+//
 // Each element of C is computed by one goroutine summing its k products in
 // an order that depends on k alone, so results are bit-identical for any
 // thread count on a given CPU (though not between the kernels).
+//
+// # Skinny products
+//
+// Products with at most 16 rows of C (decoding a batch of a few
+// sequences: C[m,n] = x[m,k]·Wᵀ with W[n,k] as Linear layers store it) take
+// another path, where packing B would cost more than the product, each
+// element of B being used only m times. The skinny path streams each row of
+// B once, unpacked, past the rows of A held in registers: for transB,
+// AVX-512 or AVX2 kernels dot up to 8 rows of A with up to 8 rows of B at a
+// time, each element of C accumulated in one vector and summed across its
+// lanes by a fixed tree; otherwise (AVX-512 only) kernels stream the rows of
+// B and add A[i,p]·B[p,:] into registers holding up to 64 columns of m rows
+// of C. The rows of B, or the columns of C, are split among the threads.
+// Here too each element's arithmetic depends on (m, n, k) alone, not on the
+// thread count nor on the block it falls in, so results stay bit-identical
+// for any thread count; they differ in rounding from the blocked path's.
 //
 // # Choosing an implementation
 //

@@ -48,6 +48,9 @@ type goGEMM struct {
 // every microsecond or so, before they sleep, since waking a sleeping one
 // costs more than a small product takes. They stop when the Impl is garbage collected.
 //
+// Products at most skinnyMaxM (16) rows high take the skinny path, which
+// does not pack B (see skinny).
+//
 // The returned Impl also implements Serialer. Its results depend only on
 // the operands and the CPU's micro-kernel, not on the thread count.
 func New(threads int) Impl {
