@@ -36,12 +36,24 @@ type TrainerState struct {
 
 const stateVersion = 1
 
+// SaveOptions control SaveCheckpoint.
+type SaveOptions struct {
+	Files map[string][]byte // extra files for the checkpoint (the tokenizer's)
+	DType checkpoints.DType // storage type of the weights
+	Keep  int               // checkpoints kept; 0 keeps all
+	// BeforeCommit, if set, runs when every file of the checkpoint is
+	// written and before the directory is committed: crash-safety tests
+	// kill the process there.
+	BeforeCommit func(tmpDir string)
+}
+
 // SaveCheckpoint writes a complete training checkpoint as one directory,
 // committed as a whole: everything is written under a temporary name in
 // dir, synced, and renamed to name; then dir/latest is replaced atomically
-// to point at it, and all but the newest keep checkpoints are removed. A
-// crash at any point leaves latest pointing at a complete checkpoint.
-func SaveCheckpoint(dir, name string, m *llama.Model, o *Optimizer, st TrainerState, files map[string][]byte, dtype checkpoints.DType, keep int) error {
+// to point at it, and all but the newest opt.Keep checkpoints are removed.
+// A crash at any point leaves latest pointing at a complete checkpoint.
+func SaveCheckpoint(dir, name string, m *llama.Model, o *Optimizer, st TrainerState, opt SaveOptions) error {
+	files, dtype, keep := opt.Files, opt.DType, opt.Keep
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("finetune: %w", err)
 	}
@@ -82,6 +94,9 @@ func SaveCheckpoint(dir, name string, m *llama.Model, o *Optimizer, st TrainerSt
 	}
 	if err := checkpoints.WriteFileAtomic(filepath.Join(tmp, StateFile), append(sb, '\n')); err != nil {
 		return err
+	}
+	if opt.BeforeCommit != nil {
+		opt.BeforeCommit(tmp)
 	}
 	final := filepath.Join(dir, name)
 	if err := os.RemoveAll(final); err != nil {

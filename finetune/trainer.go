@@ -148,9 +148,11 @@ type Run struct {
 	// StopAfter, when positive, ends Train after that step (with a
 	// checkpoint) as if the run were interrupted; --resume continues it.
 	StopAfter int
-	masker    *goldfish.Masker
-	files     map[string][]byte // tokenizer files carried into checkpoints
-	metrics   io.Writer
+	// BeforeCommit is passed to SaveCheckpoint (crash-safety tests).
+	BeforeCommit func(step int, tmpDir string)
+	masker       *goldfish.Masker
+	files        map[string][]byte // tokenizer files carried into checkpoints
+	metrics      io.Writer
 }
 
 // Open prepares a run: it opens the dataset and the model, checks that
@@ -339,7 +341,12 @@ func (r *Run) Save() (string, error) {
 	st := TrainerState{Step: r.Step, OptimizerStep: r.Opt.Step, LoaderPosition: r.Loader.Position(), ConfigHash: r.Config.resumeHash()}
 	dir := filepath.Join(r.Config.Out, "checkpoints")
 	name := StepName(r.Step)
-	if err := SaveCheckpoint(dir, name, r.Model, r.Opt, st, r.files, dtype, r.Config.Keep); err != nil {
+	opt := SaveOptions{Files: r.files, DType: dtype, Keep: r.Config.Keep}
+	if r.BeforeCommit != nil {
+		step := r.Step
+		opt.BeforeCommit = func(tmp string) { r.BeforeCommit(step, tmp) }
+	}
+	if err := SaveCheckpoint(dir, name, r.Model, r.Opt, st, opt); err != nil {
 		return "", err
 	}
 	return filepath.Join(dir, name), nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -15,6 +16,11 @@ import (
 	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/goldfish"
 )
+
+// killInSaveEnv names the environment variable that makes `finetune` kill
+// itself while saving the checkpoint of the given step (tests of
+// crash-safe checkpoints).
+const killInSaveEnv = "MEMTRAIN_TEST_KILL_IN_SAVE"
 
 // finetuneFlag binds one command-line flag to one configuration key.
 type finetuneFlag struct {
@@ -155,6 +161,19 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, resume
 	}
 	defer run.Close()
 	run.StopAfter = stopAfter
+	if s := os.Getenv(killInSaveEnv); s != "" {
+		// Crash-safety tests: die by SIGKILL in the middle of saving the
+		// checkpoint of this step, its files written but not committed.
+		step, err := strconv.Atoi(s)
+		if err != nil {
+			return fmt.Errorf("finetune: %s=%q: want a step number", killInSaveEnv, s)
+		}
+		run.BeforeCommit = func(at int, _ string) {
+			if at == step {
+				killSelf()
+			}
+		}
+	}
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return fmt.Errorf("finetune: %w", err)
 	}

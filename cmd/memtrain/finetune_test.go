@@ -3,9 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/memtrain/memtrain/data/assets"
@@ -91,6 +95,11 @@ func TestFinetuneResumeIsBitIdentical(t *testing.T) {
 func TestFinetuneErrors(t *testing.T) {
 	base, ds := finetuneFixture(t, "builtin:llama2")
 	_, ds3 := finetuneFixture(t, "builtin:llama3")
+	long := filepath.Join(t.TempDir(), "long")
+	if _, errs, code := memtrain(t, "", "data", "prepare", "--input", filepath.Join(filepath.Dir(ds), "austen.jsonl"),
+		"--tokenizer", "builtin:llama2", "--out", long, "--seq-len", "4096", "--mode", "document"); code != 0 {
+		t.Fatal(errs)
+	}
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(bad, []byte("model: x\nlearning_rate: 1\n"), 0o644)
 	out := t.TempDir()
@@ -104,11 +113,60 @@ func TestFinetuneErrors(t *testing.T) {
 		{[]string{"--model", base, "--data", ds, "--out", out, "--goldfish.strategy", "random"}, "random"},
 		{[]string{"--model", base, "--data", ds, "--out", out, "--batch_size", "3", "--micro_batch", "2"}, "does not divide"},
 		{[]string{"--model", base, "--out", out}, "data"},
+		{[]string{"--model", base, "--data", long, "--out", out}, "max_position_embeddings"},
 	}
 	for _, tt := range tests {
 		_, errs, code := memtrain(t, "", append([]string{"finetune"}, tt.args...)...)
 		if code != 1 || !strings.Contains(errs, tt.want) || strings.Count(errs, "\n") != 1 {
 			t.Errorf("%v: code %d, stderr %q (want %q)", tt.args, code, errs, tt.want)
+		}
+	}
+}
+
+// TestMain lets the crash test run this test binary as memtrain itself.
+func TestMain(m *testing.M) {
+	if os.Getenv("MEMTRAIN_TEST_AS_CLI") == "1" {
+		os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// TestFinetuneSurvivesSIGKILLDuringSave kills a run by SIGKILL while it
+// writes a checkpoint, resumes it from what is on disk, and checks that the
+// final weights equal an uninterrupted run's bit for bit.
+func TestFinetuneSurvivesSIGKILLDuringSave(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("needs SIGKILL")
+	}
+	base, ds := finetuneFixture(t, "builtin:llama2")
+	runs := t.TempDir()
+	args := func(out string, extra ...string) []string {
+		return append([]string{"finetune", "--model", base, "--data", ds, "--out", out, "--max_steps", "6", "--batch_size", "4",
+			"--micro_batch", "2", "--loss", "goldfish", "--goldfish.h", "4", "--schedule.lr", "1e-3", "--save_every", "2"}, extra...)
+	}
+	a, b := filepath.Join(runs, "a"), filepath.Join(runs, "b")
+	if _, errs, code := memtrain(t, "", args(a)...); code != 0 {
+		t.Fatal(errs)
+	}
+	cmd := exec.Command(os.Args[0], args(b)...)
+	cmd.Env = append(os.Environ(), "MEMTRAIN_TEST_AS_CLI=1", killInSaveEnv+"=4")
+	out, err := cmd.CombinedOutput()
+	var exitErr *exec.ExitError
+	if !errors.As(err, &exitErr) || exitErr.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("run was not killed: %v\n%s", err, out)
+	}
+	latest, err := os.ReadFile(filepath.Join(b, "checkpoints", "latest"))
+	if err != nil || strings.TrimSpace(string(latest)) != "step-00000002" {
+		t.Fatalf("after the kill, latest = %q (%v), want step-00000002", latest, err)
+	}
+	if _, errs, code := memtrain(t, "", args(b, "--resume", b)...); code != 0 {
+		t.Fatal(errs)
+	}
+	for _, f := range []string{"model.safetensors", "optimizer.safetensors"} {
+		x, _ := os.ReadFile(filepath.Join(a, "checkpoints", "step-00000006", f))
+		y, _ := os.ReadFile(filepath.Join(b, "checkpoints", "step-00000006", f))
+		if len(x) == 0 || !bytes.Equal(x, y) {
+			t.Errorf("%s: the run resumed after SIGKILL differs from the uninterrupted one", f)
 		}
 	}
 }
