@@ -11,6 +11,7 @@ import (
 // StepResult describes one optimizer step.
 type StepResult struct {
 	Loss     float64 // mean over the kept targets of the global batch
+	LossAll  float64 // mean under the micro-batches' ReportWeights (e.g. all non-padding targets); Loss when none are given
 	Weight   float64 // kept targets (Σ of the loss weights)
 	GradNorm float64 // global gradient norm before clipping
 	LR       float64
@@ -43,15 +44,21 @@ func TrainStep(m *llama.Model, o *Optimizer, micro []llama.Batch, lr, maxNorm fl
 		return res, nil
 	}
 	m.ZeroGrads()
-	var sum float64
+	var sum, repSum, repWeight float64
 	for i, b := range micro {
 		l, err := m.ForwardBackward(b, float32(1/res.Weight))
 		if err != nil {
 			return res, fmt.Errorf("finetune: micro-batch %d: %w", i, err)
 		}
 		sum += l.Sum
+		repSum += l.ReportSum
+		repWeight += l.ReportWeight
 	}
 	res.Loss = sum / res.Weight
+	res.LossAll = res.Loss
+	if repWeight > 0 {
+		res.LossAll = repSum / repWeight
+	}
 	res.GradNorm, res.Clipped = ClipGradNorm(m.Backend(), m.Params(), maxNorm)
 	if math.IsNaN(res.Loss) || math.IsInf(res.Loss, 0) || math.IsNaN(res.GradNorm) || math.IsInf(res.GradNorm, 0) {
 		return res, fmt.Errorf("%w (loss %v, gradient norm %v)", ErrNonFinite, res.Loss, res.GradNorm)

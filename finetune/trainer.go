@@ -122,6 +122,7 @@ type Metrics struct {
 	Epoch         int     `json:"epoch"`
 	LR            float64 `json:"lr"`
 	Loss          float64 `json:"loss"`           // mean over kept targets
+	LossAll       float64 `json:"loss_all"`       // mean over every non-padding target, dropped ones included
 	Kept          float64 `json:"kept_tokens"`    // targets in the loss
 	Targets       float64 `json:"targets"`        // non-padding targets
 	DroppedFrac   float64 `json:"dropped_frac"`   // goldfish drops / non-padding targets
@@ -261,7 +262,9 @@ func (r *Run) microBatches(g data.Batch) ([]llama.Batch, float64, float64) {
 	for _, w := range g.Weights {
 		targets += float64(w)
 	}
+	var padding []float32 // the weights before goldfish, for the all-token loss
 	if r.masker != nil {
+		padding = append([]float32(nil), g.Weights...)
 		for s := 0; s < g.B; s++ {
 			row := g.Weights[s*g.T : (s+1)*g.T]
 			dropped += float64(r.masker.Apply(g.Targets[s*g.T:(s+1)*g.T], row))
@@ -272,7 +275,11 @@ func (r *Run) microBatches(g data.Batch) ([]llama.Batch, float64, float64) {
 	for s := 0; s < g.B; s += mb {
 		n := min(mb, g.B-s)
 		lo, hi := s*g.T, (s+n)*g.T
-		out = append(out, llama.Batch{B: n, T: g.T, IDs: g.IDs[lo:hi], Targets: g.Targets[lo:hi], Weights: g.Weights[lo:hi]})
+		b := llama.Batch{B: n, T: g.T, IDs: g.IDs[lo:hi], Targets: g.Targets[lo:hi], Weights: g.Weights[lo:hi]}
+		if padding != nil {
+			b.ReportWeights = padding[lo:hi]
+		}
+		out = append(out, b)
 	}
 	return out, targets, dropped
 }
@@ -294,7 +301,7 @@ func (r *Run) TrainOne() (Metrics, error) {
 	dt := time.Since(start).Seconds()
 	tokens := float64(g.B * g.T)
 	m := Metrics{
-		Schema: metricsSchema, Step: r.Step, Epoch: g.Epoch, LR: lr, Loss: res.Loss, Kept: res.Weight, Targets: targets,
+		Schema: metricsSchema, Step: r.Step, Epoch: g.Epoch, LR: lr, Loss: res.Loss, LossAll: res.LossAll, Kept: res.Weight, Targets: targets,
 		GradNorm: res.GradNorm, Clipped: res.Clipped, TokensPerS: tokens / dt,
 	}
 	if targets > 0 {

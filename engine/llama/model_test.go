@@ -306,3 +306,47 @@ func TestActivationBytesIsWhatIsAllocated(t *testing.T) {
 		}
 	}
 }
+
+// TestReportWeights: a report-only loss changes neither the trained loss
+// nor the gradients, and equals the loss evaluated with those weights.
+func TestReportWeights(t *testing.T) {
+	cfg := testConfig(false, 2)
+	m := randomModel(t, newBackend(2), cfg, Options{}, 4)
+	defer m.Free()
+	batch := randomBatch(cfg, 2, 6, 3)
+	all := make([]float32, len(batch.Weights))
+	for i := range all {
+		all[i] = 1
+		if batch.Targets[i] < 0 {
+			batch.Targets[i] = int32(i % cfg.VocabSize) // a dropped but valid target: reported, not trained
+		}
+	}
+	m.ZeroGrads()
+	plain, err := m.ForwardBackward(batch, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1 := gradsOf(m)
+	withReport := batch
+	withReport.ReportWeights = all
+	m.ZeroGrads()
+	rep, err := m.ForwardBackward(withReport, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range gradsOf(m) {
+		if !slices.Equal(v, g1[name]) {
+			t.Errorf("%s: gradient changed by the report weights", name)
+		}
+	}
+	if rep.Sum != plain.Sum || rep.ReportWeight != float64(len(all)) {
+		t.Errorf("trained loss %v (was %v), report weight %v", rep.Sum, plain.Sum, rep.ReportWeight)
+	}
+	ev, err := m.Evaluate(Batch{B: batch.B, T: batch.T, IDs: batch.IDs, Targets: batch.Targets, Weights: all})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(ev.Sum-rep.ReportSum) > 1e-4*math.Abs(ev.Sum) {
+		t.Errorf("report loss %v, evaluated %v", rep.ReportSum, ev.Sum)
+	}
+}

@@ -15,6 +15,10 @@ type Batch struct {
 	IDs     []int32
 	Targets []int32   // the token each position predicts; ignored where the weight is 0
 	Weights []float32 // 0/1 per target (goldfish mask, padding); nil means all ones
+	// ReportWeights, if not nil, weight a second loss that is only
+	// reported, not trained on: e.g. every non-padding target, while
+	// Weights also drops the goldfish-masked ones.
+	ReportWeights []float32
 }
 
 // Loss is the weighted cross-entropy of a batch, unnormalised so that
@@ -25,6 +29,9 @@ type Loss struct {
 	Sum, Weight float64
 	// PerSeq and PerSeqWeight are the same sums for each sequence.
 	PerSeq, PerSeqWeight []float64
+	// ReportSum and ReportWeight are the sums under Batch.ReportWeights
+	// (zero when it is nil).
+	ReportSum, ReportWeight float64
 }
 
 // Mean is Sum / Weight, the loss as reported (NaN when nothing is weighted).
@@ -48,6 +55,8 @@ func (m *Model) Validate(batch Batch) error {
 		return fmt.Errorf("llama: batch of %d×%d needs %d ids and targets, got %d and %d", batch.B, batch.T, n, len(batch.IDs), len(batch.Targets))
 	case batch.Weights != nil && len(batch.Weights) != n:
 		return fmt.Errorf("llama: batch of %d×%d needs %d weights, got %d", batch.B, batch.T, n, len(batch.Weights))
+	case batch.ReportWeights != nil && len(batch.ReportWeights) != n:
+		return fmt.Errorf("llama: batch of %d×%d needs %d report weights, got %d", batch.B, batch.T, n, len(batch.ReportWeights))
 	}
 	v := int32(cfg.VocabSize)
 	for i, id := range batch.IDs {
@@ -62,6 +71,13 @@ func (m *Model) Validate(batch Batch) error {
 		}
 		if w < 0 || math.IsNaN(float64(w)) || math.IsInf(float64(w), 0) {
 			return fmt.Errorf("llama: loss weight %v at position %d (want a finite non-negative number)", w, i)
+		}
+		if batch.ReportWeights != nil {
+			r := batch.ReportWeights[i]
+			if r < 0 || math.IsNaN(float64(r)) || math.IsInf(float64(r), 0) {
+				return fmt.Errorf("llama: report weight %v at position %d (want a finite non-negative number)", r, i)
+			}
+			w += r
 		}
 		if w != 0 && (t < 0 || t >= v) {
 			return fmt.Errorf("llama: target id %d at position %d outside the vocabulary [0, %d)", t, i, v)
@@ -79,24 +95,30 @@ func (m *Model) upload(batch Batch, train bool) (*workspace, error) {
 	b := m.backend
 	b.UploadInt32(ws.ids, batch.IDs)
 	targets := batch.Targets
-	weights := batch.Weights
-	if weights == nil {
-		weights = make([]float32, len(targets))
-		for i := range weights {
-			weights[i] = 1
-		}
-	}
+	weights := m.trainWeights(batch)
 	// Zero-weight targets may be anything (−1, −100); give the kernels a
 	// valid id so that no backend has to special-case them.
 	clean := make([]int32, len(targets))
 	for i, t := range targets {
-		if weights[i] != 0 {
+		if weights[i] != 0 || (batch.ReportWeights != nil && batch.ReportWeights[i] != 0) {
 			clean[i] = t
 		}
 	}
 	b.UploadInt32(ws.targets, clean)
 	b.Upload(ws.weights, weights)
 	return ws, nil
+}
+
+// trainWeights returns the batch's loss weights, all ones when none are given.
+func (m *Model) trainWeights(batch Batch) []float32 {
+	if batch.Weights != nil {
+		return batch.Weights
+	}
+	w := make([]float32, len(batch.Targets))
+	for i := range w {
+		w[i] = 1
+	}
+	return w
 }
 
 // forward runs the model to the logits. In training mode every layer's
@@ -172,9 +194,19 @@ func (m *Model) ForwardBackward(batch Batch, scale float32) (Loss, error) {
 		return Loss{}, err
 	}
 	m.forward(ws)
+	var report Loss
+	if batch.ReportWeights != nil {
+		// The reported loss first, while the logits are still logits.
+		m.backend.Upload(ws.weights, batch.ReportWeights)
+		m.backend.CrossEntropy(ws.losses, nil, ws.logits, ws.targets, ws.weights, 0)
+		report = m.lossOf(ws, Batch{B: batch.B, T: batch.T, Weights: batch.ReportWeights})
+		m.backend.Upload(ws.weights, m.trainWeights(batch))
+	}
 	m.backend.CrossEntropy(ws.losses, ws.logits, ws.logits, ws.targets, ws.weights, scale)
 	m.backward(ws)
-	return m.lossOf(ws, batch), nil
+	l := m.lossOf(ws, batch)
+	l.ReportSum, l.ReportWeight = report.Sum, report.Weight
+	return l, nil
 }
 
 // backward propagates the logits' gradient (left in ws.logits by the
