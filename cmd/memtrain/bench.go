@@ -18,7 +18,7 @@ scripts to collect.`,
 	// Each measurement registers here.
 	cmd.AddCommand(
 		newBenchGemmCmd(),
-		newBenchStepCmd(), // bench_step.go: a full training step
+		newBenchStepCmd(), newBenchDecodeCmd(), // bench_step.go: a full training step
 	)
 	return cmd
 }

@@ -154,3 +154,17 @@ func TestBenchStep(t *testing.T) {
 		t.Errorf("flops/token %v, want %v", r.ModelFLOPsPerToken, want)
 	}
 }
+
+func TestBenchDecode(t *testing.T) {
+	out, errs, code := memtrain(t, "", "bench", "decode", "--preset", "tiny", "--batch", "2", "--prompt-len", "3", "--new-tokens", "4", "--repeat", "1")
+	if code != 0 {
+		t.Fatal(errs)
+	}
+	var r benchDecodeResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.TokensPerS <= 0 || r.Batch != 2 || r.NewTokens != 4 {
+		t.Errorf("result %+v", r)
+	}
+}

@@ -175,12 +175,41 @@ func (m *Model) Generate(prompts [][]int32, opt GenerateOptions) ([][]int32, err
 	if opt.MaxNewTokens == 0 {
 		return out, nil
 	}
-	d := m.newDecoder(B, longest+opt.MaxNewTokens, max(longest, B))
+	// Decode in order of prompt length so that prompts of equal length sit
+	// side by side and are prefilled together, as one batch of GEMMs; the
+	// outputs are put back in the caller's order at the end.
+	order := make([]int, B)
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return len(prompts[a]) - len(prompts[b]) })
+	sorted := make([][]int32, B)
+	total := 0
+	for i, o := range order {
+		sorted[i] = prompts[o]
+		total += len(prompts[o])
+	}
+	prompts = sorted
+	defer func() {
+		unsorted := make([][]int32, B)
+		for i, o := range order {
+			unsorted[o] = out[i]
+		}
+		copy(out, unsorted)
+	}()
+	d := m.newDecoder(B, longest+opt.MaxNewTokens, max(total, B))
 	defer d.free()
 
-	// Prefill: each prompt on its own, since lengths differ.
-	for s, p := range prompts {
-		d.step(s, p, len(p), []int32{0})
+	// Prefill: each run of prompts of one length as one batch.
+	for s0 := 0; s0 < B; {
+		s1 := s0
+		var ids []int32
+		for s1 < B && len(prompts[s1]) == len(prompts[s0]) {
+			ids = append(ids, prompts[s1]...)
+			s1++
+		}
+		d.step(s0, ids, len(prompts[s0]), make([]int32, s1-s0))
+		s0 = s1
 	}
 	next := d.predict()
 	done := make([]bool, B)
