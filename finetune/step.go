@@ -20,7 +20,7 @@ type StepResult struct {
 
 // ErrNonFinite reports a NaN or infinite loss or gradient norm; the step
 // that met it changed no weights.
-var ErrNonFinite = errors.New("finetune: loss or gradient norm is not finite")
+var ErrNonFinite = errors.New("loss or gradient norm is not finite")
 
 // TrainStep runs one optimizer step over a global batch given as
 // micro-batches: the gradient of the mean loss over every kept target of

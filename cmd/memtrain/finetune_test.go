@@ -114,6 +114,11 @@ func TestFinetuneErrors(t *testing.T) {
 		{[]string{"--model", base, "--data", ds, "--out", out, "--batch_size", "3", "--micro_batch", "2"}, "does not divide"},
 		{[]string{"--model", base, "--out", out}, "data"},
 		{[]string{"--model", base, "--data", long, "--out", out}, "max_position_embeddings"},
+		// A learning rate that blows the weights up: the run stops at the
+		// first non-finite loss and names the last good checkpoint.
+		{[]string{"--model", base, "--data", ds, "--out", filepath.Join(out, "nan"), "--max_steps", "5", "--batch_size", "4",
+			"--micro_batch", "2", "--schedule.lr", "1e30", "--schedule.min_lr", "0", "--save_every", "1", "--clip", "0"},
+			"not finite (loss NaN, gradient norm NaN); stopped, last good checkpoint: " + filepath.Join(out, "nan", "checkpoints", "step-00000001")},
 	}
 	for _, tt := range tests {
 		_, errs, code := memtrain(t, "", append([]string{"finetune"}, tt.args...)...)
