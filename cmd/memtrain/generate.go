@@ -130,7 +130,7 @@ func runGenerate(cmd *cobra.Command, f generateFlags) error {
 			continue
 		}
 		if lm.tok != nil {
-			fmt.Fprintf(w, "%s\u2192%s\n", lm.tok.Decode(prompts[i]), g.Text)
+			fmt.Fprintf(w, "%s\u2192%s\n", lm.tok.DecodeSkipSpecial(prompts[i]), g.Text)
 		} else {
 			fmt.Fprintf(w, "%v -> %v\n", prompts[i], ids)
 		}
