@@ -1,0 +1,179 @@
+package memorization
+
+import (
+	"math"
+	"math/rand/v2"
+	"sort"
+	"testing"
+)
+
+func TestMean(t *testing.T) {
+	tests := []struct {
+		in   []float64
+		want float64
+	}{
+		{nil, 0},
+		{[]float64{3}, 3},
+		{[]float64{1, 2, 3, 4}, 2.5},
+		{[]float64{-1, 1}, 0},
+	}
+	for _, tt := range tests {
+		if got := Mean(tt.in); got != tt.want {
+			t.Errorf("Mean(%v) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestROCAUC(t *testing.T) {
+	tests := []struct {
+		name           string
+		members, non   []float64
+		higherIsMember bool
+		want           float64
+	}{
+		{"perfect separation", []float64{5, 6, 7}, []float64{1, 2, 3}, true, 1},
+		{"reversed", []float64{1, 2, 3}, []float64{5, 6, 7}, true, 0},
+		{"lower is member", []float64{1, 2, 3}, []float64{5, 6, 7}, false, 1},
+		{"all ties", []float64{4, 4, 4}, []float64{4, 4}, true, 0.5},
+		{"empty members", nil, []float64{1}, true, 0.5},
+		{"empty non-members", []float64{1}, nil, true, 0.5},
+		// Pairs (m, n): (2,1)=1 (2,3)=0 (4,1)=1 (4,3)=1 → 3/4.
+		{"hand example", []float64{2, 4}, []float64{1, 3}, true, 0.75},
+		// Pairs: (3,1)=1 (3,3)=½ (3,5)=0 (5,1)=1 (5,3)=1 (5,5)=½ → 4/6.
+		{"hand example with ties", []float64{3, 5}, []float64{1, 3, 5}, true, 4.0 / 6},
+		{"hand example with ties, lower is member", []float64{3, 5}, []float64{1, 3, 5}, false, 2.0 / 6},
+	}
+	for _, tt := range tests {
+		if got := ROCAUC(tt.members, tt.non, tt.higherIsMember); !near(got, tt.want) {
+			t.Errorf("%s: ROCAUC = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// bruteAUC counts member/non-member pairs directly.
+func bruteAUC(members, non []float64) float64 {
+	s := 0.0
+	for _, m := range members {
+		for _, n := range non {
+			switch {
+			case m > n:
+				s++
+			case m == n:
+				s += 0.5
+			}
+		}
+	}
+	return s / float64(len(members)*len(non))
+}
+
+func TestROCAUCMatchesPairCount(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := range 50 {
+		m := make([]float64, 1+rng.IntN(20))
+		n := make([]float64, 1+rng.IntN(20))
+		for i := range m {
+			m[i] = float64(rng.IntN(8)) // small range forces ties
+		}
+		for i := range n {
+			n[i] = float64(rng.IntN(8)) - 1
+		}
+		got, want := ROCAUC(m, n, true), bruteAUC(m, n)
+		if math.Abs(got-want) > 1e-12 {
+			t.Fatalf("trial %d: ROCAUC = %v, pair count = %v", trial, got, want)
+		}
+		if got2 := ROCAUC(m, n, false); math.Abs(got2-(1-want)) > 1e-12 {
+			t.Fatalf("trial %d: ROCAUC(lower) = %v, want %v", trial, got2, 1-want)
+		}
+	}
+}
+
+func TestBootstrapCIDeterministic(t *testing.T) {
+	vals := []float64{1, 4, 2, 8, 5, 7, 3, 9, 6, 0}
+	lo1, hi1 := BootstrapCI(vals, Mean, 500, 42, 0.95)
+	lo2, hi2 := BootstrapCI(vals, Mean, 500, 42, 0.95)
+	if lo1 != lo2 || hi1 != hi2 {
+		t.Errorf("same seed gave (%v, %v) and (%v, %v)", lo1, hi1, lo2, hi2)
+	}
+	lo3, hi3 := BootstrapCI(vals, Mean, 500, 43, 0.95)
+	if lo1 == lo3 && hi1 == hi3 {
+		t.Errorf("different seeds gave identical intervals (%v, %v)", lo1, hi1)
+	}
+	if !(lo1 <= Mean(vals) && Mean(vals) <= hi1 && lo1 < hi1) {
+		t.Errorf("interval (%v, %v) does not bracket the sample mean %v", lo1, hi1, Mean(vals))
+	}
+	// A wider level gives a wider interval.
+	lo9, hi9 := BootstrapCI(vals, Mean, 500, 42, 0.5)
+	if !(lo1 <= lo9 && hi9 <= hi1) {
+		t.Errorf("50%% interval (%v, %v) not inside 95%% interval (%v, %v)", lo9, hi9, lo1, hi1)
+	}
+}
+
+func TestBootstrapCIEdgeCases(t *testing.T) {
+	tests := []struct {
+		name      string
+		vals      []float64
+		resamples int
+		level     float64
+		lo, hi    float64
+	}{
+		{"empty", nil, 100, 0.95, 0, 0},
+		{"constant", []float64{2, 2, 2}, 100, 0.95, 2, 2},
+		{"no resamples", []float64{1, 3}, 0, 0.95, 2, 2},
+		{"bad level", []float64{1, 3}, 100, 1.5, 2, 2},
+		{"single value", []float64{7}, 100, 0.95, 7, 7},
+	}
+	for _, tt := range tests {
+		lo, hi := BootstrapCI(tt.vals, Mean, tt.resamples, 1, tt.level)
+		if lo != tt.lo || hi != tt.hi {
+			t.Errorf("%s: BootstrapCI = (%v, %v), want (%v, %v)", tt.name, lo, hi, tt.lo, tt.hi)
+		}
+	}
+}
+
+func TestBootstrapCICoverage(t *testing.T) {
+	const trueMean, sd = 3.0, 2.0
+	rng := rand.New(rand.NewPCG(7, 11))
+	vals := make([]float64, 5000)
+	for i := range vals {
+		vals[i] = trueMean + sd*rng.NormFloat64()
+	}
+	lo, hi := BootstrapCI(vals, Mean, 1000, 99, 0.99)
+	if !(lo < trueMean && trueMean < hi) {
+		t.Errorf("99%% CI (%v, %v) misses the true mean %v", lo, hi, trueMean)
+	}
+	// Its width should be near 2·2.576·sd/√n.
+	want := 2 * 2.576 * sd / math.Sqrt(float64(len(vals)))
+	if w := hi - lo; w < 0.8*want || w > 1.2*want {
+		t.Errorf("CI width %v, want about %v", w, want)
+	}
+}
+
+func TestBootstrapCIOtherStat(t *testing.T) {
+	median := func(s []float64) float64 {
+		sort.Float64s(s) // allowed: stat may reorder its input
+		return s[len(s)/2]
+	}
+	vals := []float64{5, 1, 4, 2, 3}
+	orig := append([]float64(nil), vals...)
+	lo, hi := BootstrapCI(vals, median, 200, 3, 0.9)
+	if lo < 1 || hi > 5 || lo > hi {
+		t.Errorf("median CI (%v, %v) outside the data range", lo, hi)
+	}
+	for i := range vals {
+		if vals[i] != orig[i] {
+			t.Fatalf("BootstrapCI modified its input: %v", vals)
+		}
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	s := []float64{1, 2, 3, 4, 5}
+	tests := []struct{ q, want float64 }{
+		{0, 1}, {1, 5}, {0.5, 3}, {0.25, 2}, {0.1, 1.4}, {0.975, 4.9},
+	}
+	for _, tt := range tests {
+		if got := quantile(s, tt.q); !near(got, tt.want) {
+			t.Errorf("quantile(%v) = %v, want %v", tt.q, got, tt.want)
+		}
+	}
+}
