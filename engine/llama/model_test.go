@@ -350,3 +350,51 @@ func TestReportWeights(t *testing.T) {
 		t.Errorf("report loss %v, evaluated %v", rep.ReportSum, ev.Sum)
 	}
 }
+
+func TestTokenLosses(t *testing.T) {
+	cfg := testConfig(true, 2)
+	m := randomModel(t, newBackend(2), cfg, Options{}, 6)
+	defer m.Free()
+	batch := randomBatch(cfg, 2, 5, 8)
+	per, err := m.TokenLosses(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := m.Evaluate(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for i, v := range per {
+		if batch.Weights[i] == 0 && v != 0 {
+			t.Errorf("position %d has weight 0 but loss %v", i, v)
+		}
+		sum += float64(v)
+	}
+	if math.Abs(sum-l.Sum) > 1e-5*math.Abs(l.Sum) {
+		t.Errorf("token losses sum to %v, Evaluate gives %v", sum, l.Sum)
+	}
+	// Against the logits: −log softmax at the target.
+	logits, err := m.Logits(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range per {
+		if batch.Weights[i] == 0 {
+			continue
+		}
+		row := logits[i*cfg.VocabSize : (i+1)*cfg.VocabSize]
+		mx := math.Inf(-1)
+		for _, v := range row {
+			mx = math.Max(mx, float64(v))
+		}
+		z := 0.0
+		for _, v := range row {
+			z += math.Exp(float64(v) - mx)
+		}
+		want := mx + math.Log(z) - float64(row[batch.Targets[i]])
+		if math.Abs(float64(per[i])-want) > 1e-4 {
+			t.Errorf("position %d: %v, want %v", i, per[i], want)
+		}
+	}
+}

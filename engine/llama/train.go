@@ -181,6 +181,21 @@ func (m *Model) Evaluate(batch Batch) (Loss, error) {
 	return m.lossOf(ws, batch), nil
 }
 
+// TokenLosses runs a forward pass and returns each position's weighted
+// negative log-likelihood, −w·log p(target) (B·T values, 0 where the weight
+// is 0): what per-token scores such as min-k% probability need.
+func (m *Model) TokenLosses(batch Batch) ([]float32, error) {
+	ws, err := m.upload(batch, false)
+	if err != nil {
+		return nil, err
+	}
+	m.forward(ws)
+	m.backend.CrossEntropy(ws.losses, nil, ws.logits, ws.targets, ws.weights, 0)
+	out := make([]float32, batch.B*batch.T)
+	m.backend.Download(out, ws.losses)
+	return out, nil
+}
+
 // ForwardBackward computes the batch's loss and adds scale × its gradient
 // (the gradient of scale·Σ w·CE) into the parameters' gradients. To train
 // on the mean over a global batch of many micro-batches, pass
