@@ -1,0 +1,53 @@
+package memorization
+
+import (
+	"testing"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine/cpu"
+	"github.com/memtrain/memtrain/engine/llama"
+)
+
+// TestExtract: a suffix that is the model's own greedy continuation is
+// extracted exactly; a different one is not.
+func TestExtract(t *testing.T) {
+	cfg := &checkpoints.Config{
+		HiddenSize: 16, IntermediateSize: 32, NumHiddenLayers: 2, NumAttentionHeads: 4, NumKeyValueHeads: 2,
+		RMSNormEps: 1e-5, RopeTheta: 10000, MaxPositionEmbeddings: 64, VocabSize: 31,
+		TorchDType: "float32", HiddenAct: "silu", InitializerRange: 0.5,
+	}
+	m, err := llama.New(cpu.New(cpu.Options{Threads: 2}), cfg, llama.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Free()
+	if err := m.SetWeights(checkpoints.RandomWeights(cfg, 2)); err != nil {
+		t.Fatal(err)
+	}
+	prompts := [][]int32{{1, 2, 3, 4}, {5, 6, 7}, {8, 9, 10, 11, 12}}
+	gen, err := m.Generate(prompts, llama.GenerateOptions{MaxNewTokens: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var probes []Probe
+	for i, p := range prompts {
+		probes = append(probes, Probe{Doc: i, K: len(p), Prefix: p, Suffix: gen[i]})
+	}
+	wrong := make([]int32, 6)
+	for i := range wrong {
+		wrong[i] = (gen[0][i] + 1) % 31
+	}
+	probes = append(probes, Probe{Doc: 3, K: 4, Prefix: prompts[0], Suffix: wrong})
+	res, err := Extract(m, probes, ExtractOptions{Batch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res[:3] {
+		if !r.Exact || r.TokenMatch != 1 || r.PrefixMatch != 6 || r.RougeLIDs != 1 {
+			t.Errorf("probe %d: %+v, want an exact extraction", i, r)
+		}
+	}
+	if r := res[3]; r.Exact || r.TokenMatch != 0 || r.PrefixMatch != 0 {
+		t.Errorf("wrong suffix scored %+v", r)
+	}
+}
