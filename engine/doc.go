@@ -1,9 +1,10 @@
-// Package engine owns the computation: tensors and backends (CPU, CUDA), the
-// Llama model's forward and backward passes and KV-cache decoding,
-// communicators and the 4D parallel layers, and the performance and memory
-// model.
+// Package engine owns the computation's shared vocabulary: tensors (dtype,
+// device, views), parameters as a logical shape plus the shard a rank
+// holds, the Backend interface every device implements, the FLOP
+// accounting MFU uses, and the training-memory types.
 //
-// So far it holds the memory accounting that `memtrain inspect` reports; the
-// model itself arrives with the engine issue, which replaces the documented
-// activation formula here with the engine's own accounting.
+// The implementations live in sub-packages: engine/cpu (the CPU backend),
+// engine/gemm (float32 matrix multiply), engine/enginetest (the conformance
+// suite every backend runs) and engine/llama (the model). Communicators,
+// the 4D parallel layers and the CUDA backend come with later issues.
 package engine

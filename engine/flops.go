@@ -19,21 +19,3 @@ func ModelFLOPsPerToken(cfg *checkpoints.Config, T int) float64 {
 	attn := 12 * float64(cfg.NumHiddenLayers) * float64(cfg.NumAttentionHeads) * float64(cfg.HeadDimension()) * float64(T)
 	return 6*n + attn
 }
-
-// DevicePeak is a device's dense peak in FLOP/s, for MFU.
-type DevicePeak struct {
-	Name  string
-	FLOPs float64
-	Note  string
-}
-
-// Peaks lists the dense bf16 peaks MFU is computed against (per GPU, or per
-// GCD for the MI250X).
-func Peaks() []DevicePeak {
-	return []DevicePeak{
-		{"h100", 989e12, "H100 SXM dense bf16"},
-		{"h200", 989e12, "H200 SXM dense bf16"},
-		{"a100", 312e12, "A100 dense bf16"},
-		{"mi250x", 191.5e12, "MI250X per GCD dense bf16"},
-	}
-}

@@ -103,12 +103,13 @@ func (c *Config) Validate() error {
 // it continues (the data order and the model must not change under it).
 func (c *Config) resumeHash() string {
 	key := struct {
-		Model, Data, Loss   string
-		Goldfish            goldfish.Config
-		BatchSize, Seed     any
-		OptimizerName       string
-		ScheduleKind        string
-		ScheduleTotalSource int
+		Model, Data, Loss string
+		Goldfish          goldfish.Config
+		BatchSize         int
+		Seed              uint64
+		Optimizer         string
+		Schedule          string
+		MaxSteps          int // sets the schedule's length when epochs do not
 	}{c.Model, c.Data, c.Loss, c.Goldfish, c.BatchSize, c.Seed, c.Optimizer.Name, c.Schedule.Kind, c.MaxSteps}
 	b, _ := json.Marshal(key)
 	sum := sha256.Sum256(b)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -157,10 +156,5 @@ func timeGemm(g gemm.Impl, m, n, k, repeat int) float64 {
 		g.Sgemm(false, false, m, n, k, 1, a, k, b, n, 0, c, n)
 		secs[i] = time.Since(start).Seconds()
 	}
-	slices.Sort(secs)
-	mid := secs[repeat/2]
-	if repeat%2 == 0 {
-		mid = (secs[repeat/2-1] + secs[repeat/2]) / 2
-	}
-	return 2 * float64(m) * float64(n) * float64(k) / mid / 1e9
+	return 2 * float64(m) * float64(n) * float64(k) / median(secs) / 1e9
 }

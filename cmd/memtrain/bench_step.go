@@ -16,7 +16,6 @@ import (
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
-	"github.com/memtrain/memtrain/engine/gemm"
 	"github.com/memtrain/memtrain/engine/llama"
 )
 
@@ -91,11 +90,7 @@ func runBenchStep(cmd *cobra.Command, f benchStepFlags) error {
 	if n := cfg.Params().Total; n > maxInitParams {
 		return fmt.Errorf("bench step: %s has %s parameters, too many for a CPU step", f.preset, humanCount(n))
 	}
-	g, err := gemm.Select(f.engine.blas, f.engine.threads)
-	if err != nil {
-		return err
-	}
-	b, err := f.engine.backend()
+	b, g, err := f.engine.build()
 	if err != nil {
 		return err
 	}
@@ -159,25 +154,9 @@ func runBenchStep(cmd *cobra.Command, f benchStepFlags) error {
 	}
 	res.EngineBytes = 16*res.Params + res.ActivationBytes
 	res.AchievedGFLOPs = res.TokensPerS * res.ModelFLOPsPerToken / 1e9
-	res.GEMMGFLOPs = gemmGFLOPs(g, 2048, 3)
+	res.GEMMGFLOPs = timeGemm(g, 2048, 2048, 2048, 3)
 	res.Efficiency = res.AchievedGFLOPs / res.GEMMGFLOPs
 	return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
-}
-
-// gemmGFLOPs times an n³ GEMM: the median of repeats after a warm-up.
-func gemmGFLOPs(g gemm.Impl, n, repeats int) float64 {
-	a, bm, c := make([]float32, n*n), make([]float32, n*n), make([]float32, n*n)
-	for i := range a {
-		a[i], bm[i] = float32(i%7)*0.1, float32(i%5)*0.1
-	}
-	g.Sgemm(false, false, n, n, n, 1, a, n, bm, n, 0, c, n)
-	times := make([]float64, repeats)
-	for i := range times {
-		start := time.Now()
-		g.Sgemm(false, false, n, n, n, 1, a, n, bm, n, 0, c, n)
-		times[i] = time.Since(start).Seconds()
-	}
-	return 2 * float64(n) * float64(n) * float64(n) / median(times) / 1e9
 }
 
 func median(xs []float64) float64 {

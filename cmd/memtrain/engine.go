@@ -29,11 +29,18 @@ func (f *engineFlags) register(fl *pflag.FlagSet) {
 }
 
 func (f engineFlags) backend() (engine.Backend, error) {
+	b, _, err := f.build()
+	return b, err
+}
+
+// build returns the backend and the matrix multiply it computes with, so
+// that benchmarks measure the very GEMM the backend uses.
+func (f engineFlags) build() (engine.Backend, gemm.Impl, error) {
 	g, err := gemm.Select(f.blas, f.threads)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return cpu.New(cpu.Options{Threads: f.threads, GEMM: g}), nil
+	return cpu.New(cpu.Options{Threads: f.threads, GEMM: g}), g, nil
 }
 
 // loadedModel is a checkpoint opened on a backend, with its tokenizer when
