@@ -1,0 +1,406 @@
+package memorization
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/memtrain/memtrain/engine/llama"
+)
+
+// A Document is a text to evaluate, as token ids (BOS included where the
+// protocol wants it), with whether the model was trained on it.
+type Document struct {
+	ID     int    // the document's id in its dataset or file
+	Member bool   // trained on (a member) or held out (a non-member)
+	Source string // the input file, for the per-document report
+	Line   int64  // its line or row there
+	IDs    []int32
+}
+
+// Bootstrap sets the confidence intervals of a summary.
+type Bootstrap struct {
+	Resamples int     // 1,000 by default
+	Seed      uint64  // the intervals are deterministic for a seed
+	Level     float64 // 0.95 by default
+}
+
+// EvalConfig controls Evaluate.
+type EvalConfig struct {
+	Protocol Protocol
+	Batch    int                  // probes decoded together (default 8)
+	StopIDs  []int32              // an early stop id (EOS) ends a continuation
+	Decode   func([]int32) string // ids to text: word-level ROUGE-L and the zlib score; nil skips both
+	// MinKPercent is k of the min-k% probability score (default 20).
+	MinKPercent float64
+	Bootstrap   Bootstrap
+	// Strict makes a document too short for the protocol an error instead
+	// of a skipped document.
+	Strict bool
+	// Progress, if set, is called after each batch with the documents
+	// scored and the probes decoded so far, and their totals.
+	Progress func(scored, docs, decoded, probes int)
+}
+
+func (c *EvalConfig) defaults() {
+	if c.Batch <= 0 {
+		c.Batch = 8
+	}
+	if c.MinKPercent <= 0 {
+		c.MinKPercent = 20
+	}
+	if c.Bootstrap.Resamples <= 0 {
+		c.Bootstrap.Resamples = 1000
+	}
+	if !(c.Bootstrap.Level > 0 && c.Bootstrap.Level < 1) {
+		c.Bootstrap.Level = 0.95
+	}
+}
+
+// DocResult is one document's outcome: a line of docs.jsonl.
+type DocResult struct {
+	Doc    int      `json:"doc"`
+	Member bool     `json:"member"`
+	Source string   `json:"source,omitempty"`
+	Line   int64    `json:"line,omitempty"`
+	Tokens int      `json:"tokens"`           // evaluated (after the protocol's truncation)
+	Probes []Result `json:"probes,omitempty"` // none when the document is skipped
+	// Membership-inference scores over the whole evaluated document.
+	Loss    float64 `json:"loss"`           // mean negative log-likelihood per target, nats
+	Zlib    float64 `json:"zlib,omitempty"` // Loss / zlib length of the text (lower: member-like)
+	MinK    float64 `json:"min_k"`          // mean of the lowest k% token log-probabilities (higher: member-like)
+	Skipped string  `json:"skipped,omitempty"`
+}
+
+// Interval is a mean with its bootstrap confidence interval.
+type Interval struct {
+	Mean float64 `json:"mean"`
+	Lo   float64 `json:"lo"`
+	Hi   float64 `json:"hi"`
+}
+
+func (iv Interval) String() string {
+	return fmt.Sprintf("%.3f [%.3f, %.3f]", iv.Mean, iv.Lo, iv.Hi)
+}
+
+// Group is the aggregate of one set of documents (members or non-members)
+// for one prefix length.
+type Group struct {
+	Documents    int      `json:"documents"`
+	Exact        Interval `json:"exact_match"` // fraction of documents extracted verbatim
+	TokenMatch   Interval `json:"token_match"`
+	RougeLTokens Interval `json:"rougeL_tokens"`
+	RougeLWords  Interval `json:"rougeL_words"`
+	PrefixMatch  Interval `json:"prefix_match"` // tokens
+	// Loss is the mean per-document loss (the utility cost on non-members),
+	// and Perplexity exp(Loss.Mean).
+	Loss       Interval `json:"loss"`
+	Perplexity float64  `json:"perplexity"`
+}
+
+// PrefixSummary aggregates the probes of one prefix length (the goldfish
+// protocol has one, with K = 0: the prefix is the rest of each document).
+type PrefixSummary struct {
+	K          int   `json:"prefix_len"`
+	Members    Group `json:"members"`
+	NonMembers Group `json:"non_members"`
+}
+
+// MIA is the membership inference of a summary: the ROC AUC with which
+// each score separates members from non-members (0.5 is chance; 0 when a
+// set is empty).
+type MIA struct {
+	LossAUC     float64 `json:"loss_auc"`
+	ZlibAUC     float64 `json:"zlib_auc,omitempty"`
+	MinKAUC     float64 `json:"min_k_auc"`
+	MinKPercent float64 `json:"min_k_percent"`
+}
+
+// Summary is an evaluation's aggregate: summary.json.
+type Summary struct {
+	Schema     int             `json:"schema"` // 1
+	Protocol   string          `json:"protocol"`
+	Name       string          `json:"protocol_name"`
+	SuffixLen  int             `json:"suffix_len"`
+	Documents  int             `json:"documents"`
+	Members    int             `json:"members"`
+	NonMembers int             `json:"non_members"`
+	Skipped    int             `json:"skipped"` // too short for the protocol
+	Prefixes   []PrefixSummary `json:"prefixes"`
+	MIA        MIA             `json:"membership_inference"`
+	Bootstrap  Bootstrap       `json:"bootstrap"`
+}
+
+// Prefix returns the summary of prefix length k, or nil.
+func (s *Summary) Prefix(k int) *PrefixSummary {
+	for i := range s.Prefixes {
+		if s.Prefixes[i].K == k {
+			return &s.Prefixes[i]
+		}
+	}
+	return nil
+}
+
+// SummarySchema is the version of Summary and DocResult.
+const SummarySchema = 1
+
+// Evaluate measures extraction and membership inference on docs: every
+// probe of the protocol is decoded greedily and scored, every document's
+// per-token losses give its loss, zlib and min-k% scores, and the results
+// are aggregated for members and non-members with bootstrap intervals.
+// Documents are truncated to the model's context; those too short for the
+// protocol are skipped and counted (an error with Strict).
+func Evaluate(m *llama.Model, docs []Document, cfg EvalConfig) (*Summary, []DocResult, error) {
+	cfg.defaults()
+	p := cfg.Protocol
+	if err := p.Validate(); err != nil {
+		return nil, nil, err
+	}
+	maxPos := m.Config.MaxPositionEmbeddings
+	if p.MaxTokens == 0 || p.MaxTokens > maxPos {
+		p.MaxTokens = maxPos
+	}
+	results := make([]DocResult, len(docs))
+	var probes []Probe
+	var owner []int // probes[i] belongs to results[owner[i]]
+	skipped := 0
+	for i, d := range docs {
+		ids := d.IDs
+		if len(ids) > p.MaxTokens {
+			ids = ids[:p.MaxTokens]
+		}
+		r := &results[i]
+		*r = DocResult{Doc: d.ID, Member: d.Member, Source: d.Source, Line: d.Line, Tokens: len(ids)}
+		ps := p.Probes(d.ID, ids)
+		if len(ps) == 0 {
+			r.Skipped = fmt.Sprintf("%d tokens, too short for %s", len(ids), p)
+			skipped++
+			continue
+		}
+		for _, pr := range ps {
+			if len(pr.Prefix)+len(pr.Suffix) > maxPos {
+				continue
+			}
+			probes = append(probes, pr)
+			owner = append(owner, i)
+		}
+	}
+	if skipped > 0 && cfg.Strict {
+		return nil, nil, fmt.Errorf("memorization: %d of %d documents are too short for %s (strict)", skipped, len(docs), p)
+	}
+	if len(probes) == 0 {
+		return nil, nil, fmt.Errorf("memorization: no document has enough tokens for %s (%d documents)", p, len(docs))
+	}
+
+	// Membership-inference scores, a batch of documents at a time.
+	scored := 0
+	report := func(decoded int) {
+		if cfg.Progress != nil {
+			cfg.Progress(scored, len(docs), decoded, len(probes))
+		}
+	}
+	for i := 0; i < len(docs); i += cfg.Batch {
+		j := min(i+cfg.Batch, len(docs))
+		if err := scoreDocs(m, docs[i:j], results[i:j], p.MaxTokens, &cfg); err != nil {
+			return nil, nil, err
+		}
+		scored = j
+		report(0)
+	}
+
+	// Extraction: keep probes of equal suffix length and similar prefix
+	// length together, so that batches share one decode length and little
+	// padding.
+	order := make([]int, len(probes))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		if d := len(probes[a].Suffix) - len(probes[b].Suffix); d != 0 {
+			return d
+		}
+		return len(probes[a].Prefix) - len(probes[b].Prefix)
+	})
+	opt := ExtractOptions{Batch: cfg.Batch, StopIDs: cfg.StopIDs, Decode: cfg.Decode}
+	for i := 0; i < len(order); i += cfg.Batch {
+		j := min(i+cfg.Batch, len(order))
+		batch := make([]Probe, j-i)
+		for k, o := range order[i:j] {
+			batch[k] = probes[o]
+		}
+		res, err := Extract(m, batch, opt)
+		if err != nil {
+			return nil, nil, err
+		}
+		for k, o := range order[i:j] {
+			r := &results[owner[o]]
+			r.Probes = append(r.Probes, res[k])
+		}
+		report(j)
+	}
+	for i := range results {
+		slices.SortFunc(results[i].Probes, func(a, b Result) int { return a.K - b.K })
+	}
+	return Summarize(results, p, cfg.MinKPercent, cfg.Bootstrap, cfg.Decode != nil), results, nil
+}
+
+// scoreDocs fills the loss, zlib and min-k% scores of a batch of documents
+// from one forward pass over them, padded to the longest.
+func scoreDocs(m *llama.Model, docs []Document, out []DocResult, maxTokens int, cfg *EvalConfig) error {
+	T := 0
+	for _, d := range docs {
+		T = max(T, min(len(d.IDs), maxTokens)-1)
+	}
+	if T < 1 {
+		for i := range out {
+			out[i].Loss, out[i].MinK = math.NaN(), math.NaN()
+		}
+		return nil
+	}
+	B := len(docs)
+	batch := llama.Batch{B: B, T: T, IDs: make([]int32, B*T), Targets: make([]int32, B*T), Weights: make([]float32, B*T)}
+	for b, d := range docs {
+		ids := d.IDs[:min(len(d.IDs), maxTokens)]
+		for t := 0; t+1 < len(ids); t++ {
+			batch.IDs[b*T+t], batch.Targets[b*T+t], batch.Weights[b*T+t] = ids[t], ids[t+1], 1
+		}
+	}
+	losses, err := m.TokenLosses(batch)
+	if err != nil {
+		return fmt.Errorf("memorization: scoring documents: %w", err)
+	}
+	for b, d := range docs {
+		n := min(len(d.IDs), maxTokens) - 1
+		r := &out[b]
+		if n < 1 {
+			r.Loss, r.MinK = math.NaN(), math.NaN()
+			continue
+		}
+		logp := make([]float64, n)
+		sum := 0.0
+		for t := range n {
+			l := float64(losses[b*T+t])
+			sum += l
+			logp[t] = -l
+		}
+		r.Loss = sum / float64(n)
+		r.MinK = MinKProb(logp, cfg.MinKPercent)
+		if cfg.Decode != nil {
+			r.Zlib = ZlibRatio(r.Loss, cfg.Decode(d.IDs[:n+1]))
+		}
+	}
+	return nil
+}
+
+// Summarize aggregates per-document results: per prefix length, members
+// and non-members side by side, each mean with a bootstrap interval, and
+// the membership-inference AUCs. words says whether word-level ROUGE-L and
+// zlib scores were computed.
+func Summarize(results []DocResult, p Protocol, minKPercent float64, bs Bootstrap, words bool) *Summary {
+	s := &Summary{Schema: SummarySchema, Protocol: p.String(), Name: p.Name, SuffixLen: p.SuffixLen,
+		Documents: len(results), Bootstrap: bs}
+	var ks []int
+	seen := map[int]bool{}
+	var memLoss, nonLoss, memZ, nonZ, memK, nonK []float64
+	for _, r := range results {
+		if r.Member {
+			s.Members++
+		} else {
+			s.NonMembers++
+		}
+		if r.Skipped != "" {
+			s.Skipped++
+			continue
+		}
+		for _, pr := range r.Probes {
+			k := prefixKey(p, pr.K)
+			if !seen[k] {
+				seen[k] = true
+				ks = append(ks, k)
+			}
+		}
+		if math.IsNaN(r.Loss) {
+			continue
+		}
+		if r.Member {
+			memLoss, memZ, memK = append(memLoss, r.Loss), append(memZ, r.Zlib), append(memK, r.MinK)
+		} else {
+			nonLoss, nonZ, nonK = append(nonLoss, r.Loss), append(nonZ, r.Zlib), append(nonK, r.MinK)
+		}
+	}
+	slices.Sort(ks)
+	for _, k := range ks {
+		ps := PrefixSummary{K: k}
+		ps.Members = group(results, p, k, true, bs)
+		ps.NonMembers = group(results, p, k, false, bs)
+		s.Prefixes = append(s.Prefixes, ps)
+	}
+	s.MIA = MIA{MinKPercent: minKPercent}
+	if len(memLoss) > 0 && len(nonLoss) > 0 {
+		s.MIA.LossAUC = ROCAUC(memLoss, nonLoss, false)
+		s.MIA.MinKAUC = ROCAUC(memK, nonK, true)
+		if words {
+			s.MIA.ZlibAUC = ROCAUC(memZ, nonZ, false)
+		}
+	}
+	return s
+}
+
+// prefixKey groups probes: by prefix length, except for the goldfish
+// protocol whose prefix is the rest of each document (key 0).
+func prefixKey(p Protocol, k int) int {
+	if p.Name == "goldfish" {
+		return 0
+	}
+	return k
+}
+
+// group aggregates the probes of prefix key k of the members (or
+// non-members).
+func group(results []DocResult, p Protocol, k int, member bool, bs Bootstrap) Group {
+	var exact, tok, rt, rw, pm, loss []float64
+	for _, r := range results {
+		if r.Member != member || r.Skipped != "" {
+			continue
+		}
+		for _, pr := range r.Probes {
+			if prefixKey(p, pr.K) != k {
+				continue
+			}
+			exact = append(exact, b2f(pr.Exact))
+			tok = append(tok, pr.TokenMatch)
+			rt = append(rt, pr.RougeLIDs)
+			rw = append(rw, pr.RougeLText)
+			pm = append(pm, float64(pr.PrefixMatch))
+			if !math.IsNaN(r.Loss) {
+				loss = append(loss, r.Loss)
+			}
+		}
+	}
+	// Each metric gets its own stream of resamples from the same seed, so
+	// that an interval does not depend on which other metrics exist.
+	g := Group{Documents: len(exact),
+		Exact:        interval(exact, bs, 1),
+		TokenMatch:   interval(tok, bs, 2),
+		RougeLTokens: interval(rt, bs, 3),
+		RougeLWords:  interval(rw, bs, 4),
+		PrefixMatch:  interval(pm, bs, 5),
+		Loss:         interval(loss, bs, 6),
+	}
+	if len(loss) > 0 {
+		g.Perplexity = math.Exp(g.Loss.Mean)
+	}
+	return g
+}
+
+func interval(values []float64, bs Bootstrap, stream uint64) Interval {
+	lo, hi := BootstrapCI(values, Mean, bs.Resamples, bs.Seed+stream*0x9e3779b97f4a7c15, bs.Level)
+	return Interval{Mean: Mean(values), Lo: lo, Hi: hi}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

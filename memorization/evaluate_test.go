@@ -1,0 +1,186 @@
+package memorization
+
+import (
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine/cpu"
+	"github.com/memtrain/memtrain/engine/llama"
+)
+
+func tinyModel(t *testing.T) *llama.Model {
+	t.Helper()
+	cfg := &checkpoints.Config{
+		HiddenSize: 16, IntermediateSize: 32, NumHiddenLayers: 2, NumAttentionHeads: 4, NumKeyValueHeads: 2,
+		RMSNormEps: 1e-5, RopeTheta: 10000, MaxPositionEmbeddings: 96, VocabSize: 31,
+		TorchDType: "float32", HiddenAct: "silu", InitializerRange: 0.5,
+	}
+	m, err := llama.New(cpu.New(cpu.Options{Threads: 2}), cfg, llama.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Free)
+	if err := m.SetWeights(checkpoints.RandomWeights(cfg, 3)); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestEvaluate: documents that are the model's own greedy continuations
+// are members extracted verbatim; random documents are not, and the
+// membership scores separate the two sets.
+func TestEvaluate(t *testing.T) {
+	m := tinyModel(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	random := func(n int) []int32 {
+		ids := make([]int32, n)
+		for i := range ids {
+			ids[i] = int32(rng.IntN(31))
+		}
+		return ids
+	}
+	var docs []Document
+	for i := range 6 {
+		prompt := random(10 + i)
+		gen, err := m.Generate([][]int32{prompt}, llama.GenerateOptions{MaxNewTokens: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, Document{ID: i, Member: true, IDs: append(prompt, gen[0]...)})
+	}
+	for i := range 6 {
+		docs = append(docs, Document{ID: 6 + i, IDs: random(18 + i)})
+	}
+	docs = append(docs, Document{ID: 12, IDs: random(5)}) // too short
+	p := Custom(10, 8)
+	p.Name = "goldfish" // suffix = the last 8 tokens
+	p.PrefixLens, p.MinTokens = nil, 9
+	var calls int
+	sum, res, err := Evaluate(m, docs, EvalConfig{Protocol: p, Batch: 4, Bootstrap: Bootstrap{Seed: 7},
+		Progress: func(int, int, int, int) { calls++ }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls == 0 {
+		t.Error("no progress reported")
+	}
+	if sum.Documents != 13 || sum.Members != 6 || sum.NonMembers != 7 || sum.Skipped != 1 {
+		t.Fatalf("counts %+v", sum)
+	}
+	if res[12].Skipped == "" || len(res[12].Probes) != 0 {
+		t.Errorf("short document not skipped: %+v", res[12])
+	}
+	if len(sum.Prefixes) != 1 || sum.Prefixes[0].K != 0 {
+		t.Fatalf("prefixes %+v", sum.Prefixes)
+	}
+	mem, non := sum.Prefixes[0].Members, sum.Prefixes[0].NonMembers
+	if mem.Documents != 6 || mem.Exact.Mean != 1 || mem.TokenMatch.Mean != 1 || mem.RougeLTokens.Mean != 1 || mem.PrefixMatch.Mean != 8 {
+		t.Errorf("members %+v, want everything extracted", mem)
+	}
+	if non.Documents != 6 || non.Exact.Mean != 0 {
+		t.Errorf("non-members %+v, want nothing extracted", non)
+	}
+	if !(non.Loss.Mean > mem.Loss.Mean) || sum.MIA.LossAUC < 0.9 {
+		t.Errorf("member loss %v, non-member %v, AUC %v", mem.Loss, non.Loss, sum.MIA.LossAUC)
+	}
+	if math.Abs(mem.Perplexity-math.Exp(mem.Loss.Mean)) > 1e-12 {
+		t.Errorf("perplexity %v, loss %v", mem.Perplexity, mem.Loss.Mean)
+	}
+	for i, r := range res[:12] {
+		if len(r.Probes) != 1 || math.IsNaN(r.Loss) || r.Loss <= 0 || r.MinK > 0 {
+			t.Errorf("doc %d: %+v", i, r)
+		}
+		if r.Probes[0].Doc != r.Doc {
+			t.Errorf("doc %d holds the probe of doc %d", r.Doc, r.Probes[0].Doc)
+		}
+	}
+	// The loss is the mean of the per-token losses of the whole document.
+	d := docs[7]
+	T := len(d.IDs) - 1
+	tl, err := m.TokenLosses(llama.Batch{B: 1, T: T, IDs: d.IDs[:T], Targets: d.IDs[1:]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 0.0
+	for _, l := range tl {
+		want += float64(l)
+	}
+	want /= float64(T)
+	if got := res[7].Loss; math.Abs(got-want) > 1e-5*want {
+		t.Errorf("document loss %v, want %v", got, want)
+	}
+
+	// Strict mode rejects the short document before decoding anything.
+	if _, _, err := Evaluate(m, docs, EvalConfig{Protocol: p, Strict: true}); err == nil || !strings.Contains(err.Error(), "1 of 13 documents are too short") {
+		t.Errorf("strict: %v", err)
+	}
+	// The same seed gives the same summary.
+	sum2, _, err := Evaluate(m, docs, EvalConfig{Protocol: p, Batch: 3, Bootstrap: Bootstrap{Seed: 7}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(sum, sum2) {
+		t.Errorf("summaries differ across batch sizes:\n%+v\n%+v", sum, sum2)
+	}
+}
+
+// TestEvaluateCarlini groups probes by prefix length.
+func TestEvaluateCarlini(t *testing.T) {
+	m := tinyModel(t)
+	docs := []Document{{ID: 0, Member: true, IDs: make([]int32, 40)}, {ID: 1, IDs: make([]int32, 20)}}
+	for i := range docs[0].IDs {
+		docs[0].IDs[i] = int32(i % 31)
+	}
+	for i := range docs[1].IDs {
+		docs[1].IDs[i] = int32((7 * i) % 31)
+	}
+	sum, res, err := Evaluate(m, docs, EvalConfig{Protocol: Carlini([]int{4, 8, 16}, 10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(res[0].Probes); got != 3 {
+		t.Errorf("member has %d probes, want 3", got)
+	}
+	if got := len(res[1].Probes); got != 2 { // 16+10 > 20
+		t.Errorf("non-member has %d probes, want 2", got)
+	}
+	if len(sum.Prefixes) != 3 || sum.Prefixes[2].K != 16 || sum.Prefixes[2].NonMembers.Documents != 0 || sum.Prefixes[2].Members.Documents != 1 {
+		t.Errorf("prefixes %+v", sum.Prefixes)
+	}
+	if sum.Prefix(8) == nil || sum.Prefix(9) != nil {
+		t.Error("Prefix lookup")
+	}
+}
+
+// TestSummarize checks the aggregates against hand-computed values.
+func TestSummarize(t *testing.T) {
+	p := Pythia(4, 4)
+	res := []DocResult{
+		{Doc: 0, Member: true, Loss: 1, MinK: -1, Probes: []Result{{K: 4, Exact: true, TokenMatch: 1, RougeLIDs: 1, PrefixMatch: 4}}},
+		{Doc: 1, Member: true, Loss: 2, MinK: -2, Probes: []Result{{K: 4, TokenMatch: 0.5, RougeLIDs: 0.5, PrefixMatch: 2}}},
+		{Doc: 2, Member: false, Loss: 3, MinK: -3, Probes: []Result{{K: 4, TokenMatch: 0.25, PrefixMatch: 1}}},
+		{Doc: 3, Member: false, Skipped: "short"},
+	}
+	s := Summarize(res, p, 20, Bootstrap{Resamples: 200, Seed: 1, Level: 0.9}, false)
+	if s.Members != 2 || s.NonMembers != 2 || s.Skipped != 1 {
+		t.Fatalf("counts %+v", s)
+	}
+	g := s.Prefixes[0].Members
+	if g.Exact.Mean != 0.5 || g.TokenMatch.Mean != 0.75 || g.PrefixMatch.Mean != 3 || g.Loss.Mean != 1.5 {
+		t.Errorf("members %+v", g)
+	}
+	if g.Exact.Lo != 0 || g.Exact.Hi != 1 {
+		t.Errorf("exact interval %v, want [0, 1] for one hit in two", g.Exact)
+	}
+	if s.MIA.LossAUC != 1 || s.MIA.MinKAUC != 1 || s.MIA.ZlibAUC != 0 {
+		t.Errorf("MIA %+v", s.MIA)
+	}
+	n := s.Prefixes[0].NonMembers
+	if n.Documents != 1 || n.TokenMatch.Lo != 0.25 || n.TokenMatch.Hi != 0.25 {
+		t.Errorf("non-members %+v", n)
+	}
+}
