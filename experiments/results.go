@@ -1,0 +1,148 @@
+package experiments
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/memtrain/memtrain/finetune"
+	"github.com/memtrain/memtrain/memorization"
+)
+
+// The layout of an experiment's output folder:
+//
+//	OUT/spec.yaml                         the spec the run started with
+//	OUT/base/NAME/                        base models made from a preset (pretrained)
+//	OUT/data/                             the prepared datasets
+//	OUT/arms/ARM-sSEED/train/             the fine-tuning run (metrics.jsonl, checkpoints)
+//	OUT/arms/ARM-sSEED/eval/PROTO/        summary.json and docs.jsonl of each protocol
+//	OUT/arms/ARM-sSEED/result.json        an ArmResult, written last: the arm is done
+//	OUT/report.md, results.csv, plots/    the report
+const (
+	ResultFile  = "result.json"
+	SummaryFile = "summary.json"
+	DocsFile    = "docs.jsonl"
+	MetricsFile = "metrics.jsonl" // finetune's, in the arm's train folder
+)
+
+// ResultSchema is the version of ArmResult.
+const ResultSchema = 1
+
+// ArmResult is one finished arm and seed: everything the report needs,
+// with paths relative to the experiment's folder.
+type ArmResult struct {
+	Schema int    `json:"schema"`
+	Arm    string `json:"arm"`
+	Seed   uint64 `json:"seed"`
+	// Loss is "standard" or "goldfish"; K, Strategy and H describe the
+	// goldfish loss (K = 0 for standard).
+	Loss     string `json:"loss"`
+	K        int    `json:"k,omitempty"`
+	Strategy string `json:"strategy,omitempty"`
+	H        int    `json:"h,omitempty"`
+	// Model is the base model (a preset name or a folder), Params its
+	// parameter count.
+	Model  string `json:"model"`
+	Params int64  `json:"params"`
+	// Targets is the number of target documents, Repeats how many times
+	// each was seen in training (epochs × repetitions in the data).
+	Targets int `json:"targets"`
+	Repeats int `json:"repeats"`
+	Steps   int `json:"steps"`
+	// FinalTrainLoss is the mean loss of the last epoch's steps (over kept
+	// targets); HeldoutLoss the mean loss on the held-out documents after
+	// training (nats per token), HeldoutPerplexity its exponential.
+	FinalTrainLoss    float64 `json:"final_train_loss"`
+	HeldoutLoss       float64 `json:"heldout_loss"`
+	HeldoutPerplexity float64 `json:"heldout_perplexity"`
+	TrainDir          string  `json:"train_dir"` // holds metrics.jsonl
+	Evals             []Eval  `json:"evals"`
+	Seconds           float64 `json:"seconds"` // wall time of training and evaluation
+}
+
+// Eval is one protocol's evaluation of an arm.
+type Eval struct {
+	Key     string               `json:"key"` // e.g. goldfish-50, names the folder
+	Dir     string               `json:"dir"` // holds summary.json and docs.jsonl
+	Summary memorization.Summary `json:"summary"`
+}
+
+// Name is the arm's folder name: ARM-sSEED.
+func (r *ArmResult) Name() string { return armDirName(r.Arm, r.Seed) }
+
+func armDirName(arm string, seed uint64) string { return fmt.Sprintf("%s-s%d", arm, seed) }
+
+// LoadResults reads the results of every finished arm of the experiment in
+// dir, ordered as the arms were run (by arm name order of the folder, then
+// seed) — unfinished arms are left out.
+func LoadResults(dir string) ([]ArmResult, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, "arms", "*", ResultFile))
+	if err != nil {
+		return nil, err
+	}
+	var out []ArmResult
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("experiments: %w", err)
+		}
+		var r ArmResult
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("experiments: %s: %w", p, err)
+		}
+		if r.Schema != ResultSchema {
+			return nil, fmt.Errorf("experiments: %s: schema %d, want %d", p, r.Schema, ResultSchema)
+		}
+		out = append(out, r)
+	}
+	slices.SortStableFunc(out, func(a, b ArmResult) int {
+		if c := strings.Compare(a.Arm, b.Arm); c != 0 {
+			return c
+		}
+		return int(a.Seed) - int(b.Seed)
+	})
+	return out, nil
+}
+
+// ReadMetrics reads a training run's metrics.jsonl.
+func ReadMetrics(path string) ([]finetune.Metrics, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("experiments: %w", err)
+	}
+	var out []finetune.Metrics
+	for i, line := range strings.Split(string(b), "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		var m finetune.Metrics
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			return nil, fmt.Errorf("experiments: %s:%d: %w", path, i+1, err)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// ReadDocs reads an evaluation's docs.jsonl.
+func ReadDocs(path string) ([]memorization.DocResult, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("experiments: %w", err)
+	}
+	var out []memorization.DocResult
+	for i, line := range strings.Split(string(b), "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		var d memorization.DocResult
+		if err := json.Unmarshal([]byte(line), &d); err != nil {
+			return nil, fmt.Errorf("experiments: %s:%d: %w", path, i+1, err)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
