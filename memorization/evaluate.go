@@ -252,10 +252,7 @@ func scoreDocs(m *llama.Model, docs []Document, out []DocResult, maxTokens int, 
 		T = max(T, min(len(d.IDs), maxTokens)-1)
 	}
 	if T < 1 {
-		for i := range out {
-			out[i].Loss, out[i].MinK = math.NaN(), math.NaN()
-		}
-		return nil
+		return nil // single-token documents have no target; they are skipped
 	}
 	B := len(docs)
 	batch := llama.Batch{B: B, T: T, IDs: make([]int32, B*T), Targets: make([]int32, B*T), Weights: make([]float32, B*T)}
@@ -273,7 +270,6 @@ func scoreDocs(m *llama.Model, docs []Document, out []DocResult, maxTokens int, 
 		n := min(len(d.IDs), maxTokens) - 1
 		r := &out[b]
 		if n < 1 {
-			r.Loss, r.MinK = math.NaN(), math.NaN()
 			continue
 		}
 		logp := make([]float64, n)
@@ -318,9 +314,6 @@ func Summarize(results []DocResult, p Protocol, minKPercent float64, bs Bootstra
 				seen[k] = true
 				ks = append(ks, k)
 			}
-		}
-		if math.IsNaN(r.Loss) {
-			continue
 		}
 		if r.Member {
 			memLoss, memZ, memK = append(memLoss, r.Loss), append(memZ, r.Zlib), append(memK, r.MinK)
@@ -372,9 +365,7 @@ func group(results []DocResult, p Protocol, k int, member bool, bs Bootstrap) Gr
 			rt = append(rt, pr.RougeLIDs)
 			rw = append(rw, pr.RougeLText)
 			pm = append(pm, float64(pr.PrefixMatch))
-			if !math.IsNaN(r.Loss) {
-				loss = append(loss, r.Loss)
-			}
+			loss = append(loss, r.Loss)
 		}
 	}
 	// Each metric gets its own stream of resamples from the same seed, so
