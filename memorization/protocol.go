@@ -1,6 +1,7 @@
 package memorization
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 )
@@ -117,4 +118,54 @@ func (p Protocol) Probes(doc int, ids []int32) []Probe {
 		out = append(out, Probe{Doc: doc, K: k, Prefix: ids[:k], Suffix: ids[k : k+p.SuffixLen]})
 	}
 	return out
+}
+
+// ParseProtocol returns the protocol named name with the given lengths,
+// zero meaning the protocol's default: goldfish suffix 50; pythia prefix
+// 32 and suffix 32; carlini prefixes 8, 16, 32, 64 and suffix 50; custom
+// needs one prefix length and a suffix length.
+func ParseProtocol(name string, prefixLens []int, suffixLen int) (Protocol, error) {
+	var p Protocol
+	switch name {
+	case "goldfish":
+		if len(prefixLens) > 0 {
+			return p, fmt.Errorf("memorization: goldfish protocol: the prefix is the rest of each document; no prefix length")
+		}
+		p = Goldfish(cmp.Or(suffixLen, 50))
+	case "pythia":
+		if len(prefixLens) > 1 {
+			return p, fmt.Errorf("memorization: pythia protocol: one prefix length, got %d", len(prefixLens))
+		}
+		k := 32
+		if len(prefixLens) == 1 {
+			k = prefixLens[0]
+		}
+		p = Pythia(k, cmp.Or(suffixLen, 32))
+	case "carlini":
+		if len(prefixLens) == 0 {
+			prefixLens = []int{8, 16, 32, 64}
+		}
+		p = Carlini(prefixLens, cmp.Or(suffixLen, 50))
+	case "custom":
+		if len(prefixLens) != 1 || suffixLen <= 0 {
+			return p, fmt.Errorf("memorization: custom protocol: needs one prefix length and a suffix length")
+		}
+		p = Custom(prefixLens[0], suffixLen)
+	default:
+		return p, fmt.Errorf("memorization: unknown protocol %q (want goldfish, pythia, carlini or custom)", name)
+	}
+	return p, p.Validate()
+}
+
+// Key names the protocol in file names: goldfish-50, pythia-32-32,
+// carlini-8.16.32-50, custom-16-32.
+func (p Protocol) Key() string {
+	if p.Name == "goldfish" {
+		return fmt.Sprintf("goldfish-%d", p.SuffixLen)
+	}
+	ks := make([]string, len(p.PrefixLens))
+	for i, k := range p.PrefixLens {
+		ks[i] = fmt.Sprint(k)
+	}
+	return fmt.Sprintf("%s-%s-%d", p.Name, strings.Join(ks, "."), p.SuffixLen)
 }

@@ -1,0 +1,158 @@
+package memorization
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/memtrain/memtrain/data"
+	"github.com/memtrain/memtrain/data/tokenizer"
+)
+
+// StoreDocuments returns the documents of a prepared dataset: its train
+// split as members, its holdout split as non-members, or both (split "",
+// "both"). A trailing EOS that the dataset appended is removed, so that a
+// document is BOS + its text, as the goldfish protocol evaluates it.
+func StoreDocuments(s *data.Store, split string) ([]Document, error) {
+	want := map[data.Split]bool{}
+	switch split {
+	case "", "both":
+		want[data.Train], want[data.Holdout] = true, true
+	case string(data.Train), string(data.Holdout):
+		want[data.Split(split)] = true
+	default:
+		return nil, fmt.Errorf("memorization: split %q (want train, holdout or both)", split)
+	}
+	set := s.Manifest().Settings
+	eos := s.Manifest().Tokenizer.EOS
+	var docs []Document
+	for id := range s.NumDocuments() {
+		info, err := s.Doc(id)
+		if err != nil {
+			return nil, err
+		}
+		if !want[info.Split] {
+			continue
+		}
+		ids, err := s.DocTokens(id)
+		if err != nil {
+			return nil, err
+		}
+		if set.EOS && len(ids) > 0 && ids[len(ids)-1] == eos {
+			ids = ids[:len(ids)-1]
+		}
+		docs = append(docs, Document{ID: id, Member: info.Split == data.Train, Source: info.Source, Line: info.Line, IDs: ids})
+	}
+	return docs, nil
+}
+
+// FileDocuments reads documents from input files (JSONL, Parquet, text or
+// folders, as data.NewReader reads them), tokenizing text with tok and BOS
+// (pre-tokenized ids are taken as they are). Every document gets the
+// membership member. Skipped records are counted in the returned problems
+// (or, with opt.Strict, are an error).
+func FileDocuments(paths []string, tok *tokenizer.Tokenizer, member bool, opt data.ReadOptions) ([]Document, *data.Problems, error) {
+	opt.VocabSize = tok.VocabSize()
+	r, err := data.NewReader(paths, opt)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer r.Close()
+	var docs []Document
+	var texts []string
+	var slots []int
+	for {
+		d, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		doc := Document{ID: len(docs), Member: member, Source: d.Source, Line: d.Line, IDs: d.IDs}
+		if d.IDs == nil {
+			texts = append(texts, d.Text)
+			slots = append(slots, len(docs))
+		}
+		docs = append(docs, doc)
+	}
+	for i, ids := range tok.EncodeBatch(texts, tokenizer.EncodeOptions{AddSpecial: true}, 0) {
+		docs[slots[i]].IDs = ids
+	}
+	return docs, r.Problems(), nil
+}
+
+// WriteResults writes an evaluation into dir: summary.json and docs.jsonl
+// (one DocResult a line), each complete or absent — written to a temporary
+// name and renamed.
+func WriteResults(dir string, s *Summary, docs []DocResult) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("memorization: %w", err)
+	}
+	err := writeAtomic(filepath.Join(dir, "docs.jsonl"), func(w io.Writer) error {
+		enc := json.NewEncoder(w)
+		for i := range docs {
+			if err := enc.Encode(&docs[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(dir, "summary.json"), func(w io.Writer) error {
+		b, err := json.MarshalIndent(s, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(append(b, '\n'))
+		return err
+	})
+}
+
+// ReadSummary reads a summary.json.
+func ReadSummary(path string) (*Summary, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("memorization: %w", err)
+	}
+	var s Summary
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("memorization: %s: %w", path, err)
+	}
+	if s.Schema != SummarySchema {
+		return nil, fmt.Errorf("memorization: %s: schema %d, want %d", path, s.Schema, SummarySchema)
+	}
+	return &s, nil
+}
+
+func writeAtomic(path string, fill func(io.Writer) error) error {
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("memorization: %w", err)
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	err = fill(w)
+	if err == nil {
+		err = w.Flush()
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("memorization: writing %s: %w", path, err)
+	}
+	return nil
+}
