@@ -23,8 +23,8 @@ import (
 //	OUT/report.md, results.csv, plots/    the report
 const (
 	ResultFile  = "result.json"
-	SummaryFile = "summary.json"
-	DocsFile    = "docs.jsonl"
+	SummaryFile = memorization.SummaryFileName
+	DocsFile    = memorization.DocsFileName
 	MetricsFile = "metrics.jsonl" // finetune's, in the arm's train folder
 )
 

@@ -85,6 +85,12 @@ func FileDocuments(paths []string, tok *tokenizer.Tokenizer, member bool, opt da
 	return docs, r.Problems(), nil
 }
 
+// The files of an evaluation folder.
+const (
+	SummaryFileName = "summary.json"
+	DocsFileName    = "docs.jsonl"
+)
+
 // WriteResults writes an evaluation into dir: summary.json and docs.jsonl
 // (one DocResult a line), each complete or absent — written to a temporary
 // name and renamed.
@@ -92,7 +98,7 @@ func WriteResults(dir string, s *Summary, docs []DocResult) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("memorization: %w", err)
 	}
-	err := writeAtomic(filepath.Join(dir, "docs.jsonl"), func(w io.Writer) error {
+	err := writeAtomic(filepath.Join(dir, DocsFileName), func(w io.Writer) error {
 		enc := json.NewEncoder(w)
 		for i := range docs {
 			if err := enc.Encode(&docs[i]); err != nil {
@@ -104,7 +110,7 @@ func WriteResults(dir string, s *Summary, docs []DocResult) error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(dir, "summary.json"), func(w io.Writer) error {
+	return writeAtomic(filepath.Join(dir, SummaryFileName), func(w io.Writer) error {
 		b, err := json.MarshalIndent(s, "", "  ")
 		if err != nil {
 			return err

@@ -18,9 +18,9 @@ import (
 func newEvalCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "eval",
-		Short: "Evaluate a model: loss and perplexity",
+		Short: "Evaluate a model: loss and perplexity, memorization",
 	}
-	cmd.AddCommand(newEvalLossCmd())
+	cmd.AddCommand(newEvalLossCmd(), newEvalMemorizationCmd())
 	return cmd
 }
 

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/memtrain/memtrain/data"
+	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/memorization"
+)
+
+type evalMemFlags struct {
+	model            string
+	data, nonMembers []string
+	split            string
+	protocol         string
+	prefixes         []int
+	suffix           int
+	limit            int
+	batch            int
+	minK             float64
+	resamples        int
+	seed             uint64
+	strict           bool
+	out              string
+	engine           engineFlags
+}
+
+func newEvalMemorizationCmd() *cobra.Command {
+	var f evalMemFlags
+	cmd := &cobra.Command{
+		Use:   "memorization --model DIR --data DATASET|FILE --out DIR",
+		Short: "Measure verbatim extraction and membership inference, members against non-members",
+		Long: `eval memorization cuts each document into prefix/suffix probes by a protocol,
+decodes greedily from the prefix with the KV cache and compares the continuation
+with the true suffix: sequence exact match, token match fraction, ROUGE-L on
+tokens and on decoded words, and the longest exactly matching prefix. Beside
+extraction it scores membership inference: each document's loss, zlib-normalised
+loss and min-k% token probability, with the ROC AUC separating members from
+non-members.
+
+--data is a dataset folder (memtrain data prepare): its train split are the
+members, its holdout split the non-members (--split picks). Or it is input
+files (JSONL, Parquet, text), tokenized with the checkpoint's tokenizer and BOS:
+members, with --non-members naming files of held-out documents.
+
+Protocols (lengths in tokens): goldfish (the suffix is the last --suffix tokens
+of the first 2,048, default 50, the prefix the rest; documents of at most 50
+tokens are skipped), pythia (--prefix 32 --suffix 32 by default), carlini
+(--prefix 8,16,32,64 --suffix 50 by default: one probe per prefix length), custom
+(--prefix P --suffix S). Documents too short for the protocol are skipped and
+counted, or an error with --strict.
+
+Writes OUT/summary.json (aggregates with bootstrap 95% intervals) and
+OUT/docs.jsonl (one line per document), and prints a table.`,
+		Example: `  memtrain eval memorization --model run/final --data ds --protocol goldfish --out eval
+  memtrain eval memorization --model ckpt --data targets.jsonl --non-members heldout.jsonl \
+      --protocol carlini --prefix 16,32,64 --out eval-carlini`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return runEvalMemorization(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.model, "model", "", "checkpoint folder")
+	fl.StringSliceVar(&f.data, "data", nil, "dataset folder, or input files or folders of member documents (comma-separated)")
+	fl.StringSliceVar(&f.nonMembers, "non-members", nil, "input files of held-out documents (with input files as --data)")
+	fl.StringVar(&f.split, "split", "both", "with a dataset: train (members), holdout (non-members) or both")
+	fl.StringVar(&f.protocol, "protocol", "goldfish", "goldfish, pythia, carlini or custom")
+	fl.IntSliceVar(&f.prefixes, "prefix", nil, "prefix length(s) in tokens (pythia, carlini, custom)")
+	fl.IntVar(&f.suffix, "suffix", 0, "suffix length in tokens (default 50, pythia 32)")
+	fl.IntVar(&f.limit, "limit", 0, "evaluate at most this many members and as many non-members (0: all)")
+	fl.IntVar(&f.batch, "batch", 8, "probes decoded together")
+	fl.Float64Var(&f.minK, "min-k", 20, "k of the min-k% probability score, in percent")
+	fl.IntVar(&f.resamples, "resamples", 1000, "bootstrap resamples of the confidence intervals")
+	fl.Uint64Var(&f.seed, "seed", 0, "seed of the bootstrap")
+	fl.BoolVar(&f.strict, "strict", false, "fail on documents too short for the protocol instead of skipping them")
+	fl.StringVar(&f.out, "out", "", "folder for summary.json and docs.jsonl")
+	f.engine.register(fl)
+	cmd.MarkFlagRequired("model")
+	cmd.MarkFlagRequired("data")
+	cmd.MarkFlagRequired("out")
+	return cmd
+}
+
+func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
+	if f.batch <= 0 || f.limit < 0 || f.resamples < 0 {
+		return errors.New("eval memorization: --batch must be positive, --limit and --resamples not negative")
+	}
+	p, err := memorization.ParseProtocol(f.protocol, f.prefixes, f.suffix)
+	if err != nil {
+		return err
+	}
+	lm, err := loadModel(f.model, f.engine, llama.Options{}, false)
+	if err != nil {
+		return err
+	}
+	defer lm.model.Free()
+	docs, err := evalDocuments(f, lm)
+	if err != nil {
+		return err
+	}
+	if f.limit > 0 {
+		docs = limitDocuments(docs, f.limit)
+	}
+	cfg := memorization.EvalConfig{Protocol: p, Batch: f.batch, MinKPercent: f.minK, Strict: f.strict,
+		Bootstrap: memorization.Bootstrap{Resamples: f.resamples, Seed: f.seed, Level: 0.95}}
+	if lm.tok != nil {
+		cfg.Decode = lm.tok.DecodeSkipSpecial
+		if eos, ok := lm.tok.EOS(); ok {
+			cfg.StopIDs = []int32{eos}
+		}
+	}
+	var bar *progressbar.ProgressBar
+	if isTerminal(cmd.ErrOrStderr()) {
+		bar = progressbar.NewOptions(2*len(docs), progressbar.OptionSetWriter(cmd.ErrOrStderr()),
+			progressbar.OptionSetDescription("eval memorization"), progressbar.OptionShowCount(),
+			progressbar.OptionSetPredictTime(true))
+		cfg.Progress = func(scored, nDocs, decoded, probes int) {
+			// Scoring is the first half of the bar, decoding the second.
+			bar.Set(scored + decoded*nDocs/max(probes, 1))
+		}
+	}
+	sum, res, err := memorization.Evaluate(lm.model, docs, cfg)
+	if bar != nil {
+		bar.Finish()
+		fmt.Fprintln(cmd.ErrOrStderr())
+	}
+	if err != nil {
+		return err
+	}
+	if err := memorization.WriteResults(f.out, sum, res); err != nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	if err := memorization.WriteTable(w, sum); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "wrote %s and %s\n", filepath.Join(f.out, memorization.SummaryFileName), filepath.Join(f.out, memorization.DocsFileName))
+	return nil
+}
+
+// evalDocuments gathers the documents of eval memorization: a dataset's
+// splits, or member and non-member files.
+func evalDocuments(f evalMemFlags, lm *loadedModel) ([]memorization.Document, error) {
+	if st, err := os.Stat(filepath.Join(f.data[0], "manifest.json")); len(f.data) == 1 && err == nil && !st.IsDir() {
+		if len(f.nonMembers) > 0 {
+			return nil, errors.New("eval memorization: --non-members goes with input files; a dataset has its own holdout split")
+		}
+		s, err := data.OpenStore(f.data[0])
+		if err != nil {
+			return nil, err
+		}
+		defer s.Close()
+		if lm.tok != nil && s.Manifest().Tokenizer.SHA256 != lm.tok.Hash() {
+			return nil, fmt.Errorf("eval memorization: %s was tokenized with another tokenizer than %s's", f.data[0], f.model)
+		}
+		return memorization.StoreDocuments(s, f.split)
+	}
+	if lm.tok == nil {
+		return nil, errNoTokenizer(f.model)
+	}
+	if f.split != "both" {
+		return nil, errors.New("eval memorization: --split goes with a dataset folder; input files are members and --non-members non-members")
+	}
+	docs, _, err := memorization.FileDocuments(f.data, lm.tok, true, data.ReadOptions{Strict: f.strict})
+	if err != nil {
+		return nil, err
+	}
+	if len(f.nonMembers) > 0 {
+		non, _, err := memorization.FileDocuments(f.nonMembers, lm.tok, false, data.ReadOptions{Strict: f.strict})
+		if err != nil {
+			return nil, err
+		}
+		docs = append(docs, non...)
+	}
+	return docs, nil
+}
+
+// limitDocuments keeps the first n members and the first n non-members.
+func limitDocuments(docs []memorization.Document, n int) []memorization.Document {
+	var out []memorization.Document
+	var members, non int
+	for _, d := range docs {
+		if d.Member && members < n {
+			members++
+			out = append(out, d)
+		} else if !d.Member && non < n {
+			non++
+			out = append(out, d)
+		}
+	}
+	return out
+}

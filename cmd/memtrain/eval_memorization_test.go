@@ -1,0 +1,77 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/memtrain/memtrain/memorization"
+)
+
+func TestEvalMemorization(t *testing.T) {
+	base, ds := finetuneFixture(t, "builtin:llama2")
+	out := filepath.Join(t.TempDir(), "eval")
+	stdout, errs, code := memtrain(t, "", "eval", "memorization", "--model", base, "--data", ds, "--protocol", "pythia",
+		"--prefix", "8", "--suffix", "8", "--limit", "4", "--out", out, "--threads", "2")
+	if code != 0 {
+		t.Fatal(errs)
+	}
+	for _, want := range []string{"pythia(prefix 8, suffix 8): 8 documents (4 members, 4 non-members)", "non-members", "membership inference ROC AUC"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	s, err := memorization.ReadSummary(filepath.Join(out, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Members != 4 || s.NonMembers != 4 || len(s.Prefixes) != 1 || s.Prefixes[0].K != 8 {
+		t.Errorf("summary %+v", s)
+	}
+	raw, err := os.ReadFile(filepath.Join(out, "docs.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	if len(lines) != 8 {
+		t.Fatalf("%d lines in docs.jsonl", len(lines))
+	}
+	var d memorization.DocResult
+	if err := json.Unmarshal([]byte(lines[0]), &d); err != nil || len(d.Probes) != 1 || len(d.Probes[0].Suffix) != 8 || d.Loss <= 0 {
+		t.Errorf("first document %+v (%v)", d, err)
+	}
+
+	// Input files: members and non-members from JSONL.
+	dir := t.TempDir()
+	mem := writeFile(t, "m.jsonl", `{"text":"It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife."}`+"\n")
+	non := writeFile(t, "n.jsonl", `{"text":"However little known the feelings or views of such a man may be on his first entering a neighbourhood, this truth is so well fixed."}`+"\n")
+	stdout, errs, code = memtrain(t, "", "eval", "memorization", "--model", base, "--data", mem, "--non-members", non,
+		"--protocol", "custom", "--prefix", "6", "--suffix", "4", "--out", filepath.Join(dir, "e"))
+	if code != 0 || !strings.Contains(stdout, "2 documents (1 members, 1 non-members), 0 skipped") {
+		t.Errorf("files: %s %s", stdout, errs)
+	}
+}
+
+func TestEvalMemorizationErrors(t *testing.T) {
+	base, ds := finetuneFixture(t, "builtin:llama2")
+	out := filepath.Join(t.TempDir(), "e")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--protocol", "nope"}, `unknown protocol "nope"`},
+		{[]string{"--protocol", "custom", "--prefix", "4"}, "needs one prefix length and a suffix length"},
+		{[]string{"--protocol", "custom", "--prefix", "30", "--suffix", "30", "--strict"}, "too short for custom(prefix 30, suffix 30) (strict)"},
+		{[]string{"--protocol", "custom", "--prefix", "300", "--suffix", "300"}, "no document has enough tokens"},
+		{[]string{"--split", "test"}, `split "test"`},
+		{[]string{"--non-members", "x.jsonl"}, "--non-members goes with input files"},
+	} {
+		args := append([]string{"eval", "memorization", "--model", base, "--data", ds, "--out", out}, tc.args...)
+		_, errs, code := memtrain(t, "", args...)
+		if code != 1 || !strings.Contains(errs, tc.want) || strings.Count(strings.TrimSpace(errs), "\n") > 0 {
+			t.Errorf("%v: exit %d, %q; want one line with %q", tc.args, code, errs, tc.want)
+		}
+	}
+}
