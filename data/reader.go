@@ -27,6 +27,11 @@ type Document struct {
 	Text string
 	// IDs are the token ids of a pre-tokenized document; nil for text.
 	IDs []int32
+	// Split, when set, puts the document in that split of a dataset
+	// (StoreWriter.Add) instead of the hash-based choice: what a
+	// memorization study needs to say exactly which texts are trained on.
+	// Readers leave it empty.
+	Split Split
 }
 
 // A Format is an input file format.

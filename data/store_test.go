@@ -372,3 +372,37 @@ func TestCommitIntoEmptyFolder(t *testing.T) {
 		t.Error("Add after Commit: no error")
 	}
 }
+
+// TestForcedSplit: a document's Split overrides the hash-based choice, in
+// both directions.
+func TestForcedSplit(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ds")
+	w, err := CreateStore(dir, handTok, Settings{Mode: ModeDocument, SeqLen: 4, Holdout: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Split{Train, Holdout, "", Train}
+	for i, sp := range want {
+		if _, err := w.Add(Document{Source: "a", Line: int64(i + 1), IDs: []int32{3, 4}, Split: sp}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := w.Commit(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Splits.Train.Documents != 2 || m.Splits.Holdout.Documents != 2 {
+		t.Errorf("train %d, holdout %d documents, want 2 and 2", m.Splits.Train.Documents, m.Splits.Holdout.Documents)
+	}
+	s, err := OpenStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	want[2] = Holdout // Holdout: 1 holds out every unforced document
+	for id, sp := range want {
+		if info, _ := s.Doc(id); info.Split != sp {
+			t.Errorf("document %d in %s, want %s", id, info.Split, sp)
+		}
+	}
+}

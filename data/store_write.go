@@ -106,6 +106,9 @@ func checkEmptyDir(dir string) error {
 // heldOut reports whether a document goes to the holdout split (see
 // Settings.Holdout).
 func heldOut(doc *Document, seed uint64, threshold uint64, all bool) bool {
+	if doc.Split != "" {
+		return doc.Split == Holdout
+	}
 	if all {
 		return true
 	}
@@ -129,8 +132,8 @@ func heldOut(doc *Document, seed uint64, threshold uint64, all bool) bool {
 }
 
 // Add appends a document: doc.IDs, between the BOS and EOS tokens if the
-// settings ask for them. doc.Text, if set, decides the split (see
-// Settings.Holdout); doc.Source and doc.Line are recorded. It returns the
+// settings ask for them. doc.Split, or else doc.Text, decides the split
+// (see Settings.Holdout); doc.Source and doc.Line are recorded. It returns the
 // document's id, its index in the dataset.
 func (w *StoreWriter) Add(doc Document) (int, error) {
 	if w.err != nil {
