@@ -163,6 +163,9 @@ func (o Op) String() string {
 	if o < numOps {
 		return opNames[o]
 	}
+	if o == opSplit {
+		return "split"
+	}
 	return fmt.Sprintf("Op(%d)", uint8(o))
 }
 
