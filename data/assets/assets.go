@@ -1,7 +1,7 @@
 // Package assets embeds the third-party files that memtrain ships so that a
 // fresh clone, with no network and no model hub, can tokenize, run its demo
 // and pass its tests: the Llama 2 and Llama 3 HuggingFace tokenizers and
-// Jane Austen's novels by paragraph. Provenance and licences are in NOTICE.md
+// Jane Austen's novels by paragraph, and twelve State of the Union addresses. Provenance and licences are in NOTICE.md
 // beside this file.
 //
 // Large files are stored gzip-compressed; the accessors return the
@@ -26,6 +26,7 @@ const (
 	Llama3Tokenizer       = "llama3-tokenizer.json"
 	Llama3TokenizerConfig = "llama3-tokenizer_config.json"
 	Austen                = "austen.jsonl"
+	SOTU                  = "sotu.jsonl" // twelve State of the Union addresses
 )
 
 // Open returns a reader of the named asset's decompressed contents.

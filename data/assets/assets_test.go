@@ -18,6 +18,7 @@ func TestAssetsMatchNotice(t *testing.T) {
 		{Llama3Tokenizer, 9085698, "e134af98b985517b4f068e3755ae90d4e9cd2d45d328325dc503f1c6b2d06cc7"},
 		{Llama3TokenizerConfig, 50941, "c058e1ff967585f08c1c4dc1577c68a825a482b38bc0b2bff059ab113bf603bf"},
 		{Austen, 3887423, "13ec37a73088bae4481de5d1b1510a66e902638307d60d44993b8bd1a749dace"},
+		{SOTU, 465603, "7e723ed5c892a740a8e80aceeef96062eaa73a4588ceb9a24194f57a0711e648"},
 	} {
 		b, err := Read(tt.name)
 		if err != nil {
