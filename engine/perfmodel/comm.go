@@ -1,0 +1,262 @@
+package perfmodel
+
+import (
+	"fmt"
+
+	"github.com/memtrain/memtrain/checkpoints"
+)
+
+// The collective operations, as Collective.Op names them.
+const (
+	OpAllReduce     = "all-reduce"
+	OpAllGather     = "all-gather"
+	OpReduceScatter = "reduce-scatter"
+)
+
+// Bytes per element on the wire. Activations and gathered weights travel
+// in bf16, as the engine computes; per-token statistics (RMSNorm's sums,
+// cross-entropy's max, sum of exponentials and target logit) and weight
+// gradients travel in fp32, as they are accumulated (engine.PrecisionBF16
+// keeps fp32 gradients).
+const (
+	activationBytes = 2
+	weightBytes     = 2
+	statBytes       = 4
+	gradBytes       = 4
+)
+
+// Overlap says whether a collective can be hidden behind compute when the
+// engine overlaps communication (Options.NoOverlap false).
+type Overlap int
+
+const (
+	// Blocking collectives are on the critical path: the next kernel needs
+	// their result (forward activation all-reduces, norm and cross-entropy
+	// statistics).
+	Blocking Overlap = iota
+	// HiddenByCompute collectives run beside the micro-batches' compute:
+	// AxoNN's OAG (Z all-gathers prefetched a layer ahead), OAR (backward
+	// activation all-reduces while the weight gradient's GEMM runs) and ORS
+	// (Z reduce-scatters of weight gradients).
+	HiddenByCompute
+	// HiddenByLastBackward collectives reduce the accumulated gradients once
+	// per optimizer step (data-parallel all-reduces, norm-weight gradient
+	// all-reduces); bucketed, they can hide only behind the last
+	// micro-batch's backward pass.
+	HiddenByLastBackward
+)
+
+func (o Overlap) String() string {
+	switch o {
+	case HiddenByCompute:
+		return "hidden-by-compute"
+	case HiddenByLastBackward:
+		return "hidden-by-last-backward"
+	}
+	return "blocking"
+}
+
+// MarshalText writes the overlap class by name, for JSON.
+func (o Overlap) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
+
+// A Collective is one kind of collective call that a rank makes during an
+// optimizer step, with how many times it makes it.
+type Collective struct {
+	// Name says what moves, e.g. "q_proj forward output".
+	Name string `json:"name"`
+	// Group is the grid axis the call runs over: "x", "y", "z" or "data".
+	Group string `json:"group"`
+	// Op is "all-reduce", "all-gather" or "reduce-scatter".
+	Op string `json:"op"`
+	// GroupSize is p, the number of ranks in the group (always ≥ 2: calls
+	// over a group of one rank move nothing and are not listed).
+	GroupSize int `json:"group_size"`
+	// Elements is the logical payload of one call on one rank: for an
+	// all-reduce the buffer reduced, for an all-gather the gathered output
+	// (p shards), for a reduce-scatter the full input (p shards).
+	Elements int64 `json:"elements"`
+	// Bytes is the size of one element on the wire.
+	Bytes int `json:"bytes"`
+	// Calls is the number of calls per optimizer step: per-micro-batch
+	// calls are multiplied by the number of micro-batches, and forward
+	// calls inside decoder layers by 2 with activation recomputation.
+	Calls int `json:"calls"`
+	// RingFactor is the share of Elements one rank sends per call in a
+	// ring: 2(p−1)/p for an all-reduce, (p−1)/p for the others.
+	RingFactor float64 `json:"ring_factor"`
+	// Overlap says whether the call can be hidden behind compute.
+	Overlap Overlap `json:"overlap"`
+}
+
+// RingFactor is the share of a collective's logical payload that each of
+// p ranks sends in a ring: 2(p−1)/p for an all-reduce (reduce-scatter then
+// all-gather), (p−1)/p for an all-gather or a reduce-scatter.
+func RingFactor(op string, p int) float64 {
+	f := float64(p-1) / float64(p)
+	if op == OpAllReduce {
+		return 2 * f
+	}
+	return f
+}
+
+// SentElements is the number of elements one rank sends for all the calls
+// of a step: Elements × RingFactor × Calls.
+func (c Collective) SentElements() float64 {
+	return float64(c.Elements) * c.RingFactor * float64(c.Calls)
+}
+
+// SentBytes is SentElements × Bytes.
+func (c Collective) SentBytes() float64 { return c.SentElements() * float64(c.Bytes) }
+
+// Collectives lists every collective call of one optimizer step on one
+// rank, itemized by what it moves. See the package documentation for the
+// layout; for W[out, in] with `in` split over axis A (X, or Y when
+// transposed) and `out` over axis B, m = s.MicroBatch·s.SeqLen tokens per
+// rank and micro-batch, n micro-batches and L decoder layers:
+//
+//   - forward output: all-reduce over A of m·out/B, L·n calls (2·L·n with
+//     recomputation);
+//   - backward input gradient: all-reduce over B of m·in/A, L·n calls;
+//   - Z: all-gather of the weight's (x,y) block out·in/(X·Y) before the
+//     forward and again before the backward (with recomputation the
+//     recomputed forward's gather is kept for the backward, so still two),
+//     and a reduce-scatter of its gradient block, each L·n calls;
+//   - data: all-reduce of the shard out·in/(X·Y·Z), L calls (once a step).
+//
+// RMSNorm (two per layer and the final one) all-reduces each token's sum of
+// squares over X in the forward (recomputed too) and the sum of w·dy·x in
+// the backward: m elements each. Its weight's gradient (H/X elements; Y
+// replicas computed the same thing, so Y is not summed) is all-reduced over
+// Z and then over data once a step.
+//
+// The embedding is vocabulary-parallel: W[vocab, hidden] with vocab over Y
+// and hidden over X, Z-sharded like a linear. Its forward gathers the
+// weight over Z and all-reduces the looked-up rows over Y (m·H/X; each Y
+// rank holds one vocabulary slice); its backward needs no weight and no
+// activation exchange, only the gradient's reduce-scatter over Z and the
+// data all-reduce. The LM head is a linear W[vocab, hidden] (forward
+// all-reduce of the logits over X, m·V/Y; backward over Y, m·H/X), and the
+// vocabulary-parallel cross-entropy all-reduces over Y three fp32 values
+// per token (the max logit, the sum of exponentials, the target's logit).
+// A tied head uses the embedding's shard: both gather it in their forward
+// and the head again in its backward, and the summed gradient is
+// reduce-scattered and all-reduced once.
+//
+// Neither the embedding nor the head is recomputed. Calls over a group of
+// size 1 are omitted.
+func Collectives(cfg *checkpoints.Config, s Step) ([]Collective, error) {
+	if err := s.validate(cfg); err != nil {
+		return nil, err
+	}
+	return collectives(cfg, s), nil
+}
+
+func collectives(cfg *checkpoints.Config, s Step) []Collective {
+	g := s.Grid
+	m := int64(s.MicroBatch) * int64(s.SeqLen)
+	n, L := s.MicroBatches, cfg.NumHiddenLayers
+	fwd := 1
+	if s.Recompute {
+		fwd = 2
+	}
+	h, v := int64(cfg.HiddenSize), int64(cfg.VocabSize)
+	hx := h / int64(g.X)
+
+	var cs []Collective
+	add := func(name, group, op string, elements int64, bytes, calls int, ov Overlap) {
+		p := g.GroupSize(group)
+		if p == 1 || calls == 0 || elements == 0 {
+			return
+		}
+		cs = append(cs, Collective{Name: name, Group: group, Op: op, GroupSize: p, Elements: elements,
+			Bytes: bytes, Calls: calls, RingFactor: RingFactor(op, p), Overlap: ov})
+	}
+	// zSharded adds the Z and data traffic of one weight (or of every
+	// layer's copy of it: k = L).
+	zSharded := func(name string, block int64, fwdGathers, bwdGathers, k int) {
+		add(name+" weight (forward)", GroupZ, OpAllGather, block, weightBytes, fwdGathers*k*n, HiddenByCompute)
+		add(name+" weight (backward)", GroupZ, OpAllGather, block, weightBytes, bwdGathers*k*n, HiddenByCompute)
+		add(name+" gradient", GroupZ, OpReduceScatter, block, gradBytes, k*n, HiddenByCompute)
+		add(name+" gradient", GroupData, OpAllReduce, block/int64(g.Z), gradBytes, k, HiddenByLastBackward)
+	}
+	norm := func(name string, k, fwdCalls int) {
+		add(name+" sum of squares", GroupX, OpAllReduce, m, statBytes, fwdCalls*k*n, Blocking)
+		add(name+" backward sum", GroupX, OpAllReduce, m, statBytes, k*n, Blocking)
+		add(name+" weight gradient", GroupZ, OpAllReduce, hx, gradBytes, k, HiddenByLastBackward)
+		add(name+" weight gradient", GroupData, OpAllReduce, hx, gradBytes, k, HiddenByLastBackward)
+	}
+
+	add("embed_tokens forward output", GroupY, OpAllReduce, m*hx, activationBytes, n, Blocking)
+	norm("input_layernorm", L, fwd)
+	norm("post_attention_layernorm", L, fwd)
+	var embed, head weight
+	for _, w := range weights(cfg) {
+		switch {
+		case w.name == "embed_tokens":
+			embed = w
+			continue
+		case w.name == "lm_head":
+			head = w
+			continue
+		}
+		in, out := GroupX, GroupY
+		if w.transposed {
+			in, out = GroupY, GroupX
+		}
+		ia, ob := int64(g.GroupSize(in)), int64(g.GroupSize(out))
+		add(w.name+" forward output", in, OpAllReduce, m*int64(w.out)/ob, activationBytes, fwd*L*n, Blocking)
+		add(w.name+" backward input gradient", out, OpAllReduce, m*int64(w.in)/ia, activationBytes, L*n, HiddenByCompute)
+		zSharded(w.name, w.blockElements(g), 1, 1, L)
+	}
+	norm("norm", 1, 1)
+	add("lm_head forward output", GroupX, OpAllReduce, m*v/int64(g.Y), activationBytes, n, Blocking)
+	add("cross-entropy max, sum of exponentials, target logit", GroupY, OpAllReduce, m, statBytes, 3*n, Blocking)
+	add("lm_head backward input gradient", GroupY, OpAllReduce, m*hx, activationBytes, n, HiddenByCompute)
+	if cfg.TieWordEmbeddings {
+		// One shard: gathered for the embedding's forward, the head's
+		// forward and the head's backward; one summed gradient.
+		zSharded("embed_tokens (tied lm_head)", embed.blockElements(g), 2, 1, 1)
+	} else {
+		zSharded("embed_tokens", embed.blockElements(g), 1, 0, 1)
+		zSharded("lm_head", head.blockElements(g), 1, 1, 1)
+	}
+	return cs
+}
+
+// GroupSeconds holds one number per grid axis.
+type GroupSeconds struct {
+	X    float64 `json:"x"`
+	Y    float64 `json:"y"`
+	Z    float64 `json:"z"`
+	Data float64 `json:"data"`
+}
+
+// Of returns the named axis's value.
+func (s GroupSeconds) Of(group string) float64 {
+	switch group {
+	case GroupX:
+		return s.X
+	case GroupY:
+		return s.Y
+	case GroupZ:
+		return s.Z
+	case GroupData:
+		return s.Data
+	}
+	panic(fmt.Sprintf("perfmodel: unknown group %q", group))
+}
+
+func (s *GroupSeconds) add(group string, v float64) {
+	switch group {
+	case GroupX:
+		s.X += v
+	case GroupY:
+		s.Y += v
+	case GroupZ:
+		s.Z += v
+	case GroupData:
+		s.Data += v
+	default:
+		panic(fmt.Sprintf("perfmodel: unknown group %q", group))
+	}
+}

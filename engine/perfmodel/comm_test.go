@@ -1,0 +1,307 @@
+package perfmodel
+
+import (
+	"math"
+	"testing"
+)
+
+func TestRingFactor(t *testing.T) {
+	for _, c := range []struct {
+		op   string
+		p    int
+		want float64
+	}{
+		{OpAllReduce, 1, 0}, {OpAllReduce, 2, 1}, {OpAllReduce, 4, 1.5}, {OpAllReduce, 8, 1.75},
+		{OpAllGather, 1, 0}, {OpAllGather, 2, 0.5}, {OpAllGather, 8, 0.875},
+		{OpReduceScatter, 4, 0.75}, {OpReduceScatter, 1024, 1023.0 / 1024},
+	} {
+		if got := RingFactor(c.op, c.p); got != c.want {
+			t.Errorf("RingFactor(%s, %d) = %g, want %g", c.op, c.p, got, c.want)
+		}
+	}
+	c := Collective{Op: OpAllGather, Elements: 1000, Calls: 3, Bytes: 2, RingFactor: RingFactor(OpAllGather, 4)}
+	if c.SentElements() != 2250 || c.SentBytes() != 4500 {
+		t.Errorf("sent %g elements, %g bytes; want 2250, 4500", c.SentElements(), c.SentBytes())
+	}
+}
+
+// key identifies a collective in the hand-computed tables.
+type key struct{ name, group, op string }
+
+type want struct {
+	elements     int64
+	bytes, calls int
+	overlap      Overlap
+}
+
+func byKey(t *testing.T, cs []Collective) map[key]Collective {
+	t.Helper()
+	m := map[key]Collective{}
+	for _, c := range cs {
+		k := key{c.Name, c.Group, c.Op}
+		if _, dup := m[k]; dup {
+			t.Errorf("collective %v listed twice", k)
+		}
+		if c.GroupSize < 2 {
+			t.Errorf("%v over a group of %d", k, c.GroupSize)
+		}
+		m[k] = c
+	}
+	return m
+}
+
+func checkCollectives(t *testing.T, cs []Collective, wants map[key]want) {
+	t.Helper()
+	got := byKey(t, cs)
+	for k, w := range wants {
+		c, ok := got[k]
+		if !ok {
+			t.Errorf("missing %v", k)
+			continue
+		}
+		if c.Elements != w.elements || c.Bytes != w.bytes || c.Calls != w.calls || c.Overlap != w.overlap {
+			t.Errorf("%v: elements %d bytes %d calls %d %v; want %d %d %d %v", k, c.Elements, c.Bytes, c.Calls, c.Overlap, w.elements, w.bytes, w.calls, w.overlap)
+		}
+	}
+	for k := range got {
+		if _, ok := wants[k]; !ok {
+			t.Errorf("unexpected %v: %+v", k, got[k])
+		}
+	}
+}
+
+// TestCollectivesByHand checks every call of a step of the small model
+// (hidden 64, 2 layers, q 64, kv 32, intermediate 128, vocab 256, untied) on
+// dp=2 x=2 y=1 z=2: micro-batches of one 8-token sequence (m = 8), two
+// micro-batches (n = 2). Y has one rank, so nothing runs over Y.
+func TestCollectivesByHand(t *testing.T) {
+	cfg := smallConfig(t)
+	s := Step{Grid: Grid{Data: 2, X: 2, Y: 1, Z: 2}, SeqLen: 8, MicroBatch: 1, MicroBatches: 2}
+	const (
+		B = Blocking
+		H = HiddenByCompute
+		E = HiddenByLastBackward
+	)
+	ar, ag, rs := OpAllReduce, OpAllGather, OpReduceScatter
+	// Linears: forward over X of m·out (q 8·64, k/v 8·32, gate/up 8·128),
+	// L·n = 4 calls; transposed o and down all-reduce their backward input
+	// gradient over X (8·64, 8·128). Z blocks out·in/X: q 2048, k/v 1024,
+	// o 2048, gate/up/down 4096; data shards are half of that, once per
+	// layer and step.
+	wants := map[key]want{
+		{"input_layernorm sum of squares", "x", ar}:              {8, 4, 4, B},
+		{"input_layernorm backward sum", "x", ar}:                {8, 4, 4, B},
+		{"input_layernorm weight gradient", "z", ar}:             {32, 4, 2, E},
+		{"input_layernorm weight gradient", "data", ar}:          {32, 4, 2, E},
+		{"post_attention_layernorm sum of squares", "x", ar}:     {8, 4, 4, B},
+		{"post_attention_layernorm backward sum", "x", ar}:       {8, 4, 4, B},
+		{"post_attention_layernorm weight gradient", "z", ar}:    {32, 4, 2, E},
+		{"post_attention_layernorm weight gradient", "data", ar}: {32, 4, 2, E},
+		{"norm sum of squares", "x", ar}:                         {8, 4, 2, B},
+		{"norm backward sum", "x", ar}:                           {8, 4, 2, B},
+		{"norm weight gradient", "z", ar}:                        {32, 4, 1, E},
+		{"norm weight gradient", "data", ar}:                     {32, 4, 1, E},
+		{"q_proj forward output", "x", ar}:                       {512, 2, 4, B},
+		{"k_proj forward output", "x", ar}:                       {256, 2, 4, B},
+		{"v_proj forward output", "x", ar}:                       {256, 2, 4, B},
+		{"o_proj backward input gradient", "x", ar}:              {512, 2, 4, H},
+		{"gate_proj forward output", "x", ar}:                    {1024, 2, 4, B},
+		{"up_proj forward output", "x", ar}:                      {1024, 2, 4, B},
+		{"down_proj backward input gradient", "x", ar}:           {1024, 2, 4, H},
+		{"lm_head forward output", "x", ar}:                      {2048, 2, 2, B},
+		{"q_proj weight (forward)", "z", ag}:                     {2048, 2, 4, H},
+		{"q_proj weight (backward)", "z", ag}:                    {2048, 2, 4, H},
+		{"q_proj gradient", "z", rs}:                             {2048, 4, 4, H},
+		{"q_proj gradient", "data", ar}:                          {1024, 4, 2, E},
+		{"k_proj weight (forward)", "z", ag}:                     {1024, 2, 4, H},
+		{"k_proj weight (backward)", "z", ag}:                    {1024, 2, 4, H},
+		{"k_proj gradient", "z", rs}:                             {1024, 4, 4, H},
+		{"k_proj gradient", "data", ar}:                          {512, 4, 2, E},
+		{"v_proj weight (forward)", "z", ag}:                     {1024, 2, 4, H},
+		{"v_proj weight (backward)", "z", ag}:                    {1024, 2, 4, H},
+		{"v_proj gradient", "z", rs}:                             {1024, 4, 4, H},
+		{"v_proj gradient", "data", ar}:                          {512, 4, 2, E},
+		{"o_proj weight (forward)", "z", ag}:                     {2048, 2, 4, H},
+		{"o_proj weight (backward)", "z", ag}:                    {2048, 2, 4, H},
+		{"o_proj gradient", "z", rs}:                             {2048, 4, 4, H},
+		{"o_proj gradient", "data", ar}:                          {1024, 4, 2, E},
+		{"gate_proj weight (forward)", "z", ag}:                  {4096, 2, 4, H},
+		{"gate_proj weight (backward)", "z", ag}:                 {4096, 2, 4, H},
+		{"gate_proj gradient", "z", rs}:                          {4096, 4, 4, H},
+		{"gate_proj gradient", "data", ar}:                       {2048, 4, 2, E},
+		{"up_proj weight (forward)", "z", ag}:                    {4096, 2, 4, H},
+		{"up_proj weight (backward)", "z", ag}:                   {4096, 2, 4, H},
+		{"up_proj gradient", "z", rs}:                            {4096, 4, 4, H},
+		{"up_proj gradient", "data", ar}:                         {2048, 4, 2, E},
+		{"down_proj weight (forward)", "z", ag}:                  {4096, 2, 4, H},
+		{"down_proj weight (backward)", "z", ag}:                 {4096, 2, 4, H},
+		{"down_proj gradient", "z", rs}:                          {4096, 4, 4, H},
+		{"down_proj gradient", "data", ar}:                       {2048, 4, 2, E},
+		{"embed_tokens weight (forward)", "z", ag}:               {8192, 2, 2, H},
+		{"embed_tokens gradient", "z", rs}:                       {8192, 4, 2, H},
+		{"embed_tokens gradient", "data", ar}:                    {4096, 4, 1, E},
+		{"lm_head weight (forward)", "z", ag}:                    {8192, 2, 2, H},
+		{"lm_head weight (backward)", "z", ag}:                   {8192, 2, 2, H},
+		{"lm_head gradient", "z", rs}:                            {8192, 4, 2, H},
+		{"lm_head gradient", "data", ar}:                         {4096, 4, 1, E},
+	}
+	cs, err := Collectives(cfg, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCollectives(t, cs, wants)
+
+	// Sent elements per rank and group, summed by hand: ring factors are 1
+	// for an all-reduce and 1/2 for the others over two ranks.
+	//   x:    activations 22528 (q 2048, k 1024, v 1024, o 2048, gate, up,
+	//         down 4096 each, lm_head 4096) + norm statistics 160
+	//   z:    3 × ½ × 2 × (2 layers × 18432 + head 8192) + 2 × ½ × 2 × 8192
+	//         (embedding) + norm gradients 160
+	//   data: every shard once = ShardParams = 26784
+	sent := map[string]float64{}
+	for _, c := range cs {
+		if c.RingFactor != RingFactor(c.Op, 2) {
+			t.Errorf("%s: ring factor %g", c.Name, c.RingFactor)
+		}
+		sent[c.Group] += c.SentElements()
+	}
+	for grp, w := range map[string]float64{"x": 22688, "y": 0, "z": 151712, "data": 26784} {
+		if sent[grp] != w {
+			t.Errorf("%s sends %g elements a step, want %g", grp, sent[grp], w)
+		}
+	}
+	if p := ShardParams(cfg, s.Grid); float64(p) != sent["data"] {
+		t.Errorf("ShardParams %d, data all-reduce %g", p, sent["data"])
+	}
+
+	// Recomputation repeats the decoder layers' forward all-reduces, and
+	// nothing else.
+	s.Recompute = true
+	cr, err := Collectives(cfg, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doubled := map[string]bool{
+		"input_layernorm sum of squares": true, "post_attention_layernorm sum of squares": true,
+		"q_proj forward output": true, "k_proj forward output": true, "v_proj forward output": true,
+		"gate_proj forward output": true, "up_proj forward output": true,
+	}
+	base := byKey(t, cs)
+	for _, c := range cr {
+		w := base[key{c.Name, c.Group, c.Op}].Calls
+		if doubled[c.Name] {
+			w *= 2
+		}
+		if c.Calls != w {
+			t.Errorf("recompute: %s over %s: %d calls, want %d", c.Name, c.Group, c.Calls, w)
+		}
+	}
+}
+
+// TestCollectivesY checks the Y side on dp=1 x=1 y=2 z=1 with two
+// micro-batches of two 8-token sequences (m = 16): the q/k/v and gate/up
+// backward, the o/down forward, the embedding and head, and the
+// cross-entropy's statistics.
+func TestCollectivesY(t *testing.T) {
+	cfg := smallConfig(t)
+	s := Step{Grid: Grid{Data: 1, X: 1, Y: 2, Z: 1}, SeqLen: 8, MicroBatch: 2, MicroBatches: 2}
+	ar := OpAllReduce
+	const (
+		B = Blocking
+		H = HiddenByCompute
+	)
+	wants := map[key]want{
+		{"embed_tokens forward output", "y", ar}:                          {16 * 64, 2, 2, B},
+		{"q_proj backward input gradient", "y", ar}:                       {16 * 64, 2, 4, H},
+		{"k_proj backward input gradient", "y", ar}:                       {16 * 64, 2, 4, H},
+		{"v_proj backward input gradient", "y", ar}:                       {16 * 64, 2, 4, H},
+		{"o_proj forward output", "y", ar}:                                {16 * 64, 2, 4, B},
+		{"gate_proj backward input gradient", "y", ar}:                    {16 * 64, 2, 4, H},
+		{"up_proj backward input gradient", "y", ar}:                      {16 * 64, 2, 4, H},
+		{"down_proj forward output", "y", ar}:                             {16 * 64, 2, 4, B},
+		{"cross-entropy max, sum of exponentials, target logit", "y", ar}: {16, 4, 6, B},
+		{"lm_head backward input gradient", "y", ar}:                      {16 * 64, 2, 2, H},
+	}
+	cs, err := Collectives(cfg, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCollectives(t, cs, wants)
+}
+
+func TestCollectivesTied(t *testing.T) {
+	cfg := smallConfig(t)
+	cfg.TieWordEmbeddings = true
+	s := Step{Grid: Grid{Data: 2, X: 1, Y: 1, Z: 4}, SeqLen: 8, MicroBatch: 1, MicroBatches: 3}
+	cs, err := Collectives(cfg, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := byKey(t, cs)
+	const name = "embed_tokens (tied lm_head)"
+	for k, w := range map[key]want{
+		{name + " weight (forward)", "z", OpAllGather}:  {16384, 2, 6, HiddenByCompute}, // embedding and head forward
+		{name + " weight (backward)", "z", OpAllGather}: {16384, 2, 3, HiddenByCompute},
+		{name + " gradient", "z", OpReduceScatter}:      {16384, 4, 3, HiddenByCompute},
+		{name + " gradient", "data", OpAllReduce}:       {4096, 4, 1, HiddenByLastBackward},
+	} {
+		c := got[k]
+		if c.Elements != w.elements || c.Bytes != w.bytes || c.Calls != w.calls || c.Overlap != w.overlap {
+			t.Errorf("%v: %+v, want %+v", k, c, w)
+		}
+	}
+	for k := range got {
+		if k.name == "lm_head weight (forward)" || k.name == "embed_tokens gradient" {
+			t.Errorf("tied model lists %v", k)
+		}
+	}
+}
+
+func TestCollectivesOneRank(t *testing.T) {
+	cs, err := Collectives(smallConfig(t), Step{Grid: Grid{1, 1, 1, 1}, SeqLen: 8, MicroBatch: 1, MicroBatches: 4, Recompute: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) != 0 {
+		t.Errorf("one rank communicates: %+v", cs)
+	}
+	if _, err := Collectives(smallConfig(t), Step{Grid: Grid{1, 3, 1, 1}, SeqLen: 8, MicroBatch: 1, MicroBatches: 1}); err == nil {
+		t.Error("X=3 on hidden 64 accepted")
+	}
+	if _, err := Collectives(smallConfig(t), Step{Grid: Grid{1, 1, 1, 1}, SeqLen: 8, MicroBatch: 0, MicroBatches: 1}); err == nil {
+		t.Error("empty micro-batch accepted")
+	}
+}
+
+// TestCollectivesScale checks the formulas' scaling on a real shape: the
+// X traffic of a step does not depend on how it is cut into micro-batches,
+// and the Z traffic of micro-batches grows with their number.
+func TestCollectivesScale(t *testing.T) {
+	cfg := preset(t, "llama3.1-8b")
+	sum := func(s Step) map[string]float64 {
+		cs, err := Collectives(cfg, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]float64{}
+		for _, c := range cs {
+			grp := c.Group
+			if grp == GroupZ && c.Overlap == HiddenByLastBackward {
+				grp = "z per step" // norm gradients: once a step
+			}
+			m[grp] += c.SentBytes()
+		}
+		return m
+	}
+	g := Grid{Data: 2, X: 4, Y: 2, Z: 4}
+	one := sum(Step{Grid: g, SeqLen: 4096, MicroBatch: 4, MicroBatches: 1})
+	four := sum(Step{Grid: g, SeqLen: 4096, MicroBatch: 1, MicroBatches: 4})
+	for _, grp := range []string{GroupX, GroupY, GroupData, "z per step"} {
+		if math.Abs(one[grp]-four[grp]) > 1e-9*one[grp] {
+			t.Errorf("%s: %g bytes in one micro-batch, %g in four", grp, one[grp], four[grp])
+		}
+	}
+	if r := four[GroupZ] / one[GroupZ]; math.Abs(r-4) > 1e-9 {
+		t.Errorf("z traffic ×%g with 4× the micro-batches", r)
+	}
+}

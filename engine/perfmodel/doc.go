@@ -1,0 +1,54 @@
+// Package perfmodel predicts the memory, communication and time of a
+// training step of the 4D-parallel engine (AxoNN's Data × X × Y × Z tensor
+// parallelism) on a given number of GPUs, and ranks the process grids, as
+// AxoNN's communication model (Megatron-AxoNN examples/comm_model.py) does
+// before a large run.
+//
+// # Layout
+//
+// Ranks are numbered X fastest, then Y, Z, data (Grid). A weight W[out, in]
+// is cut into an (x, y) block — [out/Y, in/X], or [out/X, in/Y] for the
+// "transposed" o_proj and down_proj — and the block is flattened and split
+// evenly over Z. The batch's sequences are split over Data·Z; the X·Y ranks
+// at one (data, z) coordinate share its tokens. The residual stream is
+// [m, H/X] on every rank, replicated over Y: q/k/v and gate/up take it and
+// give heads or intermediate features split over Y; o_proj and down_proj
+// take those and give [m, H/X] back. So no re-layout happens between
+// layers, RMSNorm all-reduces each token's statistics over X, and norm
+// weight gradients are reduced over Z and data only. The embedding, the LM
+// head and the cross-entropy are vocabulary-parallel over Y. Grid.Validate
+// lists the divisibility rules this implies.
+//
+// # Memory
+//
+// Per rank (Memory): the shard's bf16 and fp32 master weights (6 bytes a
+// parameter), fp32 gradients (4) and AdamW moments (8); the micro-batch's
+// activations, itemized like engine/llama's workspace with per-rank shapes,
+// with or without recomputation, attention saving a log-sum-exp (flash) or
+// the probabilities; and, when Z > 1, buffers for the gathered weights of
+// the largest layer (doubled by prefetching) and one gradient block before
+// its reduce-scatter. Plans needing more than DefaultMemoryFraction of the
+// device are dropped.
+//
+// # Communication
+//
+// Collectives itemizes every collective of an optimizer step with the
+// logical payload of a call, the number of calls, the group and the ring
+// factor; SentElements is what one rank sends. The 4D engine's
+// communicators count the same quantities, so a test can compare them
+// call for call. Groups of one rank communicate nothing and are omitted.
+//
+// # Time
+//
+// Compute is the rank's FLOPs at the device's dense bf16 peak times one
+// global efficiency (DefaultEfficiency); communication is bytes sent over
+// the per-GPU bandwidth of the link a group spans (NVLink inside a node,
+// the network across nodes; Grid.InterNode); the AdamW update is
+// memory-bound. With overlap (the default) only the communication that
+// compute cannot hide is added. MFU counts engine.ModelFLOPsPerToken.
+//
+// The model ignores latency (per-call start-up cost), contention between
+// groups sharing a link, GEMM efficiency falling for small shards, and
+// pipeline bubbles between overlapped phases; it is for ranking grids and
+// sizing runs, not for promising a number.
+package perfmodel

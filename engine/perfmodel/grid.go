@@ -1,0 +1,215 @@
+package perfmodel
+
+import (
+	"fmt"
+
+	"github.com/memtrain/memtrain/checkpoints"
+)
+
+// The four process-grid axes, as Collective.Group names them.
+const (
+	GroupX    = "x"
+	GroupY    = "y"
+	GroupZ    = "z"
+	GroupData = "data"
+)
+
+// Groups returns the axis names from innermost (fastest-varying rank) to
+// outermost.
+func Groups() []string { return []string{GroupX, GroupY, GroupZ, GroupData} }
+
+// A Grid is an AxoNN 4D process grid: Data × X × Y × Z ranks. Ranks are
+// numbered with X fastest, then Y, then Z, then Data:
+//
+//	rank = x + X·(y + Y·(z + Z·d))
+//
+// so X groups are consecutive ranks — the most likely to share a node — and
+// data-parallel groups the most spread out.
+type Grid struct {
+	Data int `json:"data"`
+	X    int `json:"x"`
+	Y    int `json:"y"`
+	Z    int `json:"z"`
+}
+
+func (g Grid) String() string {
+	return fmt.Sprintf("dp=%d x=%d y=%d z=%d", g.Data, g.X, g.Y, g.Z)
+}
+
+// Size is the number of ranks.
+func (g Grid) Size() int { return g.Data * g.X * g.Y * g.Z }
+
+// GroupSize is the number of ranks in one group along the named axis.
+func (g Grid) GroupSize(group string) int {
+	switch group {
+	case GroupX:
+		return g.X
+	case GroupY:
+		return g.Y
+	case GroupZ:
+		return g.Z
+	case GroupData:
+		return g.Data
+	}
+	panic("perfmodel: unknown group " + group)
+}
+
+// Stride is the rank distance between neighbours in a group along the
+// named axis.
+func (g Grid) Stride(group string) int {
+	switch group {
+	case GroupX:
+		return 1
+	case GroupY:
+		return g.X
+	case GroupZ:
+		return g.X * g.Y
+	case GroupData:
+		return g.X * g.Y * g.Z
+	}
+	panic("perfmodel: unknown group " + group)
+}
+
+// InterNode reports whether groups along the axis cross node boundaries
+// when ranks are packed onto nodes of nodeSize devices in rank order. A
+// group's ranks span stride·size consecutive ranks; it stays in one node
+// when that span divides the node size (so no group straddles two nodes),
+// or when the whole job fits in one node. A group of one rank uses no
+// link.
+func (g Grid) InterNode(group string, nodeSize int) bool {
+	p := g.GroupSize(group)
+	if p == 1 || g.Size() <= nodeSize {
+		return false
+	}
+	span := g.Stride(group) * p
+	return span > nodeSize || nodeSize%span != 0
+}
+
+// Validate checks that the model's dimensions split over the grid the way
+// the 4D engine lays them out (see the package documentation):
+//
+//   - X divides hidden_size: the residual stream, every norm and every
+//     linear's hidden-size side are split over X.
+//   - Y divides num_attention_heads and num_key_value_heads (each rank
+//     attends with whole heads, and its query heads' key/value heads are on
+//     the same rank), intermediate_size (gate, up and down) and vocab_size
+//     (the vocabulary-parallel embedding, LM head and cross-entropy).
+//   - Z divides every weight's (x, y) block, (out/Y)·(in/X) elements, which
+//     is flattened and split evenly over Z: q_proj, k_proj, v_proj, o_proj,
+//     gate_proj, up_proj, down_proj and the embedding/LM head. Norm weights
+//     are not split over Z.
+//
+// Data has no constraint from the model (the batch's is checked by the
+// planner: its sequences split over Data·Z).
+func (g Grid) Validate(cfg *checkpoints.Config) error {
+	if g.Data < 1 || g.X < 1 || g.Y < 1 || g.Z < 1 {
+		return fmt.Errorf("perfmodel: grid %v: every axis needs at least one rank", g)
+	}
+	fail := func(axis string, n int, field string, v int) error {
+		return fmt.Errorf("perfmodel: grid %v: %s=%d does not divide %s %d", g, axis, n, field, v)
+	}
+	if cfg.HiddenSize%g.X != 0 {
+		return fail("X", g.X, "hidden_size", cfg.HiddenSize)
+	}
+	for _, d := range []struct {
+		field string
+		v     int
+	}{
+		{"num_attention_heads", cfg.NumAttentionHeads},
+		{"num_key_value_heads", cfg.NumKeyValueHeads},
+		{"intermediate_size", cfg.IntermediateSize},
+		{"vocab_size", cfg.VocabSize},
+	} {
+		if d.v%g.Y != 0 {
+			return fail("Y", g.Y, d.field, d.v)
+		}
+	}
+	for _, w := range weights(cfg) {
+		r, c := w.block(g)
+		if block := int64(r) * int64(c); block%int64(g.Z) != 0 {
+			return fmt.Errorf("perfmodel: grid %v: Z=%d does not divide %s's (x,y) block of %d×%d = %d elements", g, g.Z, w.name, r, c, block)
+		}
+	}
+	return nil
+}
+
+// Grids lists every grid of exactly gpus ranks that Validate accepts, in
+// lexicographic order of (Data, X, Y, Z).
+func Grids(cfg *checkpoints.Config, gpus int) []Grid {
+	var out []Grid
+	for _, d := range divisors(gpus) {
+		for _, x := range divisors(gpus / d) {
+			for _, y := range divisors(gpus / d / x) {
+				g := Grid{Data: d, X: x, Y: y, Z: gpus / d / x / y}
+				if g.Validate(cfg) == nil {
+					out = append(out, g)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// divisors returns n's positive divisors in increasing order.
+func divisors(n int) []int {
+	var small, large []int
+	for i := 1; i*i <= n; i++ {
+		if n%i == 0 {
+			small = append(small, i)
+			if i != n/i {
+				large = append(large, n/i)
+			}
+		}
+	}
+	for i := len(large) - 1; i >= 0; i-- {
+		small = append(small, large[i])
+	}
+	return small
+}
+
+// A weight is one Z-sharded matrix W[out, in] of the model, as the engine
+// lays it out: transposed weights take their input split over Y and give
+// their output split over X; the others the reverse.
+type weight struct {
+	name       string
+	out, in    int
+	transposed bool
+	perLayer   bool // one per decoder layer (else once per model)
+}
+
+// weights lists the model's matrices: a decoder layer's seven linears,
+// then the embedding and (untied) LM head. The embedding is laid out like
+// the head, W[vocab, hidden] with vocab over Y and hidden over X, so a tied
+// head shares its shard.
+func weights(cfg *checkpoints.Config) []weight {
+	h, q, kv, i, v := cfg.HiddenSize, cfg.QDim(), cfg.KVDim(), cfg.IntermediateSize, cfg.VocabSize
+	ws := []weight{
+		{"q_proj", q, h, false, true},
+		{"k_proj", kv, h, false, true},
+		{"v_proj", kv, h, false, true},
+		{"o_proj", h, q, true, true},
+		{"gate_proj", i, h, false, true},
+		{"up_proj", i, h, false, true},
+		{"down_proj", h, i, true, true},
+		{"embed_tokens", v, h, false, false},
+	}
+	if !cfg.TieWordEmbeddings {
+		ws = append(ws, weight{"lm_head", v, h, false, false})
+	}
+	return ws
+}
+
+// block is the shape of the weight's (x, y) block, before the Z split:
+// [out/Y, in/X], or [out/X, in/Y] when transposed.
+func (w weight) block(g Grid) (rows, cols int) {
+	if w.transposed {
+		return w.out / g.X, w.in / g.Y
+	}
+	return w.out / g.Y, w.in / g.X
+}
+
+// blockElements is out·in/(X·Y), the (x, y) block's size.
+func (w weight) blockElements(g Grid) int64 {
+	r, c := w.block(g)
+	return int64(r) * int64(c)
+}

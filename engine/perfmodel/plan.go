@@ -1,0 +1,369 @@
+package perfmodel
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
+)
+
+// adamBytesPerParam is the memory traffic of the fused AdamW update per
+// parameter: read the fp32 master weight, gradient and two moments (16
+// bytes), write the master, the moments and the bf16 compute copy (14).
+const adamBytesPerParam = 30
+
+// A Step is the shape of one optimizer step on a grid.
+type Step struct {
+	Grid Grid `json:"grid"`
+	// SeqLen is the tokens per sequence.
+	SeqLen int `json:"seq_len"`
+	// MicroBatch is the sequences per micro-batch on each (data, z)
+	// coordinate; the X·Y ranks sharing it see the same tokens.
+	MicroBatch int `json:"micro_batch"`
+	// MicroBatches is the number of micro-batches whose gradients
+	// accumulate into one optimizer step.
+	MicroBatches int `json:"micro_batches"`
+	// Recompute re-runs each decoder layer's forward before its backward,
+	// keeping only the layers' inputs.
+	Recompute bool `json:"recompute"`
+}
+
+// GlobalBatchTokens is the tokens of one optimizer step over all ranks.
+func (s Step) GlobalBatchTokens() int64 {
+	return int64(s.MicroBatch) * int64(s.SeqLen) * int64(s.MicroBatches) * int64(s.Grid.Data) * int64(s.Grid.Z)
+}
+
+func (s Step) validate(cfg *checkpoints.Config) error {
+	if s.SeqLen < 1 || s.MicroBatch < 1 || s.MicroBatches < 1 {
+		return fmt.Errorf("perfmodel: step needs a positive sequence length, micro-batch and micro-batch count (got %d, %d, %d)", s.SeqLen, s.MicroBatch, s.MicroBatches)
+	}
+	return s.Grid.Validate(cfg)
+}
+
+// Recompute chooses activation recomputation in Search.
+type Recompute int
+
+const (
+	// RecomputeAuto tries both and keeps whichever is faster and fits.
+	RecomputeAuto Recompute = iota
+	RecomputeOn
+	RecomputeOff
+)
+
+func (r Recompute) String() string {
+	switch r {
+	case RecomputeOn:
+		return "on"
+	case RecomputeOff:
+		return "off"
+	}
+	return "auto"
+}
+
+// ParseRecompute accepts "auto", "on" and "off".
+func ParseRecompute(s string) (Recompute, error) {
+	for _, r := range []Recompute{RecomputeAuto, RecomputeOn, RecomputeOff} {
+		if r.String() == s {
+			return r, nil
+		}
+	}
+	return 0, fmt.Errorf("perfmodel: unknown recompute mode %q (want auto, on or off)", s)
+}
+
+// Attention says what the attention kernel saves for its backward.
+type Attention int
+
+const (
+	// AttentionFlash saves one log-sum-exp per token and head (fused
+	// flash-attention kernels, the GPU default).
+	AttentionFlash Attention = iota
+	// AttentionProbs saves the softmax probabilities, as the CPU engine.
+	AttentionProbs
+)
+
+// Options are the planner's assumptions; the zero value is the default.
+type Options struct {
+	// Recompute restricts Search's recomputation choice.
+	Recompute Recompute
+	// NoOverlap serialises communication and compute; by default the
+	// engine overlaps them as AxoNN does (OAG, OAR, ORS).
+	NoOverlap bool
+	// Attention is what attention saves; flash by default.
+	Attention Attention
+	// Efficiency overrides the device's compute efficiency when positive.
+	Efficiency float64
+	// MemoryFraction overrides DefaultMemoryFraction when positive.
+	MemoryFraction float64
+	// TopK keeps only the K fastest grids in Search; 0 keeps all.
+	TopK int
+}
+
+func (o Options) efficiency(d Device) float64 {
+	if o.Efficiency > 0 {
+		return o.Efficiency
+	}
+	if d.Efficiency > 0 {
+		return d.Efficiency
+	}
+	return DefaultEfficiency
+}
+
+func (o Options) usable(d Device) int64 {
+	f := o.MemoryFraction
+	if f <= 0 {
+		f = DefaultMemoryFraction
+	}
+	return int64(f * float64(d.MemoryBytes))
+}
+
+// A Plan is a step's predicted cost on a device.
+type Plan struct {
+	Step
+	Memory Memory `json:"memory"`
+	// ComputeSeconds is the rank's FLOPs (recomputation included; attention
+	// and elementwise work replicated over X counted on every X rank) at
+	// peak × efficiency.
+	ComputeSeconds float64 `json:"compute_seconds"`
+	// OptimizerSeconds is the AdamW update, memory-bound.
+	OptimizerSeconds float64 `json:"optimizer_seconds"`
+	// Comm is each axis's total communication time, before any overlap.
+	Comm GroupSeconds `json:"comm_seconds"`
+	// ExposedCommSeconds is the communication time that compute does not
+	// hide.
+	ExposedCommSeconds float64 `json:"exposed_comm_seconds"`
+	// StepSeconds = ComputeSeconds + OptimizerSeconds + ExposedCommSeconds.
+	StepSeconds           float64 `json:"step_seconds"`
+	TokensPerSecondPerGPU float64 `json:"tokens_per_second_per_gpu"`
+	// MFU is TokensPerSecondPerGPU × engine.ModelFLOPsPerToken ÷ peak.
+	MFU         float64      `json:"mfu"`
+	Collectives []Collective `json:"-"`
+}
+
+// Estimate predicts step s of model cfg on device dev. Every rank does the
+// same work, so one rank's time is the step's:
+//
+//	compute   = rank FLOPs ÷ (peak × efficiency)
+//	comm(c)   = c.SentBytes() ÷ bandwidth of the link c's group spans
+//	optimizer = ShardParams × 30 bytes ÷ HBM bandwidth
+//
+// Without overlap the step is compute + optimizer + Σ comm. With overlap,
+// Blocking calls add their time, HiddenByCompute calls add only what
+// exceeds the compute time, and HiddenByLastBackward calls only what
+// exceeds the last micro-batch's backward (all hidden calls share one
+// communication stream).
+func Estimate(cfg *checkpoints.Config, dev Device, s Step, o Options) (Plan, error) {
+	if err := s.validate(cfg); err != nil {
+		return Plan{}, err
+	}
+	return estimate(newShape(cfg, s.SeqLen), dev, s, o, estimateMemory(cfg, s, o)), nil
+}
+
+// shape caches what estimate needs from a configuration that is costly
+// to recompute for every candidate (parameter counts walk every tensor).
+type shape struct {
+	cfg *checkpoints.Config
+	// matmul is engine.MatmulParams; blocks the decoder layers' share.
+	matmul, blocks float64
+	// modelFLOPs is engine.ModelFLOPsPerToken at the step's length.
+	modelFLOPs float64
+}
+
+func newShape(cfg *checkpoints.Config, seqLen int) *shape {
+	sh := &shape{cfg: cfg, matmul: float64(engine.MatmulParams(cfg)), modelFLOPs: engine.ModelFLOPsPerToken(cfg, seqLen)}
+	for _, w := range weights(cfg) {
+		if w.perLayer {
+			sh.blocks += float64(cfg.NumHiddenLayers) * float64(w.out) * float64(w.in)
+		}
+	}
+	return sh
+}
+
+func estimate(sh *shape, dev Device, s Step, o Options, mem Memory) Plan {
+	cfg, g := sh.cfg, s.Grid
+	p := Plan{Step: s, Memory: mem, Collectives: collectives(cfg, s)}
+	rate := dev.PeakFLOPs * o.efficiency(dev)
+
+	fwd, rec := sh.rankFLOPsPerToken(g, s.SeqLen)
+	if !s.Recompute {
+		rec = 0
+	}
+	tokens := float64(s.MicroBatch) * float64(s.SeqLen) * float64(s.MicroBatches) // per rank and step
+	p.ComputeSeconds = tokens * (3*fwd + rec) / rate
+	lastBackward := tokens / float64(s.MicroBatches) * (2*fwd + rec) / rate
+	p.OptimizerSeconds = float64(ShardParams(cfg, g)) * adamBytesPerParam / dev.HBMBandwidth
+
+	var byClass [3]float64
+	inter := map[string]bool{}
+	for _, grp := range Groups() {
+		inter[grp] = g.InterNode(grp, dev.NodeSize)
+	}
+	for _, c := range p.Collectives {
+		t := c.SentBytes() / dev.bandwidth(inter[c.Group])
+		p.Comm.add(c.Group, t)
+		byClass[c.Overlap] += t
+	}
+	if o.NoOverlap {
+		p.ExposedCommSeconds = byClass[Blocking] + byClass[HiddenByCompute] + byClass[HiddenByLastBackward]
+	} else {
+		p.ExposedCommSeconds = byClass[Blocking] +
+			math.Max(0, byClass[HiddenByCompute]-p.ComputeSeconds) +
+			math.Max(0, byClass[HiddenByLastBackward]-lastBackward)
+	}
+	p.StepSeconds = p.ComputeSeconds + p.OptimizerSeconds + p.ExposedCommSeconds
+	p.TokensPerSecondPerGPU = float64(s.GlobalBatchTokens()) / p.StepSeconds / float64(g.Size())
+	p.MFU = p.TokensPerSecondPerGPU * sh.modelFLOPs / dev.PeakFLOPs
+	return p
+}
+
+// rankFLOPsPerToken is one rank's share of a token's forward FLOPs and of
+// its recomputation. The linears' 2·N split over X·Y. Attention (4·L·heads·
+// D·T forward, PaLM's count as engine.ModelFLOPsPerToken uses) splits over
+// Y only: its heads are split over Y, and every X rank of a group holds the
+// same queries, keys and values after the X all-reduce and repeats it. The
+// backward is twice the forward; recomputation repeats the decoder layers'
+// forward (not the head's).
+func (sh *shape) rankFLOPsPerToken(g Grid, T int) (fwd, recompute float64) {
+	cfg := sh.cfg
+	xy := float64(g.X * g.Y)
+	attn := 4 * float64(cfg.NumHiddenLayers) * float64(cfg.NumAttentionHeads) * float64(cfg.HeadDimension()) * float64(T) / float64(g.Y)
+	return 2*sh.matmul/xy + attn, 2*sh.blocks/xy + attn
+}
+
+// A Job is what Search plans: a model on GPUs devices of one kind, with a
+// global batch of GlobalBatchTokens tokens in sequences of SeqLen.
+type Job struct {
+	Config            *checkpoints.Config
+	Device            Device
+	GPUs              int
+	SeqLen            int
+	GlobalBatchTokens int64
+}
+
+// NoFitError says that no grid fits in device memory, and by how much the
+// most frugal candidate misses.
+type NoFitError struct {
+	GPUs     int
+	Device   string
+	Smallest Plan  // the candidate needing the least memory (its Memory is set)
+	Usable   int64 // bytes a rank may use
+	Capacity int64 // the device's memory
+}
+
+func (e *NoFitError) Error() string {
+	s := e.Smallest
+	rec := "off"
+	if s.Recompute {
+		rec = "on"
+	}
+	return fmt.Sprintf("perfmodel: no grid of %d %s fits: the smallest needs %s per GPU (%v, micro-batch %d, recompute %s), %s usable of %s",
+		e.GPUs, e.Device, FormatBytes(s.Memory.Total()), s.Grid, s.MicroBatch, rec, FormatBytes(e.Usable), FormatBytes(e.Capacity))
+}
+
+// Search enumerates every grid of j.GPUs ranks that divides the model
+// (Grid.Validate) and the batch (its sequences split over Data·Z), every
+// micro-batch size dividing each (data, z) coordinate's sequences and the
+// allowed recomputation choices; drops what does not fit in device memory;
+// keeps each grid's fastest choice and returns the grids fastest first
+// (ties: fewer tensor-parallel ranks, then the grid's axes in order),
+// trimmed to o.TopK. When nothing fits it returns a *NoFitError.
+func Search(j Job, o Options) ([]Plan, error) {
+	cfg, dev := j.Config, j.Device
+	switch {
+	case cfg == nil:
+		return nil, errors.New("perfmodel: no model configuration")
+	case j.GPUs < 1:
+		return nil, fmt.Errorf("perfmodel: gpus must be positive, got %d", j.GPUs)
+	case j.SeqLen < 1:
+		return nil, fmt.Errorf("perfmodel: sequence length must be positive, got %d", j.SeqLen)
+	case j.GlobalBatchTokens < 1 || j.GlobalBatchTokens%int64(j.SeqLen) != 0:
+		return nil, fmt.Errorf("perfmodel: global batch of %d tokens is not a positive multiple of the sequence length %d", j.GlobalBatchTokens, j.SeqLen)
+	case dev.PeakFLOPs <= 0 || dev.MemoryBytes <= 0 || dev.NodeSize < 1 || dev.IntraNodeBandwidth <= 0 || dev.InterNodeBandwidth <= 0 || dev.HBMBandwidth <= 0:
+		return nil, fmt.Errorf("perfmodel: device %q lacks a peak, memory, node size or bandwidth", dev.Name)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("perfmodel: %w", err)
+	}
+	seqs := j.GlobalBatchTokens / int64(j.SeqLen)
+	usable := o.usable(dev)
+	recomputes := []bool{false, true}
+	switch o.Recompute {
+	case RecomputeOn:
+		recomputes = []bool{true}
+	case RecomputeOff:
+		recomputes = []bool{false}
+	}
+
+	sh := newShape(cfg, j.SeqLen)
+	var plans []Plan
+	var smallest *Plan
+	candidates := 0
+	for _, g := range Grids(cfg, j.GPUs) {
+		dz := int64(g.Data) * int64(g.Z)
+		if seqs%dz != 0 {
+			continue
+		}
+		perCoord := int(seqs / dz)
+		var best *Plan
+		for _, rec := range recomputes {
+			// Largest micro-batch first: fewer micro-batches mean fewer Z
+			// gathers, so on equal time the larger one wins.
+			ds := divisors(perCoord)
+			for k := len(ds) - 1; k >= 0; k-- {
+				b := ds[k]
+				s := Step{Grid: g, SeqLen: j.SeqLen, MicroBatch: b, MicroBatches: perCoord / b, Recompute: rec}
+				mem := estimateMemory(cfg, s, o)
+				candidates++
+				if mem.Total() > usable {
+					if smallest == nil || mem.Total() < smallest.Memory.Total() {
+						smallest = &Plan{Step: s, Memory: mem}
+					}
+					continue
+				}
+				p := estimate(sh, dev, s, o, mem)
+				if best == nil || p.StepSeconds < best.StepSeconds {
+					best = &p
+				}
+			}
+		}
+		if best != nil {
+			plans = append(plans, *best)
+		}
+	}
+	if candidates == 0 {
+		return nil, fmt.Errorf("perfmodel: no grid of %d ranks divides the model's dimensions and the global batch's %d sequences over data×z", j.GPUs, seqs)
+	}
+	if len(plans) == 0 {
+		return nil, &NoFitError{GPUs: j.GPUs, Device: dev.Name, Smallest: *smallest, Usable: usable, Capacity: dev.MemoryBytes}
+	}
+	sort.SliceStable(plans, func(a, b int) bool {
+		pa, pb := plans[a], plans[b]
+		if pa.StepSeconds != pb.StepSeconds {
+			return pa.StepSeconds < pb.StepSeconds
+		}
+		if ta, tb := pa.Grid.X*pa.Grid.Y, pb.Grid.X*pb.Grid.Y; ta != tb {
+			return ta < tb
+		}
+		return false // Grids is already in axis order
+	})
+	if o.TopK > 0 && len(plans) > o.TopK {
+		plans = plans[:o.TopK]
+	}
+	return plans, nil
+}
+
+// FormatBytes writes a size in binary units: "15.0 GiB".
+func FormatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

@@ -1,0 +1,306 @@
+package perfmodel
+
+import (
+	"errors"
+	"math"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/memtrain/memtrain/engine"
+)
+
+func TestDevices(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		peak   float64
+		memory int64
+	}{
+		{"h100", 989e12, 80e9}, {"H200", 989e12, 141e9}, {"a100", 312e12, 80e9}, {"mi250x", 191.5e12, 64e9},
+	} {
+		d, err := LookupDevice(c.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.PeakFLOPs != c.peak || d.MemoryBytes != c.memory || d.NodeSize != 8 || d.Efficiency != DefaultEfficiency {
+			t.Errorf("%s: %+v", c.name, d)
+		}
+		if !(d.InterNodeBandwidth > 0 && d.InterNodeBandwidth < d.IntraNodeBandwidth && d.HBMBandwidth > d.IntraNodeBandwidth) {
+			t.Errorf("%s: implausible bandwidths %+v", c.name, d)
+		}
+	}
+	if _, err := LookupDevice("v100"); err == nil || !strings.Contains(err.Error(), "a100, h100, h200, mi250x") {
+		t.Errorf("unknown device: %v", err)
+	}
+	if len(Devices()) != 4 {
+		t.Errorf("%d devices", len(Devices()))
+	}
+}
+
+func TestParseRecompute(t *testing.T) {
+	for s, want := range map[string]Recompute{"auto": RecomputeAuto, "on": RecomputeOn, "off": RecomputeOff} {
+		if r, err := ParseRecompute(s); err != nil || r != want || r.String() != s {
+			t.Errorf("%q: %v %v", s, r, err)
+		}
+	}
+	if _, err := ParseRecompute("yes"); err == nil {
+		t.Error("accepted yes")
+	}
+}
+
+// TestEstimateTime checks the time model's arithmetic by hand on the
+// small model, with a device whose nodes hold 4 ranks so that the data
+// axis (span 8) crosses nodes while X (span 2) and Z (span 4) stay inside.
+func TestEstimateTime(t *testing.T) {
+	cfg := smallConfig(t)
+	dev := Device{Name: "test", PeakFLOPs: 1e12, MemoryBytes: 1e9, HBMBandwidth: 1e11, NodeSize: 4,
+		IntraNodeBandwidth: 1e9, InterNodeBandwidth: 1e8, Efficiency: 0.5}
+	s := Step{Grid: Grid{Data: 2, X: 2, Y: 1, Z: 2}, SeqLen: 8, MicroBatch: 1, MicroBatches: 2}
+	for _, o := range []Options{{NoOverlap: true}, {}, {Efficiency: 0.25, NoOverlap: true}} {
+		p, err := Estimate(cfg, dev, s, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Sent bytes from TestCollectivesByHand: x 22528 bf16 + 160 fp32;
+		// z 110592 + 16384 + 24576 split into gathers (bf16) and
+		// reduce-scatters (fp32): per weight and call ½·block each way.
+		xBytes := 22528*2 + 160*4.0
+		zGather := 0.5 * 2 * (2*2*18432 + 8192 + 2*8192) // per layer fwd+bwd, embedding fwd, head fwd+bwd
+		zScatter := 0.5 * 2 * (2*18432 + 8192 + 8192)
+		zBytes := zGather*2 + zScatter*4 + 160*4
+		dataBytes := 26784 * 4.0
+		want := GroupSeconds{X: xBytes / 1e9, Z: zBytes / 1e9, Data: dataBytes / 1e8}
+		for _, grp := range Groups() {
+			if got := p.Comm.Of(grp); math.Abs(got-want.Of(grp)) > 1e-15 {
+				t.Errorf("%+v: %s comm %g s, want %g", o, grp, got, want.Of(grp))
+			}
+		}
+		eff := 0.5
+		if o.Efficiency > 0 {
+			eff = o.Efficiency
+		}
+		// Each rank sees its (data, z) coordinate's 2 micro-batches × 8
+		// tokens = 16; X = 2 splits the linears but not attention.
+		L, heads, D, T := 2.0, 4.0, 16.0, 8.0
+		matmul := float64(engine.MatmulParams(cfg))
+		fwd := 2*matmul/2 + 4*L*heads*D*T
+		if got, want := p.ComputeSeconds, 16*3*fwd/(1e12*eff); math.Abs(got-want) > 1e-9*want {
+			t.Errorf("%+v: compute %g s, want %g", o, got, want)
+		}
+		if got, want := p.OptimizerSeconds, 26784*30/1e11; math.Abs(got-want) > 1e-18 {
+			t.Errorf("optimizer %g s, want %g", got, want)
+		}
+		total := p.Comm.X + p.Comm.Y + p.Comm.Z + p.Comm.Data
+		if o.NoOverlap && math.Abs(p.ExposedCommSeconds-total) > 1e-15 {
+			t.Errorf("no overlap: exposed %g, all %g", p.ExposedCommSeconds, total)
+		}
+		if !o.NoOverlap && !(p.ExposedCommSeconds < total) {
+			t.Errorf("overlap hides nothing: exposed %g of %g", p.ExposedCommSeconds, total)
+		}
+		if got := p.ComputeSeconds + p.OptimizerSeconds + p.ExposedCommSeconds; got != p.StepSeconds {
+			t.Errorf("step %g ≠ %g", p.StepSeconds, got)
+		}
+		if tps := 64 / p.StepSeconds / 8; math.Abs(p.TokensPerSecondPerGPU-tps) > 1e-9*tps {
+			t.Errorf("tokens/s/GPU %g, want %g", p.TokensPerSecondPerGPU, tps)
+		}
+		if mfu := p.TokensPerSecondPerGPU * engine.ModelFLOPsPerToken(cfg, 8) / 1e12; math.Abs(p.MFU-mfu) > 1e-12 {
+			t.Errorf("MFU %g, want %g", p.MFU, mfu)
+		}
+	}
+}
+
+// TestComputeIsModelFLOPs: on one rank without recomputation the compute
+// time is exactly the MFU convention's FLOPs at peak × efficiency, so MFU
+// equals the efficiency less the optimizer's share; recomputation adds the
+// decoder layers' forward.
+func TestComputeIsModelFLOPs(t *testing.T) {
+	cfg := preset(t, "llama3.1-8b")
+	dev, _ := LookupDevice("h100")
+	s := Step{Grid: Grid{1, 1, 1, 1}, SeqLen: 4096, MicroBatch: 2, MicroBatches: 3}
+	p, err := Estimate(cfg, dev, s, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := 2.0 * 4096 * 3
+	want := tokens * engine.ModelFLOPsPerToken(cfg, 4096) / (989e12 * DefaultEfficiency)
+	if math.Abs(p.ComputeSeconds-want) > 1e-12*want || p.ExposedCommSeconds != 0 || len(p.Collectives) != 0 {
+		t.Errorf("compute %g s, want %g; comm %g", p.ComputeSeconds, want, p.ExposedCommSeconds)
+	}
+	if r := p.MFU / DefaultEfficiency; math.Abs(r-p.ComputeSeconds/p.StepSeconds) > 1e-12 {
+		t.Errorf("MFU %g with compute share %g", p.MFU, p.ComputeSeconds/p.StepSeconds)
+	}
+	s.Recompute = true
+	pr, _ := Estimate(cfg, dev, s, Options{})
+	n := cfg.Params()
+	blocks := float64(n.NonEmbedding) - float64(2*cfg.NumHiddenLayers+1)*float64(cfg.HiddenSize) // linears only
+	attn := 4.0 * 32 * 32 * 128 * 4096
+	extra := tokens * (2*blocks + attn) / (989e12 * DefaultEfficiency)
+	if got := pr.ComputeSeconds - p.ComputeSeconds; math.Abs(got-extra) > 1e-9*extra {
+		t.Errorf("recomputation adds %g s, want %g", got, extra)
+	}
+}
+
+// TestCalibrationTorchtitan compares with torchtitan's Llama 3.1 8B on 8
+// H100 (docs/performance.md): FSDP, local batch 1 of 8192 tokens per GPU,
+// 5,762 tokens/s/GPU in eager mode, 34% MFU by engine.ModelFLOPsPerToken.
+// Our job: the same global batch (8 × 8192 tokens, sequences of 8192) on 8
+// H100 with the default options; its FSDP grid is dp=1 z=8. Both the best
+// plan and the FSDP plan must predict within 0.7–1.3× of 34%.
+func TestCalibrationTorchtitan(t *testing.T) {
+	cfg := preset(t, "llama3.1-8b")
+	dev, _ := LookupDevice("h100")
+	measured := 5762 * engine.ModelFLOPsPerToken(cfg, 8192) / 989e12
+	if math.Abs(measured-0.34) > 0.005 {
+		t.Fatalf("torchtitan's MFU by our FLOPs count is %.3f", measured)
+	}
+	plans, err := Search(Job{Config: cfg, Device: dev, GPUs: 8, SeqLen: 8192, GlobalBatchTokens: 8 * 8192}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fsdp *Plan
+	for i := range plans {
+		if plans[i].Grid == (Grid{Data: 1, X: 1, Y: 1, Z: 8}) {
+			fsdp = &plans[i]
+		}
+	}
+	if fsdp == nil {
+		t.Fatal("FSDP grid dp=1 z=8 not among the plans")
+	}
+	check := []Plan{plans[0]}
+	if plans[0].Grid != fsdp.Grid {
+		check = append(check, *fsdp)
+	}
+	for _, p := range check {
+		r := p.MFU / 0.34
+		t.Logf("%v micro-batch %d recompute %v: %.0f tokens/s/GPU, MFU %.3f (%.2f× torchtitan's), %s per GPU",
+			p.Grid, p.MicroBatch, p.Recompute, p.TokensPerSecondPerGPU, p.MFU, r, FormatBytes(p.Memory.Total()))
+		if r < 0.7 || r > 1.3 {
+			t.Errorf("%v: predicted MFU %.3f is %.2f× torchtitan's 34%%", p.Grid, p.MFU, r)
+		}
+	}
+}
+
+// Test405B is the planner's acceptance: Llama 3.1 405B on 8192 H100 answers
+// quickly, with grids that fit in 80 GB, ranked by time.
+func Test405B(t *testing.T) {
+	cfg := preset(t, "llama3.1-405b")
+	dev, _ := LookupDevice("h100")
+	start := time.Now()
+	plans, err := Search(Job{Config: cfg, Device: dev, GPUs: 8192, SeqLen: 8192, GlobalBatchTokens: 8192 * 8192}, Options{TopK: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("search took %v", d)
+	}
+	if len(plans) != 20 {
+		t.Fatalf("%d plans, want the top 20", len(plans))
+	}
+	if !sort.SliceIsSorted(plans, func(a, b int) bool { return plans[a].StepSeconds < plans[b].StepSeconds }) {
+		t.Error("plans not ranked by step time")
+	}
+	for _, p := range plans {
+		if p.Grid.Size() != 8192 || p.GlobalBatchTokens() != 8192*8192 {
+			t.Errorf("%v: %d ranks, %d tokens", p.Grid, p.Grid.Size(), p.GlobalBatchTokens())
+		}
+		if m := p.Memory.Total(); m > int64(DefaultMemoryFraction*80e9) {
+			t.Errorf("%v needs %s", p.Grid, FormatBytes(m))
+		}
+		if p.MFU <= 0 || p.MFU > DefaultEfficiency {
+			t.Errorf("%v: MFU %g", p.Grid, p.MFU)
+		}
+	}
+	t.Logf("best: %v micro-batch %d×%d recompute %v, %.1f s a step, MFU %.3f, %s per GPU",
+		plans[0].Grid, plans[0].MicroBatch, plans[0].MicroBatches, plans[0].Recompute, plans[0].StepSeconds, plans[0].MFU, FormatBytes(plans[0].Memory.Total()))
+}
+
+func TestSearchChoices(t *testing.T) {
+	cfg := preset(t, "llama3.1-8b")
+	dev, _ := LookupDevice("h100")
+	job := Job{Config: cfg, Device: dev, GPUs: 16, SeqLen: 4096, GlobalBatchTokens: 64 * 4096}
+	for _, rec := range []Recompute{RecomputeOn, RecomputeOff} {
+		plans, err := Search(job, Options{Recompute: rec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range plans {
+			if p.Recompute != (rec == RecomputeOn) {
+				t.Errorf("recompute %v gave %v", rec, p.Recompute)
+			}
+			if got := int64(p.MicroBatch) * int64(p.MicroBatches) * int64(p.Grid.Data*p.Grid.Z); got != 64 {
+				t.Errorf("%v: %d sequences a step", p.Grid, got)
+			}
+		}
+	}
+	// Every grid whose Data·Z divides the 64 sequences appears once.
+	plans, err := Search(job, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[Grid]bool{}
+	for _, p := range plans {
+		if seen[p.Grid] {
+			t.Errorf("%v twice", p.Grid)
+		}
+		seen[p.Grid] = true
+	}
+	if want := len(Grids(cfg, 16)); len(plans) > want || len(plans) == 0 {
+		t.Errorf("%d plans of %d grids", len(plans), want)
+	}
+	// Overlap never loses.
+	for _, p := range plans {
+		q, _ := Estimate(cfg, dev, p.Step, Options{NoOverlap: true})
+		if q.StepSeconds < p.StepSeconds {
+			t.Errorf("%v: %g s without overlap, %g with", p.Grid, q.StepSeconds, p.StepSeconds)
+		}
+	}
+}
+
+func TestSearchErrors(t *testing.T) {
+	cfg := preset(t, "llama3.1-405b")
+	h100, _ := LookupDevice("h100")
+	_, err := Search(Job{Config: cfg, Device: h100, GPUs: 8, SeqLen: 8192, GlobalBatchTokens: 8 * 8192}, Options{})
+	var nf *NoFitError
+	if !errors.As(err, &nf) {
+		t.Fatalf("405B on 8 GPUs: %v", err)
+	}
+	if nf.Smallest.Memory.Total() <= nf.Usable || !strings.Contains(err.Error(), "the smallest needs") || !nf.Smallest.Recompute {
+		t.Errorf("no-fit error: %v (%+v)", err, nf.Smallest)
+	}
+	small := preset(t, "tiny")
+	for _, c := range []struct {
+		job  Job
+		want string
+	}{
+		{Job{Config: small, Device: h100, GPUs: 0, SeqLen: 8, GlobalBatchTokens: 8}, "gpus must be positive"},
+		{Job{Config: small, Device: h100, GPUs: 2, SeqLen: 0, GlobalBatchTokens: 8}, "sequence length must be positive"},
+		{Job{Config: small, Device: h100, GPUs: 2, SeqLen: 8, GlobalBatchTokens: 12}, "not a positive multiple"},
+		{Job{Config: small, Device: h100, GPUs: 3, SeqLen: 8, GlobalBatchTokens: 16}, "no grid of 3 ranks"},
+		{Job{Config: small, Device: Device{Name: "blank"}, GPUs: 2, SeqLen: 8, GlobalBatchTokens: 16}, "lacks"},
+		{Job{Device: h100, GPUs: 2, SeqLen: 8, GlobalBatchTokens: 16}, "no model"},
+	} {
+		if _, err := Search(c.job, Options{}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.job, err, c.want)
+		}
+	}
+}
+
+func TestFormatBytes(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1536: "1.5 KiB", 80e9: "74.5 GiB", 3 << 40: "3.0 TiB"} {
+		if got := FormatBytes(n); got != want {
+			t.Errorf("FormatBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+func BenchmarkSearch405B(b *testing.B) {
+	cfg := preset(b, "llama3.1-405b")
+	dev, _ := LookupDevice("h100")
+	job := Job{Config: cfg, Device: dev, GPUs: 8192, SeqLen: 8192, GlobalBatchTokens: 8192 * 8192}
+	for b.Loop() {
+		if _, err := Search(job, Options{TopK: 10}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
