@@ -64,7 +64,8 @@ func (o Overlap) MarshalText() ([]byte, error) { return []byte(o.String()), nil 
 type Collective struct {
 	// Name says what moves, e.g. "q_proj forward output".
 	Name string `json:"name"`
-	// Group is the grid axis the call runs over: "x", "y", "z" or "data".
+	// Group is the group the call runs over: "x", "y", "z", "data" or
+	// "data-z".
 	Group string `json:"group"`
 	// Op is "all-reduce", "all-gather" or "reduce-scatter".
 	Op string `json:"op"`
@@ -127,7 +128,7 @@ func (c Collective) SentBytes() float64 { return c.SentElements() * float64(c.By
 // squares over X in the forward (recomputed too) and the sum of w·dy·x in
 // the backward: m elements each. Its weight's gradient (H/X elements; Y
 // replicas computed the same thing, so Y is not summed) is all-reduced over
-// Z and then over data once a step.
+// data-z (the Data·Z ranks, one group) once a step.
 //
 // The embedding is vocabulary-parallel: W[vocab, hidden] with vocab over Y
 // and hidden over X, Z-sharded like a linear. Its forward gathers the
@@ -182,8 +183,7 @@ func collectives(cfg *checkpoints.Config, s Step) []Collective {
 	norm := func(name string, k, fwdCalls int) {
 		add(name+" sum of squares", GroupX, OpAllReduce, m, statBytes, fwdCalls*k*n, Blocking)
 		add(name+" backward sum", GroupX, OpAllReduce, m, statBytes, k*n, Blocking)
-		add(name+" weight gradient", GroupZ, OpAllReduce, hx, gradBytes, k, HiddenByLastBackward)
-		add(name+" weight gradient", GroupData, OpAllReduce, hx, gradBytes, k, HiddenByLastBackward)
+		add(name+" weight gradient", GroupDataZ, OpAllReduce, hx, gradBytes, k, HiddenByLastBackward)
 	}
 
 	add("embed_tokens forward output", GroupY, OpAllReduce, m*hx, activationBytes, n, Blocking)
@@ -223,12 +223,13 @@ func collectives(cfg *checkpoints.Config, s Step) []Collective {
 	return cs
 }
 
-// GroupSeconds holds one number per grid axis.
+// GroupSeconds holds one number per group.
 type GroupSeconds struct {
-	X    float64 `json:"x"`
-	Y    float64 `json:"y"`
-	Z    float64 `json:"z"`
-	Data float64 `json:"data"`
+	X     float64 `json:"x"`
+	Y     float64 `json:"y"`
+	Z     float64 `json:"z"`
+	Data  float64 `json:"data"`
+	DataZ float64 `json:"data_z"`
 }
 
 // Of returns the named axis's value.
@@ -242,6 +243,8 @@ func (s GroupSeconds) Of(group string) float64 {
 		return s.Z
 	case GroupData:
 		return s.Data
+	case GroupDataZ:
+		return s.DataZ
 	}
 	panic(fmt.Sprintf("perfmodel: unknown group %q", group))
 }
@@ -256,6 +259,8 @@ func (s *GroupSeconds) add(group string, v float64) {
 		s.Z += v
 	case GroupData:
 		s.Data += v
+	case GroupDataZ:
+		s.DataZ += v
 	default:
 		panic(fmt.Sprintf("perfmodel: unknown group %q", group))
 	}

@@ -89,61 +89,58 @@ func TestCollectivesByHand(t *testing.T) {
 	// o 2048, gate/up/down 4096; data shards are half of that, once per
 	// layer and step.
 	wants := map[key]want{
-		{"input_layernorm sum of squares", "x", ar}:              {8, 4, 4, B},
-		{"input_layernorm backward sum", "x", ar}:                {8, 4, 4, B},
-		{"input_layernorm weight gradient", "z", ar}:             {32, 4, 2, E},
-		{"input_layernorm weight gradient", "data", ar}:          {32, 4, 2, E},
-		{"post_attention_layernorm sum of squares", "x", ar}:     {8, 4, 4, B},
-		{"post_attention_layernorm backward sum", "x", ar}:       {8, 4, 4, B},
-		{"post_attention_layernorm weight gradient", "z", ar}:    {32, 4, 2, E},
-		{"post_attention_layernorm weight gradient", "data", ar}: {32, 4, 2, E},
-		{"norm sum of squares", "x", ar}:                         {8, 4, 2, B},
-		{"norm backward sum", "x", ar}:                           {8, 4, 2, B},
-		{"norm weight gradient", "z", ar}:                        {32, 4, 1, E},
-		{"norm weight gradient", "data", ar}:                     {32, 4, 1, E},
-		{"q_proj forward output", "x", ar}:                       {512, 2, 4, B},
-		{"k_proj forward output", "x", ar}:                       {256, 2, 4, B},
-		{"v_proj forward output", "x", ar}:                       {256, 2, 4, B},
-		{"o_proj backward input gradient", "x", ar}:              {512, 2, 4, H},
-		{"gate_proj forward output", "x", ar}:                    {1024, 2, 4, B},
-		{"up_proj forward output", "x", ar}:                      {1024, 2, 4, B},
-		{"down_proj backward input gradient", "x", ar}:           {1024, 2, 4, H},
-		{"lm_head forward output", "x", ar}:                      {2048, 2, 2, B},
-		{"q_proj weight (forward)", "z", ag}:                     {2048, 2, 4, H},
-		{"q_proj weight (backward)", "z", ag}:                    {2048, 2, 4, H},
-		{"q_proj gradient", "z", rs}:                             {2048, 4, 4, H},
-		{"q_proj gradient", "data", ar}:                          {1024, 4, 2, E},
-		{"k_proj weight (forward)", "z", ag}:                     {1024, 2, 4, H},
-		{"k_proj weight (backward)", "z", ag}:                    {1024, 2, 4, H},
-		{"k_proj gradient", "z", rs}:                             {1024, 4, 4, H},
-		{"k_proj gradient", "data", ar}:                          {512, 4, 2, E},
-		{"v_proj weight (forward)", "z", ag}:                     {1024, 2, 4, H},
-		{"v_proj weight (backward)", "z", ag}:                    {1024, 2, 4, H},
-		{"v_proj gradient", "z", rs}:                             {1024, 4, 4, H},
-		{"v_proj gradient", "data", ar}:                          {512, 4, 2, E},
-		{"o_proj weight (forward)", "z", ag}:                     {2048, 2, 4, H},
-		{"o_proj weight (backward)", "z", ag}:                    {2048, 2, 4, H},
-		{"o_proj gradient", "z", rs}:                             {2048, 4, 4, H},
-		{"o_proj gradient", "data", ar}:                          {1024, 4, 2, E},
-		{"gate_proj weight (forward)", "z", ag}:                  {4096, 2, 4, H},
-		{"gate_proj weight (backward)", "z", ag}:                 {4096, 2, 4, H},
-		{"gate_proj gradient", "z", rs}:                          {4096, 4, 4, H},
-		{"gate_proj gradient", "data", ar}:                       {2048, 4, 2, E},
-		{"up_proj weight (forward)", "z", ag}:                    {4096, 2, 4, H},
-		{"up_proj weight (backward)", "z", ag}:                   {4096, 2, 4, H},
-		{"up_proj gradient", "z", rs}:                            {4096, 4, 4, H},
-		{"up_proj gradient", "data", ar}:                         {2048, 4, 2, E},
-		{"down_proj weight (forward)", "z", ag}:                  {4096, 2, 4, H},
-		{"down_proj weight (backward)", "z", ag}:                 {4096, 2, 4, H},
-		{"down_proj gradient", "z", rs}:                          {4096, 4, 4, H},
-		{"down_proj gradient", "data", ar}:                       {2048, 4, 2, E},
-		{"embed_tokens weight (forward)", "z", ag}:               {8192, 2, 2, H},
-		{"embed_tokens gradient", "z", rs}:                       {8192, 4, 2, H},
-		{"embed_tokens gradient", "data", ar}:                    {4096, 4, 1, E},
-		{"lm_head weight (forward)", "z", ag}:                    {8192, 2, 2, H},
-		{"lm_head weight (backward)", "z", ag}:                   {8192, 2, 2, H},
-		{"lm_head gradient", "z", rs}:                            {8192, 4, 2, H},
-		{"lm_head gradient", "data", ar}:                         {4096, 4, 1, E},
+		{"input_layernorm sum of squares", "x", ar}:                {8, 4, 4, B},
+		{"input_layernorm backward sum", "x", ar}:                  {8, 4, 4, B},
+		{"input_layernorm weight gradient", "data-z", ar}:          {32, 4, 2, E},
+		{"post_attention_layernorm sum of squares", "x", ar}:       {8, 4, 4, B},
+		{"post_attention_layernorm backward sum", "x", ar}:         {8, 4, 4, B},
+		{"post_attention_layernorm weight gradient", "data-z", ar}: {32, 4, 2, E},
+		{"norm sum of squares", "x", ar}:                           {8, 4, 2, B},
+		{"norm backward sum", "x", ar}:                             {8, 4, 2, B},
+		{"norm weight gradient", "data-z", ar}:                     {32, 4, 1, E},
+		{"q_proj forward output", "x", ar}:                         {512, 2, 4, B},
+		{"k_proj forward output", "x", ar}:                         {256, 2, 4, B},
+		{"v_proj forward output", "x", ar}:                         {256, 2, 4, B},
+		{"o_proj backward input gradient", "x", ar}:                {512, 2, 4, H},
+		{"gate_proj forward output", "x", ar}:                      {1024, 2, 4, B},
+		{"up_proj forward output", "x", ar}:                        {1024, 2, 4, B},
+		{"down_proj backward input gradient", "x", ar}:             {1024, 2, 4, H},
+		{"lm_head forward output", "x", ar}:                        {2048, 2, 2, B},
+		{"q_proj weight (forward)", "z", ag}:                       {2048, 2, 4, H},
+		{"q_proj weight (backward)", "z", ag}:                      {2048, 2, 4, H},
+		{"q_proj gradient", "z", rs}:                               {2048, 4, 4, H},
+		{"q_proj gradient", "data", ar}:                            {1024, 4, 2, E},
+		{"k_proj weight (forward)", "z", ag}:                       {1024, 2, 4, H},
+		{"k_proj weight (backward)", "z", ag}:                      {1024, 2, 4, H},
+		{"k_proj gradient", "z", rs}:                               {1024, 4, 4, H},
+		{"k_proj gradient", "data", ar}:                            {512, 4, 2, E},
+		{"v_proj weight (forward)", "z", ag}:                       {1024, 2, 4, H},
+		{"v_proj weight (backward)", "z", ag}:                      {1024, 2, 4, H},
+		{"v_proj gradient", "z", rs}:                               {1024, 4, 4, H},
+		{"v_proj gradient", "data", ar}:                            {512, 4, 2, E},
+		{"o_proj weight (forward)", "z", ag}:                       {2048, 2, 4, H},
+		{"o_proj weight (backward)", "z", ag}:                      {2048, 2, 4, H},
+		{"o_proj gradient", "z", rs}:                               {2048, 4, 4, H},
+		{"o_proj gradient", "data", ar}:                            {1024, 4, 2, E},
+		{"gate_proj weight (forward)", "z", ag}:                    {4096, 2, 4, H},
+		{"gate_proj weight (backward)", "z", ag}:                   {4096, 2, 4, H},
+		{"gate_proj gradient", "z", rs}:                            {4096, 4, 4, H},
+		{"gate_proj gradient", "data", ar}:                         {2048, 4, 2, E},
+		{"up_proj weight (forward)", "z", ag}:                      {4096, 2, 4, H},
+		{"up_proj weight (backward)", "z", ag}:                     {4096, 2, 4, H},
+		{"up_proj gradient", "z", rs}:                              {4096, 4, 4, H},
+		{"up_proj gradient", "data", ar}:                           {2048, 4, 2, E},
+		{"down_proj weight (forward)", "z", ag}:                    {4096, 2, 4, H},
+		{"down_proj weight (backward)", "z", ag}:                   {4096, 2, 4, H},
+		{"down_proj gradient", "z", rs}:                            {4096, 4, 4, H},
+		{"down_proj gradient", "data", ar}:                         {2048, 4, 2, E},
+		{"embed_tokens weight (forward)", "z", ag}:                 {8192, 2, 2, H},
+		{"embed_tokens gradient", "z", rs}:                         {8192, 4, 2, H},
+		{"embed_tokens gradient", "data", ar}:                      {4096, 4, 1, E},
+		{"lm_head weight (forward)", "z", ag}:                      {8192, 2, 2, H},
+		{"lm_head weight (backward)", "z", ag}:                     {8192, 2, 2, H},
+		{"lm_head gradient", "z", rs}:                              {8192, 4, 2, H},
+		{"lm_head gradient", "data", ar}:                           {4096, 4, 1, E},
 	}
 	cs, err := Collectives(cfg, s)
 	if err != nil {
@@ -152,25 +149,27 @@ func TestCollectivesByHand(t *testing.T) {
 	checkCollectives(t, cs, wants)
 
 	// Sent elements per rank and group, summed by hand: ring factors are 1
-	// for an all-reduce and 1/2 for the others over two ranks.
-	//   x:    activations 22528 (q 2048, k 1024, v 1024, o 2048, gate, up,
-	//         down 4096 each, lm_head 4096) + norm statistics 160
-	//   z:    3 × ½ × 2 × (2 layers × 18432 + head 8192) + 2 × ½ × 2 × 8192
-	//         (embedding) + norm gradients 160
-	//   data: every shard once = ShardParams = 26784
+	// for an all-reduce and 1/2 for the others over two ranks, 3/2 for an
+	// all-reduce over the four data-z ranks.
+	//   x:      activations 22528 (q 2048, k 1024, v 1024, o 2048, gate,
+	//           up, down 4096 each, lm_head 4096) + norm statistics 160
+	//   z:      3 × ½ × 2 × (2 layers × 18432 + head 8192) + 2 × ½ × 2 ×
+	//           8192 (embedding)
+	//   data:   every matrix shard once: ShardParams 26784 − 5 norms × 32
+	//   data-z: 3/2 × 5 norms × 32
 	sent := map[string]float64{}
 	for _, c := range cs {
-		if c.RingFactor != RingFactor(c.Op, 2) {
-			t.Errorf("%s: ring factor %g", c.Name, c.RingFactor)
+		if p := s.Grid.GroupSize(c.Group); c.GroupSize != p || c.RingFactor != RingFactor(c.Op, p) {
+			t.Errorf("%s: group of %d, ring factor %g", c.Name, c.GroupSize, c.RingFactor)
 		}
 		sent[c.Group] += c.SentElements()
 	}
-	for grp, w := range map[string]float64{"x": 22688, "y": 0, "z": 151712, "data": 26784} {
+	for grp, w := range map[string]float64{"x": 22688, "y": 0, "z": 151552, "data": 26624, "data-z": 240} {
 		if sent[grp] != w {
 			t.Errorf("%s sends %g elements a step, want %g", grp, sent[grp], w)
 		}
 	}
-	if p := ShardParams(cfg, s.Grid); float64(p) != sent["data"] {
+	if p := ShardParams(cfg, s.Grid); float64(p-5*32) != sent["data"] {
 		t.Errorf("ShardParams %d, data all-reduce %g", p, sent["data"])
 	}
 
@@ -275,7 +274,7 @@ func TestCollectivesOneRank(t *testing.T) {
 
 // TestCollectivesScale checks the formulas' scaling on a real shape: the
 // X traffic of a step does not depend on how it is cut into micro-batches,
-// and the Z traffic of micro-batches grows with their number.
+// and Z traffic grows with their number.
 func TestCollectivesScale(t *testing.T) {
 	cfg := preset(t, "llama3.1-8b")
 	sum := func(s Step) map[string]float64 {
@@ -285,18 +284,14 @@ func TestCollectivesScale(t *testing.T) {
 		}
 		m := map[string]float64{}
 		for _, c := range cs {
-			grp := c.Group
-			if grp == GroupZ && c.Overlap == HiddenByLastBackward {
-				grp = "z per step" // norm gradients: once a step
-			}
-			m[grp] += c.SentBytes()
+			m[c.Group] += c.SentBytes()
 		}
 		return m
 	}
 	g := Grid{Data: 2, X: 4, Y: 2, Z: 4}
 	one := sum(Step{Grid: g, SeqLen: 4096, MicroBatch: 4, MicroBatches: 1})
 	four := sum(Step{Grid: g, SeqLen: 4096, MicroBatch: 1, MicroBatches: 4})
-	for _, grp := range []string{GroupX, GroupY, GroupData, "z per step"} {
+	for _, grp := range []string{GroupX, GroupY, GroupData, GroupDataZ} {
 		if math.Abs(one[grp]-four[grp]) > 1e-9*one[grp] {
 			t.Errorf("%s: %g bytes in one micro-batch, %g in four", grp, one[grp], four[grp])
 		}

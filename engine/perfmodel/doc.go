@@ -15,9 +15,9 @@
 // give heads or intermediate features split over Y; o_proj and down_proj
 // take those and give [m, H/X] back. So no re-layout happens between
 // layers, RMSNorm all-reduces each token's statistics over X, and norm
-// weight gradients are reduced over Z and data only. The embedding, the LM
-// head and the cross-entropy are vocabulary-parallel over Y. Grid.Validate
-// lists the divisibility rules this implies.
+// weight gradients are reduced over data-z (the Data·Z ranks) only. The
+// embedding, the LM head and the cross-entropy are vocabulary-parallel over
+// Y. Grid.Validate lists the divisibility rules this implies.
 //
 // # Memory
 //

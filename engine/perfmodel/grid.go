@@ -6,17 +6,21 @@ import (
 	"github.com/memtrain/memtrain/checkpoints"
 )
 
-// The four process-grid axes, as Collective.Group names them.
+// The communicator groups, as Collective.Group names them and as
+// engine/comm's SplitGrid names its communicators: one per grid axis, and
+// data-z, the Data·Z ranks that split the batch between them (over which
+// norm-weight gradients are summed).
 const (
-	GroupX    = "x"
-	GroupY    = "y"
-	GroupZ    = "z"
-	GroupData = "data"
+	GroupX     = "x"
+	GroupY     = "y"
+	GroupZ     = "z"
+	GroupData  = "data"
+	GroupDataZ = "data-z"
 )
 
-// Groups returns the axis names from innermost (fastest-varying rank) to
-// outermost.
-func Groups() []string { return []string{GroupX, GroupY, GroupZ, GroupData} }
+// Groups returns the group names: the axes from innermost (fastest-varying
+// rank) to outermost, then data-z.
+func Groups() []string { return []string{GroupX, GroupY, GroupZ, GroupData, GroupDataZ} }
 
 // A Grid is an AxoNN 4D process grid: Data × X × Y × Z ranks. Ranks are
 // numbered with X fastest, then Y, then Z, then Data:
@@ -39,9 +43,11 @@ func (g Grid) String() string {
 // Size is the number of ranks.
 func (g Grid) Size() int { return g.Data * g.X * g.Y * g.Z }
 
-// GroupSize is the number of ranks in one group along the named axis.
+// GroupSize is the number of ranks in one of the named groups.
 func (g Grid) GroupSize(group string) int {
 	switch group {
+	case GroupDataZ:
+		return g.Data * g.Z
 	case GroupX:
 		return g.X
 	case GroupY:
@@ -54,10 +60,13 @@ func (g Grid) GroupSize(group string) int {
 	panic("perfmodel: unknown group " + group)
 }
 
-// Stride is the rank distance between neighbours in a group along the
-// named axis.
+// Stride is the rank distance between neighbours in one of the named
+// groups. (A data-z group is Z·Data ranks X·Y apart: with X and Y fixed, z
+// and d together count up in steps of X·Y.)
 func (g Grid) Stride(group string) int {
 	switch group {
+	case GroupDataZ:
+		return g.X * g.Y
 	case GroupX:
 		return 1
 	case GroupY:
@@ -70,7 +79,7 @@ func (g Grid) Stride(group string) int {
 	panic("perfmodel: unknown group " + group)
 }
 
-// InterNode reports whether groups along the axis cross node boundaries
+// InterNode reports whether the named groups cross node boundaries
 // when ranks are packed onto nodes of nodeSize devices in rank order. A
 // group's ranks span stride·size consecutive ranks; it stays in one node
 // when that span divides the node size (so no group straddles two nodes),

@@ -139,15 +139,16 @@ func TestInterNode(t *testing.T) {
 		node int
 		want string // the groups that cross nodes, in Groups order
 	}{
-		{Grid{2, 2, 2, 2}, 8, "data"},
-		{Grid{1, 8, 1, 4}, 8, "z"},
+		{Grid{2, 2, 2, 2}, 8, "data data-z"},
+		{Grid{1, 8, 1, 4}, 8, "z data-z"},
 		{Grid{1, 16, 1, 1}, 8, "x"},
-		{Grid{4, 1, 1, 1}, 8, ""},       // one node holds the job
-		{Grid{1, 3, 1, 2}, 8, ""},       // six ranks on one node
-		{Grid{2, 3, 1, 1}, 4, "x data"}, // X groups of 3 straddle 4-GPU nodes
-		{Grid{4, 2, 2, 2}, 4, "z data"},
+		{Grid{4, 1, 1, 1}, 8, ""},              // one node holds the job
+		{Grid{1, 3, 1, 2}, 8, ""},              // six ranks on one node
+		{Grid{2, 3, 1, 1}, 4, "x data data-z"}, // X groups of 3 straddle 4-GPU nodes
+		{Grid{4, 2, 2, 2}, 4, "z data data-z"},
 		{Grid{1, 1, 1, 1}, 8, ""},
-		{Grid{2, 1, 1, 8}, 8, "data"},
+		{Grid{2, 1, 1, 8}, 8, "data data-z"},
+		{Grid{2, 4, 1, 1}, 8, ""}, // data-z: 2 ranks 4 apart
 	} {
 		var got []string
 		for _, grp := range Groups() {
@@ -166,7 +167,7 @@ func TestStrides(t *testing.T) {
 	for _, c := range []struct {
 		group        string
 		size, stride int
-	}{{GroupX, 2, 1}, {GroupY, 3, 2}, {GroupZ, 4, 6}, {GroupData, 5, 24}} {
+	}{{GroupX, 2, 1}, {GroupY, 3, 2}, {GroupZ, 4, 6}, {GroupData, 5, 24}, {GroupDataZ, 20, 6}} {
 		if g.GroupSize(c.group) != c.size || g.Stride(c.group) != c.stride {
 			t.Errorf("%s: size %d stride %d, want %d %d", c.group, g.GroupSize(c.group), g.Stride(c.group), c.size, c.stride)
 		}

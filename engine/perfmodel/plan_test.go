@@ -50,8 +50,8 @@ func TestParseRecompute(t *testing.T) {
 }
 
 // TestEstimateTime checks the time model's arithmetic by hand on the
-// small model, with a device whose nodes hold 4 ranks so that the data
-// axis (span 8) crosses nodes while X (span 2) and Z (span 4) stay inside.
+// small model, with a device whose nodes hold 4 ranks so that data and
+// data-z (span 8) cross nodes while X (span 2) and Z (span 4) stay inside.
 func TestEstimateTime(t *testing.T) {
 	cfg := smallConfig(t)
 	dev := Device{Name: "test", PeakFLOPs: 1e12, MemoryBytes: 1e9, HBMBandwidth: 1e11, NodeSize: 4,
@@ -68,9 +68,10 @@ func TestEstimateTime(t *testing.T) {
 		xBytes := 22528*2 + 160*4.0
 		zGather := 0.5 * 2 * (2*2*18432 + 8192 + 2*8192) // per layer fwd+bwd, embedding fwd, head fwd+bwd
 		zScatter := 0.5 * 2 * (2*18432 + 8192 + 8192)
-		zBytes := zGather*2 + zScatter*4 + 160*4
-		dataBytes := 26784 * 4.0
-		want := GroupSeconds{X: xBytes / 1e9, Z: zBytes / 1e9, Data: dataBytes / 1e8}
+		zBytes := zGather*2 + zScatter*4
+		dataBytes := 26624 * 4.0
+		dataZBytes := 1.5 * 5 * 32 * 4 // norm gradients over 4 ranks spanning 2 nodes
+		want := GroupSeconds{X: xBytes / 1e9, Z: zBytes / 1e9, Data: dataBytes / 1e8, DataZ: dataZBytes / 1e8}
 		for _, grp := range Groups() {
 			if got := p.Comm.Of(grp); math.Abs(got-want.Of(grp)) > 1e-15 {
 				t.Errorf("%+v: %s comm %g s, want %g", o, grp, got, want.Of(grp))
@@ -91,7 +92,7 @@ func TestEstimateTime(t *testing.T) {
 		if got, want := p.OptimizerSeconds, 26784*30/1e11; math.Abs(got-want) > 1e-18 {
 			t.Errorf("optimizer %g s, want %g", got, want)
 		}
-		total := p.Comm.X + p.Comm.Y + p.Comm.Z + p.Comm.Data
+		total := p.Comm.X + p.Comm.Y + p.Comm.Z + p.Comm.Data + p.Comm.DataZ
 		if o.NoOverlap && math.Abs(p.ExposedCommSeconds-total) > 1e-15 {
 			t.Errorf("no overlap: exposed %g, all %g", p.ExposedCommSeconds, total)
 		}
