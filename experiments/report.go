@@ -1,0 +1,626 @@
+package experiments
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/memorization"
+)
+
+// The report's files, in the experiment's folder.
+const (
+	ReportFile = "report.md"
+	CSVFile    = "results.csv"
+	PlotsDir   = "plots"
+)
+
+// ReportOptions control WriteReport.
+type ReportOptions struct {
+	// Title heads report.md; the default names the experiment's folder.
+	Title string
+}
+
+// Report lists what WriteReport wrote.
+type Report struct {
+	Markdown string   // dir/report.md
+	CSV      string   // dir/results.csv
+	Plots    []string // dir/plots/*.png, in the order report.md shows them
+	// Runs is the number of finished arm × seed results reported, Arms the
+	// number of arms they make, Unfinished the arm folders left out because
+	// they have no result yet.
+	Runs, Arms, Unfinished int
+	// Warnings name inputs that were missing or unreadable: the report is
+	// written without what they would have given (a curve, a distribution).
+	Warnings []string
+}
+
+// Files returns every file written: report.md, results.csv, then the plots.
+func (r *Report) Files() []string {
+	return append([]string{r.Markdown, r.CSV}, r.Plots...)
+}
+
+// WriteReport loads every finished arm of the experiment in dir and writes
+// dir/report.md (setup, one table per protocol and prefix length, the
+// plots), dir/results.csv (every number, one row per arm × seed ×
+// protocol × prefix length × group) and dir/plots/*.png. Unfinished arms
+// are left out and counted; an experiment with no finished arm is an
+// error. Every file is replaced atomically, so a report is never half
+// written.
+func WriteReport(dir string, opt ReportOptions) (*Report, error) {
+	if _, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("experiments: report: %w", err)
+	}
+	results, err := LoadResults(dir)
+	if err != nil {
+		return nil, fmt.Errorf("experiments: report: %w", err)
+	}
+	started, err := filepath.Glob(filepath.Join(dir, "arms", "*"))
+	if err != nil {
+		return nil, fmt.Errorf("experiments: report: %w", err)
+	}
+	unfinished := 0
+	for _, p := range started {
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			if _, err := os.Stat(filepath.Join(p, ResultFile)); errors.Is(err, fs.ErrNotExist) {
+				unfinished++
+			}
+		}
+	}
+	if len(results) == 0 {
+		return nil, fmt.Errorf("experiments: report: no finished arm in %s (%s started, none has written %s): run or resume the experiment first",
+			dir, plural(unfinished, "arm run"), ResultFile)
+	}
+	if opt.Title == "" {
+		name := dir
+		if abs, err := filepath.Abs(dir); err == nil {
+			name = abs
+		}
+		opt.Title = "Memorization experiment: " + filepath.Base(name)
+	}
+
+	arms := groupArms(results)
+	protos := reportProtocols(arms)
+	rep := &Report{
+		Markdown:   filepath.Join(dir, ReportFile),
+		CSV:        filepath.Join(dir, CSVFile),
+		Runs:       len(results),
+		Arms:       len(arms),
+		Unfinished: unfinished,
+	}
+	if err := os.MkdirAll(filepath.Join(dir, PlotsDir), 0o755); err != nil {
+		return nil, fmt.Errorf("experiments: report: %w", err)
+	}
+	figs, err := writePlots(dir, arms, protos, &rep.Warnings)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range figs {
+		rep.Plots = append(rep.Plots, filepath.Join(dir, f.File))
+	}
+	_, specErr := os.Stat(filepath.Join(dir, "spec.yaml"))
+	md := renderMarkdown(opt.Title, arms, protos, figs, rep, specErr == nil)
+	if err := checkpoints.WriteFileAtomic(rep.Markdown, md); err != nil {
+		return nil, fmt.Errorf("experiments: report: %w", err)
+	}
+	table, err := renderCSV(arms, protos)
+	if err != nil {
+		return nil, fmt.Errorf("experiments: report: %w", err)
+	}
+	if err := checkpoints.WriteFileAtomic(rep.CSV, table); err != nil {
+		return nil, fmt.Errorf("experiments: report: %w", err)
+	}
+	return rep, nil
+}
+
+// reportArm is one arm with all its finished seeds. The embedded result is
+// the first seed's: the arm's description (loss, k, model, …) is the same
+// for every seed.
+type reportArm struct {
+	*ArmResult
+	runs []*ArmResult // by seed
+}
+
+// groupArms gathers the seeds of each arm and orders the arms for reading:
+// by model size, the standard loss first, then by goldfish k, so that a
+// table reads as a sweep.
+func groupArms(results []ArmResult) []*reportArm {
+	var arms []*reportArm
+	byName := map[string]*reportArm{}
+	for i := range results {
+		r := &results[i]
+		a := byName[r.Arm]
+		if a == nil {
+			a = &reportArm{ArmResult: r}
+			byName[r.Arm] = a
+			arms = append(arms, a)
+		}
+		a.runs = append(a.runs, r)
+	}
+	slices.SortStableFunc(arms, func(a, b *reportArm) int {
+		return cmp.Or(
+			cmp.Compare(a.Params, b.Params),
+			cmp.Compare(lossRank(a.Loss), lossRank(b.Loss)),
+			cmp.Compare(a.K, b.K),
+			strings.Compare(a.Strategy, b.Strategy),
+			cmp.Compare(a.H, b.H),
+			strings.Compare(a.Arm, b.Arm),
+		)
+	})
+	return arms
+}
+
+func lossRank(loss string) int {
+	if loss == "standard" {
+		return 0
+	}
+	return 1
+}
+
+func (a *reportArm) isStandard() bool { return a.Loss == "standard" }
+func (a *reportArm) isGoldfish() bool { return a.Loss == "goldfish" }
+
+// eval returns the evaluation of protocol key of each seed that has it.
+func (a *reportArm) evals(key string) []*Eval {
+	var out []*Eval
+	for _, r := range a.runs {
+		for i := range r.Evals {
+			if r.Evals[i].Key == key {
+				out = append(out, &r.Evals[i])
+				break
+			}
+		}
+	}
+	return out
+}
+
+// groups returns, for each seed that has it, the members' (or the
+// non-members') group of prefix length k of protocol key; groups without
+// documents are left out.
+func (a *reportArm) groups(key string, k int, members bool) []memorization.Group {
+	var out []memorization.Group
+	for _, e := range a.evals(key) {
+		ps := e.Summary.Prefix(k)
+		if ps == nil {
+			continue
+		}
+		g := ps.NonMembers
+		if members {
+			g = ps.Members
+		}
+		if g.Documents > 0 {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// reportProtocol is one protocol of the experiment, as evaluated by any arm.
+type reportProtocol struct {
+	Key       string // names the eval folder, e.g. goldfish-50
+	Name      string // goldfish, pythia, carlini, custom
+	Desc      string // memorization.Protocol.String()
+	SuffixLen int
+	Ks        []int // the prefix lengths (0 alone for goldfish: the rest of each document)
+	// Words says whether some arm has word-level ROUGE-L (a decoder was
+	// given); otherwise ROUGE-L is over token ids only.
+	Words     bool
+	Bootstrap memorization.Bootstrap
+}
+
+// plotK is the prefix length the plots show: the longest, which extracts
+// the most.
+func (p *reportProtocol) plotK() int { return p.Ks[len(p.Ks)-1] }
+
+// reportProtocols lists the protocols in the order the arms first show them.
+func reportProtocols(arms []*reportArm) []*reportProtocol {
+	var out []*reportProtocol
+	byKey := map[string]*reportProtocol{}
+	for _, a := range arms {
+		for _, r := range a.runs {
+			for _, e := range r.Evals {
+				p := byKey[e.Key]
+				if p == nil {
+					s := &e.Summary
+					p = &reportProtocol{Key: e.Key, Name: s.Name, Desc: s.Protocol, SuffixLen: s.SuffixLen, Bootstrap: s.Bootstrap}
+					byKey[e.Key] = p
+					out = append(out, p)
+				}
+				for _, ps := range e.Summary.Prefixes {
+					if !slices.Contains(p.Ks, ps.K) {
+						p.Ks = append(p.Ks, ps.K)
+					}
+				}
+				p.Words = p.Words || summaryHasWords(&e.Summary)
+			}
+		}
+	}
+	for _, p := range out {
+		slices.Sort(p.Ks)
+	}
+	// A protocol without probes (every document skipped) has nothing to
+	// show.
+	return slices.DeleteFunc(out, func(p *reportProtocol) bool { return len(p.Ks) == 0 })
+}
+
+// summaryHasWords tells whether an evaluation scored decoded words: the
+// summary does not record it, but the zlib score and word-level ROUGE-L
+// exist only then.
+func summaryHasWords(s *memorization.Summary) bool {
+	if s.MIA.ZlibAUC != 0 {
+		return true
+	}
+	for _, ps := range s.Prefixes {
+		if ps.Members.RougeLWords.Hi > 0 || ps.NonMembers.RougeLWords.Hi > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// reportStat is one number of a table or plot, aggregated over seeds.
+// With one seed, [Lo, Hi] is its bootstrap interval (or the value itself
+// when it has none); with several, Mean is the mean over seeds, SD their
+// sample standard deviation and [Lo, Hi] = Mean ∓ SD.
+type reportStat struct {
+	Mean, Lo, Hi, SD float64
+	Seeds            int  // 0: no value
+	CI               bool // one seed with a bootstrap interval
+}
+
+func (s reportStat) ok() bool { return s.Seeds > 0 }
+
+func statOfIntervals(ivs []memorization.Interval) reportStat {
+	switch len(ivs) {
+	case 0:
+		return reportStat{}
+	case 1:
+		iv := ivs[0]
+		return reportStat{Mean: iv.Mean, Lo: iv.Lo, Hi: iv.Hi, Seeds: 1, CI: true}
+	}
+	vs := make([]float64, len(ivs))
+	for i, iv := range ivs {
+		vs[i] = iv.Mean
+	}
+	return statOfValues(vs)
+}
+
+func statOfValues(vs []float64) reportStat {
+	if len(vs) == 0 {
+		return reportStat{}
+	}
+	m := memorization.Mean(vs)
+	sd := 0.0
+	if len(vs) > 1 {
+		for _, v := range vs {
+			sd += (v - m) * (v - m)
+		}
+		sd = math.Sqrt(sd / float64(len(vs)-1))
+	}
+	return reportStat{Mean: m, Lo: m - sd, Hi: m + sd, SD: sd, Seeds: len(vs)}
+}
+
+// groupStat aggregates one metric of a group over seeds.
+func groupStat(gs []memorization.Group, metric func(*memorization.Group) memorization.Interval) reportStat {
+	ivs := make([]memorization.Interval, len(gs))
+	for i := range gs {
+		ivs[i] = metric(&gs[i])
+	}
+	return statOfIntervals(ivs)
+}
+
+// runStat aggregates a per-run number over the seeds that have it (absent:
+// zero or negative, e.g. a held-out loss that was not measured).
+func runStat(a *reportArm, value func(*ArmResult) float64) reportStat {
+	var vs []float64
+	for _, r := range a.runs {
+		if v := value(r); v > 0 {
+			vs = append(vs, v)
+		}
+	}
+	return statOfValues(vs)
+}
+
+// summaryStat aggregates a number of protocol key's summaries over seeds
+// (absent: zero, e.g. an AUC with an empty side).
+func summaryStat(a *reportArm, key string, value func(*memorization.Summary) float64) reportStat {
+	var vs []float64
+	for _, e := range a.evals(key) {
+		if v := value(&e.Summary); v != 0 {
+			vs = append(vs, v)
+		}
+	}
+	return statOfValues(vs)
+}
+
+const reportDash = "—"
+
+// pct formats a fraction as a percentage: "87.5% [78.1, 95.3]" with one
+// seed, "87.5% ± 3.1" with several.
+func (s reportStat) pct() string {
+	switch {
+	case !s.ok():
+		return reportDash
+	case s.Seeds > 1:
+		return fmt.Sprintf("%.1f%% ± %.1f", 100*s.Mean, 100*s.SD)
+	case s.CI:
+		return fmt.Sprintf("%.1f%% [%.1f, %.1f]", 100*s.Mean, 100*s.Lo, 100*s.Hi)
+	}
+	return fmt.Sprintf("%.1f%%", 100*s.Mean)
+}
+
+// num formats a number with prec decimals, its interval or spread as pct.
+func (s reportStat) num(prec int) string {
+	switch {
+	case !s.ok():
+		return reportDash
+	case s.Seeds > 1:
+		return fmt.Sprintf("%.*f ± %.*f", prec, s.Mean, prec, s.SD)
+	case s.CI:
+		return fmt.Sprintf("%.*f [%.*f, %.*f]", prec, s.Mean, prec, s.Lo, prec, s.Hi)
+	}
+	return fmt.Sprintf("%.*f", prec, s.Mean)
+}
+
+// humanCount writes a parameter count with three significant digits and
+// a unit: 124M, 1.24B.
+func humanCount(n int64) string {
+	v := float64(n)
+	for _, u := range []struct {
+		div    float64
+		suffix string
+	}{{1e12, "T"}, {1e9, "B"}, {1e6, "M"}, {1e3, "k"}} {
+		if math.Abs(v) >= u.div {
+			return fmt.Sprintf("%.3g%s", v/u.div, u.suffix)
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// plural writes n and a noun, with an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// mdCell makes text safe inside a Markdown table cell.
+func mdCell(s string) string {
+	s = strings.ReplaceAll(s, "|", `\|`)
+	return strings.ReplaceAll(s, "\n", " ")
+}
+
+func mdRow(b *bytes.Buffer, cells ...string) {
+	b.WriteString("|")
+	for _, c := range cells {
+		b.WriteString(" ")
+		b.WriteString(mdCell(c))
+		b.WriteString(" |")
+	}
+	b.WriteString("\n")
+}
+
+func mdHeader(b *bytes.Buffer, cells ...string) {
+	mdRow(b, cells...)
+	b.WriteString("|")
+	for range cells {
+		b.WriteString(" --- |")
+	}
+	b.WriteString("\n")
+}
+
+// prefixTitle names a prefix length for a heading.
+func (p *reportProtocol) prefixTitle(k int) string {
+	if p.Name == "goldfish" {
+		return fmt.Sprintf("prefix: the rest of each document, suffix %d tokens", p.SuffixLen)
+	}
+	return fmt.Sprintf("prefix %d tokens, suffix %d tokens", k, p.SuffixLen)
+}
+
+func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, figs []reportFigure, rep *Report, spec bool) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# %s\n\n", title)
+	fmt.Fprintf(&b, "%s (%s × their seeds)", plural(rep.Runs, "finished run"), plural(rep.Arms, "arm"))
+	if rep.Unfinished == 1 {
+		b.WriteString("; 1 unfinished run is left out")
+	} else if rep.Unfinished > 1 {
+		fmt.Fprintf(&b, "; %d unfinished runs are left out", rep.Unfinished)
+	}
+	b.WriteString(". Every number is also in [results.csv](results.csv)")
+	if spec {
+		b.WriteString("; the experiment is [spec.yaml](spec.yaml)")
+	}
+	b.WriteString(".\n\n")
+
+	b.WriteString("## Setup\n\n")
+	mdHeader(&b, "arm", "loss", "k", "strategy", "h", "model", "parameters", "targets", "repeats", "steps", "seeds")
+	for _, a := range arms {
+		k, strategy, h := reportDash, reportDash, reportDash
+		if a.isGoldfish() {
+			k = strconv.Itoa(a.K)
+			strategy = cmp.Or(a.Strategy, reportDash)
+			if a.H > 0 {
+				h = strconv.Itoa(a.H)
+			}
+		}
+		seeds := make([]string, len(a.runs))
+		for i, r := range a.runs {
+			seeds[i] = strconv.FormatUint(r.Seed, 10)
+		}
+		mdRow(&b, a.Arm, a.Loss, k, strategy, h, a.Model, humanCount(a.Params), strconv.Itoa(a.Targets),
+			strconv.Itoa(a.Repeats), strconv.Itoa(a.Steps), strings.Join(seeds, ", "))
+	}
+	b.WriteString("\n")
+
+	level, resamples := 0.95, 1000
+	if len(protos) > 0 && protos[0].Bootstrap.Level > 0 {
+		level, resamples = protos[0].Bootstrap.Level, protos[0].Bootstrap.Resamples
+	}
+	fmt.Fprintf(&b, "How to read the tables: exact match is the percentage of target (member) documents whose "+
+		"suffix greedy decoding reproduces verbatim; token match and ROUGE-L F1 are mean percentages over "+
+		"them. The held-out columns are never-trained documents, the control: extraction there is chance, and "+
+		"their loss is the utility cost of the arm. With one seed, brackets are the %g%% bootstrap "+
+		"confidence interval over documents (%d resamples); with several seeds, the mean over seeds ± the "+
+		"standard deviation of the per-seed values. Losses are in nats per token. MIA AUC is the ROC AUC "+
+		"with which a membership-inference score (loss, zlib ratio, min-k%% probability) separates members "+
+		"from held-out documents: 0.5 is chance, 1 is perfect.\n\n", 100*level, resamples)
+
+	for _, p := range protos {
+		fmt.Fprintf(&b, "## Protocol %s: %s\n\n", p.Key, p.Desc)
+		for _, k := range p.Ks {
+			fmt.Fprintf(&b, "### %s\n\n", p.prefixTitle(k))
+			mdHeader(&b, "arm", "documents (members / held-out)", "exact match", "token match",
+				"ROUGE-L (tokens)", "ROUGE-L (words)", "held-out exact match", "held-out loss",
+				"held-out perplexity", "final train loss", "MIA AUC loss", "MIA AUC zlib", "MIA AUC min-k%")
+			for _, a := range arms {
+				mem, non := a.groups(p.Key, k, true), a.groups(p.Key, k, false)
+				if len(mem) == 0 && len(non) == 0 {
+					continue // this arm did not evaluate this protocol and prefix
+				}
+				nm, nn := 0, 0
+				if len(mem) > 0 {
+					nm = mem[0].Documents
+				}
+				if len(non) > 0 {
+					nn = non[0].Documents
+				}
+				docs := fmt.Sprintf("%d / %d", nm, nn)
+				words := reportDash
+				if p.Words {
+					words = groupStat(mem, func(g *memorization.Group) memorization.Interval { return g.RougeLWords }).pct()
+				}
+				mdRow(&b, a.Arm, docs,
+					groupStat(mem, exactOf).pct(),
+					groupStat(mem, func(g *memorization.Group) memorization.Interval { return g.TokenMatch }).pct(),
+					groupStat(mem, func(g *memorization.Group) memorization.Interval { return g.RougeLTokens }).pct(),
+					words,
+					groupStat(non, exactOf).pct(),
+					runStat(a, func(r *ArmResult) float64 { return r.HeldoutLoss }).num(3),
+					runStat(a, func(r *ArmResult) float64 { return r.HeldoutPerplexity }).num(2),
+					runStat(a, func(r *ArmResult) float64 { return r.FinalTrainLoss }).num(3),
+					summaryStat(a, p.Key, func(s *memorization.Summary) float64 { return s.MIA.LossAUC }).num(3),
+					summaryStat(a, p.Key, func(s *memorization.Summary) float64 { return s.MIA.ZlibAUC }).num(3),
+					summaryStat(a, p.Key, func(s *memorization.Summary) float64 { return s.MIA.MinKAUC }).num(3),
+				)
+			}
+			b.WriteString("\n")
+		}
+	}
+
+	if len(figs) > 0 {
+		b.WriteString("## Plots\n\n")
+		for i, f := range figs {
+			fmt.Fprintf(&b, "![%s](%s)\n\n*Figure %d. %s*\n\n", f.Alt, filepath.ToSlash(f.File), i+1, f.Caption)
+		}
+	}
+	if len(rep.Warnings) > 0 {
+		b.WriteString("## Warnings\n\n")
+		for _, w := range rep.Warnings {
+			fmt.Fprintf(&b, "- %s\n", w)
+		}
+		b.WriteString("\n")
+	}
+	return b.Bytes()
+}
+
+func exactOf(g *memorization.Group) memorization.Interval { return g.Exact }
+
+// csvHeader names results.csv's columns. Match rates and ROUGE-L are
+// fractions in [0, 1], losses nats per token; an empty cell is a number
+// that was not measured.
+var csvHeader = []string{
+	"arm", "seed", "loss", "k", "strategy", "h", "model", "params", "targets", "repeats", "steps",
+	"final_train_loss", "heldout_loss", "heldout_perplexity", "seconds",
+	"protocol", "protocol_name", "suffix_len", "prefix_len", "group", "documents",
+	"exact_mean", "exact_lo", "exact_hi",
+	"token_match_mean", "token_match_lo", "token_match_hi",
+	"rougeL_tokens_mean", "rougeL_tokens_lo", "rougeL_tokens_hi",
+	"rougeL_words_mean", "rougeL_words_lo", "rougeL_words_hi",
+	"prefix_match_mean", "prefix_match_lo", "prefix_match_hi",
+	"loss_mean", "loss_lo", "loss_hi", "perplexity",
+	"mia_loss_auc", "mia_zlib_auc", "mia_min_k_auc", "min_k_percent",
+	"bootstrap_level", "bootstrap_resamples",
+}
+
+// renderCSV writes one row per arm × seed × protocol × prefix length ×
+// group, in the report's arm order. A group without documents keeps its
+// row (so that the count is predictable) with empty metrics.
+func renderCSV(arms []*reportArm, protos []*reportProtocol) ([]byte, error) {
+	var b bytes.Buffer
+	w := csv.NewWriter(&b)
+	if err := w.Write(csvHeader); err != nil {
+		return nil, err
+	}
+	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	opt := func(v float64) string { // zero means not measured
+		if v == 0 {
+			return ""
+		}
+		return f(v)
+	}
+	itoa := strconv.Itoa
+	for _, a := range arms {
+		for _, r := range a.runs {
+			run := []string{r.Arm, strconv.FormatUint(r.Seed, 10), r.Loss, itoa(r.K), r.Strategy, itoa(r.H), r.Model,
+				strconv.FormatInt(r.Params, 10), itoa(r.Targets), itoa(r.Repeats), itoa(r.Steps),
+				opt(r.FinalTrainLoss), opt(r.HeldoutLoss), opt(r.HeldoutPerplexity), f(r.Seconds)}
+			for _, p := range protos {
+				var e *Eval
+				for i := range r.Evals {
+					if r.Evals[i].Key == p.Key {
+						e = &r.Evals[i]
+					}
+				}
+				if e == nil {
+					continue
+				}
+				s := &e.Summary
+				words := summaryHasWords(s)
+				for _, ps := range s.Prefixes {
+					for _, grp := range []struct {
+						name string
+						g    *memorization.Group
+					}{{"members", &ps.Members}, {"non_members", &ps.NonMembers}} {
+						g := grp.g
+						row := append(slices.Clone(run), p.Key, s.Name, itoa(s.SuffixLen), itoa(ps.K), grp.name, itoa(g.Documents))
+						iv := func(v memorization.Interval, present bool) []string {
+							if !present {
+								return []string{"", "", ""}
+							}
+							return []string{f(v.Mean), f(v.Lo), f(v.Hi)}
+						}
+						has := g.Documents > 0
+						row = append(row, iv(g.Exact, has)...)
+						row = append(row, iv(g.TokenMatch, has)...)
+						row = append(row, iv(g.RougeLTokens, has)...)
+						row = append(row, iv(g.RougeLWords, has && words)...)
+						row = append(row, iv(g.PrefixMatch, has)...)
+						row = append(row, iv(g.Loss, has)...)
+						ppl := ""
+						if has {
+							ppl = f(g.Perplexity)
+						}
+						row = append(row, ppl, opt(s.MIA.LossAUC), opt(s.MIA.ZlibAUC), opt(s.MIA.MinKAUC),
+							f(s.MIA.MinKPercent), f(s.Bootstrap.Level), itoa(s.Bootstrap.Resamples))
+						if err := w.Write(row); err != nil {
+							return nil, err
+						}
+					}
+				}
+			}
+		}
+	}
+	w.Flush()
+	return b.Bytes(), w.Error()
+}

@@ -1,0 +1,503 @@
+package experiments
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"image/color"
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/memtrain/memtrain/finetune"
+	"github.com/memtrain/memtrain/memorization"
+)
+
+// A fixture run: one arm × seed with hand-chosen numbers. The members'
+// intervals are exact ± (0.1, 0.05); ROUGE-L (words) is rouge and ROUGE-L
+// (tokens) rouge − 0.05, token match rouge − 0.1.
+type fixRun struct {
+	arm    string
+	seed   uint64
+	loss   string
+	k      int
+	model  string
+	params int64
+	exact  float64 // members' exact match (non-members: exact / 10)
+	rouge  float64
+	held   float64 // held-out loss
+	final  float64 // final training loss
+	auc    float64 // MIA loss AUC (zlib: auc − 0.01, min-k: auc − 0.02)
+}
+
+// The protocols of the fixture: goldfish (one prefix, key 0) and carlini
+// with two prefix lengths.
+var fixProtocols = []struct {
+	key, name string
+	ks        []int
+}{
+	{"goldfish-50", "goldfish", []int{0}},
+	{"carlini-50", "carlini", []int{16, 32}},
+}
+
+const fixDocs = 8 // members and as many non-members per evaluation
+
+func iv(m, lo, hi float64) memorization.Interval {
+	return memorization.Interval{Mean: m, Lo: lo, Hi: hi}
+}
+
+func fixGroup(exact, rouge, loss float64) memorization.Group {
+	return memorization.Group{
+		Documents:    fixDocs,
+		Exact:        iv(exact, max(exact-0.1, 0), min(exact+0.05, 1)),
+		TokenMatch:   iv(rouge-0.1, rouge-0.2, rouge),
+		RougeLTokens: iv(rouge-0.05, rouge-0.15, rouge+0.05),
+		RougeLWords:  iv(rouge, rouge-0.1, min(rouge+0.1, 1)),
+		PrefixMatch:  iv(10*rouge, 8*rouge, 12*rouge),
+		Loss:         iv(loss, loss-0.1, loss+0.1),
+		Perplexity:   math.Exp(loss),
+	}
+}
+
+// writeFixture writes the experiment folder of runs into dir: result.json,
+// train/metrics.jsonl and eval/PROTO/docs.jsonl of each run.
+func writeFixture(t *testing.T, dir string, runs []fixRun) {
+	t.Helper()
+	for ri, fr := range runs {
+		name := armDirName(fr.arm, fr.seed)
+		armDir := filepath.Join("arms", name)
+		r := ArmResult{Schema: ResultSchema, Arm: fr.arm, Seed: fr.seed, Loss: fr.loss, K: fr.k,
+			Model: fr.model, Params: fr.params, Targets: fixDocs, Repeats: 50, Steps: 20,
+			FinalTrainLoss: fr.final, HeldoutLoss: fr.held, HeldoutPerplexity: math.Exp(fr.held),
+			TrainDir: filepath.Join(armDir, "train"), Seconds: 12.5}
+		if fr.loss == "goldfish" {
+			r.Strategy, r.H = "hash-table", 13
+		}
+		for _, p := range fixProtocols {
+			e := Eval{Key: p.key, Dir: filepath.Join(armDir, "eval", p.key)}
+			s := memorization.Summary{Schema: 1, Protocol: p.name + "(…)", Name: p.name, SuffixLen: 50,
+				Documents: 2 * fixDocs, Members: fixDocs, NonMembers: fixDocs,
+				MIA:       memorization.MIA{LossAUC: fr.auc, ZlibAUC: fr.auc - 0.01, MinKAUC: fr.auc - 0.02, MinKPercent: 20},
+				Bootstrap: memorization.Bootstrap{Resamples: 1000, Seed: 1, Level: 0.95}}
+			var docs bytes.Buffer
+			for _, k := range p.ks {
+				s.Prefixes = append(s.Prefixes, memorization.PrefixSummary{K: k,
+					Members:    fixGroup(fr.exact, fr.rouge, fr.final),
+					NonMembers: fixGroup(fr.exact/10, 0.2, fr.held)})
+			}
+			for d := range 2 * fixDocs {
+				member := d < fixDocs
+				dr := memorization.DocResult{Doc: d, Member: member, Tokens: 200, Loss: 1}
+				for _, k := range p.ks {
+					// Members spread around the run's ROUGE-L, non-members
+					// low: the distributions differ visibly.
+					v := fr.rouge + 0.03*float64(d-fixDocs/2)
+					if !member {
+						v = 0.1 + 0.02*float64(d-fixDocs) + 0.01*float64(ri)
+					}
+					v = min(max(v, 0), 1)
+					dr.Probes = append(dr.Probes, memorization.Result{Doc: d, K: k, Exact: v == 1,
+						RougeLIDs: v * 0.9, RougeLText: v})
+				}
+				writeJSONLine(t, &docs, dr)
+			}
+			e.Summary = s
+			r.Evals = append(r.Evals, e)
+			writeFile(t, filepath.Join(dir, e.Dir, DocsFile), docs.Bytes())
+		}
+		var metrics bytes.Buffer
+		for step := 1; step <= r.Steps; step++ {
+			loss := fr.final + 3*(1+0.15*float64(ri))*math.Exp(-float64(step)/4)
+			writeJSONLine(t, &metrics, finetune.Metrics{Schema: 1, Step: step, Epoch: (step - 1) / 4, Loss: loss, LossAll: loss})
+		}
+		writeFile(t, filepath.Join(dir, r.TrainDir, MetricsFile), metrics.Bytes())
+		b, err := json.MarshalIndent(r, "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(dir, armDir, ResultFile), b)
+	}
+}
+
+func writeJSONLine(t *testing.T, b *bytes.Buffer, v any) {
+	t.Helper()
+	line, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Write(line)
+	b.WriteByte('\n')
+}
+
+func writeFile(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sweepRuns is a k sweep on one model: a standard arm with two seeds and
+// goldfish arms with k = 3, 4, 8.
+var sweepRuns = []fixRun{
+	{arm: "standard", seed: 1, loss: "standard", model: "tiny", params: 1_500_000, exact: 0.8, rouge: 0.9, held: 2.0, final: 0.10, auc: 0.95},
+	{arm: "standard", seed: 2, loss: "standard", model: "tiny", params: 1_500_000, exact: 0.9, rouge: 0.95, held: 2.2, final: 0.12, auc: 0.97},
+	{arm: "goldfish-k3", seed: 1, loss: "goldfish", k: 3, model: "tiny", params: 1_500_000, exact: 0.125, rouge: 0.45, held: 2.5, final: 0.30, auc: 0.80},
+	{arm: "goldfish-k4", seed: 1, loss: "goldfish", k: 4, model: "tiny", params: 1_500_000, exact: 0.25, rouge: 0.55, held: 2.4, final: 0.25, auc: 0.85},
+	{arm: "goldfish-k8", seed: 1, loss: "goldfish", k: 8, model: "tiny", params: 1_500_000, exact: 0.5, rouge: 0.7, held: 2.3, final: 0.2, auc: 0.9},
+}
+
+// sizeRuns use two base models: the catastrophic-memorization study.
+var sizeRuns = []fixRun{
+	{arm: "std-small", seed: 1, loss: "standard", model: "small", params: 1_000_000, exact: 0.5, rouge: 0.7, held: 2.5, final: 0.3, auc: 0.8},
+	{arm: "gf4-small", seed: 1, loss: "goldfish", k: 4, model: "small", params: 1_000_000, exact: 0, rouge: 0.3, held: 2.6, final: 0.5, auc: 0.6},
+	{arm: "std-large", seed: 1, loss: "standard", model: "large", params: 8_000_000_000, exact: 1, rouge: 1, held: 2.0, final: 0.01, auc: 0.99},
+	{arm: "gf4-large", seed: 1, loss: "goldfish", k: 4, model: "large", params: 8_000_000_000, exact: 0.0625, rouge: 0.4, held: 2.1, final: 0.2, auc: 0.7},
+}
+
+// reportDir is a fresh folder for a synthetic experiment, or, with
+// MEMTRAIN_REPORT_OUT set, a named one kept for a person to look at the
+// plots.
+func reportDir(t *testing.T, name string) string {
+	if out := os.Getenv("MEMTRAIN_REPORT_OUT"); out != "" {
+		dir := filepath.Join(out, name)
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	return t.TempDir()
+}
+
+func TestWriteReportSweep(t *testing.T) {
+	dir := reportDir(t, "sweep")
+	writeFixture(t, dir, sweepRuns)
+	// An arm still running: counted, left out.
+	if err := os.MkdirAll(filepath.Join(dir, "arms", "goldfish-k16-s1", "train"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := WriteReport(dir, ReportOptions{Title: "k sweep"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Runs != 5 || rep.Arms != 4 || rep.Unfinished != 1 || len(rep.Warnings) != 0 {
+		t.Errorf("runs %d arms %d unfinished %d warnings %q, want 5 4 1 none", rep.Runs, rep.Arms, rep.Unfinished, rep.Warnings)
+	}
+	md := readString(t, rep.Markdown)
+	for _, want := range []string{
+		"# k sweep\n",
+		"5 finished runs (4 arms × their seeds); 1 unfinished run is left out.",
+		// Setup: the standard arm first, then goldfish by k.
+		"| standard | standard | — | — | — | tiny | 1.5M | 8 | 50 | 20 | 1, 2 |",
+		"| goldfish-k4 | goldfish | 4 | hash-table | 13 | tiny | 1.5M | 8 | 50 | 20 | 1 |",
+		"## Protocol goldfish-50: goldfish(…)",
+		"### prefix: the rest of each document, suffix 50 tokens",
+		"## Protocol carlini-50: carlini(…)",
+		"### prefix 16 tokens, suffix 50 tokens",
+		"### prefix 32 tokens, suffix 50 tokens",
+		// One seed: bootstrap intervals. exact 0.25 [0.15, 0.30]; token
+		// match 0.45 [0.35, 0.55]; ROUGE-L tokens 0.50 [0.40, 0.60], words
+		// 0.55 [0.45, 0.65]; held-out exact 0.025 [0, 0.075].
+		"| goldfish-k4 | 8 / 8 | 25.0% [15.0, 30.0] | 45.0% [35.0, 55.0] | 50.0% [40.0, 60.0] | 55.0% [45.0, 65.0] | 2.5% [0.0, 7.5] | 2.400 | 11.02 | 0.250 | 0.850 | 0.840 | 0.830 |",
+		// Two seeds: mean ± the standard deviation over seeds. exact 0.8,
+		// 0.9: 85.0 ± 7.1; token match 0.8, 0.85: 82.5 ± 3.5; ROUGE-L
+		// tokens 0.85, 0.9: 87.5 ± 3.5; words 0.9, 0.95: 92.5 ± 3.5;
+		// held-out exact 0.08, 0.09: 8.5 ± 0.7; held-out loss 2.0, 2.2:
+		// 2.100 ± 0.141; perplexity e² = 7.389, e^2.2 = 9.025: 8.21 ± 1.16; final 0.10,
+		// 0.12: 0.110 ± 0.014; AUCs 0.95, 0.97: 0.960 ± 0.014 …
+		"| standard | 8 / 8 | 85.0% ± 7.1 | 82.5% ± 3.5 | 87.5% ± 3.5 | 92.5% ± 3.5 | 8.5% ± 0.7 | 2.100 ± 0.141 | 8.21 ± 1.16 | 0.110 ± 0.014 | 0.960 ± 0.014 | 0.950 ± 0.014 | 0.940 ± 0.014 |",
+		"![Memorization against goldfish k (goldfish-50)](plots/memorization-vs-k-goldfish-50.png)",
+		"*Figure 1. Targets memorized against goldfish k, model tiny (protocol goldfish-50: each document's last 50 tokens decoded from the rest); dotted: the standard arm standard; bars: 95% bootstrap CIs over documents (one seed) or ± s.d. over seeds.*",
+		"(plots/training-loss.png)",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+	// Three tables (one goldfish prefix, two carlini) of four arms.
+	if n := strings.Count(md, "| goldfish-k8 | 8 / 8 |"); n != 3 {
+		t.Errorf("goldfish-k8 has %d table rows, want 3", n)
+	}
+	if strings.Contains(md, "memorization-vs-params") {
+		t.Error("one model size, yet a plot against parameters")
+	}
+	if strings.Contains(md, "goldfish-k16") {
+		t.Error("the unfinished arm is in the report")
+	}
+
+	// results.csv: 5 runs × 3 prefix lengths × 2 groups.
+	rows := readCSV(t, rep.CSV)
+	if len(rows) != 1+5*3*2 {
+		t.Fatalf("results.csv has %d rows, want %d", len(rows), 1+5*3*2)
+	}
+	col := map[string]int{}
+	for i, c := range rows[0] {
+		col[c] = i
+	}
+	if len(col) != len(rows[0]) {
+		t.Errorf("duplicate columns in %q", rows[0])
+	}
+	for _, r := range rows[1:] {
+		if len(r) != len(rows[0]) {
+			t.Fatalf("row %q has %d fields, header %d", r, len(r), len(rows[0]))
+		}
+		for _, c := range r {
+			if strings.Contains(c, "%") {
+				t.Fatalf("row %q: a %% sign", r)
+			}
+		}
+	}
+	find := func(arm, seed, proto, k, group string) []string {
+		for _, r := range rows[1:] {
+			if r[col["arm"]] == arm && r[col["seed"]] == seed && r[col["protocol"]] == proto &&
+				r[col["prefix_len"]] == k && r[col["group"]] == group {
+				return r
+			}
+		}
+		t.Fatalf("no row %s %s %s %s %s", arm, seed, proto, k, group)
+		return nil
+	}
+	for _, c := range []struct {
+		arm, seed, proto, k, group string
+		want                       map[string]float64
+	}{
+		{"goldfish-k4", "1", "goldfish-50", "0", "members", map[string]float64{
+			"exact_mean": 0.25, "exact_lo": 0.15, "exact_hi": 0.3, "rougeL_words_mean": 0.55,
+			"k": 4, "h": 13, "params": 1_500_000, "steps": 20, "documents": 8, "suffix_len": 50,
+			"mia_loss_auc": 0.85, "mia_zlib_auc": 0.84, "mia_min_k_auc": 0.83, "heldout_loss": 2.4,
+			"final_train_loss": 0.25, "loss_mean": 0.25, "bootstrap_level": 0.95}},
+		{"standard", "2", "carlini-50", "32", "non_members", map[string]float64{
+			"exact_mean": 0.09, "rougeL_words_mean": 0.2, "k": 0, "loss_mean": 2.2,
+			"perplexity": math.Exp(2.2), "mia_loss_auc": 0.97}},
+	} {
+		r := find(c.arm, c.seed, c.proto, c.k, c.group)
+		for name, want := range c.want {
+			got, err := strconv.ParseFloat(r[col[name]], 64)
+			if err != nil || math.Abs(got-want) > 1e-12 {
+				t.Errorf("%s %s %s %s %s: %s = %q, want %g", c.arm, c.seed, c.proto, c.k, c.group, name, r[col[name]], want)
+			}
+		}
+	}
+	if r := find("standard", "1", "goldfish-50", "0", "members"); r[col["loss"]] != "standard" || r[col["strategy"]] != "" {
+		t.Errorf("standard row: loss %q strategy %q", r[col["loss"]], r[col["strategy"]])
+	}
+
+	checkPlots(t, dir, rep, []string{
+		"plots/memorization-vs-k-goldfish-50.png",
+		"plots/memorization-vs-k-carlini-50.png",
+		"plots/rougeL-distribution-goldfish-50.png",
+		"plots/rougeL-distribution-carlini-50.png",
+		"plots/training-loss.png",
+	})
+}
+
+func TestWriteReportModelSizes(t *testing.T) {
+	dir := reportDir(t, "sizes")
+	writeFixture(t, dir, sizeRuns)
+	// A run whose metrics are gone: a warning, and the loss plot without it.
+	if err := os.Remove(filepath.Join(dir, "arms", "gf4-large-s1", "train", MetricsFile)); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := WriteReport(dir, ReportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "gf4-large-s1: no training metrics") {
+		t.Errorf("warnings %q, want one for gf4-large-s1's metrics", rep.Warnings)
+	}
+	md := readString(t, rep.Markdown)
+	for _, want := range []string{
+		"# Memorization experiment: " + filepath.Base(dir) + "\n",
+		// Ordered by size, standard first.
+		"| std-small | standard | — | — | — | small | 1M |",
+		"| std-large | standard | — | — | — | large | 8B |",
+		"| gf4-large | 8 / 8 | 6.2% [0.0, 11.2] |",
+		"(plots/memorization-vs-params-goldfish-50.png)",
+		"## Warnings\n\n- gf4-large-s1: no training metrics",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+	if i, j := strings.Index(md, "| std-small | 8 / 8"), strings.Index(md, "| std-large | 8 / 8"); i < 0 || j < i {
+		t.Errorf("std-small's row (at %d) should come before std-large's (at %d)", i, j)
+	}
+	if rows := readCSV(t, rep.CSV); len(rows) != 1+4*3*2 {
+		t.Errorf("results.csv has %d rows, want %d", len(rows), 1+4*3*2)
+	}
+	checkPlots(t, dir, rep, []string{
+		"plots/memorization-vs-k-goldfish-50-small.png",
+		"plots/memorization-vs-k-goldfish-50-large.png",
+		"plots/memorization-vs-k-carlini-50-small.png",
+		"plots/memorization-vs-k-carlini-50-large.png",
+		"plots/memorization-vs-params-goldfish-50.png",
+		"plots/memorization-vs-params-carlini-50.png",
+		"plots/rougeL-distribution-goldfish-50.png",
+		"plots/rougeL-distribution-carlini-50.png",
+		"plots/training-loss.png",
+	})
+}
+
+// TestWriteReportSingleK: one goldfish k still gets its plot, and without
+// a standard arm there is no reference line to draw.
+func TestWriteReportSingleK(t *testing.T) {
+	dir := t.TempDir()
+	writeFixture(t, dir, sweepRuns[3:4])
+	rep, err := WriteReport(dir, ReportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := readString(t, rep.Markdown)
+	if !strings.Contains(md, "no standard arm of this model to compare with") {
+		t.Error("the caption does not say there is no standard arm")
+	}
+	checkPlots(t, dir, rep, []string{
+		"plots/memorization-vs-k-goldfish-50.png",
+		"plots/memorization-vs-k-carlini-50.png",
+		"plots/rougeL-distribution-goldfish-50.png",
+		"plots/rougeL-distribution-carlini-50.png",
+		"plots/training-loss.png",
+	})
+}
+
+func TestWriteReportErrors(t *testing.T) {
+	empty := t.TempDir()
+	started := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(started, "arms", "standard-s1", "train"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	broken := t.TempDir()
+	writeFile(t, filepath.Join(broken, "arms", "standard-s1", ResultFile), []byte("{"))
+	for _, c := range []struct {
+		name, dir, want string
+	}{
+		{"missing folder", filepath.Join(empty, "nope"), "no such file"},
+		{"no arms", empty, "no finished arm in " + empty + " (0 arm runs started"},
+		{"unfinished", started, "(1 arm run started, none has written result.json): run or resume"},
+		{"unreadable result", broken, "standard-s1/result.json"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := WriteReport(c.dir, ReportOptions{})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want one containing %q", err, c.want)
+			}
+			if _, err := os.Stat(filepath.Join(c.dir, ReportFile)); err == nil {
+				t.Error("a report was written")
+			}
+		})
+	}
+}
+
+func TestReportFormatting(t *testing.T) {
+	for _, c := range []struct {
+		s         reportStat
+		pct, num3 string
+	}{
+		{reportStat{}, "—", "—"},
+		{statOfIntervals([]memorization.Interval{iv(0.875, 0.78125, 0.953125)}), "87.5% [78.1, 95.3]", "0.875 [0.781, 0.953]"},
+		{statOfIntervals([]memorization.Interval{iv(0.8, 0, 1), iv(0.9, 0, 1)}), "85.0% ± 7.1", "0.850 ± 0.071"},
+		{statOfValues([]float64{2.5}), "250.0%", "2.500"},
+		{statOfValues([]float64{1, 2, 3}), "200.0% ± 100.0", "2.000 ± 1.000"},
+	} {
+		if got := c.s.pct(); got != c.pct {
+			t.Errorf("%+v.pct() = %q, want %q", c.s, got, c.pct)
+		}
+		if got := c.s.num(3); got != c.num3 {
+			t.Errorf("%+v.num(3) = %q, want %q", c.s, got, c.num3)
+		}
+	}
+	for _, c := range []struct {
+		n    int64
+		want string
+	}{{999, "999"}, {1000, "1k"}, {1_500_000, "1.5M"}, {124_439_808, "124M"}, {8_030_261_248, "8.03B"}, {70_553_706_496, "70.6B"}} {
+		if got := humanCount(c.n); got != c.want {
+			t.Errorf("humanCount(%d) = %q, want %q", c.n, got, c.want)
+		}
+	}
+}
+
+func readString(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func readCSV(t *testing.T, path string) [][]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return rows
+}
+
+// checkPlots checks that the report lists exactly the plots want, and
+// that each is a PNG of the plot size with something drawn on it: many
+// colours (anti-aliased text and lines) and the palette's first colour
+// (every plot draws a first series).
+func checkPlots(t *testing.T, dir string, rep *Report, want []string) {
+	t.Helper()
+	var got []string
+	for _, p := range rep.Plots {
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, filepath.ToSlash(rel))
+	}
+	if slices.Sort(got); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+		t.Errorf("plots %q, want %q", got, want)
+	}
+	md := readString(t, rep.Markdown)
+	first := plotPalette[0].(color.RGBA)
+	for _, p := range rep.Plots {
+		rel, _ := filepath.Rel(dir, p)
+		if !strings.Contains(md, "]("+filepath.ToSlash(rel)+")") {
+			t.Errorf("report.md does not embed %s", rel)
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		img, err := png.Decode(f)
+		f.Close()
+		if err != nil {
+			t.Errorf("%s: %v", rel, err)
+			continue
+		}
+		b := img.Bounds()
+		if b.Dx() != 1050 || b.Dy() != 600 {
+			t.Errorf("%s: %d×%d pixels, want 1050×600", rel, b.Dx(), b.Dy())
+		}
+		colours := map[color.RGBA]int{}
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			for x := b.Min.X; x < b.Max.X; x++ {
+				r, g, bl, a := img.At(x, y).RGBA()
+				colours[color.RGBA{uint8(r >> 8), uint8(g >> 8), uint8(bl >> 8), uint8(a >> 8)}]++
+			}
+		}
+		white := colours[color.RGBA{0xFF, 0xFF, 0xFF, 0xFF}]
+		if len(colours) < 50 || white > b.Dx()*b.Dy()*99/100 {
+			t.Errorf("%s looks blank: %d colours, %d of %d pixels white", rel, len(colours), white, b.Dx()*b.Dy())
+		}
+		if colours[first] < 20 {
+			t.Errorf("%s: %d pixels of the first series' colour %v", rel, colours[first], first)
+		}
+	}
+}
