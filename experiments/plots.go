@@ -2,6 +2,7 @@ package experiments
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"image/color"
 	"math"
@@ -66,9 +67,9 @@ type reportFigure struct {
 	Caption string
 }
 
-// figure is a plot with its legend kept apart, so that the legend is drawn
+// plotFigure is a plot with its legend kept apart, so that the legend is drawn
 // beside the data, never over it.
-type figure struct {
+type plotFigure struct {
 	p       *plot.Plot
 	legend  plot.Legend
 	entries int
@@ -79,7 +80,7 @@ type figure struct {
 }
 
 // x maps a data value to the x axis.
-func (f *figure) x(v float64) float64 {
+func (f *plotFigure) x(v float64) float64 {
 	if f.logX {
 		return math.Log(v)
 	}
@@ -88,7 +89,7 @@ func (f *figure) x(v float64) float64 {
 
 // setLogX puts x on a log scale over [lo, hi] with a margin of a fraction
 // of the span, so that the end points stay off the frame.
-func (f *figure) setLogX(lo, hi float64) {
+func (f *plotFigure) setLogX(lo, hi float64) {
 	f.logX = true
 	span := math.Log(hi / lo)
 	f.p.X.Min, f.p.X.Max = math.Log(lo)-0.08*span, math.Log(hi)+0.08*span
@@ -96,7 +97,7 @@ func (f *figure) setLogX(lo, hi float64) {
 
 var plotFont = font.Font{Typeface: "Liberation", Variant: "Sans"}
 
-func newFigure(title, xLabel, yLabel string) *figure {
+func newPlotFigure(title, xLabel, yLabel string) *plotFigure {
 	p := plot.New()
 	p.Title.Text = title
 	p.Title.TextStyle.Font = font.From(plotFont, 14)
@@ -114,26 +115,26 @@ func newFigure(title, xLabel, yLabel string) *figure {
 	leg.TextStyle.Font = font.From(plotFont, 10)
 	leg.Top, leg.Left = true, true
 	leg.Padding = vg.Points(3)
-	return &figure{p: p, legend: leg}
+	return &plotFigure{p: p, legend: leg}
 }
 
-func (f *figure) addLegend(name string, thumbs ...plot.Thumbnailer) {
+func (f *plotFigure) addLegend(name string, thumbs ...plot.Thumbnailer) {
 	f.legend.Add(name, thumbs...)
 	f.entries++
 }
 
 // percentAxis fixes the y axis to 0–100 %, so that plots of a sweep share
 // a scale and a reference line always shows.
-func (f *figure) percentAxis() {
+func (f *plotFigure) percentAxis() {
 	f.p.Y.Min, f.p.Y.Max = 0, 100
 	f.p.Y.Tick.Marker = plot.ConstantTicks{{Value: 0, Label: "0"}, {Value: 25, Label: "25"},
 		{Value: 50, Label: "50"}, {Value: 75, Label: "75"}, {Value: 100, Label: "100"}}
 }
 
-// render draws the figure as a PNG: the plot on the left, the legend (if
-// more than one series… or any named series) in a column on the right,
+// render draws the figure as a PNG: the plot on the left and, when it has
+// entries, the legend in a column on the right (where it hides no data),
 // its font shrunk until it fits.
-func (f *figure) render() ([]byte, error) {
+func (f *plotFigure) render() ([]byte, error) {
 	c := vgimg.NewWith(vgimg.UseWH(plotWidth, plotHeight), vgimg.UseDPI(plotDPI))
 	dc := draw.New(c)
 	dc.SetColor(color.White)
@@ -165,7 +166,7 @@ func (f *figure) render() ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-func (f *figure) save(dir, file string) error {
+func (f *plotFigure) save(dir, file string) error {
 	b, err := f.render()
 	if err != nil {
 		return fmt.Errorf("experiments: plot %s: %w", file, err)
@@ -181,7 +182,7 @@ func (f *figure) save(dir, file string) error {
 // Values too close to the previous labelled one, for the axis's scale
 // and range (set before), keep an unlabelled tick: the labels would
 // overlap.
-func (f *figure) valueTicks(xs []float64, label func(float64) string) plot.ConstantTicks {
+func (f *plotFigure) valueTicks(xs []float64, label func(float64) string) plot.ConstantTicks {
 	// The data area is at least this wide: the plot less its y axis and a
 	// legend column.
 	const dataWidth = 4 * vg.Inch
@@ -212,7 +213,7 @@ type errPoints struct {
 // addSeries draws a line through (x, stat) with points and error bars
 // (the stats' [Lo, Hi], clamped to [lo, hi] when lo < hi), all scaled by
 // scale (100 for percentages), and gives it a legend entry.
-func (f *figure) addSeries(name string, xs []float64, st []reportStat, scale, lo, hi float64, clr color.Color, dashes []vg.Length, glyph draw.GlyphDrawer) error {
+func (f *plotFigure) addSeries(name string, xs []float64, st []reportStat, scale, lo, hi float64, clr color.Color, dashes []vg.Length, glyph draw.GlyphDrawer) error {
 	pts := errPoints{XYs: make(plotter.XYs, len(xs)), YErrors: make(plotter.YErrors, len(xs))}
 	for i, x := range xs {
 		m, l, h := scale*st[i].Mean, scale*st[i].Lo, scale*st[i].Hi
@@ -242,7 +243,7 @@ func (f *figure) addSeries(name string, xs []float64, st []reportStat, scale, lo
 // i-th reference's dots are shifted by half a period from the previous
 // one's, so that references at the same height interleave instead of
 // hiding each other.
-func (f *figure) addReference(name string, y float64, clr color.Color, width vg.Length, i int) {
+func (f *plotFigure) addReference(name string, y float64, clr color.Color, width vg.Length, i int) {
 	fn := plotter.NewFunction(func(float64) float64 { return y })
 	fn.Color, fn.Width, fn.Dashes = clr, width, standardDash
 	fn.DashOffs = vg.Length(i) * (standardDash[0] + standardDash[1]) / 2
@@ -273,7 +274,7 @@ func plotSlug(s string) string {
 	}, s)
 }
 
-func modelName(m string) string { return filepath.Base(filepath.Clean(m)) }
+func plotModelName(m string) string { return filepath.Base(filepath.Clean(m)) }
 
 // writePlots draws every plot that the experiment's arms allow and returns
 // them in the order the report shows them. Missing per-run inputs
@@ -383,7 +384,6 @@ func plotMemorizationVsK(dir string, arms []*reportArm, p *reportProtocol) ([]re
 			if a.isStandard() {
 				if std == nil {
 					std = a
-					used = append(used, a)
 				}
 				continue
 			}
@@ -404,9 +404,9 @@ func plotMemorizationVsK(dir string, arms []*reportArm, p *reportProtocol) ([]re
 		}
 		title := "Memorization against goldfish k (" + p.Key + ")"
 		if len(models) > 1 {
-			title = "Memorization against k: " + modelName(model) + " (" + p.Key + ")"
+			title = "Memorization against k: " + plotModelName(model) + " (" + p.Key + ")"
 		}
-		f := newFigure(title, "goldfish k (1 in k tokens dropped)", "members memorized (%)")
+		f := newPlotFigure(title, "goldfish k (1 in k tokens dropped)", "members memorized (%)")
 		f.percentAxis()
 		// The axis first: a log axis changes the coordinates of the series.
 		var ks []float64
@@ -470,7 +470,7 @@ func plotMemorizationVsK(dir string, arms []*reportArm, p *reportProtocol) ([]re
 		}
 		file := "memorization-vs-k-" + plotSlug(p.Key)
 		if len(models) > 1 {
-			file += "-" + plotSlug(modelName(model))
+			file += "-" + plotSlug(plotModelName(model))
 		}
 		file = filepath.Join(PlotsDir, file+".png")
 		if err := f.save(dir, file); err != nil {
@@ -541,11 +541,11 @@ func plotMemorizationVsParams(dir string, arms []*reportArm, p *reportProtocol) 
 	}
 	slices.Sort(sizes)
 	title := "Memorization against model size (" + p.Key + ")"
-	f := newFigure(title, "parameters (log scale)", "exact match (% of targets)")
+	f := newPlotFigure(title, "parameters (log scale)", "exact match (% of targets)")
 	f.percentAxis()
 	f.setLogX(sizes[0], sizes[len(sizes)-1])
 	for i, s := range ss {
-		slices.SortFunc(s.arms, func(a, b *reportArm) int { return int(a.Params - b.Params) })
+		slices.SortFunc(s.arms, func(a, b *reportArm) int { return cmp.Compare(a.Params, b.Params) })
 		xs := make([]float64, len(s.arms))
 		st := make([]reportStat, len(s.arms))
 		for j, a := range s.arms {
@@ -556,7 +556,7 @@ func plotMemorizationVsParams(dir string, arms []*reportArm, p *reportProtocol) 
 			return nil, err
 		}
 	}
-	f.p.X.Tick.Marker = f.valueTicks(sizes, func(x float64) string { return humanCount(int64(x)) })
+	f.p.X.Tick.Marker = f.valueTicks(sizes, func(x float64) string { return reportCount(int64(x)) })
 	file := filepath.Join(PlotsDir, "memorization-vs-params-"+plotSlug(p.Key)+".png")
 	if err := f.save(dir, file); err != nil {
 		return nil, err
@@ -626,7 +626,7 @@ func plotRougeDistribution(dir string, arms []*reportArm, p *reportProtocol, war
 		return nil, nil
 	}
 	title := "Per-document ROUGE-L (" + p.Key + ")"
-	f := newFigure(title, "arm", "ROUGE-L F1 per document, "+unit+" (%)")
+	f := newPlotFigure(title, "arm", "ROUGE-L F1 per document, "+unit+" (%)")
 	f.percentAxis()
 	f.p.NominalX(names...)
 	f.p.X.Min, f.p.X.Max = -0.5, float64(len(names))-0.5
@@ -649,7 +649,7 @@ func plotRougeDistribution(dir string, arms []*reportArm, p *reportProtocol, war
 		offset float64
 	}{{"members (trained)", mem, -0.18}, {"held-out (not trained)", non, 0.18}}
 	for gi, g := range groups {
-		fill := lighten(paletteColor(gi), 0.55)
+		fill := plotLighten(paletteColor(gi), 0.55)
 		edge := paletteColor(gi)
 		for i, vs := range g.values {
 			if len(vs) == 0 {
@@ -677,8 +677,8 @@ func plotRougeDistribution(dir string, arms []*reportArm, p *reportProtocol, war
 			unit, p.prefixNote())}, nil
 }
 
-// lighten mixes c with white: t = 0 keeps c, 1 gives white.
-func lighten(c color.Color, t float64) color.Color {
+// plotLighten mixes c with white: t = 0 keeps c, 1 gives white.
+func plotLighten(c color.Color, t float64) color.Color {
 	r, g, b, _ := c.RGBA()
 	mix := func(v uint32) uint8 { return uint8(float64(v>>8) + t*(255-float64(v>>8))) }
 	return color.RGBA{mix(r), mix(g), mix(b), 0xFF}
@@ -689,7 +689,7 @@ func lighten(c color.Color, t float64) color.Color {
 func plotTrainingLoss(dir string, arms []*reportArm, warnings *[]string) (*reportFigure, error) {
 	multi := slices.ContainsFunc(arms, func(a *reportArm) bool { return len(a.runs) > 1 })
 	title := "Training loss"
-	f := newFigure(title, "step", "training loss (nats/token)")
+	f := newPlotFigure(title, "step", "training loss (nats/token)")
 	lines, goldfish := 0, false
 	for ai, a := range arms {
 		for si, r := range a.runs {

@@ -79,7 +79,7 @@ func WriteReport(dir string, opt ReportOptions) (*Report, error) {
 	}
 	if len(results) == 0 {
 		return nil, fmt.Errorf("experiments: report: no finished arm in %s (%s started, none has written %s): run or resume the experiment first",
-			dir, plural(unfinished, "arm run"), ResultFile)
+			dir, reportPlural(unfinished, "arm run"), ResultFile)
 	}
 	if opt.Title == "" {
 		name := dir
@@ -170,7 +170,7 @@ func lossRank(loss string) int {
 func (a *reportArm) isStandard() bool { return a.Loss == "standard" }
 func (a *reportArm) isGoldfish() bool { return a.Loss == "goldfish" }
 
-// eval returns the evaluation of protocol key of each seed that has it.
+// evals returns the evaluation of protocol key of each seed that has it.
 func (a *reportArm) evals(key string) []*Eval {
 	var out []*Eval
 	for _, r := range a.runs {
@@ -372,9 +372,9 @@ func (s reportStat) num(prec int) string {
 	return fmt.Sprintf("%.*f", prec, s.Mean)
 }
 
-// humanCount writes a parameter count with three significant digits and
+// reportCount writes a parameter count with three significant digits and
 // a unit: 124M, 1.24B.
-func humanCount(n int64) string {
+func reportCount(n int64) string {
 	v := float64(n)
 	for _, u := range []struct {
 		div    float64
@@ -387,8 +387,8 @@ func humanCount(n int64) string {
 	return strconv.FormatInt(n, 10)
 }
 
-// plural writes n and a noun, with an s unless n is 1.
-func plural(n int, noun string) string {
+// reportPlural writes n and a noun, with an s unless n is 1.
+func reportPlural(n int, noun string) string {
 	if n == 1 {
 		return "1 " + noun
 	}
@@ -431,7 +431,7 @@ func (p *reportProtocol) prefixTitle(k int) string {
 func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, figs []reportFigure, rep *Report, spec bool) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# %s\n\n", title)
-	fmt.Fprintf(&b, "%s (%s × their seeds)", plural(rep.Runs, "finished run"), plural(rep.Arms, "arm"))
+	fmt.Fprintf(&b, "%s (%s × their seeds)", reportPlural(rep.Runs, "finished run"), reportPlural(rep.Arms, "arm"))
 	if rep.Unfinished == 1 {
 		b.WriteString("; 1 unfinished run is left out")
 	} else if rep.Unfinished > 1 {
@@ -458,7 +458,7 @@ func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, f
 		for i, r := range a.runs {
 			seeds[i] = strconv.FormatUint(r.Seed, 10)
 		}
-		mdRow(&b, a.Arm, a.Loss, k, strategy, h, a.Model, humanCount(a.Params), strconv.Itoa(a.Targets),
+		mdRow(&b, a.Arm, a.Loss, k, strategy, h, a.Model, reportCount(a.Params), strconv.Itoa(a.Targets),
 			strconv.Itoa(a.Repeats), strconv.Itoa(a.Steps), strings.Join(seeds, ", "))
 	}
 	b.WriteString("\n")

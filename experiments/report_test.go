@@ -47,19 +47,19 @@ var fixProtocols = []struct {
 
 const fixDocs = 8 // members and as many non-members per evaluation
 
-func iv(m, lo, hi float64) memorization.Interval {
+func fixInterval(m, lo, hi float64) memorization.Interval {
 	return memorization.Interval{Mean: m, Lo: lo, Hi: hi}
 }
 
 func fixGroup(exact, rouge, loss float64) memorization.Group {
 	return memorization.Group{
 		Documents:    fixDocs,
-		Exact:        iv(exact, max(exact-0.1, 0), min(exact+0.05, 1)),
-		TokenMatch:   iv(rouge-0.1, rouge-0.2, rouge),
-		RougeLTokens: iv(rouge-0.05, rouge-0.15, rouge+0.05),
-		RougeLWords:  iv(rouge, rouge-0.1, min(rouge+0.1, 1)),
-		PrefixMatch:  iv(10*rouge, 8*rouge, 12*rouge),
-		Loss:         iv(loss, loss-0.1, loss+0.1),
+		Exact:        fixInterval(exact, max(exact-0.1, 0), min(exact+0.05, 1)),
+		TokenMatch:   fixInterval(rouge-0.1, rouge-0.2, rouge),
+		RougeLTokens: fixInterval(rouge-0.05, rouge-0.15, rouge+0.05),
+		RougeLWords:  fixInterval(rouge, rouge-0.1, min(rouge+0.1, 1)),
+		PrefixMatch:  fixInterval(10*rouge, 8*rouge, 12*rouge),
+		Loss:         fixInterval(loss, loss-0.1, loss+0.1),
 		Perplexity:   math.Exp(loss),
 	}
 }
@@ -108,19 +108,19 @@ func writeFixture(t *testing.T, dir string, runs []fixRun) {
 			}
 			e.Summary = s
 			r.Evals = append(r.Evals, e)
-			writeFile(t, filepath.Join(dir, e.Dir, DocsFile), docs.Bytes())
+			writeReportFile(t, filepath.Join(dir, e.Dir, DocsFile), docs.Bytes())
 		}
 		var metrics bytes.Buffer
 		for step := 1; step <= r.Steps; step++ {
 			loss := fr.final + 3*(1+0.15*float64(ri))*math.Exp(-float64(step)/4)
 			writeJSONLine(t, &metrics, finetune.Metrics{Schema: 1, Step: step, Epoch: (step - 1) / 4, Loss: loss, LossAll: loss})
 		}
-		writeFile(t, filepath.Join(dir, r.TrainDir, MetricsFile), metrics.Bytes())
+		writeReportFile(t, filepath.Join(dir, r.TrainDir, MetricsFile), metrics.Bytes())
 		b, err := json.MarshalIndent(r, "", "  ")
 		if err != nil {
 			t.Fatal(err)
 		}
-		writeFile(t, filepath.Join(dir, armDir, ResultFile), b)
+		writeReportFile(t, filepath.Join(dir, armDir, ResultFile), b)
 	}
 }
 
@@ -134,7 +134,7 @@ func writeJSONLine(t *testing.T, b *bytes.Buffer, v any) {
 	b.WriteByte('\n')
 }
 
-func writeFile(t *testing.T, path string, b []byte) {
+func writeReportFile(t *testing.T, path string, b []byte) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
@@ -190,7 +190,7 @@ func TestWriteReportSweep(t *testing.T) {
 	if rep.Runs != 5 || rep.Arms != 4 || rep.Unfinished != 1 || len(rep.Warnings) != 0 {
 		t.Errorf("runs %d arms %d unfinished %d warnings %q, want 5 4 1 none", rep.Runs, rep.Arms, rep.Unfinished, rep.Warnings)
 	}
-	md := readString(t, rep.Markdown)
+	md := readReportFile(t, rep.Markdown)
 	for _, want := range []string{
 		"# k sweep\n",
 		"5 finished runs (4 arms × their seeds); 1 unfinished run is left out.",
@@ -214,7 +214,7 @@ func TestWriteReportSweep(t *testing.T) {
 		// 0.12: 0.110 ± 0.014; AUCs 0.95, 0.97: 0.960 ± 0.014 …
 		"| standard | 8 / 8 | 85.0% ± 7.1 | 82.5% ± 3.5 | 87.5% ± 3.5 | 92.5% ± 3.5 | 8.5% ± 0.7 | 2.100 ± 0.141 | 8.21 ± 1.16 | 0.110 ± 0.014 | 0.960 ± 0.014 | 0.950 ± 0.014 | 0.940 ± 0.014 |",
 		"![Memorization against goldfish k (goldfish-50)](plots/memorization-vs-k-goldfish-50.png)",
-		"*Figure 1. Targets memorized against goldfish k, model tiny (protocol goldfish-50: each document's last 50 tokens decoded from the rest); dotted: the standard arm standard; bars: 95% bootstrap CIs over documents (one seed) or ± s.d. over seeds.*",
+		"*Figure 1. Targets memorized against goldfish k, model tiny (protocol goldfish-50: each document's last 50 tokens decoded from the rest); dotted: the standard arm standard; bars: 95% bootstrap CIs over documents.*",
 		"(plots/training-loss.png)",
 	} {
 		if !strings.Contains(md, want) {
@@ -233,7 +233,7 @@ func TestWriteReportSweep(t *testing.T) {
 	}
 
 	// results.csv: 5 runs × 3 prefix lengths × 2 groups.
-	rows := readCSV(t, rep.CSV)
+	rows := readReportCSV(t, rep.CSV)
 	if len(rows) != 1+5*3*2 {
 		t.Fatalf("results.csv has %d rows, want %d", len(rows), 1+5*3*2)
 	}
@@ -312,7 +312,7 @@ func TestWriteReportModelSizes(t *testing.T) {
 	if len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "gf4-large-s1: no training metrics") {
 		t.Errorf("warnings %q, want one for gf4-large-s1's metrics", rep.Warnings)
 	}
-	md := readString(t, rep.Markdown)
+	md := readReportFile(t, rep.Markdown)
 	for _, want := range []string{
 		"# Memorization experiment: " + filepath.Base(dir) + "\n",
 		// Ordered by size, standard first.
@@ -329,7 +329,7 @@ func TestWriteReportModelSizes(t *testing.T) {
 	if i, j := strings.Index(md, "| std-small | 8 / 8"), strings.Index(md, "| std-large | 8 / 8"); i < 0 || j < i {
 		t.Errorf("std-small's row (at %d) should come before std-large's (at %d)", i, j)
 	}
-	if rows := readCSV(t, rep.CSV); len(rows) != 1+4*3*2 {
+	if rows := readReportCSV(t, rep.CSV); len(rows) != 1+4*3*2 {
 		t.Errorf("results.csv has %d rows, want %d", len(rows), 1+4*3*2)
 	}
 	checkPlots(t, dir, rep, []string{
@@ -354,7 +354,7 @@ func TestWriteReportSingleK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	md := readString(t, rep.Markdown)
+	md := readReportFile(t, rep.Markdown)
 	if !strings.Contains(md, "no standard arm of this model to compare with") {
 		t.Error("the caption does not say there is no standard arm")
 	}
@@ -374,7 +374,7 @@ func TestWriteReportErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	broken := t.TempDir()
-	writeFile(t, filepath.Join(broken, "arms", "standard-s1", ResultFile), []byte("{"))
+	writeReportFile(t, filepath.Join(broken, "arms", "standard-s1", ResultFile), []byte("{"))
 	for _, c := range []struct {
 		name, dir, want string
 	}{
@@ -401,8 +401,8 @@ func TestReportFormatting(t *testing.T) {
 		pct, num3 string
 	}{
 		{reportStat{}, "—", "—"},
-		{statOfIntervals([]memorization.Interval{iv(0.875, 0.78125, 0.953125)}), "87.5% [78.1, 95.3]", "0.875 [0.781, 0.953]"},
-		{statOfIntervals([]memorization.Interval{iv(0.8, 0, 1), iv(0.9, 0, 1)}), "85.0% ± 7.1", "0.850 ± 0.071"},
+		{statOfIntervals([]memorization.Interval{fixInterval(0.875, 0.78125, 0.953125)}), "87.5% [78.1, 95.3]", "0.875 [0.781, 0.953]"},
+		{statOfIntervals([]memorization.Interval{fixInterval(0.8, 0, 1), fixInterval(0.9, 0, 1)}), "85.0% ± 7.1", "0.850 ± 0.071"},
 		{statOfValues([]float64{2.5}), "250.0%", "2.500"},
 		{statOfValues([]float64{1, 2, 3}), "200.0% ± 100.0", "2.000 ± 1.000"},
 	} {
@@ -417,13 +417,13 @@ func TestReportFormatting(t *testing.T) {
 		n    int64
 		want string
 	}{{999, "999"}, {1000, "1k"}, {1_500_000, "1.5M"}, {124_439_808, "124M"}, {8_030_261_248, "8.03B"}, {70_553_706_496, "70.6B"}} {
-		if got := humanCount(c.n); got != c.want {
-			t.Errorf("humanCount(%d) = %q, want %q", c.n, got, c.want)
+		if got := reportCount(c.n); got != c.want {
+			t.Errorf("reportCount(%d) = %q, want %q", c.n, got, c.want)
 		}
 	}
 }
 
-func readString(t *testing.T, path string) string {
+func readReportFile(t *testing.T, path string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -432,7 +432,7 @@ func readString(t *testing.T, path string) string {
 	return string(b)
 }
 
-func readCSV(t *testing.T, path string) [][]string {
+func readReportCSV(t *testing.T, path string) [][]string {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -463,7 +463,7 @@ func checkPlots(t *testing.T, dir string, rep *Report, want []string) {
 	if slices.Sort(got); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
 		t.Errorf("plots %q, want %q", got, want)
 	}
-	md := readString(t, rep.Markdown)
+	md := readReportFile(t, rep.Markdown)
 	first := plotPalette[0].(color.RGBA)
 	for _, p := range rep.Plots {
 		rel, _ := filepath.Rel(dir, p)
