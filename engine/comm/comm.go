@@ -154,17 +154,19 @@ const (
 	AllGather
 	Broadcast
 	Barrier
+	// Split and Close move no data and are never counted; they are named
+	// by errors and watchdog messages (closing an MPI world finalises MPI,
+	// which waits for the other ranks).
+	Split
+	Close
 	numOps
 )
 
-var opNames = [numOps]string{"all-reduce", "reduce-scatter", "all-gather", "broadcast", "barrier"}
+var opNames = [numOps]string{"all-reduce", "reduce-scatter", "all-gather", "broadcast", "barrier", "split", "close"}
 
 func (o Op) String() string {
 	if o < numOps {
 		return opNames[o]
-	}
-	if o == opSplit {
-		return "split"
 	}
 	return fmt.Sprintf("Op(%d)", uint8(o))
 }

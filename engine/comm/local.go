@@ -42,9 +42,6 @@ func NewLocal(n int, opts ...Option) []Comm {
 	return comms
 }
 
-// opSplit names Split in slots and messages; it is not counted.
-const opSplit = numOps
-
 // localGroup is what the ranks of one in-process group share: the
 // collectives in flight, keyed by their sequence number, since the i-th
 // collective of every rank is the same collective.
@@ -267,7 +264,7 @@ func (c *local) run(k *call) error {
 		return c.wrap(k.op, k.step, err)
 	}
 	switch k.op {
-	case Barrier, opSplit:
+	case Barrier, Split:
 		return nil // nothing to compute, and no tensors to keep alive
 	}
 	switch s.dtype {
@@ -305,7 +302,7 @@ func (g *localGroup) join(rank int, k *call) (*slot, error) {
 		if k.a != nil {
 			s.dtype = k.a.DType()
 		}
-		if k.op == opSplit {
+		if k.op == Split {
 			s.name, s.color, s.key = make([]string, p), make([]int, p), make([]int, p)
 		}
 		g.slots[k.seq] = s
@@ -315,12 +312,12 @@ func (g *localGroup) join(rank int, k *call) (*slot, error) {
 	}
 	s.joined[rank] = true
 	s.a[rank], s.b[rank] = k.a, k.b
-	if k.op == opSplit {
+	if k.op == Split {
 		s.name[rank], s.color[rank], s.key[rank] = k.name, k.color, k.key
 	}
 	s.arrived++
 	if s.arrived == g.size {
-		if k.op == opSplit {
+		if k.op == Split {
 			if err := s.makeSplit(g); err != nil {
 				g.fail(err)
 				return nil, err
@@ -338,7 +335,7 @@ func (g *localGroup) join(rank int, k *call) (*slot, error) {
 func (s *slot) matches(rank int, k *call) error {
 	describe := func(op Op, n int, dtype engine.DType, root int) string {
 		switch op {
-		case Barrier, opSplit:
+		case Barrier, Split:
 			return op.String()
 		case Broadcast:
 			return fmt.Sprintf("%v of %d %v elements from root %d", op, n, dtype, root)
@@ -435,13 +432,13 @@ func (s *slot) makeSplit(parent *localGroup) error {
 func (c *local) Split(name string, color, key int) (Comm, error) {
 	step := c.counters.Step()
 	if c.closed {
-		return nil, c.wrap(opSplit, step, errors.New("communicator closed"))
+		return nil, c.wrap(Split, step, errors.New("communicator closed"))
 	}
 	if name == "" {
-		return nil, c.wrap(opSplit, step, errors.New("empty group name"))
+		return nil, c.wrap(Split, step, errors.New("empty group name"))
 	}
 	if color < 0 && color != Undefined {
-		return nil, c.wrap(opSplit, step, fmt.Errorf("color %d is negative and not Undefined", color))
+		return nil, c.wrap(Split, step, fmt.Errorf("color %d is negative and not Undefined", color))
 	}
 	if c.g.size == 1 {
 		if color == Undefined {
@@ -449,14 +446,14 @@ func (c *local) Split(name string, color, key int) (Comm, error) {
 		}
 		return &local{g: newLocalGroup(name, 1, c.g.timeout), counters: c.counters}, nil
 	}
-	k := &call{op: opSplit, step: step, seq: c.seq, name: name, color: color, key: key}
+	k := &call{op: Split, step: step, seq: c.seq, name: name, color: color, key: key}
 	c.seq++
 	s, err := c.g.join(c.rank, k)
 	if err == nil {
 		err = c.g.awaitReady(s)
 	}
 	if err != nil {
-		return nil, c.wrap(opSplit, step, err)
+		return nil, c.wrap(Split, step, err)
 	}
 	res := s.split[c.rank]
 	if res.g == nil {
