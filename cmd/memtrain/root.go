@@ -26,6 +26,7 @@ that prevents verbatim memorization, and measures exact-match extraction.`,
 		newGoldfishCmd(),
 		newVersionCmd(),
 		newBenchCmd(),
+		newPlanCmd(),
 	)
 	return root
 }

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/perfmodel"
+)
+
+type planFlags struct {
+	model       string
+	gpus        int
+	gpu         string
+	batchTokens int64
+	seqLen      int
+	top         int
+	json        bool
+	recompute   string
+	overlap     bool
+	efficiency  float64
+}
+
+// planReport is what `plan --json` prints.
+type planReport struct {
+	Model             string           `json:"model"`
+	Params            int64            `json:"params"`
+	ModelFLOPsPerTok  float64          `json:"model_flops_per_token"`
+	GPUs              int              `json:"gpus"`
+	Device            perfmodel.Device `json:"device"`
+	Efficiency        float64          `json:"efficiency"`
+	UsableMemory      int64            `json:"usable_memory_bytes"`
+	SeqLen            int              `json:"seq_len"`
+	GlobalBatchTokens int64            `json:"global_batch_tokens"`
+	Overlap           bool             `json:"overlap"`
+	Recompute         string           `json:"recompute"`
+	Plans             []planRow        `json:"plans"`
+}
+
+// planRow is one ranked grid.
+type planRow struct {
+	perfmodel.Plan
+	MemoryTotal int64 `json:"memory_total"`
+}
+
+func newPlanCmd() *cobra.Command {
+	var f planFlags
+	var devices []string
+	for _, d := range perfmodel.Devices() {
+		devices = append(devices, fmt.Sprintf("  %-7s %s: %.1f TFLOP/s dense bf16, %.0f GB", d.Name, d.Description, d.PeakFLOPs/1e12, float64(d.MemoryBytes)/1e9))
+	}
+	cmd := &cobra.Command{
+		Use:   "plan --model PRESET|DIR --gpus N --gpu NAME",
+		Short: "Rank 4D-parallel grids for a model on N GPUs by predicted step time",
+		Long: `plan predicts, for every Data × X × Y × Z grid of --gpus ranks that divides the
+model, the memory per GPU (weights, gradients, AdamW state, activations,
+gathered-weight workspace), the communication of each group and the step time,
+drops what does not fit, and prints the fastest grids with their micro-batch
+and activation-recomputation choice, tokens/s per GPU and MFU. The model is
+AxoNN's: compute at the device's dense bf16 peak × one efficiency, ring
+collectives over NVLink inside a node and the network across nodes, with
+communication overlapped (--overlap=false serialises it).
+
+Devices:
+` + strings.Join(devices, "\n"),
+		Example: `  memtrain plan --model llama3.1-405b --gpus 8192 --gpu h100
+  memtrain plan --model llama3.1-8b --gpus 8 --gpu h100 --seq-len 8192 --json
+  memtrain plan --model ./my-checkpoint --gpus 16 --gpu a100 --recompute on`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return runPlan(cmd.OutOrStdout(), f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.model, "model", "", "a preset name or a checkpoint folder (its config.json)")
+	fl.IntVar(&f.gpus, "gpus", 0, "number of GPUs (GCDs for mi250x)")
+	fl.StringVar(&f.gpu, "gpu", "h100", "device: h100, h200, a100 or mi250x")
+	fl.Int64Var(&f.batchTokens, "global-batch-tokens", 0, "tokens per optimizer step (default one sequence per GPU: gpus × seq-len)")
+	fl.IntVar(&f.seqLen, "seq-len", 0, "tokens per sequence (default min(8192, max_position_embeddings))")
+	fl.IntVar(&f.top, "top", 10, "print the K fastest grids (0: all)")
+	fl.BoolVar(&f.json, "json", false, "print one JSON object instead of a table")
+	fl.StringVar(&f.recompute, "recompute", "auto", "activation recomputation: auto (whichever is faster and fits), on or off")
+	fl.BoolVar(&f.overlap, "overlap", true, "overlap communication with compute (AxoNN's OAG, OAR, ORS)")
+	fl.Float64Var(&f.efficiency, "efficiency", 0, fmt.Sprintf("fraction of the peak that compute reaches (default the device's, %.2f)", perfmodel.DefaultEfficiency))
+	return cmd
+}
+
+func runPlan(out io.Writer, f planFlags) error {
+	switch {
+	case f.model == "":
+		return errors.New("plan: --model is required (a preset name or a checkpoint folder)")
+	case f.gpus <= 0:
+		return fmt.Errorf("plan: --gpus must be positive, got %d", f.gpus)
+	case f.seqLen < 0:
+		return fmt.Errorf("plan: --seq-len must be positive, got %d", f.seqLen)
+	case f.batchTokens < 0:
+		return fmt.Errorf("plan: --global-batch-tokens must be positive, got %d", f.batchTokens)
+	case f.top < 0:
+		return fmt.Errorf("plan: --top must not be negative, got %d", f.top)
+	case f.efficiency < 0 || f.efficiency > 1:
+		return fmt.Errorf("plan: --efficiency must lie in (0, 1], got %g", f.efficiency)
+	}
+	dev, err := perfmodel.LookupDevice(f.gpu)
+	if err != nil {
+		return fmt.Errorf("plan: --gpu: %w", err)
+	}
+	rec, err := perfmodel.ParseRecompute(f.recompute)
+	if err != nil {
+		return fmt.Errorf("plan: --recompute: %w", err)
+	}
+	cfg, err := planModel(f.model)
+	if err != nil {
+		return err
+	}
+	seq := f.seqLen
+	if seq == 0 {
+		seq = min(8192, cfg.MaxPositionEmbeddings)
+	}
+	batch := f.batchTokens
+	if batch == 0 {
+		batch = int64(f.gpus) * int64(seq)
+	}
+	opt := perfmodel.Options{Recompute: rec, NoOverlap: !f.overlap, Efficiency: f.efficiency, TopK: f.top}
+	plans, err := perfmodel.Search(perfmodel.Job{Config: cfg, Device: dev, GPUs: f.gpus, SeqLen: seq, GlobalBatchTokens: batch}, opt)
+	if err != nil {
+		return fmt.Errorf("plan: %s on %d %s: %w", f.model, f.gpus, dev.Name, err)
+	}
+	rep := planReport{
+		Model: f.model, Params: cfg.Params().Total, ModelFLOPsPerTok: engine.ModelFLOPsPerToken(cfg, seq),
+		GPUs: f.gpus, Device: dev, Efficiency: dev.Efficiency, UsableMemory: int64(perfmodel.DefaultMemoryFraction * float64(dev.MemoryBytes)),
+		SeqLen: seq, GlobalBatchTokens: batch, Overlap: f.overlap, Recompute: rec.String(),
+	}
+	if f.efficiency > 0 {
+		rep.Efficiency = f.efficiency
+	}
+	for _, p := range plans {
+		rep.Plans = append(rep.Plans, planRow{Plan: p, MemoryTotal: p.Memory.Total()})
+	}
+	if f.json {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return printPlan(out, rep)
+}
+
+// planModel reads a checkpoint folder's (or a config file's) configuration
+// when the path exists, else looks the name up among the presets.
+func planModel(name string) (*checkpoints.Config, error) {
+	if _, err := os.Stat(name); err == nil {
+		cfg, err := checkpoints.ReadConfig(name)
+		if err != nil {
+			return nil, fmt.Errorf("plan: --model: %w", err)
+		}
+		return cfg, nil
+	}
+	p, err := checkpoints.LookupPreset(name)
+	if err != nil {
+		return nil, fmt.Errorf("plan: --model %q is no checkpoint folder, and %w", name, err)
+	}
+	return p.Config(), nil
+}
+
+func printPlan(w io.Writer, r planReport) error {
+	d := r.Device
+	fmt.Fprintf(w, "model   %s: %s parameters, %s FLOPs a token (6N + 12·L·H·Q·T)\n", r.Model, humanCount(r.Params), humanCount(int64(r.ModelFLOPsPerTok)))
+	fmt.Fprintf(w, "gpus    %d × %s (%s)\n", r.GPUs, d.Name, d.Description)
+	fmt.Fprintf(w, "peak    %.1f TFLOP/s dense bf16 × efficiency %.2f = %.1f TFLOP/s\n", d.PeakFLOPs/1e12, r.Efficiency, d.PeakFLOPs*r.Efficiency/1e12)
+	fmt.Fprintf(w, "memory  %.0f GB a GPU, %s usable (%.0f%%)\n", float64(d.MemoryBytes)/1e9, perfmodel.FormatBytes(r.UsableMemory), 100*perfmodel.DefaultMemoryFraction)
+	fmt.Fprintf(w, "links   %.0f GB/s a GPU inside a node of %d, %.1f GB/s across nodes; HBM %.2f TB/s\n", d.IntraNodeBandwidth/1e9, d.NodeSize, d.InterNodeBandwidth/1e9, d.HBMBandwidth/1e12)
+	overlap := "overlapped (OAG, OAR, ORS)"
+	if !r.Overlap {
+		overlap = "serial"
+	}
+	fmt.Fprintf(w, "batch   %d tokens a step: %d sequences of %d; communication %s; recompute %s\n\n",
+		r.GlobalBatchTokens, r.GlobalBatchTokens/int64(r.SeqLen), r.SeqLen, overlap, r.Recompute)
+
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "#\tdp\tx\ty\tz\tmb×n\trecomp\tstep\ttok/s/GPU\tMFU\tmem/GPU\tweights\tgrads\toptim\tacts\twspace\tcomm x\ty\tz\tdata\texposed\t")
+	for i, p := range r.Plans {
+		rec := "off"
+		if p.Recompute {
+			rec = "on"
+		}
+		g, m := p.Grid, p.Memory
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d×%d\t%s\t%s\t%.0f\t%.1f%%\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			i+1, g.Data, g.X, g.Y, g.Z, p.MicroBatch, p.MicroBatches, rec,
+			seconds(p.StepSeconds), p.TokensPerSecondPerGPU, 100*p.MFU,
+			gib(m.Total()), gib(m.Weights), gib(m.Gradients), gib(m.Optimizer), gib(m.Activations), gib(m.Workspace),
+			commSeconds(g.X, p.Comm.X), commSeconds(g.Y, p.Comm.Y), commSeconds(g.Z, p.Comm.Z),
+			commSeconds(g.Data*g.Z, p.Comm.Data+p.Comm.DataZ), seconds(p.ExposedCommSeconds))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, "\nmb×n: sequences per micro-batch on each (data, z) rank × micro-batches a step. Memory in GiB;\n"+
+		"comm: each group's total time a step before overlap (data includes the norm gradients' data-z\n"+
+		"all-reduce); exposed: what compute does not hide.")
+	return err
+}
+
+func gib(n int64) string { return fmt.Sprintf("%.1f", float64(n)/(1<<30)) }
+
+// seconds writes a duration in s or ms with three significant digits.
+func seconds(s float64) string {
+	switch {
+	case s == 0:
+		return "0"
+	case s >= 1:
+		return fmt.Sprintf("%.3g s", s)
+	case s >= 1e-3:
+		return fmt.Sprintf("%.3g ms", s*1e3)
+	}
+	return fmt.Sprintf("%.3g µs", s*1e6)
+}
+
+// commSeconds is "-" for a group of one rank, which communicates nothing.
+func commSeconds(size int, s float64) string {
+	if size == 1 {
+		return "-"
+	}
+	return seconds(s)
+}

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// planJSON is the part of `plan --json` the tests read.
+type planJSON struct {
+	Model  string `json:"model"`
+	GPUs   int    `json:"gpus"`
+	Device struct {
+		Name      string  `json:"name"`
+		PeakFLOPs float64 `json:"peak_flops"`
+	} `json:"device"`
+	Efficiency        float64 `json:"efficiency"`
+	SeqLen            int     `json:"seq_len"`
+	GlobalBatchTokens int64   `json:"global_batch_tokens"`
+	Plans             []struct {
+		Grid         struct{ Data, X, Y, Z int } `json:"grid"`
+		MicroBatch   int                         `json:"micro_batch"`
+		MicroBatches int                         `json:"micro_batches"`
+		Recompute    bool                        `json:"recompute"`
+		StepSeconds  float64                     `json:"step_seconds"`
+		TokensPerGPU float64                     `json:"tokens_per_second_per_gpu"`
+		MFU          float64                     `json:"mfu"`
+		MemoryTotal  int64                       `json:"memory_total"`
+		Memory       map[string]int64            `json:"memory"`
+		Comm         map[string]float64          `json:"comm_seconds"`
+	} `json:"plans"`
+}
+
+func runPlanJSON(t *testing.T, args ...string) planJSON {
+	t.Helper()
+	out, errs, code := memtrain(t, "", append([]string{"plan", "--json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("plan %v failed (%d): %s", args, code, errs)
+	}
+	var r planJSON
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("plan --json: %v\n%s", err, out)
+	}
+	return r
+}
+
+// TestPlan405B is the acceptance case: Llama 3.1 405B on 8192 H100 answers
+// within 5 s (it takes well under a second on two slow cores) with grids
+// that fit in 80 GB.
+func TestPlan405B(t *testing.T) {
+	start := time.Now()
+	r := runPlanJSON(t, "--model", "llama3.1-405b", "--gpus", "8192", "--gpu", "h100")
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("plan took %v", d)
+	}
+	if r.Device.Name != "h100" || r.Device.PeakFLOPs != 989e12 || r.Efficiency != 0.40 || r.SeqLen != 8192 || r.GlobalBatchTokens != 8192*8192 {
+		t.Errorf("header: %+v", r)
+	}
+	if len(r.Plans) != 10 {
+		t.Fatalf("%d plans, want the default top 10", len(r.Plans))
+	}
+	for i, p := range r.Plans {
+		g := p.Grid
+		if g.Data*g.X*g.Y*g.Z != 8192 {
+			t.Errorf("plan %d: grid %+v", i, g)
+		}
+		if p.MemoryTotal > 80e9 || p.MemoryTotal != p.Memory["weights"]+p.Memory["gradients"]+p.Memory["optimizer"]+p.Memory["activations"]+p.Memory["workspace"] {
+			t.Errorf("plan %d: %d bytes (%v)", i, p.MemoryTotal, p.Memory)
+		}
+		if i > 0 && p.StepSeconds < r.Plans[i-1].StepSeconds {
+			t.Errorf("plan %d faster than plan %d", i, i-1)
+		}
+		if p.MFU <= 0 || p.MFU > 1 || p.TokensPerGPU <= 0 {
+			t.Errorf("plan %d: MFU %g, %g tokens/s/GPU", i, p.MFU, p.TokensPerGPU)
+		}
+	}
+}
+
+func TestPlanTable(t *testing.T) {
+	out, errs, code := memtrain(t, "", "plan", "--model", "llama3.1-8b", "--gpus", "8", "--gpu", "h100", "--top", "3")
+	if code != 0 {
+		t.Fatalf("plan failed (%d): %s", code, errs)
+	}
+	for _, want := range []string{
+		"peak    989.0 TFLOP/s dense bf16 × efficiency 0.40",
+		"8 × h100",
+		"65536 tokens a step: 8 sequences of 8192",
+		"tok/s/GPU", "MFU", "mem/GPU", "comm x", "exposed",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	rows := 0
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 5 && (f[0] == "1" || f[0] == "2" || f[0] == "3") {
+			rows++
+			if !strings.HasSuffix(f[10], "%") { // "1.21 s" takes two fields
+				t.Errorf("row %q: MFU column %q", line, f[10])
+			}
+		}
+	}
+	if rows != 3 {
+		t.Errorf("%d rows, want 3:\n%s", rows, out)
+	}
+}
+
+func TestPlanOptions(t *testing.T) {
+	r := runPlanJSON(t, "--model", "llama3.1-8b", "--gpus", "16", "--gpu", "a100", "--recompute", "on",
+		"--seq-len", "4096", "--global-batch-tokens", "262144", "--top", "0", "--overlap=false", "--efficiency", "0.5")
+	if r.Efficiency != 0.5 || r.SeqLen != 4096 || r.GlobalBatchTokens != 262144 || len(r.Plans) < 10 {
+		t.Errorf("%+v", r)
+	}
+	for _, p := range r.Plans {
+		if !p.Recompute {
+			t.Errorf("--recompute on gave %+v", p)
+		}
+		if got := p.MicroBatch * p.MicroBatches * p.Grid.Data * p.Grid.Z; got != 64 {
+			t.Errorf("%+v: %d sequences", p.Grid, got)
+		}
+	}
+}
+
+func TestPlanCheckpointFolder(t *testing.T) {
+	dir := initSmall(t)
+	r := runPlanJSON(t, "--model", dir, "--gpus", "4", "--gpu", "mi250x", "--seq-len", "64")
+	if r.Model != dir || r.SeqLen != 64 || len(r.Plans) == 0 {
+		t.Errorf("%+v", r)
+	}
+	// hidden 32, 4 heads, 2 kv heads: Y is 1 or 2.
+	for _, p := range r.Plans {
+		if p.Grid.Y > 2 {
+			t.Errorf("grid %+v splits 2 kv heads", p.Grid)
+		}
+	}
+}
+
+func TestPlanErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--model", "llama3.1-8b", "--gpus", "8", "--gpu", "v100"}, `plan: --gpu: perfmodel: unknown gpu "v100" (want one of a100, h100, h200, mi250x)`},
+		{[]string{"--model", "llama3.1-8b", "--gpus", "0"}, "plan: --gpus must be positive, got 0"},
+		{[]string{"--model", "llama3.1-8b", "--gpus", "-4"}, "plan: --gpus must be positive, got -4"},
+		{[]string{"--gpus", "8"}, "plan: --model is required"},
+		{[]string{"--model", "llama9", "--gpus", "8"}, `plan: --model "llama9" is no checkpoint folder, and checkpoints: unknown preset "llama9"`},
+		{[]string{"--model", "llama3.1-405b", "--gpus", "8", "--gpu", "h100"}, "plan: llama3.1-405b on 8 h100: perfmodel: no grid of 8 h100 fits: the smallest needs "},
+		{[]string{"--model", "llama3.1-8b", "--gpus", "8", "--recompute", "maybe"}, `plan: --recompute: perfmodel: unknown recompute mode "maybe"`},
+		{[]string{"--model", "llama3.1-8b", "--gpus", "8", "--global-batch-tokens", "1000"}, "not a positive multiple of the sequence length 8192"},
+		{[]string{"--model", "llama3.1-8b", "--gpus", "8", "--efficiency", "1.5"}, "plan: --efficiency must lie in (0, 1]"},
+		{[]string{"--model", "tiny", "--gpus", "3", "--global-batch-tokens", "4096", "--seq-len", "2048"}, "no grid of 3 ranks divides"},
+	} {
+		out, errs, code := memtrain(t, "", append([]string{"plan"}, c.args...)...)
+		if code != 1 || out != "" || !strings.Contains(errs, c.want) || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
+			t.Errorf("plan %v: code %d, stdout %q, stderr %q; want one line with %q", c.args, code, out, errs, c.want)
+		}
+	}
+}
