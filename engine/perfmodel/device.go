@@ -113,6 +113,13 @@ func LookupDevice(name string) (Device, error) {
 	return Device{}, fmt.Errorf("perfmodel: unknown gpu %q (want one of %s)", name, strings.Join(names, ", "))
 }
 
+func (d Device) validate() error {
+	if d.PeakFLOPs <= 0 || d.MemoryBytes <= 0 || d.NodeSize < 1 || d.IntraNodeBandwidth <= 0 || d.InterNodeBandwidth <= 0 || d.HBMBandwidth <= 0 {
+		return fmt.Errorf("perfmodel: device %q lacks a peak, memory, node size or bandwidth", d.Name)
+	}
+	return nil
+}
+
 // bandwidth is the per-direction bandwidth of the link a group spans.
 func (d Device) bandwidth(interNode bool) float64 {
 	if interNode {

@@ -151,10 +151,14 @@ type Plan struct {
 //
 // Without overlap the step is compute + optimizer + Σ comm. With overlap,
 // Blocking calls add their time, HiddenByCompute calls add only what
-// exceeds the compute time, and HiddenByLastBackward calls only what
-// exceeds the last micro-batch's backward (all hidden calls share one
-// communication stream).
+// exceeds the compute time (the hidden calls of all groups queue on one
+// communication stream), and HiddenByLastBackward calls only what exceeds
+// the last micro-batch's backward. The two budgets are applied separately,
+// which is optimistic when both are nearly spent.
 func Estimate(cfg *checkpoints.Config, dev Device, s Step, o Options) (Plan, error) {
+	if err := dev.validate(); err != nil {
+		return Plan{}, err
+	}
 	if err := s.validate(cfg); err != nil {
 		return Plan{}, err
 	}
@@ -280,8 +284,9 @@ func Search(j Job, o Options) ([]Plan, error) {
 		return nil, fmt.Errorf("perfmodel: sequence length must be positive, got %d", j.SeqLen)
 	case j.GlobalBatchTokens < 1 || j.GlobalBatchTokens%int64(j.SeqLen) != 0:
 		return nil, fmt.Errorf("perfmodel: global batch of %d tokens is not a positive multiple of the sequence length %d", j.GlobalBatchTokens, j.SeqLen)
-	case dev.PeakFLOPs <= 0 || dev.MemoryBytes <= 0 || dev.NodeSize < 1 || dev.IntraNodeBandwidth <= 0 || dev.InterNodeBandwidth <= 0 || dev.HBMBandwidth <= 0:
-		return nil, fmt.Errorf("perfmodel: device %q lacks a peak, memory, node size or bandwidth", dev.Name)
+	}
+	if err := dev.validate(); err != nil {
+		return nil, err
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("perfmodel: %w", err)
