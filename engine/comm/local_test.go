@@ -2,6 +2,7 @@ package comm_test
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -221,4 +222,45 @@ func TestErrorMessage(t *testing.T) {
 	if err.Error() != want {
 		t.Errorf("got %q, want %q", err, want)
 	}
+}
+
+// BenchmarkLocalAllReduce measures an all-reduce of 4 in-process ranks;
+// the bytes are one rank's tensor.
+func BenchmarkLocalAllReduce(b *testing.B) {
+	for _, n := range []int{1 << 10, 1 << 20, 16 << 20} {
+		b.Run(fmtSize(n), func(b *testing.B) {
+			be := cpu.New(cpu.Options{Threads: 1})
+			comms := comm.NewLocal(4)
+			ts := make([]*engine.Tensor, len(comms))
+			for r := range ts {
+				ts[r] = be.Alloc(engine.F32, n)
+			}
+			b.SetBytes(int64(4 * n))
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for r, c := range comms {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range b.N {
+						if err := c.AllReduce(ts[r]); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
+}
+
+func fmtSize(n int) string {
+	switch {
+	case n >= 1<<20:
+		return strconv.Itoa(n>>20) + "Mi"
+	case n >= 1<<10:
+		return strconv.Itoa(n>>10) + "Ki"
+	}
+	return strconv.Itoa(n)
 }

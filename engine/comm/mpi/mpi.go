@@ -91,6 +91,7 @@ type proxy struct {
 	// Owned by the loop.
 	reqs    []C.MPI_Request
 	pending []func(error) // completions, parallel to reqs
+	indices []C.int       // MPI_Testsome's output, kept to spin without allocating
 	exit    bool          // set by the call that finalises MPI
 }
 
@@ -181,7 +182,10 @@ func (p *proxy) add(req C.MPI_Request, finish func(error)) {
 // reports whether any did.
 func (p *proxy) test() bool {
 	n := len(p.reqs)
-	indices := make([]C.int, n)
+	if cap(p.indices) < n {
+		p.indices = make([]C.int, 2*n)
+	}
+	indices := p.indices[:n]
 	var count C.int
 	rc := C.mt_testsome(C.int(n), &p.reqs[0], &count, &indices[0])
 	if rc != C.MPI_SUCCESS {
@@ -191,20 +195,20 @@ func (p *proxy) test() bool {
 		for _, f := range p.pending {
 			f(err)
 		}
+		clear(p.pending)
 		p.reqs, p.pending = p.reqs[:0], p.pending[:0]
 		return true
 	}
 	if count <= 0 { // 0, or MPI_UNDEFINED: none completed
 		return false
 	}
-	done := make([]bool, n)
 	for _, i := range indices[:count] {
-		done[i] = true
 		p.pending[i](nil)
+		p.pending[i] = nil
 	}
 	k := 0
 	for i := range n {
-		if !done[i] {
+		if p.pending[i] != nil {
 			p.reqs[k], p.pending[k] = p.reqs[i], p.pending[i]
 			k++
 		}
