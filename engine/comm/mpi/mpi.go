@@ -62,7 +62,7 @@ func Init(opts ...comm.Option) (comm.Comm, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &proxy{calls: make(chan func())}
+	p := &proxy{calls: make(chan func()), quit: make(chan struct{})}
 	started := make(chan error)
 	go p.loop(started)
 	if err := <-started; err != nil {
@@ -73,7 +73,7 @@ func Init(opts ...comm.Option) (comm.Comm, error) {
 		counters: comm.NewCounters(),
 		watchdog: &comm.Watchdog{Timeout: cfg.Timeout},
 	}
-	p.do(func() {
+	_ = p.do(func() { // cannot fail: the loop has just started
 		w.c = C.mt_world()
 		var rank, size C.int
 		C.MPI_Comm_rank(w.c, &rank)
@@ -86,7 +86,8 @@ func Init(opts ...comm.Option) (comm.Comm, error) {
 // proxy is the progress loop: the one goroutine, locked to its OS thread,
 // that calls MPI (see the package documentation).
 type proxy struct {
-	calls chan func() // run on the MPI thread, in order
+	calls chan func()   // run on the MPI thread, in order
+	quit  chan struct{} // closed when the loop has returned
 
 	// Owned by the loop.
 	reqs    []C.MPI_Request
@@ -108,6 +109,7 @@ func (p *proxy) loop(started chan<- error) {
 	// Never unlocked: when the loop returns after MPI_Finalize, the thread
 	// goes with it, and no other goroutine ever runs on a thread MPI knows.
 	runtime.LockOSThread()
+	defer close(p.quit)
 	var provided C.int
 	if rc := C.mt_init(&provided); rc != C.MPI_SUCCESS {
 		switch rc {
@@ -161,14 +163,31 @@ func (p *proxy) loop(started chan<- error) {
 	}
 }
 
+// errFinalized is the cause of the errors of communicators used after the
+// world was closed.
+var errFinalized = errors.New("MPI was finalised (the world communicator is closed)")
+
+// post hands f to the MPI thread, or reports errFinalized if it is gone.
+func (p *proxy) post(f func()) error {
+	select {
+	case p.calls <- f:
+		return nil
+	case <-p.quit:
+		return errFinalized
+	}
+}
+
 // do runs f on the MPI thread and waits for it.
-func (p *proxy) do(f func()) {
+func (p *proxy) do(f func()) error {
 	done := make(chan struct{})
-	p.calls <- func() {
+	if err := p.post(func() {
 		f()
 		close(done)
+	}); err != nil {
+		return err
 	}
 	<-done
+	return nil
 }
 
 // add makes req pending; finish will be called on the MPI thread when it
@@ -429,7 +448,7 @@ func (m *mpiComm) start(op comm.Op, a, b *engine.Tensor, root int) comm.Request 
 			cs[q], ds[q] = C.int(l), C.int(off)
 		}
 	}
-	m.p.calls <- func() {
+	err = m.p.post(func() {
 		var req C.MPI_Request
 		var rc C.int
 		switch op {
@@ -457,6 +476,9 @@ func (m *mpiComm) start(op comm.Op, a, b *engine.Tensor, root int) comm.Request 
 			return
 		}
 		m.p.add(req, finish)
+	})
+	if err != nil {
+		finish(err)
 	}
 	return r
 }
@@ -486,7 +508,7 @@ func (m *mpiComm) Split(name string, color, key int) (comm.Comm, error) {
 	// MPI_Comm_split has no non-blocking form: it blocks the MPI thread,
 	// under the watchdog like any collective.
 	stop := m.watchdog.Watch(m.errorAt(comm.Split, step))
-	m.p.do(func() {
+	err := m.p.do(func() {
 		rc = C.MPI_Comm_split(m.c, cColor, C.int(key), &sub)
 		if rc == C.MPI_SUCCESS && color != comm.Undefined {
 			C.MPI_Comm_rank(sub, &rank)
@@ -494,6 +516,9 @@ func (m *mpiComm) Split(name string, color, key int) (comm.Comm, error) {
 		}
 	})
 	stop()
+	if err != nil {
+		return nil, wrap(err)
+	}
 	if rc != C.MPI_SUCCESS {
 		return nil, wrap(mpiError(rc))
 	}
@@ -515,7 +540,9 @@ func (m *mpiComm) Close() error {
 	m.closed = true
 	var rc C.int
 	if !m.world {
-		m.p.do(func() { rc = C.MPI_Comm_free(&m.c) })
+		if err := m.p.do(func() { rc = C.MPI_Comm_free(&m.c) }); err != nil {
+			return nil // finalising MPI freed it
+		}
 		if rc != C.MPI_SUCCESS {
 			return fmt.Errorf("comm: group %q: MPI_Comm_free: %w", m.name, mpiError(rc))
 		}
@@ -523,7 +550,7 @@ func (m *mpiComm) Close() error {
 	}
 	stop := m.watchdog.Watch(m.errorAt(comm.Close, m.counters.Step()))
 	defer stop()
-	m.p.do(func() {
+	err := m.p.do(func() {
 		if len(m.p.reqs) > 0 {
 			rc = -1
 			return
@@ -532,7 +559,10 @@ func (m *mpiComm) Close() error {
 		m.p.exit = true
 	})
 	switch {
+	case err != nil:
+		return fmt.Errorf("comm: group %q: %w", m.name, err)
 	case rc == -1:
+		m.closed = false // still usable: Wait, then Close again
 		return fmt.Errorf("comm: group %q: Close with collectives still in flight (Wait for them first)", m.name)
 	case rc != C.MPI_SUCCESS:
 		return fmt.Errorf("comm: group %q: MPI_Finalize: %w", m.name, mpiError(rc))
