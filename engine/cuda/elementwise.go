@@ -1,0 +1,54 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/memtrain/memtrain/engine"
+)
+
+// Add computes dst = a + b elementwise (kernel add); dst may be a or b.
+func (b *Backend) Add(dst, x, y *engine.Tensor) {
+	b.do(func() {
+		d, xs, ys := b.floatView("Add", "dst", dst), b.floatView("Add", "a", x), b.floatView("Add", "b", y)
+		if d.n != xs.n || d.n != ys.n {
+			panic(fmt.Sprintf("cuda: Add of %v and %v into %v", x, y, dst))
+		}
+		b.launch(kAdd, elementGrid(d.n), block1(elementThreads), d.ptr, d.dt(), xs.ptr, xs.dt(), ys.ptr, ys.dt(), int64(d.n))
+	})
+}
+
+// Axpy computes dst += alpha·x (kernel axpy).
+func (b *Backend) Axpy(dst *engine.Tensor, alpha float32, x *engine.Tensor) {
+	b.do(func() {
+		d, xs := b.floatView("Axpy", "dst", dst), b.floatView("Axpy", "x", x)
+		if d.n != xs.n {
+			panic(fmt.Sprintf("cuda: Axpy of %v into %v", x, dst))
+		}
+		b.launch(kAxpy, elementGrid(d.n), block1(elementThreads), d.ptr, d.dt(), alpha, xs.ptr, xs.dt(), int64(d.n))
+	})
+}
+
+// Scale computes t *= alpha (kernel scale).
+func (b *Backend) Scale(t *engine.Tensor, alpha float32) {
+	b.do(func() {
+		x := b.floatView("Scale", "t", t)
+		b.launch(kScale, elementGrid(x.n), block1(elementThreads), x.ptr, x.dt(), alpha, int64(x.n))
+	})
+}
+
+// SumSquares writes Σ x² into the one-element tensor dst: each block of
+// sumSquaresBlock elements is summed in float64 (sum_squares_partial),
+// then the block sums are added in float64 (sum_squares_final). Both
+// partitions are fixed by the length, so the result is reproducible.
+func (b *Backend) SumSquares(dst, x *engine.Tensor) {
+	b.do(func() {
+		d, xs := b.floatView("SumSquares", "dst", dst), b.floatView("SumSquares", "x", x)
+		if d.n != 1 {
+			panic(fmt.Sprintf("cuda: SumSquares into %v, want one element", dst))
+		}
+		parts := max(1, (xs.n+sumSquaresBlock-1)/sumSquaresBlock)
+		partial := b.scratchBuffer(scratchReduce, uint64(parts)*8)
+		b.launch(kSumSquaresPartial, grid1(parts), block1(256), partial, xs.ptr, xs.dt(), int64(xs.n))
+		b.launch(kSumSquaresFinal, grid1(1), block1(1024), d.ptr, d.dt(), partial, int32(parts))
+	})
+}

@@ -1,0 +1,162 @@
+package cuda
+
+import (
+	"embed"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// The kernels are CUDA C sources embedded in the binary and compiled by
+// NVRTC for the device at hand (nvrtc.go).
+//
+//go:embed kernels/*.cu kernels/*.cuh
+var kernelFS embed.FS
+
+// kernel names a __global__ function of the sources. Every launch names
+// its kernel with one of these constants; a test checks that each exists
+// in the sources, and launch checks every argument against the kernel's
+// parameter list (kernelSignatures).
+type kernel string
+
+const (
+	kCast                   kernel = "cast"
+	kAdd                    kernel = "add"
+	kAxpy                   kernel = "axpy"
+	kScale                  kernel = "scale"
+	kScaleMatrix            kernel = "scale_matrix"
+	kSumSquaresPartial      kernel = "sum_squares_partial"
+	kSumSquaresFinal        kernel = "sum_squares_final"
+	kEmbedding              kernel = "embedding"
+	kEmbeddingBackward      kernel = "embedding_backward"
+	kRMSNorm                kernel = "rmsnorm"
+	kRMSNormBackwardDx      kernel = "rmsnorm_backward_dx"
+	kRMSNormBackwardDwPart  kernel = "rmsnorm_backward_dw_partial"
+	kRMSNormBackwardDwFinal kernel = "rmsnorm_backward_dw_final"
+	kRoPE                   kernel = "rope"
+	kCausalSoftmax          kernel = "causal_softmax"
+	kCausalSoftmaxBackward  kernel = "causal_softmax_backward"
+	kAttentionKV            kernel = "attention_kv"
+	kSwiGLU                 kernel = "swiglu"
+	kSwiGLUBackward         kernel = "swiglu_backward"
+	kCrossEntropy           kernel = "cross_entropy"
+	kArgmax                 kernel = "argmax"
+	kAdamW                  kernel = "adamw"
+)
+
+const (
+	kernelSourceDir   = "kernels"
+	kernelProgramName = "memtrain.cu" // the program's name in NVRTC's messages
+
+	// Constants the Go code shares with the sources (a test compares
+	// them with the #defines).
+	sumSquaresBlock = 16384 // SUMSQ_BLOCK in elementwise.cu
+	argmaxThreads   = 256   // ARGMAX_THREADS in crossentropy.cu
+)
+
+// kernelSource returns the program NVRTC compiles: every .cu file in name
+// order, concatenated, and the headers they include, by name.
+func kernelSource() (src string, headers map[string]string) {
+	headers = map[string]string{}
+	var b strings.Builder
+	names, err := fs.Glob(kernelFS, kernelSourceDir+"/*")
+	if err != nil {
+		panic(err) // the pattern is constant
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		data, err := kernelFS.ReadFile(name)
+		if err != nil {
+			panic(err) // embedded files are always readable
+		}
+		base := strings.TrimPrefix(name, kernelSourceDir+"/")
+		if strings.HasSuffix(base, ".cuh") {
+			headers[base] = string(data)
+			continue
+		}
+		fmt.Fprintf(&b, "// ---- %s\n%s\n", base, data)
+	}
+	return b.String(), headers
+}
+
+// argKind is the type of a kernel parameter as a launch passes it.
+type argKind uint8
+
+const (
+	argPtr     argKind = iota // any pointer: a devptr
+	argInt32                  // int
+	argInt64                  // i64 (long long)
+	argFloat32                // float
+)
+
+func (k argKind) String() string {
+	return [...]string{"pointer", "int", "i64", "float"}[k]
+}
+
+// globalRE matches the head of a kernel definition up to its parameter
+// list: extern "C" __global__ void name(.
+var globalRE = regexp.MustCompile(`extern\s+"C"\s+__global__\s+void\s+([A-Za-z_][A-Za-z0-9_]*)\s*\(`)
+
+// parseKernels reads the kernels' parameter lists from CUDA C source: the
+// name and the kind of every parameter of each extern "C" __global__
+// function.
+func parseKernels(src string) (map[kernel][]argKind, error) {
+	sigs := map[kernel][]argKind{}
+	for _, m := range globalRE.FindAllStringSubmatchIndex(src, -1) {
+		name := kernel(src[m[2]:m[3]])
+		end := strings.IndexByte(src[m[1]:], ')')
+		if end < 0 {
+			return nil, fmt.Errorf("kernel %s: unterminated parameter list", name)
+		}
+		var kinds []argKind
+		for _, p := range strings.Split(src[m[1]:m[1]+end], ",") {
+			p = strings.Join(strings.Fields(p), " ")
+			if p == "" || p == "void" {
+				continue
+			}
+			k, err := paramKind(p)
+			if err != nil {
+				return nil, fmt.Errorf("kernel %s: %v", name, err)
+			}
+			kinds = append(kinds, k)
+		}
+		if _, dup := sigs[name]; dup {
+			return nil, fmt.Errorf("kernel %s defined twice", name)
+		}
+		sigs[name] = kinds
+	}
+	return sigs, nil
+}
+
+// paramKind classifies one C parameter declaration, e.g. "const void* x".
+func paramKind(p string) (argKind, error) {
+	if strings.Contains(p, "*") {
+		return argPtr, nil
+	}
+	fields := strings.Fields(p)
+	if len(fields) < 2 {
+		return 0, fmt.Errorf("parameter %q has no name", p)
+	}
+	switch strings.Join(fields[:len(fields)-1], " ") {
+	case "int", "const int":
+		return argInt32, nil
+	case "i64", "const i64", "long long", "const long long":
+		return argInt64, nil
+	case "float", "const float":
+		return argFloat32, nil
+	}
+	return 0, fmt.Errorf("parameter %q has a type launch cannot pass", p)
+}
+
+// kernelSignatures are the parameter lists of every kernel in the embedded
+// sources, read once at start-up.
+var kernelSignatures = func() map[kernel][]argKind {
+	src, _ := kernelSource()
+	sigs, err := parseKernels(src)
+	if err != nil {
+		panic("cuda: embedded kernels: " + err.Error())
+	}
+	return sigs
+}()

@@ -1,0 +1,127 @@
+// crossentropy.cu: the weighted cross-entropy fused with its gradient, and
+// the argmax of greedy decoding.
+#include "common.cuh"
+
+// cross_entropy computes, for row blockIdx.x of logits [N, V] with target
+// t and weight w,
+//
+//	losses[row] = −w·log softmax(x)[t]
+//	dlogits[row] = scale·w·(softmax(x) − onehot(t))   (when dlogits ≠ 0)
+//
+// as the CPU backend does: the row's maximum m is subtracted, the
+// exponentials e_j = e^(x_j−m) are float32 and summed in float64, the
+// logarithm is taken in float64 of x_t − m exactly, and the gradient is
+// e_j·c with c = scale·w/Σe rounded to float32, except at the target, whose
+// p_t − 1 would cancel: it is computed in float64. Rows of weight 0 get a
+// zero loss and gradient whatever their target; a target outside [0, V) on
+// a weighted row gives NaN. dlogits may be logits: every thread reads x_t
+// before the first barrier, and rewrites only its own elements after it.
+extern "C" __global__ void cross_entropy(void* losses, int ldt, void* dlogits, int ddt, const void* logits, int xdt,
+                                         const int* targets, const void* weights, int wdt, int V, float scale) {
+  i64 row = blockIdx.x, base = row * V;
+  float w = load(weights, wdt, row);
+  int t = targets[row];
+  if (w == 0.0f || t < 0 || t >= V) {
+    // The whole block takes this branch: no barrier is skipped by some
+    // threads only.
+    float fill = w == 0.0f ? 0.0f : MT_NAN;
+    if (threadIdx.x == 0) {
+      store(losses, ldt, row, fill);
+    }
+    if (dlogits != 0) {
+      for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        store(dlogits, ddt, base + j, fill);
+      }
+    }
+    return;
+  }
+  float xt = load(logits, xdt, base + t);
+  float m = -MT_INF;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) {
+    m = fmaxf(m, load(logits, xdt, base + j));
+  }
+  m = block_max(m);
+  double sum = 0;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) {
+    sum += (double)expf(load(logits, xdt, base + j) - m);
+  }
+  sum = block_sum(sum);
+  double zt = (double)xt - (double)m;
+  if (threadIdx.x == 0) {
+    store(losses, ldt, row, (float)((double)w * (log(sum) - zt)));
+  }
+  if (dlogits == 0) {
+    return;
+  }
+  double c = (double)scale * (double)w / sum;
+  float cf = (float)c;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) {
+    float d;
+    if (j == t) {
+      d = (float)(exp(zt) * c - (double)scale * (double)w);
+    } else {
+      d = __fmul_rn(expf(load(logits, xdt, base + j) - m), cf);
+    }
+    store(dlogits, ddt, base + j, d);
+  }
+}
+
+// ARGMAX_THREADS is argmax's block size; its shared arrays hold one entry
+// per thread.
+#define ARGMAX_THREADS 256
+
+// better reports whether candidate (v, i) beats (bv, bi) for argmax: a NaN
+// beats every number, and the lowest index wins among NaNs and among equal
+// numbers. An index of −1 is no candidate at all.
+__device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
+  if (i < 0) {
+    return false;
+  }
+  if (bi < 0) {
+    return true;
+  }
+  bool vn = v != v, bn = bv != bv;
+  if (vn != bn) {
+    return vn;
+  }
+  if (vn || v == bv) {
+    return i < bi;
+  }
+  return v > bv;
+}
+
+// argmax writes into out[row] the index of the largest element of row
+// blockIdx.x of logits [N, V]: the lowest index on ties, the first NaN if
+// there is one (as torch.argmax). Each thread scans a strided share of the
+// row, then a tree in shared memory picks among the threads, in a fixed
+// order. Launched with ARGMAX_THREADS threads.
+extern "C" __global__ void argmax(int* out, const void* logits, int dt, int V) {
+  __shared__ float best_v[ARGMAX_THREADS];
+  __shared__ int best_i[ARGMAX_THREADS];
+  i64 base = (i64)blockIdx.x * V;
+  float bv = 0;
+  int bi = -1;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) {
+    float v = load(logits, dt, base + j);
+    if (better(v, j, bv, bi)) {
+      bv = v;
+      bi = j;
+    }
+  }
+  best_v[threadIdx.x] = bv;
+  best_i[threadIdx.x] = bi;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half >>= 1) {
+    if ((int)threadIdx.x < half) {
+      int o = threadIdx.x + half;
+      if (better(best_v[o], best_i[o], best_v[threadIdx.x], best_i[threadIdx.x])) {
+        best_v[threadIdx.x] = best_v[o];
+        best_i[threadIdx.x] = best_i[o];
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    out[blockIdx.x] = best_i[0];
+  }
+}

@@ -1,0 +1,36 @@
+// embedding.cu: the token embedding lookup and its backward.
+#include "common.cuh"
+
+// embedding gathers out[i] = table[ids[i]]: one block per token, threads
+// over the h columns. An id outside [0, v) gives a row of NaN (the host
+// checks ids it knows; this is the guard for ids it does not).
+extern "C" __global__ void embedding(void* out, int odt, const void* table, int tdt, const int* ids, int h, int v) {
+  i64 row = blockIdx.x;
+  int id = ids[row];
+  bool ok = id >= 0 && id < v;
+  for (int c = threadIdx.x; c < h; c += blockDim.x) {
+    store(out, odt, row * h + c, ok ? load(table, tdt, (i64)id * h + c) : MT_NAN);
+  }
+}
+
+// embedding_backward adds dOut[i] into dTable[ids[i]] for every token i.
+// The host sorts the token positions by id (stably): order lists them, and
+// segment s, order[seg[s] : seg[s+1]], holds the positions of one id. A
+// block owns one segment and a range of columns, and adds the segment's
+// rows in position order: no two threads write the same element, no
+// atomics, and the sums are the CPU backend's, bit for bit.
+extern "C" __global__ void embedding_backward(void* dtable, int tdt, const void* dout, int odt, const int* ids,
+                                              const int* order, const int* seg, int h) {
+  int s = blockIdx.x;
+  int c = blockIdx.y * blockDim.x + threadIdx.x;
+  if (c >= h) {
+    return;
+  }
+  int lo = seg[s], hi = seg[s + 1];
+  i64 dst = (i64)ids[order[lo]] * h + c;
+  float acc = load(dtable, tdt, dst);
+  for (int k = lo; k < hi; k++) {
+    acc = __fadd_rn(acc, load(dout, odt, (i64)order[k] * h + c));
+  }
+  store(dtable, tdt, dst, acc);
+}

@@ -1,0 +1,401 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
+)
+
+// Storage is device memory holding F32, BF16 or I32 elements.
+//
+// An I32 storage also keeps a host copy of its contents while the host
+// knows them (after Alloc, UploadInt32, Fill, or a Copy from a storage
+// whose copy is valid), since token ids and positions are written by the
+// host: EmbeddingBackward sorts the ids on the host, and the kernels that
+// take ids or positions check them there, without a round trip to the
+// device. A kernel that writes an I32 tensor (Argmax) invalidates it.
+type Storage struct {
+	b     *Backend
+	ptr   devptr
+	dtype engine.DType
+	n     int
+	freed bool
+
+	host      []int32 // I32 only
+	hostValid bool
+}
+
+// Device is the storage's GPU.
+func (s *Storage) Device() engine.Device { return s.b.Device() }
+
+// DType is the element type.
+func (s *Storage) DType() engine.DType { return s.dtype }
+
+// Len is the number of elements.
+func (s *Storage) Len() int { return s.n }
+
+// Alloc returns a zero-filled tensor on the device. It panics when the
+// device is out of memory, with the sizes asked for and free.
+func (b *Backend) Alloc(dtype engine.DType, shape ...int) *engine.Tensor {
+	n := 1
+	for _, d := range shape {
+		if d < 0 {
+			panic(fmt.Sprintf("cuda: Alloc with negative dimension in shape %v", shape))
+		}
+		n *= d
+	}
+	switch dtype {
+	case engine.F32, engine.BF16, engine.I32:
+	default:
+		panic(fmt.Sprintf("cuda: Alloc of unknown dtype %v", dtype))
+	}
+	s := &Storage{b: b, dtype: dtype, n: n}
+	bytes := int64(n) * int64(dtype.Size())
+	b.do(func() {
+		if bytes > 0 {
+			if r := b.cu.cuMemAlloc(&s.ptr, uint64(bytes)); r != cudaSuccess {
+				var free, total uint64
+				b.cu.cuMemGetInfo(&free, &total)
+				panic(fmt.Errorf("cuda: Alloc of %s %s (%d bytes) on %s: %w (%d of %d bytes free)",
+					dtype, shapeString(shape), bytes, b.Device(), b.err("cuMemAlloc", r), free, total))
+			}
+			b.must("cuMemsetD8Async", b.cu.cuMemsetD8Async(s.ptr, 0, uint64(bytes), b.stream))
+		}
+	})
+	if dtype == engine.I32 {
+		s.host, s.hostValid = make([]int32, n), true
+	}
+	now := b.allocated.Add(bytes)
+	for {
+		p := b.peak.Load()
+		if now <= p || b.peak.CompareAndSwap(p, now) {
+			break
+		}
+	}
+	return &engine.Tensor{Storage: s, Shape: append([]int(nil), shape...)}
+}
+
+// Free releases t's storage (with every view of it), once the kernels
+// issued so far have finished with it. Freeing a storage twice panics.
+func (b *Backend) Free(t *engine.Tensor) {
+	s, ok := t.Storage.(*Storage)
+	if !ok || s.b != b {
+		panic(fmt.Sprintf("cuda: Free of %v, which is not a tensor of this backend", t))
+	}
+	if s.freed {
+		panic("cuda: Free of a tensor that was already freed")
+	}
+	s.freed = true
+	b.do(func() {
+		if s.ptr != 0 {
+			// cuMemFree may return before kernels still using the
+			// memory have run; wait for them first.
+			b.must("cuStreamSynchronize", b.cu.cuStreamSynchronize(b.stream))
+			b.must("cuMemFree", b.cu.cuMemFree(s.ptr))
+		}
+	})
+	s.host = nil
+	b.allocated.Add(-int64(s.n) * int64(s.dtype.Size()))
+}
+
+// MemStats reports the bytes of live tensors and their peak. The
+// backend's scratch buffers (attention's score gradients, reduction
+// partials) are not counted.
+func (b *Backend) MemStats() engine.MemStats {
+	return engine.MemStats{Allocated: b.allocated.Load(), Peak: b.peak.Load()}
+}
+
+// view is a tensor resolved to its storage: the device address of its
+// first element, and its element count and type.
+type view struct {
+	s     *Storage
+	ptr   devptr
+	n     int
+	dtype engine.DType
+	off   int // elements into the storage
+}
+
+// dt is the dtype as kernels take it.
+func (v view) dt() int32 { return int32(v.dtype) }
+
+// bytes is the view's size.
+func (v view) bytes() uint64 { return uint64(v.n) * uint64(v.dtype.Size()) }
+
+// at is the address of element i of the view.
+func (v view) at(i int) devptr { return v.ptr + devptr(i*v.dtype.Size()) }
+
+// viewOf resolves t, panicking with a clear message for a tensor of
+// another backend, one already freed, or a view that overruns its
+// storage.
+func (b *Backend) viewOf(t *engine.Tensor) view {
+	if t == nil {
+		panic("cuda: nil tensor")
+	}
+	s, ok := t.Storage.(*Storage)
+	if !ok {
+		panic(fmt.Sprintf("cuda: tensor %v is not a CUDA tensor (storage %T)", t, t.Storage))
+	}
+	if s.b != b {
+		panic(fmt.Sprintf("cuda: tensor %v belongs to another backend", t))
+	}
+	if s.freed {
+		panic("cuda: use of a freed tensor")
+	}
+	n := t.Len()
+	if t.Offset < 0 || t.Offset+n > s.n {
+		panic(fmt.Sprintf("cuda: view of %d elements at offset %d overruns its storage of %d", n, t.Offset, s.n))
+	}
+	return view{s: s, ptr: s.ptr + devptr(t.Offset*s.dtype.Size()), n: n, dtype: s.dtype, off: t.Offset}
+}
+
+// floatView is viewOf for an F32 or BF16 tensor.
+func (b *Backend) floatView(op, name string, t *engine.Tensor) view {
+	v := b.viewOf(t)
+	if v.dtype != engine.F32 && v.dtype != engine.BF16 {
+		panic(fmt.Sprintf("cuda: %s: %s is %v, want F32 or BF16", op, name, t))
+	}
+	return v
+}
+
+// intView is viewOf for an I32 tensor.
+func (b *Backend) intView(op, name string, t *engine.Tensor) view {
+	v := b.viewOf(t)
+	if v.dtype != engine.I32 {
+		panic(fmt.Sprintf("cuda: %s: %s is %v, want I32", op, name, t))
+	}
+	return v
+}
+
+// hostInts returns the host copy of an I32 view's contents, downloading it
+// first when the host does not know them. It runs on the worker thread.
+func (b *Backend) hostInts(v view) []int32 {
+	if !v.s.hostValid {
+		b.copyToHost(pointerTo(v.s.host), v.s.ptr, uint64(v.s.n)*4)
+		v.s.hostValid = true
+	}
+	return v.s.host[v.off : v.off+v.n]
+}
+
+// deviceWroteInts marks an I32 storage as written by a kernel: the host no
+// longer knows its contents.
+func (v view) deviceWroteInts() { v.s.hostValid = false }
+
+func checkLen(op string, got, want int) {
+	if got != want {
+		panic(fmt.Sprintf("cuda: %s of %d elements into a tensor of %d", op, got, want))
+	}
+}
+
+// Upload copies src into t, converted to t's dtype: rounded to nearest
+// even for BF16, truncated toward zero for I32 (as the CPU backend).
+func (b *Backend) Upload(t *engine.Tensor, src []float32) {
+	b.do(func() {
+		v := b.viewOf(t)
+		checkLen("Upload", len(src), v.n)
+		if v.n == 0 {
+			return
+		}
+		switch v.dtype {
+		case engine.F32:
+			b.copyToDevice(v.ptr, pointerTo(src), v.bytes())
+		case engine.BF16:
+			h := make([]uint16, v.n)
+			for i, x := range src {
+				h[i] = checkpoints.Float32ToBF16(x)
+			}
+			b.copyToDevice(v.ptr, pointerTo(h), v.bytes())
+		case engine.I32:
+			ints := v.s.host[v.off : v.off+v.n]
+			for i, x := range src {
+				ints[i] = int32(x)
+			}
+			b.copyToDevice(v.ptr, pointerTo(ints), v.bytes())
+		}
+	})
+}
+
+// UploadInt32 copies src into the I32 tensor t.
+func (b *Backend) UploadInt32(t *engine.Tensor, src []int32) {
+	b.do(func() {
+		v := b.intView("UploadInt32", "t", t)
+		checkLen("UploadInt32", len(src), v.n)
+		if v.n == 0 {
+			return
+		}
+		copy(v.s.host[v.off:v.off+v.n], src)
+		b.copyToDevice(v.ptr, pointerTo(src), v.bytes())
+	})
+}
+
+// Download copies t into dst as float32, after every kernel issued so far.
+func (b *Backend) Download(dst []float32, t *engine.Tensor) {
+	b.do(func() {
+		v := b.viewOf(t)
+		checkLen("Download", len(dst), v.n)
+		if v.n == 0 {
+			return
+		}
+		switch v.dtype {
+		case engine.F32:
+			b.copyToHost(pointerTo(dst), v.ptr, v.bytes())
+		case engine.BF16:
+			h := make([]uint16, v.n)
+			b.copyToHost(pointerTo(h), v.ptr, v.bytes())
+			for i, x := range h {
+				dst[i] = checkpoints.BF16ToFloat32(x)
+			}
+		case engine.I32:
+			for i, x := range b.hostInts(v) {
+				dst[i] = float32(x)
+			}
+		}
+	})
+}
+
+// DownloadInt32 copies the I32 tensor t into dst.
+func (b *Backend) DownloadInt32(dst []int32, t *engine.Tensor) {
+	b.do(func() {
+		v := b.intView("DownloadInt32", "t", t)
+		checkLen("DownloadInt32", len(dst), v.n)
+		if v.n == 0 {
+			return
+		}
+		copy(dst, b.hostInts(v))
+	})
+}
+
+// copyToDevice copies host memory to the device in stream order. The
+// source is pageable Go memory, which the driver copies into a staging
+// buffer before the call returns, so the caller may reuse it at once.
+func (b *Backend) copyToDevice(dst devptr, src unsafe.Pointer, bytes uint64) {
+	b.must("cuMemcpyHtoDAsync", b.cu.cuMemcpyHtoDAsync(dst, src, bytes, b.stream))
+}
+
+// copyToHost copies device memory to the host after every kernel issued
+// so far, and waits for it.
+func (b *Backend) copyToHost(dst unsafe.Pointer, src devptr, bytes uint64) {
+	b.must("cuMemcpyDtoHAsync", b.cu.cuMemcpyDtoHAsync(dst, src, bytes, b.stream))
+	b.must("cuStreamSynchronize", b.cu.cuStreamSynchronize(b.stream))
+}
+
+// pointerTo is the address of a slice's first element, or nil.
+func pointerTo[T any](s []T) unsafe.Pointer {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Pointer(&s[0])
+}
+
+// Fill sets every element of t to v (converted to int32 for I32 tensors,
+// rounded for BF16), with the driver's memset.
+func (b *Backend) Fill(t *engine.Tensor, x float32) {
+	b.do(func() {
+		v := b.viewOf(t)
+		if v.n == 0 {
+			return
+		}
+		switch v.dtype {
+		case engine.F32:
+			b.must("cuMemsetD32Async", b.cu.cuMemsetD32Async(v.ptr, math.Float32bits(x), uint64(v.n), b.stream))
+		case engine.BF16:
+			b.must("cuMemsetD16Async", b.cu.cuMemsetD16Async(v.ptr, checkpoints.Float32ToBF16(x), uint64(v.n), b.stream))
+		case engine.I32:
+			b.must("cuMemsetD32Async", b.cu.cuMemsetD32Async(v.ptr, uint32(int32(x)), uint64(v.n), b.stream))
+			if v.s.hostValid {
+				ints := v.s.host[v.off : v.off+v.n]
+				for i := range ints {
+					ints[i] = int32(x)
+				}
+			}
+		}
+	})
+}
+
+// Copy copies src into dst, which have the same number of elements. Float
+// tensors of different dtypes are converted (a cast); an I32 tensor copies
+// only into an I32 tensor. Overlapping views of one storage are copied as
+// if through a temporary.
+func (b *Backend) Copy(dst, src *engine.Tensor) {
+	b.do(func() {
+		d, s := b.viewOf(dst), b.viewOf(src)
+		if d.n != s.n {
+			panic(fmt.Sprintf("cuda: Copy of %v into %v", src, dst))
+		}
+		if d.n == 0 || (d.s == s.s && d.off == s.off) {
+			return
+		}
+		if d.dtype != s.dtype {
+			if d.dtype == engine.I32 || s.dtype == engine.I32 {
+				panic(fmt.Sprintf("cuda: Copy of %v into %v", src, dst))
+			}
+			b.launch(kCast, elementGrid(d.n), block1(elementThreads), d.ptr, d.dt(), s.ptr, s.dt(), int64(d.n))
+			return
+		}
+		if d.s == s.s && d.off < s.off+s.n && s.off < d.off+d.n {
+			tmp := b.scratchBuffer(scratchCopy, d.bytes())
+			b.must("cuMemcpyDtoDAsync", b.cu.cuMemcpyDtoDAsync(tmp, s.ptr, d.bytes(), b.stream))
+			b.must("cuMemcpyDtoDAsync", b.cu.cuMemcpyDtoDAsync(d.ptr, tmp, d.bytes(), b.stream))
+		} else {
+			b.must("cuMemcpyDtoDAsync", b.cu.cuMemcpyDtoDAsync(d.ptr, s.ptr, d.bytes(), b.stream))
+		}
+		if d.dtype == engine.I32 {
+			if s.s.hostValid && d.s.hostValid {
+				copy(d.s.host[d.off:d.off+d.n], s.s.host[s.off:s.off+s.n])
+			} else {
+				d.deviceWroteInts()
+			}
+		}
+	})
+}
+
+// Scratch buffers: device memory a kernel needs for a moment, one per
+// purpose so that an operation can hold several at once. Each grows to the
+// largest size asked for and is kept.
+const (
+	scratchCopy   = iota // Copy between overlapping views
+	scratchReduce        // partial sums, attention_kv's scores
+	scratchIndex         // EmbeddingBackward's sorted positions
+	scratchAttn          // AttentionBackward's score gradients
+	numScratch
+)
+
+// devBuffer is a scratch buffer.
+type devBuffer struct {
+	ptr   devptr
+	bytes uint64
+}
+
+// scratchBuffer returns scratch buffer i with at least bytes bytes. It runs
+// on the worker thread. Growing it waits for the kernels issued so far,
+// which may still use the old buffer.
+func (b *Backend) scratchBuffer(i int, bytes uint64) devptr {
+	s := &b.scratch[i]
+	if bytes <= s.bytes {
+		return s.ptr
+	}
+	if err := b.freeBuffer(s); err != nil {
+		panic(err)
+	}
+	size := max(bytes, s.bytes+s.bytes/2, 1<<20)
+	if r := b.cu.cuMemAlloc(&s.ptr, size); r != cudaSuccess {
+		panic(fmt.Errorf("cuda: scratch buffer of %d bytes: %w", size, b.err("cuMemAlloc", r)))
+	}
+	s.bytes = size
+	return s.ptr
+}
+
+// freeBuffer frees a scratch buffer, after the kernels issued so far.
+func (b *Backend) freeBuffer(s *devBuffer) error {
+	if s.ptr == 0 {
+		return nil
+	}
+	if err := b.call("cuStreamSynchronize", b.cu.cuStreamSynchronize(b.stream)); err != nil {
+		return err
+	}
+	err := b.call("cuMemFree", b.cu.cuMemFree(s.ptr))
+	s.ptr, s.bytes = 0, 0
+	return err
+}

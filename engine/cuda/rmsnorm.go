@@ -1,0 +1,69 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/memtrain/memtrain/engine"
+)
+
+// rmsnormDims returns N and H for an RMSNorm with weight w [H] and rstd
+// [N], and checks the other tensors against them.
+func rmsnormDims(op string, w, rstd view, xs ...view) (n, h int) {
+	h, n = w.n, rstd.n
+	if h <= 0 {
+		panic(fmt.Sprintf("cuda: %s: empty weight", op))
+	}
+	for _, x := range xs {
+		if x.n != n*h {
+			panic(fmt.Sprintf("cuda: %s: a tensor of %d elements does not hold %d rows of %d", op, x.n, n, h))
+		}
+	}
+	return n, h
+}
+
+// RMSNorm computes out[i] = x[i]·rstd[i] ⊙ w and saves rstd[i] =
+// 1/sqrt(mean(x[i]²) + eps) (kernel rmsnorm, one block per row, the mean
+// in float64). out may be x.
+func (b *Backend) RMSNorm(out, rstd, x, w *engine.Tensor, eps float32) {
+	b.do(func() {
+		o, r := b.floatView("RMSNorm", "out", out), b.floatView("RMSNorm", "rstd", rstd)
+		xs, ws := b.floatView("RMSNorm", "x", x), b.floatView("RMSNorm", "w", w)
+		n, h := rmsnormDims("RMSNorm", ws, r, o, xs)
+		b.launch(kRMSNorm, grid1(n), rowThreads(h, 512), o.ptr, o.dt(), r.ptr, r.dt(), xs.ptr, xs.dt(), ws.ptr, ws.dt(), int32(h), eps)
+	})
+}
+
+// rmsnormRowsPerChunk is how many rows one partial sum of dw covers: at
+// least 32, and few enough chunks (at most 1024) that their partial sums
+// stay small. It depends on the row count alone, so the sums are the same
+// on every device.
+func rmsnormRowsPerChunk(n int) int { return max(32, (n+1023)/1024) }
+
+// RMSNormBackward writes dx and adds into dw. dw first, since dx may be
+// dOut: per column, partial sums over fixed chunks of rows in float64
+// (rmsnorm_backward_dw_partial), then the chunks in order
+// (rmsnorm_backward_dw_final) — one writer per element, no atomics. Then
+// dx row by row (rmsnorm_backward_dx).
+func (b *Backend) RMSNormBackward(dx, dw, dOut, x, w, rstd *engine.Tensor) {
+	b.do(func() {
+		dxs, dws := b.floatView("RMSNormBackward", "dx", dx), b.floatView("RMSNormBackward", "dw", dw)
+		g, xs := b.floatView("RMSNormBackward", "dOut", dOut), b.floatView("RMSNormBackward", "x", x)
+		ws, r := b.floatView("RMSNormBackward", "w", w), b.floatView("RMSNormBackward", "rstd", rstd)
+		n, h := rmsnormDims("RMSNormBackward", ws, r, dxs, g, xs)
+		if dws.n != h {
+			panic(fmt.Sprintf("cuda: RMSNormBackward: dw %v, want %d elements", dw, h))
+		}
+		if n == 0 {
+			return
+		}
+		per := rmsnormRowsPerChunk(n)
+		chunks := (n + per - 1) / per
+		partial := b.scratchBuffer(scratchReduce, uint64(chunks)*uint64(h)*8)
+		cols := (h + 255) / 256
+		b.launch(kRMSNormBackwardDwPart, dim3{uint32(cols), uint32(chunks), 1}, block1(256),
+			partial, g.ptr, g.dt(), xs.ptr, xs.dt(), r.ptr, r.dt(), int64(n), int32(h), int32(per))
+		b.launch(kRMSNormBackwardDwFinal, grid1(cols), block1(256), dws.ptr, dws.dt(), partial, int32(chunks), int32(h))
+		b.launch(kRMSNormBackwardDx, grid1(n), rowThreads(h, 512),
+			dxs.ptr, dxs.dt(), g.ptr, g.dt(), xs.ptr, xs.dt(), ws.ptr, ws.dt(), r.ptr, r.dt(), int32(h))
+	})
+}

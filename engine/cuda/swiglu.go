@@ -1,0 +1,35 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/memtrain/memtrain/engine"
+)
+
+// SwiGLU computes out = silu(gate) ⊙ up, silu(x) = x·σ(x) (kernel
+// swiglu). out may be gate or up.
+func (b *Backend) SwiGLU(out, gate, up *engine.Tensor) {
+	b.do(func() {
+		o, g, u := b.floatView("SwiGLU", "out", out), b.floatView("SwiGLU", "gate", gate), b.floatView("SwiGLU", "up", up)
+		if o.n != g.n || o.n != u.n {
+			panic(fmt.Sprintf("cuda: SwiGLU of %v and %v into %v", gate, up, out))
+		}
+		b.launch(kSwiGLU, elementGrid(o.n), block1(elementThreads), o.ptr, o.dt(), g.ptr, g.dt(), u.ptr, u.dt(), int64(o.n))
+	})
+}
+
+// SwiGLUBackward writes dGate and dUp from dOut (kernel swiglu_backward).
+// dGate may be gate and dUp up or dOut.
+func (b *Backend) SwiGLUBackward(dGate, dUp, dOut, gate, up *engine.Tensor) {
+	b.do(func() {
+		dg, du := b.floatView("SwiGLUBackward", "dGate", dGate), b.floatView("SwiGLUBackward", "dUp", dUp)
+		do := b.floatView("SwiGLUBackward", "dOut", dOut)
+		g, u := b.floatView("SwiGLUBackward", "gate", gate), b.floatView("SwiGLUBackward", "up", up)
+		n := do.n
+		if dg.n != n || du.n != n || g.n != n || u.n != n {
+			panic(fmt.Sprintf("cuda: SwiGLUBackward: %v, %v, %v, %v, %v differ in size", dGate, dUp, dOut, gate, up))
+		}
+		b.launch(kSwiGLUBackward, elementGrid(n), block1(elementThreads),
+			dg.ptr, dg.dt(), du.ptr, du.dt(), do.ptr, do.dt(), g.ptr, g.dt(), u.ptr, u.dt(), int64(n))
+	})
+}
