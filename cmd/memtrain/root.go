@@ -26,6 +26,8 @@ that prevents verbatim memorization, and measures exact-match extraction.`,
 		newGoldfishCmd(),
 		newVersionCmd(),
 		newBenchCmd(),
+		newExperimentCmd(),
+		newDemoCmd(),
 		newPlanCmd(),
 	)
 	return root

@@ -1,0 +1,676 @@
+package experiments
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/data"
+	"github.com/memtrain/memtrain/data/assets"
+	"github.com/memtrain/memtrain/data/tokenizer"
+	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/finetune"
+	"github.com/memtrain/memtrain/memorization"
+)
+
+// Progress is a step of a long phase, for progress bars.
+type Progress struct {
+	Phase  string // e.g. "pretrain", "train standard-s1", "eval standard-s1 goldfish-50"
+	Done   int
+	Total  int
+	Detail string // e.g. the loss
+}
+
+// A Runner runs a spec into an output folder. It is resumable: a finished
+// base model, dataset, arm or evaluation is not redone, and an interrupted
+// training run continues from its last checkpoint.
+type Runner struct {
+	Spec    *Spec
+	Out     string
+	Backend engine.Backend
+	// Log receives one line per event (phases started and finished,
+	// warnings); nil discards them.
+	Log io.Writer
+	// Progress, if set, sees the steps of each long phase.
+	Progress func(Progress)
+	// Strict makes documents too short for a protocol an error.
+	Strict bool
+
+	tok      *tokenizer.Tokenizer
+	tokFiles map[string][]byte
+	sel      *Selection
+}
+
+// armRun is one arm and seed, resolved.
+type armRun struct {
+	arm  *Arm
+	seed uint64
+	base Base
+	cfg  finetune.Config
+}
+
+func (r *Runner) logf(format string, args ...any) {
+	if r.Log != nil {
+		fmt.Fprintf(r.Log, format+"\n", args...)
+	}
+}
+
+func (r *Runner) progress(p Progress) {
+	if r.Progress != nil {
+		r.Progress(p)
+	}
+}
+
+// Run runs every arm and seed of the spec and writes the report. Every
+// check that needs no training — the spec, the data files, the target
+// selection, the protocols against the documents — happens before any
+// training starts.
+func (r *Runner) Run() (*Report, error) {
+	s := r.Spec
+	var runs []armRun
+	for i := range s.Arms {
+		a := &s.Arms[i]
+		base, err := s.armBase(a)
+		if err != nil {
+			return nil, err
+		}
+		for _, seed := range s.Seeds {
+			cfg, err := s.armConfig(a, seed)
+			if err != nil {
+				return nil, fmt.Errorf("experiments: arm %s: %w", a.Name, err)
+			}
+			runs = append(runs, armRun{arm: a, seed: seed, base: base, cfg: cfg})
+		}
+	}
+	if err := r.claim(); err != nil {
+		return nil, err
+	}
+	if err := r.openTokenizer(runs); err != nil {
+		return nil, err
+	}
+	if err := r.prepareData(); err != nil {
+		return nil, err
+	}
+	if err := r.checkProtocols(); err != nil {
+		return nil, err
+	}
+	for _, ar := range runs {
+		if err := r.runArm(ar); err != nil {
+			return nil, err
+		}
+	}
+	rep, err := WriteReport(r.Out, ReportOptions{Title: s.Name})
+	if err != nil {
+		return nil, err
+	}
+	r.logf("report: %s", rep.Markdown)
+	return rep, nil
+}
+
+// claim creates the output folder and records the spec in it, or checks
+// that the folder holds the same spec (so that resuming never mixes two
+// studies).
+func (r *Runner) claim() error {
+	if err := os.MkdirAll(r.Out, 0o755); err != nil {
+		return fmt.Errorf("experiments: %w", err)
+	}
+	raw := r.Spec.raw
+	path := filepath.Join(r.Out, "spec.yaml")
+	old, err := os.ReadFile(path)
+	switch {
+	case err == nil && !bytes.Equal(old, raw):
+		return fmt.Errorf("experiments: %s holds another experiment (its spec.yaml differs); give a new --out to start this one", r.Out)
+	case err == nil:
+		r.logf("resuming %s", r.Out)
+		return nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("experiments: %w", err)
+	}
+	return checkpoints.WriteFileAtomic(path, raw)
+}
+
+// openTokenizer loads the spec's tokenizer, or the base checkpoint's, and
+// checks that every base model shares it.
+func (r *Runner) openTokenizer(runs []armRun) error {
+	s := r.Spec
+	spec := s.Tokenizer
+	if spec == "" {
+		spec = s.path(runs[0].base.Model)
+	} else if !strings.HasPrefix(spec, "builtin:") {
+		spec = s.path(spec)
+	}
+	tok, files, err := assets.OpenTokenizer(spec)
+	if err != nil {
+		return fmt.Errorf("experiments: tokenizer: %w", err)
+	}
+	r.tok, r.tokFiles = tok, files
+	for _, ar := range runs {
+		if ar.base.Model == "" {
+			continue
+		}
+		dir := s.path(ar.base.Model)
+		t, _, err := assets.OpenTokenizer(dir)
+		if err != nil {
+			return fmt.Errorf("experiments: arm %s: base %s: %w", ar.arm.Name, dir, err)
+		}
+		if t.Hash() != tok.Hash() {
+			return fmt.Errorf("experiments: arm %s: base %s has another tokenizer than %s", ar.arm.Name, dir, spec)
+		}
+	}
+	return nil
+}
+
+// paths resolves data paths, writing the bundled corpora into OUT/data.
+func (r *Runner) paths(ps []string) ([]string, error) {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		name, ok := builtinData[p]
+		if !ok {
+			out[i] = r.Spec.path(p)
+			continue
+		}
+		path := filepath.Join(r.Out, "data", "builtin", name)
+		if _, err := os.Stat(path); err != nil {
+			b, err := assets.Read(name)
+			if err != nil {
+				return nil, err
+			}
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				return nil, fmt.Errorf("experiments: %w", err)
+			}
+			if err := checkpoints.WriteFileAtomic(path, b); err != nil {
+				return nil, err
+			}
+		}
+		out[i] = path
+	}
+	return out, nil
+}
+
+// trainDir is the dataset the arms train on: the targets (repeated) and
+// filler in its train split, the held-out controls in its holdout split.
+func (r *Runner) trainDir() string { return filepath.Join(r.Out, "data", "train") }
+
+// prepareData chooses the targets and builds the training dataset.
+func (r *Runner) prepareData() error {
+	t := &r.Spec.Targets
+	paths, err := r.paths(t.Data)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if r.sel, err = SelectTargets(t, paths, r.tok); err != nil {
+		return fmt.Errorf("experiments: %w", err)
+	}
+	r.logf("targets: %d targets and %d held-out documents of %d–%d tokens chosen from %d candidates (%d left out for a shared %d-token run) in %.1fs",
+		len(r.sel.Targets), len(r.sel.Holdout), t.MinTokens, t.MaxTokens, r.sel.Candidates, r.sel.Overlapping, t.Overlap, time.Since(start).Seconds())
+	dataDir := filepath.Join(r.Out, "data")
+	for name, ps := range map[string][]Passage{"targets.jsonl": r.sel.Targets, "heldout.jsonl": r.sel.Holdout} {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		for _, p := range ps {
+			if err := enc.Encode(p); err != nil {
+				return err
+			}
+		}
+		if err := checkpoints.WriteFileAtomic(filepath.Join(dataDir, name), buf.Bytes()); err != nil {
+			return err
+		}
+	}
+	if _, err := os.Stat(filepath.Join(r.trainDir(), "manifest.json")); err == nil {
+		return nil
+	}
+	os.RemoveAll(r.trainDir()) // an interrupted write
+	w, err := data.CreateStore(r.trainDir(), data.TokenizerInfoOf(r.tok),
+		data.Settings{Mode: data.ModeDocument, SeqLen: t.MaxTokens - 1, BOS: false})
+	if err != nil {
+		return err
+	}
+	add := func(p Passage, split data.Split) error {
+		_, err := w.Add(data.Document{Source: p.Source, Line: p.Line, IDs: p.IDs, Split: split})
+		return err
+	}
+	for rep := 0; rep < t.Repeat; rep++ {
+		for _, p := range r.sel.Targets {
+			if err := add(p, data.Train); err != nil {
+				w.Abort()
+				return err
+			}
+		}
+	}
+	if f := t.Filler; f != nil {
+		fp, err := r.paths(f.Data)
+		if err != nil {
+			w.Abort()
+			return err
+		}
+		filler, err := readTexts(fp, f.Field, f.Documents)
+		if err != nil {
+			w.Abort()
+			return err
+		}
+		enc := r.tok.EncodeBatch(filler.texts, tokenizer.EncodeOptions{AddSpecial: true}, 0)
+		for i, ids := range enc {
+			if err := add(Passage{Source: filler.docs[i].Source, Line: filler.docs[i].Line, IDs: ids}, data.Train); err != nil {
+				w.Abort()
+				return err
+			}
+		}
+	}
+	for _, p := range r.sel.Holdout {
+		if err := add(p, data.Holdout); err != nil {
+			w.Abort()
+			return err
+		}
+	}
+	m, err := w.Commit(nil, nil)
+	if err != nil {
+		return err
+	}
+	r.logf("dataset %s: %d training documents (%d targets × %d), %d held out, sequence length %d",
+		r.trainDir(), m.Splits.Train.Documents, len(r.sel.Targets), t.Repeat, m.Splits.Holdout.Documents, m.Settings.SeqLen)
+	return nil
+}
+
+type textDocs struct {
+	texts []string
+	docs  []data.Document
+}
+
+// readTexts reads the first limit (0: all) text documents of paths.
+func readTexts(paths []string, field string, limit int) (*textDocs, error) {
+	rd, err := data.NewReader(paths, data.ReadOptions{Field: field})
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	out := &textDocs{}
+	for limit <= 0 || len(out.texts) < limit {
+		d, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if d.IDs != nil {
+			return nil, fmt.Errorf("experiments: %s:%d: pre-tokenized documents are not supported (want text)", d.Source, d.Line)
+		}
+		out.texts = append(out.texts, d.Text)
+		out.docs = append(out.docs, data.Document{Source: d.Source, Line: d.Line})
+	}
+	return out, nil
+}
+
+// evalDocuments are the targets (members) and held-out controls.
+func (r *Runner) evalDocuments() []memorization.Document {
+	var docs []memorization.Document
+	for i, p := range r.sel.Targets {
+		docs = append(docs, memorization.Document{ID: i, Member: true, Source: p.Source, Line: p.Line, IDs: p.IDs})
+	}
+	for i, p := range r.sel.Holdout {
+		docs = append(docs, memorization.Document{ID: len(r.sel.Targets) + i, Source: p.Source, Line: p.Line, IDs: p.IDs})
+	}
+	return docs
+}
+
+// checkProtocols counts, before any training, the documents each protocol
+// would skip as too short.
+func (r *Runner) checkProtocols() error {
+	docs := r.evalDocuments()
+	for _, p := range r.Spec.Protocols() {
+		short := 0
+		for _, d := range docs {
+			if len(p.Probes(d.ID, d.IDs)) == 0 {
+				short++
+			}
+		}
+		if short == 0 {
+			continue
+		}
+		if r.Strict || short == len(docs) {
+			return fmt.Errorf("experiments: eval: %d of %d documents are too short for %s (targets are %d–%d tokens)",
+				short, len(docs), p, r.Spec.Targets.MinTokens, r.Spec.Targets.MaxTokens)
+		}
+		r.logf("warning: eval: %d of %d documents are too short for %s and will be skipped", short, len(docs), p)
+	}
+	return nil
+}
+
+// baseModel returns the checkpoint folder of a base model, making it
+// (initialised, then pretrained) when it comes from a preset.
+func (r *Runner) baseModel(b Base) (string, error) {
+	if b.Model != "" {
+		return r.Spec.path(b.Model), nil
+	}
+	// The folder is named by everything that makes the model: the base
+	// settings, the tokenizer and the pretraining settings.
+	kb := b
+	var pre []byte
+	if b.Pretrain != nil {
+		p := *b.Pretrain
+		pre, _ = yamlOf(&p.Train)
+		p.Train = yaml.Node{}
+		kb.Pretrain = &p
+	}
+	key, _ := json.Marshal(struct {
+		Base
+		Tokenizer, PretrainTrain string
+	}{kb, r.tok.Hash(), string(pre)})
+	sum := sha256.Sum256(key)
+	dir := filepath.Join(r.Out, "base", b.Preset+"-"+hex.EncodeToString(sum[:4]))
+	done := filepath.Join(dir, "base.json")
+	if raw, err := os.ReadFile(done); err == nil {
+		var d struct{ Model string }
+		if err := json.Unmarshal(raw, &d); err == nil && d.Model != "" {
+			return filepath.Join(dir, d.Model), nil
+		}
+	}
+	initDir := filepath.Join(dir, "init")
+	if _, err := os.Stat(filepath.Join(initDir, checkpoints.ConfigFile)); err != nil {
+		cfg, err := r.baseConfig(b)
+		if err != nil {
+			return "", err
+		}
+		r.logf("base %s: %s parameters, hidden %d, %d layers", dir, humanCount(cfg.Params().Total), cfg.HiddenSize, cfg.NumHiddenLayers)
+		if err := checkpoints.Save(initDir, cfg, checkpoints.RandomWeights(cfg, b.Seed), checkpoints.SaveOptions{Files: r.tokFiles}); err != nil {
+			return "", err
+		}
+	}
+	model := "init"
+	if p := b.Pretrain; p != nil {
+		final, err := r.pretrain(dir, initDir, p)
+		if err != nil {
+			return "", err
+		}
+		model, _ = filepath.Rel(dir, final)
+	}
+	b2, _ := json.Marshal(struct{ Model string }{model})
+	if err := checkpoints.WriteFileAtomic(done, b2); err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, model), nil
+}
+
+// baseConfig is the shape of a preset base with the spec's overrides and
+// the tokenizer's vocabulary and special tokens.
+func (r *Runner) baseConfig(b Base) (*checkpoints.Config, error) {
+	p, err := checkpoints.LookupPreset(b.Preset)
+	if err != nil {
+		return nil, err
+	}
+	cfg := p.Config()
+	cfg.VocabSize = r.tok.VocabSize()
+	reshaped := false
+	for _, o := range []struct {
+		v   int
+		dst *int
+	}{{b.Hidden, &cfg.HiddenSize}, {b.Layers, &cfg.NumHiddenLayers}, {b.Heads, &cfg.NumAttentionHeads},
+		{b.KVHeads, &cfg.NumKeyValueHeads}, {b.Intermediate, &cfg.IntermediateSize}, {b.MaxPositions, &cfg.MaxPositionEmbeddings}} {
+		if o.v > 0 {
+			*o.dst = o.v
+			reshaped = true
+		}
+	}
+	if reshaped {
+		cfg.HeadDim = 0 // derived from the new shape
+	}
+	if cfg.NumKeyValueHeads > cfg.NumAttentionHeads {
+		cfg.NumKeyValueHeads = cfg.NumAttentionHeads
+	}
+	cfg.BOSTokenIDs, cfg.EOSTokenIDs = nil, nil
+	if id, ok := r.tok.BOS(); ok {
+		cfg.BOSTokenIDs = []int{int(id)}
+	}
+	if id, ok := r.tok.EOS(); ok {
+		cfg.EOSTokenIDs = []int{int(id)}
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("experiments: base %s: %w", b.Preset, err)
+	}
+	if need := r.Spec.Targets.MaxTokens; need > cfg.MaxPositionEmbeddings {
+		return nil, fmt.Errorf("experiments: base %s: targets of up to %d tokens exceed max_position_embeddings %d (set base: max_positions)", b.Preset, need, cfg.MaxPositionEmbeddings)
+	}
+	return cfg, nil
+}
+
+// pretrain trains the initialised base on the pretraining corpus and
+// returns its final checkpoint.
+func (r *Runner) pretrain(dir, initDir string, p *Pretrain) (string, error) {
+	ds := filepath.Join(dir, "data")
+	if _, err := os.Stat(filepath.Join(ds, "manifest.json")); err != nil {
+		os.RemoveAll(ds)
+		paths, err := r.paths(p.Data)
+		if err != nil {
+			return "", err
+		}
+		docs, err := readTexts(paths, p.Field, p.Documents)
+		if err != nil {
+			return "", err
+		}
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		for _, t := range docs.texts {
+			enc.Encode(map[string]string{"text": t})
+		}
+		corpus := filepath.Join(dir, "corpus.jsonl")
+		if err := checkpoints.WriteFileAtomic(corpus, buf.Bytes()); err != nil {
+			return "", err
+		}
+		seqLen := p.SeqLen
+		if seqLen == 0 {
+			seqLen = 128
+		}
+		if _, err := data.Prepare(ds, []string{corpus}, r.tok, data.PrepareConfig{Mode: data.ModePack, SeqLen: seqLen, BOS: true, EOS: true, Holdout: 0.02, Seed: 1}); err != nil {
+			return "", err
+		}
+	}
+	cfg := finetune.DefaultConfig()
+	if err := overlay(&p.Train, &cfg); err != nil {
+		return "", err
+	}
+	cfg.Model, cfg.Data, cfg.Out = initDir, ds, filepath.Join(dir, "pretrain")
+	return r.finetune(cfg, "pretrain")
+}
+
+// finetune runs (or resumes) a fine-tuning run to its end and returns its
+// final checkpoint.
+func (r *Runner) finetune(cfg finetune.Config, phase string) (string, error) {
+	ckDir := filepath.Join(cfg.Out, "checkpoints")
+	resume := ""
+	if _, err := finetune.LatestCheckpoint(ckDir); err == nil {
+		resume = cfg.Out
+	}
+	if cfg.EvalEvery == 0 {
+		cfg.EvalEvery = math.MaxInt32 // evaluate once, at the end
+	}
+	run, err := finetune.Open(cfg, r.Backend, resume)
+	if err != nil {
+		return "", err
+	}
+	defer run.Close()
+	if run.Step == run.Steps && resume != "" {
+		return finetune.LatestCheckpoint(ckDir)
+	}
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		return "", fmt.Errorf("experiments: %w", err)
+	}
+	metrics := filepath.Join(cfg.Out, MetricsFile)
+	if err := trimMetrics(metrics, run.Step); err != nil {
+		return "", err
+	}
+	mf, err := os.OpenFile(metrics, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return "", fmt.Errorf("experiments: %w", err)
+	}
+	defer mf.Close()
+	r.logf("%s: %d steps from step %d (%s)", phase, run.Steps, run.Step, cfg.Out)
+	start := time.Now()
+	var last finetune.Metrics
+	err = run.Train(mf, func(m finetune.Metrics) {
+		last = m
+		r.progress(Progress{Phase: phase, Done: m.Step, Total: run.Steps, Detail: fmt.Sprintf("loss %.3f", m.Loss)})
+	})
+	if err != nil {
+		return "", err
+	}
+	if err := mf.Sync(); err != nil {
+		return "", fmt.Errorf("experiments: %w", err)
+	}
+	r.logf("%s: done in %.0fs, loss %.4f, held-out loss %.4f", phase, time.Since(start).Seconds(), last.Loss, last.EvalLoss)
+	return finetune.LatestCheckpoint(ckDir)
+}
+
+// trimMetrics drops metrics lines of steps after step: those of a run
+// interrupted after its last checkpoint, which the resumed run redoes.
+func trimMetrics(path string, step int) error {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("experiments: %w", err)
+	}
+	var keep bytes.Buffer
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 1<<20), 1<<26)
+	for sc.Scan() {
+		var m struct{ Step int }
+		if json.Unmarshal(sc.Bytes(), &m) != nil || m.Step > step {
+			break // a torn last line, or the redone steps
+		}
+		keep.Write(sc.Bytes())
+		keep.WriteByte('\n')
+	}
+	if keep.Len() == len(b) {
+		return nil
+	}
+	return checkpoints.WriteFileAtomic(path, keep.Bytes())
+}
+
+// runArm trains and evaluates one arm and seed, unless it is done.
+func (r *Runner) runArm(ar armRun) error {
+	name := armDirName(ar.arm.Name, ar.seed)
+	dir := filepath.Join(r.Out, "arms", name)
+	if _, err := os.Stat(filepath.Join(dir, ResultFile)); err == nil {
+		r.logf("arm %s: done", name)
+		return nil
+	}
+	start := time.Now()
+	base, err := r.baseModel(ar.base)
+	if err != nil {
+		return err
+	}
+	cfg := ar.cfg
+	cfg.Model, cfg.Data, cfg.Out = base, r.trainDir(), filepath.Join(dir, "train")
+	final, err := r.finetune(cfg, "train "+name)
+	if err != nil {
+		return err
+	}
+	metrics, err := ReadMetrics(filepath.Join(cfg.Out, MetricsFile))
+	if err != nil {
+		return err
+	}
+	res := ArmResult{Schema: ResultSchema, Arm: ar.arm.Name, Seed: ar.seed, Loss: cfg.Loss,
+		Model: ar.base.Model, Targets: len(r.sel.Targets), TrainDir: rel(r.Out, cfg.Out)}
+	if res.Model == "" {
+		res.Model = ar.base.Preset
+	}
+	res.K, res.Strategy, res.H = goldfishOf(cfg)
+	if n := len(metrics); n > 0 {
+		last := metrics[n-1]
+		res.Steps = last.Step
+		res.Repeats = (last.Epoch + 1) * r.Spec.Targets.Repeat
+		res.HeldoutLoss, res.HeldoutPerplexity = last.EvalLoss, last.EvalPerplex
+		sum, k := 0.0, 0
+		for _, m := range metrics {
+			if m.Epoch == last.Epoch {
+				sum += m.Loss
+				k++
+			}
+		}
+		res.FinalTrainLoss = sum / float64(k)
+	}
+	ck, err := checkpoints.Open(final)
+	if err != nil {
+		return err
+	}
+	res.Params = ck.Config.Params().Total
+	m, err := llama.Load(r.Backend, ck, llama.Options{})
+	ck.Close()
+	if err != nil {
+		return err
+	}
+	defer m.Free()
+	docs := r.evalDocuments()
+	ev := r.Spec.Eval
+	for _, p := range r.Spec.Protocols() {
+		evalDir := filepath.Join(dir, "eval", p.Key())
+		s, err := memorization.ReadSummary(filepath.Join(evalDir, memorization.SummaryFileName))
+		if err != nil {
+			phase := "eval " + name + " " + p.Key()
+			cfg := memorization.EvalConfig{Protocol: p, Batch: ev.Batch, MinKPercent: ev.MinK,
+				Bootstrap: memorization.Bootstrap{Resamples: ev.Resamples, Seed: ev.Seed, Level: 0.95},
+				Decode:    r.tok.DecodeSkipSpecial,
+				Progress: func(scored, nDocs, decoded, probes int) {
+					r.progress(Progress{Phase: phase, Done: scored + decoded*nDocs/max(probes, 1), Total: 2 * nDocs})
+				}}
+			if eos, ok := r.tok.EOS(); ok {
+				cfg.StopIDs = []int32{eos}
+			}
+			t0 := time.Now()
+			var res []memorization.DocResult
+			if s, res, err = memorization.Evaluate(m, docs, cfg); err != nil {
+				return fmt.Errorf("experiments: arm %s: %w", name, err)
+			}
+			if err := memorization.WriteResults(evalDir, s, res); err != nil {
+				return err
+			}
+			if pf := s.Prefixes; len(pf) > 0 {
+				r.logf("%s: exact match %.1f%% of targets, %.1f%% held out (%.0fs)", phase,
+					100*pf[len(pf)-1].Members.Exact.Mean, 100*pf[len(pf)-1].NonMembers.Exact.Mean, time.Since(t0).Seconds())
+			}
+		}
+		res.Evals = append(res.Evals, Eval{Key: p.Key(), Dir: rel(r.Out, evalDir), Summary: *s})
+	}
+	res.Seconds = time.Since(start).Seconds()
+	b, err := json.MarshalIndent(&res, "", "  ")
+	if err != nil {
+		return fmt.Errorf("experiments: %w", err)
+	}
+	return checkpoints.WriteFileAtomic(filepath.Join(dir, ResultFile), append(b, '\n'))
+}
+
+func rel(base, path string) string {
+	if r, err := filepath.Rel(base, path); err == nil {
+		return r
+	}
+	return path
+}
+
+func humanCount(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.2fB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.2fM", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.1fK", float64(n)/1e3)
+	}
+	return fmt.Sprint(n)
+}

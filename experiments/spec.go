@@ -1,0 +1,427 @@
+package experiments
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/finetune"
+	"github.com/memtrain/memtrain/goldfish"
+	"github.com/memtrain/memtrain/memorization"
+)
+
+// A Spec is a memorization study: a base model, target documents with
+// held-out controls, the arms to train (standard and goldfish losses, any
+// setting overridden per arm), the seeds and the evaluation protocols.
+type Spec struct {
+	Name        string `yaml:"name"`
+	Description string `yaml:"description"`
+	// Tokenizer tokenizes the targets and initialises preset base models:
+	// a tokenizer.json, a folder holding one, or builtin:llama2 /
+	// builtin:llama3. Default: the base checkpoint's.
+	Tokenizer string  `yaml:"tokenizer"`
+	Base      Base    `yaml:"base"`
+	Targets   Targets `yaml:"targets"`
+	// Train holds fine-tuning settings shared by the arms: the keys of
+	// `memtrain finetune --config` except model, data and out.
+	Train yaml.Node `yaml:"train"`
+	Arms  []Arm     `yaml:"arms"`
+	// Seeds train every arm once per seed (the data order; default [1]).
+	Seeds []uint64 `yaml:"seeds"`
+	Eval  EvalSpec `yaml:"eval"`
+
+	dir string // the spec file's folder: relative paths start there
+	raw []byte // the spec as given, recorded in the output folder
+}
+
+// Base is the model the arms start from: a checkpoint folder, or a preset
+// shape initialised at random and optionally pretrained on a corpus.
+type Base struct {
+	Model  string `yaml:"model"`
+	Preset string `yaml:"preset"`
+	// Shape overrides of the preset (0 keeps the preset's).
+	Hidden       int    `yaml:"hidden"`
+	Layers       int    `yaml:"layers"`
+	Heads        int    `yaml:"heads"`
+	KVHeads      int    `yaml:"kv_heads"`
+	Intermediate int    `yaml:"intermediate"`
+	MaxPositions int    `yaml:"max_positions"`
+	Seed         uint64 `yaml:"seed"` // initialisation
+	// Pretrain, if set, trains the initialised model on a corpus first.
+	Pretrain *Pretrain `yaml:"pretrain"`
+}
+
+// Pretrain is the pretraining of a preset base model.
+type Pretrain struct {
+	// Data are corpus files or folders (builtin:austen is the bundled Jane
+	// Austen corpus); Field is the JSONL field or Parquet column of text.
+	Data      []string `yaml:"data"`
+	Field     string   `yaml:"field"`
+	Documents int      `yaml:"documents"` // the first N documents (0: all)
+	SeqLen    int      `yaml:"seq_len"`   // packed sequence length (default 128)
+	// Train holds the pretraining's fine-tuning settings.
+	Train yaml.Node `yaml:"train"`
+}
+
+// Targets chooses the documents to memorize and the held-out controls.
+type Targets struct {
+	// Data are the files or folders the documents come from
+	// (builtin:sotu is the bundled State of the Union addresses).
+	Data  []string `yaml:"data"`
+	Field string   `yaml:"field"`
+	// Count targets are trained on; Holdout controls are never trained on.
+	Count   int `yaml:"count"`
+	Holdout int `yaml:"holdout"`
+	// MinTokens and MaxTokens bound a document's length in tokens, BOS
+	// included.
+	MinTokens int `yaml:"min_tokens"`
+	MaxTokens int `yaml:"max_tokens"`
+	// Passages cuts each document into passages of whole sentences of
+	// MinTokens to MaxTokens tokens (long documents such as speeches);
+	// otherwise whole documents in range are taken.
+	Passages bool `yaml:"passages"`
+	// Seed orders the candidates before choosing.
+	Seed uint64 `yaml:"seed"`
+	// Overlap: no chosen document shares a run of this many tokens with
+	// another (speeches repeat boilerplate); default 50, 0 keeps 50, a
+	// negative value disables the check.
+	Overlap int `yaml:"overlap"`
+	// Repeat puts each target this many times in the training data (the
+	// canary setup: targets seen n times among Filler text); default 1.
+	Repeat int     `yaml:"repeat"`
+	Filler *Filler `yaml:"filler"`
+}
+
+// Filler is other text mixed into the training data with the targets.
+type Filler struct {
+	Data      []string `yaml:"data"`
+	Field     string   `yaml:"field"`
+	Documents int      `yaml:"documents"` // the first N documents (0: all)
+}
+
+// An Arm is one way of training: its loss and anything it overrides.
+type Arm struct {
+	Name string `yaml:"name"`
+	// Loss is standard or goldfish; Goldfish overrides the goldfish
+	// defaults (hash-table, k=4, h=13).
+	Loss     string    `yaml:"loss"`
+	Goldfish yaml.Node `yaml:"goldfish"`
+	// Base overrides fields of the spec's base model (e.g. another preset
+	// for a model-size study); Train overrides fine-tuning settings.
+	Base  yaml.Node `yaml:"base"`
+	Train yaml.Node `yaml:"train"`
+}
+
+// EvalSpec is how arms are evaluated.
+type EvalSpec struct {
+	Protocols []ProtocolSpec `yaml:"protocols"` // default: goldfish, suffix 50
+	Batch     int            `yaml:"batch"`     // probes decoded together (default 8)
+	Resamples int            `yaml:"resamples"` // bootstrap resamples (default 1000)
+	MinK      float64        `yaml:"min_k"`     // min-k% score's k (default 20)
+	Seed      uint64         `yaml:"seed"`      // bootstrap seed
+}
+
+// ProtocolSpec names an extraction protocol (see memorization.ParseProtocol).
+type ProtocolSpec struct {
+	Name   string `yaml:"name"`
+	Prefix []int  `yaml:"prefix"`
+	Suffix int    `yaml:"suffix"`
+}
+
+// ReadSpec reads and checks a spec file. Relative paths in it are taken
+// from the file's folder.
+func ReadSpec(path string) (*Spec, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("experiments: %w", err)
+	}
+	s, err := ParseSpec(b, filepath.Dir(path))
+	if err != nil {
+		return nil, fmt.Errorf("experiments: %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// ParseSpec parses a spec; dir is the folder relative paths start from.
+func ParseSpec(b []byte, dir string) (*Spec, error) {
+	var s Spec
+	if err := decodeStrict(b, &s); err != nil {
+		return nil, err
+	}
+	s.dir = dir
+	s.raw = append([]byte(nil), b...)
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+func decodeStrict(b []byte, v any) error {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	return nil
+}
+
+// yamlOf returns the YAML of a node (nothing for an absent one).
+func yamlOf(n *yaml.Node) ([]byte, error) {
+	if n == nil || n.Kind == 0 {
+		return nil, nil
+	}
+	return yaml.Marshal(n)
+}
+
+// overlay decodes a YAML node onto v, which keeps the fields the node does
+// not set; unknown keys are errors.
+func overlay(n *yaml.Node, v any) error {
+	b, err := yamlOf(n)
+	if err != nil || b == nil {
+		return err
+	}
+	return decodeStrict(b, v)
+}
+
+var armName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.+=-]*$`)
+
+// check validates everything that can be checked without reading data or
+// training: so that a bad spec fails before any work starts.
+func (s *Spec) check() error {
+	if len(s.Arms) == 0 {
+		return errors.New("arms: none (want at least one, e.g. {name: standard, loss: standard})")
+	}
+	if len(s.Seeds) == 0 {
+		s.Seeds = []uint64{1}
+	}
+	seen := map[string]bool{}
+	for i := range s.Arms {
+		a := &s.Arms[i]
+		if !armName.MatchString(a.Name) {
+			return fmt.Errorf("arms[%d]: name %q (want letters, digits and _.+=- , not empty)", i, a.Name)
+		}
+		if seen[a.Name] {
+			return fmt.Errorf("arms[%d]: name %q used twice", i, a.Name)
+		}
+		seen[a.Name] = true
+		if _, err := s.armConfig(a, 1); err != nil {
+			return fmt.Errorf("arms[%d] (%s): %w", i, a.Name, err)
+		}
+		b, err := s.armBase(a)
+		if err != nil {
+			return fmt.Errorf("arms[%d] (%s): base: %w", i, a.Name, err)
+		}
+		if err := s.checkBase(b); err != nil {
+			return fmt.Errorf("arms[%d] (%s): base: %w", i, a.Name, err)
+		}
+	}
+	t := &s.Targets
+	switch {
+	case len(t.Data) == 0:
+		return errors.New("targets: data: missing (files or folders of documents, or builtin:sotu)")
+	case t.Count <= 0 || t.Holdout < 0:
+		return fmt.Errorf("targets: count %d and holdout %d (want count > 0, holdout ≥ 0)", t.Count, t.Holdout)
+	case t.MinTokens < 2 || t.MaxTokens < t.MinTokens:
+		return fmt.Errorf("targets: min_tokens %d and max_tokens %d (want 2 ≤ min_tokens ≤ max_tokens)", t.MinTokens, t.MaxTokens)
+	case t.Repeat < 0:
+		return fmt.Errorf("targets: repeat %d (want ≥ 1)", t.Repeat)
+	}
+	if t.Repeat == 0 {
+		t.Repeat = 1
+	}
+	if t.Overlap == 0 {
+		t.Overlap = 50
+	}
+	if err := s.checkFiles("targets: data", t.Data); err != nil {
+		return err
+	}
+	if t.Filler != nil {
+		if len(t.Filler.Data) == 0 {
+			return errors.New("targets: filler: data: missing")
+		}
+		if err := s.checkFiles("targets: filler: data", t.Filler.Data); err != nil {
+			return err
+		}
+	}
+	if len(s.Eval.Protocols) == 0 {
+		s.Eval.Protocols = []ProtocolSpec{{Name: "goldfish", Suffix: 50}}
+	}
+	keys := map[string]bool{}
+	for i, ps := range s.Eval.Protocols {
+		p, err := ps.protocol()
+		if err != nil {
+			return fmt.Errorf("eval: protocols[%d]: %w", i, err)
+		}
+		if keys[p.Key()] {
+			return fmt.Errorf("eval: protocols[%d]: %s given twice", i, p.Key())
+		}
+		keys[p.Key()] = true
+	}
+	if s.Eval.Batch < 0 || s.Eval.Resamples < 0 || s.Eval.MinK < 0 || s.Eval.MinK > 100 {
+		return fmt.Errorf("eval: batch %d, resamples %d and min_k %v (want ≥ 0, min_k ≤ 100)", s.Eval.Batch, s.Eval.Resamples, s.Eval.MinK)
+	}
+	return nil
+}
+
+func (ps ProtocolSpec) protocol() (memorization.Protocol, error) {
+	return memorization.ParseProtocol(ps.Name, ps.Prefix, ps.Suffix)
+}
+
+// Protocols returns the evaluation protocols.
+func (s *Spec) Protocols() []memorization.Protocol {
+	out := make([]memorization.Protocol, len(s.Eval.Protocols))
+	for i, ps := range s.Eval.Protocols {
+		out[i], _ = ps.protocol() // checked by check
+	}
+	return out
+}
+
+// baseTrain is the fine-tuning configuration every arm starts from.
+func (s *Spec) baseTrain() (finetune.Config, error) {
+	cfg := finetune.DefaultConfig()
+	if err := overlay(&s.Train, &cfg); err != nil {
+		return cfg, fmt.Errorf("train: %w", err)
+	}
+	return cfg, nil
+}
+
+// armConfig is the fine-tuning configuration of an arm and seed (model,
+// data and out are set by the runner).
+func (s *Spec) armConfig(a *Arm, seed uint64) (finetune.Config, error) {
+	cfg, err := s.baseTrain()
+	if err != nil {
+		return cfg, err
+	}
+	if err := overlay(&a.Train, &cfg); err != nil {
+		return cfg, fmt.Errorf("train: %w", err)
+	}
+	if cfg.Model != "" || cfg.Data != "" || cfg.Out != "" {
+		return cfg, errors.New("train: model, data and out are set by the experiment (use base: and targets:)")
+	}
+	switch a.Loss {
+	case "standard", "goldfish":
+		cfg.Loss = a.Loss
+	default:
+		return cfg, fmt.Errorf("loss: %q (want standard or goldfish)", a.Loss)
+	}
+	if err := overlay(&a.Goldfish, &cfg.Goldfish); err != nil {
+		return cfg, fmt.Errorf("goldfish: %w", err)
+	}
+	if a.Loss == "goldfish" {
+		if err := cfg.Goldfish.Validate(); err != nil {
+			return cfg, err
+		}
+	}
+	cfg.Seed = seed
+	cfg.Model, cfg.Data, cfg.Out = "-", "-", "-" // placeholders for Validate
+	err = cfg.Validate()
+	cfg.Model, cfg.Data, cfg.Out = "", "", ""
+	return cfg, err
+}
+
+// armBase is the base model of an arm: the spec's, with the arm's
+// overrides.
+func (s *Spec) armBase(a *Arm) (Base, error) {
+	b := s.Base
+	if b.Pretrain != nil {
+		p := *b.Pretrain
+		b.Pretrain = &p
+	}
+	if err := overlay(&a.Base, &b); err != nil {
+		return b, err
+	}
+	return b, nil
+}
+
+func (s *Spec) checkBase(b Base) error {
+	switch {
+	case b.Model == "" && b.Preset == "":
+		return errors.New("model or preset: missing (a checkpoint folder, or a preset to initialise)")
+	case b.Model != "" && b.Preset != "":
+		return errors.New("model and preset: give one")
+	case b.Model != "":
+		if b.Pretrain != nil {
+			return errors.New("pretrain: only a preset base is pretrained")
+		}
+		if _, err := os.Stat(filepath.Join(s.path(b.Model), checkpoints.ConfigFile)); err != nil {
+			return fmt.Errorf("model: %s: no checkpoint (%v)", s.path(b.Model), err)
+		}
+		return nil
+	}
+	if _, err := checkpoints.LookupPreset(b.Preset); err != nil {
+		return err
+	}
+	if s.Tokenizer == "" {
+		return errors.New("a preset base needs the spec's tokenizer (e.g. tokenizer: builtin:llama2)")
+	}
+	for _, v := range []int{b.Hidden, b.Layers, b.Heads, b.KVHeads, b.Intermediate, b.MaxPositions} {
+		if v < 0 {
+			return errors.New("shape overrides must not be negative")
+		}
+	}
+	if p := b.Pretrain; p != nil {
+		if len(p.Data) == 0 {
+			return errors.New("pretrain: data: missing")
+		}
+		if p.SeqLen < 0 || p.Documents < 0 {
+			return errors.New("pretrain: seq_len and documents must not be negative")
+		}
+		if err := s.checkFiles("pretrain: data", p.Data); err != nil {
+			return err
+		}
+		cfg := finetune.DefaultConfig()
+		if err := overlay(&p.Train, &cfg); err != nil {
+			return fmt.Errorf("pretrain: train: %w", err)
+		}
+		cfg.Model, cfg.Data, cfg.Out = "-", "-", "-"
+		if err := cfg.Validate(); err != nil {
+			return fmt.Errorf("pretrain: %w", err)
+		}
+	}
+	return nil
+}
+
+// builtinData are the corpora bundled with memtrain, usable as data paths.
+var builtinData = map[string]string{"builtin:austen": "austen.jsonl", "builtin:sotu": "sotu.jsonl"}
+
+func (s *Spec) checkFiles(what string, paths []string) error {
+	for _, p := range paths {
+		if strings.HasPrefix(p, "builtin:") {
+			if _, ok := builtinData[p]; !ok {
+				return fmt.Errorf("%s: unknown %q (want builtin:austen or builtin:sotu)", what, p)
+			}
+			continue
+		}
+		if _, err := os.Stat(s.path(p)); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	return nil
+}
+
+// path resolves a path of the spec against its folder.
+func (s *Spec) path(p string) string {
+	if p == "" || filepath.IsAbs(p) || strings.HasPrefix(p, "builtin:") || s.dir == "" {
+		return p
+	}
+	return filepath.Join(s.dir, p)
+}
+
+// goldfishOf describes an arm's goldfish loss for results.
+func goldfishOf(cfg finetune.Config) (k int, strategy string, h int) {
+	if cfg.Loss != "goldfish" {
+		return 0, "", 0
+	}
+	g := cfg.Goldfish
+	if g.Strategy == goldfish.Static {
+		return g.K, g.Strategy.String(), 0
+	}
+	return g.K, g.Strategy.String(), g.H
+}
