@@ -1,0 +1,148 @@
+package experiments
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/memtrain/memtrain/engine/cpu"
+)
+
+const tinyStudy = `
+name: tiny study
+tokenizer: builtin:llama2
+base:
+  preset: tiny
+  hidden: 16
+  layers: 1
+  heads: 2
+  kv_heads: 2
+  intermediate: 32
+  max_positions: 128
+  seed: 2
+  pretrain:
+    data: [builtin:austen]
+    documents: 20
+    seq_len: 32
+    train: {max_steps: 2, batch_size: 2, micro_batch: 2}
+targets: {data: [builtin:sotu], count: 3, holdout: 3, min_tokens: 30, max_tokens: 48, passages: true, seed: 5}
+train: {max_steps: 4, batch_size: 2, micro_batch: 1, save_every: 2, keep: 0, eval_every: 2, schedule: {lr: 1.0e-3}}
+arms:
+  - {name: standard, loss: standard}
+  - {name: goldfish-k2, loss: goldfish, goldfish: {k: 2, h: 3}}
+eval:
+  protocols: [{name: custom, prefix: [8], suffix: 8}]
+  resamples: 50
+`
+
+func runStudy(t *testing.T, spec, out string, strict bool) (*Report, string, error) {
+	t.Helper()
+	s, err := ParseSpec([]byte(spec), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	var events int
+	r := &Runner{Spec: s, Out: out, Backend: cpu.New(cpu.Options{Threads: 2}), Log: &log, Strict: strict,
+		Progress: func(Progress) { events++ }}
+	rep, err := r.Run()
+	if err == nil && events == 0 {
+		t.Error("no progress reported")
+	}
+	return rep, log.String(), err
+}
+
+// TestRunner runs a whole tiny study, then resumes it: a finished arm is
+// not redone, an interrupted fine-tuning continues from its checkpoint and
+// ends where the uninterrupted run ended.
+func TestRunner(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "study")
+	rep, log, err := runStudy(t, tinyStudy, out, false)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	if rep.Runs != 2 || rep.Arms != 2 {
+		t.Errorf("report of %d runs, %d arms", rep.Runs, rep.Arms)
+	}
+	for _, f := range []string{"spec.yaml", "data/targets.jsonl", "data/heldout.jsonl", "data/train/manifest.json", "report.md", "results.csv"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	bases, _ := filepath.Glob(filepath.Join(out, "base", "*", "base.json"))
+	if len(bases) != 1 {
+		t.Errorf("%d base models, want 1 shared by both arms", len(bases))
+	}
+	results, err := LoadResults(out)
+	if err != nil || len(results) != 2 {
+		t.Fatalf("%d results, %v", len(results), err)
+	}
+	gf := results[0] // arms sort by name: goldfish-k2 first
+	if gf.Arm != "goldfish-k2" || gf.K != 2 || gf.H != 3 || gf.Strategy != "hash-table" || gf.Steps != 4 || gf.Targets != 3 {
+		t.Errorf("goldfish result %+v", gf)
+	}
+	if gf.Params <= 0 || gf.HeldoutLoss <= 0 || gf.FinalTrainLoss <= 0 || len(gf.Evals) != 1 {
+		t.Errorf("goldfish result %+v", gf)
+	}
+	if s := gf.Evals[0].Summary; s.Members != 3 || s.NonMembers != 3 || s.Prefixes[0].K != 8 {
+		t.Errorf("summary %+v", s)
+	}
+
+	// Interrupt the goldfish arm after its step-2 checkpoint.
+	arm := filepath.Join(out, "arms", "goldfish-k2-s1")
+	ck := filepath.Join(arm, "train", "checkpoints")
+	for _, p := range []string{filepath.Join(arm, ResultFile), filepath.Join(arm, "eval"), filepath.Join(ck, "step-00000004")} {
+		if err := os.RemoveAll(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(ck, "latest"), []byte("step-00000002\n"), 0o644)
+	_, log, err = runStudy(t, tinyStudy, out, false)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	if !strings.Contains(log, "arm standard-s1: done") || !strings.Contains(log, "4 steps from step 2") || strings.Contains(log, "pretrain:") {
+		t.Errorf("resumed log:\n%s", log)
+	}
+	again, _ := LoadResults(out)
+	a, b := again[0], gf
+	a.Seconds, b.Seconds = 0, 0
+	if !reflect.DeepEqual(a, b) {
+		t.Errorf("resumed arm differs:\n%+v\n%+v", a, b)
+	}
+	metrics, _ := ReadMetrics(filepath.Join(arm, "train", MetricsFile))
+	if len(metrics) != 4 || metrics[3].Step != 4 {
+		t.Errorf("%d metrics lines after the resume", len(metrics))
+	}
+
+	// Another spec in the same folder is refused.
+	other := strings.Replace(tinyStudy, "seed: 5", "seed: 6", 1)
+	if _, _, err := runStudy(t, other, out, false); err == nil || !strings.Contains(err.Error(), "holds another experiment") {
+		t.Errorf("another spec: %v", err)
+	}
+}
+
+// TestRunnerChecksBeforeTraining: documents too short for a protocol are
+// found before any model is made.
+func TestRunnerChecksBeforeTraining(t *testing.T) {
+	spec := strings.Replace(tinyStudy, "{name: custom, prefix: [8], suffix: 8}", "{name: custom, prefix: [30], suffix: 10}", 1)
+	out := filepath.Join(t.TempDir(), "study")
+	_, _, err := runStudy(t, spec, out, true)
+	if err == nil || !strings.Contains(err.Error(), "too short for custom(prefix 30, suffix 10)") {
+		t.Fatalf("strict: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "base")); err == nil {
+		t.Error("a base model was made before the check")
+	}
+	// Without strict the short documents are skipped and counted.
+	_, log, err := runStudy(t, spec, filepath.Join(t.TempDir(), "s2"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log, "documents are too short for custom(prefix 30, suffix 10) and will be skipped") {
+		t.Errorf("log:\n%s", log)
+	}
+}

@@ -1,0 +1,137 @@
+package experiments
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/memtrain/memtrain/goldfish"
+)
+
+const validSpec = `
+name: test
+tokenizer: builtin:llama2
+base: {preset: tiny, hidden: 16, layers: 1, heads: 2, kv_heads: 2, intermediate: 32, max_positions: 128}
+targets: {data: [builtin:sotu], count: 2, holdout: 2, min_tokens: 20, max_tokens: 40, passages: true}
+train: {max_steps: 3, batch_size: 2, micro_batch: 1, schedule: {lr: 1.0e-3}}
+arms:
+  - {name: standard, loss: standard}
+  - name: goldfish-k3
+    loss: goldfish
+    goldfish: {k: 3, h: 5}
+    train: {schedule: {lr: 2.0e-3}}
+  - name: bigger
+    loss: standard
+    base: {hidden: 32}
+eval:
+  protocols: [{name: pythia, prefix: [8], suffix: 8}]
+`
+
+func TestParseSpec(t *testing.T) {
+	s, err := ParseSpec([]byte(validSpec), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Seeds) != 1 || s.Seeds[0] != 1 || s.Targets.Repeat != 1 || s.Targets.Overlap != 50 {
+		t.Errorf("defaults: seeds %v, repeat %d, overlap %d", s.Seeds, s.Targets.Repeat, s.Targets.Overlap)
+	}
+	std, err := s.armConfig(&s.Arms[0], 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if std.Loss != "standard" || std.Schedule.LR != 1e-3 || std.MaxSteps != 3 || std.Seed != 7 || std.Optimizer.Name != "adamw" {
+		t.Errorf("standard arm: %+v", std)
+	}
+	gf, err := s.armConfig(&s.Arms[1], 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := goldfish.Config{Strategy: goldfish.HashTable, K: 3, H: 5}
+	if gf.Loss != "goldfish" || gf.Goldfish != want || gf.Schedule.LR != 2e-3 || gf.MaxSteps != 3 {
+		t.Errorf("goldfish arm: loss %s %+v lr %v steps %d", gf.Loss, gf.Goldfish, gf.Schedule.LR, gf.MaxSteps)
+	}
+	b, err := s.armBase(&s.Arms[2])
+	if err != nil || b.Hidden != 32 || b.Layers != 1 || b.Preset != "tiny" || s.Base.Hidden != 16 {
+		t.Errorf("base override: %+v (spec's %+v) %v", b, s.Base, err)
+	}
+	if p := s.Protocols(); len(p) != 1 || p[0].Key() != "pythia-8-8" {
+		t.Errorf("protocols %v", p)
+	}
+}
+
+// TestSpecErrors: every mistake is reported when the spec is read, naming
+// what is wrong, before anything runs.
+func TestSpecErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, from, to, want string
+	}{
+		{"missing file", "data: [builtin:sotu]", "data: [nope.jsonl]", "targets: data: stat " + filepath.Join(dir, "nope.jsonl")},
+		{"unknown builtin", "data: [builtin:sotu]", "data: [builtin:wiki]", `unknown "builtin:wiki"`},
+		{"k below 2", "goldfish: {k: 3, h: 5}", "goldfish: {k: 1, h: 5}", "arms[1] (goldfish-k3): goldfish: k must be ≥ 2, got 1"},
+		{"unknown goldfish key", "goldfish: {k: 3, h: 5}", "goldfish: {k: 3, width: 5}", "field width not found"},
+		{"unknown train key", "micro_batch: 1,", "micro_batches: 1,", "field micro_batches not found"},
+		{"unknown top key", "name: test", "nom: test", "field nom not found"},
+		{"bad loss", "{name: standard, loss: standard}", "{name: standard, loss: plain}", `loss: "plain"`},
+		{"duplicate arm", "name: bigger", "name: standard", `name "standard" used twice`},
+		{"bad arm name", "name: bigger", "name: 'a b'", `name "a b"`},
+		{"model in train", "max_steps: 3,", "max_steps: 3, model: x,", "model, data and out are set by the experiment"},
+		{"micro batch", "micro_batch: 1,", "micro_batch: 3,", "micro_batch 3 does not divide batch_size 2"},
+		{"no base", "preset: tiny,", "", "model or preset: missing"},
+		{"bad preset", "preset: tiny,", "preset: huge,", "huge"},
+		{"missing base folder", "preset: tiny,", "model: nowhere,", "no checkpoint"},
+		{"protocol", "{name: pythia, prefix: [8], suffix: 8}", "{name: custom, prefix: [8]}", "custom protocol: needs one prefix length and a suffix length"},
+		{"lengths", "min_tokens: 20,", "min_tokens: 50,", "min_tokens 50 and max_tokens 40"},
+		{"count", "count: 2,", "count: 0,", "count 0"},
+	} {
+		spec := strings.Replace(validSpec, tc.from, tc.to, 1)
+		if spec == validSpec {
+			t.Fatalf("%s: %q not in the spec", tc.name, tc.from)
+		}
+		path := filepath.Join(dir, "spec.yaml")
+		os.WriteFile(path, []byte(spec), 0o644)
+		_, err := ReadSpec(path)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), path) {
+			t.Errorf("%s: error %v, want one naming %s and %q", tc.name, err, path, tc.want)
+		}
+	}
+}
+
+// TestDemoSpecs: the bundled specs parse.
+func TestDemoSpecs(t *testing.T) {
+	for _, quick := range []bool{false, true} {
+		s, err := DemoSpec(quick)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Arms) != 2 || s.Arms[1].Loss != "goldfish" {
+			t.Errorf("quick=%v: arms %+v", quick, s.Arms)
+		}
+		cfg, err := s.armConfig(&s.Arms[1], 1)
+		if err != nil || cfg.Goldfish != (goldfish.Config{Strategy: goldfish.HashTable, K: 4, H: 13}) {
+			t.Errorf("quick=%v: goldfish arm %+v %v", quick, cfg.Goldfish, err)
+		}
+	}
+	if !quickSpecIsSmaller(t) {
+		t.Error("the quick demo is not smaller than the full one")
+	}
+}
+
+func quickSpecIsSmaller(t *testing.T) bool {
+	full, _ := DemoSpec(false)
+	quick, _ := DemoSpec(true)
+	return quick.Targets.Count < full.Targets.Count && full.Targets.Count >= 64 && full.Targets.Holdout >= 64 && full.Targets.MinTokens >= 128
+}
+
+func TestSpecFiles(t *testing.T) {
+	paths, err := filepath.Glob("specs/*.yaml")
+	if err != nil || len(paths) < 3 {
+		t.Fatalf("specs: %v %v", paths, err)
+	}
+	for _, p := range paths {
+		if _, err := ReadSpec(p); err != nil {
+			t.Error(err)
+		}
+	}
+}
