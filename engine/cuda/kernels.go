@@ -56,22 +56,34 @@ const (
 	argmaxThreads   = 256   // ARGMAX_THREADS in crossentropy.cu
 )
 
+// kernelFileNames lists the kernel folder's files, in name order.
+func kernelFileNames() ([]string, error) {
+	entries, err := fs.ReadDir(kernelFS, kernelSourceDir)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
 // kernelSource returns the program NVRTC compiles: every .cu file in name
 // order, concatenated, and the headers they include, by name.
 func kernelSource() (src string, headers map[string]string) {
 	headers = map[string]string{}
 	var b strings.Builder
-	names, err := fs.Glob(kernelFS, kernelSourceDir+"/*")
+	names, err := kernelFileNames()
 	if err != nil {
-		panic(err) // the pattern is constant
+		panic(err) // the embedded folder is always there
 	}
-	sort.Strings(names)
-	for _, name := range names {
-		data, err := kernelFS.ReadFile(name)
+	for _, base := range names {
+		data, err := kernelFS.ReadFile(kernelSourceDir + "/" + base)
 		if err != nil {
 			panic(err) // embedded files are always readable
 		}
-		base := strings.TrimPrefix(name, kernelSourceDir+"/")
 		if strings.HasSuffix(base, ".cuh") {
 			headers[base] = string(data)
 			continue
