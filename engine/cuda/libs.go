@@ -56,6 +56,7 @@ type searchPlace struct {
 type searchEnv struct {
 	getenv func(string) string
 	glob   func(string) ([]string, error)
+	exists func(string) bool // a regular file (or a link to one) is there
 	// python returns the site-packages folders python3 reports, or nil
 	// when there is no python3.
 	python func() []string
@@ -69,7 +70,13 @@ type searchEnv struct {
 
 // systemEnv is the real process environment.
 func systemEnv() searchEnv {
-	return searchEnv{getenv: os.Getenv, glob: filepath.Glob, python: pythonSitePackages, goarch: runtime.GOARCH, loaderDefault: true}
+	return searchEnv{getenv: os.Getenv, glob: filepath.Glob, exists: fileExists, python: pythonSitePackages,
+		goarch: runtime.GOARCH, loaderDefault: true}
+}
+
+func fileExists(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && !st.IsDir()
 }
 
 // searchPlaces lists where the libraries are looked for, in order:
@@ -205,7 +212,7 @@ func findLibrary(lib library, env searchEnv) (found []string, places []searchPla
 		for _, d := range p.dirs {
 			for _, name := range lib.names {
 				path := filepath.Join(d, name)
-				if st, err := os.Stat(path); err == nil && !st.IsDir() {
+				if env.exists(path) {
 					found = append(found, path)
 				}
 			}
