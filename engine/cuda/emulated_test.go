@@ -1,16 +1,479 @@
 package cuda
 
 import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 
+	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/comm/commtest"
+	"github.com/memtrain/memtrain/engine/cpu"
 	"github.com/memtrain/memtrain/engine/enginetest"
+	"github.com/memtrain/memtrain/engine/llama"
 )
 
-// TestConformanceEmulated runs the conformance suite on the fake CUDA
-// libraries: the kernels' own sources, emulated on the CPU, behind the
-// backend's real bindings.
+// These tests run on the fake CUDA libraries (fake_test.go): the kernels'
+// own sources emulated on the CPU behind the backend's real bindings. They
+// skip where the fake cannot be built (no g++, not linux/amd64).
+
+// TestConformanceEmulated runs the conformance suite.
 func TestConformanceEmulated(t *testing.T) {
 	fakeCUDA(t)
 	enginetest.Run(t, func() engine.Backend { return newFake(t, 0, GemmF32) })
+}
+
+// testConfig is a small Llama with grouped queries, an untied head and
+// llama3 rope scaling, as engine/llama's tests use.
+func testConfig() *checkpoints.Config {
+	c := &checkpoints.Config{
+		HiddenSize: 32, IntermediateSize: 48, NumHiddenLayers: 2, NumAttentionHeads: 4, NumKeyValueHeads: 2,
+		RMSNormEps: 1e-5, RopeTheta: 10000, MaxPositionEmbeddings: 64, VocabSize: 97,
+		TorchDType: "float32", HiddenAct: "silu", InitializerRange: 0.3,
+		RopeScaling: &checkpoints.RopeScaling{RopeType: "llama3", Factor: 4, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 16},
+	}
+	if err := c.Validate(); err != nil {
+		panic(err)
+	}
+	return c
+}
+
+func randomModel(t *testing.T, b engine.Backend, cfg *checkpoints.Config) *llama.Model {
+	t.Helper()
+	m, err := llama.New(b, cfg, llama.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := checkpoints.RandomWeights(cfg, 3)
+	r := rand.New(rand.NewPCG(3, 1))
+	for i := range w {
+		if len(w[i].Shape) == 1 {
+			for j := range w[i].Data {
+				w[i].Data[j] = 1 + 0.2*float32(r.NormFloat64())
+			}
+		}
+	}
+	if err := m.SetWeights(w); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Free)
+	return m
+}
+
+func randomBatch(cfg *checkpoints.Config, B, T int) llama.Batch {
+	r := rand.New(rand.NewPCG(5, 2))
+	n := B * T
+	batch := llama.Batch{B: B, T: T, IDs: make([]int32, n), Targets: make([]int32, n), Weights: make([]float32, n)}
+	for i := range n {
+		batch.IDs[i] = int32(r.IntN(cfg.VocabSize))
+		batch.Targets[i] = int32(r.IntN(cfg.VocabSize))
+		if r.Float64() < 0.8 {
+			batch.Weights[i] = 1
+		} else {
+			batch.Targets[i] = -1
+		}
+	}
+	batch.IDs[3] = batch.IDs[0] // a repeated token
+	return batch
+}
+
+// relErr is max|a−b| / max|b|.
+func relErr(a, b []float32) float64 {
+	var num, den float64
+	for i := range a {
+		num = math.Max(num, math.Abs(float64(a[i])-float64(b[i])))
+		den = math.Max(den, math.Abs(float64(b[i])))
+	}
+	return num / math.Max(den, 1e-30)
+}
+
+// trainStep runs a forward and backward pass and an AdamW step, and returns
+// the loss and every parameter's gradient and new value.
+func trainStep(t *testing.T, m *llama.Model, batch llama.Batch) (llama.Loss, map[string][]float32) {
+	t.Helper()
+	b := m.Backend()
+	m.ZeroGrads()
+	loss, err := m.ForwardBackward(batch, 1/float32(len(batch.IDs)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]float32{}
+	for _, p := range m.Params() {
+		g := make([]float32, p.Grad.Len())
+		b.Download(g, p.Grad)
+		out["grad "+p.Name] = g
+		mom, v := b.Alloc(engine.F32, p.Value.Shape...), b.Alloc(engine.F32, p.Value.Shape...)
+		b.AdamW(p.Value, p.Grad, mom, v, engine.AdamWParams{LR: 1e-2, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 1})
+		b.Free(mom)
+		b.Free(v)
+		val := make([]float32, p.Value.Len())
+		b.Download(val, p.Value)
+		out["value "+p.Name] = val
+	}
+	if err := b.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	return loss, out
+}
+
+// TestModelEmulated trains a small Llama for a step on the CPU and on the
+// emulated GPU and compares the loss, every gradient and every updated
+// weight, then compares greedy generations.
+func TestModelEmulated(t *testing.T) {
+	fakeCUDA(t)
+	cfg := testConfig()
+	batch := randomBatch(cfg, 2, 24)
+	ref := randomModel(t, cpu.New(cpu.Options{Threads: 2}), cfg)
+	refLoss, refOut := trainStep(t, ref, batch)
+	for _, mode := range []string{GemmF32, GemmBF16} {
+		t.Run(mode, func(t *testing.T) {
+			m := randomModel(t, newFake(t, 0, mode), cfg)
+			loss, out := trainStep(t, m, batch)
+			tol := 1e-5
+			if mode == GemmBF16 {
+				tol = 3e-2 // products of bf16-rounded inputs
+			}
+			if d := math.Abs(loss.Mean()-refLoss.Mean()) / refLoss.Mean(); d > tol || loss.Weight != refLoss.Weight {
+				t.Errorf("loss %v (weight %v), CPU %v (weight %v)", loss.Mean(), loss.Weight, refLoss.Mean(), refLoss.Weight)
+			}
+			for name, want := range refOut {
+				if e := relErr(out[name], want); e > tol*10 {
+					t.Errorf("%s differs from the CPU's by %.2g (relative)", name, e)
+				}
+			}
+		})
+	}
+
+	gpu := randomModel(t, newFake(t, 0, GemmF32), cfg)
+	cpuModel := randomModel(t, cpu.New(cpu.Options{Threads: 2}), cfg)
+	prompts := [][]int32{{1, 2, 3}, {4, 5, 6, 7, 8, 9, 10}, {11}}
+	want, err := cpuModel.Generate(prompts, llama.GenerateOptions{MaxNewTokens: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := gpu.Generate(prompts, llama.GenerateOptions{MaxNewTokens: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if !slices.Equal(got[i], want[i]) {
+			t.Errorf("prompt %d: generated %v, CPU %v", i, got[i], want[i])
+		}
+	}
+}
+
+// TestBF16Emulated checks the BF16 storage and the kernels' mixed-type
+// paths against float32 results, within bf16's rounding.
+func TestBF16Emulated(t *testing.T) {
+	fakeCUDA(t)
+	b := newFake(t, 0, GemmF32)
+	r := rand.New(rand.NewPCG(7, 7))
+	randn := func(n int) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+		}
+		return x
+	}
+	get := func(x *engine.Tensor) []float32 {
+		out := make([]float32, x.Len())
+		b.Download(out, x)
+		return out
+	}
+	round := func(x []float32) []float32 {
+		y := make([]float32, len(x))
+		for i, v := range x {
+			y[i] = checkpoints.BF16ToFloat32(checkpoints.Float32ToBF16(v))
+		}
+		return y
+	}
+	put := func(dt engine.DType, x []float32, shape ...int) *engine.Tensor {
+		tt := b.Alloc(dt, shape...)
+		t.Cleanup(func() { b.Free(tt) })
+		b.Upload(tt, x)
+		return tt
+	}
+
+	const n = 1000
+	x := randn(n)
+	x[0], x[1] = float32(math.Inf(-1)), 1+1.0/256 // a tie, rounded to even
+	xb := put(engine.BF16, x, n)
+	if got, want := get(xb), round(x); !slices.Equal(got, want) {
+		t.Errorf("BF16 upload/download is not the host's rounding")
+	}
+	// Casts both ways, through Copy.
+	xf := put(engine.F32, x, n)
+	cast := put(engine.BF16, nil2(n), n)
+	b.Copy(cast, xf)
+	if got := get(cast); !slices.Equal(got, round(x)) {
+		t.Errorf("F32→BF16 cast differs from the host's rounding")
+	}
+	back := put(engine.F32, nil2(n), n)
+	b.Copy(back, cast)
+	if got := get(back); !slices.Equal(got, round(x)) {
+		t.Errorf("BF16→F32 cast is not exact")
+	}
+	b.Fill(cast, 0.1)
+	if got := get(cast); got[7] != checkpoints.BF16ToFloat32(checkpoints.Float32ToBF16(0.1)) {
+		t.Errorf("Fill BF16 gave %v", got[7])
+	}
+
+	// A mixed Add: BF16 + F32 into F32.
+	y := randn(n)
+	sum := put(engine.F32, nil2(n), n)
+	b.Add(sum, put(engine.BF16, y, n), put(engine.F32, y, n))
+	want := make([]float32, n)
+	for i := range want {
+		want[i] = round(y)[i] + y[i]
+	}
+	if e := relErr(get(sum), want); e > 1e-7 {
+		t.Errorf("mixed Add off by %g", e)
+	}
+
+	// GEMMs of BF16 operands into F32 and BF16, against float64.
+	const M, N, K = 17, 9, 33
+	a, bb := round(randn(M*K)), round(randn(K*N))
+	ref := make([]float32, M*N)
+	for i := range M {
+		for j := range N {
+			var s float64
+			for l := range K {
+				s += float64(a[i*K+l]) * float64(bb[l*N+j])
+			}
+			ref[i*N+j] = float32(s)
+		}
+	}
+	p := engine.GemmParams{M: M, N: N, K: K, Alpha: 1, LDA: K, LDB: N, LDC: N}
+	for _, cdt := range []engine.DType{engine.F32, engine.BF16} {
+		c := put(cdt, nil2(M*N), M, N)
+		b.Gemm(p, put(engine.BF16, a, M, K), put(engine.BF16, bb, K, N), c)
+		tol := 1e-6
+		if cdt == engine.BF16 {
+			tol = 1.0 / 128
+		}
+		if e := relErr(get(c), ref); e > tol {
+			t.Errorf("BF16 GEMM into %v off by %g", cdt, e)
+		}
+	}
+
+	// RMSNorm and SwiGLU on BF16 activations with F32 weights and
+	// statistics, against the same on F32 copies of the rounded values.
+	const rows, h = 5, 64
+	xs := round(randn(rows * h))
+	w := randn(h)
+	outB, rstdB := put(engine.BF16, nil2(rows*h), rows, h), put(engine.F32, nil2(rows), rows)
+	b.RMSNorm(outB, rstdB, put(engine.BF16, xs, rows, h), put(engine.F32, w, h), 1e-5)
+	outF, rstdF := put(engine.F32, nil2(rows*h), rows, h), put(engine.F32, nil2(rows), rows)
+	b.RMSNorm(outF, rstdF, put(engine.F32, xs, rows, h), put(engine.F32, w, h), 1e-5)
+	if !slices.Equal(get(outB), round(get(outF))) || !slices.Equal(get(rstdB), get(rstdF)) {
+		t.Errorf("BF16 RMSNorm is not the F32 one rounded")
+	}
+	g, u := round(randn(n)), round(randn(n))
+	sB, sF := put(engine.BF16, nil2(n), n), put(engine.F32, nil2(n), n)
+	b.SwiGLU(sB, put(engine.BF16, g, n), put(engine.BF16, u, n))
+	b.SwiGLU(sF, put(engine.F32, g, n), put(engine.F32, u, n))
+	if !slices.Equal(get(sB), round(get(sF))) {
+		t.Errorf("BF16 SwiGLU is not the F32 one rounded")
+	}
+
+	// Mixed dtypes the cuBLAS path cannot take are refused.
+	func() {
+		defer func() {
+			if p := recover(); p == nil || !strings.Contains(fmt.Sprint(p), "must share a dtype") {
+				t.Errorf("F32·BF16 GEMM: %v", p)
+			}
+		}()
+		b.Gemm(p, put(engine.F32, a, M, K), put(engine.BF16, bb, K, N), put(engine.F32, nil2(M*N), M, N))
+	}()
+}
+
+func nil2(n int) []float32 { return make([]float32, n) }
+
+// TestKernelCacheEmulated: the first backend compiles and stores the
+// kernels; the next one loads them from the cache.
+func TestKernelCacheEmulated(t *testing.T) {
+	dir := fakeCUDA(t)
+	cache := t.TempDir()
+	b1, err := New(Options{LibDir: dir, CacheDir: cache, GEMM: GemmF32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b1.Close()
+	info := b1.Info()
+	if info.KernelsCached || info.KernelTarget != "sm_90" || info.NVRTCVersion != "12.4" || info.Major != 9 {
+		t.Errorf("first backend: %+v", info)
+	}
+	files, _ := filepath.Glob(filepath.Join(cache, "*.cubin"))
+	if len(files) != 1 {
+		t.Fatalf("cache holds %v", files)
+	}
+	b2, err := New(Options{LibDir: dir, CacheDir: cache, GEMM: GemmF32, Device: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	if !b2.Info().KernelsCached || b2.Device() != (engine.Device{Kind: engine.CUDA, Index: 1}) {
+		t.Errorf("second backend: %+v", b2.Info())
+	}
+	if !strings.HasPrefix(b2.Name(), "cuda:1(memtrain fake GPU 1") || !strings.HasSuffix(b2.Name(), "sm_90, gemm f32)") {
+		t.Errorf("name %q", b2.Name())
+	}
+	// A corrupt cache file is not the driver's problem: it is refused at
+	// load and the error says which target it was for.
+	if err := os.WriteFile(files[0], []byte("garbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Options{LibDir: dir, CacheDir: cache}); err == nil || !strings.Contains(err.Error(), "cuModuleLoadData") {
+		t.Errorf("corrupt cache: %v", err)
+	}
+	if _, err := New(Options{LibDir: dir, Device: 8}); err == nil || err.Error() != "cuda: device cuda:8 requested, but 8 CUDA device(s) found" {
+		t.Errorf("device out of range: %v", err)
+	}
+}
+
+// TestBackendEmulated covers the backend's own contracts: concurrent use,
+// misuse that panics with a message, and Close.
+func TestBackendEmulated(t *testing.T) {
+	fakeCUDA(t)
+	b := newFake(t, 0, GemmF32)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			x := b.Alloc(engine.F32, 100)
+			defer b.Free(x)
+			for i := range 20 {
+				v := float32(g*100 + i)
+				b.Fill(x, v)
+				out := make([]float32, 100)
+				b.Download(out, x)
+				if out[99] != v {
+					t.Errorf("goroutine %d read %v, want %v", g, out[99], v)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+
+	panics := func(what, want string, f func()) {
+		t.Helper()
+		defer func() {
+			if p := recover(); p == nil || !strings.Contains(fmt.Sprint(p), want) {
+				t.Errorf("%s: panic %v, want one containing %q", what, p, want)
+			}
+		}()
+		f()
+	}
+	x := b.Alloc(engine.F32, 10)
+	ids := b.Alloc(engine.I32, 3)
+	b.UploadInt32(ids, []int32{1, 2, 10})
+	panics("id out of range", "ids[2] = 10 is outside the table's 5 rows", func() {
+		b.Embedding(b.Alloc(engine.F32, 3, 2), x.Reshape(5, 2), ids)
+	})
+	other := cpu.New(cpu.Options{Threads: 1}).Alloc(engine.F32, 10)
+	panics("CPU tensor", "is not a CUDA tensor", func() { b.Copy(x, other) })
+	b.Free(x)
+	panics("use after Free", "freed tensor", func() { b.Fill(x, 1) })
+	panics("double Free", "already freed", func() { b.Free(x) })
+
+	// Argmax writes ids on the device: the host copy is refreshed.
+	logits := b.Alloc(engine.F32, 2, 3)
+	b.Upload(logits, []float32{0, 5, 1, 7, 2, 3})
+	out := b.Alloc(engine.I32, 2)
+	b.Argmax(out, logits)
+	got := make([]int32, 2)
+	b.DownloadInt32(got, out)
+	if !slices.Equal(got, []int32{1, 0}) {
+		t.Errorf("Argmax gave %v", got)
+	}
+	// Overlapping Copy within one storage.
+	s := b.Alloc(engine.F32, 6)
+	b.Upload(s, []float32{1, 2, 3, 4, 5, 6})
+	b.Copy(s.View(1, 4), s.View(0, 4))
+	all := make([]float32, 6)
+	b.Download(all, s)
+	if !slices.Equal(all, []float32{1, 1, 2, 3, 4, 6}) {
+		t.Errorf("overlapping Copy gave %v", all)
+	}
+
+	c := newFake(t, 0, GemmF32)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	panics("closed backend", "closed backend", func() { c.Alloc(engine.F32, 1) })
+}
+
+// TestNCCLEmulated runs the communicators' conformance suite on NCCL
+// communicators over fake GPUs, one process driving them all
+// (ncclCommInitAll), then a group made from a unique id.
+func TestNCCLEmulated(t *testing.T) {
+	fakeCUDA(t)
+	backends := make([]*Backend, 8)
+	for i := range backends {
+		backends[i] = newFake(t, i, GemmF32)
+	}
+	factory := func(t *testing.T, n int, opts ...comm.Option) []comm.Comm {
+		comms, err := NewNCCLGroup(backends[:n], opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return comms
+	}
+	commtest.Run(t, factory, commtest.Config{Backend: func(rank int) engine.Backend { return backends[rank] }})
+
+	t.Run("UniqueID", func(t *testing.T) {
+		id, err := NewNCCLUniqueID(fakeCUDA(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		comms := make([]comm.Comm, 3)
+		errs := make([]error, 3)
+		var wg sync.WaitGroup
+		for r := range comms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				comms[r], errs[r] = NewNCCL(backends[r], id, r, 3, comm.WithName("ids"))
+			}()
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+		}
+		for r := range comms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c := comms[r]
+				x := backends[r].Alloc(engine.F32, 5)
+				defer backends[r].Free(x)
+				backends[r].Fill(x, float32(r+1))
+				if err := c.AllReduce(x); err != nil {
+					t.Error(err)
+				}
+				out := make([]float32, 5)
+				backends[r].Download(out, x)
+				if out[4] != 6 {
+					t.Errorf("rank %d: all-reduce gave %v", r, out)
+				}
+				if c.Group() != "ids" || c.Rank() != r || c.Size() != 3 {
+					t.Errorf("rank %d: group %q rank %d size %d", r, c.Group(), c.Rank(), c.Size())
+				}
+				if err := c.Close(); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+	})
 }

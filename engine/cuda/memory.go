@@ -179,9 +179,13 @@ func (b *Backend) hostInts(v view) []int32 {
 	return v.s.host[v.off : v.off+v.n]
 }
 
-// deviceWroteInts marks an I32 storage as written by a kernel: the host no
-// longer knows its contents.
-func (v view) deviceWroteInts() { v.s.hostValid = false }
+// deviceWroteInts marks a storage as written on the device (by a kernel or
+// a collective): for an I32 storage, the host no longer knows its contents.
+func (v view) deviceWroteInts() {
+	if v.dtype == engine.I32 {
+		v.s.hostValid = false
+	}
+}
 
 func checkLen(op string, got, want int) {
 	if got != want {

@@ -335,6 +335,7 @@ func (c *ncclComm) allReduce(t *engine.Tensor, async bool) comm.Request {
 	if c.size == 1 || v.n == 0 {
 		return doneRequest{}
 	}
+	v.deviceWroteInts()
 	return c.run(comm.AllReduce, async, func(stream uintptr) error {
 		return c.check("ncclAllReduce", c.api.ncclAllReduce(v.ptr, v.ptr, uint64(v.n), ncclType(v.dtype), ncclSum, c.comm, stream))
 	})
@@ -352,6 +353,7 @@ func (c *ncclComm) Broadcast(t *engine.Tensor, root int) error {
 	if c.size == 1 || v.n == 0 {
 		return nil
 	}
+	v.deviceWroteInts()
 	return c.run(comm.Broadcast, false, func(stream uintptr) error {
 		return c.check("ncclBroadcast", c.api.ncclBroadcast(v.ptr, v.ptr, uint64(v.n), ncclType(v.dtype), int32(root), c.comm, stream))
 	}).Wait()
@@ -385,6 +387,7 @@ func (c *ncclComm) reduceScatter(dst, src *engine.Tensor, async bool) comm.Reque
 	}
 	n, p := s.n, c.size
 	c.counters.Add(c.group, p, op, n)
+	d.deviceWroteInts()
 	chunk := (n + p - 1) / p
 	if p == 1 || n == 0 {
 		if !inPlace && d.n > 0 {
@@ -444,6 +447,7 @@ func (c *ncclComm) allGather(dst, src *engine.Tensor, async bool) comm.Request {
 	}
 	n, p := d.n, c.size
 	c.counters.Add(c.group, p, op, n)
+	d.deviceWroteInts()
 	chunk := (n + p - 1) / p
 	if p == 1 || n == 0 {
 		if !inPlace && s.n > 0 {
