@@ -1,7 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -9,6 +12,7 @@ import (
 	"github.com/memtrain/memtrain/data/tokenizer"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/cpu"
+	"github.com/memtrain/memtrain/engine/cuda"
 	"github.com/memtrain/memtrain/engine/gemm"
 	"github.com/memtrain/memtrain/engine/llama"
 )
@@ -17,6 +21,7 @@ import (
 type engineFlags struct {
 	threads int
 	blas    string
+	device  string
 }
 
 func (f *engineFlags) register(fl *pflag.FlagSet) {
@@ -26,6 +31,23 @@ func (f *engineFlags) register(fl *pflag.FlagSet) {
 		def = "auto"
 	}
 	fl.StringVar(&f.blas, "blas", def, "matrix multiply: go (memtrain's kernels), openblas (loaded at run time) or auto; default $MEMTRAIN_BLAS or auto")
+	fl.StringVar(&f.device, "device", "cpu", "compute on cpu, or on GPU N with cuda:N (cuda means cuda:0; CUDA is loaded at run time, and $MEMTRAIN_CUDA_GEMM sets its matrix-multiply precision: bf16, tf32 or f32)")
+}
+
+// parseDevice reads --device: "cpu", "cuda" or "cuda:N".
+func parseDevice(s string) (engine.Device, error) {
+	switch {
+	case s == "cpu":
+		return engine.Device{Kind: engine.CPU}, nil
+	case s == "cuda":
+		return engine.Device{Kind: engine.CUDA}, nil
+	case strings.HasPrefix(s, "cuda:"):
+		n, err := strconv.Atoi(strings.TrimPrefix(s, "cuda:"))
+		if err == nil && n >= 0 {
+			return engine.Device{Kind: engine.CUDA, Index: n}, nil
+		}
+	}
+	return engine.Device{}, fmt.Errorf("--device %q: want cpu, cuda or cuda:N", s)
 }
 
 func (f engineFlags) backend() (engine.Backend, error) {
@@ -34,8 +56,20 @@ func (f engineFlags) backend() (engine.Backend, error) {
 }
 
 // build returns the backend and the matrix multiply it computes with, so
-// that benchmarks measure the very GEMM the backend uses.
+// that benchmarks measure the very GEMM the backend uses. On a GPU that
+// GEMM multiplies host matrices through the device, transfers included.
 func (f engineFlags) build() (engine.Backend, gemm.Impl, error) {
+	dev, err := parseDevice(f.device)
+	if err != nil {
+		return nil, nil, err
+	}
+	if dev.Kind == engine.CUDA {
+		b, err := cuda.New(cuda.Options{Device: dev.Index})
+		if err != nil {
+			return nil, nil, err
+		}
+		return b, b.HostGEMM(), nil
+	}
 	g, err := gemm.Select(f.blas, f.threads)
 	if err != nil {
 		return nil, nil, err
