@@ -587,10 +587,7 @@ func (r *Runner) runArm(ar armRun) error {
 		return err
 	}
 	res := ArmResult{Schema: ResultSchema, Arm: ar.arm.Name, Seed: ar.seed, Loss: cfg.Loss,
-		Model: ar.base.Model, Targets: len(r.sel.Targets), TrainDir: rel(r.Out, cfg.Out)}
-	if res.Model == "" {
-		res.Model = ar.base.Preset
-	}
+		Targets: len(r.sel.Targets), TrainDir: rel(r.Out, cfg.Out)}
 	res.K, res.Strategy, res.H = goldfishOf(cfg)
 	if n := len(metrics); n > 0 {
 		last := metrics[n-1]
@@ -611,6 +608,7 @@ func (r *Runner) runArm(ar armRun) error {
 		return err
 	}
 	res.Params = ck.Config.Params().Total
+	res.Model = modelName(ar.base, ck.Config)
 	m, err := llama.Load(r.Backend, ck, llama.Options{})
 	ck.Close()
 	if err != nil {
@@ -654,6 +652,18 @@ func (r *Runner) runArm(ar armRun) error {
 		return fmt.Errorf("experiments: %w", err)
 	}
 	return checkpoints.WriteFileAtomic(filepath.Join(dir, ResultFile), append(b, '\n'))
+}
+
+// modelName names a base model in results: its folder, or its preset with
+// the shape that was overridden (the report groups arms by it).
+func modelName(b Base, cfg *checkpoints.Config) string {
+	if b.Model != "" {
+		return b.Model
+	}
+	if b.Hidden == 0 && b.Layers == 0 && b.Intermediate == 0 {
+		return b.Preset
+	}
+	return fmt.Sprintf("%s-h%d-l%d", b.Preset, cfg.HiddenSize, cfg.NumHiddenLayers)
 }
 
 func rel(base, path string) string {
