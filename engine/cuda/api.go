@@ -237,6 +237,9 @@ type libraries struct {
 var (
 	librariesMu sync.Mutex
 	loaded      = map[string]*libraries{}
+	// loadErrs remembers failed searches: a search runs python3, and
+	// its answer does not change while the process runs.
+	loadErrs = map[string]error{}
 )
 
 // loadLibraries loads the driver, cuBLAS and NVRTC, once per process for
@@ -247,6 +250,9 @@ func loadLibraries(libDir string) (*libraries, error) {
 	defer librariesMu.Unlock()
 	if l := loaded[libDir]; l != nil {
 		return l, nil
+	}
+	if err := loadErrs[libDir]; err != nil {
+		return nil, err
 	}
 	if !canLoad {
 		_, err := dlopen("")
@@ -266,10 +272,11 @@ func loadLibraries(libDir string) (*libraries, error) {
 		{libCUBLAS, l.blas.symbols()},
 	} {
 		h, path, err := loadLibrary(x.lib, env)
-		if err != nil {
-			return nil, err
+		if err == nil {
+			err = bindAll(h, path, x.syms)
 		}
-		if err := bindAll(h, path, x.syms); err != nil {
+		if err != nil {
+			loadErrs[libDir] = err
 			return nil, err
 		}
 		l.paths[x.lib.names[0]] = path

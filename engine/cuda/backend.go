@@ -434,3 +434,26 @@ func shapeString(shape []int) string {
 	}
 	return "[" + strings.Join(parts, ",") + "]"
 }
+
+// DeviceCount returns the number of CUDA devices, loading the driver as
+// New does (libDir as Options.LibDir). Without the driver or a device it
+// returns 0 and the error New would give.
+func DeviceCount(libDir string) (int, error) {
+	libs, err := loadLibraries(libDir)
+	if err != nil {
+		return 0, err
+	}
+	cu := libs.cu
+	var n int32
+	if r := cu.cuInit(0); r != cudaSuccess {
+		b := &Backend{cu: cu}
+		if r == cudaErrorNoDevice {
+			return 0, &errNoDevice{fmt.Sprintf("cuda: no CUDA device (cuInit: %s)", b.describe(r))}
+		}
+		return 0, b.err("cuInit", r)
+	}
+	if r := cu.cuDeviceGetCount(&n); r != cudaSuccess {
+		return 0, (&Backend{cu: cu}).err("cuDeviceGetCount", r)
+	}
+	return int(n), nil
+}

@@ -22,7 +22,12 @@ import (
 
 // These tests run on the fake CUDA libraries (fake_test.go): the kernels'
 // own sources emulated on the CPU behind the backend's real bindings. They
-// skip where the fake cannot be built (no g++, not linux/amd64).
+// skip where the fake cannot be built (no g++, not linux/amd64). The same
+// checks run on a real GPU in gpu_test.go.
+
+// A maker returns a backend on device dev with the given GEMM precision,
+// closed when the test ends.
+type maker func(t testing.TB, dev int, gemm string) *Backend
 
 // TestConformanceEmulated runs the conformance suite.
 func TestConformanceEmulated(t *testing.T) {
@@ -128,13 +133,17 @@ func trainStep(t *testing.T, m *llama.Model, batch llama.Batch) (llama.Loss, map
 // weight, then compares greedy generations.
 func TestModelEmulated(t *testing.T) {
 	fakeCUDA(t)
+	testModel(t, newFake)
+}
+
+func testModel(t *testing.T, newBackend maker) {
 	cfg := testConfig()
 	batch := randomBatch(cfg, 2, 24)
 	ref := randomModel(t, cpu.New(cpu.Options{Threads: 2}), cfg)
 	refLoss, refOut := trainStep(t, ref, batch)
 	for _, mode := range []string{GemmF32, GemmBF16} {
 		t.Run(mode, func(t *testing.T) {
-			m := randomModel(t, newFake(t, 0, mode), cfg)
+			m := randomModel(t, newBackend(t, 0, mode), cfg)
 			loss, out := trainStep(t, m, batch)
 			tol := 1e-5
 			if mode == GemmBF16 {
@@ -151,7 +160,7 @@ func TestModelEmulated(t *testing.T) {
 		})
 	}
 
-	gpu := randomModel(t, newFake(t, 0, GemmF32), cfg)
+	gpu := randomModel(t, newBackend(t, 0, GemmF32), cfg)
 	cpuModel := randomModel(t, cpu.New(cpu.Options{Threads: 2}), cfg)
 	prompts := [][]int32{{1, 2, 3}, {4, 5, 6, 7, 8, 9, 10}, {11}}
 	want, err := cpuModel.Generate(prompts, llama.GenerateOptions{MaxNewTokens: 8})
@@ -173,7 +182,11 @@ func TestModelEmulated(t *testing.T) {
 // paths against float32 results, within bf16's rounding.
 func TestBF16Emulated(t *testing.T) {
 	fakeCUDA(t)
-	b := newFake(t, 0, GemmF32)
+	testBF16(t, newFake)
+}
+
+func testBF16(t *testing.T, newBackend maker) {
+	b := newBackend(t, 0, GemmF32)
 	r := rand.New(rand.NewPCG(7, 7))
 	randn := func(n int) []float32 {
 		x := make([]float32, n)
@@ -342,7 +355,11 @@ func TestKernelCacheEmulated(t *testing.T) {
 // misuse that panics with a message, and Close.
 func TestBackendEmulated(t *testing.T) {
 	fakeCUDA(t)
-	b := newFake(t, 0, GemmF32)
+	testBackend(t, newFake)
+}
+
+func testBackend(t *testing.T, newBackend maker) {
+	b := newBackend(t, 0, GemmF32)
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Add(1)
@@ -404,7 +421,7 @@ func TestBackendEmulated(t *testing.T) {
 		t.Errorf("overlapping Copy gave %v", all)
 	}
 
-	c := newFake(t, 0, GemmF32)
+	c := newBackend(t, 0, GemmF32)
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -415,10 +432,21 @@ func TestBackendEmulated(t *testing.T) {
 // communicators over fake GPUs, one process driving them all
 // (ncclCommInitAll), then a group made from a unique id.
 func TestNCCLEmulated(t *testing.T) {
-	fakeCUDA(t)
-	backends := make([]*Backend, 8)
+	testNCCL(t, newFake, fakeCUDA(t), 8)
+}
+
+// testNCCL runs the suite over devices GPUs (at least 2), then makes a
+// group of min(3, devices) ranks from a unique id.
+func testNCCL(t *testing.T, newBackend maker, libDir string, devices int) {
+	backends := make([]*Backend, devices)
 	for i := range backends {
-		backends[i] = newFake(t, i, GemmF32)
+		backends[i] = newBackend(t, i, GemmF32)
+	}
+	var sizes []int
+	for _, n := range []int{1, 2, 3, 4, 8} {
+		if n <= devices {
+			sizes = append(sizes, n)
+		}
 	}
 	factory := func(t *testing.T, n int, opts ...comm.Option) []comm.Comm {
 		comms, err := NewNCCLGroup(backends[:n], opts...)
@@ -427,21 +455,22 @@ func TestNCCLEmulated(t *testing.T) {
 		}
 		return comms
 	}
-	commtest.Run(t, factory, commtest.Config{Backend: func(rank int) engine.Backend { return backends[rank] }})
+	commtest.Run(t, factory, commtest.Config{Backend: func(rank int) engine.Backend { return backends[rank] }, Sizes: sizes})
 
 	t.Run("UniqueID", func(t *testing.T) {
-		id, err := NewNCCLUniqueID(fakeCUDA(t))
+		id, err := NewNCCLUniqueID(libDir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		comms := make([]comm.Comm, 3)
-		errs := make([]error, 3)
+		ranks := min(3, devices)
+		comms := make([]comm.Comm, ranks)
+		errs := make([]error, ranks)
 		var wg sync.WaitGroup
 		for r := range comms {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				comms[r], errs[r] = NewNCCL(backends[r], id, r, 3, comm.WithName("ids"))
+				comms[r], errs[r] = NewNCCL(backends[r], id, r, ranks, comm.WithName("ids"))
 			}()
 		}
 		wg.Wait()
@@ -463,10 +492,10 @@ func TestNCCLEmulated(t *testing.T) {
 				}
 				out := make([]float32, 5)
 				backends[r].Download(out, x)
-				if out[4] != 6 {
-					t.Errorf("rank %d: all-reduce gave %v", r, out)
+				if want := float32(ranks * (ranks + 1) / 2); out[4] != want {
+					t.Errorf("rank %d: all-reduce gave %v, want %v", r, out, want)
 				}
-				if c.Group() != "ids" || c.Rank() != r || c.Size() != 3 {
+				if c.Group() != "ids" || c.Rank() != r || c.Size() != ranks {
 					t.Errorf("rank %d: group %q rank %d size %d", r, c.Group(), c.Rank(), c.Size())
 				}
 				if err := c.Close(); err != nil {
