@@ -106,9 +106,6 @@ func (r *Runner) Run() (*Report, error) {
 	if err := r.prepareData(); err != nil {
 		return nil, err
 	}
-	if err := r.checkProtocols(); err != nil {
-		return nil, err
-	}
 	for _, ar := range runs {
 		if err := r.runArm(ar); err != nil {
 			return nil, err
@@ -219,6 +216,9 @@ func (r *Runner) prepareData() error {
 	}
 	r.logf("targets: %d targets and %d held-out documents of %d–%d tokens chosen from %d candidates (%d left out for a shared %d-token run) in %.1fs",
 		len(r.sel.Targets), len(r.sel.Holdout), t.MinTokens, t.MaxTokens, r.sel.Candidates, r.sel.Overlapping, t.Overlap, time.Since(start).Seconds())
+	if err := r.checkProtocols(); err != nil {
+		return err
+	}
 	dataDir := filepath.Join(r.Out, "data")
 	for name, ps := range map[string][]Passage{"targets.jsonl": r.sel.Targets, "heldout.jsonl": r.sel.Holdout} {
 		var buf bytes.Buffer
