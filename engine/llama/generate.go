@@ -33,13 +33,13 @@ type decoder struct {
 	start                   *engine.Tensor // I32 [B]
 	last, lastNorm, lastRms *engine.Tensor // [B,H], [B,H], [B]
 	logits                  *engine.Tensor // [B,V]
-	next                    *engine.Tensor // I32 [B]
+	sc                      *scratch       // the grid's, for rows tokens (nil on one rank)
+	ce                      *ceScratch     // the grid's argmax over Y ranks' vocabulary slices, and Argmax's output
 	all                     []*engine.Tensor
 }
 
 func (m *Model) newDecoder(B, Tmax, rows int) *decoder {
-	cfg := m.Config
-	H, Q, KV, I, V := cfg.HiddenSize, cfg.QDim(), cfg.KVDim(), cfg.IntermediateSize, cfg.VocabSize
+	H, Q, KV, I, V := m.d.H, m.d.Q, m.d.KV, m.d.I, m.d.V
 	d := &decoder{m: m, B: B, Tmax: Tmax}
 	alloc := func(dt engine.DType, shape ...int) *engine.Tensor {
 		t := m.backend.Alloc(dt, shape...)
@@ -47,8 +47,8 @@ func (m *Model) newDecoder(B, Tmax, rows int) *decoder {
 		return t
 	}
 	for range m.Layers {
-		d.kCache = append(d.kCache, alloc(engine.F32, B, Tmax, cfg.NumKeyValueHeads, cfg.HeadDimension()))
-		d.vCache = append(d.vCache, alloc(engine.F32, B, Tmax, cfg.NumKeyValueHeads, cfg.HeadDimension()))
+		d.kCache = append(d.kCache, alloc(engine.F32, B, Tmax, m.d.kvHeads, m.d.D))
+		d.vCache = append(d.vCache, alloc(engine.F32, B, Tmax, m.d.kvHeads, m.d.D))
 	}
 	d.x, d.y, d.ln, d.h = alloc(engine.F32, rows, H), alloc(engine.F32, rows, H), alloc(engine.F32, rows, H), alloc(engine.F32, rows, H)
 	d.rstd = alloc(engine.F32, rows)
@@ -59,7 +59,11 @@ func (m *Model) newDecoder(B, Tmax, rows int) *decoder {
 	d.start = alloc(engine.I32, B)
 	d.last, d.lastNorm, d.lastRms = alloc(engine.F32, B, H), alloc(engine.F32, B, H), alloc(engine.F32, B)
 	d.logits = alloc(engine.F32, B, V)
-	d.next = alloc(engine.I32, B)
+	d.sc = m.allocScratch(rows, alloc)
+	d.ce = m.allocCEScratch(B, alloc)
+	if d.ce == nil {
+		d.ce = &ceScratch{idx: alloc(engine.I32, B)}
+	}
 	return d
 }
 
@@ -77,12 +81,10 @@ func rowsOf(t *engine.Tensor, n int) *engine.Tensor { return t.View(0, n, t.Dim(
 // each sequence's position of its first new token. The hidden state of
 // each sequence's last new token is left in d.last rows s0….
 func (d *decoder) step(s0 int, ids []int32, n int, start []int32) {
-	m, b, cfg := d.m, d.m.backend, d.m.Config
+	m, b := d.m, d.m.backend
 	S := len(start)
 	R := S * n
-	D := cfg.HeadDimension()
-	heads, kvHeads := cfg.NumAttentionHeads, cfg.NumKeyValueHeads
-	eps := float32(cfg.RMSNormEps)
+	D, heads, kvHeads := m.d.D, m.d.heads, m.d.kvHeads
 
 	pos := make([]int32, R)
 	for s := 0; s < S; s++ {
@@ -93,6 +95,7 @@ func (d *decoder) step(s0 int, ids []int32, n int, start []int32) {
 	idsT, posT := d.ids.View(0, R), d.pos.View(0, R)
 	b.UploadInt32(idsT, ids)
 	b.UploadInt32(posT, pos)
+	m.vocabSlice(d.sc, ids)
 	startT := d.start.View(0, S)
 	b.UploadInt32(startT, start)
 
@@ -101,12 +104,14 @@ func (d *decoder) step(s0 int, ids []int32, n int, start []int32) {
 	q, att, k, v := rowsOf(d.q, R), rowsOf(d.att, R), rowsOf(d.k, R), rowsOf(d.v, R)
 	gate, up, act := rowsOf(d.gate, R), rowsOf(d.up, R), rowsOf(d.act, R)
 	kvRow := kvHeads * D
-	b.Embedding(x, m.Embed.Value, idsT)
+	m.beginPass(m.units.forward(false)[:1+len(m.Layers)])
+	m.embed(x, m.nextWeights(m.units.embed)[0], idsT, d.sc)
 	for l, p := range m.Layers {
-		b.RMSNorm(ln, rstd, x, p.AttnNorm.Value, eps)
-		m.linear(q, ln, p.Q, false)
-		m.linear(k, ln, p.K, false)
-		m.linear(v, ln, p.V, false)
+		w := blockOf(m.nextWeights(m.units.layers[l]))
+		m.rmsnorm(ln, rstd, x, p.AttnNorm, d.sc)
+		m.linear(q, ln, w.q, m.gx)
+		m.linear(k, ln, w.k, m.gx)
+		m.linear(v, ln, w.v, m.gx)
 		b.RoPE(q.Reshape(R, heads, D), posT, m.invFreq)
 		b.RoPE(k.Reshape(R, kvHeads, D), posT, m.invFreq)
 		// Append this step's keys and values to each sequence's cache.
@@ -118,14 +123,12 @@ func (d *decoder) step(s0 int, ids []int32, n int, start []int32) {
 			b.Copy(vc.View(off, n, kvRow), v.View(s*n*kvRow, n, kvRow))
 		}
 		b.AttentionKV(att.Reshape(S, n, heads, D), q.Reshape(S, n, heads, D), kc, vc, startT)
-		b.Copy(h, x)
-		m.linear(h, att, p.O, true)
-		b.RMSNorm(ln, rstd, h, p.MLPNorm.Value, eps)
-		m.linear(gate, ln, p.Gate, false)
-		m.linear(up, ln, p.Up, false)
+		m.linearResidual(h, att, w.o, x, m.gy)
+		m.rmsnorm(ln, rstd, h, p.MLPNorm, d.sc)
+		m.linear(gate, ln, w.gate, m.gx)
+		m.linear(up, ln, w.up, m.gx)
 		b.SwiGLU(act, gate, up)
-		b.Copy(y, h)
-		m.linear(y, act, p.Down, true)
+		m.linearResidual(y, act, w.down, h, m.gy)
 		x, y = y, x
 	}
 	for s := 0; s < S; s++ {
@@ -135,19 +138,23 @@ func (d *decoder) step(s0 int, ids []int32, n int, start []int32) {
 
 // predict turns d.last into the greedy next token of every sequence.
 func (d *decoder) predict() []int32 {
-	m, b := d.m, d.m.backend
-	b.RMSNorm(d.lastNorm, d.lastRms, d.last, m.Norm.Value, float32(m.Config.RMSNormEps))
-	m.linear(d.logits, d.lastNorm, m.Head, false)
-	b.Argmax(d.next, d.logits)
+	m := d.m
+	m.beginPass([][]*engine.Param{m.units.head})
+	m.rmsnorm(d.lastNorm, d.lastRms, d.last, m.Norm, d.sc)
+	m.linear(d.logits, d.lastNorm, m.nextWeights(m.units.head)[0], m.gx)
 	out := make([]int32, d.B)
-	b.DownloadInt32(out, d.next)
+	m.argmax(out, d.logits, d.ce)
 	return out
 }
 
 // Generate continues each prompt greedily (the most likely token, the
 // lowest id on ties) with a KV cache, the prompts batched whatever their
 // lengths. It returns only the new tokens of each prompt.
-func (m *Model) Generate(prompts [][]int32, opt GenerateOptions) ([][]int32, error) {
+//
+// On a grid every rank calls it with the same prompts and gets the same
+// continuations.
+func (m *Model) Generate(prompts [][]int32, opt GenerateOptions) (out [][]int32, err error) {
+	defer recoverComm(&err)
 	cfg := m.Config
 	if len(prompts) == 0 {
 		return nil, fmt.Errorf("llama: no prompts")
@@ -171,7 +178,7 @@ func (m *Model) Generate(prompts [][]int32, opt GenerateOptions) ([][]int32, err
 		return nil, fmt.Errorf("llama: prompt of %d tokens plus %d new exceeds max_position_embeddings %d", longest, opt.MaxNewTokens, cfg.MaxPositionEmbeddings)
 	}
 	B := len(prompts)
-	out := make([][]int32, B)
+	out = make([][]int32, B)
 	if opt.MaxNewTokens == 0 {
 		return out, nil
 	}

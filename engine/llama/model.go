@@ -6,13 +6,23 @@
 // Every layer's backward is hand-written beside its forward (block.go),
 // llm.c style; the kernels themselves belong to the backend. The model
 // only speaks the Backend interface, so the same code runs on any backend.
+//
+// The same model runs on one rank or on a four-dimensional grid of ranks
+// (Options.Parallel; AxoNN's Data × X × Y × Z, laid out as engine/perfmodel
+// describes): each rank then holds a shard of every weight and computes its
+// part of every layer, and the layers exchange partial results through the
+// grid's communicators (grid.go). One rank is the grid of one rank: the
+// same code, with nothing to exchange.
 package llama
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/parallel"
 )
 
 // Options control how the model trains.
@@ -21,6 +31,12 @@ type Options struct {
 	// recomputes the layer's activations in the backward pass: about one
 	// extra forward of compute for a large cut in activation memory.
 	Recompute bool
+	// Parallel, if not nil, is this rank's place in a grid of ranks that
+	// run the model together: every rank of the grid creates its model
+	// with its own Grid and calls the same methods in the same order with
+	// the same arguments (batches: see ForwardBackward). nil is one rank
+	// holding everything.
+	Parallel *parallel.Grid
 }
 
 // Layer holds one decoder block's parameters.
@@ -31,7 +47,8 @@ type Layer struct {
 }
 
 // Model is a Llama model's parameters and gradients on a backend, with the
-// workspace for its activations.
+// workspace for its activations. On a grid, the parameters are this rank's
+// shards (engine.Param.Shard).
 type Model struct {
 	Config  *checkpoints.Config
 	Options Options
@@ -44,27 +61,56 @@ type Model struct {
 
 	invFreq *engine.Tensor // [D/2]
 	ws      *workspace     // activations for the current batch shape
+
+	d dims // this rank's share of the model's dimensions
+	// gx and gy are the groups whose ranks hold partial sums of a layer's
+	// output or input gradient (the hidden size is split over X; heads,
+	// intermediate features and the vocabulary over Y); nil when the
+	// group has one rank and there is nothing to sum.
+	gx, gy comm.Comm
+	zw     *zWeights // Z-gathering of weight blocks; nil without Z-sharding
+	zg     *zGrads   // Z reduce-scattering of weight gradients; nil without Z-sharding
+	units  units     // the weights a pass gathers, unit by unit
 }
 
 // New allocates a model of the given configuration with zero weights and
-// gradients.
+// gradients (this rank's shards of them on a grid).
 func New(b engine.Backend, cfg *checkpoints.Config, opt Options) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m := &Model{Config: cfg.Clone(), Options: opt, backend: b}
+	g := opt.Parallel
+	m := &Model{Config: cfg.Clone(), Options: opt, backend: b, d: fullDims(cfg)}
+	if g != nil {
+		if err := parallel.Check(cfg, g.Shape()); err != nil {
+			return nil, err
+		}
+		m.d = gridDims(cfg, g.Shape())
+		m.d.v0 = g.At.Y * m.d.V
+		if g.X.Size() > 1 {
+			m.gx = g.X
+		}
+		if g.Y.Size() > 1 {
+			m.gy = g.Y
+		}
+	}
 	params := map[string]*engine.Param{}
 	for _, s := range cfg.TensorSpecs() {
 		rows, cols := 1, s.Shape[0]
 		if len(s.Shape) == 2 {
 			rows, cols = s.Shape[0], s.Shape[1]
 		}
+		shard, shape := engine.WholeShard(rows, cols), s.Shape
+		if g != nil {
+			shard = g.Shard(s.Name, s.Shape)
+			shape = parallel.LocalShape(s.Shape, shard)
+		}
 		params[s.Name] = &engine.Param{
 			Name:  s.Name,
 			Full:  append([]int(nil), s.Shape...),
-			Shard: engine.WholeShard(rows, cols),
-			Value: b.Alloc(engine.F32, s.Shape...),
-			Grad:  b.Alloc(engine.F32, s.Shape...),
+			Shard: shard,
+			Value: b.Alloc(engine.F32, shape...),
+			Grad:  b.Alloc(engine.F32, shape...),
 			Decay: !s.Norm,
 		}
 	}
@@ -82,6 +128,11 @@ func New(b engine.Backend, cfg *checkpoints.Config, opt Options) (*Model, error)
 			Gate: p("mlp.gate_proj"), Up: p("mlp.up_proj"), Down: p("mlp.down_proj"),
 		})
 	}
+	m.units = newUnits(m)
+	if g != nil && g.Z.Size() > 1 {
+		m.zw = newZWeights(m, g.Z, g.Overlap.AllGather)
+		m.zg = newZGrads(m, g.Z, g.Overlap.ReduceScatter)
+	}
 	inv := InvFreq(cfg)
 	m.invFreq = b.Alloc(engine.F32, len(inv))
 	b.Upload(m.invFreq, inv)
@@ -89,25 +140,68 @@ func New(b engine.Backend, cfg *checkpoints.Config, opt Options) (*Model, error)
 }
 
 // Load creates a model from an opened checkpoint, converting its weights to
-// float32 on the backend.
+// float32 on the backend. On a grid each rank reads only its shards.
 func Load(b engine.Backend, ck *checkpoints.Checkpoint, opt Options) (*Model, error) {
 	m, err := New(b, ck.Config, opt)
 	if err != nil {
 		return nil, err
 	}
-	buf := []float32{}
-	for _, p := range m.Params() {
-		n := p.Value.Len()
-		if cap(buf) < n {
-			buf = make([]float32, n)
-		}
-		if err := ck.Weights.ReadFloat32Into(p.Name, buf[:n]); err != nil {
-			m.Free()
-			return nil, err
-		}
-		b.Upload(p.Value, buf[:n])
+	if err := m.LoadWeights(ck.Weights); err != nil {
+		m.Free()
+		return nil, err
 	}
 	return m, nil
+}
+
+// LoadWeights reads every parameter by HF name from r (a checkpoint's
+// weights), this rank's shard of it.
+func (m *Model) LoadWeights(r parallel.SliceReader) error {
+	for _, p := range m.Params() {
+		if err := m.ReadInto(r, p.Name, p, p.Value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReadInto reads this rank's part of the full-shape tensor name from r
+// into t, a tensor laid out like p (its value, or an optimizer moment).
+func (m *Model) ReadInto(r parallel.SliceReader, name string, p *engine.Param, t *engine.Tensor) error {
+	var data []float32
+	var err error
+	if m.Options.Parallel == nil {
+		data = make([]float32, t.Len())
+		err = readWhole(r, name, data)
+	} else {
+		data, err = parallel.ReadShard(r, name, p.Full, p.Shard)
+	}
+	if err != nil {
+		return err
+	}
+	if len(data) != t.Len() {
+		return fmt.Errorf("llama: tensor %q has %d elements, want %d", name, len(data), t.Len())
+	}
+	m.backend.Upload(t, data)
+	return nil
+}
+
+// readWhole reads a whole tensor into dst, without a second copy when r
+// can (checkpoints.Set and File can).
+func readWhole(r parallel.SliceReader, name string, dst []float32) error {
+	if into, ok := r.(interface {
+		ReadFloat32Into(name string, dst []float32) error
+	}); ok {
+		return into.ReadFloat32Into(name, dst)
+	}
+	v, err := r.ReadFloat32(name)
+	if err != nil {
+		return err
+	}
+	if len(v) != len(dst) {
+		return fmt.Errorf("llama: tensor %q has %d elements, want %d", name, len(v), len(dst))
+	}
+	copy(dst, v)
+	return nil
 }
 
 // Params lists the model's parameters in checkpoint order, each once (a
@@ -127,7 +221,11 @@ func (m *Model) Params() []*engine.Param {
 // Backend is the backend the model lives on.
 func (m *Model) Backend() engine.Backend { return m.backend }
 
-// SetWeights uploads weights by HF name; every parameter must be given.
+// Grid is the model's place in a grid of ranks, nil on one rank.
+func (m *Model) Grid() *parallel.Grid { return m.Options.Parallel }
+
+// SetWeights uploads weights by HF name, full-shape; every parameter must
+// be given. On a grid each rank keeps its shard.
 func (m *Model) SetWeights(tensors []checkpoints.Tensor) error {
 	byName := map[string]checkpoints.Tensor{}
 	for _, t := range tensors {
@@ -138,24 +236,82 @@ func (m *Model) SetWeights(tensors []checkpoints.Tensor) error {
 		if !ok {
 			return fmt.Errorf("llama: weight %q missing", p.Name)
 		}
-		if len(t.Data) != p.Value.Len() {
-			return fmt.Errorf("llama: weight %q has %d elements, want %d", p.Name, len(t.Data), p.Value.Len())
+		if err := m.Scatter(p, p.Value, t.Data); err != nil {
+			return err
 		}
-		m.backend.Upload(p.Value, t.Data)
 	}
 	return nil
 }
 
-// Weights downloads every parameter as checkpoint tensors (HF names and
-// shapes), ready for checkpoints.Save.
-func (m *Model) Weights() []checkpoints.Tensor {
+// Scatter uploads this rank's part of full, the full-shape values of a
+// tensor laid out like p (its value, or an optimizer moment), into t.
+func (m *Model) Scatter(p *engine.Param, t *engine.Tensor, full []float32) error {
+	if n := engine.Elements(p.Full); len(full) != n {
+		return fmt.Errorf("llama: weight %q has %d elements, want %d", p.Name, len(full), n)
+	}
+	if m.Options.Parallel != nil {
+		full = parallel.Extract(p.Shard, p.Full[len(p.Full)-1], full)
+	}
+	m.backend.Upload(t, full)
+	return nil
+}
+
+// Gather returns the full-shape values of t, a tensor laid out like p (its
+// value, gradient or an optimizer moment), assembled from every rank's
+// shard. On a grid it is collective: every rank calls it and gets the
+// whole tensor (over the world group, which the performance model does
+// not count).
+func (m *Model) Gather(p *engine.Param, t *engine.Tensor) ([]float32, error) {
+	g := m.Options.Parallel
+	if g == nil {
+		out := make([]float32, t.Len())
+		m.backend.Download(out, t)
+		return out, nil
+	}
+	b, n := m.backend, t.Len()
+	all := b.Alloc(engine.F32, n*g.World.Size())
+	defer b.Free(all)
+	if err := g.World.AllGather(all, t); err != nil {
+		return nil, fmt.Errorf("llama: gathering %s: %w", p.Name, err)
+	}
+	host := make([]float32, all.Len())
+	b.Download(host, all)
+	full := make([]float32, engine.Elements(p.Full))
+	shape := g.Shape()
+	for r := 0; r < shape.Size(); r++ {
+		d, x, y, z := shape.Coords(r)
+		if d != 0 {
+			continue // a data-parallel replica of rank (0, x, y, z)'s shard
+		}
+		s := parallel.ShardAt(shape, x, y, z, p.Name, p.Full)
+		parallel.Place(s, p.Full[len(p.Full)-1], full, host[r*n:(r+1)*n])
+	}
+	return full, nil
+}
+
+// GatherWeights returns every parameter as full-shape checkpoint tensors
+// (HF names and shapes), ready for checkpoints.Save. On a grid it is
+// collective, and every rank gets them.
+func (m *Model) GatherWeights() ([]checkpoints.Tensor, error) {
 	var out []checkpoints.Tensor
 	for _, p := range m.Params() {
-		data := make([]float32, p.Value.Len())
-		m.backend.Download(data, p.Value)
+		data, err := m.Gather(p, p.Value)
+		if err != nil {
+			return nil, err
+		}
 		out = append(out, checkpoints.Tensor{Name: p.Name, Shape: append([]int(nil), p.Full...), Data: data})
 	}
-	return out
+	return out, nil
+}
+
+// Weights is GatherWeights for one rank, where it cannot fail. On a grid
+// it panics if a collective fails; use GatherWeights there.
+func (m *Model) Weights() []checkpoints.Tensor {
+	w, err := m.GatherWeights()
+	if err != nil {
+		panic(err)
+	}
+	return w
 }
 
 // ZeroGrads clears every gradient.
@@ -165,6 +321,77 @@ func (m *Model) ZeroGrads() {
 	}
 }
 
+// ReduceGradients completes an optimizer step's gradients on a grid, once
+// after its last micro-batch: every weight shard's gradient is summed over
+// the data-parallel replicas, and every norm weight's over the data·Z
+// ranks, which saw different tokens (its X·Y copies at one data·Z
+// coordinate computed the same sum, so Y is not summed). On one rank it
+// does nothing.
+func (m *Model) ReduceGradients() (err error) {
+	g := m.Options.Parallel
+	if g == nil {
+		return nil
+	}
+	defer recoverComm(&err)
+	var pending []comm.Request
+	for _, p := range m.Params() {
+		c := g.Data
+		if len(p.Full) == 1 {
+			c = g.DataZ
+		}
+		if c.Size() == 1 {
+			continue
+		}
+		if g.Overlap.AllReduce {
+			pending = append(pending, c.IAllReduce(p.Grad))
+		} else {
+			check(c.AllReduce(p.Grad))
+		}
+	}
+	for _, r := range pending {
+		check(r.Wait())
+	}
+	return nil
+}
+
+// GradNorm is the global L2 norm of the gradients, summed in float64 in
+// parameter order. On a grid it is collective: every shard counts once,
+// a norm weight's copies on the Y and Z ranks once between them.
+func (m *Model) GradNorm() (float64, error) {
+	b := m.backend
+	acc := b.Alloc(engine.F32, 1)
+	defer b.Free(acc)
+	one := make([]float32, 1)
+	matrices, norms := 0.0, 0.0
+	for _, p := range m.Params() {
+		b.SumSquares(acc, p.Grad)
+		b.Download(one, acc)
+		if g := m.Options.Parallel; g != nil && len(p.Full) == 1 {
+			norms += float64(one[0])
+		} else {
+			matrices += float64(one[0])
+		}
+	}
+	if g := m.Options.Parallel; g != nil {
+		total, err := g.SumUnique(b, matrices, norms)
+		if err != nil {
+			return 0, err
+		}
+		return math.Sqrt(total), nil
+	}
+	return math.Sqrt(matrices), nil
+}
+
+// SumBatch replaces vals by their sums over the ranks that split the
+// batch (see parallel.Grid.SumBatch): loss sums and target counts of
+// each rank's share of a global batch. On one rank it does nothing.
+func (m *Model) SumBatch(vals []float64) error {
+	if g := m.Options.Parallel; g != nil {
+		return g.SumBatch(m.backend, vals)
+	}
+	return nil
+}
+
 // Free releases the model's tensors.
 func (m *Model) Free() {
 	m.freeWorkspace()
@@ -172,5 +399,7 @@ func (m *Model) Free() {
 		m.backend.Free(p.Value)
 		m.backend.Free(p.Grad)
 	}
+	m.zw.free(m.backend)
+	m.zg.free(m.backend)
 	m.backend.Free(m.invFreq)
 }

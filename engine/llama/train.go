@@ -94,6 +94,7 @@ func (m *Model) upload(batch Batch, train bool) (*workspace, error) {
 	ws := m.prepare(batch.B, batch.T, train)
 	b := m.backend
 	b.UploadInt32(ws.ids, batch.IDs)
+	m.vocabSlice(ws.sc, batch.IDs)
 	targets := batch.Targets
 	weights := m.trainWeights(batch)
 	// Zero-weight targets may be anything (−1, −100); give the kernels a
@@ -103,6 +104,9 @@ func (m *Model) upload(batch Batch, train bool) (*workspace, error) {
 		if weights[i] != 0 || (batch.ReportWeights != nil && batch.ReportWeights[i] != 0) {
 			clean[i] = t
 		}
+	}
+	if ws.ce != nil {
+		clean = m.sliceTargets(ws.ce, clean)
 	}
 	b.UploadInt32(ws.targets, clean)
 	b.Upload(ws.weights, weights)
@@ -122,13 +126,15 @@ func (m *Model) trainWeights(batch Batch) []float32 {
 }
 
 // forward runs the model to the logits. In training mode every layer's
-// activations are kept (or only its input, with recomputation).
+// activations are kept (or only its input, with recomputation), and the
+// pass goes on into backward.
 func (m *Model) forward(ws *workspace) {
-	b := m.backend
 	B, T := ws.B, ws.T
-	b.Embedding(ws.inputs[0], m.Embed.Value, ws.ids)
+	m.beginPass(m.units.forward(ws.train))
+	m.embed(ws.inputs[0], m.nextWeights(m.units.embed)[0], ws.ids, ws.sc)
 	L := len(m.Layers)
 	for l := 0; l < L; l++ {
+		w := blockOf(m.nextWeights(m.units.layers[l]))
 		a := ws.layers[min(l, len(ws.layers)-1)]
 		var in, out *engine.Tensor
 		if ws.train {
@@ -136,7 +142,7 @@ func (m *Model) forward(ws *workspace) {
 		} else {
 			in, out = ws.inputs[l%2], ws.inputs[(l+1)%2]
 		}
-		m.blockForward(l, a, in, out, ws.pos, B, T)
+		m.blockForward(l, w, a, in, out, ws.pos, ws.sc, B, T)
 	}
 	var last *engine.Tensor
 	if ws.train {
@@ -144,21 +150,50 @@ func (m *Model) forward(ws *workspace) {
 	} else {
 		last = ws.inputs[L%2]
 	}
-	b.RMSNorm(ws.lnf, ws.rstdf, last, m.Norm.Value, float32(m.Config.RMSNormEps))
-	m.linear(ws.logits, ws.lnf, m.Head, false)
+	m.rmsnorm(ws.lnf, ws.rstdf, last, m.Norm, ws.sc)
+	ws.head = m.nextWeights(m.units.head)[0]
+	m.linear(ws.logits, ws.lnf, ws.head, m.gx)
 }
 
-// lossOf downloads the per-position losses and sums them in a fixed order.
-func (m *Model) lossOf(ws *workspace, batch Batch) Loss {
-	losses := make([]float32, ws.B*ws.T)
-	m.backend.Download(losses, ws.losses)
-	l := Loss{PerSeq: make([]float64, ws.B), PerSeqWeight: make([]float64, ws.B)}
-	for s := 0; s < ws.B; s++ {
-		for t := 0; t < ws.T; t++ {
-			i := s*ws.T + t
+// tokenLosses computes each position's weighted loss −w·log p(target) on
+// the host, under the training weights and, if report is not nil, under
+// report; with grad the logits are replaced by the gradient of scale·Σ
+// w·CE. On Y ranks the vocabulary-parallel cross-entropy does it
+// (vocab.go).
+func (m *Model) tokenLosses(ws *workspace, batch Batch, report []float32, scale float32, grad bool) (losses, reportLosses []float32) {
+	b := m.backend
+	if ws.ce != nil {
+		return m.vocabCrossEntropy(ws, m.trainWeights(batch), report, scale, grad)
+	}
+	n := ws.B * ws.T
+	if report != nil {
+		// The reported loss first, while the logits are still logits.
+		b.Upload(ws.weights, report)
+		b.CrossEntropy(ws.losses, nil, ws.logits, ws.targets, ws.weights, 0)
+		reportLosses = make([]float32, n)
+		b.Download(reportLosses, ws.losses)
+		b.Upload(ws.weights, m.trainWeights(batch))
+	}
+	var dLogits *engine.Tensor
+	if grad {
+		dLogits = ws.logits
+	}
+	b.CrossEntropy(ws.losses, dLogits, ws.logits, ws.targets, ws.weights, scale)
+	losses = make([]float32, n)
+	b.Download(losses, ws.losses)
+	return losses, reportLosses
+}
+
+// lossOf sums per-position losses in a fixed order, with weights (nil:
+// all ones) for the weight sums.
+func lossOf(losses []float32, B, T int, weights []float32) Loss {
+	l := Loss{PerSeq: make([]float64, B), PerSeqWeight: make([]float64, B)}
+	for s := 0; s < B; s++ {
+		for t := 0; t < T; t++ {
+			i := s*T + t
 			w := 1.0
-			if batch.Weights != nil {
-				w = float64(batch.Weights[i])
+			if weights != nil {
+				w = float64(weights[i])
 			}
 			l.PerSeq[s] += float64(losses[i])
 			l.PerSeqWeight[s] += w
@@ -170,79 +205,92 @@ func (m *Model) lossOf(ws *workspace, batch Batch) Loss {
 }
 
 // Evaluate computes the batch's loss without gradients, keeping only one
-// layer's activations at a time.
-func (m *Model) Evaluate(batch Batch) (Loss, error) {
+// layer's activations at a time. On a grid the loss is of this rank's
+// batch (its data·Z coordinate's); SumBatch adds the ranks' up.
+func (m *Model) Evaluate(batch Batch) (l Loss, err error) {
+	defer recoverComm(&err)
 	ws, err := m.upload(batch, false)
 	if err != nil {
 		return Loss{}, err
 	}
 	m.forward(ws)
-	m.backend.CrossEntropy(ws.losses, nil, ws.logits, ws.targets, ws.weights, 0)
-	return m.lossOf(ws, batch), nil
+	losses, _ := m.tokenLosses(ws, batch, nil, 0, false)
+	return lossOf(losses, ws.B, ws.T, batch.Weights), nil
 }
 
 // TokenLosses runs a forward pass and returns each position's weighted
 // negative log-likelihood, −w·log p(target) (B·T values, 0 where the weight
 // is 0): what per-token scores such as min-k% probability need.
-func (m *Model) TokenLosses(batch Batch) ([]float32, error) {
+func (m *Model) TokenLosses(batch Batch) (out []float32, err error) {
+	defer recoverComm(&err)
 	ws, err := m.upload(batch, false)
 	if err != nil {
 		return nil, err
 	}
 	m.forward(ws)
-	m.backend.CrossEntropy(ws.losses, nil, ws.logits, ws.targets, ws.weights, 0)
-	out := make([]float32, batch.B*batch.T)
-	m.backend.Download(out, ws.losses)
-	return out, nil
+	losses, _ := m.tokenLosses(ws, batch, nil, 0, false)
+	return losses, nil
 }
 
 // ForwardBackward computes the batch's loss and adds scale × its gradient
 // (the gradient of scale·Σ w·CE) into the parameters' gradients. To train
 // on the mean over a global batch of many micro-batches, pass
 // scale = 1 / (the global batch's total weight) to each.
-func (m *Model) ForwardBackward(batch Batch, scale float32) (Loss, error) {
+//
+// On a grid every rank calls it with its data·Z coordinate's batch (the
+// X·Y ranks of a coordinate with the same one), and the same scale; the
+// loss returned is that batch's, and the gradients are this rank's
+// shards', still to be summed over the data-parallel replicas
+// (ReduceGradients, after the last micro-batch).
+func (m *Model) ForwardBackward(batch Batch, scale float32) (l Loss, err error) {
 	if scale == 0 || math.IsNaN(float64(scale)) {
 		return Loss{}, errors.New("llama: gradient scale must be non-zero")
 	}
+	defer recoverComm(&err)
 	ws, err := m.upload(batch, true)
 	if err != nil {
 		return Loss{}, err
 	}
 	m.forward(ws)
-	var report Loss
-	if batch.ReportWeights != nil {
-		// The reported loss first, while the logits are still logits.
-		m.backend.Upload(ws.weights, batch.ReportWeights)
-		m.backend.CrossEntropy(ws.losses, nil, ws.logits, ws.targets, ws.weights, 0)
-		report = m.lossOf(ws, Batch{B: batch.B, T: batch.T, Weights: batch.ReportWeights})
-		m.backend.Upload(ws.weights, m.trainWeights(batch))
-	}
-	m.backend.CrossEntropy(ws.losses, ws.logits, ws.logits, ws.targets, ws.weights, scale)
+	losses, report := m.tokenLosses(ws, batch, batch.ReportWeights, scale, true)
 	m.backward(ws)
-	l := m.lossOf(ws, batch)
-	l.ReportSum, l.ReportWeight = report.Sum, report.Weight
+	l = lossOf(losses, ws.B, ws.T, batch.Weights)
+	if report != nil {
+		r := lossOf(report, ws.B, ws.T, batch.ReportWeights)
+		l.ReportSum, l.ReportWeight = r.Sum, r.Weight
+	}
 	return l, nil
 }
 
 // backward propagates the logits' gradient (left in ws.logits by the
 // loss) back through the model.
 func (m *Model) backward(ws *workspace) {
-	b, g := m.backend, ws.g
+	g := ws.g
 	B, T, L := ws.B, ws.T, len(m.Layers)
-	m.linearBackward(g.dlnf, ws.logits, ws.lnf, m.Head, false)
-	b.RMSNormBackward(g.dx, m.Norm.Grad, g.dlnf, ws.inputs[L], m.Norm.Value, ws.rstdf)
+	m.inputGrad(g.dlnf, ws.logits, ws.head, false)
+	sum := m.startSum(g.dlnf, m.gy)
+	m.weightGrad(m.Head, ws.logits, ws.lnf)
+	sum.wait()
+	m.rmsnormBackward(g.dx, m.Norm, g.dlnf, ws.inputs[L], ws.lnf, ws.rstdf, ws.sc)
 	for l := L - 1; l >= 0; l-- {
+		w := blockOf(m.nextWeights(m.units.layers[l]))
 		a := ws.layers[min(l, len(ws.layers)-1)]
 		if m.Options.Recompute {
-			m.blockForward(l, a, ws.inputs[l], nil, ws.pos, B, T)
+			m.blockForward(l, w, a, ws.inputs[l], nil, ws.pos, ws.sc, B, T)
 		}
-		m.blockBackward(l, a, ws.inputs[l], g.dx, ws.pos, g, B, T)
+		m.blockBackward(l, w, a, ws.inputs[l], g.dx, ws.pos, g, ws.sc, B, T)
 	}
-	b.EmbeddingBackward(m.Embed.Grad, g.dx, ws.ids)
+	m.embedBackward(g.dx, ws.ids, ws.sc)
+	if m.zg != nil {
+		m.zg.finish(m, nil)
+	}
 }
 
 // Logits runs a forward pass and returns the logits [B·T·V] on the host.
-func (m *Model) Logits(batch Batch) ([]float32, error) {
+// On Y ranks each slice of the vocabulary is gathered from its rank (over
+// the y group).
+func (m *Model) Logits(batch Batch) (out []float32, err error) {
+	defer recoverComm(&err)
 	if batch.Targets == nil {
 		batch.Targets = make([]int32, len(batch.IDs))
 		batch.Weights = make([]float32, len(batch.IDs))
@@ -252,8 +300,23 @@ func (m *Model) Logits(batch Batch) ([]float32, error) {
 		return nil, err
 	}
 	m.forward(ws)
-	out := make([]float32, ws.logits.Len())
-	m.backend.Download(out, ws.logits)
+	local := make([]float32, ws.logits.Len())
+	m.backend.Download(local, ws.logits)
+	if m.gy == nil {
+		return local, nil
+	}
+	n, V, Y := ws.B*ws.T, m.d.V, m.d.y
+	all := m.backend.Alloc(engine.F32, Y*len(local))
+	defer m.backend.Free(all)
+	check(m.gy.AllGather(all, ws.logits))
+	slices := make([]float32, all.Len())
+	m.backend.Download(slices, all)
+	out = make([]float32, n*V*Y)
+	for y := 0; y < Y; y++ {
+		for i := 0; i < n; i++ {
+			copy(out[i*V*Y+y*V:i*V*Y+(y+1)*V], slices[(y*n+i)*V:(y*n+i+1)*V])
+		}
+	}
 	return out, nil
 }
 

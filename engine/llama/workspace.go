@@ -3,6 +3,7 @@ package llama
 import (
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/comm"
 )
 
 // layerActs are the activations one decoder block saves for its backward
@@ -44,6 +45,39 @@ type workspace struct {
 	rstdf  *engine.Tensor // [N]
 	logits *engine.Tensor // [N,V]
 	g      *grads         // nil when forward only
+
+	sc *scratch   // the grid's per-token scratch; nil on one rank
+	ce *ceScratch // the vocabulary-parallel cross-entropy's; nil unless Y > 1
+	// head is the LM head's weight block the forward pass used, kept for
+	// the backward pass (Z-gathered on a grid).
+	head *engine.Tensor
+}
+
+// dims are one rank's share of the model's dimensions: everything on one
+// rank; on a grid the hidden size over X, and the heads, intermediate
+// features and vocabulary over Y.
+type dims struct {
+	L                 int
+	H, Q, KV, I, V    int
+	heads, kvHeads, D int
+	x, y              int // the X and Y ranks; more than one adds the grid's scratch
+	v0                int // this rank's first vocabulary id
+}
+
+func fullDims(cfg *checkpoints.Config) dims {
+	return dims{
+		L: cfg.NumHiddenLayers, H: cfg.HiddenSize, Q: cfg.QDim(), KV: cfg.KVDim(), I: cfg.IntermediateSize, V: cfg.VocabSize,
+		heads: cfg.NumAttentionHeads, kvHeads: cfg.NumKeyValueHeads, D: cfg.HeadDimension(), x: 1, y: 1,
+	}
+}
+
+func gridDims(cfg *checkpoints.Config, g comm.Grid) dims {
+	d := fullDims(cfg)
+	d.H /= g.X
+	d.Q, d.KV, d.I, d.V = d.Q/g.Y, d.KV/g.Y, d.I/g.Y, d.V/g.Y
+	d.heads, d.kvHeads = d.heads/g.Y, d.kvHeads/g.Y
+	d.x, d.y = g.X, g.Y
+	return d
 }
 
 // tensorPlan is one allocation of a workspace, for accounting.
@@ -53,13 +87,13 @@ type tensorPlan struct {
 	shape []int
 }
 
-// plan lists the workspace's tensors. It is the single source of truth
-// for both the allocation and the memory accounting (ActivationBytes), so
-// the two cannot disagree.
-func plan(cfg *checkpoints.Config, B, T int, train, recompute bool) []tensorPlan {
+// plan lists the workspace's tensors for one rank's dimensions. It is the
+// single source of truth for both the allocation and the memory
+// accounting (ActivationBytes), so the two cannot disagree.
+func plan(d dims, B, T int, train, recompute bool) []tensorPlan {
 	N := B * T
-	H, Q, KV, I, V := cfg.HiddenSize, cfg.QDim(), cfg.KVDim(), cfg.IntermediateSize, cfg.VocabSize
-	L, heads := cfg.NumHiddenLayers, cfg.NumAttentionHeads
+	H, Q, KV, I, V := d.H, d.Q, d.KV, d.I, d.V
+	L, heads := d.L, d.heads
 	var p []tensorPlan
 	add := func(name string, dt engine.DType, shape ...int) {
 		p = append(p, tensorPlan{name, dt, shape})
@@ -111,6 +145,8 @@ func plan(cfg *checkpoints.Config, B, T int, train, recompute bool) []tensorPlan
 		}
 		add("dlnf", engine.F32, N, H)
 	}
+	p = append(p, scratchPlan(d, N)...)
+	p = append(p, cePlan(d, N)...)
 	return p
 }
 
@@ -120,7 +156,7 @@ func plan(cfg *checkpoints.Config, B, T int, train, recompute bool) []tensorPlan
 // saved activations and activation gradients of the backward pass.
 func ActivationBytes(cfg *checkpoints.Config, B, T int, train, recompute bool) int64 {
 	var n int64
-	for _, t := range plan(cfg, B, T, train, recompute) {
+	for _, t := range plan(fullDims(cfg), B, T, train, recompute) {
 		n += int64(engine.Elements(t.shape)) * int64(t.dtype.Size())
 	}
 	return n
@@ -135,7 +171,7 @@ func (m *Model) prepare(B, T int, train bool) *workspace {
 	m.freeWorkspace()
 	b := m.backend
 	tensors := []*engine.Tensor{}
-	for _, p := range plan(m.Config, B, T, train, m.Options.Recompute) {
+	for _, p := range plan(m.d, B, T, train, m.Options.Recompute) {
 		tensors = append(tensors, b.Alloc(p.dtype, p.shape...))
 	}
 	next := func() *engine.Tensor {
@@ -171,6 +207,8 @@ func (m *Model) prepare(B, T int, train bool) *workspace {
 		g.dlnf = next()
 		ws.g = g
 	}
+	ws.sc = newScratch(m.d, B*T, next)
+	ws.ce = newCEScratch(m.d, B*T, next)
 	pos := make([]int32, B*T)
 	for i := range pos {
 		pos[i] = int32(i % T)
@@ -190,7 +228,8 @@ func (ws *workspace) all() []*engine.Tensor {
 	if g := ws.g; g != nil {
 		ts = append(ts, g.dx, g.dh, g.dln, g.dnorm, g.dq, g.datt, g.dk, g.dv, g.dgate, g.dup, g.dact, g.dlnf)
 	}
-	return ts
+	ts = append(ts, ws.sc.tensors()...)
+	return append(ts, ws.ce.tensors()...)
 }
 
 func (m *Model) freeWorkspace() {

@@ -1,0 +1,224 @@
+package llama
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/parallel"
+)
+
+// gridConfig is small but splits over X, Y and Z up to 4: hidden 32,
+// 8 query and 4 key/value heads of 4, intermediate 48, vocabulary 64.
+func gridConfig(tie bool) *checkpoints.Config {
+	c := testConfig(tie, 4)
+	c.HiddenSize, c.NumAttentionHeads, c.NumKeyValueHeads, c.IntermediateSize, c.VocabSize = 32, 8, 4, 48, 64
+	if err := c.Validate(); err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// sliceBatch returns sequences [s0, s1) of a batch.
+func sliceBatch(b Batch, s0, s1 int) Batch {
+	lo, hi := s0*b.T, s1*b.T
+	out := Batch{B: s1 - s0, T: b.T, IDs: b.IDs[lo:hi], Targets: b.Targets[lo:hi], Weights: b.Weights[lo:hi]}
+	if b.ReportWeights != nil {
+		out.ReportWeights = b.ReportWeights[lo:hi]
+	}
+	return out
+}
+
+// oneStep runs two micro-batches of a global batch on a model of one
+// rank or on one rank of a grid (which takes its data·Z share), with the
+// gradients reduced; it returns the global loss and weight, and the
+// full-shape gradients.
+func oneStep(m *Model, global Batch) (Loss, map[string][]float32, error) {
+	s0, s1 := 0, global.B
+	if g := m.Grid(); g != nil {
+		per := global.B / g.BatchRanks()
+		s0 = g.BatchRank() * per
+		s1 = s0 + per
+	}
+	total := 0.0
+	for _, w := range global.Weights {
+		total += float64(w)
+	}
+	m.ZeroGrads()
+	var sum Loss
+	half := (s1 - s0) / 2
+	for _, r := range [][2]int{{s0, s0 + half}, {s0 + half, s1}} {
+		l, err := m.ForwardBackward(sliceBatch(global, r[0], r[1]), float32(1/total))
+		if err != nil {
+			return Loss{}, nil, err
+		}
+		sum.Sum += l.Sum
+		sum.Weight += l.Weight
+		sum.ReportSum += l.ReportSum
+		sum.ReportWeight += l.ReportWeight
+	}
+	if err := m.ReduceGradients(); err != nil {
+		return Loss{}, nil, err
+	}
+	vals := []float64{sum.Sum, sum.Weight, sum.ReportSum, sum.ReportWeight}
+	if err := m.SumBatch(vals); err != nil {
+		return Loss{}, nil, err
+	}
+	sum = Loss{Sum: vals[0], Weight: vals[1], ReportSum: vals[2], ReportWeight: vals[3]}
+	grads := map[string][]float32{}
+	for _, p := range m.Params() {
+		g, err := m.Gather(p, p.Grad)
+		if err != nil {
+			return Loss{}, nil, err
+		}
+		grads[p.Name] = g
+	}
+	return sum, grads, nil
+}
+
+func relDiff(a, b []float32) float64 {
+	var num, den float64
+	for i := range a {
+		d := float64(a[i]) - float64(b[i])
+		num += d * d
+		den += float64(b[i]) * float64(b[i])
+	}
+	return math.Sqrt(num / math.Max(den, 1e-30))
+}
+
+// TestGridGradients: one step's loss and every gradient on grids of
+// in-process ranks equal one rank's.
+func TestGridGradients(t *testing.T) {
+	grids := []comm.Grid{
+		{Data: 1, X: 2, Y: 1, Z: 1}, {Data: 1, X: 1, Y: 2, Z: 1}, {Data: 1, X: 1, Y: 1, Z: 2}, {Data: 2, X: 1, Y: 1, Z: 1},
+		{Data: 2, X: 2, Y: 2, Z: 2}, {Data: 1, X: 4, Y: 4, Z: 1}, {Data: 1, X: 1, Y: 4, Z: 4},
+	}
+	for _, tie := range []bool{false, true} {
+		cfg := gridConfig(tie)
+		w := randomModel(t, newBackend(1), cfg, Options{}, 7).Weights()
+		global := randomBatch(cfg, 8, 6, 3)
+		global.ReportWeights = make([]float32, len(global.Weights))
+		for i := range global.ReportWeights {
+			if global.Targets[i] >= 0 {
+				global.ReportWeights[i] = 1
+			}
+		}
+		ref := randomModel(t, newBackend(1), cfg, Options{}, 7)
+		want, wantGrads, err := oneStep(ref, global)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, shape := range grids {
+			for _, ov := range []parallel.Overlap{{}, parallel.AllOverlap()} {
+				for _, rec := range []bool{false, true} {
+					name := fmt.Sprintf("tie=%v/%v/%v/recompute=%v", tie, shape, ov, rec)
+					var mu sync.Mutex
+					err := parallel.Launch(shape, ov, func(g *parallel.Grid) error {
+						m, err := New(newBackend(1), cfg, Options{Parallel: g, Recompute: rec})
+						if err != nil {
+							return err
+						}
+						defer m.Free()
+						if err := m.SetWeights(w); err != nil {
+							return err
+						}
+						got, grads, err := oneStep(m, global)
+						if err != nil {
+							return err
+						}
+						mu.Lock()
+						defer mu.Unlock()
+						if d := math.Abs(got.Sum-want.Sum) / want.Sum; d > 1e-5 || got.Weight != want.Weight {
+							t.Errorf("%s rank %d: loss %v/%v, want %v/%v", name, g.Rank(), got.Sum, got.Weight, want.Sum, want.Weight)
+						}
+						if d := math.Abs(got.ReportSum-want.ReportSum) / want.ReportSum; d > 1e-5 {
+							t.Errorf("%s rank %d: report loss %v, want %v", name, g.Rank(), got.ReportSum, want.ReportSum)
+						}
+						if g.Rank() == 0 {
+							for n, v := range wantGrads {
+								if d := relDiff(grads[n], v); d > 1e-5 {
+									t.Errorf("%s: %s gradient off by %.3g", name, n, d)
+								}
+							}
+						}
+						return nil
+					})
+					if err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestGridInference: loss, per-token losses, logits and greedy
+// generations on grids equal one rank's.
+func TestGridInference(t *testing.T) {
+	cfg := gridConfig(false)
+	ref := randomModel(t, newBackend(1), cfg, Options{}, 11)
+	defer ref.Free()
+	w := ref.Weights()
+	batch := randomBatch(cfg, 3, 7, 5)
+	wantLoss, err := ref.Evaluate(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantTok, _ := ref.TokenLosses(batch)
+	wantLogits, _ := ref.Logits(batch)
+	prompts := [][]int32{{1, 2, 3}, {4, 5, 6, 7, 8}, {9}, {10, 11, 12}}
+	wantGen, err := ref.Generate(prompts, GenerateOptions{MaxNewTokens: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, shape := range []comm.Grid{{Data: 2, X: 2, Y: 2, Z: 1}, {Data: 1, X: 1, Y: 4, Z: 2}, {Data: 1, X: 4, Y: 1, Z: 4}} {
+		var mu sync.Mutex
+		err := parallel.Launch(shape, parallel.AllOverlap(), func(g *parallel.Grid) error {
+			m, err := New(newBackend(1), cfg, Options{Parallel: g})
+			if err != nil {
+				return err
+			}
+			defer m.Free()
+			if err := m.SetWeights(w); err != nil {
+				return err
+			}
+			l, err := m.Evaluate(batch)
+			if err != nil {
+				return err
+			}
+			tok, err := m.TokenLosses(batch)
+			if err != nil {
+				return err
+			}
+			logits, err := m.Logits(batch)
+			if err != nil {
+				return err
+			}
+			gen, err := m.Generate(prompts, GenerateOptions{MaxNewTokens: 6})
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if d := math.Abs(l.Sum-wantLoss.Sum) / wantLoss.Sum; d > 1e-5 {
+				t.Errorf("%v rank %d: loss %v, want %v", shape, g.Rank(), l.Sum, wantLoss.Sum)
+			}
+			if d := relDiff(tok, wantTok); d > 1e-5 {
+				t.Errorf("%v rank %d: token losses off by %.3g", shape, g.Rank(), d)
+			}
+			if d := relDiff(logits, wantLogits); d > 1e-5 {
+				t.Errorf("%v rank %d: logits off by %.3g", shape, g.Rank(), d)
+			}
+			if fmt.Sprint(gen) != fmt.Sprint(wantGen) {
+				t.Errorf("%v rank %d: generated %v, want %v", shape, g.Rank(), gen, wantGen)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%v: %v", shape, err)
+		}
+	}
+}

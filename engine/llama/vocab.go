@@ -1,0 +1,234 @@
+package llama
+
+import (
+	"math"
+
+	"github.com/memtrain/memtrain/engine"
+)
+
+// ceScratch is what the vocabulary-parallel cross-entropy and argmax
+// need for up to n rows of logits when Y ranks split the vocabulary.
+type ceScratch struct {
+	idx   *engine.Tensor // I32 [n]: each row's argmax within this rank's slice
+	flat  *engine.Tensor // I32 [2n]: positions in the flattened logits: the argmaxes, then the targets
+	vals  *engine.Tensor // [2n]: the logits there
+	ones  *engine.Tensor // [n]
+	r     *engine.Tensor // [n]: log Σ_j exp(l_j − max) over the slice
+	all   *engine.Tensor // [Y·2n]: what every Y rank brings to an all-gather
+	stats *engine.Tensor // [2n]: sums of exponentials and target logits
+	corr  *engine.Tensor // [n]: corrections of the gradient at the targets
+
+	// Host side: each row's target within this slice (0 when it is in
+	// another, with inSlice false), and copies of the statistics.
+	tloc                         []int32
+	inSlice                      []bool
+	hIdx, hFlat                  []int32
+	hVals, hR, hAll, hSent, hSum []float32
+	hW, hCorr                    []float32
+}
+
+func cePlan(d dims, n int) []tensorPlan {
+	if d.y == 1 {
+		return nil
+	}
+	return []tensorPlan{
+		{"ce_idx", engine.I32, []int{n}},
+		{"ce_flat", engine.I32, []int{2 * n}},
+		{"ce_vals", engine.F32, []int{2 * n, 1}},
+		{"ce_ones", engine.F32, []int{n}},
+		{"ce_r", engine.F32, []int{n}},
+		{"ce_all", engine.F32, []int{d.y * 2 * n}},
+		{"ce_stats", engine.F32, []int{2 * n}},
+		{"ce_corr", engine.F32, []int{n, 1}},
+	}
+}
+
+func newCEScratch(d dims, n int, next func() *engine.Tensor) *ceScratch {
+	if cePlan(d, n) == nil {
+		return nil
+	}
+	c := &ceScratch{idx: next(), flat: next(), vals: next(), ones: next(), r: next(), all: next(), stats: next(), corr: next()}
+	c.tloc, c.inSlice = make([]int32, n), make([]bool, n)
+	c.hIdx, c.hFlat = make([]int32, n), make([]int32, 2*n)
+	c.hVals, c.hR, c.hAll = make([]float32, 2*n), make([]float32, n), make([]float32, d.y*2*n)
+	c.hSent, c.hSum = make([]float32, 2*n), make([]float32, 2*n)
+	c.hW, c.hCorr = make([]float32, n), make([]float32, n)
+	return c
+}
+
+func (c *ceScratch) tensors() []*engine.Tensor {
+	if c == nil {
+		return nil
+	}
+	return []*engine.Tensor{c.idx, c.flat, c.vals, c.ones, c.r, c.all, c.stats, c.corr}
+}
+
+// allocCEScratch allocates a scratch outside a workspace (the decoder's).
+func (m *Model) allocCEScratch(n int, alloc func(engine.DType, ...int) *engine.Tensor) *ceScratch {
+	ps := cePlan(m.d, n)
+	return newCEScratch(m.d, n, func() *engine.Tensor {
+		p := ps[0]
+		ps = ps[1:]
+		return alloc(p.dtype, p.shape...)
+	})
+}
+
+// sliceTargets maps targets (valid ids, or anything where no weight
+// needs them) to this rank's vocabulary slice: the local id, or 0 with
+// inSlice false when another rank holds it. It returns the local ids.
+func (m *Model) sliceTargets(c *ceScratch, targets []int32) []int32 {
+	for i, t := range targets {
+		local := int(t) - m.d.v0
+		c.inSlice[i] = local >= 0 && local < m.d.V
+		c.tloc[i] = 0
+		if c.inSlice[i] {
+			c.tloc[i] = int32(local)
+		}
+	}
+	return c.tloc[:len(targets)]
+}
+
+// vocabCrossEntropy is the weighted cross-entropy of the logits [n, V/Y]
+// (ws.logits, this rank's vocabulary slice of every row) against the
+// targets that upload mapped to the slice (ws.targets, ce.tloc): the
+// losses −w·log p(target) on the host, under weights and, if not nil,
+// under report. With grad it also leaves scale·w·(p − onehot), the
+// gradient of scale·Σ w·CE, in ws.logits, as the one-rank kernel does.
+//
+// Per row, with M the maximum logit over the whole vocabulary:
+//
+//	this slice: its maximum and r = log Σ_slice exp(l − max) (Argmax, and
+//	  CrossEntropy against the argmax with weight 1), and the target's
+//	  logit if the slice holds it (an Embedding of single elements);
+//	all-gather over Y of the slices' maxima → M;
+//	all-reduce over Y of s = Σ_slice exp(l − M) and the target logit
+//	  (zero where the slice does not hold it) → S, l_t;
+//	loss = M + log S − l_t.
+//
+// The gradient is the kernel's on this slice with the row's weight w
+// scaled by ρ = s/S, the slice's share of the probability, which makes
+// its softmax the global one; the kernel then subtracts w·ρ at the local
+// target (or at id 0 when the target is elsewhere) where w (or nothing)
+// is due, which one element per row, added with an EmbeddingBackward,
+// corrects.
+func (m *Model) vocabCrossEntropy(ws *workspace, weights, report []float32, scale float32, grad bool) (losses, reportLosses []float32) {
+	b, c, Y := m.backend, ws.ce, m.d.y
+	n, V := ws.B*ws.T, m.d.V
+	flat := ws.logits.Reshape(n*V, 1)
+
+	b.Argmax(c.idx, ws.logits)
+	b.DownloadInt32(c.hIdx, c.idx)
+	for i := 0; i < n; i++ {
+		c.hFlat[i] = int32(i*V) + c.hIdx[i]
+		c.hFlat[n+i] = int32(i*V) + c.tloc[i]
+	}
+	b.UploadInt32(c.flat, c.hFlat)
+	b.Embedding(c.vals, flat, c.flat)
+	b.Fill(c.ones, 1)
+	b.CrossEntropy(c.r, nil, ws.logits, c.idx, c.ones, 0)
+	check(m.gy.AllGather(c.all.View(0, Y*n), c.vals.View(0, n)))
+	b.Download(c.hVals, c.vals)
+	b.Download(c.hR, c.r)
+	b.Download(c.hAll[:Y*n], c.all.View(0, Y*n))
+
+	maxOf := make([]float64, n)
+	for i := 0; i < n; i++ {
+		mx := float64(c.hAll[i])
+		for y := 1; y < Y; y++ {
+			mx = math.Max(mx, float64(c.hAll[y*n+i]))
+		}
+		maxOf[i] = mx
+		c.hSent[i] = float32(math.Exp(float64(c.hVals[i]) - mx + float64(c.hR[i])))
+		c.hSent[n+i] = 0
+		if c.inSlice[i] {
+			c.hSent[n+i] = c.hVals[n+i]
+		}
+	}
+	b.Upload(c.stats, c.hSent)
+	allReduce(c.stats, m.gy)
+	b.Download(c.hSum, c.stats)
+
+	losses = make([]float32, n)
+	if report != nil {
+		reportLosses = make([]float32, n)
+	}
+	for i := 0; i < n; i++ {
+		ce := maxOf[i] + math.Log(float64(c.hSum[i])) - float64(c.hSum[n+i])
+		if w := weights[i]; w != 0 {
+			losses[i] = float32(float64(w) * ce)
+		}
+		if report != nil && report[i] != 0 {
+			reportLosses[i] = float32(float64(report[i]) * ce)
+		}
+	}
+	if !grad {
+		return losses, reportLosses
+	}
+	for i := 0; i < n; i++ {
+		w := weights[i]
+		c.hW[i], c.hCorr[i] = 0, 0
+		if w == 0 {
+			continue
+		}
+		rho := float64(c.hSent[i]) / float64(c.hSum[i])
+		c.hW[i] = float32(float64(w) * rho)
+		due := 0.0
+		if c.inSlice[i] {
+			due = float64(w)
+		}
+		c.hCorr[i] = float32(float64(scale) * (float64(c.hW[i]) - due))
+	}
+	b.Upload(ws.weights, c.hW[:n])
+	b.CrossEntropy(ws.losses, ws.logits, ws.logits, ws.targets, ws.weights, scale)
+	b.Upload(c.corr, c.hCorr[:n])
+	b.EmbeddingBackward(flat, c.corr, c.flat.View(n, n))
+	return losses, reportLosses
+}
+
+// argmax writes the index of each row's largest logit (the lowest on
+// ties; NaN counts as largest, as torch.argmax) into out, for logits
+// [n, V/Y]: on Y ranks each slice's winner and its value are all-gathered
+// and the best taken, slices in vocabulary order.
+func (m *Model) argmax(out []int32, logits *engine.Tensor, c *ceScratch) {
+	b := m.backend
+	n := logits.Dim(0)
+	if m.gy == nil {
+		idx := c.idx.View(0, n)
+		b.Argmax(idx, logits)
+		b.DownloadInt32(out, idx)
+		return
+	}
+	V, Y := m.d.V, m.d.y
+	idx, flatIDs, vals := c.idx.View(0, n), c.flat.View(0, n), c.vals.View(0, n, 1)
+	b.Argmax(idx, logits)
+	b.DownloadInt32(c.hIdx[:n], idx)
+	for i := 0; i < n; i++ {
+		c.hFlat[i] = int32(i*V) + c.hIdx[i]
+	}
+	b.UploadInt32(flatIDs, c.hFlat[:n])
+	b.Embedding(vals, logits.Reshape(n*V, 1), flatIDs)
+	b.Download(c.hVals[:n], vals)
+	// Each slice sends its best value and, as the float32 with the same
+	// bits, its global id: an all-gather copies bits, so any id survives.
+	for i := 0; i < n; i++ {
+		c.hSent[i] = c.hVals[i]
+		c.hSent[n+i] = math.Float32frombits(uint32(int32(m.d.v0) + c.hIdx[i]))
+	}
+	sent, all := c.stats.View(0, 2*n), c.all.View(0, Y*2*n)
+	b.Upload(sent, c.hSent[:2*n])
+	check(m.gy.AllGather(all, sent))
+	b.Download(c.hAll[:Y*2*n], all)
+	for i := 0; i < n; i++ {
+		best := float32(0)
+		for y := 0; y < Y; y++ {
+			v := c.hAll[y*2*n+i]
+			id := int32(math.Float32bits(c.hAll[y*2*n+n+i]))
+			switch {
+			case y == 0, v > best && !isNaN(best), isNaN(v) && !isNaN(best):
+				best, out[i] = v, id
+			}
+		}
+	}
+}
+
+func isNaN(v float32) bool { return v != v }

@@ -1,0 +1,67 @@
+package parallel
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/memtrain/memtrain/engine/comm"
+)
+
+// Launch runs fn on every rank of a grid of in-process ranks
+// (comm.NewLocal), each on its own goroutine with its own communicators,
+// and waits for all of them. Each rank builds its own backend and model
+// inside fn: ranks share nothing but the communicators.
+//
+// It returns nil when every rank succeeded; otherwise the errors of the
+// failing ranks, the first of each distinct message, lowest rank first,
+// and a rank's failure other than a communication one (*comm.Error) ahead
+// of the others, which are usually its consequence (the group broke or
+// timed out waiting for it).
+func Launch(shape comm.Grid, ov Overlap, fn func(g *Grid) error, opts ...comm.Option) error {
+	if shape.Data < 1 || shape.X < 1 || shape.Y < 1 || shape.Z < 1 {
+		return fmt.Errorf("parallel: grid %v: every axis needs at least one rank", shape)
+	}
+	if _, _, err := comm.EnvTimeout(); err != nil {
+		return err
+	}
+	worlds := comm.NewLocal(shape.Size(), opts...)
+	errs := make([]error, len(worlds))
+	var wg sync.WaitGroup
+	for r, world := range worlds {
+		wg.Go(func() {
+			groups, err := comm.SplitGrid(world, shape)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			errs[r] = fn(New(groups, ov))
+			if err := groups.Close(); err != nil && errs[r] == nil {
+				errs[r] = err
+			}
+			world.Close()
+		})
+	}
+	wg.Wait()
+	return firstErrors(errs)
+}
+
+// firstErrors joins the distinct errors of the ranks, root causes first.
+func firstErrors(errs []error) error {
+	var causes, comms []error
+	seen := map[string]bool{}
+	for r, err := range errs {
+		if err == nil || seen[err.Error()] {
+			continue
+		}
+		seen[err.Error()] = true
+		err = fmt.Errorf("rank %d: %w", r, err)
+		var ce *comm.Error
+		if errors.As(err, &ce) {
+			comms = append(comms, err)
+		} else {
+			causes = append(causes, err)
+		}
+	}
+	return errors.Join(append(causes, comms...)...)
+}
