@@ -116,8 +116,11 @@ func (c Collective) SentBytes() float64 { return c.SentElements() * float64(c.By
 // rank and micro-batch, n micro-batches and L decoder layers:
 //
 //   - forward output: all-reduce over A of m·out/B, L·n calls (2·L·n with
-//     recomputation);
-//   - backward input gradient: all-reduce over B of m·in/A, L·n calls;
+//     recomputation, except down_proj: the recomputed forward stops
+//     before it, its output being the next layer's kept input);
+//   - backward input gradient: all-reduce over B of m·in/A, L·n calls,
+//     one for the linears that share an input (q, k and v; gate and up),
+//     whose partial input gradients are added before it;
 //   - Z: all-gather of the weight's (x,y) block out·in/(X·Y) before the
 //     forward and again before the backward (with recomputation the
 //     recomputed forward's gather is kept for the backward, so still two),
@@ -125,7 +128,7 @@ func (c Collective) SentBytes() float64 { return c.SentElements() * float64(c.By
 //   - data: all-reduce of the shard out·in/(X·Y·Z), L calls (once a step).
 //
 // RMSNorm (two per layer and the final one) all-reduces each token's sum of
-// squares over X in the forward (recomputed too) and the sum of w·dy·x in
+// squares over X in the forward (recomputed too) and the sum of dy·y in
 // the backward: m elements each. Its weight's gradient (H/X elements; Y
 // replicas computed the same thing, so Y is not summed) is all-reduced over
 // data-z (the Data·Z ranks, one group) once a step.
@@ -136,12 +139,14 @@ func (c Collective) SentBytes() float64 { return c.SentElements() * float64(c.By
 // rank holds one vocabulary slice); its backward needs no weight and no
 // activation exchange, only the gradient's reduce-scatter over Z and the
 // data all-reduce. The LM head is a linear W[vocab, hidden] (forward
-// all-reduce of the logits over X, m·V/Y; backward over Y, m·H/X), and the
-// vocabulary-parallel cross-entropy all-reduces over Y three fp32 values
-// per token (the max logit, the sum of exponentials, the target's logit).
-// A tied head uses the embedding's shard: both gather it in their forward
-// and the head again in its backward, and the summed gradient is
-// reduce-scattered and all-reduced once.
+// all-reduce of the logits over X, m·V/Y; backward over Y, m·H/X) whose
+// backward reuses the block its forward gathered (nothing runs between
+// them but the loss). The vocabulary-parallel cross-entropy all-gathers
+// each token's maximum logit over Y (a sum cannot make a maximum: m·Y
+// elements), then all-reduces the sums of exponentials and the target's
+// logit (2m), in fp32. A tied head uses the embedding's shard: the
+// embedding's and the head's forwards each gather it, and the summed
+// gradient is reduce-scattered and all-reduced once.
 //
 // Neither the embedding nor the head is recomputed. Calls over a group of
 // size 1 are omitted.
@@ -203,22 +208,39 @@ func collectives(cfg *checkpoints.Config, s Step) []Collective {
 		if w.transposed {
 			in, out = GroupY, GroupX
 		}
-		ia, ob := int64(g.GroupSize(in)), int64(g.GroupSize(out))
-		add(w.name+" forward output", in, OpAllReduce, m*int64(w.out)/ob, activationBytes, fwd*L*n, Blocking)
-		add(w.name+" backward input gradient", out, OpAllReduce, m*int64(w.in)/ia, activationBytes, L*n, HiddenByCompute)
+		calls := fwd * L * n
+		if w.name == "down_proj" {
+			calls = L * n
+		}
+		add(w.name+" forward output", in, OpAllReduce, m*int64(w.out)/int64(g.GroupSize(out)), activationBytes, calls, Blocking)
 		zSharded(w.name, w.blockElements(g), 1, 1, L)
+	}
+	// Backward input gradients, one all-reduce per input: over the axis
+	// that splits the linears' outputs, of the input's share m·in/A.
+	for _, b := range []struct {
+		name   string
+		group  string
+		shared int64 // the input's width on this rank
+	}{
+		{"q_proj, k_proj, v_proj", GroupY, hx},
+		{"o_proj", GroupX, int64(cfg.QDim() / g.Y)},
+		{"gate_proj, up_proj", GroupY, hx},
+		{"down_proj", GroupX, int64(cfg.IntermediateSize / g.Y)},
+	} {
+		add(b.name+" backward input gradient", b.group, OpAllReduce, m*b.shared, activationBytes, L*n, HiddenByCompute)
 	}
 	norm("norm", 1, 1)
 	add("lm_head forward output", GroupX, OpAllReduce, m*v/int64(g.Y), activationBytes, n, Blocking)
-	add("cross-entropy max, sum of exponentials, target logit", GroupY, OpAllReduce, m, statBytes, 3*n, Blocking)
+	add("cross-entropy max logit", GroupY, OpAllGather, m*int64(g.Y), statBytes, n, Blocking)
+	add("cross-entropy sum of exponentials and target logit", GroupY, OpAllReduce, 2*m, statBytes, n, Blocking)
 	add("lm_head backward input gradient", GroupY, OpAllReduce, m*hx, activationBytes, n, HiddenByCompute)
 	if cfg.TieWordEmbeddings {
-		// One shard: gathered for the embedding's forward, the head's
-		// forward and the head's backward; one summed gradient.
-		zSharded("embed_tokens (tied lm_head)", embed.blockElements(g), 2, 1, 1)
+		// One shard: gathered for the embedding's forward and the head's
+		// forward (whose backward reuses it); one summed gradient.
+		zSharded("embed_tokens (tied lm_head)", embed.blockElements(g), 2, 0, 1)
 	} else {
 		zSharded("embed_tokens", embed.blockElements(g), 1, 0, 1)
-		zSharded("lm_head", head.blockElements(g), 1, 1, 1)
+		zSharded("lm_head", head.blockElements(g), 1, 0, 1)
 	}
 	return cs
 }

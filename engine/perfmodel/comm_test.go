@@ -138,7 +138,6 @@ func TestCollectivesByHand(t *testing.T) {
 		{"embed_tokens gradient", "z", rs}:                         {8192, 4, 2, H},
 		{"embed_tokens gradient", "data", ar}:                      {4096, 4, 1, E},
 		{"lm_head weight (forward)", "z", ag}:                      {8192, 2, 2, H},
-		{"lm_head weight (backward)", "z", ag}:                     {8192, 2, 2, H},
 		{"lm_head gradient", "z", rs}:                              {8192, 4, 2, H},
 		{"lm_head gradient", "data", ar}:                           {4096, 4, 1, E},
 	}
@@ -153,8 +152,10 @@ func TestCollectivesByHand(t *testing.T) {
 	// all-reduce over the four data-z ranks.
 	//   x:      activations 22528 (q 2048, k 1024, v 1024, o 2048, gate,
 	//           up, down 4096 each, lm_head 4096) + norm statistics 160
-	//   z:      3 × ½ × 2 × (2 layers × 18432 + head 8192) + 2 × ½ × 2 ×
-	//           8192 (embedding)
+	//   z:      3 × ½ × 2 × 2 layers × 18432 + 2 × ½ × 2 × 8192 for each of
+	//           the embedding and the head (a forward gather and a
+	//           reduce-scatter: the head's backward reuses its forward's
+	//           gather)
 	//   data:   every matrix shard once: ShardParams 26784 − 5 norms × 32
 	//   data-z: 3/2 × 5 norms × 32
 	sent := map[string]float64{}
@@ -164,7 +165,7 @@ func TestCollectivesByHand(t *testing.T) {
 		}
 		sent[c.Group] += c.SentElements()
 	}
-	for grp, w := range map[string]float64{"x": 22688, "y": 0, "z": 151552, "data": 26624, "data-z": 240} {
+	for grp, w := range map[string]float64{"x": 22688, "y": 0, "z": 143360, "data": 26624, "data-z": 240} {
 		if sent[grp] != w {
 			t.Errorf("%s sends %g elements a step, want %g", grp, sent[grp], w)
 		}
@@ -199,8 +200,8 @@ func TestCollectivesByHand(t *testing.T) {
 
 // TestCollectivesY checks the Y side on dp=1 x=1 y=2 z=1 with two
 // micro-batches of two 8-token sequences (m = 16): the q/k/v and gate/up
-// backward, the o/down forward, the embedding and head, and the
-// cross-entropy's statistics.
+// backward (one all-reduce per shared input), the o/down forward, the
+// embedding and head, and the cross-entropy's statistics.
 func TestCollectivesY(t *testing.T) {
 	cfg := smallConfig(t)
 	s := Step{Grid: Grid{Data: 1, X: 1, Y: 2, Z: 1}, SeqLen: 8, MicroBatch: 2, MicroBatches: 2}
@@ -210,22 +211,35 @@ func TestCollectivesY(t *testing.T) {
 		H = HiddenByCompute
 	)
 	wants := map[key]want{
-		{"embed_tokens forward output", "y", ar}:                          {16 * 64, 2, 2, B},
-		{"q_proj backward input gradient", "y", ar}:                       {16 * 64, 2, 4, H},
-		{"k_proj backward input gradient", "y", ar}:                       {16 * 64, 2, 4, H},
-		{"v_proj backward input gradient", "y", ar}:                       {16 * 64, 2, 4, H},
-		{"o_proj forward output", "y", ar}:                                {16 * 64, 2, 4, B},
-		{"gate_proj backward input gradient", "y", ar}:                    {16 * 64, 2, 4, H},
-		{"up_proj backward input gradient", "y", ar}:                      {16 * 64, 2, 4, H},
-		{"down_proj forward output", "y", ar}:                             {16 * 64, 2, 4, B},
-		{"cross-entropy max, sum of exponentials, target logit", "y", ar}: {16, 4, 6, B},
-		{"lm_head backward input gradient", "y", ar}:                      {16 * 64, 2, 2, H},
+		{"embed_tokens forward output", "y", ar}:                        {16 * 64, 2, 2, B},
+		{"q_proj, k_proj, v_proj backward input gradient", "y", ar}:     {16 * 64, 2, 4, H},
+		{"o_proj forward output", "y", ar}:                              {16 * 64, 2, 4, B},
+		{"gate_proj, up_proj backward input gradient", "y", ar}:         {16 * 64, 2, 4, H},
+		{"down_proj forward output", "y", ar}:                           {16 * 64, 2, 4, B},
+		{"cross-entropy max logit", "y", OpAllGather}:                   {16 * 2, 4, 2, B},
+		{"cross-entropy sum of exponentials and target logit", "y", ar}: {2 * 16, 4, 2, B},
+		{"lm_head backward input gradient", "y", ar}:                    {16 * 64, 2, 2, H},
 	}
 	cs, err := Collectives(cfg, s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkCollectives(t, cs, wants)
+
+	// With recomputation the forward outputs are all-reduced twice, but
+	// for down_proj's: the recomputed forward stops before it.
+	s.Recompute = true
+	cr, err := Collectives(cfg, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := byKey(t, cr)
+	if c := got[key{"o_proj forward output", "y", ar}]; c.Calls != 8 {
+		t.Errorf("recompute: o_proj forward output %d calls, want 8", c.Calls)
+	}
+	if c := got[key{"down_proj forward output", "y", ar}]; c.Calls != 4 {
+		t.Errorf("recompute: down_proj forward output %d calls, want 4", c.Calls)
+	}
 }
 
 func TestCollectivesTied(t *testing.T) {
@@ -239,10 +253,9 @@ func TestCollectivesTied(t *testing.T) {
 	got := byKey(t, cs)
 	const name = "embed_tokens (tied lm_head)"
 	for k, w := range map[key]want{
-		{name + " weight (forward)", "z", OpAllGather}:  {16384, 2, 6, HiddenByCompute}, // embedding and head forward
-		{name + " weight (backward)", "z", OpAllGather}: {16384, 2, 3, HiddenByCompute},
-		{name + " gradient", "z", OpReduceScatter}:      {16384, 4, 3, HiddenByCompute},
-		{name + " gradient", "data", OpAllReduce}:       {4096, 4, 1, HiddenByLastBackward},
+		{name + " weight (forward)", "z", OpAllGather}: {16384, 2, 6, HiddenByCompute}, // embedding and head forward
+		{name + " gradient", "z", OpReduceScatter}:     {16384, 4, 3, HiddenByCompute},
+		{name + " gradient", "data", OpAllReduce}:      {4096, 4, 1, HiddenByLastBackward},
 	} {
 		c := got[k]
 		if c.Elements != w.elements || c.Bytes != w.bytes || c.Calls != w.calls || c.Overlap != w.overlap {
@@ -250,7 +263,7 @@ func TestCollectivesTied(t *testing.T) {
 		}
 	}
 	for k := range got {
-		if k.name == "lm_head weight (forward)" || k.name == "embed_tokens gradient" {
+		if k.name == "lm_head weight (forward)" || k.name == "embed_tokens gradient" || k.name == name+" weight (backward)" {
 			t.Errorf("tied model lists %v", k)
 		}
 	}

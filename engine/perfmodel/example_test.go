@@ -47,8 +47,8 @@ func ExampleCollectives() {
 	}
 	// Output:
 	// x        30.027 GB
-	// y        15.167 GB
-	// z        15.797 GB
+	// y         8.724 GB
+	// z        15.535 GB
 	// data      4.015 GB
 	// data-z    0.001 GB
 }

@@ -63,10 +63,10 @@ func TestEstimateTime(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Sent bytes from TestCollectivesByHand: x 22528 bf16 + 160 fp32;
-		// z 110592 + 16384 + 24576 split into gathers (bf16) and
+		// z 110592 + 16384 + 16384 split into gathers (bf16) and
 		// reduce-scatters (fp32): per weight and call ½·block each way.
 		xBytes := 22528*2 + 160*4.0
-		zGather := 0.5 * 2 * (2*2*18432 + 8192 + 2*8192) // per layer fwd+bwd, embedding fwd, head fwd+bwd
+		zGather := 0.5 * 2 * (2*2*18432 + 8192 + 8192) // per layer fwd+bwd, embedding fwd, head fwd (its backward reuses it)
 		zScatter := 0.5 * 2 * (2*18432 + 8192 + 8192)
 		zBytes := zGather*2 + zScatter*4
 		dataBytes := 26624 * 4.0
