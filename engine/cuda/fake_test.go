@@ -161,6 +161,13 @@ func buildFakeCUDA() (string, error) {
 	return dir, nil
 }
 
+// TestFakeCUDADir names the fake libraries' folder (go test -v), for
+// running the GPU tests or scripts/gpu-check.sh on them by hand:
+// MEMTRAIN_CUDA_LIB_DIR=<folder>.
+func TestFakeCUDADir(t *testing.T) {
+	t.Logf("MEMTRAIN_CUDA_LIB_DIR=%s", fakeCUDA(t))
+}
+
 // newFake returns a backend on fake device dev, closed when the test ends.
 func newFake(t testing.TB, dev int, gemm string) *Backend {
 	t.Helper()

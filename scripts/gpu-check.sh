@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# gpu-check.sh — the CUDA backend's checks on a GPU machine without Go, in one
+# run of under five minutes. Build the binaries first, where Go is:
+#
+#   bash scripts/gpu-build.sh            # → gpu-bin/memtrain, gpu-bin/cuda.test
+#   OUT=/some/dir bash scripts/gpu-check.sh [BIN]   # on the GPU machine; BIN defaults to gpu-bin
+#
+# Stages (each appends to $OUT/gpu-check.md and writes $OUT/stageN-*.log, so a
+# run cut off midway still reports what it did):
+#   0. nvidia-smi, the libraries memtrain finds (and torch's), versions;
+#   1. the conformance suite on the GPU against the float64 references, a
+#      small Llama's training step and generations against the CPU backend,
+#      bf16 storage, the backend's contracts, NCCL (cuda.test -test.run TestGPU);
+#   2. a 20-step fine-tune of the tiny preset on the CPU and on the GPU
+#      (float32 GEMMs, then bf16), losses compared step by step;
+#   3. GEMM TFLOP/s at 8192³ (bf16, and float32 at each precision) against
+#      torch.matmul in the same run;
+#   4. training-step tokens/s and MFU of Llama-3.1-8B cut to 4 layers at
+#      sequence 2048: memtrain, plain torch modules (flash and materialised
+#      attention) and, if installed, transformers' LlamaForCausalLM;
+#   5. a full fine-tuning step of the Llama-3.2-1B shape, memtrain and torch;
+#   6. the checkpoint memtrain saved on the GPU in stage 2, loaded by
+#      transformers (if installed): per-document losses and greedy tokens.
+# Exit status: 0 when every stage that ran passed, 1 otherwise.
+#
+# QUICK=1 shrinks every size (for a dry run of this script on the fake CUDA
+# libraries of engine/cuda/testdata, with MEMTRAIN_CUDA_LIB_DIR pointing at
+# them; it measures nothing).
+set -u
+cd "$(dirname "$0")/.."
+BIN=${1:-gpu-bin}
+OUT=${OUT:-./gpu-check-out}
+PY=${PYTHON:-python3}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+MD="$OUT/gpu-check.md"
+BIN=$(cd "$BIN" 2>/dev/null && pwd || echo "$BIN")
+MT="$BIN/memtrain"
+CT="$BIN/cuda.test"
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+# One kernel cache for every stage: NVRTC compiles once, in stage 0.
+export MEMTRAIN_CUDA_CACHE="$WORK/kernel-cache"
+W="$WORK/ft" # stage 2's runs, which stage 6 reads
+failed=0
+start=$(date +%s)
+if [ -n "${QUICK:-}" ]; then
+  GEMM=64 STEP_MODEL=tiny:2 ONE_B=tiny SEQ=32 FT_STEPS=2 FT_SEQ=16 FT_BATCH=2
+else
+  GEMM=8192 STEP_MODEL=llama3.1-8b:4 ONE_B=llama3.2-1b SEQ=2048 FT_STEPS=20 FT_SEQ=128 FT_BATCH=8
+fi
+
+note() { printf '%s\n' "$*" >>"$MD"; }
+# stage TITLE: starts a stage, or returns 1 when the time budget
+# ($BUDGET seconds, default 285) has less than a stage's worth left.
+stage() {
+  local used=$(($(date +%s) - start))
+  printf '\n## %s\n\n' "$1" >>"$MD"
+  printf '== %s (%ss)\n' "$1" "$used"
+  if [ $((${BUDGET:-285} - used)) -lt 25 ]; then
+    note "- SKIP: out of time (${used} s used of ${BUDGET:-285})"
+    return 1
+  fi
+}
+# run LOG LIMIT CMD...: runs CMD with a time limit, appending to LOG.
+run() {
+  local log=$1 limit=$2
+  shift 2
+  echo "\$ $*" >>"$log"
+  timeout -k 5 "$limit" "$@" >>"$log" 2>&1
+  local rc=$?
+  echo "[exit $rc]" >>"$log"
+  return $rc
+}
+verdict() { # NAME RC: records a PASS/FAIL line
+  if [ "$2" -eq 0 ]; then note "- **PASS** $1"; else
+    note "- **FAIL** $1 (exit $2)"
+    failed=1
+  fi
+}
+# bench_table FILE...: the BENCH lines (and torch's JSON lines) as a table.
+bench_table() {
+  "$PY" - "$@" >>"$MD" 2>/dev/null <<'PY' || note "(no measurements)"
+import json, sys
+rows = []
+for path in sys.argv[1:]:
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        continue
+    for l in lines:
+        l = l.strip()
+        if l.startswith("BENCH "):
+            l = l[6:]
+        if not l.startswith("{"):
+            continue
+        try:
+            rows.append(json.loads(l))
+        except ValueError:
+            pass
+if not rows:
+    raise SystemExit(1)
+if "tflops" in rows[0]:
+    print("| impl | case | size | ms | TFLOP/s |\n| --- | --- | --- | ---: | ---: |")
+    for r in rows:
+        print(f"| {r.get('impl', 'memtrain')} | {r['case']} | {r['m']}×{r['n']}×{r['k']} | {r['ms']:.2f} | {r['tflops']:.1f} |")
+else:
+    print("| impl | model | batch×seq | gemm | step ms | tokens/s | TFLOP/s | MFU | peak GiB |\n| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        mfu = f"{100 * r['mfu']:.1f}%" if "mfu" in r else "–"
+        print(f"| {r.get('impl', 'memtrain')} | {r['model']} | {r['batch']}×{r['seq_len']} | {r.get('gemm', 'bf16 autocast')} | "
+              f"{r['step_ms']:.1f} | {r['tokens_per_s']:.0f} | {r['achieved_tflops']:.1f} | {mfu} | {r.get('peak_bytes', 0) / 2**30:.1f} |")
+PY
+}
+
+{
+  echo "# memtrain GPU check"
+  echo
+  echo "$(date -u '+%Y-%m-%d %H:%M:%S UTC'), commit $(cat "$BIN/COMMIT" 2>/dev/null || echo unknown), host $(hostname)"
+} >"$MD"
+if [ ! -x "$MT" ] || [ ! -x "$CT" ]; then
+  note "**FAIL** binaries missing in $BIN: run scripts/gpu-build.sh where Go is, and carry $BIN here"
+  echo "gpu-check: binaries missing in $BIN" >&2
+  exit 1
+fi
+
+# ---------------------------------------------------------------------------
+stage "0. Device and libraries"
+L="$OUT/stage0-device.log"
+run "$L" 20 nvidia-smi
+run "$L" 20 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader
+note '```'
+nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader >>"$MD" 2>&1 || note "nvidia-smi failed"
+note '```'
+run "$L" 30 "$PY" -c 'import torch, os; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0)); print("torch lib", os.path.dirname(torch.__file__) + "/lib")'
+run "$L" 30 "$PY" -c 'import transformers; print("transformers", transformers.__version__)'
+# What memtrain finds: the libraries it loaded, their versions, the kernels'
+# target (TestGPUConformance's first log line), without running the suite.
+run "$L" 120 "$CT" -test.run '^TestGPUConformance$/^Memory$' -test.v -test.count=1
+rc=$?
+note '```'
+grep -E "^(torch|transformers) |gpu_test.go:[0-9]+: cuda:|no GPU" "$L" | sed 's/^ *//' >>"$MD"
+note '```'
+verdict "memtrain loads CUDA and compiles its kernels" $rc
+
+# ---------------------------------------------------------------------------
+if stage "1. Conformance on the GPU"; then
+  L="$OUT/stage1-conformance.log"
+  run "$L" 180 "$CT" -test.run '^TestGPU(Conformance|Model|BF16|Backend|NCCL)$' -test.v -test.count=1 -test.timeout 170s
+  rc=$?
+  note '```'
+  grep -E "^(--- |=== RUN|ok|FAIL|PASS)|^    --- FAIL|Error|panic" "$L" | grep -v "=== RUN" | head -60 >>"$MD"
+  note '```'
+  verdict "conformance suite, model against the CPU, bf16, contracts, NCCL" $rc
+fi
+
+# ---------------------------------------------------------------------------
+if stage "2. Fine-tuning: CPU against GPU"; then
+  L="$OUT/stage2-finetune.log"
+  mkdir -p "$W"
+  ok=0
+  run "$L" 60 "$MT" init --out "$W/base" --tokenizer builtin:llama2 --preset tiny --seed 1 || ok=1
+  gzip -dc data/assets/austen.jsonl.gz | head -500 >"$W/austen.jsonl"
+  run "$L" 60 "$MT" data prepare --input "$W/austen.jsonl" --tokenizer "$W/base" --out "$W/ds" \
+    --mode document --seq-len $FT_SEQ --holdout 0.05 --bos --eos || ok=1
+  common=(--model "$W/base" --data "$W/ds" --max_steps $FT_STEPS --batch_size $FT_BATCH --micro_batch $((FT_BATCH / 2))
+    --schedule.lr 1e-3 --eval_every 0 --seed 1)
+  run "$L" 90 "$MT" finetune "${common[@]}" --out "$W/cpu" --device cpu || ok=1
+  MEMTRAIN_CUDA_GEMM=f32 run "$L" 60 "$MT" finetune "${common[@]}" --out "$W/gpu-f32" --device cuda || ok=1
+  MEMTRAIN_CUDA_GEMM=bf16 run "$L" 60 "$MT" finetune "${common[@]}" --out "$W/gpu-bf16" --device cuda || ok=1
+  verdict "init, data prepare and three $FT_STEPS-step fine-tunes ran" $ok
+  for mode in f32 bf16; do
+    tol=1e-3
+    [ $mode = bf16 ] && tol=3e-2
+    note ""
+    note "GPU with $mode GEMMs against the CPU:"
+    note ""
+    "$PY" scripts/gpu/compare_losses.py "$W/cpu/metrics.jsonl" "$W/gpu-$mode/metrics.jsonl" --rtol $tol >>"$MD" 2>&1
+    verdict "losses of the $mode GPU run within $tol of the CPU's" $?
+  done
+  for r in cpu gpu-f32 gpu-bf16; do
+    [ -f "$W/$r/metrics.jsonl" ] && cp "$W/$r/metrics.jsonl" "$OUT/stage2-$r-metrics.jsonl"
+  done
+fi
+
+# ---------------------------------------------------------------------------
+if stage "3. GEMM at ${GEMM}³"; then
+  L="$OUT/stage3-gemm.log"
+  MEMTRAIN_GPU_BENCH=1 MEMTRAIN_GPU_BENCH_GEMM=$GEMM run "$L" 120 "$CT" -test.run '^TestGPUBenchGemm$' -test.v -test.count=1
+  rc=$?
+  run "$OUT/stage3-torch.log" 90 "$PY" scripts/gpu/torch_gemm.py --sizes $GEMM
+  bench_table "$L" "$OUT/stage3-torch.log"
+  verdict "memtrain GEMM benchmark ran" $rc
+fi
+
+# ---------------------------------------------------------------------------
+if stage "4. Training step: $STEP_MODEL (Llama-3.1-8B shape, 4 layers), sequence $SEQ"; then
+  L="$OUT/stage4-step.log"
+  MEMTRAIN_GPU_BENCH=1 MEMTRAIN_GPU_BENCH_MODEL=$STEP_MODEL MEMTRAIN_GPU_BENCH_SEQ=$SEQ \
+    run "$L" 150 "$CT" -test.run '^TestGPUBenchStep$' -test.v -test.count=1
+  rc=$?
+  for attn in sdpa eager; do
+    run "$OUT/stage4-torch-$attn.log" 100 "$PY" scripts/gpu/torch_step.py --model $STEP_MODEL --seq-len $SEQ --attn $attn
+  done
+  run "$OUT/stage4-hf.log" 100 "$PY" scripts/gpu/torch_step.py --impl hf --model $STEP_MODEL --seq-len $SEQ --attn sdpa
+  bench_table "$L" "$OUT"/stage4-torch-*.log "$OUT/stage4-hf.log"
+  verdict "memtrain training-step benchmark ran" $rc
+fi
+
+# ---------------------------------------------------------------------------
+if stage "5. Full fine-tuning step: $ONE_B (Llama-3.2-1B shape), sequence $SEQ"; then
+  L="$OUT/stage5-1b.log"
+  MEMTRAIN_GPU_BENCH=1 MEMTRAIN_GPU_BENCH_MODEL=$ONE_B MEMTRAIN_GPU_BENCH_SEQ=$SEQ \
+    run "$L" 150 "$CT" -test.run '^TestGPUBenchStep$' -test.v -test.count=1
+  rc=$?
+  run "$OUT/stage5-torch.log" 100 "$PY" scripts/gpu/torch_step.py --model $ONE_B --seq-len $SEQ --attn sdpa
+  bench_table "$L" "$OUT/stage5-torch.log"
+  verdict "memtrain 1B step ran" $rc
+fi
+
+# ---------------------------------------------------------------------------
+if stage "6. A GPU-saved checkpoint in transformers"; then
+  L="$OUT/stage6-hf.log"
+  CK="$W/gpu-f32/checkpoints/$(cat "$W/gpu-f32/checkpoints/latest" 2>/dev/null)"
+  if [ ! -f "$CK/config.json" ]; then
+    note "no checkpoint from stage 2 ($CK)"
+    verdict "checkpoint to load" 1
+  else
+    # Six Austen paragraphs as token ids (BOS first), at most 200 each.
+    head -40 "$W/austen.jsonl" | tail -6 | "$MT" tokenize --tokenizer "$CK" --special 2>>"$L" |
+      "$PY" -c 'import json, sys; [print(json.dumps({"input_ids": json.loads(l)["ids"][:200]})) for l in sys.stdin]' >"$W/docs.jsonl"
+    prompt=$("$PY" -c 'import json, sys; print(",".join(map(str, json.loads(open(sys.argv[1]).readline())["input_ids"][:12])))' "$W/docs.jsonl")
+    export MEMTRAIN_CUDA_GEMM=f32
+    timeout -k 5 60 "$MT" eval loss --model "$CK" --data "$W/docs.jsonl" --json --device cuda >"$W/eval.json" 2>>"$L"
+    timeout -k 5 60 "$MT" generate --model "$CK" --prompt-ids "$prompt" --max-new-tokens 16 \
+      --stop-at-eos=false --json --device cuda >"$W/gen.jsonl" 2>>"$L"
+    unset MEMTRAIN_CUDA_GEMM
+    cp "$W/eval.json" "$W/gen.jsonl" "$OUT/" 2>/dev/null
+    timeout -k 5 90 "$PY" scripts/gpu/hf_check.py --model "$CK" --docs "$W/docs.jsonl" \
+      --memtrain-eval "$W/eval.json" --memtrain-generate "$W/gen.jsonl" >"$OUT/stage6-compare.md" 2>>"$L"
+    rc=$?
+    cat "$OUT/stage6-compare.md" >>"$MD"
+    if [ $rc -eq 2 ]; then note "- SKIP transformers is not installed"; else verdict "transformers reads the checkpoint; losses agree" $rc; fi
+  fi
+fi
+
+note ""
+note "Total $(($(date +%s) - start)) s."
+echo "gpu-check: report in $MD"
+exit $failed
