@@ -118,14 +118,20 @@ func GradNorm(b engine.Backend, params []*engine.Param) float64 {
 // disables clipping; a non-finite norm leaves the gradients alone.
 func ClipGradNorm(b engine.Backend, params []*engine.Param, maxNorm float64) (norm float64, clipped bool) {
 	norm = GradNorm(b, params)
+	return norm, clipTo(b, params, norm, maxNorm)
+}
+
+// clipTo scales the gradients, whose global norm is norm, down to maxNorm
+// (see ClipGradNorm) and reports whether it did.
+func clipTo(b engine.Backend, params []*engine.Param, norm, maxNorm float64) bool {
 	if maxNorm <= 0 {
-		return norm, false
+		return false
 	}
 	if coef := maxNorm / (norm + 1e-6); coef < 1 {
 		for _, p := range params {
 			b.Scale(p.Grad, float32(coef))
 		}
-		return norm, true
+		return true
 	}
-	return norm, false
+	return false
 }

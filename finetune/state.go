@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -52,7 +53,44 @@ type SaveOptions struct {
 // dir, synced, and renamed to name; then dir/latest is replaced atomically
 // to point at it, and all but the newest opt.Keep checkpoints are removed.
 // A crash at any point leaves latest pointing at a complete checkpoint.
+//
+// Weights and optimizer moments are saved full-shape, so that a run can
+// resume on another grid. On a grid SaveCheckpoint is collective: every
+// rank gathers the shards, rank 0 writes, and every rank returns its
+// error if it failed.
 func SaveCheckpoint(dir, name string, m *llama.Model, o *Optimizer, st TrainerState, opt SaveOptions) error {
+	weights, err := m.GatherWeights()
+	if err != nil {
+		return fmt.Errorf("finetune: %w", err)
+	}
+	var moments []checkpoints.Tensor
+	if mv, vv := o.Moments(); mv != nil {
+		for i, p := range o.params {
+			for _, part := range []struct {
+				prefix string
+				t      *engine.Tensor
+			}{{"exp_avg/", mv[i]}, {"exp_avg_sq/", vv[i]}} {
+				data, err := m.Gather(p, part.t)
+				if err != nil {
+					return fmt.Errorf("finetune: %w", err)
+				}
+				moments = append(moments, checkpoints.Tensor{Name: part.prefix + p.Name, Shape: append([]int(nil), p.Full...), Data: data})
+			}
+		}
+	}
+	g := m.Grid()
+	if g != nil && g.Rank() != 0 {
+		return g.Agree(m.Backend(), nil)
+	}
+	err = writeCheckpoint(dir, name, m.Config, weights, moments, st, opt)
+	if g != nil {
+		return g.Agree(m.Backend(), err)
+	}
+	return err
+}
+
+// writeCheckpoint is SaveCheckpoint's writing, of full-shape tensors.
+func writeCheckpoint(dir, name string, cfg *checkpoints.Config, weights, moments []checkpoints.Tensor, st TrainerState, opt SaveOptions) error {
 	files, dtype, keep := opt.Files, opt.DType, opt.Keep
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("finetune: %w", err)
@@ -67,23 +105,11 @@ func SaveCheckpoint(dir, name string, m *llama.Model, o *Optimizer, st TrainerSt
 			os.RemoveAll(tmp)
 		}
 	}()
-	if err := checkpoints.Save(tmp, m.Config, m.Weights(), checkpoints.SaveOptions{DType: dtype, Files: files}); err != nil {
+	if err := checkpoints.Save(tmp, cfg, weights, checkpoints.SaveOptions{DType: dtype, Files: files}); err != nil {
 		return err
 	}
-	if mv, vv := o.Moments(); mv != nil {
-		var ts []checkpoints.Tensor
-		b := m.Backend()
-		for i, p := range o.params {
-			for _, part := range []struct {
-				prefix string
-				t      *engine.Tensor
-			}{{"exp_avg/", mv[i]}, {"exp_avg_sq/", vv[i]}} {
-				data := make([]float32, part.t.Len())
-				b.Download(data, part.t)
-				ts = append(ts, checkpoints.Tensor{Name: part.prefix + p.Name, Shape: append([]int(nil), p.Full...), Data: data})
-			}
-		}
-		if err := checkpoints.WriteFile(filepath.Join(tmp, OptimizerFile), ts, checkpoints.DTypeF32, map[string]string{"optimizer": "adamw"}); err != nil {
+	if moments != nil {
+		if err := checkpoints.WriteFile(filepath.Join(tmp, OptimizerFile), moments, checkpoints.DTypeF32, map[string]string{"optimizer": "adamw"}); err != nil {
 			return err
 		}
 	}
@@ -133,7 +159,8 @@ func LatestCheckpoint(dir string) (string, error) {
 }
 
 // LoadCheckpoint restores weights, optimizer moments and the trainer state
-// from a checkpoint written by SaveCheckpoint into m and o.
+// from a checkpoint written by SaveCheckpoint into m and o. On a grid each
+// rank reads only its shards, whatever grid saved the checkpoint.
 func LoadCheckpoint(path string, m *llama.Model, o *Optimizer) (TrainerState, error) {
 	var st TrainerState
 	b, err := os.ReadFile(filepath.Join(path, StateFile))
@@ -151,11 +178,10 @@ func LoadCheckpoint(path string, m *llama.Model, o *Optimizer) (TrainerState, er
 		return st, err
 	}
 	defer ck.Close()
-	w, err := ck.ReadAll()
-	if err != nil {
-		return st, err
+	if !sameShapes(ck.Config, m.Config) {
+		return st, fmt.Errorf("finetune: %s: the checkpoint's tensors do not fit the run's model", path)
 	}
-	if err := m.SetWeights(w); err != nil {
+	if err := m.LoadWeights(ck.Weights); err != nil {
 		return st, fmt.Errorf("finetune: %s: %w", path, err)
 	}
 	if mv, vv := o.Moments(); mv != nil {
@@ -169,19 +195,29 @@ func LoadCheckpoint(path string, m *llama.Model, o *Optimizer) (TrainerState, er
 				prefix string
 				t      *engine.Tensor
 			}{{"exp_avg/", mv[i]}, {"exp_avg_sq/", vv[i]}} {
-				data, err := f.ReadFloat32(part.prefix + p.Name)
-				if err != nil {
-					return st, err
+				if err := m.ReadInto(f, part.prefix+p.Name, p, part.t); err != nil {
+					return st, fmt.Errorf("finetune: %s: %w", f.Path(), err)
 				}
-				if len(data) != part.t.Len() {
-					return st, fmt.Errorf("finetune: %s: tensor %q has %d elements, want %d", f.Path(), part.prefix+p.Name, len(data), part.t.Len())
-				}
-				m.Backend().Upload(part.t, data)
 			}
 		}
 	}
 	o.Step = st.OptimizerStep
 	return st, nil
+}
+
+// sameShapes reports whether two configurations have the same tensors,
+// by name and shape: what a checkpoint's weights must fit.
+func sameShapes(a, b *checkpoints.Config) bool {
+	sa, sb := a.TensorSpecs(), b.TensorSpecs()
+	if len(sa) != len(sb) {
+		return false
+	}
+	for i := range sa {
+		if sa[i].Name != sb[i].Name || !slices.Equal(sa[i].Shape, sb[i].Shape) {
+			return false
+		}
+	}
+	return true
 }
 
 // prune removes all but the newest keep checkpoints (by name, which sorts

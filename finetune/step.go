@@ -28,6 +28,13 @@ var ErrNonFinite = errors.New("loss or gradient norm is not finite")
 // parallel grid, equals one big batch), clipped to maxNorm (≤ 0: no
 // clipping), then an optimizer update at learning rate lr. A global batch
 // with nothing to learn from (every weight 0) changes nothing.
+//
+// On a grid (m.Grid() not nil) every rank calls it with its share of the
+// global batch — the same number of micro-batches on every rank, the X·Y
+// ranks of one data·Z coordinate with the same ones — and gets the same
+// result: the loss and weight sums are added up over the data·Z ranks,
+// the gradients reduced (m.ReduceGradients) and their norm taken over
+// every shard.
 func TrainStep(m *llama.Model, o *Optimizer, micro []llama.Batch, lr, maxNorm float64) (StepResult, error) {
 	res := StepResult{LR: lr}
 	for _, b := range micro {
@@ -39,6 +46,11 @@ func TrainStep(m *llama.Model, o *Optimizer, micro []llama.Batch, lr, maxNorm fl
 			res.Weight += float64(w)
 		}
 	}
+	total := []float64{res.Weight}
+	if err := m.SumBatch(total); err != nil {
+		return res, fmt.Errorf("finetune: %w", err)
+	}
+	res.Weight = total[0]
 	if res.Weight == 0 {
 		res.Loss = math.NaN()
 		return res, nil
@@ -54,15 +66,35 @@ func TrainStep(m *llama.Model, o *Optimizer, micro []llama.Batch, lr, maxNorm fl
 		repSum += l.ReportSum
 		repWeight += l.ReportWeight
 	}
+	if err := m.ReduceGradients(); err != nil {
+		return res, fmt.Errorf("finetune: %w", err)
+	}
+	sums := []float64{sum, repSum, repWeight}
+	if err := m.SumBatch(sums); err != nil {
+		return res, fmt.Errorf("finetune: %w", err)
+	}
+	sum, repSum, repWeight = sums[0], sums[1], sums[2]
 	res.Loss = sum / res.Weight
 	res.LossAll = res.Loss
 	if repWeight > 0 {
 		res.LossAll = repSum / repWeight
 	}
-	res.GradNorm, res.Clipped = ClipGradNorm(m.Backend(), m.Params(), maxNorm)
+	var err error
+	if res.GradNorm, res.Clipped, err = clipModel(m, maxNorm); err != nil {
+		return res, fmt.Errorf("finetune: %w", err)
+	}
 	if math.IsNaN(res.Loss) || math.IsInf(res.Loss, 0) || math.IsNaN(res.GradNorm) || math.IsInf(res.GradNorm, 0) {
 		return res, fmt.Errorf("%w (loss %v, gradient norm %v)", ErrNonFinite, res.Loss, res.GradNorm)
 	}
 	o.Update(lr)
 	return res, nil
+}
+
+// clipModel is ClipGradNorm with the model's global norm, which on a grid
+// covers every rank's shards.
+func clipModel(m *llama.Model, maxNorm float64) (norm float64, clipped bool, err error) {
+	if norm, err = m.GradNorm(); err != nil {
+		return 0, false, err
+	}
+	return norm, clipTo(m.Backend(), m.Params(), norm, maxNorm), nil
 }

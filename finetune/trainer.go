@@ -16,6 +16,7 @@ import (
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/engine/parallel"
 	"github.com/memtrain/memtrain/goldfish"
 )
 
@@ -33,7 +34,7 @@ type Config struct {
 	Schedule  Schedule        `yaml:"schedule" json:"schedule"`
 
 	BatchSize  int     `yaml:"batch_size" json:"batch_size"`   // sequences per optimizer step
-	MicroBatch int     `yaml:"micro_batch" json:"micro_batch"` // sequences per forward pass (accumulated)
+	MicroBatch int     `yaml:"micro_batch" json:"micro_batch"` // sequences per forward pass (accumulated), over the whole grid: each data·Z rank takes micro_batch/(data·Z)
 	Epochs     int     `yaml:"epochs" json:"epochs"`
 	MaxSteps   int     `yaml:"max_steps" json:"max_steps"` // overrides epochs when > 0
 	Clip       float64 `yaml:"clip" json:"clip"`           // global gradient norm; 0 disables
@@ -138,7 +139,9 @@ type Metrics struct {
 
 const metricsSchema = 1
 
-// Run is a fine-tuning run in progress.
+// Run is a fine-tuning run in progress. On a grid (OpenParallel) every
+// rank has its own Run over its shards and its share of each batch, and
+// calls the same methods in the same order.
 type Run struct {
 	Config Config
 	Model  *llama.Model
@@ -161,8 +164,23 @@ type Run struct {
 // they belong together, and restores a checkpoint when resume names a run
 // folder (or one of its checkpoints).
 func Open(cfg Config, b engine.Backend, resume string) (*Run, error) {
+	return OpenParallel(cfg, b, nil, resume)
+}
+
+// OpenParallel is Open for one rank of a grid (nil: one rank): the model
+// holds this rank's shards, read from the checkpoint alone, and the loader
+// yields this rank's data·Z share of each global batch. A checkpoint saved
+// on any grid resumes on any other.
+func OpenParallel(cfg Config, b engine.Backend, grid *parallel.Grid, resume string) (*Run, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	ranks, rank := 1, 0
+	if grid != nil {
+		ranks, rank = grid.BatchRanks(), grid.BatchRank()
+		if cfg.MicroBatch%ranks != 0 {
+			return nil, fmt.Errorf("finetune: micro_batch %d does not split over the %d data×Z ranks of grid %v (each takes micro_batch/%d sequences)", cfg.MicroBatch, ranks, grid.Shape(), ranks)
+		}
 	}
 	store, err := data.OpenStore(cfg.Data)
 	if err != nil {
@@ -200,7 +218,7 @@ func Open(cfg Config, b engine.Backend, resume string) (*Run, error) {
 			return fail(err)
 		}
 	}
-	if r.Loader, err = data.NewLoader(store, data.LoaderConfig{Split: data.Train, BatchSize: cfg.BatchSize, Shuffle: true, Seed: cfg.Seed}); err != nil {
+	if r.Loader, err = data.NewLoader(store, data.LoaderConfig{Split: data.Train, BatchSize: cfg.BatchSize, Shuffle: true, Seed: cfg.Seed, Ranks: ranks, Rank: rank}); err != nil {
 		return fail(err)
 	}
 	r.Steps = cfg.MaxSteps
@@ -214,7 +232,7 @@ func Open(cfg Config, b engine.Backend, resume string) (*Run, error) {
 	if err := r.Config.Schedule.Validate(); err != nil {
 		return fail(err)
 	}
-	if r.Model, err = llama.Load(b, ck, llama.Options{Recompute: cfg.Recompute}); err != nil {
+	if r.Model, err = llama.Load(b, ck, llama.Options{Recompute: cfg.Recompute, Parallel: grid}); err != nil {
 		return fail(err)
 	}
 	if r.Opt, err = NewOptimizer(b, r.Model.Params(), cfg.Optimizer); err != nil {
@@ -255,9 +273,18 @@ func (r *Run) Close() {
 	}
 }
 
-// microBatches cuts a global batch into micro-batches, applying the
-// goldfish mask to each sequence's targets. It returns the non-padding
-// target count and the goldfish drops among them.
+// ranks is the number of ranks that split each batch (1 on one rank).
+func (r *Run) ranks() int {
+	if g := r.Model.Grid(); g != nil {
+		return g.BatchRanks()
+	}
+	return 1
+}
+
+// microBatches cuts this rank's share of a global batch into
+// micro-batches, applying the goldfish mask to each sequence's targets.
+// It returns the non-padding target count and the goldfish drops among
+// them.
 func (r *Run) microBatches(g data.Batch) ([]llama.Batch, float64, float64) {
 	var targets, dropped float64
 	for _, w := range g.Weights {
@@ -272,7 +299,7 @@ func (r *Run) microBatches(g data.Batch) ([]llama.Batch, float64, float64) {
 		}
 	}
 	var out []llama.Batch
-	mb := r.Config.MicroBatch
+	mb := r.Config.MicroBatch / r.ranks()
 	for s := 0; s < g.B; s += mb {
 		n := min(mb, g.B-s)
 		lo, hi := s*g.T, (s+n)*g.T
@@ -292,7 +319,15 @@ func (r *Run) TrainOne() (Metrics, error) {
 		return Metrics{}, err
 	}
 	start := time.Now()
+	if grid := r.Model.Grid(); grid != nil {
+		grid.World.SetStep(r.Step + 1) // for watchdog messages
+	}
 	micro, targets, dropped := r.microBatches(g)
+	counts := []float64{targets, dropped}
+	if err := r.Model.SumBatch(counts); err != nil {
+		return Metrics{}, fmt.Errorf("finetune: step %d: %w", r.Step+1, err)
+	}
+	targets, dropped = counts[0], counts[1]
 	lr := r.Config.Schedule.At(r.Step)
 	res, err := TrainStep(r.Model, r.Opt, micro, lr, r.Config.Clip)
 	if err != nil {
@@ -300,7 +335,7 @@ func (r *Run) TrainOne() (Metrics, error) {
 	}
 	r.Step++
 	dt := time.Since(start).Seconds()
-	tokens := float64(g.B * g.T)
+	tokens := float64(r.Config.BatchSize * g.T)
 	m := Metrics{
 		Schema: metricsSchema, Step: r.Step, Epoch: g.Epoch, LR: lr, Loss: res.Loss, LossAll: res.LossAll, Kept: res.Weight, Targets: targets,
 		GradNorm: res.GradNorm, Clipped: res.Clipped, TokensPerS: tokens / dt,
@@ -313,31 +348,54 @@ func (r *Run) TrainOne() (Metrics, error) {
 }
 
 // Evaluate returns the mean loss over every target of the holdout split,
-// or NaN when the dataset has none.
+// or NaN when the dataset has none. On a grid the data·Z ranks take turns
+// through the split, micro_batch sequences a round between them (a rank
+// past the end scores zero-weight padding, so that all run the same
+// passes).
 func (r *Run) Evaluate() (float64, error) {
 	n := r.Store.NumSequences(data.Holdout)
 	if n == 0 {
 		return math.NaN(), nil
 	}
 	T := r.Store.SeqLen()
-	B := r.Config.MicroBatch
+	ranks, rank := r.ranks(), 0
+	if g := r.Model.Grid(); g != nil {
+		rank = g.BatchRank()
+	}
+	B := r.Config.MicroBatch / ranks
 	var sum, weight float64
-	for i := 0; i < n; i += B {
-		k := min(B, n-i)
-		batch := llama.Batch{B: k, T: T, IDs: make([]int32, k*T), Targets: make([]int32, k*T), Weights: make([]float32, k*T)}
+	for round := 0; round*B*ranks < n; round++ {
+		first := round*B*ranks + rank*B
+		batch := llama.Batch{B: B, T: T, IDs: make([]int32, B*T), Targets: make([]int32, B*T), Weights: make([]float32, B*T)}
+		k := max(0, min(B, n-first))
 		for s := 0; s < k; s++ {
-			if _, err := r.Store.Sequence(data.Holdout, i+s, batch.IDs[s*T:(s+1)*T], batch.Targets[s*T:(s+1)*T], batch.Weights[s*T:(s+1)*T]); err != nil {
+			if _, err := r.Store.Sequence(data.Holdout, first+s, batch.IDs[s*T:(s+1)*T], batch.Targets[s*T:(s+1)*T], batch.Weights[s*T:(s+1)*T]); err != nil {
 				return 0, err
 			}
+		}
+		if ranks == 1 {
+			batch = sliceSeqs(batch, k) // one rank needs no padding
 		}
 		l, err := r.Model.Evaluate(batch)
 		if err != nil {
 			return 0, err
 		}
 		sum += l.Sum
-		weight += l.Weight
+		for _, w := range batch.Weights {
+			weight += float64(w)
+		}
 	}
-	return sum / weight, nil
+	sums := []float64{sum, weight}
+	if err := r.Model.SumBatch(sums); err != nil {
+		return 0, err
+	}
+	return sums[0] / sums[1], nil
+}
+
+// sliceSeqs returns the first k sequences of a batch.
+func sliceSeqs(b llama.Batch, k int) llama.Batch {
+	n := k * b.T
+	return llama.Batch{B: k, T: b.T, IDs: b.IDs[:n], Targets: b.Targets[:n], Weights: b.Weights[:n]}
 }
 
 // Save writes a checkpoint of the run's current state.
@@ -364,8 +422,12 @@ func (r *Run) Save() (string, error) {
 // held-out evaluation every EvalEvery steps, a checkpoint every SaveEvery
 // steps and at the end. progress, if not nil, sees each step's metrics. A
 // non-finite loss stops the run with an error naming the last good
-// checkpoint; the weights of the failed step are not saved.
+// checkpoint; the weights of the failed step are not saved. On a grid
+// every rank computes the same metrics, and only rank 0 writes them to w.
 func (r *Run) Train(w io.Writer, progress func(Metrics)) error {
+	if g := r.Model.Grid(); g != nil && g.Rank() != 0 {
+		w = io.Discard
+	}
 	enc := json.NewEncoder(w)
 	lastGood := ""
 	for r.Step < r.Steps {

@@ -1,0 +1,228 @@
+package finetune
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/cpu"
+	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/engine/parallel"
+	"github.com/memtrain/memtrain/goldfish"
+)
+
+// sweepConfig is the equivalence sweep's model: hidden 64, vocabulary
+// 512, 8 query and 4 key/value heads, intermediate 128, 2 layers; every
+// axis up to 4 ranks divides it.
+func sweepConfig() *checkpoints.Config {
+	c := &checkpoints.Config{
+		HiddenSize: 64, IntermediateSize: 128, NumHiddenLayers: 2, NumAttentionHeads: 8, NumKeyValueHeads: 4,
+		RMSNormEps: 1e-5, RopeTheta: 10000, MaxPositionEmbeddings: 64, VocabSize: 512,
+		TorchDType: "float32", HiddenAct: "silu", InitializerRange: 0.05,
+	}
+	if err := c.Validate(); err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// Sweep sizes: global batches of 32 sequences of 8 tokens, in two
+// micro-batches of 16 (gradient accumulation 2) split over up to 16 data·Z
+// ranks, one sequence each.
+const (
+	sweepSteps = 5
+	sweepBatch = 32
+	sweepMicro = 16
+	sweepT     = 8
+)
+
+// sweepBatches are the global batches of the sweep: random token
+// sequences, some ending in padding, with goldfish hash-table masks.
+func sweepBatches(cfg *checkpoints.Config) []llama.Batch {
+	r := rand.New(rand.NewPCG(17, 4))
+	masker, err := goldfish.New(goldfish.Config{Strategy: goldfish.HashTable, K: 3, H: 2})
+	if err != nil {
+		panic(err)
+	}
+	var out []llama.Batch
+	for range sweepSteps {
+		n := sweepBatch * sweepT
+		b := llama.Batch{B: sweepBatch, T: sweepT, IDs: make([]int32, n), Targets: make([]int32, n), Weights: make([]float32, n), ReportWeights: make([]float32, n)}
+		for s := 0; s < sweepBatch; s++ {
+			length := sweepT
+			if s%3 == 0 {
+				length = 3 + r.IntN(sweepT-3)
+			}
+			seq := make([]int32, sweepT+1)
+			for i := range seq {
+				seq[i] = int32(r.IntN(cfg.VocabSize))
+			}
+			for t := 0; t < sweepT; t++ {
+				i := s*sweepT + t
+				b.IDs[i], b.Targets[i] = seq[t], seq[t+1]
+				if t < length {
+					b.Weights[i], b.ReportWeights[i] = 1, 1
+				} else {
+					b.Targets[i] = -1 // padding: any target
+				}
+			}
+			masker.Apply(b.Targets[s*sweepT:(s+1)*sweepT], b.Weights[s*sweepT:(s+1)*sweepT])
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// shareOf cuts a rank's share of a global batch into its micro-batches,
+// as Run.microBatches does: the rank's contiguous block of sequences, in
+// micro-batches of micro/ranks.
+func shareOf(b llama.Batch, ranks, rank, micro int) []llama.Batch {
+	per := b.B / ranks
+	mb := micro / ranks
+	var out []llama.Batch
+	for s := rank * per; s < (rank+1)*per; s += mb {
+		lo, hi := s*b.T, (s+mb)*b.T
+		out = append(out, llama.Batch{B: mb, T: b.T, IDs: b.IDs[lo:hi], Targets: b.Targets[lo:hi], Weights: b.Weights[lo:hi], ReportWeights: b.ReportWeights[lo:hi]})
+	}
+	return out
+}
+
+// sweepRun trains sweepSteps steps on one rank of a grid (nil: one rank)
+// and returns the losses and, on rank 0, the final full-shape weights.
+func sweepRun(cfg *checkpoints.Config, weights []checkpoints.Tensor, batches []llama.Batch, oc OptimizerConfig, lr float64, g *parallel.Grid, recompute bool) ([]StepResult, []checkpoints.Tensor, error) {
+	b := cpu.New(cpu.Options{Threads: 1})
+	m, err := llama.New(b, cfg, llama.Options{Parallel: g, Recompute: recompute})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer m.Free()
+	if err := m.SetWeights(weights); err != nil {
+		return nil, nil, err
+	}
+	o, err := NewOptimizer(b, m.Params(), oc)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer o.Free()
+	ranks, rank := 1, 0
+	if g != nil {
+		ranks, rank = g.BatchRanks(), g.BatchRank()
+	}
+	var res []StepResult
+	for step, batch := range batches {
+		if g != nil {
+			g.World.SetStep(step + 1)
+		}
+		r, err := TrainStep(m, o, shareOf(batch, ranks, rank, sweepMicro), lr, 0.5)
+		if err != nil {
+			return nil, nil, err
+		}
+		res = append(res, r)
+	}
+	w, err := m.GatherWeights()
+	return res, w, err
+}
+
+// sweepGrids lists every grid of at most 16 ranks, more than one, with
+// each axis 1, 2 or 4.
+func sweepGrids() []comm.Grid {
+	var out []comm.Grid
+	for _, d := range []int{1, 2, 4} {
+		for _, x := range []int{1, 2, 4} {
+			for _, y := range []int{1, 2, 4} {
+				for _, z := range []int{1, 2, 4} {
+					if g := (comm.Grid{Data: d, X: x, Y: y, Z: z}); g.Size() > 1 && g.Size() <= 16 {
+						out = append(out, g)
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestGridTrainingEqualsOneRank is the 4D engine's acceptance: on every
+// grid of up to 16 in-process ranks with each axis 1, 2 or 4, with
+// overlap on and off (and recomputation on every other grid), five AdamW
+// steps (clipping, weight decay, goldfish masks, accumulation over two
+// micro-batches) give per-step losses within 1e-5 relative of one rank's,
+// and five SGD steps give final weights within ‖ΔW‖/‖W‖ ≤ 1e-5 per tensor.
+func TestGridTrainingEqualsOneRank(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the grid sweep takes about a minute")
+	}
+	cfg := sweepConfig()
+	weights := checkpoints.RandomWeights(cfg, 3)
+	batches := sweepBatches(cfg)
+	adamw := OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
+	sgd := OptimizerConfig{Name: "sgd", WeightDecay: 0.1}
+	type optRun struct {
+		name string
+		oc   OptimizerConfig
+		lr   float64
+	}
+	runs := []optRun{{"adamw", adamw, 1e-3}, {"sgd", sgd, 0.5}}
+	refLoss := map[string][]StepResult{}
+	refWeights := map[string][]checkpoints.Tensor{}
+	for _, r := range runs {
+		res, w, err := sweepRun(cfg, weights, batches, r.oc, r.lr, nil, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refLoss[r.name], refWeights[r.name] = res, w
+	}
+	start := time.Now()
+	var worstLoss, worstWeight float64
+	for i, shape := range sweepGrids() {
+		for _, ov := range []parallel.Overlap{{}, parallel.AllOverlap()} {
+			recompute := i%2 == 1
+			for _, r := range runs {
+				name := fmt.Sprintf("%v/%v/recompute=%v/%s", shape, ov, recompute, r.name)
+				var mu sync.Mutex
+				err := parallel.Launch(shape, ov, func(g *parallel.Grid) error {
+					res, w, err := sweepRun(cfg, weights, batches, r.oc, r.lr, g, recompute)
+					if err != nil {
+						return err
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					for s, want := range refLoss[r.name] {
+						d := math.Abs(res[s].Loss-want.Loss) / want.Loss
+						worstLoss = max(worstLoss, d)
+						if d > 1e-5 || math.Abs(res[s].LossAll-want.LossAll) > 1e-5*want.LossAll || res[s].Weight != want.Weight ||
+							math.Abs(res[s].GradNorm-want.GradNorm) > 1e-4*want.GradNorm || res[s].Clipped != want.Clipped {
+							t.Errorf("%s rank %d step %d: %+v, want %+v", name, g.Rank(), s+1, res[s], want)
+						}
+					}
+					if r.name != "sgd" || g.Rank() != 0 {
+						return nil
+					}
+					for k, want := range refWeights[r.name] {
+						var num, den float64
+						for j, v := range want.Data {
+							d := float64(w[k].Data[j]) - float64(v)
+							num += d * d
+							den += float64(v) * float64(v)
+						}
+						d := math.Sqrt(num / den)
+						worstWeight = max(worstWeight, d)
+						if d > 1e-5 {
+							t.Errorf("%s: %s off by ‖ΔW‖/‖W‖ = %.3g", name, want.Name, d)
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+			}
+		}
+	}
+	t.Logf("%d grids × 2 overlaps × AdamW and SGD in %v: worst relative loss difference %.3g, worst ‖ΔW‖/‖W‖ %.3g",
+		len(sweepGrids()), time.Since(start).Round(time.Millisecond), worstLoss, worstWeight)
+}
