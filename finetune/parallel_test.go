@@ -1,14 +1,18 @@
 package finetune
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/engine/comm"
 	"github.com/memtrain/memtrain/engine/cpu"
 	"github.com/memtrain/memtrain/engine/llama"
@@ -225,4 +229,142 @@ func TestGridTrainingEqualsOneRank(t *testing.T) {
 	}
 	t.Logf("%d grids × 2 overlaps × AdamW and SGD in %v: worst relative loss difference %.3g, worst ‖ΔW‖/‖W‖ %.3g",
 		len(sweepGrids()), time.Since(start).Round(time.Millisecond), worstLoss, worstWeight)
+}
+
+// sweepFolders writes the sweep model as a checkpoint folder and a
+// dataset of random pre-tokenized documents (of varied lengths, so that
+// some sequences end in padding) with a holdout split.
+func sweepFolders(t *testing.T) (model, dataset string) {
+	t.Helper()
+	cfg := sweepConfig()
+	model = filepath.Join(t.TempDir(), "model")
+	if err := checkpoints.Save(model, cfg, checkpoints.RandomWeights(cfg, 5), checkpoints.SaveOptions{DType: checkpoints.DTypeF32}); err != nil {
+		t.Fatal(err)
+	}
+	dataset = filepath.Join(t.TempDir(), "data")
+	w, err := data.CreateStore(dataset, data.TokenizerInfo{SHA256: "none", VocabSize: cfg.VocabSize, BOS: -1, EOS: -1},
+		data.Settings{Mode: data.ModeDocument, SeqLen: sweepT})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(5, 5))
+	for i := 0; i < 72; i++ {
+		doc := data.Document{Source: "random", Line: int64(i + 1), IDs: make([]int32, 4+r.IntN(sweepT))}
+		for j := range doc.IDs {
+			doc.IDs[j] = int32(r.IntN(cfg.VocabSize))
+		}
+		doc.Split = data.Train
+		if i%6 == 0 {
+			doc.Split = data.Holdout
+		}
+		if _, err := w.Add(doc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.Commit(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	return model, dataset
+}
+
+// trainRun runs a fine-tuning run on a grid (nil: one rank), resuming from
+// resume if not empty, and returns rank 0's metrics.
+func trainRun(t *testing.T, cfg Config, shape *comm.Grid, resume string, stopAfter int) []Metrics {
+	t.Helper()
+	var metrics []Metrics
+	run := func(g *parallel.Grid) error {
+		r, err := OpenParallel(cfg, cpu.New(cpu.Options{Threads: 1}), g, resume)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		r.StopAfter = stopAfter
+		var buf bytes.Buffer
+		if err := r.Train(&buf, nil); err != nil {
+			return err
+		}
+		if g == nil || g.Rank() == 0 {
+			dec := json.NewDecoder(&buf)
+			for dec.More() {
+				var m Metrics
+				if err := dec.Decode(&m); err != nil {
+					return err
+				}
+				metrics = append(metrics, m)
+			}
+		} else if buf.Len() != 0 {
+			return fmt.Errorf("rank %d wrote metrics", g.Rank())
+		}
+		return nil
+	}
+	var err error
+	if shape == nil {
+		err = run(nil)
+	} else {
+		err = parallel.Launch(*shape, parallel.AllOverlap(), run)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return metrics
+}
+
+// TestGridRunResumesOnAnotherGrid: a run of 4 steps on one rank, and the
+// same run stopped after 2 steps on one grid and resumed on another, give
+// the same metrics (losses, goldfish drops, gradient norms, evaluation).
+func TestGridRunResumesOnAnotherGrid(t *testing.T) {
+	model, dataset := sweepFolders(t)
+	cfg := DefaultConfig()
+	cfg.Model, cfg.Data = model, dataset
+	cfg.Loss = "goldfish"
+	cfg.Goldfish = goldfish.Config{Strategy: goldfish.HashTable, K: 3, H: 2}
+	cfg.BatchSize, cfg.MicroBatch, cfg.MaxSteps = 8, 4, 4
+	cfg.EvalEvery, cfg.SaveEvery = 2, 2
+	cfg.Schedule.LR = 1e-3
+
+	cfg.Out = filepath.Join(t.TempDir(), "one")
+	want := trainRun(t, cfg, nil, "", 0)
+
+	cfg.Out = filepath.Join(t.TempDir(), "grids")
+	first := trainRun(t, cfg, &comm.Grid{Data: 2, X: 2, Y: 2, Z: 2}, "", 2)
+	second := trainRun(t, cfg, &comm.Grid{Data: 1, X: 2, Y: 4, Z: 1}, cfg.Out, 0)
+	got := append(first, second...)
+	if len(got) != len(want) {
+		t.Fatalf("%d metrics lines, want %d", len(got), len(want))
+	}
+	for _, m := range want {
+		t.Logf("one rank: step %d loss %.6f dropped %.3f grad norm %.4f eval %.6f", m.Step, m.Loss, m.DroppedFrac, m.GradNorm, m.EvalLoss)
+	}
+	close := func(a, b float64) bool { return math.Abs(a-b) <= 1e-5*math.Abs(b) }
+	for i, w := range want {
+		g := got[i]
+		if g.Step != w.Step || !close(g.Loss, w.Loss) || !close(g.LossAll, w.LossAll) || g.Kept != w.Kept || g.Targets != w.Targets ||
+			g.DroppedFrac != w.DroppedFrac || !close(g.GradNorm, w.GradNorm) || !close(g.EvalLoss, w.EvalLoss) {
+			t.Errorf("step %d: grid %+v\none rank %+v", w.Step, g, w)
+		}
+	}
+	// The final checkpoints hold the same weights.
+	a, err := checkpoints.Open(want[len(want)-1].CheckpointDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := checkpoints.Open(got[len(got)-1].CheckpointDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	wa, _ := a.ReadAll()
+	wb, _ := b.ReadAll()
+	for i := range wa {
+		var num, den float64
+		for j, v := range wa[i].Data {
+			d := float64(wb[i].Data[j]) - float64(v)
+			num += d * d
+			den += float64(v) * float64(v)
+		}
+		if d := math.Sqrt(num / den); d > 1e-5 {
+			t.Errorf("%s: saved weights differ by %.3g", wa[i].Name, d)
+		}
+	}
 }
