@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"maps"
 	"sync"
 	"unsafe"
 )
@@ -283,6 +284,13 @@ func loadLibraries(libDir string) (*libraries, error) {
 	}
 	loaded[libDir] = l
 	return l, nil
+}
+
+// pathsNow is a copy of the libraries loaded so far, by name.
+func (l *libraries) pathsNow() map[string]string {
+	l.ncclMu.Lock()
+	defer l.ncclMu.Unlock()
+	return maps.Clone(l.paths)
 }
 
 // restrictedEnv searches dir alone, and never the dynamic loader's path:

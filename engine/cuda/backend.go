@@ -193,7 +193,7 @@ func (b *Backend) open(opts Options) error {
 	b.info.Name = cString(&name[0])
 	b.info.Major, b.info.Minor, b.info.SMs = int(major), int(minor), int(sms)
 	b.info.TotalMemory, b.info.DriverVersion = int64(total), int(ver)
-	b.info.Libraries = b.libs.paths
+	b.info.Libraries = b.libs.pathsNow()
 
 	blas := b.libs.blas
 	if s := blas.cublasCreate(&b.blas); s != 0 {

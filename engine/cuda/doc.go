@@ -1,0 +1,79 @@
+// Package cuda is the engine's GPU backend: engine.Backend on an NVIDIA GPU,
+// without cgo. It is built everywhere; it loads the CUDA libraries when New
+// is called, and fails with one line saying what it looked for and where
+// when they or a GPU are missing (errors.Is(err, ErrNoCUDA)).
+//
+// # Libraries
+//
+// The driver (libcuda.so.1), cuBLAS (libcublas with its libcublasLt) and
+// NVRTC (libnvrtc with its builtins) are opened with purego and bound into
+// Go function variables whose signatures spell out the C prototypes
+// (api.go); NCCL (libnccl.so.2) is opened on first use. The search (libs.go)
+// tries $MEMTRAIN_CUDA_LIB_DIR, $LD_LIBRARY_PATH, $CUDA_HOME/lib64 and
+// $CUDA_PATH/lib64, the system's folders (/usr/lib/x86_64-linux-gnu,
+// /usr/local/cuda/lib64, …), the nvidia/*/lib folders of pip-installed
+// NVIDIA packages (those PyTorch brings) in every Python environment it can
+// find, and finally the dynamic loader's own path, preferring versioned
+// sonames (libcublas.so.12, libnvrtc.so.12, libnccl.so.2).
+//
+// # Threads and streams
+//
+// CUDA binds a context to an OS thread, so each Backend owns one goroutine
+// locked to its thread, where the device's primary context is current (the
+// one the CUDA runtime inside cuBLAS and NCCL uses too); every method hands
+// its driver calls to it and waits. Kernels, cuBLAS calls and copies are
+// issued in order on one stream and run asynchronously; Download and
+// Synchronize wait for them. A failing driver call panics with a
+// *DriverError naming the call (the interface has no error results),
+// except in Synchronize, which returns it.
+//
+// # Kernels
+//
+// The kernels are CUDA C in kernels/*.cu (llm.c style: one file per layer,
+// the backward beside the forward), embedded in the binary and compiled by
+// NVRTC for the GPU's compute capability: machine code (sm_XX) when NVRTC
+// knows the architecture, else PTX for the newest one it knows below it.
+// The result is cached in $MEMTRAIN_CUDA_CACHE or os.UserCacheDir()/memtrain/cuda
+// under a hash of the source, the headers, the options, the target and
+// NVRTC's version. One kernel serves every mix of F32 and BF16 tensors: the
+// element types are kernel arguments (common.cuh's load and store). Every
+// launch is checked against the kernel's parameter list, read from the
+// sources at start-up, before it reaches the driver.
+//
+// The arithmetic follows the CPU backend, which is the specification:
+// reductions in float64 where the CPU's are, products rounded before sums
+// (the _rn intrinsics, which the compiler never fuses), the same order of
+// roundings in AdamW, RMSNorm and RoPE. No kernel uses atomics: reductions
+// over rows are split into chunks fixed by the shape (dw, SumSquares) and
+// the embedding's backward sorts the tokens by id on the host, so every
+// result is reproducible bit for bit.
+//
+// # Precision
+//
+// Tensors are F32, BF16 or I32 on the device. The model keeps weights,
+// gradients, AdamW moments and activations in float32; matrix products of
+// float32 tensors run at the precision Options.GEMM (or $MEMTRAIN_CUDA_GEMM)
+// names: bf16 (the default: bf16 tensor cores with float32 accumulation,
+// cuBLAS's CUBLAS_COMPUTE_32F_FAST_16BF, i.e. mixed precision with float32
+// master weights), tf32, or f32 (exact, as the CPU; the conformance suite's
+// setting). BF16 tensors multiply on tensor cores into F32 or BF16.
+//
+// # Collectives
+//
+// NewNCCLGroup (one process driving several GPUs, ncclCommInitAll) and
+// NewNCCL (one rank per process, from an NCCLUniqueID the job distributes,
+// e.g. over MPI) return comm.Comm communicators whose collectives run in
+// stream order with the backend's kernels; the non-blocking ones run on a
+// stream of their own that the backend's stream waits for in Wait.
+//
+// # Testing without a GPU
+//
+// testdata/fakecuda is a stand-in for libcuda, cuBLAS, NVRTC and NCCL that
+// runs on the CPU: the same kernel sources compiled as C++, each GPU thread
+// a fiber, behind the real C API. The tests build it with g++ and run the
+// conformance suite, a Llama training step against the CPU backend, bf16
+// paths and the communicator suite through the backend's real bindings. The
+// tests named TestGPU… run the same checks on a real GPU and skip, saying
+// why, where there is none; scripts/gpu-check.sh runs them, with
+// benchmarks against PyTorch, on a GPU machine.
+package cuda
