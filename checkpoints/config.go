@@ -501,3 +501,52 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// A Shape overrides the size fields of a Config: a positive field replaces
+// the config's value, zero keeps it.
+type Shape struct {
+	Hidden, Layers, Heads, KVHeads, Intermediate, HeadDim, MaxPositions int
+}
+
+// Reshape applies s to c. When the hidden size or the head count changes
+// and s sets no head dimension, head_dim is derived again from them; the
+// key/value heads are capped at the head count unless s sets them. The
+// result is not validated.
+func (c *Config) Reshape(s Shape) error {
+	for _, o := range []struct {
+		name string
+		v    int
+		dst  *int
+	}{
+		{"hidden_size", s.Hidden, &c.HiddenSize}, {"num_hidden_layers", s.Layers, &c.NumHiddenLayers},
+		{"num_attention_heads", s.Heads, &c.NumAttentionHeads}, {"num_key_value_heads", s.KVHeads, &c.NumKeyValueHeads},
+		{"intermediate_size", s.Intermediate, &c.IntermediateSize}, {"head_dim", s.HeadDim, &c.HeadDim},
+		{"max_position_embeddings", s.MaxPositions, &c.MaxPositionEmbeddings},
+	} {
+		if o.v < 0 {
+			return fmt.Errorf("checkpoints: %s: %d (want a positive override, or 0 to keep %d)", o.name, o.v, *o.dst)
+		}
+		if o.v > 0 {
+			*o.dst = o.v
+		}
+	}
+	if s.HeadDim == 0 && (s.Hidden > 0 || s.Heads > 0) {
+		c.HeadDim = 0 // derived from the new hidden size and head count
+	}
+	if s.KVHeads == 0 && c.NumKeyValueHeads > c.NumAttentionHeads {
+		c.NumKeyValueHeads = c.NumAttentionHeads
+	}
+	return nil
+}
+
+// SetSpecialTokens sets bos_token_id and eos_token_id to the given ids,
+// or clears each whose ok is false.
+func (c *Config) SetSpecialTokens(bos int32, hasBOS bool, eos int32, hasEOS bool) {
+	c.BOSTokenIDs, c.EOSTokenIDs = nil, nil
+	if hasBOS {
+		c.BOSTokenIDs = []int{int(bos)}
+	}
+	if hasEOS {
+		c.EOSTokenIDs = []int{int(eos)}
+	}
+}

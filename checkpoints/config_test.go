@@ -229,3 +229,28 @@ func FuzzConfig(f *testing.F) {
 		}
 	})
 }
+
+func TestReshape(t *testing.T) {
+	p, err := LookupPreset("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := p.Config()
+	c.HeadDim = 32
+	if err := c.Reshape(Shape{Hidden: 64, Heads: 2, Layers: 3, MaxPositions: 256}); err != nil {
+		t.Fatal(err)
+	}
+	if c.HiddenSize != 64 || c.NumAttentionHeads != 2 || c.NumHiddenLayers != 3 || c.MaxPositionEmbeddings != 256 || c.HeadDim != 0 || c.NumKeyValueHeads != 2 {
+		t.Errorf("reshaped %+v", c)
+	}
+	if err := c.Validate(); err != nil || c.HeadDimension() != 32 {
+		t.Errorf("head dim %d, %v", c.HeadDimension(), err)
+	}
+	if err := c.Reshape(Shape{Layers: -1}); err == nil || !strings.Contains(err.Error(), "num_hidden_layers: -1") {
+		t.Errorf("negative override: %v", err)
+	}
+	c.SetSpecialTokens(1, true, 0, false)
+	if len(c.BOSTokenIDs) != 1 || c.BOSTokenIDs[0] != 1 || c.EOSTokenIDs != nil {
+		t.Errorf("special tokens %v %v", c.BOSTokenIDs, c.EOSTokenIDs)
+	}
+}

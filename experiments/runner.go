@@ -416,30 +416,14 @@ func (r *Runner) baseConfig(b Base) (*checkpoints.Config, error) {
 	}
 	cfg := p.Config()
 	cfg.VocabSize = r.tok.VocabSize()
-	reshaped := false
-	for _, o := range []struct {
-		v   int
-		dst *int
-	}{{b.Hidden, &cfg.HiddenSize}, {b.Layers, &cfg.NumHiddenLayers}, {b.Heads, &cfg.NumAttentionHeads},
-		{b.KVHeads, &cfg.NumKeyValueHeads}, {b.Intermediate, &cfg.IntermediateSize}, {b.MaxPositions, &cfg.MaxPositionEmbeddings}} {
-		if o.v > 0 {
-			*o.dst = o.v
-			reshaped = true
-		}
+	shape := checkpoints.Shape{Hidden: b.Hidden, Layers: b.Layers, Heads: b.Heads, KVHeads: b.KVHeads,
+		Intermediate: b.Intermediate, MaxPositions: b.MaxPositions}
+	if err := cfg.Reshape(shape); err != nil {
+		return nil, fmt.Errorf("experiments: base %s: %w", b.Preset, err)
 	}
-	if reshaped {
-		cfg.HeadDim = 0 // derived from the new shape
-	}
-	if cfg.NumKeyValueHeads > cfg.NumAttentionHeads {
-		cfg.NumKeyValueHeads = cfg.NumAttentionHeads
-	}
-	cfg.BOSTokenIDs, cfg.EOSTokenIDs = nil, nil
-	if id, ok := r.tok.BOS(); ok {
-		cfg.BOSTokenIDs = []int{int(id)}
-	}
-	if id, ok := r.tok.EOS(); ok {
-		cfg.EOSTokenIDs = []int{int(id)}
-	}
+	bos, hasBOS := r.tok.BOS()
+	eos, hasEOS := r.tok.EOS()
+	cfg.SetSpecialTokens(bos, hasBOS, eos, hasEOS)
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("experiments: base %s: %w", b.Preset, err)
 	}

@@ -103,37 +103,14 @@ func runInit(cmd *cobra.Command, f initFlags) error {
 		cfg, source = p.Config(), "preset "+name
 		cfg.VocabSize = tok.VocabSize()
 	}
-	reshaped := false
-	for _, o := range []struct {
-		v   int
-		dst *int
-	}{
-		{f.hidden, &cfg.HiddenSize}, {f.layers, &cfg.NumHiddenLayers}, {f.heads, &cfg.NumAttentionHeads},
-		{f.kvHeads, &cfg.NumKeyValueHeads}, {f.intermediate, &cfg.IntermediateSize},
-	} {
-		if o.v < 0 {
-			return errors.New("init: shape flags must be positive")
-		}
-		if o.v > 0 {
-			*o.dst = o.v
-			reshaped = true
-		}
+	shape := checkpoints.Shape{Hidden: f.hidden, Layers: f.layers, Heads: f.heads, KVHeads: f.kvHeads,
+		Intermediate: f.intermediate, HeadDim: f.headDim}
+	if err := cfg.Reshape(shape); err != nil {
+		return fmt.Errorf("init: shape flags must be positive: %w", err)
 	}
-	if f.headDim > 0 {
-		cfg.HeadDim = f.headDim
-	} else if reshaped && (f.hidden > 0 || f.heads > 0) {
-		cfg.HeadDim = 0 // derive from the new hidden size and head count
-	}
-	if cfg.NumKeyValueHeads > cfg.NumAttentionHeads && f.kvHeads == 0 {
-		cfg.NumKeyValueHeads = cfg.NumAttentionHeads
-	}
-	cfg.BOSTokenIDs, cfg.EOSTokenIDs = nil, nil
-	if id, ok := tok.BOS(); ok {
-		cfg.BOSTokenIDs = []int{int(id)}
-	}
-	if id, ok := tok.EOS(); ok {
-		cfg.EOSTokenIDs = []int{int(id)}
-	}
+	bos, hasBOS := tok.BOS()
+	eos, hasEOS := tok.EOS()
+	cfg.SetSpecialTokens(bos, hasBOS, eos, hasEOS)
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("init: %w", err)
 	}
