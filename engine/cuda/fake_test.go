@@ -2,8 +2,8 @@ package cuda
 
 import (
 	"crypto/sha256"
-	"errors"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"os"
