@@ -108,6 +108,7 @@ func (d *driverAPI) symbols() []symbol {
 // Driver API constants (cuda.h).
 const (
 	cudaSuccess           cuResult = 0
+	cudaErrorStubLibrary  cuResult = 34 // the toolkit's link-time stub, not a driver
 	cudaErrorNoDevice     cuResult = 100
 	cudaErrorInvalidImage cuResult = 200
 

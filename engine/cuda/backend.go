@@ -148,7 +148,7 @@ func (e *errNoDevice) Is(target error) bool { return target == ErrNoCUDA }
 func (b *Backend) open(opts Options) error {
 	cu := b.cu
 	if r := cu.cuInit(0); r != cudaSuccess {
-		if r == cudaErrorNoDevice {
+		if r == cudaErrorNoDevice || r == cudaErrorStubLibrary {
 			return &errNoDevice{fmt.Sprintf("cuda: no CUDA device (cuInit: %s; libcuda from %s)", b.describe(r), b.libs.paths[libCUDA.names[0]])}
 		}
 		return b.err("cuInit", r)
@@ -290,6 +290,9 @@ func (b *Backend) GemmPrecision() string { return b.gemmMode }
 // Synchronize waits for every kernel issued so far and reports the first
 // error the device met running them.
 func (b *Backend) Synchronize() error {
+	if b.closed {
+		return fmt.Errorf("cuda: Synchronize on a closed backend")
+	}
 	return b.w.try(func() error { return b.call("cuStreamSynchronize", b.cu.cuStreamSynchronize(b.stream)) })
 }
 
@@ -447,7 +450,7 @@ func DeviceCount(libDir string) (int, error) {
 	var n int32
 	if r := cu.cuInit(0); r != cudaSuccess {
 		b := &Backend{cu: cu}
-		if r == cudaErrorNoDevice {
+		if r == cudaErrorNoDevice || r == cudaErrorStubLibrary {
 			return 0, &errNoDevice{fmt.Sprintf("cuda: no CUDA device (cuInit: %s)", b.describe(r))}
 		}
 		return 0, b.err("cuInit", r)
