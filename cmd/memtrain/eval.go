@@ -12,7 +12,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memtrain/memtrain/data/tokenizer"
+	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/engine/parallel"
 )
 
 func newEvalCmd() *cobra.Command {
@@ -31,6 +33,7 @@ type evalLossFlags struct {
 	json        bool
 	bos         bool
 	engine      engineFlags
+	parallel    parallelFlags
 }
 
 // docLoss is one document's result in `eval loss --json`.
@@ -62,7 +65,8 @@ or {"text": "..."} (tokenized with the checkpoint's tokenizer, BOS added unless
 --bos=false). Each token after the first is predicted from the ones before it;
 documents longer than --seq-len are scored in consecutive windows. The mean is
 over all scored tokens; perplexity is its exponential. --json adds each
-document's loss.`,
+document's loss. With --parallel the model is split over a grid of in-process
+ranks, and the data·Z ranks take turns through the batches.`,
 		Example: `  memtrain eval loss --model ./tiny --data held-out.jsonl --json`,
 		Args:    cobra.NoArgs,
 		RunE:    func(cmd *cobra.Command, args []string) error { return runEvalLoss(cmd, f) },
@@ -75,6 +79,7 @@ document's loss.`,
 	fl.BoolVar(&f.json, "json", false, "print a JSON report with per-document losses")
 	fl.BoolVar(&f.bos, "bos", true, "add BOS when tokenizing text")
 	f.engine.register(fl)
+	f.parallel.register(fl)
 	cmd.MarkFlagRequired("model")
 	cmd.MarkFlagRequired("data")
 	return cmd
@@ -144,12 +149,34 @@ func runEvalLoss(cmd *cobra.Command, f evalLossFlags) error {
 	if f.batch <= 0 || f.seqLen < 0 {
 		return errors.New("eval loss: --batch and --seq-len must be positive")
 	}
-	lm, err := loadModel(f.model, f.engine, llama.Options{}, false)
+	rg, err := f.parallel.setup(f.model, f.engine)
 	if err != nil {
-		return err
+		return fmt.Errorf("eval loss: %w", err)
 	}
+	if rg == nil {
+		lm, err := loadModel(f.model, f.engine, llama.Options{}, false)
+		if err != nil {
+			return err
+		}
+		defer lm.model.Free()
+		return evalLoss(cmd, f, lm)
+	}
+	return rg.launch(func(g *parallel.Grid, b engine.Backend) error {
+		lm, err := loadRank(f.model, g, b, false)
+		if err != nil {
+			return err
+		}
+		defer lm.model.Free()
+		return evalLoss(cmd, f, lm)
+	})
+}
+
+// evalLoss scores the documents on one rank, or on one rank of a grid:
+// there the data·Z ranks take batches in turn (a rank past the last one
+// scores a padding batch, so that every rank runs the same passes), the
+// sums are added up over them, and rank 0 reports.
+func evalLoss(cmd *cobra.Command, f evalLossFlags, lm *loadedModel) error {
 	m := lm.model
-	defer m.Free()
 	cfg := m.Config
 	docs, lines, err := readDocuments(f.data, lm.tok, f.bos, cfg.VocabSize)
 	if err != nil {
@@ -183,15 +210,20 @@ func runEvalLoss(cmd *cobra.Command, f evalLossFlags) error {
 		return fmt.Errorf("eval loss: %s: no document has two or more tokens", f.data)
 	}
 	T = longest // no wider than the longest window: padding costs compute
-	sums := make([]float64, len(docs))
-	counts := make([]float64, len(docs))
+	ranks, rank, lead := 1, 0, true
+	if g := m.Grid(); g != nil {
+		ranks, rank, lead = g.BatchRanks(), g.BatchRank(), g.Rank() == 0
+	}
+	sums := make([]float64, 2*len(docs)) // per document: loss sums, then target counts
+	counts := sums[len(docs):]
 	var bar *progressbar.ProgressBar
-	if isTerminal(cmd.ErrOrStderr()) {
+	if lead && isTerminal(cmd.ErrOrStderr()) {
 		bar = progressbar.Default(int64(len(wins)), "eval loss")
 	}
-	for i := 0; i < len(wins); i += f.batch {
-		group := wins[i:min(i+f.batch, len(wins))]
-		B := len(group)
+	for round := 0; round*f.batch*ranks < len(wins); round++ {
+		first := min(len(wins), (round*ranks+rank)*f.batch)
+		group := wins[first:min(first+f.batch, len(wins))]
+		B := max(len(group), 1) // an empty turn scores one padding sequence
 		batch := llama.Batch{B: B, T: T, IDs: make([]int32, B*T), Targets: make([]int32, B*T), Weights: make([]float32, B*T)}
 		for s, w := range group {
 			ids := docs[w.doc]
@@ -210,12 +242,18 @@ func runEvalLoss(cmd *cobra.Command, f evalLossFlags) error {
 			counts[w.doc] += loss.PerSeqWeight[s]
 		}
 		if bar != nil {
-			bar.Add(B)
+			bar.Add(min(len(wins), (round+1)*f.batch*ranks) - round*f.batch*ranks)
 		}
 	}
 	if bar != nil {
 		bar.Finish()
 		fmt.Fprintln(cmd.ErrOrStderr())
+	}
+	if err := m.SumBatch(sums); err != nil {
+		return fmt.Errorf("eval loss: %w", err)
+	}
+	if !lead {
+		return nil
 	}
 	var total, weight float64
 	for d := range docs {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/parallel"
 	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/goldfish"
 )
@@ -98,6 +101,7 @@ func newFinetuneCmd() *cobra.Command {
 		configFile, resume string
 		stopAfter          int
 		ef                 engineFlags
+		pf                 parallelFlags
 		flagCfg            = finetune.DefaultConfig()
 	)
 	cmd := &cobra.Command{
@@ -109,9 +113,17 @@ Every key of the YAML configuration is also a flag (nested keys dotted, e.g.
 effective configuration is saved as OUT/config.yaml; metrics go to
 OUT/metrics.jsonl (one JSON line per step, schema 1); checkpoints to
 OUT/checkpoints/step-NNNNNNNN with OUT/checkpoints/latest pointing at the
-newest complete one. --resume OUT continues a stopped run exactly.`,
+newest complete one. --resume OUT continues a stopped run exactly.
+
+--parallel dp=D,x=X,y=Y,z=Z trains on a 4D grid of D·X·Y·Z in-process ranks
+(AxoNN's data × tensor-parallel layout; ` + "`memtrain plan`" + ` ranks grids): each rank
+holds a shard of every weight, the batch's sequences are split over D·Z ranks
+(micro_batch counts sequences over the whole grid: each takes
+micro_batch/(D·Z)), and the metrics equal one rank's. Checkpoints are full-shape
+HF checkpoints, so a run resumes on any grid.`,
 		Example: `  memtrain finetune --model base --data ds --out run --loss goldfish --goldfish.k 4 --max_steps 100
-  memtrain finetune --config run.yaml --resume run`,
+  memtrain finetune --config run.yaml --resume run
+  memtrain finetune --config run.yaml --parallel dp=2,x=2,y=1,z=2`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg := finetune.DefaultConfig()
@@ -136,7 +148,7 @@ newest complete one. --resume OUT continues a stopped run exactly.`,
 					}
 				}
 			}
-			return runFinetune(cmd, cfg, ef, resume, stopAfter)
+			return runFinetune(cmd, cfg, ef, pf, resume, stopAfter)
 		},
 	}
 	fl := cmd.Flags()
@@ -147,26 +159,70 @@ newest complete one. --resume OUT continues a stopped run exactly.`,
 		f.bind(fl, &flagCfg)
 	}
 	ef.register(fl)
+	pf.register(fl)
 	return cmd
 }
 
-func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, resume string, stopAfter int) error {
-	b, err := ef.backend()
+func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf parallelFlags, resume string, stopAfter int) error {
+	rg, err := pf.setup(cfg.Model, ef)
 	if err != nil {
-		return err
+		return fmt.Errorf("finetune: %w", err)
 	}
-	run, err := finetune.Open(cfg, b, resume)
-	if err != nil {
-		return err
+	if rg == nil {
+		b, err := ef.backend()
+		if err != nil {
+			return err
+		}
+		run, err := finetune.Open(cfg, b, resume)
+		if err != nil {
+			return err
+		}
+		defer run.Close()
+		mf, err := prepareRun(run, cfg, stopAfter)
+		if err != nil {
+			return err
+		}
+		defer mf.Close()
+		return trainRun(cmd, run, mf)
 	}
-	defer run.Close()
+	// Every rank trains; rank 0 alone writes the run's files and reports.
+	// A rank that fails to start stops them all (Agree), rather than
+	// leaving the others waiting for it.
+	return rg.launch(func(g *parallel.Grid, b engine.Backend) error {
+		run, err := finetune.OpenParallel(cfg, b, g, resume)
+		var mf *os.File
+		if err == nil && g.Rank() == 0 {
+			mf, err = prepareRun(run, cfg, stopAfter)
+		}
+		if err := g.Agree(b, err); err != nil {
+			if run != nil {
+				run.Close()
+			}
+			if mf != nil {
+				mf.Close()
+			}
+			return err
+		}
+		defer run.Close()
+		run.StopAfter = stopAfter
+		if g.Rank() != 0 {
+			return run.Train(io.Discard, nil)
+		}
+		defer mf.Close()
+		return trainRun(cmd, run, mf)
+	})
+}
+
+// prepareRun sets up a run's stop and crash-test hooks, writes its
+// effective configuration and opens its metrics file.
+func prepareRun(run *finetune.Run, cfg finetune.Config, stopAfter int) (*os.File, error) {
 	run.StopAfter = stopAfter
 	if s := os.Getenv(killInSaveEnv); s != "" {
 		// Crash-safety tests: die by SIGKILL in the middle of saving the
 		// checkpoint of this step, its files written but not committed.
 		step, err := strconv.Atoi(s)
 		if err != nil {
-			return fmt.Errorf("finetune: %s=%q: want a step number", killInSaveEnv, s)
+			return nil, fmt.Errorf("finetune: %s=%q: want a step number", killInSaveEnv, s)
 		}
 		run.BeforeCommit = func(at int, _ string) {
 			if at == step {
@@ -175,20 +231,24 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, resume
 		}
 	}
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
-		return fmt.Errorf("finetune: %w", err)
+		return nil, fmt.Errorf("finetune: %w", err)
 	}
 	eff, err := yaml.Marshal(run.Config)
 	if err != nil {
-		return fmt.Errorf("finetune: %w", err)
+		return nil, fmt.Errorf("finetune: %w", err)
 	}
 	if err := checkpoints.WriteFileAtomic(filepath.Join(cfg.Out, "config.yaml"), eff); err != nil {
-		return err
+		return nil, err
 	}
 	mf, err := os.OpenFile(filepath.Join(cfg.Out, "metrics.jsonl"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
-		return fmt.Errorf("finetune: %w", err)
+		return nil, fmt.Errorf("finetune: %w", err)
 	}
-	defer mf.Close()
+	return mf, nil
+}
+
+// trainRun trains, with metrics to mf and a progress bar.
+func trainRun(cmd *cobra.Command, run *finetune.Run, mf io.Writer) error {
 	var bar *progressbar.ProgressBar
 	if isTerminal(cmd.ErrOrStderr()) {
 		bar = progressbar.NewOptions(run.Steps,
@@ -200,7 +260,7 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, resume
 		bar.Set(run.Step)
 	}
 	var last finetune.Metrics
-	err = run.Train(mf, func(m finetune.Metrics) {
+	err := run.Train(mf, func(m finetune.Metrics) {
 		last = m
 		if bar != nil {
 			bar.Describe(fmt.Sprintf("finetune loss %.4f", m.Loss))

@@ -10,7 +10,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memtrain/memtrain/data/tokenizer"
+	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/engine/parallel"
 )
 
 type generateFlags struct {
@@ -22,6 +24,7 @@ type generateFlags struct {
 	bos       bool
 	stopAtEOS bool
 	engine    engineFlags
+	parallel  parallelFlags
 }
 
 // generation is one prompt's result in `generate --json`.
@@ -40,7 +43,8 @@ func newGenerateCmd() *cobra.Command {
 lowest id on ties), all prompts in one batch whatever their lengths. Repeat
 --prompt or --prompt-ids for several prompts. Text prompts are tokenized with
 the checkpoint's tokenizer (BOS added unless --bos=false). A continuation ends
-at the model's EOS (kept) unless --stop-at-eos=false.`,
+at the model's EOS (kept) unless --stop-at-eos=false. With --parallel the model
+is split over a grid of in-process ranks (every rank decodes every prompt).`,
 		Example: `  memtrain generate --model ./tiny --prompt "It is a truth universally acknowledged" --max-new-tokens 20
   memtrain generate --model ./tiny --prompt-ids 1,450,3186 --prompt-ids 1,306 --json`,
 		Args: cobra.NoArgs,
@@ -55,6 +59,7 @@ at the model's EOS (kept) unless --stop-at-eos=false.`,
 	fl.BoolVar(&f.bos, "bos", true, "add BOS when tokenizing a text prompt")
 	fl.BoolVar(&f.stopAtEOS, "stop-at-eos", true, "end a continuation at the model's EOS token")
 	f.engine.register(fl)
+	f.parallel.register(fl)
 	cmd.MarkFlagRequired("model")
 	return cmd
 }
@@ -85,12 +90,32 @@ func runGenerate(cmd *cobra.Command, f generateFlags) error {
 	if f.maxNew < 0 {
 		return errors.New("generate: --max-new-tokens must not be negative")
 	}
-	lm, err := loadModel(f.model, f.engine, llama.Options{}, len(f.prompts) > 0)
+	rg, err := f.parallel.setup(f.model, f.engine)
 	if err != nil {
-		return err
+		return fmt.Errorf("generate: %w", err)
 	}
+	if rg == nil {
+		lm, err := loadModel(f.model, f.engine, llama.Options{}, len(f.prompts) > 0)
+		if err != nil {
+			return err
+		}
+		defer lm.model.Free()
+		return generate(cmd, f, lm)
+	}
+	return rg.launch(func(g *parallel.Grid, b engine.Backend) error {
+		lm, err := loadRank(f.model, g, b, len(f.prompts) > 0)
+		if err != nil {
+			return err
+		}
+		defer lm.model.Free()
+		return generate(cmd, f, lm)
+	})
+}
+
+// generate decodes the prompts on one rank, or on one rank of a grid,
+// where every rank decodes them all and rank 0 prints.
+func generate(cmd *cobra.Command, f generateFlags, lm *loadedModel) error {
 	m := lm.model
-	defer m.Free()
 	var prompts [][]int32
 	for _, s := range f.promptIDs {
 		ids, err := parseIDs(s)
@@ -111,6 +136,9 @@ func runGenerate(cmd *cobra.Command, f generateFlags) error {
 	outs, err := m.Generate(prompts, llama.GenerateOptions{MaxNewTokens: f.maxNew, StopIDs: stop})
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
+	}
+	if g := m.Grid(); g != nil && g.Rank() != 0 {
+		return nil
 	}
 	w := cmd.OutOrStdout()
 	enc := json.NewEncoder(w)

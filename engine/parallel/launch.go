@@ -46,8 +46,13 @@ func Launch(shape comm.Grid, ov Overlap, fn func(g *Grid) error, opts ...comm.Op
 	return firstErrors(errs)
 }
 
-// firstErrors joins the distinct errors of the ranks, root causes first.
+// firstErrors joins the distinct errors of the ranks, root causes first,
+// each naming its rank; an error every rank had alike is returned as it
+// is.
 func firstErrors(errs []error) error {
+	if errs[0] != nil && all(errs, func(e error) bool { return e != nil && e.Error() == errs[0].Error() }) {
+		return errs[0]
+	}
 	var causes, comms []error
 	seen := map[string]bool{}
 	for r, err := range errs {
@@ -64,4 +69,13 @@ func firstErrors(errs []error) error {
 		}
 	}
 	return errors.Join(append(causes, comms...)...)
+}
+
+func all(errs []error, ok func(error) bool) bool {
+	for _, e := range errs {
+		if !ok(e) {
+			return false
+		}
+	}
+	return true
 }

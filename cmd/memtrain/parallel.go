@@ -1,0 +1,162 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/engine/parallel"
+	"github.com/memtrain/memtrain/engine/perfmodel"
+)
+
+// parallelFlags run a command on a 4D grid of in-process ranks.
+type parallelFlags struct {
+	grid    string
+	overlap string
+}
+
+func (f *parallelFlags) register(fl *pflag.FlagSet) {
+	fl.StringVar(&f.grid, "parallel", "", "run on a grid of in-process ranks, e.g. dp=2,x=2,y=1,z=2 (data × X × Y × Z; axes left out are 1; see `memtrain plan`)")
+	fl.StringVar(&f.overlap, "overlap", "oar,ors,oag", "with --parallel: communication hidden behind compute, a comma-separated subset of oar, ors, oag, or none")
+}
+
+// parseGrid reads a grid such as "dp=2,x=2,y=1,z=2".
+func parseGrid(s string) (perfmodel.Grid, error) {
+	g := perfmodel.Grid{Data: 1, X: 1, Y: 1, Z: 1}
+	seen := map[string]bool{}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		key, val, ok := strings.Cut(part, "=")
+		key = strings.ToLower(strings.TrimSpace(key))
+		n, err := strconv.Atoi(strings.TrimSpace(val))
+		if !ok || err != nil || n < 1 {
+			return g, fmt.Errorf("--parallel %q: %q is not AXIS=N with N ≥ 1", s, part)
+		}
+		if seen[key] {
+			return g, fmt.Errorf("--parallel %q: %s given twice", s, key)
+		}
+		seen[key] = true
+		switch key {
+		case "dp", "data":
+			g.Data = n
+		case "x":
+			g.X = n
+		case "y":
+			g.Y = n
+		case "z":
+			g.Z = n
+		default:
+			return g, fmt.Errorf("--parallel %q: unknown axis %q (want dp, x, y or z)", s, key)
+		}
+	}
+	if len(seen) == 0 {
+		return g, fmt.Errorf("--parallel %q: no axis given (e.g. dp=2,x=2,y=1,z=2)", s)
+	}
+	return g, nil
+}
+
+// parseOverlap reads --overlap.
+func parseOverlap(s string) (parallel.Overlap, error) {
+	var o parallel.Overlap
+	for _, part := range strings.Split(s, ",") {
+		switch strings.ToLower(strings.TrimSpace(part)) {
+		case "oar":
+			o.AllReduce = true
+		case "ors":
+			o.ReduceScatter = true
+		case "oag":
+			o.AllGather = true
+		case "none", "":
+		default:
+			return o, fmt.Errorf("--overlap %q: unknown %q (want oar, ors, oag or none)", s, part)
+		}
+	}
+	return o, nil
+}
+
+// rankGrid is a command's grid, checked against the model: nil without
+// --parallel.
+type rankGrid struct {
+	shape   comm.Grid
+	overlap parallel.Overlap
+	engine  engineFlags // one rank's: the threads shared out
+}
+
+// setup parses the flags and checks the grid against the model in
+// modelDir (perfmodel's rules and words) and the engine flags: in-process
+// ranks share host memory, so they compute on the CPU.
+func (f parallelFlags) setup(modelDir string, ef engineFlags) (*rankGrid, error) {
+	if f.grid == "" {
+		return nil, nil
+	}
+	g, err := parseGrid(f.grid)
+	if err != nil {
+		return nil, err
+	}
+	ov, err := parseOverlap(f.overlap)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := checkpoints.ReadConfig(modelDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.Validate(cfg); err != nil {
+		return nil, fmt.Errorf("--parallel: %w", err)
+	}
+	if dev, err := parseDevice(ef.device); err != nil {
+		return nil, err
+	} else if dev.Kind != engine.CPU {
+		return nil, errors.New("--parallel runs in-process ranks, which share host memory: use --device cpu")
+	}
+	threads := ef.threads
+	if threads <= 0 {
+		threads = runtime.NumCPU()
+	}
+	ef.threads = max(1, threads/g.Size())
+	return &rankGrid{shape: comm.Grid{Data: g.Data, X: g.X, Y: g.Y, Z: g.Z}, overlap: ov, engine: ef}, nil
+}
+
+// launch runs fn on every rank of the grid, each with its own backend.
+func (rg *rankGrid) launch(fn func(g *parallel.Grid, b engine.Backend) error) error {
+	return parallel.Launch(rg.shape, rg.overlap, func(g *parallel.Grid) error {
+		b, err := rg.engine.backend()
+		if err != nil {
+			return err
+		}
+		return fn(g, b)
+	})
+}
+
+// loadRank is loadModel for one rank of a grid: its shards of the
+// checkpoint in dir, on its backend b.
+func loadRank(dir string, g *parallel.Grid, b engine.Backend, needTokenizer bool) (*loadedModel, error) {
+	ck, err := checkpoints.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer ck.Close()
+	lm := &loadedModel{dir: dir}
+	if path := ck.TokenizerPath(); path != "" {
+		if lm.tok, _, err = openTokenizer(path); err != nil {
+			return nil, err
+		}
+	} else if needTokenizer {
+		return nil, errNoTokenizer(dir)
+	}
+	if lm.model, err = llama.Load(b, ck, llama.Options{Parallel: g}); err != nil {
+		return nil, err
+	}
+	return lm, nil
+}
