@@ -69,7 +69,7 @@ func finetuneFlags() []finetuneFlag {
 		num("schedule.warmup", "linear warm-up steps", func(c *finetune.Config) *int { return &c.Schedule.Warmup }),
 		num("schedule.total", "steps of the decay (default: the run's length)", func(c *finetune.Config) *int { return &c.Schedule.Total }),
 		num("batch_size", "sequences per optimizer step (the global batch)", func(c *finetune.Config) *int { return &c.BatchSize }),
-		num("micro_batch", "sequences per forward pass; gradients accumulate over batch_size/micro_batch passes", func(c *finetune.Config) *int { return &c.MicroBatch }),
+		num("micro_batch", "sequences per forward pass (with --parallel, over the whole grid: each data×Z rank takes micro_batch/(data·Z)); gradients accumulate over batch_size/micro_batch passes", func(c *finetune.Config) *int { return &c.MicroBatch }),
 		num("epochs", "passes over the training split", func(c *finetune.Config) *int { return &c.Epochs }),
 		num("max_steps", "optimizer steps (overrides epochs when > 0)", func(c *finetune.Config) *int { return &c.MaxSteps }),
 		flt("clip", "clip the global gradient norm to this (0: off)", func(c *finetune.Config) *float64 { return &c.Clip }),
