@@ -83,61 +83,73 @@ func format(m map[key]tally) string {
 
 // TestCountsEqualPerfmodel: the collectives a training step makes on each
 // group, counted by the communicators, are exactly the performance
-// model's itemized list (calls and elements), for grids that exercise
-// every axis, tied and untied heads, with and without recomputation.
+// model's itemized list (calls and elements), on every grid of up to 16
+// ranks with each axis 1, 2 or 4, tied and untied heads, with and without
+// recomputation and overlap.
 func TestCountsEqualPerfmodel(t *testing.T) {
 	const T, micro, microBatches = 8, 1, 2
-	for _, tie := range []bool{false, true} {
-		cfg := countsConfig(tie)
-		weights := checkpoints.RandomWeights(cfg, 1)
-		for _, shape := range []comm.Grid{
-			{Data: 2, X: 2, Y: 1, Z: 2}, {Data: 1, X: 2, Y: 2, Z: 2}, {Data: 2, X: 1, Y: 4, Z: 1}, {Data: 1, X: 4, Y: 2, Z: 2},
-		} {
-			for _, rec := range []bool{false, true} {
-				step := perfmodel.Step{Grid: perfmodel.Grid{Data: shape.Data, X: shape.X, Y: shape.Y, Z: shape.Z},
-					SeqLen: T, MicroBatch: micro, MicroBatches: microBatches, Recompute: rec}
-				want := modelCounts(t, cfg, step)
-				name := fmt.Sprintf("tie=%v %v recompute=%v", tie, shape, rec)
-				var mu sync.Mutex
-				err := parallel.Launch(shape, parallel.AllOverlap(), func(g *parallel.Grid) error {
-					m, err := llama.New(cpu.New(cpu.Options{Threads: 1}), cfg, llama.Options{Parallel: g, Recompute: rec})
-					if err != nil {
-						return err
+	var grids []comm.Grid
+	for _, d := range []int{1, 2, 4} {
+		for _, x := range []int{1, 2, 4} {
+			for _, y := range []int{1, 2, 4} {
+				for _, z := range []int{1, 2, 4} {
+					if g := (comm.Grid{Data: d, X: x, Y: y, Z: z}); g.Size() > 1 && g.Size() <= 16 {
+						grids = append(grids, g)
 					}
-					defer m.Free()
-					if err := m.SetWeights(weights); err != nil {
-						return err
-					}
-					g.World.SetStep(1)
-					r := rand.New(rand.NewPCG(uint64(g.BatchRank()), 9))
-					m.ZeroGrads()
-					for range microBatches {
-						b := llama.Batch{B: micro, T: T, IDs: make([]int32, micro*T), Targets: make([]int32, micro*T)}
-						for i := range b.IDs {
-							b.IDs[i], b.Targets[i] = int32(r.IntN(cfg.VocabSize)), int32(r.IntN(cfg.VocabSize))
-						}
-						if _, err := m.ForwardBackward(b, 0.1); err != nil {
-							return err
-						}
-					}
-					if err := m.ReduceGradients(); err != nil {
-						return err
-					}
-					if _, err := m.GradNorm(); err != nil {
-						return err
-					}
-					got := engineCounts(g.World.Stats())
-					mu.Lock()
-					defer mu.Unlock()
-					if format(got) != format(want) {
-						t.Errorf("%s rank %d: counted\n%s\nperfmodel\n%s", name, g.Rank(), format(got), format(want))
-					}
-					return nil
-				})
-				if err != nil {
-					t.Fatalf("%s: %v", name, err)
 				}
 			}
+		}
+	}
+	for i, shape := range grids {
+		tie, rec := i%2 == 0, (i/2)%2 == 0
+		ov := parallel.AllOverlap()
+		if i%3 == 0 {
+			ov = parallel.Overlap{}
+		}
+		cfg := countsConfig(tie)
+		weights := checkpoints.RandomWeights(cfg, 1)
+		step := perfmodel.Step{Grid: perfmodel.Grid{Data: shape.Data, X: shape.X, Y: shape.Y, Z: shape.Z},
+			SeqLen: T, MicroBatch: micro, MicroBatches: microBatches, Recompute: rec}
+		want := modelCounts(t, cfg, step)
+		name := fmt.Sprintf("tie=%v %v recompute=%v %v", tie, shape, rec, ov)
+		var mu sync.Mutex
+		err := parallel.Launch(shape, ov, func(g *parallel.Grid) error {
+			m, err := llama.New(cpu.New(cpu.Options{Threads: 1}), cfg, llama.Options{Parallel: g, Recompute: rec})
+			if err != nil {
+				return err
+			}
+			defer m.Free()
+			if err := m.SetWeights(weights); err != nil {
+				return err
+			}
+			g.World.SetStep(1)
+			r := rand.New(rand.NewPCG(uint64(g.BatchRank()), 9))
+			m.ZeroGrads()
+			for range microBatches {
+				b := llama.Batch{B: micro, T: T, IDs: make([]int32, micro*T), Targets: make([]int32, micro*T)}
+				for i := range b.IDs {
+					b.IDs[i], b.Targets[i] = int32(r.IntN(cfg.VocabSize)), int32(r.IntN(cfg.VocabSize))
+				}
+				if _, err := m.ForwardBackward(b, 0.1); err != nil {
+					return err
+				}
+			}
+			if err := m.ReduceGradients(); err != nil {
+				return err
+			}
+			if _, err := m.GradNorm(); err != nil {
+				return err
+			}
+			got := engineCounts(g.World.Stats())
+			mu.Lock()
+			defer mu.Unlock()
+			if format(got) != format(want) {
+				t.Errorf("%s rank %d: counted\n%s\nperfmodel\n%s", name, g.Rank(), format(got), format(want))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
 		}
 	}
 }
