@@ -151,7 +151,7 @@ func (r *Runner) openTokenizer(runs []armRun) error {
 	} else if !strings.HasPrefix(spec, "builtin:") {
 		spec = s.path(spec)
 	}
-	tok, files, err := assets.OpenTokenizer(spec)
+	tok, files, err := data.OpenTokenizer(spec)
 	if err != nil {
 		return fmt.Errorf("experiments: tokenizer: %w", err)
 	}
@@ -161,7 +161,7 @@ func (r *Runner) openTokenizer(runs []armRun) error {
 			continue
 		}
 		dir := s.path(ar.base.Model)
-		t, _, err := assets.OpenTokenizer(dir)
+		t, _, err := data.OpenTokenizer(dir)
 		if err != nil {
 			return fmt.Errorf("experiments: arm %s: base %s: %w", ar.arm.Name, dir, err)
 		}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/memtrain/memtrain/data/assets"
+	"github.com/memtrain/memtrain/data"
 )
 
 func TestSentences(t *testing.T) {
@@ -32,7 +32,7 @@ func TestSentences(t *testing.T) {
 // held-out document shares a run of Overlap tokens with a target, even
 // when the corpus repeats a long boilerplate sentence.
 func TestSelectTargets(t *testing.T) {
-	tok, _, err := assets.OpenTokenizer("builtin:llama2")
+	tok, _, err := data.OpenTokenizer("builtin:llama2")
 	if err != nil {
 		t.Fatal(err)
 	}

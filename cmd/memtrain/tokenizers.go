@@ -1,14 +1,14 @@
 package main
 
 import (
-	"github.com/memtrain/memtrain/data/assets"
+	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/data/tokenizer"
 )
 
 const tokenizerFlagHelp = "tokenizer: a tokenizer.json, a folder holding one (e.g. a checkpoint), or builtin:llama2 / builtin:llama3 for the bundled Meta tokenizers"
 
 // openTokenizer loads the tokenizer named by a --tokenizer flag (see
-// assets.OpenTokenizer).
+// assets.TokenizerFiles) and returns it with its files.
 func openTokenizer(spec string) (*tokenizer.Tokenizer, map[string][]byte, error) {
-	return assets.OpenTokenizer(spec)
+	return data.OpenTokenizer(spec)
 }
