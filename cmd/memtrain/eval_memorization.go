@@ -10,7 +10,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memtrain/memtrain/data"
+	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/engine/parallel"
 	"github.com/memtrain/memtrain/memorization"
 )
 
@@ -29,6 +31,7 @@ type evalMemFlags struct {
 	strict           bool
 	out              string
 	engine           engineFlags
+	parallel         parallelFlags
 }
 
 func newEvalMemorizationCmd() *cobra.Command {
@@ -57,7 +60,11 @@ tokens are skipped), pythia (--prefix 32 --suffix 32 by default), carlini
 counted, or an error with --strict.
 
 Writes OUT/summary.json (aggregates with bootstrap 95% intervals) and
-OUT/docs.jsonl (one line per document), and prints a table.`,
+OUT/docs.jsonl (one line per document), and prints a table.
+
+With --parallel the model is split over a grid of in-process ranks (a model too
+large for one device is measured on the grid that holds it); every rank runs the
+same probes and rank 0 writes the results, which equal one rank's.`,
 		Example: `  memtrain eval memorization --model run/final --data ds --protocol goldfish --out eval
   memtrain eval memorization --model ckpt --data targets.jsonl --non-members heldout.jsonl \
       --protocol carlini --prefix 16,32,64 --out eval-carlini`,
@@ -80,6 +87,7 @@ OUT/docs.jsonl (one line per document), and prints a table.`,
 	fl.BoolVar(&f.strict, "strict", false, "fail on documents too short for the protocol instead of skipping them")
 	fl.StringVar(&f.out, "out", "", "folder for summary.json and docs.jsonl")
 	f.engine.register(fl)
+	f.parallel.register(fl)
 	cmd.MarkFlagRequired("model")
 	cmd.MarkFlagRequired("data")
 	cmd.MarkFlagRequired("out")
@@ -94,11 +102,32 @@ func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
 	if err != nil {
 		return err
 	}
-	lm, err := loadModel(f.model, f.engine, llama.Options{}, false)
+	rg, err := f.parallel.setup(f.model, f.engine)
 	if err != nil {
-		return err
+		return fmt.Errorf("eval memorization: %w", err)
 	}
-	defer lm.model.Free()
+	if rg == nil {
+		lm, err := loadModel(f.model, f.engine, llama.Options{}, false)
+		if err != nil {
+			return err
+		}
+		defer lm.model.Free()
+		return evalMemorization(cmd, f, p, lm, true)
+	}
+	return rg.launch(func(g *parallel.Grid, b engine.Backend) error {
+		lm, err := loadRank(f.model, g, b, false)
+		if err != nil {
+			return err
+		}
+		defer lm.model.Free()
+		return evalMemorization(cmd, f, p, lm, g.Rank() == 0)
+	})
+}
+
+// evalMemorization evaluates on one rank, or on one rank of a grid: every
+// rank makes the same model calls in the same order (the collectives
+// inside them pair up), and only the leader reports and writes.
+func evalMemorization(cmd *cobra.Command, f evalMemFlags, p memorization.Protocol, lm *loadedModel, leader bool) error {
 	docs, err := evalDocuments(f, lm)
 	if err != nil {
 		return err
@@ -115,7 +144,7 @@ func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
 		}
 	}
 	var bar *progressbar.ProgressBar
-	if isTerminal(cmd.ErrOrStderr()) {
+	if leader && isTerminal(cmd.ErrOrStderr()) {
 		bar = progressbar.NewOptions(2*len(docs), progressbar.OptionSetWriter(cmd.ErrOrStderr()),
 			progressbar.OptionSetDescription("eval memorization"), progressbar.OptionShowCount(),
 			progressbar.OptionSetPredictTime(true))
@@ -129,7 +158,7 @@ func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
 		bar.Finish()
 		fmt.Fprintln(cmd.ErrOrStderr())
 	}
-	if err != nil {
+	if err != nil || !leader {
 		return err
 	}
 	if err := memorization.WriteResults(f.out, sum, res); err != nil {

@@ -75,3 +75,36 @@ func TestEvalMemorizationErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestEvalMemorizationParallel: on a grid the results equal one rank's.
+func TestEvalMemorizationParallel(t *testing.T) {
+	base, ds := finetuneFixture(t, "builtin:llama2")
+	dir := t.TempDir()
+	read := func(out string) *memorization.Summary {
+		s, err := memorization.ReadSummary(filepath.Join(out, "summary.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	args := []string{"eval", "memorization", "--model", base, "--data", ds, "--protocol", "pythia", "--prefix", "8", "--suffix", "8", "--limit", "3"}
+	one := filepath.Join(dir, "one")
+	if _, errs, code := memtrain(t, "", append(args, "--out", one)...); code != 0 {
+		t.Fatal(errs)
+	}
+	grid := filepath.Join(dir, "grid")
+	if _, errs, code := memtrain(t, "", append(args, "--out", grid, "--parallel", "dp=2,x=2,z=2")...); code != 0 {
+		t.Fatal(errs)
+	}
+	a, b := read(one), read(grid)
+	pa, pb := a.Prefixes[0], b.Prefixes[0]
+	if pa.Members.Exact != pb.Members.Exact || pa.Members.TokenMatch != pb.Members.TokenMatch || pa.NonMembers.TokenMatch != pb.NonMembers.TokenMatch {
+		t.Errorf("extraction differs on the grid:\n%+v\n%+v", pa, pb)
+	}
+	if d := pa.Members.Loss.Mean - pb.Members.Loss.Mean; d > 1e-4*pa.Members.Loss.Mean || -d > 1e-4*pa.Members.Loss.Mean {
+		t.Errorf("member loss %v on one rank, %v on the grid", pa.Members.Loss.Mean, pb.Members.Loss.Mean)
+	}
+	if _, errs, code := memtrain(t, "", append(args, "--out", grid, "--parallel", "x=3")...); code != 1 || !strings.Contains(errs, "--parallel") {
+		t.Errorf("bad grid: exit %d %q", code, errs)
+	}
+}
