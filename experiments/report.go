@@ -444,7 +444,7 @@ func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, f
 	b.WriteString(".\n\n")
 
 	b.WriteString("## Setup\n\n")
-	mdHeader(&b, "arm", "loss", "k", "strategy", "h", "model", "parameters", "targets", "repeats", "steps", "seeds")
+	mdHeader(&b, "arm", "loss", "k", "strategy", "h", "model", "parameters", "base held-out loss", "targets", "repeats", "steps", "seeds")
 	for _, a := range arms {
 		k, strategy, h := reportDash, reportDash, reportDash
 		if a.isGoldfish() {
@@ -458,7 +458,11 @@ func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, f
 		for i, r := range a.runs {
 			seeds[i] = strconv.FormatUint(r.Seed, 10)
 		}
-		mdRow(&b, a.Arm, a.Loss, k, strategy, h, a.Model, reportCount(a.Params), strconv.Itoa(a.Targets),
+		baseLoss := reportDash
+		if a.BaseHeldoutLoss > 0 {
+			baseLoss = strconv.FormatFloat(a.BaseHeldoutLoss, 'f', 3, 64)
+		}
+		mdRow(&b, a.Arm, a.Loss, k, strategy, h, a.Model, reportCount(a.Params), baseLoss, strconv.Itoa(a.Targets),
 			strconv.Itoa(a.Repeats), strconv.Itoa(a.Steps), strings.Join(seeds, ", "))
 	}
 	b.WriteString("\n")
@@ -470,7 +474,7 @@ func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, f
 	fmt.Fprintf(&b, "How to read the tables: exact match is the percentage of target (member) documents whose "+
 		"suffix greedy decoding reproduces verbatim; token match and ROUGE-L F1 are mean percentages over "+
 		"them. The held-out columns are never-trained documents, the control: extraction there is chance, and "+
-		"their loss is the utility cost of the arm. With one seed, brackets are the %g%% bootstrap "+
+		"their loss is the utility cost of the arm (the setup gives the base model's, before fine-tuning). With one seed, brackets are the %g%% bootstrap "+
 		"confidence interval over documents (%d resamples); with several seeds, the mean over seeds ± the "+
 		"standard deviation of the per-seed values. Losses are in nats per token. MIA AUC is the ROC AUC "+
 		"with which a membership-inference score (loss, zlib ratio, min-k%% probability) separates members "+

@@ -195,8 +195,8 @@ func TestWriteReportSweep(t *testing.T) {
 		"# k sweep\n",
 		"5 finished runs (4 arms × their seeds); 1 unfinished run is left out.",
 		// Setup: the standard arm first, then goldfish by k.
-		"| standard | standard | — | — | — | tiny | 1.5M | 8 | 50 | 20 | 1, 2 |",
-		"| goldfish-k4 | goldfish | 4 | hash-table | 13 | tiny | 1.5M | 8 | 50 | 20 | 1 |",
+		"| standard | standard | — | — | — | tiny | 1.5M | — | 8 | 50 | 20 | 1, 2 |",
+		"| goldfish-k4 | goldfish | 4 | hash-table | 13 | tiny | 1.5M | — | 8 | 50 | 20 | 1 |",
 		"## Protocol goldfish-50: goldfish(…)",
 		"### prefix: the rest of each document, suffix 50 tokens",
 		"## Protocol carlini-50: carlini(…)",

@@ -58,6 +58,9 @@ type ArmResult struct {
 	FinalTrainLoss    float64 `json:"final_train_loss"`
 	HeldoutLoss       float64 `json:"heldout_loss"`
 	HeldoutPerplexity float64 `json:"heldout_perplexity"`
+	// BaseHeldoutLoss is the base model's loss on the held-out documents,
+	// before fine-tuning: what HeldoutLoss is to be compared with.
+	BaseHeldoutLoss float64 `json:"base_heldout_loss,omitempty"`
 	TrainDir          string  `json:"train_dir"` // holds metrics.jsonl
 	Evals             []Eval  `json:"evals"`
 	Seconds           float64 `json:"seconds"` // wall time of training and evaluation

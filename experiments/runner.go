@@ -54,6 +54,7 @@ type Runner struct {
 	tok      *tokenizer.Tokenizer
 	tokFiles map[string][]byte
 	sel      *Selection
+	baseLoss map[string]float64 // held-out loss of each base model
 }
 
 // armRun is one arm and seed, resolved.
@@ -560,6 +561,10 @@ func (r *Runner) runArm(ar armRun) error {
 	if err != nil {
 		return err
 	}
+	baseLoss, err := r.baseHeldoutLoss(base)
+	if err != nil {
+		return err
+	}
 	cfg := ar.cfg
 	cfg.Model, cfg.Data, cfg.Out = base, r.trainDir(), filepath.Join(dir, "train")
 	final, err := r.finetune(cfg, "train "+name)
@@ -571,7 +576,7 @@ func (r *Runner) runArm(ar armRun) error {
 		return err
 	}
 	res := ArmResult{Schema: ResultSchema, Arm: ar.arm.Name, Seed: ar.seed, Loss: cfg.Loss,
-		Targets: len(r.sel.Targets), TrainDir: rel(r.Out, cfg.Out)}
+		Targets: len(r.sel.Targets), TrainDir: rel(r.Out, cfg.Out), BaseHeldoutLoss: baseLoss}
 	res.K, res.Strategy, res.H = goldfishOf(cfg)
 	if n := len(metrics); n > 0 {
 		last := metrics[n-1]
@@ -636,6 +641,54 @@ func (r *Runner) runArm(ar armRun) error {
 		return fmt.Errorf("experiments: %w", err)
 	}
 	return checkpoints.WriteFileAtomic(filepath.Join(dir, ResultFile), append(b, '\n'))
+}
+
+// baseHeldoutLoss is the mean loss per target of a base model on the
+// held-out documents (the same targets finetune evaluates), computed once
+// per base.
+func (r *Runner) baseHeldoutLoss(dir string) (float64, error) {
+	if l, ok := r.baseLoss[dir]; ok {
+		return l, nil
+	}
+	ck, err := checkpoints.Open(dir)
+	if err != nil {
+		return 0, err
+	}
+	m, err := llama.Load(r.Backend, ck, llama.Options{})
+	ck.Close()
+	if err != nil {
+		return 0, err
+	}
+	defer m.Free()
+	var sum, weight float64
+	const B = 8
+	for i := 0; i < len(r.sel.Holdout); i += B {
+		ps := r.sel.Holdout[i:min(i+B, len(r.sel.Holdout))]
+		T := 0
+		for _, p := range ps {
+			T = max(T, len(p.IDs)-1)
+		}
+		batch := llama.Batch{B: len(ps), T: T, IDs: make([]int32, len(ps)*T), Targets: make([]int32, len(ps)*T), Weights: make([]float32, len(ps)*T)}
+		for b, p := range ps {
+			for t := 0; t+1 < len(p.IDs); t++ {
+				batch.IDs[b*T+t], batch.Targets[b*T+t], batch.Weights[b*T+t] = p.IDs[t], p.IDs[t+1], 1
+			}
+		}
+		l, err := m.Evaluate(batch)
+		if err != nil {
+			return 0, fmt.Errorf("experiments: base %s: %w", dir, err)
+		}
+		sum, weight = sum+l.Sum, weight+l.Weight
+	}
+	loss := 0.0
+	if weight > 0 {
+		loss = sum / weight
+	}
+	if r.baseLoss == nil {
+		r.baseLoss = map[string]float64{}
+	}
+	r.baseLoss[dir] = loss
+	return loss, nil
 }
 
 // modelName names a base model in results: its folder, or its preset with
