@@ -61,9 +61,9 @@ type ArmResult struct {
 	// BaseHeldoutLoss is the base model's loss on the held-out documents,
 	// before fine-tuning: what HeldoutLoss is to be compared with.
 	BaseHeldoutLoss float64 `json:"base_heldout_loss,omitempty"`
-	TrainDir          string  `json:"train_dir"` // holds metrics.jsonl
-	Evals             []Eval  `json:"evals"`
-	Seconds           float64 `json:"seconds"` // wall time of training and evaluation
+	TrainDir        string  `json:"train_dir"` // holds metrics.jsonl
+	Evals           []Eval  `json:"evals"`
+	Seconds         float64 `json:"seconds"` // wall time of training and evaluation
 }
 
 // Eval is one protocol's evaluation of an arm.
