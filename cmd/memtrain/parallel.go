@@ -17,14 +17,15 @@ import (
 	"github.com/memtrain/memtrain/engine/perfmodel"
 )
 
-// parallelFlags run a command on a 4D grid of in-process ranks.
+// parallelFlags run a command on a 4D grid of ranks: in-process ones, or
+// one a process under mpirun (mpi_launch_env.go).
 type parallelFlags struct {
 	grid    string
 	overlap string
 }
 
 func (f *parallelFlags) register(fl *pflag.FlagSet) {
-	fl.StringVar(&f.grid, "parallel", "", "run on a grid of in-process ranks, e.g. dp=2,x=2,y=1,z=2 (data × X × Y × Z; axes left out are 1; see `memtrain plan`)")
+	fl.StringVar(&f.grid, "parallel", "", "run on a grid of ranks, e.g. dp=2,x=2,y=1,z=2 (data × X × Y × Z; axes left out are 1; see `memtrain plan`): in process, or one rank a process under mpirun with an MPI build")
 	fl.StringVar(&f.overlap, "overlap", "oar,ors,oag", "with --parallel: communication hidden behind compute, a comma-separated subset of oar, ors, oag, or none")
 }
 
@@ -91,14 +92,24 @@ type rankGrid struct {
 	shape   comm.Grid
 	overlap parallel.Overlap
 	engine  engineFlags // one rank's: the threads shared out
+	// mpi runs this process's one rank of a job launched by mpirun or
+	// srun (mpi_launch_env.go) rather than every rank in process.
+	mpi bool
 }
 
 // setup parses the flags and checks the grid against the model in
-// modelDir (perfmodel's rules and words) and the engine flags: in-process
-// ranks share host memory, so they compute on the CPU.
+// modelDir (perfmodel's rules and words) and the engine flags: ranks
+// compute on the CPU (in-process ranks share host memory, and MPI moves
+// host tensors). Under mpirun or srun with several processes, the grid
+// must have one rank per process (checkLaunch).
 func (f parallelFlags) setup(modelDir string, ef engineFlags) (*rankGrid, error) {
+	procs, err := launchedProcs()
+	if err != nil {
+		return nil, err
+	}
 	if f.grid == "" {
-		return nil, nil
+		_, err := checkLaunch(procs, 0, "")
+		return nil, err
 	}
 	g, err := parseGrid(f.grid)
 	if err != nil {
@@ -118,25 +129,39 @@ func (f parallelFlags) setup(modelDir string, ef engineFlags) (*rankGrid, error)
 	if dev, err := parseDevice(ef.device); err != nil {
 		return nil, err
 	} else if dev.Kind != engine.CPU {
-		return nil, errors.New("--parallel runs in-process ranks, which share host memory: use --device cpu")
+		return nil, errors.New("--parallel runs ranks on host tensors (in-process ranks share host memory; MPI moves host buffers): use --device cpu")
 	}
-	threads := ef.threads
-	if threads <= 0 {
-		threads = runtime.NumCPU()
+	useMPI, err := checkLaunch(procs, g.Size(), f.grid)
+	if err != nil {
+		return nil, err
 	}
-	ef.threads = max(1, threads/g.Size())
-	return &rankGrid{shape: comm.Grid{Data: g.Data, X: g.X, Y: g.Y, Z: g.Z}, overlap: ov, engine: ef}, nil
+	if useMPI {
+		ef.threads = mpiThreads(ef.threads, procs)
+	} else {
+		threads := ef.threads
+		if threads <= 0 {
+			threads = runtime.NumCPU()
+		}
+		ef.threads = max(1, threads/g.Size())
+	}
+	return &rankGrid{shape: comm.Grid{Data: g.Data, X: g.X, Y: g.Y, Z: g.Z}, overlap: ov, engine: ef, mpi: useMPI}, nil
 }
 
-// launch runs fn on every rank of the grid, each with its own backend.
+// launch runs fn on every rank of the grid, each with its own backend: in
+// this process, or, under MPI, this process's rank alone. Either way the
+// commands let rank 0 alone print and write files.
 func (rg *rankGrid) launch(fn func(g *parallel.Grid, b engine.Backend) error) error {
-	return parallel.Launch(rg.shape, rg.overlap, func(g *parallel.Grid) error {
+	run := func(g *parallel.Grid) error {
 		b, err := rg.engine.backend()
 		if err != nil {
 			return err
 		}
 		return fn(g, b)
-	})
+	}
+	if rg.mpi {
+		return launchMPI(rg.shape, rg.overlap, run)
+	}
+	return parallel.Launch(rg.shape, rg.overlap, run)
 }
 
 // loadRank is loadModel for one rank of a grid: its shards of the

@@ -30,20 +30,30 @@ func Launch(shape comm.Grid, ov Overlap, fn func(g *Grid) error, opts ...comm.Op
 	var wg sync.WaitGroup
 	for r, world := range worlds {
 		wg.Go(func() {
-			groups, err := comm.SplitGrid(world, shape)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			errs[r] = fn(New(groups, ov))
-			if err := groups.Close(); err != nil && errs[r] == nil {
-				errs[r] = err
-			}
+			errs[r] = Join(world, shape, ov, fn)
 			world.Close()
 		})
 	}
 	wg.Wait()
 	return firstErrors(errs)
+}
+
+// Join runs fn as this rank's part of a grid on world, a communicator of
+// shape.Size() ranks of which every one calls Join: it splits world into
+// the grid's groups (comm.SplitGrid), runs fn, and closes the groups, not
+// world. Launch joins every in-process rank; a multi-process launcher
+// (one rank per process under mpirun) joins its MPI world, whose owner
+// closes it after.
+func Join(world comm.Comm, shape comm.Grid, ov Overlap, fn func(g *Grid) error) error {
+	groups, err := comm.SplitGrid(world, shape)
+	if err != nil {
+		return err
+	}
+	err = fn(New(groups, ov))
+	if cerr := groups.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // firstErrors joins the distinct errors of the ranks, root causes first,
