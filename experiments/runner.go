@@ -388,7 +388,7 @@ func (r *Runner) baseModel(b Base) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		r.logf("base %s: %s parameters, hidden %d, %d layers", dir, humanCount(cfg.Params().Total), cfg.HiddenSize, cfg.NumHiddenLayers)
+		r.logf("base %s: %s parameters, hidden %d, %d layers", dir, checkpoints.FormatCount(cfg.Params().Total), cfg.HiddenSize, cfg.NumHiddenLayers)
 		if err := checkpoints.Save(initDir, cfg, checkpoints.RandomWeights(cfg, b.Seed), checkpoints.SaveOptions{Files: r.tokFiles}); err != nil {
 			return "", err
 		}
@@ -708,16 +708,4 @@ func rel(base, path string) string {
 		return r
 	}
 	return path
-}
-
-func humanCount(n int64) string {
-	switch {
-	case n >= 1e9:
-		return fmt.Sprintf("%.2fB", float64(n)/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%.2fM", float64(n)/1e6)
-	case n >= 1e3:
-		return fmt.Sprintf("%.1fK", float64(n)/1e3)
-	}
-	return fmt.Sprint(n)
 }

@@ -3,27 +3,13 @@ package memorization
 import (
 	"testing"
 
-	"github.com/memtrain/memtrain/checkpoints"
-	"github.com/memtrain/memtrain/engine/cpu"
 	"github.com/memtrain/memtrain/engine/llama"
 )
 
 // TestExtract: a suffix that is the model's own greedy continuation is
 // extracted exactly; a different one is not.
 func TestExtract(t *testing.T) {
-	cfg := &checkpoints.Config{
-		HiddenSize: 16, IntermediateSize: 32, NumHiddenLayers: 2, NumAttentionHeads: 4, NumKeyValueHeads: 2,
-		RMSNormEps: 1e-5, RopeTheta: 10000, MaxPositionEmbeddings: 64, VocabSize: 31,
-		TorchDType: "float32", HiddenAct: "silu", InitializerRange: 0.5,
-	}
-	m, err := llama.New(cpu.New(cpu.Options{Threads: 2}), cfg, llama.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Free()
-	if err := m.SetWeights(checkpoints.RandomWeights(cfg, 2)); err != nil {
-		t.Fatal(err)
-	}
+	m := tinyModel(t)
 	prompts := [][]int32{{1, 2, 3, 4}, {5, 6, 7}, {8, 9, 10, 11, 12}}
 	gen, err := m.Generate(prompts, llama.GenerateOptions{MaxNewTokens: 6})
 	if err != nil {

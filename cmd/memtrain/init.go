@@ -161,19 +161,7 @@ func parseByteSize(s string) (int64, error) {
 }
 
 // humanCount writes 8030261248 as "8.03B".
-func humanCount(n int64) string {
-	switch {
-	case n >= 1e12:
-		return fmt.Sprintf("%.2fT", float64(n)/1e12)
-	case n >= 1e9:
-		return fmt.Sprintf("%.2fB", float64(n)/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%.2fM", float64(n)/1e6)
-	case n >= 1e3:
-		return fmt.Sprintf("%.2fK", float64(n)/1e3)
-	}
-	return strconv.FormatInt(n, 10)
-}
+func humanCount(n int64) string { return checkpoints.FormatCount(n) }
 
 // humanBytes writes sizes in binary units: "15.0 GiB".
 func humanBytes(n int64) string {
