@@ -1,7 +1,13 @@
-// Package experiments runs memorization studies: YAML specs of arms and
-// seeds, the resumable runner, and reports with tables and plots. It composes
-// finetune and memorization and reimplements neither.
+// Package experiments runs memorization studies: YAML specs of a base
+// model, target documents with held-out controls, arms (standard and
+// goldfish losses, any setting overridden per arm) and seeds; the
+// resumable runner that prepares the data, makes the base model, trains
+// every arm with finetune and evaluates it with memorization; and reports
+// with tables, a CSV of every number and plots. It composes finetune and
+// memorization and reimplements neither.
 //
-// The runner is built by the experiments issue; this package is the place
-// reserved for it in the package map.
+// A study's output folder is laid out as results.go describes; an arm is
+// done when its result.json exists, so a run can be stopped and resumed at
+// any point, and WriteReport can run while a study is in progress. The
+// demo (DemoSpec) is a study of bundled data only.
 package experiments
