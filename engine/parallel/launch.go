@@ -3,7 +3,6 @@ package parallel
 import (
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/memtrain/memtrain/engine/comm"
 )
@@ -25,17 +24,7 @@ func Launch(shape comm.Grid, ov Overlap, fn func(g *Grid) error, opts ...comm.Op
 	if _, _, err := comm.EnvTimeout(); err != nil {
 		return err
 	}
-	worlds := comm.NewLocal(shape.Size(), opts...)
-	errs := make([]error, len(worlds))
-	var wg sync.WaitGroup
-	for r, world := range worlds {
-		wg.Go(func() {
-			errs[r] = Join(world, shape, ov, fn)
-			world.Close()
-		})
-	}
-	wg.Wait()
-	return firstErrors(errs)
+	return LaunchWorlds(comm.NewLocal(shape.Size(), opts...), shape, ov, fn)
 }
 
 // Join runs fn as this rank's part of a grid on world, a communicator of
