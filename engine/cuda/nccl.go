@@ -527,9 +527,9 @@ func (c *ncclComm) Split(name string, color, key int) (comm.Comm, error) {
 		return nil, fmt.Errorf("cuda: Split needs NCCL 2.18 or later (ncclCommSplit)")
 	}
 	if color < 0 && color != comm.Undefined {
-		return nil, c.fail(comm.Barrier, fmt.Errorf("split color %d is negative", color))
+		return nil, c.fail(comm.Split, fmt.Errorf("split color %d is negative", color))
 	}
-	stop := c.watchdog.Watch(comm.Error{Group: c.group, Rank: c.rank, Size: c.size, Op: comm.Barrier, Step: c.counters.Step()})
+	stop := c.watchdog.Watch(comm.Error{Group: c.group, Rank: c.rank, Size: c.size, Op: comm.Split, Step: c.counters.Step()})
 	defer stop()
 	var sub uintptr
 	var rank, size int32
@@ -550,7 +550,7 @@ func (c *ncclComm) Split(name string, color, key int) (comm.Comm, error) {
 		return c.check("ncclCommCount", c.api.ncclCommCount(sub, &size))
 	})
 	if err != nil {
-		return nil, c.fail(comm.Barrier, err)
+		return nil, c.fail(comm.Split, err)
 	}
 	if sub == 0 {
 		return nil, nil

@@ -1,0 +1,183 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/cpu"
+	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/engine/parallel"
+	"github.com/memtrain/memtrain/finetune"
+)
+
+// The 4D engine on GPUs: one backend a rank, a NCCL world over them split
+// into the grid's groups, and the engine code of the CPU grids unchanged.
+
+// gridConfig is a small Llama that every axis of 2 divides: hidden 32,
+// 4 query and 2 key/value heads, intermediate 64, vocabulary 64.
+func gridConfig() *checkpoints.Config {
+	c := &checkpoints.Config{
+		HiddenSize: 32, IntermediateSize: 64, NumHiddenLayers: 2, NumAttentionHeads: 4, NumKeyValueHeads: 2,
+		RMSNormEps: 1e-5, RopeTheta: 10000, MaxPositionEmbeddings: 32, VocabSize: 64,
+		TorchDType: "float32", HiddenAct: "silu", InitializerRange: 0.1,
+	}
+	if err := c.Validate(); err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// Grid training sizes: global batches of 8 sequences of 8 tokens in two
+// micro-batches of 4, for 3 AdamW steps.
+const (
+	gridSteps = 3
+	gridBatch = 8
+	gridMicro = 4
+	gridT     = 8
+)
+
+// gridBatches are random global batches, some sequences ending in
+// padding.
+func gridBatches(cfg *checkpoints.Config) []llama.Batch {
+	r := rand.New(rand.NewPCG(11, 3))
+	var out []llama.Batch
+	for range gridSteps {
+		n := gridBatch * gridT
+		b := llama.Batch{B: gridBatch, T: gridT, IDs: make([]int32, n), Targets: make([]int32, n), Weights: make([]float32, n)}
+		for i := range n {
+			b.IDs[i], b.Targets[i] = int32(r.IntN(cfg.VocabSize)), int32(r.IntN(cfg.VocabSize))
+			if t := i % gridT; i/gridT%3 != 0 || t < 5 {
+				b.Weights[i] = 1
+			} else {
+				b.Targets[i] = -1
+			}
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// gridShare is a rank's share of a global batch, in micro-batches: its
+// contiguous block of sequences, as finetune's loader cuts it.
+func gridShare(b llama.Batch, ranks, rank int) []llama.Batch {
+	per, mb := b.B/ranks, gridMicro/ranks
+	var out []llama.Batch
+	for s := rank * per; s < (rank+1)*per; s += mb {
+		lo, hi := s*b.T, (s+mb)*b.T
+		out = append(out, llama.Batch{B: mb, T: b.T, IDs: b.IDs[lo:hi], Targets: b.Targets[lo:hi], Weights: b.Weights[lo:hi]})
+	}
+	return out
+}
+
+// gridTrain trains on backend b as one rank of g (nil: alone) and
+// returns each step's result.
+func gridTrain(b engine.Backend, cfg *checkpoints.Config, weights []checkpoints.Tensor, batches []llama.Batch, g *parallel.Grid) ([]finetune.StepResult, error) {
+	m, err := llama.New(b, cfg, llama.Options{Parallel: g})
+	if err != nil {
+		return nil, err
+	}
+	defer m.Free()
+	if err := m.SetWeights(weights); err != nil {
+		return nil, err
+	}
+	o, err := finetune.NewOptimizer(b, m.Params(), finetune.OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
+	if err != nil {
+		return nil, err
+	}
+	defer o.Free()
+	ranks, rank := 1, 0
+	if g != nil {
+		ranks, rank = g.BatchRanks(), g.BatchRank()
+	}
+	var res []finetune.StepResult
+	for step, batch := range batches {
+		if g != nil {
+			g.World.SetStep(step + 1)
+		}
+		r, err := finetune.TrainStep(m, o, gridShare(batch, ranks, rank), 1e-2, 1)
+		if err != nil {
+			return nil, fmt.Errorf("step %d: %w", step+1, err)
+		}
+		res = append(res, r)
+	}
+	return res, b.Synchronize()
+}
+
+// TestGridEmulated trains a small Llama for a few AdamW steps on grids of
+// four fake GPUs with NCCL communicators (ncclCommInitAll, then
+// ncclCommSplit for the groups), float32 GEMMs and overlap on, and checks
+// that every rank's losses and gradient norms equal one CPU rank's within
+// 1e-5 relative.
+func TestGridEmulated(t *testing.T) {
+	fakeCUDA(t)
+	testGrid(t, newFake, 4)
+}
+
+// TestGPUGrid is TestGridEmulated on the machine's GPUs, up to four: on
+// one GPU, a grid of one rank (NCCL's init and split, no peer).
+func TestGPUGrid(t *testing.T) {
+	n := needGPU(t)
+	testGrid(t, newGPU, min(n, 4))
+}
+
+// testGrid trains on grids of devices ranks (4, 2 or 1), one a GPU, each
+// axis 1 or 2.
+func testGrid(t *testing.T, newBackend maker, devices int) {
+	cfg := gridConfig()
+	weights := checkpoints.RandomWeights(cfg, 5)
+	batches := gridBatches(cfg)
+	want, err := gridTrain(cpu.New(cpu.Options{Threads: 1}), cfg, weights, batches, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shapes []comm.Grid
+	switch {
+	case devices >= 4:
+		shapes = []comm.Grid{{Data: 2, X: 2, Y: 1, Z: 1}, {Data: 1, X: 1, Y: 2, Z: 2}, {Data: 1, X: 2, Y: 2, Z: 1}}
+	case devices >= 2:
+		shapes = []comm.Grid{{Data: 2, X: 1, Y: 1, Z: 1}, {Data: 1, X: 2, Y: 1, Z: 1}, {Data: 1, X: 1, Y: 1, Z: 2}}
+	default:
+		shapes = []comm.Grid{{Data: 1, X: 1, Y: 1, Z: 1}}
+	}
+	backends := make([]*Backend, shapes[0].Size())
+	for i := range backends {
+		backends[i] = newBackend(t, i, GemmF32)
+	}
+	for _, shape := range shapes {
+		t.Run(fmt.Sprintf("dp=%d,x=%d,y=%d,z=%d", shape.Data, shape.X, shape.Y, shape.Z), func(t *testing.T) {
+			worlds, err := NewNCCLGroup(backends)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make([][]finetune.StepResult, len(backends))
+			err = parallel.LaunchWorlds(worlds, shape, parallel.AllOverlap(), func(g *parallel.Grid) error {
+				res, err := gridTrain(backends[g.Rank()], cfg, weights, batches, g)
+				got[g.Rank()] = res
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var worst float64
+			for r, res := range got {
+				for s, w := range want {
+					dl := math.Abs(res[s].Loss-w.Loss) / w.Loss
+					if dl > 1e-5 || res[s].Weight != w.Weight {
+						t.Errorf("rank %d step %d: loss %v (weight %v), one CPU rank %v (weight %v)", r, s+1, res[s].Loss, res[s].Weight, w.Loss, w.Weight)
+					}
+					dg := math.Abs(res[s].GradNorm-w.GradNorm) / w.GradNorm
+					if dg > 1e-5 {
+						t.Errorf("rank %d step %d: gradient norm %v, one CPU rank %v", r, s+1, res[s].GradNorm, w.GradNorm)
+					}
+					worst = max(worst, dl, dg)
+				}
+			}
+			t.Logf("largest relative difference from one CPU rank: %.2g", worst)
+		})
+	}
+}
