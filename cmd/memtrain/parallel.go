@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -95,13 +94,17 @@ type rankGrid struct {
 	// mpi runs this process's one rank of a job launched by mpirun or
 	// srun (mpi_launch_env.go) rather than every rank in process.
 	mpi bool
+	// device is --device: with CUDA, a GPU a rank from its index on
+	// (parallel_cuda.go).
+	device engine.Device
 }
 
 // setup parses the flags and checks the grid against the model in
 // modelDir (perfmodel's rules and words) and the engine flags: ranks
-// compute on the CPU (in-process ranks share host memory, and MPI moves
-// host tensors). Under mpirun or srun with several processes, the grid
-// must have one rank per process (checkLaunch).
+// compute on the CPU, or with --device cuda on a GPU each, with NCCL
+// communicators (in process, there must be a GPU for every rank). Under
+// mpirun or srun with several processes, the grid must have one rank per
+// process (checkLaunch).
 func (f parallelFlags) setup(modelDir string, ef engineFlags) (*rankGrid, error) {
 	procs, err := launchedProcs()
 	if err != nil {
@@ -126,14 +129,18 @@ func (f parallelFlags) setup(modelDir string, ef engineFlags) (*rankGrid, error)
 	if err := g.Validate(cfg); err != nil {
 		return nil, fmt.Errorf("--parallel: %w", err)
 	}
-	if dev, err := parseDevice(ef.device); err != nil {
+	dev, err := parseDevice(ef.device)
+	if err != nil {
 		return nil, err
-	} else if dev.Kind != engine.CPU {
-		return nil, errors.New("--parallel runs ranks on host tensors (in-process ranks share host memory; MPI moves host buffers): use --device cpu")
 	}
 	useMPI, err := checkLaunch(procs, g.Size(), f.grid)
 	if err != nil {
 		return nil, err
+	}
+	if dev.Kind == engine.CUDA && !useMPI {
+		if err := checkCUDARanks(f.grid, g.Size(), dev.Index); err != nil {
+			return nil, err
+		}
 	}
 	if useMPI {
 		ef.threads = mpiThreads(ef.threads, procs)
@@ -144,13 +151,19 @@ func (f parallelFlags) setup(modelDir string, ef engineFlags) (*rankGrid, error)
 		}
 		ef.threads = max(1, threads/g.Size())
 	}
-	return &rankGrid{shape: comm.Grid{Data: g.Data, X: g.X, Y: g.Y, Z: g.Z}, overlap: ov, engine: ef, mpi: useMPI}, nil
+	return &rankGrid{shape: comm.Grid{Data: g.Data, X: g.X, Y: g.Y, Z: g.Z}, overlap: ov, engine: ef, mpi: useMPI, device: dev}, nil
 }
 
 // launch runs fn on every rank of the grid, each with its own backend: in
 // this process, or, under MPI, this process's rank alone. Either way the
 // commands let rank 0 alone print and write files.
 func (rg *rankGrid) launch(fn func(g *parallel.Grid, b engine.Backend) error) error {
+	if rg.device.Kind == engine.CUDA {
+		if rg.mpi {
+			return launchMPINCCL(rg.shape, rg.overlap, rg.device.Index, fn)
+		}
+		return launchCUDA(rg.shape, rg.overlap, rg.device.Index, fn)
+	}
 	run := func(g *parallel.Grid) error {
 		b, err := rg.engine.backend()
 		if err != nil {

@@ -123,7 +123,6 @@ func TestParallelErrors(t *testing.T) {
 		{[]string{"generate", "--model", dir, "--prompt-ids", "1", "--parallel", "x=0"}, "N ≥ 1"},
 		{[]string{"generate", "--model", dir, "--prompt-ids", "1", "--parallel", "x=2,x=2"}, "x given twice"},
 		{[]string{"generate", "--model", dir, "--prompt-ids", "1", "--parallel", "x=2", "--overlap", "fast"}, `unknown "fast"`},
-		{[]string{"generate", "--model", dir, "--prompt-ids", "1", "--parallel", "x=2", "--device", "cuda"}, "--device cpu"},
 		{[]string{"eval", "loss", "--model", dir, "--data", "x.jsonl", "--parallel", "z=3"}, "Z=3 does not divide"},
 		{[]string{"finetune", "--model", base, "--data", ds, "--out", out, "--batch_size", "4", "--micro_batch", "2", "--parallel", "dp=4"},
 			"micro_batch 2 does not split over the 4 data×Z ranks"},
