@@ -10,9 +10,11 @@
 #   0. nvidia-smi, the libraries memtrain finds (and torch's), versions;
 #   1. the conformance suite on the GPU against the float64 references, a
 #      small Llama's training step and generations against the CPU backend,
-#      bf16 storage, the backend's contracts, NCCL (cuda.test -test.run TestGPU);
+#      bf16 storage, the backend's contracts, NCCL, a small Llama trained on a
+#      grid of up to 4 GPUs against the CPU (cuda.test -test.run TestGPU);
 #   2. a 20-step fine-tune of the tiny preset on the CPU and on the GPU
-#      (float32 GEMMs, then bf16), losses compared step by step;
+#      (float32 GEMMs, then bf16, then float32 on a --parallel grid of one
+#      rank a GPU with NCCL: dp=1 on one GPU), losses compared step by step;
 #   3. GEMM TFLOP/s at 8192³ (bf16, and float32 at each precision) against
 #      torch.matmul in the same run;
 #   4. training-step tokens/s and MFU of Llama-3.1-8B cut to 4 layers at
@@ -146,12 +148,12 @@ verdict "memtrain loads CUDA and compiles its kernels" $rc
 # ---------------------------------------------------------------------------
 if stage "1. Conformance on the GPU"; then
   L="$OUT/stage1-conformance.log"
-  run "$L" 180 "$CT" -test.run '^TestGPU(Conformance|Model|BF16|Backend|NCCL)$' -test.v -test.count=1 -test.timeout 170s
+  run "$L" 180 "$CT" -test.run '^TestGPU(Conformance|Model|BF16|Backend|NCCL|Grid)$' -test.v -test.count=1 -test.timeout 170s
   rc=$?
   note '```'
   grep -E "^(--- |=== RUN|ok|FAIL|PASS)|^    --- FAIL|Error|panic" "$L" | grep -v "=== RUN" | head -60 >>"$MD"
   note '```'
-  verdict "conformance suite, model against the CPU, bf16, contracts, NCCL" $rc
+  verdict "conformance suite, model against the CPU, bf16, contracts, NCCL, grid" $rc
 fi
 
 # ---------------------------------------------------------------------------
@@ -168,7 +170,16 @@ if stage "2. Fine-tuning: CPU against GPU"; then
   run "$L" 90 "$MT" finetune "${common[@]}" --out "$W/cpu" --device cpu || ok=1
   MEMTRAIN_CUDA_GEMM=f32 run "$L" 60 "$MT" finetune "${common[@]}" --out "$W/gpu-f32" --device cuda || ok=1
   MEMTRAIN_CUDA_GEMM=bf16 run "$L" 60 "$MT" finetune "${common[@]}" --out "$W/gpu-bf16" --device cuda || ok=1
-  verdict "init, data prepare and three $FT_STEPS-step fine-tunes ran" $ok
+  # The grid launcher on GPUs, one rank a GPU with NCCL communicators: with
+  # one GPU a grid of one rank (NCCL's init and split, nothing to exchange).
+  ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+  case "${ngpu:-0}" in
+  0 | 1) grid=dp=1 ;;
+  2 | 3) grid=x=2 ;;
+  *) grid=dp=2,x=2 ;;
+  esac
+  MEMTRAIN_CUDA_GEMM=f32 run "$L" 60 "$MT" finetune "${common[@]}" --out "$W/gpu-grid" --device cuda --parallel $grid || ok=1
+  verdict "init, data prepare and four $FT_STEPS-step fine-tunes ran" $ok
   for mode in f32 bf16; do
     tol=1e-3
     [ $mode = bf16 ] && tol=3e-2
@@ -178,7 +189,12 @@ if stage "2. Fine-tuning: CPU against GPU"; then
     "$PY" scripts/gpu/compare_losses.py "$W/cpu/metrics.jsonl" "$W/gpu-$mode/metrics.jsonl" --rtol $tol >>"$MD" 2>&1
     verdict "losses of the $mode GPU run within $tol of the CPU's" $?
   done
-  for r in cpu gpu-f32 gpu-bf16; do
+  note ""
+  note "GPU grid $grid (one rank a GPU, NCCL) with f32 GEMMs against the CPU:"
+  note ""
+  "$PY" scripts/gpu/compare_losses.py "$W/cpu/metrics.jsonl" "$W/gpu-grid/metrics.jsonl" --rtol 1e-3 >>"$MD" 2>&1
+  verdict "losses of the GPU grid $grid within 1e-3 of the CPU's" $?
+  for r in cpu gpu-f32 gpu-bf16 gpu-grid; do
     [ -f "$W/$r/metrics.jsonl" ] && cp "$W/$r/metrics.jsonl" "$OUT/stage2-$r-metrics.jsonl"
   done
 fi
