@@ -2,6 +2,7 @@ package perfmodel
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 )
@@ -48,6 +49,52 @@ type Device struct {
 	InterNodeBandwidth float64 `json:"inter_node_bandwidth"`
 	// Efficiency is the default compute efficiency (DefaultEfficiency).
 	Efficiency float64 `json:"efficiency"`
+	// Latency is what a collective call costs beyond its bytes, in
+	// seconds: the α of time = α + bytes/β. The GPU table leaves it zero
+	// (a large model's calls carry megabytes, and NCCL's few microseconds
+	// do not change the ranking); a CPU machine, whose ranks pass a
+	// collective only when the scheduler runs all of them, needs it.
+	Latency float64 `json:"latency,omitempty"`
+	// SharedNode says that the ranks placed on a node share one pool of
+	// compute, memory and bandwidth: CPU ranks (processes or goroutines)
+	// on one machine, where the cores that compute also copy the
+	// collectives' data. PeakFLOPs, MemoryBytes, HBMBandwidth and both
+	// link bandwidths are then the node's totals; each rank of a grid
+	// gets 1/r of them, r = the grid's ranks on a node (min(size,
+	// NodeSize)), and communication hides behind no compute.
+	SharedNode bool `json:"shared_node,omitempty"`
+	// WireBytes is the size of an activation or weight element in the
+	// collectives: 0 means bf16's 2, as the GPU engine sends them; the
+	// CPU engine computes and sends float32, 4. Statistics and gradients
+	// travel in fp32 whatever it says.
+	WireBytes int `json:"wire_bytes,omitempty"`
+	// LogitBytes, when positive, adds the loss work that a grid adds to
+	// one rank's (lossSeconds): the bytes of memory traffic of one pass
+	// of the cross-entropy kernel over one logit element, at HBMBandwidth.
+	// The GPU table leaves it zero: there the fused loss kernels stream
+	// the logits at TB/s, a fraction of a percent of a step, inside the
+	// efficiency constant. On a CPU they are a tenth of a one-rank step,
+	// and a grid can multiply them (MeasuredDevice sets 8: a float32 read
+	// and written).
+	LogitBytes float64 `json:"logit_bytes,omitempty"`
+	// Timings, when present, are measured collective calls (`memtrain
+	// bench comm --device`) that replace the bandwidths and Latency for
+	// the operations they cover: a call's time is interpolated from those
+	// of its operation at the nearest measured group size (CallSeconds).
+	// A machine whose bandwidth depends on the message size — caches,
+	// MPI switching algorithms — is described better by its curve than
+	// by one bandwidth.
+	Timings []Timing `json:"timings,omitempty"`
+}
+
+// A Timing is one measured collective: Seconds a call of Op over Ranks
+// ranks on a buffer of Bytes (the full buffer, as Collective.Elements
+// counts it), with every group of the machine's ranks busy at once.
+type Timing struct {
+	Op      string  `json:"op"`
+	Ranks   int     `json:"ranks"`
+	Bytes   int64   `json:"bytes"`
+	Seconds float64 `json:"seconds"`
 }
 
 // devices is read-only after package initialisation. Sources:
@@ -113,11 +160,103 @@ func LookupDevice(name string) (Device, error) {
 	return Device{}, fmt.Errorf("perfmodel: unknown gpu %q (want one of %s)", name, strings.Join(names, ", "))
 }
 
-func (d Device) validate() error {
+// Validate reports a device that the model cannot use: a missing peak,
+// memory, node size or bandwidth, or an efficiency or latency out of
+// range.
+func (d Device) Validate() error {
 	if d.PeakFLOPs <= 0 || d.MemoryBytes <= 0 || d.NodeSize < 1 || d.IntraNodeBandwidth <= 0 || d.InterNodeBandwidth <= 0 || d.HBMBandwidth <= 0 {
 		return fmt.Errorf("perfmodel: device %q lacks a peak, memory, node size or bandwidth", d.Name)
 	}
+	if d.Efficiency < 0 || d.Efficiency > 1 || d.Latency < 0 || d.LogitBytes < 0 {
+		return fmt.Errorf("perfmodel: device %q: efficiency %g outside [0, 1], or negative latency %g or logit bytes %g", d.Name, d.Efficiency, d.Latency, d.LogitBytes)
+	}
+	if d.WireBytes != 0 && d.WireBytes != 2 && d.WireBytes != 4 {
+		return fmt.Errorf("perfmodel: device %q: wire_bytes %d is neither 2 (bf16) nor 4 (float32)", d.Name, d.WireBytes)
+	}
+	for _, t := range d.Timings {
+		if (t.Op != OpAllReduce && t.Op != OpAllGather && t.Op != OpReduceScatter) || t.Ranks < 2 || t.Bytes < 1 || !(t.Seconds > 0) {
+			return fmt.Errorf("perfmodel: device %q: timing %+v: want an all-reduce, all-gather or reduce-scatter over 2 or more ranks of a positive size and time", d.Name, t)
+		}
+	}
 	return nil
+}
+
+// elementBytes is the size on the wire of an element of c on this
+// device: bf16 payloads (activations, weights) travel at WireBytes.
+func (d Device) elementBytes(c Collective) int {
+	if c.Bytes == activationBytes && d.WireBytes != 0 {
+		return d.WireBytes
+	}
+	return c.Bytes
+}
+
+// CallSeconds is the measured time of one call of op over p ranks on a
+// buffer of bytes, from the device's Timings, and false when none covers
+// op. The timings of the group size nearest p (in ratio; the larger on a
+// tie) are used, at the same bytes sent per rank (bytes × the ring
+// factors' ratio), and interpolated linearly in bytes between the measured
+// sizes: below the smallest a call costs the smallest's time (latency
+// bound), above the largest it grows at the largest's bandwidth.
+func (d Device) CallSeconds(op string, p int, bytes float64) (float64, bool) {
+	nearest := 0
+	for _, t := range d.Timings {
+		if t.Op != op {
+			continue
+		}
+		dt, dn := math.Abs(math.Log(float64(t.Ranks)/float64(p))), math.Abs(math.Log(float64(nearest)/float64(p)))
+		if nearest == 0 || dt < dn || dt == dn && t.Ranks > nearest {
+			nearest = t.Ranks
+		}
+	}
+	if nearest == 0 {
+		return 0, false
+	}
+	var pts []Timing
+	for _, t := range d.Timings {
+		if t.Op == op && t.Ranks == nearest {
+			pts = append(pts, t)
+		}
+	}
+	sort.Slice(pts, func(i, j int) bool { return pts[i].Bytes < pts[j].Bytes })
+	x := bytes * RingFactor(op, p) / RingFactor(op, nearest)
+	first, last := pts[0], pts[len(pts)-1]
+	switch {
+	case x <= float64(first.Bytes):
+		return first.Seconds, true
+	case x >= float64(last.Bytes):
+		return last.Seconds * x / float64(last.Bytes), true
+	}
+	i := sort.Search(len(pts), func(i int) bool { return float64(pts[i].Bytes) >= x })
+	a, b := pts[i-1], pts[i]
+	f := (x - float64(a.Bytes)) / float64(b.Bytes-a.Bytes)
+	return a.Seconds + f*(b.Seconds-a.Seconds), true
+}
+
+// commSeconds is the time of all the calls of c on grid g: measured
+// (Timings) when the device has them for c's operation, else bytes sent
+// over the bandwidth of the link the group spans plus Latency a call. On
+// a shared node both are for the node's ranks all busy; a grid with fewer
+// ranks on the node (share) has the node to fewer of them: the measured
+// times scale by share ÷ NodeSize, the bandwidth by 1/share.
+func (d Device) commSeconds(c Collective, g Grid, interNode bool) float64 {
+	share := d.share(g)
+	bytes := float64(c.Elements) * float64(d.elementBytes(c))
+	if t, ok := d.CallSeconds(c.Op, c.GroupSize, bytes); ok {
+		if d.SharedNode {
+			t *= share / float64(d.NodeSize)
+		}
+		return float64(c.Calls) * t
+	}
+	return c.SentElements()*float64(d.elementBytes(c))/(d.bandwidth(interNode)/share) + float64(c.Calls)*d.Latency
+}
+
+// share is the number of ranks of grid g that divide one node's resources
+// among them: 1, unless the device is a SharedNode.
+func (d Device) share(g Grid) float64 {
+	if !d.SharedNode {
+		return 1
+	}
+	return float64(min(g.Size(), d.NodeSize))
 }
 
 // bandwidth is the per-direction bandwidth of the link a group spans.
@@ -126,4 +265,63 @@ func (d Device) bandwidth(interNode bool) float64 {
 		return d.InterNodeBandwidth
 	}
 	return d.IntraNodeBandwidth
+}
+
+// DefaultCPUMemoryBandwidth is the memory bandwidth MeasuredDevice
+// assumes when none is given: what a few cores of a desktop or cloud
+// machine stream (STREAM triad on two Zen cores is 20–30 GB/s). It only
+// times the AdamW update, a few percent of a CPU step.
+const DefaultCPUMemoryBandwidth = 20e9
+
+// Measured is a machine as memtrain's benchmarks measure it, for
+// MeasuredDevice.
+type Measured struct {
+	Name string
+	// PeakFLOPs is the node's compute rate with every core busy, FLOP/s
+	// (`memtrain bench gemm` on all threads), and Efficiency the share of
+	// it a training step reaches (`memtrain bench step`).
+	PeakFLOPs, Efficiency float64
+	// BusBandwidth (bytes/s) and Latency (s) are one rank's, fitted by
+	// `memtrain bench comm` to time = Latency + bytes × ring factor ÷
+	// BusBandwidth, with Ranks ranks all communicating at once.
+	BusBandwidth, Latency float64
+	Ranks                 int
+	// MemoryBytes is the node's memory; MemoryBandwidth its bandwidth
+	// (0: DefaultCPUMemoryBandwidth).
+	MemoryBytes     int64
+	MemoryBandwidth float64
+	// Timings are the measured calls behind the fit (Device.Timings).
+	Timings []Timing
+}
+
+// MeasuredDevice is a node of CPU ranks as the model sees it: one device
+// is one rank, the Ranks ranks measured share the node (SharedNode), and
+// activations and weights travel in float32 (WireBytes 4), as the CPU
+// engine computes.
+// The measured per-rank bus bandwidth times Ranks is the node's total,
+// which a grid of r ranks divides r ways; the latency is a call's at
+// Ranks ranks; the timings, when given, take precedence over both for
+// the operations they cover. Nothing crosses nodes: the node holds Ranks ranks and the
+// network is given the node's own bandwidth.
+func MeasuredDevice(m Measured) (Device, error) {
+	if m.Ranks < 1 || m.BusBandwidth <= 0 || m.Latency < 0 || m.PeakFLOPs <= 0 || m.Efficiency <= 0 || m.Efficiency > 1 || m.MemoryBytes <= 0 || m.MemoryBandwidth < 0 {
+		return Device{}, fmt.Errorf("perfmodel: measured device %q: want positive ranks, bus bandwidth, peak and memory, efficiency in (0, 1] and a latency ≥ 0 (got %+v)", m.Name, m)
+	}
+	if m.Name == "" {
+		m.Name = "measured"
+	}
+	if m.MemoryBandwidth == 0 {
+		m.MemoryBandwidth = DefaultCPUMemoryBandwidth
+	}
+	node := m.BusBandwidth * float64(m.Ranks)
+	d := Device{
+		Name: m.Name,
+		Description: fmt.Sprintf("measured node of %d CPU ranks: %.1f GFLOP/s, %.2f GB/s a rank, %.0f µs a call",
+			m.Ranks, m.PeakFLOPs/1e9, m.BusBandwidth/1e9, m.Latency*1e6),
+		PeakFLOPs: m.PeakFLOPs, MemoryBytes: m.MemoryBytes, HBMBandwidth: m.MemoryBandwidth,
+		NodeSize: m.Ranks, IntraNodeBandwidth: node, InterNodeBandwidth: node,
+		Efficiency: m.Efficiency, Latency: m.Latency, SharedNode: true, WireBytes: 4, LogitBytes: 8,
+		Timings: append([]Timing(nil), m.Timings...),
+	}
+	return d, d.Validate()
 }

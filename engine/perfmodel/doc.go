@@ -51,4 +51,31 @@
 // groups sharing a link, GEMM efficiency falling for small shards, and
 // pipeline bubbles between overlapped phases; it is for ranking grids and
 // sizing runs, not for promising a number.
+//
+// # Measured CPU nodes
+//
+// MeasuredDevice describes a machine from memtrain's own benchmarks (`memtrain
+// bench step` for the peak and efficiency, `memtrain bench comm --device`
+// for the collectives), for CPU ranks — MPI processes or in-process ranks —
+// that share one node's cores. Four things differ from the GPU table there,
+// each a Device field the table leaves zero:
+//
+//   - SharedNode: the ranks of a grid divide the node's compute, memory and
+//     bandwidth, so a rank computes at 1/r of the node's rate (r ranks on
+//     the node), and communication hides behind nothing, since the cores
+//     that compute also copy and add the collectives' buffers;
+//   - Timings: collective calls as measured, with every group busy, which
+//     replace bandwidth and Latency; on such a machine a call's time is not
+//     bytes over one bandwidth (an all-reduce of 64 MiB runs at a third of
+//     the bus bandwidth of one of 1 MiB, which stays in cache, and a call
+//     of a few KiB costs a few hundred microseconds of scheduling);
+//   - WireBytes 4: the CPU engine computes and sends float32;
+//   - LogitBytes: the cross-entropy's passes over the logits, memory-bound
+//     and a tenth of a one-rank step for a small model with a large
+//     vocabulary, which a grid multiplies: the X ranks of a coordinate each
+//     repeat them, and the vocabulary-parallel loss of Y > 1 makes about
+//     four passes where one rank makes one (lossSeconds).
+//
+// scripts/calibrate-plan.sh checks the result: the plan's ranking of the
+// grids of 4 and of 8 MPI ranks against their measured step times.
 package perfmodel

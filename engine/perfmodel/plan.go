@@ -99,6 +99,11 @@ type Options struct {
 	MemoryFraction float64
 	// TopK keeps only the K fastest grids in Search; 0 keeps all.
 	TopK int
+	// MicroBatch fixes Search's micro-batch to this many sequences over
+	// the whole grid (each (data, z) coordinate takes MicroBatch/(Data·Z),
+	// as finetune's micro_batch); grids it does not split over are left
+	// out. 0 tries every micro-batch.
+	MicroBatch int
 }
 
 func (o Options) efficiency(d Device) float64 {
@@ -111,12 +116,13 @@ func (o Options) efficiency(d Device) float64 {
 	return DefaultEfficiency
 }
 
-func (o Options) usable(d Device) int64 {
+// usable is the memory one rank of grid g may use.
+func (o Options) usable(d Device, g Grid) int64 {
 	f := o.MemoryFraction
 	if f <= 0 {
 		f = DefaultMemoryFraction
 	}
-	return int64(f * float64(d.MemoryBytes))
+	return int64(f * float64(d.MemoryBytes) / d.share(g))
 }
 
 // A Plan is a step's predicted cost on a device.
@@ -156,7 +162,7 @@ type Plan struct {
 // the last micro-batch's backward. The two budgets are applied separately,
 // which is optimistic when both are nearly spent.
 func Estimate(cfg *checkpoints.Config, dev Device, s Step, o Options) (Plan, error) {
-	if err := dev.validate(); err != nil {
+	if err := dev.Validate(); err != nil {
 		return Plan{}, err
 	}
 	if err := s.validate(cfg); err != nil {
@@ -188,16 +194,17 @@ func newShape(cfg *checkpoints.Config, seqLen int) *shape {
 func estimate(sh *shape, dev Device, s Step, o Options, mem Memory) Plan {
 	cfg, g := sh.cfg, s.Grid
 	p := Plan{Step: s, Memory: mem, Collectives: collectives(cfg, s)}
-	rate := dev.PeakFLOPs * o.efficiency(dev)
+	share := dev.share(g)
+	rate := dev.PeakFLOPs * o.efficiency(dev) / share
 
 	fwd, rec := sh.rankFLOPsPerToken(g, s.SeqLen)
 	if !s.Recompute {
 		rec = 0
 	}
 	tokens := float64(s.MicroBatch) * float64(s.SeqLen) * float64(s.MicroBatches) // per rank and step
-	p.ComputeSeconds = tokens * (3*fwd + rec) / rate
+	p.ComputeSeconds = tokens*(3*fwd+rec)/rate + lossSeconds(cfg, dev, g, tokens)
 	lastBackward := tokens / float64(s.MicroBatches) * (2*fwd + rec) / rate
-	p.OptimizerSeconds = float64(ShardParams(cfg, g)) * adamBytesPerParam / dev.HBMBandwidth
+	p.OptimizerSeconds = float64(ShardParams(cfg, g)) * adamBytesPerParam / (dev.HBMBandwidth / share)
 
 	var byClass [3]float64
 	inter := map[string]bool{}
@@ -205,11 +212,11 @@ func estimate(sh *shape, dev Device, s Step, o Options, mem Memory) Plan {
 		inter[grp] = g.InterNode(grp, dev.NodeSize)
 	}
 	for _, c := range p.Collectives {
-		t := c.SentBytes() / dev.bandwidth(inter[c.Group])
+		t := dev.commSeconds(c, g, inter[c.Group])
 		p.Comm.add(c.Group, t)
 		byClass[c.Overlap] += t
 	}
-	if o.NoOverlap {
+	if o.NoOverlap || dev.SharedNode {
 		p.ExposedCommSeconds = byClass[Blocking] + byClass[HiddenByCompute] + byClass[HiddenByLastBackward]
 	} else {
 		p.ExposedCommSeconds = byClass[Blocking] +
@@ -220,6 +227,36 @@ func estimate(sh *shape, dev Device, s Step, o Options, mem Memory) Plan {
 	p.TokensPerSecondPerGPU = float64(s.GlobalBatchTokens()) / p.StepSeconds / float64(g.Size())
 	p.MFU = p.TokensPerSecondPerGPU * sh.modelFLOPs / dev.PeakFLOPs
 	return p
+}
+
+// vocabParallelLossPasses is what the engine's cross-entropy costs, in
+// passes of the one-rank kernel over a rank's logits, when Y ranks split
+// the vocabulary (engine/llama's vocabCrossEntropy): an Argmax (the
+// slice's maximum; about two passes' time on the CPU backend), a
+// forward-only CrossEntropy for the slice's sum of exponentials, then the
+// CrossEntropy with its gradient. Measured on the CPU backend for 2048 ×
+// 32000 logits: 95 + 40 + 47 ms against 47 ms for the one-rank kernel.
+const vocabParallelLossPasses = 4
+
+// lossSeconds is the loss work that grid g adds to a one-rank step's, on
+// devices that model it (Device.LogitBytes): each rank passes over its
+// logits, tokens × vocab/Y, once with Y = 1 and vocabParallelLossPasses
+// times with Y > 1, and the X ranks of a coordinate each repeat it (the
+// logits are all-reduced over X, so every one holds them whole). One
+// rank's single pass, a share 1/(X·Y) of it per rank here, is already in
+// the efficiency measured at one rank, and is not counted twice.
+func lossSeconds(cfg *checkpoints.Config, dev Device, g Grid, tokens float64) float64 {
+	if dev.LogitBytes == 0 {
+		return 0
+	}
+	passes := 1.0
+	if g.Y > 1 {
+		passes = vocabParallelLossPasses
+	}
+	xy := float64(g.X * g.Y)
+	elements := tokens * float64(cfg.VocabSize) / float64(g.Y)
+	extra := elements * (passes - float64(g.Y)/xy)
+	return extra * dev.LogitBytes / (dev.HBMBandwidth / dev.share(g))
 }
 
 // rankFLOPsPerToken is one rank's share of a token's forward FLOPs and of
@@ -284,15 +321,16 @@ func Search(j Job, o Options) ([]Plan, error) {
 		return nil, fmt.Errorf("perfmodel: sequence length must be positive, got %d", j.SeqLen)
 	case j.GlobalBatchTokens < 1 || j.GlobalBatchTokens%int64(j.SeqLen) != 0:
 		return nil, fmt.Errorf("perfmodel: global batch of %d tokens is not a positive multiple of the sequence length %d", j.GlobalBatchTokens, j.SeqLen)
+	case o.MicroBatch < 0 || o.MicroBatch > 0 && j.GlobalBatchTokens/int64(j.SeqLen)%int64(o.MicroBatch) != 0:
+		return nil, fmt.Errorf("perfmodel: micro-batch of %d sequences does not divide the global batch's %d", o.MicroBatch, j.GlobalBatchTokens/int64(j.SeqLen))
 	}
-	if err := dev.validate(); err != nil {
+	if err := dev.Validate(); err != nil {
 		return nil, err
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("perfmodel: %w", err)
 	}
 	seqs := j.GlobalBatchTokens / int64(j.SeqLen)
-	usable := o.usable(dev)
 	recomputes := []bool{false, true}
 	switch o.Recompute {
 	case RecomputeOn:
@@ -311,17 +349,24 @@ func Search(j Job, o Options) ([]Plan, error) {
 			continue
 		}
 		perCoord := int(seqs / dz)
+		// Largest micro-batch first: fewer micro-batches mean fewer Z
+		// gathers, so on equal time the larger one wins.
+		ds := divisors(perCoord)
+		if o.MicroBatch > 0 {
+			b := int64(o.MicroBatch) / dz
+			if int64(o.MicroBatch)%dz != 0 || int64(perCoord)%b != 0 {
+				continue
+			}
+			ds = []int{int(b)}
+		}
 		var best *Plan
 		for _, rec := range recomputes {
-			// Largest micro-batch first: fewer micro-batches mean fewer Z
-			// gathers, so on equal time the larger one wins.
-			ds := divisors(perCoord)
 			for k := len(ds) - 1; k >= 0; k-- {
 				b := ds[k]
 				s := Step{Grid: g, SeqLen: j.SeqLen, MicroBatch: b, MicroBatches: perCoord / b, Recompute: rec}
 				mem := estimateMemory(cfg, s, o)
 				candidates++
-				if mem.Total() > usable {
+				if mem.Total() > o.usable(dev, g) {
 					if smallest == nil || mem.Total() < smallest.Memory.Total() {
 						smallest = &Plan{Step: s, Memory: mem}
 					}
@@ -338,10 +383,13 @@ func Search(j Job, o Options) ([]Plan, error) {
 		}
 	}
 	if candidates == 0 {
+		if o.MicroBatch > 0 {
+			return nil, fmt.Errorf("perfmodel: no grid of %d ranks divides the model's dimensions and a micro-batch of %d of the global batch's %d sequences over data×z", j.GPUs, o.MicroBatch, seqs)
+		}
 		return nil, fmt.Errorf("perfmodel: no grid of %d ranks divides the model's dimensions and the global batch's %d sequences over data×z", j.GPUs, seqs)
 	}
 	if len(plans) == 0 {
-		return nil, &NoFitError{GPUs: j.GPUs, Device: dev.Name, Smallest: *smallest, Usable: usable, Capacity: dev.MemoryBytes}
+		return nil, &NoFitError{GPUs: j.GPUs, Device: dev.Name, Smallest: *smallest, Usable: o.usable(dev, smallest.Grid), Capacity: int64(float64(dev.MemoryBytes) / dev.share(smallest.Grid))}
 	}
 	sort.SliceStable(plans, func(a, b int) bool {
 		pa, pb := plans[a], plans[b]
