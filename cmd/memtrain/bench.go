@@ -19,6 +19,7 @@ scripts to collect.`,
 	cmd.AddCommand(
 		newBenchGemmCmd(),
 		newBenchStepCmd(), newBenchDecodeCmd(), // bench_step.go: a full training step
+		newBenchCommCmd(), // bench_comm.go: collectives, in process or over MPI
 	)
 	return cmd
 }

@@ -27,6 +27,11 @@ type planFlags struct {
 	recompute   string
 	overlap     bool
 	efficiency  float64
+	deviceJSON  string
+	peak        float64 // GFLOP/s
+	bandwidth   float64 // GB/s
+	latency     float64 // µs
+	microBatch  int
 }
 
 // planReport is what `plan --json` prints.
@@ -69,11 +74,21 @@ AxoNN's: compute at the device's dense bf16 peak × one efficiency, ring
 collectives over NVLink inside a node and the network across nodes, with
 communication overlapped (--overlap=false serialises it).
 
+--device-json FILE plans for a device described in JSON (perfmodel.Device's
+fields; ` + "`memtrain bench comm --device FILE`" + ` writes one for this machine from
+measured bandwidth, latency, peak and efficiency: a "shared_node" device whose
+ranks share the node's cores, so that a grid of r ranks gives each 1/r of its
+compute and bandwidth, and communication hides behind nothing). --peak,
+--bandwidth and --latency override the device's peak, intra-node bandwidth and
+per-call latency. --micro-batch fixes the sequences per micro-batch over the
+whole grid, as finetune's micro_batch, instead of trying every size.
+
 Devices:
 ` + strings.Join(devices, "\n"),
 		Example: `  memtrain plan --model llama3.1-405b --gpus 8192 --gpu h100
   memtrain plan --model llama3.1-8b --gpus 8 --gpu h100 --seq-len 8192 --json
-  memtrain plan --model ./my-checkpoint --gpus 16 --gpu a100 --recompute on`,
+  memtrain plan --model ./my-checkpoint --gpus 16 --gpu a100 --recompute on
+  memtrain plan --model ./tiny --gpus 8 --device-json cpu-8.json --seq-len 128 --global-batch-tokens 2048 --micro-batch 16`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error { return runPlan(cmd.OutOrStdout(), f) },
 	}
@@ -88,7 +103,50 @@ Devices:
 	fl.StringVar(&f.recompute, "recompute", "auto", "activation recomputation: auto (whichever is faster and fits), on or off")
 	fl.BoolVar(&f.overlap, "overlap", true, "overlap communication with compute (AxoNN's OAG, OAR, ORS)")
 	fl.Float64Var(&f.efficiency, "efficiency", 0, fmt.Sprintf("fraction of the peak that compute reaches (default the device's, %.2f)", perfmodel.DefaultEfficiency))
+	fl.StringVar(&f.deviceJSON, "device-json", "", "plan for the device described in this JSON file (e.g. from `memtrain bench comm --device`) instead of --gpu")
+	fl.Float64Var(&f.peak, "peak", 0, "override the device's dense peak, GFLOP/s (a shared-node device: the node's)")
+	fl.Float64Var(&f.bandwidth, "bandwidth", 0, "override the device's intra-node link bandwidth, GB/s per direction (a shared-node device: the node's total)")
+	fl.Float64Var(&f.latency, "latency", -1, "override the device's latency of a collective call, µs")
+	fl.IntVar(&f.microBatch, "micro-batch", 0, "sequences per micro-batch over the whole grid, as finetune's micro_batch (default: try every size)")
 	return cmd
+}
+
+// planDevice is the device to plan for: --device-json or --gpu, with
+// --peak, --bandwidth and --latency applied.
+func planDevice(f planFlags) (perfmodel.Device, error) {
+	var dev perfmodel.Device
+	if f.deviceJSON != "" {
+		raw, err := os.ReadFile(f.deviceJSON)
+		if err != nil {
+			return dev, fmt.Errorf("plan: --device-json: %w", err)
+		}
+		dec := json.NewDecoder(strings.NewReader(string(raw)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&dev); err != nil {
+			return dev, fmt.Errorf("plan: --device-json %s: %w", f.deviceJSON, err)
+		}
+		if dev.Name == "" {
+			dev.Name = "custom"
+		}
+	} else {
+		var err error
+		if dev, err = perfmodel.LookupDevice(f.gpu); err != nil {
+			return dev, fmt.Errorf("plan: --gpu: %w", err)
+		}
+	}
+	if f.peak > 0 {
+		dev.PeakFLOPs = f.peak * 1e9
+	}
+	if f.bandwidth > 0 {
+		dev.IntraNodeBandwidth = f.bandwidth * 1e9
+	}
+	if f.latency >= 0 {
+		dev.Latency = f.latency * 1e-6
+	}
+	if err := dev.Validate(); err != nil {
+		return dev, fmt.Errorf("plan: %w", err)
+	}
+	return dev, nil
 }
 
 func runPlan(out io.Writer, f planFlags) error {
@@ -105,10 +163,14 @@ func runPlan(out io.Writer, f planFlags) error {
 		return fmt.Errorf("plan: --top must not be negative, got %d", f.top)
 	case f.efficiency < 0 || f.efficiency > 1:
 		return fmt.Errorf("plan: --efficiency must lie in (0, 1], got %g", f.efficiency)
+	case f.peak < 0 || f.bandwidth < 0:
+		return fmt.Errorf("plan: --peak and --bandwidth must be positive, got %g and %g", f.peak, f.bandwidth)
+	case f.microBatch < 0:
+		return fmt.Errorf("plan: --micro-batch must be positive, got %d", f.microBatch)
 	}
-	dev, err := perfmodel.LookupDevice(f.gpu)
+	dev, err := planDevice(f)
 	if err != nil {
-		return fmt.Errorf("plan: --gpu: %w", err)
+		return err
 	}
 	rec, err := perfmodel.ParseRecompute(f.recompute)
 	if err != nil {
@@ -126,18 +188,28 @@ func runPlan(out io.Writer, f planFlags) error {
 	if batch == 0 {
 		batch = int64(f.gpus) * int64(seq)
 	}
-	opt := perfmodel.Options{Recompute: rec, NoOverlap: !f.overlap, Efficiency: f.efficiency, TopK: f.top}
+	opt := perfmodel.Options{Recompute: rec, NoOverlap: !f.overlap, Efficiency: f.efficiency, TopK: f.top, MicroBatch: f.microBatch}
 	plans, err := perfmodel.Search(perfmodel.Job{Config: cfg, Device: dev, GPUs: f.gpus, SeqLen: seq, GlobalBatchTokens: batch}, opt)
 	if err != nil {
 		return fmt.Errorf("plan: %s on %d %s: %w", f.model, f.gpus, dev.Name, err)
 	}
+	// A shared-node device's memory is the node's, divided among the
+	// ranks on it (perfmodel.Device.SharedNode).
+	share := 1
+	if dev.SharedNode {
+		share = min(f.gpus, dev.NodeSize)
+	}
+	usable := int64(perfmodel.DefaultMemoryFraction * float64(dev.MemoryBytes) / float64(share))
 	rep := planReport{
 		Model: f.model, Params: cfg.Params().Total, ModelFLOPsPerTok: engine.ModelFLOPsPerToken(cfg, seq),
-		GPUs: f.gpus, Device: dev, Efficiency: dev.Efficiency, UsableMemory: int64(perfmodel.DefaultMemoryFraction * float64(dev.MemoryBytes)),
-		SeqLen: seq, GlobalBatchTokens: batch, Overlap: f.overlap, Recompute: rec.String(),
+		GPUs: f.gpus, Device: dev, Efficiency: dev.Efficiency, UsableMemory: usable,
+		SeqLen: seq, GlobalBatchTokens: batch, Overlap: f.overlap && !dev.SharedNode, Recompute: rec.String(),
 	}
-	if f.efficiency > 0 {
+	switch {
+	case f.efficiency > 0:
 		rep.Efficiency = f.efficiency
+	case rep.Efficiency == 0:
+		rep.Efficiency = perfmodel.DefaultEfficiency
 	}
 	for _, p := range plans {
 		rep.Plans = append(rep.Plans, planRow{Plan: p, MemoryTotal: p.Memory.Total()})
@@ -171,11 +243,25 @@ func printPlan(w io.Writer, r planReport) error {
 	d := r.Device
 	fmt.Fprintf(w, "model   %s: %s parameters, %s FLOPs a token (6N + 12·L·H·Q·T)\n", r.Model, humanCount(r.Params), humanCount(int64(r.ModelFLOPsPerTok)))
 	fmt.Fprintf(w, "gpus    %d × %s (%s)\n", r.GPUs, d.Name, d.Description)
-	fmt.Fprintf(w, "peak    %.1f TFLOP/s dense bf16 × efficiency %.2f = %.1f TFLOP/s\n", d.PeakFLOPs/1e12, r.Efficiency, d.PeakFLOPs*r.Efficiency/1e12)
-	fmt.Fprintf(w, "memory  %.0f GB a GPU, %s usable (%.0f%%)\n", float64(d.MemoryBytes)/1e9, perfmodel.FormatBytes(r.UsableMemory), 100*perfmodel.DefaultMemoryFraction)
-	fmt.Fprintf(w, "links   %.0f GB/s a GPU inside a node of %d, %.1f GB/s across nodes; HBM %.2f TB/s\n", d.IntraNodeBandwidth/1e9, d.NodeSize, d.InterNodeBandwidth/1e9, d.HBMBandwidth/1e12)
+	if d.SharedNode {
+		// Totals of one node, which its ranks divide among them.
+		fmt.Fprintf(w, "peak    %.1f GFLOP/s a node × efficiency %.2f = %.1f GFLOP/s, shared by its ranks\n", d.PeakFLOPs/1e9, r.Efficiency, d.PeakFLOPs*r.Efficiency/1e9)
+		fmt.Fprintf(w, "memory  %.1f GB a node, %s usable a rank (%.0f%%)\n", float64(d.MemoryBytes)/1e9, perfmodel.FormatBytes(r.UsableMemory), 100*perfmodel.DefaultMemoryFraction)
+		fmt.Fprintf(w, "links   %.2f GB/s a node of %d ranks, %.0f µs a call; memory %.0f GB/s\n", d.IntraNodeBandwidth/1e9, d.NodeSize, d.Latency*1e6, d.HBMBandwidth/1e9)
+	} else {
+		fmt.Fprintf(w, "peak    %.1f TFLOP/s dense bf16 × efficiency %.2f = %.1f TFLOP/s\n", d.PeakFLOPs/1e12, r.Efficiency, d.PeakFLOPs*r.Efficiency/1e12)
+		fmt.Fprintf(w, "memory  %.0f GB a GPU, %s usable (%.0f%%)\n", float64(d.MemoryBytes)/1e9, perfmodel.FormatBytes(r.UsableMemory), 100*perfmodel.DefaultMemoryFraction)
+		latency := ""
+		if d.Latency > 0 {
+			latency = fmt.Sprintf(", %.1f µs a call", d.Latency*1e6)
+		}
+		fmt.Fprintf(w, "links   %.0f GB/s a GPU inside a node of %d, %.1f GB/s across nodes%s; HBM %.2f TB/s\n", d.IntraNodeBandwidth/1e9, d.NodeSize, d.InterNodeBandwidth/1e9, latency, d.HBMBandwidth/1e12)
+	}
 	overlap := "overlapped (OAG, OAR, ORS)"
-	if !r.Overlap {
+	switch {
+	case d.SharedNode:
+		overlap = "serial (the cores that compute also communicate)"
+	case !r.Overlap:
 		overlap = "serial"
 	}
 	fmt.Fprintf(w, "batch   %d tokens a step: %d sequences of %d; communication %s; recompute %s\n\n",

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -157,5 +159,36 @@ func TestPlanErrors(t *testing.T) {
 		if code != 1 || out != "" || !strings.Contains(errs, c.want) || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
 			t.Errorf("plan %v: code %d, stdout %q, stderr %q; want one line with %q", c.args, code, out, errs, c.want)
 		}
+	}
+}
+
+// TestPlanDeviceJSON: a device from a file, with flags overriding it.
+func TestPlanDeviceJSON(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "dev.json")
+	dev := `{"name": "box", "peak_flops": 1e11, "memory_bytes": 16000000000, "hbm_bandwidth": 2e10, "node_size": 4,
+		"intra_node_bandwidth": 4e9, "inter_node_bandwidth": 4e9, "efficiency": 0.5, "latency": 2e-4,
+		"shared_node": true, "wire_bytes": 4, "logit_bytes": 8}`
+	if err := os.WriteFile(path, []byte(dev), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--model", "tiny", "--gpus", "4", "--device-json", path, "--seq-len", "64", "--global-batch-tokens", "1024"}
+	r := runPlanJSON(t, args...)
+	if r.Device.Name != "box" || r.Device.PeakFLOPs != 1e11 || r.Efficiency != 0.5 || len(r.Plans) == 0 {
+		t.Fatalf("plan: %+v", r)
+	}
+	faster := runPlanJSON(t, append(args, "--peak", "1000")...)
+	if faster.Device.PeakFLOPs != 1e12 || !(faster.Plans[0].StepSeconds < r.Plans[0].StepSeconds) {
+		t.Errorf("--peak 1000: %g FLOP/s, best step %g s (was %g)", faster.Device.PeakFLOPs, faster.Plans[0].StepSeconds, r.Plans[0].StepSeconds)
+	}
+	out, errs, code := memtrain(t, "", append([]string{"plan"}, args...)...)
+	if code != 0 || !strings.Contains(out, "a node × efficiency 0.50") || !strings.Contains(out, "200 µs a call") {
+		t.Errorf("table (%d): %s%s", code, out, errs)
+	}
+	if err := os.WriteFile(path, []byte(`{"name": "box", "peek_flops": 1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, errs, code := memtrain(t, "", append([]string{"plan"}, args...)...); code == 0 || !strings.Contains(errs, "peek_flops") {
+		t.Errorf("unknown field: status %d, %s", code, errs)
 	}
 }
