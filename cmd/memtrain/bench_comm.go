@@ -325,10 +325,12 @@ func timeCollective(b *cpu.Backend, g comm.Comm, c benchCommCase) (float64, erro
 	n := int(c.bytes / 4)
 	full := b.Alloc(engine.F32, n)
 	defer b.Free(full)
-	off, l := comm.Chunk(n, g.Size(), g.Rank())
-	part := b.Alloc(engine.F32, max(l, 1)).View(0, l)
-	defer b.Free(part)
-	_ = off
+	// This rank's chunk, in its own buffer (not in place): what a
+	// training step does with gathered weights and scattered gradients.
+	_, l := comm.Chunk(n, g.Size(), g.Rank())
+	chunk := b.Alloc(engine.F32, max(l, 1))
+	defer b.Free(chunk)
+	part := chunk.View(0, l)
 	call := func() error {
 		switch benchCommOps[c.op] {
 		case comm.AllReduce:
