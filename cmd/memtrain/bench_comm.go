@@ -358,7 +358,8 @@ func timeCollective(b *cpu.Backend, g comm.Comm, c benchCommCase) (float64, erro
 // fitBenchComm fits, per group size, time = α + sent/β over every
 // operation and size, where sent = bytes × ring factor, by least squares
 // weighted by 1/time² (relative errors, so that microsecond and
-// millisecond calls count alike).
+// millisecond calls count alike). Without a rising line it falls back
+// to the largest size's bus bandwidth and the fastest call.
 func fitBenchComm(results []benchCommResult) []benchCommFit {
 	var fits []benchCommFit
 	byRanks := map[int][]benchCommResult{}
@@ -385,22 +386,29 @@ func fitBenchComm(results []benchCommResult) []benchCommFit {
 			largest = max(largest, r.Bytes)
 		}
 		fit := benchCommFit{Transport: rs[0].Transport, Op: "fit", Ranks: p, Groups: rs[0].Groups}
-		den := sw*sxx - sx*sx
-		if den > 0 {
-			slope := (sw*sxy - sx*sy) / den
-			alpha := (sy - slope*sx) / sw
-			if slope > 0 {
-				fit.BusBW = round3(1 / slope / 1e9)
-			}
-			fit.LatencyUS = round3(max(0, alpha) * 1e6)
-		}
 		var top []float64
+		fastest := math.Inf(1)
 		for _, r := range rs {
 			if r.Bytes == largest {
 				top = append(top, r.BusBW)
 			}
+			fastest = min(fastest, r.TimeUS)
 		}
 		fit.LargestBusBW = round3(median(top))
+		den := sw*sxx - sx*sx
+		slope := 0.0
+		if den > 0 {
+			slope = (sw*sxy - sx*sy) / den
+		}
+		if slope > 0 {
+			fit.BusBW = round3(1 / slope / 1e9)
+			fit.LatencyUS = round3(max(0, (sy-slope*sx)/sw) * 1e6)
+		} else {
+			// Times that do not grow with the size (one size, or sizes
+			// so small that noise decides): no line to fit. The largest
+			// size's bandwidth and the fastest call are the best words.
+			fit.BusBW, fit.LatencyUS = fit.LargestBusBW, fastest
+		}
 		fits = append(fits, fit)
 	}
 	return fits

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,7 +55,7 @@ func TestBenchComm(t *testing.T) {
 		if r.Iters != 3 || !(r.TimeUS > 0) || r.Groups != 4/r.Ranks {
 			t.Errorf("%q: want 3 iterations, a time, and 4/ranks groups", line)
 		}
-		if want := r.AlgBW * 2 * float64(r.Ranks-1) / float64(r.Ranks); r.Op == "all-reduce" && (r.BusBW-want) > 0.01*want {
+		if want := r.AlgBW * 2 * float64(r.Ranks-1) / float64(r.Ranks); r.Op == "all-reduce" && math.Abs(r.BusBW-want) > 0.02*want { // each rounded to 3 digits
 			t.Errorf("%q: busbw ≠ algbw × 2(p−1)/p", line)
 		}
 	}
@@ -84,6 +85,26 @@ func TestBenchComm(t *testing.T) {
 		if p.MicroBatch*p.Grid.Data*p.Grid.Z != 8 || p.MicroBatches != 1 {
 			t.Errorf("%+v: micro-batch %d × %d, want 8 sequences over the grid, once", p.Grid, p.MicroBatch, p.MicroBatches)
 		}
+	}
+}
+
+// TestFitBenchComm: a line through exact points is found again; times
+// that fall with size fall back to the largest size's bandwidth.
+func TestFitBenchComm(t *testing.T) {
+	var rs []benchCommResult
+	for _, b := range []int64{1 << 10, 1 << 20, 1 << 24} {
+		// all-reduce over 2: sent = bytes; 50 µs + bytes at 2 GB/s.
+		secs := 50e-6 + float64(b)/2e9
+		rs = append(rs, benchCommResult{Op: "all-reduce", Ranks: 2, Bytes: b, TimeUS: secs * 1e6, BusBW: float64(b) / secs / 1e9})
+	}
+	f := fitBenchComm(rs)
+	if len(f) != 1 || math.Abs(f[0].BusBW-2) > 0.01 || math.Abs(f[0].LatencyUS-50) > 0.5 {
+		t.Errorf("fit %+v, want 2 GB/s and 50 µs", f)
+	}
+	rs[2].TimeUS = 10
+	rs[2].BusBW = 1.5
+	if f := fitBenchComm(rs); f[0].BusBW != 1.5 || f[0].LatencyUS != 10 {
+		t.Errorf("falling times: fit %+v, want the largest size's 1.5 GB/s and the fastest call's 10 µs", f)
 	}
 }
 
