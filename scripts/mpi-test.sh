@@ -3,9 +3,10 @@
 # under mpirun, on one machine:
 #   1. the conformance suite (commtest.RunRank) and the world checks, on NP
 #      ranks (default 4);
-#   2. the watchdog: world rank 1 stops itself (SIGSTOP) before an all-gather
-#      on its Z group of two; its partner must print which collective gave up
-#      and exit with status 3, and the job must end long before 60 s;
+#   2. the watchdog, on 2 ranks: rank 1 stops itself (SIGSTOP) before an
+#      all-gather on their Z group of two; its partner must print which
+#      collective gave up and exit with status 3, and the job must end long
+#      before 60 s;
 #   3. the CLI on MPI ranks: `memtrain finetune` (built with -tags mpi) of a
 #      small model on one process, then under mpirun -np 4 with --parallel
 #      dp=2,x=2 and y=2,z=2 (one rank a process); each step's loss must agree
@@ -34,7 +35,8 @@ go test -c -tags mpi -o "$tmp/mpi.test" ./engine/comm/mpi
 # Open MPI's temporary buffers are malloc'd; glibc would mmap (and fault in)
 # every large one afresh. 32 MiB is the highest threshold glibc accepts.
 export MALLOC_MMAP_THRESHOLD_=${MALLOC_MMAP_THRESHOLD_:-33554432}
-mpirun=(mpirun --allow-run-as-root --oversubscribe -np "$NP")
+mpirun_base=(mpirun --allow-run-as-root --oversubscribe)
+mpirun=("${mpirun_base[@]}" -np "$NP")
 
 echo "== conformance on $NP ranks"
 # A hung collective ends the job through the watchdog long before timeout(1).
@@ -45,11 +47,15 @@ if ! MEMTRAIN_COMM_TIMEOUT=${MEMTRAIN_COMM_TIMEOUT:-60s} timeout -k 10 600 \
 fi
 
 echo "== watchdog: a stopped rank"
+# Two ranks, one pair: with more, the other pairs wait for rank 0 at a
+# barrier under the same timeout, and on a busy machine one of their
+# watchdogs can fire first and end the job before rank 0 names its
+# all-gather.
 want='comm: group "z" (rank 0 of 2): all-gather at step 7: no answer from the group within 5s'
 start=$SECONDS
 set +e
 MEMTRAIN_MPI_SIGSTOP_TEST=1 MEMTRAIN_COMM_TIMEOUT=5s timeout -k 10 60 \
-  "${mpirun[@]}" "$tmp/mpi.test" -test.count=1 -test.run '^TestWatchdogSIGSTOP$' >"$tmp/watchdog.log" 2>&1
+  "${mpirun_base[@]}" -np 2 "$tmp/mpi.test" -test.count=1 -test.run '^TestWatchdogSIGSTOP$' >"$tmp/watchdog.log" 2>&1
 rc=$?
 set -e
 took=$((SECONDS - start))
