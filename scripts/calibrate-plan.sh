@@ -22,10 +22,12 @@
 #      the median tokens/s of the steps after the first; the fastest pass) vs
 #      predicted, and Spearman's ρ.
 #
-# Everything stays in OUT (default $TMPDIR/memtrain-calibration) for inspection. Needs Open
-# MPI (mpirun, pkg-config ompi). Takes about 10 minutes on two cores.
+# Everything stays in OUT (default $TMPDIR/memtrain-calibration) for
+# inspection. Needs Open MPI (mpirun, pkg-config ompi). Takes about 15 minutes
+# on two cores.
 #
-# Usage: bash scripts/calibrate-plan.sh      OUT=/tmp/cal STEPS=6 PASSES=3 NPS="4" bash scripts/calibrate-plan.sh
+# Usage: bash scripts/calibrate-plan.sh
+#        OUT=/tmp/cal STEPS=6 PASSES=3 NPS="4" bash scripts/calibrate-plan.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
