@@ -115,7 +115,8 @@ OUT/metrics.jsonl (one JSON line per step, schema 1); checkpoints to
 OUT/checkpoints/step-NNNNNNNN with OUT/checkpoints/latest pointing at the
 newest complete one. --resume OUT continues a stopped run exactly.
 
---parallel dp=D,x=X,y=Y,z=Z trains on a 4D grid of D·X·Y·Z in-process ranks
+--parallel dp=D,x=X,y=Y,z=Z trains on a 4D grid of D·X·Y·Z ranks — goroutines,
+one a GPU with --device cuda, or one a process under mpirun with the mpi build
 (AxoNN's data × tensor-parallel layout; ` + "`memtrain plan`" + ` ranks grids): each rank
 holds a shard of every weight, the batch's sequences are split over D·Z ranks
 (micro_batch counts sequences over the whole grid: each takes
@@ -123,7 +124,8 @@ micro_batch/(D·Z)), and the metrics equal one rank's. Checkpoints are full-shap
 HF checkpoints, so a run resumes on any grid.`,
 		Example: `  memtrain finetune --model base --data ds --out run --loss goldfish --goldfish.k 4 --max_steps 100
   memtrain finetune --config run.yaml --resume run
-  memtrain finetune --config run.yaml --parallel dp=2,x=2,y=1,z=2`,
+  memtrain finetune --config run.yaml --parallel dp=2,x=2,y=1,z=2
+  mpirun -np 8 memtrain finetune --config run.yaml --parallel dp=2,x=2,y=1,z=2   # go build -tags mpi`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg := finetune.DefaultConfig()
