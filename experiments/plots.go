@@ -578,12 +578,7 @@ func plotRougeDistribution(dir string, arms []*reportArm, p *reportProtocol, war
 	for _, a := range arms {
 		var m, n []float64
 		for _, r := range a.runs {
-			var e *Eval
-			for i := range r.Evals {
-				if r.Evals[i].Key == p.Key {
-					e = &r.Evals[i]
-				}
-			}
+			e := r.Eval(p.Key)
 			if e == nil {
 				continue
 			}

@@ -174,11 +174,8 @@ func (a *reportArm) isGoldfish() bool { return a.Loss == "goldfish" }
 func (a *reportArm) evals(key string) []*Eval {
 	var out []*Eval
 	for _, r := range a.runs {
-		for i := range r.Evals {
-			if r.Evals[i].Key == key {
-				out = append(out, &r.Evals[i])
-				break
-			}
+		if e := r.Eval(key); e != nil {
+			out = append(out, e)
 		}
 	}
 	return out
@@ -580,12 +577,7 @@ func renderCSV(arms []*reportArm, protos []*reportProtocol) ([]byte, error) {
 				strconv.FormatInt(r.Params, 10), itoa(r.Targets), itoa(r.Repeats), itoa(r.Steps),
 				opt(r.FinalTrainLoss), opt(r.HeldoutLoss), opt(r.HeldoutPerplexity), f(r.Seconds)}
 			for _, p := range protos {
-				var e *Eval
-				for i := range r.Evals {
-					if r.Evals[i].Key == p.Key {
-						e = &r.Evals[i]
-					}
-				}
+				e := r.Eval(p.Key)
 				if e == nil {
 					continue
 				}

@@ -73,6 +73,16 @@ type Eval struct {
 	Summary memorization.Summary `json:"summary"`
 }
 
+// Eval returns the evaluation of protocol key, or nil.
+func (r *ArmResult) Eval(key string) *Eval {
+	for i := range r.Evals {
+		if r.Evals[i].Key == key {
+			return &r.Evals[i]
+		}
+	}
+	return nil
+}
+
 // Name is the arm's folder name: ARM-sSEED.
 func (r *ArmResult) Name() string { return armDirName(r.Arm, r.Seed) }
 

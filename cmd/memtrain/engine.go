@@ -86,6 +86,16 @@ type loadedModel struct {
 }
 
 func loadModel(dir string, ef engineFlags, opt llama.Options, needTokenizer bool) (*loadedModel, error) {
+	b, err := ef.backend()
+	if err != nil {
+		return nil, err
+	}
+	return loadOn(dir, b, opt, needTokenizer)
+}
+
+// loadOn opens the checkpoint in dir on backend b: the whole model, or,
+// with opt.Parallel, this rank's shards of it.
+func loadOn(dir string, b engine.Backend, opt llama.Options, needTokenizer bool) (*loadedModel, error) {
 	ck, err := checkpoints.Open(dir)
 	if err != nil {
 		return nil, err
@@ -98,10 +108,6 @@ func loadModel(dir string, ef engineFlags, opt llama.Options, needTokenizer bool
 		}
 	} else if needTokenizer {
 		return nil, errNoTokenizer(dir)
-	}
-	b, err := ef.backend()
-	if err != nil {
-		return nil, err
 	}
 	if lm.model, err = llama.Load(b, ck, opt); err != nil {
 		return nil, err

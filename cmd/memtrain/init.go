@@ -164,15 +164,4 @@ func parseByteSize(s string) (int64, error) {
 func humanCount(n int64) string { return checkpoints.FormatCount(n) }
 
 // humanBytes writes sizes in binary units: "15.0 GiB".
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
+func humanBytes(n int64) string { return checkpoints.FormatBytes(n) }

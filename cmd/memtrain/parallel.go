@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"runtime"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -26,44 +25,6 @@ type parallelFlags struct {
 func (f *parallelFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.grid, "parallel", "", "run on a grid of ranks, e.g. dp=2,x=2,y=1,z=2 (data × X × Y × Z; axes left out are 1; see `memtrain plan`): in process, or one rank a process under mpirun with an MPI build")
 	fl.StringVar(&f.overlap, "overlap", "oar,ors,oag", "with --parallel: communication hidden behind compute, a comma-separated subset of oar, ors, oag, or none")
-}
-
-// parseGrid reads a grid such as "dp=2,x=2,y=1,z=2".
-func parseGrid(s string) (perfmodel.Grid, error) {
-	g := perfmodel.Grid{Data: 1, X: 1, Y: 1, Z: 1}
-	seen := map[string]bool{}
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		key, val, ok := strings.Cut(part, "=")
-		key = strings.ToLower(strings.TrimSpace(key))
-		n, err := strconv.Atoi(strings.TrimSpace(val))
-		if !ok || err != nil || n < 1 {
-			return g, fmt.Errorf("--parallel %q: %q is not AXIS=N with N ≥ 1", s, part)
-		}
-		if seen[key] {
-			return g, fmt.Errorf("--parallel %q: %s given twice", s, key)
-		}
-		seen[key] = true
-		switch key {
-		case "dp", "data":
-			g.Data = n
-		case "x":
-			g.X = n
-		case "y":
-			g.Y = n
-		case "z":
-			g.Z = n
-		default:
-			return g, fmt.Errorf("--parallel %q: unknown axis %q (want dp, x, y or z)", s, key)
-		}
-	}
-	if len(seen) == 0 {
-		return g, fmt.Errorf("--parallel %q: no axis given (e.g. dp=2,x=2,y=1,z=2)", s)
-	}
-	return g, nil
 }
 
 // parseOverlap reads --overlap.
@@ -114,7 +75,7 @@ func (f parallelFlags) setup(modelDir string, ef engineFlags) (*rankGrid, error)
 		_, err := checkLaunch(procs, 0, "")
 		return nil, err
 	}
-	g, err := parseGrid(f.grid)
+	g, err := perfmodel.ParseGrid(f.grid)
 	if err != nil {
 		return nil, err
 	}
@@ -180,21 +141,5 @@ func (rg *rankGrid) launch(fn func(g *parallel.Grid, b engine.Backend) error) er
 // loadRank is loadModel for one rank of a grid: its shards of the
 // checkpoint in dir, on its backend b.
 func loadRank(dir string, g *parallel.Grid, b engine.Backend, needTokenizer bool) (*loadedModel, error) {
-	ck, err := checkpoints.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer ck.Close()
-	lm := &loadedModel{dir: dir}
-	if path := ck.TokenizerPath(); path != "" {
-		if lm.tok, _, err = openTokenizer(path); err != nil {
-			return nil, err
-		}
-	} else if needTokenizer {
-		return nil, errNoTokenizer(dir)
-	}
-	if lm.model, err = llama.Load(b, ck, llama.Options{Parallel: g}); err != nil {
-		return nil, err
-	}
-	return lm, nil
+	return loadOn(dir, b, llama.Options{Parallel: g}, needTokenizer)
 }

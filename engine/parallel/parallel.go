@@ -86,9 +86,8 @@ func (g *Grid) BatchRank() int { return g.At.Data*g.Shape().Z + g.At.Z }
 // Check reports whether the model's dimensions split over the grid the
 // way the engine lays them out: X divides hidden_size; Y divides the
 // attention heads, the key/value heads, intermediate_size and vocab_size;
-// Z divides every weight's (x, y) block. These are engine/perfmodel's
-// Grid.Validate rules (that package cannot be imported here: its tests
-// import engine/llama); a test checks that the two agree.
+// Z divides every weight's (x, y) block. engine/perfmodel's Grid.Validate
+// is this function, so the planner and the engine agree by construction.
 func Check(cfg *checkpoints.Config, shape comm.Grid) error {
 	if shape.Data < 1 || shape.X < 1 || shape.Y < 1 || shape.Z < 1 {
 		return fmt.Errorf("parallel: grid %v: every axis needs at least one rank", shape)

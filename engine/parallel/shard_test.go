@@ -10,7 +10,6 @@ import (
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine/comm"
 	"github.com/memtrain/memtrain/engine/parallel"
-	"github.com/memtrain/memtrain/engine/perfmodel"
 )
 
 // TestShardsTileEveryTensor: over the (x, y, z) ranks of a grid the shards
@@ -71,30 +70,6 @@ func TestShardsTileEveryTensor(t *testing.T) {
 			for i, c := range covered {
 				if c != 1 {
 					t.Fatalf("%v %s: element %d in %v shards", shape, w.Name, i, c)
-				}
-			}
-		}
-	}
-}
-
-// TestCheckAgreesWithPerfmodel: Check accepts exactly the grids
-// perfmodel's Grid.Validate accepts, with the same words.
-func TestCheckAgreesWithPerfmodel(t *testing.T) {
-	for _, tie := range []bool{false, true} {
-		cfg := countsConfig(tie)
-		for _, d := range []int{1, 2} {
-			for _, x := range []int{1, 2, 3, 4, 8, 64} {
-				for _, y := range []int{1, 2, 3, 4, 8, 16} {
-					for _, z := range []int{1, 2, 3, 4, 16, 512} {
-						got := parallel.Check(cfg, comm.Grid{Data: d, X: x, Y: y, Z: z})
-						want := perfmodel.Grid{Data: d, X: x, Y: y, Z: z}.Validate(cfg)
-						if (got == nil) != (want == nil) {
-							t.Errorf("dp=%d x=%d y=%d z=%d: Check %v, Validate %v", d, x, y, z, got, want)
-						}
-						if got != nil && !strings.Contains(got.Error(), "does not divide") {
-							t.Errorf("Check: %v", got)
-						}
-					}
 				}
 			}
 		}

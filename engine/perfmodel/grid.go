@@ -2,6 +2,10 @@ package perfmodel
 
 import (
 	"fmt"
+	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/parallel"
+	"strconv"
+	"strings"
 
 	"github.com/memtrain/memtrain/checkpoints"
 )
@@ -38,6 +42,45 @@ type Grid struct {
 
 func (g Grid) String() string {
 	return fmt.Sprintf("dp=%d x=%d y=%d z=%d", g.Data, g.X, g.Y, g.Z)
+}
+
+// ParseGrid reads a grid as the CLI's --parallel gives it, such as
+// "dp=2,x=2,y=1,z=2": axes dp (or data), x, y and z, those left out 1.
+func ParseGrid(s string) (Grid, error) {
+	g := Grid{Data: 1, X: 1, Y: 1, Z: 1}
+	seen := map[string]bool{}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		key, val, ok := strings.Cut(part, "=")
+		key = strings.ToLower(strings.TrimSpace(key))
+		n, err := strconv.Atoi(strings.TrimSpace(val))
+		if !ok || err != nil || n < 1 {
+			return g, fmt.Errorf("--parallel %q: %q is not AXIS=N with N ≥ 1", s, part)
+		}
+		if seen[key] {
+			return g, fmt.Errorf("--parallel %q: %s given twice", s, key)
+		}
+		seen[key] = true
+		switch key {
+		case "dp", "data":
+			g.Data = n
+		case "x":
+			g.X = n
+		case "y":
+			g.Y = n
+		case "z":
+			g.Z = n
+		default:
+			return g, fmt.Errorf("--parallel %q: unknown axis %q (want dp, x, y or z)", s, key)
+		}
+	}
+	if len(seen) == 0 {
+		return g, fmt.Errorf("--parallel %q: no axis given (e.g. dp=2,x=2,y=1,z=2)", s)
+	}
+	return g, nil
 }
 
 // Size is the number of ranks.
@@ -110,36 +153,11 @@ func (g Grid) InterNode(group string, nodeSize int) bool {
 //
 // Data has no constraint from the model (the batch's is checked by the
 // planner: its sequences split over Data·Z).
+//
+// The rules are the engine's own (parallel.Check), so that the planner
+// never proposes a grid the engine refuses, nor the reverse.
 func (g Grid) Validate(cfg *checkpoints.Config) error {
-	if g.Data < 1 || g.X < 1 || g.Y < 1 || g.Z < 1 {
-		return fmt.Errorf("perfmodel: grid %v: every axis needs at least one rank", g)
-	}
-	fail := func(axis string, n int, field string, v int) error {
-		return fmt.Errorf("perfmodel: grid %v: %s=%d does not divide %s %d", g, axis, n, field, v)
-	}
-	if cfg.HiddenSize%g.X != 0 {
-		return fail("X", g.X, "hidden_size", cfg.HiddenSize)
-	}
-	for _, d := range []struct {
-		field string
-		v     int
-	}{
-		{"num_attention_heads", cfg.NumAttentionHeads},
-		{"num_key_value_heads", cfg.NumKeyValueHeads},
-		{"intermediate_size", cfg.IntermediateSize},
-		{"vocab_size", cfg.VocabSize},
-	} {
-		if d.v%g.Y != 0 {
-			return fail("Y", g.Y, d.field, d.v)
-		}
-	}
-	for _, w := range weights(cfg) {
-		r, c := w.block(g)
-		if block := int64(r) * int64(c); block%int64(g.Z) != 0 {
-			return fmt.Errorf("perfmodel: grid %v: Z=%d does not divide %s's (x,y) block of %d×%d = %d elements", g, g.Z, w.name, r, c, block)
-		}
-	}
-	return nil
+	return parallel.Check(cfg, comm.Grid{Data: g.Data, X: g.X, Y: g.Y, Z: g.Z})
 }
 
 // Grids lists every grid of exactly gpus ranks that Validate accepts, in

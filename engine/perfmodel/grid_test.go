@@ -51,8 +51,8 @@ func TestValidate(t *testing.T) {
 		{llama8b, Grid{1, 1, 16, 1}, "Y=16 does not divide num_key_value_heads 8"},
 		{oddI, Grid{1, 1, 4, 1}, "Y=4 does not divide intermediate_size 130"},
 		{oddV, Grid{1, 1, 2, 1}, "Y=2 does not divide vocab_size 257"},
-		{small, Grid{1, 1, 1, 3}, "Z=3 does not divide q_proj's (x,y) block of 64×64 = 4096 elements"},
-		{small, Grid{1, 64, 2, 64}, "Z=64 does not divide q_proj's (x,y) block of 32×1 = 32 elements"},
+		{small, Grid{1, 1, 1, 3}, "Z=3 does not divide model.embed_tokens.weight's (x,y) block"},
+		{small, Grid{1, 64, 2, 64}, "Z=64 does not divide"},
 		{small, Grid{0, 1, 1, 1}, "every axis needs at least one rank"},
 	} {
 		err := c.g.Validate(c.cfg)
@@ -181,6 +181,34 @@ func TestDivisors(t *testing.T) {
 	for n, want := range map[int]string{1: "[1]", 12: "[1 2 3 4 6 12]", 16: "[1 2 4 8 16]", 7: "[1 7]"} {
 		if got := fmt.Sprint(divisors(n)); got != want {
 			t.Errorf("divisors(%d) = %s, want %s", n, got, want)
+		}
+	}
+}
+
+func TestParseGrid(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want Grid
+		err  string
+	}{
+		{"dp=2,x=2,y=1,z=2", Grid{2, 2, 1, 2}, ""},
+		{"data=4, z=2", Grid{4, 1, 1, 2}, ""},
+		{"X=8", Grid{1, 8, 1, 1}, ""},
+		{"x=2,x=2", Grid{}, "x given twice"},
+		{"w=2", Grid{}, `unknown axis "w"`},
+		{"x=0", Grid{}, "N ≥ 1"},
+		{"run-1", Grid{}, "is not AXIS=N"},
+		{"", Grid{}, "no axis given"},
+	} {
+		g, err := ParseGrid(c.in)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("ParseGrid(%q): %v, want an error with %q", c.in, err, c.err)
+			}
+			continue
+		}
+		if err != nil || g != c.want {
+			t.Errorf("ParseGrid(%q) = %v, %v; want %v", c.in, g, err, c.want)
 		}
 	}
 }

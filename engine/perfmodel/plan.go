@@ -407,16 +407,6 @@ func Search(j Job, o Options) ([]Plan, error) {
 	return plans, nil
 }
 
-// FormatBytes writes a size in binary units: "15.0 GiB".
-func FormatBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
+// FormatBytes writes a size in binary units: "15.0 GiB" (see
+// checkpoints.FormatBytes).
+func FormatBytes(n int64) string { return checkpoints.FormatBytes(n) }

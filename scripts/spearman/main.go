@@ -19,6 +19,8 @@
 package main
 
 import (
+	"github.com/memtrain/memtrain/engine/perfmodel"
+
 	"bufio"
 	"encoding/json"
 	"flag"
@@ -27,29 +29,17 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
-	"strings"
 	"text/tabwriter"
 )
-
-// grid is a 4D grid as plan --json writes it.
-type grid struct {
-	Data int `json:"data"`
-	X    int `json:"x"`
-	Y    int `json:"y"`
-	Z    int `json:"z"`
-}
-
-func (g grid) String() string { return fmt.Sprintf("dp=%d,x=%d,y=%d,z=%d", g.Data, g.X, g.Y, g.Z) }
 
 // planFile is the part of `memtrain plan --json` read here.
 type planFile struct {
 	GlobalBatchTokens int64 `json:"global_batch_tokens"`
 	Plans             []struct {
-		Grid         grid    `json:"grid"`
-		MicroBatch   int     `json:"micro_batch"`
-		MicroBatches int     `json:"micro_batches"`
-		StepSeconds  float64 `json:"step_seconds"`
+		Grid         perfmodel.Grid `json:"grid"`
+		MicroBatch   int            `json:"micro_batch"`
+		MicroBatches int            `json:"micro_batches"`
+		StepSeconds  float64        `json:"step_seconds"`
 	} `json:"plans"`
 }
 
@@ -81,15 +71,15 @@ func run(planPath string, runs []string) (float64, error) {
 	if err := json.Unmarshal(raw, &plan); err != nil {
 		return 0, fmt.Errorf("%s: %w", planPath, err)
 	}
-	predicted := map[grid]float64{}
+	predicted := map[perfmodel.Grid]float64{}
 	for _, p := range plan.Plans {
 		predicted[p.Grid] = p.StepSeconds
 	}
 	var measured, pred []float64
 	var names []string
-	repeats := map[grid]int{} // index into measured
+	repeats := map[perfmodel.Grid]int{} // index into measured
 	for _, dir := range runs {
-		g, err := parseGrid(filepath.Base(dir))
+		g, err := perfmodel.ParseGrid(filepath.Base(dir))
 		if err != nil {
 			return 0, fmt.Errorf("%s: %w", dir, err)
 		}
@@ -131,31 +121,6 @@ func run(planPath string, runs []string) (float64, error) {
 	r := pearson(rm, rp)
 	fmt.Printf("spearman %.3f over %d grids\n", r, len(names))
 	return r, nil
-}
-
-// parseGrid reads "dp=2,x=2,y=1,z=2" (axes left out are 1).
-func parseGrid(s string) (grid, error) {
-	g := grid{1, 1, 1, 1}
-	for _, part := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(part, "=")
-		n, err := strconv.Atoi(v)
-		if !ok || err != nil || n < 1 {
-			return g, fmt.Errorf("%q is not a grid such as dp=2,x=2,y=1,z=1", s)
-		}
-		switch k {
-		case "dp", "data":
-			g.Data = n
-		case "x":
-			g.X = n
-		case "y":
-			g.Y = n
-		case "z":
-			g.Z = n
-		default:
-			return g, fmt.Errorf("%q: unknown axis %q", s, k)
-		}
-	}
-	return g, nil
 }
 
 // medianTokensPerSecond is the median tokens_per_s of a run's steps after

@@ -32,13 +32,3 @@ func TestSpearman(t *testing.T) {
 		}
 	}
 }
-
-func TestParseGrid(t *testing.T) {
-	g, err := parseGrid("dp=2,z=2")
-	if err != nil || g != (grid{2, 1, 1, 2}) {
-		t.Errorf("parseGrid(dp=2,z=2) = %v, %v", g, err)
-	}
-	if _, err := parseGrid("run-1"); err == nil {
-		t.Error("parseGrid(run-1): no error")
-	}
-}
