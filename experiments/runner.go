@@ -664,15 +664,13 @@ func (r *Runner) baseHeldoutLoss(dir string) (float64, error) {
 	const B = 8
 	for i := 0; i < len(r.sel.Holdout); i += B {
 		ps := r.sel.Holdout[i:min(i+B, len(r.sel.Holdout))]
-		T := 0
-		for _, p := range ps {
-			T = max(T, len(p.IDs)-1)
-		}
-		batch := llama.Batch{B: len(ps), T: T, IDs: make([]int32, len(ps)*T), Targets: make([]int32, len(ps)*T), Weights: make([]float32, len(ps)*T)}
+		seqs := make([][]int32, len(ps))
 		for b, p := range ps {
-			for t := 0; t+1 < len(p.IDs); t++ {
-				batch.IDs[b*T+t], batch.Targets[b*T+t], batch.Weights[b*T+t] = p.IDs[t], p.IDs[t+1], 1
-			}
+			seqs[b] = p.IDs
+		}
+		batch := llama.NextTokenBatch(seqs)
+		if batch.B == 0 {
+			continue
 		}
 		l, err := m.Evaluate(batch)
 		if err != nil {

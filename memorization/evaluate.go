@@ -247,21 +247,15 @@ func Evaluate(m *llama.Model, docs []Document, cfg EvalConfig) (*Summary, []DocR
 // scoreDocs fills the loss, zlib and min-k% scores of a batch of documents
 // from one forward pass over them, padded to the longest.
 func scoreDocs(m *llama.Model, docs []Document, out []DocResult, maxTokens int, cfg *EvalConfig) error {
-	T := 0
-	for _, d := range docs {
-		T = max(T, min(len(d.IDs), maxTokens)-1)
+	seqs := make([][]int32, len(docs))
+	for b, d := range docs {
+		seqs[b] = d.IDs[:min(len(d.IDs), maxTokens)]
 	}
-	if T < 1 {
+	batch := llama.NextTokenBatch(seqs)
+	if batch.B == 0 {
 		return nil // single-token documents have no target; they are skipped
 	}
-	B := len(docs)
-	batch := llama.Batch{B: B, T: T, IDs: make([]int32, B*T), Targets: make([]int32, B*T), Weights: make([]float32, B*T)}
-	for b, d := range docs {
-		ids := d.IDs[:min(len(d.IDs), maxTokens)]
-		for t := 0; t+1 < len(ids); t++ {
-			batch.IDs[b*T+t], batch.Targets[b*T+t], batch.Weights[b*T+t] = ids[t], ids[t+1], 1
-		}
-	}
+	T := batch.T
 	losses, err := m.TokenLosses(batch)
 	if err != nil {
 		return fmt.Errorf("memorization: scoring documents: %w", err)
