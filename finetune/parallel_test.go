@@ -15,6 +15,7 @@ import (
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/engine/comm"
 	"github.com/memtrain/memtrain/engine/cpu"
+	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/engine/parallel"
 	"github.com/memtrain/memtrain/goldfish"
@@ -188,7 +189,7 @@ func TestGridTrainingEqualsOneRank(t *testing.T) {
 			for _, r := range runs {
 				name := fmt.Sprintf("%v/%v/recompute=%v/%s", shape, ov, recompute, r.name)
 				var mu sync.Mutex
-				err := parallel.Launch(shape, ov, func(g *parallel.Grid) error {
+				err := launch.Local(shape, ov, func(g *parallel.Grid) error {
 					res, w, err := sweepRun(cfg, weights, batches, r.oc, r.lr, g, recompute)
 					if err != nil {
 						return err
@@ -301,7 +302,7 @@ func trainRun(t *testing.T, cfg Config, shape *comm.Grid, resume string, stopAft
 	if shape == nil {
 		err = run(nil)
 	} else {
-		err = parallel.Launch(*shape, parallel.AllOverlap(), run)
+		err = launch.Local(*shape, parallel.AllOverlap(), run)
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -18,7 +18,9 @@ import (
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/comm/local"
 	"github.com/memtrain/memtrain/engine/cpu"
+	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/perfmodel"
 )
 
@@ -146,15 +148,12 @@ func runBenchComm(cmd *cobra.Command, f benchCommFlags) error {
 	case f.device != "" && (f.peak <= 0 || f.eff <= 0 || f.eff > 1):
 		return errors.New("bench comm: --device needs --peak (GFLOP/s) and --efficiency in (0, 1]")
 	}
-	procs, err := launchedProcs()
+	procs, err := launch.Procs()
 	if err != nil {
 		return err
 	}
 	transport, worldSize := "local", f.world
 	if procs > 1 {
-		if !mpiBuilt {
-			return fmt.Errorf("bench comm: mpirun or srun started %d processes, but %w", procs, errNoMPI)
-		}
 		transport, worldSize = "mpi", procs
 	} else if worldSize == 0 {
 		worldSize = slices.Max(ranks)
@@ -181,7 +180,7 @@ func runBenchComm(cmd *cobra.Command, f benchCommFlags) error {
 
 	var results []benchCommResult
 	if transport == "mpi" {
-		world, err := mpiInit()
+		world, err := launch.MPIWorld(procs)
 		if err != nil {
 			return fmt.Errorf("bench comm: %w", err)
 		}
@@ -199,7 +198,7 @@ func runBenchComm(cmd *cobra.Command, f benchCommFlags) error {
 		if _, _, err := comm.EnvTimeout(); err != nil {
 			return err
 		}
-		worlds := comm.NewLocal(worldSize)
+		worlds := local.New(worldSize)
 		errs := make([]error, worldSize)
 		var wg sync.WaitGroup
 		for r, w := range worlds {

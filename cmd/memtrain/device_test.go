@@ -4,28 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/cuda"
 )
-
-func TestParseDevice(t *testing.T) {
-	for in, want := range map[string]engine.Device{
-		"cpu":     {Kind: engine.CPU},
-		"cuda":    {Kind: engine.CUDA},
-		"cuda:0":  {Kind: engine.CUDA},
-		"cuda:3":  {Kind: engine.CUDA, Index: 3},
-		"cuda:12": {Kind: engine.CUDA, Index: 12},
-	} {
-		if got, err := parseDevice(in); err != nil || got != want {
-			t.Errorf("parseDevice(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "gpu", "CUDA", "cuda:", "cuda:-1", "cuda:x", "cuda0", "cpu:0"} {
-		if _, err := parseDevice(in); err == nil || !strings.Contains(err.Error(), "want cpu, cuda or cuda:N") {
-			t.Errorf("parseDevice(%q): %v", in, err)
-		}
-	}
-}
 
 // Without CUDA, asking for it fails with one line naming what was looked
 // for and where, and exit status 1.

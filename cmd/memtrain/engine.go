@@ -3,17 +3,14 @@ package main
 import (
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 
 	"github.com/spf13/pflag"
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/data/tokenizer"
 	"github.com/memtrain/memtrain/engine"
-	"github.com/memtrain/memtrain/engine/cpu"
-	"github.com/memtrain/memtrain/engine/cuda"
 	"github.com/memtrain/memtrain/engine/gemm"
+	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
 )
 
@@ -34,20 +31,13 @@ func (f *engineFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.device, "device", "cpu", "compute on cpu, or on GPU N with cuda:N (cuda means cuda:0; CUDA is loaded at run time, and $MEMTRAIN_CUDA_GEMM sets its matrix-multiply precision: bf16, tf32 or f32)")
 }
 
-// parseDevice reads --device: "cpu", "cuda" or "cuda:N".
-func parseDevice(s string) (engine.Device, error) {
-	switch {
-	case s == "cpu":
-		return engine.Device{Kind: engine.CPU}, nil
-	case s == "cuda":
-		return engine.Device{Kind: engine.CUDA}, nil
-	case strings.HasPrefix(s, "cuda:"):
-		n, err := strconv.Atoi(strings.TrimPrefix(s, "cuda:"))
-		if err == nil && n >= 0 {
-			return engine.Device{Kind: engine.CUDA, Index: n}, nil
-		}
+// spec is the launch spec of one rank on the chosen backend.
+func (f engineFlags) spec() (launch.Spec, error) {
+	dev, err := launch.ParseDevice(f.device)
+	if err != nil {
+		return launch.Spec{}, fmt.Errorf("--%w", err)
 	}
-	return engine.Device{}, fmt.Errorf("--device %q: want cpu, cuda or cuda:N", s)
+	return launch.Spec{Device: dev, Threads: f.threads, BLAS: f.blas}, nil
 }
 
 func (f engineFlags) backend() (engine.Backend, error) {
@@ -55,26 +45,14 @@ func (f engineFlags) backend() (engine.Backend, error) {
 	return b, err
 }
 
-// build returns the backend and the matrix multiply it computes with, so
-// that benchmarks measure the very GEMM the backend uses. On a GPU that
-// GEMM multiplies host matrices through the device, transfers included.
+// build returns the backend and the matrix multiply it computes with
+// (launch.NewBackend).
 func (f engineFlags) build() (engine.Backend, gemm.Impl, error) {
-	dev, err := parseDevice(f.device)
+	s, err := f.spec()
 	if err != nil {
 		return nil, nil, err
 	}
-	if dev.Kind == engine.CUDA {
-		b, err := cuda.New(cuda.Options{Device: dev.Index})
-		if err != nil {
-			return nil, nil, err
-		}
-		return b, b.HostGEMM(), nil
-	}
-	g, err := gemm.Select(f.blas, f.threads)
-	if err != nil {
-		return nil, nil, err
-	}
-	return cpu.New(cpu.Options{Threads: f.threads, GEMM: g}), g, nil
+	return launch.NewBackend(s.Device, s.Threads, s.BLAS)
 }
 
 // loadedModel is a checkpoint opened on a backend, with its tokenizer when
@@ -83,14 +61,6 @@ type loadedModel struct {
 	model *llama.Model
 	tok   *tokenizer.Tokenizer
 	dir   string
-}
-
-func loadModel(dir string, ef engineFlags, opt llama.Options, needTokenizer bool) (*loadedModel, error) {
-	b, err := ef.backend()
-	if err != nil {
-		return nil, err
-	}
-	return loadOn(dir, b, opt, needTokenizer)
 }
 
 // loadOn opens the checkpoint in dir on backend b: the whole model, or,

@@ -149,20 +149,12 @@ func runEvalLoss(cmd *cobra.Command, f evalLossFlags) error {
 	if f.batch <= 0 || f.seqLen < 0 {
 		return errors.New("eval loss: --batch and --seq-len must be positive")
 	}
-	rg, err := f.parallel.setup(f.model, f.engine)
+	l, err := launcher(f.engine, f.parallel, f.model)
 	if err != nil {
 		return fmt.Errorf("eval loss: %w", err)
 	}
-	if rg == nil {
-		lm, err := loadModel(f.model, f.engine, llama.Options{}, false)
-		if err != nil {
-			return err
-		}
-		defer lm.model.Free()
-		return evalLoss(cmd, f, lm)
-	}
-	return rg.launch(func(g *parallel.Grid, b engine.Backend) error {
-		lm, err := loadRank(f.model, g, b, false)
+	return l.Run(func(g *parallel.Grid, b engine.Backend) error {
+		lm, err := loadOn(f.model, b, llama.Options{Parallel: g}, false)
 		if err != nil {
 			return err
 		}

@@ -102,25 +102,17 @@ func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
 	if err != nil {
 		return err
 	}
-	rg, err := f.parallel.setup(f.model, f.engine)
+	l, err := launcher(f.engine, f.parallel, f.model)
 	if err != nil {
 		return fmt.Errorf("eval memorization: %w", err)
 	}
-	if rg == nil {
-		lm, err := loadModel(f.model, f.engine, llama.Options{}, false)
+	return l.Run(func(g *parallel.Grid, b engine.Backend) error {
+		lm, err := loadOn(f.model, b, llama.Options{Parallel: g}, false)
 		if err != nil {
 			return err
 		}
 		defer lm.model.Free()
-		return evalMemorization(cmd, f, p, lm, true)
-	}
-	return rg.launch(func(g *parallel.Grid, b engine.Backend) error {
-		lm, err := loadRank(f.model, g, b, false)
-		if err != nil {
-			return err
-		}
-		defer lm.model.Free()
-		return evalMemorization(cmd, f, p, lm, g.Rank() == 0)
+		return evalMemorization(cmd, f, p, lm, g == nil || g.Rank() == 0)
 	})
 }
 

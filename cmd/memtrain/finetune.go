@@ -166,37 +166,24 @@ HF checkpoints, so a run resumes on any grid.`,
 }
 
 func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf parallelFlags, resume string, stopAfter int) error {
-	rg, err := pf.setup(cfg.Model, ef)
+	l, err := launcher(ef, pf, cfg.Model)
 	if err != nil {
 		return fmt.Errorf("finetune: %w", err)
-	}
-	if rg == nil {
-		b, err := ef.backend()
-		if err != nil {
-			return err
-		}
-		run, err := finetune.Open(cfg, b, resume)
-		if err != nil {
-			return err
-		}
-		defer run.Close()
-		mf, err := prepareRun(run, cfg, stopAfter)
-		if err != nil {
-			return err
-		}
-		defer mf.Close()
-		return trainRun(cmd, run, mf)
 	}
 	// Every rank trains; rank 0 alone writes the run's files and reports.
 	// A rank that fails to start stops them all (Agree), rather than
 	// leaving the others waiting for it.
-	return rg.launch(func(g *parallel.Grid, b engine.Backend) error {
+	return l.Run(func(g *parallel.Grid, b engine.Backend) error {
+		lead := g == nil || g.Rank() == 0
 		run, err := finetune.OpenParallel(cfg, b, g, resume)
 		var mf *os.File
-		if err == nil && g.Rank() == 0 {
+		if err == nil && lead {
 			mf, err = prepareRun(run, cfg, stopAfter)
 		}
-		if err := g.Agree(b, err); err != nil {
+		if g != nil {
+			err = g.Agree(b, err)
+		}
+		if err != nil {
 			if run != nil {
 				run.Close()
 			}
@@ -207,7 +194,7 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 		}
 		defer run.Close()
 		run.StopAfter = stopAfter
-		if g.Rank() != 0 {
+		if !lead {
 			return run.Train(io.Discard, nil)
 		}
 		defer mf.Close()

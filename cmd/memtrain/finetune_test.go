@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/memtrain/memtrain/engine/launch"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -172,6 +173,23 @@ func TestFinetuneSurvivesSIGKILLDuringSave(t *testing.T) {
 		y, _ := os.ReadFile(filepath.Join(b, "checkpoints", "step-00000006", f))
 		if len(x) == 0 || !bytes.Equal(x, y) {
 			t.Errorf("%s: the run resumed after SIGKILL differs from the uninterrupted one", f)
+		}
+	}
+}
+
+// TestFinetuneUnderLauncher: a build without MPI started as one of
+// several processes refuses to run the job in every process.
+func TestFinetuneUnderLauncher(t *testing.T) {
+	if launch.MPIBuilt {
+		t.Skip("an MPI build would initialise MPI: scripts/mpi-test.sh runs it under mpirun")
+	}
+	base, ds := finetuneFixture(t, "builtin:llama2")
+	t.Setenv("OMPI_COMM_WORLD_SIZE", "2")
+	for _, extra := range [][]string{nil, {"--parallel", "dp=2"}} {
+		args := append([]string{"finetune", "--model", base, "--data", ds, "--out", t.TempDir(), "--max_steps", "1"}, extra...)
+		_, errs, code := memtrain(t, "", args...)
+		if code == 0 || !strings.Contains(errs, "mpirun or srun started 2 processes") {
+			t.Errorf("%v: status %d, stderr %q", extra, code, errs)
 		}
 	}
 }

@@ -90,20 +90,12 @@ func runGenerate(cmd *cobra.Command, f generateFlags) error {
 	if f.maxNew < 0 {
 		return errors.New("generate: --max-new-tokens must not be negative")
 	}
-	rg, err := f.parallel.setup(f.model, f.engine)
+	l, err := launcher(f.engine, f.parallel, f.model)
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}
-	if rg == nil {
-		lm, err := loadModel(f.model, f.engine, llama.Options{}, len(f.prompts) > 0)
-		if err != nil {
-			return err
-		}
-		defer lm.model.Free()
-		return generate(cmd, f, lm)
-	}
-	return rg.launch(func(g *parallel.Grid, b engine.Backend) error {
-		lm, err := loadRank(f.model, g, b, len(f.prompts) > 0)
+	return l.Run(func(g *parallel.Grid, b engine.Backend) error {
+		lm, err := loadOn(f.model, b, llama.Options{Parallel: g}, len(f.prompts) > 0)
 		if err != nil {
 			return err
 		}

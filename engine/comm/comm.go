@@ -4,8 +4,9 @@
 // together, behind one interface, Comm.
 //
 // Implementations:
-//   - NewLocal, in this package: n ranks in one process, one goroutine per
-//     rank, for tests and single-node CPU training;
+//   - package comm/local: n ranks in one process, one goroutine per rank,
+//     for tests and single-node CPU training (apart from this package so
+//     that users of the interface do not link the CPU backend);
 //   - package comm/mpi (build tag mpi): Open MPI through cgo, one process
 //     per rank, launched by mpirun or srun;
 //   - a NCCL communicator for GPU tensors, in the CUDA backend.
@@ -22,7 +23,7 @@
 // time — its rank's — though Stats may be read from anywhere.
 //
 // Collectives work in place on engine tensors of the communicator's
-// device (host F32 tensors for NewLocal and MPI; device tensors for NCCL).
+// device (host F32 tensors for local and MPI; device tensors for NCCL).
 // Elements are summed; the tensors of different ranks must not share
 // memory. A blocking collective returns when its result is ready for the
 // kernels issued after it (on the CPU: when it is in memory; on a GPU: in
@@ -63,7 +64,7 @@
 //
 //	comm: group "z" (rank 1 of 2): all-gather at step 7: no answer from rank 0 within 1m0s
 //
-// NewLocal returns it as an error (and the group is then broken: every
+// local.New's communicators return it as an error (and the group is then broken: every
 // later collective on it fails). MPI and NCCL cannot cancel a call blocked
 // in C, so there the message goes to standard error and the process exits
 // with status 3, which mpirun turns into the end of the whole job.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/parallel"
 )
 
@@ -116,7 +117,7 @@ func TestGridGradients(t *testing.T) {
 				for _, rec := range []bool{false, true} {
 					name := fmt.Sprintf("tie=%v/%v/%v/recompute=%v", tie, shape, ov, rec)
 					var mu sync.Mutex
-					err := parallel.Launch(shape, ov, func(g *parallel.Grid) error {
+					err := launch.Local(shape, ov, func(g *parallel.Grid) error {
 						m, err := New(newBackend(1), cfg, Options{Parallel: g, Recompute: rec})
 						if err != nil {
 							return err
@@ -176,7 +177,7 @@ func TestGridInference(t *testing.T) {
 	}
 	for _, shape := range []comm.Grid{{Data: 2, X: 2, Y: 2, Z: 1}, {Data: 1, X: 1, Y: 4, Z: 2}, {Data: 1, X: 4, Y: 1, Z: 4}} {
 		var mu sync.Mutex
-		err := parallel.Launch(shape, parallel.AllOverlap(), func(g *parallel.Grid) error {
+		err := launch.Local(shape, parallel.AllOverlap(), func(g *parallel.Grid) error {
 			m, err := New(newBackend(1), cfg, Options{Parallel: g})
 			if err != nil {
 				return err

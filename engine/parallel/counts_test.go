@@ -11,6 +11,7 @@ import (
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine/comm"
 	"github.com/memtrain/memtrain/engine/cpu"
+	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/engine/parallel"
 	"github.com/memtrain/memtrain/engine/perfmodel"
@@ -113,7 +114,7 @@ func TestCountsEqualPerfmodel(t *testing.T) {
 		want := modelCounts(t, cfg, step)
 		name := fmt.Sprintf("tie=%v %v recompute=%v %v", tie, shape, rec, ov)
 		var mu sync.Mutex
-		err := parallel.Launch(shape, ov, func(g *parallel.Grid) error {
+		err := launch.Local(shape, ov, func(g *parallel.Grid) error {
 			m, err := llama.New(cpu.New(cpu.Options{Threads: 1}), cfg, llama.Options{Parallel: g, Recompute: rec})
 			if err != nil {
 				return err

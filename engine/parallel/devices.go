@@ -7,13 +7,14 @@ import (
 	"github.com/memtrain/memtrain/engine/comm"
 )
 
-// LaunchWorlds is Launch over world communicators the caller made: one
+// LaunchWorlds runs a grid over world communicators the caller made: one
 // per in-process rank, worlds[r] being rank r's. It is how a grid runs on
 // devices of its own, one GPU a rank with a NCCL world over them, whose
 // communicators can only be made once the devices' backends exist. It
 // runs fn on every rank, each on its own goroutine, splits and closes the
-// groups as Join does, closes every world, and reports errors as Launch
-// does.
+// groups as Join does, closes every world, and reports errors as
+// launch.Local does (the failing ranks' first distinct errors, root causes
+// ahead of communication failures).
 func LaunchWorlds(worlds []comm.Comm, shape comm.Grid, ov Overlap, fn func(g *Grid) error) error {
 	if shape.Data < 1 || shape.X < 1 || shape.Y < 1 || shape.Z < 1 {
 		return fmt.Errorf("parallel: grid %v: every axis needs at least one rank", shape)

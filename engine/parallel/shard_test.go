@@ -9,6 +9,7 @@ import (
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/parallel"
 )
 
@@ -80,7 +81,7 @@ func TestShardsTileEveryTensor(t *testing.T) {
 // Launch's error, ahead of the others' consequences.
 func TestLaunchReportsTheCause(t *testing.T) {
 	cause := errors.New("disk full")
-	err := parallel.Launch(comm.Grid{Data: 1, X: 2, Y: 1, Z: 1}, parallel.Overlap{}, func(g *parallel.Grid) error {
+	err := launch.Local(comm.Grid{Data: 1, X: 2, Y: 1, Z: 1}, parallel.Overlap{}, func(g *parallel.Grid) error {
 		if g.Rank() == 1 {
 			return cause
 		}

@@ -58,10 +58,10 @@ func ParseGrid(s string) (Grid, error) {
 		key = strings.ToLower(strings.TrimSpace(key))
 		n, err := strconv.Atoi(strings.TrimSpace(val))
 		if !ok || err != nil || n < 1 {
-			return g, fmt.Errorf("--parallel %q: %q is not AXIS=N with N ≥ 1", s, part)
+			return g, fmt.Errorf("grid %q: %q is not AXIS=N with N ≥ 1", s, part)
 		}
 		if seen[key] {
-			return g, fmt.Errorf("--parallel %q: %s given twice", s, key)
+			return g, fmt.Errorf("grid %q: %s given twice", s, key)
 		}
 		seen[key] = true
 		switch key {
@@ -74,11 +74,11 @@ func ParseGrid(s string) (Grid, error) {
 		case "z":
 			g.Z = n
 		default:
-			return g, fmt.Errorf("--parallel %q: unknown axis %q (want dp, x, y or z)", s, key)
+			return g, fmt.Errorf("grid %q: unknown axis %q (want dp, x, y or z)", s, key)
 		}
 	}
 	if len(seen) == 0 {
-		return g, fmt.Errorf("--parallel %q: no axis given (e.g. dp=2,x=2,y=1,z=2)", s)
+		return g, fmt.Errorf("grid %q: no axis given (e.g. dp=2,x=2,y=1,z=2)", s)
 	}
 	return g, nil
 }

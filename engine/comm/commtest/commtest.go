@@ -37,7 +37,7 @@ type Config struct {
 	// Backend allocates rank's tensors; nil means one shared CPU backend.
 	Backend func(rank int) engine.Backend
 	// RankOrder says that sums must equal the float32 sums in rank order,
-	// ((x₀ + x₁) + x₂) + …, bit for bit (NewLocal promises it). Otherwise
+	// ((x₀ + x₁) + x₂) + …, bit for bit (local.New promises it). Otherwise
 	// they must lie within the error bound of a sum in any order of the
 	// float64 reference, and be the same on every rank.
 	RankOrder bool
@@ -45,7 +45,7 @@ type Config struct {
 	// RunRank checks those that fit in its world, on groups split from it.
 	Sizes []int
 	// Watchdog says that a collective given up by the watchdog returns
-	// an error (NewLocal) rather than ending the process (MPI, NCCL), so
+	// an error (local.New) rather than ending the process (MPI, NCCL), so
 	// that the suite can check it. Only Run checks it.
 	Watchdog bool
 	// Timeout is the watchdog timeout of the groups Run makes, so that a

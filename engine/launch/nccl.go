@@ -1,4 +1,4 @@
-package main
+package launch
 
 import (
 	"encoding/binary"
@@ -46,7 +46,7 @@ func localRank(worldRank int) (int, error) {
 	return worldRank, nil
 }
 
-// mpiDevice is the GPU of the process of local rank local, for --device
+// mpiDevice is the GPU of the process of local rank local, for Device
 // cuda:first, when the process sees count GPUs: cuda:first+local, one GPU
 // a process on each node. A process that sees exactly one GPU with
 // first = 0 takes it whatever its local rank: the launcher bound one GPU
@@ -64,10 +64,10 @@ func mpiDevice(first, local, count int) (int, error) {
 }
 
 // launchMPINCCL runs fn as this process's rank of the grid on its GPU
-// (mpiDevice, from --device cuda:first), on a NCCL world bootstrapped
+// (mpiDevice, from Device cuda:first), on a NCCL world bootstrapped
 // over the MPI job's world (joinNCCL). Failures end the process as in
 // launchMPI: only a successful rank finalises MPI.
-func launchMPINCCL(shape comm.Grid, ov parallel.Overlap, first int, fn func(g *parallel.Grid, b engine.Backend) error) error {
+func launchMPINCCL(shape comm.Grid, ov parallel.Overlap, first int, fn Fn) error {
 	world, err := mpiInit()
 	if err != nil {
 		return err
@@ -90,7 +90,7 @@ func launchMPINCCL(shape comm.Grid, ov parallel.Overlap, first int, fn func(g *p
 // communicator: MPI, or in-process ranks in tests), joins the grid on
 // that world (parallel.Join), then closes the world and the backend. boot
 // is left open for its owner.
-func joinNCCL(boot comm.Comm, shape comm.Grid, ov parallel.Overlap, first int, fn func(g *parallel.Grid, b engine.Backend) error) (err error) {
+func joinNCCL(boot comm.Comm, shape comm.Grid, ov parallel.Overlap, first int, fn Fn) (err error) {
 	var b *cuda.Backend
 	var id cuda.NCCLUniqueID
 	startErr := func() error {

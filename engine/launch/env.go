@@ -1,4 +1,4 @@
-package main
+package launch
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/memtrain/memtrain/engine/comm"
 	"github.com/memtrain/memtrain/engine/parallel"
+	"github.com/memtrain/memtrain/engine/perfmodel"
 )
 
 // Launchers tell a process the size of its job through the environment:
@@ -24,7 +25,7 @@ var (
 )
 
 // errNoMPI says that this binary cannot join a multi-process job.
-var errNoMPI = errors.New("this memtrain was built without MPI: build it with `go build -tags mpi ./cmd/memtrain` (cgo and Open MPI's headers; Debian: libopenmpi-dev)")
+var errNoMPI = errors.New("this program was built without MPI: build it with the mpi tag, e.g. `go build -tags mpi ./cmd/memtrain` (cgo and Open MPI's headers; Debian: libopenmpi-dev)")
 
 // launchedProcs is the number of processes of the job this process was
 // started in by mpirun or srun, and 0 when it was started on its own.
@@ -63,25 +64,24 @@ func envCount(names []string) (int, error) {
 // were launched (launchedProcs): true for one rank per process over MPI,
 // false for in-process ranks. A job of one process is a plain run, which
 // may hold a grid of in-process ranks; a job of several needs an MPI
-// build and exactly one process per rank (size 0: the command was given
-// no grid).
-func checkLaunch(procs, size int, grid string) (bool, error) {
+// build and exactly one process per rank (size 0: no grid).
+func checkLaunch(procs, size int, grid comm.Grid) (bool, error) {
 	if procs <= 1 {
 		return false, nil
 	}
 	launched := fmt.Sprintf("mpirun or srun started %d processes", procs)
 	switch {
 	case size == 0:
-		return false, fmt.Errorf("%s: give --parallel with a grid of %d ranks, one a process (without it every process would run the whole job)", launched, procs)
-	case !mpiBuilt:
+		return false, fmt.Errorf("%s: give a grid of %d ranks, one a process (without one every process would run the whole job)", launched, procs)
+	case !MPIBuilt:
 		return false, fmt.Errorf("%s, but %w", launched, errNoMPI)
 	case size != procs:
-		return false, fmt.Errorf("--parallel %s has %d ranks, but %s: each process runs one rank, so the two must be equal", grid, size, launched)
+		return false, &GridError{grid, fmt.Errorf("%d ranks, but %s: each process runs one rank, so the two must be equal", size, launched)}
 	}
 	return true, nil
 }
 
-// mpiThreads is the compute threads of one rank under MPI: --threads when
+// mpiThreads is the compute threads of one rank under MPI: Spec.Threads when
 // given (a process runs one rank), else this node's cores shared out over
 // its processes.
 func mpiThreads(threads, procs int) int {
@@ -112,4 +112,28 @@ func launchMPI(shape comm.Grid, ov parallel.Overlap, fn func(g *parallel.Grid) e
 		return fmt.Errorf("rank %d of %d: %w", world.Rank(), world.Size(), err)
 	}
 	return nil
+}
+
+// Procs is the number of processes of the job this process was started
+// in by mpirun or srun, and 0 when it was started on its own.
+func Procs() (int, error) { return launchedProcs() }
+
+// MPIWorld initialises MPI and returns the world communicator of the job
+// of procs processes (Procs) this process belongs to, for tools that run
+// their own collectives (benchmarks); its owner closes it, which
+// finalises MPI.
+func MPIWorld(procs int) (comm.Comm, error) {
+	if !MPIBuilt {
+		return nil, fmt.Errorf("mpirun or srun started %d processes, but %w", procs, errNoMPI)
+	}
+	return mpiInit()
+}
+
+// ParseGrid reads a grid such as dp=2,x=2,y=1,z=2 (perfmodel.ParseGrid).
+func ParseGrid(s string) (comm.Grid, error) {
+	g, err := perfmodel.ParseGrid(s)
+	if err != nil {
+		return comm.Grid{}, err
+	}
+	return comm.Grid{Data: g.Data, X: g.X, Y: g.Y, Z: g.Z}, nil
 }

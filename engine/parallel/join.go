@@ -7,26 +7,6 @@ import (
 	"github.com/memtrain/memtrain/engine/comm"
 )
 
-// Launch runs fn on every rank of a grid of in-process ranks
-// (comm.NewLocal), each on its own goroutine with its own communicators,
-// and waits for all of them. Each rank builds its own backend and model
-// inside fn: ranks share nothing but the communicators.
-//
-// It returns nil when every rank succeeded; otherwise the errors of the
-// failing ranks, the first of each distinct message, lowest rank first,
-// and a rank's failure other than a communication one (*comm.Error) ahead
-// of the others, which are usually its consequence (the group broke or
-// timed out waiting for it).
-func Launch(shape comm.Grid, ov Overlap, fn func(g *Grid) error, opts ...comm.Option) error {
-	if shape.Data < 1 || shape.X < 1 || shape.Y < 1 || shape.Z < 1 {
-		return fmt.Errorf("parallel: grid %v: every axis needs at least one rank", shape)
-	}
-	if _, _, err := comm.EnvTimeout(); err != nil {
-		return err
-	}
-	return LaunchWorlds(comm.NewLocal(shape.Size(), opts...), shape, ov, fn)
-}
-
 // Join runs fn as this rank's part of a grid on world, a communicator of
 // shape.Size() ranks of which every one calls Join: it splits world into
 // the grid's groups (comm.SplitGrid), runs fn, and closes the groups, not

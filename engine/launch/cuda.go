@@ -1,30 +1,30 @@
-package main
+package launch
 
 import (
 	"errors"
 	"fmt"
 
-	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/comm"
 	"github.com/memtrain/memtrain/engine/cuda"
 	"github.com/memtrain/memtrain/engine/parallel"
 )
 
-// A grid with --device cuda computes on one GPU a rank, with NCCL
-// communicators: in this process, rank r on cuda:K+r for --device cuda:K
+// A grid on CUDA devices computes on one GPU a rank, with NCCL
+// communicators: in this process, rank r on cuda:K+r from Device cuda:K
 // (launchCUDA); under mpirun or srun, one rank a process on the GPU of its
-// local rank (mpi_launch_nccl.go). The engine code is the same as on the
+// local rank (nccl.go). The engine code is the same as on the
 // CPU: only the backends and the world communicator differ.
 
 // checkCUDARanks checks that the in-process ranks of a grid of size ranks
 // have a GPU each from cuda:first, before anything is loaded.
-func checkCUDARanks(grid string, size, first int) error {
+func checkCUDARanks(grid comm.Grid, first int) error {
+	size := grid.Size()
 	count, err := cuda.DeviceCount("")
 	if err != nil {
 		return err
 	}
 	if first+size > count {
-		return fmt.Errorf("--parallel %s has %d ranks, one a GPU (cuda:%d to cuda:%d), but %d CUDA device(s) found", grid, size, first, first+size-1, count)
+		return &GridError{grid, fmt.Errorf("%d ranks, one a GPU (cuda:%d to cuda:%d), but %d CUDA device(s) found", size, first, first+size-1, count)}
 	}
 	return nil
 }
@@ -35,7 +35,7 @@ func checkCUDARanks(grid string, size, first int) error {
 // groups (ncclCommSplit). The backends are made one after the other, so
 // that the first compiles the kernels and the others load them from the
 // cache.
-func launchCUDA(shape comm.Grid, ov parallel.Overlap, first int, fn func(g *parallel.Grid, b engine.Backend) error) (err error) {
+func launchCUDA(shape comm.Grid, ov parallel.Overlap, first int, fn Fn) (err error) {
 	backends := make([]*cuda.Backend, 0, shape.Size())
 	defer func() {
 		// After every rank is done: the ranks' tensors are freed and the

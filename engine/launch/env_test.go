@@ -1,6 +1,7 @@
-package main
+package launch
 
 import (
+	"github.com/memtrain/memtrain/engine/comm"
 	"strings"
 	"testing"
 )
@@ -16,14 +17,14 @@ func TestCheckLaunch(t *testing.T) {
 		{procs: 0, size: 0},
 		{procs: 0, size: 8},
 		{procs: 1, size: 4},
-		{procs: 4, size: 0, err: "give --parallel with a grid of 4 ranks"},
-		{procs: 4, size: 8, err: "has 8 ranks, but mpirun or srun started 4 processes"},
+		{procs: 4, size: 0, err: "give a grid of 4 ranks"},
+		{procs: 4, size: 8, err: "8 ranks, but mpirun or srun started 4 processes"},
 		{procs: 4, size: 4, mpi: true},
 	} {
-		got, err := checkLaunch(tt.procs, tt.size, "dp=2,x=2")
+		got, err := checkLaunch(tt.procs, tt.size, comm.Grid{Data: 2, X: 2, Y: 1, Z: 1})
 		want := tt.mpi
 		wantErr := tt.err
-		if !mpiBuilt && tt.procs > 1 && tt.size > 0 { // the first thing to fix
+		if !MPIBuilt && tt.procs > 1 && tt.size > 0 { // the first thing to fix
 			want, wantErr = false, "built without MPI"
 		}
 		switch {
@@ -61,22 +62,5 @@ func TestLaunchedProcs(t *testing.T) {
 	t.Setenv("OMPI_COMM_WORLD_SIZE", "four")
 	if _, err := launchedProcs(); err == nil || !strings.Contains(err.Error(), "OMPI_COMM_WORLD_SIZE") {
 		t.Errorf("OMPI_COMM_WORLD_SIZE=four: error %v, want one naming the variable", err)
-	}
-}
-
-// TestFinetuneUnderLauncher: a build without MPI started as one of
-// several processes refuses to run the job in every process.
-func TestFinetuneUnderLauncher(t *testing.T) {
-	if mpiBuilt {
-		t.Skip("an MPI build would initialise MPI: scripts/mpi-test.sh runs it under mpirun")
-	}
-	base, ds := finetuneFixture(t, "builtin:llama2")
-	t.Setenv("OMPI_COMM_WORLD_SIZE", "2")
-	for _, extra := range [][]string{nil, {"--parallel", "dp=2"}} {
-		args := append([]string{"finetune", "--model", base, "--data", ds, "--out", t.TempDir(), "--max_steps", "1"}, extra...)
-		_, errs, code := memtrain(t, "", args...)
-		if code == 0 || !strings.Contains(errs, "mpirun or srun started 2 processes") {
-			t.Errorf("%v: status %d, stderr %q", extra, code, errs)
-		}
 	}
 }

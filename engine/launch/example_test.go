@@ -1,4 +1,4 @@
-package parallel_test
+package launch_test
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine/comm"
 	"github.com/memtrain/memtrain/engine/cpu"
+	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/engine/parallel"
 )
@@ -14,7 +15,7 @@ import (
 // Train one step of a small Llama on 16 in-process ranks, data 2 × X 2 ×
 // Y 2 × Z 2: each rank holds a sixteenth of every weight matrix, the four
 // data·Z ranks split the batch's sequences, and the loss is one rank's.
-func ExampleLaunch() {
+func ExampleLocal() {
 	cfg := &checkpoints.Config{
 		HiddenSize: 32, IntermediateSize: 48, NumHiddenLayers: 2, NumAttentionHeads: 8, NumKeyValueHeads: 4,
 		RMSNormEps: 1e-5, RopeTheta: 10000, MaxPositionEmbeddings: 32, VocabSize: 64,
@@ -54,7 +55,7 @@ func ExampleLaunch() {
 	}
 	one, _ := step(nil)
 	losses := make([]float64, 16)
-	err := parallel.Launch(comm.Grid{Data: 2, X: 2, Y: 2, Z: 2}, parallel.AllOverlap(), func(g *parallel.Grid) (err error) {
+	err := launch.Local(comm.Grid{Data: 2, X: 2, Y: 2, Z: 2}, parallel.AllOverlap(), func(g *parallel.Grid) (err error) {
 		losses[g.Rank()], err = step(g)
 		return err
 	})

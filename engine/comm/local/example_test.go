@@ -1,4 +1,4 @@
-package comm_test
+package local_test
 
 import (
 	"fmt"
@@ -6,14 +6,15 @@ import (
 
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/comm/local"
 	"github.com/memtrain/memtrain/engine/cpu"
 )
 
 // Four in-process ranks all-reduce, then reduce-scatter 7 elements: rank
 // r gets chunk r of the sums, 2, 2, 2 and 1 elements long.
-func ExampleNewLocal() {
+func ExampleNew() {
 	b := cpu.New(cpu.Options{Threads: 1})
-	comms := comm.NewLocal(4)
+	comms := local.New(4)
 	out := make([]string, len(comms))
 	var wg sync.WaitGroup
 	for _, c := range comms {

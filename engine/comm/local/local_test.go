@@ -1,4 +1,4 @@
-package comm_test
+package local_test
 
 import (
 	"errors"
@@ -11,11 +11,12 @@ import (
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/comm"
 	"github.com/memtrain/memtrain/engine/comm/commtest"
+	"github.com/memtrain/memtrain/engine/comm/local"
 	"github.com/memtrain/memtrain/engine/cpu"
 )
 
 func newLocal(t *testing.T, n int, opts ...comm.Option) []comm.Comm {
-	return comm.NewLocal(n, opts...)
+	return local.New(n, opts...)
 }
 
 func TestLocalConformance(t *testing.T) {
@@ -36,7 +37,7 @@ func each(comms []comm.Comm, f func(c comm.Comm)) {
 }
 
 func TestLocalMismatchBreaksGroup(t *testing.T) {
-	comms := comm.NewLocal(2, comm.WithTimeout(5*time.Second))
+	comms := local.New(2, comm.WithTimeout(5*time.Second))
 	b := cpu.New(cpu.Options{Threads: 1})
 	errs := make([]error, 2)
 	each(comms, func(c comm.Comm) {
@@ -64,7 +65,7 @@ func TestLocalMismatchBreaksGroup(t *testing.T) {
 }
 
 func TestLocalTimeoutBreaksGroup(t *testing.T) {
-	comms := comm.NewLocal(3, comm.WithTimeout(50*time.Millisecond), comm.WithName("y"))
+	comms := local.New(3, comm.WithTimeout(50*time.Millisecond), comm.WithName("y"))
 	// Rank 2 never comes; ranks 0 and 1 time out, then rank 2 arrives late.
 	each(comms[:2], func(c comm.Comm) {
 		if err := c.Barrier(); err == nil {
@@ -79,7 +80,7 @@ func TestLocalTimeoutBreaksGroup(t *testing.T) {
 }
 
 func TestLocalClosed(t *testing.T) {
-	c := comm.NewLocal(1)[0]
+	c := local.New(1)[0]
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +90,7 @@ func TestLocalClosed(t *testing.T) {
 }
 
 func TestLocalNotHost(t *testing.T) {
-	c := comm.NewLocal(1)[0]
+	c := local.New(1)[0]
 	err := c.AllReduce(&engine.Tensor{Storage: fakeStorage{}, Shape: []int{2}})
 	if err == nil || !strings.Contains(err.Error(), "not a tensor of the CPU backend") {
 		t.Errorf("all-reduce of a foreign tensor: %v", err)
@@ -188,7 +189,7 @@ func TestGridCoords(t *testing.T) {
 	if d, x, y, z := g.Coords(12); d != 1 || x != 0 || y != 0 || z != 0 {
 		t.Errorf("Coords(12) = %d %d %d %d, want data = 1", d, x, y, z)
 	}
-	if _, err := comm.SplitGrid(comm.NewLocal(1)[0], g); err == nil {
+	if _, err := comm.SplitGrid(local.New(1)[0], g); err == nil {
 		t.Errorf("SplitGrid of a world of 1 into %v: no error", g)
 	}
 }
@@ -230,7 +231,7 @@ func BenchmarkLocalAllReduce(b *testing.B) {
 	for _, n := range []int{1 << 10, 1 << 20, 16 << 20} {
 		b.Run(fmtSize(n), func(b *testing.B) {
 			be := cpu.New(cpu.Options{Threads: 1})
-			comms := comm.NewLocal(4)
+			comms := local.New(4)
 			ts := make([]*engine.Tensor, len(comms))
 			for r := range ts {
 				ts[r] = be.Alloc(engine.F32, n)

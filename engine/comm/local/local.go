@@ -1,8 +1,9 @@
-package comm
+package local
 
 import (
 	"errors"
 	"fmt"
+	"github.com/memtrain/memtrain/engine/comm"
 	"sort"
 	"sync"
 	"time"
@@ -12,12 +13,12 @@ import (
 	"github.com/memtrain/memtrain/engine/cpu/vec"
 )
 
-// NewLocal returns the communicators of n ranks in this process, one per
+// New returns the communicators of n ranks in this process, one per
 // rank, for host tensors of the CPU backend (F32, or I32 for token ids).
 // Each is used by its own goroutine.
 //
 // Nothing is sent anywhere: when every rank has joined a collective, each
-// rank works on its own chunk (Chunk) of the result directly in the other
+// rank works on its own chunk (comm.Chunk) of the result directly in the other
 // ranks' tensors, and returns once every rank is done. An all-reduce thus
 // reads each element of each rank once and writes it once, with no copy
 // in between. Sums run in rank order, ((x₀ + x₁) + x₂) + …, in the
@@ -25,20 +26,20 @@ import (
 // copied to the others, so every rank gets the same bits, whatever the
 // scheduling. Non-blocking collectives run on a goroutine of their own.
 //
-// NewLocal panics if n < 1 or if TimeoutEnv is malformed (see EnvTimeout
+// New panics if n < 1 or if TimeoutEnv is malformed (see comm.EnvTimeout
 // to check it first).
-func NewLocal(n int, opts ...Option) []Comm {
+func New(n int, opts ...comm.Option) []comm.Comm {
 	if n < 1 {
-		panic(fmt.Sprintf("comm: NewLocal(%d): a group needs at least one rank", n))
+		panic(fmt.Sprintf("local: New(%d): a group needs at least one rank", n))
 	}
-	cfg, err := NewConfig(opts...)
+	cfg, err := comm.NewConfig(opts...)
 	if err != nil {
 		panic(err)
 	}
 	g := newLocalGroup(cfg.Name, n, cfg.Timeout)
-	comms := make([]Comm, n)
+	comms := make([]comm.Comm, n)
 	for r := range comms {
-		comms[r] = &local{g: g, rank: r, counters: NewCounters()}
+		comms[r] = &local{g: g, rank: r, counters: comm.NewCounters()}
 	}
 	return comms
 }
@@ -66,7 +67,7 @@ func newLocalGroup(name string, size int, timeout time.Duration) *localGroup {
 // share (no one touches another rank's tensors after that). failed is
 // closed instead of ready when the collective cannot complete.
 type slot struct {
-	op    Op
+	op    comm.Op
 	dtype engine.DType
 	n     int // payload length, the same on every rank
 	root  int
@@ -93,7 +94,7 @@ type splitResult struct {
 
 // call is one rank's side of a collective.
 type call struct {
-	op         Op
+	op         comm.Op
 	seq        uint64
 	step       int
 	a, b       *engine.Tensor
@@ -103,40 +104,44 @@ type call struct {
 	color, key int
 }
 
-// local is one rank's Comm.
+// local is one rank's comm.Comm.
 type local struct {
 	g        *localGroup
 	rank     int
 	seq      uint64 // collectives issued so far; the next one's key
-	counters *Counters
+	counters *comm.Counters
 	closed   bool
 }
 
-func (c *local) Rank() int        { return c.rank }
-func (c *local) Size() int        { return c.g.size }
-func (c *local) Group() string    { return c.g.name }
-func (c *local) Stats() Stats     { return c.counters.Stats() }
-func (c *local) SetStep(step int) { c.counters.SetStep(step) }
+func (c *local) Rank() int         { return c.rank }
+func (c *local) Size() int         { return c.g.size }
+func (c *local) Group() string     { return c.g.name }
+func (c *local) Stats() comm.Stats { return c.counters.Stats() }
+func (c *local) SetStep(step int)  { c.counters.SetStep(step) }
 
 func (c *local) Close() error {
 	c.closed = true
 	return nil
 }
 
-func (c *local) AllReduce(t *engine.Tensor) error { return c.do(AllReduce, t, nil, 0) }
+func (c *local) AllReduce(t *engine.Tensor) error { return c.do(comm.AllReduce, t, nil, 0) }
 func (c *local) ReduceScatter(dst, src *engine.Tensor) error {
-	return c.do(ReduceScatter, src, dst, 0)
+	return c.do(comm.ReduceScatter, src, dst, 0)
 }
-func (c *local) AllGather(dst, src *engine.Tensor) error    { return c.do(AllGather, dst, src, 0) }
-func (c *local) Broadcast(t *engine.Tensor, root int) error { return c.do(Broadcast, t, nil, root) }
-func (c *local) Barrier() error                             { return c.do(Barrier, nil, nil, 0) }
-func (c *local) IAllReduce(t *engine.Tensor) Request        { return c.start(AllReduce, t, nil) }
-func (c *local) IReduceScatter(dst, src *engine.Tensor) Request {
-	return c.start(ReduceScatter, src, dst)
+func (c *local) AllGather(dst, src *engine.Tensor) error { return c.do(comm.AllGather, dst, src, 0) }
+func (c *local) Broadcast(t *engine.Tensor, root int) error {
+	return c.do(comm.Broadcast, t, nil, root)
 }
-func (c *local) IAllGather(dst, src *engine.Tensor) Request { return c.start(AllGather, dst, src) }
+func (c *local) Barrier() error                           { return c.do(comm.Barrier, nil, nil, 0) }
+func (c *local) IAllReduce(t *engine.Tensor) comm.Request { return c.start(comm.AllReduce, t, nil) }
+func (c *local) IReduceScatter(dst, src *engine.Tensor) comm.Request {
+	return c.start(comm.ReduceScatter, src, dst)
+}
+func (c *local) IAllGather(dst, src *engine.Tensor) comm.Request {
+	return c.start(comm.AllGather, dst, src)
+}
 
-func (c *local) do(op Op, a, b *engine.Tensor, root int) error {
+func (c *local) do(op comm.Op, a, b *engine.Tensor, root int) error {
 	k, err := c.prepare(op, a, b, root)
 	if err != nil || k == nil {
 		return err
@@ -158,7 +163,7 @@ func (r *localRequest) Wait() error {
 	return r.err
 }
 
-func (c *local) start(op Op, a, b *engine.Tensor) Request {
+func (c *local) start(op comm.Op, a, b *engine.Tensor) comm.Request {
 	r := &localRequest{done: make(chan struct{})}
 	k, err := c.prepare(op, a, b, 0)
 	if err != nil || k == nil {
@@ -173,14 +178,14 @@ func (c *local) start(op Op, a, b *engine.Tensor) Request {
 	return r
 }
 
-func (c *local) wrap(op Op, step int, err error) error {
-	return &Error{Group: c.g.name, Rank: c.rank, Size: c.g.size, Op: op, Step: step, Err: err}
+func (c *local) wrap(op comm.Op, step int, err error) error {
+	return &comm.Error{Group: c.g.name, Rank: c.rank, Size: c.g.size, Op: op, Step: step, Err: err}
 }
 
 // prepare checks one rank's arguments, counts the collective and takes
 // its sequence number. It returns a nil call when there is nothing more
 // to do: a group of one rank.
-func (c *local) prepare(op Op, a, b *engine.Tensor, root int) (*call, error) {
+func (c *local) prepare(op comm.Op, a, b *engine.Tensor, root int) (*call, error) {
 	step := c.counters.Step()
 	if c.closed {
 		return nil, c.wrap(op, step, errors.New("communicator closed"))
@@ -188,19 +193,19 @@ func (c *local) prepare(op Op, a, b *engine.Tensor, root int) (*call, error) {
 	k := &call{op: op, step: step, a: a, b: b, root: root}
 	p := c.g.size
 	switch op {
-	case AllReduce, Broadcast:
+	case comm.AllReduce, comm.Broadcast:
 		if err := checkHost("t", a); err != nil {
 			return nil, c.wrap(op, step, err)
 		}
-		if op == Broadcast {
-			if err := CheckRoot(root, p); err != nil {
+		if op == comm.Broadcast {
+			if err := comm.CheckRoot(root, p); err != nil {
 				return nil, c.wrap(op, step, err)
 			}
 		}
 		k.n = a.Len()
-	case ReduceScatter, AllGather:
+	case comm.ReduceScatter, comm.AllGather:
 		full, part := a, b
-		_, inPlace, err := CheckChunk(op, p, c.rank, full, part)
+		_, inPlace, err := comm.CheckChunk(op, p, c.rank, full, part)
 		if err == nil {
 			err = checkHost("", full)
 		}
@@ -222,7 +227,7 @@ func (c *local) prepare(op Op, a, b *engine.Tensor, root int) (*call, error) {
 }
 
 // copyHost is a reduce-scatter or all-gather over one rank: a copy.
-func copyHost(op Op, full, part *engine.Tensor) {
+func copyHost(op comm.Op, full, part *engine.Tensor) {
 	switch full.DType() {
 	case engine.F32:
 		copyChunk(op, cpu.Float32s(full), cpu.Float32s(part))
@@ -231,8 +236,8 @@ func copyHost(op Op, full, part *engine.Tensor) {
 	}
 }
 
-func copyChunk[T elem](op Op, full, part []T) {
-	if op == ReduceScatter {
+func copyChunk[T elem](op comm.Op, full, part []T) {
+	if op == comm.ReduceScatter {
 		copy(part, full)
 	} else {
 		copy(full, part)
@@ -241,7 +246,7 @@ func copyChunk[T elem](op Op, full, part []T) {
 
 // checkHost checks that t is a host tensor this communicator can read.
 func checkHost(name string, t *engine.Tensor) error {
-	if err := CheckTensor(name, t); err != nil {
+	if err := comm.CheckTensor(name, t); err != nil {
 		return err
 	}
 	if _, ok := t.Storage.(*cpu.Storage); !ok {
@@ -265,7 +270,7 @@ func (c *local) run(k *call) error {
 		return c.wrap(k.op, k.step, err)
 	}
 	switch k.op {
-	case Barrier, Split:
+	case comm.Barrier, comm.Split:
 		return nil // nothing to compute, and no tensors to keep alive
 	}
 	switch s.dtype {
@@ -303,7 +308,7 @@ func (g *localGroup) join(rank int, k *call) (*slot, error) {
 		if k.a != nil {
 			s.dtype = k.a.DType()
 		}
-		if k.op == Split {
+		if k.op == comm.Split {
 			s.name, s.color, s.key = make([]string, p), make([]int, p), make([]int, p)
 		}
 		g.slots[k.seq] = s
@@ -313,12 +318,12 @@ func (g *localGroup) join(rank int, k *call) (*slot, error) {
 	}
 	s.joined[rank] = true
 	s.a[rank], s.b[rank] = k.a, k.b
-	if k.op == Split {
+	if k.op == comm.Split {
 		s.name[rank], s.color[rank], s.key[rank] = k.name, k.color, k.key
 	}
 	s.arrived++
 	if s.arrived == g.size {
-		if k.op == Split {
+		if k.op == comm.Split {
 			if err := s.makeSplit(g); err != nil {
 				g.fail(err)
 				return nil, err
@@ -334,11 +339,11 @@ func (g *localGroup) join(rank int, k *call) (*slot, error) {
 // opened the slot: a difference means the ranks' programs went out of
 // step, and the group cannot recover.
 func (s *slot) matches(rank int, k *call) error {
-	describe := func(op Op, n int, dtype engine.DType, root int) string {
+	describe := func(op comm.Op, n int, dtype engine.DType, root int) string {
 		switch op {
-		case Barrier, Split:
+		case comm.Barrier, comm.Split:
 			return op.String()
-		case Broadcast:
+		case comm.Broadcast:
 			return fmt.Sprintf("%v of %d %v elements from root %d", op, n, dtype, root)
 		}
 		return fmt.Sprintf("%v of %d %v elements", op, n, dtype)
@@ -385,7 +390,7 @@ func (g *localGroup) awaitReady(s *slot) error {
 	for missing < g.size && s.joined[missing] {
 		missing++
 	}
-	err := &TimeoutError{Peer: missing, Timeout: g.timeout}
+	err := &comm.TimeoutError{Peer: missing, Timeout: g.timeout}
 	g.fail(err)
 	return err
 }
@@ -404,12 +409,12 @@ func (g *localGroup) fail(err error) {
 	}
 }
 
-// makeSplit forms the new groups of a Split once every rank has joined.
+// makeSplit forms the new groups of a comm.Split once every rank has joined.
 func (s *slot) makeSplit(parent *localGroup) error {
 	p := parent.size
 	byColor := make(map[int][]int)
 	for r := 0; r < p; r++ {
-		if s.color[r] != Undefined {
+		if s.color[r] != comm.Undefined {
 			byColor[s.color[r]] = append(byColor[s.color[r]], r)
 		}
 	}
@@ -430,31 +435,31 @@ func (s *slot) makeSplit(parent *localGroup) error {
 	return nil
 }
 
-func (c *local) Split(name string, color, key int) (Comm, error) {
+func (c *local) Split(name string, color, key int) (comm.Comm, error) {
 	step := c.counters.Step()
 	if c.closed {
-		return nil, c.wrap(Split, step, errors.New("communicator closed"))
+		return nil, c.wrap(comm.Split, step, errors.New("communicator closed"))
 	}
 	if name == "" {
-		return nil, c.wrap(Split, step, errors.New("empty group name"))
+		return nil, c.wrap(comm.Split, step, errors.New("empty group name"))
 	}
-	if color < 0 && color != Undefined {
-		return nil, c.wrap(Split, step, fmt.Errorf("color %d is negative and not Undefined", color))
+	if color < 0 && color != comm.Undefined {
+		return nil, c.wrap(comm.Split, step, fmt.Errorf("color %d is negative and not Undefined", color))
 	}
 	if c.g.size == 1 {
-		if color == Undefined {
+		if color == comm.Undefined {
 			return nil, nil
 		}
 		return &local{g: newLocalGroup(name, 1, c.g.timeout), counters: c.counters}, nil
 	}
-	k := &call{op: Split, step: step, seq: c.seq, name: name, color: color, key: key}
+	k := &call{op: comm.Split, step: step, seq: c.seq, name: name, color: color, key: key}
 	c.seq++
 	s, err := c.g.join(c.rank, k)
 	if err == nil {
 		err = c.g.awaitReady(s)
 	}
 	if err != nil {
-		return nil, c.wrap(Split, step, err)
+		return nil, c.wrap(comm.Split, step, err)
 	}
 	res := s.split[c.rank]
 	if res.g == nil {
@@ -477,29 +482,29 @@ const block = 2048
 func share[T elem](s *slot, r int, data func(*engine.Tensor) []T) {
 	p := len(s.a)
 	switch s.op {
-	case AllReduce:
+	case comm.AllReduce:
 		bufs := make([][]T, p)
 		for q := range bufs {
 			bufs[q] = data(s.a[q])
 		}
-		off, n := Chunk(s.n, p, r)
+		off, n := comm.Chunk(s.n, p, r)
 		sum(bufs, off, n, func(lo int, acc []T) {
 			for _, b := range bufs {
 				copy(b[lo:], acc)
 			}
 		})
-	case ReduceScatter:
+	case comm.ReduceScatter:
 		srcs := make([][]T, p)
 		for q := range srcs {
 			srcs[q] = data(s.a[q])
 		}
 		dst := data(s.b[r])
-		off, n := Chunk(s.n, p, r)
+		off, n := comm.Chunk(s.n, p, r)
 		sum(srcs, off, n, func(lo int, acc []T) { copy(dst[lo-off:], acc) })
-	case AllGather:
+	case comm.AllGather:
 		dst := data(s.a[r])
 		for q := 0; q < p; q++ {
-			off, n := Chunk(s.n, p, q)
+			off, n := comm.Chunk(s.n, p, q)
 			if n == 0 {
 				continue
 			}
@@ -507,7 +512,7 @@ func share[T elem](s *slot, r int, data func(*engine.Tensor) []T) {
 				copy(dst[off:off+n], src)
 			}
 		}
-	case Broadcast:
+	case comm.Broadcast:
 		if r != s.root {
 			copy(data(s.a[r]), data(s.a[s.root]))
 		}
