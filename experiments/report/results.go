@@ -1,4 +1,4 @@
-package experiments
+package report
 
 import (
 	"encoding/json"
@@ -12,7 +12,9 @@ import (
 	"github.com/memtrain/memtrain/memorization"
 )
 
-// The layout of an experiment's output folder:
+// The layout of an experiment's output folder (the runner in package
+// experiments writes it; this package reads the arms and writes the
+// report):
 //
 //	OUT/spec.yaml                         the spec the run started with
 //	OUT/base/NAME/                        base models made from a preset (pretrained)
@@ -84,14 +86,16 @@ func (r *ArmResult) Eval(key string) *Eval {
 }
 
 // Name is the arm's folder name: ARM-sSEED.
-func (r *ArmResult) Name() string { return armDirName(r.Arm, r.Seed) }
+func (r *ArmResult) Name() string { return ArmDirName(r.Arm, r.Seed) }
 
-func armDirName(arm string, seed uint64) string { return fmt.Sprintf("%s-s%d", arm, seed) }
+// ArmDirName is the folder name of an arm and seed under OUT/arms:
+// ARM-sSEED.
+func ArmDirName(arm string, seed uint64) string { return fmt.Sprintf("%s-s%d", arm, seed) }
 
-// LoadResults reads the results of every finished arm of the experiment in
+// Load reads the results of every finished arm of the experiment in
 // dir, ordered as the arms were run (by arm name order of the folder, then
 // seed) — unfinished arms are left out.
-func LoadResults(dir string) ([]ArmResult, error) {
+func Load(dir string) ([]ArmResult, error) {
 	paths, err := filepath.Glob(filepath.Join(dir, "arms", "*", ResultFile))
 	if err != nil {
 		return nil, err

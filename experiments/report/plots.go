@@ -1,4 +1,4 @@
-package experiments
+package report
 
 import (
 	"bytes"
@@ -556,7 +556,7 @@ func plotMemorizationVsParams(dir string, arms []*reportArm, p *reportProtocol) 
 			return nil, err
 		}
 	}
-	f.p.X.Tick.Marker = f.valueTicks(sizes, func(x float64) string { return reportCount(int64(x)) })
+	f.p.X.Tick.Marker = f.valueTicks(sizes, func(x float64) string { return formatCount(int64(x)) })
 	file := filepath.Join(PlotsDir, "memorization-vs-params-"+plotSlug(p.Key)+".png")
 	if err := f.save(dir, file); err != nil {
 		return nil, err
