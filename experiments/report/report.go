@@ -59,15 +59,15 @@ func (r *Written) Files() []string {
 // written.
 func Write(dir string, opt Options) (*Written, error) {
 	if _, err := os.Stat(dir); err != nil {
-		return nil, fmt.Errorf("experiments: report: %w", err)
+		return nil, fmt.Errorf("report: %w", err)
 	}
 	results, err := Load(dir)
 	if err != nil {
-		return nil, fmt.Errorf("experiments: report: %w", err)
+		return nil, err
 	}
 	started, err := filepath.Glob(filepath.Join(dir, "arms", "*"))
 	if err != nil {
-		return nil, fmt.Errorf("experiments: report: %w", err)
+		return nil, fmt.Errorf("report: %w", err)
 	}
 	unfinished := 0
 	for _, p := range started {
@@ -78,7 +78,7 @@ func Write(dir string, opt Options) (*Written, error) {
 		}
 	}
 	if len(results) == 0 {
-		return nil, fmt.Errorf("experiments: report: no finished arm in %s (%s started, none has written %s): run or resume the experiment first",
+		return nil, fmt.Errorf("report: no finished arm in %s (%s started, none has written %s): run or resume the experiment first",
 			dir, reportPlural(unfinished, "arm run"), ResultFile)
 	}
 	if opt.Title == "" {
@@ -99,7 +99,7 @@ func Write(dir string, opt Options) (*Written, error) {
 		Unfinished: unfinished,
 	}
 	if err := os.MkdirAll(filepath.Join(dir, PlotsDir), 0o755); err != nil {
-		return nil, fmt.Errorf("experiments: report: %w", err)
+		return nil, fmt.Errorf("report: %w", err)
 	}
 	figs, err := writePlots(dir, arms, protos, &rep.Warnings)
 	if err != nil {
@@ -111,14 +111,14 @@ func Write(dir string, opt Options) (*Written, error) {
 	_, specErr := os.Stat(filepath.Join(dir, "spec.yaml"))
 	md := renderMarkdown(opt.Title, arms, protos, figs, rep, specErr == nil)
 	if err := checkpoints.WriteFileAtomic(rep.Markdown, md); err != nil {
-		return nil, fmt.Errorf("experiments: report: %w", err)
+		return nil, fmt.Errorf("report: %w", err)
 	}
 	table, err := renderCSV(arms, protos)
 	if err != nil {
-		return nil, fmt.Errorf("experiments: report: %w", err)
+		return nil, fmt.Errorf("report: %w", err)
 	}
 	if err := checkpoints.WriteFileAtomic(rep.CSV, table); err != nil {
-		return nil, fmt.Errorf("experiments: report: %w", err)
+		return nil, fmt.Errorf("report: %w", err)
 	}
 	return rep, nil
 }

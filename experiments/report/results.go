@@ -104,14 +104,14 @@ func Load(dir string) ([]ArmResult, error) {
 	for _, p := range paths {
 		b, err := os.ReadFile(p)
 		if err != nil {
-			return nil, fmt.Errorf("experiments: %w", err)
+			return nil, fmt.Errorf("report: %w", err)
 		}
 		var r ArmResult
 		if err := json.Unmarshal(b, &r); err != nil {
-			return nil, fmt.Errorf("experiments: %s: %w", p, err)
+			return nil, fmt.Errorf("report: %s: %w", p, err)
 		}
 		if r.Schema != ResultSchema {
-			return nil, fmt.Errorf("experiments: %s: schema %d, want %d", p, r.Schema, ResultSchema)
+			return nil, fmt.Errorf("report: %s: schema %d, want %d", p, r.Schema, ResultSchema)
 		}
 		out = append(out, r)
 	}
@@ -128,7 +128,7 @@ func Load(dir string) ([]ArmResult, error) {
 func ReadMetrics(path string) ([]finetune.Metrics, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("experiments: %w", err)
+		return nil, fmt.Errorf("report: %w", err)
 	}
 	var out []finetune.Metrics
 	for i, line := range strings.Split(string(b), "\n") {
@@ -137,7 +137,7 @@ func ReadMetrics(path string) ([]finetune.Metrics, error) {
 		}
 		var m finetune.Metrics
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			return nil, fmt.Errorf("experiments: %s:%d: %w", path, i+1, err)
+			return nil, fmt.Errorf("report: %s:%d: %w", path, i+1, err)
 		}
 		out = append(out, m)
 	}
@@ -148,7 +148,7 @@ func ReadMetrics(path string) ([]finetune.Metrics, error) {
 func ReadDocs(path string) ([]memorization.DocResult, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("experiments: %w", err)
+		return nil, fmt.Errorf("report: %w", err)
 	}
 	var out []memorization.DocResult
 	for i, line := range strings.Split(string(b), "\n") {
@@ -157,7 +157,7 @@ func ReadDocs(path string) ([]memorization.DocResult, error) {
 		}
 		var d memorization.DocResult
 		if err := json.Unmarshal([]byte(line), &d); err != nil {
-			return nil, fmt.Errorf("experiments: %s:%d: %w", path, i+1, err)
+			return nil, fmt.Errorf("report: %s:%d: %w", path, i+1, err)
 		}
 		out = append(out, d)
 	}
