@@ -24,6 +24,7 @@ import (
 	"github.com/memtrain/memtrain/data/tokenizer"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/experiments/report"
 	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/memorization"
 )
@@ -81,7 +82,7 @@ func (r *Runner) progress(p Progress) {
 // check that needs no training — the spec, the data files, the target
 // selection, the protocols against the documents — happens before any
 // training starts.
-func (r *Runner) Run() (*Report, error) {
+func (r *Runner) Run() (*report.Written, error) {
 	s := r.Spec
 	var runs []armRun
 	for i := range s.Arms {
@@ -112,7 +113,7 @@ func (r *Runner) Run() (*Report, error) {
 			return nil, err
 		}
 	}
-	rep, err := WriteReport(r.Out, ReportOptions{Title: s.Name})
+	rep, err := report.Write(r.Out, report.Options{Title: s.Name})
 	if err != nil {
 		return nil, err
 	}
@@ -495,7 +496,7 @@ func (r *Runner) finetune(cfg finetune.Config, phase string) (string, error) {
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return "", fmt.Errorf("experiments: %w", err)
 	}
-	metrics := filepath.Join(cfg.Out, MetricsFile)
+	metrics := filepath.Join(cfg.Out, report.MetricsFile)
 	if err := trimMetrics(metrics, run.Step); err != nil {
 		return "", err
 	}
@@ -550,9 +551,9 @@ func trimMetrics(path string, step int) error {
 
 // runArm trains and evaluates one arm and seed, unless it is done.
 func (r *Runner) runArm(ar armRun) error {
-	name := armDirName(ar.arm.Name, ar.seed)
+	name := report.ArmDirName(ar.arm.Name, ar.seed)
 	dir := filepath.Join(r.Out, "arms", name)
-	if _, err := os.Stat(filepath.Join(dir, ResultFile)); err == nil {
+	if _, err := os.Stat(filepath.Join(dir, report.ResultFile)); err == nil {
 		r.logf("arm %s: done", name)
 		return nil
 	}
@@ -571,11 +572,11 @@ func (r *Runner) runArm(ar armRun) error {
 	if err != nil {
 		return err
 	}
-	metrics, err := ReadMetrics(filepath.Join(cfg.Out, MetricsFile))
+	metrics, err := report.ReadMetrics(filepath.Join(cfg.Out, report.MetricsFile))
 	if err != nil {
 		return err
 	}
-	res := ArmResult{Schema: ResultSchema, Arm: ar.arm.Name, Seed: ar.seed, Loss: cfg.Loss,
+	res := report.ArmResult{Schema: report.ResultSchema, Arm: ar.arm.Name, Seed: ar.seed, Loss: cfg.Loss,
 		Targets: len(r.sel.Targets), TrainDir: rel(r.Out, cfg.Out), BaseHeldoutLoss: baseLoss}
 	res.K, res.Strategy, res.H = goldfishOf(cfg)
 	if n := len(metrics); n > 0 {
@@ -633,14 +634,14 @@ func (r *Runner) runArm(ar armRun) error {
 					100*pf[len(pf)-1].Members.Exact.Mean, 100*pf[len(pf)-1].NonMembers.Exact.Mean, time.Since(t0).Seconds())
 			}
 		}
-		res.Evals = append(res.Evals, Eval{Key: p.Key(), Dir: rel(r.Out, evalDir), Summary: *s})
+		res.Evals = append(res.Evals, report.Eval{Key: p.Key(), Dir: rel(r.Out, evalDir), Summary: *s})
 	}
 	res.Seconds = time.Since(start).Seconds()
 	b, err := json.MarshalIndent(&res, "", "  ")
 	if err != nil {
 		return fmt.Errorf("experiments: %w", err)
 	}
-	return checkpoints.WriteFileAtomic(filepath.Join(dir, ResultFile), append(b, '\n'))
+	return checkpoints.WriteFileAtomic(filepath.Join(dir, report.ResultFile), append(b, '\n'))
 }
 
 // baseHeldoutLoss is the mean loss per target of a base model on the

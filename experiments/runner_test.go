@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/memtrain/memtrain/engine/cpu"
+	"github.com/memtrain/memtrain/experiments/report"
 )
 
 const tinyStudy = `
@@ -38,7 +39,7 @@ eval:
   resamples: 50
 `
 
-func runStudy(t *testing.T, spec, out string, strict bool) (*Report, string, error) {
+func runStudy(t *testing.T, spec, out string, strict bool) (*report.Written, string, error) {
 	t.Helper()
 	s, err := ParseSpec([]byte(spec), "")
 	if err != nil {
@@ -76,7 +77,7 @@ func TestRunner(t *testing.T) {
 	if len(bases) != 1 {
 		t.Errorf("%d base models, want 1 shared by both arms", len(bases))
 	}
-	results, err := LoadResults(out)
+	results, err := report.Load(out)
 	if err != nil || len(results) != 2 {
 		t.Fatalf("%d results, %v", len(results), err)
 	}
@@ -94,7 +95,7 @@ func TestRunner(t *testing.T) {
 	// Interrupt the goldfish arm after its step-2 checkpoint.
 	arm := filepath.Join(out, "arms", "goldfish-k2-s1")
 	ck := filepath.Join(arm, "train", "checkpoints")
-	for _, p := range []string{filepath.Join(arm, ResultFile), filepath.Join(arm, "eval"), filepath.Join(ck, "step-00000004")} {
+	for _, p := range []string{filepath.Join(arm, report.ResultFile), filepath.Join(arm, "eval"), filepath.Join(ck, "step-00000004")} {
 		if err := os.RemoveAll(p); err != nil {
 			t.Fatal(err)
 		}
@@ -107,13 +108,13 @@ func TestRunner(t *testing.T) {
 	if !strings.Contains(log, "arm standard-s1: done") || !strings.Contains(log, "4 steps from step 2") || strings.Contains(log, "pretrain:") {
 		t.Errorf("resumed log:\n%s", log)
 	}
-	again, _ := LoadResults(out)
+	again, _ := report.Load(out)
 	a, b := again[0], gf
 	a.Seconds, b.Seconds = 0, 0
 	if !reflect.DeepEqual(a, b) {
 		t.Errorf("resumed arm differs:\n%+v\n%+v", a, b)
 	}
-	metrics, _ := ReadMetrics(filepath.Join(arm, "train", MetricsFile))
+	metrics, _ := report.ReadMetrics(filepath.Join(arm, "train", report.MetricsFile))
 	if len(metrics) != 4 || metrics[3].Step != 4 {
 		t.Errorf("%d metrics lines after the resume", len(metrics))
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memtrain/memtrain/experiments"
+	"github.com/memtrain/memtrain/experiments/report"
 	"github.com/memtrain/memtrain/memorization"
 )
 
@@ -69,7 +70,7 @@ func newExperimentReportCmd() *cobra.Command {
 		Short: "Write report.md, results.csv and plots/ from a study's finished arms",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rep, err := experiments.WriteReport(args[0], experiments.ReportOptions{})
+			rep, err := report.Write(args[0], report.Options{})
 			if err != nil {
 				return err
 			}
@@ -144,7 +145,7 @@ func runExperiment(cmd *cobra.Command, spec *experiments.Spec, out string, stric
 		return err
 	}
 	w := cmd.OutOrStdout()
-	results, err := experiments.LoadResults(out)
+	results, err := report.Load(out)
 	if err != nil {
 		return err
 	}
@@ -164,12 +165,12 @@ func runExperiment(cmd *cobra.Command, spec *experiments.Spec, out string, stric
 	return nil
 }
 
-func printReport(w io.Writer, rep *experiments.Report) {
+func printReport(w io.Writer, rep *report.Written) {
 	fmt.Fprintf(w, "report: %s (%d runs of %d arms", rep.Markdown, rep.Runs, rep.Arms)
 	if rep.Unfinished > 0 {
 		fmt.Fprintf(w, ", %d unfinished left out", rep.Unfinished)
 	}
-	fmt.Fprintf(w, "), %s, %d plots in %s\n", filepath.Base(rep.CSV), len(rep.Plots), filepath.Join(filepath.Dir(rep.Markdown), experiments.PlotsDir))
+	fmt.Fprintf(w, "), %s, %d plots in %s\n", filepath.Base(rep.CSV), len(rep.Plots), filepath.Join(filepath.Dir(rep.Markdown), report.PlotsDir))
 	for _, warn := range rep.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", warn)
 	}

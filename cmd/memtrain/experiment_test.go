@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/memtrain/memtrain/experiments"
+	"github.com/memtrain/memtrain/experiments/report"
 )
 
 // TestDemoQuick runs the quick demo end to end, as a user would: the
@@ -21,7 +22,7 @@ func TestDemoQuick(t *testing.T) {
 	if !strings.Contains(stdout, "report: "+filepath.Join(out, "report.md")) {
 		t.Errorf("output:\n%s", stdout)
 	}
-	results, err := experiments.LoadResults(out)
+	results, err := report.Load(out)
 	if err != nil || len(results) != 2 {
 		t.Fatalf("%d results: %v", len(results), err)
 	}

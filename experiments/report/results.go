@@ -1,4 +1,4 @@
-package experiments
+package report
 
 import (
 	"encoding/json"
@@ -12,7 +12,9 @@ import (
 	"github.com/memtrain/memtrain/memorization"
 )
 
-// The layout of an experiment's output folder:
+// The layout of an experiment's output folder (the runner in package
+// experiments writes it; this package reads the arms and writes the
+// report):
 //
 //	OUT/spec.yaml                         the spec the run started with
 //	OUT/base/NAME/                        base models made from a preset (pretrained)
@@ -84,14 +86,16 @@ func (r *ArmResult) Eval(key string) *Eval {
 }
 
 // Name is the arm's folder name: ARM-sSEED.
-func (r *ArmResult) Name() string { return armDirName(r.Arm, r.Seed) }
+func (r *ArmResult) Name() string { return ArmDirName(r.Arm, r.Seed) }
 
-func armDirName(arm string, seed uint64) string { return fmt.Sprintf("%s-s%d", arm, seed) }
+// ArmDirName is the folder name of an arm and seed under OUT/arms:
+// ARM-sSEED.
+func ArmDirName(arm string, seed uint64) string { return fmt.Sprintf("%s-s%d", arm, seed) }
 
-// LoadResults reads the results of every finished arm of the experiment in
+// Load reads the results of every finished arm of the experiment in
 // dir, ordered as the arms were run (by arm name order of the folder, then
 // seed) — unfinished arms are left out.
-func LoadResults(dir string) ([]ArmResult, error) {
+func Load(dir string) ([]ArmResult, error) {
 	paths, err := filepath.Glob(filepath.Join(dir, "arms", "*", ResultFile))
 	if err != nil {
 		return nil, err
@@ -100,14 +104,14 @@ func LoadResults(dir string) ([]ArmResult, error) {
 	for _, p := range paths {
 		b, err := os.ReadFile(p)
 		if err != nil {
-			return nil, fmt.Errorf("experiments: %w", err)
+			return nil, fmt.Errorf("report: %w", err)
 		}
 		var r ArmResult
 		if err := json.Unmarshal(b, &r); err != nil {
-			return nil, fmt.Errorf("experiments: %s: %w", p, err)
+			return nil, fmt.Errorf("report: %s: %w", p, err)
 		}
 		if r.Schema != ResultSchema {
-			return nil, fmt.Errorf("experiments: %s: schema %d, want %d", p, r.Schema, ResultSchema)
+			return nil, fmt.Errorf("report: %s: schema %d, want %d", p, r.Schema, ResultSchema)
 		}
 		out = append(out, r)
 	}
@@ -124,7 +128,7 @@ func LoadResults(dir string) ([]ArmResult, error) {
 func ReadMetrics(path string) ([]finetune.Metrics, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("experiments: %w", err)
+		return nil, fmt.Errorf("report: %w", err)
 	}
 	var out []finetune.Metrics
 	for i, line := range strings.Split(string(b), "\n") {
@@ -133,7 +137,7 @@ func ReadMetrics(path string) ([]finetune.Metrics, error) {
 		}
 		var m finetune.Metrics
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			return nil, fmt.Errorf("experiments: %s:%d: %w", path, i+1, err)
+			return nil, fmt.Errorf("report: %s:%d: %w", path, i+1, err)
 		}
 		out = append(out, m)
 	}
@@ -144,7 +148,7 @@ func ReadMetrics(path string) ([]finetune.Metrics, error) {
 func ReadDocs(path string) ([]memorization.DocResult, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("experiments: %w", err)
+		return nil, fmt.Errorf("report: %w", err)
 	}
 	var out []memorization.DocResult
 	for i, line := range strings.Split(string(b), "\n") {
@@ -153,7 +157,7 @@ func ReadDocs(path string) ([]memorization.DocResult, error) {
 		}
 		var d memorization.DocResult
 		if err := json.Unmarshal([]byte(line), &d); err != nil {
-			return nil, fmt.Errorf("experiments: %s:%d: %w", path, i+1, err)
+			return nil, fmt.Errorf("report: %s:%d: %w", path, i+1, err)
 		}
 		out = append(out, d)
 	}

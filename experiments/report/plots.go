@@ -1,4 +1,4 @@
-package experiments
+package report
 
 import (
 	"bytes"
@@ -169,10 +169,10 @@ func (f *plotFigure) render() ([]byte, error) {
 func (f *plotFigure) save(dir, file string) error {
 	b, err := f.render()
 	if err != nil {
-		return fmt.Errorf("experiments: plot %s: %w", file, err)
+		return fmt.Errorf("report: plot %s: %w", file, err)
 	}
 	if err := checkpoints.WriteFileAtomic(filepath.Join(dir, file), b); err != nil {
-		return fmt.Errorf("experiments: plot %s: %w", file, err)
+		return fmt.Errorf("report: plot %s: %w", file, err)
 	}
 	return nil
 }
@@ -225,13 +225,13 @@ func (f *plotFigure) addSeries(name string, xs []float64, st []reportStat, scale
 	}
 	line, points, err := plotter.NewLinePoints(pts.XYs)
 	if err != nil {
-		return fmt.Errorf("experiments: plot series %q: %w", name, err)
+		return fmt.Errorf("report: plot series %q: %w", name, err)
 	}
 	line.Color, line.Width, line.Dashes = clr, vg.Points(1.5), dashes
 	points.Color, points.Shape, points.Radius = clr, glyph, vg.Points(3.5)
 	bars, err := plotter.NewYErrorBars(pts)
 	if err != nil {
-		return fmt.Errorf("experiments: plot series %q: %w", name, err)
+		return fmt.Errorf("report: plot series %q: %w", name, err)
 	}
 	bars.Color, bars.Width, bars.CapWidth = clr, vg.Points(1), vg.Points(6)
 	f.p.Add(line, bars, points)
@@ -556,7 +556,7 @@ func plotMemorizationVsParams(dir string, arms []*reportArm, p *reportProtocol) 
 			return nil, err
 		}
 	}
-	f.p.X.Tick.Marker = f.valueTicks(sizes, func(x float64) string { return reportCount(int64(x)) })
+	f.p.X.Tick.Marker = f.valueTicks(sizes, func(x float64) string { return formatCount(int64(x)) })
 	file := filepath.Join(PlotsDir, "memorization-vs-params-"+plotSlug(p.Key)+".png")
 	if err := f.save(dir, file); err != nil {
 		return nil, err
@@ -652,7 +652,7 @@ func plotRougeDistribution(dir string, arms []*reportArm, p *reportProtocol, war
 			}
 			box, err := plotter.NewBoxPlot(boxW, float64(i)+g.offset, plotter.Values(vs))
 			if err != nil {
-				return nil, fmt.Errorf("experiments: plot %s: %w", title, err)
+				return nil, fmt.Errorf("report: plot %s: %w", title, err)
 			}
 			box.FillColor = fill
 			box.BoxStyle.Color, box.BoxStyle.Width = edge, vg.Points(1.2)
@@ -709,7 +709,7 @@ func plotTrainingLoss(dir string, arms []*reportArm, warnings *[]string) (*repor
 			}
 			line, points, err := plotter.NewLinePoints(xys)
 			if err != nil {
-				return nil, fmt.Errorf("experiments: plot %s: %w", title, err)
+				return nil, fmt.Errorf("report: plot %s: %w", title, err)
 			}
 			clr := paletteColor(ai)
 			line.Color, line.Width = clr, vg.Points(1.5)

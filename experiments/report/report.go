@@ -1,4 +1,4 @@
-package experiments
+package report
 
 import (
 	"bytes"
@@ -20,19 +20,19 @@ import (
 
 // The report's files, in the experiment's folder.
 const (
-	ReportFile = "report.md"
-	CSVFile    = "results.csv"
-	PlotsDir   = "plots"
+	MarkdownFile = "report.md"
+	CSVFile      = "results.csv"
+	PlotsDir     = "plots"
 )
 
-// ReportOptions control WriteReport.
-type ReportOptions struct {
+// Options control Write.
+type Options struct {
 	// Title heads report.md; the default names the experiment's folder.
 	Title string
 }
 
-// Report lists what WriteReport wrote.
-type Report struct {
+// Written lists what Write wrote.
+type Written struct {
 	Markdown string   // dir/report.md
 	CSV      string   // dir/results.csv
 	Plots    []string // dir/plots/*.png, in the order report.md shows them
@@ -46,28 +46,28 @@ type Report struct {
 }
 
 // Files returns every file written: report.md, results.csv, then the plots.
-func (r *Report) Files() []string {
+func (r *Written) Files() []string {
 	return append([]string{r.Markdown, r.CSV}, r.Plots...)
 }
 
-// WriteReport loads every finished arm of the experiment in dir and writes
+// Write loads every finished arm of the experiment in dir and writes
 // dir/report.md (setup, one table per protocol and prefix length, the
 // plots), dir/results.csv (every number, one row per arm × seed ×
 // protocol × prefix length × group) and dir/plots/*.png. Unfinished arms
 // are left out and counted; an experiment with no finished arm is an
 // error. Every file is replaced atomically, so a report is never half
 // written.
-func WriteReport(dir string, opt ReportOptions) (*Report, error) {
+func Write(dir string, opt Options) (*Written, error) {
 	if _, err := os.Stat(dir); err != nil {
-		return nil, fmt.Errorf("experiments: report: %w", err)
+		return nil, fmt.Errorf("report: %w", err)
 	}
-	results, err := LoadResults(dir)
+	results, err := Load(dir)
 	if err != nil {
-		return nil, fmt.Errorf("experiments: report: %w", err)
+		return nil, err
 	}
 	started, err := filepath.Glob(filepath.Join(dir, "arms", "*"))
 	if err != nil {
-		return nil, fmt.Errorf("experiments: report: %w", err)
+		return nil, fmt.Errorf("report: %w", err)
 	}
 	unfinished := 0
 	for _, p := range started {
@@ -78,7 +78,7 @@ func WriteReport(dir string, opt ReportOptions) (*Report, error) {
 		}
 	}
 	if len(results) == 0 {
-		return nil, fmt.Errorf("experiments: report: no finished arm in %s (%s started, none has written %s): run or resume the experiment first",
+		return nil, fmt.Errorf("report: no finished arm in %s (%s started, none has written %s): run or resume the experiment first",
 			dir, reportPlural(unfinished, "arm run"), ResultFile)
 	}
 	if opt.Title == "" {
@@ -91,15 +91,15 @@ func WriteReport(dir string, opt ReportOptions) (*Report, error) {
 
 	arms := groupArms(results)
 	protos := reportProtocols(arms)
-	rep := &Report{
-		Markdown:   filepath.Join(dir, ReportFile),
+	rep := &Written{
+		Markdown:   filepath.Join(dir, MarkdownFile),
 		CSV:        filepath.Join(dir, CSVFile),
 		Runs:       len(results),
 		Arms:       len(arms),
 		Unfinished: unfinished,
 	}
 	if err := os.MkdirAll(filepath.Join(dir, PlotsDir), 0o755); err != nil {
-		return nil, fmt.Errorf("experiments: report: %w", err)
+		return nil, fmt.Errorf("report: %w", err)
 	}
 	figs, err := writePlots(dir, arms, protos, &rep.Warnings)
 	if err != nil {
@@ -111,14 +111,14 @@ func WriteReport(dir string, opt ReportOptions) (*Report, error) {
 	_, specErr := os.Stat(filepath.Join(dir, "spec.yaml"))
 	md := renderMarkdown(opt.Title, arms, protos, figs, rep, specErr == nil)
 	if err := checkpoints.WriteFileAtomic(rep.Markdown, md); err != nil {
-		return nil, fmt.Errorf("experiments: report: %w", err)
+		return nil, fmt.Errorf("report: %w", err)
 	}
 	table, err := renderCSV(arms, protos)
 	if err != nil {
-		return nil, fmt.Errorf("experiments: report: %w", err)
+		return nil, fmt.Errorf("report: %w", err)
 	}
 	if err := checkpoints.WriteFileAtomic(rep.CSV, table); err != nil {
-		return nil, fmt.Errorf("experiments: report: %w", err)
+		return nil, fmt.Errorf("report: %w", err)
 	}
 	return rep, nil
 }
@@ -369,9 +369,9 @@ func (s reportStat) num(prec int) string {
 	return fmt.Sprintf("%.*f", prec, s.Mean)
 }
 
-// reportCount writes a parameter count with three significant digits and
+// formatCount writes a parameter count with three significant digits and
 // a unit: 124M, 1.24B.
-func reportCount(n int64) string {
+func formatCount(n int64) string {
 	v := float64(n)
 	for _, u := range []struct {
 		div    float64
@@ -425,7 +425,7 @@ func (p *reportProtocol) prefixTitle(k int) string {
 	return fmt.Sprintf("prefix %d tokens, suffix %d tokens", k, p.SuffixLen)
 }
 
-func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, figs []reportFigure, rep *Report, spec bool) []byte {
+func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, figs []reportFigure, rep *Written, spec bool) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# %s\n\n", title)
 	fmt.Fprintf(&b, "%s (%s × their seeds)", reportPlural(rep.Runs, "finished run"), reportPlural(rep.Arms, "arm"))
@@ -459,7 +459,7 @@ func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, f
 		if a.BaseHeldoutLoss > 0 {
 			baseLoss = strconv.FormatFloat(a.BaseHeldoutLoss, 'f', 3, 64)
 		}
-		mdRow(&b, a.Arm, a.Loss, k, strategy, h, a.Model, reportCount(a.Params), baseLoss, strconv.Itoa(a.Targets),
+		mdRow(&b, a.Arm, a.Loss, k, strategy, h, a.Model, formatCount(a.Params), baseLoss, strconv.Itoa(a.Targets),
 			strconv.Itoa(a.Repeats), strconv.Itoa(a.Steps), strings.Join(seeds, ", "))
 	}
 	b.WriteString("\n")

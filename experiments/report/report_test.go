@@ -1,4 +1,4 @@
-package experiments
+package report
 
 import (
 	"bytes"
@@ -69,7 +69,7 @@ func fixGroup(exact, rouge, loss float64) memorization.Group {
 func writeFixture(t *testing.T, dir string, runs []fixRun) {
 	t.Helper()
 	for ri, fr := range runs {
-		name := armDirName(fr.arm, fr.seed)
+		name := ArmDirName(fr.arm, fr.seed)
 		armDir := filepath.Join("arms", name)
 		r := ArmResult{Schema: ResultSchema, Arm: fr.arm, Seed: fr.seed, Loss: fr.loss, K: fr.k,
 			Model: fr.model, Params: fr.params, Targets: fixDocs, Repeats: 50, Steps: 20,
@@ -183,7 +183,7 @@ func TestWriteReportSweep(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "arms", "goldfish-k16-s1", "train"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := WriteReport(dir, ReportOptions{Title: "k sweep"})
+	rep, err := Write(dir, Options{Title: "k sweep"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func TestWriteReportModelSizes(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, "arms", "gf4-large-s1", "train", MetricsFile)); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := WriteReport(dir, ReportOptions{})
+	rep, err := Write(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +350,7 @@ func TestWriteReportModelSizes(t *testing.T) {
 func TestWriteReportSingleK(t *testing.T) {
 	dir := t.TempDir()
 	writeFixture(t, dir, sweepRuns[3:4])
-	rep, err := WriteReport(dir, ReportOptions{})
+	rep, err := Write(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,11 +384,11 @@ func TestWriteReportErrors(t *testing.T) {
 		{"unreadable result", broken, "standard-s1/result.json"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := WriteReport(c.dir, ReportOptions{})
+			_, err := Write(c.dir, Options{})
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("error %v, want one containing %q", err, c.want)
 			}
-			if _, err := os.Stat(filepath.Join(c.dir, ReportFile)); err == nil {
+			if _, err := os.Stat(filepath.Join(c.dir, MarkdownFile)); err == nil {
 				t.Error("a report was written")
 			}
 		})
@@ -417,8 +417,8 @@ func TestReportFormatting(t *testing.T) {
 		n    int64
 		want string
 	}{{999, "999"}, {1000, "1k"}, {1_500_000, "1.5M"}, {124_439_808, "124M"}, {8_030_261_248, "8.03B"}, {70_553_706_496, "70.6B"}} {
-		if got := reportCount(c.n); got != c.want {
-			t.Errorf("reportCount(%d) = %q, want %q", c.n, got, c.want)
+		if got := formatCount(c.n); got != c.want {
+			t.Errorf("formatCount(%d) = %q, want %q", c.n, got, c.want)
 		}
 	}
 }
@@ -450,7 +450,7 @@ func readReportCSV(t *testing.T, path string) [][]string {
 // that each is a PNG of the plot size with something drawn on it: many
 // colours (anti-aliased text and lines) and the palette's first colour
 // (every plot draws a first series).
-func checkPlots(t *testing.T, dir string, rep *Report, want []string) {
+func checkPlots(t *testing.T, dir string, rep *Written, want []string) {
 	t.Helper()
 	var got []string
 	for _, p := range rep.Plots {
