@@ -12,9 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memtrain/memtrain/data/tokenizer"
-	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
-	"github.com/memtrain/memtrain/engine/parallel"
 )
 
 func newEvalCmd() *cobra.Command {
@@ -153,8 +152,8 @@ func runEvalLoss(cmd *cobra.Command, f evalLossFlags) error {
 	if err != nil {
 		return fmt.Errorf("eval loss: %w", err)
 	}
-	return l.Run(func(g *parallel.Grid, b engine.Backend) error {
-		lm, err := loadOn(f.model, b, llama.Options{Parallel: g}, false)
+	return l.Run(func(r launch.Rank) error {
+		lm, err := loadOn(f.model, r.Backend, llama.Options{Parallel: r.Grid}, false)
 		if err != nil {
 			return err
 		}

@@ -10,9 +10,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memtrain/memtrain/data"
-	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
-	"github.com/memtrain/memtrain/engine/parallel"
 	"github.com/memtrain/memtrain/memorization"
 )
 
@@ -106,13 +105,13 @@ func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
 	if err != nil {
 		return fmt.Errorf("eval memorization: %w", err)
 	}
-	return l.Run(func(g *parallel.Grid, b engine.Backend) error {
-		lm, err := loadOn(f.model, b, llama.Options{Parallel: g}, false)
+	return l.Run(func(r launch.Rank) error {
+		lm, err := loadOn(f.model, r.Backend, llama.Options{Parallel: r.Grid}, false)
 		if err != nil {
 			return err
 		}
 		defer lm.model.Free()
-		return evalMemorization(cmd, f, p, lm, g == nil || g.Rank() == 0)
+		return evalMemorization(cmd, f, p, lm, r.Lead())
 	})
 }
 

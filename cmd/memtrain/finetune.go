@@ -14,8 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/memtrain/memtrain/checkpoints"
-	"github.com/memtrain/memtrain/engine"
-	"github.com/memtrain/memtrain/engine/parallel"
+	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/goldfish"
 )
@@ -173,17 +172,13 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 	// Every rank trains; rank 0 alone writes the run's files and reports.
 	// A rank that fails to start stops them all (Agree), rather than
 	// leaving the others waiting for it.
-	return l.Run(func(g *parallel.Grid, b engine.Backend) error {
-		lead := g == nil || g.Rank() == 0
-		run, err := finetune.OpenParallel(cfg, b, g, resume)
+	return l.Run(func(r launch.Rank) error {
+		run, err := finetune.OpenParallel(cfg, r.Backend, r.Grid, resume)
 		var mf *os.File
-		if err == nil && lead {
+		if err == nil && r.Lead() {
 			mf, err = prepareRun(run, cfg, stopAfter)
 		}
-		if g != nil {
-			err = g.Agree(b, err)
-		}
-		if err != nil {
+		if err := r.Agree(err); err != nil {
 			if run != nil {
 				run.Close()
 			}
@@ -194,7 +189,7 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 		}
 		defer run.Close()
 		run.StopAfter = stopAfter
-		if !lead {
+		if !r.Lead() {
 			return run.Train(io.Discard, nil)
 		}
 		defer mf.Close()

@@ -10,9 +10,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memtrain/memtrain/data/tokenizer"
-	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
-	"github.com/memtrain/memtrain/engine/parallel"
 )
 
 type generateFlags struct {
@@ -94,8 +93,8 @@ func runGenerate(cmd *cobra.Command, f generateFlags) error {
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}
-	return l.Run(func(g *parallel.Grid, b engine.Backend) error {
-		lm, err := loadOn(f.model, b, llama.Options{Parallel: g}, len(f.prompts) > 0)
+	return l.Run(func(r launch.Rank) error {
+		lm, err := loadOn(f.model, r.Backend, llama.Options{Parallel: r.Grid}, len(f.prompts) > 0)
 		if err != nil {
 			return err
 		}

@@ -56,6 +56,6 @@ func launchCUDA(shape comm.Grid, ov parallel.Overlap, first int, fn Fn) (err err
 		return err
 	}
 	return parallel.LaunchWorlds(worlds, shape, ov, func(g *parallel.Grid) error {
-		return fn(g, backends[g.Rank()])
+		return fn(Rank{Grid: g, Backend: backends[g.Rank()]})
 	})
 }

@@ -46,11 +46,32 @@ type Spec struct {
 	Model *checkpoints.Config
 }
 
-// Fn is the work of one rank: g is its place in the grid (nil for one
-// rank without a grid) and b its own backend. On a grid every rank calls
-// the same collectives in the same order; rank 0 alone should write files
+// A Rank is one rank of a launch: its place in the grid (nil for one
+// rank without a grid) and its own backend.
+type Rank struct {
+	Grid    *parallel.Grid
+	Backend engine.Backend
+}
+
+// Lead says whether this rank is the one that writes files and reports:
+// rank 0 of the grid, or the only rank.
+func (r Rank) Lead() bool { return r.Grid == nil || r.Grid.Rank() == 0 }
+
+// Agree returns nil when every rank of the grid passes a nil err, and an
+// error on every rank otherwise (parallel.Grid.Agree): so that a rank that
+// failed to start stops the others rather than leaving them waiting for
+// it in a collective. Without a grid it returns err.
+func (r Rank) Agree(err error) error {
+	if r.Grid == nil {
+		return err
+	}
+	return r.Grid.Agree(r.Backend, err)
+}
+
+// Fn is the work of one rank. On a grid every rank calls the same
+// collectives in the same order; the Lead rank alone should write files
 // and report.
-type Fn func(g *parallel.Grid, b engine.Backend) error
+type Fn func(r Rank) error
 
 // A Launcher is a checked Spec, ready to run.
 type Launcher struct {
@@ -147,7 +168,7 @@ func (l *Launcher) Run(fn Fn) error {
 			return err
 		}
 		defer closeBackend(b)
-		return fn(nil, b)
+		return fn(Rank{Backend: b})
 	}
 	if s.Device.Kind == engine.CUDA {
 		if l.mpi {
@@ -160,7 +181,7 @@ func (l *Launcher) Run(fn Fn) error {
 		if err != nil {
 			return err
 		}
-		return fn(g, b)
+		return fn(Rank{Grid: g, Backend: b})
 	}
 	if l.mpi {
 		return launchMPI(s.Grid, s.Overlap, run)

@@ -126,7 +126,7 @@ func joinNCCL(boot comm.Comm, shape comm.Grid, ov parallel.Overlap, first int, f
 	if err != nil {
 		return err
 	}
-	err = parallel.Join(world, shape, ov, func(g *parallel.Grid) error { return fn(g, b) })
+	err = parallel.Join(world, shape, ov, func(g *parallel.Grid) error { return fn(Rank{Grid: g, Backend: b}) })
 	if cerr := world.Close(); err == nil {
 		err = cerr
 	}

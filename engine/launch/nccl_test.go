@@ -45,7 +45,7 @@ func TestJoinNCCLEmulated(t *testing.T) {
 		var wg sync.WaitGroup
 		for r, w := range boot {
 			wg.Go(func() {
-				errs[r] = joinNCCL(w, shape, parallel.AllOverlap(), first, fn)
+				errs[r] = joinNCCL(w, shape, parallel.AllOverlap(), first, func(rk Rank) error { return fn(rk.Grid, rk.Backend) })
 				w.Close()
 			})
 		}
