@@ -661,27 +661,17 @@ func (r *Runner) baseHeldoutLoss(dir string) (float64, error) {
 		return 0, err
 	}
 	defer m.Free()
-	var sum, weight float64
-	const B = 8
-	for i := 0; i < len(r.sel.Holdout); i += B {
-		ps := r.sel.Holdout[i:min(i+B, len(r.sel.Holdout))]
-		seqs := make([][]int32, len(ps))
-		for b, p := range ps {
-			seqs[b] = p.IDs
-		}
-		batch := llama.NextTokenBatch(seqs)
-		if batch.B == 0 {
-			continue
-		}
-		l, err := m.Evaluate(batch)
-		if err != nil {
-			return 0, fmt.Errorf("experiments: base %s: %w", dir, err)
-		}
-		sum, weight = sum+l.Sum, weight+l.Weight
+	seqs := make([][]int32, len(r.sel.Holdout))
+	for i, p := range r.sel.Holdout {
+		seqs[i] = p.IDs
 	}
-	loss := 0.0
-	if weight > 0 {
-		loss = sum / weight
+	sc, err := m.Score(llama.NewWindows(seqs, m.Config.MaxPositionEmbeddings), llama.ScoreOptions{Docs: max(1, len(seqs))})
+	if err != nil {
+		return 0, fmt.Errorf("experiments: base %s: %w", dir, err)
+	}
+	loss := sc.Mean()
+	if math.IsNaN(loss) {
+		loss = 0
 	}
 	if r.baseLoss == nil {
 		r.baseLoss = map[string]float64{}

@@ -348,54 +348,30 @@ func (r *Run) TrainOne() (Metrics, error) {
 }
 
 // Evaluate returns the mean loss over every target of the holdout split,
-// or NaN when the dataset has none. On a grid the data·Z ranks take turns
-// through the split, micro_batch sequences a round between them (a rank
-// past the end scores zero-weight padding, so that all run the same
-// passes).
+// or NaN when the dataset has none (llama.Model.Score: on a grid the
+// data·Z ranks take micro_batch sequences a round between them).
 func (r *Run) Evaluate() (float64, error) {
-	n := r.Store.NumSequences(data.Holdout)
-	if n == 0 {
+	src := holdout{r.Store}
+	if src.Len() == 0 {
 		return math.NaN(), nil
 	}
-	T := r.Store.SeqLen()
-	ranks, rank := r.ranks(), 0
-	if g := r.Model.Grid(); g != nil {
-		rank = g.BatchRank()
-	}
-	B := r.Config.MicroBatch / ranks
-	var sum, weight float64
-	for round := 0; round*B*ranks < n; round++ {
-		first := round*B*ranks + rank*B
-		batch := llama.Batch{B: B, T: T, IDs: make([]int32, B*T), Targets: make([]int32, B*T), Weights: make([]float32, B*T)}
-		k := max(0, min(B, n-first))
-		for s := 0; s < k; s++ {
-			if _, err := r.Store.Sequence(data.Holdout, first+s, batch.IDs[s*T:(s+1)*T], batch.Targets[s*T:(s+1)*T], batch.Weights[s*T:(s+1)*T]); err != nil {
-				return 0, err
-			}
-		}
-		if ranks == 1 {
-			batch = sliceSeqs(batch, k) // one rank needs no padding
-		}
-		l, err := r.Model.Evaluate(batch)
-		if err != nil {
-			return 0, err
-		}
-		sum += l.Sum
-		for _, w := range batch.Weights {
-			weight += float64(w)
-		}
-	}
-	sums := []float64{sum, weight}
-	if err := r.Model.SumBatch(sums); err != nil {
+	sc, err := r.Model.Score(src, llama.ScoreOptions{Docs: 1, Batch: r.Config.MicroBatch / r.ranks()})
+	if err != nil {
 		return 0, err
 	}
-	return sums[0] / sums[1], nil
+	return sc.Mean(), nil
 }
 
-// sliceSeqs returns the first k sequences of a batch.
-func sliceSeqs(b llama.Batch, k int) llama.Batch {
-	n := k * b.T
-	return llama.Batch{B: k, T: b.T, IDs: b.IDs[:n], Targets: b.Targets[:n], Weights: b.Weights[:n]}
+// holdout is a dataset's holdout split as a llama.Source: its sequences,
+// all of one document.
+type holdout struct{ s *data.Store }
+
+func (h holdout) Len() int          { return h.s.NumSequences(data.Holdout) }
+func (h holdout) Positions(int) int { return h.s.SeqLen() }
+func (h holdout) Doc(int) int       { return 0 }
+func (h holdout) Read(i int, ids, targets []int32, weights []float32) error {
+	_, err := h.s.Sequence(data.Holdout, i, ids, targets, weights)
+	return err
 }
 
 // Save writes a checkpoint of the run's current state.

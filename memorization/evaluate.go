@@ -199,14 +199,13 @@ func Evaluate(m *llama.Model, docs []Document, cfg EvalConfig) (*Summary, []DocR
 			cfg.Progress(scored, len(docs), decoded, len(probes))
 		}
 	}
-	for i := 0; i < len(docs); i += cfg.Batch {
-		j := min(i+cfg.Batch, len(docs))
-		if err := scoreDocs(m, docs[i:j], results[i:j], p.MaxTokens, &cfg); err != nil {
-			return nil, nil, err
-		}
-		scored = j
+	if err := scoreDocs(m, docs, results, p.MaxTokens, &cfg, func(done, total int) {
+		scored = done * len(docs) / max(total, 1)
 		report(0)
+	}); err != nil {
+		return nil, nil, err
 	}
+	scored = len(docs)
 
 	// Extraction: keep probes of equal suffix length and similar prefix
 	// length together, so that batches share one decode length and little
@@ -244,34 +243,33 @@ func Evaluate(m *llama.Model, docs []Document, cfg EvalConfig) (*Summary, []DocR
 	return Summarize(results, p, cfg.MinKPercent, cfg.Bootstrap, cfg.Decode != nil), results, nil
 }
 
-// scoreDocs fills the loss, zlib and min-k% scores of a batch of documents
-// from one forward pass over them, padded to the longest.
-func scoreDocs(m *llama.Model, docs []Document, out []DocResult, maxTokens int, cfg *EvalConfig) error {
+// scoreDocs fills the loss, zlib and min-k% scores of the documents
+// from their position losses (llama.Model.Score), each truncated to
+// maxTokens.
+func scoreDocs(m *llama.Model, docs []Document, out []DocResult, maxTokens int, cfg *EvalConfig, progress func(done, total int)) error {
 	seqs := make([][]int32, len(docs))
 	for b, d := range docs {
 		seqs[b] = d.IDs[:min(len(d.IDs), maxTokens)]
 	}
-	batch := llama.NextTokenBatch(seqs)
-	if batch.B == 0 {
-		return nil // single-token documents have no target; they are skipped
-	}
-	T := batch.T
-	losses, err := m.TokenLosses(batch)
+	// One window a document: a truncated document has at most
+	// maxTokens-1 targets. Single-token documents have none; they are
+	// skipped.
+	sc, err := m.Score(llama.NewWindows(seqs, max(1, maxTokens-1)), llama.ScoreOptions{Docs: max(1, len(docs)), Batch: cfg.Batch, PerToken: true, Progress: progress})
 	if err != nil {
 		return fmt.Errorf("memorization: scoring documents: %w", err)
 	}
 	for b, d := range docs {
-		n := min(len(d.IDs), maxTokens) - 1
-		r := &out[b]
+		losses := sc.Tokens[b]
+		n := len(losses)
 		if n < 1 {
 			continue
 		}
+		r := &out[b]
 		logp := make([]float64, n)
 		sum := 0.0
-		for t := range n {
-			l := float64(losses[b*T+t])
-			sum += l
-			logp[t] = -l
+		for t, l := range losses {
+			sum += float64(l)
+			logp[t] = -float64(l)
 		}
 		r.Loss = sum / float64(n)
 		r.MinK = MinKProb(logp, cfg.MinKPercent)

@@ -3,7 +3,6 @@ package llama
 import (
 	"math"
 	"math/rand/v2"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -400,16 +399,3 @@ func TestTokenLosses(t *testing.T) {
 	}
 }
 
-func TestNextTokenBatch(t *testing.T) {
-	b := NextTokenBatch([][]int32{{1, 2, 3}, {4}, {5, 6}})
-	want := Batch{B: 3, T: 2,
-		IDs:     []int32{1, 2, 0, 0, 5, 0},
-		Targets: []int32{2, 3, 0, 0, 6, 0},
-		Weights: []float32{1, 1, 0, 0, 1, 0}}
-	if !reflect.DeepEqual(b, want) {
-		t.Errorf("NextTokenBatch = %+v, want %+v", b, want)
-	}
-	if b := NextTokenBatch([][]int32{{7}}); b.B != 0 {
-		t.Errorf("a single token gave %+v", b)
-	}
-}

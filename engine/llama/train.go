@@ -324,24 +324,3 @@ func (m *Model) Logits(batch Batch) (out []float32, err error) {
 // length T (engine.ModelFLOPsPerToken).
 func (m *Model) FLOPsPerToken(T int) float64 { return engine.ModelFLOPsPerToken(m.Config, T) }
 
-// NextTokenBatch makes a batch that scores every sequence as a language
-// model does: position t predicts token t+1. Sequences are padded to the
-// longest (weight 0); one with fewer than two tokens scores nothing. It
-// returns a zero Batch (B = 0) when no sequence has a target.
-func NextTokenBatch(seqs [][]int32) Batch {
-	T := 0
-	for _, s := range seqs {
-		T = max(T, len(s)-1)
-	}
-	if T < 1 {
-		return Batch{}
-	}
-	B := len(seqs)
-	batch := Batch{B: B, T: T, IDs: make([]int32, B*T), Targets: make([]int32, B*T), Weights: make([]float32, B*T)}
-	for b, s := range seqs {
-		for t := 0; t+1 < len(s); t++ {
-			batch.IDs[b*T+t], batch.Targets[b*T+t], batch.Weights[b*T+t] = s[t], s[t+1], 1
-		}
-	}
-	return batch
-}
