@@ -11,6 +11,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/memtrain/memtrain/internal/atomicfile"
 )
 
 // Names of the tokenizer files a checkpoint folder carries.
@@ -167,7 +169,7 @@ func Save(dir string, cfg *Config, tensors []Tensor, opt SaveOptions) error {
 		if name != filepath.Base(name) || name == ConfigFile {
 			return fmt.Errorf("checkpoints: %s: cannot write extra file %q (want a plain file name other than %s)", dir, name, ConfigFile)
 		}
-		if err := WriteFileAtomic(filepath.Join(dir, name), opt.Files[name]); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(dir, name), opt.Files[name]); err != nil {
 			return err
 		}
 	}
@@ -177,7 +179,7 @@ func Save(dir string, cfg *Config, tensors []Tensor, opt SaveOptions) error {
 	if err != nil {
 		return fmt.Errorf("checkpoints: %s: %w", dir, err)
 	}
-	return WriteFileAtomic(filepath.Join(dir, ConfigFile), append(b, '\n'))
+	return atomicfile.WriteFile(filepath.Join(dir, ConfigFile), append(b, '\n'))
 }
 
 // ReadTokenizerFiles returns the tokenizer files found in dir, keyed by name,

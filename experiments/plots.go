@@ -18,7 +18,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
-	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/internal/atomicfile"
 	"github.com/memtrain/memtrain/memorization"
 )
 
@@ -171,7 +171,7 @@ func (f *plotFigure) save(dir, file string) error {
 	if err != nil {
 		return fmt.Errorf("experiments: plot %s: %w", file, err)
 	}
-	if err := checkpoints.WriteFileAtomic(filepath.Join(dir, file), b); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, file), b); err != nil {
 		return fmt.Errorf("experiments: plot %s: %w", file, err)
 	}
 	return nil

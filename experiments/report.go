@@ -14,7 +14,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/internal/atomicfile"
 	"github.com/memtrain/memtrain/memorization"
 )
 
@@ -110,14 +110,14 @@ func WriteReport(dir string, opt ReportOptions) (*Report, error) {
 	}
 	_, specErr := os.Stat(filepath.Join(dir, "spec.yaml"))
 	md := renderMarkdown(opt.Title, arms, protos, figs, rep, specErr == nil)
-	if err := checkpoints.WriteFileAtomic(rep.Markdown, md); err != nil {
+	if err := atomicfile.WriteFile(rep.Markdown, md); err != nil {
 		return nil, fmt.Errorf("experiments: report: %w", err)
 	}
 	table, err := renderCSV(arms, protos)
 	if err != nil {
 		return nil, fmt.Errorf("experiments: report: %w", err)
 	}
-	if err := checkpoints.WriteFileAtomic(rep.CSV, table); err != nil {
+	if err := atomicfile.WriteFile(rep.CSV, table); err != nil {
 		return nil, fmt.Errorf("experiments: report: %w", err)
 	}
 	return rep, nil

@@ -25,6 +25,7 @@ import (
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/finetune"
+	"github.com/memtrain/memtrain/internal/atomicfile"
 	"github.com/memtrain/memtrain/memorization"
 )
 
@@ -139,7 +140,7 @@ func (r *Runner) claim() error {
 	case !errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("experiments: %w", err)
 	}
-	return checkpoints.WriteFileAtomic(path, raw)
+	return atomicfile.WriteFile(path, raw)
 }
 
 // openTokenizer loads the spec's tokenizer, or the base checkpoint's, and
@@ -191,7 +192,7 @@ func (r *Runner) paths(ps []string) ([]string, error) {
 			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 				return nil, fmt.Errorf("experiments: %w", err)
 			}
-			if err := checkpoints.WriteFileAtomic(path, b); err != nil {
+			if err := atomicfile.WriteFile(path, b); err != nil {
 				return nil, err
 			}
 		}
@@ -229,7 +230,7 @@ func (r *Runner) prepareData() error {
 				return err
 			}
 		}
-		if err := checkpoints.WriteFileAtomic(filepath.Join(dataDir, name), buf.Bytes()); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(dataDir, name), buf.Bytes()); err != nil {
 			return err
 		}
 	}
@@ -402,7 +403,7 @@ func (r *Runner) baseModel(b Base) (string, error) {
 		model, _ = filepath.Rel(dir, final)
 	}
 	b2, _ := json.Marshal(struct{ Model string }{model})
-	if err := checkpoints.WriteFileAtomic(done, b2); err != nil {
+	if err := atomicfile.WriteFile(done, b2); err != nil {
 		return "", err
 	}
 	return filepath.Join(dir, model), nil
@@ -454,7 +455,7 @@ func (r *Runner) pretrain(dir, initDir string, p *Pretrain) (string, error) {
 			enc.Encode(map[string]string{"text": t})
 		}
 		corpus := filepath.Join(dir, "corpus.jsonl")
-		if err := checkpoints.WriteFileAtomic(corpus, buf.Bytes()); err != nil {
+		if err := atomicfile.WriteFile(corpus, buf.Bytes()); err != nil {
 			return "", err
 		}
 		seqLen := p.SeqLen
@@ -545,7 +546,7 @@ func trimMetrics(path string, step int) error {
 	if keep.Len() == len(b) {
 		return nil
 	}
-	return checkpoints.WriteFileAtomic(path, keep.Bytes())
+	return atomicfile.WriteFile(path, keep.Bytes())
 }
 
 // runArm trains and evaluates one arm and seed, unless it is done.
@@ -640,7 +641,7 @@ func (r *Runner) runArm(ar armRun) error {
 	if err != nil {
 		return fmt.Errorf("experiments: %w", err)
 	}
-	return checkpoints.WriteFileAtomic(filepath.Join(dir, ResultFile), append(b, '\n'))
+	return atomicfile.WriteFile(filepath.Join(dir, ResultFile), append(b, '\n'))
 }
 
 // baseHeldoutLoss is the mean loss per target of a base model on the

@@ -15,11 +15,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/comm"
 	"github.com/memtrain/memtrain/engine/cpu"
 	"github.com/memtrain/memtrain/engine/perfmodel"
+	"github.com/memtrain/memtrain/internal/atomicfile"
 )
 
 type benchCommFlags struct {
@@ -242,7 +242,7 @@ func runBenchComm(cmd *cobra.Command, f benchCommFlags) error {
 		if err != nil {
 			return err
 		}
-		if err := checkpoints.WriteFileAtomic(f.device, append(raw, '\n')); err != nil {
+		if err := atomicfile.WriteFile(f.device, append(raw, '\n')); err != nil {
 			return fmt.Errorf("bench comm: --device: %w", err)
 		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "bench comm: wrote %s (memtrain plan --device-json %s)\n", f.device, f.device)
