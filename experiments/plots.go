@@ -19,6 +19,7 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/memtrain/memtrain/internal/atomicfile"
+	"github.com/memtrain/memtrain/internal/units"
 	"github.com/memtrain/memtrain/memorization"
 )
 
@@ -556,7 +557,7 @@ func plotMemorizationVsParams(dir string, arms []*reportArm, p *reportProtocol) 
 			return nil, err
 		}
 	}
-	f.p.X.Tick.Marker = f.valueTicks(sizes, func(x float64) string { return reportCount(int64(x)) })
+	f.p.X.Tick.Marker = f.valueTicks(sizes, func(x float64) string { return units.ShortCount(int64(x)) })
 	file := filepath.Join(PlotsDir, "memorization-vs-params-"+plotSlug(p.Key)+".png")
 	if err := f.save(dir, file); err != nil {
 		return nil, err

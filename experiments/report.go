@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/memtrain/memtrain/internal/atomicfile"
+	"github.com/memtrain/memtrain/internal/units"
 	"github.com/memtrain/memtrain/memorization"
 )
 
@@ -369,21 +370,6 @@ func (s reportStat) num(prec int) string {
 	return fmt.Sprintf("%.*f", prec, s.Mean)
 }
 
-// reportCount writes a parameter count with three significant digits and
-// a unit: 124M, 1.24B.
-func reportCount(n int64) string {
-	v := float64(n)
-	for _, u := range []struct {
-		div    float64
-		suffix string
-	}{{1e12, "T"}, {1e9, "B"}, {1e6, "M"}, {1e3, "k"}} {
-		if math.Abs(v) >= u.div {
-			return fmt.Sprintf("%.3g%s", v/u.div, u.suffix)
-		}
-	}
-	return strconv.FormatInt(n, 10)
-}
-
 // reportPlural writes n and a noun, with an s unless n is 1.
 func reportPlural(n int, noun string) string {
 	if n == 1 {
@@ -459,7 +445,7 @@ func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, f
 		if a.BaseHeldoutLoss > 0 {
 			baseLoss = strconv.FormatFloat(a.BaseHeldoutLoss, 'f', 3, 64)
 		}
-		mdRow(&b, a.Arm, a.Loss, k, strategy, h, a.Model, reportCount(a.Params), baseLoss, strconv.Itoa(a.Targets),
+		mdRow(&b, a.Arm, a.Loss, k, strategy, h, a.Model, units.ShortCount(a.Params), baseLoss, strconv.Itoa(a.Targets),
 			strconv.Itoa(a.Repeats), strconv.Itoa(a.Steps), strings.Join(seeds, ", "))
 	}
 	b.WriteString("\n")

@@ -26,6 +26,7 @@ import (
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/internal/atomicfile"
+	"github.com/memtrain/memtrain/internal/units"
 	"github.com/memtrain/memtrain/memorization"
 )
 
@@ -389,7 +390,7 @@ func (r *Runner) baseModel(b Base) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		r.logf("base %s: %s parameters, hidden %d, %d layers", dir, checkpoints.FormatCount(cfg.Params().Total), cfg.HiddenSize, cfg.NumHiddenLayers)
+		r.logf("base %s: %s parameters, hidden %d, %d layers", dir, units.FormatCount(cfg.Params().Total), cfg.HiddenSize, cfg.NumHiddenLayers)
 		if err := checkpoints.Save(initDir, cfg, checkpoints.RandomWeights(cfg, b.Seed), checkpoints.SaveOptions{Files: r.tokFiles}); err != nil {
 			return "", err
 		}
