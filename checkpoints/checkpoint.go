@@ -11,12 +11,9 @@ import (
 	"slices"
 	"sort"
 	"strings"
-)
 
-// Names of the tokenizer files a checkpoint folder carries.
-const (
-	TokenizerFile       = "tokenizer.json"
-	TokenizerConfigFile = "tokenizer_config.json"
+	"github.com/memtrain/memtrain/data/tokenizer"
+	"github.com/memtrain/memtrain/internal/atomicfile"
 )
 
 // A Checkpoint is an opened HuggingFace Llama checkpoint folder: its
@@ -94,7 +91,7 @@ func (c *Checkpoint) Close() error { return c.Weights.Close() }
 // TokenizerPath returns the path of the folder's tokenizer.json, or "" when
 // it has none.
 func (c *Checkpoint) TokenizerPath() string {
-	p := filepath.Join(c.Dir, TokenizerFile)
+	p := filepath.Join(c.Dir, tokenizer.FileName)
 	if _, err := os.Stat(p); err != nil {
 		return ""
 	}
@@ -167,7 +164,7 @@ func Save(dir string, cfg *Config, tensors []Tensor, opt SaveOptions) error {
 		if name != filepath.Base(name) || name == ConfigFile {
 			return fmt.Errorf("checkpoints: %s: cannot write extra file %q (want a plain file name other than %s)", dir, name, ConfigFile)
 		}
-		if err := WriteFileAtomic(filepath.Join(dir, name), opt.Files[name]); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(dir, name), opt.Files[name]); err != nil {
 			return err
 		}
 	}
@@ -177,15 +174,16 @@ func Save(dir string, cfg *Config, tensors []Tensor, opt SaveOptions) error {
 	if err != nil {
 		return fmt.Errorf("checkpoints: %s: %w", dir, err)
 	}
-	return WriteFileAtomic(filepath.Join(dir, ConfigFile), append(b, '\n'))
+	return atomicfile.WriteFile(filepath.Join(dir, ConfigFile), append(b, '\n'))
 }
 
-// ReadTokenizerFiles returns the tokenizer files found in dir, keyed by name,
-// ready to pass to SaveOptions.Files so that a derived checkpoint carries
-// its base's tokenizer.
+// ReadTokenizerFiles returns the tokenizer files (tokenizer.Files) found in
+// the checkpoint folder dir, keyed by name, ready to pass to
+// SaveOptions.Files so that a derived checkpoint carries its base's
+// tokenizer.
 func ReadTokenizerFiles(dir string) (map[string][]byte, error) {
 	files := map[string][]byte{}
-	for _, name := range []string{TokenizerFile, TokenizerConfigFile, "special_tokens_map.json", "generation_config.json"} {
+	for _, name := range tokenizer.Files {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue

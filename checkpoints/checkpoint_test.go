@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/memtrain/memtrain/data/tokenizer"
 )
 
 func tinyConfig(tie bool) *Config {
@@ -34,7 +36,7 @@ func TestSaveOpenRoundTrip(t *testing.T) {
 			cfg := tinyConfig(tc.tie)
 			dir := filepath.Join(t.TempDir(), "ck")
 			weights := RandomWeights(cfg, 3)
-			files := map[string][]byte{TokenizerFile: []byte(`{"model":{}}`)}
+			files := map[string][]byte{tokenizer.FileName: []byte(`{"model":{}}`)}
 			if err := Save(dir, cfg, weights, SaveOptions{DType: tc.dtype, MaxShardBytes: tc.shard, Files: files}); err != nil {
 				t.Fatal(err)
 			}

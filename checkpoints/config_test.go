@@ -254,16 +254,3 @@ func TestReshape(t *testing.T) {
 		t.Errorf("special tokens %v %v", c.BOSTokenIDs, c.EOSTokenIDs)
 	}
 }
-
-func TestFormat(t *testing.T) {
-	for _, c := range []struct {
-		got, want string
-	}{
-		{FormatCount(999), "999"}, {FormatCount(22_900_000), "22.90M"}, {FormatCount(8_030_261_248), "8.03B"},
-		{FormatBytes(512), "512 B"}, {FormatBytes(1536), "1.5 KiB"}, {FormatBytes(15 << 30), "15.0 GiB"},
-	} {
-		if c.got != c.want {
-			t.Errorf("got %q, want %q", c.got, c.want)
-		}
-	}
-}

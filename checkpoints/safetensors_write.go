@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/memtrain/memtrain/internal/atomicfile"
 )
 
 // File names of a checkpoint's weights, as HuggingFace transformers writes
@@ -49,7 +51,9 @@ type WriteOptions struct {
 }
 
 // WriteFile writes tensors to a safetensors file at path, converting them
-// to dtype, atomically (see [WriteFileAtomic]).
+// to dtype, atomically: through a temporary file in the same folder and a
+// rename, so that readers, and the file system after a crash, see the old
+// file or the complete new one.
 //
 // The file is laid out as the Python safetensors library lays it out: the
 // header is compact JSON whose "__metadata__" holds {"format": "pt"} merged
@@ -127,8 +131,8 @@ func writeSafetensors(path string, tensors []Tensor, dtype DType, metadata map[s
 	slices.SortFunc(sorted, func(a, b *Tensor) int { return strings.Compare(a.Name, b.Name) })
 	header := appendHeader(nil, sorted, dtype, metadata)
 
-	return writeAtomic(path, func(w io.Writer) error {
-		bw := bufio.NewWriterSize(w, 1<<20)
+	return atomicfile.Write(path, func(w io.Writer) error {
+		bw := bufio.NewWriterSize(w, 1<<20) // w itself: atomicfile buffers 1 MiB
 		var length [8]byte
 		binary.LittleEndian.PutUint64(length[:], uint64(len(header)))
 		bw.Write(length[:])
@@ -256,7 +260,7 @@ func writeData(w *bufio.Writer, data []float32, dtype DType) error {
 // the files of an earlier save with a different layout: a stale index,
 // model.safetensors, or shards of another count.
 //
-// Every file is written atomically (see [WriteFileAtomic]) and the tensors
+// Every file is written atomically (see [WriteFile]) and the tensors
 // are checked before anything is written, but a crash while the shards of
 // a sharded set are being replaced can leave a mix of old and new shards.
 func WriteSet(dir string, tensors []Tensor, opt WriteOptions) ([]string, error) {
@@ -290,7 +294,7 @@ func WriteSet(dir string, tensors []Tensor, opt WriteOptions) ([]string, error) 
 		for _, t := range tensors {
 			total += int64(len(t.Data)) * int64(opt.DType.Size())
 		}
-		if err := WriteFileAtomic(filepath.Join(dir, SafetensorsIndexFile), appendIndex(nil, total, weightMap)); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(dir, SafetensorsIndexFile), appendIndex(nil, total, weightMap)); err != nil {
 			return written, err
 		}
 		written = append(written, SafetensorsIndexFile)
@@ -408,7 +412,7 @@ func removeStale(dir string, written []string) error {
 		removed = true
 	}
 	if removed {
-		return syncDir(dir)
+		return atomicfile.SyncDir(dir)
 	}
 	return nil
 }

@@ -3,12 +3,9 @@ package checkpoints
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -154,75 +151,6 @@ func TestWriteFileErrors(t *testing.T) {
 			}
 		}
 		stAssertUntouched(t, dir, old)
-	}
-}
-
-func TestWriteAtomicFailures(t *testing.T) {
-	errBoom := errors.New("boom")
-	dir := t.TempDir()
-	path := filepath.Join(dir, "old.safetensors")
-	old := []byte("earlier contents")
-	if err := os.WriteFile(path, old, 0o644); err != nil {
-		t.Fatal(err)
-	}
-
-	// The writer fails half way through.
-	err := writeAtomic(path, func(w io.Writer) error {
-		w.Write(bytes.Repeat([]byte("new"), 1000))
-		return errBoom
-	})
-	if !errors.Is(err, errBoom) {
-		t.Errorf("writeAtomic: %v, want %v", err, errBoom)
-	}
-	stAssertUntouched(t, dir, old)
-
-	// The rename fails: the target is a non-empty folder.
-	target := filepath.Join(t.TempDir(), "folder")
-	if err := os.MkdirAll(filepath.Join(target, "x"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := WriteFileAtomic(target, []byte("data")); err == nil {
-		t.Errorf("WriteFileAtomic over a folder: no error")
-	}
-	entries, _ := os.ReadDir(filepath.Dir(target))
-	if len(entries) != 1 {
-		t.Errorf("temporary file left behind: %v", entries)
-	}
-
-	// The folder does not exist.
-	if err := WriteFileAtomic(filepath.Join(dir, "missing", "f"), nil); err == nil {
-		t.Errorf("WriteFileAtomic into a missing folder: no error")
-	}
-}
-
-func TestWriteFileAtomic(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "config.json")
-	for _, content := range []string{"first", "second, longer", ""} {
-		if err := WriteFileAtomic(path, []byte(content)); err != nil {
-			t.Fatal(err)
-		}
-		if b, err := os.ReadFile(path); err != nil || string(b) != content {
-			t.Errorf("read back %q, %v; want %q", b, err, content)
-		}
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if runtime.GOOS != "windows" && fi.Mode().Perm() != 0o644 {
-		t.Errorf("mode %v, want 0644", fi.Mode().Perm())
-	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
-		t.Errorf("folder holds %v, want only config.json", entries)
-	}
-	// A relative path in the current folder.
-	t.Chdir(dir)
-	if err := WriteFileAtomic("rel.txt", []byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	if b, _ := os.ReadFile(filepath.Join(dir, "rel.txt")); string(b) != "x" {
-		t.Errorf("rel.txt = %q", b)
 	}
 }
 

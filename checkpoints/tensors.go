@@ -2,7 +2,6 @@ package checkpoints
 
 import (
 	"fmt"
-	"strconv"
 )
 
 // TensorSpec names one weight of a Llama checkpoint and its shape, as
@@ -84,34 +83,4 @@ func (c *Config) Params() ParamCounts {
 		pc.PerLayer = (pc.NonEmbedding - int64(c.HiddenSize)) / int64(c.NumHiddenLayers)
 	}
 	return pc
-}
-
-// FormatCount writes a parameter count the way model cards do:
-// 8030261248 as "8.03B", 22900000 as "22.90M".
-func FormatCount(n int64) string {
-	switch {
-	case n >= 1e12:
-		return fmt.Sprintf("%.2fT", float64(n)/1e12)
-	case n >= 1e9:
-		return fmt.Sprintf("%.2fB", float64(n)/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%.2fM", float64(n)/1e6)
-	case n >= 1e3:
-		return fmt.Sprintf("%.2fK", float64(n)/1e3)
-	}
-	return strconv.FormatInt(n, 10)
-}
-
-// FormatBytes writes a size in binary units: "15.0 GiB".
-func FormatBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -12,7 +12,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
+
+	"github.com/memtrain/memtrain/internal/atomicfile"
 )
 
 // A StoreWriter writes a dataset folder. The documents go to a temporary
@@ -290,7 +291,7 @@ func (w *StoreWriter) commit(sources []Source, problems *Problems) (*Manifest, e
 	if err := writeSynced(filepath.Join(w.tmp, ManifestFile), append(js, '\n')); err != nil {
 		return nil, err
 	}
-	if err := syncDir(w.tmp); err != nil {
+	if err := atomicfile.SyncDir(w.tmp); err != nil {
 		return nil, err
 	}
 	// Into place: an empty folder there is replaced.
@@ -305,7 +306,7 @@ func (w *StoreWriter) commit(sources []Source, problems *Problems) (*Manifest, e
 	}
 	w.tmp = ""
 	parent := filepath.Dir(filepath.Clean(w.dir))
-	if err := syncDir(parent); err != nil {
+	if err := atomicfile.SyncDir(parent); err != nil {
 		return nil, err
 	}
 	out := *m
@@ -345,23 +346,6 @@ func writeSynced(path string, data []byte) error {
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("data: %w", err)
-	}
-	return nil
-}
-
-// syncDir flushes a folder's entries, making renames in it durable. Windows
-// cannot sync folders; there it does nothing.
-func syncDir(dir string) error {
-	if runtime.GOOS == "windows" {
-		return nil
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("data: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("data: syncing %s: %w", dir, err)
 	}
 	return nil
 }

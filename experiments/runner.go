@@ -26,6 +26,8 @@ import (
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/experiments/report"
 	"github.com/memtrain/memtrain/finetune"
+	"github.com/memtrain/memtrain/internal/atomicfile"
+	"github.com/memtrain/memtrain/internal/units"
 	"github.com/memtrain/memtrain/memorization"
 )
 
@@ -140,7 +142,7 @@ func (r *Runner) claim() error {
 	case !errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("experiments: %w", err)
 	}
-	return checkpoints.WriteFileAtomic(path, raw)
+	return atomicfile.WriteFile(path, raw)
 }
 
 // openTokenizer loads the spec's tokenizer, or the base checkpoint's, and
@@ -192,7 +194,7 @@ func (r *Runner) paths(ps []string) ([]string, error) {
 			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 				return nil, fmt.Errorf("experiments: %w", err)
 			}
-			if err := checkpoints.WriteFileAtomic(path, b); err != nil {
+			if err := atomicfile.WriteFile(path, b); err != nil {
 				return nil, err
 			}
 		}
@@ -230,7 +232,7 @@ func (r *Runner) prepareData() error {
 				return err
 			}
 		}
-		if err := checkpoints.WriteFileAtomic(filepath.Join(dataDir, name), buf.Bytes()); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(dataDir, name), buf.Bytes()); err != nil {
 			return err
 		}
 	}
@@ -389,7 +391,7 @@ func (r *Runner) baseModel(b Base) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		r.logf("base %s: %s parameters, hidden %d, %d layers", dir, checkpoints.FormatCount(cfg.Params().Total), cfg.HiddenSize, cfg.NumHiddenLayers)
+		r.logf("base %s: %s parameters, hidden %d, %d layers", dir, units.FormatCount(cfg.Params().Total), cfg.HiddenSize, cfg.NumHiddenLayers)
 		if err := checkpoints.Save(initDir, cfg, checkpoints.RandomWeights(cfg, b.Seed), checkpoints.SaveOptions{Files: r.tokFiles}); err != nil {
 			return "", err
 		}
@@ -403,7 +405,7 @@ func (r *Runner) baseModel(b Base) (string, error) {
 		model, _ = filepath.Rel(dir, final)
 	}
 	b2, _ := json.Marshal(struct{ Model string }{model})
-	if err := checkpoints.WriteFileAtomic(done, b2); err != nil {
+	if err := atomicfile.WriteFile(done, b2); err != nil {
 		return "", err
 	}
 	return filepath.Join(dir, model), nil
@@ -455,7 +457,7 @@ func (r *Runner) pretrain(dir, initDir string, p *Pretrain) (string, error) {
 			enc.Encode(map[string]string{"text": t})
 		}
 		corpus := filepath.Join(dir, "corpus.jsonl")
-		if err := checkpoints.WriteFileAtomic(corpus, buf.Bytes()); err != nil {
+		if err := atomicfile.WriteFile(corpus, buf.Bytes()); err != nil {
 			return "", err
 		}
 		seqLen := p.SeqLen
@@ -546,7 +548,7 @@ func trimMetrics(path string, step int) error {
 	if keep.Len() == len(b) {
 		return nil
 	}
-	return checkpoints.WriteFileAtomic(path, keep.Bytes())
+	return atomicfile.WriteFile(path, keep.Bytes())
 }
 
 // runArm trains and evaluates one arm and seed, unless it is done.
@@ -641,7 +643,7 @@ func (r *Runner) runArm(ar armRun) error {
 	if err != nil {
 		return fmt.Errorf("experiments: %w", err)
 	}
-	return checkpoints.WriteFileAtomic(filepath.Join(dir, report.ResultFile), append(b, '\n'))
+	return atomicfile.WriteFile(filepath.Join(dir, report.ResultFile), append(b, '\n'))
 }
 
 // baseHeldoutLoss is the mean loss per target of a base model on the

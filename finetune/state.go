@@ -14,6 +14,7 @@ import (
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/internal/atomicfile"
 )
 
 // Files of a training checkpoint, beside the HF checkpoint files.
@@ -118,7 +119,7 @@ func writeCheckpoint(dir, name string, cfg *checkpoints.Config, weights, moments
 	if err != nil {
 		return fmt.Errorf("finetune: %w", err)
 	}
-	if err := checkpoints.WriteFileAtomic(filepath.Join(tmp, StateFile), append(sb, '\n')); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(tmp, StateFile), append(sb, '\n')); err != nil {
 		return err
 	}
 	if opt.BeforeCommit != nil {
@@ -132,10 +133,10 @@ func writeCheckpoint(dir, name string, cfg *checkpoints.Config, weights, moments
 		return fmt.Errorf("finetune: %w", err)
 	}
 	committed = true
-	if err := syncDir(dir); err != nil {
+	if err := atomicfile.SyncDir(dir); err != nil {
 		return err
 	}
-	if err := checkpoints.WriteFileAtomic(filepath.Join(dir, LatestFile), []byte(name+"\n")); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, LatestFile), []byte(name+"\n")); err != nil {
 		return err
 	}
 	return prune(dir, keep)
@@ -252,19 +253,6 @@ func prune(dir string, keep int) error {
 		if err := os.RemoveAll(filepath.Join(dir, s)); err != nil {
 			return fmt.Errorf("finetune: %w", err)
 		}
-	}
-	return nil
-}
-
-// syncDir makes a rename in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("finetune: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
-		return fmt.Errorf("finetune: sync %s: %w", dir, err)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/data"
+	"github.com/memtrain/memtrain/data/tokenizer"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/engine/parallel"
@@ -201,7 +202,7 @@ func OpenParallel(cfg Config, b engine.Backend, grid *parallel.Grid, resume stri
 	if r.files, err = checkpoints.ReadTokenizerFiles(cfg.Model); err != nil {
 		return fail(err)
 	}
-	if tj, ok := r.files[checkpoints.TokenizerFile]; ok {
+	if tj, ok := r.files[tokenizer.FileName]; ok {
 		sum := sha256.Sum256(tj)
 		if got := hex.EncodeToString(sum[:]); got != man.Tokenizer.SHA256 {
 			return fail(fmt.Errorf("finetune: %s was tokenized with another tokenizer than %s's (tokenizer hash %.12s…, the model's %.12s…)", cfg.Data, cfg.Model, man.Tokenizer.SHA256, got))

@@ -1,7 +1,6 @@
 package memorization
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/data/tokenizer"
+	"github.com/memtrain/memtrain/internal/atomicfile"
 )
 
 // StoreDocuments returns the documents of a prepared dataset: its train
@@ -98,11 +98,16 @@ func WriteResults(dir string, s *Summary, docs []DocResult) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("memorization: %w", err)
 	}
-	err := writeAtomic(filepath.Join(dir, DocsFileName), func(w io.Writer) error {
+	summary, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return fmt.Errorf("memorization: %w", err)
+	}
+	docsPath := filepath.Join(dir, DocsFileName)
+	err = atomicfile.Write(docsPath, func(w io.Writer) error {
 		enc := json.NewEncoder(w)
 		for i := range docs {
 			if err := enc.Encode(&docs[i]); err != nil {
-				return err
+				return fmt.Errorf("memorization: writing %s: %w", docsPath, err)
 			}
 		}
 		return nil
@@ -110,14 +115,7 @@ func WriteResults(dir string, s *Summary, docs []DocResult) error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(dir, SummaryFileName), func(w io.Writer) error {
-		b, err := json.MarshalIndent(s, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(append(b, '\n'))
-		return err
-	})
+	return atomicfile.WriteFile(filepath.Join(dir, SummaryFileName), append(summary, '\n'))
 }
 
 // ReadSummary reads a summary.json.
@@ -134,31 +132,4 @@ func ReadSummary(path string) (*Summary, error) {
 		return nil, fmt.Errorf("memorization: %s: schema %d, want %d", path, s.Schema, SummarySchema)
 	}
 	return &s, nil
-}
-
-func writeAtomic(path string, fill func(io.Writer) error) error {
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("memorization: %w", err)
-	}
-	w := bufio.NewWriterSize(f, 1<<20)
-	err = fill(w)
-	if err == nil {
-		err = w.Flush()
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("memorization: writing %s: %w", path, err)
-	}
-	return nil
 }

@@ -15,13 +15,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/comm"
 	"github.com/memtrain/memtrain/engine/comm/local"
 	"github.com/memtrain/memtrain/engine/cpu"
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/perfmodel"
+	"github.com/memtrain/memtrain/internal/atomicfile"
+	"github.com/memtrain/memtrain/internal/units"
 )
 
 type benchCommFlags struct {
@@ -106,7 +107,7 @@ a readable summary on stderr. --device FILE writes these as a perfmodel device
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.ranks, "ranks", "2,4,8", "comma-separated group sizes")
-	fl.StringVar(&f.sizes, "sizes", "64K,256K,1M,4M,16M,64M", "comma-separated buffer sizes in bytes (suffixes K, M, G: powers of 1024)")
+	fl.StringVar(&f.sizes, "sizes", "64K,256K,1M,4M,16M,64M", "comma-separated buffer sizes in bytes (K, M, G or KiB, MiB, GiB: powers of 1024; KB, MB: of 1000)")
 	fl.StringVar(&f.ops, "ops", "all-reduce,all-gather,reduce-scatter", "collectives to time")
 	fl.IntVar(&f.iters, "iters", 0, "timed calls a case, after two warm-up calls (default: enough to move 256 MiB, 5 to 200)")
 	fl.BoolVar(&f.oneGroup, "one-group", false, "time one group of each size while the other ranks wait")
@@ -241,7 +242,7 @@ func runBenchComm(cmd *cobra.Command, f benchCommFlags) error {
 		if err != nil {
 			return err
 		}
-		if err := checkpoints.WriteFileAtomic(f.device, append(raw, '\n')); err != nil {
+		if err := atomicfile.WriteFile(f.device, append(raw, '\n')); err != nil {
 			return fmt.Errorf("bench comm: --device: %w", err)
 		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "bench comm: wrote %s (memtrain plan --device-json %s)\n", f.device, f.device)
@@ -484,32 +485,21 @@ func parseCounts(s string) ([]int, error) {
 	return out, nil
 }
 
-// parseByteSizes parses sizes such as "64K,1M,4096" (binary suffixes),
-// each a positive multiple of 4 bytes (float32 elements).
+// parseByteSizes parses a comma-separated list of sizes such as
+// "64K,1M,4096" (units.ParseBytes: K, M, G are powers of 1024), each a
+// positive multiple of 4 bytes (float32 elements) of at most 2 GiB − 1.
 func parseByteSizes(s string) ([]int64, error) {
 	var out []int64
 	for _, item := range strings.Split(s, ",") {
 		item = strings.TrimSpace(item)
-		num, mult := item, int64(1)
-		switch strings.ToUpper(item[min(len(item), max(0, len(item)-1)):]) {
-		case "K":
-			mult = 1 << 10
-		case "M":
-			mult = 1 << 20
-		case "G":
-			mult = 1 << 30
+		n, err := units.ParseBytes(item)
+		if err != nil || n < 1 || n > math.MaxInt32 {
+			return nil, fmt.Errorf("%q: want a positive size below 2 GiB such as 4096, 64K or 16M", item)
 		}
-		if mult > 1 {
-			num = item[:len(item)-1]
-		}
-		n, err := strconv.ParseInt(num, 10, 64)
-		if err != nil || n < 1 || n > math.MaxInt32/mult {
-			return nil, fmt.Errorf("%q: want a positive size such as 4096, 64K or 16M", item)
-		}
-		if n*mult%4 != 0 {
+		if n%4 != 0 {
 			return nil, fmt.Errorf("%q: not a whole number of float32 elements", item)
 		}
-		out = append(out, n*mult)
+		out = append(out, n)
 	}
 	return out, nil
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,17 +13,17 @@ import (
 )
 
 func TestParseByteSizes(t *testing.T) {
-	got, err := parseByteSizes("4096, 64K,16M,1G")
+	// The one size grammar (units.ParseBytes): K, M, G and KiB, MiB are
+	// powers of 1024, KB a power of 1000.
+	got, err := parseByteSizes("4096, 64K,16M,1G,1.5K,64KB,1 MiB")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []int64{4096, 64 << 10, 16 << 20, 1 << 30}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("parseByteSizes = %v, want %v", got, want)
-		}
+	want := []int64{4096, 64 << 10, 16 << 20, 1 << 30, 1536, 64000, 1 << 20}
+	if !slices.Equal(got, want) {
+		t.Fatalf("parseByteSizes = %v, want %v", got, want)
 	}
-	for _, bad := range []string{"", "K", "0", "-4", "6", "3K7", "4T", "8G"} {
+	for _, bad := range []string{"", "K", "0", "-4", "6", "3K7", "4T", "8G", "2G", "2GiB", "1.001KB", "64K,", "1e3"} {
 		if _, err := parseByteSizes(bad); err == nil {
 			t.Errorf("parseByteSizes(%q): no error", bad)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/internal/units"
 )
 
 type benchDecodeFlags struct {
@@ -65,7 +66,7 @@ func runBenchDecode(cmd *cobra.Command, f benchDecodeFlags) error {
 	}
 	cfg := p.Config()
 	if n := cfg.Params().Total; n > maxInitParams {
-		return fmt.Errorf("bench decode: %s has %s parameters, too many for a CPU benchmark", f.preset, humanCount(n))
+		return fmt.Errorf("bench decode: %s has %s parameters, too many for a CPU benchmark", f.preset, units.FormatCount(n))
 	}
 	b, err := f.engine.backend()
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/internal/units"
 )
 
 type benchStepFlags struct {
@@ -88,7 +89,7 @@ func runBenchStep(cmd *cobra.Command, f benchStepFlags) error {
 		return fmt.Errorf("bench step: --seq-len %d exceeds %s's max_position_embeddings %d", f.seqLen, f.preset, cfg.MaxPositionEmbeddings)
 	}
 	if n := cfg.Params().Total; n > maxInitParams {
-		return fmt.Errorf("bench step: %s has %s parameters, too many for a CPU step", f.preset, humanCount(n))
+		return fmt.Errorf("bench step: %s has %s parameters, too many for a CPU step", f.preset, units.FormatCount(n))
 	}
 	b, g, err := f.engine.build()
 	if err != nil {

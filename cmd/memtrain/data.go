@@ -17,6 +17,7 @@ import (
 
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/data/tokenizer"
+	"github.com/memtrain/memtrain/internal/units"
 )
 
 func newDataCmd() *cobra.Command {
@@ -417,10 +418,10 @@ func printDataInspect(w io.Writer, r dataInspectReport) {
 	for _, s := range m.Sources {
 		bytes += s.Bytes
 	}
-	fmt.Fprintf(w, "sources   %d, %s\n", len(m.Sources), humanBytes(bytes))
+	fmt.Fprintf(w, "sources   %d, %s\n", len(m.Sources), units.FormatBytes(bytes))
 	for _, s := range m.Sources {
 		fmt.Fprintf(w, "  %s (%s, %s, sha256 %.12s…): %s documents, %s bad\n",
-			s.Path, s.Format, humanBytes(s.Bytes), s.SHA256, commas(s.Documents), commas(s.Problems))
+			s.Path, s.Format, units.FormatBytes(s.Bytes), s.SHA256, commas(s.Documents), commas(s.Problems))
 	}
 	fmt.Fprintf(w, "\n%-8s %12s %14s %12s %14s %12s %10s\n", "split", "documents", "tokens", "sequences", "targets", "padding", "truncated")
 	for _, row := range []struct {

@@ -13,10 +13,10 @@ import (
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/goldfish"
+	"github.com/memtrain/memtrain/internal/atomicfile"
 )
 
 // killInSaveEnv names the environment variable that makes `finetune` kill
@@ -221,7 +221,7 @@ func prepareRun(run *finetune.Run, cfg finetune.Config, stopAfter int) (*os.File
 	if err != nil {
 		return nil, fmt.Errorf("finetune: %w", err)
 	}
-	if err := checkpoints.WriteFileAtomic(filepath.Join(cfg.Out, "config.yaml"), eff); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(cfg.Out, "config.yaml"), eff); err != nil {
 		return nil, err
 	}
 	mf, err := os.OpenFile(filepath.Join(cfg.Out, "metrics.jsonl"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)

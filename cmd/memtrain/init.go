@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/internal/units"
 )
 
 // maxInitParams bounds `init`, which holds every weight in memory as
@@ -54,7 +54,7 @@ shape flags override single fields.`,
 	fl.IntVar(&f.headDim, "head-dim", 0, "override head_dim (default hidden / heads)")
 	fl.Uint64Var(&f.seed, "seed", 0, "random seed; the same seed gives the same weights")
 	fl.StringVar(&f.dtype, "dtype", "f32", "storage type of the weights: f32 or bf16")
-	fl.StringVar(&f.maxShard, "max-shard-size", "5GB", "split the weights into shards above this size (e.g. 500MB, 5GB; 0 for one file)")
+	fl.StringVar(&f.maxShard, "max-shard-size", "5GB", "split the weights into shards above this size (e.g. 500MB, 5GB = 5×10⁹ bytes, 2GiB = 2G = 2³¹ bytes; 0 for one file)")
 	fl.BoolVar(&f.force, "force", false, "overwrite a checkpoint already in --out")
 	cmd.MarkFlagRequired("out")
 	cmd.MarkFlagRequired("tokenizer")
@@ -69,7 +69,7 @@ func runInit(cmd *cobra.Command, f initFlags) error {
 	if err != nil {
 		return err
 	}
-	maxShard, err := parseByteSize(f.maxShard)
+	maxShard, err := units.ParseBytes(f.maxShard)
 	if err != nil {
 		return fmt.Errorf("init: --max-shard-size: %w", err)
 	}
@@ -117,7 +117,7 @@ func runInit(cmd *cobra.Command, f initFlags) error {
 	params := cfg.Params()
 	if params.Total > maxInitParams {
 		return fmt.Errorf("init: %s has %s parameters; init holds them in memory as float32 and stops at %s (use `memtrain inspect --preset` to size large models)",
-			source, humanCount(params.Total), humanCount(maxInitParams))
+			source, units.FormatCount(params.Total), units.FormatCount(maxInitParams))
 	}
 	tensors := checkpoints.RandomWeights(cfg, f.seed)
 	err = checkpoints.Save(f.out, cfg, tensors, checkpoints.SaveOptions{DType: dtype, MaxShardBytes: maxShard, Files: files})
@@ -125,7 +125,7 @@ func runInit(cmd *cobra.Command, f initFlags) error {
 		return err
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %s parameters (%s non-embedding), %d layers, hidden %d, vocab %d, %s, seed %d\n",
-		f.out, humanCount(params.Total), humanCount(params.NonEmbedding), cfg.NumHiddenLayers, cfg.HiddenSize, cfg.VocabSize, dtype, f.seed)
+		f.out, units.FormatCount(params.Total), units.FormatCount(params.NonEmbedding), cfg.NumHiddenLayers, cfg.HiddenSize, cfg.VocabSize, dtype, f.seed)
 	return nil
 }
 
@@ -139,29 +139,3 @@ func parseStorageDType(s string) (checkpoints.DType, error) {
 	}
 	return 0, fmt.Errorf("--dtype: unsupported %q (want f32 or bf16)", s)
 }
-
-// parseByteSize reads sizes such as 0, 123, 500MB, 5GB or 2GiB.
-func parseByteSize(s string) (int64, error) {
-	t := strings.ToUpper(strings.TrimSpace(s))
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"KIB", 1 << 10}, {"MIB", 1 << 20}, {"GIB", 1 << 30}, {"TIB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}} {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
-			break
-		}
-	}
-	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || v < 0 || v*float64(mult) > 1<<62 {
-		return 0, fmt.Errorf("invalid size %q (want e.g. 500MB, 5GB or 0)", s)
-	}
-	return int64(v * float64(mult)), nil
-}
-
-// humanCount writes 8030261248 as "8.03B".
-func humanCount(n int64) string { return checkpoints.FormatCount(n) }
-
-// humanBytes writes sizes in binary units: "15.0 GiB".
-func humanBytes(n int64) string { return checkpoints.FormatBytes(n) }

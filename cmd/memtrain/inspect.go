@@ -14,6 +14,7 @@ import (
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/internal/units"
 )
 
 type inspectFlags struct {
@@ -206,16 +207,16 @@ func printInspect(w io.Writer, r inspectReport) error {
 		}
 	}
 	fmt.Fprintln(tw)
-	row("parameters", "%s (%d)", humanCount(r.Params.Total), r.Params.Total)
-	row("  non-embedding", "%s (%d)", humanCount(r.Params.NonEmbedding), r.Params.NonEmbedding)
-	row("  embedding", "%s (%d)", humanCount(r.Params.Embedding), r.Params.Embedding)
-	row("  per layer", "%s (%d)", humanCount(r.Params.PerLayer), r.Params.PerLayer)
-	row("weights", "F32 %s, BF16 %s, F16 %s", humanBytes(r.DTypeBytes["F32"]), humanBytes(r.DTypeBytes["BF16"]), humanBytes(r.DTypeBytes["F16"]))
+	row("parameters", "%s (%d)", units.FormatCount(r.Params.Total), r.Params.Total)
+	row("  non-embedding", "%s (%d)", units.FormatCount(r.Params.NonEmbedding), r.Params.NonEmbedding)
+	row("  embedding", "%s (%d)", units.FormatCount(r.Params.Embedding), r.Params.Embedding)
+	row("  per layer", "%s (%d)", units.FormatCount(r.Params.PerLayer), r.Params.PerLayer)
+	row("weights", "F32 %s, BF16 %s, F16 %s", units.FormatBytes(r.DTypeBytes["F32"]), units.FormatBytes(r.DTypeBytes["BF16"]), units.FormatBytes(r.DTypeBytes["F16"]))
 	if s := r.Stored; s != nil {
 		var parts []string
 		for _, d := range []string{"F32", "BF16", "F16"} {
 			if b, ok := s.Bytes[d]; ok {
-				parts = append(parts, fmt.Sprintf("%s %s", d, humanBytes(b)))
+				parts = append(parts, fmt.Sprintf("%s %s", d, units.FormatBytes(b)))
 			}
 		}
 		row("stored", "%s in %d tensors, %d file(s)", strings.Join(parts, ", "), s.Tensors, len(s.Files))
@@ -223,10 +224,10 @@ func printInspect(w io.Writer, r inspectReport) error {
 	fmt.Fprintln(tw)
 	t := r.Training
 	row("full fine-tune", "AdamW, %s, batch %d × %d tokens", t.Precision, t.Batch, t.SeqLen)
-	row("  weights", "%s", humanBytes(t.Weights))
-	row("  gradients", "%s", humanBytes(t.Gradients))
-	row("  optimizer (2 moments)", "%s", humanBytes(t.OptimizerState))
-	row("  activations", "%s (with recomputation %s; the engine's workspace)", humanBytes(t.Activations), humanBytes(t.ActivationsRecompute))
-	row("  total", "%s (with recomputation %s)", humanBytes(t.Total), humanBytes(t.TotalRecompute))
+	row("  weights", "%s", units.FormatBytes(t.Weights))
+	row("  gradients", "%s", units.FormatBytes(t.Gradients))
+	row("  optimizer (2 moments)", "%s", units.FormatBytes(t.OptimizerState))
+	row("  activations", "%s (with recomputation %s; the engine's workspace)", units.FormatBytes(t.Activations), units.FormatBytes(t.ActivationsRecompute))
+	row("  total", "%s (with recomputation %s)", units.FormatBytes(t.Total), units.FormatBytes(t.TotalRecompute))
 	return tw.Flush()
 }

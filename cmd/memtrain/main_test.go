@@ -331,6 +331,9 @@ func TestErrors(t *testing.T) {
 		{"bad grid of heads", func(t *testing.T) []string {
 			return []string{"init", "--out", filepath.Join(t.TempDir(), "x"), "--tokenizer", "builtin:llama2", "--heads", "4", "--kv-heads", "3"}
 		}, []string{"num_key_value_heads"}},
+		{"bad shard size", func(t *testing.T) []string {
+			return []string{"init", "--out", filepath.Join(t.TempDir(), "x"), "--tokenizer", "builtin:llama2", "--max-shard-size", "-5GB"}
+		}, []string{"--max-shard-size", `"-5GB"`}},
 		{"too big for init", func(t *testing.T) []string {
 			return []string{"init", "--out", filepath.Join(t.TempDir(), "x"), "--tokenizer", "builtin:llama3", "--preset", "llama3.1-8b"}
 		}, []string{"inspect --preset"}},

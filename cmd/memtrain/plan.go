@@ -14,6 +14,7 @@ import (
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/perfmodel"
+	"github.com/memtrain/memtrain/internal/units"
 )
 
 type planFlags struct {
@@ -241,16 +242,16 @@ func planModel(name string) (*checkpoints.Config, error) {
 
 func printPlan(w io.Writer, r planReport) error {
 	d := r.Device
-	fmt.Fprintf(w, "model   %s: %s parameters, %s FLOPs a token (6N + 12·L·H·Q·T)\n", r.Model, humanCount(r.Params), humanCount(int64(r.ModelFLOPsPerTok)))
+	fmt.Fprintf(w, "model   %s: %s parameters, %s FLOPs a token (6N + 12·L·H·Q·T)\n", r.Model, units.FormatCount(r.Params), units.FormatCount(int64(r.ModelFLOPsPerTok)))
 	fmt.Fprintf(w, "gpus    %d × %s (%s)\n", r.GPUs, d.Name, d.Description)
 	if d.SharedNode {
 		// Totals of one node, which its ranks divide among them.
 		fmt.Fprintf(w, "peak    %.1f GFLOP/s a node × efficiency %.2f = %.1f GFLOP/s, shared by its ranks\n", d.PeakFLOPs/1e9, r.Efficiency, d.PeakFLOPs*r.Efficiency/1e9)
-		fmt.Fprintf(w, "memory  %.1f GB a node, %s usable a rank (%.0f%%)\n", float64(d.MemoryBytes)/1e9, perfmodel.FormatBytes(r.UsableMemory), 100*perfmodel.DefaultMemoryFraction)
+		fmt.Fprintf(w, "memory  %.1f GB a node, %s usable a rank (%.0f%%)\n", float64(d.MemoryBytes)/1e9, units.FormatBytes(r.UsableMemory), 100*perfmodel.DefaultMemoryFraction)
 		fmt.Fprintf(w, "links   %.2f GB/s a node of %d ranks, %.0f µs a call; memory %.0f GB/s\n", d.IntraNodeBandwidth/1e9, d.NodeSize, d.Latency*1e6, d.HBMBandwidth/1e9)
 	} else {
 		fmt.Fprintf(w, "peak    %.1f TFLOP/s dense bf16 × efficiency %.2f = %.1f TFLOP/s\n", d.PeakFLOPs/1e12, r.Efficiency, d.PeakFLOPs*r.Efficiency/1e12)
-		fmt.Fprintf(w, "memory  %.0f GB a GPU, %s usable (%.0f%%)\n", float64(d.MemoryBytes)/1e9, perfmodel.FormatBytes(r.UsableMemory), 100*perfmodel.DefaultMemoryFraction)
+		fmt.Fprintf(w, "memory  %.0f GB a GPU, %s usable (%.0f%%)\n", float64(d.MemoryBytes)/1e9, units.FormatBytes(r.UsableMemory), 100*perfmodel.DefaultMemoryFraction)
 		latency := ""
 		if d.Latency > 0 {
 			latency = fmt.Sprintf(", %.1f µs a call", d.Latency*1e6)

@@ -133,13 +133,13 @@ type span struct{ off, n int32 }
 func Load(path string) (*Tokenizer, error) {
 	file := path
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		file = filepath.Join(path, "tokenizer.json")
+		file = filepath.Join(path, FileName)
 	}
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
-	cfgFile := filepath.Join(filepath.Dir(file), "tokenizer_config.json")
+	cfgFile := filepath.Join(filepath.Dir(file), ConfigFileName)
 	cfg, err := os.ReadFile(cfgFile)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
@@ -154,7 +154,7 @@ func Load(path string) (*Tokenizer, error) {
 // optionally, of its tokenizer_config.json (config may be nil). The name,
 // such as the file's path, is used in error messages.
 func Parse(name string, tokenizerJSON, configJSON []byte) (*Tokenizer, error) {
-	return parse(name, tokenizerJSON, "tokenizer_config.json", configJSON)
+	return parse(name, tokenizerJSON, ConfigFileName, configJSON)
 }
 
 func (t *Tokenizer) getState() *encState {

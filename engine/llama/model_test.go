@@ -398,4 +398,3 @@ func TestTokenLosses(t *testing.T) {
 		}
 	}
 }
-

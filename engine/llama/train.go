@@ -323,4 +323,3 @@ func (m *Model) Logits(batch Batch) (out []float32, err error) {
 // FLOPsPerToken is the model FLOPs one trained token costs at sequence
 // length T (engine.ModelFLOPsPerToken).
 func (m *Model) FLOPsPerToken(T int) float64 { return engine.ModelFLOPsPerToken(m.Config, T) }
-

@@ -5,6 +5,7 @@ import (
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine/perfmodel"
+	"github.com/memtrain/memtrain/internal/units"
 )
 
 // Plan Llama 3.1 8B on one node of 8 H100 with one 8192-token sequence a
@@ -21,7 +22,7 @@ func ExampleSearch() {
 	}
 	for _, pl := range plans {
 		fmt.Printf("%v micro-batch %d×%d recompute %v: %.2f s, %.0f tokens/s/GPU, MFU %.1f%%, %s\n",
-			pl.Grid, pl.MicroBatch, pl.MicroBatches, pl.Recompute, pl.StepSeconds, pl.TokensPerSecondPerGPU, 100*pl.MFU, perfmodel.FormatBytes(pl.Memory.Total()))
+			pl.Grid, pl.MicroBatch, pl.MicroBatches, pl.Recompute, pl.StepSeconds, pl.TokensPerSecondPerGPU, 100*pl.MFU, units.FormatBytes(pl.Memory.Total()))
 	}
 	// Output:
 	// dp=1 x=1 y=1 z=8 micro-batch 1×1 recompute false: 1.21 s, 6780 tokens/s/GPU, MFU 39.7%, 59.9 GiB

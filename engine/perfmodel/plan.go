@@ -8,6 +8,7 @@ import (
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/internal/units"
 )
 
 // adamBytesPerParam is the memory traffic of the fused AdamW update per
@@ -300,7 +301,7 @@ func (e *NoFitError) Error() string {
 		rec = "on"
 	}
 	return fmt.Sprintf("perfmodel: no grid of %d %s fits: the smallest needs %s per GPU (%v, micro-batch %d, recompute %s), %s usable of %s",
-		e.GPUs, e.Device, FormatBytes(s.Memory.Total()), s.Grid, s.MicroBatch, rec, FormatBytes(e.Usable), FormatBytes(e.Capacity))
+		e.GPUs, e.Device, units.FormatBytes(s.Memory.Total()), s.Grid, s.MicroBatch, rec, units.FormatBytes(e.Usable), units.FormatBytes(e.Capacity))
 }
 
 // Search enumerates every grid of j.GPUs ranks that divides the model
@@ -406,7 +407,3 @@ func Search(j Job, o Options) ([]Plan, error) {
 	}
 	return plans, nil
 }
-
-// FormatBytes writes a size in binary units: "15.0 GiB" (see
-// checkpoints.FormatBytes).
-func FormatBytes(n int64) string { return checkpoints.FormatBytes(n) }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/internal/units"
 )
 
 func TestDevices(t *testing.T) {
@@ -175,7 +176,7 @@ func TestCalibrationTorchtitan(t *testing.T) {
 	for _, p := range check {
 		r := p.MFU / 0.34
 		t.Logf("%v micro-batch %d recompute %v: %.0f tokens/s/GPU, MFU %.3f (%.2f× torchtitan's), %s per GPU",
-			p.Grid, p.MicroBatch, p.Recompute, p.TokensPerSecondPerGPU, p.MFU, r, FormatBytes(p.Memory.Total()))
+			p.Grid, p.MicroBatch, p.Recompute, p.TokensPerSecondPerGPU, p.MFU, r, units.FormatBytes(p.Memory.Total()))
 		if r < 0.7 || r > 1.3 {
 			t.Errorf("%v: predicted MFU %.3f is %.2f× torchtitan's 34%%", p.Grid, p.MFU, r)
 		}
@@ -206,14 +207,14 @@ func Test405B(t *testing.T) {
 			t.Errorf("%v: %d ranks, %d tokens", p.Grid, p.Grid.Size(), p.GlobalBatchTokens())
 		}
 		if m := p.Memory.Total(); m > int64(DefaultMemoryFraction*80e9) {
-			t.Errorf("%v needs %s", p.Grid, FormatBytes(m))
+			t.Errorf("%v needs %s", p.Grid, units.FormatBytes(m))
 		}
 		if p.MFU <= 0 || p.MFU > DefaultEfficiency {
 			t.Errorf("%v: MFU %g", p.Grid, p.MFU)
 		}
 	}
 	t.Logf("best: %v micro-batch %d×%d recompute %v, %.1f s a step, MFU %.3f, %s per GPU",
-		plans[0].Grid, plans[0].MicroBatch, plans[0].MicroBatches, plans[0].Recompute, plans[0].StepSeconds, plans[0].MFU, FormatBytes(plans[0].Memory.Total()))
+		plans[0].Grid, plans[0].MicroBatch, plans[0].MicroBatches, plans[0].Recompute, plans[0].StepSeconds, plans[0].MFU, units.FormatBytes(plans[0].Memory.Total()))
 }
 
 func TestSearchChoices(t *testing.T) {
@@ -283,14 +284,6 @@ func TestSearchErrors(t *testing.T) {
 	} {
 		if _, err := Search(c.job, Options{}); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", c.job, err, c.want)
-		}
-	}
-}
-
-func TestFormatBytes(t *testing.T) {
-	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1536: "1.5 KiB", 80e9: "74.5 GiB", 3 << 40: "3.0 TiB"} {
-		if got := FormatBytes(n); got != want {
-			t.Errorf("FormatBytes(%d) = %q, want %q", n, got, want)
 		}
 	}
 }

@@ -18,7 +18,8 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
-	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/internal/atomicfile"
+	"github.com/memtrain/memtrain/internal/units"
 	"github.com/memtrain/memtrain/memorization"
 )
 
@@ -171,7 +172,7 @@ func (f *plotFigure) save(dir, file string) error {
 	if err != nil {
 		return fmt.Errorf("report: plot %s: %w", file, err)
 	}
-	if err := checkpoints.WriteFileAtomic(filepath.Join(dir, file), b); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, file), b); err != nil {
 		return fmt.Errorf("report: plot %s: %w", file, err)
 	}
 	return nil
@@ -556,7 +557,7 @@ func plotMemorizationVsParams(dir string, arms []*reportArm, p *reportProtocol) 
 			return nil, err
 		}
 	}
-	f.p.X.Tick.Marker = f.valueTicks(sizes, func(x float64) string { return formatCount(int64(x)) })
+	f.p.X.Tick.Marker = f.valueTicks(sizes, func(x float64) string { return units.ShortCount(int64(x)) })
 	file := filepath.Join(PlotsDir, "memorization-vs-params-"+plotSlug(p.Key)+".png")
 	if err := f.save(dir, file); err != nil {
 		return nil, err

@@ -14,7 +14,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/internal/atomicfile"
+	"github.com/memtrain/memtrain/internal/units"
 	"github.com/memtrain/memtrain/memorization"
 )
 
@@ -110,14 +111,14 @@ func Write(dir string, opt Options) (*Written, error) {
 	}
 	_, specErr := os.Stat(filepath.Join(dir, "spec.yaml"))
 	md := renderMarkdown(opt.Title, arms, protos, figs, rep, specErr == nil)
-	if err := checkpoints.WriteFileAtomic(rep.Markdown, md); err != nil {
+	if err := atomicfile.WriteFile(rep.Markdown, md); err != nil {
 		return nil, fmt.Errorf("report: %w", err)
 	}
 	table, err := renderCSV(arms, protos)
 	if err != nil {
 		return nil, fmt.Errorf("report: %w", err)
 	}
-	if err := checkpoints.WriteFileAtomic(rep.CSV, table); err != nil {
+	if err := atomicfile.WriteFile(rep.CSV, table); err != nil {
 		return nil, fmt.Errorf("report: %w", err)
 	}
 	return rep, nil
@@ -369,21 +370,6 @@ func (s reportStat) num(prec int) string {
 	return fmt.Sprintf("%.*f", prec, s.Mean)
 }
 
-// formatCount writes a parameter count with three significant digits and
-// a unit: 124M, 1.24B.
-func formatCount(n int64) string {
-	v := float64(n)
-	for _, u := range []struct {
-		div    float64
-		suffix string
-	}{{1e12, "T"}, {1e9, "B"}, {1e6, "M"}, {1e3, "k"}} {
-		if math.Abs(v) >= u.div {
-			return fmt.Sprintf("%.3g%s", v/u.div, u.suffix)
-		}
-	}
-	return strconv.FormatInt(n, 10)
-}
-
 // reportPlural writes n and a noun, with an s unless n is 1.
 func reportPlural(n int, noun string) string {
 	if n == 1 {
@@ -459,7 +445,7 @@ func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, f
 		if a.BaseHeldoutLoss > 0 {
 			baseLoss = strconv.FormatFloat(a.BaseHeldoutLoss, 'f', 3, 64)
 		}
-		mdRow(&b, a.Arm, a.Loss, k, strategy, h, a.Model, formatCount(a.Params), baseLoss, strconv.Itoa(a.Targets),
+		mdRow(&b, a.Arm, a.Loss, k, strategy, h, a.Model, units.ShortCount(a.Params), baseLoss, strconv.Itoa(a.Targets),
 			strconv.Itoa(a.Repeats), strconv.Itoa(a.Steps), strings.Join(seeds, ", "))
 	}
 	b.WriteString("\n")

@@ -413,14 +413,6 @@ func TestReportFormatting(t *testing.T) {
 			t.Errorf("%+v.num(3) = %q, want %q", c.s, got, c.num3)
 		}
 	}
-	for _, c := range []struct {
-		n    int64
-		want string
-	}{{999, "999"}, {1000, "1k"}, {1_500_000, "1.5M"}, {124_439_808, "124M"}, {8_030_261_248, "8.03B"}, {70_553_706_496, "70.6B"}} {
-		if got := formatCount(c.n); got != c.want {
-			t.Errorf("formatCount(%d) = %q, want %q", c.n, got, c.want)
-		}
-	}
 }
 
 func readReportFile(t *testing.T, path string) string {
