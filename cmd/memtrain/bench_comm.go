@@ -6,21 +6,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/memtrain/memtrain/engine"
-	"github.com/memtrain/memtrain/engine/comm"
-	"github.com/memtrain/memtrain/engine/comm/local"
-	"github.com/memtrain/memtrain/engine/cpu"
-	"github.com/memtrain/memtrain/engine/launch"
-	"github.com/memtrain/memtrain/engine/perfmodel"
+	"github.com/memtrain/memtrain/engine/comm/commbench"
 	"github.com/memtrain/memtrain/internal/atomicfile"
 	"github.com/memtrain/memtrain/internal/units"
 )
@@ -36,41 +27,6 @@ type benchCommFlags struct {
 	peak     float64
 	eff      float64
 }
-
-// benchCommResult is the JSON line `bench comm` prints for each case.
-// Sizes and bandwidths follow nccl-tests: Bytes is the full buffer (an
-// all-gather's output, a reduce-scatter's input), AlgBW = Bytes ÷ time,
-// BusBW = AlgBW × the ring factor (2(p−1)/p for an all-reduce, (p−1)/p
-// for the others): the rate at which each rank sends, comparable across
-// operations and group sizes with the link's bandwidth.
-type benchCommResult struct {
-	Transport string  `json:"transport"` // "local" (in-process) or "mpi"
-	Op        string  `json:"op"`
-	Ranks     int     `json:"ranks"`  // p, the group's size
-	Groups    int     `json:"groups"` // groups of p ranks communicating at once
-	Bytes     int64   `json:"bytes"`
-	Iters     int     `json:"iters"`
-	TimeUS    float64 `json:"time_us"` // per call: the slowest rank's mean
-	AlgBW     float64 `json:"algbw_gbs"`
-	BusBW     float64 `json:"busbw_gbs"`
-}
-
-// benchCommFit is the summary line of one group size: time per call ≈
-// LatencyUS + Bytes × ring factor ÷ BusBW, fitted over every operation and
-// size.
-type benchCommFit struct {
-	Transport string  `json:"transport"`
-	Op        string  `json:"op"` // "fit"
-	Ranks     int     `json:"ranks"`
-	Groups    int     `json:"groups"`
-	BusBW     float64 `json:"busbw_gbs"`
-	LatencyUS float64 `json:"latency_us"`
-	// LargestBusBW is the median bus bandwidth of the operations at the
-	// largest size, the number nccl-tests would quote.
-	LargestBusBW float64 `json:"largest_busbw_gbs"`
-}
-
-var benchCommOps = map[string]comm.Op{"all-reduce": comm.AllReduce, "all-gather": comm.AllGather, "reduce-scatter": comm.ReduceScatter}
 
 func newBenchCommCmd() *cobra.Command {
 	var f benchCommFlags
@@ -118,14 +74,8 @@ a readable summary on stderr. --device FILE writes these as a perfmodel device
 	return cmd
 }
 
-// benchCommCase is one measurement to make.
-type benchCommCase struct {
-	op    string
-	ranks int
-	bytes int64
-	iters int
-}
-
+// runBenchComm parses the flags, runs the measurement (commbench), and
+// prints its JSON lines and summary; under MPI only rank 0 prints.
 func runBenchComm(cmd *cobra.Command, f benchCommFlags) error {
 	ranks, err := parseCounts(f.ranks)
 	if err != nil {
@@ -138,89 +88,35 @@ func runBenchComm(cmd *cobra.Command, f benchCommFlags) error {
 	var ops []string
 	for _, o := range strings.Split(f.ops, ",") {
 		o = strings.TrimSpace(o)
-		if _, ok := benchCommOps[o]; !ok {
-			return fmt.Errorf("bench comm: --ops: unknown %q (want all-reduce, all-gather or reduce-scatter)", o)
+		if err := commbench.CheckOp(o); err != nil {
+			return fmt.Errorf("bench comm: --ops: %w", err)
 		}
 		ops = append(ops, o)
 	}
 	switch {
 	case f.iters < 0:
 		return fmt.Errorf("bench comm: --iters %d: want 0 (automatic) or more", f.iters)
+	case f.world < 0:
+		return fmt.Errorf("bench comm: --world %d: want 0 (the largest of --ranks) or more", f.world)
 	case f.device != "" && (f.peak <= 0 || f.eff <= 0 || f.eff > 1):
 		return errors.New("bench comm: --device needs --peak (GFLOP/s) and --efficiency in (0, 1]")
 	}
-	procs, err := launch.Procs()
+	b, err := commbench.New(commbench.Options{Ranks: ranks, Sizes: sizes, Ops: ops, Iters: f.iters, OneGroup: f.oneGroup, World: f.world})
+	if errors.Is(err, commbench.ErrNoGroup) {
+		return fmt.Errorf("bench comm: --ranks %s: %w", f.ranks, err)
+	} else if err != nil {
+		return fmt.Errorf("bench comm: %w", err)
+	}
+	for _, p := range b.Skipped {
+		fmt.Fprintf(cmd.ErrOrStderr(), "bench comm: skipping groups of %d: the world has %d ranks\n", p, b.World)
+	}
+	results, fits, err := b.Run()
 	if err != nil {
-		return err
+		return fmt.Errorf("bench comm: %w", err)
 	}
-	transport, worldSize := "local", f.world
-	if procs > 1 {
-		transport, worldSize = "mpi", procs
-	} else if worldSize == 0 {
-		worldSize = slices.Max(ranks)
+	if results == nil {
+		return nil // an MPI rank other than 0
 	}
-	var cases []benchCommCase
-	for _, p := range ranks {
-		if p > worldSize {
-			fmt.Fprintf(cmd.ErrOrStderr(), "bench comm: skipping groups of %d: the world has %d ranks\n", p, worldSize)
-			continue
-		}
-		for _, op := range ops {
-			for _, b := range sizes {
-				it := f.iters
-				if it == 0 {
-					it = int(min(200, max(5, (256<<20)/b)))
-				}
-				cases = append(cases, benchCommCase{op: op, ranks: p, bytes: b, iters: it})
-			}
-		}
-	}
-	if len(cases) == 0 {
-		return fmt.Errorf("bench comm: no group of --ranks %s fits in a world of %d", f.ranks, worldSize)
-	}
-
-	var results []benchCommResult
-	if transport == "mpi" {
-		world, err := launch.MPIWorld(procs)
-		if err != nil {
-			return fmt.Errorf("bench comm: %w", err)
-		}
-		results, err = benchCommRank(world, cases, f.oneGroup)
-		if err != nil {
-			return fmt.Errorf("bench comm: rank %d of %d: %w", world.Rank(), world.Size(), err)
-		}
-		if err := world.Close(); err != nil {
-			return fmt.Errorf("bench comm: %w", err)
-		}
-		if world.Rank() != 0 {
-			return nil
-		}
-	} else {
-		if _, _, err := comm.EnvTimeout(); err != nil {
-			return err
-		}
-		worlds := local.New(worldSize)
-		errs := make([]error, worldSize)
-		var wg sync.WaitGroup
-		for r, w := range worlds {
-			wg.Go(func() {
-				res, err := benchCommRank(w, cases, f.oneGroup)
-				if r == 0 {
-					results = res
-				}
-				errs[r] = err
-				w.Close()
-			})
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			return fmt.Errorf("bench comm: %w", err)
-		}
-	}
-	for i := range results {
-		results[i].Transport = transport
-	}
-	fits := fitBenchComm(results)
 	enc := json.NewEncoder(cmd.OutOrStdout())
 	for _, r := range results {
 		if err := enc.Encode(r); err != nil {
@@ -232,9 +128,9 @@ func runBenchComm(cmd *cobra.Command, f benchCommFlags) error {
 			return err
 		}
 	}
-	printBenchCommSummary(cmd.ErrOrStderr(), transport, worldSize, fits)
+	printBenchCommSummary(cmd.ErrOrStderr(), b.Transport, b.World, fits)
 	if f.device != "" {
-		dev, err := measuredDevice(results, fits, worldSize, f.peak*1e9, f.eff)
+		dev, err := commbench.MeasuredDevice(results, fits, b.World, f.peak*1e9, f.eff)
 		if err != nil {
 			return fmt.Errorf("bench comm: --device: %w", err)
 		}
@@ -250,173 +146,9 @@ func runBenchComm(cmd *cobra.Command, f benchCommFlags) error {
 	return nil
 }
 
-// benchCommRank runs every case as one rank of world and returns, on
-// world rank 0, the results. Every rank runs the same calls in the same
-// order: the splits, a barrier before each case (so that the groups start
-// together), and an all-reduce of every rank's time after it.
-func benchCommRank(world comm.Comm, cases []benchCommCase, oneGroup bool) ([]benchCommResult, error) {
-	b := cpu.New(cpu.Options{Threads: 1})
-	W, rank := world.Size(), world.Rank()
-	groups := map[int]comm.Comm{}
-	defer func() {
-		for _, g := range groups {
-			if g != nil {
-				g.Close()
-			}
-		}
-	}()
-	times := b.Alloc(engine.F32, W)
-	defer b.Free(times)
-	var out []benchCommResult
-	for _, c := range cases {
-		p := c.ranks
-		g, ok := groups[p]
-		nGroups := W / p
-		if oneGroup {
-			nGroups = 1
-		}
-		if !ok {
-			color := rank / p
-			if color >= nGroups {
-				color = comm.Undefined
-			}
-			var err error
-			if g, err = world.Split(fmt.Sprintf("bench-%d", p), color, rank); err != nil {
-				return nil, err
-			}
-			groups[p] = g
-		}
-		var secs float64
-		if err := world.Barrier(); err != nil {
-			return nil, err
-		}
-		if g != nil {
-			var err error
-			if secs, err = timeCollective(b, g, c); err != nil {
-				return nil, err
-			}
-		}
-		// The slowest rank's time: every rank adds its own into its slot.
-		host := make([]float32, W)
-		host[rank] = float32(secs)
-		b.Upload(times, host)
-		if err := world.AllReduce(times); err != nil {
-			return nil, err
-		}
-		b.Download(host, times)
-		if rank != 0 {
-			continue
-		}
-		t := float64(slices.Max(host))
-		algbw := float64(c.bytes) / t / 1e9
-		out = append(out, benchCommResult{
-			Op: c.op, Ranks: p, Groups: nGroups, Bytes: c.bytes, Iters: c.iters,
-			TimeUS: round3(t * 1e6), AlgBW: round3(algbw),
-			BusBW: round3(algbw * comm.SentFactor(benchCommOps[c.op], p)),
-		})
-	}
-	return out, nil
-}
-
-// timeCollective times c.iters calls of c's collective on g after two
-// warm-up calls (which fault in the buffers' pages), and returns the mean
-// seconds a call.
-func timeCollective(b *cpu.Backend, g comm.Comm, c benchCommCase) (float64, error) {
-	n := int(c.bytes / 4)
-	full := b.Alloc(engine.F32, n)
-	defer b.Free(full)
-	// This rank's chunk, in its own buffer (not in place): what a
-	// training step does with gathered weights and scattered gradients.
-	_, l := comm.Chunk(n, g.Size(), g.Rank())
-	chunk := b.Alloc(engine.F32, max(l, 1))
-	defer b.Free(chunk)
-	part := chunk.View(0, l)
-	call := func() error {
-		switch benchCommOps[c.op] {
-		case comm.AllReduce:
-			return g.AllReduce(full)
-		case comm.AllGather:
-			return g.AllGather(full, part)
-		default:
-			return g.ReduceScatter(part, full)
-		}
-	}
-	for range 2 {
-		if err := call(); err != nil {
-			return 0, err
-		}
-	}
-	start := time.Now()
-	for range c.iters {
-		if err := call(); err != nil {
-			return 0, err
-		}
-	}
-	return time.Since(start).Seconds() / float64(c.iters), nil
-}
-
-// fitBenchComm fits, per group size, time = α + sent/β over every
-// operation and size, where sent = bytes × ring factor, by least squares
-// weighted by 1/time² (relative errors, so that microsecond and
-// millisecond calls count alike). Without a rising line it falls back
-// to the largest size's bus bandwidth and the fastest call.
-func fitBenchComm(results []benchCommResult) []benchCommFit {
-	var fits []benchCommFit
-	byRanks := map[int][]benchCommResult{}
-	var order []int
-	for _, r := range results {
-		if _, ok := byRanks[r.Ranks]; !ok {
-			order = append(order, r.Ranks)
-		}
-		byRanks[r.Ranks] = append(byRanks[r.Ranks], r)
-	}
-	for _, p := range order {
-		rs := byRanks[p]
-		var sw, sx, sy, sxx, sxy float64
-		largest := int64(0)
-		for _, r := range rs {
-			x := float64(r.Bytes) * comm.SentFactor(benchCommOps[r.Op], p) // bytes sent
-			y := r.TimeUS * 1e-6
-			w := 1 / (y * y)
-			sw += w
-			sx += w * x
-			sy += w * y
-			sxx += w * x * x
-			sxy += w * x * y
-			largest = max(largest, r.Bytes)
-		}
-		fit := benchCommFit{Transport: rs[0].Transport, Op: "fit", Ranks: p, Groups: rs[0].Groups}
-		var top []float64
-		fastest := math.Inf(1)
-		for _, r := range rs {
-			if r.Bytes == largest {
-				top = append(top, r.BusBW)
-			}
-			fastest = min(fastest, r.TimeUS)
-		}
-		fit.LargestBusBW = round3(median(top))
-		den := sw*sxx - sx*sx
-		slope := 0.0
-		if den > 0 {
-			slope = (sw*sxy - sx*sy) / den
-		}
-		if slope > 0 {
-			fit.BusBW = round3(1 / slope / 1e9)
-			fit.LatencyUS = round3(max(0, (sy-slope*sx)/sw) * 1e6)
-		} else {
-			// Times that do not grow with the size (one size, or sizes
-			// so small that noise decides): no line to fit. The largest
-			// size's bandwidth and the fastest call are the best words.
-			fit.BusBW, fit.LatencyUS = fit.LargestBusBW, fastest
-		}
-		fits = append(fits, fit)
-	}
-	return fits
-}
-
-func printBenchCommSummary(w io.Writer, transport string, world int, fits []benchCommFit) {
+func printBenchCommSummary(w io.Writer, transport string, world int, fits []commbench.Fit) {
 	where := "in-process ranks (goroutines)"
-	if transport == "mpi" {
+	if transport == commbench.MPI {
 		where = "MPI ranks (one a process)"
 	}
 	fmt.Fprintf(w, "bench comm: %d %s; time a call ≈ latency + bytes × ring factor ÷ bus bandwidth\n", world, where)
@@ -424,52 +156,6 @@ func printBenchCommSummary(w io.Writer, transport string, world int, fits []benc
 		fmt.Fprintf(w, "  groups of %d (%d at once): bus bandwidth %.2f GB/s a rank (%.2f at the largest size), latency %.1f µs a call\n",
 			f.Ranks, f.Groups, f.BusBW, f.LargestBusBW, f.LatencyUS)
 	}
-}
-
-// measuredDevice is this machine as the performance model sees it
-// (perfmodel.MeasuredDevice), from the fits of a world of `world` ranks
-// on this node: the bandwidth and latency of the largest group measured
-// with every group busy, the situation of a training step, in which all
-// ranks communicate at once.
-func measuredDevice(results []benchCommResult, fits []benchCommFit, world int, peak, eff float64) (perfmodel.Device, error) {
-	best := fits[0]
-	for _, f := range fits {
-		if f.Ranks > best.Ranks {
-			best = f
-		}
-	}
-	mem := totalMemory()
-	if mem <= 0 {
-		return perfmodel.Device{}, errors.New("cannot read this machine's memory size (/proc/meminfo)")
-	}
-	var timings []perfmodel.Timing
-	for _, r := range results {
-		timings = append(timings, perfmodel.Timing{Op: r.Op, Ranks: r.Ranks, Bytes: r.Bytes, Seconds: r.TimeUS / 1e6})
-	}
-	return perfmodel.MeasuredDevice(perfmodel.Measured{
-		Name:      fmt.Sprintf("cpu-%d", world),
-		PeakFLOPs: peak, Efficiency: eff,
-		BusBandwidth: best.BusBW * 1e9, Latency: best.LatencyUS / 1e6, Ranks: world,
-		MemoryBytes: mem, Timings: timings,
-	})
-}
-
-// totalMemory is the machine's memory in bytes (Linux's MemTotal), or 0.
-func totalMemory() int64 {
-	raw, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err != nil {
-				return 0
-			}
-			return kb << 10
-		}
-	}
-	return 0
 }
 
 // parseCounts parses a comma-separated list of positive integers.
@@ -502,12 +188,4 @@ func parseByteSizes(s string) ([]int64, error) {
 		out = append(out, n)
 	}
 	return out, nil
-}
-
-func round3(x float64) float64 {
-	if x == 0 || math.IsInf(x, 0) || math.IsNaN(x) {
-		return x
-	}
-	p := math.Pow(10, 2-math.Floor(math.Log10(math.Abs(x))))
-	return math.Round(x*p) / p
 }

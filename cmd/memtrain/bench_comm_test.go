@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/memtrain/memtrain/engine/comm/commbench"
 	"github.com/memtrain/memtrain/engine/perfmodel"
 )
 
@@ -41,7 +42,7 @@ func TestBenchComm(t *testing.T) {
 	}
 	var cases, fits int
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		var r benchCommResult
+		var r commbench.Result
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatalf("%q: %v", line, err)
 		}
@@ -89,26 +90,6 @@ func TestBenchComm(t *testing.T) {
 	}
 }
 
-// TestFitBenchComm: a line through exact points is found again; times
-// that fall with size fall back to the largest size's bandwidth.
-func TestFitBenchComm(t *testing.T) {
-	var rs []benchCommResult
-	for _, b := range []int64{1 << 10, 1 << 20, 1 << 24} {
-		// all-reduce over 2: sent = bytes; 50 µs + bytes at 2 GB/s.
-		secs := 50e-6 + float64(b)/2e9
-		rs = append(rs, benchCommResult{Op: "all-reduce", Ranks: 2, Bytes: b, TimeUS: secs * 1e6, BusBW: float64(b) / secs / 1e9})
-	}
-	f := fitBenchComm(rs)
-	if len(f) != 1 || math.Abs(f[0].BusBW-2) > 0.01 || math.Abs(f[0].LatencyUS-50) > 0.5 {
-		t.Errorf("fit %+v, want 2 GB/s and 50 µs", f)
-	}
-	rs[2].TimeUS = 10
-	rs[2].BusBW = 1.5
-	if f := fitBenchComm(rs); f[0].BusBW != 1.5 || f[0].LatencyUS != 10 {
-		t.Errorf("falling times: fit %+v, want the largest size's 1.5 GB/s and the fastest call's 10 µs", f)
-	}
-}
-
 func TestBenchCommErrors(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -118,7 +99,8 @@ func TestBenchCommErrors(t *testing.T) {
 		{[]string{"--sizes", "3"}, "whole number of float32"},
 		{[]string{"--ops", "broadcast"}, "unknown"},
 		{[]string{"--device", "x.json"}, "needs --peak"},
-		{[]string{"--ranks", "4", "--world", "2"}, "no group"},
+		{[]string{"--ranks", "4", "--world", "2"}, "--ranks 4: no group"},
+		{[]string{"--world", "-1"}, "--world -1"},
 	} {
 		_, errs, code := memtrain(t, "", append([]string{"bench", "comm"}, c.args...)...)
 		if code == 0 || !strings.Contains(errs, c.want) {
