@@ -145,7 +145,16 @@ func (j *jsonlReader) parse(line []byte) (Document, ProblemKind, string) {
 		}
 		return Document{}, InvalidJSON, fmt.Sprintf("invalid JSON: %v", err)
 	}
+	if j.opt.IDsOrText && !j.opt.Pretokenized {
+		if raw, ok := objectField(line, "input_ids"); ok && raw[0] != 'n' {
+			ids, kind, detail := parseIDs(raw, "input_ids", j.opt.VocabSize)
+			return Document{IDs: ids}, kind, detail
+		}
+	}
 	raw, ok := objectField(line, j.field)
+	if !ok && j.opt.IDsOrText && !j.opt.Pretokenized {
+		return Document{}, MissingField, fmt.Sprintf("no field %q or \"input_ids\"", j.field)
+	}
 	if !ok {
 		return Document{}, MissingField, fmt.Sprintf("no field %q", j.field)
 	}

@@ -89,6 +89,12 @@ type ReadOptions struct {
 	// integers, or a Parquet list (or repeated column) of INT32 or INT64.
 	Pretokenized bool
 
+	// IDsOrText reads each JSONL record as pre-tokenized when it has an
+	// "input_ids" field and as text (Field) otherwise, so that one file
+	// may mix the two: the documents that evaluation commands score.
+	// Other formats read text.
+	IDsOrText bool
+
 	// VocabSize, when positive, bounds pre-tokenized ids: an id outside
 	// [0, VocabSize) makes the record a BadToken problem.
 	VocabSize int

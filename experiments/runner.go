@@ -469,7 +469,7 @@ func (r *Runner) pretrain(dir, initDir string, p *Pretrain) (string, error) {
 		}
 	}
 	cfg := finetune.DefaultConfig()
-	if err := overlay(&p.Train, &cfg); err != nil {
+	if err := r.Spec.overlay(&p.Train, &cfg); err != nil {
 		return "", err
 	}
 	cfg.Model, cfg.Data, cfg.Out = initDir, ds, filepath.Join(dir, "pretrain")
@@ -578,7 +578,7 @@ func (r *Runner) runArm(ar armRun) error {
 	if err != nil {
 		return err
 	}
-	res := report.ArmResult{Schema: report.ResultSchema, Arm: ar.arm.Name, Seed: ar.seed, Loss: cfg.Loss,
+	res := report.ArmResult{Schema: report.ResultSchema, Arm: ar.arm.Name, Seed: ar.seed, Loss: string(cfg.Loss),
 		Targets: len(r.sel.Targets), TrainDir: rel(r.Out, cfg.Out), BaseHeldoutLoss: baseLoss}
 	res.K, res.Strategy, res.H = goldfishOf(cfg)
 	if n := len(metrics); n > 0 {

@@ -1,7 +1,6 @@
 package experiments
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/goldfish"
+	"github.com/memtrain/memtrain/internal/options"
 	"github.com/memtrain/memtrain/memorization"
 )
 
@@ -37,8 +37,9 @@ type Spec struct {
 	Seeds []uint64 `yaml:"seeds"`
 	Eval  EvalSpec `yaml:"eval"`
 
-	dir string // the spec file's folder: relative paths start there
-	raw []byte // the spec as given, recorded in the output folder
+	dir  string // the spec file's folder: relative paths start there
+	raw  []byte // the spec as given, recorded in the output folder
+	file string // the spec's name in messages
 }
 
 // Base is the model the arms start from: a checkpoint folder, or a preset
@@ -111,8 +112,8 @@ type Arm struct {
 	Name string `yaml:"name"`
 	// Loss is standard or goldfish; Goldfish overrides the goldfish
 	// defaults (hash-table, k=4, h=13).
-	Loss     string    `yaml:"loss"`
-	Goldfish yaml.Node `yaml:"goldfish"`
+	Loss     finetune.Loss `yaml:"loss"`
+	Goldfish yaml.Node     `yaml:"goldfish"`
 	// Base overrides fields of the spec's base model (e.g. another preset
 	// for a model-size study); Train overrides fine-tuning settings.
 	Base  yaml.Node `yaml:"base"`
@@ -142,34 +143,32 @@ func ReadSpec(path string) (*Spec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("experiments: %w", err)
 	}
-	s, err := ParseSpec(b, filepath.Dir(path))
-	if err != nil {
-		return nil, fmt.Errorf("experiments: %s: %w", path, err)
-	}
-	return s, nil
+	return parseSpec(path, b, filepath.Dir(path))
 }
 
 // ParseSpec parses a spec; dir is the folder relative paths start from.
 func ParseSpec(b []byte, dir string) (*Spec, error) {
-	var s Spec
-	if err := decodeStrict(b, &s); err != nil {
-		return nil, err
-	}
-	s.dir = dir
-	s.raw = append([]byte(nil), b...)
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	return &s, nil
+	return parseSpec("spec", b, dir)
 }
 
-func decodeStrict(b []byte, v any) error {
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(v); err != nil {
-		return err
+// parseSpec parses the spec named file (in messages). Its errors name the
+// file, and the line and key as written where there is one.
+func parseSpec(file string, b []byte, dir string) (*Spec, error) {
+	s := Spec{dir: dir, raw: append([]byte(nil), b...), file: file}
+	if err := options.Decode(file, b, &s); err != nil {
+		return nil, fmt.Errorf("experiments: %w", err)
 	}
-	return nil
+	if err := s.check(); err != nil {
+		// An override's own error names its line: put it first, with
+		// the context the check gave (the arm, the section).
+		var pe *options.Error
+		if errors.As(err, &pe) {
+			ctx := strings.TrimSuffix(err.Error(), pe.Error())
+			return nil, fmt.Errorf("experiments: %s: %s%s", pe.At(), ctx, pe.Msg)
+		}
+		return nil, fmt.Errorf("experiments: %s: %w", file, err)
+	}
+	return &s, nil
 }
 
 // yamlOf returns the YAML of a node (nothing for an absent one).
@@ -180,14 +179,10 @@ func yamlOf(n *yaml.Node) ([]byte, error) {
 	return yaml.Marshal(n)
 }
 
-// overlay decodes a YAML node onto v, which keeps the fields the node does
-// not set; unknown keys are errors.
-func overlay(n *yaml.Node, v any) error {
-	b, err := yamlOf(n)
-	if err != nil || b == nil {
-		return err
-	}
-	return decodeStrict(b, v)
+// overlay applies a node of the spec onto v, which keeps the fields the
+// node does not set; errors name the spec's line and key.
+func (s *Spec) overlay(n *yaml.Node, v any) error {
+	return options.DecodeNode(s.file, n, v)
 }
 
 var armName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.+=-]*$`)
@@ -286,7 +281,7 @@ func (s *Spec) Protocols() []memorization.Protocol {
 // baseTrain is the fine-tuning configuration every arm starts from.
 func (s *Spec) baseTrain() (finetune.Config, error) {
 	cfg := finetune.DefaultConfig()
-	if err := overlay(&s.Train, &cfg); err != nil {
+	if err := s.overlay(&s.Train, &cfg); err != nil {
 		return cfg, fmt.Errorf("train: %w", err)
 	}
 	return cfg, nil
@@ -299,22 +294,20 @@ func (s *Spec) armConfig(a *Arm, seed uint64) (finetune.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	if err := overlay(&a.Train, &cfg); err != nil {
+	if err := s.overlay(&a.Train, &cfg); err != nil {
 		return cfg, fmt.Errorf("train: %w", err)
 	}
 	if cfg.Model != "" || cfg.Data != "" || cfg.Out != "" {
 		return cfg, errors.New("train: model, data and out are set by the experiment (use base: and targets:)")
 	}
-	switch a.Loss {
-	case "standard", "goldfish":
-		cfg.Loss = a.Loss
-	default:
-		return cfg, fmt.Errorf("loss: %q (want standard or goldfish)", a.Loss)
+	if _, err := finetune.ParseLoss(string(a.Loss)); err != nil {
+		return cfg, fmt.Errorf("loss: %w", err)
 	}
-	if err := overlay(&a.Goldfish, &cfg.Goldfish); err != nil {
+	cfg.Loss = a.Loss
+	if err := s.overlay(&a.Goldfish, &cfg.Goldfish); err != nil {
 		return cfg, fmt.Errorf("goldfish: %w", err)
 	}
-	if a.Loss == "goldfish" {
+	if a.Loss == finetune.Goldfish {
 		if err := cfg.Goldfish.Validate(); err != nil {
 			return cfg, err
 		}
@@ -334,7 +327,7 @@ func (s *Spec) armBase(a *Arm) (Base, error) {
 		p := *b.Pretrain
 		b.Pretrain = &p
 	}
-	if err := overlay(&a.Base, &b); err != nil {
+	if err := s.overlay(&a.Base, &b); err != nil {
 		return b, err
 	}
 	return b, nil
@@ -377,7 +370,7 @@ func (s *Spec) checkBase(b Base) error {
 			return err
 		}
 		cfg := finetune.DefaultConfig()
-		if err := overlay(&p.Train, &cfg); err != nil {
+		if err := s.overlay(&p.Train, &cfg); err != nil {
 			return fmt.Errorf("pretrain: train: %w", err)
 		}
 		cfg.Model, cfg.Data, cfg.Out = "-", "-", "-"
@@ -416,7 +409,7 @@ func (s *Spec) path(p string) string {
 
 // goldfishOf describes an arm's goldfish loss for results.
 func goldfishOf(cfg finetune.Config) (k int, strategy string, h int) {
-	if cfg.Loss != "goldfish" {
+	if cfg.Loss != finetune.Goldfish {
 		return 0, "", 0
 	}
 	g := cfg.Goldfish

@@ -9,12 +9,12 @@ import (
 
 // OptimizerConfig chooses and tunes the optimizer.
 type OptimizerConfig struct {
-	Name        string  `yaml:"name" json:"name"`                 // "adamw" or "sgd"
-	Beta1       float64 `yaml:"beta1" json:"beta1"`               // AdamW
-	Beta2       float64 `yaml:"beta2" json:"beta2"`               // AdamW
-	Eps         float64 `yaml:"eps" json:"eps"`                   // AdamW
-	WeightDecay float64 `yaml:"weight_decay" json:"weight_decay"` // decoupled: p -= lr·wd·p before the update
-	DecayNorms  bool    `yaml:"decay_norms" json:"decay_norms"`   // apply weight decay to RMSNorm weights too (off by default, as is usual)
+	Name        string  `yaml:"name" json:"name" default:"adamw" resume:"same" help:"adamw or sgd"`
+	Beta1       float64 `yaml:"beta1" json:"beta1" default:"0.9" help:"AdamW β1"`
+	Beta2       float64 `yaml:"beta2" json:"beta2" default:"0.95" help:"AdamW β2"`
+	Eps         float64 `yaml:"eps" json:"eps" default:"1e-8" help:"AdamW ε"`
+	WeightDecay float64 `yaml:"weight_decay" json:"weight_decay" default:"0.1" help:"decoupled weight decay: p -= lr·wd·p before the update"`
+	DecayNorms  bool    `yaml:"decay_norms" json:"decay_norms" help:"apply weight decay to RMSNorm weights too (off by default, as is usual)"`
 }
 
 // Validate checks the configuration.

@@ -7,11 +7,11 @@ import (
 
 // Schedule gives the learning rate of each optimizer step.
 type Schedule struct {
-	Kind   string  `yaml:"kind" json:"kind"`     // "constant", "cosine" or "linear"
-	LR     float64 `yaml:"lr" json:"lr"`         // peak learning rate
-	MinLR  float64 `yaml:"min_lr" json:"min_lr"` // floor of the decay
-	Warmup int     `yaml:"warmup" json:"warmup"` // steps of linear warm-up from LR/Warmup to LR
-	Total  int     `yaml:"total" json:"total"`   // steps in the run; the decay ends here (0: the run's length)
+	Kind   string  `yaml:"kind" json:"kind" default:"cosine" resume:"same" help:"learning-rate schedule after warm-up: constant, cosine or linear"`
+	LR     float64 `yaml:"lr" json:"lr" default:"1e-4" help:"peak learning rate"`
+	MinLR  float64 `yaml:"min_lr" json:"min_lr" default:"1e-5" help:"learning rate at the end of the decay"`
+	Warmup int     `yaml:"warmup" json:"warmup" help:"steps of linear warm-up from lr/warmup to lr"`
+	Total  int     `yaml:"total" json:"total" help:"steps of the decay (0: the run's length)"`
 }
 
 // Validate checks the schedule.

@@ -21,103 +21,6 @@ import (
 	"github.com/memtrain/memtrain/goldfish"
 )
 
-// Config is a fine-tuning run. Its YAML keys are also the command's flags
-// (nested keys dotted: goldfish.k).
-type Config struct {
-	Model string `yaml:"model" json:"model"` // base checkpoint folder
-	Data  string `yaml:"data" json:"data"`   // dataset folder (memtrain data prepare)
-	Out   string `yaml:"out" json:"out"`     // run folder: metrics, checkpoints, config
-
-	Loss     string          `yaml:"loss" json:"loss"` // standard or goldfish
-	Goldfish goldfish.Config `yaml:"goldfish" json:"goldfish"`
-
-	Optimizer OptimizerConfig `yaml:"optimizer" json:"optimizer"`
-	Schedule  Schedule        `yaml:"schedule" json:"schedule"`
-
-	BatchSize  int     `yaml:"batch_size" json:"batch_size"`   // sequences per optimizer step
-	MicroBatch int     `yaml:"micro_batch" json:"micro_batch"` // sequences per forward pass (accumulated), over the whole grid: each data·Z rank takes micro_batch/(data·Z)
-	Epochs     int     `yaml:"epochs" json:"epochs"`
-	MaxSteps   int     `yaml:"max_steps" json:"max_steps"` // overrides epochs when > 0
-	Clip       float64 `yaml:"clip" json:"clip"`           // global gradient norm; 0 disables
-	EvalEvery  int     `yaml:"eval_every" json:"eval_every"`
-	SaveEvery  int     `yaml:"save_every" json:"save_every"`
-	Keep       int     `yaml:"keep" json:"keep"` // checkpoints kept
-	Seed       uint64  `yaml:"seed" json:"seed"`
-	Recompute  bool    `yaml:"recompute" json:"recompute"`
-	SaveDType  string  `yaml:"save_dtype" json:"save_dtype"` // f32 or bf16
-}
-
-// DefaultConfig is the configuration flags and files start from.
-func DefaultConfig() Config {
-	return Config{
-		Loss:       "standard",
-		Goldfish:   goldfish.Config{Strategy: goldfish.HashTable, K: 4, H: 13},
-		Optimizer:  OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1},
-		Schedule:   Schedule{Kind: "cosine", LR: 1e-4, MinLR: 1e-5, Warmup: 0},
-		BatchSize:  8,
-		MicroBatch: 4,
-		Epochs:     1,
-		Clip:       1.0,
-		Keep:       2,
-		SaveDType:  "f32",
-	}
-}
-
-// Validate checks the configuration on its own (the data and model are
-// checked when the run opens them).
-func (c *Config) Validate() error {
-	switch {
-	case c.Model == "":
-		return errors.New("finetune: model: missing (a checkpoint folder)")
-	case c.Data == "":
-		return errors.New("finetune: data: missing (a dataset folder from memtrain data prepare)")
-	case c.Out == "":
-		return errors.New("finetune: out: missing (the run folder)")
-	case c.Loss != "standard" && c.Loss != "goldfish":
-		return fmt.Errorf("finetune: loss: %q (want standard or goldfish)", c.Loss)
-	case c.BatchSize <= 0 || c.MicroBatch <= 0:
-		return fmt.Errorf("finetune: batch_size %d and micro_batch %d must be positive", c.BatchSize, c.MicroBatch)
-	case c.BatchSize%c.MicroBatch != 0:
-		return fmt.Errorf("finetune: micro_batch %d does not divide batch_size %d", c.MicroBatch, c.BatchSize)
-	case c.Epochs <= 0 && c.MaxSteps <= 0:
-		return errors.New("finetune: epochs or max_steps must be positive")
-	case c.Clip < 0 || c.EvalEvery < 0 || c.SaveEvery < 0 || c.Keep < 0:
-		return errors.New("finetune: clip, eval_every, save_every and keep must not be negative")
-	case c.SaveDType != "f32" && c.SaveDType != "bf16":
-		return fmt.Errorf("finetune: save_dtype: %q (want f32 or bf16)", c.SaveDType)
-	}
-	if c.Loss == "goldfish" {
-		if err := c.Goldfish.Validate(); err != nil {
-			return err
-		}
-	}
-	if err := c.Optimizer.Validate(); err != nil {
-		return err
-	}
-	s := c.Schedule
-	if s.Total == 0 {
-		s.Total = s.Warmup + 1 // the real total is set once the data is open
-	}
-	return s.Validate()
-}
-
-// resumeHash identifies the settings a resumed run must share with the run
-// it continues (the data order and the model must not change under it).
-func (c *Config) resumeHash() string {
-	key := struct {
-		Model, Data, Loss string
-		Goldfish          goldfish.Config
-		BatchSize         int
-		Seed              uint64
-		Optimizer         string
-		Schedule          string
-		MaxSteps          int // sets the schedule's length when epochs do not
-	}{c.Model, c.Data, c.Loss, c.Goldfish, c.BatchSize, c.Seed, c.Optimizer.Name, c.Schedule.Kind, c.MaxSteps}
-	b, _ := json.Marshal(key)
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:8])
-}
-
 // Metrics is one line of metrics.jsonl, written after every step.
 type Metrics struct {
 	Schema        int     `json:"schema"` // 1
@@ -214,7 +117,7 @@ func OpenParallel(cfg Config, b engine.Backend, grid *parallel.Grid, resume stri
 	if store.SeqLen() > ck.Config.MaxPositionEmbeddings {
 		return fail(fmt.Errorf("finetune: %s: sequence length %d exceeds the model's max_position_embeddings %d", cfg.Data, store.SeqLen(), ck.Config.MaxPositionEmbeddings))
 	}
-	if cfg.Loss == "goldfish" {
+	if cfg.Loss == Goldfish {
 		if r.masker, err = goldfish.New(cfg.Goldfish); err != nil {
 			return fail(err)
 		}

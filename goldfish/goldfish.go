@@ -70,21 +70,21 @@ func (s *Strategy) UnmarshalText(b []byte) error {
 // Config configures a Masker.
 type Config struct {
 	// Strategy chooses the targets to drop.
-	Strategy Strategy `json:"strategy"`
+	Strategy Strategy `json:"strategy" default:"hash-table" resume:"same" help:"goldfish strategy: static, hash-table or hash-avalanche"`
 
 	// K sets the fraction dropped, 1/K (on average for the hash
 	// strategies). It must be at least 2.
-	K int `json:"k"`
+	K int `json:"k" default:"4" resume:"same" help:"goldfish: drop one target in k (k ≥ 2)"`
 
 	// H is the context width of the hash strategies: a target is dropped or
 	// kept according to the H targets ending at it, itself included. It
 	// must be at least 1; the published runs use 13. Static ignores it.
-	H int `json:"h,omitempty"`
+	H int `json:"h,omitempty" default:"13" resume:"same" help:"goldfish: context width of the hash strategies"`
 
 	// Start is the first position that Static drops (the reference's
 	// goldfish_start_position). It must be at least 0. The hash strategies
 	// ignore it.
-	Start int `json:"start,omitempty"`
+	Start int `json:"start,omitempty" resume:"same" help:"goldfish: first dropped position of the static strategy"`
 }
 
 // Validate reports the first problem of c, or nil.

@@ -55,34 +55,15 @@ func StoreDocuments(s *data.Store, split string) ([]Document, error) {
 // membership member. Skipped records are counted in the returned problems
 // (or, with opt.Strict, are an error).
 func FileDocuments(paths []string, tok *tokenizer.Tokenizer, member bool, opt data.ReadOptions) ([]Document, *data.Problems, error) {
-	opt.VocabSize = tok.VocabSize()
-	r, err := data.NewReader(paths, opt)
+	read, problems, err := data.ReadTokenized(paths, tok, true, opt)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer r.Close()
-	var docs []Document
-	var texts []string
-	var slots []int
-	for {
-		d, err := r.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		doc := Document{ID: len(docs), Member: member, Source: d.Source, Line: d.Line, IDs: d.IDs}
-		if d.IDs == nil {
-			texts = append(texts, d.Text)
-			slots = append(slots, len(docs))
-		}
-		docs = append(docs, doc)
+	docs := make([]Document, len(read))
+	for i, d := range read {
+		docs[i] = Document{ID: i, Member: member, Source: d.Source, Line: d.Line, IDs: d.IDs}
 	}
-	for i, ids := range tok.EncodeBatch(texts, tokenizer.EncodeOptions{AddSpecial: true}, 0) {
-		docs[slots[i]].IDs = ids
-	}
-	return docs, r.Problems(), nil
+	return docs, problems, nil
 }
 
 // The files of an evaluation folder.

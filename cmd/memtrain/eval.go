@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
-	"github.com/memtrain/memtrain/data/tokenizer"
+	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
 )
@@ -84,66 +83,6 @@ ranks, and the data·Z ranks take turns through the batches.`,
 	return cmd
 }
 
-// readDocuments reads token ids from JSONL lines of input_ids or text.
-func readDocuments(path string, tok *tokenizer.Tokenizer, bos bool, vocab int) (docs [][]int32, lines []int, err error) {
-	file, err := os.Open(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer file.Close()
-	var texts []string
-	var textLines []int
-	var textSlots []int
-	err = jsonlLines(file, func(line []byte, n int) error {
-		var rec struct {
-			InputIDs *[]int64 `json:"input_ids"`
-			Text     *string  `json:"text"`
-		}
-		if err := json.Unmarshal(line, &rec); err != nil {
-			return fmt.Errorf("%s:%d: invalid JSON or a field of the wrong type: %v", path, n, err)
-		}
-		switch {
-		case rec.InputIDs != nil:
-			ids := make([]int32, len(*rec.InputIDs))
-			for i, id := range *rec.InputIDs {
-				if id < 0 || id >= int64(vocab) {
-					return fmt.Errorf("%s:%d: input_ids: token id %d outside the vocabulary [0, %d)", path, n, id, vocab)
-				}
-				ids[i] = int32(id)
-			}
-			docs = append(docs, ids)
-		case rec.Text != nil:
-			if tok == nil {
-				return fmt.Errorf("%s:%d: a text line needs the checkpoint's tokenizer.json", path, n)
-			}
-			texts = append(texts, *rec.Text)
-			textLines = append(textLines, n)
-			textSlots = append(textSlots, len(docs))
-			docs = append(docs, nil)
-		default:
-			return fmt.Errorf("%s:%d: want a field \"input_ids\" or \"text\"", path, n)
-		}
-		lines = append(lines, n)
-		return nil
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	if len(texts) > 0 {
-		enc := tok.EncodeBatch(texts, tokenizer.EncodeOptions{AddSpecial: bos}, 0)
-		for i, ids := range enc {
-			docs[textSlots[i]] = ids
-		}
-	}
-	return docs, lines, nil
-}
-
-// window is one scored slice of a document: inputs ids[s:s+n], targets
-// ids[s+1:s+n+1].
-type window struct {
-	doc, start, n int
-}
-
 func runEvalLoss(cmd *cobra.Command, f evalLossFlags) error {
 	if f.batch <= 0 || f.seqLen < 0 {
 		return errors.New("eval loss: --batch and --seq-len must be positive")
@@ -158,18 +97,17 @@ func runEvalLoss(cmd *cobra.Command, f evalLossFlags) error {
 			return err
 		}
 		defer lm.model.Free()
-		return evalLoss(cmd, f, lm)
+		return evalLoss(cmd, f, lm, r.Lead())
 	})
 }
 
-// evalLoss scores the documents on one rank, or on one rank of a grid:
-// there the data·Z ranks take batches in turn (a rank past the last one
-// scores a padding batch, so that every rank runs the same passes), the
-// sums are added up over them, and rank 0 reports.
-func evalLoss(cmd *cobra.Command, f evalLossFlags, lm *loadedModel) error {
+// evalLoss scores the documents on one rank, or on one rank of a grid
+// (llama.Model.Score: the data·Z ranks take batches in turn); the lead
+// rank reports.
+func evalLoss(cmd *cobra.Command, f evalLossFlags, lm *loadedModel, lead bool) error {
 	m := lm.model
 	cfg := m.Config
-	docs, lines, err := readDocuments(f.data, lm.tok, f.bos, cfg.VocabSize)
+	docs, _, err := data.ReadTokenized([]string{f.data}, lm.tok, f.bos, data.ReadOptions{IDsOrText: true, Strict: true, VocabSize: cfg.VocabSize})
 	if err != nil {
 		return fmt.Errorf("eval loss: %w", err)
 	}
@@ -183,81 +121,42 @@ func evalLoss(cmd *cobra.Command, f evalLossFlags, lm *loadedModel) error {
 	if T > cfg.MaxPositionEmbeddings {
 		return fmt.Errorf("eval loss: --seq-len %d exceeds the model's max_position_embeddings %d", T, cfg.MaxPositionEmbeddings)
 	}
-	var wins []window
-	rep := evalLossReport{Model: f.model, Data: f.data}
-	longest := 0
-	for d, ids := range docs {
-		if len(ids) < 2 {
-			rep.Skipped++
-			continue
-		}
-		for s := 0; s < len(ids)-1; s += T {
-			n := min(T, len(ids)-1-s)
-			wins = append(wins, window{doc: d, start: s, n: n})
-			longest = max(longest, n)
-		}
+	ids := make([][]int32, len(docs))
+	for d, doc := range docs {
+		ids[d] = doc.IDs
 	}
-	if len(wins) == 0 {
+	src := llama.NewWindows(ids, T)
+	if src.Len() == 0 {
 		return fmt.Errorf("eval loss: %s: no document has two or more tokens", f.data)
 	}
-	T = longest // no wider than the longest window: padding costs compute
-	ranks, rank, lead := 1, 0, true
-	if g := m.Grid(); g != nil {
-		ranks, rank, lead = g.BatchRanks(), g.BatchRank(), g.Rank() == 0
-	}
-	sums := make([]float64, 2*len(docs)) // per document: loss sums, then target counts
-	counts := sums[len(docs):]
+	opt := llama.ScoreOptions{Docs: len(docs), Batch: f.batch}
 	var bar *progressbar.ProgressBar
 	if lead && isTerminal(cmd.ErrOrStderr()) {
-		bar = progressbar.Default(int64(len(wins)), "eval loss")
+		bar = progressbar.Default(int64(src.Len()), "eval loss")
+		opt.Progress = func(done, _ int) { bar.Set(done) }
 	}
-	for round := 0; round*f.batch*ranks < len(wins); round++ {
-		first := min(len(wins), (round*ranks+rank)*f.batch)
-		group := wins[first:min(first+f.batch, len(wins))]
-		B := max(len(group), 1) // an empty turn scores one padding sequence
-		batch := llama.Batch{B: B, T: T, IDs: make([]int32, B*T), Targets: make([]int32, B*T), Weights: make([]float32, B*T)}
-		for s, w := range group {
-			ids := docs[w.doc]
-			for t := 0; t < w.n; t++ {
-				batch.IDs[s*T+t] = ids[w.start+t]
-				batch.Targets[s*T+t] = ids[w.start+t+1]
-				batch.Weights[s*T+t] = 1
-			}
-		}
-		loss, err := m.Evaluate(batch)
-		if err != nil {
-			return fmt.Errorf("eval loss: %w", err)
-		}
-		for s, w := range group {
-			sums[w.doc] += loss.PerSeq[s]
-			counts[w.doc] += loss.PerSeqWeight[s]
-		}
-		if bar != nil {
-			bar.Add(min(len(wins), (round+1)*f.batch*ranks) - round*f.batch*ranks)
-		}
-	}
+	sc, err := m.Score(src, opt)
 	if bar != nil {
 		bar.Finish()
 		fmt.Fprintln(cmd.ErrOrStderr())
 	}
-	if err := m.SumBatch(sums); err != nil {
+	if err != nil {
 		return fmt.Errorf("eval loss: %w", err)
 	}
 	if !lead {
 		return nil
 	}
-	var total, weight float64
-	for d := range docs {
-		if counts[d] == 0 {
+	rep := evalLossReport{Model: f.model, Data: f.data}
+	for d, doc := range docs {
+		if sc.Weight[d] == 0 {
+			rep.Skipped++
 			continue
 		}
 		rep.Documents++
-		total += sums[d]
-		weight += counts[d]
-		rep.PerDoc = append(rep.PerDoc, docLoss{Index: d, Line: lines[d], Tokens: int(counts[d]), Loss: sums[d] / counts[d]})
+		rep.Tokens += int64(sc.Weight[d])
+		rep.PerDoc = append(rep.PerDoc, docLoss{Index: d, Line: int(doc.Line), Tokens: int(sc.Weight[d]), Loss: sc.DocMean(d)})
 	}
-	rep.Tokens = int64(weight)
-	rep.Loss = total / weight
+	rep.Loss = sc.Mean()
 	rep.Perplexity = math.Exp(rep.Loss)
 	return printEvalLoss(cmd.OutOrStdout(), rep, f.json)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -10,90 +9,18 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/finetune"
-	"github.com/memtrain/memtrain/goldfish"
 	"github.com/memtrain/memtrain/internal/atomicfile"
+	"github.com/memtrain/memtrain/internal/options"
 )
 
 // killInSaveEnv names the environment variable that makes `finetune` kill
 // itself while saving the checkpoint of the given step (tests of
 // crash-safe checkpoints).
 const killInSaveEnv = "MEMTRAIN_TEST_KILL_IN_SAVE"
-
-// finetuneFlag binds one command-line flag to one configuration key.
-type finetuneFlag struct {
-	name, help string
-	bind       func(fl *pflag.FlagSet, c *finetune.Config)
-}
-
-// finetuneFlags lists every configuration key as a flag; the flag's name
-// is the YAML key (nested keys dotted).
-func finetuneFlags() []finetuneFlag {
-	str := func(name, help string, p func(*finetune.Config) *string) finetuneFlag {
-		return finetuneFlag{name, help, func(fl *pflag.FlagSet, c *finetune.Config) { fl.StringVar(p(c), name, *p(c), help) }}
-	}
-	num := func(name, help string, p func(*finetune.Config) *int) finetuneFlag {
-		return finetuneFlag{name, help, func(fl *pflag.FlagSet, c *finetune.Config) { fl.IntVar(p(c), name, *p(c), help) }}
-	}
-	flt := func(name, help string, p func(*finetune.Config) *float64) finetuneFlag {
-		return finetuneFlag{name, help, func(fl *pflag.FlagSet, c *finetune.Config) { fl.Float64Var(p(c), name, *p(c), help) }}
-	}
-	boo := func(name, help string, p func(*finetune.Config) *bool) finetuneFlag {
-		return finetuneFlag{name, help, func(fl *pflag.FlagSet, c *finetune.Config) { fl.BoolVar(p(c), name, *p(c), help) }}
-	}
-	return []finetuneFlag{
-		str("model", "base checkpoint folder", func(c *finetune.Config) *string { return &c.Model }),
-		str("data", "dataset folder made by `memtrain data prepare` with the model's tokenizer", func(c *finetune.Config) *string { return &c.Data }),
-		str("out", "run folder: config.yaml, metrics.jsonl, checkpoints/", func(c *finetune.Config) *string { return &c.Out }),
-		str("loss", "standard or goldfish", func(c *finetune.Config) *string { return &c.Loss }),
-		{"goldfish.strategy", "goldfish strategy: static, hash-table or hash-avalanche", func(fl *pflag.FlagSet, c *finetune.Config) {
-			fl.Var((*strategyValue)(&c.Goldfish.Strategy), "goldfish.strategy", "goldfish strategy: static, hash-table or hash-avalanche")
-		}},
-		num("goldfish.k", "goldfish: drop one target in k (k ≥ 2)", func(c *finetune.Config) *int { return &c.Goldfish.K }),
-		num("goldfish.h", "goldfish: context width of the hash strategies", func(c *finetune.Config) *int { return &c.Goldfish.H }),
-		num("goldfish.start", "goldfish: first dropped position of the static strategy", func(c *finetune.Config) *int { return &c.Goldfish.Start }),
-		str("optimizer.name", "adamw or sgd", func(c *finetune.Config) *string { return &c.Optimizer.Name }),
-		flt("optimizer.beta1", "AdamW β1", func(c *finetune.Config) *float64 { return &c.Optimizer.Beta1 }),
-		flt("optimizer.beta2", "AdamW β2", func(c *finetune.Config) *float64 { return &c.Optimizer.Beta2 }),
-		flt("optimizer.eps", "AdamW ε", func(c *finetune.Config) *float64 { return &c.Optimizer.Eps }),
-		flt("optimizer.weight_decay", "decoupled weight decay", func(c *finetune.Config) *float64 { return &c.Optimizer.WeightDecay }),
-		boo("optimizer.decay_norms", "apply weight decay to RMSNorm weights too", func(c *finetune.Config) *bool { return &c.Optimizer.DecayNorms }),
-		str("schedule.kind", "learning-rate schedule: constant, cosine or linear (after warm-up)", func(c *finetune.Config) *string { return &c.Schedule.Kind }),
-		flt("schedule.lr", "peak learning rate", func(c *finetune.Config) *float64 { return &c.Schedule.LR }),
-		flt("schedule.min_lr", "learning rate at the end of the decay", func(c *finetune.Config) *float64 { return &c.Schedule.MinLR }),
-		num("schedule.warmup", "linear warm-up steps", func(c *finetune.Config) *int { return &c.Schedule.Warmup }),
-		num("schedule.total", "steps of the decay (default: the run's length)", func(c *finetune.Config) *int { return &c.Schedule.Total }),
-		num("batch_size", "sequences per optimizer step (the global batch)", func(c *finetune.Config) *int { return &c.BatchSize }),
-		num("micro_batch", "sequences per forward pass (with --parallel, over the whole grid: each data×Z rank takes micro_batch/(data·Z)); gradients accumulate over batch_size/micro_batch passes", func(c *finetune.Config) *int { return &c.MicroBatch }),
-		num("epochs", "passes over the training split", func(c *finetune.Config) *int { return &c.Epochs }),
-		num("max_steps", "optimizer steps (overrides epochs when > 0)", func(c *finetune.Config) *int { return &c.MaxSteps }),
-		flt("clip", "clip the global gradient norm to this (0: off)", func(c *finetune.Config) *float64 { return &c.Clip }),
-		num("eval_every", "evaluate on the holdout split every N steps (0: only never)", func(c *finetune.Config) *int { return &c.EvalEvery }),
-		num("save_every", "save a checkpoint every N steps (and always at the end)", func(c *finetune.Config) *int { return &c.SaveEvery }),
-		num("keep", "checkpoints to keep (0: all)", func(c *finetune.Config) *int { return &c.Keep }),
-		finetuneFlag{"seed", "data order seed", func(fl *pflag.FlagSet, c *finetune.Config) { fl.Uint64Var(&c.Seed, "seed", c.Seed, "data order seed") }},
-		boo("recompute", "recompute activations in the backward pass (less memory)", func(c *finetune.Config) *bool { return &c.Recompute }),
-		str("save_dtype", "checkpoint weights: f32 or bf16", func(c *finetune.Config) *string { return &c.SaveDType }),
-	}
-}
-
-// strategyValue lets a goldfish.Strategy be a flag.
-type strategyValue goldfish.Strategy
-
-func (s *strategyValue) String() string { return goldfish.Strategy(*s).String() }
-func (s *strategyValue) Type() string   { return "strategy" }
-func (s *strategyValue) Set(v string) error {
-	st, err := goldfish.ParseStrategy(v)
-	if err != nil {
-		return err
-	}
-	*s = strategyValue(st)
-	return nil
-}
 
 func newFinetuneCmd() *cobra.Command {
 	var (
@@ -106,9 +33,10 @@ func newFinetuneCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "finetune --config run.yaml | --model DIR --data DATASET --out DIR [flags]",
 		Short: "Fine-tune a Llama checkpoint, with the standard or the goldfish loss",
-		Long: `finetune trains a checkpoint on a dataset made by ` + "`memtrain data prepare`" + `.
-Every key of the YAML configuration is also a flag (nested keys dotted, e.g.
---goldfish.k); flags override the file, and unknown keys are errors. The
+		Long: `finetune trains a checkpoint on a dataset made by 'memtrain data prepare'.
+Every key of the YAML configuration is also a flag, in kebab-case with nested
+keys dotted (--max-steps, --goldfish.k; the YAML spelling --max_steps works
+too); flags override the file, and unknown keys are errors. The
 effective configuration is saved as OUT/config.yaml; metrics go to
 OUT/metrics.jsonl (one JSON line per step, schema 1); checkpoints to
 OUT/checkpoints/step-NNNNNNNN with OUT/checkpoints/latest pointing at the
@@ -116,12 +44,12 @@ newest complete one. --resume OUT continues a stopped run exactly.
 
 --parallel dp=D,x=X,y=Y,z=Z trains on a 4D grid of D·X·Y·Z ranks — goroutines,
 one a GPU with --device cuda, or one a process under mpirun with the mpi build
-(AxoNN's data × tensor-parallel layout; ` + "`memtrain plan`" + ` ranks grids): each rank
+(AxoNN's data × tensor-parallel layout; 'memtrain plan' ranks grids): each rank
 holds a shard of every weight, the batch's sequences are split over D·Z ranks
 (micro_batch counts sequences over the whole grid: each takes
 micro_batch/(D·Z)), and the metrics equal one rank's. Checkpoints are full-shape
 HF checkpoints, so a run resumes on any grid.`,
-		Example: `  memtrain finetune --model base --data ds --out run --loss goldfish --goldfish.k 4 --max_steps 100
+		Example: `  memtrain finetune --model base --data ds --out run --loss goldfish --goldfish.k 4 --max-steps 100
   memtrain finetune --config run.yaml --resume run
   memtrain finetune --config run.yaml --parallel dp=2,x=2,y=1,z=2
   mpirun -np 8 memtrain finetune --config run.yaml --parallel dp=2,x=2,y=1,z=2   # go build -tags mpi`,
@@ -133,21 +61,13 @@ HF checkpoints, so a run resumes on any grid.`,
 				if err != nil {
 					return fmt.Errorf("finetune: %w", err)
 				}
-				dec := yaml.NewDecoder(bytes.NewReader(raw))
-				dec.KnownFields(true)
-				if err := dec.Decode(&cfg); err != nil {
-					return fmt.Errorf("finetune: %s: %v", configFile, err)
+				if err := options.Decode(configFile, raw, &cfg); err != nil {
+					return fmt.Errorf("finetune: %w", err)
 				}
 			}
 			// Flags the user set override the file.
-			for _, f := range finetuneFlags() {
-				if cmd.Flags().Changed(f.name) {
-					scratch := pflag.NewFlagSet("", pflag.ContinueOnError)
-					f.bind(scratch, &cfg)
-					if err := scratch.Set(f.name, cmd.Flags().Lookup(f.name).Value.String()); err != nil {
-						return fmt.Errorf("finetune: --%s: %w", f.name, err)
-					}
-				}
+			if err := options.Apply(cmd.Flags(), &cfg); err != nil {
+				return fmt.Errorf("finetune: %w", err)
 			}
 			return runFinetune(cmd, cfg, ef, pf, resume, stopAfter)
 		},
@@ -156,9 +76,7 @@ HF checkpoints, so a run resumes on any grid.`,
 	fl.StringVar(&configFile, "config", "", "YAML configuration file")
 	fl.StringVar(&resume, "resume", "", "continue the run in this folder (or from this checkpoint)")
 	fl.IntVar(&stopAfter, "stop-after", 0, "stop (with a checkpoint) after this step, to continue later with --resume")
-	for _, f := range finetuneFlags() {
-		f.bind(fl, &flagCfg)
-	}
+	options.Bind(fl, &flagCfg)
 	ef.register(fl)
 	pf.register(fl)
 	return cmd

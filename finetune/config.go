@@ -1,0 +1,117 @@
+package finetune
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/memtrain/memtrain/goldfish"
+	"github.com/memtrain/memtrain/internal/options"
+)
+
+// Config is a fine-tuning run, declared once (internal/options): each
+// field's YAML key, default and help are its tags, and the command's
+// flags, the strict YAML decoder, the resume check (resume:"same") and
+// the README's table of keys are derived from them. Adding an option is
+// one field here and its use.
+type Config struct {
+	Model string `yaml:"model" resume:"same" help:"base checkpoint folder"`
+	Data  string `yaml:"data" resume:"same" help:"dataset folder made by memtrain data prepare with the model's tokenizer"`
+	Out   string `yaml:"out" help:"run folder: config.yaml, metrics.jsonl, checkpoints/"`
+
+	Loss     Loss            `yaml:"loss" default:"standard" resume:"same" help:"standard or goldfish"`
+	Goldfish goldfish.Config `yaml:"goldfish"`
+
+	Optimizer OptimizerConfig `yaml:"optimizer"`
+	Schedule  Schedule        `yaml:"schedule"`
+
+	BatchSize  int     `yaml:"batch_size" default:"8" resume:"same" help:"sequences per optimizer step (the global batch)"`
+	MicroBatch int     `yaml:"micro_batch" default:"4" help:"sequences per forward pass, over the whole grid (each data×Z rank takes micro_batch/(data·Z)); gradients accumulate over batch_size/micro_batch passes"`
+	Epochs     int     `yaml:"epochs" default:"1" help:"passes over the training split"`
+	MaxSteps   int     `yaml:"max_steps" resume:"same" help:"optimizer steps (overrides epochs when > 0)"`
+	Clip       float64 `yaml:"clip" default:"1" help:"clip the global gradient norm to this (0: off)"`
+	EvalEvery  int     `yaml:"eval_every" help:"held-out loss every N steps and at the end (0: never)"`
+	SaveEvery  int     `yaml:"save_every" help:"save a checkpoint every N steps (and always at the end)"`
+	Keep       int     `yaml:"keep" default:"2" help:"checkpoints to keep (0: all)"`
+	Seed       uint64  `yaml:"seed" resume:"same" help:"data order seed"`
+	Recompute  bool    `yaml:"recompute" help:"recompute activations in the backward pass (less memory)"`
+	SaveDType  string  `yaml:"save_dtype" default:"f32" help:"checkpoint weights: f32 or bf16"`
+}
+
+// Loss is the training loss.
+type Loss string
+
+// The losses.
+const (
+	Standard Loss = "standard" // cross-entropy on every target
+	Goldfish Loss = "goldfish" // cross-entropy on the targets the goldfish mask keeps
+)
+
+// ParseLoss reads a loss name.
+func ParseLoss(s string) (Loss, error) {
+	switch l := Loss(s); l {
+	case Standard, Goldfish:
+		return l, nil
+	}
+	return "", fmt.Errorf("unknown loss %q (want standard or goldfish)", s)
+}
+
+func (l Loss) String() string               { return string(l) }
+func (l Loss) MarshalText() ([]byte, error) { return []byte(l), nil }
+func (l *Loss) UnmarshalText(b []byte) error {
+	v, err := ParseLoss(string(b))
+	if err == nil {
+		*l = v
+	}
+	return err
+}
+
+// DefaultConfig is the configuration flags and files start from.
+func DefaultConfig() Config {
+	var c Config
+	options.SetDefaults(&c)
+	return c
+}
+
+// Validate checks the configuration on its own (the data and model are
+// checked when the run opens them).
+func (c *Config) Validate() error {
+	if _, err := ParseLoss(string(c.Loss)); err != nil {
+		return fmt.Errorf("finetune: loss: %w", err)
+	}
+	switch {
+	case c.Model == "":
+		return errors.New("finetune: model: missing (a checkpoint folder)")
+	case c.Data == "":
+		return errors.New("finetune: data: missing (a dataset folder from memtrain data prepare)")
+	case c.Out == "":
+		return errors.New("finetune: out: missing (the run folder)")
+	case c.BatchSize <= 0 || c.MicroBatch <= 0:
+		return fmt.Errorf("finetune: batch_size %d and micro_batch %d must be positive", c.BatchSize, c.MicroBatch)
+	case c.BatchSize%c.MicroBatch != 0:
+		return fmt.Errorf("finetune: micro_batch %d does not divide batch_size %d", c.MicroBatch, c.BatchSize)
+	case c.Epochs <= 0 && c.MaxSteps <= 0:
+		return errors.New("finetune: epochs or max_steps must be positive")
+	case c.Clip < 0 || c.EvalEvery < 0 || c.SaveEvery < 0 || c.Keep < 0:
+		return errors.New("finetune: clip, eval_every, save_every and keep must not be negative")
+	case c.SaveDType != "f32" && c.SaveDType != "bf16":
+		return fmt.Errorf("finetune: save_dtype: %q (want f32 or bf16)", c.SaveDType)
+	}
+	if c.Loss == Goldfish {
+		if err := c.Goldfish.Validate(); err != nil {
+			return err
+		}
+	}
+	if err := c.Optimizer.Validate(); err != nil {
+		return err
+	}
+	s := c.Schedule
+	if s.Total == 0 {
+		s.Total = s.Warmup + 1 // the real total is set once the data is open
+	}
+	return s.Validate()
+}
+
+// resumeHash identifies the settings a resumed run must share with the run
+// it continues (those tagged resume:"same": the data order and the model
+// must not change under it).
+func (c *Config) resumeHash() string { return options.Digest(c) }

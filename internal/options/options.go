@@ -1,0 +1,210 @@
+// Package options declares a configuration once — a struct whose fields
+// carry their key, default and help in tags — and derives from it what
+// every configuration needs:
+//
+//   - defaults (SetDefaults, from `default:"…"`);
+//   - command-line flags (Bind, Apply): one per leaf field, named by its
+//     key path in kebab-case, nested keys dotted (--max-steps,
+//     --goldfish.k, --optimizer.weight-decay), help from `help:"…"`;
+//     Normalize makes the snake_case spelling (--max_steps) an alias, and
+//     Suggest names the nearest flag for an unknown one;
+//   - a strict YAML decoder (Decode, DecodeNode) that applies a file, or a
+//     node of one (an experiment arm's overrides), onto a struct that
+//     keeps the fields the YAML does not set, and names the file, line and
+//     key as written of anything wrong: an unknown key (with the nearest
+//     known one), a value of the wrong type. Keys are matched in either
+//     spelling (max_steps or max-steps), so that files, flags and
+//     overrides share one vocabulary;
+//   - a digest of the fields tagged `resume:"same"` (Digest), which a
+//     resumed run must share with the run it continues;
+//   - the reference of every key (Fields), from which the README's tables
+//     are generated.
+//
+// Keys come from the `yaml` tag, else the `json` tag, else the field's
+// name in lower case, as go.yaml.in/yaml/v3 names them. A field tagged
+// `yaml:"-"` is not configuration. Leaf fields are strings, booleans,
+// integers, floats, and types that implement encoding.TextUnmarshaler
+// (enumerations such as goldfish.Strategy).
+package options
+
+import (
+	"crypto/sha256"
+	"encoding"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+)
+
+// A Field is one leaf of a configuration.
+type Field struct {
+	Key     string // its key path, YAML spelling: optimizer.weight_decay
+	Help    string
+	Default string // the `default` tag, as written ("" when none)
+	Resume  bool   // tagged resume:"same"
+	Type    reflect.Type
+	index   []int
+}
+
+// Flag is the field's flag name: the key path in kebab-case.
+func (f Field) Flag() string { return FlagName(f.Key) }
+
+// FlagName is a key path in kebab-case: max_steps → max-steps.
+func FlagName(key string) string { return strings.ReplaceAll(key, "_", "-") }
+
+var textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+
+// isLeaf says whether t is configured as one value.
+func isLeaf(t reflect.Type) bool {
+	if reflect.PointerTo(t).Implements(textUnmarshaler) {
+		return true
+	}
+	switch t.Kind() {
+	case reflect.String, reflect.Bool, reflect.Int, reflect.Int64, reflect.Uint64, reflect.Float64:
+		return true
+	}
+	return false
+}
+
+// keyOf is a struct field's key, or "" for a field that is not
+// configuration.
+func keyOf(sf reflect.StructField) string {
+	if !sf.IsExported() {
+		return ""
+	}
+	for _, tag := range []string{"yaml", "json"} {
+		if v, ok := sf.Tag.Lookup(tag); ok {
+			name, _, _ := strings.Cut(v, ",")
+			if name == "-" {
+				return ""
+			}
+			if name != "" {
+				return name
+			}
+		}
+	}
+	return strings.ToLower(sf.Name)
+}
+
+// Fields lists the leaves of a struct type (or a pointer to one) in
+// declaration order, nested structs depth first.
+func Fields(v any) []Field {
+	t := reflect.TypeOf(v)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	var out []Field
+	var walk func(t reflect.Type, prefix string, index []int)
+	walk = func(t reflect.Type, prefix string, index []int) {
+		for i := range t.NumField() {
+			sf := t.Field(i)
+			key := keyOf(sf)
+			if key == "" {
+				continue
+			}
+			if sf.Type == nodeType {
+				continue // a YAML node is configured in files only
+			}
+			idx := append(append([]int(nil), index...), i)
+			path := prefix + key
+			if sf.Type.Kind() == reflect.Struct && !isLeaf(sf.Type) {
+				walk(sf.Type, path+".", idx)
+				continue
+			}
+			if !isLeaf(sf.Type) {
+				continue // lists and nodes are configured in files only
+			}
+			out = append(out, Field{Key: path, Help: sf.Tag.Get("help"), Default: sf.Tag.Get("default"),
+				Resume: sf.Tag.Get("resume") == "same", Type: sf.Type, index: idx})
+		}
+	}
+	walk(t, "", nil)
+	return out
+}
+
+// value is the field f of the struct v points to.
+func (f Field) value(v any) reflect.Value {
+	return reflect.ValueOf(v).Elem().FieldByIndex(f.index)
+}
+
+// setString sets a leaf from its text form.
+func setString(v reflect.Value, s string) error {
+	if u, ok := v.Addr().Interface().(encoding.TextUnmarshaler); ok {
+		return u.UnmarshalText([]byte(s))
+	}
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(s)
+	case reflect.Bool:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return fmt.Errorf("%q is not true or false", s)
+		}
+		v.SetBool(b)
+	case reflect.Int, reflect.Int64:
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || v.OverflowInt(n) {
+			return fmt.Errorf("%q is not an integer", s)
+		}
+		v.SetInt(n)
+	case reflect.Uint64:
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not a non-negative integer", s)
+		}
+		v.SetUint(n)
+	case reflect.Float64:
+		x, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not a number", s)
+		}
+		v.SetFloat(x)
+	default:
+		return fmt.Errorf("options: cannot set a %v", v.Type())
+	}
+	return nil
+}
+
+// stringOf is a leaf's text form.
+func stringOf(v reflect.Value) string {
+	if m, ok := v.Interface().(encoding.TextMarshaler); ok {
+		if b, err := m.MarshalText(); err == nil {
+			return string(b)
+		}
+	}
+	switch v.Kind() {
+	case reflect.Float64:
+		return strconv.FormatFloat(v.Float(), 'g', -1, 64)
+	}
+	return fmt.Sprint(v.Interface())
+}
+
+// SetDefaults sets every field of the struct v points to that has a
+// `default` tag. A tag that does not parse is a programming error, which
+// the package's own test of each configuration catches; it panics.
+func SetDefaults(v any) {
+	for _, f := range Fields(v) {
+		if f.Default == "" {
+			continue
+		}
+		if err := setString(f.value(v), f.Default); err != nil {
+			panic(fmt.Sprintf("options: %s: default %q: %v", f.Key, f.Default, err))
+		}
+	}
+}
+
+// Digest identifies the values of the fields tagged resume:"same": a
+// resumed run must have the same digest as the run it continues.
+func Digest(v any) string {
+	var parts []string
+	for _, f := range Fields(v) {
+		if f.Resume {
+			parts = append(parts, f.Key+"="+stringOf(f.value(v)))
+		}
+	}
+	b, _ := json.Marshal(parts)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
