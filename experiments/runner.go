@@ -1,7 +1,6 @@
 package experiments
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
@@ -22,7 +21,7 @@ import (
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/data/assets"
 	"github.com/memtrain/memtrain/data/tokenizer"
-	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/experiments/report"
 	"github.com/memtrain/memtrain/finetune"
@@ -43,9 +42,13 @@ type Progress struct {
 // base model, dataset, arm or evaluation is not redone, and an interrupted
 // training run continues from its last checkpoint.
 type Runner struct {
-	Spec    *Spec
-	Out     string
-	Backend engine.Backend
+	Spec *Spec
+	Out  string
+	// Launch is where models train and are evaluated: one rank on a
+	// device (the zero Grid), or a grid of in-process ranks, on the CPU
+	// or a GPU a rank, exactly as finetune runs. Every rank of a grid
+	// trains and evaluates; the lead rank writes the study's files.
+	Launch launch.Spec
 	// Log receives one line per event (phases started and finished,
 	// warnings); nil discards them.
 	Log io.Writer
@@ -105,6 +108,9 @@ func (r *Runner) Run() (*report.Written, error) {
 		return nil, err
 	}
 	if err := r.openTokenizer(runs); err != nil {
+		return nil, err
+	}
+	if err := r.checkLaunch(runs); err != nil {
 		return nil, err
 	}
 	if err := r.prepareData(); err != nil {
@@ -171,6 +177,36 @@ func (r *Runner) openTokenizer(runs []armRun) error {
 		}
 		if t.Hash() != tok.Hash() {
 			return fmt.Errorf("experiments: arm %s: base %s has another tokenizer than %s", ar.arm.Name, dir, spec)
+		}
+	}
+	return nil
+}
+
+// checkLaunch checks, before any work, that the study's launch can run:
+// in this process (the runner starts each phase's ranks itself), and on a
+// grid that divides every base model.
+func (r *Runner) checkLaunch(runs []armRun) error {
+	l, err := launch.New(r.Launch)
+	if err != nil {
+		return fmt.Errorf("experiments: %w", err)
+	}
+	if l.MPI() {
+		return errors.New("experiments: a study runs its grids in one process; under mpirun or srun, run finetune and eval memorization for each arm instead")
+	}
+	for _, ar := range runs {
+		var cfg *checkpoints.Config
+		if ar.base.Model != "" {
+			cfg, err = checkpoints.ReadConfig(r.Spec.path(ar.base.Model))
+		} else {
+			cfg, err = r.baseConfig(ar.base)
+		}
+		if err != nil {
+			return fmt.Errorf("experiments: arm %s: %w", ar.arm.Name, err)
+		}
+		spec := r.Launch
+		spec.Model = cfg
+		if _, err := launch.New(spec); err != nil {
+			return fmt.Errorf("experiments: arm %s: %w", ar.arm.Name, err)
 		}
 	}
 	return nil
@@ -476,8 +512,8 @@ func (r *Runner) pretrain(dir, initDir string, p *Pretrain) (string, error) {
 	return r.finetune(cfg, "pretrain")
 }
 
-// finetune runs (or resumes) a fine-tuning run to its end and returns its
-// final checkpoint.
+// finetune runs (or resumes) a fine-tuning run to its end, on every rank
+// of the launch, and returns its final checkpoint.
 func (r *Runner) finetune(cfg finetune.Config, phase string) (string, error) {
 	ckDir := filepath.Join(cfg.Out, "checkpoints")
 	resume := ""
@@ -487,68 +523,33 @@ func (r *Runner) finetune(cfg finetune.Config, phase string) (string, error) {
 	if cfg.EvalEvery == 0 {
 		cfg.EvalEvery = math.MaxInt32 // evaluate once, at the end
 	}
-	run, err := finetune.Open(cfg, r.Backend, resume)
-	if err != nil {
-		return "", err
-	}
-	defer run.Close()
-	if run.Step == run.Steps && resume != "" {
-		return finetune.LatestCheckpoint(ckDir)
-	}
-	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
-		return "", fmt.Errorf("experiments: %w", err)
-	}
-	metrics := filepath.Join(cfg.Out, report.MetricsFile)
-	if err := trimMetrics(metrics, run.Step); err != nil {
-		return "", err
-	}
-	mf, err := os.OpenFile(metrics, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return "", fmt.Errorf("experiments: %w", err)
-	}
-	defer mf.Close()
-	r.logf("%s: %d steps from step %d (%s)", phase, run.Steps, run.Step, cfg.Out)
 	start := time.Now()
 	var last finetune.Metrics
-	err = run.Train(mf, func(m finetune.Metrics) {
-		last = m
-		r.progress(Progress{Phase: phase, Done: m.Step, Total: run.Steps, Detail: fmt.Sprintf("loss %.3f", m.Loss)})
+	steps := 0
+	err := launch.Run(r.Launch, func(rk launch.Rank) error {
+		h := finetune.Hooks{Resume: resume}
+		if rk.Lead() {
+			h.Started = func(run *finetune.Run) {
+				steps = run.Steps
+				if run.Step < run.Steps {
+					r.logf("%s: %d steps from step %d (%s)", phase, run.Steps, run.Step, cfg.Out)
+				}
+			}
+			h.Progress = func(m finetune.Metrics) {
+				last = m
+				r.progress(Progress{Phase: phase, Done: m.Step, Total: steps, Detail: fmt.Sprintf("loss %.3f", m.Loss)})
+			}
+		}
+		_, err := finetune.TrainRank(cfg, rk.Backend, rk.Grid, h)
+		return err
 	})
 	if err != nil {
 		return "", err
 	}
-	if err := mf.Sync(); err != nil {
-		return "", fmt.Errorf("experiments: %w", err)
+	if last.Step > 0 {
+		r.logf("%s: done in %.0fs, loss %.4f, held-out loss %.4f", phase, time.Since(start).Seconds(), last.Loss, last.EvalLoss)
 	}
-	r.logf("%s: done in %.0fs, loss %.4f, held-out loss %.4f", phase, time.Since(start).Seconds(), last.Loss, last.EvalLoss)
 	return finetune.LatestCheckpoint(ckDir)
-}
-
-// trimMetrics drops metrics lines of steps after step: those of a run
-// interrupted after its last checkpoint, which the resumed run redoes.
-func trimMetrics(path string, step int) error {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("experiments: %w", err)
-	}
-	var keep bytes.Buffer
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 1<<20), 1<<26)
-	for sc.Scan() {
-		var m struct{ Step int }
-		if json.Unmarshal(sc.Bytes(), &m) != nil || m.Step > step {
-			break // a torn last line, or the redone steps
-		}
-		keep.Write(sc.Bytes())
-		keep.WriteByte('\n')
-	}
-	if keep.Len() == len(b) {
-		return nil
-	}
-	return atomicfile.WriteFile(path, keep.Bytes())
 }
 
 // runArm trains and evaluates one arm and seed, unless it is done.
@@ -595,48 +596,32 @@ func (r *Runner) runArm(ar armRun) error {
 		}
 		res.FinalTrainLoss = sum / float64(k)
 	}
-	ck, err := checkpoints.Open(final)
+	mcfg, err := checkpoints.ReadConfig(final)
 	if err != nil {
 		return err
 	}
-	res.Params = ck.Config.Params().Total
-	res.Model = modelName(ar.base, ck.Config)
-	m, err := llama.Load(r.Backend, ck, llama.Options{})
-	ck.Close()
-	if err != nil {
-		return err
-	}
-	defer m.Free()
-	docs := r.evalDocuments()
-	ev := r.Spec.Eval
-	for _, p := range r.Spec.Protocols() {
-		evalDir := filepath.Join(dir, "eval", p.Key())
-		s, err := memorization.ReadSummary(filepath.Join(evalDir, memorization.SummaryFileName))
-		if err != nil {
-			phase := "eval " + name + " " + p.Key()
-			cfg := memorization.EvalConfig{Protocol: p, Batch: ev.Batch, MinKPercent: ev.MinK,
-				Bootstrap: memorization.Bootstrap{Resamples: ev.Resamples, Seed: ev.Seed, Level: 0.95},
-				Decode:    r.tok.DecodeSkipSpecial,
-				Progress: func(scored, nDocs, decoded, probes int) {
-					r.progress(Progress{Phase: phase, Done: scored + decoded*nDocs/max(probes, 1), Total: 2 * nDocs})
-				}}
-			if eos, ok := r.tok.EOS(); ok {
-				cfg.StopIDs = []int32{eos}
-			}
-			t0 := time.Now()
-			var res []memorization.DocResult
-			if s, res, err = memorization.Evaluate(m, docs, cfg); err != nil {
-				return fmt.Errorf("experiments: arm %s: %w", name, err)
-			}
-			if err := memorization.WriteResults(evalDir, s, res); err != nil {
-				return err
-			}
-			if pf := s.Prefixes; len(pf) > 0 {
-				r.logf("%s: exact match %.1f%% of targets, %.1f%% held out (%.0fs)", phase,
-					100*pf[len(pf)-1].Members.Exact.Mean, 100*pf[len(pf)-1].NonMembers.Exact.Mean, time.Since(t0).Seconds())
-			}
+	res.Params = mcfg.Params().Total
+	res.Model = modelName(ar.base, mcfg)
+	// The protocols left to evaluate are chosen here, once, so that every
+	// rank runs the same ones.
+	protocols := r.Spec.Protocols()
+	summaries := make([]*memorization.Summary, len(protocols))
+	var todo []int
+	for i, p := range protocols {
+		if summaries[i], err = memorization.ReadSummary(filepath.Join(dir, "eval", p.Key(), memorization.SummaryFileName)); err != nil {
+			todo = append(todo, i)
 		}
-		res.Evals = append(res.Evals, report.Eval{Key: p.Key(), Dir: rel(r.Out, evalDir), Summary: *s})
+	}
+	if len(todo) > 0 {
+		err := launch.Run(r.Launch, func(rk launch.Rank) error {
+			return r.evaluateArm(rk, final, name, dir, protocols, todo, summaries)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	for i, p := range protocols {
+		res.Evals = append(res.Evals, report.Eval{Key: p.Key(), Dir: rel(r.Out, filepath.Join(dir, "eval", p.Key())), Summary: *summaries[i]})
 	}
 	res.Seconds = time.Since(start).Seconds()
 	b, err := json.MarshalIndent(&res, "", "  ")
@@ -646,6 +631,57 @@ func (r *Runner) runArm(ar armRun) error {
 	return atomicfile.WriteFile(filepath.Join(dir, report.ResultFile), append(b, '\n'))
 }
 
+// evaluateArm is one rank's evaluation of an arm's final checkpoint with
+// the protocols todo: every rank decodes every probe (the grid splits the
+// model, not the probes); the lead rank writes each evaluation and its
+// summary into summaries.
+func (r *Runner) evaluateArm(rk launch.Rank, final, name, dir string, protocols []memorization.Protocol, todo []int, summaries []*memorization.Summary) error {
+	ck, err := checkpoints.Open(final)
+	if err != nil {
+		return err
+	}
+	m, err := llama.Load(rk.Backend, ck, llama.Options{Parallel: rk.Grid})
+	ck.Close()
+	if err != nil {
+		return err
+	}
+	defer m.Free()
+	docs := r.evalDocuments()
+	ev := r.Spec.Eval
+	for _, i := range todo {
+		p := protocols[i]
+		phase := "eval " + name + " " + p.Key()
+		cfg := memorization.EvalConfig{Protocol: p, Batch: ev.Batch, MinKPercent: ev.MinK,
+			Bootstrap: memorization.Bootstrap{Resamples: ev.Resamples, Seed: ev.Seed, Level: 0.95},
+			Decode:    r.tok.DecodeSkipSpecial}
+		if rk.Lead() {
+			cfg.Progress = func(scored, nDocs, decoded, probes int) {
+				r.progress(Progress{Phase: phase, Done: scored + decoded*nDocs/max(probes, 1), Total: 2 * nDocs})
+			}
+		}
+		if eos, ok := r.tok.EOS(); ok {
+			cfg.StopIDs = []int32{eos}
+		}
+		t0 := time.Now()
+		s, res, err := memorization.Evaluate(m, docs, cfg)
+		if err != nil {
+			return fmt.Errorf("experiments: arm %s: %w", name, err)
+		}
+		if !rk.Lead() {
+			continue
+		}
+		if err := memorization.WriteResults(filepath.Join(dir, "eval", p.Key()), s, res); err != nil {
+			return err
+		}
+		summaries[i] = s
+		if pf := s.Prefixes; len(pf) > 0 {
+			r.logf("%s: exact match %.1f%% of targets, %.1f%% held out (%.0fs)", phase,
+				100*pf[len(pf)-1].Members.Exact.Mean, 100*pf[len(pf)-1].NonMembers.Exact.Mean, time.Since(t0).Seconds())
+		}
+	}
+	return nil
+}
+
 // baseHeldoutLoss is the mean loss per target of a base model on the
 // held-out documents (the same targets finetune evaluates), computed once
 // per base.
@@ -653,27 +689,33 @@ func (r *Runner) baseHeldoutLoss(dir string) (float64, error) {
 	if l, ok := r.baseLoss[dir]; ok {
 		return l, nil
 	}
-	ck, err := checkpoints.Open(dir)
-	if err != nil {
-		return 0, err
-	}
-	m, err := llama.Load(r.Backend, ck, llama.Options{})
-	ck.Close()
-	if err != nil {
-		return 0, err
-	}
-	defer m.Free()
 	seqs := make([][]int32, len(r.sel.Holdout))
 	for i, p := range r.sel.Holdout {
 		seqs[i] = p.IDs
 	}
-	sc, err := m.Score(llama.NewWindows(seqs, m.Config.MaxPositionEmbeddings), llama.ScoreOptions{Docs: max(1, len(seqs))})
+	loss := 0.0
+	err := launch.Run(r.Launch, func(rk launch.Rank) error {
+		ck, err := checkpoints.Open(dir)
+		if err != nil {
+			return err
+		}
+		m, err := llama.Load(rk.Backend, ck, llama.Options{Parallel: rk.Grid})
+		ck.Close()
+		if err != nil {
+			return err
+		}
+		defer m.Free()
+		sc, err := m.Score(llama.NewWindows(seqs, m.Config.MaxPositionEmbeddings), llama.ScoreOptions{Docs: max(1, len(seqs))})
+		if err != nil {
+			return fmt.Errorf("experiments: base %s: %w", dir, err)
+		}
+		if l := sc.Mean(); rk.Lead() && !math.IsNaN(l) {
+			loss = l
+		}
+		return nil
+	})
 	if err != nil {
-		return 0, fmt.Errorf("experiments: base %s: %w", dir, err)
-	}
-	loss := sc.Mean()
-	if math.IsNaN(loss) {
-		loss = 0
+		return 0, err
 	}
 	if r.baseLoss == nil {
 		r.baseLoss = map[string]float64{}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/memtrain/memtrain/engine/cpu"
+	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/experiments/report"
 )
 
@@ -47,7 +47,7 @@ func runStudy(t *testing.T, spec, out string, strict bool) (*report.Written, str
 	}
 	var log bytes.Buffer
 	var events int
-	r := &Runner{Spec: s, Out: out, Backend: cpu.New(cpu.Options{Threads: 2}), Log: &log, Strict: strict,
+	r := &Runner{Spec: s, Out: out, Launch: launch.Spec{Threads: 2}, Log: &log, Strict: strict,
 		Progress: func(Progress) { events++ }}
 	rep, err := r.Run()
 	if err == nil && events == 0 {

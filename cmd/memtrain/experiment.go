@@ -29,6 +29,7 @@ func newExperimentRunCmd() *cobra.Command {
 		out    string
 		strict bool
 		ef     engineFlags
+		pf     parallelFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run SPEC.yaml --out DIR",
@@ -53,13 +54,14 @@ See experiments/specs/ for examples (demo.yaml; size-study.yaml, the
 			if err != nil {
 				return err
 			}
-			return runExperiment(cmd, spec, out, strict, ef)
+			return runExperiment(cmd, spec, out, strict, ef, pf)
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&out, "out", "", "output folder (created; an existing one is resumed)")
 	fl.BoolVar(&strict, "strict", false, "fail when documents are too short for a protocol instead of skipping them")
 	ef.register(fl)
+	pf.register(fl)
 	cmd.MarkFlagRequired("out")
 	return cmd
 }
@@ -86,6 +88,7 @@ func newDemoCmd() *cobra.Command {
 		quick     bool
 		printSpec bool
 		ef        engineFlags
+		pf        parallelFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "demo [--out DIR] [--quick]",
@@ -119,7 +122,7 @@ Like experiment run, it resumes an interrupted run in the same --out.`,
 					out = "memtrain-demo-quick"
 				}
 			}
-			return runExperiment(cmd, spec, out, false, ef)
+			return runExperiment(cmd, spec, out, false, ef, pf)
 		},
 	}
 	fl := cmd.Flags()
@@ -127,18 +130,21 @@ Like experiment run, it resumes an interrupted run in the same --out.`,
 	fl.BoolVar(&quick, "quick", false, "the small study: 16 passages, about a minute")
 	fl.BoolVar(&printSpec, "print-spec", false, "print the study's YAML spec and exit")
 	ef.register(fl)
+	pf.register(fl)
 	return cmd
 }
 
-func runExperiment(cmd *cobra.Command, spec *experiments.Spec, out string, strict bool, ef engineFlags) error {
-	b, err := ef.backend()
+func runExperiment(cmd *cobra.Command, spec *experiments.Spec, out string, strict bool, ef engineFlags, pf parallelFlags) error {
+	// The base models are made by the study, so the grid is checked
+	// against them there, before any training.
+	ls, err := launchSpec(ef, pf)
 	if err != nil {
-		return err
+		return fmt.Errorf("experiment: %w", err)
 	}
 	start := time.Now()
 	errw := cmd.ErrOrStderr()
 	pb := &phaseBars{w: errw, show: isTerminal(errw)}
-	r := &experiments.Runner{Spec: spec, Out: out, Backend: b, Log: pb, Progress: pb.update, Strict: strict}
+	r := &experiments.Runner{Spec: spec, Out: out, Launch: ls, Log: pb, Progress: pb.update, Strict: strict}
 	rep, err := r.Run()
 	pb.finish()
 	if err != nil {

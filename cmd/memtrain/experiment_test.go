@@ -1,10 +1,13 @@
 package main
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/memtrain/memtrain/memorization"
 
 	"github.com/memtrain/memtrain/experiments"
 	"github.com/memtrain/memtrain/experiments/report"
@@ -79,5 +82,95 @@ func TestExperimentErrors(t *testing.T) {
 	}
 	if _, errs, code := memtrain(t, "", "experiment", "report", filepath.Join(dir, "nothing")); code != 1 || errs == "" {
 		t.Errorf("report of nothing: exit %d %q", code, errs)
+	}
+}
+
+// gridStudy is a tiny study whose batches split over four data·Z ranks.
+const gridStudy = `
+name: grid study
+tokenizer: builtin:llama2
+base:
+  preset: tiny
+  hidden: 16
+  layers: 2
+  heads: 2
+  kv_heads: 2
+  intermediate: 32
+  max_positions: 64
+  seed: 3
+  pretrain:
+    data: [builtin:austen]
+    documents: 24
+    seq_len: 32
+    train: {max_steps: 3, batch_size: 4, micro_batch: 4, schedule: {lr: 3.0e-3}}
+targets: {data: [builtin:sotu], count: 4, holdout: 4, min_tokens: 30, max_tokens: 48, passages: true, seed: 5}
+train: {max_steps: 60, batch_size: 4, micro_batch: 4, eval_every: 30, schedule: {lr: 2.0e-2, min_lr: 1.0e-3}}
+arms:
+  - {name: standard, loss: standard}
+  - {name: goldfish, loss: goldfish, goldfish: {k: 2, h: 3}}
+eval:
+  protocols: [{name: custom, prefix: [8], suffix: 8}]
+  resamples: 50
+`
+
+// TestExperimentParallel: a study on a grid (dp=2, z=2: every batch split
+// over four ranks, every weight over two) gives one rank's results.
+func TestExperimentParallel(t *testing.T) {
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "grid.yaml")
+	if err := os.WriteFile(spec, []byte(gridStudy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	results := map[string][]report.ArmResult{}
+	for _, grid := range []string{"", "dp=2,z=2"} {
+		out := filepath.Join(dir, "out"+grid)
+		args := []string{"experiment", "run", spec, "--out", out}
+		if grid != "" {
+			args = append(args, "--parallel", grid)
+		}
+		if _, errs, code := memtrain(t, "", args...); code != 0 {
+			t.Fatalf("--parallel %q: exit %d: %s", grid, code, errs)
+		}
+		res, err := report.Load(out)
+		if err != nil || len(res) != 2 {
+			t.Fatalf("--parallel %q: %d results, %v", grid, len(res), err)
+		}
+		results[grid] = res
+	}
+	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-5*math.Max(math.Abs(a), math.Abs(b)) }
+	for i, want := range results[""] {
+		got := results["dp=2,z=2"][i]
+		for _, c := range []struct {
+			name string
+			g, w float64
+		}{
+			{"held-out loss", got.HeldoutLoss, want.HeldoutLoss},
+			{"base held-out loss", got.BaseHeldoutLoss, want.BaseHeldoutLoss},
+			{"final training loss", got.FinalTrainLoss, want.FinalTrainLoss},
+		} {
+			if !near(c.g, c.w) || c.w == 0 {
+				t.Errorf("%s: %s %v on the grid, %v on one rank", want.Arm, c.name, c.g, c.w)
+			}
+		}
+		gs, ws := got.Evals[0].Summary, want.Evals[0].Summary
+		for k := range ws.Prefixes {
+			for _, side := range []struct {
+				name string
+				g, w memorization.Group
+			}{{"members", gs.Prefixes[k].Members, ws.Prefixes[k].Members}, {"non-members", gs.Prefixes[k].NonMembers, ws.Prefixes[k].NonMembers}} {
+				g, w := side.g, side.w
+				if g.Exact != w.Exact || g.TokenMatch != w.TokenMatch || g.PrefixMatch != w.PrefixMatch || g.RougeLTokens != w.RougeLTokens {
+					t.Errorf("%s %s: extraction %+v on the grid, %+v on one rank", want.Arm, side.name, g, w)
+				}
+				if !near(g.Loss.Mean, w.Loss.Mean) {
+					t.Errorf("%s %s: loss %v on the grid, %v on one rank", want.Arm, side.name, g.Loss.Mean, w.Loss.Mean)
+				}
+			}
+		}
+		if !near(gs.MIA.LossAUC, ws.MIA.LossAUC) {
+			t.Errorf("%s: loss AUC %v on the grid, %v on one rank", want.Arm, gs.MIA.LossAUC, ws.MIA.LossAUC)
+		}
+		t.Logf("%s: exact match %.3f, token match %.3f, held-out loss %.5f (grid %.5f)", want.Arm,
+			ws.Prefixes[0].Members.Exact.Mean, ws.Prefixes[0].Members.TokenMatch.Mean, want.HeldoutLoss, got.HeldoutLoss)
 	}
 }

@@ -2,18 +2,14 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/finetune"
-	"github.com/memtrain/memtrain/internal/atomicfile"
 	"github.com/memtrain/memtrain/internal/options"
 )
 
@@ -87,96 +83,64 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 	if err != nil {
 		return fmt.Errorf("finetune: %w", err)
 	}
-	// Every rank trains; rank 0 alone writes the run's files and reports.
-	// A rank that fails to start stops them all (Agree), rather than
-	// leaving the others waiting for it.
-	return l.Run(func(r launch.Rank) error {
-		run, err := finetune.OpenParallel(cfg, r.Backend, r.Grid, resume)
-		var mf *os.File
-		if err == nil && r.Lead() {
-			mf, err = prepareRun(run, cfg, stopAfter)
-		}
-		if err := r.Agree(err); err != nil {
-			if run != nil {
-				run.Close()
-			}
-			if mf != nil {
-				mf.Close()
-			}
-			return err
-		}
-		defer run.Close()
-		run.StopAfter = stopAfter
-		if !r.Lead() {
-			return run.Train(io.Discard, nil)
-		}
-		defer mf.Close()
-		return trainRun(cmd, run, mf)
-	})
-}
-
-// prepareRun sets up a run's stop and crash-test hooks, writes its
-// effective configuration and opens its metrics file.
-func prepareRun(run *finetune.Run, cfg finetune.Config, stopAfter int) (*os.File, error) {
-	run.StopAfter = stopAfter
-	if s := os.Getenv(killInSaveEnv); s != "" {
-		// Crash-safety tests: die by SIGKILL in the middle of saving the
-		// checkpoint of this step, its files written but not committed.
-		step, err := strconv.Atoi(s)
-		if err != nil {
-			return nil, fmt.Errorf("finetune: %s=%q: want a step number", killInSaveEnv, s)
-		}
-		run.BeforeCommit = func(at int, _ string) {
-			if at == step {
-				killSelf()
-			}
-		}
-	}
-	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
-		return nil, fmt.Errorf("finetune: %w", err)
-	}
-	eff, err := yaml.Marshal(run.Config)
-	if err != nil {
-		return nil, fmt.Errorf("finetune: %w", err)
-	}
-	if err := atomicfile.WriteFile(filepath.Join(cfg.Out, "config.yaml"), eff); err != nil {
-		return nil, err
-	}
-	mf, err := os.OpenFile(filepath.Join(cfg.Out, "metrics.jsonl"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("finetune: %w", err)
-	}
-	return mf, nil
-}
-
-// trainRun trains, with metrics to mf and a progress bar.
-func trainRun(cmd *cobra.Command, run *finetune.Run, mf io.Writer) error {
-	var bar *progressbar.ProgressBar
-	if isTerminal(cmd.ErrOrStderr()) {
-		bar = progressbar.NewOptions(run.Steps,
-			progressbar.OptionSetWriter(cmd.ErrOrStderr()),
-			progressbar.OptionSetDescription("finetune"),
-			progressbar.OptionShowCount(),
-			progressbar.OptionSetPredictTime(true),
-			progressbar.OptionShowElapsedTimeOnFinish())
-		bar.Set(run.Step)
-	}
-	var last finetune.Metrics
-	err := run.Train(mf, func(m finetune.Metrics) {
-		last = m
-		if bar != nil {
-			bar.Describe(fmt.Sprintf("finetune loss %.4f", m.Loss))
-			bar.Set(m.Step)
-		}
-	})
-	if bar != nil {
-		bar.Finish()
-		fmt.Fprintln(cmd.ErrOrStderr())
-	}
+	kill, err := killHook()
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "trained %d steps: loss %.4f, dropped %.1f%%, %.0f tokens/s; checkpoint %s\n",
-		run.Step, last.Loss, 100*last.DroppedFrac, last.TokensPerS, last.CheckpointDir)
-	return nil
+	// Every rank trains; the lead rank alone writes the run's files and
+	// reports.
+	return l.Run(func(r launch.Rank) error {
+		h := finetune.Hooks{Resume: resume, StopAfter: stopAfter}
+		var bar *progressbar.ProgressBar
+		if r.Lead() {
+			h.BeforeCommit = kill
+			h.Started = func(run *finetune.Run) {
+				if isTerminal(cmd.ErrOrStderr()) {
+					bar = progressbar.NewOptions(run.Steps,
+						progressbar.OptionSetWriter(cmd.ErrOrStderr()),
+						progressbar.OptionSetDescription("finetune"),
+						progressbar.OptionShowCount(),
+						progressbar.OptionSetPredictTime(true),
+						progressbar.OptionShowElapsedTimeOnFinish())
+					bar.Set(run.Step)
+				}
+			}
+			h.Progress = func(m finetune.Metrics) {
+				if bar != nil {
+					bar.Describe(fmt.Sprintf("finetune loss %.4f", m.Loss))
+					bar.Set(m.Step)
+				}
+			}
+		}
+		last, err := finetune.TrainRank(cfg, r.Backend, r.Grid, h)
+		if bar != nil {
+			bar.Finish()
+			fmt.Fprintln(cmd.ErrOrStderr())
+		}
+		if err != nil || !r.Lead() {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "trained %d steps: loss %.4f, dropped %.1f%%, %.0f tokens/s; checkpoint %s\n",
+			last.Step, last.Loss, 100*last.DroppedFrac, last.TokensPerS, last.CheckpointDir)
+		return nil
+	})
+}
+
+// killHook is the crash-safety tests' hook (killInSaveEnv): die by SIGKILL
+// in the middle of saving the checkpoint of a step, its files written but
+// not committed.
+func killHook() (func(int, string), error) {
+	s := os.Getenv(killInSaveEnv)
+	if s == "" {
+		return nil, nil
+	}
+	step, err := strconv.Atoi(s)
+	if err != nil {
+		return nil, fmt.Errorf("finetune: %s=%q: want a step number", killInSaveEnv, s)
+	}
+	return func(at int, _ string) {
+		if at == step {
+			killSelf()
+		}
+	}, nil
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"github.com/memtrain/memtrain/engine/launch"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/memtrain/memtrain/data/assets"
+	"github.com/memtrain/memtrain/engine/launch"
 )
 
 // finetuneFixture makes a small base model and a document-mode dataset of
@@ -190,6 +190,56 @@ func TestFinetuneUnderLauncher(t *testing.T) {
 		_, errs, code := memtrain(t, "", args...)
 		if code == 0 || !strings.Contains(errs, "mpirun or srun started 2 processes") {
 			t.Errorf("%v: status %d, stderr %q", extra, code, errs)
+		}
+	}
+}
+
+// TestFinetuneFlagSpellings: flags are kebab-case in the help, the YAML
+// spelling is an alias, a file may use either, and an unknown flag names
+// the nearest known one.
+func TestFinetuneFlagSpellings(t *testing.T) {
+	help, _, code := memtrain(t, "", "finetune", "--help")
+	if code != 0 {
+		t.Fatal(help)
+	}
+	for _, line := range strings.Split(help, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], "--") && strings.Contains(f[0], "_") {
+			t.Errorf("help shows a snake_case flag: %q", line)
+		}
+	}
+	for _, want := range []string{"--max-steps int", "--goldfish.k int", "--optimizer.weight-decay float", "--loss loss", "--goldfish.strategy strategy"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("help lacks %q", want)
+		}
+	}
+	base, ds := finetuneFixture(t, "builtin:llama2")
+	dir := t.TempDir()
+	for _, tc := range []struct{ name, flag string }{{"kebab", "--max-steps"}, {"snake", "--max_steps"}} {
+		out := filepath.Join(dir, tc.name)
+		stdout, errs, code := memtrain(t, "", "finetune", "--model", base, "--data", ds, "--out", out, tc.flag, "3", "--batch_size", "2", "--micro-batch", "2")
+		if code != 0 || !strings.Contains(stdout, "trained 3 steps") {
+			t.Errorf("%s 3: exit %d, %s %s", tc.flag, code, stdout, errs)
+		}
+	}
+	cfg := filepath.Join(dir, "run.yaml")
+	os.WriteFile(cfg, []byte("max-steps: 2\nbatch_size: 2\nmicro-batch: 2\nschedule: {min-lr: 0}\n"), 0o644)
+	if stdout, errs, code := memtrain(t, "", "finetune", "--config", cfg, "--model", base, "--data", ds, "--out", filepath.Join(dir, "file")); code != 0 || !strings.Contains(stdout, "trained 2 steps") {
+		t.Errorf("a file in both spellings: exit %d, %s %s", code, stdout, errs)
+	}
+	os.WriteFile(cfg, []byte("max_steps: 2\nschedule:\n  lr: 1e-3\n  warmpu: 2\n"), 0o644)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--lr", "1e-3"}, "memtrain: unknown flag --lr; did you mean --schedule.lr?"},
+		{[]string{"--max-step", "3"}, "memtrain: unknown flag --max-step; did you mean --max-steps?"},
+		{[]string{"--goldfish_k", "3"}, "memtrain: unknown flag --goldfish_k; did you mean --goldfish.k?"},
+		{[]string{"--config", cfg}, "memtrain: finetune: " + cfg + `:4:3: schedule: unknown key "warmpu" (did you mean warmup?)`},
+		{[]string{"--loss", "goldfsh"}, `unknown loss "goldfsh" (want standard or goldfish)`},
+	} {
+		_, errs, code := memtrain(t, "", append([]string{"finetune", "--model", base, "--data", ds, "--out", filepath.Join(dir, "x")}, tc.args...)...)
+		if code == 0 || !strings.Contains(errs, tc.want) || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
+			t.Errorf("%v: exit %d, stderr %q; want one line with %q", tc.args, code, errs, tc.want)
 		}
 	}
 }

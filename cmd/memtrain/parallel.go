@@ -22,25 +22,33 @@ func (f *parallelFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.overlap, "overlap", "oar,ors,oag", "with --parallel: communication hidden behind compute, a comma-separated subset of oar, ors, oag, or none")
 }
 
-// launcher checks the grid of --parallel (none: one rank) against the
-// model in modelDir ("" skips that check), the engine flags and the
-// process's launcher, before anything is loaded.
-func launcher(ef engineFlags, pf parallelFlags, modelDir string) (*launch.Launcher, error) {
+// launchSpec is the launch of the engine flags and --parallel (none: one
+// rank).
+func launchSpec(ef engineFlags, pf parallelFlags) (launch.Spec, error) {
 	s, err := ef.spec()
+	if err != nil || pf.grid == "" {
+		return s, err
+	}
+	if s.Grid, err = launch.ParseGrid(pf.grid); err != nil {
+		return s, fmt.Errorf("--parallel: %w", err)
+	}
+	if s.Overlap, err = launch.ParseOverlap(pf.overlap); err != nil {
+		return s, fmt.Errorf("--overlap: %w", err)
+	}
+	return s, nil
+}
+
+// launcher checks the grid of --parallel (none: one rank) against the
+// model in modelDir, the engine flags and the process's launcher, before
+// anything is loaded.
+func launcher(ef engineFlags, pf parallelFlags, modelDir string) (*launch.Launcher, error) {
+	s, err := launchSpec(ef, pf)
 	if err != nil {
 		return nil, err
 	}
 	if pf.grid != "" {
-		if s.Grid, err = launch.ParseGrid(pf.grid); err != nil {
-			return nil, fmt.Errorf("--parallel: %w", err)
-		}
-		if s.Overlap, err = launch.ParseOverlap(pf.overlap); err != nil {
-			return nil, fmt.Errorf("--overlap: %w", err)
-		}
-		if modelDir != "" {
-			if s.Model, err = checkpoints.ReadConfig(modelDir); err != nil {
-				return nil, err
-			}
+		if s.Model, err = checkpoints.ReadConfig(modelDir); err != nil {
+			return nil, err
 		}
 	}
 	l, err := launch.New(s)

@@ -27,7 +27,7 @@ const (
 	ResultFile  = "result.json"
 	SummaryFile = memorization.SummaryFileName
 	DocsFile    = memorization.DocsFileName
-	MetricsFile = "metrics.jsonl" // finetune's, in the arm's train folder
+	MetricsFile = finetune.MetricsFile // in the arm's train folder
 )
 
 // ResultSchema is the version of ArmResult.
