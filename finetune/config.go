@@ -8,6 +8,8 @@ import (
 	"github.com/memtrain/memtrain/internal/options"
 )
 
+//go:generate go run ../scripts/optionsdoc -readme ../README.md
+
 // Config is a fine-tuning run, declared once (internal/options): each
 // field's YAML key, default and help are its tags, and the command's
 // flags, the strict YAML decoder, the resume check (resume:"same") and

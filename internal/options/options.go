@@ -208,3 +208,43 @@ func Digest(v any) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])
 }
+
+// Reference is the YAML reference of a configuration: every key with its
+// default and its help as a comment, nested keys indented under their
+// section, in declaration order (the README's tables are generated from
+// it).
+func Reference(v any) string {
+	fields := Fields(v)
+	var zero = reflect.New(reflect.TypeOf(v).Elem()).Interface()
+	SetDefaults(zero)
+	type line struct{ text, help string }
+	var lines []line
+	section := ""
+	for _, f := range fields {
+		parts := strings.Split(f.Key, ".")
+		if len(parts) > 1 && strings.Join(parts[:len(parts)-1], ".") != section {
+			section = strings.Join(parts[:len(parts)-1], ".")
+			lines = append(lines, line{text: strings.Repeat("  ", len(parts)-2) + parts[len(parts)-2] + ":"})
+		} else if len(parts) == 1 {
+			section = ""
+		}
+		val := stringOf(f.value(zero))
+		if f.Type.Kind() == reflect.String && val == "" {
+			val = `""`
+		}
+		lines = append(lines, line{strings.Repeat("  ", len(parts)-1) + parts[len(parts)-1] + ": " + val, f.Help})
+	}
+	width := 0
+	for _, l := range lines {
+		width = max(width, len(l.text))
+	}
+	var b strings.Builder
+	for _, l := range lines {
+		b.WriteString(l.text)
+		if l.help != "" {
+			b.WriteString(strings.Repeat(" ", width-len(l.text)+2) + "# " + l.help)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}

@@ -191,3 +191,17 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestReference(t *testing.T) {
+	want := `name: ""       # a name
+max_steps: 10
+seed: 0
+on: true
+inner:
+  rate: 0.5    # a rate
+  color: blue
+`
+	if got := Reference(&config{}); got != want {
+		t.Errorf("Reference:\n%s\nwant:\n%s", got, want)
+	}
+}

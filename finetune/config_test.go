@@ -1,0 +1,56 @@
+package finetune
+
+import (
+	"testing"
+
+	"github.com/memtrain/memtrain/goldfish"
+)
+
+// TestDefaultConfig: the declared defaults are the documented ones.
+func TestDefaultConfig(t *testing.T) {
+	want := Config{
+		Loss:       Standard,
+		Goldfish:   goldfish.Config{Strategy: goldfish.HashTable, K: 4, H: 13},
+		Optimizer:  OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1},
+		Schedule:   Schedule{Kind: "cosine", LR: 1e-4, MinLR: 1e-5},
+		BatchSize:  8,
+		MicroBatch: 4,
+		Epochs:     1,
+		Clip:       1.0,
+		Keep:       2,
+		SaveDType:  "f32",
+	}
+	if got := DefaultConfig(); got != want {
+		t.Errorf("DefaultConfig() = %+v, want %+v", got, want)
+	}
+}
+
+// TestResumeHash: the settings a resumed run must share change the hash;
+// the others do not.
+func TestResumeHash(t *testing.T) {
+	base := DefaultConfig()
+	h := base.resumeHash()
+	for name, change := range map[string]func(*Config){
+		"model": func(c *Config) { c.Model = "other" }, "data": func(c *Config) { c.Data = "other" },
+		"loss": func(c *Config) { c.Loss = Goldfish }, "goldfish.k": func(c *Config) { c.Goldfish.K = 3 },
+		"batch_size": func(c *Config) { c.BatchSize = 16 }, "seed": func(c *Config) { c.Seed = 9 },
+		"optimizer.name": func(c *Config) { c.Optimizer.Name = "sgd" }, "schedule.kind": func(c *Config) { c.Schedule.Kind = "linear" },
+		"max_steps": func(c *Config) { c.MaxSteps = 5 },
+	} {
+		c := base
+		change(&c)
+		if c.resumeHash() == h {
+			t.Errorf("changing %s kept the resume hash", name)
+		}
+	}
+	for name, change := range map[string]func(*Config){
+		"out": func(c *Config) { c.Out = "elsewhere" }, "micro_batch": func(c *Config) { c.MicroBatch = 2 },
+		"schedule.lr": func(c *Config) { c.Schedule.LR = 1 }, "keep": func(c *Config) { c.Keep = 9 },
+	} {
+		c := base
+		change(&c)
+		if c.resumeHash() != h {
+			t.Errorf("changing %s changed the resume hash", name)
+		}
+	}
+}
