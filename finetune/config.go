@@ -32,6 +32,7 @@ type Config struct {
 	MaxSteps   int     `yaml:"max_steps" resume:"same" help:"optimizer steps (overrides epochs when > 0)"`
 	Clip       float64 `yaml:"clip" default:"1" help:"clip the global gradient norm to this (0: off)"`
 	EvalEvery  int     `yaml:"eval_every" help:"held-out loss every N steps and at the end (0: never)"`
+	EvalBatch  int     `yaml:"eval_batch" help:"sequences per held-out forward pass, over the whole grid (0: micro_batch); no gradients are kept, so it can exceed micro_batch"`
 	SaveEvery  int     `yaml:"save_every" help:"save a checkpoint every N steps (and always at the end)"`
 	Keep       int     `yaml:"keep" default:"2" help:"checkpoints to keep (0: all)"`
 	Seed       uint64  `yaml:"seed" resume:"same" help:"data order seed"`
@@ -93,8 +94,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("finetune: micro_batch %d does not divide batch_size %d", c.MicroBatch, c.BatchSize)
 	case c.Epochs <= 0 && c.MaxSteps <= 0:
 		return errors.New("finetune: epochs or max_steps must be positive")
-	case c.Clip < 0 || c.EvalEvery < 0 || c.SaveEvery < 0 || c.Keep < 0:
-		return errors.New("finetune: clip, eval_every, save_every and keep must not be negative")
+	case c.Clip < 0 || c.EvalEvery < 0 || c.EvalBatch < 0 || c.SaveEvery < 0 || c.Keep < 0:
+		return errors.New("finetune: clip, eval_every, eval_batch, save_every and keep must not be negative")
 	case c.SaveDType != "f32" && c.SaveDType != "bf16":
 		return fmt.Errorf("finetune: save_dtype: %q (want f32 or bf16)", c.SaveDType)
 	}

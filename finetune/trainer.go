@@ -253,13 +253,17 @@ func (r *Run) TrainOne() (Metrics, error) {
 
 // Evaluate returns the mean loss over every target of the holdout split,
 // or NaN when the dataset has none (llama.Model.Score: on a grid the
-// data·Z ranks take micro_batch sequences a round between them).
+// data·Z ranks take eval_batch sequences a round between them).
 func (r *Run) Evaluate() (float64, error) {
 	src := holdout{r.Store}
 	if src.Len() == 0 {
 		return math.NaN(), nil
 	}
-	sc, err := r.Model.Score(src, llama.ScoreOptions{Docs: 1, Batch: r.Config.MicroBatch / r.ranks()})
+	batch := r.Config.EvalBatch
+	if batch == 0 {
+		batch = r.Config.MicroBatch
+	}
+	sc, err := r.Model.Score(src, llama.ScoreOptions{Docs: 1, Batch: max(1, batch/r.ranks())})
 	if err != nil {
 		return 0, err
 	}

@@ -207,7 +207,7 @@ func TestFinetuneFlagSpellings(t *testing.T) {
 			t.Errorf("help shows a snake_case flag: %q", line)
 		}
 	}
-	for _, want := range []string{"--max-steps int", "--goldfish.k int", "--optimizer.weight-decay float", "--loss loss", "--goldfish.strategy strategy"} {
+	for _, want := range []string{"--max-steps int", "--goldfish.k int", "--optimizer.weight-decay float", "--loss loss", "--goldfish.strategy strategy", "--eval-batch int"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("help lacks %q", want)
 		}
