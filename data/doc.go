@@ -1,7 +1,8 @@
 // Package data turns text corpora into training batches: it reads
 // documents (Reader), tokenizes them into a dataset folder (Prepare,
-// CreateStore), opens and verifies the folder (OpenStore) and serves
-// deterministic, shardable, resumable batches from it (Loader).
+// CreateStore), opens and verifies the folder (OpenStore), reports on it
+// (Inspect) and serves deterministic, shardable, resumable batches from it
+// (Loader).
 //
 // # Inputs
 //

@@ -183,6 +183,25 @@ func (m *Masker) Apply(targets []int32, w []float32) int {
 	return m.mask(targets, w, true)
 }
 
+// Drops reports which tokens of a sequence of ids the loss drops: drop[i]
+// is set when the loss at ids[i] is dropped. The targets are ids[1:], so
+// drop[0] is never set; with asTargets they are ids itself (labels), and
+// every position may be dropped. It returns drop (len(ids) long), the
+// number of targets and the number of them dropped.
+func (m *Masker) Drops(ids []int32, asTargets bool) (drop []bool, targets, dropped int) {
+	t := ids
+	if !asTargets && len(t) > 0 {
+		t = ids[1:]
+	}
+	w := make([]float32, len(t))
+	dropped = m.Mask(t, w)
+	drop = make([]bool, len(ids))
+	for i, v := range w {
+		drop[len(ids)-len(t)+i] = v == 0
+	}
+	return drop, len(t), dropped
+}
+
 func (m *Masker) mask(t []int32, w []float32, apply bool) int {
 	if len(w) != len(t) {
 		panic(fmt.Sprintf("goldfish: %d weights for %d targets", len(w), len(t)))

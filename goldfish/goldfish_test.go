@@ -336,6 +336,46 @@ func TestApply(t *testing.T) {
 	}
 }
 
+func TestDrops(t *testing.T) {
+	ids := []int32{10, 11, 12, 13, 14, 15, 16, 17, 18}
+	for _, c := range []Config{{Strategy: Static, K: 4, Start: 1}, {Strategy: HashTable, K: 2, H: 2}, {Strategy: HashAvalanche, K: 3, H: 1}} {
+		m := mustNew(t, c)
+		for _, asTargets := range []bool{false, true} {
+			// The mask of the targets, ids[1:] or ids, aligned to ids.
+			tg := ids[1:]
+			if asTargets {
+				tg = ids
+			}
+			w := make([]float32, len(tg))
+			wantDropped := m.Mask(tg, w)
+			want := make([]bool, len(ids))
+			for i, v := range w {
+				want[len(ids)-len(tg)+i] = v == 0
+			}
+			drop, targets, dropped := m.Drops(ids, asTargets)
+			if !slices.Equal(drop, want) || targets != len(tg) || dropped != wantDropped {
+				t.Errorf("%v as targets %v: %v, %d, %d; want %v, %d, %d", c, asTargets, drop, targets, dropped, want, len(tg), wantDropped)
+			}
+		}
+	}
+	// Static k=4 start=1 drops targets 1 and 5: ids[2] and ids[6], or, as
+	// targets, ids[1] and ids[5].
+	m := mustNew(t, Config{Strategy: Static, K: 4, Start: 1})
+	if drop, _, _ := m.Drops(ids, false); !drop[2] || !drop[6] || drop[0] {
+		t.Errorf("static: %v", drop)
+	}
+	if drop, _, _ := m.Drops(ids, true); !drop[1] || !drop[5] {
+		t.Errorf("static as targets: %v", drop)
+	}
+	// No targets.
+	for _, short := range [][]int32{nil, {42}} {
+		drop, targets, dropped := m.Drops(short, false)
+		if len(drop) != len(short) || targets != 0 || dropped != 0 || slices.Contains(drop, true) {
+			t.Errorf("Drops(%v) = %v, %d, %d", short, drop, targets, dropped)
+		}
+	}
+}
+
 func TestLengthMismatchPanics(t *testing.T) {
 	m := mustNew(t, Config{Strategy: HashAvalanche, K: 4, H: 2})
 	defer func() {

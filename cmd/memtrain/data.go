@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/bits"
 	"runtime"
 	"strconv"
 	"strings"
@@ -178,12 +177,12 @@ func printPrepareSummary(w io.Writer, out string, m *data.Manifest, elapsed time
 	c, tr, ho := m.Counts, m.Splits.Train, m.Splits.Holdout
 	set := m.Settings
 	fmt.Fprintf(w, "documents %s (train %s, holdout %s), tokens %s\n",
-		commas(c.Documents), commas(tr.Documents), commas(ho.Documents), commas(c.Tokens))
+		units.Commas(c.Documents), units.Commas(tr.Documents), units.Commas(ho.Documents), units.Commas(c.Tokens))
 	fmt.Fprintf(w, "sequences %s (train %s, holdout %s) of %d, %s mode; targets %s, padding %s",
-		commas(c.Sequences), commas(tr.Sequences), commas(ho.Sequences), set.SeqLen, set.Mode,
-		commas(c.Targets), commas(c.Padding))
+		units.Commas(c.Sequences), units.Commas(tr.Sequences), units.Commas(ho.Sequences), set.SeqLen, set.Mode,
+		units.Commas(c.Targets), units.Commas(c.Padding))
 	if set.Mode == data.ModeDocument {
-		fmt.Fprintf(w, "; truncated %s documents (%s tokens)", commas(c.TruncatedDocuments), commas(c.TruncatedTokens))
+		fmt.Fprintf(w, "; truncated %s documents (%s tokens)", units.Commas(c.TruncatedDocuments), units.Commas(c.TruncatedTokens))
 	}
 	fmt.Fprintln(w)
 	printProblems(w, &m.Problems)
@@ -198,24 +197,6 @@ func printProblems(w io.Writer, ps *data.Problems) {
 	if n := ps.Total() - int64(len(ps.Examples)); n > 0 {
 		fmt.Fprintf(w, "  … and %d more\n", n)
 	}
-}
-
-// commas writes 1234567 as "1,234,567".
-func commas(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
 }
 
 type dataInspectFlags struct {
@@ -245,33 +226,6 @@ as token ids.`,
 	return cmd
 }
 
-// histBucket counts the lengths in [Lo, Hi].
-type histBucket struct {
-	Lo    int64 `json:"lo"`
-	Hi    int64 `json:"hi"`
-	Count int64 `json:"count"`
-}
-
-// dataSample is one sequence shown by inspect.
-type dataSample struct {
-	Split    data.Split `json:"split"`
-	Sequence int        `json:"sequence"`
-	Document int        `json:"document"`
-	Source   string     `json:"source"`
-	Line     int64      `json:"line"`
-	Targets  int        `json:"targets"`
-	IDs      []int32    `json:"ids"` // the window: inputs and the last target, no padding
-	Text     *string    `json:"text,omitempty"`
-}
-
-type dataInspectReport struct {
-	Dataset         string         `json:"dataset"`
-	Manifest        *data.Manifest `json:"manifest"`
-	DocumentLengths []histBucket   `json:"document_lengths"`
-	SequenceTargets []histBucket   `json:"sequence_targets"`
-	Samples         []dataSample   `json:"samples"`
-}
-
 func runDataInspect(cmd *cobra.Command, dir string, f dataInspectFlags) error {
 	var tok *tokenizer.Tokenizer
 	if f.tokenizer != "" {
@@ -292,61 +246,9 @@ func runDataInspect(cmd *cobra.Command, dir string, f dataInspectFlags) error {
 	if f.samples < 0 {
 		return fmt.Errorf("data inspect: --samples %d is negative", f.samples)
 	}
-	rep := dataInspectReport{Dataset: dir, Manifest: m, Samples: []dataSample{}}
-	var docLens, seqTargets []int64
-	T := int64(s.SeqLen())
-	for id := range s.NumDocuments() {
-		info, err := s.Doc(id)
-		if err != nil {
-			return err
-		}
-		L := int64(info.Tokens)
-		docLens = append(docLens, L)
-		if m.Settings.Mode == data.ModeDocument {
-			seqTargets = append(seqTargets, min(L, T+1)-1)
-		}
-	}
-	if m.Settings.Mode == data.ModePack {
-		for _, si := range []data.SplitInfo{m.Splits.Train, m.Splits.Holdout} {
-			for i := range si.Sequences {
-				n := T
-				if i == si.Sequences-1 {
-					n = si.Targets - T*(si.Sequences-1)
-				}
-				seqTargets = append(seqTargets, n)
-			}
-		}
-	}
-	rep.DocumentLengths = histogram(docLens)
-	rep.SequenceTargets = histogram(seqTargets)
-
-	split := data.Train
-	if s.NumSequences(split) == 0 {
-		split = data.Holdout
-	}
-	ids, targets, weights := make([]int32, T), make([]int32, T), make([]float32, T)
-	for i := range min(f.samples, s.NumSequences(split)) {
-		doc, err := s.Sequence(split, i, ids, targets, weights)
-		if err != nil {
-			return err
-		}
-		info, _ := s.Doc(doc)
-		n := 0
-		for _, w := range weights {
-			if w != 0 {
-				n++
-			}
-		}
-		window := append([]int32(nil), ids[:n]...)
-		if n > 0 {
-			window = append(window, targets[n-1])
-		}
-		sm := dataSample{Split: split, Sequence: i, Document: doc, Source: info.Source, Line: info.Line, Targets: n, IDs: window}
-		if tok != nil {
-			text := tok.Decode(window)
-			sm.Text = &text
-		}
-		rep.Samples = append(rep.Samples, sm)
+	rep, err := data.Inspect(s, data.InspectOptions{Samples: f.samples, Tokenizer: tok})
+	if err != nil {
+		return err
 	}
 	out := cmd.OutOrStdout()
 	if f.json {
@@ -359,38 +261,7 @@ func runDataInspect(cmd *cobra.Command, dir string, f dataInspectFlags) error {
 	return nil
 }
 
-// histogram counts values in power-of-two buckets [2^k, 2^(k+1)-1], from
-// the smallest value's bucket to the largest's (0 has a bucket of its own).
-func histogram(values []int64) []histBucket {
-	if len(values) == 0 {
-		return []histBucket{}
-	}
-	bucket := func(v int64) int {
-		if v <= 0 {
-			return 0
-		}
-		return bits.Len64(uint64(v))
-	}
-	lo, hi := bucket(values[0]), bucket(values[0])
-	for _, v := range values {
-		lo, hi = min(lo, bucket(v)), max(hi, bucket(v))
-	}
-	out := make([]histBucket, hi-lo+1)
-	for i := range out {
-		k := lo + i
-		if k == 0 {
-			out[i] = histBucket{Lo: 0, Hi: 0}
-		} else {
-			out[i] = histBucket{Lo: 1 << (k - 1), Hi: 1<<k - 1}
-		}
-	}
-	for _, v := range values {
-		out[bucket(v)-lo].Count++
-	}
-	return out
-}
-
-func printHistogram(w io.Writer, title string, h []histBucket) {
+func printHistogram(w io.Writer, title string, h []data.Bucket) {
 	fmt.Fprintln(w, title)
 	var most int64
 	for _, b := range h {
@@ -402,11 +273,11 @@ func printHistogram(w io.Writer, title string, h []histBucket) {
 		if most > 0 {
 			bar = int((b.Count*40 + most - 1) / most)
 		}
-		fmt.Fprintf(w, "  %*d–%-*d %s %s\n", width, b.Lo, width, b.Hi, strings.Repeat("█", bar), commas(b.Count))
+		fmt.Fprintf(w, "  %*d–%-*d %s %s\n", width, b.Lo, width, b.Hi, strings.Repeat("█", bar), units.Commas(b.Count))
 	}
 }
 
-func printDataInspect(w io.Writer, r dataInspectReport) {
+func printDataInspect(w io.Writer, r *data.Inspection) {
 	m := r.Manifest
 	set, tk := m.Settings, m.Tokenizer
 	yes := map[bool]string{true: "yes", false: "no"}
@@ -421,15 +292,15 @@ func printDataInspect(w io.Writer, r dataInspectReport) {
 	fmt.Fprintf(w, "sources   %d, %s\n", len(m.Sources), units.FormatBytes(bytes))
 	for _, s := range m.Sources {
 		fmt.Fprintf(w, "  %s (%s, %s, sha256 %.12s…): %s documents, %s bad\n",
-			s.Path, s.Format, units.FormatBytes(s.Bytes), s.SHA256, commas(s.Documents), commas(s.Problems))
+			s.Path, s.Format, units.FormatBytes(s.Bytes), s.SHA256, units.Commas(s.Documents), units.Commas(s.Problems))
 	}
 	fmt.Fprintf(w, "\n%-8s %12s %14s %12s %14s %12s %10s\n", "split", "documents", "tokens", "sequences", "targets", "padding", "truncated")
 	for _, row := range []struct {
 		name string
 		c    data.Counts
 	}{{"train", m.Splits.Train.Counts}, {"holdout", m.Splits.Holdout.Counts}, {"total", m.Counts}} {
-		fmt.Fprintf(w, "%-8s %12s %14s %12s %14s %12s %10s\n", row.name, commas(row.c.Documents), commas(row.c.Tokens),
-			commas(row.c.Sequences), commas(row.c.Targets), commas(row.c.Padding), commas(row.c.TruncatedDocuments))
+		fmt.Fprintf(w, "%-8s %12s %14s %12s %14s %12s %10s\n", row.name, units.Commas(row.c.Documents), units.Commas(row.c.Tokens),
+			units.Commas(row.c.Sequences), units.Commas(row.c.Targets), units.Commas(row.c.Padding), units.Commas(row.c.TruncatedDocuments))
 	}
 	fmt.Fprintln(w)
 	printProblems(w, &m.Problems)
@@ -443,22 +314,13 @@ func printDataInspect(w io.Writer, r dataInspectReport) {
 	}
 	for _, s := range r.Samples {
 		fmt.Fprintf(w, "\n%s sequence %d: document %d (%s), %d targets\n", s.Split, s.Sequence, s.Document,
-			data.Problem{Source: s.Source, Line: s.Line, Row: isParquetSource(m, s.Source)}.Where(), s.Targets)
+			m.Where(s.Source, s.Line), s.Targets)
 		if s.Text != nil {
 			fmt.Fprintf(w, "  %s\n", clipText(strconv.Quote(*s.Text), 400))
 		} else {
 			fmt.Fprintf(w, "  ids %s\n", clipText(fmt.Sprint(s.IDs), 400))
 		}
 	}
-}
-
-func isParquetSource(m *data.Manifest, path string) bool {
-	for _, s := range m.Sources {
-		if s.Path == path {
-			return s.Format == data.Parquet
-		}
-	}
-	return false
 }
 
 // clipText shortens s to about n bytes, on a rune boundary.

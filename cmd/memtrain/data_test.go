@@ -70,7 +70,7 @@ func TestDataPrepareInspect(t *testing.T) {
 	if code != 0 {
 		t.Fatal("inspect --json failed")
 	}
-	var rep dataInspectReport
+	var rep data.Inspection
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("inspect --json: %v\n%s", err, out)
 	}

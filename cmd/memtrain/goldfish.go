@@ -2,9 +2,7 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/data/tokenizer"
 	"github.com/memtrain/memtrain/goldfish"
 )
@@ -117,33 +116,20 @@ func runGoldfish(cmd *cobra.Command, f goldfishFlags) error {
 	}
 
 	var lines, targets, dropped int64
-	var w []float32
 	var buf []byte
-	err = jsonlLines(in, func(line []byte, n int) error {
+	err = data.ReadLines(in, 0, func(line []byte, n int64) error {
 		ids, err := goldfishIDs(line, name, n, f, tok)
 		if err != nil {
 			return err
 		}
-		t := ids
-		if !f.asTargets && len(t) > 0 {
-			t = ids[1:]
-		}
-		if cap(w) < len(t) {
-			w = make([]float32, len(t))
-		}
-		w = w[:len(t)]
-		d := m.Mask(t, w)
-		drop := make([]bool, len(ids))
-		for i, v := range w {
-			drop[len(ids)-len(t)+i] = v == 0
-		}
+		drop, t, d := m.Drops(ids, f.asTargets)
 		lines++
-		targets += int64(len(t))
+		targets += int64(t)
 		dropped += int64(d)
 		if f.show {
 			buf = appendShown(buf[:0], tok, ids, drop, hl)
 		} else {
-			buf = appendGoldfishJSON(buf[:0], ids, drop, d, len(t))
+			buf = appendGoldfishJSON(buf[:0], ids, drop, d, t)
 		}
 		buf = append(buf, '\n')
 		_, err = out.Write(buf)
@@ -175,36 +161,13 @@ func runGoldfish(cmd *cobra.Command, f goldfishFlags) error {
 
 // goldfishIDs returns the token ids of one JSONL line: its "ids" or
 // "input_ids", or its text field encoded.
-func goldfishIDs(line []byte, name string, n int, f goldfishFlags, tok *tokenizer.Tokenizer) ([]int32, error) {
-	var rec map[string]json.RawMessage
-	if err := json.Unmarshal(line, &rec); err != nil {
-		return nil, fmt.Errorf("goldfish: %s:%d: invalid JSON: %v", name, n, err)
+func goldfishIDs(line []byte, name string, n int64, f goldfishFlags, tok *tokenizer.Tokenizer) ([]int32, error) {
+	ids, text, isText, err := data.ParseIDsOrText(line, f.field)
+	if err != nil {
+		return nil, fmt.Errorf("goldfish: %s:%d: %v", name, n, err)
 	}
-	for _, key := range []string{"ids", "input_ids"} {
-		raw, ok := rec[key]
-		if !ok {
-			continue
-		}
-		var ids64 []int64
-		if err := json.Unmarshal(raw, &ids64); err != nil {
-			return nil, fmt.Errorf("goldfish: %s:%d: %q: want an array of integers", name, n, key)
-		}
-		ids := make([]int32, len(ids64))
-		for i, id := range ids64 {
-			if id < math.MinInt32 || id > math.MaxInt32 {
-				return nil, fmt.Errorf("goldfish: %s:%d: %q: token id %d does not fit in int32", name, n, key, id)
-			}
-			ids[i] = int32(id)
-		}
+	if !isText {
 		return ids, nil
-	}
-	raw, ok := rec[f.field]
-	if !ok {
-		return nil, fmt.Errorf("goldfish: %s:%d: want a field \"ids\", \"input_ids\" or %q", name, n, f.field)
-	}
-	var text string
-	if err := json.Unmarshal(raw, &text); err != nil {
-		return nil, fmt.Errorf("goldfish: %s:%d: field %q: want a string", name, n, f.field)
 	}
 	if tok == nil {
 		return nil, fmt.Errorf("goldfish: %s:%d: a text line needs --tokenizer", name, n)
@@ -212,6 +175,7 @@ func goldfishIDs(line []byte, name string, n int, f goldfishFlags, tok *tokenize
 	return tok.Encode(text, tokenizer.EncodeOptions{AddSpecial: f.bos}), nil
 }
 
+// appendGoldfishJSON appends the JSON line of one sequence's drops.
 func appendGoldfishJSON(b []byte, ids []int32, drop []bool, dropped, targets int) []byte {
 	b = append(b, `{"ids":[`...)
 	for i, id := range ids {

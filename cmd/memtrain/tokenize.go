@@ -2,9 +2,7 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/data/tokenizer"
 )
 
@@ -31,9 +30,6 @@ type tokenizeFlags struct {
 
 // tokenizeBatch is how many lines are encoded together across the threads.
 const tokenizeBatch = 512
-
-// maxLine bounds one JSONL line (a whole book fits).
-const maxLine = 256 << 20
 
 func newTokenizeCmd() *cobra.Command {
 	var f tokenizeFlags
@@ -100,30 +96,6 @@ func runTokenize(cmd *cobra.Command, f tokenizeFlags) error {
 	return w.Flush()
 }
 
-// jsonlLines calls fn with each non-blank line and its 1-based number.
-func jsonlLines(r io.Reader, fn func(line []byte, n int) error) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 1<<20), maxLine)
-	n := 0
-	for sc.Scan() {
-		n++
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 {
-			continue
-		}
-		if err := fn(line, n); err != nil {
-			return err
-		}
-	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return fmt.Errorf("line %d: longer than %d bytes", n+1, maxLine)
-		}
-		return err
-	}
-	return nil
-}
-
 func encodeLines(tok *tokenizer.Tokenizer, in io.Reader, name string, w *bufio.Writer, f tokenizeFlags) error {
 	opt := tokenizer.EncodeOptions{AddSpecial: f.special, SplitSpecial: f.splitSpecial}
 	texts := make([]string, 0, tokenizeBatch)
@@ -136,7 +108,7 @@ func encodeLines(tok *tokenizer.Tokenizer, in io.Reader, name string, w *bufio.W
 		texts = texts[:0]
 		return nil
 	}
-	err := jsonlLines(in, func(line []byte, n int) error {
+	err := data.ReadLines(in, 0, func(line []byte, n int64) error {
 		var rec map[string]json.RawMessage
 		if err := json.Unmarshal(line, &rec); err != nil {
 			return fmt.Errorf("tokenize: %s:%d: invalid JSON: %v", name, n, err)
@@ -179,7 +151,7 @@ func decodeLines(tok *tokenizer.Tokenizer, in io.Reader, name string, w *bufio.W
 	vocab := tok.VocabSize()
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
-	err := jsonlLines(in, func(line []byte, n int) error {
+	err := data.ReadLines(in, 0, func(line []byte, n int64) error {
 		var rec struct {
 			IDs      *[]int64 `json:"ids"`
 			InputIDs *[]int64 `json:"input_ids"`

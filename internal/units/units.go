@@ -2,7 +2,7 @@
 //
 // Counts (parameters, FLOPs) use decimal units: [FormatCount] writes them
 // the way model cards do, "8.03B", and [ShortCount] with three significant
-// digits, "124M", for tables.
+// digits, "124M", for tables; [Commas] writes them in full, "1,234,567".
 //
 // Sizes in bytes are written by [FormatBytes] in binary units, "15.0 GiB",
 // and read by [ParseBytes]. ParseBytes is the one size grammar of memtrain
@@ -56,6 +56,25 @@ func FormatCount(n int64) string {
 // "1.5M", 1000 as "1k" (a lower-case k), 999 as "999".
 func ShortCount(n int64) string {
 	return formatCount(n, func(x float64) string { return strconv.FormatFloat(x, 'g', 3, 64) }, "k")
+}
+
+// Commas writes a count in full with its thousands separated by commas:
+// 1234567 as "1,234,567", -1000 as "-1,000", 999 as "999".
+func Commas(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	digits := strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	b.Grow(len(s) + len(digits)/3)
+	if len(digits) < len(s) {
+		b.WriteByte('-')
+	}
+	for i := 0; i < len(digits); i++ {
+		if i > 0 && (len(digits)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte(digits[i])
+	}
+	return b.String()
 }
 
 // formatCount writes n in the largest unit it reaches, moving up a unit

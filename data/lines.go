@@ -1,0 +1,92 @@
+package data
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+)
+
+// A LineTooLongError is ReadLines's error for a line longer than its bound.
+type LineTooLongError struct {
+	Line int64 // 1-based
+	Max  int   // the bound, in bytes
+}
+
+func (e *LineTooLongError) Error() string {
+	return fmt.Sprintf("line %d: longer than %d bytes", e.Line, e.Max)
+}
+
+// ReadLines calls fn with each non-blank line of r, trimmed of white space,
+// and its 1-based number (blank lines are counted). The line is only valid
+// during the call. It reads lines as the JSONL and text readers do: of at
+// most max bytes (0: DefaultMaxLineBytes), the first without a leading
+// UTF-8 byte order mark. It stops at the first error of fn, which it
+// returns as it is, at a line longer than max, a *LineTooLongError, and at
+// a read error, returned as it is.
+func ReadLines(r io.Reader, max int, fn func(line []byte, n int64) error) error {
+	if max <= 0 {
+		max = DefaultMaxLineBytes
+	}
+	lr := newLineReader(r, max)
+	for {
+		line, tooLong, err := lr.next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if tooLong {
+			return &LineTooLongError{Line: lr.line, Max: max}
+		}
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 {
+			continue
+		}
+		if err := fn(line, lr.line); err != nil {
+			return err
+		}
+	}
+}
+
+// ParseIDsOrText reads one JSON Lines record of token ids or of text: the
+// array of integers in its "ids" field or, without one, in "input_ids"
+// (ids is then not nil, and empty for an empty array or null); or, without
+// either, the string in field (isText set). Of duplicate keys the last
+// wins, as in encoding/json. Ids need not be in a vocabulary, only fit in
+// an int32. The error describes the record alone ("invalid JSON: …",
+// `"ids": want an array of integers`), for the caller to say where it is.
+func ParseIDsOrText(line []byte, field string) (ids []int32, text string, isText bool, err error) {
+	var rec map[string]json.RawMessage
+	if err := json.Unmarshal(line, &rec); err != nil {
+		return nil, "", false, fmt.Errorf("invalid JSON: %v", err)
+	}
+	for _, key := range []string{"ids", "input_ids"} {
+		raw, ok := rec[key]
+		if !ok {
+			continue
+		}
+		var ids64 []int64
+		if err := json.Unmarshal(raw, &ids64); err != nil {
+			return nil, "", false, fmt.Errorf("%q: want an array of integers", key)
+		}
+		ids = make([]int32, len(ids64))
+		for i, id := range ids64 {
+			if id < math.MinInt32 || id > math.MaxInt32 {
+				return nil, "", false, fmt.Errorf("%q: token id %d does not fit in int32", key, id)
+			}
+			ids[i] = int32(id)
+		}
+		return ids, "", false, nil
+	}
+	raw, ok := rec[field]
+	if !ok {
+		return nil, "", false, fmt.Errorf("want a field \"ids\", \"input_ids\" or %q", field)
+	}
+	if err := json.Unmarshal(raw, &text); err != nil {
+		return nil, "", false, fmt.Errorf("field %q: want a string", field)
+	}
+	return nil, text, true, nil
+}
