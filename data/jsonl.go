@@ -146,14 +146,20 @@ func (j *jsonlReader) parse(line []byte) (Document, ProblemKind, string) {
 		return Document{}, InvalidJSON, fmt.Sprintf("invalid JSON: %v", err)
 	}
 	if j.opt.IDsOrText && !j.opt.Pretokenized {
-		if raw, ok := objectField(line, "input_ids"); ok && raw[0] != 'n' {
-			ids, kind, detail := parseIDs(raw, "input_ids", j.opt.VocabSize)
-			return Document{IDs: ids}, kind, detail
+		for _, key := range idsFields {
+			if raw, ok := objectField(line, key); ok && raw[0] != 'n' {
+				ids, kind, detail := parseIDs(raw, key, j.opt.VocabSize)
+				if kind == EmptyText {
+					// An empty document, which scores nothing.
+					return Document{IDs: []int32{}}, "", ""
+				}
+				return Document{IDs: ids}, kind, detail
+			}
 		}
 	}
 	raw, ok := objectField(line, j.field)
 	if !ok && j.opt.IDsOrText && !j.opt.Pretokenized {
-		return Document{}, MissingField, fmt.Sprintf("no field %q or \"input_ids\"", j.field)
+		return Document{}, MissingField, fmt.Sprintf("no field \"ids\", \"input_ids\" or %q", j.field)
 	}
 	if !ok {
 		return Document{}, MissingField, fmt.Sprintf("no field %q", j.field)
@@ -177,6 +183,9 @@ func (j *jsonlReader) parse(line []byte) (Document, ProblemKind, string) {
 	}
 	return Document{Text: text}, "", ""
 }
+
+// idsFields are the fields that hold token ids in ids-or-text records.
+var idsFields = []string{"ids", "input_ids"}
 
 // objectField returns the raw value of the last top-level field named key
 // of obj, a valid JSON object.

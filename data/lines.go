@@ -2,10 +2,9 @@ package data
 
 import (
 	"bytes"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"math"
 )
 
 // A LineTooLongError is ReadLines's error for a line longer than its bound.
@@ -59,34 +58,20 @@ func ReadLines(r io.Reader, max int, fn func(line []byte, n int64) error) error 
 // an int32. The error describes the record alone ("invalid JSON: …",
 // `"ids": want an array of integers`), for the caller to say where it is.
 func ParseIDsOrText(line []byte, field string) (ids []int32, text string, isText bool, err error) {
-	var rec map[string]json.RawMessage
-	if err := json.Unmarshal(line, &rec); err != nil {
-		return nil, "", false, fmt.Errorf("invalid JSON: %v", err)
+	// The JSONL reader's own record parser, in its ids-or-text mode: one
+	// reader of such records for every command.
+	opt := &ReadOptions{IDsOrText: true, Field: field}
+	j := &jsonlReader{opt: opt, field: opt.field()}
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 {
+		return nil, "", false, errors.New("invalid JSON: an empty line")
 	}
-	for _, key := range []string{"ids", "input_ids"} {
-		raw, ok := rec[key]
-		if !ok {
-			continue
-		}
-		var ids64 []int64
-		if err := json.Unmarshal(raw, &ids64); err != nil {
-			return nil, "", false, fmt.Errorf("%q: want an array of integers", key)
-		}
-		ids = make([]int32, len(ids64))
-		for i, id := range ids64 {
-			if id < math.MinInt32 || id > math.MaxInt32 {
-				return nil, "", false, fmt.Errorf("%q: token id %d does not fit in int32", key, id)
-			}
-			ids[i] = int32(id)
-		}
-		return ids, "", false, nil
+	doc, kind, detail := j.parse(line)
+	if kind != "" {
+		return nil, "", false, errors.New(detail)
 	}
-	raw, ok := rec[field]
-	if !ok {
-		return nil, "", false, fmt.Errorf("want a field \"ids\", \"input_ids\" or %q", field)
+	if doc.IDs != nil {
+		return doc.IDs, "", false, nil
 	}
-	if err := json.Unmarshal(raw, &text); err != nil {
-		return nil, "", false, fmt.Errorf("field %q: want a string", field)
-	}
-	return nil, text, true, nil
+	return nil, doc.Text, true, nil
 }

@@ -83,20 +83,21 @@ func TestParseIDsOrText(t *testing.T) {
 		err    string
 	}{
 		{`{"ids":[5,6]}`, []int32{5, 6}, "", false, ""},
-		{`{"input_ids":[1,-2,2147483647]}`, []int32{1, -2, 2147483647}, "", false, ""},
+		{`{"input_ids":[1,2,2147483647]}`, []int32{1, 2, 2147483647}, "", false, ""},
+		{`{"input_ids":[1,-2]}`, nil, "", false, `element 1 of "input_ids": token id -2 out of range`},
 		{`{"ids":[7],"input_ids":[8],"text":"x"}`, []int32{7}, "", false, ""}, // "ids" first
 		{`{"ids":[1],"ids":[2]}`, []int32{2}, "", false, ""},                  // the last key wins
 		{`{"ids":[]}`, []int32{}, "", false, ""},
-		{`{"ids":null}`, []int32{}, "", false, ""},
+		{`{"ids":null}`, nil, "", false, `no field "ids", "input_ids" or "text"`},
 		{`{"text":"hello"}`, nil, "hello", true, ""},
-		{`{"body":"x"}`, nil, "", false, `want a field "ids", "input_ids" or "text"`},
-		{`{"text":3}`, nil, "", false, `field "text": want a string`},
-		{`{"ids":["a"]}`, nil, "", false, `"ids": want an array of integers`},
-		{`{"ids":[1.5]}`, nil, "", false, `"ids": want an array of integers`},
-		{`{"input_ids":[1,4294967296]}`, nil, "", false, `"input_ids": token id 4294967296 does not fit in int32`},
-		{`{"ids":[1,`, nil, "", false, "invalid JSON: unexpected end of JSON input"},
-		{`not json`, nil, "", false, "invalid JSON: invalid character 'o' in literal null (expecting 'u')"},
-		{`[1,2]`, nil, "", false, "invalid JSON: json: cannot unmarshal array into Go value of type map[string]json.RawMessage"},
+		{`{"body":"x"}`, nil, "", false, `no field "ids", "input_ids" or "text"`},
+		{`{"text":3}`, nil, "", false, `field "text" is a number, want a string`},
+		{`{"ids":["a"]}`, nil, "", false, `element 0 of "ids" is a string, want an integer`},
+		{`{"ids":[1.5]}`, nil, "", false, `element 0 of "ids" is 1.5, want an integer`},
+		{`{"input_ids":[1,4294967296]}`, nil, "", false, `element 1 of "input_ids": token id 4294967296 out of range`},
+		{`{"ids":[1,`, nil, "", false, "invalid JSON at byte 10: unexpected end of JSON input"},
+		{`not json`, nil, "", false, "invalid JSON: want an object, got null"},
+		{`[1,2]`, nil, "", false, "invalid JSON: want an object, got an array"},
 	} {
 		ids, text, isText, err := ParseIDsOrText([]byte(c.line), "text")
 		if c.err != "" {
