@@ -201,6 +201,33 @@ func TestReadConfigFolderAndMissingFile(t *testing.T) {
 	}
 }
 
+func TestLookupConfig(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, ConfigFile), []byte(base), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want, err := ReadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{dir, filepath.Join(dir, ConfigFile)} {
+		if got, err := LookupConfig(path); err != nil || got.HiddenSize != want.HiddenSize {
+			t.Errorf("LookupConfig(%s) = %+v, %v", path, got, err)
+		}
+	}
+	if got, err := LookupConfig("tiny"); err != nil || got.HiddenSize != 128 {
+		t.Errorf("LookupConfig(tiny) = %+v, %v", got, err)
+	}
+	// A folder that exists is read, not looked up among the presets.
+	if _, err := LookupConfig(t.TempDir()); err == nil || !strings.Contains(err.Error(), "config.json") {
+		t.Errorf("empty folder: %v", err)
+	}
+	if _, err := LookupConfig("llama9"); err == nil || !strings.Contains(err.Error(), `"llama9" is no checkpoint folder, config file or preset (presets: `) ||
+		!strings.Contains(err.Error(), "llama3.1-8b") {
+		t.Errorf("unknown name: %v", err)
+	}
+}
+
 func FuzzConfig(f *testing.F) {
 	f.Add([]byte(base))
 	for _, name := range []string{"llama2-7b.json", "llama3-8b.json", "llama3.1-8b.json", "llama3.2-1b.json"} {

@@ -203,6 +203,27 @@ func (s *Set) Tensors() []TensorInfo {
 	return ts
 }
 
+// A SetSummary is what a set holds on disk.
+type SetSummary struct {
+	Files   []string         `json:"files"` // the paths of the files holding tensors, sorted
+	Tensors int              `json:"tensors"`
+	Bytes   map[string]int64 `json:"bytes"` // by stored dtype
+}
+
+// Summary counts the set's tensors and their stored bytes by dtype, and
+// lists the files that hold them.
+func (s *Set) Summary() SetSummary {
+	sum := SetSummary{Bytes: map[string]int64{}}
+	files := map[string]bool{}
+	for _, t := range s.tensors {
+		sum.Tensors++
+		sum.Bytes[t.DType.String()] += t.Size
+		files[s.FileOf(t.Name)] = true
+	}
+	sum.Files = slices.Sorted(maps.Keys(files))
+	return sum
+}
+
 // Tensor returns the named tensor, and whether the set holds it.
 func (s *Set) Tensor(name string) (TensorInfo, bool) {
 	f, ok := s.owner[name]

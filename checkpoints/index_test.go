@@ -448,3 +448,24 @@ func TestAppendIndexMatchesPython(t *testing.T) {
 		t.Errorf("parseIndex(appendIndex(m)) = %v, %v", weightMap, err)
 	}
 }
+
+func TestSetSummary(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	tensors := []Tensor{stRandom(rng, "a", 10, 4), stRandom(rng, "b", 8), stRandom(rng, "c", 70)}
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	if _, err := WriteSet(dir, tensors, WriteOptions{DType: DTypeBF16, MaxShardBytes: 100}); err != nil {
+		t.Fatal(err)
+	}
+	set, err := OpenSet(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	s := set.Summary()
+	if s.Tensors != 3 || len(s.Bytes) != 1 || s.Bytes["BF16"] != 2*(40+8+70) {
+		t.Errorf("summary %+v", s)
+	}
+	if want := set.Files(); !slices.Equal(s.Files, want) || len(want) != 2 {
+		t.Errorf("files %q, want the set's %q (two shards)", s.Files, want)
+	}
+}

@@ -2,6 +2,7 @@ package checkpoints
 
 import (
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 )
@@ -73,10 +74,29 @@ func LookupPreset(name string) (Preset, error) {
 			return p, nil
 		}
 	}
+	return Preset{}, fmt.Errorf("checkpoints: unknown preset %q (want one of %s)", name, presetNames())
+}
+
+// presetNames lists the presets' names, sorted, for messages.
+func presetNames() string {
 	names := make([]string, len(presets))
 	for i, p := range presets {
 		names[i] = p.Name
 	}
 	sort.Strings(names)
-	return Preset{}, fmt.Errorf("checkpoints: unknown preset %q (want one of %s)", name, strings.Join(names, ", "))
+	return strings.Join(names, ", ")
+}
+
+// LookupConfig returns the configuration name stands for: when a file or
+// folder of that name exists, the config.json of a checkpoint folder or a
+// config file (ReadConfig); else the preset of that name.
+func LookupConfig(name string) (*Config, error) {
+	if _, err := os.Stat(name); err == nil {
+		return ReadConfig(name)
+	}
+	p, err := LookupPreset(name)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoints: %q is no checkpoint folder, config file or preset (presets: %s)", name, presetNames())
+	}
+	return p.Config(), nil
 }

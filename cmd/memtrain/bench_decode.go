@@ -4,13 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/memtrain/memtrain/checkpoints"
-	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/engine/bench"
 	"github.com/memtrain/memtrain/internal/units"
 )
 
@@ -25,13 +23,8 @@ type benchDecodeFlags struct {
 
 // benchDecodeResult is the JSON line `bench decode` prints.
 type benchDecodeResult struct {
-	Preset     string  `json:"preset"`
-	Batch      int     `json:"batch"`
-	PromptLen  int     `json:"prompt_len"`
-	NewTokens  int     `json:"new_tokens"`
-	Threads    int     `json:"threads"`
-	Seconds    float64 `json:"seconds_median"`
-	TokensPerS float64 `json:"tokens_per_s"` // generated tokens of the whole batch per second (prefill included)
+	Preset string `json:"preset"`
+	bench.DecodeResult
 }
 
 func newBenchDecodeCmd() *cobra.Command {
@@ -72,37 +65,9 @@ func runBenchDecode(cmd *cobra.Command, f benchDecodeFlags) error {
 	if err != nil {
 		return err
 	}
-	m, err := llama.New(b, cfg, llama.Options{})
+	res, err := bench.Decode(b, cfg, bench.DecodeOptions{Batch: f.batch, PromptLen: f.promptLen, NewTokens: f.newTokens, Repeat: f.repeat})
 	if err != nil {
-		return err
-	}
-	defer m.Free()
-	if err := m.SetWeights(checkpoints.RandomWeights(cfg, 1)); err != nil {
-		return err
-	}
-	r := rand.New(rand.NewPCG(3, 4))
-	prompts := make([][]int32, f.batch)
-	for i := range prompts {
-		prompts[i] = make([]int32, f.promptLen)
-		for j := range prompts[i] {
-			prompts[i][j] = int32(r.IntN(cfg.VocabSize))
-		}
-	}
-	opt := llama.GenerateOptions{MaxNewTokens: f.newTokens}
-	if _, err := m.Generate(prompts, opt); err != nil {
 		return fmt.Errorf("bench decode: %w", err)
 	}
-	times := make([]float64, f.repeat)
-	for i := range times {
-		start := time.Now()
-		if _, err := m.Generate(prompts, opt); err != nil {
-			return fmt.Errorf("bench decode: %w", err)
-		}
-		times[i] = time.Since(start).Seconds()
-	}
-	med := median(times)
-	return json.NewEncoder(cmd.OutOrStdout()).Encode(benchDecodeResult{
-		Preset: f.preset, Batch: f.batch, PromptLen: f.promptLen, NewTokens: f.newTokens, Threads: b.Threads(),
-		Seconds: med, TokensPerS: float64(f.batch*f.newTokens) / med,
-	})
+	return json.NewEncoder(cmd.OutOrStdout()).Encode(benchDecodeResult{f.preset, res})
 }

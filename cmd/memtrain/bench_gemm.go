@@ -5,19 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/memtrain/memtrain/engine/gemm"
 )
-
-// maxBenchGemmElems bounds the three matrices of one `bench gemm` case
-// (4 bytes an element): 2³¹ elements is 8 GiB.
-const maxBenchGemmElems = 1 << 31
 
 type benchGemmFlags struct {
 	sizes     string
@@ -65,7 +57,7 @@ would slow whatever ran next. A size is N for an N³ product or MxNxK.`,
 }
 
 func runBenchGemm(cmd *cobra.Command, f benchGemmFlags) error {
-	sizes, err := parseGemmSizes(f.sizes)
+	shapes, err := gemm.ParseShapes(f.sizes)
 	if err != nil {
 		return fmt.Errorf("bench gemm: --sizes: %w", err)
 	}
@@ -97,64 +89,13 @@ func runBenchGemm(cmd *cobra.Command, f benchGemmFlags) error {
 	}
 	enc := json.NewEncoder(cmd.OutOrStdout())
 	for _, g := range impls {
-		for _, s := range sizes {
-			res := benchGemmResult{Impl: g.Name(), M: s[0], N: s[1], K: s[2], Threads: g.Threads()}
-			res.GFLOPs = math.Round(timeGemm(g, s[0], s[1], s[2], f.repeat)*10) / 10
+		for _, s := range shapes {
+			res := benchGemmResult{Impl: g.Name(), M: s.M, N: s.N, K: s.K, Threads: g.Threads()}
+			res.GFLOPs = math.Round(gemm.GFLOPs(g, s, f.repeat)*10) / 10
 			if err := enc.Encode(res); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
-}
-
-// parseGemmSizes parses a comma-separated list of N or MxNxK sizes.
-func parseGemmSizes(s string) ([][3]int, error) {
-	var sizes [][3]int
-	for _, item := range strings.Split(s, ",") {
-		item = strings.TrimSpace(item)
-		parts := strings.Split(strings.ToLower(item), "x")
-		if len(parts) != 1 && len(parts) != 3 {
-			return nil, fmt.Errorf("%q: want N or MxNxK", item)
-		}
-		var dims [3]int
-		for i, p := range parts {
-			v, err := strconv.Atoi(p)
-			if err != nil || v < 1 {
-				return nil, fmt.Errorf("%q: want N or MxNxK with positive integers", item)
-			}
-			dims[i] = v
-		}
-		if len(parts) == 1 {
-			dims[1], dims[2] = dims[0], dims[0]
-		}
-		m, n, k := float64(dims[0]), float64(dims[1]), float64(dims[2])
-		if m*k+k*n+m*n > maxBenchGemmElems {
-			return nil, fmt.Errorf("%q: the matrices would take more than %d GiB", item, maxBenchGemmElems*4>>30)
-		}
-		sizes = append(sizes, dims)
-	}
-	return sizes, nil
-}
-
-// timeGemm returns the GFLOP/s of g on an m×n×k product: one warm-up run,
-// then the median of repeat timed runs.
-func timeGemm(g gemm.Impl, m, n, k, repeat int) float64 {
-	rng := rand.New(rand.NewPCG(uint64(m), uint64(n)<<32|uint64(k)))
-	fill := func(s []float32) {
-		for i := range s {
-			s[i] = 2*rng.Float32() - 1
-		}
-	}
-	a, b, c := make([]float32, m*k), make([]float32, k*n), make([]float32, m*n)
-	fill(a)
-	fill(b)
-	g.Sgemm(false, false, m, n, k, 1, a, k, b, n, 0, c, n)
-	secs := make([]float64, repeat)
-	for i := range secs {
-		start := time.Now()
-		g.Sgemm(false, false, m, n, k, 1, a, k, b, n, 0, c, n)
-		secs[i] = time.Since(start).Seconds()
-	}
-	return 2 * float64(m) * float64(n) * float64(k) / median(secs) / 1e9
 }

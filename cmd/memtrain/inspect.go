@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"text/tabwriter"
 
@@ -27,13 +26,13 @@ type inspectFlags struct {
 
 // inspectReport is what `inspect --json` prints.
 type inspectReport struct {
-	Source     string              `json:"source"`
-	Config     *checkpoints.Config `json:"config"`
-	Params     paramsReport        `json:"params"`
-	DTypeBytes map[string]int64    `json:"bytes_per_dtype"`
-	Stored     *storedReport       `json:"stored,omitempty"`
-	Tokenizer  *tokenizerReport    `json:"tokenizer,omitempty"`
-	Training   trainingReport      `json:"training_memory"`
+	Source     string                  `json:"source"`
+	Config     *checkpoints.Config     `json:"config"`
+	Params     paramsReport            `json:"params"`
+	DTypeBytes map[string]int64        `json:"bytes_per_dtype"`
+	Stored     *checkpoints.SetSummary `json:"stored,omitempty"`
+	Tokenizer  *tokenizerReport        `json:"tokenizer,omitempty"`
+	Training   trainingReport          `json:"training_memory"`
 }
 
 type paramsReport struct {
@@ -41,12 +40,6 @@ type paramsReport struct {
 	NonEmbedding int64 `json:"non_embedding"`
 	Embedding    int64 `json:"embedding"`
 	PerLayer     int64 `json:"per_layer"`
-}
-
-type storedReport struct {
-	Files   []string         `json:"files"`
-	Tensors int              `json:"tensors"`
-	Bytes   map[string]int64 `json:"bytes"` // by stored dtype
 }
 
 type tokenizerReport struct {
@@ -125,7 +118,8 @@ func runInspect(cmd *cobra.Command, args []string, f inspectFlags) error {
 		}
 		defer ck.Close()
 		rep.Source, rep.Config = args[0], ck.Config
-		rep.Stored = describeStored(ck.Weights)
+		stored := ck.Weights.Summary()
+		rep.Stored = &stored
 		if path := ck.TokenizerPath(); path != "" {
 			tr := &tokenizerReport{}
 			if tok, _, err := openTokenizer(path); err != nil {
@@ -161,21 +155,6 @@ func runInspect(cmd *cobra.Command, args []string, f inspectFlags) error {
 		return enc.Encode(rep)
 	}
 	return printInspect(out, rep)
-}
-
-func describeStored(set *checkpoints.Set) *storedReport {
-	s := &storedReport{Bytes: map[string]int64{}}
-	files := map[string]bool{}
-	for _, t := range set.Tensors() {
-		s.Tensors++
-		s.Bytes[t.DType.String()] += t.Size
-		files[set.FileOf(t.Name)] = true
-	}
-	for f := range files {
-		s.Files = append(s.Files, f)
-	}
-	sort.Strings(s.Files)
-	return s
 }
 
 func printInspect(w io.Writer, r inspectReport) error {

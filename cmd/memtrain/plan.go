@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -116,24 +115,13 @@ Devices:
 // --peak, --bandwidth and --latency applied.
 func planDevice(f planFlags) (perfmodel.Device, error) {
 	var dev perfmodel.Device
+	var err error
 	if f.deviceJSON != "" {
-		raw, err := os.ReadFile(f.deviceJSON)
-		if err != nil {
+		if dev, err = perfmodel.ReadDevice(f.deviceJSON); err != nil {
 			return dev, fmt.Errorf("plan: --device-json: %w", err)
 		}
-		dec := json.NewDecoder(strings.NewReader(string(raw)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&dev); err != nil {
-			return dev, fmt.Errorf("plan: --device-json %s: %w", f.deviceJSON, err)
-		}
-		if dev.Name == "" {
-			dev.Name = "custom"
-		}
-	} else {
-		var err error
-		if dev, err = perfmodel.LookupDevice(f.gpu); err != nil {
-			return dev, fmt.Errorf("plan: --gpu: %w", err)
-		}
+	} else if dev, err = perfmodel.LookupDevice(f.gpu); err != nil {
+		return dev, fmt.Errorf("plan: --gpu: %w", err)
 	}
 	if f.peak > 0 {
 		dev.PeakFLOPs = f.peak * 1e9
@@ -177,9 +165,9 @@ func runPlan(out io.Writer, f planFlags) error {
 	if err != nil {
 		return fmt.Errorf("plan: --recompute: %w", err)
 	}
-	cfg, err := planModel(f.model)
+	cfg, err := checkpoints.LookupConfig(f.model)
 	if err != nil {
-		return err
+		return fmt.Errorf("plan: --model: %w", err)
 	}
 	seq := f.seqLen
 	if seq == 0 {
@@ -194,23 +182,10 @@ func runPlan(out io.Writer, f planFlags) error {
 	if err != nil {
 		return fmt.Errorf("plan: %s on %d %s: %w", f.model, f.gpus, dev.Name, err)
 	}
-	// A shared-node device's memory is the node's, divided among the
-	// ranks on it (perfmodel.Device.SharedNode).
-	share := 1
-	if dev.SharedNode {
-		share = min(f.gpus, dev.NodeSize)
-	}
-	usable := int64(perfmodel.DefaultMemoryFraction * float64(dev.MemoryBytes) / float64(share))
 	rep := planReport{
 		Model: f.model, Params: cfg.Params().Total, ModelFLOPsPerTok: engine.ModelFLOPsPerToken(cfg, seq),
-		GPUs: f.gpus, Device: dev, Efficiency: dev.Efficiency, UsableMemory: usable,
-		SeqLen: seq, GlobalBatchTokens: batch, Overlap: f.overlap && !dev.SharedNode, Recompute: rec.String(),
-	}
-	switch {
-	case f.efficiency > 0:
-		rep.Efficiency = f.efficiency
-	case rep.Efficiency == 0:
-		rep.Efficiency = perfmodel.DefaultEfficiency
+		GPUs: f.gpus, Device: dev, Efficiency: opt.ComputeEfficiency(dev), UsableMemory: opt.UsableMemory(dev, f.gpus),
+		SeqLen: seq, GlobalBatchTokens: batch, Overlap: opt.Overlaps(dev), Recompute: rec.String(),
 	}
 	for _, p := range plans {
 		rep.Plans = append(rep.Plans, planRow{Plan: p, MemoryTotal: p.Memory.Total()})
@@ -221,23 +196,6 @@ func runPlan(out io.Writer, f planFlags) error {
 		return enc.Encode(rep)
 	}
 	return printPlan(out, rep)
-}
-
-// planModel reads a checkpoint folder's (or a config file's) configuration
-// when the path exists, else looks the name up among the presets.
-func planModel(name string) (*checkpoints.Config, error) {
-	if _, err := os.Stat(name); err == nil {
-		cfg, err := checkpoints.ReadConfig(name)
-		if err != nil {
-			return nil, fmt.Errorf("plan: --model: %w", err)
-		}
-		return cfg, nil
-	}
-	p, err := checkpoints.LookupPreset(name)
-	if err != nil {
-		return nil, fmt.Errorf("plan: --model %q is no checkpoint folder, and %w", name, err)
-	}
-	return p.Config(), nil
 }
 
 func printPlan(w io.Writer, r planReport) error {

@@ -148,7 +148,7 @@ func TestPlanErrors(t *testing.T) {
 		{[]string{"--model", "llama3.1-8b", "--gpus", "0"}, "plan: --gpus must be positive, got 0"},
 		{[]string{"--model", "llama3.1-8b", "--gpus", "-4"}, "plan: --gpus must be positive, got -4"},
 		{[]string{"--gpus", "8"}, "plan: --model is required"},
-		{[]string{"--model", "llama9", "--gpus", "8"}, `plan: --model "llama9" is no checkpoint folder, and checkpoints: unknown preset "llama9"`},
+		{[]string{"--model", "llama9", "--gpus", "8"}, `plan: --model: checkpoints: "llama9" is no checkpoint folder, config file or preset (presets: `},
 		{[]string{"--model", "llama3.1-405b", "--gpus", "8", "--gpu", "h100"}, "plan: llama3.1-405b on 8 h100: perfmodel: no grid of 8 h100 fits: the smallest needs "},
 		{[]string{"--model", "llama3.1-8b", "--gpus", "8", "--recompute", "maybe"}, `plan: --recompute: perfmodel: unknown recompute mode "maybe"`},
 		{[]string{"--model", "llama3.1-8b", "--gpus", "8", "--global-batch-tokens", "1000"}, "not a positive multiple of the sequence length 8192"},

@@ -1,8 +1,11 @@
 package perfmodel
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 	"sort"
 	"strings"
 )
@@ -160,6 +163,27 @@ func LookupDevice(name string) (Device, error) {
 	return Device{}, fmt.Errorf("perfmodel: unknown gpu %q (want one of %s)", name, strings.Join(names, ", "))
 }
 
+// ReadDevice reads a device described in JSON, Device's fields (an
+// unknown field is an error), as `memtrain bench comm --device` writes
+// one; a device without a name is "custom". It does not Validate it, so
+// that the caller may adjust it first.
+func ReadDevice(path string) (Device, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return Device{}, fmt.Errorf("perfmodel: %w", err)
+	}
+	var d Device
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&d); err != nil {
+		return Device{}, fmt.Errorf("perfmodel: %s: %w", path, err)
+	}
+	if d.Name == "" {
+		d.Name = "custom"
+	}
+	return d, nil
+}
+
 // Validate reports a device that the model cannot use: a missing peak,
 // memory, node size or bandwidth, or an efficiency or latency out of
 // range.
@@ -252,11 +276,14 @@ func (d Device) commSeconds(c Collective, g Grid, interNode bool) float64 {
 
 // share is the number of ranks of grid g that divide one node's resources
 // among them: 1, unless the device is a SharedNode.
-func (d Device) share(g Grid) float64 {
+func (d Device) share(g Grid) float64 { return d.shareOf(g.Size()) }
+
+// shareOf is share for a grid of ranks ranks.
+func (d Device) shareOf(ranks int) float64 {
 	if !d.SharedNode {
 		return 1
 	}
-	return float64(min(g.Size(), d.NodeSize))
+	return float64(min(ranks, d.NodeSize))
 }
 
 // bandwidth is the per-direction bandwidth of the link a group spans.

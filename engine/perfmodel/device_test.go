@@ -2,6 +2,8 @@ package perfmodel
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -209,5 +211,71 @@ func TestSearchMicroBatch(t *testing.T) {
 		if p.Grid.Data*p.Grid.Z != 1 {
 			t.Errorf("one sequence on %v", p.Grid)
 		}
+	}
+}
+
+func TestReadDevice(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	d, err := ReadDevice(write("box.json", `{"name": "box", "peak_flops": 1e11, "memory_bytes": 16000000000, "shared_node": true}`))
+	if err != nil || d.Name != "box" || d.PeakFLOPs != 1e11 || d.MemoryBytes != 16e9 || !d.SharedNode {
+		t.Errorf("ReadDevice = %+v, %v", d, err)
+	}
+	if d, err := ReadDevice(write("anon.json", `{"peak_flops": 1}`)); err != nil || d.Name != "custom" {
+		t.Errorf("a device without a name: %+v, %v", d, err)
+	}
+	for _, c := range []struct{ path, want string }{
+		{write("typo.json", `{"peek_flops": 1}`), `typo.json: json: unknown field "peek_flops"`},
+		{write("bad.json", `{`), "bad.json"},
+		{filepath.Join(dir, "none.json"), "none.json"},
+	} {
+		if _, err := ReadDevice(c.path); err == nil || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "perfmodel: ") {
+			t.Errorf("ReadDevice(%s): %v, want an error containing %q", c.path, err, c.want)
+		}
+	}
+}
+
+func TestOptionsOnDevice(t *testing.T) {
+	h100, err := LookupDevice("h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := Device{MemoryBytes: 4e9, NodeSize: 4, SharedNode: true}
+	for _, c := range []struct {
+		o    Options
+		d    Device
+		want float64
+	}{
+		{Options{}, h100, h100.Efficiency},
+		{Options{Efficiency: 0.25}, h100, 0.25},
+		{Options{}, shared, DefaultEfficiency},
+	} {
+		if got := c.o.ComputeEfficiency(c.d); got != c.want {
+			t.Errorf("%+v on %s: efficiency %g, want %g", c.o, c.d.Name, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		o     Options
+		d     Device
+		ranks int
+		want  int64
+	}{
+		{Options{}, h100, 64, int64(0.9 * 80e9)},
+		{Options{MemoryFraction: 0.5}, h100, 1, 40e9},
+		{Options{}, shared, 2, int64(0.9 * 4e9 / 2)},
+		{Options{}, shared, 16, int64(0.9 * 4e9 / 4)},
+	} {
+		if got := c.o.UsableMemory(c.d, c.ranks); got != c.want {
+			t.Errorf("%+v on %d ranks of %+v: usable %d, want %d", c.o, c.ranks, c.d, got, c.want)
+		}
+	}
+	if !(Options{}).Overlaps(h100) || (Options{NoOverlap: true}).Overlaps(h100) || (Options{}).Overlaps(shared) {
+		t.Error("Overlaps: want true only without NoOverlap on a device of its own")
 	}
 }

@@ -107,7 +107,9 @@ type Options struct {
 	MicroBatch int
 }
 
-func (o Options) efficiency(d Device) float64 {
+// ComputeEfficiency is the fraction of d's peak that compute reaches:
+// o.Efficiency when positive, else the device's, else DefaultEfficiency.
+func (o Options) ComputeEfficiency(d Device) float64 {
 	if o.Efficiency > 0 {
 		return o.Efficiency
 	}
@@ -117,14 +119,24 @@ func (o Options) efficiency(d Device) float64 {
 	return DefaultEfficiency
 }
 
-// usable is the memory one rank of grid g may use.
-func (o Options) usable(d Device, g Grid) int64 {
+// UsableMemory is the memory one rank of a grid of ranks ranks may use on
+// d: the memory fraction (o.MemoryFraction, else DefaultMemoryFraction)
+// of the device's, or of its share of the node's on a SharedNode device.
+func (o Options) UsableMemory(d Device, ranks int) int64 {
 	f := o.MemoryFraction
 	if f <= 0 {
 		f = DefaultMemoryFraction
 	}
-	return int64(f * float64(d.MemoryBytes) / d.share(g))
+	return int64(f * float64(d.MemoryBytes) / d.shareOf(ranks))
 }
+
+// usable is the memory one rank of grid g may use.
+func (o Options) usable(d Device, g Grid) int64 { return o.UsableMemory(d, g.Size()) }
+
+// Overlaps reports whether communication hides behind compute on d: unless
+// o.NoOverlap, or d is a SharedNode device, whose cores that compute also
+// communicate.
+func (o Options) Overlaps(d Device) bool { return !o.NoOverlap && !d.SharedNode }
 
 // A Plan is a step's predicted cost on a device.
 type Plan struct {
@@ -196,7 +208,7 @@ func estimate(sh *shape, dev Device, s Step, o Options, mem Memory) Plan {
 	cfg, g := sh.cfg, s.Grid
 	p := Plan{Step: s, Memory: mem, Collectives: collectives(cfg, s)}
 	share := dev.share(g)
-	rate := dev.PeakFLOPs * o.efficiency(dev) / share
+	rate := dev.PeakFLOPs * o.ComputeEfficiency(dev) / share
 
 	fwd, rec := sh.rankFLOPsPerToken(g, s.SeqLen)
 	if !s.Recompute {
@@ -217,7 +229,7 @@ func estimate(sh *shape, dev Device, s Step, o Options, mem Memory) Plan {
 		p.Comm.add(c.Group, t)
 		byClass[c.Overlap] += t
 	}
-	if o.NoOverlap || dev.SharedNode {
+	if !o.Overlaps(dev) {
 		p.ExposedCommSeconds = byClass[Blocking] + byClass[HiddenByCompute] + byClass[HiddenByLastBackward]
 	} else {
 		p.ExposedCommSeconds = byClass[Blocking] +

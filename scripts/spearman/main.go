@@ -19,8 +19,6 @@
 package main
 
 import (
-	"github.com/memtrain/memtrain/engine/perfmodel"
-
 	"bufio"
 	"encoding/json"
 	"flag"
@@ -30,6 +28,9 @@ import (
 	"path/filepath"
 	"sort"
 	"text/tabwriter"
+
+	"github.com/memtrain/memtrain/engine/perfmodel"
+	"github.com/memtrain/memtrain/internal/stats"
 )
 
 // planFile is the part of `memtrain plan --json` read here.
@@ -152,11 +153,7 @@ func medianTokensPerSecond(dir string) (float64, error) {
 	if len(tps) == 0 {
 		return 0, fmt.Errorf("%s: no step after the first", path)
 	}
-	sort.Float64s(tps)
-	if n := len(tps); n%2 == 0 {
-		return (tps[n/2-1] + tps[n/2]) / 2, nil
-	}
-	return tps[len(tps)/2], nil
+	return stats.Median(tps), nil
 }
 
 // ranks gives each value its rank, 1 for the smallest; ties share the

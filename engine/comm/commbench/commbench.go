@@ -32,6 +32,7 @@ import (
 	"github.com/memtrain/memtrain/engine/comm/local"
 	"github.com/memtrain/memtrain/engine/cpu"
 	"github.com/memtrain/memtrain/engine/launch"
+	"github.com/memtrain/memtrain/internal/stats"
 )
 
 // The transports, as Result.Transport and Bench.Transport name them.
@@ -307,8 +308,8 @@ func runRank(world comm.Comm, cases []Case, oneGroup bool) ([]Result, error) {
 		algbw := float64(c.Bytes) / t / 1e9
 		out = append(out, Result{
 			Op: c.Op, Ranks: p, Groups: nGroups, Bytes: c.Bytes, Iters: c.Iters,
-			TimeUS: round3(t * 1e6), AlgBW: round3(algbw),
-			BusBW: round3(algbw * comm.SentFactor(ops[c.Op], p)),
+			TimeUS: stats.RoundSig(t*1e6, 3), AlgBW: stats.RoundSig(algbw, 3),
+			BusBW: stats.RoundSig(algbw*comm.SentFactor(ops[c.Op], p), 3),
 		})
 	}
 	return out, nil

@@ -2,9 +2,9 @@ package commbench
 
 import (
 	"math"
-	"sort"
 
 	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/internal/stats"
 )
 
 // Fits fits, per group size in the order of results, time = α + sent/β
@@ -47,15 +47,15 @@ func Fits(results []Result) []Fit {
 			}
 			fastest = min(fastest, r.TimeUS)
 		}
-		fit.LargestBusBW = round3(median(top))
+		fit.LargestBusBW = stats.RoundSig(stats.Median(top), 3)
 		den := sw*sxx - sx*sx
 		slope := 0.0
 		if den > 0 {
 			slope = (sw*sxy - sx*sy) / den
 		}
 		if slope > 0 {
-			fit.BusBW = round3(1 / slope / 1e9)
-			fit.LatencyUS = round3(max(0, (sy-slope*sx)/sw) * 1e6)
+			fit.BusBW = stats.RoundSig(1/slope/1e9, 3)
+			fit.LatencyUS = stats.RoundSig(max(0, (sy-slope*sx)/sw)*1e6, 3)
 		} else {
 			// Times that do not grow with the size (one size, or sizes
 			// so small that noise decides): no line to fit. The largest
@@ -65,22 +65,4 @@ func Fits(results []Result) []Fit {
 		fits = append(fits, fit)
 	}
 	return fits
-}
-
-func median(xs []float64) float64 {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-// round3 rounds x to 3 significant digits.
-func round3(x float64) float64 {
-	if x == 0 || math.IsInf(x, 0) || math.IsNaN(x) {
-		return x
-	}
-	p := math.Pow(10, 2-math.Floor(math.Log10(math.Abs(x))))
-	return math.Round(x*p) / p
 }

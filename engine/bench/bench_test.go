@@ -1,0 +1,80 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/cpu"
+	"github.com/memtrain/memtrain/engine/gemm"
+)
+
+// smallConfig is the tiny preset with a small vocabulary, so that a step
+// takes milliseconds.
+func smallConfig(t *testing.T) *checkpoints.Config {
+	t.Helper()
+	p, err := checkpoints.LookupPreset("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := p.Config()
+	cfg.VocabSize = 512
+	return cfg
+}
+
+func TestStep(t *testing.T) {
+	cfg := smallConfig(t)
+	g := gemm.New(2)
+	b := cpu.New(cpu.Options{Threads: 2, GEMM: g})
+	r, err := Step(b, g, cfg, StepOptions{Batch: 2, SeqLen: 8, Steps: 2, Recompute: true, GEMM: gemm.Shape{M: 32, N: 32, K: 32}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Params != cfg.Params().Total || r.Batch != 2 || r.SeqLen != 8 || !r.Recompute || r.Threads != 2 || r.GEMM != "go" {
+		t.Errorf("echoed shape: %+v", r)
+	}
+	if !(r.StepMS > 0) || !(r.TokensPerS > 0) || !(r.GEMMGFLOPs > 0) || !(r.Efficiency > 0) {
+		t.Errorf("rates: %+v", r)
+	}
+	if want := engine.ModelFLOPsPerToken(cfg, 8); r.ModelFLOPsPerToken != want {
+		t.Errorf("model FLOPs a token %v, want %v", r.ModelFLOPsPerToken, want)
+	}
+	if r.AchievedGFLOPs != r.TokensPerS*r.ModelFLOPsPerToken/1e9 || r.EngineBytes != 16*r.Params+r.ActivationBytes || r.ActivationBytes <= 0 {
+		t.Errorf("derived fields: %+v", r)
+	}
+}
+
+func TestDecode(t *testing.T) {
+	cfg := smallConfig(t)
+	b := cpu.New(cpu.Options{Threads: 1})
+	r, err := Decode(b, cfg, DecodeOptions{Batch: 2, PromptLen: 3, NewTokens: 4, Repeat: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Batch != 2 || r.PromptLen != 3 || r.NewTokens != 4 || r.Threads != 1 || !(r.Seconds > 0) || r.TokensPerS != 8/r.Seconds {
+		t.Errorf("result %+v", r)
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	cfg := smallConfig(t)
+	b := cpu.New(cpu.Options{Threads: 1})
+	g := gemm.New(1)
+	for _, c := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"zero batch", stepErr(Step(b, g, cfg, StepOptions{SeqLen: 8, Steps: 1})), "positive batch, sequence length and step count (got 0, 8, 1)"},
+		{"too long", stepErr(Step(b, g, cfg, StepOptions{Batch: 1, SeqLen: cfg.MaxPositionEmbeddings + 1, Steps: 1})), "exceed max_position_embeddings 2048"},
+		{"zero repeat", decodeErr(Decode(b, cfg, DecodeOptions{Batch: 1, PromptLen: 1, NewTokens: 1})), "(got 1, 1, 1, 0)"},
+	} {
+		if c.err == nil || !strings.Contains(c.err.Error(), c.want) || strings.Contains(c.err.Error(), "--") {
+			t.Errorf("%s: %v, want an error containing %q and naming no flag", c.name, c.err, c.want)
+		}
+	}
+}
+
+func stepErr(_ StepResult, err error) error     { return err }
+func decodeErr(_ DecodeResult, err error) error { return err }

@@ -1,0 +1,157 @@
+// Package bench measures the model on a backend, as `memtrain bench step`
+// and `memtrain bench decode` report it: training steps (Step) and
+// batched greedy decoding (Decode) of a model of a given configuration
+// with random weights on random tokens. The results are the commands'
+// JSON lines. It sits above the engine: no engine package imports it.
+package bench
+
+import (
+	"bufio"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/gemm"
+	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/internal/stats"
+)
+
+// StepOptions are the shape of a Step measurement.
+type StepOptions struct {
+	Batch, SeqLen int // sequences a step, tokens a sequence
+	Steps         int // timed steps after one warm-up step
+	Recompute     bool
+	// GEMM is the product timed for StepResult.GEMMGFLOPs; zero: 2048³.
+	GEMM gemm.Shape
+}
+
+// StepResult is a Step measurement, a JSON line of `memtrain bench step`
+// (after its "preset").
+type StepResult struct {
+	Params             int64   `json:"params"`
+	Batch              int     `json:"batch"`
+	SeqLen             int     `json:"seq_len"`
+	Threads            int     `json:"threads"`
+	GEMM               string  `json:"gemm"`
+	Recompute          bool    `json:"recompute"`
+	StepMS             float64 `json:"step_ms_median"`
+	TokensPerS         float64 `json:"tokens_per_s"`
+	ModelFLOPsPerToken float64 `json:"model_flops_per_token"`
+	AchievedGFLOPs     float64 `json:"achieved_gflops"`
+	GEMMGFLOPs         float64 `json:"gemm_gflops"`
+	Efficiency         float64 `json:"efficiency"`
+	// Memory: the engine's accounting (16 bytes a parameter for weights,
+	// gradients and AdamW's moments, plus the activation workspace) and
+	// the process's peak resident set.
+	EngineBytes     int64 `json:"engine_bytes"`
+	ActivationBytes int64 `json:"activation_bytes"`
+	PeakRSSBytes    int64 `json:"peak_rss_bytes,omitempty"`
+}
+
+// Step builds a model of cfg with random weights on backend b and times
+// full training steps (forward, backward, AdamW) on random tokens: one
+// warm-up step, then the median of o.Steps. It reports tokens/s, model
+// FLOPs per token (engine.ModelFLOPsPerToken) and the GFLOP/s they make,
+// and their ratio (Efficiency) to the GFLOP/s of g, the backend's matrix
+// multiply, on o.GEMM measured in the same run, with the engine's memory
+// accounting and the process's peak RSS (Linux; 0 elsewhere).
+func Step(b engine.Backend, g gemm.Impl, cfg *checkpoints.Config, o StepOptions) (StepResult, error) {
+	if o.Batch < 1 || o.SeqLen < 1 || o.Steps < 1 {
+		return StepResult{}, fmt.Errorf("bench: want a positive batch, sequence length and step count (got %d, %d, %d)", o.Batch, o.SeqLen, o.Steps)
+	}
+	if o.SeqLen > cfg.MaxPositionEmbeddings {
+		return StepResult{}, fmt.Errorf("bench: sequences of %d tokens exceed max_position_embeddings %d", o.SeqLen, cfg.MaxPositionEmbeddings)
+	}
+	if o.GEMM == (gemm.Shape{}) {
+		o.GEMM = gemm.Shape{M: 2048, N: 2048, K: 2048}
+	}
+	m, err := llama.New(b, cfg, llama.Options{Recompute: o.Recompute})
+	if err != nil {
+		return StepResult{}, err
+	}
+	defer m.Free()
+	if err := m.SetWeights(checkpoints.RandomWeights(cfg, 1)); err != nil {
+		return StepResult{}, err
+	}
+	type moments struct{ m, v *engine.Tensor }
+	state := map[*engine.Param]moments{}
+	for _, p := range m.Params() {
+		state[p] = moments{b.Alloc(engine.F32, p.Value.Shape...), b.Alloc(engine.F32, p.Value.Shape...)}
+	}
+	defer func() {
+		for _, s := range state {
+			b.Free(s.m)
+			b.Free(s.v)
+		}
+	}()
+	r := rand.New(rand.NewPCG(1, 2))
+	n := o.Batch * o.SeqLen
+	batch := llama.Batch{B: o.Batch, T: o.SeqLen, IDs: make([]int32, n), Targets: make([]int32, n)}
+	for i := range batch.IDs {
+		batch.IDs[i] = int32(r.IntN(cfg.VocabSize))
+		batch.Targets[i] = int32(r.IntN(cfg.VocabSize))
+	}
+	step := func(t int) error {
+		m.ZeroGrads()
+		if _, err := m.ForwardBackward(batch, float32(1)/float32(n)); err != nil {
+			return err
+		}
+		for _, p := range m.Params() {
+			s := state[p]
+			b.AdamW(p.Value, p.Grad, s.m, s.v, engine.AdamWParams{LR: 1e-4, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: t})
+		}
+		return b.Synchronize()
+	}
+	if err := step(1); err != nil {
+		return StepResult{}, err
+	}
+	times := make([]float64, o.Steps)
+	for i := range times {
+		start := time.Now()
+		if err := step(i + 2); err != nil {
+			return StepResult{}, err
+		}
+		times[i] = time.Since(start).Seconds()
+	}
+	med := stats.Median(times)
+	res := StepResult{
+		Params: cfg.Params().Total, Batch: o.Batch, SeqLen: o.SeqLen,
+		Threads: b.Threads(), GEMM: g.Name(), Recompute: o.Recompute,
+		StepMS:             med * 1e3,
+		TokensPerS:         float64(n) / med,
+		ModelFLOPsPerToken: engine.ModelFLOPsPerToken(cfg, o.SeqLen),
+		ActivationBytes:    llama.ActivationBytes(cfg, o.Batch, o.SeqLen, true, o.Recompute),
+		PeakRSSBytes:       peakRSS(),
+	}
+	res.EngineBytes = 16*res.Params + res.ActivationBytes
+	res.AchievedGFLOPs = res.TokensPerS * res.ModelFLOPsPerToken / 1e9
+	res.GEMMGFLOPs = gemm.GFLOPs(g, o.GEMM, 3)
+	res.Efficiency = res.AchievedGFLOPs / res.GEMMGFLOPs
+	return res, nil
+}
+
+// peakRSS reads the process's peak resident set (VmHWM) on Linux; 0
+// elsewhere.
+func peakRSS() int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
+}

@@ -1,0 +1,73 @@
+package gemm
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/memtrain/memtrain/internal/stats"
+)
+
+// MaxShapeElements bounds the three matrices of a Shape that ParseShapes
+// accepts (4 bytes an element): 2³¹ elements is 8 GiB.
+const MaxShapeElements = 1 << 31
+
+// A Shape is the size of a product C[M,N] = A[M,K]·B[K,N].
+type Shape struct{ M, N, K int }
+
+// ParseShapes reads a comma-separated list of shapes, each N for an
+// N×N×N product or MxNxK, with positive sizes whose matrices together
+// hold at most MaxShapeElements elements.
+func ParseShapes(s string) ([]Shape, error) {
+	var shapes []Shape
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		parts := strings.Split(strings.ToLower(item), "x")
+		if len(parts) != 1 && len(parts) != 3 {
+			return nil, fmt.Errorf("%q: want N or MxNxK", item)
+		}
+		var dims [3]int
+		for i, p := range parts {
+			v, err := strconv.Atoi(p)
+			if err != nil || v < 1 {
+				return nil, fmt.Errorf("%q: want N or MxNxK with positive integers", item)
+			}
+			dims[i] = v
+		}
+		if len(parts) == 1 {
+			dims[1], dims[2] = dims[0], dims[0]
+		}
+		m, n, k := float64(dims[0]), float64(dims[1]), float64(dims[2])
+		if m*k+k*n+m*n > MaxShapeElements {
+			return nil, fmt.Errorf("%q: the matrices would take more than %d GiB", item, MaxShapeElements*4>>30)
+		}
+		shapes = append(shapes, Shape{dims[0], dims[1], dims[2]})
+	}
+	return shapes, nil
+}
+
+// GFLOPs measures g on a product of shape s on random matrices: one
+// warm-up run, then 2·M·N·K over the median of repeat timed runs
+// (repeat ≥ 1), in GFLOP/s.
+func GFLOPs(g Impl, s Shape, repeat int) float64 {
+	m, n, k := s.M, s.N, s.K
+	rng := rand.New(rand.NewPCG(uint64(m), uint64(n)<<32|uint64(k)))
+	fill := func(xs []float32) {
+		for i := range xs {
+			xs[i] = 2*rng.Float32() - 1
+		}
+	}
+	a, b, c := make([]float32, m*k), make([]float32, k*n), make([]float32, m*n)
+	fill(a)
+	fill(b)
+	g.Sgemm(false, false, m, n, k, 1, a, k, b, n, 0, c, n)
+	secs := make([]float64, max(1, repeat))
+	for i := range secs {
+		start := time.Now()
+		g.Sgemm(false, false, m, n, k, 1, a, k, b, n, 0, c, n)
+		secs[i] = time.Since(start).Seconds()
+	}
+	return 2 * float64(m) * float64(n) * float64(k) / stats.Median(secs) / 1e9
+}
