@@ -68,9 +68,9 @@ a readable summary on stderr. --device FILE writes these as a perfmodel device
 	fl.IntVar(&f.iters, "iters", 0, "timed calls a case, after two warm-up calls (default: enough to move 256 MiB, 5 to 200)")
 	fl.BoolVar(&f.oneGroup, "one-group", false, "time one group of each size while the other ranks wait")
 	fl.IntVar(&f.world, "world", 0, "in-process ranks (default the largest of --ranks; under mpirun the job's size)")
-	fl.StringVar(&f.device, "device", "", "write the measured device for `memtrain plan --device-json` to this file")
-	fl.Float64Var(&f.peak, "peak", 0, "with --device: the compute peak of one node, GFLOP/s (e.g. `memtrain bench gemm`'s, all cores)")
-	fl.Float64Var(&f.eff, "efficiency", 0, "with --device: the fraction of --peak a training step reaches (e.g. `memtrain bench step`'s)")
+	fl.StringVar(&f.device, "device", "", "write the measured device for 'memtrain plan --device-json' to this file")
+	fl.Float64Var(&f.peak, "peak", 0, "with --device: the compute peak of one node, GFLOP/s (e.g. 'memtrain bench gemm''s, all cores)")
+	fl.Float64Var(&f.eff, "efficiency", 0, "with --device: the fraction of --peak a training step reaches (e.g. 'memtrain bench step''s)")
 	return cmd
 }
 

@@ -40,7 +40,7 @@ the aggregate generated tokens per second (prefill included), the median of
 		RunE: func(cmd *cobra.Command, args []string) error { return runBenchDecode(cmd, f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.preset, "preset", "small", "model shape (see `memtrain inspect --help`)")
+	fl.StringVar(&f.preset, "preset", "small", "model shape (see 'memtrain inspect --help')")
 	fl.IntVar(&f.batch, "batch", 8, "prompts decoded together")
 	fl.IntVar(&f.promptLen, "prompt-len", 32, "tokens per prompt")
 	fl.IntVar(&f.newTokens, "new-tokens", 128, "tokens generated per prompt")

@@ -42,7 +42,7 @@ engine's memory accounting beside the process's peak RSS.`,
 		RunE:    func(cmd *cobra.Command, args []string) error { return runBenchStep(cmd, f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.preset, "preset", "small", "model shape (see `memtrain inspect --help`)")
+	fl.StringVar(&f.preset, "preset", "small", "model shape (see 'memtrain inspect --help')")
 	fl.IntVar(&f.batch, "batch", 4, "sequences per step")
 	fl.IntVar(&f.seqLen, "seq-len", 256, "tokens per sequence")
 	fl.IntVar(&f.steps, "steps", 5, "timed steps (after one warm-up step); the median is reported")

@@ -44,7 +44,7 @@ shape flags override single fields.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.out, "out", "", "output checkpoint folder (created; must not hold a checkpoint unless --force)")
 	fl.StringVar(&f.tokenizer, "tokenizer", "", tokenizerFlagHelp)
-	fl.StringVar(&f.preset, "preset", "", "model shape preset (see `memtrain inspect --help`); default tiny")
+	fl.StringVar(&f.preset, "preset", "", "model shape preset (see 'memtrain inspect --help'); default tiny")
 	fl.StringVar(&f.config, "config", "", "a HuggingFace config.json (or checkpoint folder) to take the shape from")
 	fl.IntVar(&f.hidden, "hidden", 0, "override hidden_size")
 	fl.IntVar(&f.layers, "layers", 0, "override num_hidden_layers")

@@ -103,7 +103,7 @@ Devices:
 	fl.StringVar(&f.recompute, "recompute", "auto", "activation recomputation: auto (whichever is faster and fits), on or off")
 	fl.BoolVar(&f.overlap, "overlap", true, "overlap communication with compute (AxoNN's OAG, OAR, ORS)")
 	fl.Float64Var(&f.efficiency, "efficiency", 0, fmt.Sprintf("fraction of the peak that compute reaches (default the device's, %.2f)", perfmodel.DefaultEfficiency))
-	fl.StringVar(&f.deviceJSON, "device-json", "", "plan for the device described in this JSON file (e.g. from `memtrain bench comm --device`) instead of --gpu")
+	fl.StringVar(&f.deviceJSON, "device-json", "", "plan for the device described in this JSON file (e.g. from 'memtrain bench comm --device') instead of --gpu")
 	fl.Float64Var(&f.peak, "peak", 0, "override the device's dense peak, GFLOP/s (a shared-node device: the node's)")
 	fl.Float64Var(&f.bandwidth, "bandwidth", 0, "override the device's intra-node link bandwidth, GB/s per direction (a shared-node device: the node's total)")
 	fl.Float64Var(&f.latency, "latency", -1, "override the device's latency of a collective call, µs")
