@@ -56,6 +56,10 @@ type Runner struct {
 	Progress func(Progress)
 	// Strict makes documents too short for a protocol an error.
 	Strict bool
+	// Stop, if set, is polled after every training step and between
+	// phases; once it returns true the runner saves a checkpoint and
+	// returns a *StoppedError (run it again to continue).
+	Stop func() bool
 
 	tok      *tokenizer.Tokenizer
 	tokFiles map[string][]byte
@@ -104,6 +108,12 @@ func (r *Runner) Run() (*report.Written, error) {
 			runs = append(runs, armRun{arm: a, seed: seed, base: base, cfg: cfg})
 		}
 	}
+	// One process at a time runs a study in its folder.
+	unlock, err := finetune.Lock(r.Out)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	if err := r.claim(); err != nil {
 		return nil, err
 	}
@@ -180,6 +190,22 @@ func (r *Runner) openTokenizer(runs []armRun) error {
 		}
 	}
 	return nil
+}
+
+// A StoppedError says that Stop ended the study: during a training phase
+// after a step, with a checkpoint, or between phases (Step 0). Running the
+// study again continues it.
+type StoppedError struct {
+	Phase       string
+	Step, Steps int
+	Checkpoint  string
+}
+
+func (e *StoppedError) Error() string {
+	if e.Step == 0 {
+		return fmt.Sprintf("experiments: stopped before %s", e.Phase)
+	}
+	return fmt.Sprintf("experiments: stopped in %s after step %d of %d; checkpoint %s", e.Phase, e.Step, e.Steps, e.Checkpoint)
 }
 
 // checkLaunch checks, before any work, that the study's launch can run:
@@ -523,11 +549,17 @@ func (r *Runner) finetune(cfg finetune.Config, phase string) (string, error) {
 	if cfg.EvalEvery == 0 {
 		cfg.EvalEvery = math.MaxInt32 // evaluate once, at the end
 	}
+	if r.Stop != nil && r.Stop() {
+		return "", &StoppedError{Phase: phase}
+	}
 	start := time.Now()
 	var last finetune.Metrics
+	var res finetune.Result
 	steps := 0
 	err := launch.Run(r.Launch, func(rk launch.Rank) error {
-		h := finetune.Hooks{Resume: resume}
+		// Without a checkpoint there is nothing to continue: a folder
+		// left by a run killed before its first save starts over.
+		h := finetune.Hooks{Resume: resume, Replace: resume == "", Stop: r.Stop}
 		if rk.Lead() {
 			h.Started = func(run *finetune.Run) {
 				steps = run.Steps
@@ -540,11 +572,17 @@ func (r *Runner) finetune(cfg finetune.Config, phase string) (string, error) {
 				r.progress(Progress{Phase: phase, Done: m.Step, Total: steps, Detail: fmt.Sprintf("loss %.3f", m.Loss)})
 			}
 		}
-		_, err := finetune.TrainRank(cfg, rk.Backend, rk.Grid, h)
+		out, err := finetune.TrainRank(cfg, rk.Backend, rk.Grid, h)
+		if rk.Lead() {
+			res = out
+		}
 		return err
 	})
 	if err != nil {
 		return "", err
+	}
+	if res.Stopped {
+		return "", &StoppedError{Phase: phase, Step: res.Step, Steps: res.Steps, Checkpoint: res.Last.CheckpointDir}
 	}
 	if last.Step > 0 {
 		r.logf("%s: done in %.0fs, loss %.4f, held-out loss %.4f", phase, time.Since(start).Seconds(), last.Loss, last.EvalLoss)

@@ -81,10 +81,88 @@ func trimMetrics(path string, step int) error {
 	return atomicfile.WriteFile(path, keep.Bytes())
 }
 
+// RunFolder is the run folder of a resume path: the path itself, or the
+// run that holds it when it is one of the run's checkpoints.
+func RunFolder(resume string) string {
+	if _, err := os.Stat(filepath.Join(resume, StateFile)); err == nil {
+		return filepath.Dir(filepath.Dir(filepath.Clean(resume)))
+	}
+	return resume
+}
+
+// An ExistingRunError says that a run folder already holds a run, which
+// a new run would overwrite: it is continued by resuming, or replaced on
+// request (Hooks.Replace).
+type ExistingRunError struct {
+	Dir  string
+	Step int     // the last step it logged (0: none)
+	Loss float64 // that step's loss
+	// Checkpoint is its newest complete checkpoint ("" when none).
+	Checkpoint string
+}
+
+func (e *ExistingRunError) Error() string {
+	what := "a run"
+	if e.Step > 0 {
+		what = fmt.Sprintf("a run (step %d, loss %.4f)", e.Step, e.Loss)
+	}
+	if e.Checkpoint != "" {
+		what += ", checkpoint " + e.Checkpoint
+	}
+	return fmt.Sprintf("finetune: %s holds %s: continue it, or replace it", e.Dir, what)
+}
+
+// existingRun returns the run that folder dir holds, or nil.
+func existingRun(dir string) *ExistingRunError {
+	e := &ExistingRunError{Dir: dir}
+	found := false
+	if ck, err := LatestCheckpoint(filepath.Join(dir, "checkpoints")); err == nil {
+		e.Checkpoint, found = ck, true
+	}
+	if _, err := os.Stat(filepath.Join(dir, ConfigFile)); err == nil {
+		found = true
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, MetricsFile)); err == nil && len(bytes.TrimSpace(b)) > 0 {
+		found = true
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		sc.Buffer(make([]byte, 1<<20), 1<<26)
+		for sc.Scan() {
+			var m struct {
+				Step int
+				Loss float64
+			}
+			if json.Unmarshal(sc.Bytes(), &m) == nil && m.Step > 0 {
+				e.Step, e.Loss = m.Step, m.Loss
+			}
+		}
+	}
+	if !found {
+		return nil
+	}
+	return e
+}
+
+// replaceRun removes the run that folder dir holds: its checkpoints,
+// metrics and configuration (other files are the user's).
+func replaceRun(dir string) error {
+	for _, name := range []string{"checkpoints", MetricsFile, ConfigFile} {
+		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("finetune: replacing the run in %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
 // Hooks are what a caller of TrainRank sees of the run and sets on it.
 type Hooks struct {
-	Resume    string // a run folder or checkpoint to continue ("": start)
-	StopAfter int    // Run.StopAfter
+	Resume string // a run folder or checkpoint to continue ("": start)
+	// Replace starts over in a folder that holds a run, removing its
+	// checkpoints, metrics and configuration; without it (and without
+	// Resume) such a folder is an *ExistingRunError.
+	Replace   bool
+	StopAfter int // Run.StopAfter
+	// Stop is Run.Stop: polled after every step (a signal handler's).
+	Stop func() bool
 	// BeforeCommit is Run.BeforeCommit (crash-safety tests).
 	BeforeCommit func(step int, tmpDir string)
 	// Started and Progress are called on the writing rank only: once the
@@ -93,14 +171,51 @@ type Hooks struct {
 	Progress func(Metrics)
 }
 
+// A Result is how TrainRank's run ended.
+type Result struct {
+	Last    Metrics // the last step's metrics (zero when no step ran)
+	Step    int     // steps done
+	Steps   int     // the run's length
+	Done    bool    // nothing was left to train when it opened
+	Stopped bool    // stopped early (Hooks.Stop or StopAfter), with a checkpoint at Step
+}
+
 // TrainRank is one rank's part of a fine-tuning run on grid g (nil: the
-// only rank), on backend b: it opens the run, the writing rank (rank 0)
-// opens the run folder (OpenFolder), every rank learns whether all
-// started (so that none waits for one that failed), and all train to the
-// end. It returns the last step's metrics (zero when nothing was left to
-// train).
-func TrainRank(cfg Config, b engine.Backend, g *parallel.Grid, h Hooks) (Metrics, error) {
+// only rank), on backend b: the writing rank (rank 0) locks the run
+// folder (Lock) and checks it (a folder holding a run is continued with
+// Hooks.Resume or replaced with Hooks.Replace, never overwritten), every
+// rank opens the run, the writing rank opens the folder (OpenFolder),
+// every rank learns whether all started (so that none waits for one that
+// failed), and all train to the end or to a stop.
+func TrainRank(cfg Config, b engine.Backend, g *parallel.Grid, h Hooks) (Result, error) {
 	lead := g == nil || g.Rank() == 0
+	if h.Resume != "" && RunFolder(h.Resume) == h.Resume {
+		if _, err := os.Stat(filepath.Join(h.Resume, "checkpoints", LatestFile)); errors.Is(err, fs.ErrNotExist) && existingRun(h.Resume) != nil {
+			// A run stopped before its first checkpoint has nothing to
+			// continue from: it starts over.
+			h.Resume, h.Replace = "", true
+		}
+	}
+	var err error
+	if lead {
+		var unlock func()
+		if unlock, err = Lock(cfg.Out); err == nil {
+			defer unlock()
+			if h.Resume == "" {
+				if e := existingRun(cfg.Out); e != nil && !h.Replace {
+					err = e
+				} else if e != nil {
+					err = replaceRun(cfg.Out)
+				}
+			}
+		}
+	}
+	if g != nil {
+		err = g.Agree(b, err)
+	}
+	if err != nil {
+		return Result{}, err
+	}
 	run, err := OpenParallel(cfg, b, g, h.Resume)
 	var mf *os.File
 	if err == nil && lead {
@@ -116,10 +231,11 @@ func TrainRank(cfg Config, b engine.Backend, g *parallel.Grid, h Hooks) (Metrics
 		if mf != nil {
 			mf.Close()
 		}
-		return Metrics{}, err
+		return Result{}, err
 	}
 	defer run.Close()
-	run.StopAfter, run.BeforeCommit = h.StopAfter, h.BeforeCommit
+	run.StopAfter, run.BeforeCommit, run.Stop = h.StopAfter, h.BeforeCommit, h.Stop
+	res := Result{Step: run.Step, Steps: run.Steps, Done: run.Step >= run.Steps}
 	var w io.Writer = io.Discard
 	var progress func(Metrics)
 	if lead {
@@ -130,20 +246,20 @@ func TrainRank(cfg Config, b engine.Backend, g *parallel.Grid, h Hooks) (Metrics
 		}
 		progress = h.Progress
 	}
-	var last Metrics
 	err = run.Train(w, func(m Metrics) {
-		last = m
+		res.Last = m
 		if progress != nil {
 			progress(m)
 		}
 	})
+	res.Step, res.Stopped = run.Step, run.Stopped
 	if err != nil {
-		return last, err
+		return res, err
 	}
 	if lead {
 		if err := mf.Sync(); err != nil {
-			return last, fmt.Errorf("finetune: %w", err)
+			return res, fmt.Errorf("finetune: %w", err)
 		}
 	}
-	return last, nil
+	return res, nil
 }

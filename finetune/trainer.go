@@ -59,6 +59,14 @@ type Run struct {
 	StopAfter int
 	// BeforeCommit is passed to SaveCheckpoint (crash-safety tests).
 	BeforeCommit func(step int, tmpDir string)
+	// Stop, if set, is polled after every step on every rank; once it
+	// returns true on any rank (a signal), every rank saves a checkpoint
+	// and Train returns with Stopped set. On a grid the ranks agree on
+	// the step with one scalar all-reduce a step.
+	Stop func() bool
+	// Stopped says that Train returned early, at Step, through Stop or
+	// StopAfter, with a checkpoint of that step.
+	Stopped bool
 	masker       *goldfish.Masker
 	files        map[string][]byte // tokenizer files carried into checkpoints
 	metrics      io.Writer
@@ -289,8 +297,7 @@ func (r *Run) Save() (string, error) {
 		dtype = checkpoints.DTypeBF16
 	}
 	st := TrainerState{Step: r.Step, OptimizerStep: r.Opt.Step, LoaderPosition: r.Loader.Position(), ConfigHash: r.Config.resumeHash()}
-	dir := filepath.Join(r.Config.Out, "checkpoints")
-	name := StepName(r.Step)
+	dir, name := filepath.Split(r.checkpointPath())
 	opt := SaveOptions{Files: r.files, DType: dtype, Keep: r.Config.Keep}
 	if r.BeforeCommit != nil {
 		step := r.Step
@@ -299,7 +306,7 @@ func (r *Run) Save() (string, error) {
 	if err := SaveCheckpoint(dir, name, r.Model, r.Opt, st, opt); err != nil {
 		return "", err
 	}
-	return filepath.Join(dir, name), nil
+	return r.checkpointPath(), nil
 }
 
 // Train runs the remaining steps: metrics to w (one JSON line per step),
@@ -334,23 +341,62 @@ func (r *Run) Train(w io.Writer, progress func(Metrics)) error {
 				m.EvalLoss, m.EvalPerplex = l, math.Exp(l)
 			}
 		}
-		stop := r.StopAfter > 0 && r.Step >= r.StopAfter
-		if (r.Config.SaveEvery > 0 && r.Step%r.Config.SaveEvery == 0) || r.Step == r.Steps || stop {
+		stop, err := r.stopRequested()
+		if err != nil {
+			return err
+		}
+		save := (r.Config.SaveEvery > 0 && r.Step%r.Config.SaveEvery == 0) || r.Step == r.Steps || stop
+		if save {
+			m.CheckpointDir = r.checkpointPath()
+		}
+		// The step's line is durable before its checkpoint commits: a
+		// kill after the commit then loses no line, and a kill before it
+		// leaves a line past the checkpoint, which the resumed run's
+		// folder trims (OpenFolder).
+		if err := enc.Encode(m); err != nil {
+			return fmt.Errorf("finetune: metrics: %w", err)
+		}
+		if save {
+			if f, ok := w.(interface{ Sync() error }); ok {
+				if err := f.Sync(); err != nil {
+					return fmt.Errorf("finetune: metrics: %w", err)
+				}
+			}
 			path, err := r.Save()
 			if err != nil {
 				return err
 			}
-			m.CheckpointDir, lastGood = path, path
-		}
-		if err := enc.Encode(m); err != nil {
-			return fmt.Errorf("finetune: metrics: %w", err)
+			lastGood = path
 		}
 		if progress != nil {
 			progress(m)
 		}
 		if stop {
+			r.Stopped = r.Step < r.Steps
 			break
 		}
 	}
 	return nil
+}
+
+// stopRequested says whether the run stops after this step: StopAfter, or
+// Stop on any rank.
+func (r *Run) stopRequested() (bool, error) {
+	stop := r.StopAfter > 0 && r.Step >= r.StopAfter
+	if r.Stop == nil {
+		return stop, nil
+	}
+	asked := r.Stop()
+	if g := r.Model.Grid(); g != nil {
+		var err error
+		if asked, err = g.Any(r.Model.Backend(), asked); err != nil {
+			return false, fmt.Errorf("finetune: step %d: %w", r.Step, err)
+		}
+	}
+	return stop || asked, nil
+}
+
+// checkpointPath is where Save writes the checkpoint of the current step.
+func (r *Run) checkpointPath() string {
+	return filepath.Join(r.Config.Out, "checkpoints", StepName(r.Step))
 }

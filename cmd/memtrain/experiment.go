@@ -1,7 +1,11 @@
 package main
 
 import (
+	"errors"
+	"strings"
+
 	"fmt"
+	"github.com/spf13/pflag"
 	"io"
 	"path/filepath"
 	"sync"
@@ -144,9 +148,15 @@ func runExperiment(cmd *cobra.Command, spec *experiments.Spec, out string, stric
 	start := time.Now()
 	errw := cmd.ErrOrStderr()
 	pb := &phaseBars{w: errw, show: isTerminal(errw)}
-	r := &experiments.Runner{Spec: spec, Out: out, Launch: ls, Log: pb, Progress: pb.update, Strict: strict}
+	stops := watchStops()
+	defer stops.stop()
+	r := &experiments.Runner{Spec: spec, Out: out, Launch: ls, Log: pb, Progress: pb.update, Strict: strict, Stop: stops.requested}
 	rep, err := r.Run()
 	pb.finish()
+	var stopped *experiments.StoppedError
+	if errors.As(err, &stopped) && stops.signal() != nil {
+		return &exitError{code: signalExit(stops.signal()), msg: fmt.Sprintf("%v (%v); continue with: %s", stopped, stops.signal(), resumeCommand(cmd, out))}
+	}
 	if err != nil {
 		return err
 	}
@@ -231,4 +241,18 @@ func (p *phaseBars) finish() {
 		fmt.Fprintln(p.w)
 		p.bar = nil
 	}
+}
+
+// resumeCommand is the command line that continues this study: the same
+// one (a study resumes in its folder by design), with its output folder.
+func resumeCommand(cmd *cobra.Command, out string) string {
+	args := []string{"memtrain"}
+	args = append(args, strings.Fields(cmd.CommandPath())[1:]...)
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if f.Name != "out" {
+			args = append(args, "--"+f.Name, f.Value.String())
+		}
+	})
+	args = append(args, cmd.Flags().Args()...)
+	return strings.Join(append(args, "--out", out), " ")
 }

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -22,6 +25,7 @@ func newFinetuneCmd() *cobra.Command {
 	var (
 		configFile, resume string
 		stopAfter          int
+		force              bool
 		ef                 engineFlags
 		pf                 parallelFlags
 		flagCfg            = finetune.DefaultConfig()
@@ -36,7 +40,12 @@ too); flags override the file, and unknown keys are errors. The
 effective configuration is saved as OUT/config.yaml; metrics go to
 OUT/metrics.jsonl (one JSON line per step, schema 1); checkpoints to
 OUT/checkpoints/step-NNNNNNNN with OUT/checkpoints/latest pointing at the
-newest complete one. --resume OUT continues a stopped run exactly.
+newest complete one. --resume OUT continues a stopped run exactly, with
+OUT/config.yaml unless --config is given; a folder that holds a run is never
+overwritten: continue it with --resume, or start over with --force. One process
+at a time trains in a folder (a lock). SIGINT, SIGTERM and SIGUSR1 finish the
+current step, save a checkpoint and print the command that resumes; a second
+signal stops at once.
 
 --parallel dp=D,x=X,y=Y,z=Z trains on a 4D grid of D·X·Y·Z ranks — goroutines,
 one a GPU with --device cuda, or one a process under mpirun with the mpi build
@@ -52,12 +61,23 @@ HF checkpoints, so a run resumes on any grid.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg := finetune.DefaultConfig()
-			if configFile != "" {
-				raw, err := os.ReadFile(configFile)
+			runDir := ""
+			if resume != "" {
+				runDir = finetune.RunFolder(resume)
+			}
+			file := configFile
+			if file == "" && runDir != "" {
+				// --resume RUN alone continues RUN as it was configured.
+				if p := filepath.Join(runDir, finetune.ConfigFile); fileExists(p) {
+					file = p
+				}
+			}
+			if file != "" {
+				raw, err := os.ReadFile(file)
 				if err != nil {
 					return fmt.Errorf("finetune: %w", err)
 				}
-				if err := options.Decode(configFile, raw, &cfg); err != nil {
+				if err := options.Decode(file, raw, &cfg); err != nil {
 					return fmt.Errorf("finetune: %w", err)
 				}
 			}
@@ -65,20 +85,27 @@ HF checkpoints, so a run resumes on any grid.`,
 			if err := options.Apply(cmd.Flags(), &cfg); err != nil {
 				return fmt.Errorf("finetune: %w", err)
 			}
-			return runFinetune(cmd, cfg, ef, pf, resume, stopAfter)
+			if cfg.Out == "" {
+				cfg.Out = runDir
+			}
+			if force && resume != "" {
+				return errors.New("finetune: --force starts over and --resume continues: give one")
+			}
+			return runFinetune(cmd, cfg, ef, pf, finetune.Hooks{Resume: resume, StopAfter: stopAfter, Replace: force})
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&configFile, "config", "", "YAML configuration file")
 	fl.StringVar(&resume, "resume", "", "continue the run in this folder (or from this checkpoint)")
 	fl.IntVar(&stopAfter, "stop-after", 0, "stop (with a checkpoint) after this step, to continue later with --resume")
+	fl.BoolVar(&force, "force", false, "start over in a folder that holds a run, removing its checkpoints, metrics and config.yaml")
 	options.Bind(fl, &flagCfg)
 	ef.register(fl)
 	pf.register(fl)
 	return cmd
 }
 
-func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf parallelFlags, resume string, stopAfter int) error {
+func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf parallelFlags, h finetune.Hooks) error {
 	l, err := launcher(ef, pf, cfg.Model)
 	if err != nil {
 		return fmt.Errorf("finetune: %w", err)
@@ -87,15 +114,19 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 	if err != nil {
 		return err
 	}
+	stops := watchStops()
+	defer stops.stop()
+	h.Stop = stops.requested
 	// Every rank trains; the lead rank alone writes the run's files and
 	// reports.
-	return l.Run(func(r launch.Rank) error {
-		h := finetune.Hooks{Resume: resume, StopAfter: stopAfter}
+	var res finetune.Result
+	err = l.Run(func(r launch.Rank) error {
+		h := h
 		var bar *progressbar.ProgressBar
 		if r.Lead() {
 			h.BeforeCommit = kill
 			h.Started = func(run *finetune.Run) {
-				if isTerminal(cmd.ErrOrStderr()) {
+				if isTerminal(cmd.ErrOrStderr()) && run.Step < run.Steps {
 					bar = progressbar.NewOptions(run.Steps,
 						progressbar.OptionSetWriter(cmd.ErrOrStderr()),
 						progressbar.OptionSetDescription("finetune"),
@@ -112,18 +143,63 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 				}
 			}
 		}
-		last, err := finetune.TrainRank(cfg, r.Backend, r.Grid, h)
+		out, err := finetune.TrainRank(cfg, r.Backend, r.Grid, h)
 		if bar != nil {
 			bar.Finish()
 			fmt.Fprintln(cmd.ErrOrStderr())
 		}
-		if err != nil || !r.Lead() {
-			return err
+		if r.Lead() {
+			res = out
 		}
-		fmt.Fprintf(cmd.OutOrStdout(), "trained %d steps: loss %.4f, dropped %.1f%%, %.0f tokens/s; checkpoint %s\n",
-			last.Step, last.Loss, 100*last.DroppedFrac, last.TokensPerS, last.CheckpointDir)
-		return nil
+		return err
 	})
+	var existing *finetune.ExistingRunError
+	if errors.As(err, &existing) {
+		return fmt.Errorf("finetune: %s holds a run%s: continue it with --resume %s, or start over in it with --force",
+			existing.Dir, describeRun(existing), existing.Dir)
+	}
+	if err != nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	switch last := res.Last; {
+	case res.Done:
+		fmt.Fprintf(w, "%s already finished (step %d of %d): nothing to train\n", cfg.Out, res.Step, res.Steps)
+	case res.Stopped && stops.signal() != nil:
+		resume := "memtrain finetune --resume " + cfg.Out
+		if pf.grid != "" {
+			resume += " --parallel " + pf.grid
+		}
+		if ef.device != "cpu" {
+			resume += " --device " + ef.device
+		}
+		return &exitError{code: signalExit(stops.signal()), msg: fmt.Sprintf("finetune: stopped by %v after step %d of %d; checkpoint %s; resume with: %s",
+			stops.signal(), res.Step, res.Steps, last.CheckpointDir, resume)}
+	default:
+		fmt.Fprintf(w, "trained %d steps: loss %.4f, dropped %.1f%%, %.0f tokens/s; checkpoint %s\n",
+			last.Step, last.Loss, 100*last.DroppedFrac, last.TokensPerS, last.CheckpointDir)
+	}
+	return nil
+}
+
+// describeRun is " (step N, loss L, checkpoint C)" for what a folder holds.
+func describeRun(e *finetune.ExistingRunError) string {
+	var parts []string
+	if e.Step > 0 {
+		parts = append(parts, fmt.Sprintf("step %d, loss %.4f", e.Step, e.Loss))
+	}
+	if e.Checkpoint != "" {
+		parts = append(parts, "checkpoint "+e.Checkpoint)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func fileExists(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.Mode().IsRegular()
 }
 
 // killHook is the crash-safety tests' hook (killInSaveEnv): die by SIGKILL

@@ -177,6 +177,20 @@ func (g *Grid) sumWorld(b engine.Backend, vals []float64, contribute bool) error
 	return nil
 }
 
+// Any says, on every rank, whether any rank passed true: one scalar
+// all-reduce over the world, for decisions every rank must take together
+// (a signal seen by some ranks stops all of them at the same step).
+func (g *Grid) Any(b engine.Backend, flag bool) (bool, error) {
+	vals := []float64{0}
+	if flag {
+		vals[0] = 1
+	}
+	if err := g.sumWorld(b, vals, true); err != nil {
+		return false, err
+	}
+	return vals[0] > 0.5, nil
+}
+
 // Agree makes every rank see a failure of any rank: each passes its own
 // error (nil if it succeeded), and every rank gets an error if any rank
 // had one — its own, or one saying how many others failed. It is
