@@ -67,9 +67,9 @@ type Run struct {
 	// Stopped says that Train returned early, at Step, through Stop or
 	// StopAfter, with a checkpoint of that step.
 	Stopped bool
-	masker       *goldfish.Masker
-	files        map[string][]byte // tokenizer files carried into checkpoints
-	metrics      io.Writer
+	masker  *goldfish.Masker
+	files   map[string][]byte // tokenizer files carried into checkpoints
+	metrics io.Writer
 }
 
 // Open prepares a run: it opens the dataset and the model, checks that
