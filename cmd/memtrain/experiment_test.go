@@ -1,10 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/memtrain/memtrain/memorization"
@@ -172,5 +175,39 @@ func TestExperimentParallel(t *testing.T) {
 		}
 		t.Logf("%s: exact match %.3f, token match %.3f, held-out loss %.5f (grid %.5f)", want.Arm,
 			ws.Prefixes[0].Members.Exact.Mean, ws.Prefixes[0].Members.TokenMatch.Mean, want.HeldoutLoss, got.HeldoutLoss)
+	}
+}
+
+// TestExperimentSignal: SIGTERM stops a study at a training step with a
+// checkpoint, exits 143 naming the command that continues it, and that
+// command finishes it with one rank's results.
+func TestExperimentSignal(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("signals")
+	}
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "grid.yaml")
+	os.WriteFile(spec, []byte(strings.Replace(gridStudy, "max_steps: 60,", "max_steps: 80,", 1)), 0o644)
+	out := filepath.Join(dir, "out")
+	cmd, stderr := child(t, "experiment", "run", spec, "--out", out)
+	train := filepath.Join(out, "arms", "standard-s1", "train")
+	waitFor(t, "the standard arm's third step", func() bool { return metricsLines(train) >= 3 })
+	cmd.Process.Signal(syscall.SIGTERM)
+	if st := exitStatus(cmd.Wait()); st != 143 {
+		t.Fatalf("exit %d, want 143: %s", st, stderr)
+	}
+	want := "continue with: memtrain experiment run " + spec + " --out " + out
+	if !strings.Contains(stderr.String(), "stopped in train standard-s1 after step") || !strings.HasSuffix(strings.TrimSpace(stderr.String()), want) {
+		t.Errorf("stderr %q, want the stop and %q", stderr, want)
+	}
+	steps := metricsLines(train)
+	if _, err := os.Stat(filepath.Join(train, "checkpoints", fmt.Sprintf("step-%08d", steps))); err != nil {
+		t.Errorf("no checkpoint of the last logged step %d: %v", steps, err)
+	}
+	if _, errs, code := memtrain(t, "", "experiment", "run", spec, "--out", out); code != 0 {
+		t.Fatalf("continuing: exit %d: %s", code, errs)
+	}
+	if res, err := report.Load(out); err != nil || len(res) != 2 || res[0].Steps != 80 {
+		t.Errorf("after continuing: %d results, %v", len(res), err)
 	}
 }
