@@ -36,7 +36,9 @@ type TrainerState struct {
 	ConfigHash     string  `json:"config_hash"` // of the settings that must not change on resume
 }
 
-const stateVersion = 1
+// stateVersion 2 checkpoints carry a manifest (ManifestFile); version 1
+// ones, saved before manifests, still resume.
+const stateVersion = 2
 
 // SaveOptions control SaveCheckpoint.
 type SaveOptions struct {
@@ -54,6 +56,9 @@ type SaveOptions struct {
 // dir, synced, and renamed to name; then dir/latest is replaced atomically
 // to point at it, and all but the newest opt.Keep checkpoints are removed.
 // A crash at any point leaves latest pointing at a complete checkpoint.
+// Every file's size and SHA-256, hashed as it is written, go into the
+// checkpoint's manifest (ManifestFile), written last before the commit,
+// against which VerifyCheckpoint checks it later.
 //
 // Weights and optimizer moments are saved full-shape, so that a run can
 // resume on another grid. On a grid SaveCheckpoint is collective: every
@@ -106,20 +111,37 @@ func writeCheckpoint(dir, name string, cfg *checkpoints.Config, weights, moments
 			os.RemoveAll(tmp)
 		}
 	}()
-	if err := checkpoints.Save(tmp, cfg, weights, checkpoints.SaveOptions{DType: dtype, Files: files}); err != nil {
+	// MkdirTemp makes the folder 0700; a checkpoint is read like every
+	// other output (files are 0644).
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return fmt.Errorf("finetune: %w", err)
+	}
+	sums := map[string]checkpoints.FileSum{}
+	if err := checkpoints.Save(tmp, cfg, weights, checkpoints.SaveOptions{DType: dtype, Files: files, Sums: sums}); err != nil {
 		return err
 	}
 	if moments != nil {
-		if err := checkpoints.WriteFile(filepath.Join(tmp, OptimizerFile), moments, checkpoints.DTypeF32, map[string]string{"optimizer": "adamw"}); err != nil {
+		sum, err := checkpoints.WriteFileSum(filepath.Join(tmp, OptimizerFile), moments, checkpoints.DTypeF32, map[string]string{"optimizer": "adamw"})
+		if err != nil {
 			return err
 		}
+		sums[OptimizerFile] = sum
 	}
 	st.Version = stateVersion
 	sb, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return fmt.Errorf("finetune: %w", err)
 	}
-	if err := atomicfile.WriteFile(filepath.Join(tmp, StateFile), append(sb, '\n')); err != nil {
+	sb = append(sb, '\n')
+	if err := atomicfile.WriteFile(filepath.Join(tmp, StateFile), sb); err != nil {
+		return err
+	}
+	sums[StateFile] = checkpoints.SumBytes(sb)
+	mb, err := encodeManifest(Manifest{Step: st.Step, Files: sums})
+	if err != nil {
+		return fmt.Errorf("finetune: %w", err)
+	}
+	if err := atomicfile.WriteFile(filepath.Join(tmp, ManifestFile), mb); err != nil {
 		return err
 	}
 	if opt.BeforeCommit != nil {
@@ -159,10 +181,8 @@ func LatestCheckpoint(dir string) (string, error) {
 	return filepath.Join(dir, name), nil
 }
 
-// LoadCheckpoint restores weights, optimizer moments and the trainer state
-// from a checkpoint written by SaveCheckpoint into m and o. On a grid each
-// rank reads only its shards, whatever grid saved the checkpoint.
-func LoadCheckpoint(path string, m *llama.Model, o *Optimizer) (TrainerState, error) {
+// readState reads and checks a checkpoint's trainer_state.json.
+func readState(path string) (TrainerState, error) {
 	var st TrainerState
 	b, err := os.ReadFile(filepath.Join(path, StateFile))
 	if err != nil {
@@ -171,8 +191,21 @@ func LoadCheckpoint(path string, m *llama.Model, o *Optimizer) (TrainerState, er
 	if err := json.Unmarshal(b, &st); err != nil {
 		return st, fmt.Errorf("finetune: %s: %v", filepath.Join(path, StateFile), err)
 	}
-	if st.Version != stateVersion {
-		return st, fmt.Errorf("finetune: %s: state version %d (want %d)", filepath.Join(path, StateFile), st.Version, stateVersion)
+	if st.Version < 1 || st.Version > stateVersion {
+		return st, fmt.Errorf("finetune: %s: state version %d (want 1 to %d)", filepath.Join(path, StateFile), st.Version, stateVersion)
+	}
+	return st, nil
+}
+
+// LoadCheckpoint restores weights, optimizer moments and the trainer state
+// from a checkpoint written by SaveCheckpoint into m and o. On a grid each
+// rank reads only its shards, whatever grid saved the checkpoint. It does
+// not verify the files' checksums: VerifyCheckpoint does, once, before
+// the ranks load (Open's resume does both).
+func LoadCheckpoint(path string, m *llama.Model, o *Optimizer) (TrainerState, error) {
+	st, err := readState(path)
+	if err != nil {
+		return st, err
 	}
 	ck, err := checkpoints.Open(path)
 	if err != nil {
@@ -204,6 +237,73 @@ func LoadCheckpoint(path string, m *llama.Model, o *Optimizer) (TrainerState, er
 	}
 	o.Step = st.OptimizerStep
 	return st, nil
+}
+
+// resume restores the run from the checkpoint from names, or, when from
+// is a run folder, from its newest intact checkpoint (LatestVerified: a
+// damaged latest one is passed over with a warning). Rank 0 alone
+// verifies, so that a grid reads each file once to check it, and tells
+// the others its choice; then every rank loads its shards.
+func (r *Run) resume(from string) error {
+	g := r.Model.Grid()
+	lead := g == nil || g.Rank() == 0
+	path := from
+	if _, err := os.Stat(filepath.Join(from, StateFile)); err == nil {
+		// A checkpoint named by the caller: it must verify; there is
+		// nothing to fall back to.
+		var err error
+		if lead {
+			var warn string
+			if warn, err = checkResumable(from); warn != "" {
+				r.Warnings = append(r.Warnings, warn)
+			}
+		}
+		if g != nil {
+			err = g.Agree(r.Model.Backend(), err)
+		}
+		if err != nil {
+			return err
+		}
+	} else {
+		dir := filepath.Join(from, "checkpoints")
+		names, warn, err := resumeCandidates(dir)
+		i := 0
+		if err == nil && lead {
+			var warnings []string
+			if i, warnings, err = pickVerified(dir, names); err == nil {
+				if warn != "" {
+					r.Warnings = append(r.Warnings, warn)
+				}
+				r.Warnings = append(r.Warnings, warnings...)
+			}
+		}
+		if g != nil {
+			if err = g.Agree(r.Model.Backend(), err); err == nil {
+				// The choice goes to every rank as a sum to which only
+				// rank 0 adds (i is 0 elsewhere; exact in float32 below
+				// 2^24 candidates).
+				choice := []float64{float64(i)}
+				err = r.Model.SumBatch(choice)
+				i = int(choice[0])
+			}
+		}
+		if err != nil {
+			return err
+		}
+		path = filepath.Join(dir, names[i])
+	}
+	st, err := LoadCheckpoint(path, r.Model, r.Opt)
+	if err != nil {
+		return err
+	}
+	if st.ConfigHash != r.Config.resumeHash() {
+		return fmt.Errorf("finetune: %s was saved by a run with other model, data, loss, batch size, seed or schedule settings; resume needs the same", path)
+	}
+	if err := r.Loader.SetPosition(st.LoaderPosition); err != nil {
+		return err
+	}
+	r.Step = st.Step
+	return nil
 }
 
 // sameShapes reports whether two configurations have the same tensors,

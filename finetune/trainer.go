@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -59,9 +58,13 @@ type Run struct {
 	StopAfter int
 	// BeforeCommit is passed to SaveCheckpoint (crash-safety tests).
 	BeforeCommit func(step int, tmpDir string)
-	masker       *goldfish.Masker
-	files        map[string][]byte // tokenizer files carried into checkpoints
-	metrics      io.Writer
+	// Warnings are one-line messages for the user from opening the run:
+	// a damaged checkpoint passed over on resume, or one resumed
+	// unverified. On a grid only rank 0 has them.
+	Warnings []string
+	masker   *goldfish.Masker
+	files    map[string][]byte // tokenizer files carried into checkpoints
+	metrics  io.Writer
 }
 
 // Open prepares a run: it opens the dataset and the model, checks that
@@ -143,23 +146,9 @@ func OpenParallel(cfg Config, b engine.Backend, grid *parallel.Grid, resume stri
 		return fail(err)
 	}
 	if resume != "" {
-		path := resume
-		if _, err := os.Stat(filepath.Join(resume, StateFile)); err != nil {
-			if path, err = LatestCheckpoint(filepath.Join(resume, "checkpoints")); err != nil {
-				return fail(err)
-			}
-		}
-		st, err := LoadCheckpoint(path, r.Model, r.Opt)
-		if err != nil {
+		if err := r.resume(resume); err != nil {
 			return fail(err)
 		}
-		if st.ConfigHash != r.Config.resumeHash() {
-			return fail(fmt.Errorf("finetune: %s was saved by a run with other model, data, loss, batch size, seed or schedule settings; resume needs the same", path))
-		}
-		if err := r.Loader.SetPosition(st.LoaderPosition); err != nil {
-			return fail(err)
-		}
-		r.Step = st.Step
 	}
 	return r, nil
 }
