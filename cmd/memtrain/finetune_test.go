@@ -243,3 +243,82 @@ func TestFinetuneFlagSpellings(t *testing.T) {
 		}
 	}
 }
+
+// flipByte flips one bit of the file at path, at offset at.
+func flipByte(t *testing.T, path string, at int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, at); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 1
+	if _, err := f.WriteAt(b, at); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFinetuneResumeSkipsDamagedCheckpoint: --resume passes over a
+// damaged latest checkpoint (a flipped bit, a truncated file) for the
+// newest intact one, with one warning line naming the bad file, and the
+// run still ends bit-identical to an uninterrupted one; with every
+// checkpoint damaged it fails naming each.
+func TestFinetuneResumeSkipsDamagedCheckpoint(t *testing.T) {
+	base, ds := finetuneFixture(t, "builtin:llama2")
+	runs := t.TempDir()
+	args := func(out string, extra ...string) []string {
+		return append([]string{"finetune", "--model", base, "--data", ds, "--out", out, "--max_steps", "6", "--batch_size", "4",
+			"--micro_batch", "2", "--schedule.lr", "1e-3", "--save_every", "2", "--keep", "0"}, extra...)
+	}
+	a := filepath.Join(runs, "a")
+	if _, errs, code := memtrain(t, "", args(a)...); code != 0 {
+		t.Fatal(errs)
+	}
+	for _, tc := range []struct {
+		name, file, want string
+		damage           func(path string)
+	}{
+		{"bit flip", "model.safetensors", "SHA-256 differs", func(p string) { flipByte(t, p, 4096) }},
+		{"truncated", "optimizer.safetensors", "truncated", func(p string) { os.Truncate(p, 1000) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := filepath.Join(runs, tc.name)
+			if _, errs, code := memtrain(t, "", args(b, "--stop-after", "4")...); code != 0 {
+				t.Fatal(errs)
+			}
+			bad := filepath.Join(b, "checkpoints", "step-00000004")
+			tc.damage(filepath.Join(bad, tc.file))
+			_, errs, code := memtrain(t, "", args(b, "--resume", b)...)
+			if code != 0 {
+				t.Fatal(errs)
+			}
+			want := "memtrain: warning: finetune: " + bad + ": " + tc.file + ": "
+			if !strings.HasPrefix(errs, want) || !strings.Contains(errs, tc.want) || !strings.Contains(errs, "resuming from step-00000002") || strings.Count(errs, "\n") != 1 {
+				t.Errorf("stderr %q, want one warning line %q…", errs, want)
+			}
+			for _, f := range []string{"model.safetensors", "optimizer.safetensors"} {
+				x, _ := os.ReadFile(filepath.Join(a, "checkpoints", "step-00000006", f))
+				y, _ := os.ReadFile(filepath.Join(b, "checkpoints", "step-00000006", f))
+				if len(x) == 0 || !bytes.Equal(x, y) {
+					t.Errorf("%s: the run resumed from step 2 differs from the uninterrupted one", f)
+				}
+			}
+		})
+	}
+	// Every checkpoint damaged: the error names each and its bad file.
+	c := filepath.Join(runs, "c")
+	if _, errs, code := memtrain(t, "", args(c, "--stop-after", "4")...); code != 0 {
+		t.Fatal(errs)
+	}
+	flipByte(t, filepath.Join(c, "checkpoints", "step-00000004", "model.safetensors"), 4096)
+	os.Remove(filepath.Join(c, "checkpoints", "step-00000002", "trainer_state.json"))
+	_, errs, code := memtrain(t, "", args(c, "--resume", c)...)
+	if code != 1 || !strings.Contains(errs, "no intact checkpoint") || !strings.Contains(errs, "step-00000004: model.safetensors: SHA-256 differs") ||
+		!strings.Contains(errs, "step-00000002: trainer_state.json: missing") || strings.Count(errs, "\n") != 1 {
+		t.Errorf("every checkpoint damaged: exit %d, stderr %q", code, errs)
+	}
+}
