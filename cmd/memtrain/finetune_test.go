@@ -322,3 +322,35 @@ func TestFinetuneResumeSkipsDamagedCheckpoint(t *testing.T) {
 		t.Errorf("every checkpoint damaged: exit %d, stderr %q", code, errs)
 	}
 }
+
+// TestInspectVerify: inspect --verify prints OK with the file count for an
+// intact training checkpoint, and fails naming the bad file otherwise.
+func TestInspectVerify(t *testing.T) {
+	base, ds := finetuneFixture(t, "builtin:llama2")
+	run := filepath.Join(t.TempDir(), "run")
+	if _, errs, code := memtrain(t, "", "finetune", "--model", base, "--data", ds, "--out", run, "--max_steps", "1", "--batch_size", "2", "--micro_batch", "2"); code != 0 {
+		t.Fatal(errs)
+	}
+	ck := filepath.Join(run, "checkpoints", "step-00000001")
+	// config.json, model.safetensors, optimizer.safetensors, trainer_state.json, the two tokenizer files.
+	out, errs, code := memtrain(t, "", "inspect", ck, "--verify")
+	if code != 0 || out != ck+": OK, 6 files verified (step 1)\n" {
+		t.Errorf("intact: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	for _, tc := range []struct {
+		file, want string
+		damage     func(path string)
+	}{
+		{"model.safetensors", "SHA-256 differs from checkpoint.json's (corrupt)", func(p string) { flipByte(t, p, 100) }},
+		{"tokenizer.json", "missing", func(p string) { os.Remove(p) }},
+	} {
+		tc.damage(filepath.Join(ck, tc.file))
+		out, errs, code := memtrain(t, "", "inspect", ck, "--verify")
+		if want := "memtrain: finetune: " + ck + ": " + tc.file + ": " + tc.want + "\n"; code != 1 || out != "" || errs != want {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want %q", tc.file, code, out, errs, want)
+		}
+	}
+	if _, errs, code := memtrain(t, "", "inspect", "--preset", "tiny", "--verify"); code != 1 || !strings.Contains(errs, "--verify checks a checkpoint folder") {
+		t.Errorf("--verify with a preset: exit %d, %q", code, errs)
+	}
+}
