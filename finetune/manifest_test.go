@@ -2,8 +2,10 @@ package finetune
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -46,7 +48,9 @@ var damages = []struct {
 	{"truncated", OptimizerFile, "truncated", func(p string) error { return os.Truncate(p, 100) }},
 	{"missing file", StateFile, "missing", os.Remove},
 	{"missing manifest", ManifestFile, "missing", os.Remove},
-	{"damaged manifest", ManifestFile, "unreadable", func(p string) error { return os.WriteFile(p, []byte(`{"version":1,"step":3,"files":{"model.safetensors":{"size":1,"sha256":"xyz"}}}`), 0o644) }},
+	{"damaged manifest", ManifestFile, "unreadable", func(p string) error {
+		return os.WriteFile(p, []byte(`{"version":1,"step":3,"files":{"model.safetensors":{"size":1,"sha256":"xyz"}}}`), 0o644)
+	}},
 }
 
 func flipBit(path string, at int64) error {
@@ -205,5 +209,60 @@ func TestOpenResumesFromIntact(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPruneKeepsAVerifiedCheckpoint: pruning never removes the newest
+// checkpoint that verifies, also with keep 1 right after a damaged save.
+func TestPruneKeepsAVerifiedCheckpoint(t *testing.T) {
+	b := cpu.New(cpu.Options{Threads: 1})
+	m := tinyModel(t, b, 1)
+	o, err := NewOptimizer(b, m.Params(), OptimizerConfig{Name: "sgd"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	damage := func(tmp string) {
+		if err := flipBit(filepath.Join(tmp, checkpoints.SafetensorsFile), 3000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		keep    int
+		damaged []bool // per step, from 1
+		want    []int  // the steps left after the last save
+		resume  int    // the step LatestVerified picks
+	}{
+		{"keep 1, last save damaged", 1, []bool{false, false, true}, []int{2, 3}, 2},
+		{"keep 1, then a good save", 1, []bool{false, true, false}, []int{3}, 3},
+		{"keep 2, both kept damaged", 2, []bool{false, false, true, true}, []int{2, 3, 4}, 2},
+		{"keep 2, intact", 2, []bool{false, false, false, false}, []int{3, 4}, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "checkpoints")
+			for i, bad := range tc.damaged {
+				opt := SaveOptions{DType: checkpoints.DTypeF32, Keep: tc.keep}
+				if bad {
+					opt.BeforeCommit = damage
+				}
+				if err := SaveCheckpoint(dir, StepName(i+1), m, o, TrainerState{Step: i + 1}, opt); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var left []int
+			entries, _ := os.ReadDir(dir)
+			for _, e := range entries {
+				var s int
+				if _, err := fmt.Sscanf(e.Name(), "step-%d", &s); err == nil {
+					left = append(left, s)
+				}
+			}
+			if !slices.Equal(left, tc.want) {
+				t.Errorf("steps left %v, want %v", left, tc.want)
+			}
+			if path, _, err := LatestVerified(dir); err != nil || path != filepath.Join(dir, StepName(tc.resume)) {
+				t.Errorf("resumes from %q (%v), want step %d", path, err, tc.resume)
+			}
+		})
 	}
 }

@@ -322,7 +322,12 @@ func sameShapes(a, b *checkpoints.Config) bool {
 }
 
 // prune removes all but the newest keep checkpoints (by name, which sorts
-// by step) and any temporary directories left by an interrupted save.
+// by step) and any temporary directories left by an interrupted save. It
+// never removes latest's target, nor the newest checkpoint a resume can
+// use: when none of the kept ones verifies (a save damaged on its way to
+// disk), the newest older one that does stays too, so that keep 1 never
+// leaves nothing to resume from. Checking costs a read of the newest
+// checkpoint, and only when something is to be removed.
 func prune(dir string, keep int) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -346,8 +351,15 @@ func prune(dir string, keep int) error {
 		return nil
 	}
 	sort.Strings(steps)
-	for _, s := range steps[:len(steps)-keep] {
-		if filepath.Join(dir, s) == latest {
+	old, kept := steps[:len(steps)-keep], steps[len(steps)-keep:]
+	spare := map[string]bool{filepath.Base(latest): true}
+	if newestResumable(dir, kept) < 0 {
+		if i := newestResumable(dir, old); i >= 0 {
+			spare[old[i]] = true
+		}
+	}
+	for _, s := range old {
+		if spare[s] {
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(dir, s)); err != nil {
@@ -355,6 +367,17 @@ func prune(dir string, keep int) error {
 		}
 	}
 	return nil
+}
+
+// newestResumable is the index of the newest of the checkpoints names
+// (oldest first) of dir that a resume can use, or -1.
+func newestResumable(dir string, names []string) int {
+	for i := len(names) - 1; i >= 0; i-- {
+		if _, err := checkResumable(filepath.Join(dir, names[i])); err == nil {
+			return i
+		}
+	}
+	return -1
 }
 
 // StepName is the directory name of the checkpoint after step s; it sorts
