@@ -14,14 +14,19 @@ import (
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/engine/parallel"
 	"github.com/memtrain/memtrain/internal/atomicfile"
 )
 
 // Files of a training checkpoint, beside the HF checkpoint files.
 const (
 	OptimizerFile = "optimizer.safetensors" // AdamW moments, full shape, HF names prefixed exp_avg/ and exp_avg_sq/
-	StateFile     = "trainer_state.json"
-	LatestFile    = "latest" // in the checkpoints folder: the name of the newest complete checkpoint
+	// MasterFile holds the float32 weights, full shape, HF names, when
+	// model.safetensors stores them in another dtype (save_dtype bf16):
+	// training resumes from these, exactly, not from the rounded export.
+	MasterFile = "master.safetensors"
+	StateFile  = "trainer_state.json"
+	LatestFile = "latest" // in the checkpoints folder: the name of the newest complete checkpoint
 )
 
 // TrainerState is what a run needs, besides weights and moments, to resume
@@ -120,6 +125,13 @@ func writeCheckpoint(dir, name string, cfg *checkpoints.Config, weights, moments
 	if err := checkpoints.Save(tmp, cfg, weights, checkpoints.SaveOptions{DType: dtype, Files: files, Sums: sums}); err != nil {
 		return err
 	}
+	if dtype != checkpoints.DTypeF32 {
+		sum, err := checkpoints.WriteFileSum(filepath.Join(tmp, MasterFile), weights, checkpoints.DTypeF32, map[string]string{"master": "f32"})
+		if err != nil {
+			return err
+		}
+		sums[MasterFile] = sum
+	}
 	if moments != nil {
 		sum, err := checkpoints.WriteFileSum(filepath.Join(tmp, OptimizerFile), moments, checkpoints.DTypeF32, map[string]string{"optimizer": "adamw"})
 		if err != nil {
@@ -215,7 +227,18 @@ func LoadCheckpoint(path string, m *llama.Model, o *Optimizer) (TrainerState, er
 	if !sameShapes(ck.Config, m.Config) {
 		return st, fmt.Errorf("finetune: %s: the checkpoint's tensors do not fit the run's model", path)
 	}
-	if err := m.LoadWeights(ck.Weights); err != nil {
+	// The float32 master weights when the export is rounded; a checkpoint
+	// saved before master files resumes from its export.
+	var weights parallel.SliceReader = ck.Weights
+	if _, err := os.Stat(filepath.Join(path, MasterFile)); err == nil {
+		f, err := checkpoints.OpenFile(filepath.Join(path, MasterFile))
+		if err != nil {
+			return st, err
+		}
+		defer f.Close()
+		weights = f
+	}
+	if err := m.LoadWeights(weights); err != nil {
 		return st, fmt.Errorf("finetune: %s: %w", path, err)
 	}
 	if mv, vv := o.Moments(); mv != nil {
