@@ -36,9 +36,9 @@ type TrainerState struct {
 	Step           int     `json:"step"`            // optimizer steps done
 	OptimizerStep  int     `json:"optimizer_step"`  // AdamW's bias-correction counter
 	LoaderPosition int64   `json:"loader_position"` // global samples consumed
-	TokensSeen     int64   `json:"tokens_seen"`
-	LastLoss       float64 `json:"last_loss"`
-	ConfigHash     string  `json:"config_hash"` // of the settings that must not change on resume
+	TokensSeen     int64   `json:"tokens_seen"`     // input tokens of the steps done: batch_size × sequence length a step, padding included, as tokens_per_s counts them
+	LastLoss       float64 `json:"last_loss"`       // the last step's loss (of the last one with targets)
+	ConfigHash     string  `json:"config_hash"`     // of the settings that must not change on resume
 }
 
 // stateVersion 2 checkpoints carry a manifest (ManifestFile); version 1
@@ -325,7 +325,7 @@ func (r *Run) resume(from string) error {
 	if err := r.Loader.SetPosition(st.LoaderPosition); err != nil {
 		return err
 	}
-	r.Step = st.Step
+	r.Step, r.tokensSeen, r.lastLoss = st.Step, st.TokensSeen, st.LastLoss
 	return nil
 }
 

@@ -169,3 +169,26 @@ func TestBF16ExportResumesExactly(t *testing.T) {
 		}
 	}
 }
+
+// TestTrainerStateCounts: trainer_state.json records the input tokens
+// trained on (batch_size × sequence length a step) and the last step's
+// loss, carried on across a resume.
+func TestTrainerStateCounts(t *testing.T) {
+	model, dataset := sweepFolders(t)
+	cfg := DefaultConfig()
+	cfg.Model, cfg.Data, cfg.Out = model, dataset, filepath.Join(t.TempDir(), "run")
+	cfg.BatchSize, cfg.MicroBatch, cfg.MaxSteps, cfg.SaveEvery, cfg.Keep = 4, 2, 5, 1, 0
+	metrics := append(trainRun(t, cfg, nil, "", 3), trainRun(t, cfg, nil, cfg.Out, 0)...)
+	if len(metrics) != 5 {
+		t.Fatalf("%d metrics lines", len(metrics))
+	}
+	for _, m := range metrics {
+		st, err := readState(m.CheckpointDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := int64(m.Step * 4 * sweepT); st.TokensSeen != want || st.LastLoss != m.Loss || st.LastLoss == 0 {
+			t.Errorf("step %d: tokens_seen %d, last_loss %v; want %d, %v", m.Step, st.TokensSeen, st.LastLoss, want, m.Loss)
+		}
+	}
+}

@@ -65,6 +65,9 @@ type Run struct {
 	masker   *goldfish.Masker
 	files    map[string][]byte // tokenizer files carried into checkpoints
 	metrics  io.Writer
+
+	tokensSeen int64   // input tokens of the steps done, as tokens_per_s counts them
+	lastLoss   float64 // the loss of the last step that had one
 }
 
 // Open prepares a run: it opens the dataset and the model, checks that
@@ -229,6 +232,10 @@ func (r *Run) TrainOne() (Metrics, error) {
 	r.Step++
 	dt := time.Since(start).Seconds()
 	tokens := float64(r.Config.BatchSize * g.T)
+	r.tokensSeen += int64(r.Config.BatchSize * g.T)
+	if !math.IsNaN(res.Loss) { // NaN: a batch with nothing to learn from
+		r.lastLoss = res.Loss
+	}
 	m := Metrics{
 		Schema: metricsSchema, Step: r.Step, Epoch: g.Epoch, LR: lr, Loss: res.Loss, LossAll: res.LossAll, Kept: res.Weight, Targets: targets,
 		GradNorm: res.GradNorm, Clipped: res.Clipped, TokensPerS: tokens / dt,
@@ -277,7 +284,8 @@ func (r *Run) Save() (string, error) {
 	if r.Config.SaveDType == "bf16" {
 		dtype = checkpoints.DTypeBF16
 	}
-	st := TrainerState{Step: r.Step, OptimizerStep: r.Opt.Step, LoaderPosition: r.Loader.Position(), ConfigHash: r.Config.resumeHash()}
+	st := TrainerState{Step: r.Step, OptimizerStep: r.Opt.Step, LoaderPosition: r.Loader.Position(), TokensSeen: r.tokensSeen, LastLoss: r.lastLoss,
+		ConfigHash: r.Config.resumeHash()}
 	dir := filepath.Join(r.Config.Out, "checkpoints")
 	name := StepName(r.Step)
 	opt := SaveOptions{Files: r.files, DType: dtype, Keep: r.Config.Keep}
