@@ -39,6 +39,8 @@ type TrainerState struct {
 	TokensSeen     int64   `json:"tokens_seen"`     // input tokens of the steps done: batch_size × sequence length a step, padding included, as tokens_per_s counts them
 	LastLoss       float64 `json:"last_loss"`       // the last step's loss (of the last one with targets)
 	ConfigHash     string  `json:"config_hash"`     // of the settings that must not change on resume
+
+	Divergence *DivergenceState `json:"divergence,omitempty"` // the divergence watch's state (none when it is off)
 }
 
 // stateVersion 2 checkpoints carry a manifest (ManifestFile); version 1
@@ -50,6 +52,9 @@ type SaveOptions struct {
 	Files map[string][]byte // extra files for the checkpoint (the tokenizer's)
 	DType checkpoints.DType // storage type of the weights
 	Keep  int               // checkpoints kept; 0 keeps all
+	// Protect names a checkpoint of dir that pruning keeps besides the
+	// newest Keep: the run's last good one while its loss is out of band.
+	Protect string
 	// BeforeCommit, if set, runs when every file of the checkpoint is
 	// written and before the directory is committed: crash-safety tests
 	// kill the process there.
@@ -173,7 +178,7 @@ func writeCheckpoint(dir, name string, cfg *checkpoints.Config, weights, moments
 	if err := atomicfile.WriteFile(filepath.Join(dir, LatestFile), []byte(name+"\n")); err != nil {
 		return err
 	}
-	return prune(dir, keep)
+	return prune(dir, keep, opt.Protect)
 }
 
 // LatestCheckpoint returns the path of the newest complete checkpoint in
@@ -326,6 +331,7 @@ func (r *Run) resume(from string) error {
 		return err
 	}
 	r.Step, r.tokensSeen, r.lastLoss = st.Step, st.TokensSeen, st.LastLoss
+	r.restoreDivergence(st.Divergence, st.Step, path)
 	return nil
 }
 
@@ -350,8 +356,9 @@ func sameShapes(a, b *checkpoints.Config) bool {
 // use: when none of the kept ones verifies (a save damaged on its way to
 // disk), the newest older one that does stays too, so that keep 1 never
 // leaves nothing to resume from. Checking costs a read of the newest
-// checkpoint, and only when something is to be removed.
-func prune(dir string, keep int) error {
+// checkpoint, and only when something is to be removed. protect, if not
+// "", names a checkpoint it keeps too.
+func prune(dir string, keep int, protect string) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("finetune: %w", err)
@@ -375,7 +382,7 @@ func prune(dir string, keep int) error {
 	}
 	sort.Strings(steps)
 	old, kept := steps[:len(steps)-keep], steps[len(steps)-keep:]
-	spare := map[string]bool{filepath.Base(latest): true}
+	spare := map[string]bool{filepath.Base(latest): true, protect: true}
 	if newestResumable(dir, kept) < 0 {
 		if i := newestResumable(dir, old); i >= 0 {
 			spare[old[i]] = true

@@ -68,6 +68,8 @@ type Run struct {
 
 	tokensSeen int64   // input tokens of the steps done, as tokens_per_s counts them
 	lastLoss   float64 // the loss of the last step that had one
+	watch      divergence
+	saved      []savedCheckpoint // by this run, or resumed from; oldest first
 }
 
 // Open prepares a run: it opens the dataset and the model, checks that
@@ -102,7 +104,7 @@ func OpenParallel(cfg Config, b engine.Backend, grid *parallel.Grid, resume stri
 		return nil, err
 	}
 	defer ck.Close()
-	r := &Run{Config: cfg, Store: store}
+	r := &Run{Config: cfg, Store: store, watch: divergence{cfg: cfg.Divergence}}
 	fail := func(err error) (*Run, error) {
 		r.Close()
 		return nil, err
@@ -208,7 +210,9 @@ func (r *Run) microBatches(g data.Batch) ([]llama.Batch, float64, float64) {
 	return out, targets, dropped
 }
 
-// TrainOne runs the next optimizer step and returns its metrics.
+// TrainOne runs the next optimizer step and returns its metrics. A loss
+// far above its running median (Config.Divergence) returns them with an
+// error wrapping ErrDiverged; the step is done.
 func (r *Run) TrainOne() (Metrics, error) {
 	g, err := r.Loader.Next()
 	if err != nil {
@@ -244,7 +248,7 @@ func (r *Run) TrainOne() (Metrics, error) {
 		m.DroppedFrac = dropped / targets
 	}
 	m.ModelFLOPsPS = m.TokensPerS * engine.ModelFLOPsPerToken(r.Model.Config, g.T)
-	return m, nil
+	return m, r.watch.observe(r.Step, res.Loss)
 }
 
 // Evaluate returns the mean loss over every target of the holdout split,
@@ -285,10 +289,10 @@ func (r *Run) Save() (string, error) {
 		dtype = checkpoints.DTypeBF16
 	}
 	st := TrainerState{Step: r.Step, OptimizerStep: r.Opt.Step, LoaderPosition: r.Loader.Position(), TokensSeen: r.tokensSeen, LastLoss: r.lastLoss,
-		ConfigHash: r.Config.resumeHash()}
+		ConfigHash: r.Config.resumeHash(), Divergence: r.divergenceState()}
 	dir := filepath.Join(r.Config.Out, "checkpoints")
 	name := StepName(r.Step)
-	opt := SaveOptions{Files: r.files, DType: dtype, Keep: r.Config.Keep}
+	opt := SaveOptions{Files: r.files, DType: dtype, Keep: r.Config.Keep, Protect: r.protected(dir)}
 	if r.BeforeCommit != nil {
 		step := r.Step
 		opt.BeforeCommit = func(tmp string) { r.BeforeCommit(step, tmp) }
@@ -296,28 +300,26 @@ func (r *Run) Save() (string, error) {
 	if err := SaveCheckpoint(dir, name, r.Model, r.Opt, st, opt); err != nil {
 		return "", err
 	}
+	r.saved = append(r.saved, savedCheckpoint{step: r.Step, path: filepath.Join(dir, name)})
 	return filepath.Join(dir, name), nil
 }
 
 // Train runs the remaining steps: metrics to w (one JSON line per step),
 // held-out evaluation every EvalEvery steps, a checkpoint every SaveEvery
 // steps and at the end. progress, if not nil, sees each step's metrics. A
-// non-finite loss stops the run with an error naming the last good
-// checkpoint; the weights of the failed step are not saved. On a grid
+// non-finite loss, or a divergence (Config.Divergence), stops the run with
+// an error naming the last good checkpoint — the newest saved before the
+// loss left its band; the weights of the failed step are not saved. On a grid
 // every rank computes the same metrics, and only rank 0 writes them to w.
 func (r *Run) Train(w io.Writer, progress func(Metrics)) error {
 	if g := r.Model.Grid(); g != nil && g.Rank() != 0 {
 		w = io.Discard
 	}
 	enc := json.NewEncoder(w)
-	lastGood := ""
 	for r.Step < r.Steps {
 		m, err := r.TrainOne()
-		if errors.Is(err, ErrNonFinite) {
-			if lastGood == "" {
-				lastGood = "none saved by this run"
-			}
-			return fmt.Errorf("%w; stopped, last good checkpoint: %s", err, lastGood)
+		if errors.Is(err, ErrNonFinite) || errors.Is(err, ErrDiverged) {
+			return r.stopped(err)
 		}
 		if err != nil {
 			return err
@@ -337,7 +339,7 @@ func (r *Run) Train(w io.Writer, progress func(Metrics)) error {
 			if err != nil {
 				return err
 			}
-			m.CheckpointDir, lastGood = path, path
+			m.CheckpointDir = path
 		}
 		if err := enc.Encode(m); err != nil {
 			return fmt.Errorf("finetune: metrics: %w", err)

@@ -120,6 +120,13 @@ func TestFinetuneErrors(t *testing.T) {
 		{[]string{"--model", base, "--data", ds, "--out", filepath.Join(out, "nan"), "--max_steps", "5", "--batch_size", "4",
 			"--micro_batch", "2", "--schedule.lr", "1e30", "--schedule.min_lr", "0", "--save_every", "1", "--clip", "0"},
 			"not finite (loss NaN, gradient norm NaN); stopped, last good checkpoint: " + filepath.Join(out, "nan", "checkpoints", "step-00000001")},
+		// One that makes the loss shoot up, finite: the divergence watch
+		// stops the run and names the last good checkpoint.
+		{[]string{"--model", base, "--data", ds, "--out", filepath.Join(out, "diverge"), "--max_steps", "20", "--batch_size", "4",
+			"--micro_batch", "2", "--schedule.lr", "3", "--schedule.warmup", "10", "--schedule.min_lr", "0", "--save_every", "1", "--clip", "0",
+			"--divergence.factor", "2"},
+			" diverged: over 2× the median "},
+		{[]string{"--model", base, "--data", ds, "--out", out, "--divergence.factor", "0.5"}, "finetune: divergence: factor 0.5"},
 	}
 	for _, tt := range tests {
 		_, errs, code := memtrain(t, "", append([]string{"finetune"}, tt.args...)...)
