@@ -266,3 +266,33 @@ func TestPruneKeepsAVerifiedCheckpoint(t *testing.T) {
 		})
 	}
 }
+
+// TestOpenResumesNamedCheckpoint: a checkpoint named for resume must
+// verify (there is nothing to fall back to); the error names its bad file.
+func TestOpenResumesNamedCheckpoint(t *testing.T) {
+	model, dataset := sweepFolders(t)
+	cfg := DefaultConfig()
+	cfg.Model, cfg.Data, cfg.Out = model, dataset, filepath.Join(t.TempDir(), "run")
+	cfg.BatchSize, cfg.MicroBatch, cfg.MaxSteps, cfg.SaveEvery, cfg.Keep = 4, 4, 2, 1, 0
+	trainRun(t, cfg, nil, "", 0)
+	for _, tc := range damages {
+		t.Run(tc.name, func(t *testing.T) {
+			ck := filepath.Join(t.TempDir(), "ck")
+			if err := os.CopyFS(ck, os.DirFS(filepath.Join(cfg.Out, "checkpoints", StepName(2)))); err != nil {
+				t.Fatal(err)
+			}
+			r, err := Open(cfg, cpu.New(cpu.Options{Threads: 1}), ck)
+			if err != nil {
+				t.Fatalf("an intact checkpoint: %v", err)
+			}
+			r.Close()
+			if err := tc.damage(filepath.Join(ck, tc.file)); err != nil {
+				t.Fatal(err)
+			}
+			_, err = Open(cfg, cpu.New(cpu.Options{Threads: 1}), ck)
+			if want := "finetune: " + ck + ": " + tc.file + ": "; err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s: %v, want %q…%s", tc.name, err, want, tc.want)
+			}
+		})
+	}
+}

@@ -276,7 +276,7 @@ func (r *Run) resume(from string) error {
 	g := r.Model.Grid()
 	lead := g == nil || g.Rank() == 0
 	path := from
-	if _, err := os.Stat(filepath.Join(from, StateFile)); err == nil {
+	if isCheckpoint(from) {
 		// A checkpoint named by the caller: it must verify; there is
 		// nothing to fall back to.
 		var err error
@@ -315,6 +315,9 @@ func (r *Run) resume(from string) error {
 				i = int(choice[0])
 			}
 		}
+		if err == nil && i >= len(names) {
+			err = fmt.Errorf("finetune: %s: rank 0 chose checkpoint %d of %d this rank sees", dir, i+1, len(names))
+		}
 		if err != nil {
 			return err
 		}
@@ -333,6 +336,18 @@ func (r *Run) resume(from string) error {
 	r.Step, r.tokensSeen, r.lastLoss = st.Step, st.TokensSeen, st.LastLoss
 	r.restoreDivergence(st.Divergence, st.Step, path)
 	return nil
+}
+
+// isCheckpoint reports whether path is a training checkpoint rather than
+// a run folder: it has a trainer state or a manifest (so that one missing
+// its state is reported as such, not as a run without checkpoints).
+func isCheckpoint(path string) bool {
+	for _, name := range []string{StateFile, ManifestFile} {
+		if _, err := os.Stat(filepath.Join(path, name)); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // sameShapes reports whether two configurations have the same tensors,
