@@ -118,6 +118,10 @@ type SaveOptions struct {
 	DType         DType             // storage type of the weights (F32 or BF16)
 	MaxShardBytes int64             // split into shards above this size; 0 writes one file
 	Files         map[string][]byte // extra files to write beside the weights, e.g. the tokenizer's
+	// Sums, if not nil, receives the FileSum of every file Save writes
+	// (weights, index, extra files, config.json), by file name, hashed
+	// as the bytes are written.
+	Sums map[string]FileSum
 }
 
 // Save writes a complete checkpoint folder: the weights, the extra files
@@ -152,7 +156,7 @@ func Save(dir string, cfg *Config, tensors []Tensor, opt SaveOptions) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("checkpoints: %w", err)
 	}
-	if _, err := WriteSet(dir, tensors, WriteOptions{DType: opt.DType, MaxShardBytes: opt.MaxShardBytes}); err != nil {
+	if _, err := WriteSet(dir, tensors, WriteOptions{DType: opt.DType, MaxShardBytes: opt.MaxShardBytes, Sums: opt.Sums}); err != nil {
 		return err
 	}
 	names := make([]string, 0, len(opt.Files))
@@ -167,6 +171,9 @@ func Save(dir string, cfg *Config, tensors []Tensor, opt SaveOptions) error {
 		if err := atomicfile.WriteFile(filepath.Join(dir, name), opt.Files[name]); err != nil {
 			return err
 		}
+		if opt.Sums != nil {
+			opt.Sums[name] = SumBytes(opt.Files[name])
+		}
 	}
 	cfg = cfg.Clone()
 	cfg.TorchDType = opt.DType.TorchName()
@@ -174,7 +181,14 @@ func Save(dir string, cfg *Config, tensors []Tensor, opt SaveOptions) error {
 	if err != nil {
 		return fmt.Errorf("checkpoints: %s: %w", dir, err)
 	}
-	return atomicfile.WriteFile(filepath.Join(dir, ConfigFile), append(b, '\n'))
+	b = append(b, '\n')
+	if err := atomicfile.WriteFile(filepath.Join(dir, ConfigFile), b); err != nil {
+		return err
+	}
+	if opt.Sums != nil {
+		opt.Sums[ConfigFile] = SumBytes(b)
+	}
+	return nil
 }
 
 // ReadTokenizerFiles returns the tokenizer files (tokenizer.Files) found in

@@ -48,6 +48,10 @@ type WriteOptions struct {
 	// Metadata is added to the "__metadata__" of every file written,
 	// beside "format": "pt", which it may override.
 	Metadata map[string]string
+
+	// Sums, if not nil, receives the FileSum of every file written, by
+	// file name, hashed as the bytes are written.
+	Sums map[string]FileSum
 }
 
 // WriteFile writes tensors to a safetensors file at path, converting them
@@ -68,7 +72,18 @@ func WriteFile(path string, tensors []Tensor, dtype DType, metadata map[string]s
 	if err := checkWrite(path, tensors, dtype, metadata); err != nil {
 		return err
 	}
-	return writeSafetensors(path, tensors, dtype, metadata)
+	return writeSafetensors(path, tensors, dtype, metadata, nil)
+}
+
+// WriteFileSum is WriteFile that also returns the size and SHA-256 of the
+// bytes written, hashed on the way to the file.
+func WriteFileSum(path string, tensors []Tensor, dtype DType, metadata map[string]string) (FileSum, error) {
+	if err := checkWrite(path, tensors, dtype, metadata); err != nil {
+		return FileSum{}, err
+	}
+	var sum FileSum
+	err := writeSafetensors(path, tensors, dtype, metadata, &sum)
+	return sum, err
 }
 
 // checkWrite validates the arguments of a write, naming path in errors.
@@ -122,8 +137,9 @@ func shapeElements(shape []int) (uint64, error) {
 	return n, nil
 }
 
-// writeSafetensors writes a checked set of tensors to path atomically.
-func writeSafetensors(path string, tensors []Tensor, dtype DType, metadata map[string]string) error {
+// writeSafetensors writes a checked set of tensors to path atomically and,
+// if sum is not nil, sets it to the written file's FileSum.
+func writeSafetensors(path string, tensors []Tensor, dtype DType, metadata map[string]string, sum *FileSum) error {
 	sorted := make([]*Tensor, len(tensors))
 	for i := range tensors {
 		sorted[i] = &tensors[i]
@@ -131,8 +147,15 @@ func writeSafetensors(path string, tensors []Tensor, dtype DType, metadata map[s
 	slices.SortFunc(sorted, func(a, b *Tensor) int { return strings.Compare(a.Name, b.Name) })
 	header := appendHeader(nil, sorted, dtype, metadata)
 
-	return atomicfile.Write(path, func(w io.Writer) error {
-		bw := bufio.NewWriterSize(w, 1<<20) // w itself: atomicfile buffers 1 MiB
+	var s *summer
+	if sum != nil {
+		s = newSummer()
+	}
+	err := atomicfile.Write(path, func(w io.Writer) error {
+		// w itself when not hashing: atomicfile buffers 1 MiB; when
+		// hashing, the buffer in front of both keeps the hash's writes
+		// large.
+		bw := bufio.NewWriterSize(s.tee(w), 1<<20)
 		var length [8]byte
 		binary.LittleEndian.PutUint64(length[:], uint64(len(header)))
 		bw.Write(length[:])
@@ -147,6 +170,10 @@ func writeSafetensors(path string, tensors []Tensor, dtype DType, metadata map[s
 		}
 		return nil
 	})
+	if err == nil && s != nil {
+		*sum = s.sum()
+	}
+	return err
 }
 
 // appendHeader appends the JSON header for tensors, in the order given and
@@ -272,9 +299,19 @@ func WriteSet(dir string, tensors []Tensor, opt WriteOptions) ([]string, error) 
 	}
 	shards := planShards(tensors, opt.DType, opt.MaxShardBytes)
 	var written []string
+	write := func(name string, tensors []Tensor) error {
+		if opt.Sums == nil {
+			return writeSafetensors(filepath.Join(dir, name), tensors, opt.DType, opt.Metadata, nil)
+		}
+		var sum FileSum
+		if err := writeSafetensors(filepath.Join(dir, name), tensors, opt.DType, opt.Metadata, &sum); err != nil {
+			return err
+		}
+		opt.Sums[name] = sum
+		return nil
+	}
 	if len(shards) == 1 {
-		err := writeSafetensors(filepath.Join(dir, SafetensorsFile), tensors, opt.DType, opt.Metadata)
-		if err != nil {
+		if err := write(SafetensorsFile, tensors); err != nil {
 			return nil, err
 		}
 		written = append(written, SafetensorsFile)
@@ -282,7 +319,7 @@ func WriteSet(dir string, tensors []Tensor, opt WriteOptions) ([]string, error) 
 		weightMap := make(map[string]string, len(tensors))
 		for i, shard := range shards {
 			name := fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(shards))
-			if err := writeSafetensors(filepath.Join(dir, name), shard, opt.DType, opt.Metadata); err != nil {
+			if err := write(name, shard); err != nil {
 				return written, err
 			}
 			written = append(written, name)
@@ -294,8 +331,12 @@ func WriteSet(dir string, tensors []Tensor, opt WriteOptions) ([]string, error) 
 		for _, t := range tensors {
 			total += int64(len(t.Data)) * int64(opt.DType.Size())
 		}
-		if err := atomicfile.WriteFile(filepath.Join(dir, SafetensorsIndexFile), appendIndex(nil, total, weightMap)); err != nil {
+		index := appendIndex(nil, total, weightMap)
+		if err := atomicfile.WriteFile(filepath.Join(dir, SafetensorsIndexFile), index); err != nil {
 			return written, err
+		}
+		if opt.Sums != nil {
+			opt.Sums[SafetensorsIndexFile] = SumBytes(index)
 		}
 		written = append(written, SafetensorsIndexFile)
 	}

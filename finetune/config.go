@@ -3,6 +3,7 @@ package finetune
 import (
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/memtrain/memtrain/goldfish"
 	"github.com/memtrain/memtrain/internal/options"
@@ -38,6 +39,19 @@ type Config struct {
 	Seed       uint64  `yaml:"seed" resume:"same" help:"data order seed"`
 	Recompute  bool    `yaml:"recompute" help:"recompute activations in the backward pass (less memory)"`
 	SaveDType  string  `yaml:"save_dtype" default:"f32" help:"checkpoint weights: f32 or bf16"`
+
+	Divergence Divergence `yaml:"divergence"`
+}
+
+// Divergence is when a finite loss stops the run (divergence.go): when it
+// is both over factor × the median of the last window steps' losses and
+// more than margin nats above that median. Either test alone would
+// misfire: the relative one on a memorization run whose loss near 0
+// doubles, the absolute one on a noisy large loss.
+type Divergence struct {
+	Factor float64 `yaml:"factor" default:"4" help:"stop the run when a step's loss is over factor × the median of the last window steps' losses and over it by more than margin (0: never)"`
+	Margin float64 `yaml:"margin" default:"1" help:"nats a loss must be above that median to stop the run (so that a loss near 0 does not); above median + margin it is out of band, and no checkpoint saved since it left the band is the last good one"`
+	Window int     `yaml:"window" default:"50" help:"steps of the running median"`
 }
 
 // Loss is the training loss.
@@ -98,6 +112,9 @@ func (c *Config) Validate() error {
 		return errors.New("finetune: clip, eval_every, eval_batch, save_every and keep must not be negative")
 	case c.SaveDType != "f32" && c.SaveDType != "bf16":
 		return fmt.Errorf("finetune: save_dtype: %q (want f32 or bf16)", c.SaveDType)
+	}
+	if d := c.Divergence; d.Factor != 0 && (!(d.Factor >= 1) || math.IsInf(d.Factor, 0) || !(d.Margin >= 0) || math.IsInf(d.Margin, 0) || d.Window < 1) {
+		return fmt.Errorf("finetune: divergence: factor %v, margin %v, window %d (want factor ≥ 1, or 0 for off; margin ≥ 0; window ≥ 1)", d.Factor, d.Margin, d.Window)
 	}
 	if c.Loss == Goldfish {
 		if err := c.Goldfish.Validate(); err != nil {

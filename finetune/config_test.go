@@ -1,6 +1,8 @@
 package finetune
 
 import (
+	"math"
+	"strings"
 	"testing"
 
 	"github.com/memtrain/memtrain/goldfish"
@@ -19,6 +21,7 @@ func TestDefaultConfig(t *testing.T) {
 		Clip:       1.0,
 		Keep:       2,
 		SaveDType:  "f32",
+		Divergence: Divergence{Factor: 4, Margin: 1, Window: 50},
 	}
 	if got := DefaultConfig(); got != want {
 		t.Errorf("DefaultConfig() = %+v, want %+v", got, want)
@@ -46,11 +49,39 @@ func TestResumeHash(t *testing.T) {
 	for name, change := range map[string]func(*Config){
 		"out": func(c *Config) { c.Out = "elsewhere" }, "micro_batch": func(c *Config) { c.MicroBatch = 2 },
 		"schedule.lr": func(c *Config) { c.Schedule.LR = 1 }, "keep": func(c *Config) { c.Keep = 9 },
+		"divergence.factor": func(c *Config) { c.Divergence.Factor = 0 },
 	} {
 		c := base
 		change(&c)
 		if c.resumeHash() != h {
 			t.Errorf("changing %s changed the resume hash", name)
+		}
+	}
+}
+
+// TestValidateDivergence: the watch is off (factor 0) or has a factor of
+// at least 1, a margin of at least 0 and a window of at least one step.
+func TestValidateDivergence(t *testing.T) {
+	for _, tc := range []struct {
+		d  Divergence
+		ok bool
+	}{
+		{Divergence{Factor: 4, Margin: 1, Window: 50}, true},
+		{Divergence{}, true},
+		{Divergence{Factor: 1, Margin: 0, Window: 1}, true},
+		{Divergence{Factor: 0.5, Margin: 1, Window: 50}, false},
+		{Divergence{Factor: -1, Margin: 1, Window: 50}, false},
+		{Divergence{Factor: math.NaN(), Margin: 1, Window: 50}, false},
+		{Divergence{Factor: 4, Margin: -1, Window: 50}, false},
+		{Divergence{Factor: 4, Margin: math.Inf(1), Window: 50}, false},
+		{Divergence{Factor: 4, Margin: 1, Window: 0}, false},
+	} {
+		c := DefaultConfig()
+		c.Model, c.Data, c.Out = "m", "d", "o"
+		c.Divergence = tc.d
+		err := c.Validate()
+		if (err == nil) != tc.ok || err != nil && !strings.HasPrefix(err.Error(), "finetune: divergence: ") {
+			t.Errorf("%+v: %v", tc.d, err)
 		}
 	}
 }

@@ -14,14 +14,19 @@ import (
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/engine/parallel"
 	"github.com/memtrain/memtrain/internal/atomicfile"
 )
 
 // Files of a training checkpoint, beside the HF checkpoint files.
 const (
 	OptimizerFile = "optimizer.safetensors" // AdamW moments, full shape, HF names prefixed exp_avg/ and exp_avg_sq/
-	StateFile     = "trainer_state.json"
-	LatestFile    = "latest" // in the checkpoints folder: the name of the newest complete checkpoint
+	// MasterFile holds the float32 weights, full shape, HF names, when
+	// model.safetensors stores them in another dtype (save_dtype bf16):
+	// training resumes from these, exactly, not from the rounded export.
+	MasterFile = "master.safetensors"
+	StateFile  = "trainer_state.json"
+	LatestFile = "latest" // in the checkpoints folder: the name of the newest complete checkpoint
 )
 
 // TrainerState is what a run needs, besides weights and moments, to resume
@@ -31,18 +36,25 @@ type TrainerState struct {
 	Step           int     `json:"step"`            // optimizer steps done
 	OptimizerStep  int     `json:"optimizer_step"`  // AdamW's bias-correction counter
 	LoaderPosition int64   `json:"loader_position"` // global samples consumed
-	TokensSeen     int64   `json:"tokens_seen"`
-	LastLoss       float64 `json:"last_loss"`
-	ConfigHash     string  `json:"config_hash"` // of the settings that must not change on resume
+	TokensSeen     int64   `json:"tokens_seen"`     // input tokens of the steps done: batch_size × sequence length a step, padding included, as tokens_per_s counts them
+	LastLoss       float64 `json:"last_loss"`       // the last step's loss (of the last one with targets)
+	ConfigHash     string  `json:"config_hash"`     // of the settings that must not change on resume
+
+	Divergence *DivergenceState `json:"divergence,omitempty"` // the divergence watch's state (none when it is off)
 }
 
-const stateVersion = 1
+// stateVersion 2 checkpoints carry a manifest (ManifestFile); version 1
+// ones, saved before manifests, still resume.
+const stateVersion = 2
 
 // SaveOptions control SaveCheckpoint.
 type SaveOptions struct {
 	Files map[string][]byte // extra files for the checkpoint (the tokenizer's)
 	DType checkpoints.DType // storage type of the weights
 	Keep  int               // checkpoints kept; 0 keeps all
+	// Protect names a checkpoint of dir that pruning keeps besides the
+	// newest Keep: the run's last good one while its loss is out of band.
+	Protect string
 	// BeforeCommit, if set, runs when every file of the checkpoint is
 	// written and before the directory is committed: crash-safety tests
 	// kill the process there.
@@ -54,6 +66,9 @@ type SaveOptions struct {
 // dir, synced, and renamed to name; then dir/latest is replaced atomically
 // to point at it, and all but the newest opt.Keep checkpoints are removed.
 // A crash at any point leaves latest pointing at a complete checkpoint.
+// Every file's size and SHA-256, hashed as it is written, go into the
+// checkpoint's manifest (ManifestFile), written last before the commit,
+// against which VerifyCheckpoint checks it later.
 //
 // Weights and optimizer moments are saved full-shape, so that a run can
 // resume on another grid. On a grid SaveCheckpoint is collective: every
@@ -106,20 +121,44 @@ func writeCheckpoint(dir, name string, cfg *checkpoints.Config, weights, moments
 			os.RemoveAll(tmp)
 		}
 	}()
-	if err := checkpoints.Save(tmp, cfg, weights, checkpoints.SaveOptions{DType: dtype, Files: files}); err != nil {
+	// MkdirTemp makes the folder 0700; a checkpoint is read like every
+	// other output (files are 0644).
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return fmt.Errorf("finetune: %w", err)
+	}
+	sums := map[string]checkpoints.FileSum{}
+	if err := checkpoints.Save(tmp, cfg, weights, checkpoints.SaveOptions{DType: dtype, Files: files, Sums: sums}); err != nil {
 		return err
 	}
-	if moments != nil {
-		if err := checkpoints.WriteFile(filepath.Join(tmp, OptimizerFile), moments, checkpoints.DTypeF32, map[string]string{"optimizer": "adamw"}); err != nil {
+	if dtype != checkpoints.DTypeF32 {
+		sum, err := checkpoints.WriteFileSum(filepath.Join(tmp, MasterFile), weights, checkpoints.DTypeF32, map[string]string{"master": "f32"})
+		if err != nil {
 			return err
 		}
+		sums[MasterFile] = sum
+	}
+	if moments != nil {
+		sum, err := checkpoints.WriteFileSum(filepath.Join(tmp, OptimizerFile), moments, checkpoints.DTypeF32, map[string]string{"optimizer": "adamw"})
+		if err != nil {
+			return err
+		}
+		sums[OptimizerFile] = sum
 	}
 	st.Version = stateVersion
 	sb, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return fmt.Errorf("finetune: %w", err)
 	}
-	if err := atomicfile.WriteFile(filepath.Join(tmp, StateFile), append(sb, '\n')); err != nil {
+	sb = append(sb, '\n')
+	if err := atomicfile.WriteFile(filepath.Join(tmp, StateFile), sb); err != nil {
+		return err
+	}
+	sums[StateFile] = checkpoints.SumBytes(sb)
+	mb, err := encodeManifest(Manifest{Step: st.Step, Files: sums})
+	if err != nil {
+		return fmt.Errorf("finetune: %w", err)
+	}
+	if err := atomicfile.WriteFile(filepath.Join(tmp, ManifestFile), mb); err != nil {
 		return err
 	}
 	if opt.BeforeCommit != nil {
@@ -139,7 +178,7 @@ func writeCheckpoint(dir, name string, cfg *checkpoints.Config, weights, moments
 	if err := atomicfile.WriteFile(filepath.Join(dir, LatestFile), []byte(name+"\n")); err != nil {
 		return err
 	}
-	return prune(dir, keep)
+	return prune(dir, keep, opt.Protect)
 }
 
 // LatestCheckpoint returns the path of the newest complete checkpoint in
@@ -159,10 +198,8 @@ func LatestCheckpoint(dir string) (string, error) {
 	return filepath.Join(dir, name), nil
 }
 
-// LoadCheckpoint restores weights, optimizer moments and the trainer state
-// from a checkpoint written by SaveCheckpoint into m and o. On a grid each
-// rank reads only its shards, whatever grid saved the checkpoint.
-func LoadCheckpoint(path string, m *llama.Model, o *Optimizer) (TrainerState, error) {
+// readState reads and checks a checkpoint's trainer_state.json.
+func readState(path string) (TrainerState, error) {
 	var st TrainerState
 	b, err := os.ReadFile(filepath.Join(path, StateFile))
 	if err != nil {
@@ -171,8 +208,21 @@ func LoadCheckpoint(path string, m *llama.Model, o *Optimizer) (TrainerState, er
 	if err := json.Unmarshal(b, &st); err != nil {
 		return st, fmt.Errorf("finetune: %s: %v", filepath.Join(path, StateFile), err)
 	}
-	if st.Version != stateVersion {
-		return st, fmt.Errorf("finetune: %s: state version %d (want %d)", filepath.Join(path, StateFile), st.Version, stateVersion)
+	if st.Version < 1 || st.Version > stateVersion {
+		return st, fmt.Errorf("finetune: %s: state version %d (want 1 to %d)", filepath.Join(path, StateFile), st.Version, stateVersion)
+	}
+	return st, nil
+}
+
+// LoadCheckpoint restores weights, optimizer moments and the trainer state
+// from a checkpoint written by SaveCheckpoint into m and o. On a grid each
+// rank reads only its shards, whatever grid saved the checkpoint. It does
+// not verify the files' checksums: VerifyCheckpoint does, once, before
+// the ranks load (Open's resume does both).
+func LoadCheckpoint(path string, m *llama.Model, o *Optimizer) (TrainerState, error) {
+	st, err := readState(path)
+	if err != nil {
+		return st, err
 	}
 	ck, err := checkpoints.Open(path)
 	if err != nil {
@@ -182,7 +232,18 @@ func LoadCheckpoint(path string, m *llama.Model, o *Optimizer) (TrainerState, er
 	if !sameShapes(ck.Config, m.Config) {
 		return st, fmt.Errorf("finetune: %s: the checkpoint's tensors do not fit the run's model", path)
 	}
-	if err := m.LoadWeights(ck.Weights); err != nil {
+	// The float32 master weights when the export is rounded; a checkpoint
+	// saved before master files resumes from its export.
+	var weights parallel.SliceReader = ck.Weights
+	if _, err := os.Stat(filepath.Join(path, MasterFile)); err == nil {
+		f, err := checkpoints.OpenFile(filepath.Join(path, MasterFile))
+		if err != nil {
+			return st, err
+		}
+		defer f.Close()
+		weights = f
+	}
+	if err := m.LoadWeights(weights); err != nil {
 		return st, fmt.Errorf("finetune: %s: %w", path, err)
 	}
 	if mv, vv := o.Moments(); mv != nil {
@@ -206,6 +267,89 @@ func LoadCheckpoint(path string, m *llama.Model, o *Optimizer) (TrainerState, er
 	return st, nil
 }
 
+// resume restores the run from the checkpoint from names, or, when from
+// is a run folder, from its newest intact checkpoint (LatestVerified: a
+// damaged latest one is passed over with a warning). Rank 0 alone
+// verifies, so that a grid reads each file once to check it, and tells
+// the others its choice; then every rank loads its shards.
+func (r *Run) resume(from string) error {
+	g := r.Model.Grid()
+	lead := g == nil || g.Rank() == 0
+	path := from
+	if isCheckpoint(from) {
+		// A checkpoint named by the caller: it must verify; there is
+		// nothing to fall back to.
+		var err error
+		if lead {
+			var warn string
+			if warn, err = checkResumable(from); warn != "" {
+				r.Warnings = append(r.Warnings, warn)
+			}
+		}
+		if g != nil {
+			err = g.Agree(r.Model.Backend(), err)
+		}
+		if err != nil {
+			return err
+		}
+	} else {
+		dir := filepath.Join(from, "checkpoints")
+		names, warn, err := resumeCandidates(dir)
+		i := 0
+		if err == nil && lead {
+			var warnings []string
+			if i, warnings, err = pickVerified(dir, names); err == nil {
+				if warn != "" {
+					r.Warnings = append(r.Warnings, warn)
+				}
+				r.Warnings = append(r.Warnings, warnings...)
+			}
+		}
+		if g != nil {
+			if err = g.Agree(r.Model.Backend(), err); err == nil {
+				// The choice goes to every rank as a sum to which only
+				// rank 0 adds (i is 0 elsewhere; exact in float32 below
+				// 2^24 candidates).
+				choice := []float64{float64(i)}
+				err = r.Model.SumBatch(choice)
+				i = int(choice[0])
+			}
+		}
+		if err == nil && i >= len(names) {
+			err = fmt.Errorf("finetune: %s: rank 0 chose checkpoint %d of %d this rank sees", dir, i+1, len(names))
+		}
+		if err != nil {
+			return err
+		}
+		path = filepath.Join(dir, names[i])
+	}
+	st, err := LoadCheckpoint(path, r.Model, r.Opt)
+	if err != nil {
+		return err
+	}
+	if st.ConfigHash != r.Config.resumeHash() {
+		return fmt.Errorf("finetune: %s was saved by a run with other model, data, loss, batch size, seed or schedule settings; resume needs the same", path)
+	}
+	if err := r.Loader.SetPosition(st.LoaderPosition); err != nil {
+		return err
+	}
+	r.Step, r.tokensSeen, r.lastLoss = st.Step, st.TokensSeen, st.LastLoss
+	r.restoreDivergence(st.Divergence, st.Step, path)
+	return nil
+}
+
+// isCheckpoint reports whether path is a training checkpoint rather than
+// a run folder: it has a trainer state or a manifest (so that one missing
+// its state is reported as such, not as a run without checkpoints).
+func isCheckpoint(path string) bool {
+	for _, name := range []string{StateFile, ManifestFile} {
+		if _, err := os.Stat(filepath.Join(path, name)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
 // sameShapes reports whether two configurations have the same tensors,
 // by name and shape: what a checkpoint's weights must fit.
 func sameShapes(a, b *checkpoints.Config) bool {
@@ -222,8 +366,14 @@ func sameShapes(a, b *checkpoints.Config) bool {
 }
 
 // prune removes all but the newest keep checkpoints (by name, which sorts
-// by step) and any temporary directories left by an interrupted save.
-func prune(dir string, keep int) error {
+// by step) and any temporary directories left by an interrupted save. It
+// never removes latest's target, nor the newest checkpoint a resume can
+// use: when none of the kept ones verifies (a save damaged on its way to
+// disk), the newest older one that does stays too, so that keep 1 never
+// leaves nothing to resume from. Checking costs a read of the newest
+// checkpoint, and only when something is to be removed. protect, if not
+// "", names a checkpoint it keeps too.
+func prune(dir string, keep int, protect string) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("finetune: %w", err)
@@ -246,8 +396,15 @@ func prune(dir string, keep int) error {
 		return nil
 	}
 	sort.Strings(steps)
-	for _, s := range steps[:len(steps)-keep] {
-		if filepath.Join(dir, s) == latest {
+	old, kept := steps[:len(steps)-keep], steps[len(steps)-keep:]
+	spare := map[string]bool{filepath.Base(latest): true, protect: true}
+	if newestResumable(dir, kept) < 0 {
+		if i := newestResumable(dir, old); i >= 0 {
+			spare[old[i]] = true
+		}
+	}
+	for _, s := range old {
+		if spare[s] {
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(dir, s)); err != nil {
@@ -255,6 +412,17 @@ func prune(dir string, keep int) error {
 		}
 	}
 	return nil
+}
+
+// newestResumable is the index of the newest of the checkpoints names
+// (oldest first) of dir that a resume can use, or -1.
+func newestResumable(dir string, names []string) int {
+	for i := len(names) - 1; i >= 0; i-- {
+		if _, err := checkResumable(filepath.Join(dir, names[i])); err == nil {
+			return i
+		}
+	}
+	return -1
 }
 
 // StepName is the directory name of the checkpoint after step s; it sorts

@@ -1,6 +1,7 @@
 package finetune
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"slices"
@@ -102,5 +103,92 @@ func TestLatestErrors(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, LatestFile), []byte("../etc\n"), 0o644)
 	if _, err := LatestCheckpoint(dir); err == nil {
 		t.Error("a path outside the folder was accepted")
+	}
+}
+
+// TestBF16ExportResumesExactly: with bf16 weights in model.safetensors, a
+// run stopped and resumed ends with the uninterrupted run's weights bit
+// for bit (master.safetensors, and so the export too) and its metrics,
+// timing aside: resume starts from the float32 master weights, not from
+// the rounded export.
+func TestBF16ExportResumesExactly(t *testing.T) {
+	model, dataset := sweepFolders(t)
+	cfg := DefaultConfig()
+	cfg.Model, cfg.Data = model, dataset
+	cfg.BatchSize, cfg.MicroBatch, cfg.MaxSteps, cfg.SaveDType = 8, 4, 4, "bf16"
+	cfg.EvalEvery, cfg.SaveEvery = 2, 2
+	cfg.Schedule.LR = 1e-3
+
+	cfg.Out = filepath.Join(t.TempDir(), "whole")
+	want := trainRun(t, cfg, nil, "", 0)
+	cfg.Out = filepath.Join(t.TempDir(), "resumed")
+	got := append(trainRun(t, cfg, nil, "", 2), trainRun(t, cfg, nil, cfg.Out, 0)...)
+	if len(got) != len(want) {
+		t.Fatalf("%d metrics lines, want %d", len(got), len(want))
+	}
+	for i := range want {
+		w, g := want[i], got[i]
+		w.TokensPerS, w.ModelFLOPsPS, g.TokensPerS, g.ModelFLOPsPS = 0, 0, 0, 0
+		w.CheckpointDir, g.CheckpointDir = filepath.Base(w.CheckpointDir), filepath.Base(g.CheckpointDir)
+		if g != w {
+			t.Errorf("step %d: resumed %+v\nwhole %+v", w.Step, g, w)
+		}
+	}
+	last := StepName(cfg.MaxSteps)
+	for _, f := range []string{MasterFile, checkpoints.SafetensorsFile, OptimizerFile} {
+		a, err := os.ReadFile(filepath.Join(filepath.Dir(want[len(want)-1].CheckpointDir), last, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(cfg.Out, "checkpoints", last, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(a, b) {
+			t.Errorf("%s: the resumed run's differs from the uninterrupted run's", f)
+		}
+	}
+	// The export is bf16 and the master float32, both by HF names.
+	ck, err := checkpoints.Open(filepath.Join(cfg.Out, "checkpoints", last))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	master, err := checkpoints.OpenFile(filepath.Join(cfg.Out, "checkpoints", last, MasterFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer master.Close()
+	if s := ck.Weights.Summary(); len(s.Bytes) != 1 || s.Bytes["BF16"] == 0 {
+		t.Errorf("export stored as %v, want BF16 only", s.Bytes)
+	}
+	for _, spec := range ck.Config.TensorSpecs() {
+		info, ok := master.Tensor(spec.Name)
+		if !ok || info.DType != checkpoints.DTypeF32 || !slices.Equal(info.Shape, spec.Shape) {
+			t.Errorf("master %s: %+v", spec.Name, info)
+		}
+	}
+}
+
+// TestTrainerStateCounts: trainer_state.json records the input tokens
+// trained on (batch_size × sequence length a step) and the last step's
+// loss, carried on across a resume.
+func TestTrainerStateCounts(t *testing.T) {
+	model, dataset := sweepFolders(t)
+	cfg := DefaultConfig()
+	cfg.Model, cfg.Data, cfg.Out = model, dataset, filepath.Join(t.TempDir(), "run")
+	cfg.BatchSize, cfg.MicroBatch, cfg.MaxSteps, cfg.SaveEvery, cfg.Keep = 4, 2, 5, 1, 0
+	metrics := append(trainRun(t, cfg, nil, "", 3), trainRun(t, cfg, nil, cfg.Out, 0)...)
+	if len(metrics) != 5 {
+		t.Fatalf("%d metrics lines", len(metrics))
+	}
+	for _, m := range metrics {
+		st, err := readState(m.CheckpointDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := int64(m.Step * 4 * sweepT); st.TokensSeen != want || st.LastLoss != m.Loss || st.LastLoss == 0 {
+			t.Errorf("step %d: tokens_seen %d, last_loss %v; want %d, %v", m.Step, st.TokensSeen, st.LastLoss, want, m.Loss)
+		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -67,9 +66,18 @@ type Run struct {
 	// Stopped says that Train returned early, at Step, through Stop or
 	// StopAfter, with a checkpoint of that step.
 	Stopped bool
-	masker  *goldfish.Masker
-	files   map[string][]byte // tokenizer files carried into checkpoints
-	metrics io.Writer
+	// Warnings are one-line messages for the user from opening the run:
+	// a damaged checkpoint passed over on resume, or one resumed
+	// unverified. On a grid only rank 0 has them.
+	Warnings []string
+	masker   *goldfish.Masker
+	files    map[string][]byte // tokenizer files carried into checkpoints
+	metrics  io.Writer
+
+	tokensSeen int64   // input tokens of the steps done, as tokens_per_s counts them
+	lastLoss   float64 // the loss of the last step that had one
+	watch      divergence
+	saved      []savedCheckpoint // by this run, or resumed from; oldest first
 }
 
 // Open prepares a run: it opens the dataset and the model, checks that
@@ -104,7 +112,7 @@ func OpenParallel(cfg Config, b engine.Backend, grid *parallel.Grid, resume stri
 		return nil, err
 	}
 	defer ck.Close()
-	r := &Run{Config: cfg, Store: store}
+	r := &Run{Config: cfg, Store: store, watch: divergence{cfg: cfg.Divergence}}
 	fail := func(err error) (*Run, error) {
 		r.Close()
 		return nil, err
@@ -151,23 +159,9 @@ func OpenParallel(cfg Config, b engine.Backend, grid *parallel.Grid, resume stri
 		return fail(err)
 	}
 	if resume != "" {
-		path := resume
-		if _, err := os.Stat(filepath.Join(resume, StateFile)); err != nil {
-			if path, err = LatestCheckpoint(filepath.Join(resume, "checkpoints")); err != nil {
-				return fail(err)
-			}
-		}
-		st, err := LoadCheckpoint(path, r.Model, r.Opt)
-		if err != nil {
+		if err := r.resume(resume); err != nil {
 			return fail(err)
 		}
-		if st.ConfigHash != r.Config.resumeHash() {
-			return fail(fmt.Errorf("finetune: %s was saved by a run with other model, data, loss, batch size, seed or schedule settings; resume needs the same", path))
-		}
-		if err := r.Loader.SetPosition(st.LoaderPosition); err != nil {
-			return fail(err)
-		}
-		r.Step = st.Step
 	}
 	return r, nil
 }
@@ -224,7 +218,9 @@ func (r *Run) microBatches(g data.Batch) ([]llama.Batch, float64, float64) {
 	return out, targets, dropped
 }
 
-// TrainOne runs the next optimizer step and returns its metrics.
+// TrainOne runs the next optimizer step and returns its metrics. A loss
+// far above its running median (Config.Divergence) returns them with an
+// error wrapping ErrDiverged; the step is done.
 func (r *Run) TrainOne() (Metrics, error) {
 	g, err := r.Loader.Next()
 	if err != nil {
@@ -248,6 +244,10 @@ func (r *Run) TrainOne() (Metrics, error) {
 	r.Step++
 	dt := time.Since(start).Seconds()
 	tokens := float64(r.Config.BatchSize * g.T)
+	r.tokensSeen += int64(r.Config.BatchSize * g.T)
+	if !math.IsNaN(res.Loss) { // NaN: a batch with nothing to learn from
+		r.lastLoss = res.Loss
+	}
 	m := Metrics{
 		Schema: metricsSchema, Step: r.Step, Epoch: g.Epoch, LR: lr, Loss: res.Loss, LossAll: res.LossAll, Kept: res.Weight, Targets: targets,
 		GradNorm: res.GradNorm, Clipped: res.Clipped, TokensPerS: tokens / dt,
@@ -256,7 +256,7 @@ func (r *Run) TrainOne() (Metrics, error) {
 		m.DroppedFrac = dropped / targets
 	}
 	m.ModelFLOPsPS = m.TokensPerS * engine.ModelFLOPsPerToken(r.Model.Config, g.T)
-	return m, nil
+	return m, r.watch.observe(r.Step, res.Loss)
 }
 
 // Evaluate returns the mean loss over every target of the holdout split,
@@ -296,9 +296,10 @@ func (r *Run) Save() (string, error) {
 	if r.Config.SaveDType == "bf16" {
 		dtype = checkpoints.DTypeBF16
 	}
-	st := TrainerState{Step: r.Step, OptimizerStep: r.Opt.Step, LoaderPosition: r.Loader.Position(), ConfigHash: r.Config.resumeHash()}
-	dir, name := filepath.Split(r.checkpointPath())
-	opt := SaveOptions{Files: r.files, DType: dtype, Keep: r.Config.Keep}
+	st := TrainerState{Step: r.Step, OptimizerStep: r.Opt.Step, LoaderPosition: r.Loader.Position(), TokensSeen: r.tokensSeen, LastLoss: r.lastLoss,
+		ConfigHash: r.Config.resumeHash(), Divergence: r.divergenceState()}
+	dir, name := filepath.Dir(r.checkpointPath()), filepath.Base(r.checkpointPath())
+	opt := SaveOptions{Files: r.files, DType: dtype, Keep: r.Config.Keep, Protect: r.protected(dir)}
 	if r.BeforeCommit != nil {
 		step := r.Step
 		opt.BeforeCommit = func(tmp string) { r.BeforeCommit(step, tmp) }
@@ -306,28 +307,26 @@ func (r *Run) Save() (string, error) {
 	if err := SaveCheckpoint(dir, name, r.Model, r.Opt, st, opt); err != nil {
 		return "", err
 	}
+	r.saved = append(r.saved, savedCheckpoint{step: r.Step, path: r.checkpointPath()})
 	return r.checkpointPath(), nil
 }
 
 // Train runs the remaining steps: metrics to w (one JSON line per step),
 // held-out evaluation every EvalEvery steps, a checkpoint every SaveEvery
 // steps and at the end. progress, if not nil, sees each step's metrics. A
-// non-finite loss stops the run with an error naming the last good
-// checkpoint; the weights of the failed step are not saved. On a grid
+// non-finite loss, or a divergence (Config.Divergence), stops the run with
+// an error naming the last good checkpoint — the newest saved before the
+// loss left its band; the weights of the failed step are not saved. On a grid
 // every rank computes the same metrics, and only rank 0 writes them to w.
 func (r *Run) Train(w io.Writer, progress func(Metrics)) error {
 	if g := r.Model.Grid(); g != nil && g.Rank() != 0 {
 		w = io.Discard
 	}
 	enc := json.NewEncoder(w)
-	lastGood := ""
 	for r.Step < r.Steps {
 		m, err := r.TrainOne()
-		if errors.Is(err, ErrNonFinite) {
-			if lastGood == "" {
-				lastGood = "none saved by this run"
-			}
-			return fmt.Errorf("%w; stopped, last good checkpoint: %s", err, lastGood)
+		if errors.Is(err, ErrNonFinite) || errors.Is(err, ErrDiverged) {
+			return r.stopped(err)
 		}
 		if err != nil {
 			return err
@@ -362,11 +361,9 @@ func (r *Run) Train(w io.Writer, progress func(Metrics)) error {
 					return fmt.Errorf("finetune: metrics: %w", err)
 				}
 			}
-			path, err := r.Save()
-			if err != nil {
+			if _, err := r.Save(); err != nil {
 				return err
 			}
-			lastGood = path
 		}
 		if progress != nil {
 			progress(m)

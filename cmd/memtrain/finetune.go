@@ -40,12 +40,14 @@ too); flags override the file, and unknown keys are errors. The
 effective configuration is saved as OUT/config.yaml; metrics go to
 OUT/metrics.jsonl (one JSON line per step, schema 1); checkpoints to
 OUT/checkpoints/step-NNNNNNNN with OUT/checkpoints/latest pointing at the
-newest complete one. --resume OUT continues a stopped run exactly, with
-OUT/config.yaml unless --config is given; a folder that holds a run is never
-overwritten: continue it with --resume, or start over with --force. One process
-at a time trains in a folder (a lock). SIGINT, SIGTERM and SIGUSR1 finish the
-current step, save a checkpoint and print the command that resumes; a second
-signal stops at once.
+newest complete one; each checkpoint's checkpoint.json records its files'
+sizes and SHA-256. --resume OUT continues a stopped run exactly, from the
+newest checkpoint that verifies (a damaged one is passed over with a warning),
+with OUT/config.yaml unless --config is given; a folder that holds a run is
+never overwritten: continue it with --resume, or start over with --force. One
+process at a time trains in a folder (a lock). SIGINT, SIGTERM and SIGUSR1
+finish the current step, save a checkpoint and print the command that resumes;
+a second signal stops at once.
 
 --parallel dp=D,x=X,y=Y,z=Z trains on a 4D grid of D·X·Y·Z ranks — goroutines,
 one a GPU with --device cuda, or one a process under mpirun with the mpi build
@@ -126,6 +128,9 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 		if r.Lead() {
 			h.BeforeCommit = kill
 			h.Started = func(run *finetune.Run) {
+				for _, w := range run.Warnings {
+					fmt.Fprintln(cmd.ErrOrStderr(), "memtrain: warning: "+oneLine(w))
+				}
 				if isTerminal(cmd.ErrOrStderr()) && run.Step < run.Steps {
 					bar = progressbar.NewOptions(run.Steps,
 						progressbar.OptionSetWriter(cmd.ErrOrStderr()),

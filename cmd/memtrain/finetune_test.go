@@ -120,6 +120,13 @@ func TestFinetuneErrors(t *testing.T) {
 		{[]string{"--model", base, "--data", ds, "--out", filepath.Join(out, "nan"), "--max_steps", "5", "--batch_size", "4",
 			"--micro_batch", "2", "--schedule.lr", "1e30", "--schedule.min_lr", "0", "--save_every", "1", "--clip", "0"},
 			"not finite (loss NaN, gradient norm NaN); stopped, last good checkpoint: " + filepath.Join(out, "nan", "checkpoints", "step-00000001")},
+		// One that makes the loss shoot up, finite: the divergence watch
+		// stops the run and names the last good checkpoint.
+		{[]string{"--model", base, "--data", ds, "--out", filepath.Join(out, "diverge"), "--max_steps", "20", "--batch_size", "4",
+			"--micro_batch", "2", "--schedule.lr", "3", "--schedule.warmup", "10", "--schedule.min_lr", "0", "--save_every", "1", "--clip", "0",
+			"--divergence.factor", "2"},
+			" diverged: over 2× the median "},
+		{[]string{"--model", base, "--data", ds, "--out", out, "--divergence.factor", "0.5"}, "finetune: divergence: factor 0.5"},
 	}
 	for _, tt := range tests {
 		_, errs, code := memtrain(t, "", append([]string{"finetune"}, tt.args...)...)
@@ -241,5 +248,116 @@ func TestFinetuneFlagSpellings(t *testing.T) {
 		if code == 0 || !strings.Contains(errs, tc.want) || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
 			t.Errorf("%v: exit %d, stderr %q; want one line with %q", tc.args, code, errs, tc.want)
 		}
+	}
+}
+
+// flipByte flips one bit of the file at path, at offset at.
+func flipByte(t *testing.T, path string, at int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, at); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 1
+	if _, err := f.WriteAt(b, at); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFinetuneResumeSkipsDamagedCheckpoint: --resume passes over a
+// damaged latest checkpoint (a flipped bit, a truncated file) for the
+// newest intact one, with one warning line naming the bad file, and the
+// run still ends bit-identical to an uninterrupted one; with every
+// checkpoint damaged it fails naming each.
+func TestFinetuneResumeSkipsDamagedCheckpoint(t *testing.T) {
+	base, ds := finetuneFixture(t, "builtin:llama2")
+	runs := t.TempDir()
+	args := func(out string, extra ...string) []string {
+		return append([]string{"finetune", "--model", base, "--data", ds, "--out", out, "--max_steps", "6", "--batch_size", "4",
+			"--micro_batch", "2", "--schedule.lr", "1e-3", "--save_every", "2", "--keep", "0"}, extra...)
+	}
+	a := filepath.Join(runs, "a")
+	if _, errs, code := memtrain(t, "", args(a)...); code != 0 {
+		t.Fatal(errs)
+	}
+	for _, tc := range []struct {
+		name, file, want string
+		damage           func(path string)
+	}{
+		{"bit flip", "model.safetensors", "SHA-256 differs", func(p string) { flipByte(t, p, 4096) }},
+		{"truncated", "optimizer.safetensors", "truncated", func(p string) { os.Truncate(p, 1000) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := filepath.Join(runs, tc.name)
+			if _, errs, code := memtrain(t, "", args(b, "--stop-after", "4")...); code != 0 {
+				t.Fatal(errs)
+			}
+			bad := filepath.Join(b, "checkpoints", "step-00000004")
+			tc.damage(filepath.Join(bad, tc.file))
+			_, errs, code := memtrain(t, "", args(b, "--resume", b)...)
+			if code != 0 {
+				t.Fatal(errs)
+			}
+			want := "memtrain: warning: finetune: " + bad + ": " + tc.file + ": "
+			if !strings.HasPrefix(errs, want) || !strings.Contains(errs, tc.want) || !strings.Contains(errs, "resuming from step-00000002") || strings.Count(errs, "\n") != 1 {
+				t.Errorf("stderr %q, want one warning line %q…", errs, want)
+			}
+			for _, f := range []string{"model.safetensors", "optimizer.safetensors"} {
+				x, _ := os.ReadFile(filepath.Join(a, "checkpoints", "step-00000006", f))
+				y, _ := os.ReadFile(filepath.Join(b, "checkpoints", "step-00000006", f))
+				if len(x) == 0 || !bytes.Equal(x, y) {
+					t.Errorf("%s: the run resumed from step 2 differs from the uninterrupted one", f)
+				}
+			}
+		})
+	}
+	// Every checkpoint damaged: the error names each and its bad file.
+	c := filepath.Join(runs, "c")
+	if _, errs, code := memtrain(t, "", args(c, "--stop-after", "4")...); code != 0 {
+		t.Fatal(errs)
+	}
+	flipByte(t, filepath.Join(c, "checkpoints", "step-00000004", "model.safetensors"), 4096)
+	os.Remove(filepath.Join(c, "checkpoints", "step-00000002", "trainer_state.json"))
+	_, errs, code := memtrain(t, "", args(c, "--resume", c)...)
+	if code != 1 || !strings.Contains(errs, "no intact checkpoint") || !strings.Contains(errs, "step-00000004: model.safetensors: SHA-256 differs") ||
+		!strings.Contains(errs, "step-00000002: trainer_state.json: missing") || strings.Count(errs, "\n") != 1 {
+		t.Errorf("every checkpoint damaged: exit %d, stderr %q", code, errs)
+	}
+}
+
+// TestInspectVerify: inspect --verify prints OK with the file count for an
+// intact training checkpoint, and fails naming the bad file otherwise.
+func TestInspectVerify(t *testing.T) {
+	base, ds := finetuneFixture(t, "builtin:llama2")
+	run := filepath.Join(t.TempDir(), "run")
+	if _, errs, code := memtrain(t, "", "finetune", "--model", base, "--data", ds, "--out", run, "--max_steps", "1", "--batch_size", "2", "--micro_batch", "2"); code != 0 {
+		t.Fatal(errs)
+	}
+	ck := filepath.Join(run, "checkpoints", "step-00000001")
+	// config.json, model.safetensors, optimizer.safetensors, trainer_state.json, the two tokenizer files.
+	out, errs, code := memtrain(t, "", "inspect", ck, "--verify")
+	if code != 0 || out != ck+": OK, 6 files verified (step 1)\n" {
+		t.Errorf("intact: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	for _, tc := range []struct {
+		file, want string
+		damage     func(path string)
+	}{
+		{"model.safetensors", "SHA-256 differs from checkpoint.json's (corrupt)", func(p string) { flipByte(t, p, 100) }},
+		{"tokenizer.json", "missing", func(p string) { os.Remove(p) }},
+	} {
+		tc.damage(filepath.Join(ck, tc.file))
+		out, errs, code := memtrain(t, "", "inspect", ck, "--verify")
+		if want := "memtrain: finetune: " + ck + ": " + tc.file + ": " + tc.want + "\n"; code != 1 || out != "" || errs != want {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want %q", tc.file, code, out, errs, want)
+		}
+	}
+	if _, errs, code := memtrain(t, "", "inspect", "--preset", "tiny", "--verify"); code != 1 || !strings.Contains(errs, "--verify checks a checkpoint folder") {
+		t.Errorf("--verify with a preset: exit %d, %q", code, errs)
 	}
 }

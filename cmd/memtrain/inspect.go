@@ -13,6 +13,7 @@ import (
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/internal/units"
 )
 
@@ -22,6 +23,7 @@ type inspectFlags struct {
 	seqLen    int
 	precision string
 	json      bool
+	verify    bool
 }
 
 // inspectReport is what `inspect --json` prints.
@@ -69,7 +71,7 @@ func newInspectCmd() *cobra.Command {
 		presetNames = append(presetNames, fmt.Sprintf("  %-14s %s", p.Name, p.Description))
 	}
 	cmd := &cobra.Command{
-		Use:   "inspect DIR | --preset NAME",
+		Use:   "inspect DIR | --preset NAME | CHECKPOINT --verify",
 		Short: "Print a checkpoint's config, parameter counts and fine-tuning memory",
 		Long: `inspect prints a checkpoint's (or a preset's) configuration, its parameter
 counts (total and non-embedding), its size in each dtype, what is stored on
@@ -77,10 +79,15 @@ disk, and the memory needed to fully fine-tune it with AdamW: weights,
 gradients, the two moments, and activations for --batch sequences of
 --seq-len tokens, with and without activation recomputation.
 
+--verify checks a training checkpoint (RUN/checkpoints/step-NNNNNNNN) instead:
+every file against the size and SHA-256 its checkpoint.json records. It prints
+OK with the number of files, or fails naming the bad file.
+
 Presets:
 ` + strings.Join(presetNames, "\n"),
 		Example: `  memtrain inspect ./tiny
-  memtrain inspect --preset llama3.1-405b --seq-len 8192 --precision bf16 --json`,
+  memtrain inspect --preset llama3.1-405b --seq-len 8192 --precision bf16 --json
+  memtrain inspect run/checkpoints/step-00000050 --verify`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return runInspect(cmd, args, f) },
 	}
@@ -90,12 +97,24 @@ Presets:
 	fl.IntVar(&f.seqLen, "seq-len", 0, "tokens per sequence for the activation estimate (default min(2048, max_position_embeddings))")
 	fl.StringVar(&f.precision, "precision", "f32", "training precision: f32 (CPU) or bf16 (mixed, fp32 master weights and moments)")
 	fl.BoolVar(&f.json, "json", false, "print one JSON object instead of a table")
+	fl.BoolVar(&f.verify, "verify", false, "check a training checkpoint's files against its checkpoint.json")
 	return cmd
 }
 
 func runInspect(cmd *cobra.Command, args []string, f inspectFlags) error {
 	if (len(args) == 1) == (f.preset != "") {
 		return errors.New("inspect: give a checkpoint folder or --preset NAME (one of them)")
+	}
+	if f.verify {
+		if len(args) != 1 {
+			return errors.New("inspect: --verify checks a checkpoint folder, not a preset")
+		}
+		m, err := finetune.VerifyCheckpoint(args[0])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "%s: OK, %d files verified (step %d)\n", args[0], len(m.Files), m.Step)
+		return nil
 	}
 	if f.batch <= 0 || f.seqLen < 0 {
 		return errors.New("inspect: --batch and --seq-len must be positive")
