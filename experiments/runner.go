@@ -562,6 +562,9 @@ func (r *Runner) finetune(cfg finetune.Config, phase string) (string, error) {
 		h := finetune.Hooks{Resume: resume, Replace: resume == "", Stop: r.Stop}
 		if rk.Lead() {
 			h.Started = func(run *finetune.Run) {
+				for _, w := range run.Warnings {
+					r.logf("warning: %s: %s", phase, w)
+				}
 				steps = run.Steps
 				if run.Step < run.Steps {
 					r.logf("%s: %d steps from step %d (%s)", phase, run.Steps, run.Step, cfg.Out)
