@@ -147,7 +147,11 @@ func TestParseConfigErrors(t *testing.T) {
 		{"a billion layers", func(m map[string]any) { m["num_hidden_layers"] = 1_000_000_000 }, "num_hidden_layers", "want at most 1024 (Llama 3.1 405B has 126), got 1000000000"},
 		{"huge hidden", func(m map[string]any) { m["hidden_size"] = 1 << 40; m["head_dim"] = 16 }, "hidden_size", "want at most 131072 (Llama 3.1 405B has 16384), got 1099511627776"},
 		{"huge intermediate", func(m map[string]any) { m["intermediate_size"] = 1 << 20 }, "intermediate_size", "want at most 524288"},
-		{"huge heads", func(m map[string]any) { m["num_attention_heads"] = 2048; m["num_key_value_heads"] = 2048; m["head_dim"] = 16 }, "num_attention_heads", "want at most 1024"},
+		{"huge heads", func(m map[string]any) {
+			m["num_attention_heads"] = 2048
+			m["num_key_value_heads"] = 2048
+			m["head_dim"] = 16
+		}, "num_attention_heads", "want at most 1024"},
 		{"huge head dim", func(m map[string]any) { m["head_dim"] = 1 << 20 }, "head_dim", "want at most 2048 (Llama 3.1 405B has 128), got 1048576"},
 		{"huge vocab", func(m map[string]any) { m["vocab_size"] = 1 << 30 }, "vocab_size", "want at most 4194304 (Llama 3.1 405B has 128256)"},
 		{"huge positions", func(m map[string]any) { m["max_position_embeddings"] = 1 << 40 }, "max_position_embeddings", "want at most 16777216"},
