@@ -528,7 +528,11 @@ func (r *Runner) finetune(cfg finetune.Config, phase string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := finetune.Preflight(cfg, l); err != nil {
+	have, err := l.Memory()
+	if err != nil {
+		return "", err
+	}
+	if err := finetune.Preflight(cfg, r.Launch.Grid, r.Launch.Overlap, have); err != nil {
 		return "", fmt.Errorf("experiments: %s: %w", phase, err)
 	}
 	err = l.Run(func(rk launch.Rank) error {

@@ -5,20 +5,23 @@ import (
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/data"
+	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/comm"
-	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/engine/parallel"
 )
 
 // Preflight checks a run before any rank starts and anything is
 // allocated: the configuration, the batch against the dataset's train
-// split, and what every rank of l will allocate — the model's shards,
-// their gradients and optimizer moments, the training and evaluation
-// workspaces, by the engine's own accounting (llama.Memory) — against
-// what their devices have free (launch.Launcher.Memory). A run that does
-// not fit fails here in one line (an *engine.MemoryError: need, have, and
-// the changes that would fit) rather than part-way through loading.
-func Preflight(cfg Config, l *launch.Launcher) error {
+// split, and what every rank of grid g (the zero Grid: one rank) with
+// overlap ov will allocate — the model's shards, their gradients and
+// optimizer moments, the training and evaluation workspaces, by the
+// engine's own accounting (llama.Memory) — against what their devices
+// have free (have, as engine/launch's Launcher.Memory reads it). A run
+// that does not fit fails here in one line (an *engine.MemoryError: need,
+// have, and the changes that would fit) rather than part-way through
+// loading.
+func Preflight(cfg Config, g comm.Grid, ov parallel.Overlap, have []engine.DeviceMemory) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -34,28 +37,23 @@ func Preflight(cfg Config, l *launch.Launcher) error {
 	if err := checkBatch(cfg, store); err != nil {
 		return err
 	}
-	have, err := l.Memory()
-	if err != nil {
-		return fmt.Errorf("finetune: %w", err)
-	}
-	if err := llama.Preflight(model, work(cfg, store, l.Spec()), have); err != nil {
+	if err := llama.Preflight(model, work(cfg, store, g, ov), have); err != nil {
 		return fmt.Errorf("finetune: %s: %w", cfg.Model, err)
 	}
 	return nil
 }
 
-// work is what one rank of a run launched by spec allocates, as the
-// engine's memory accounting sizes it: training passes of
-// micro_batch/(data·Z) sequences of the dataset's length, the held-out
-// evaluation's forward passes when the dataset has a holdout split, and
-// the optimizer's moments.
-func work(cfg Config, store *data.Store, spec launch.Spec) llama.Work {
-	g := spec.Grid
+// work is what one rank of a run on grid g allocates, as the engine's
+// memory accounting sizes it: training passes of micro_batch/(data·Z)
+// sequences of the dataset's length, the held-out evaluation's forward
+// passes when the dataset has a holdout split, and the optimizer's
+// moments.
+func work(cfg Config, store *data.Store, g comm.Grid, ov parallel.Overlap) llama.Work {
 	ranks := 1
 	if g != (comm.Grid{}) {
 		ranks = g.Data * g.Z
 	}
-	w := llama.Work{Grid: g, Overlap: spec.Overlap, Train: true, Recompute: cfg.Recompute,
+	w := llama.Work{Grid: g, Overlap: ov, Train: true, Recompute: cfg.Recompute,
 		Batch: max(1, cfg.MicroBatch/ranks), SeqLen: store.SeqLen()}
 	if cfg.Optimizer.Name == "adamw" {
 		w.Moments = 2

@@ -2,7 +2,6 @@ package finetune
 
 import (
 	"errors"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -11,7 +10,6 @@ import (
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/comm"
 	"github.com/memtrain/memtrain/engine/cpu"
-	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/engine/parallel"
 )
@@ -33,27 +31,27 @@ func TestPreflight(t *testing.T) {
 		name  string
 		edit  func(c *Config)
 		grid  comm.Grid
-		limit string
+		limit int64  // bytes free; 0: unknown
 		want  string // "": fits
 	}{
-		{"fits", func(c *Config) {}, comm.Grid{}, "1GiB", ""},
-		{"the limit is unknown", func(c *Config) {}, comm.Grid{}, "", ""},
-		{"exactly", func(c *Config) {}, comm.Grid{}, itoa(oneRank), ""},
-		{"a byte short", func(c *Config) {}, comm.Grid{}, itoa(oneRank - 1), "finetune: " + model + ": not enough memory on host: training "},
+		{"fits", func(c *Config) {}, comm.Grid{}, 1 << 30, ""},
+		{"the memory is unknown", func(c *Config) {}, comm.Grid{}, 0, ""},
+		{"exactly", func(c *Config) {}, comm.Grid{}, oneRank, ""},
+		{"a byte short", func(c *Config) {}, comm.Grid{}, oneRank - 1, "finetune: " + model + ": not enough memory on host: training "},
 		{"a batch beyond the split", func(c *Config) { c.BatchSize, c.MicroBatch = 64, 8 },
-			comm.Grid{}, "", "finetune: batch_size 64 is more than the 60 sequences of " + dataset + "'s train split (want at most 60)"},
-		{"in-process ranks share the host", func(c *Config) {}, comm.Grid{Data: 2, X: 1, Y: 1, Z: 1}, itoa(oneRank), " for its 2 ranks, but "},
-		{"invalid", func(c *Config) { c.MicroBatch = 3 }, comm.Grid{}, "", "micro_batch 3 does not divide batch_size 8"},
+			comm.Grid{}, 1 << 30, "finetune: batch_size 64 is more than the 60 sequences of " + dataset + "'s train split (want at most 60)"},
+		{"in-process ranks share the host", func(c *Config) {}, comm.Grid{Data: 2, X: 1, Y: 1, Z: 1}, oneRank, " for its 2 ranks, but "},
+		{"invalid", func(c *Config) { c.MicroBatch = 3 }, comm.Grid{}, 1 << 30, "micro_batch 3 does not divide batch_size 8"},
 	}
 	for _, tt := range tests {
-		t.Setenv(launch.MemoryLimitEnv, tt.limit)
 		cfg := base
 		tt.edit(&cfg)
-		l, err := launch.New(launch.Spec{Grid: tt.grid, Overlap: parallel.AllOverlap()})
-		if err != nil {
-			t.Fatal(err)
+		ranks := max(tt.grid.Size(), 1)
+		have := []engine.DeviceMemory{{Device: "host", Free: -1, Ranks: ranks}}
+		if tt.limit != 0 {
+			have[0].Free, have[0].Source = tt.limit, "test"
 		}
-		err = Preflight(cfg, l)
+		err = Preflight(cfg, tt.grid, parallel.AllOverlap(), have)
 		if tt.want == "" {
 			if err != nil {
 				t.Errorf("%s: %v", tt.name, err)
@@ -69,8 +67,6 @@ func TestPreflight(t *testing.T) {
 		}
 	}
 }
-
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // TestOpenRefusesABatchBeyondTheSplit: before the model loads.
 func TestOpenRefusesABatchBeyondTheSplit(t *testing.T) {
@@ -100,21 +96,21 @@ func TestWork(t *testing.T) {
 	tests := []struct {
 		name string
 		edit func(c *Config)
-		spec launch.Spec
+		grid comm.Grid
 		want llama.Work
 	}{
-		{"one rank", func(c *Config) {}, launch.Spec{}, llama.Work{Train: true, Moments: 2, Batch: 4, SeqLen: sweepT}},
+		{"one rank", func(c *Config) {}, comm.Grid{}, llama.Work{Train: true, Moments: 2, Batch: 4, SeqLen: sweepT}},
 		{"sgd, recomputation, evaluation", func(c *Config) { c.Optimizer.Name, c.Recompute, c.EvalEvery = "sgd", true, 1 },
-			launch.Spec{}, llama.Work{Train: true, Recompute: true, Batch: 4, SeqLen: sweepT, EvalBatch: 4}},
+			comm.Grid{}, llama.Work{Train: true, Recompute: true, Batch: 4, SeqLen: sweepT, EvalBatch: 4}},
 		{"a grid splits the batches over data·Z", func(c *Config) { c.MicroBatch, c.EvalEvery, c.EvalBatch = 8, 1, 16 },
-			launch.Spec{Grid: grid, Overlap: parallel.AllOverlap()},
-			llama.Work{Grid: grid, Overlap: parallel.AllOverlap(), Train: true, Moments: 2, Batch: 2, SeqLen: sweepT, EvalBatch: 4}},
+			grid, llama.Work{Grid: grid, Train: true, Moments: 2, Batch: 2, SeqLen: sweepT, EvalBatch: 4}},
 	}
 	for _, tt := range tests {
 		cfg := DefaultConfig()
 		cfg.MicroBatch = 4
 		tt.edit(&cfg)
-		if got := work(cfg, store, tt.spec); got != tt.want {
+		tt.want.Overlap = parallel.AllOverlap()
+		if got := work(cfg, store, tt.grid, parallel.AllOverlap()); got != tt.want {
 			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)
 		}
 	}
