@@ -134,17 +134,21 @@ func planBytes(p []tensorPlan) int64 {
 // largest unit's (x, y) blocks, twice with OAG, the largest matrix block
 // for a gradient, and the tied embedding's block.
 func shardElements(cfg *checkpoints.Config, g comm.Grid, ov parallel.Overlap) (local, zbuf int64) {
-	specs := cfg.TensorSpecs()
 	if g == (comm.Grid{}) {
-		for _, s := range specs {
-			local += s.Elements()
-		}
-		return local, 0
+		return cfg.Params().Total, 0
 	}
+	// The layers are alike: layer 0's tensors stand for all of them, so
+	// that sizing a grid (which suggestGrid does for hundreds) lists a
+	// handful of tensors, not the whole model's.
+	layers := int64(cfg.NumHiddenLayers)
 	var layer, unit, block, embed int64
-	for _, s := range specs {
+	for _, s := range oneLayer(cfg).TensorSpecs() {
 		sh := parallel.ShardAt(g, 0, 0, 0, s.Name, s.Shape)
-		local += int64(engine.Elements(parallel.LocalShape(s.Shape, sh)))
+		n := int64(engine.Elements(parallel.LocalShape(s.Shape, sh)))
+		if isLayer(s.Name) {
+			n *= layers
+		}
+		local += n
 		if len(s.Shape) != 2 {
 			continue
 		}
@@ -178,6 +182,16 @@ func shardElements(cfg *checkpoints.Config, g comm.Grid, ov parallel.Overlap) (l
 	}
 	return local, zbuf
 }
+
+// oneLayer is cfg cut to its first decoder layer.
+func oneLayer(cfg *checkpoints.Config) *checkpoints.Config {
+	c := cfg.Clone()
+	c.NumHiddenLayers = min(c.NumHiddenLayers, 1)
+	return c
+}
+
+// isLayer says whether name is a weight of a decoder layer.
+func isLayer(name string) bool { return strings.HasPrefix(name, "model.layers.") }
 
 // isLayer0 says whether name is a matrix of decoder layer 0.
 func isLayer0(name string) bool {
@@ -337,6 +351,7 @@ func suggestGrid(cfg *checkpoints.Config, w Work, free int64) string {
 		v.Recompute = v.Train
 		tries = append(tries, v)
 	}
+	one := oneLayer(cfg)
 	for _, v := range tries {
 		for n := 2; n <= maxSuggestedRanks; n *= 2 {
 			if n <= w.Grid.Size() {
@@ -346,7 +361,8 @@ func suggestGrid(cfg *checkpoints.Config, w Work, free int64) string {
 			for x := 1; x <= n; x *= 2 {
 				for y := 1; x*y <= n; y *= 2 {
 					g := comm.Grid{Data: 1, X: x, Y: y, Z: n / (x * y)}
-					if parallel.Check(cfg, g) == nil {
+					// The layers are alike, so one layer divides as all do.
+					if parallel.Check(one, g) == nil {
 						grids = append(grids, g)
 					}
 				}

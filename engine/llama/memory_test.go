@@ -108,6 +108,30 @@ func TestMemoryOnAGridIsWhatIsAllocated(t *testing.T) {
 	}
 }
 
+// TestMemoryIsWhatInspectPrints: the preflight's need for an AdamW step
+// is inspect's fine-tuning total (EstimateTrainingMemory in float32, the
+// precision the engine trains in) plus the RoPE table.
+func TestMemoryIsWhatInspectPrints(t *testing.T) {
+	for _, name := range []string{"tiny", "llama3.1-8b", "llama3.1-405b"} {
+		p, err := checkpoints.LookupPreset(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := p.Config()
+		est := EstimateTrainingMemory(cfg, 2, 512, engine.PrecisionF32)
+		rope := int64(len(InvFreq(cfg))) * 4
+		for _, rec := range []bool{false, true} {
+			want := est.Total()
+			if rec {
+				want = est.TotalRecompute()
+			}
+			if got := Memory(cfg, Work{Train: true, Recompute: rec, Moments: 2, Batch: 2, SeqLen: 512}).Total(); got != want+rope {
+				t.Errorf("%s recompute=%v: %d, inspect's %d + %d", name, rec, got, want, rope)
+			}
+		}
+	}
+}
+
 // TestMemorySaturates: shapes no device could hold count as
 // math.MaxInt64 rather than wrapping around into a size that fits.
 func TestMemorySaturates(t *testing.T) {
