@@ -24,7 +24,8 @@ func (l *Launcher) Spec() Spec { return l.spec }
 // Memory reads what the devices this process's ranks compute on have
 // free, before anything is allocated, for the engine's memory check
 // (llama.Preflight): the host for CPU ranks (internal/sysmem: MemAvailable
-// within the cgroup's limit), shared by every rank in this process; each
+// within the cgroup's limit), shared by every rank in this process, or
+// under mpirun by the job's processes on this node; each
 // rank's GPU (cuda.FreeMemory), or under mpirun the GPU of this process's
 // local rank. A device that cannot be read is unknown (Free −1) and goes
 // unchecked: opening its backend then says what is wrong.
@@ -38,7 +39,9 @@ func (l *Launcher) Memory() ([]engine.DeviceMemory, error) {
 	if s.Device.Kind != engine.CUDA {
 		ranks := l.Ranks()
 		if l.mpi {
-			ranks = 1
+			// One rank a process, and the node's processes share its
+			// memory: each checks for all of them.
+			ranks = max(l.local, 1)
 		}
 		dev := engine.DeviceMemory{Device: "host", Free: -1, Ranks: ranks}
 		switch a, ok := sysmem.Host(); {

@@ -47,6 +47,13 @@ func TestMemory(t *testing.T) {
 			}
 		}
 	}
+	// Under mpirun each process runs one rank, and the job's processes
+	// on a node share its memory.
+	t.Setenv(MemoryLimitEnv, "8GiB")
+	mpi := &Launcher{spec: Spec{Grid: cpuGrid}, mpi: true, local: 3}
+	if got, err := mpi.Memory(); err != nil || len(got) != 1 || got[0] != (engine.DeviceMemory{Device: "host", Free: 8 << 30, Source: MemoryLimitEnv, Ranks: 3}) {
+		t.Errorf("under MPI: %+v, %v", got, err)
+	}
 	t.Setenv(MemoryLimitEnv, "lots")
 	l, _ := New(Spec{})
 	if _, err := l.Memory(); err == nil || !strings.HasPrefix(err.Error(), `launch: MEMTRAIN_MEMORY_LIMIT="lots": `) {
