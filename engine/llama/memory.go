@@ -161,11 +161,9 @@ func shardElements(cfg *checkpoints.Config, g comm.Grid, ov parallel.Overlap) (l
 		case checkpoints.LMHeadName:
 			unit = max(unit, b)
 		default:
-			// A decoder layer's seven linears are one unit, and the
-			// layers are alike: layer 0's stand for all.
-			if isLayer0(s.Name) {
-				layer += b
-			}
+			// A decoder layer's seven linears are one unit (layer 0's,
+			// the only one listed, stand for all).
+			layer += b
 		}
 	}
 	if g.Z == 1 {
@@ -192,16 +190,6 @@ func oneLayer(cfg *checkpoints.Config) *checkpoints.Config {
 
 // isLayer says whether name is a weight of a decoder layer.
 func isLayer(name string) bool { return strings.HasPrefix(name, "model.layers.") }
-
-// isLayer0 says whether name is a matrix of decoder layer 0.
-func isLayer0(name string) bool {
-	for _, m := range []string{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"} {
-		if name == checkpoints.LayerTensorName(0, m) {
-			return true
-		}
-	}
-	return false
-}
 
 // Preflight checks, before anything is allocated, that what w needs on a
 // rank (Memory) fits each device the ranks of this process compute on
