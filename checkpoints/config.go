@@ -147,14 +147,68 @@ func ParseConfig(name string, b []byte) (*Config, error) {
 	return c, nil
 }
 
-// Validate checks the configuration's internal consistency.
+// Size limits of a configuration. Every size is checked against them
+// before anything is computed from it (TensorSpecs, Params, the engine's
+// memory accounting), so that a config.json, preset, shape override or
+// spec with an absurd size is refused in one line instead of sizing an
+// allocation. They admit every real Llama with room to spare (Llama 3.1
+// 405B: hidden 16384, intermediate 53248, 126 layers, 128 heads of 128,
+// vocabulary 128256, 131072 positions), and under them no parameter count
+// or tensor size can overflow an int64 (< 2^52 parameters), and
+// TensorSpecs lists at most 9·MaxLayers+3 tensors.
+const (
+	MaxHiddenSize       = 1 << 17 // 131072: 8× Llama 3.1 405B's 16384
+	MaxIntermediateSize = 1 << 19 // 524288: nearly 10× 405B's 53248
+	MaxLayers           = 1 << 10 // 1024: 8× 405B's 126
+	MaxHeads            = 1 << 10 // 1024: 8× 405B's 128 (key/value heads divide them)
+	MaxHeadDim          = 1 << 11 // 2048: 16× Llama's 128
+	MaxVocabSize        = 1 << 22 // 4194304: 32× Llama 3's 128256
+	MaxPositions        = 1 << 24 // 16777216: 128× Llama 3.1's 131072
+	// MaxParams bounds the parameter count the sizes above make together:
+	// 2^45, about 35 trillion, 86× Llama 3.1 405B.
+	MaxParams = 1 << 45
+)
+
+// limit is one size field's bound, and the Llama 3.1 405B value that
+// messages quote to show the scale.
+type limit struct {
+	field string
+	max   int
+	real  int
+}
+
+var limits = map[string]limit{
+	"hidden_size":             {"hidden_size", MaxHiddenSize, 16384},
+	"intermediate_size":       {"intermediate_size", MaxIntermediateSize, 53248},
+	"num_hidden_layers":       {"num_hidden_layers", MaxLayers, 126},
+	"num_attention_heads":     {"num_attention_heads", MaxHeads, 128},
+	"num_key_value_heads":     {"num_key_value_heads", MaxHeads, 8},
+	"head_dim":                {"head_dim", MaxHeadDim, 128},
+	"max_position_embeddings": {"max_position_embeddings", MaxPositions, 131072},
+	"vocab_size":              {"vocab_size", MaxVocabSize, 128256},
+}
+
+// check says what was expected of v as the value of the limit's field, or
+// "" when it lies in 1…max.
+func (l limit) check(v int) string {
+	if v >= 1 && v <= l.max {
+		return ""
+	}
+	if v <= 0 {
+		return "want a positive integer"
+	}
+	return fmt.Sprintf("want at most %d (Llama 3.1 405B has %d)", l.max, l.real)
+}
+
+// Validate checks the configuration's internal consistency and its sizes
+// against the limits (MaxHiddenSize and the others).
 func (c *Config) Validate() error { return c.validate("") }
 
 func (c *Config) validate(name string) error {
 	fail := func(field, format string, args ...any) error {
 		return &ConfigError{File: name, Field: field, Msg: fmt.Sprintf(format, args...)}
 	}
-	positive := []struct {
+	sizes := []struct {
 		field string
 		v     int
 	}{
@@ -166,16 +220,18 @@ func (c *Config) validate(name string) error {
 		{"max_position_embeddings", c.MaxPositionEmbeddings},
 		{"vocab_size", c.VocabSize},
 	}
-	for _, f := range positive {
-		if f.v <= 0 {
-			return fail(f.field, "want a positive integer, got %d", f.v)
+	for _, f := range sizes {
+		if msg := limits[f.field].check(f.v); msg != "" {
+			return fail(f.field, "%s, got %d", msg, f.v)
 		}
 	}
 	if c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
 		return fail("num_key_value_heads", "%d does not divide num_attention_heads %d", c.NumKeyValueHeads, c.NumAttentionHeads)
 	}
-	if c.HeadDim < 0 {
-		return fail("head_dim", "want a positive integer, got %d", c.HeadDim)
+	if c.HeadDim != 0 {
+		if msg := limits["head_dim"].check(c.HeadDim); msg != "" {
+			return fail("head_dim", "%s, got %d", msg, c.HeadDim)
+		}
 	}
 	if c.HeadDim == 0 && c.HiddenSize%c.NumAttentionHeads != 0 {
 		return fail("hidden_size", "%d is not divisible by num_attention_heads %d and head_dim is not given", c.HiddenSize, c.NumAttentionHeads)
@@ -218,15 +274,28 @@ func (c *Config) validate(name string) error {
 		if !(rs.Factor >= 1) || !(rs.LowFreqFactor > 0) || !(rs.HighFreqFactor > rs.LowFreqFactor) || rs.OriginalMaxPositionEmbeddings <= 0 {
 			return fail("rope_scaling", "want factor ≥ 1, 0 < low_freq_factor < high_freq_factor and original_max_position_embeddings > 0, got %+v", *rs)
 		}
+		if rs.OriginalMaxPositionEmbeddings > MaxPositions {
+			return fail("rope_scaling.original_max_position_embeddings", "want at most %d (Llama 3.1 has 8192), got %d", MaxPositions, rs.OriginalMaxPositionEmbeddings)
+		}
+	}
+	// Under the limits above the count cannot overflow; this bounds what
+	// the sizes make together (a thousand layers of the widest hidden
+	// size, say), before any caller sizes memory from it.
+	if n := c.Params().Total; n > MaxParams {
+		return fail("", "%d parameters, more than the %d (2^45) supported (Llama 3.1 405B has 405853388800)", n, int64(MaxParams))
 	}
 	return nil
 }
 
 // HeadDimension is the per-head width: head_dim when given, else
-// hidden_size / num_attention_heads.
+// hidden_size / num_attention_heads (0 without heads, as in a config not
+// yet validated).
 func (c *Config) HeadDimension() int {
 	if c.HeadDim > 0 {
 		return c.HeadDim
+	}
+	if c.NumAttentionHeads <= 0 {
+		return 0
 	}
 	return c.HiddenSize / c.NumAttentionHeads
 }
@@ -508,24 +577,61 @@ type Shape struct {
 	Hidden, Layers, Heads, KVHeads, Intermediate, HeadDim, MaxPositions int
 }
 
+// A ShapeError is a Shape override out of range. Field is the config.json
+// key it overrides, so that a caller can name its own spelling of it (a
+// flag, a spec key).
+type ShapeError struct {
+	Field string
+	Value int
+	Msg   string // what was expected
+}
+
+func (e *ShapeError) Error() string {
+	return fmt.Sprintf("checkpoints: %s override %d: %s", e.Field, e.Value, e.Msg)
+}
+
+// Check checks each override on its own: 0 (keep) or a size within the
+// limits (MaxHiddenSize and the others), so that an override is refused
+// before a configuration is sized from it.
+func (s Shape) Check() error {
+	for _, o := range []struct {
+		field string
+		v     int
+	}{
+		{"hidden_size", s.Hidden}, {"num_hidden_layers", s.Layers},
+		{"num_attention_heads", s.Heads}, {"num_key_value_heads", s.KVHeads},
+		{"intermediate_size", s.Intermediate}, {"head_dim", s.HeadDim},
+		{"max_position_embeddings", s.MaxPositions},
+	} {
+		if o.v < 0 {
+			return &ShapeError{o.field, o.v, "want a positive size, or 0 to keep the model's"}
+		}
+		if o.v > 0 {
+			if msg := limits[o.field].check(o.v); msg != "" {
+				return &ShapeError{o.field, o.v, msg}
+			}
+		}
+	}
+	return nil
+}
+
 // Reshape applies s to c. When the hidden size or the head count changes
 // and s sets no head dimension, head_dim is derived again from them; the
 // key/value heads are capped at the head count unless s sets them. The
 // result is not validated.
 func (c *Config) Reshape(s Shape) error {
+	if err := s.Check(); err != nil {
+		return err
+	}
 	for _, o := range []struct {
-		name string
-		v    int
-		dst  *int
+		v   int
+		dst *int
 	}{
-		{"hidden_size", s.Hidden, &c.HiddenSize}, {"num_hidden_layers", s.Layers, &c.NumHiddenLayers},
-		{"num_attention_heads", s.Heads, &c.NumAttentionHeads}, {"num_key_value_heads", s.KVHeads, &c.NumKeyValueHeads},
-		{"intermediate_size", s.Intermediate, &c.IntermediateSize}, {"head_dim", s.HeadDim, &c.HeadDim},
-		{"max_position_embeddings", s.MaxPositions, &c.MaxPositionEmbeddings},
+		{s.Hidden, &c.HiddenSize}, {s.Layers, &c.NumHiddenLayers},
+		{s.Heads, &c.NumAttentionHeads}, {s.KVHeads, &c.NumKeyValueHeads},
+		{s.Intermediate, &c.IntermediateSize}, {s.HeadDim, &c.HeadDim},
+		{s.MaxPositions, &c.MaxPositionEmbeddings},
 	} {
-		if o.v < 0 {
-			return fmt.Errorf("checkpoints: %s: %d (want a positive override, or 0 to keep %d)", o.name, o.v, *o.dst)
-		}
 		if o.v > 0 {
 			*o.dst = o.v
 		}

@@ -3,8 +3,10 @@ package checkpoints
 import (
 	"encoding/json"
 	"errors"
+	"math/big"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -140,6 +142,26 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bias", func(m map[string]any) { m["attention_bias"] = true }, "attention_bias", "unsupported"},
 		{"dtype", func(m map[string]any) { m["torch_dtype"] = "int8" }, "torch_dtype", "unsupported"},
 		{"tie not bool", func(m map[string]any) { m["tie_word_embeddings"] = "yes" }, "tie_word_embeddings", "true or false"},
+		// Sizes above the limits are refused before anything is sized
+		// from them, naming the limit and a real model's value.
+		{"a billion layers", func(m map[string]any) { m["num_hidden_layers"] = 1_000_000_000 }, "num_hidden_layers", "want at most 1024 (Llama 3.1 405B has 126), got 1000000000"},
+		{"huge hidden", func(m map[string]any) { m["hidden_size"] = 1 << 40; m["head_dim"] = 16 }, "hidden_size", "want at most 131072 (Llama 3.1 405B has 16384), got 1099511627776"},
+		{"huge intermediate", func(m map[string]any) { m["intermediate_size"] = 1 << 20 }, "intermediate_size", "want at most 524288"},
+		{"huge heads", func(m map[string]any) {
+			m["num_attention_heads"] = 2048
+			m["num_key_value_heads"] = 2048
+			m["head_dim"] = 16
+		}, "num_attention_heads", "want at most 1024"},
+		{"huge head dim", func(m map[string]any) { m["head_dim"] = 1 << 20 }, "head_dim", "want at most 2048 (Llama 3.1 405B has 128), got 1048576"},
+		{"huge vocab", func(m map[string]any) { m["vocab_size"] = 1 << 30 }, "vocab_size", "want at most 4194304 (Llama 3.1 405B has 128256)"},
+		{"huge positions", func(m map[string]any) { m["max_position_embeddings"] = 1 << 40 }, "max_position_embeddings", "want at most 16777216"},
+		{"huge rope original", func(m map[string]any) {
+			m["rope_scaling"] = map[string]any{"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4, "original_max_position_embeddings": 1 << 40}
+		}, "rope_scaling.original_max_position_embeddings", "want at most 16777216"},
+		// Each size within its limit, but together far past any model.
+		{"too many parameters", func(m map[string]any) {
+			m["hidden_size"], m["intermediate_size"], m["num_hidden_layers"] = MaxHiddenSize, MaxIntermediateSize, MaxLayers
+		}, "", "parameters, more than the 35184372088832 (2^45) supported"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -228,6 +250,98 @@ func TestLookupConfig(t *testing.T) {
 	}
 }
 
+// TestParamsCountsTheTensors: Params, which counts from the sizes, equals
+// the sum over TensorSpecs, and at the limits neither overflows.
+func TestParamsCountsTheTensors(t *testing.T) {
+	var cfgs []*Config
+	for _, p := range Presets() {
+		cfgs = append(cfgs, p.Config())
+	}
+	c, err := ParseConfig("x", []byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgs = append(cfgs, c)
+	// The widest configuration within the limits whose parameter count
+	// stays under MaxParams: Params must not wrap around on it.
+	wide := &Config{HiddenSize: MaxHiddenSize, IntermediateSize: MaxIntermediateSize, NumHiddenLayers: 4,
+		NumAttentionHeads: MaxHeads, NumKeyValueHeads: MaxHeads, HeadDim: MaxHeadDim, VocabSize: MaxVocabSize,
+		MaxPositionEmbeddings: MaxPositions, RMSNormEps: 1e-5, RopeTheta: 1e4, HiddenAct: "silu", TorchDType: "float32"}
+	if err := wide.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cfgs = append(cfgs, wide)
+	for _, c := range cfgs {
+		var total, embedding big.Int
+		for _, s := range c.TensorSpecs() {
+			n := big.NewInt(1)
+			for _, d := range s.Shape {
+				n.Mul(n, big.NewInt(int64(d)))
+			}
+			total.Add(&total, n)
+			if s.Name == EmbedTokensName || s.Name == LMHeadName {
+				embedding.Add(&embedding, n)
+			}
+		}
+		pc := c.Params()
+		if !total.IsInt64() || pc.Total != total.Int64() || pc.Embedding != embedding.Int64() || pc.Total <= 0 {
+			t.Errorf("hidden %d, %d layers: Params %+v, TensorSpecs sum to %v (embedding %v)", c.HiddenSize, c.NumHiddenLayers, pc, &total, &embedding)
+		}
+		if pc.NonEmbedding != pc.Total-pc.Embedding || int64(c.NumHiddenLayers)*pc.PerLayer+int64(c.HiddenSize) != pc.NonEmbedding {
+			t.Errorf("hidden %d: inconsistent counts %+v", c.HiddenSize, pc)
+		}
+	}
+}
+
+// TestShapeCheck: an override is 0 (keep) or a size within the limits;
+// Reshape refuses any other before touching the configuration.
+func TestShapeCheck(t *testing.T) {
+	tests := []struct {
+		shape Shape
+		field string
+		msg   string
+	}{
+		{Shape{Hidden: 1_000_000_000_000}, "hidden_size", "hidden_size override 1000000000000: want at most 131072 (Llama 3.1 405B has 16384)"},
+		{Shape{Layers: 1_000_000_000}, "num_hidden_layers", "num_hidden_layers override 1000000000: want at most 1024"},
+		{Shape{Heads: 5000}, "num_attention_heads", "want at most 1024"},
+		{Shape{KVHeads: 5000}, "num_key_value_heads", "want at most 1024"},
+		{Shape{Intermediate: 1 << 30}, "intermediate_size", "want at most 524288"},
+		{Shape{HeadDim: 1 << 30}, "head_dim", "want at most 2048"},
+		{Shape{MaxPositions: 1 << 30}, "max_position_embeddings", "want at most 16777216"},
+		{Shape{Layers: -1}, "num_hidden_layers", "num_hidden_layers override -1: want a positive size, or 0 to keep the model's"},
+	}
+	for _, tt := range tests {
+		p, _ := LookupPreset("tiny")
+		c := p.Config()
+		err := c.Reshape(tt.shape)
+		var se *ShapeError
+		if !errors.As(err, &se) || se.Field != tt.field || !strings.Contains(err.Error(), tt.msg) {
+			t.Errorf("%+v: error %v, want field %s and %q", tt.shape, err, tt.field, tt.msg)
+		}
+		if c.HiddenSize != 128 || c.NumHiddenLayers != 4 {
+			t.Errorf("%+v: a refused override changed the config: %+v", tt.shape, c)
+		}
+	}
+	if err := (Shape{Hidden: MaxHiddenSize, Layers: MaxLayers, HeadDim: MaxHeadDim}).Check(); err != nil {
+		t.Errorf("overrides at the limits: %v", err)
+	}
+}
+
+// TestPresetsWithinLimits: every preset is a valid configuration.
+func TestPresetsWithinLimits(t *testing.T) {
+	for _, p := range Presets() {
+		if err := p.Config().Validate(); err != nil {
+			t.Errorf("%s: %v", p.Name, err)
+		}
+	}
+}
+
+// fuzzAllocLimit is what parsing, validating and listing the tensors of
+// one config may allocate: a few MB whatever the sizes it declares (the
+// largest list, MaxLayers layers, takes about 1.5 MB), plus the parse of
+// the input itself.
+const fuzzAllocLimit = 4 << 20
+
 func FuzzConfig(f *testing.F) {
 	f.Add([]byte(base))
 	for _, name := range []string{"llama2-7b.json", "llama3-8b.json", "llama3.1-8b.json", "llama3.2-1b.json"} {
@@ -239,8 +353,21 @@ func FuzzConfig(f *testing.F) {
 	}
 	f.Add([]byte(`{"hidden_size":1e400}`))
 	f.Add([]byte(`{"rope_scaling":{"rope_type":"llama3","factor":"x"}}`))
+	for _, edit := range []string{`"num_hidden_layers":1000000000`, `"num_hidden_layers":1024`, `"hidden_size":1099511627776,"head_dim":16`, `"vocab_size":4194304`} {
+		f.Add([]byte(strings.Replace(base, `"num_hidden_layers":2`, edit, 1)))
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
 		c, err := ParseConfig("fuzz.json", b)
+		if err == nil {
+			_ = c.TensorSpecs()
+			_ = c.Params()
+		}
+		runtime.ReadMemStats(&after)
+		if n := after.TotalAlloc - before.TotalAlloc; n > fuzzAllocLimit+64*uint64(len(b)) {
+			t.Errorf("parsing, validating and listing the tensors of a %d-byte config allocated %d bytes", len(b), n)
+		}
 		if err != nil {
 			if !strings.Contains(err.Error(), "fuzz.json") {
 				t.Errorf("error does not name the file: %v", err)
@@ -273,7 +400,7 @@ func TestReshape(t *testing.T) {
 	if err := c.Validate(); err != nil || c.HeadDimension() != 32 {
 		t.Errorf("head dim %d, %v", c.HeadDimension(), err)
 	}
-	if err := c.Reshape(Shape{Layers: -1}); err == nil || !strings.Contains(err.Error(), "num_hidden_layers: -1") {
+	if err := c.Reshape(Shape{Layers: -1}); err == nil || !strings.Contains(err.Error(), "num_hidden_layers override -1") {
 		t.Errorf("negative override: %v", err)
 	}
 	c.SetSpecialTokens(1, true, 0, false)

@@ -39,7 +39,10 @@ const (
 // embeddings are tied.
 func (c *Config) TensorSpecs() []TensorSpec {
 	h, i := c.HiddenSize, c.IntermediateSize
-	specs := []TensorSpec{{Name: EmbedTokensName, Shape: []int{c.VocabSize, h}}}
+	// One allocation of the list: Validate bounds the layers, so this is
+	// at most 9·MaxLayers+3 entries.
+	specs := make([]TensorSpec, 0, 9*max(c.NumHiddenLayers, 0)+3)
+	specs = append(specs, TensorSpec{Name: EmbedTokensName, Shape: []int{c.VocabSize, h}})
 	for l := 0; l < c.NumHiddenLayers; l++ {
 		specs = append(specs,
 			TensorSpec{Name: LayerTensorName(l, "self_attn.q_proj"), Shape: []int{c.QDim(), h}},
@@ -68,19 +71,20 @@ type ParamCounts struct {
 	PerLayer     int64 // one decoder layer
 }
 
-// Params counts the model's parameters.
+// Params counts the model's parameters: the tensors TensorSpecs lists,
+// counted from the sizes without listing them, so that Validate can bound
+// the count before anything is allocated. Within the size limits
+// (MaxHiddenSize and the others) no count overflows.
 func (c *Config) Params() ParamCounts {
+	h, i := int64(c.HiddenSize), int64(c.IntermediateSize)
+	q, kv := int64(c.QDim()), int64(c.KVDim())
 	var pc ParamCounts
-	for _, s := range c.TensorSpecs() {
-		n := s.Elements()
-		pc.Total += n
-		if s.Name == EmbedTokensName || s.Name == LMHeadName {
-			pc.Embedding += n
-		}
+	pc.PerLayer = 2*q*h + 2*kv*h + 3*i*h + 2*h // q, o; k, v; gate, up, down; two norms
+	pc.Embedding = int64(c.VocabSize) * h
+	if !c.TieWordEmbeddings {
+		pc.Embedding *= 2
 	}
-	pc.NonEmbedding = pc.Total - pc.Embedding
-	if c.NumHiddenLayers > 0 {
-		pc.PerLayer = (pc.NonEmbedding - int64(c.HiddenSize)) / int64(c.NumHiddenLayers)
-	}
+	pc.NonEmbedding = int64(c.NumHiddenLayers)*pc.PerLayer + h // the layers and the final norm
+	pc.Total = pc.Embedding + pc.NonEmbedding
 	return pc
 }

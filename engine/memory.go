@@ -1,6 +1,12 @@
 package engine
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/memtrain/memtrain/internal/units"
+)
 
 // Precision says how training stores its numbers.
 type Precision int
@@ -65,11 +71,13 @@ type TrainingMemory struct {
 }
 
 // Total is the sum without activation recomputation.
-func (m TrainingMemory) Total() int64 { return m.Weights + m.Gradients + m.Optimizer + m.Activation }
+func (m TrainingMemory) Total() int64 {
+	return SumBytes(m.Weights, m.Gradients, m.Optimizer, m.Activation)
+}
 
 // TotalRecompute is the sum with activation recomputation.
 func (m TrainingMemory) TotalRecompute() int64 {
-	return m.Weights + m.Gradients + m.Optimizer + m.ActivationRecompute
+	return SumBytes(m.Weights, m.Gradients, m.Optimizer, m.ActivationRecompute)
 }
 
 // NewTrainingMemory sizes the parameter state of a params-parameter model
@@ -82,5 +90,99 @@ func NewTrainingMemory(params int64, batch, seqLen int, p Precision) TrainingMem
 
 // ActivationScale converts float32 activation bytes to this precision's.
 func (p Precision) ActivationScale(f32Bytes int64) int64 {
-	return f32Bytes * p.activationBytes() / 4
+	if f32Bytes == math.MaxInt64 {
+		return f32Bytes // saturated (SumBytes): more than can be counted
+	}
+	return f32Bytes / 4 * p.activationBytes()
+}
+
+// Memory accounting multiplies sizes a caller chose (a batch, a sequence
+// length) with the model's; rather than wrapping around into a small or
+// negative number that would pass a check, a count too large for an
+// int64 saturates at math.MaxInt64, which no device has.
+
+// MulBytes is the product of non-negative factors, saturating at
+// math.MaxInt64.
+func MulBytes(factors ...int64) int64 {
+	p := int64(1)
+	for _, f := range factors {
+		if f <= 0 {
+			return 0
+		}
+		if p > math.MaxInt64/f {
+			return math.MaxInt64
+		}
+		p *= f
+	}
+	return p
+}
+
+// SumBytes is the sum of non-negative terms, saturating at math.MaxInt64.
+func SumBytes(terms ...int64) int64 {
+	var s int64
+	for _, t := range terms {
+		if t > math.MaxInt64-s {
+			return math.MaxInt64
+		}
+		s += t
+	}
+	return s
+}
+
+// DeviceMemory is the memory a device has free for the ranks of this
+// process that compute on it, as a launch reads it before anything is
+// allocated (engine/launch: Launcher.Memory).
+type DeviceMemory struct {
+	Device string // "host", or the GPU: "cuda:0"
+	// Free is the bytes the ranks may allocate there; negative when it
+	// cannot be known, which skips the check.
+	Free int64
+	// Source says where Free comes from: "MemAvailable", "cgroup
+	// memory.max", "cuMemGetInfo", or the variable that overrides them.
+	Source string
+	// Ranks is the number of this process's ranks that compute on the
+	// device and share Free: every in-process CPU rank shares the host.
+	Ranks int
+}
+
+// MemoryError is a computation that does not fit its device: refused
+// before anything is allocated, with the changes that would fit.
+type MemoryError struct {
+	Device string // DeviceMemory.Device
+	Ranks  int    // ranks sharing it
+	What   string // what needs the memory, e.g. "training 8.03B parameters with AdamW on 4 sequences of 2048 tokens a rank"
+	Need   int64  // bytes, for all Ranks
+	Have   int64  // bytes free
+	Source string // DeviceMemory.Source
+	// Suggestions are changes that would fit, each with its own need, in
+	// words that name no command's flags ("activation recomputation
+	// (61.2 GiB)").
+	Suggestions []string
+}
+
+func (e *MemoryError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "not enough memory on %s: %s needs %s", e.Device, e.What, FormatNeed(e.Need))
+	if e.Ranks > 1 {
+		fmt.Fprintf(&b, " for its %d ranks", e.Ranks)
+	}
+	fmt.Fprintf(&b, ", but %s is free", units.FormatBytes(e.Have))
+	if e.Source != "" {
+		fmt.Fprintf(&b, " (%s)", e.Source)
+	}
+	if len(e.Suggestions) > 0 {
+		fmt.Fprintf(&b, "; would fit: %s", strings.Join(e.Suggestions, "; or "))
+	} else {
+		b.WriteString("; nothing smaller fits")
+	}
+	return b.String()
+}
+
+// FormatNeed writes bytes of a memory need as MemoryError does: in binary
+// units, and "more than 8 EiB" when the count saturated (SumBytes).
+func FormatNeed(n int64) string {
+	if n == math.MaxInt64 {
+		return "more than 8 EiB"
+	}
+	return units.FormatBytes(n)
 }

@@ -482,9 +482,7 @@ func (r *Runner) baseConfig(b Base) (*checkpoints.Config, error) {
 	}
 	cfg := p.Config()
 	cfg.VocabSize = r.tok.VocabSize()
-	shape := checkpoints.Shape{Hidden: b.Hidden, Layers: b.Layers, Heads: b.Heads, KVHeads: b.KVHeads,
-		Intermediate: b.Intermediate, MaxPositions: b.MaxPositions}
-	if err := cfg.Reshape(shape); err != nil {
+	if err := cfg.Reshape(b.shape()); err != nil {
 		return nil, fmt.Errorf("experiments: base %s: %w", b.Preset, err)
 	}
 	bos, hasBOS := r.tok.BOS()
@@ -556,7 +554,18 @@ func (r *Runner) finetune(cfg finetune.Config, phase string) (string, error) {
 	var last finetune.Metrics
 	var res finetune.Result
 	steps := 0
-	err := launch.Run(r.Launch, func(rk launch.Rank) error {
+	l, err := launch.New(r.Launch)
+	if err != nil {
+		return "", err
+	}
+	have, err := l.Memory()
+	if err != nil {
+		return "", err
+	}
+	if err := finetune.Preflight(cfg, r.Launch.Grid, r.Launch.Overlap, have); err != nil {
+		return "", fmt.Errorf("experiments: %s: %w", phase, err)
+	}
+	err = l.Run(func(rk launch.Rank) error {
 		// Without a checkpoint there is nothing to continue: a folder
 		// left by a run killed before its first save starts over.
 		h := finetune.Hooks{Resume: resume, Replace: resume == "", Stop: r.Stop}
@@ -654,7 +663,17 @@ func (r *Runner) runArm(ar armRun) error {
 		}
 	}
 	if len(todo) > 0 {
-		err := launch.Run(r.Launch, func(rk launch.Rank) error {
+		// Scoring and decoding take ev.Batch documents, of at most the
+		// targets' length, at a time.
+		batch := r.Spec.Eval.Batch
+		if batch <= 0 {
+			batch = 8 // memorization's default
+		}
+		l, err := r.evalLauncher(final, llama.Work{Batch: batch, SeqLen: r.Spec.Targets.MaxTokens})
+		if err != nil {
+			return fmt.Errorf("experiments: eval %s: %w", name, err)
+		}
+		err = l.Run(func(rk launch.Rank) error {
 			return r.evaluateArm(rk, final, name, dir, protocols, todo, summaries)
 		})
 		if err != nil {
@@ -735,7 +754,12 @@ func (r *Runner) baseHeldoutLoss(dir string) (float64, error) {
 		seqs[i] = p.IDs
 	}
 	loss := 0.0
-	err := launch.Run(r.Launch, func(rk launch.Rank) error {
+	// Score's default batch, of passages of at most the targets' length.
+	l, err := r.evalLauncher(dir, llama.Work{Batch: 8, SeqLen: r.Spec.Targets.MaxTokens})
+	if err != nil {
+		return 0, fmt.Errorf("experiments: base %s: %w", dir, err)
+	}
+	err = l.Run(func(rk launch.Rank) error {
 		ck, err := checkpoints.Open(dir)
 		if err != nil {
 			return err
@@ -763,6 +787,29 @@ func (r *Runner) baseHeldoutLoss(dir string) (float64, error) {
 	}
 	r.baseLoss[dir] = loss
 	return loss, nil
+}
+
+// evalLauncher is the study's launch for evaluating the checkpoint in
+// dir with w's passes, once what each rank will allocate is known to fit
+// its device (llama.Preflight).
+func (r *Runner) evalLauncher(dir string, w llama.Work) (*launch.Launcher, error) {
+	l, err := launch.New(r.Launch)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := checkpoints.ReadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	have, err := l.Memory()
+	if err != nil {
+		return nil, err
+	}
+	w.Grid, w.Overlap = r.Launch.Grid, r.Launch.Overlap
+	if err := llama.Preflight(cfg, w, have); err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // modelName names a base model in results: its folder, or its preset with

@@ -147,3 +147,18 @@ func TestRunnerChecksBeforeTraining(t *testing.T) {
 		t.Errorf("log:\n%s", log)
 	}
 }
+
+// TestRunnerChecksMemoryBeforeTraining: a phase whose model does not fit
+// the machine is refused before it trains, naming need and have.
+func TestRunnerChecksMemoryBeforeTraining(t *testing.T) {
+	t.Setenv(launch.MemoryLimitEnv, "64KiB")
+	out := filepath.Join(t.TempDir(), "study")
+	_, _, err := runStudy(t, tinyStudy, out, false)
+	if err == nil || !strings.Contains(err.Error(), "experiments: pretrain: finetune: ") ||
+		!strings.Contains(err.Error(), "not enough memory on host: training ") || !strings.Contains(err.Error(), "but 64.0 KiB is free (MEMTRAIN_MEMORY_LIMIT)") {
+		t.Fatalf("error %v", err)
+	}
+	if ck, _ := filepath.Glob(filepath.Join(out, "base", "*", "pretrain", "checkpoints")); len(ck) != 0 {
+		t.Errorf("pretraining ran: %v", ck)
+	}
+}

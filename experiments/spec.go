@@ -59,6 +59,18 @@ type Base struct {
 	Pretrain *Pretrain `yaml:"pretrain"`
 }
 
+// shape is the base's overrides of its preset's shape.
+func (b Base) shape() checkpoints.Shape {
+	return checkpoints.Shape{Hidden: b.Hidden, Layers: b.Layers, Heads: b.Heads, KVHeads: b.KVHeads,
+		Intermediate: b.Intermediate, MaxPositions: b.MaxPositions}
+}
+
+// baseKeys are the spec's keys for the config.json keys they override.
+var baseKeys = map[string]string{
+	"hidden_size": "hidden", "num_hidden_layers": "layers", "num_attention_heads": "heads", "num_key_value_heads": "kv_heads",
+	"intermediate_size": "intermediate", "max_position_embeddings": "max_positions",
+}
+
 // Pretrain is the pretraining of a preset base model.
 type Pretrain struct {
 	// Data are corpus files or folders (builtin:austen is the bundled Jane
@@ -358,6 +370,13 @@ func (s *Spec) checkBase(b Base) error {
 		if v < 0 {
 			return errors.New("shape overrides must not be negative")
 		}
+	}
+	if err := b.shape().Check(); err != nil {
+		var se *checkpoints.ShapeError
+		if errors.As(err, &se) {
+			return fmt.Errorf("%s: %d: %s (%s)", baseKeys[se.Field], se.Value, se.Msg, se.Field)
+		}
+		return err
 	}
 	if p := b.Pretrain; p != nil {
 		if len(p.Data) == 0 {

@@ -87,6 +87,8 @@ func TestSpecErrors(t *testing.T) {
 		{"protocol", "{name: pythia, prefix: [8], suffix: 8}", "{name: custom, prefix: [8]}", "custom protocol: needs one prefix length and a suffix length"},
 		{"lengths", "min_tokens: 20,", "min_tokens: 50,", "min_tokens 50 and max_tokens 40"},
 		{"count", "count: 2,", "count: 0,", "count 0"},
+		{"a billion layers", "layers: 1,", "layers: 1000000000,", "base: layers: 1000000000: want at most 1024 (Llama 3.1 405B has 126) (num_hidden_layers)"},
+		{"an arm's huge hidden size", "base: {hidden: 32}", "base: {hidden: 1000000000000}", "arms[2] (bigger): base: hidden: 1000000000000: want at most 131072"},
 	} {
 		spec := strings.Replace(validSpec, tc.from, tc.to, 1)
 		if spec == validSpec {

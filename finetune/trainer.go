@@ -106,6 +106,11 @@ func OpenParallel(cfg Config, b engine.Backend, grid *parallel.Grid, resume stri
 	if err != nil {
 		return nil, err
 	}
+	// Before the model loads: a batch the split cannot fill.
+	if err := checkBatch(cfg, store); err != nil {
+		store.Close()
+		return nil, err
+	}
 	ck, err := checkpoints.Open(cfg.Model)
 	if err != nil {
 		store.Close()

@@ -55,6 +55,32 @@ func (f engineFlags) build() (engine.Backend, gemm.Impl, error) {
 	return launch.NewBackend(s.Device, s.Threads, s.BLAS)
 }
 
+// preflight checks, before any rank of l starts, that what each will
+// allocate for a model of cfg doing w (on l's grid) fits its device
+// (llama.Preflight against launch.Launcher.Memory).
+func preflight(l *launch.Launcher, cfg *checkpoints.Config, w llama.Work) error {
+	have, err := l.Memory()
+	if err != nil {
+		return err
+	}
+	s := l.Spec()
+	w.Grid, w.Overlap = s.Grid, s.Overlap
+	return llama.Preflight(cfg, w, have)
+}
+
+// modelPreflight is preflight for the checkpoint in dir, whose config.json
+// is all it reads.
+func modelPreflight(l *launch.Launcher, dir string, w llama.Work) (*checkpoints.Config, error) {
+	cfg, err := checkpoints.ReadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := preflight(l, cfg, w); err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	return cfg, nil
+}
+
 // loadedModel is a checkpoint opened on a backend, with its tokenizer when
 // the folder has one.
 type loadedModel struct {

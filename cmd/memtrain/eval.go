@@ -10,6 +10,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
@@ -91,6 +92,19 @@ func runEvalLoss(cmd *cobra.Command, f evalLossFlags) error {
 	if err != nil {
 		return fmt.Errorf("eval loss: %w", err)
 	}
+	cfg, err := checkpoints.ReadConfig(f.model)
+	if err != nil {
+		return err
+	}
+	if f.seqLen == 0 {
+		f.seqLen = min(1024, cfg.MaxPositionEmbeddings)
+	}
+	if f.seqLen > cfg.MaxPositionEmbeddings {
+		return fmt.Errorf("eval loss: --seq-len %d exceeds the model's max_position_embeddings %d", f.seqLen, cfg.MaxPositionEmbeddings)
+	}
+	if err := preflight(l, cfg, llama.Work{Batch: f.batch, SeqLen: f.seqLen}); err != nil {
+		return fmt.Errorf("eval loss: %s: %w", f.model, err)
+	}
 	return l.Run(func(r launch.Rank) error {
 		lm, err := loadOn(f.model, r.Backend, llama.Options{Parallel: r.Grid}, false)
 		if err != nil {
@@ -114,13 +128,7 @@ func evalLoss(cmd *cobra.Command, f evalLossFlags, lm *loadedModel, lead bool) e
 	if len(docs) == 0 {
 		return fmt.Errorf("eval loss: %s: no documents", f.data)
 	}
-	T := f.seqLen
-	if T == 0 {
-		T = min(1024, cfg.MaxPositionEmbeddings)
-	}
-	if T > cfg.MaxPositionEmbeddings {
-		return fmt.Errorf("eval loss: --seq-len %d exceeds the model's max_position_embeddings %d", T, cfg.MaxPositionEmbeddings)
-	}
+	T := f.seqLen // set and checked by runEvalLoss
 	ids := make([][]int32, len(docs))
 	for d, doc := range docs {
 		ids[d] = doc.IDs

@@ -105,6 +105,11 @@ func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
 	if err != nil {
 		return fmt.Errorf("eval memorization: %w", err)
 	}
+	// The probes' lengths are known once the documents are read, on the
+	// ranks: the model's own memory is checked before it loads.
+	if _, err := modelPreflight(l, f.model, llama.Work{}); err != nil {
+		return fmt.Errorf("eval memorization: %w", err)
+	}
 	return l.Run(func(r launch.Rank) error {
 		lm, err := loadOn(f.model, r.Backend, llama.Options{Parallel: r.Grid}, false)
 		if err != nil {

@@ -112,6 +112,13 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 	if err != nil {
 		return fmt.Errorf("finetune: %w", err)
 	}
+	have, err := l.Memory()
+	if err != nil {
+		return fmt.Errorf("finetune: %w", err)
+	}
+	if err := finetune.Preflight(cfg, l.Spec().Grid, l.Spec().Overlap, have); err != nil {
+		return err
+	}
 	kill, err := killHook()
 	if err != nil {
 		return err

@@ -115,6 +115,8 @@ func TestFinetuneErrors(t *testing.T) {
 		{[]string{"--model", base, "--data", ds, "--out", out, "--batch_size", "3", "--micro_batch", "2"}, "does not divide"},
 		{[]string{"--model", base, "--out", out}, "data"},
 		{[]string{"--model", base, "--data", long, "--out", out}, "max_position_embeddings"},
+		// A batch the train split cannot fill, before the model loads.
+		{[]string{"--model", base, "--data", ds, "--out", out, "--batch_size", "512", "--micro_batch", "8"}, "finetune: batch_size 512 is more than the "},
 		// A learning rate that blows the weights up: the run stops at the
 		// first non-finite loss and names the last good checkpoint.
 		{[]string{"--model", base, "--data", ds, "--out", filepath.Join(out, "nan"), "--max_steps", "5", "--batch_size", "4",

@@ -93,6 +93,11 @@ func runGenerate(cmd *cobra.Command, f generateFlags) error {
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}
+	// Text prompts are tokenized on the ranks, so their KV cache is sized
+	// there: the model's own memory is checked before it loads.
+	if _, err := modelPreflight(l, f.model, llama.Work{}); err != nil {
+		return fmt.Errorf("generate: %w", err)
+	}
 	return l.Run(func(r launch.Rank) error {
 		lm, err := loadOn(f.model, r.Backend, llama.Options{Parallel: r.Grid}, len(f.prompts) > 0)
 		if err != nil {

@@ -106,7 +106,11 @@ func runInit(cmd *cobra.Command, f initFlags) error {
 	shape := checkpoints.Shape{Hidden: f.hidden, Layers: f.layers, Heads: f.heads, KVHeads: f.kvHeads,
 		Intermediate: f.intermediate, HeadDim: f.headDim}
 	if err := cfg.Reshape(shape); err != nil {
-		return fmt.Errorf("init: shape flags must be positive: %w", err)
+		var se *checkpoints.ShapeError
+		if errors.As(err, &se) {
+			return fmt.Errorf("init: --%s %d: %s (%s)", shapeFlags[se.Field], se.Value, se.Msg, se.Field)
+		}
+		return fmt.Errorf("init: %w", err)
 	}
 	bos, hasBOS := tok.BOS()
 	eos, hasEOS := tok.EOS()
@@ -127,6 +131,12 @@ func runInit(cmd *cobra.Command, f initFlags) error {
 	fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %s parameters (%s non-embedding), %d layers, hidden %d, vocab %d, %s, seed %d\n",
 		f.out, units.FormatCount(params.Total), units.FormatCount(params.NonEmbedding), cfg.NumHiddenLayers, cfg.HiddenSize, cfg.VocabSize, dtype, f.seed)
 	return nil
+}
+
+// shapeFlags are init's flags for the config.json keys they override.
+var shapeFlags = map[string]string{
+	"hidden_size": "hidden", "num_hidden_layers": "layers", "num_attention_heads": "heads", "num_key_value_heads": "kv-heads",
+	"intermediate_size": "intermediate", "head_dim": "head-dim",
 }
 
 // parseStorageDType accepts the dtypes a checkpoint can be written in.

@@ -17,6 +17,10 @@ import (
 	"github.com/memtrain/memtrain/internal/units"
 )
 
+// maxInspectBatch bounds --batch: a million sequences a step is beyond
+// any machine, and the accounting beyond it would only saturate.
+const maxInspectBatch = 1 << 20
+
 type inspectFlags struct {
 	preset    string
 	batch     int
@@ -119,6 +123,9 @@ func runInspect(cmd *cobra.Command, args []string, f inspectFlags) error {
 	if f.batch <= 0 || f.seqLen < 0 {
 		return errors.New("inspect: --batch and --seq-len must be positive")
 	}
+	if f.batch > maxInspectBatch {
+		return fmt.Errorf("inspect: --batch %d: want at most %d sequences", f.batch, maxInspectBatch)
+	}
 	precision, err := engine.ParsePrecision(f.precision)
 	if err != nil {
 		return fmt.Errorf("inspect: --precision: %w", err)
@@ -159,6 +166,9 @@ func runInspect(cmd *cobra.Command, args []string, f inspectFlags) error {
 	seq := f.seqLen
 	if seq == 0 {
 		seq = min(2048, cfg.MaxPositionEmbeddings)
+	}
+	if seq > cfg.MaxPositionEmbeddings {
+		return fmt.Errorf("inspect: --seq-len %d exceeds %s's max_position_embeddings %d", seq, rep.Source, cfg.MaxPositionEmbeddings)
 	}
 	m := llama.EstimateTrainingMemory(cfg, f.batch, seq, precision)
 	rep.Training = trainingReport{
@@ -225,7 +235,7 @@ func printInspect(w io.Writer, r inspectReport) error {
 	row("  weights", "%s", units.FormatBytes(t.Weights))
 	row("  gradients", "%s", units.FormatBytes(t.Gradients))
 	row("  optimizer (2 moments)", "%s", units.FormatBytes(t.OptimizerState))
-	row("  activations", "%s (with recomputation %s; the engine's workspace)", units.FormatBytes(t.Activations), units.FormatBytes(t.ActivationsRecompute))
-	row("  total", "%s (with recomputation %s)", units.FormatBytes(t.Total), units.FormatBytes(t.TotalRecompute))
+	row("  activations", "%s (with recomputation %s; the engine's workspace)", engine.FormatNeed(t.Activations), engine.FormatNeed(t.ActivationsRecompute))
+	row("  total", "%s (with recomputation %s)", engine.FormatNeed(t.Total), engine.FormatNeed(t.TotalRecompute))
 	return tw.Flush()
 }

@@ -16,6 +16,10 @@ import (
 	"github.com/memtrain/memtrain/internal/units"
 )
 
+// maxPlanGPUs bounds --gpus: a million, 16 times the largest training
+// clusters, so that the grid search stays a search.
+const maxPlanGPUs = 1 << 20
+
 type planFlags struct {
 	model       string
 	gpus        int
@@ -144,6 +148,8 @@ func runPlan(out io.Writer, f planFlags) error {
 		return errors.New("plan: --model is required (a preset name or a checkpoint folder)")
 	case f.gpus <= 0:
 		return fmt.Errorf("plan: --gpus must be positive, got %d", f.gpus)
+	case f.gpus > maxPlanGPUs:
+		return fmt.Errorf("plan: --gpus %d: want at most %d", f.gpus, maxPlanGPUs)
 	case f.seqLen < 0:
 		return fmt.Errorf("plan: --seq-len must be positive, got %d", f.seqLen)
 	case f.batchTokens < 0:
@@ -172,6 +178,9 @@ func runPlan(out io.Writer, f planFlags) error {
 	seq := f.seqLen
 	if seq == 0 {
 		seq = min(8192, cfg.MaxPositionEmbeddings)
+	}
+	if seq > cfg.MaxPositionEmbeddings {
+		return fmt.Errorf("plan: --seq-len %d exceeds %s's max_position_embeddings %d", seq, f.model, cfg.MaxPositionEmbeddings)
 	}
 	batch := f.batchTokens
 	if batch == 0 {

@@ -460,3 +460,72 @@ func DeviceCount(libDir string) (int, error) {
 	}
 	return int(n), nil
 }
+
+// FreeMemory returns the free and total memory of GPU device, as
+// cuMemGetInfo reports them in the device's primary context — the one a
+// Backend opens, whose own overhead is then already spent: what a backend
+// there could still allocate. It loads the driver as New does (libDir as
+// Options.LibDir) and holds the context for the call only, so that a
+// command can compare what it will allocate with what the GPU has
+// before opening a backend.
+func FreeMemory(libDir string, device int) (free, total int64, err error) {
+	if device < 0 {
+		return 0, 0, fmt.Errorf("cuda: device %d: want 0 or more", device)
+	}
+	libs, err := loadLibraries(libDir)
+	if err != nil {
+		return 0, 0, err
+	}
+	done := make(chan struct{})
+	go func() {
+		// A context is current on one OS thread. The goroutine ends
+		// without unlocking it, so the thread ends with it and no other
+		// goroutine finds the context current there.
+		runtime.LockOSThread()
+		free, total, err = memInfo(libs, device)
+		close(done)
+	}()
+	<-done
+	return free, total, err
+}
+
+// memInfo runs on a locked thread: the primary context of device made
+// current, cuMemGetInfo, and the context released.
+func memInfo(libs *libraries, device int) (free, total int64, err error) {
+	cu := libs.cu
+	b := &Backend{cu: cu, libs: libs}
+	if r := cu.cuInit(0); r != cudaSuccess {
+		if r == cudaErrorNoDevice || r == cudaErrorStubLibrary {
+			return 0, 0, &errNoDevice{fmt.Sprintf("cuda: no CUDA device (cuInit: %s)", b.describe(r))}
+		}
+		return 0, 0, b.err("cuInit", r)
+	}
+	var count, dev int32
+	if r := cu.cuDeviceGetCount(&count); r != cudaSuccess {
+		return 0, 0, b.err("cuDeviceGetCount", r)
+	}
+	if device >= int(count) {
+		return 0, 0, &errNoDevice{fmt.Sprintf("cuda: device cuda:%d requested, but %d CUDA device(s) found", device, count)}
+	}
+	if r := cu.cuDeviceGet(&dev, int32(device)); r != cudaSuccess {
+		return 0, 0, b.err("cuDeviceGet", r)
+	}
+	var ctx uintptr
+	if r := cu.cuDevicePrimaryCtxRetain(&ctx, dev); r != cudaSuccess {
+		return 0, 0, b.err("cuDevicePrimaryCtxRetain", r)
+	}
+	defer func() {
+		cu.cuCtxSetCurrent(0)
+		if r := cu.cuDevicePrimaryCtxRelease(dev); r != cudaSuccess && err == nil {
+			err = b.err("cuDevicePrimaryCtxRelease", r)
+		}
+	}()
+	if r := cu.cuCtxSetCurrent(ctx); r != cudaSuccess {
+		return 0, 0, b.err("cuCtxSetCurrent", r)
+	}
+	var f, t uint64
+	if r := cu.cuMemGetInfo(&f, &t); r != cudaSuccess {
+		return 0, 0, b.err("cuMemGetInfo", r)
+	}
+	return int64(f), int64(t), nil
+}

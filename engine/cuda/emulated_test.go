@@ -351,6 +351,51 @@ func TestKernelCacheEmulated(t *testing.T) {
 	}
 }
 
+// TestFreeMemoryEmulated: FreeMemory reads cuMemGetInfo in the device's
+// primary context, beside a backend holding the same context or not, and
+// refuses a device that is not there.
+func TestFreeMemoryEmulated(t *testing.T) {
+	dir := fakeCUDA(t)
+	for _, tt := range []struct {
+		env         string // MEMTRAIN_FAKECUDA_FREE; "": the fake's 8 GiB
+		device      int
+		free, total int64
+	}{
+		{"", 0, 8 << 30, 16 << 30},
+		{"12345", 3, 12345, 16 << 30},
+	} {
+		t.Setenv("MEMTRAIN_FAKECUDA_FREE", tt.env)
+		if tt.env == "" {
+			os.Unsetenv("MEMTRAIN_FAKECUDA_FREE")
+		}
+		free, total, err := FreeMemory(dir, tt.device)
+		if err != nil || free != tt.free || total != tt.total {
+			t.Errorf("cuda:%d: %d free of %d, %v; want %d of %d", tt.device, free, total, err, tt.free, tt.total)
+		}
+	}
+	b, err := New(Options{LibDir: dir, GEMM: GemmF32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if free, _, err := FreeMemory(dir, 0); err != nil || free <= 0 {
+		t.Errorf("beside a backend: %d, %v", free, err)
+	}
+	// The backend's context survives the query's release of it.
+	x := b.Alloc(engine.F32, 4)
+	b.Fill(x, 2)
+	got := make([]float32, 4)
+	b.Download(got, x)
+	if got[3] != 2 {
+		t.Errorf("backend after FreeMemory read %v", got)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := FreeMemory(dir, 8); err == nil || err.Error() != "cuda: device cuda:8 requested, but 8 CUDA device(s) found" {
+		t.Errorf("device out of range: %v", err)
+	}
+}
+
 // TestBackendEmulated covers the backend's own contracts: concurrent use,
 // misuse that panics with a message, and Close.
 func TestBackendEmulated(t *testing.T) {

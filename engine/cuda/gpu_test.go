@@ -76,6 +76,24 @@ func TestGPUBF16(t *testing.T) {
 	testBF16(t, newGPU)
 }
 
+// TestGPUFreeMemory: FreeMemory reads the GPU's own free memory, which a
+// backend's allocation lowers by at least its size.
+func TestGPUFreeMemory(t *testing.T) {
+	needGPU(t)
+	b := newGPU(t, 0, GemmBF16)
+	free, total, err := FreeMemory("", 0)
+	if err != nil || free <= 0 || free > total || total != b.Info().TotalMemory {
+		t.Fatalf("FreeMemory: %d of %d, %v (the backend says %d in all)", free, total, err, b.Info().TotalMemory)
+	}
+	x := b.Alloc(engine.F32, 1<<28) // 1 GiB
+	defer b.Free(x)
+	after, _, err := FreeMemory("", 0)
+	if err != nil || free-after < 1<<30 {
+		t.Errorf("after a 1 GiB allocation: %d free (was %d), %v", after, free, err)
+	}
+	t.Logf("cuda:0: %.1f of %.1f GiB free", float64(free)/(1<<30), float64(total)/(1<<30))
+}
+
 func TestGPUBackend(t *testing.T) {
 	needGPU(t)
 	testBackend(t, newGPU)

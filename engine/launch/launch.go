@@ -78,6 +78,9 @@ type Launcher struct {
 	spec    Spec
 	mpi     bool // one rank a process: this process runs its own only
 	threads int  // a rank's
+	// local is, under MPI, the job's processes on this node, which share
+	// its memory (localProcs).
+	local int
 }
 
 // New checks a spec against the model, the machine and the process's
@@ -106,6 +109,9 @@ func New(s Spec) (*Launcher, error) {
 		return nil, err
 	}
 	l := &Launcher{spec: s, mpi: useMPI}
+	if useMPI {
+		l.local = localProcs(procs)
+	}
 	switch {
 	case useMPI:
 		l.threads = mpiThreads(s.Threads, procs)

@@ -38,31 +38,75 @@ type decoder struct {
 	all                     []*engine.Tensor
 }
 
+// decoderPlan lists a decoder's tensors for B sequences of up to Tmax
+// positions and steps of up to rows tokens, in the order newDecoder
+// takes them: the single source of its allocation and of its memory
+// accounting (Memory), as plan is for the workspace.
+func decoderPlan(d dims, B, Tmax, rows int) []tensorPlan {
+	H, Q, KV, I, V := d.H, d.Q, d.KV, d.I, d.V
+	var p []tensorPlan
+	add := func(name string, dt engine.DType, shape ...int) {
+		p = append(p, tensorPlan{name, dt, shape})
+	}
+	for range d.L {
+		add("k_cache", engine.F32, B, Tmax, d.kvHeads, d.D)
+		add("v_cache", engine.F32, B, Tmax, d.kvHeads, d.D)
+	}
+	for _, n := range []string{"x", "y", "ln", "h"} {
+		add(n, engine.F32, rows, H)
+	}
+	add("rstd", engine.F32, rows)
+	add("q", engine.F32, rows, Q)
+	add("att", engine.F32, rows, Q)
+	add("k", engine.F32, rows, KV)
+	add("v", engine.F32, rows, KV)
+	for _, n := range []string{"gate", "up", "act"} {
+		add(n, engine.F32, rows, I)
+	}
+	add("ids", engine.I32, rows)
+	add("pos", engine.I32, rows)
+	add("start", engine.I32, B)
+	add("last", engine.F32, B, H)
+	add("last_norm", engine.F32, B, H)
+	add("last_rms", engine.F32, B)
+	add("logits", engine.F32, B, V)
+	p = append(p, scratchPlan(d, rows)...)
+	if ce := cePlan(d, B); ce != nil {
+		p = append(p, ce...)
+	} else {
+		add("argmax", engine.I32, B) // Argmax's output, which the grid's scratch holds otherwise
+	}
+	return p
+}
+
 func (m *Model) newDecoder(B, Tmax, rows int) *decoder {
-	H, Q, KV, I, V := m.d.H, m.d.Q, m.d.KV, m.d.I, m.d.V
 	d := &decoder{m: m, B: B, Tmax: Tmax}
-	alloc := func(dt engine.DType, shape ...int) *engine.Tensor {
-		t := m.backend.Alloc(dt, shape...)
-		d.all = append(d.all, t)
+	ps := decoderPlan(m.d, B, Tmax, rows)
+	for _, p := range ps {
+		d.all = append(d.all, m.backend.Alloc(p.dtype, p.shape...))
+	}
+	rest := d.all
+	next := func() *engine.Tensor {
+		t := rest[0]
+		rest = rest[1:]
 		return t
 	}
 	for range m.Layers {
-		d.kCache = append(d.kCache, alloc(engine.F32, B, Tmax, m.d.kvHeads, m.d.D))
-		d.vCache = append(d.vCache, alloc(engine.F32, B, Tmax, m.d.kvHeads, m.d.D))
+		d.kCache = append(d.kCache, next())
+		d.vCache = append(d.vCache, next())
 	}
-	d.x, d.y, d.ln, d.h = alloc(engine.F32, rows, H), alloc(engine.F32, rows, H), alloc(engine.F32, rows, H), alloc(engine.F32, rows, H)
-	d.rstd = alloc(engine.F32, rows)
-	d.q, d.att = alloc(engine.F32, rows, Q), alloc(engine.F32, rows, Q)
-	d.k, d.v = alloc(engine.F32, rows, KV), alloc(engine.F32, rows, KV)
-	d.gate, d.up, d.act = alloc(engine.F32, rows, I), alloc(engine.F32, rows, I), alloc(engine.F32, rows, I)
-	d.ids, d.pos = alloc(engine.I32, rows), alloc(engine.I32, rows)
-	d.start = alloc(engine.I32, B)
-	d.last, d.lastNorm, d.lastRms = alloc(engine.F32, B, H), alloc(engine.F32, B, H), alloc(engine.F32, B)
-	d.logits = alloc(engine.F32, B, V)
-	d.sc = m.allocScratch(rows, alloc)
-	d.ce = m.allocCEScratch(B, alloc)
-	if d.ce == nil {
-		d.ce = &ceScratch{idx: alloc(engine.I32, B)}
+	d.x, d.y, d.ln, d.h = next(), next(), next(), next()
+	d.rstd = next()
+	d.q, d.att = next(), next()
+	d.k, d.v = next(), next()
+	d.gate, d.up, d.act = next(), next(), next()
+	d.ids, d.pos = next(), next()
+	d.start = next()
+	d.last, d.lastNorm, d.lastRms = next(), next(), next()
+	d.logits = next()
+	d.sc = newScratch(m.d, rows, next)
+	if d.ce = newCEScratch(m.d, B, next); d.ce == nil {
+		d.ce = &ceScratch{idx: next()}
 	}
 	return d
 }

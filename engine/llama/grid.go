@@ -146,16 +146,6 @@ func (s *scratch) tensors() []*engine.Tensor {
 	return []*engine.Tensor{s.tmp, s.stat, s.stat2, s.ids, s.mask}
 }
 
-// allocScratch allocates a scratch outside a workspace (the decoder's).
-func (m *Model) allocScratch(n int, alloc func(engine.DType, ...int) *engine.Tensor) *scratch {
-	ps := scratchPlan(m.d, n)
-	return newScratch(m.d, n, func() *engine.Tensor {
-		p := ps[0]
-		ps = ps[1:]
-		return alloc(p.dtype, p.shape...)
-	})
-}
-
 // vocabSlice uploads, for token ids on the host, their ids within this
 // rank's vocabulary slice and the mask of those in it (the embedding's
 // lookup on Y ranks). It does nothing when the vocabulary is not split.

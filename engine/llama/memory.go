@@ -1,8 +1,16 @@
 package llama
 
 import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/parallel"
+	mtunits "github.com/memtrain/memtrain/internal/units"
 )
 
 // EstimateTrainingMemory is the memory of one AdamW training step on
@@ -15,4 +23,367 @@ func EstimateTrainingMemory(cfg *checkpoints.Config, batch, seqLen int, p engine
 	m.Activation = p.ActivationScale(ActivationBytes(cfg, batch, seqLen, true, false))
 	m.ActivationRecompute = p.ActivationScale(ActivationBytes(cfg, batch, seqLen, true, true))
 	return m
+}
+
+// Work is what a model is built for, as its memory accounting (Memory,
+// Preflight) sizes it: the grid it runs on and the passes it makes.
+type Work struct {
+	// Grid is the grid's shape; the zero Grid is one rank alone.
+	Grid comm.Grid
+	// Overlap matters with Z > 1: OAG gathers into two buffers.
+	Overlap parallel.Overlap
+	// Train is a training step: every layer's activations are kept for
+	// the backward pass, beside one set of activation gradients.
+	Train     bool
+	Recompute bool // Options.Recompute
+	// Moments are the optimizer's state tensors a parameter (AdamW 2,
+	// SGD 0), shaped like this rank's shards.
+	Moments int
+	// Batch and SeqLen are one pass on a rank: its sequences and their
+	// tokens. SeqLen 0 sizes the parameters alone.
+	Batch, SeqLen int
+	// EvalBatch, if positive, is a forward-only pass of that many
+	// sequences of SeqLen tokens that a training run also makes
+	// (held-out evaluation): its workspace replaces the training one, so
+	// the larger of the two counts.
+	EvalBatch int
+	// NewTokens, if positive, sizes greedy decoding instead of a pass:
+	// Batch prompts of SeqLen tokens, NewTokens more each (the decoder's
+	// KV cache, and a prefill of every prompt token at once).
+	NewTokens int
+}
+
+// RankMemory is what one rank allocates for a Work, in bytes: the
+// model's own allocation lists, so that it is what New and the passes
+// allocate (tests check it against the backend's counter). Kernels'
+// transient workspace and the buffers of checkpoint gathers are not in it.
+type RankMemory struct {
+	// Params are this rank's weight shards and their gradients (a model
+	// always allocates both) and the RoPE table.
+	Params int64
+	// Optimizer is the optimizer's moments of those shards.
+	Optimizer int64
+	// Workspace is the largest pass's (the workspace plan, or the
+	// decoder's) and, with Z > 1, the Z-gathered weight and gradient
+	// buffers.
+	Workspace int64
+}
+
+// Total is the sum, saturating at math.MaxInt64 (engine.SumBytes).
+func (m RankMemory) Total() int64 { return engine.SumBytes(m.Params, m.Optimizer, m.Workspace) }
+
+// maxPassTokens bounds the batch shapes Memory sizes exactly: beyond 2^48
+// token positions a pass (no device holds a tenth of that), the count
+// saturates, so that no product of a shape can overflow on the way.
+const maxPassTokens = 1 << 48
+
+// Memory is what one rank allocates for a model of cfg doing w.
+func Memory(cfg *checkpoints.Config, w Work) RankMemory {
+	var m RankMemory
+	d := fullDims(cfg)
+	if w.Grid != (comm.Grid{}) {
+		d = gridDims(cfg, w.Grid)
+	}
+	local, z := shardElements(cfg, w.Grid, w.Overlap)
+	m.Params = engine.SumBytes(engine.MulBytes(2, local, 4), int64(len(InvFreq(cfg)))*4)
+	m.Optimizer = engine.MulBytes(int64(max(w.Moments, 0)), local, 4)
+	m.Workspace = engine.SumBytes(passBytes(d, w), engine.MulBytes(z, 4))
+	return m
+}
+
+// passBytes is the largest workspace of w's passes on a rank of dims d.
+func passBytes(d dims, w Work) int64 {
+	B, T := int64(w.Batch), int64(w.SeqLen)
+	if T <= 0 || B <= 0 {
+		return 0
+	}
+	tooBig := func(b, t int64) bool { return b > maxPassTokens || t > maxPassTokens || b*t > maxPassTokens }
+	if w.NewTokens > 0 {
+		tmax := T + int64(w.NewTokens)
+		if tooBig(B, tmax) {
+			return math.MaxInt64
+		}
+		return planBytes(decoderPlan(d, w.Batch, int(tmax), w.Batch*w.SeqLen))
+	}
+	if tooBig(B, T) || tooBig(int64(w.EvalBatch), T) {
+		return math.MaxInt64
+	}
+	n := planBytes(plan(d, w.Batch, w.SeqLen, w.Train, w.Recompute))
+	if w.EvalBatch > 0 {
+		n = max(n, planBytes(plan(d, w.EvalBatch, w.SeqLen, false, false)))
+	}
+	return n
+}
+
+// planBytes sizes a list of allocations, saturating.
+func planBytes(p []tensorPlan) int64 {
+	var n int64
+	for _, t := range p {
+		b := int64(t.dtype.Size())
+		for _, s := range t.shape {
+			b = engine.MulBytes(b, int64(s))
+		}
+		n = engine.SumBytes(n, b)
+	}
+	return n
+}
+
+// shardElements counts the elements of one rank's weight shards (as New
+// allocates them: parallel.ShardAt, parallel.LocalShape) and, with Z > 1,
+// of the Z-sharding buffers newZWeights and newZGrads allocate: the
+// largest unit's (x, y) blocks, twice with OAG, the largest matrix block
+// for a gradient, and the tied embedding's block.
+func shardElements(cfg *checkpoints.Config, g comm.Grid, ov parallel.Overlap) (local, zbuf int64) {
+	if g == (comm.Grid{}) {
+		return cfg.Params().Total, 0
+	}
+	// The layers are alike: layer 0's tensors stand for all of them, so
+	// that sizing a grid (which suggestGrid does for hundreds) lists a
+	// handful of tensors, not the whole model's.
+	layers := int64(cfg.NumHiddenLayers)
+	var layer, unit, block, embed int64
+	for _, s := range oneLayer(cfg).TensorSpecs() {
+		sh := parallel.ShardAt(g, 0, 0, 0, s.Name, s.Shape)
+		n := int64(engine.Elements(parallel.LocalShape(s.Shape, sh)))
+		if isLayer(s.Name) {
+			n *= layers
+		}
+		local += n
+		if len(s.Shape) != 2 {
+			continue
+		}
+		b := int64(sh.Row1-sh.Row0) * int64(sh.Col1-sh.Col0)
+		block = max(block, b)
+		switch s.Name {
+		case checkpoints.EmbedTokensName:
+			embed = b
+			unit = max(unit, b)
+		case checkpoints.LMHeadName:
+			unit = max(unit, b)
+		default:
+			// A decoder layer's seven linears are one unit (layer 0's,
+			// the only one listed, stand for all).
+			layer += b
+		}
+	}
+	if g.Z == 1 {
+		return local, 0
+	}
+	unit = max(unit, layer)
+	bufs := int64(1)
+	if ov.AllGather {
+		bufs = 2
+	}
+	zbuf = bufs*unit + block
+	if cfg.TieWordEmbeddings {
+		zbuf += embed
+	}
+	return local, zbuf
+}
+
+// oneLayer is cfg cut to its first decoder layer.
+func oneLayer(cfg *checkpoints.Config) *checkpoints.Config {
+	c := cfg.Clone()
+	c.NumHiddenLayers = min(c.NumHiddenLayers, 1)
+	return c
+}
+
+// isLayer says whether name is a weight of a decoder layer.
+func isLayer(name string) bool { return strings.HasPrefix(name, "model.layers.") }
+
+// Preflight checks, before anything is allocated, that what w needs on a
+// rank (Memory) fits each device the ranks of this process compute on
+// (have, as engine/launch reads it: Launcher.Memory): a device's ranks
+// together must fit its free memory. A device whose free memory is
+// unknown is not checked. Otherwise it returns an *engine.MemoryError
+// naming need and have and the changes that would fit: activation
+// recomputation, a smaller batch, a grid of more ranks.
+func Preflight(cfg *checkpoints.Config, w Work, have []engine.DeviceMemory) error {
+	need := Memory(cfg, w).Total()
+	for _, dev := range have {
+		if dev.Free < 0 {
+			continue
+		}
+		ranks := max(dev.Ranks, 1)
+		total := engine.MulBytes(need, int64(ranks))
+		if total <= dev.Free {
+			continue
+		}
+		return &engine.MemoryError{Device: dev.Device, Ranks: ranks, What: describe(cfg, w), Need: total,
+			Have: dev.Free, Source: dev.Source, Suggestions: suggest(cfg, w, ranks, dev.Free)}
+	}
+	return nil
+}
+
+// describe says in words what w is, for MemoryError.What.
+func describe(cfg *checkpoints.Config, w Work) string {
+	params := mtunits.FormatCount(cfg.Params().Total) + " parameters"
+	where := ""
+	if w.Grid != (comm.Grid{}) {
+		where = fmt.Sprintf(" on a rank of grid %s", gridFlag(w.Grid))
+	}
+	switch {
+	case w.SeqLen <= 0:
+		return "holding " + params + where
+	case w.NewTokens > 0:
+		return fmt.Sprintf("decoding %d new tokens after %d prompts of %d tokens with %s%s", w.NewTokens, w.Batch, w.SeqLen, params, where)
+	case w.Train:
+		how := ""
+		if w.Recompute {
+			how = " with activation recomputation"
+		}
+		return fmt.Sprintf("training %s%s on %d sequences of %d tokens a pass%s", params, where, w.Batch, w.SeqLen, how)
+	}
+	return fmt.Sprintf("scoring %d sequences of %d tokens a pass with %s%s", w.Batch, w.SeqLen, params, where)
+}
+
+// gridFlag writes a grid as grids are given to a launch ("dp=1,x=2,y=1,z=4").
+func gridFlag(g comm.Grid) string {
+	return fmt.Sprintf("dp=%d,x=%d,y=%d,z=%d", g.Data, g.X, g.Y, g.Z)
+}
+
+// maxSuggestedRanks bounds the grids suggest tries.
+const maxSuggestedRanks = 1024
+
+// suggest lists changes of w that would fit free bytes for ranks ranks
+// sharing a device: activation recomputation, then the largest batch
+// that fits (with recomputation if that alone does not), and, when
+// neither does, the smallest grid of ranks on devices of their own.
+func suggest(cfg *checkpoints.Config, w Work, ranks int, free int64) []string {
+	need := func(v Work) (int64, bool) {
+		n := engine.MulBytes(Memory(cfg, v).Total(), int64(ranks))
+		return n, n <= free
+	}
+	var out []string
+	recomputeFits := false
+	if w.Train && !w.Recompute {
+		v := w
+		v.Recompute = true
+		if n, ok := need(v); ok {
+			recomputeFits = true
+			out = append(out, fmt.Sprintf("activation recomputation (%s)", mtunits.FormatBytes(n)))
+		}
+	}
+	smaller := func(v Work) (Work, bool) {
+		// The need grows with the batch: the largest that fits, by
+		// bisection over 1…Batch-1.
+		lo, hi := 0, v.Batch-1
+		for lo < hi {
+			mid := lo + (hi-lo+1)/2
+			if _, ok := need(withBatch(v, mid)); ok {
+				lo = mid
+			} else {
+				hi = mid - 1
+			}
+		}
+		return withBatch(v, lo), lo > 0
+	}
+	if w.SeqLen > 0 && w.Batch > 1 {
+		batches := func(b int) string {
+			if w.NewTokens > 0 {
+				return plural(b, "prompt") + " at a time"
+			}
+			return "batches of " + plural(b, "sequence")
+		}
+		plain := 0
+		if v, ok := smaller(w); ok {
+			n, _ := need(v)
+			plain = v.Batch
+			out = append(out, fmt.Sprintf("%s (%s)", batches(v.Batch), mtunits.FormatBytes(n)))
+		}
+		// Recomputation admits a larger batch than none: worth saying
+		// when recomputation alone does not fit.
+		if w.Train && !w.Recompute && !recomputeFits {
+			r := w
+			r.Recompute = true
+			if v, ok := smaller(r); ok && v.Batch > plain {
+				n, _ := need(v)
+				out = append(out, fmt.Sprintf("activation recomputation with %s (%s)", batches(v.Batch), mtunits.FormatBytes(n)))
+			}
+		}
+	}
+	if len(out) == 0 {
+		if s := suggestGrid(cfg, w, free); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// plural writes n things: "1 sequence", "2 sequences".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
+}
+
+// withBatch is v with b sequences a pass (and no larger an evaluation).
+func withBatch(v Work, b int) Work {
+	v.Batch = b
+	if v.EvalBatch > b {
+		v.EvalBatch = b
+	}
+	return v
+}
+
+// suggestGrid finds the smallest grid (a power of two of ranks, data
+// axis 1, each rank on a device of its own with free bytes) on which a
+// rank of w fits: as w is, else with recomputation and one sequence a
+// pass. A rank keeps w's batch: a conservative need where Z would split
+// it.
+func suggestGrid(cfg *checkpoints.Config, w Work, free int64) string {
+	tries := []Work{w}
+	if w.SeqLen > 0 && (w.Batch > 1 || (w.Train && !w.Recompute)) {
+		v := withBatch(w, 1)
+		v.Recompute = v.Train
+		tries = append(tries, v)
+	}
+	one := oneLayer(cfg)
+	for _, v := range tries {
+		for n := 2; n <= maxSuggestedRanks; n *= 2 {
+			if n <= w.Grid.Size() {
+				continue
+			}
+			var grids []comm.Grid
+			for x := 1; x <= n; x *= 2 {
+				for y := 1; x*y <= n; y *= 2 {
+					g := comm.Grid{Data: 1, X: x, Y: y, Z: n / (x * y)}
+					// The layers are alike, so one layer divides as all do.
+					if parallel.Check(one, g) == nil {
+						grids = append(grids, g)
+					}
+				}
+			}
+			type fit struct {
+				g    comm.Grid
+				need int64
+			}
+			var fits []fit
+			for _, g := range grids {
+				u := v
+				u.Grid, u.Overlap = g, parallel.AllOverlap()
+				if m := Memory(cfg, u).Total(); m <= free {
+					fits = append(fits, fit{g, m})
+				}
+			}
+			if len(fits) == 0 {
+				continue
+			}
+			sort.SliceStable(fits, func(i, j int) bool { return fits[i].need < fits[j].need })
+			var with []string
+			if v.Recompute && !w.Recompute {
+				with = append(with, "activation recomputation")
+			}
+			if v.Batch != w.Batch {
+				with = append(with, "1 sequence a pass")
+			}
+			how := ""
+			if len(with) > 0 {
+				how = " with " + strings.Join(with, " and ")
+			}
+			return fmt.Sprintf("a grid of %d ranks, each on a GPU or machine of its own, e.g. %s%s (%s a rank)", n, gridFlag(fits[0].g), how, mtunits.FormatBytes(fits[0].need))
+		}
+	}
+	return ""
 }

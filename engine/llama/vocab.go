@@ -63,16 +63,6 @@ func (c *ceScratch) tensors() []*engine.Tensor {
 	return []*engine.Tensor{c.idx, c.flat, c.vals, c.ones, c.r, c.all, c.stats, c.corr}
 }
 
-// allocCEScratch allocates a scratch outside a workspace (the decoder's).
-func (m *Model) allocCEScratch(n int, alloc func(engine.DType, ...int) *engine.Tensor) *ceScratch {
-	ps := cePlan(m.d, n)
-	return newCEScratch(m.d, n, func() *engine.Tensor {
-		p := ps[0]
-		ps = ps[1:]
-		return alloc(p.dtype, p.shape...)
-	})
-}
-
 // sliceTargets maps targets (valid ids, or anything where no weight
 // needs them) to this rank's vocabulary slice: the local id, or 0 with
 // inSlice false when another rank holds it. It returns the local ids.

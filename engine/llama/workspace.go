@@ -154,12 +154,10 @@ func plan(d dims, B, T int, train, recompute bool) []tensorPlan {
 // B sequences of T tokens: everything the engine allocates besides the
 // parameters, their gradients and the optimizer state. train adds the
 // saved activations and activation gradients of the backward pass.
+// The count saturates at math.MaxInt64 (engine.SumBytes) for shapes no
+// device could hold.
 func ActivationBytes(cfg *checkpoints.Config, B, T int, train, recompute bool) int64 {
-	var n int64
-	for _, t := range plan(fullDims(cfg), B, T, train, recompute) {
-		n += int64(engine.Elements(t.shape)) * int64(t.dtype.Size())
-	}
-	return n
+	return passBytes(fullDims(cfg), Work{Train: train, Recompute: recompute, Batch: B, SeqLen: T})
 }
 
 // prepare makes the workspace fit a batch shape and mode, reallocating

@@ -341,7 +341,10 @@ EXPORT int cuMemFree_v2(uintptr_t p) {
 }
 EXPORT int cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
   NEED_CTX();
+  // Every fake GPU has 16 GiB, of which 8 are free, or
+  // $MEMTRAIN_FAKECUDA_FREE bytes (tests of memory checks).
   *free_bytes = size_t(8) << 30;
+  if (const char* s = getenv("MEMTRAIN_FAKECUDA_FREE")) *free_bytes = strtoull(s, nullptr, 10);
   *total = size_t(16) << 30;
   return CUDA_SUCCESS;
 }

@@ -1,0 +1,214 @@
+package llama
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/launch"
+	"github.com/memtrain/memtrain/engine/parallel"
+)
+
+// TestMemoryIsWhatIsAllocated: Memory, which Preflight compares with the
+// machine, is what a model allocates on one rank: its parameters with
+// their gradients after New, then the workspace of a training pass, of a
+// forward-only pass, and the decoder of a generation.
+func TestMemoryIsWhatIsAllocated(t *testing.T) {
+	for _, tie := range []bool{false, true} {
+		cfg := testConfig(tie, 2)
+		for _, recompute := range []bool{false, true} {
+			name := fmt.Sprintf("tie=%v/recompute=%v", tie, recompute)
+			b := newBackend(1)
+			m := randomModel(t, b, cfg, Options{Recompute: recompute}, 1)
+			params := Memory(cfg, Work{}).Params
+			if got := b.MemStats().Allocated; got != params {
+				t.Errorf("%s: New allocated %d, accounted %d", name, got, params)
+			}
+			train := Memory(cfg, Work{Train: true, Recompute: recompute, Batch: 2, SeqLen: 5})
+			if _, err := m.ForwardBackward(randomBatch(cfg, 2, 5, 1), 1); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := b.MemStats().Allocated, params+train.Workspace; got != want {
+				t.Errorf("%s: training allocated %d, accounted %d", name, got, want)
+			}
+			// The evaluation's workspace replaces the training one.
+			eval := Memory(cfg, Work{Train: true, Recompute: recompute, Batch: 1, SeqLen: 5, EvalBatch: 3})
+			if _, err := m.Evaluate(randomBatch(cfg, 3, 5, 2)); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := b.MemStats().Allocated, params+eval.Workspace; got != want {
+				t.Errorf("%s: evaluating allocated %d, accounted %d (training batch 1, evaluation batch 3)", name, got, want)
+			}
+			m.Free()
+			if b.MemStats().Allocated != 0 {
+				t.Errorf("%s: leaked %d bytes", name, b.MemStats().Allocated)
+			}
+		}
+		// Decoding: the peak is the parameters and the decoder, whose
+		// plan sizes equal-length prompts prefilled together.
+		b := newBackend(1)
+		m := randomModel(t, b, cfg, Options{}, 1)
+		if _, err := m.Generate([][]int32{{1, 2, 3}, {4, 5, 6}}, GenerateOptions{MaxNewTokens: 4}); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := b.MemStats().Peak, Memory(cfg, Work{Batch: 2, SeqLen: 3, NewTokens: 4}).Total(); got != want {
+			t.Errorf("tie=%v: decoding peaked at %d, accounted %d", tie, got, want)
+		}
+		m.Free()
+	}
+}
+
+// TestMemoryOnAGridIsWhatIsAllocated: on a grid, a rank's shards, the
+// Z-sharding buffers (two with OAG) and its workspace are what it
+// allocates.
+func TestMemoryOnAGridIsWhatIsAllocated(t *testing.T) {
+	grids := []comm.Grid{{Data: 2, X: 1, Y: 1, Z: 1}, {Data: 1, X: 2, Y: 2, Z: 1}, {Data: 1, X: 1, Y: 2, Z: 2}, {Data: 1, X: 2, Y: 1, Z: 4}}
+	for _, tie := range []bool{false, true} {
+		cfg := gridConfig(tie)
+		for _, shape := range grids {
+			for _, ov := range []parallel.Overlap{{}, parallel.AllOverlap()} {
+				name := fmt.Sprintf("tie=%v/%v/%v", tie, shape, ov)
+				w := Work{Grid: shape, Overlap: ov, Train: true, Batch: 2, SeqLen: 6}
+				want := Memory(cfg, w)
+				var mu sync.Mutex
+				err := launch.Local(shape, ov, func(g *parallel.Grid) error {
+					b := newBackend(1)
+					m, err := New(b, cfg, Options{Parallel: g})
+					if err != nil {
+						return err
+					}
+					defer m.Free()
+					afterNew := b.MemStats().Allocated
+					batch := randomBatch(cfg, 2, 6, uint64(g.BatchRank()))
+					if _, err := m.ForwardBackward(batch, 1); err != nil {
+						return err
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					noPass := Memory(cfg, Work{Grid: shape, Overlap: ov})
+					if afterNew != noPass.Params+noPass.Workspace {
+						t.Errorf("%s rank %d: New allocated %d, accounted %d (parameters %d, Z buffers %d)", name, g.Rank(), afterNew, noPass.Total(), noPass.Params, noPass.Workspace)
+					}
+					if got := b.MemStats().Allocated; got != want.Total() {
+						t.Errorf("%s rank %d: training allocated %d, accounted %d", name, g.Rank(), got, want.Total())
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+			}
+		}
+	}
+}
+
+// TestMemoryIsWhatInspectPrints: the preflight's need for an AdamW step
+// is inspect's fine-tuning total (EstimateTrainingMemory in float32, the
+// precision the engine trains in) plus the RoPE table.
+func TestMemoryIsWhatInspectPrints(t *testing.T) {
+	for _, name := range []string{"tiny", "llama3.1-8b", "llama3.1-405b"} {
+		p, err := checkpoints.LookupPreset(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := p.Config()
+		est := EstimateTrainingMemory(cfg, 2, 512, engine.PrecisionF32)
+		rope := int64(len(InvFreq(cfg))) * 4
+		for _, rec := range []bool{false, true} {
+			want := est.Total()
+			if rec {
+				want = est.TotalRecompute()
+			}
+			if got := Memory(cfg, Work{Train: true, Recompute: rec, Moments: 2, Batch: 2, SeqLen: 512}).Total(); got != want+rope {
+				t.Errorf("%s recompute=%v: %d, inspect's %d + %d", name, rec, got, want, rope)
+			}
+		}
+	}
+}
+
+// TestMemorySaturates: shapes no device could hold count as
+// math.MaxInt64 rather than wrapping around into a size that fits.
+func TestMemorySaturates(t *testing.T) {
+	p, err := checkpoints.LookupPreset("llama3.1-405b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := p.Config()
+	for _, w := range []Work{
+		{Train: true, Batch: 1 << 30, SeqLen: 1 << 30},
+		{Train: true, Batch: math.MaxInt64, SeqLen: 1 << 40},
+		{Batch: 1 << 40, SeqLen: 131072, NewTokens: 1 << 40},
+		{Train: true, Batch: 1, SeqLen: 8, EvalBatch: math.MaxInt64},
+	} {
+		if got := Memory(cfg, w).Total(); got != math.MaxInt64 {
+			t.Errorf("%+v: %d bytes, want saturated", w, got)
+		}
+	}
+	if got := ActivationBytes(cfg, 1_000_000_000, 1_000_000_000, true, true); got != math.MaxInt64 {
+		t.Errorf("ActivationBytes of 10^18 tokens = %d, want saturated", got)
+	}
+}
+
+func TestPreflight(t *testing.T) {
+	cfg := gridConfig(false)
+	w := Work{Train: true, Moments: 2, Batch: 8, SeqLen: 16}
+	need := Memory(cfg, w).Total()
+	rec := w
+	rec.Recompute = true
+	needRec := Memory(cfg, rec).Total()
+	one := withBatch(rec, 1)
+	host := func(free int64, ranks int) []engine.DeviceMemory {
+		return []engine.DeviceMemory{{Device: "host", Free: free, Source: "test", Ranks: ranks}}
+	}
+	tests := []struct {
+		name string
+		w    Work
+		have []engine.DeviceMemory
+		want []string // in the error, in order; nil: fits
+	}{
+		{"fits", w, host(need, 1), nil},
+		{"unknown", w, host(-1, 1), nil},
+		{"no devices", w, nil, nil},
+		{"recomputation fits", w, host(needRec, 1), []string{"not enough memory on host: training ", " on 8 sequences of 16 tokens a pass needs ",
+			", but ", " is free (test); would fit: activation recomputation ("}},
+		{"ranks share the host", w, host(need, 2), []string{" for its 2 ranks"}},
+		{"a smaller batch fits", w, host(Memory(cfg, withBatch(w, 3)).Total(), 1), []string{"would fit: batches of 3 sequences ("}},
+		{"recomputation with a smaller batch", w, host(Memory(cfg, withBatch(rec, 2)).Total(), 1), []string{"would fit: batches of 1 sequence (", "; or activation recomputation with batches of 2 sequences ("}},
+		{"a grid", w, host(Memory(cfg, one).Params, 1), []string{"would fit: a grid of ", " ranks, each on a GPU or machine of its own, e.g. dp=1,", " with activation recomputation and 1 sequence a pass ("}},
+		{"the second device", w, append(host(need, 1), engine.DeviceMemory{Device: "cuda:1", Free: need - 1, Source: "cuMemGetInfo", Ranks: 1}), []string{"not enough memory on cuda:1: "}},
+		{"nothing fits", w, host(1000, 1), []string{"nothing smaller fits"}},
+		{"decoding", Work{Batch: 4, SeqLen: 8, NewTokens: 8}, host(Memory(cfg, Work{Batch: 2, SeqLen: 8, NewTokens: 8}).Total(), 1), []string{"decoding 8 new tokens after 4 prompts of 8 tokens", "would fit: 2 prompts at a time ("}},
+	}
+	for _, tt := range tests {
+		err := Preflight(cfg, tt.w, tt.have)
+		if tt.want == nil {
+			if err != nil {
+				t.Errorf("%s: %v", tt.name, err)
+			}
+			continue
+		}
+		var me *engine.MemoryError
+		if !errors.As(err, &me) {
+			t.Errorf("%s: error %v, want a MemoryError", tt.name, err)
+			continue
+		}
+		msg, at := err.Error(), 0
+		for _, s := range tt.want {
+			i := strings.Index(msg[at:], s)
+			if i < 0 {
+				t.Errorf("%s: %q lacks %q after byte %d", tt.name, msg, s, at)
+				break
+			}
+			at += i + len(s)
+		}
+		if strings.Contains(msg, "\n") || me.Need <= me.Have {
+			t.Errorf("%s: %q (need %d, have %d)", tt.name, msg, me.Need, me.Have)
+		}
+	}
+}

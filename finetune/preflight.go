@@ -1,0 +1,79 @@
+package finetune
+
+import (
+	"fmt"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/data"
+	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/engine/parallel"
+)
+
+// Preflight checks a run before any rank starts and anything is
+// allocated: the configuration, the batch against the dataset's train
+// split, and what every rank of grid g (the zero Grid: one rank) with
+// overlap ov will allocate — the model's shards, their gradients and
+// optimizer moments, the training and evaluation workspaces, by the
+// engine's own accounting (llama.Memory) — against what their devices
+// have free (have, as engine/launch's Launcher.Memory reads it). A run
+// that does not fit fails here in one line (an *engine.MemoryError: need,
+// have, and the changes that would fit) rather than part-way through
+// loading.
+func Preflight(cfg Config, g comm.Grid, ov parallel.Overlap, have []engine.DeviceMemory) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	model, err := checkpoints.ReadConfig(cfg.Model)
+	if err != nil {
+		return err
+	}
+	store, err := data.OpenStore(cfg.Data)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if err := checkBatch(cfg, store); err != nil {
+		return err
+	}
+	if err := llama.Preflight(model, work(cfg, store, g, ov), have); err != nil {
+		return fmt.Errorf("finetune: %s: %w", cfg.Model, err)
+	}
+	return nil
+}
+
+// work is what one rank of a run on grid g allocates, as the engine's
+// memory accounting sizes it: training passes of micro_batch/(data·Z)
+// sequences of the dataset's length, the held-out evaluation's forward
+// passes when the dataset has a holdout split, and the optimizer's
+// moments.
+func work(cfg Config, store *data.Store, g comm.Grid, ov parallel.Overlap) llama.Work {
+	ranks := 1
+	if g != (comm.Grid{}) {
+		ranks = g.Data * g.Z
+	}
+	w := llama.Work{Grid: g, Overlap: ov, Train: true, Recompute: cfg.Recompute,
+		Batch: max(1, cfg.MicroBatch/ranks), SeqLen: store.SeqLen()}
+	if cfg.Optimizer.Name == "adamw" {
+		w.Moments = 2
+	}
+	if cfg.EvalEvery > 0 && store.NumSequences(data.Holdout) > 0 {
+		batch := cfg.EvalBatch
+		if batch == 0 {
+			batch = cfg.MicroBatch
+		}
+		w.EvalBatch = max(1, batch/ranks)
+	}
+	return w
+}
+
+// checkBatch refuses a batch larger than the train split: every step
+// would hold some sequences twice, and an epoch would be less than one
+// step.
+func checkBatch(cfg Config, store *data.Store) error {
+	if n := store.NumSequences(data.Train); cfg.BatchSize > n {
+		return fmt.Errorf("finetune: batch_size %d is more than the %d sequences of %s's train split (want at most %d)", cfg.BatchSize, n, cfg.Data, n)
+	}
+	return nil
+}
