@@ -87,6 +87,8 @@ func TestSpecErrors(t *testing.T) {
 		{"protocol", "{name: pythia, prefix: [8], suffix: 8}", "{name: custom, prefix: [8]}", "custom protocol: needs one prefix length and a suffix length"},
 		{"lengths", "min_tokens: 20,", "min_tokens: 50,", "min_tokens 50 and max_tokens 40"},
 		{"count", "count: 2,", "count: 0,", "count 0"},
+		{"fractional seed", "name: test", "name: test\nseeds: [1.5]", "spec.yaml:3:9: seeds[0]: 1.5 is not an integer"},
+		{"fractional train step count", "max_steps: 3,", "max_steps: 2.5,", "spec.yaml:6:20: arms[0] (standard): train: max_steps: 2.5 is not an integer"},
 	} {
 		spec := strings.Replace(validSpec, tc.from, tc.to, 1)
 		if spec == validSpec {

@@ -36,8 +36,9 @@ type config struct {
 	Seed     uint64    `yaml:"seed"`
 	On       bool      `yaml:"on" default:"true"`
 	Inner    inner     `yaml:"inner"`
-	Tags     []string  `yaml:"tags"` // files only
-	Node     yaml.Node `yaml:"node"` // files only
+	Tags     []string  `yaml:"tags"`  // files only
+	Seeds    []uint64  `yaml:"seeds"` // files only
+	Node     yaml.Node `yaml:"node"`  // files only
 	Skip     int       `yaml:"-"`
 	hidden   int
 }
@@ -113,6 +114,13 @@ func TestDecode(t *testing.T) {
 		{"list for a value", "seed: [1, 2]\n", "f.yaml:1:7: seed: want a single value, not a list"},
 		{"value for a mapping", "inner: 3\n", "f.yaml:1:8: inner: want a mapping of keys, not a value"},
 		{"negative uint", "seed: -1\n", "f.yaml:1:7: seed: cannot unmarshal !!int `-1` into uint64"},
+		{"fraction for an int", "max_steps: 1.5\n", "f.yaml:1:12: max_steps: 1.5 is not an integer"},
+		{"fraction for a uint", "seed: 2.5\n", "f.yaml:1:7: seed: 2.5 is not an integer"},
+		{"negative fraction for a uint", "seed: -1.5\n", "f.yaml:1:7: seed: -1.5 is not an integer"},
+		{"negative float for a uint", "seed: -2.0\n", "f.yaml:1:7: seed: -2.0 is not a non-negative integer"},
+		{"infinity for an int", "max_steps: .inf\n", "f.yaml:1:12: max_steps: .inf is not an integer"},
+		{"whole float for an int", "max_steps: 2.0\ninner: {rate: 3}\n", "{ 2 0 true {3 1}}"},
+		{"fraction in a list of ints", "seeds: [1, 1.5]\n", "f.yaml:1:12: seeds[1]: 1.5 is not an integer"},
 		{"syntax", "a: [\n", "f.yaml:1: did not find expected node content"},
 		{"two documents", "seed: 1\n---\nseed: 2\n", "f.yaml:2: a second YAML document (want one)"},
 		{"duplicate key", "seed: 1\nseed: 2\n", `f.yaml:2:1: key "seed" given twice (first on line 1)`},
