@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"strconv"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -85,13 +84,17 @@ func runBenchComm(cmd *cobra.Command, f benchCommFlags) error {
 	if err != nil {
 		return fmt.Errorf("bench comm: --sizes: %w", err)
 	}
-	var ops []string
-	for _, o := range strings.Split(f.ops, ",") {
-		o = strings.TrimSpace(o)
+	ops, err := units.SplitList(f.ops)
+	if err != nil {
+		return fmt.Errorf("bench comm: --ops: %w", err)
+	}
+	if len(ops) == 0 {
+		return errors.New("bench comm: --ops: no collective (want all-reduce, all-gather or reduce-scatter)")
+	}
+	for _, o := range ops {
 		if err := commbench.CheckOp(o); err != nil {
 			return fmt.Errorf("bench comm: --ops: %w", err)
 		}
-		ops = append(ops, o)
 	}
 	switch {
 	case f.iters < 0:
@@ -160,9 +163,16 @@ func printBenchCommSummary(w io.Writer, transport string, world int, fits []comm
 
 // parseCounts parses a comma-separated list of positive integers.
 func parseCounts(s string) ([]int, error) {
+	items, err := units.SplitList(s)
+	if err != nil {
+		return nil, err
+	}
+	if len(items) == 0 {
+		return nil, errors.New("no group size (want positive integers, comma-separated)")
+	}
 	var out []int
-	for _, item := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(item))
+	for _, item := range items {
+		n, err := strconv.Atoi(item)
 		if err != nil || n < 1 {
 			return nil, fmt.Errorf("%q: want positive integers", item)
 		}
@@ -175,9 +185,15 @@ func parseCounts(s string) ([]int, error) {
 // "64K,1M,4096" (units.ParseBytes: K, M, G are powers of 1024), each a
 // positive multiple of 4 bytes (float32 elements) of at most 2 GiB − 1.
 func parseByteSizes(s string) ([]int64, error) {
+	items, err := units.SplitList(s)
+	if err != nil {
+		return nil, err
+	}
+	if len(items) == 0 {
+		return nil, errors.New("no size (want sizes such as 4096, 64K or 16M, comma-separated)")
+	}
 	var out []int64
-	for _, item := range strings.Split(s, ",") {
-		item = strings.TrimSpace(item)
+	for _, item := range items {
 		n, err := units.ParseBytes(item)
 		if err != nil || n < 1 || n > math.MaxInt32 {
 			return nil, fmt.Errorf("%q: want a positive size below 2 GiB such as 4096, 64K or 16M", item)

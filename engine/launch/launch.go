@@ -23,6 +23,7 @@ import (
 	"github.com/memtrain/memtrain/engine/cuda"
 	"github.com/memtrain/memtrain/engine/gemm"
 	"github.com/memtrain/memtrain/engine/parallel"
+	"github.com/memtrain/memtrain/internal/units"
 )
 
 // Spec says where the ranks of a computation run.
@@ -241,15 +242,19 @@ func ParseDevice(s string) (engine.Device, error) {
 // all-reduce, reduce-scatter and all-gather), or none.
 func ParseOverlap(s string) (parallel.Overlap, error) {
 	var o parallel.Overlap
-	for _, part := range strings.Split(s, ",") {
-		switch strings.ToLower(strings.TrimSpace(part)) {
+	parts, err := units.SplitList(s)
+	if err != nil {
+		return o, err
+	}
+	for _, part := range parts {
+		switch strings.ToLower(part) {
 		case "oar":
 			o.AllReduce = true
 		case "ors":
 			o.ReduceScatter = true
 		case "oag":
 			o.AllGather = true
-		case "none", "":
+		case "none":
 		default:
 			return o, fmt.Errorf("overlap %q: unknown %q (want oar, ors, oag or none)", s, part)
 		}

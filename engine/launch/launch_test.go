@@ -39,7 +39,13 @@ func TestParseOverlap(t *testing.T) {
 			t.Errorf("ParseOverlap(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	if _, err := ParseOverlap("oar,fast"); err == nil || !strings.Contains(err.Error(), `unknown "fast"`) {
-		t.Errorf("ParseOverlap(oar,fast): %v", err)
+	for in, want := range map[string]string{
+		"oar,fast": `unknown "fast"`,
+		"oar,,ors": `list "oar,,ors": item 2 of 3 is empty`,
+		"oag,":     "item 2 of 2 is empty",
+	} {
+		if _, err := ParseOverlap(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseOverlap(%q): %v, want an error with %q", in, err, want)
+		}
 	}
 }
