@@ -13,6 +13,7 @@ import (
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/goldfish"
+	"github.com/memtrain/memtrain/internal/inputfile"
 	"github.com/memtrain/memtrain/internal/options"
 	"github.com/memtrain/memtrain/memorization"
 )
@@ -139,7 +140,7 @@ type ProtocolSpec struct {
 // ReadSpec reads and checks a spec file. Relative paths in it are taken
 // from the file's folder.
 func ReadSpec(path string) (*Spec, error) {
-	b, err := os.ReadFile(path)
+	b, err := inputfile.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("experiments: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/finetune"
+	"github.com/memtrain/memtrain/internal/inputfile"
 	"github.com/memtrain/memtrain/internal/options"
 )
 
@@ -53,7 +54,7 @@ HF checkpoints, so a run resumes on any grid.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg := finetune.DefaultConfig()
 			if configFile != "" {
-				raw, err := os.ReadFile(configFile)
+				raw, err := inputfile.ReadFile(configFile)
 				if err != nil {
 					return fmt.Errorf("finetune: %w", err)
 				}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/data/tokenizer"
+	"github.com/memtrain/memtrain/internal/inputfile"
 )
 
 type tokenizeFlags struct {
@@ -69,7 +70,7 @@ func runTokenize(cmd *cobra.Command, f tokenizeFlags) error {
 	in, name := cmd.InOrStdin(), "stdin"
 	var bar *progressbar.ProgressBar
 	if f.input != "" {
-		file, err := os.Open(f.input)
+		file, err := inputfile.Open(f.input)
 		if err != nil {
 			return fmt.Errorf("tokenize: %w", err)
 		}

@@ -5,9 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"sort"
 	"strings"
+
+	"github.com/memtrain/memtrain/internal/inputfile"
 )
 
 // DefaultEfficiency is the fraction of the dense bf16 peak that a whole
@@ -168,7 +169,7 @@ func LookupDevice(name string) (Device, error) {
 // one; a device without a name is "custom". It does not Validate it, so
 // that the caller may adjust it first.
 func ReadDevice(path string) (Device, error) {
-	raw, err := os.ReadFile(path)
+	raw, err := inputfile.ReadFile(path)
 	if err != nil {
 		return Device{}, fmt.Errorf("perfmodel: %w", err)
 	}
