@@ -2,6 +2,7 @@ package options
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -198,6 +199,30 @@ func FuzzDecode(f *testing.F) {
 			t.Errorf("error %q does not name the file", err)
 		}
 	})
+}
+
+func TestCheckNumbers(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(c *config)
+		want string // "" for none
+	}{
+		{"defaults", func(c *config) {}, ""},
+		{"zero and negative zero", func(c *config) { c.MaxSteps, c.Inner.Rate = 0, math.Copysign(0, -1) }, ""},
+		{"NaN", func(c *config) { c.Inner.Rate = math.NaN() }, "inner.rate: NaN (want a finite number)"},
+		{"infinity", func(c *config) { c.Inner.Rate = math.Inf(1) }, "inner.rate: +Inf (want a finite number)"},
+		{"minus infinity", func(c *config) { c.Inner.Rate = math.Inf(-1) }, "inner.rate: -Inf (want a finite number)"},
+		{"negative count", func(c *config) { c.MaxSteps = -3 }, "max_steps: -3 (want 0 or more)"},
+		{"negative rate", func(c *config) { c.Inner.Rate = -1 }, ""}, // its owner's rule
+	} {
+		var c config
+		SetDefaults(&c)
+		tc.set(&c)
+		err := CheckNumbers(&c)
+		if got := fmt.Sprint(err); tc.want == "" && err != nil || tc.want != "" && got != tc.want {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
 }
 
 func TestReference(t *testing.T) {
