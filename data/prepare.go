@@ -46,6 +46,9 @@ const maxChunkDocs = 4096
 // Inputs that make no document at all are an error, naming them and their
 // problems, and nothing is written.
 func Prepare(out string, inputs []string, tok *tokenizer.Tokenizer, cfg PrepareConfig) (*Manifest, error) {
+	if cfg.Threads < 0 {
+		return nil, fmt.Errorf("data: threads %d: want 0 (all cores) or more", cfg.Threads)
+	}
 	ropt := cfg.Read
 	ropt.VocabSize = tok.VocabSize()
 	r, err := NewReader(inputs, ropt)

@@ -3,6 +3,7 @@ package data
 import (
 	"bytes"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -141,6 +142,8 @@ func TestPrepareErrors(t *testing.T) {
 		{"seq len", []string{good}, PrepareConfig{}, "seq_len 0"},
 		{"no input", []string{filepath.Join(dir, "none.jsonl")}, PrepareConfig{SeqLen: 4}, "none.jsonl"},
 		{"holdout", []string{good}, PrepareConfig{SeqLen: 4, Holdout: -1}, "holdout -1 out of range"},
+		{"holdout NaN", []string{good}, PrepareConfig{SeqLen: 4, Holdout: math.NaN()}, "holdout NaN out of range"},
+		{"threads", []string{good}, PrepareConfig{SeqLen: 4, Threads: -1}, "data: threads -1: want 0 (all cores) or more"},
 		{"every record bad", []string{allBad}, PrepareConfig{SeqLen: 4},
 			"data: no document kept from " + allBad + ": bad records 3 (invalid-json 1, missing-field 1, wrong-type 1), the first " + allBad + ":1: invalid JSON"},
 		{"every record bad, two inputs", []string{allBad, bad2}, PrepareConfig{SeqLen: 4},

@@ -86,6 +86,9 @@ type Launcher struct {
 // GPU for every in-process rank, and, when mpirun or srun started several
 // processes, an MPI build and exactly one process a rank.
 func New(s Spec) (*Launcher, error) {
+	if err := CheckThreads(s.Threads); err != nil {
+		return nil, fmt.Errorf("launch: threads %w", err)
+	}
 	procs, err := launchedProcs()
 	if err != nil {
 		return nil, err
@@ -207,6 +210,9 @@ func closeBackend(b engine.Backend) {
 // GPU that GEMM multiplies host matrices through the device, transfers
 // included. threads (0: all cores) and blas (gemm.Select) set the CPU's.
 func NewBackend(dev engine.Device, threads int, blas string) (engine.Backend, gemm.Impl, error) {
+	if err := CheckThreads(threads); err != nil {
+		return nil, nil, fmt.Errorf("launch: threads %w", err)
+	}
 	if dev.Kind == engine.CUDA {
 		b, err := cuda.New(cuda.Options{Device: dev.Index})
 		if err != nil {
@@ -219,6 +225,16 @@ func NewBackend(dev engine.Device, threads int, blas string) (engine.Backend, ge
 		return nil, nil, err
 	}
 	return cpu.New(cpu.Options{Threads: threads, GEMM: g}), g, nil
+}
+
+// CheckThreads refuses a thread count below 0 (0 is all cores), which
+// would otherwise quietly mean all cores. Its error begins with the
+// value, for the caller to put its setting's name before: "-1: want …".
+func CheckThreads(n int) error {
+	if n < 0 {
+		return fmt.Errorf("%d: want 0 (all cores) or more", n)
+	}
+	return nil
 }
 
 // ParseDevice reads a device: "cpu", "cuda" or "cuda:N".
