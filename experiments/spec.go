@@ -260,8 +260,13 @@ func (s *Spec) check() error {
 		}
 		keys[p.Key()] = true
 	}
-	if s.Eval.Batch < 0 || s.Eval.Resamples < 0 || s.Eval.MinK < 0 || s.Eval.MinK > 100 {
-		return fmt.Errorf("eval: batch %d, resamples %d and min_k %v (want ≥ 0, min_k ≤ 100)", s.Eval.Batch, s.Eval.Resamples, s.Eval.MinK)
+	if s.Eval.Batch < 0 || s.Eval.Resamples < 0 {
+		return fmt.Errorf("eval: batch %d and resamples %d (want ≥ 0)", s.Eval.Batch, s.Eval.Resamples)
+	}
+	if s.Eval.MinK != 0 {
+		if err := memorization.CheckMinKPercent(s.Eval.MinK); err != nil {
+			return fmt.Errorf("eval: min_k %w", err)
+		}
 	}
 	return nil
 }

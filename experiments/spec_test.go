@@ -87,6 +87,9 @@ func TestSpecErrors(t *testing.T) {
 		{"protocol", "{name: pythia, prefix: [8], suffix: 8}", "{name: custom, prefix: [8]}", "custom protocol: needs one prefix length and a suffix length"},
 		{"lengths", "min_tokens: 20,", "min_tokens: 50,", "min_tokens 50 and max_tokens 40"},
 		{"count", "count: 2,", "count: 0,", "count 0"},
+		{"min_k NaN", "suffix: 8}]", "suffix: 8}]\n  min_k: .nan", "eval: min_k NaN: want a percentage in (0, 100]"},
+		{"min_k above 100", "suffix: 8}]", "suffix: 8}]\n  min_k: 150", "eval: min_k 150: want a percentage in (0, 100]"},
+		{"negative batch", "suffix: 8}]", "suffix: 8}]\n  batch: -1", "eval: batch -1 and resamples 0 (want ≥ 0)"},
 		{"fractional seed", "name: test", "name: test\nseeds: [1.5]", "spec.yaml:3:9: seeds[0]: 1.5 is not an integer"},
 		{"fractional train step count", "max_steps: 3,", "max_steps: 2.5,", "spec.yaml:6:20: arms[0] (standard): train: max_steps: 2.5 is not an integer"},
 	} {
