@@ -101,8 +101,12 @@ func runBenchComm(cmd *cobra.Command, f benchCommFlags) error {
 		return fmt.Errorf("bench comm: --iters %d: want 0 (automatic) or more", f.iters)
 	case f.world < 0:
 		return fmt.Errorf("bench comm: --world %d: want 0 (the largest of --ranks) or more", f.world)
-	case f.device != "" && (f.peak <= 0 || f.eff <= 0 || f.eff > 1):
-		return errors.New("bench comm: --device needs --peak (GFLOP/s) and --efficiency in (0, 1]")
+	case f.device == "" && (f.peak != 0 || f.eff != 0):
+		return errors.New("bench comm: --peak and --efficiency go with --device (the device file they describe)")
+	case f.device != "" && !(f.peak > 0 && !math.IsInf(f.peak, 1)):
+		return fmt.Errorf("bench comm: --device needs --peak, a node's compute peak in GFLOP/s (got --peak %v)", f.peak)
+	case f.device != "" && !(f.eff > 0 && f.eff <= 1):
+		return fmt.Errorf("bench comm: --device needs --efficiency in (0, 1], the fraction of --peak a step reaches (got --efficiency %v)", f.eff)
 	}
 	b, err := commbench.New(commbench.Options{Ranks: ranks, Sizes: sizes, Ops: ops, Iters: f.iters, OneGroup: f.oneGroup, World: f.world})
 	if errors.Is(err, commbench.ErrNoGroup) {

@@ -103,8 +103,18 @@ func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
 			return fmt.Errorf("eval memorization: --%s: item %d of %d is empty (want paths, comma-separated)", flag, i+1, len(paths))
 		}
 	}
-	if f.batch <= 0 || f.limit < 0 || f.resamples < 0 {
-		return errors.New("eval memorization: --batch must be positive, --limit and --resamples not negative")
+	switch {
+	case f.batch <= 0:
+		return fmt.Errorf("eval memorization: --batch %d: want 1 or more", f.batch)
+	case f.limit < 0:
+		return fmt.Errorf("eval memorization: --limit %d: want 0 (all) or more", f.limit)
+	case f.resamples < 0:
+		return fmt.Errorf("eval memorization: --resamples %d: want 0 (1,000) or more", f.resamples)
+	case f.suffix < 0:
+		return fmt.Errorf("eval memorization: --suffix %d: want a length of 1 or more (0: the protocol's)", f.suffix)
+	}
+	if err := memorization.CheckMinKPercent(f.minK); err != nil {
+		return fmt.Errorf("eval memorization: --min-k %w", err)
 	}
 	p, err := memorization.ParseProtocol(f.protocol, f.prefixes, f.suffix)
 	if err != nil {

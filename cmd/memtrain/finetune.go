@@ -80,6 +80,14 @@ HF checkpoints, so a run resumes on any grid.`,
 }
 
 func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf parallelFlags, resume string, stopAfter int) error {
+	if stopAfter < 0 {
+		return fmt.Errorf("finetune: --stop-after %d: want a step of 1 or more (0: no stop)", stopAfter)
+	}
+	// The configuration is checked before anything starts (every rank
+	// checks it again when it opens the run).
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
 	l, err := launcher(ef, pf, cfg.Model)
 	if err != nil {
 		return fmt.Errorf("finetune: %w", err)

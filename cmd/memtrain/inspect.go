@@ -97,8 +97,11 @@ func runInspect(cmd *cobra.Command, args []string, f inspectFlags) error {
 	if (len(args) == 1) == (f.preset != "") {
 		return errors.New("inspect: give a checkpoint folder or --preset NAME (one of them)")
 	}
-	if f.batch <= 0 || f.seqLen < 0 {
-		return errors.New("inspect: --batch and --seq-len must be positive")
+	switch {
+	case f.batch <= 0:
+		return fmt.Errorf("inspect: --batch %d: want 1 or more", f.batch)
+	case f.seqLen < 0:
+		return fmt.Errorf("inspect: --seq-len %d: want 1 or more (0: the default)", f.seqLen)
 	}
 	precision, err := engine.ParsePrecision(f.precision)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/data/tokenizer"
 	"github.com/memtrain/memtrain/internal/inputfile"
@@ -63,6 +64,9 @@ special tokens (BOS). Decoding (--decode) reads {"ids": [...]} (or
 }
 
 func runTokenize(cmd *cobra.Command, f tokenizeFlags) error {
+	if err := launch.CheckThreads(f.threads); err != nil {
+		return fmt.Errorf("tokenize: --threads %w", err)
+	}
 	tok, _, err := openTokenizer(f.tokenizer)
 	if err != nil {
 		return err
