@@ -14,9 +14,9 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
-	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/data/tokenizer"
+	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/internal/units"
 )
 

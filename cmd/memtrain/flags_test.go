@@ -96,7 +96,9 @@ func TestNumericFlags(t *testing.T) {
 	finetuneArgs := func(flags ...string) []string {
 		return append([]string{"finetune", "--model", "m", "--data", "d", "--out", out()}, flags...)
 	}
-	plan := func(flags ...string) []string { return append([]string{"plan", "--model", "tiny", "--gpus", "2"}, flags...) }
+	plan := func(flags ...string) []string {
+		return append([]string{"plan", "--model", "tiny", "--gpus", "2"}, flags...)
+	}
 	type tc struct {
 		args []string
 		want string

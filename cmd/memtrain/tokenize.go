@@ -13,9 +13,9 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/data/tokenizer"
+	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/internal/inputfile"
 )
 
