@@ -14,6 +14,7 @@ import (
 
 	"github.com/memtrain/memtrain/data/tokenizer"
 	"github.com/memtrain/memtrain/internal/atomicfile"
+	"github.com/memtrain/memtrain/internal/inputfile"
 )
 
 // A Checkpoint is an opened HuggingFace Llama checkpoint folder: its
@@ -198,7 +199,7 @@ func Save(dir string, cfg *Config, tensors []Tensor, opt SaveOptions) error {
 func ReadTokenizerFiles(dir string) (map[string][]byte, error) {
 	files := map[string][]byte{}
 	for _, name := range tokenizer.Files {
-		b, err := os.ReadFile(filepath.Join(dir, name))
+		b, err := inputfile.ReadFile(filepath.Join(dir, name))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/memtrain/memtrain/internal/inputfile"
 )
 
 // ConfigFile is the name of a checkpoint's model configuration.
@@ -74,7 +76,7 @@ func ReadConfig(path string) (*Config, error) {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		path = filepath.Join(path, ConfigFile)
 	}
-	b, err := os.ReadFile(path)
+	b, err := inputfile.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoints: %w", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/memtrain/memtrain/internal/inputfile"
 )
 
 // A Set is the weights of a checkpoint folder: one safetensors file, or the
@@ -31,7 +33,7 @@ type Set struct {
 // no tensor is in two files.
 func OpenSet(dir string) (*Set, error) {
 	indexPath := filepath.Join(dir, SafetensorsIndexFile)
-	data, err := os.ReadFile(indexPath)
+	data, err := inputfile.ReadFile(indexPath)
 	switch {
 	case err == nil:
 		return openIndexed(dir, indexPath, data)

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"unicode/utf8"
+
+	"github.com/memtrain/memtrain/internal/inputfile"
 )
 
 // maxHeaderSize bounds the JSON header of a safetensors file; the
@@ -91,7 +93,7 @@ func OpenFile(path string) (*File, error) {
 
 // openFile is OpenFile; useMmap false forces the ReadAt code path.
 func openFile(path string, useMmap bool) (*File, error) {
-	osf, err := os.Open(path)
+	osf, err := inputfile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoints: %w", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/memtrain/memtrain/internal/inputfile"
 )
 
 // parquetReader streams one column of a Parquet file, row group by row
@@ -40,7 +42,7 @@ type parquetReader struct {
 }
 
 func openParquet(name string, opt *ReadOptions, report func(Problem) error) (fr fileReader, err error) {
-	f, err := os.Open(name)
+	f, err := inputfile.Open(name)
 	if err != nil {
 		return nil, fmt.Errorf("data: %w", err)
 	}

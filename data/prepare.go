@@ -1,8 +1,12 @@
 package data
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/memtrain/memtrain/data/tokenizer"
@@ -39,7 +43,12 @@ const maxChunkDocs = 4096
 // writing overlap; the result does not depend on Threads. Records that do
 // not make a document are counted in the manifest's Problems (in strict
 // mode, the first is an error), as are texts that encode to no token.
+// Inputs that make no document at all are an error, naming them and their
+// problems, and nothing is written.
 func Prepare(out string, inputs []string, tok *tokenizer.Tokenizer, cfg PrepareConfig) (*Manifest, error) {
+	if cfg.Threads < 0 {
+		return nil, fmt.Errorf("data: threads %d: want 0 (all cores) or more", cfg.Threads)
+	}
 	ropt := cfg.Read
 	ropt.VocabSize = tok.VocabSize()
 	r, err := NewReader(inputs, ropt)
@@ -151,6 +160,7 @@ func Prepare(out string, inputs []string, tok *tokenizer.Tokenizer, cfg PrepareC
 	var encProblems Problems
 	encProblems.MaxExamples = ropt.MaxExamples
 	perSource := map[string]int64{}
+	kept := 0
 	for chunk := range encoded {
 		for _, doc := range chunk {
 			if len(doc.IDs) == 0 {
@@ -168,6 +178,7 @@ func Prepare(out string, inputs []string, tok *tokenizer.Tokenizer, cfg PrepareC
 				w.Abort()
 				return nil, err
 			}
+			kept++
 		}
 	}
 	select {
@@ -178,6 +189,10 @@ func Prepare(out string, inputs []string, tok *tokenizer.Tokenizer, cfg PrepareC
 	}
 	problems := r.Problems()
 	problems.merge(&encProblems)
+	if kept == 0 {
+		w.Abort()
+		return nil, noDocuments(inputs, problems)
+	}
 	sources := r.Sources()
 	for i := range sources {
 		sources[i].Documents -= perSource[sources[i].Path]
@@ -185,6 +200,21 @@ func Prepare(out string, inputs []string, tok *tokenizer.Tokenizer, cfg PrepareC
 		perSource[sources[i].Path] = 0
 	}
 	return w.Commit(sources, problems)
+}
+
+// noDocuments is the error of inputs of which no record made a document.
+func noDocuments(inputs []string, ps *Problems) error {
+	names := inputs
+	if len(names) > 3 {
+		names = append(slices.Clip(names[:3]), fmt.Sprintf("%d more", len(inputs)-3))
+	}
+	msg := fmt.Sprintf("data: no document kept from %s: ", strings.Join(names, ", "))
+	if ps.Total() == 0 {
+		msg += "no records"
+	} else {
+		msg += fmt.Sprintf("bad records %s, the first %s", ps, ps.Examples[0])
+	}
+	return errors.New(msg + "; no dataset written")
 }
 
 // merge adds the problems of o.

@@ -3,6 +3,7 @@ package data
 import (
 	"bytes"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -124,6 +125,13 @@ func TestPrepareErrors(t *testing.T) {
 	dir := t.TempDir()
 	good := writeFile(t, dir, "good.jsonl", "{\"text\": \"hello\"}\n")
 	bad := writeFile(t, dir, "bad.jsonl", "{\"text\": \"hello\"}\n{\"text\": \"\\ud800\"}\n")
+	allBad := writeFile(t, dir, "all-bad.jsonl", "{oops\n{\"body\": \"hello\"}\n{\"text\": 3}\n")
+	bad2 := writeFile(t, dir, "bad2.jsonl", "[1]\n")
+	noTokens := writeFile(t, dir, "no-tokens.jsonl", "{\"text\": \"\"}\n")
+	empty := writeFile(t, dir, "empty.jsonl", "")
+	badDir := filepath.Join(dir, "bad-folder")
+	writeFile(t, badDir, "a.jsonl", "{oops\n")
+	writeFile(t, badDir, "b.jsonl", "{\"text\": null}\n")
 	tests := []struct {
 		name   string
 		inputs []string
@@ -134,6 +142,17 @@ func TestPrepareErrors(t *testing.T) {
 		{"seq len", []string{good}, PrepareConfig{}, "seq_len 0"},
 		{"no input", []string{filepath.Join(dir, "none.jsonl")}, PrepareConfig{SeqLen: 4}, "none.jsonl"},
 		{"holdout", []string{good}, PrepareConfig{SeqLen: 4, Holdout: -1}, "holdout -1 out of range"},
+		{"holdout NaN", []string{good}, PrepareConfig{SeqLen: 4, Holdout: math.NaN()}, "holdout NaN out of range"},
+		{"threads", []string{good}, PrepareConfig{SeqLen: 4, Threads: -1}, "data: threads -1: want 0 (all cores) or more"},
+		{"every record bad", []string{allBad}, PrepareConfig{SeqLen: 4},
+			"data: no document kept from " + allBad + ": bad records 3 (invalid-json 1, missing-field 1, wrong-type 1), the first " + allBad + ":1: invalid JSON"},
+		{"every record bad, two inputs", []string{allBad, bad2}, PrepareConfig{SeqLen: 4},
+			"data: no document kept from " + allBad + ", " + bad2 + ": bad records 4"},
+		{"no tokens", []string{noTokens}, PrepareConfig{SeqLen: 4}, "data: no document kept from " + noTokens + ": bad records 1 (empty 1), the first " + noTokens + ":1: field \"text\" is empty; no dataset written"},
+		{"no records", []string{empty}, PrepareConfig{SeqLen: 4}, "data: no document kept from " + empty + ": no records; no dataset written"},
+		{"a folder of bad records", []string{badDir}, PrepareConfig{SeqLen: 4}, "data: no document kept from " + badDir + ": bad records 2"},
+		{"many inputs", []string{empty, empty, empty, empty, empty}, PrepareConfig{SeqLen: 4},
+			"data: no document kept from " + empty + ", " + empty + ", " + empty + ", 2 more: no records"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

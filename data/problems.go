@@ -20,7 +20,7 @@ const (
 	EmptyText    ProblemKind = "empty"         // the text is empty or white space, or the list is empty
 	BadToken     ProblemKind = "bad-token"     // a pre-tokenized id outside the vocabulary
 	LineTooLong  ProblemKind = "too-long"      // a line longer than ReadOptions.MaxLineBytes
-	SkippedFile  ProblemKind = "skipped-file"  // a file in a folder whose extension names no format
+	SkippedFile  ProblemKind = "skipped-file"  // a file in a folder whose extension names no format, or not a regular file
 )
 
 // A Problem is one input record that did not become a document.

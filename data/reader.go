@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/memtrain/memtrain/internal/inputfile"
 )
 
 // A Document is one record of the input: a JSONL line, a Parquet row, a text
@@ -164,7 +166,9 @@ type fileReader interface {
 // walked recursively in lexical order, skipping entries whose names begin
 // with "."; with Format Auto the files whose extension names a format are
 // read and the others are reported as SkippedFile problems, and with an
-// explicit Format every regular file is read in that format.
+// explicit Format every regular file is read in that format; what is not a
+// regular file (a named pipe, a device, a socket) is a SkippedFile problem,
+// and an error when named directly, so that nothing blocks on it.
 type Reader struct {
 	opt      ReadOptions
 	sources  []Source
@@ -206,6 +210,9 @@ func (r *Reader) plan(path string) error {
 		return fmt.Errorf("data: %w", err)
 	}
 	if !st.IsDir() {
+		if err := inputfile.Check(path, st.Mode()); err != nil {
+			return fmt.Errorf("data: %w", err)
+		}
 		f := r.opt.Format
 		if f == Auto {
 			if f = FormatOf(path); f == Auto {
@@ -232,8 +239,13 @@ func (r *Reader) plan(path string) error {
 		if err != nil {
 			return err
 		}
+		if info.IsDir() {
+			return nil // a link to a folder, which the walk does not follow
+		}
 		if !info.Mode().IsRegular() {
-			return nil
+			// A named pipe would block the read until something wrote to it.
+			return r.report(Problem{Source: p, Kind: SkippedFile,
+				Detail: "skipped: not a regular file (" + inputfile.Kind(info.Mode()) + ")"})
 		}
 		f := r.opt.Format
 		if f == Auto {
@@ -355,7 +367,7 @@ type hashedFile struct {
 }
 
 func (r *Reader) openStream(path string) (*hashedFile, hash.Hash, error) {
-	f, err := os.Open(path)
+	f, err := inputfile.Open(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("data: %w", err)
 	}

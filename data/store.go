@@ -10,12 +10,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"sort"
 	"unsafe"
 
 	"github.com/memtrain/memtrain/data/tokenizer"
+	"github.com/memtrain/memtrain/internal/inputfile"
 )
 
 // The files of a dataset folder.
@@ -361,7 +361,7 @@ func (s *Store) errorf(name, format string, args ...any) error {
 }
 
 func (s *Store) open() error {
-	b, err := os.ReadFile(s.path(ManifestFile))
+	b, err := inputfile.ReadFile(s.path(ManifestFile))
 	if err != nil {
 		return fmt.Errorf("data: %w", err)
 	}
@@ -463,7 +463,7 @@ func (s *Store) checkFile(name string, b []byte) error {
 }
 
 func (s *Store) openIndex() error {
-	b, err := os.ReadFile(s.path(IndexFile))
+	b, err := inputfile.ReadFile(s.path(IndexFile))
 	if err != nil {
 		return fmt.Errorf("data: %w", err)
 	}
@@ -497,7 +497,7 @@ func (s *Store) openIndex() error {
 }
 
 func (s *Store) openTokens() error {
-	f, err := os.Open(s.path(TokensFile))
+	f, err := inputfile.Open(s.path(TokensFile))
 	if err != nil {
 		return fmt.Errorf("data: %w", err)
 	}

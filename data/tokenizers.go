@@ -10,6 +10,7 @@ import (
 
 	"github.com/memtrain/memtrain/data/assets"
 	"github.com/memtrain/memtrain/data/tokenizer"
+	"github.com/memtrain/memtrain/internal/inputfile"
 )
 
 // builtinTokenizers maps builtin:NAME to the embedded tokenizer.json and
@@ -64,13 +65,13 @@ func tokenizerFiles(spec string) (name string, files map[string][]byte, err erro
 	} else if st.IsDir() {
 		path = filepath.Join(path, tokenizer.FileName)
 	}
-	b, err := os.ReadFile(path)
+	b, err := inputfile.ReadFile(path)
 	if err != nil {
 		return "", nil, fmt.Errorf("tokenizer: %w", err)
 	}
 	files[tokenizer.FileName] = b
 	cfgPath := filepath.Join(filepath.Dir(path), tokenizer.ConfigFileName)
-	if b, err := os.ReadFile(cfgPath); err == nil {
+	if b, err := inputfile.ReadFile(cfgPath); err == nil {
 		files[tokenizer.ConfigFileName] = b
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return "", nil, fmt.Errorf("tokenizer: %w", err)

@@ -26,6 +26,7 @@ import (
 	"github.com/memtrain/memtrain/experiments/report"
 	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/internal/atomicfile"
+	"github.com/memtrain/memtrain/internal/inputfile"
 	"github.com/memtrain/memtrain/internal/units"
 	"github.com/memtrain/memtrain/memorization"
 )
@@ -148,7 +149,7 @@ func (r *Runner) claim() error {
 	}
 	raw := r.Spec.raw
 	path := filepath.Join(r.Out, "spec.yaml")
-	old, err := os.ReadFile(path)
+	old, err := inputfile.ReadFile(path)
 	switch {
 	case err == nil && !bytes.Equal(old, raw):
 		return fmt.Errorf("experiments: %s holds another experiment (its spec.yaml differs); give a new --out to start this one", r.Out)
@@ -441,7 +442,7 @@ func (r *Runner) baseModel(b Base) (string, error) {
 	sum := sha256.Sum256(key)
 	dir := filepath.Join(r.Out, "base", b.Preset+"-"+hex.EncodeToString(sum[:4]))
 	done := filepath.Join(dir, "base.json")
-	if raw, err := os.ReadFile(done); err == nil {
+	if raw, err := inputfile.ReadFile(done); err == nil {
 		var d struct{ Model string }
 		if err := json.Unmarshal(raw, &d); err == nil && d.Model != "" {
 			return filepath.Join(dir, d.Model), nil

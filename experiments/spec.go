@@ -13,6 +13,7 @@ import (
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/goldfish"
+	"github.com/memtrain/memtrain/internal/inputfile"
 	"github.com/memtrain/memtrain/internal/options"
 	"github.com/memtrain/memtrain/memorization"
 )
@@ -151,7 +152,7 @@ type ProtocolSpec struct {
 // ReadSpec reads and checks a spec file. Relative paths in it are taken
 // from the file's folder.
 func ReadSpec(path string) (*Spec, error) {
-	b, err := os.ReadFile(path)
+	b, err := inputfile.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("experiments: %w", err)
 	}
@@ -271,8 +272,13 @@ func (s *Spec) check() error {
 		}
 		keys[p.Key()] = true
 	}
-	if s.Eval.Batch < 0 || s.Eval.Resamples < 0 || s.Eval.MinK < 0 || s.Eval.MinK > 100 {
-		return fmt.Errorf("eval: batch %d, resamples %d and min_k %v (want ≥ 0, min_k ≤ 100)", s.Eval.Batch, s.Eval.Resamples, s.Eval.MinK)
+	if s.Eval.Batch < 0 || s.Eval.Resamples < 0 {
+		return fmt.Errorf("eval: batch %d and resamples %d (want ≥ 0)", s.Eval.Batch, s.Eval.Resamples)
+	}
+	if s.Eval.MinK != 0 {
+		if err := memorization.CheckMinKPercent(s.Eval.MinK); err != nil {
+			return fmt.Errorf("eval: min_k %w", err)
+		}
 	}
 	return nil
 }

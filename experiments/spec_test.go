@@ -89,6 +89,11 @@ func TestSpecErrors(t *testing.T) {
 		{"count", "count: 2,", "count: 0,", "count 0"},
 		{"a billion layers", "layers: 1,", "layers: 1000000000,", "base: layers: 1000000000: want at most 1024 (Llama 3.1 405B has 126) (num_hidden_layers)"},
 		{"an arm's huge hidden size", "base: {hidden: 32}", "base: {hidden: 1000000000000}", "arms[2] (bigger): base: hidden: 1000000000000: want at most 131072"},
+		{"min_k NaN", "suffix: 8}]", "suffix: 8}]\n  min_k: .nan", "eval: min_k NaN: want a percentage in (0, 100]"},
+		{"min_k above 100", "suffix: 8}]", "suffix: 8}]\n  min_k: 150", "eval: min_k 150: want a percentage in (0, 100]"},
+		{"negative batch", "suffix: 8}]", "suffix: 8}]\n  batch: -1", "eval: batch -1 and resamples 0 (want ≥ 0)"},
+		{"fractional seed", "name: test", "name: test\nseeds: [1.5]", "spec.yaml:3:9: seeds[0]: 1.5 is not an integer"},
+		{"fractional train step count", "max_steps: 3,", "max_steps: 2.5,", "spec.yaml:6:20: arms[0] (standard): train: max_steps: 2.5 is not an integer"},
 	} {
 		spec := strings.Replace(validSpec, tc.from, tc.to, 1)
 		if spec == validSpec {

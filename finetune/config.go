@@ -95,6 +95,11 @@ func (c *Config) Validate() error {
 	if _, err := ParseLoss(string(c.Loss)); err != nil {
 		return fmt.Errorf("finetune: loss: %w", err)
 	}
+	// Every float finite (clip, the optimizer's, the schedule's), no count
+	// or step negative (a negative max_steps is not "none").
+	if err := options.CheckNumbers(c); err != nil {
+		return fmt.Errorf("finetune: %w", err)
+	}
 	switch {
 	case c.Model == "":
 		return errors.New("finetune: model: missing (a checkpoint folder)")

@@ -2,10 +2,14 @@ package finetune
 
 import (
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
+
 	"github.com/memtrain/memtrain/goldfish"
+	"github.com/memtrain/memtrain/internal/options"
 )
 
 // TestDefaultConfig: the declared defaults are the documented ones.
@@ -82,6 +86,49 @@ func TestValidateDivergence(t *testing.T) {
 		err := c.Validate()
 		if (err == nil) != tc.ok || err != nil && !strings.HasPrefix(err.Error(), "finetune: divergence: ") {
 			t.Errorf("%+v: %v", tc.d, err)
+		}
+	}
+}
+
+// TestValidateNumbers: every float of the configuration refuses NaN and
+// the infinities, every integer a negative value, naming the key; flags
+// and files set them alike.
+func TestValidateNumbers(t *testing.T) {
+	type tc struct{ flag, value, want string }
+	cases := []tc{
+		{"max-steps", "-3", "finetune: max_steps: -3 (want 0 or more)"},
+		{"clip", "NaN", "finetune: clip: NaN (want a finite number)"},
+		{"schedule.min-lr", "NaN", "finetune: schedule.min_lr: NaN (want a finite number)"},
+		{"optimizer.eps", "+Inf", "finetune: optimizer.eps: +Inf (want a finite number)"},
+		{"schedule.total", "-1", "finetune: schedule.total: -1 (want 0 or more)"},
+	}
+	// And every numeric key, as it is declared.
+	for _, f := range options.Fields(&Config{}) {
+		if f.Type.PkgPath() != "" {
+			continue // an enumeration (goldfish.strategy), set by name
+		}
+		switch f.Type.Kind() {
+		case reflect.Float64:
+			for _, v := range []string{"NaN", "+Inf", "-Inf"} {
+				cases = append(cases, tc{f.Flag(), v, "finetune: " + f.Key + ": " + v + " (want a finite number)"})
+			}
+		case reflect.Int:
+			cases = append(cases, tc{f.Flag(), "-1", "finetune: " + f.Key + ": -1"})
+		}
+	}
+	for _, c := range cases {
+		cfg := DefaultConfig()
+		cfg.Model, cfg.Data, cfg.Out = "m", "d", "o"
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("the base configuration: %v", err)
+		}
+		fl := pflag.NewFlagSet("finetune", pflag.ContinueOnError)
+		options.Bind(fl, &cfg)
+		if err := fl.Parse([]string{"--" + c.flag, c.value}); err != nil {
+			t.Fatalf("--%s %s: %v", c.flag, c.value, err)
+		}
+		if err := cfg.Validate(); err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("--%s %s: %v, want %q", c.flag, c.value, err, c.want)
 		}
 	}
 }

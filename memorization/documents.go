@@ -10,6 +10,7 @@ import (
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/data/tokenizer"
 	"github.com/memtrain/memtrain/internal/atomicfile"
+	"github.com/memtrain/memtrain/internal/inputfile"
 )
 
 // StoreDocuments returns the documents of a prepared dataset: its train
@@ -101,7 +102,7 @@ func WriteResults(dir string, s *Summary, docs []DocResult) error {
 
 // ReadSummary reads a summary.json.
 func ReadSummary(path string) (*Summary, error) {
-	b, err := os.ReadFile(path)
+	b, err := inputfile.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("memorization: %w", err)
 	}

@@ -42,6 +42,32 @@ type EvalConfig struct {
 	Progress func(scored, docs, decoded, probes int)
 }
 
+// check refuses settings that defaults would otherwise take for "the
+// default": negative counts, a min-k% outside (0, 100] or NaN.
+func (c *EvalConfig) check() error {
+	switch {
+	case c.Batch < 0:
+		return fmt.Errorf("memorization: batch %d: want 0 (8) or more", c.Batch)
+	case c.Bootstrap.Resamples < 0:
+		return fmt.Errorf("memorization: resamples %d: want 0 (1,000) or more", c.Bootstrap.Resamples)
+	case c.MinKPercent != 0:
+		if err := CheckMinKPercent(c.MinKPercent); err != nil {
+			return fmt.Errorf("memorization: min_k_percent %w", err)
+		}
+	}
+	return nil
+}
+
+// CheckMinKPercent refuses a k of the min-k% score that is not a
+// percentage in (0, 100] (NaN included). Its error begins with the value,
+// for the caller to put its setting's name before: "150: want …".
+func CheckMinKPercent(k float64) error {
+	if !(k > 0 && k <= 100) {
+		return fmt.Errorf("%v: want a percentage in (0, 100]", k)
+	}
+	return nil
+}
+
 func (c *EvalConfig) defaults() {
 	if c.Batch <= 0 {
 		c.Batch = 8
@@ -151,6 +177,9 @@ const SummarySchema = 1
 // Documents are truncated to the model's context; those too short for the
 // protocol are skipped and counted (an error with Strict).
 func Evaluate(m *llama.Model, docs []Document, cfg EvalConfig) (*Summary, []DocResult, error) {
+	if err := cfg.check(); err != nil {
+		return nil, nil, err
+	}
 	cfg.defaults()
 	p := cfg.Protocol
 	if err := p.Validate(); err != nil {

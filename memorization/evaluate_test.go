@@ -184,3 +184,33 @@ func TestSummarize(t *testing.T) {
 		t.Errorf("non-members %+v", n)
 	}
 }
+
+// TestEvaluateBadConfig: settings that would quietly become the defaults
+// (a negative batch, k of min-k% outside (0, 100] or NaN) are refused.
+func TestEvaluateBadConfig(t *testing.T) {
+	m := tinyModel(t)
+	docs := []Document{{ID: 0, Member: true, IDs: make([]int32, 30)}}
+	for _, tc := range []struct {
+		name string
+		set  func(c *EvalConfig)
+		want string
+	}{
+		{"batch", func(c *EvalConfig) { c.Batch = -1 }, "memorization: batch -1: want 0 (8) or more"},
+		{"resamples", func(c *EvalConfig) { c.Bootstrap.Resamples = -5 }, "memorization: resamples -5: want 0 (1,000) or more"},
+		{"min-k above 100", func(c *EvalConfig) { c.MinKPercent = 150 }, "memorization: min_k_percent 150: want a percentage in (0, 100]"},
+		{"min-k negative", func(c *EvalConfig) { c.MinKPercent = -20 }, "memorization: min_k_percent -20: want a percentage in (0, 100]"},
+		{"min-k NaN", func(c *EvalConfig) { c.MinKPercent = math.NaN() }, "memorization: min_k_percent NaN: want a percentage in (0, 100]"},
+		{"min-k infinite", func(c *EvalConfig) { c.MinKPercent = math.Inf(1) }, "memorization: min_k_percent +Inf: want a percentage in (0, 100]"},
+	} {
+		cfg := EvalConfig{Protocol: Custom(10, 8)}
+		tc.set(&cfg)
+		if _, _, err := Evaluate(m, docs, cfg); err == nil || err.Error() != tc.want {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	for _, k := range []float64{0.5, 20, 100} {
+		if err := CheckMinKPercent(k); err != nil {
+			t.Errorf("CheckMinKPercent(%v): %v", k, err)
+		}
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"strconv"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -85,21 +84,29 @@ func runBenchComm(cmd *cobra.Command, f benchCommFlags) error {
 	if err != nil {
 		return fmt.Errorf("bench comm: --sizes: %w", err)
 	}
-	var ops []string
-	for _, o := range strings.Split(f.ops, ",") {
-		o = strings.TrimSpace(o)
+	ops, err := units.SplitList(f.ops)
+	if err != nil {
+		return fmt.Errorf("bench comm: --ops: %w", err)
+	}
+	if len(ops) == 0 {
+		return errors.New("bench comm: --ops: no collective (want all-reduce, all-gather or reduce-scatter)")
+	}
+	for _, o := range ops {
 		if err := commbench.CheckOp(o); err != nil {
 			return fmt.Errorf("bench comm: --ops: %w", err)
 		}
-		ops = append(ops, o)
 	}
 	switch {
 	case f.iters < 0:
 		return fmt.Errorf("bench comm: --iters %d: want 0 (automatic) or more", f.iters)
 	case f.world < 0:
 		return fmt.Errorf("bench comm: --world %d: want 0 (the largest of --ranks) or more", f.world)
-	case f.device != "" && (f.peak <= 0 || f.eff <= 0 || f.eff > 1):
-		return errors.New("bench comm: --device needs --peak (GFLOP/s) and --efficiency in (0, 1]")
+	case f.device == "" && (f.peak != 0 || f.eff != 0):
+		return errors.New("bench comm: --peak and --efficiency go with --device (the device file they describe)")
+	case f.device != "" && !(f.peak > 0 && !math.IsInf(f.peak, 1)):
+		return fmt.Errorf("bench comm: --device needs --peak, a node's compute peak in GFLOP/s (got --peak %v)", f.peak)
+	case f.device != "" && !(f.eff > 0 && f.eff <= 1):
+		return fmt.Errorf("bench comm: --device needs --efficiency in (0, 1], the fraction of --peak a step reaches (got --efficiency %v)", f.eff)
 	}
 	b, err := commbench.New(commbench.Options{Ranks: ranks, Sizes: sizes, Ops: ops, Iters: f.iters, OneGroup: f.oneGroup, World: f.world})
 	if errors.Is(err, commbench.ErrNoGroup) {
@@ -160,9 +167,16 @@ func printBenchCommSummary(w io.Writer, transport string, world int, fits []comm
 
 // parseCounts parses a comma-separated list of positive integers.
 func parseCounts(s string) ([]int, error) {
+	items, err := units.SplitList(s)
+	if err != nil {
+		return nil, err
+	}
+	if len(items) == 0 {
+		return nil, errors.New("no group size (want positive integers, comma-separated)")
+	}
 	var out []int
-	for _, item := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(item))
+	for _, item := range items {
+		n, err := strconv.Atoi(item)
 		if err != nil || n < 1 {
 			return nil, fmt.Errorf("%q: want positive integers", item)
 		}
@@ -175,9 +189,15 @@ func parseCounts(s string) ([]int, error) {
 // "64K,1M,4096" (units.ParseBytes: K, M, G are powers of 1024), each a
 // positive multiple of 4 bytes (float32 elements) of at most 2 GiB − 1.
 func parseByteSizes(s string) ([]int64, error) {
+	items, err := units.SplitList(s)
+	if err != nil {
+		return nil, err
+	}
+	if len(items) == 0 {
+		return nil, errors.New("no size (want sizes such as 4096, 64K or 16M, comma-separated)")
+	}
 	var out []int64
-	for _, item := range strings.Split(s, ",") {
-		item = strings.TrimSpace(item)
+	for _, item := range items {
 		n, err := units.ParseBytes(item)
 		if err != nil || n < 1 || n > math.MaxInt32 {
 			return nil, fmt.Errorf("%q: want a positive size below 2 GiB such as 4096, 64K or 16M", item)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/data/tokenizer"
+	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/internal/units"
 )
 
@@ -100,6 +101,9 @@ the documents, chosen by a hash of their text and --seed.`,
 func runDataPrepare(cmd *cobra.Command, f dataPrepareFlags) error {
 	if len(f.inputs) == 0 {
 		return errors.New("data prepare: no input (use --input)")
+	}
+	if err := launch.CheckThreads(f.threads); err != nil {
+		return fmt.Errorf("data prepare: --threads %w", err)
 	}
 	format, err := data.ParseFormat(f.format)
 	if err != nil {
@@ -227,6 +231,9 @@ as token ids.`,
 }
 
 func runDataInspect(cmd *cobra.Command, dir string, f dataInspectFlags) error {
+	if f.samples < 0 {
+		return fmt.Errorf("data inspect: --samples %d: want 0 or more", f.samples)
+	}
 	var tok *tokenizer.Tokenizer
 	if f.tokenizer != "" {
 		var err error
@@ -242,9 +249,6 @@ func runDataInspect(cmd *cobra.Command, dir string, f dataInspectFlags) error {
 	m := s.Manifest()
 	if tok != nil && tok.Hash() != m.Tokenizer.SHA256 {
 		return fmt.Errorf("data inspect: tokenizer %s (sha256 %s) is not the dataset's (sha256 %s)", f.tokenizer, tok.Hash(), m.Tokenizer.SHA256)
-	}
-	if f.samples < 0 {
-		return fmt.Errorf("data inspect: --samples %d is negative", f.samples)
 	}
 	rep, err := data.Inspect(s, data.InspectOptions{Samples: f.samples, Tokenizer: tok})
 	if err != nil {

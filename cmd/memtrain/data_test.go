@@ -148,6 +148,18 @@ func TestDataErrors(t *testing.T) {
 		{"strict", func(t *testing.T) []string {
 			return []string{"data", "prepare", "--input", in, "--tokenizer", "builtin:llama2", "--out", filepath.Join(t.TempDir(), "x"), "--strict"}
 		}, []string{in + ":6: invalid JSON"}},
+		{"every record bad", func(t *testing.T) []string {
+			dir := t.TempDir()
+			bad := filepath.Join(dir, "bad.jsonl")
+			os.WriteFile(bad, []byte("{oops\n{\"body\": \"x\"}\n"), 0o644)
+			out := filepath.Join(dir, "x")
+			t.Cleanup(func() {
+				if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+					t.Errorf("the failed prepare left %v beside its input", entries)
+				}
+			})
+			return []string{"data", "prepare", "--input", bad, "--tokenizer", "builtin:llama2", "--out", out}
+		}, []string{"no document kept from", "bad.jsonl: bad records 2 (invalid-json 1, missing-field 1)", "no dataset written"}},
 		{"out not empty", func(t *testing.T) []string {
 			return []string{"data", "prepare", "--input", in, "--tokenizer", "builtin:llama2", "--out", good}
 		}, []string{good, "not empty"}},

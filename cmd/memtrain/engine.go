@@ -33,6 +33,9 @@ func (f *engineFlags) register(fl *pflag.FlagSet) {
 
 // spec is the launch spec of one rank on the chosen backend.
 func (f engineFlags) spec() (launch.Spec, error) {
+	if err := launch.CheckThreads(f.threads); err != nil {
+		return launch.Spec{}, fmt.Errorf("--threads %w", err)
+	}
 	dev, err := launch.ParseDevice(f.device)
 	if err != nil {
 		return launch.Spec{}, fmt.Errorf("--%w", err)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -85,8 +84,11 @@ ranks, and the data·Z ranks take turns through the batches.`,
 }
 
 func runEvalLoss(cmd *cobra.Command, f evalLossFlags) error {
-	if f.batch <= 0 || f.seqLen < 0 {
-		return errors.New("eval loss: --batch and --seq-len must be positive")
+	switch {
+	case f.batch <= 0:
+		return fmt.Errorf("eval loss: --batch %d: want 1 or more", f.batch)
+	case f.seqLen < 0:
+		return fmt.Errorf("eval loss: --seq-len %d: want 1 or more (0: the default)", f.seqLen)
 	}
 	l, err := launcher(f.engine, f.parallel, f.model)
 	if err != nil {

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -12,6 +15,7 @@ import (
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/internal/units"
 	"github.com/memtrain/memtrain/memorization"
 )
 
@@ -76,7 +80,7 @@ same probes and rank 0 writes the results, which equal one rank's.`,
 	fl.StringSliceVar(&f.nonMembers, "non-members", nil, "input files of held-out documents (with input files as --data)")
 	fl.StringVar(&f.split, "split", "both", "with a dataset: train (members), holdout (non-members) or both")
 	fl.StringVar(&f.protocol, "protocol", "goldfish", "goldfish, pythia, carlini or custom")
-	fl.IntSliceVar(&f.prefixes, "prefix", nil, "prefix length(s) in tokens (pythia, carlini, custom)")
+	fl.Var((*intList)(&f.prefixes), "prefix", "prefix length(s) in tokens, comma-separated (pythia, carlini, custom)")
 	fl.IntVar(&f.suffix, "suffix", 0, "suffix length in tokens (default 50, pythia 32)")
 	fl.IntVar(&f.limit, "limit", 0, "evaluate at most this many members and as many non-members (0: all)")
 	fl.IntVar(&f.batch, "batch", 8, "probes decoded together")
@@ -94,8 +98,23 @@ same probes and rank 0 writes the results, which equal one rank's.`,
 }
 
 func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
-	if f.batch <= 0 || f.limit < 0 || f.resamples < 0 {
-		return errors.New("eval memorization: --batch must be positive, --limit and --resamples not negative")
+	for flag, paths := range map[string][]string{"data": f.data, "non-members": f.nonMembers} {
+		if i := slices.Index(paths, ""); i >= 0 {
+			return fmt.Errorf("eval memorization: --%s: item %d of %d is empty (want paths, comma-separated)", flag, i+1, len(paths))
+		}
+	}
+	switch {
+	case f.batch <= 0:
+		return fmt.Errorf("eval memorization: --batch %d: want 1 or more", f.batch)
+	case f.limit < 0:
+		return fmt.Errorf("eval memorization: --limit %d: want 0 (all) or more", f.limit)
+	case f.resamples < 0:
+		return fmt.Errorf("eval memorization: --resamples %d: want 0 (1,000) or more", f.resamples)
+	case f.suffix < 0:
+		return fmt.Errorf("eval memorization: --suffix %d: want a length of 1 or more (0: the protocol's)", f.suffix)
+	}
+	if err := memorization.CheckMinKPercent(f.minK); err != nil {
+		return fmt.Errorf("eval memorization: --min-k %w", err)
 	}
 	p, err := memorization.ParseProtocol(f.protocol, f.prefixes, f.suffix)
 	if err != nil {
@@ -204,6 +223,35 @@ func evalDocuments(f evalMemFlags, lm *loadedModel) ([]memorization.Document, er
 	}
 	return docs, nil
 }
+
+// intList is a flag of integers, comma-separated, none of them empty
+// (units.SplitList); a repeated flag adds to the list.
+type intList []int
+
+func (l *intList) String() string {
+	s := make([]string, len(*l))
+	for i, n := range *l {
+		s[i] = strconv.Itoa(n)
+	}
+	return "[" + strings.Join(s, ",") + "]"
+}
+
+func (l *intList) Set(s string) error {
+	items, err := units.SplitList(s)
+	if err != nil {
+		return err
+	}
+	for _, item := range items {
+		n, err := strconv.Atoi(item)
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", item)
+		}
+		*l = append(*l, n)
+	}
+	return nil
+}
+
+func (l *intList) Type() string { return "ints" }
 
 // limitDocuments keeps the first n members and the first n non-members.
 func limitDocuments(docs []memorization.Document, n int) []memorization.Document {

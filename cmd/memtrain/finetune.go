@@ -13,6 +13,7 @@ import (
 
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/finetune"
+	"github.com/memtrain/memtrain/internal/inputfile"
 	"github.com/memtrain/memtrain/internal/options"
 )
 
@@ -75,7 +76,7 @@ HF checkpoints, so a run resumes on any grid.`,
 				}
 			}
 			if file != "" {
-				raw, err := os.ReadFile(file)
+				raw, err := inputfile.ReadFile(file)
 				if err != nil {
 					return fmt.Errorf("finetune: %w", err)
 				}
@@ -108,6 +109,14 @@ HF checkpoints, so a run resumes on any grid.`,
 }
 
 func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf parallelFlags, h finetune.Hooks) error {
+	if h.StopAfter < 0 {
+		return fmt.Errorf("finetune: --stop-after %d: want a step of 1 or more (0: no stop)", h.StopAfter)
+	}
+	// The configuration is checked before anything starts (every rank
+	// checks it again when it opens the run).
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
 	l, err := launcher(ef, pf, cfg.Model)
 	if err != nil {
 		return fmt.Errorf("finetune: %w", err)

@@ -4,14 +4,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/memtrain/memtrain/data/tokenizer"
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/internal/units"
 )
 
 type generateFlags struct {
@@ -63,13 +64,15 @@ is split over a grid of in-process ranks (every rank decodes every prompt).`,
 	return cmd
 }
 
+// parseIDs reads a --prompt-ids list: token ids, comma-separated, none
+// of them empty.
 func parseIDs(s string) ([]int32, error) {
+	parts, err := units.SplitList(s)
+	if err != nil {
+		return nil, fmt.Errorf("--prompt-ids: %w", err)
+	}
 	var ids []int32
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
+	for _, part := range parts {
 		v, err := strconv.ParseInt(part, 10, 32)
 		if err != nil {
 			return nil, fmt.Errorf("--prompt-ids: %q is not a token id", part)
@@ -87,7 +90,16 @@ func runGenerate(cmd *cobra.Command, f generateFlags) error {
 		return errors.New("generate: give --prompt or --prompt-ids")
 	}
 	if f.maxNew < 0 {
-		return errors.New("generate: --max-new-tokens must not be negative")
+		return fmt.Errorf("generate: --max-new-tokens %d: want 0 or more", f.maxNew)
+	}
+	// The id prompts are read before anything loads.
+	var idPrompts [][]int32
+	for _, s := range f.promptIDs {
+		ids, err := parseIDs(s)
+		if err != nil {
+			return fmt.Errorf("generate: %w", err)
+		}
+		idPrompts = append(idPrompts, ids)
 	}
 	l, err := launcher(f.engine, f.parallel, f.model)
 	if err != nil {
@@ -104,22 +116,16 @@ func runGenerate(cmd *cobra.Command, f generateFlags) error {
 			return err
 		}
 		defer lm.model.Free()
-		return generate(cmd, f, lm)
+		return generate(cmd, f, idPrompts, lm)
 	})
 }
 
-// generate decodes the prompts on one rank, or on one rank of a grid,
-// where every rank decodes them all and rank 0 prints.
-func generate(cmd *cobra.Command, f generateFlags, lm *loadedModel) error {
+// generate decodes the prompts (idPrompts, then the text prompts of f)
+// on one rank, or on one rank of a grid, where every rank decodes them all
+// and rank 0 prints.
+func generate(cmd *cobra.Command, f generateFlags, idPrompts [][]int32, lm *loadedModel) error {
 	m := lm.model
-	var prompts [][]int32
-	for _, s := range f.promptIDs {
-		ids, err := parseIDs(s)
-		if err != nil {
-			return fmt.Errorf("generate: %w", err)
-		}
-		prompts = append(prompts, ids)
-	}
+	prompts := slices.Clone(idPrompts)
 	if len(f.prompts) > 0 {
 		prompts = append(prompts, lm.tok.EncodeBatch(f.prompts, tokenizer.EncodeOptions{AddSpecial: f.bos}, 0)...)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -13,6 +12,7 @@ import (
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/data/tokenizer"
 	"github.com/memtrain/memtrain/goldfish"
+	"github.com/memtrain/memtrain/internal/inputfile"
 )
 
 type goldfishFlags struct {
@@ -102,7 +102,7 @@ func runGoldfish(cmd *cobra.Command, f goldfishFlags) error {
 	}
 	in, name := cmd.InOrStdin(), "stdin"
 	if f.input != "" {
-		file, err := os.Open(f.input)
+		file, err := inputfile.Open(f.input)
 		if err != nil {
 			return fmt.Errorf("goldfish: %w", err)
 		}

@@ -120,8 +120,11 @@ func runInspect(cmd *cobra.Command, args []string, f inspectFlags) error {
 		fmt.Fprintf(cmd.OutOrStdout(), "%s: OK, %d files verified (step %d)\n", args[0], len(m.Files), m.Step)
 		return nil
 	}
-	if f.batch <= 0 || f.seqLen < 0 {
-		return errors.New("inspect: --batch and --seq-len must be positive")
+	switch {
+	case f.batch <= 0:
+		return fmt.Errorf("inspect: --batch %d: want 1 or more", f.batch)
+	case f.seqLen < 0:
+		return fmt.Errorf("inspect: --seq-len %d: want 1 or more (0: the default)", f.seqLen)
 	}
 	if f.batch > maxInspectBatch {
 		return fmt.Errorf("inspect: --batch %d: want at most %d sequences", f.batch, maxInspectBatch)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"text/tabwriter"
 
@@ -35,6 +36,7 @@ type planFlags struct {
 	peak        float64 // GFLOP/s
 	bandwidth   float64 // GB/s
 	latency     float64 // µs
+	latencySet  bool    // --latency given (0 is a latency)
 	microBatch  int
 }
 
@@ -94,7 +96,10 @@ Devices:
   memtrain plan --model ./my-checkpoint --gpus 16 --gpu a100 --recompute on
   memtrain plan --model ./tiny --gpus 8 --device-json cpu-8.json --seq-len 128 --global-batch-tokens 2048 --micro-batch 16`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error { return runPlan(cmd.OutOrStdout(), f) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f.latencySet = cmd.Flags().Changed("latency")
+			return runPlan(cmd.OutOrStdout(), f)
+		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.model, "model", "", "a preset name or a checkpoint folder (its config.json)")
@@ -110,7 +115,7 @@ Devices:
 	fl.StringVar(&f.deviceJSON, "device-json", "", "plan for the device described in this JSON file (e.g. from 'memtrain bench comm --device') instead of --gpu")
 	fl.Float64Var(&f.peak, "peak", 0, "override the device's dense peak, GFLOP/s (a shared-node device: the node's)")
 	fl.Float64Var(&f.bandwidth, "bandwidth", 0, "override the device's intra-node link bandwidth, GB/s per direction (a shared-node device: the node's total)")
-	fl.Float64Var(&f.latency, "latency", -1, "override the device's latency of a collective call, µs")
+	fl.Float64Var(&f.latency, "latency", 0, "override the device's latency of a collective call, µs (0 or more)")
 	fl.IntVar(&f.microBatch, "micro-batch", 0, "sequences per micro-batch over the whole grid, as finetune's micro_batch (default: try every size)")
 	return cmd
 }
@@ -133,7 +138,7 @@ func planDevice(f planFlags) (perfmodel.Device, error) {
 	if f.bandwidth > 0 {
 		dev.IntraNodeBandwidth = f.bandwidth * 1e9
 	}
-	if f.latency >= 0 {
+	if f.latencySet {
 		dev.Latency = f.latency * 1e-6
 	}
 	if err := dev.Validate(); err != nil {
@@ -156,10 +161,12 @@ func runPlan(out io.Writer, f planFlags) error {
 		return fmt.Errorf("plan: --global-batch-tokens must be positive, got %d", f.batchTokens)
 	case f.top < 0:
 		return fmt.Errorf("plan: --top must not be negative, got %d", f.top)
-	case f.efficiency < 0 || f.efficiency > 1:
+	case !(f.efficiency >= 0 && f.efficiency <= 1):
 		return fmt.Errorf("plan: --efficiency must lie in (0, 1], got %g", f.efficiency)
-	case f.peak < 0 || f.bandwidth < 0:
-		return fmt.Errorf("plan: --peak and --bandwidth must be positive, got %g and %g", f.peak, f.bandwidth)
+	case !(f.peak >= 0) || math.IsInf(f.peak, 1) || !(f.bandwidth >= 0) || math.IsInf(f.bandwidth, 1):
+		return fmt.Errorf("plan: --peak and --bandwidth must be positive numbers, got %g and %g", f.peak, f.bandwidth)
+	case f.latencySet && (!(f.latency >= 0) || math.IsInf(f.latency, 1)):
+		return fmt.Errorf("plan: --latency must be 0 or more µs, got %g", f.latency)
 	case f.microBatch < 0:
 		return fmt.Errorf("plan: --micro-batch must be positive, got %d", f.microBatch)
 	}

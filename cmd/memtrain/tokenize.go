@@ -15,6 +15,8 @@ import (
 
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/data/tokenizer"
+	"github.com/memtrain/memtrain/engine/launch"
+	"github.com/memtrain/memtrain/internal/inputfile"
 )
 
 type tokenizeFlags struct {
@@ -62,6 +64,9 @@ special tokens (BOS). Decoding (--decode) reads {"ids": [...]} (or
 }
 
 func runTokenize(cmd *cobra.Command, f tokenizeFlags) error {
+	if err := launch.CheckThreads(f.threads); err != nil {
+		return fmt.Errorf("tokenize: --threads %w", err)
+	}
 	tok, _, err := openTokenizer(f.tokenizer)
 	if err != nil {
 		return err
@@ -69,7 +74,7 @@ func runTokenize(cmd *cobra.Command, f tokenizeFlags) error {
 	in, name := cmd.InOrStdin(), "stdin"
 	var bar *progressbar.ProgressBar
 	if f.input != "" {
-		file, err := os.Open(f.input)
+		file, err := inputfile.Open(f.input)
 		if err != nil {
 			return fmt.Errorf("tokenize: %w", err)
 		}

@@ -63,6 +63,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/memtrain/memtrain/internal/inputfile"
 )
 
 // ID is a token id. Token ids are int32 throughout memtrain, and the methods
@@ -135,12 +137,12 @@ func Load(path string) (*Tokenizer, error) {
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 		file = filepath.Join(path, FileName)
 	}
-	data, err := os.ReadFile(file)
+	data, err := inputfile.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
 	cfgFile := filepath.Join(filepath.Dir(file), ConfigFileName)
-	cfg, err := os.ReadFile(cfgFile)
+	cfg, err := inputfile.ReadFile(cfgFile)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("tokenizer: %w", err)

@@ -1,6 +1,7 @@
 package gemm
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/memtrain/memtrain/internal/stats"
+	"github.com/memtrain/memtrain/internal/units"
 )
 
 // MaxShapeElements bounds the three matrices of a Shape that ParseShapes
@@ -21,9 +23,15 @@ type Shape struct{ M, N, K int }
 // N×N×N product or MxNxK, with positive sizes whose matrices together
 // hold at most MaxShapeElements elements.
 func ParseShapes(s string) ([]Shape, error) {
+	items, err := units.SplitList(s)
+	if err != nil {
+		return nil, err
+	}
+	if len(items) == 0 {
+		return nil, errors.New("no shapes (want N or MxNxK, comma-separated)")
+	}
 	var shapes []Shape
-	for _, item := range strings.Split(s, ",") {
-		item = strings.TrimSpace(item)
+	for _, item := range items {
 		parts := strings.Split(strings.ToLower(item), "x")
 		if len(parts) != 1 && len(parts) != 3 {
 			return nil, fmt.Errorf("%q: want N or MxNxK", item)

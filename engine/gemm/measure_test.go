@@ -23,7 +23,9 @@ func TestParseShapes(t *testing.T) {
 		{"12x3", `"12x3": want N or MxNxK`},
 		{"0", "positive integers"},
 		{"4x-1x2", "positive integers"},
-		{"8,", `"": want N or MxNxK with positive integers`},
+		{"8,", `list "8,": item 2 of 2 is empty`},
+		{"8,,16", `list "8,,16": item 2 of 3 is empty`},
+		{"", "no shapes"},
 		{"1000000", "more than 8 GiB"},
 	} {
 		if _, err := ParseShapes(c.in); err == nil || !strings.Contains(err.Error(), c.want) {

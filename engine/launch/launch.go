@@ -23,6 +23,7 @@ import (
 	"github.com/memtrain/memtrain/engine/cuda"
 	"github.com/memtrain/memtrain/engine/gemm"
 	"github.com/memtrain/memtrain/engine/parallel"
+	"github.com/memtrain/memtrain/internal/units"
 )
 
 // Spec says where the ranks of a computation run.
@@ -88,6 +89,9 @@ type Launcher struct {
 // GPU for every in-process rank, and, when mpirun or srun started several
 // processes, an MPI build and exactly one process a rank.
 func New(s Spec) (*Launcher, error) {
+	if err := CheckThreads(s.Threads); err != nil {
+		return nil, fmt.Errorf("launch: threads %w", err)
+	}
 	procs, err := launchedProcs()
 	if err != nil {
 		return nil, err
@@ -212,6 +216,9 @@ func closeBackend(b engine.Backend) {
 // GPU that GEMM multiplies host matrices through the device, transfers
 // included. threads (0: all cores) and blas (gemm.Select) set the CPU's.
 func NewBackend(dev engine.Device, threads int, blas string) (engine.Backend, gemm.Impl, error) {
+	if err := CheckThreads(threads); err != nil {
+		return nil, nil, fmt.Errorf("launch: threads %w", err)
+	}
 	if dev.Kind == engine.CUDA {
 		b, err := cuda.New(cuda.Options{Device: dev.Index})
 		if err != nil {
@@ -224,6 +231,16 @@ func NewBackend(dev engine.Device, threads int, blas string) (engine.Backend, ge
 		return nil, nil, err
 	}
 	return cpu.New(cpu.Options{Threads: threads, GEMM: g}), g, nil
+}
+
+// CheckThreads refuses a thread count below 0 (0 is all cores), which
+// would otherwise quietly mean all cores. Its error begins with the
+// value, for the caller to put its setting's name before: "-1: want …".
+func CheckThreads(n int) error {
+	if n < 0 {
+		return fmt.Errorf("%d: want 0 (all cores) or more", n)
+	}
+	return nil
 }
 
 // ParseDevice reads a device: "cpu", "cuda" or "cuda:N".
@@ -247,15 +264,19 @@ func ParseDevice(s string) (engine.Device, error) {
 // all-reduce, reduce-scatter and all-gather), or none.
 func ParseOverlap(s string) (parallel.Overlap, error) {
 	var o parallel.Overlap
-	for _, part := range strings.Split(s, ",") {
-		switch strings.ToLower(strings.TrimSpace(part)) {
+	parts, err := units.SplitList(s)
+	if err != nil {
+		return o, err
+	}
+	for _, part := range parts {
+		switch strings.ToLower(part) {
 		case "oar":
 			o.AllReduce = true
 		case "ors":
 			o.ReduceScatter = true
 		case "oag":
 			o.AllGather = true
-		case "none", "":
+		case "none":
 		default:
 			return o, fmt.Errorf("overlap %q: unknown %q (want oar, ors, oag or none)", s, part)
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/comm"
 	"github.com/memtrain/memtrain/engine/parallel"
 )
 
@@ -39,7 +40,33 @@ func TestParseOverlap(t *testing.T) {
 			t.Errorf("ParseOverlap(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	if _, err := ParseOverlap("oar,fast"); err == nil || !strings.Contains(err.Error(), `unknown "fast"`) {
-		t.Errorf("ParseOverlap(oar,fast): %v", err)
+	for in, want := range map[string]string{
+		"oar,fast": `unknown "fast"`,
+		"oar,,ors": `list "oar,,ors": item 2 of 3 is empty`,
+		"oag,":     "item 2 of 2 is empty",
+	} {
+		if _, err := ParseOverlap(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseOverlap(%q): %v, want an error with %q", in, err, want)
+		}
+	}
+}
+
+// TestNegativeThreads: a negative thread count is refused by every way in,
+// not taken for all cores.
+func TestNegativeThreads(t *testing.T) {
+	const want = "launch: threads -2: want 0 (all cores) or more"
+	if _, err := New(Spec{Threads: -2}); err == nil || err.Error() != want {
+		t.Errorf("New: %v, want %q", err, want)
+	}
+	if _, err := New(Spec{Threads: -2, Grid: comm.Grid{Data: 2, X: 1, Y: 1, Z: 1}}); err == nil || err.Error() != want {
+		t.Errorf("New on a grid: %v, want %q", err, want)
+	}
+	if _, _, err := NewBackend(engine.Device{Kind: engine.CPU}, -2, "go"); err == nil || err.Error() != want {
+		t.Errorf("NewBackend: %v, want %q", err, want)
+	}
+	for _, n := range []int{0, 1, 64} {
+		if err := CheckThreads(n); err != nil {
+			t.Errorf("CheckThreads(%d): %v", n, err)
+		}
 	}
 }

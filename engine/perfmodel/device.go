@@ -5,9 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"sort"
 	"strings"
+
+	"github.com/memtrain/memtrain/internal/inputfile"
 )
 
 // DefaultEfficiency is the fraction of the dense bf16 peak that a whole
@@ -168,7 +169,7 @@ func LookupDevice(name string) (Device, error) {
 // one; a device without a name is "custom". It does not Validate it, so
 // that the caller may adjust it first.
 func ReadDevice(path string) (Device, error) {
-	raw, err := os.ReadFile(path)
+	raw, err := inputfile.ReadFile(path)
 	if err != nil {
 		return Device{}, fmt.Errorf("perfmodel: %w", err)
 	}
@@ -188,10 +189,14 @@ func ReadDevice(path string) (Device, error) {
 // memory, node size or bandwidth, or an efficiency or latency out of
 // range.
 func (d Device) Validate() error {
-	if d.PeakFLOPs <= 0 || d.MemoryBytes <= 0 || d.NodeSize < 1 || d.IntraNodeBandwidth <= 0 || d.InterNodeBandwidth <= 0 || d.HBMBandwidth <= 0 {
-		return fmt.Errorf("perfmodel: device %q lacks a peak, memory, node size or bandwidth", d.Name)
+	// NaN fails every comparison, so each test is written to fail on it.
+	positive := func(x float64) bool { return x > 0 && !math.IsInf(x, 1) }
+	nonNegative := func(x float64) bool { return x >= 0 && !math.IsInf(x, 1) }
+	if !positive(d.PeakFLOPs) || d.MemoryBytes <= 0 || d.NodeSize < 1 || !positive(d.IntraNodeBandwidth) || !positive(d.InterNodeBandwidth) || !positive(d.HBMBandwidth) {
+		return fmt.Errorf("perfmodel: device %q lacks a finite positive peak (%g), memory, node size or bandwidth (%g, %g, %g)",
+			d.Name, d.PeakFLOPs, d.IntraNodeBandwidth, d.InterNodeBandwidth, d.HBMBandwidth)
 	}
-	if d.Efficiency < 0 || d.Efficiency > 1 || d.Latency < 0 || d.LogitBytes < 0 {
+	if !(d.Efficiency >= 0 && d.Efficiency <= 1) || !nonNegative(d.Latency) || !nonNegative(d.LogitBytes) {
 		return fmt.Errorf("perfmodel: device %q: efficiency %g outside [0, 1], or negative latency %g or logit bytes %g", d.Name, d.Efficiency, d.Latency, d.LogitBytes)
 	}
 	if d.WireBytes != 0 && d.WireBytes != 2 && d.WireBytes != 4 {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/internal/units"
 )
 
 // The communicator groups, as Collective.Group names them and as
@@ -49,11 +50,11 @@ func (g Grid) String() string {
 func ParseGrid(s string) (Grid, error) {
 	g := Grid{Data: 1, X: 1, Y: 1, Z: 1}
 	seen := map[string]bool{}
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
+	parts, err := units.SplitList(s)
+	if err != nil {
+		return g, err
+	}
+	for _, part := range parts {
 		key, val, ok := strings.Cut(part, "=")
 		key = strings.ToLower(strings.TrimSpace(key))
 		n, err := strconv.Atoi(strings.TrimSpace(val))

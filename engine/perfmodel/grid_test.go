@@ -199,6 +199,8 @@ func TestParseGrid(t *testing.T) {
 		{"x=0", Grid{}, "N ≥ 1"},
 		{"run-1", Grid{}, "is not AXIS=N"},
 		{"", Grid{}, "no axis given"},
+		{"dp=2,,x=2", Grid{}, `list "dp=2,,x=2": item 2 of 3 is empty`},
+		{"x=2,", Grid{}, "item 2 of 2 is empty"},
 	} {
 		g, err := ParseGrid(c.in)
 		if c.err != "" {

@@ -334,6 +334,12 @@ func Search(j Job, o Options) ([]Plan, error) {
 		return nil, fmt.Errorf("perfmodel: sequence length must be positive, got %d", j.SeqLen)
 	case j.GlobalBatchTokens < 1 || j.GlobalBatchTokens%int64(j.SeqLen) != 0:
 		return nil, fmt.Errorf("perfmodel: global batch of %d tokens is not a positive multiple of the sequence length %d", j.GlobalBatchTokens, j.SeqLen)
+	case !(o.Efficiency >= 0 && o.Efficiency <= 1):
+		return nil, fmt.Errorf("perfmodel: efficiency %v: want a fraction in (0, 1], or 0 for the device's", o.Efficiency)
+	case !(o.MemoryFraction >= 0 && o.MemoryFraction <= 1):
+		return nil, fmt.Errorf("perfmodel: memory fraction %v: want a fraction in (0, 1], or 0 for the default", o.MemoryFraction)
+	case o.TopK < 0:
+		return nil, fmt.Errorf("perfmodel: top %d: want 0 (all) or more", o.TopK)
 	case o.MicroBatch < 0 || o.MicroBatch > 0 && j.GlobalBatchTokens/int64(j.SeqLen)%int64(o.MicroBatch) != 0:
 		return nil, fmt.Errorf("perfmodel: micro-batch of %d sequences does not divide the global batch's %d", o.MicroBatch, j.GlobalBatchTokens/int64(j.SeqLen))
 	}

@@ -271,6 +271,25 @@ func TestSearchErrors(t *testing.T) {
 		t.Errorf("no-fit error: %v (%+v)", err, nf.Smallest)
 	}
 	small := preset(t, "tiny")
+	nanPeak, infBW, nanLatency := h100, h100, h100
+	nanPeak.PeakFLOPs, infBW.IntraNodeBandwidth, nanLatency.Latency = math.NaN(), math.Inf(1), math.NaN()
+	for _, c := range []struct {
+		job  Job
+		opt  Options
+		want string
+	}{
+		{Job{Config: small, Device: nanPeak, GPUs: 2, SeqLen: 8, GlobalBatchTokens: 16}, Options{}, "lacks a finite positive peak (NaN)"},
+		{Job{Config: small, Device: infBW, GPUs: 2, SeqLen: 8, GlobalBatchTokens: 16}, Options{}, "bandwidth (+Inf"},
+		{Job{Config: small, Device: nanLatency, GPUs: 2, SeqLen: 8, GlobalBatchTokens: 16}, Options{}, "negative latency NaN"},
+		{Job{Config: small, Device: h100, GPUs: 2, SeqLen: 8, GlobalBatchTokens: 16}, Options{Efficiency: math.NaN()}, "efficiency NaN: want a fraction in (0, 1]"},
+		{Job{Config: small, Device: h100, GPUs: 2, SeqLen: 8, GlobalBatchTokens: 16}, Options{Efficiency: 1.5}, "efficiency 1.5"},
+		{Job{Config: small, Device: h100, GPUs: 2, SeqLen: 8, GlobalBatchTokens: 16}, Options{MemoryFraction: -0.5}, "memory fraction -0.5"},
+		{Job{Config: small, Device: h100, GPUs: 2, SeqLen: 8, GlobalBatchTokens: 16}, Options{TopK: -1}, "top -1"},
+	} {
+		if _, err := Search(c.job, c.opt); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v %+v: %v, want %q", c.job.Device, c.opt, err, c.want)
+		}
+	}
 	for _, c := range []struct {
 		job  Job
 		want string

@@ -3,12 +3,12 @@ package report
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/memtrain/memtrain/finetune"
+	"github.com/memtrain/memtrain/internal/inputfile"
 	"github.com/memtrain/memtrain/memorization"
 )
 
@@ -102,7 +102,7 @@ func Load(dir string) ([]ArmResult, error) {
 	}
 	var out []ArmResult
 	for _, p := range paths {
-		b, err := os.ReadFile(p)
+		b, err := inputfile.ReadFile(p)
 		if err != nil {
 			return nil, fmt.Errorf("report: %w", err)
 		}
@@ -126,7 +126,7 @@ func Load(dir string) ([]ArmResult, error) {
 
 // ReadMetrics reads a training run's metrics.jsonl.
 func ReadMetrics(path string) ([]finetune.Metrics, error) {
-	b, err := os.ReadFile(path)
+	b, err := inputfile.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("report: %w", err)
 	}
@@ -146,7 +146,7 @@ func ReadMetrics(path string) ([]finetune.Metrics, error) {
 
 // ReadDocs reads an evaluation's docs.jsonl.
 func ReadDocs(path string) ([]memorization.DocResult, error) {
-	b, err := os.ReadFile(path)
+	b, err := inputfile.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("report: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"reflect"
 	"regexp"
 	"strings"
@@ -111,6 +112,9 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) error {
 		if n.Kind != yaml.ScalarNode {
 			return d.errorf(n, path, "want a single value, not a %s", kindName(n))
 		}
+		if err := d.checkInteger(n, v, path); err != nil {
+			return err
+		}
 		if err := n.Decode(v.Addr().Interface()); err != nil {
 			return d.errorf(n, path, "%s", yamlMessage(err))
 		}
@@ -145,6 +149,34 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) error {
 	}
 	if err := n.Decode(v.Addr().Interface()); err != nil {
 		return d.errorf(n, path, "%s", yamlMessage(err))
+	}
+	return nil
+}
+
+// checkInteger refuses a number with a fraction (or, for an unsigned
+// field, a negative one) for an integer field: go-yaml would truncate 1.5
+// to 1, and wrap -1.5 around to the largest uint64.
+func (d *decoder) checkInteger(n *yaml.Node, v reflect.Value, path string) error {
+	if reflect.PointerTo(v.Type()).Implements(textUnmarshaler) || n.ShortTag() != "!!float" {
+		return nil
+	}
+	var unsigned bool
+	switch v.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		unsigned = true
+	default:
+		return nil
+	}
+	var x float64
+	if err := n.Decode(&x); err != nil {
+		return d.errorf(n, path, "%s", yamlMessage(err))
+	}
+	switch {
+	case x != math.Trunc(x) || math.IsInf(x, 0):
+		return d.errorf(n, path, "%s is not an integer", n.Value)
+	case unsigned && x < 0:
+		return d.errorf(n, path, "%s is not a non-negative integer", n.Value)
 	}
 	return nil
 }

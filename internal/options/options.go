@@ -33,6 +33,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"reflect"
 	"strconv"
 	"strings"
@@ -179,6 +180,32 @@ func stringOf(v reflect.Value) string {
 		return strconv.FormatFloat(v.Float(), 'g', -1, 64)
 	}
 	return fmt.Sprint(v.Interface())
+}
+
+// CheckNumbers refuses what no number of a configuration may be: a float
+// leaf that is NaN or infinite, and an integer leaf below zero (counts,
+// sizes and steps, 0 meaning "none" or "the default"). The error names
+// the first such field by its key path: "schedule.min_lr: NaN (want a
+// finite number)", "max_steps: -3 (want 0 or more)". Rules of a field's
+// own (a positive batch size, a rate below 1) are its owner's to check.
+func CheckNumbers(v any) error {
+	for _, f := range Fields(v) {
+		fv := f.value(v)
+		if reflect.PointerTo(fv.Type()).Implements(textUnmarshaler) {
+			continue
+		}
+		switch fv.Kind() {
+		case reflect.Float64:
+			if x := fv.Float(); math.IsNaN(x) || math.IsInf(x, 0) {
+				return fmt.Errorf("%s: %v (want a finite number)", f.Key, x)
+			}
+		case reflect.Int, reflect.Int64:
+			if n := fv.Int(); n < 0 {
+				return fmt.Errorf("%s: %d (want 0 or more)", f.Key, n)
+			}
+		}
+	}
+	return nil
 }
 
 // SetDefaults sets every field of the struct v points to that has a

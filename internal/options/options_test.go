@@ -2,6 +2,7 @@ package options
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -36,8 +37,9 @@ type config struct {
 	Seed     uint64    `yaml:"seed"`
 	On       bool      `yaml:"on" default:"true"`
 	Inner    inner     `yaml:"inner"`
-	Tags     []string  `yaml:"tags"` // files only
-	Node     yaml.Node `yaml:"node"` // files only
+	Tags     []string  `yaml:"tags"`  // files only
+	Seeds    []uint64  `yaml:"seeds"` // files only
+	Node     yaml.Node `yaml:"node"`  // files only
 	Skip     int       `yaml:"-"`
 	hidden   int
 }
@@ -113,6 +115,13 @@ func TestDecode(t *testing.T) {
 		{"list for a value", "seed: [1, 2]\n", "f.yaml:1:7: seed: want a single value, not a list"},
 		{"value for a mapping", "inner: 3\n", "f.yaml:1:8: inner: want a mapping of keys, not a value"},
 		{"negative uint", "seed: -1\n", "f.yaml:1:7: seed: cannot unmarshal !!int `-1` into uint64"},
+		{"fraction for an int", "max_steps: 1.5\n", "f.yaml:1:12: max_steps: 1.5 is not an integer"},
+		{"fraction for a uint", "seed: 2.5\n", "f.yaml:1:7: seed: 2.5 is not an integer"},
+		{"negative fraction for a uint", "seed: -1.5\n", "f.yaml:1:7: seed: -1.5 is not an integer"},
+		{"negative float for a uint", "seed: -2.0\n", "f.yaml:1:7: seed: -2.0 is not a non-negative integer"},
+		{"infinity for an int", "max_steps: .inf\n", "f.yaml:1:12: max_steps: .inf is not an integer"},
+		{"whole float for an int", "max_steps: 2.0\ninner: {rate: 3}\n", "{ 2 0 true {3 1}}"},
+		{"fraction in a list of ints", "seeds: [1, 1.5]\n", "f.yaml:1:12: seeds[1]: 1.5 is not an integer"},
 		{"syntax", "a: [\n", "f.yaml:1: did not find expected node content"},
 		{"two documents", "seed: 1\n---\nseed: 2\n", "f.yaml:2: a second YAML document (want one)"},
 		{"duplicate key", "seed: 1\nseed: 2\n", `f.yaml:2:1: key "seed" given twice (first on line 1)`},
@@ -190,6 +199,30 @@ func FuzzDecode(f *testing.F) {
 			t.Errorf("error %q does not name the file", err)
 		}
 	})
+}
+
+func TestCheckNumbers(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(c *config)
+		want string // "" for none
+	}{
+		{"defaults", func(c *config) {}, ""},
+		{"zero and negative zero", func(c *config) { c.MaxSteps, c.Inner.Rate = 0, math.Copysign(0, -1) }, ""},
+		{"NaN", func(c *config) { c.Inner.Rate = math.NaN() }, "inner.rate: NaN (want a finite number)"},
+		{"infinity", func(c *config) { c.Inner.Rate = math.Inf(1) }, "inner.rate: +Inf (want a finite number)"},
+		{"minus infinity", func(c *config) { c.Inner.Rate = math.Inf(-1) }, "inner.rate: -Inf (want a finite number)"},
+		{"negative count", func(c *config) { c.MaxSteps = -3 }, "max_steps: -3 (want 0 or more)"},
+		{"negative rate", func(c *config) { c.Inner.Rate = -1 }, ""}, // its owner's rule
+	} {
+		var c config
+		SetDefaults(&c)
+		tc.set(&c)
+		err := CheckNumbers(&c)
+		if got := fmt.Sprint(err); tc.want == "" && err != nil || tc.want != "" && got != tc.want {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
 }
 
 func TestReference(t *testing.T) {

@@ -23,6 +23,10 @@
 // infinities. ParseBytes reads back what FormatBytes prints: "15.0 GiB",
 // "512 B".
 //
+// Lists, such as a flag's "2,4,8" or "oar,ors", are read by [SplitList]:
+// comma-separated items, spaces around each trimmed, none of them empty
+// ("1,,2" and "1,2," are mistakes, not the list 1, 2).
+//
 // The package imports nothing of memtrain.
 package units
 
@@ -125,6 +129,22 @@ func FormatBytes(n int64) string {
 		s, exp = "1.0", exp+1
 	}
 	return fmt.Sprintf("%s%s %ciB", sign, s, "KMGTPE"[exp])
+}
+
+// SplitList reads a comma-separated list (see the package documentation):
+// its items with the spaces around them trimmed, nil for a blank string,
+// and an error for an empty item.
+func SplitList(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	items := strings.Split(s, ",")
+	for i, item := range items {
+		if items[i] = strings.TrimSpace(item); items[i] == "" {
+			return nil, fmt.Errorf("list %q: item %d of %d is empty", s, i+1, len(items))
+		}
+	}
+	return items, nil
 }
 
 // prefixes are the unit prefixes, in order of their powers.

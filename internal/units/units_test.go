@@ -164,3 +164,30 @@ func FuzzParseBytes(f *testing.F) {
 		checkRoundTrip(t, n)
 	})
 }
+
+func TestSplitList(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want string // the items joined by |, or the error
+	}{
+		{"2,4,8", "2|4|8"},
+		{" oar , ors ", "oar|ors"},
+		{"one", "one"},
+		{"", ""},
+		{"  ", ""},
+		{"1,,2", `list "1,,2": item 2 of 3 is empty`},
+		{"1,2,", `list "1,2,": item 3 of 3 is empty`},
+		{",1", `list ",1": item 1 of 2 is empty`},
+		{"1, ,2", `list "1, ,2": item 2 of 3 is empty`},
+		{",", `list ",": item 1 of 2 is empty`},
+	} {
+		items, err := SplitList(tc.in)
+		got := strings.Join(items, "|")
+		if err != nil {
+			got = err.Error()
+		}
+		if got != tc.want {
+			t.Errorf("SplitList(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
