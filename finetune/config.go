@@ -1,8 +1,12 @@
 package finetune
 
 import (
+	"os"
+	"path/filepath"
+
 	"errors"
 	"fmt"
+	"github.com/memtrain/memtrain/internal/inputfile"
 	"math"
 
 	"github.com/memtrain/memtrain/goldfish"
@@ -140,3 +144,34 @@ func (c *Config) Validate() error {
 // it continues (those tagged resume:"same": the data order and the model
 // must not change under it).
 func (c *Config) resumeHash() string { return options.Digest(c) }
+
+// ReadConfig is the configuration a run starts from: the defaults, then
+// the YAML file, or, without one, the configuration of the run that
+// resume names (its config.yaml: resuming a run alone continues it as it
+// was configured), with the run's folder as out. Errors name the file,
+// line and key.
+func ReadConfig(file, resume string) (Config, error) {
+	cfg := DefaultConfig()
+	runDir := ""
+	if resume != "" {
+		runDir = RunFolder(resume)
+		if p := filepath.Join(runDir, ConfigFile); file == "" {
+			if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+				file = p
+			}
+		}
+	}
+	if file != "" {
+		raw, err := inputfile.ReadFile(file)
+		if err != nil {
+			return cfg, fmt.Errorf("finetune: %w", err)
+		}
+		if err := options.Decode(file, raw, &cfg); err != nil {
+			return cfg, fmt.Errorf("finetune: %w", err)
+		}
+	}
+	if cfg.Out == "" {
+		cfg.Out = runDir
+	}
+	return cfg, nil
+}

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 
@@ -102,14 +103,23 @@ type ExistingRunError struct {
 }
 
 func (e *ExistingRunError) Error() string {
-	what := "a run"
+	return fmt.Sprintf("finetune: %s holds a run%s: continue it, or replace it", e.Dir, e.Describe())
+}
+
+// Describe is " (step N, loss L, checkpoint C)": what the folder holds,
+// as far as it is known ("" when nothing is).
+func (e *ExistingRunError) Describe() string {
+	var parts []string
 	if e.Step > 0 {
-		what = fmt.Sprintf("a run (step %d, loss %.4f)", e.Step, e.Loss)
+		parts = append(parts, fmt.Sprintf("step %d, loss %.4f", e.Step, e.Loss))
 	}
 	if e.Checkpoint != "" {
-		what += ", checkpoint " + e.Checkpoint
+		parts = append(parts, "checkpoint "+e.Checkpoint)
 	}
-	return fmt.Sprintf("finetune: %s holds %s: continue it, or replace it", e.Dir, what)
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 // existingRun returns the run that folder dir holds, or nil.

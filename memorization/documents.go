@@ -50,6 +50,90 @@ func StoreDocuments(s *data.Store, split string) ([]Document, error) {
 	return docs, nil
 }
 
+// DocumentSource says where an evaluation's documents come from: a
+// dataset folder's splits, or input files of members and of non-members.
+type DocumentSource struct {
+	Data       []string // one dataset folder, or input files of members
+	NonMembers []string // input files of non-members (with input files)
+	Split      string   // with a dataset: train, holdout or both ("": both)
+	Strict     bool     // a bad record is an error, not a skipped one
+	Limit      int      // at most this many members and as many non-members (0: all)
+}
+
+// A UsageError is an option given with the wrong kind of source.
+type UsageError struct {
+	Option string // "non-members", "split"
+	Goes   string // what it goes with
+}
+
+func (e *UsageError) Error() string {
+	return fmt.Sprintf("memorization: %s goes with %s", e.Option, e.Goes)
+}
+
+// IsDataset says whether path is a prepared dataset folder.
+func IsDataset(path string) bool {
+	st, err := os.Stat(filepath.Join(path, "manifest.json"))
+	return err == nil && st.Mode().IsRegular()
+}
+
+// LoadDocuments reads the documents of src: a dataset's splits (tok, if
+// not nil, must be the dataset's tokenizer), or input files tokenized
+// with tok, members then non-members; then keeps the first Limit of each.
+func LoadDocuments(src DocumentSource, tok *tokenizer.Tokenizer) ([]Document, error) {
+	var docs []Document
+	if len(src.Data) == 1 && IsDataset(src.Data[0]) {
+		if len(src.NonMembers) > 0 {
+			return nil, &UsageError{"non-members", "input files; a dataset has its own holdout split"}
+		}
+		s, err := data.OpenStore(src.Data[0])
+		if err != nil {
+			return nil, err
+		}
+		defer s.Close()
+		if tok != nil && s.Manifest().Tokenizer.SHA256 != tok.Hash() {
+			return nil, fmt.Errorf("memorization: %s was tokenized with another tokenizer than the model's", src.Data[0])
+		}
+		if docs, err = StoreDocuments(s, src.Split); err != nil {
+			return nil, err
+		}
+	} else {
+		if src.Split != "" && src.Split != "both" {
+			return nil, &UsageError{"split", "a dataset folder; input files are members and non-members non-members"}
+		}
+		var err error
+		if docs, _, err = FileDocuments(src.Data, tok, true, data.ReadOptions{Strict: src.Strict}); err != nil {
+			return nil, err
+		}
+		if len(src.NonMembers) > 0 {
+			non, _, err := FileDocuments(src.NonMembers, tok, false, data.ReadOptions{Strict: src.Strict})
+			if err != nil {
+				return nil, err
+			}
+			docs = append(docs, non...)
+		}
+	}
+	if src.Limit > 0 {
+		docs = limitDocuments(docs, src.Limit)
+	}
+	return docs, nil
+}
+
+// limitDocuments keeps the first n members and the first n non-members.
+func limitDocuments(docs []Document, n int) []Document {
+	var out []Document
+	var members, non int
+	for _, d := range docs {
+		if d.Member && members < n {
+			members++
+			out = append(out, d)
+		} else if !d.Member && non < n {
+			non++
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
 // FileDocuments reads documents from input files (JSONL, Parquet, text or
 // folders, as data.NewReader reads them), tokenizing text with tok and BOS
 // (pre-tokenized ids are taken as they are). Every document gets the

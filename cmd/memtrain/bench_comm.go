@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -167,22 +166,12 @@ func printBenchCommSummary(w io.Writer, transport string, world int, fits []comm
 
 // parseCounts parses a comma-separated list of positive integers.
 func parseCounts(s string) ([]int, error) {
-	items, err := units.SplitList(s)
-	if err != nil {
-		return nil, err
+	ns, err := units.ParseInts(s, 1, math.MaxInt32)
+	out := make([]int, len(ns))
+	for i, n := range ns {
+		out[i] = int(n)
 	}
-	if len(items) == 0 {
-		return nil, errors.New("no group size (want positive integers, comma-separated)")
-	}
-	var out []int
-	for _, item := range items {
-		n, err := strconv.Atoi(item)
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%q: want positive integers", item)
-		}
-		out = append(out, n)
-	}
-	return out, nil
+	return out, err
 }
 
 // parseByteSizes parses a comma-separated list of sizes such as

@@ -3,16 +3,13 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
+	"math"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
-	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/internal/units"
@@ -143,12 +140,17 @@ func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
 // rank makes the same model calls in the same order (the collectives
 // inside them pair up), and only the leader reports and writes.
 func evalMemorization(cmd *cobra.Command, f evalMemFlags, p memorization.Protocol, lm *loadedModel, leader bool) error {
-	docs, err := evalDocuments(f, lm)
-	if err != nil {
-		return err
+	if lm.tok == nil && !isDataset(f.data) {
+		return errNoTokenizer(f.model)
 	}
-	if f.limit > 0 {
-		docs = limitDocuments(docs, f.limit)
+	docs, err := memorization.LoadDocuments(memorization.DocumentSource{
+		Data: f.data, NonMembers: f.nonMembers, Split: f.split, Strict: f.strict, Limit: f.limit}, lm.tok)
+	var ue *memorization.UsageError
+	if errors.As(err, &ue) {
+		return fmt.Errorf("eval memorization: --%s goes with %s", ue.Option, ue.Goes)
+	}
+	if err != nil {
+		return fmt.Errorf("eval memorization: %w", err)
 	}
 	cfg := memorization.EvalConfig{Protocol: p, Batch: f.batch, MinKPercent: f.minK, Strict: f.strict,
 		Bootstrap: memorization.Bootstrap{Resamples: f.resamples, Seed: f.seed, Level: 0.95}}
@@ -160,9 +162,7 @@ func evalMemorization(cmd *cobra.Command, f evalMemFlags, p memorization.Protoco
 	}
 	var bar *progressbar.ProgressBar
 	if leader && isTerminal(cmd.ErrOrStderr()) {
-		bar = progressbar.NewOptions(2*len(docs), progressbar.OptionSetWriter(cmd.ErrOrStderr()),
-			progressbar.OptionSetDescription("eval memorization"), progressbar.OptionShowCount(),
-			progressbar.OptionSetPredictTime(true))
+		bar = newBar(cmd.ErrOrStderr(), 2*len(docs), "eval memorization")
 		cfg.Progress = func(scored, nDocs, decoded, probes int) {
 			// Scoring is the first half of the bar, decoding the second.
 			bar.Set(scored + decoded*nDocs/max(probes, 1))
@@ -187,84 +187,21 @@ func evalMemorization(cmd *cobra.Command, f evalMemFlags, p memorization.Protoco
 	return nil
 }
 
-// evalDocuments gathers the documents of eval memorization: a dataset's
-// splits, or member and non-member files.
-func evalDocuments(f evalMemFlags, lm *loadedModel) ([]memorization.Document, error) {
-	if st, err := os.Stat(filepath.Join(f.data[0], "manifest.json")); len(f.data) == 1 && err == nil && !st.IsDir() {
-		if len(f.nonMembers) > 0 {
-			return nil, errors.New("eval memorization: --non-members goes with input files; a dataset has its own holdout split")
-		}
-		s, err := data.OpenStore(f.data[0])
-		if err != nil {
-			return nil, err
-		}
-		defer s.Close()
-		if lm.tok != nil && s.Manifest().Tokenizer.SHA256 != lm.tok.Hash() {
-			return nil, fmt.Errorf("eval memorization: %s was tokenized with another tokenizer than %s's", f.data[0], f.model)
-		}
-		return memorization.StoreDocuments(s, f.split)
-	}
-	if lm.tok == nil {
-		return nil, errNoTokenizer(f.model)
-	}
-	if f.split != "both" {
-		return nil, errors.New("eval memorization: --split goes with a dataset folder; input files are members and --non-members non-members")
-	}
-	docs, _, err := memorization.FileDocuments(f.data, lm.tok, true, data.ReadOptions{Strict: f.strict})
-	if err != nil {
-		return nil, err
-	}
-	if len(f.nonMembers) > 0 {
-		non, _, err := memorization.FileDocuments(f.nonMembers, lm.tok, false, data.ReadOptions{Strict: f.strict})
-		if err != nil {
-			return nil, err
-		}
-		docs = append(docs, non...)
-	}
-	return docs, nil
-}
-
-// intList is a flag of integers, comma-separated, none of them empty
-// (units.SplitList); a repeated flag adds to the list.
+// intList is a flag of integers, comma-separated (units.ParseInts); a
+// repeated flag adds to the list.
 type intList []int
 
-func (l *intList) String() string {
-	s := make([]string, len(*l))
-	for i, n := range *l {
-		s[i] = strconv.Itoa(n)
-	}
-	return "[" + strings.Join(s, ",") + "]"
-}
-
+func (l *intList) String() string { return fmt.Sprint([]int(*l)) }
+func (l *intList) Type() string   { return "ints" }
 func (l *intList) Set(s string) error {
-	items, err := units.SplitList(s)
-	if err != nil {
-		return err
+	ns, err := units.ParseInts(s, math.MinInt32, math.MaxInt32)
+	for _, n := range ns {
+		*l = append(*l, int(n))
 	}
-	for _, item := range items {
-		n, err := strconv.Atoi(item)
-		if err != nil {
-			return fmt.Errorf("%q is not an integer", item)
-		}
-		*l = append(*l, n)
-	}
-	return nil
+	return err
 }
 
-func (l *intList) Type() string { return "ints" }
-
-// limitDocuments keeps the first n members and the first n non-members.
-func limitDocuments(docs []memorization.Document, n int) []memorization.Document {
-	var out []memorization.Document
-	var members, non int
-	for _, d := range docs {
-		if d.Member && members < n {
-			members++
-			out = append(out, d)
-		} else if !d.Member && non < n {
-			non++
-			out = append(out, d)
-		}
-	}
-	return out
+// isDataset says whether paths name one dataset folder.
+func isDataset(paths []string) bool {
+	return len(paths) == 1 && memorization.IsDataset(paths[0])
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/memtrain/memtrain/experiments"
 	"github.com/memtrain/memtrain/experiments/report"
+	"github.com/memtrain/memtrain/internal/stopsignal"
 	"github.com/memtrain/memtrain/memorization"
 )
 
@@ -148,14 +149,14 @@ func runExperiment(cmd *cobra.Command, spec *experiments.Spec, out string, stric
 	start := time.Now()
 	errw := cmd.ErrOrStderr()
 	pb := &phaseBars{w: errw, show: isTerminal(errw)}
-	stops := watchStops()
-	defer stops.stop()
-	r := &experiments.Runner{Spec: spec, Out: out, Launch: ls, Log: pb, Progress: pb.update, Strict: strict, Stop: stops.requested}
+	stops := stopsignal.Start(cmd.ErrOrStderr())
+	defer stops.Stop()
+	r := &experiments.Runner{Spec: spec, Out: out, Launch: ls, Log: pb, Progress: pb.update, Strict: strict, Stop: stops.Requested}
 	rep, err := r.Run()
 	pb.finish()
 	var stopped *experiments.StoppedError
-	if errors.As(err, &stopped) && stops.signal() != nil {
-		return &exitError{code: signalExit(stops.signal()), msg: fmt.Sprintf("%v (%v); continue with: %s", stopped, stops.signal(), resumeCommand(cmd, out))}
+	if errors.As(err, &stopped) && stops.Signal() != nil {
+		return &exitError{code: stopsignal.Exit(stops.Signal()), msg: fmt.Sprintf("%v (%v); continue with: %s", stopped, stops.Signal(), resumeCommand(cmd, out))}
 	}
 	if err != nil {
 		return err
@@ -223,9 +224,7 @@ func (p *phaseBars) update(ev experiments.Progress) {
 			fmt.Fprintln(p.w)
 		}
 		p.phase = ev.Phase
-		p.bar = progressbar.NewOptions(ev.Total, progressbar.OptionSetWriter(p.w),
-			progressbar.OptionSetDescription(ev.Phase), progressbar.OptionShowCount(),
-			progressbar.OptionSetPredictTime(true), progressbar.OptionShowElapsedTimeOnFinish())
+		p.bar = newBar(p.w, ev.Total, ev.Phase)
 	}
 	if ev.Detail != "" {
 		p.bar.Describe(ev.Phase + " " + ev.Detail)

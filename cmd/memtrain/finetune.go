@@ -4,17 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/finetune"
-	"github.com/memtrain/memtrain/internal/inputfile"
 	"github.com/memtrain/memtrain/internal/options"
+	"github.com/memtrain/memtrain/internal/stopsignal"
 )
 
 // killInSaveEnv names the environment variable that makes `finetune` kill
@@ -63,33 +61,13 @@ HF checkpoints, so a run resumes on any grid.`,
   mpirun -np 8 memtrain finetune --config run.yaml --parallel dp=2,x=2,y=1,z=2   # go build -tags mpi`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg := finetune.DefaultConfig()
-			runDir := ""
-			if resume != "" {
-				runDir = finetune.RunFolder(resume)
-			}
-			file := configFile
-			if file == "" && runDir != "" {
-				// --resume RUN alone continues RUN as it was configured.
-				if p := filepath.Join(runDir, finetune.ConfigFile); fileExists(p) {
-					file = p
-				}
-			}
-			if file != "" {
-				raw, err := inputfile.ReadFile(file)
-				if err != nil {
-					return fmt.Errorf("finetune: %w", err)
-				}
-				if err := options.Decode(file, raw, &cfg); err != nil {
-					return fmt.Errorf("finetune: %w", err)
-				}
+			cfg, err := finetune.ReadConfig(configFile, resume)
+			if err != nil {
+				return err
 			}
 			// Flags the user set override the file.
 			if err := options.Apply(cmd.Flags(), &cfg); err != nil {
 				return fmt.Errorf("finetune: %w", err)
-			}
-			if cfg.Out == "" {
-				cfg.Out = runDir
 			}
 			if force && resume != "" {
 				return errors.New("finetune: --force starts over and --resume continues: give one")
@@ -132,9 +110,9 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 	if err != nil {
 		return err
 	}
-	stops := watchStops()
-	defer stops.stop()
-	h.Stop = stops.requested
+	stops := stopsignal.Start(cmd.ErrOrStderr())
+	defer stops.Stop()
+	h.Stop = stops.Requested
 	// Every rank trains; the lead rank alone writes the run's files and
 	// reports.
 	var res finetune.Result
@@ -148,12 +126,7 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 					fmt.Fprintln(cmd.ErrOrStderr(), "memtrain: warning: "+oneLine(w))
 				}
 				if isTerminal(cmd.ErrOrStderr()) && run.Step < run.Steps {
-					bar = progressbar.NewOptions(run.Steps,
-						progressbar.OptionSetWriter(cmd.ErrOrStderr()),
-						progressbar.OptionSetDescription("finetune"),
-						progressbar.OptionShowCount(),
-						progressbar.OptionSetPredictTime(true),
-						progressbar.OptionShowElapsedTimeOnFinish())
+					bar = newBar(cmd.ErrOrStderr(), run.Steps, "finetune")
 					bar.Set(run.Step)
 				}
 			}
@@ -177,7 +150,7 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 	var existing *finetune.ExistingRunError
 	if errors.As(err, &existing) {
 		return fmt.Errorf("finetune: %s holds a run%s: continue it with --resume %s, or start over in it with --force",
-			existing.Dir, describeRun(existing), existing.Dir)
+			existing.Dir, existing.Describe(), existing.Dir)
 	}
 	if err != nil {
 		return err
@@ -186,7 +159,7 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 	switch last := res.Last; {
 	case res.Done:
 		fmt.Fprintf(w, "%s already finished (step %d of %d): nothing to train\n", cfg.Out, res.Step, res.Steps)
-	case res.Stopped && stops.signal() != nil:
+	case res.Stopped && stops.Signal() != nil:
 		resume := "memtrain finetune --resume " + cfg.Out
 		if pf.grid != "" {
 			resume += " --parallel " + pf.grid
@@ -194,33 +167,13 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 		if ef.device != "cpu" {
 			resume += " --device " + ef.device
 		}
-		return &exitError{code: signalExit(stops.signal()), msg: fmt.Sprintf("finetune: stopped by %v after step %d of %d; checkpoint %s; resume with: %s",
-			stops.signal(), res.Step, res.Steps, last.CheckpointDir, resume)}
+		return &exitError{code: stopsignal.Exit(stops.Signal()), msg: fmt.Sprintf("finetune: stopped by %v after step %d of %d; checkpoint %s; resume with: %s",
+			stops.Signal(), res.Step, res.Steps, last.CheckpointDir, resume)}
 	default:
 		fmt.Fprintf(w, "trained %d steps: loss %.4f, dropped %.1f%%, %.0f tokens/s; checkpoint %s\n",
 			last.Step, last.Loss, 100*last.DroppedFrac, last.TokensPerS, last.CheckpointDir)
 	}
 	return nil
-}
-
-// describeRun is " (step N, loss L, checkpoint C)" for what a folder holds.
-func describeRun(e *finetune.ExistingRunError) string {
-	var parts []string
-	if e.Step > 0 {
-		parts = append(parts, fmt.Sprintf("step %d, loss %.4f", e.Step, e.Loss))
-	}
-	if e.Checkpoint != "" {
-		parts = append(parts, "checkpoint "+e.Checkpoint)
-	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return " (" + strings.Join(parts, ", ") + ")"
-}
-
-func fileExists(path string) bool {
-	st, err := os.Stat(path)
-	return err == nil && st.Mode().IsRegular()
 }
 
 // killHook is the crash-safety tests' hook (killInSaveEnv): die by SIGKILL

@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
-	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -64,23 +64,15 @@ is split over a grid of in-process ranks (every rank decodes every prompt).`,
 	return cmd
 }
 
-// parseIDs reads a --prompt-ids list: token ids, comma-separated, none
-// of them empty.
+// parseIDs reads a --prompt-ids list: token ids, comma-separated.
 func parseIDs(s string) ([]int32, error) {
-	parts, err := units.SplitList(s)
+	ns, err := units.ParseInts(s, 0, math.MaxInt32)
 	if err != nil {
 		return nil, fmt.Errorf("--prompt-ids: %w", err)
 	}
-	var ids []int32
-	for _, part := range parts {
-		v, err := strconv.ParseInt(part, 10, 32)
-		if err != nil {
-			return nil, fmt.Errorf("--prompt-ids: %q is not a token id", part)
-		}
-		ids = append(ids, int32(v))
-	}
-	if len(ids) == 0 {
-		return nil, errors.New("--prompt-ids: no ids")
+	ids := make([]int32, len(ns))
+	for i, n := range ns {
+		ids[i] = int32(n)
 	}
 	return ids, nil
 }

@@ -41,3 +41,13 @@ func oneLine(s string) string {
 	s = strings.TrimSpace(s)
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ")
 }
+
+// An exitError ends the command with a status other than 1: after a stop
+// by a signal, the signal's status. Its message, if any, is printed as
+// every error is.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }

@@ -5,13 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/data/tokenizer"
@@ -199,10 +197,4 @@ func wrapLineErr(err error, name string) error {
 		return err
 	}
 	return fmt.Errorf("tokenize: %s: %w", name, err)
-}
-
-// isTerminal reports whether w is a terminal, where progress bars belong.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
 }

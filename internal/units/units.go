@@ -217,3 +217,25 @@ var errInvalid = errors.New("want a size such as 4096, 64K, 500MB or 2GiB")
 func invalid(s string) error {
 	return fmt.Errorf("units: invalid size %q: %w", s, errInvalid)
 }
+
+// ParseInts reads a list of integers in SplitList's grammar, each within
+// [lo, hi]: "1,2, 3". An empty list is an error, as is an item out of
+// range or not an integer (naming it).
+func ParseInts(s string, lo, hi int64) ([]int64, error) {
+	items, err := SplitList(s)
+	if err != nil {
+		return nil, err
+	}
+	if len(items) == 0 {
+		return nil, fmt.Errorf("no numbers in %q (want integers, comma-separated)", s)
+	}
+	out := make([]int64, len(items))
+	for i, item := range items {
+		n, err := strconv.ParseInt(item, 10, 64)
+		if err != nil || n < lo || n > hi {
+			return nil, fmt.Errorf("%q: want an integer in [%d, %d]", item, lo, hi)
+		}
+		out[i] = n
+	}
+	return out, nil
+}

@@ -2,6 +2,7 @@ package units
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -188,6 +189,33 @@ func TestSplitList(t *testing.T) {
 		}
 		if got != tc.want {
 			t.Errorf("SplitList(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestParseInts(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []int64
+		err  string
+	}{
+		{"1,2, 3", []int64{1, 2, 3}, ""},
+		{"-4", []int64{-4}, ""},
+		{"", nil, "no numbers"},
+		{"1,,2", nil, "empty"},
+		{"1,x", nil, `"x": want an integer in [-10, 10]`},
+		{"11", nil, `"11": want an integer in [-10, 10]`},
+		{"1.5", nil, `"1.5": want an integer`},
+	} {
+		got, err := ParseInts(tc.in, -10, 10)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("ParseInts(%q): %v, want an error with %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("ParseInts(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
 		}
 	}
 }

@@ -1,0 +1,22 @@
+package main
+
+import (
+	"io"
+	"os"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+)
+
+// newBar is the progress bar of a long phase of total steps: its count,
+// its predicted time, its elapsed time at the end.
+func newBar(w io.Writer, total int, desc string) *progressbar.ProgressBar {
+	return progressbar.NewOptions(total, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription(desc),
+		progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionShowElapsedTimeOnFinish())
+}
+
+// isTerminal reports whether w is a terminal, where progress bars belong.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
