@@ -84,7 +84,7 @@ func TestValidateDivergence(t *testing.T) {
 		c.Model, c.Data, c.Out = "m", "d", "o"
 		c.Divergence = tc.d
 		err := c.Validate()
-		if (err == nil) != tc.ok || err != nil && !strings.HasPrefix(err.Error(), "finetune: divergence: ") {
+		if (err == nil) != tc.ok || err != nil && !strings.HasPrefix(err.Error(), "finetune: divergence") {
 			t.Errorf("%+v: %v", tc.d, err)
 		}
 	}

@@ -125,7 +125,7 @@ func TestGenerate(t *testing.T) {
 		want string
 	}{
 		{[]string{"--prompt-ids", "1,32000"}, "outside the vocabulary"},
-		{[]string{"--prompt-ids", "1,x"}, "not a token id"},
+		{[]string{"--prompt-ids", "1,x"}, `--prompt-ids: "x": want an integer in [0, 2147483647]`},
 		{[]string{"--prompt-ids", "1", "--max-new-tokens", "5000"}, "max_position_embeddings"},
 		{nil, "--prompt"},
 	} {

@@ -161,12 +161,12 @@ func TestNumericFlags(t *testing.T) {
 		{[]string{"goldfish", "--h", "0"}, "goldfish: h (the context width) must be ≥ 1"},
 		{[]string{"goldfish", "--strategy", "static", "--start", "-1"}, "goldfish: start must be ≥ 0, got -1"},
 		// init
-		{initArgs("--hidden", "-1"), "hidden_size: -1 (want a positive override"},
-		{initArgs("--layers", "-1"), "num_hidden_layers: -1"},
-		{initArgs("--heads", "-1"), "num_attention_heads: -1"},
-		{initArgs("--kv-heads", "-1"), "num_key_value_heads: -1"},
-		{initArgs("--intermediate", "-1"), "intermediate_size: -1"},
-		{initArgs("--head-dim", "-1"), "head_dim: -1"},
+		{initArgs("--hidden", "-1"), "init: --hidden -1: want a positive size, or 0 to keep the model's (hidden_size)"},
+		{initArgs("--layers", "-1"), "init: --layers -1: want a positive size, or 0 to keep the model's (num_hidden_layers)"},
+		{initArgs("--heads", "-1"), "init: --heads -1: want a positive size, or 0 to keep the model's (num_attention_heads)"},
+		{initArgs("--kv-heads", "-1"), "init: --kv-heads -1: want a positive size, or 0 to keep the model's (num_key_value_heads)"},
+		{initArgs("--intermediate", "-1"), "init: --intermediate -1: want a positive size, or 0 to keep the model's (intermediate_size)"},
+		{initArgs("--head-dim", "-1"), "init: --head-dim -1: want a positive size, or 0 to keep the model's (head_dim)"},
 		{initArgs("--seed", "-1"), `invalid argument "-1" for "--seed" flag`},
 		// inspect
 		{[]string{"inspect", "--preset", "tiny", "--batch", "0"}, "inspect: --batch 0: want 1 or more"},
