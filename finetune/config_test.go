@@ -1,6 +1,7 @@
 package finetune
 
 import (
+	"encoding/json"
 	"math"
 	"reflect"
 	"strings"
@@ -130,5 +131,21 @@ func TestValidateNumbers(t *testing.T) {
 		if err := cfg.Validate(); err == nil || !strings.HasPrefix(err.Error(), c.want) {
 			t.Errorf("--%s %s: %v, want %q", c.flag, c.value, err, c.want)
 		}
+	}
+}
+
+// TestMetricsWithoutLoss: a step with no kept target has no loss; its
+// line is still written, with null.
+func TestMetricsWithoutLoss(t *testing.T) {
+	b, err := json.Marshal(Metrics{Schema: 1, Step: 3, Loss: math.NaN(), LossAll: 2.5, Kept: 0, Targets: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back map[string]any
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := back["loss"]; !ok || v != nil || back["loss_all"] != 2.5 || back["step"] != 3.0 || back["targets"] != 8.0 {
+		t.Errorf("line %s", b)
 	}
 }

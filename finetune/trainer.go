@@ -42,6 +42,25 @@ type Metrics struct {
 
 const metricsSchema = 1
 
+// MarshalJSON writes a loss that is not a number as null: a step whose
+// every target the goldfish mask dropped has no loss, and JSON has no NaN
+// (without this the step's line could not be written and the run would
+// stop).
+func (m Metrics) MarshalJSON() ([]byte, error) {
+	type plain Metrics
+	finite := func(x float64) *float64 {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return nil
+		}
+		return &x
+	}
+	return json.Marshal(struct {
+		plain
+		Loss    *float64 `json:"loss"`
+		LossAll *float64 `json:"loss_all"`
+	}{plain(m), finite(m.Loss), finite(m.LossAll)})
+}
+
 // Run is a fine-tuning run in progress. On a grid (OpenParallel) every
 // rank has its own Run over its shards and its share of each batch, and
 // calls the same methods in the same order.
