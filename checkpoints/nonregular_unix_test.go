@@ -3,12 +3,11 @@
 package checkpoints
 
 import (
+	"github.com/memtrain/memtrain/internal/inputfile/fifotest"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/memtrain/memtrain/data/tokenizer"
 )
@@ -42,7 +41,7 @@ func TestNonRegularFiles(t *testing.T) {
 				t.Fatal(err)
 			}
 			fifo := replaceByFIFO(t, dir, tc.fifo)
-			err := within(t, func() error { return tc.open(dir) })
+			err := fifotest.Within(t, func() error { return tc.open(dir) })
 			if err == nil || !strings.Contains(err.Error(), fifo+": not a regular file (a named pipe)") {
 				t.Errorf("error %v, want one naming %s as a named pipe", err, fifo)
 			}
@@ -62,24 +61,5 @@ func replaceByFIFO(t *testing.T, dir, prefix string) string {
 			break
 		}
 	}
-	os.Remove(path)
-	if err := syscall.Mkfifo(path, 0o644); err != nil {
-		t.Skipf("mkfifo: %v", err)
-	}
-	return path
-}
-
-// within runs fn and returns its error, failing the test if fn has not
-// returned after a few seconds (blocked on a named pipe).
-func within(t *testing.T, fn func() error) error {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- fn() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(5 * time.Second):
-		t.Fatal("blocked: a named pipe was opened")
-		return nil
-	}
+	return fifotest.Make(t, path)
 }

@@ -4,41 +4,15 @@ package data
 
 import (
 	"errors"
+	"github.com/memtrain/memtrain/internal/inputfile/fifotest"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/memtrain/memtrain/data/tokenizer"
 )
-
-// mkfifo makes a named pipe at path.
-func mkfifo(t *testing.T, path string) string {
-	t.Helper()
-	os.Remove(path)
-	if err := syscall.Mkfifo(path, 0o644); err != nil {
-		t.Skipf("mkfifo: %v", err)
-	}
-	return path
-}
-
-// within runs fn and returns its error, failing the test if fn has not
-// returned after a few seconds (blocked on a named pipe).
-func within(t *testing.T, fn func() error) error {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- fn() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(5 * time.Second):
-		t.Fatal("blocked: a named pipe was opened")
-		return nil
-	}
-}
 
 // TestNonRegularInputs: an input named directly, a tokenizer or a file of
 // a dataset that is a named pipe is an error naming it, before it is
@@ -49,34 +23,34 @@ func TestNonRegularInputs(t *testing.T) {
 		run  func(t *testing.T, dir string) (fifo string, err error)
 	}{
 		{"input file", func(t *testing.T, dir string) (string, error) {
-			fifo := mkfifo(t, filepath.Join(dir, "in.jsonl"))
+			fifo := fifotest.Make(t, filepath.Join(dir, "in.jsonl"))
 			_, err := NewReader([]string{fifo}, ReadOptions{})
 			return fifo, err
 		}},
 		{"input file, explicit format", func(t *testing.T, dir string) (string, error) {
-			fifo := mkfifo(t, filepath.Join(dir, "in"))
+			fifo := fifotest.Make(t, filepath.Join(dir, "in"))
 			_, err := NewReader([]string{fifo}, ReadOptions{Format: JSONL})
 			return fifo, err
 		}},
 		{"link to an input file", func(t *testing.T, dir string) (string, error) {
-			fifo := mkfifo(t, filepath.Join(dir, "pipe"))
+			fifo := fifotest.Make(t, filepath.Join(dir, "pipe"))
 			link := filepath.Join(dir, "in.parquet")
 			os.Symlink(fifo, link)
 			_, err := NewReader([]string{link}, ReadOptions{})
 			return link, err
 		}},
 		{"prepare", func(t *testing.T, dir string) (string, error) {
-			fifo := mkfifo(t, filepath.Join(dir, "in.txt"))
+			fifo := fifotest.Make(t, filepath.Join(dir, "in.txt"))
 			_, err := Prepare(filepath.Join(dir, "ds"), []string{fifo}, llama2(t), PrepareConfig{SeqLen: 8})
 			return fifo, err
 		}},
 		{"tokenizer.json", func(t *testing.T, dir string) (string, error) {
-			fifo := mkfifo(t, filepath.Join(dir, tokenizer.FileName))
+			fifo := fifotest.Make(t, filepath.Join(dir, tokenizer.FileName))
 			_, _, err := OpenTokenizer(fifo)
 			return fifo, err
 		}},
 		{"tokenizer folder", func(t *testing.T, dir string) (string, error) {
-			fifo := mkfifo(t, filepath.Join(dir, tokenizer.FileName))
+			fifo := fifotest.Make(t, filepath.Join(dir, tokenizer.FileName))
 			_, _, err := OpenTokenizer(dir)
 			return fifo, err
 		}},
@@ -86,7 +60,7 @@ func TestNonRegularInputs(t *testing.T) {
 				return "", err
 			}
 			os.WriteFile(filepath.Join(dir, tokenizer.FileName), files[tokenizer.FileName], 0o644)
-			fifo := mkfifo(t, filepath.Join(dir, tokenizer.ConfigFileName))
+			fifo := fifotest.Make(t, filepath.Join(dir, tokenizer.ConfigFileName))
 			_, _, err = OpenTokenizer(dir)
 			return fifo, err
 		}},
@@ -94,7 +68,7 @@ func TestNonRegularInputs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			var fifo string
-			err := within(t, func() error {
+			err := fifotest.Within(t, func() error {
 				var err error
 				fifo, err = tc.run(t, dir)
 				return err
@@ -114,8 +88,8 @@ func TestNonRegularStoreFiles(t *testing.T) {
 			s := buildStore(t, Settings{Mode: ModeDocument, SeqLen: 4}, []int32{1, 2, 3})
 			dir := s.Dir()
 			s.Close()
-			fifo := mkfifo(t, filepath.Join(dir, name))
-			err := within(t, func() error {
+			fifo := fifotest.Make(t, filepath.Join(dir, name))
+			err := fifotest.Within(t, func() error {
 				s, err := OpenStore(dir)
 				if err == nil {
 					s.Close()
@@ -134,9 +108,9 @@ func TestNonRegularStoreFiles(t *testing.T) {
 func TestFolderWithNamedPipe(t *testing.T) {
 	dir := t.TempDir()
 	writeJSONL(t, dir, "a.jsonl", []string{"one", "two"})
-	fifo := mkfifo(t, filepath.Join(dir, "b.jsonl"))
+	fifo := fifotest.Make(t, filepath.Join(dir, "b.jsonl"))
 	var docs int
-	err := within(t, func() error {
+	err := fifotest.Within(t, func() error {
 		r, err := NewReader([]string{dir}, ReadOptions{})
 		if err != nil {
 			return err
@@ -160,7 +134,7 @@ func TestFolderWithNamedPipe(t *testing.T) {
 	if err != nil || docs != 2 {
 		t.Errorf("read %d documents (%v), want 2", docs, err)
 	}
-	err = within(t, func() error {
+	err = fifotest.Within(t, func() error {
 		_, err := NewReader([]string{dir}, ReadOptions{Strict: true})
 		return err
 	})
