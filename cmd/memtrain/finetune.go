@@ -119,9 +119,11 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 	err = l.Run(func(r launch.Rank) error {
 		h := h
 		var bar *progressbar.ProgressBar
+		steps := 0
 		if r.Lead() {
 			h.BeforeCommit = kill
 			h.Started = func(run *finetune.Run) {
+				steps = run.Steps
 				for _, w := range run.Warnings {
 					fmt.Fprintln(cmd.ErrOrStderr(), "memtrain: warning: "+oneLine(w))
 				}
@@ -132,8 +134,19 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 			}
 			h.Progress = func(m finetune.Metrics) {
 				if bar != nil {
-					bar.Describe(fmt.Sprintf("finetune loss %.4f", m.Loss))
+					bar.Describe(stepDescription(m))
 					bar.Set(m.Step)
+				}
+				if m.EvalLoss > 0 {
+					line := evalLine(m, steps)
+					if bar != nil {
+						// Above the bar: clear its line, print, redraw.
+						bar.Clear()
+						fmt.Fprintln(cmd.ErrOrStderr(), line)
+						bar.RenderBlank()
+					} else {
+						fmt.Fprintln(cmd.ErrOrStderr(), line)
+					}
 				}
 			}
 		}
@@ -193,4 +206,21 @@ func killHook() (func(int, string), error) {
 			killSelf()
 		}
 	}, nil
+}
+
+// stepDescription is the progress bar's description after a step: its
+// loss and throughput, and the last held-out evaluation's when the step
+// had one.
+func stepDescription(m finetune.Metrics) string {
+	d := fmt.Sprintf("finetune loss %.4f, %.0f tokens/s", m.Loss, m.TokensPerS)
+	if m.EvalLoss > 0 {
+		d += fmt.Sprintf(", held-out %.4f", m.EvalLoss)
+	}
+	return d
+}
+
+// evalLine is the line a held-out evaluation prints: above the bar on a
+// terminal, on its own otherwise.
+func evalLine(m finetune.Metrics, steps int) string {
+	return fmt.Sprintf("step %d/%d: held-out loss %.4f, perplexity %.1f", m.Step, steps, m.EvalLoss, m.EvalPerplex)
 }

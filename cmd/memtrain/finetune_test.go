@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -90,6 +91,44 @@ func TestFinetuneResumeIsBitIdentical(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(a, "config.yaml")); err != nil {
 		t.Error("no effective config saved")
+	}
+}
+
+// TestFinetunePrintsHeldOutEvaluations: when stderr is not a terminal,
+// each held-out evaluation is one plain line there, its step, loss and
+// perplexity those of its metrics line.
+func TestFinetunePrintsHeldOutEvaluations(t *testing.T) {
+	base, ds := finetuneFixture(t, "builtin:llama2")
+	out := filepath.Join(t.TempDir(), "run")
+	_, errs, code := memtrain(t, "", "finetune", "--model", base, "--data", ds, "--out", out, "--max_steps", "5", "--batch_size", "2",
+		"--micro_batch", "2", "--schedule.lr", "1e-3", "--eval_every", "2")
+	if code != 0 {
+		t.Fatal(errs)
+	}
+	raw, _ := os.ReadFile(filepath.Join(out, "metrics.jsonl"))
+	var want []string
+	for _, l := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var m struct {
+			Step     int     `json:"step"`
+			EvalLoss float64 `json:"eval_loss"`
+			EvalPPL  float64 `json:"eval_perplexity"`
+		}
+		json.Unmarshal([]byte(l), &m)
+		if m.EvalLoss > 0 {
+			want = append(want, fmt.Sprintf("step %d/5: held-out loss %.4f, perplexity %.1f", m.Step, m.EvalLoss, m.EvalPPL))
+		}
+	}
+	if len(want) != 3 { // steps 2, 4 and the last
+		t.Fatalf("%d evaluations in metrics.jsonl, want 3", len(want))
+	}
+	var got []string
+	for _, l := range strings.Split(errs, "\n") {
+		if strings.Contains(l, "held-out") {
+			got = append(got, l)
+		}
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("stderr evaluation lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 
