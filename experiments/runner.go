@@ -74,6 +74,9 @@ type armRun struct {
 	seed uint64
 	base Base
 	cfg  finetune.Config
+	// index is the run's place in the study, 1 to of, as progress names
+	// it.
+	index, of int
 }
 
 func (r *Runner) logf(format string, args ...any) {
@@ -126,6 +129,9 @@ func (r *Runner) Run() (*report.Written, error) {
 	}
 	if err := r.prepareData(); err != nil {
 		return nil, err
+	}
+	for i := range runs {
+		runs[i].index, runs[i].of = i+1, len(runs)
 	}
 	for _, ar := range runs {
 		if err := r.runArm(ar); err != nil {
@@ -534,12 +540,13 @@ func (r *Runner) pretrain(dir, initDir string, p *Pretrain) (string, error) {
 		return "", err
 	}
 	cfg.Model, cfg.Data, cfg.Out = initDir, ds, filepath.Join(dir, "pretrain")
-	return r.finetune(cfg, "pretrain")
+	return r.finetune(cfg, "pretrain", "pretrain")
 }
 
 // finetune runs (or resumes) a fine-tuning run to its end, on every rank
-// of the launch, and returns its final checkpoint.
-func (r *Runner) finetune(cfg finetune.Config, phase string) (string, error) {
+// of the launch, and returns its final checkpoint. phase names it in logs
+// and errors, shown in progress (e.g. with the arm's place in the study).
+func (r *Runner) finetune(cfg finetune.Config, phase, shown string) (string, error) {
 	ckDir := filepath.Join(cfg.Out, "checkpoints")
 	resume := ""
 	if _, err := finetune.LatestCheckpoint(ckDir); err == nil {
@@ -582,7 +589,14 @@ func (r *Runner) finetune(cfg finetune.Config, phase string) (string, error) {
 			}
 			h.Progress = func(m finetune.Metrics) {
 				last = m
-				r.progress(Progress{Phase: phase, Done: m.Step, Total: steps, Detail: fmt.Sprintf("loss %.3f", m.Loss)})
+				detail := fmt.Sprintf("loss %.3f, %.0f tokens/s", m.Loss, m.TokensPerS)
+				if m.EvalLoss > 0 {
+					detail += fmt.Sprintf(", held-out %.3f", m.EvalLoss)
+					if m.Step < steps { // the last one is in the phase's done line
+						r.logf("%s: step %d/%d: held-out loss %.4f, perplexity %.1f", phase, m.Step, steps, m.EvalLoss, m.EvalPerplex)
+					}
+				}
+				r.progress(Progress{Phase: shown, Done: m.Step, Total: steps, Detail: detail})
 			}
 		}
 		out, err := finetune.TrainRank(cfg, rk.Backend, rk.Grid, h)
@@ -622,7 +636,7 @@ func (r *Runner) runArm(ar armRun) error {
 	}
 	cfg := ar.cfg
 	cfg.Model, cfg.Data, cfg.Out = base, r.trainDir(), filepath.Join(dir, "train")
-	final, err := r.finetune(cfg, "train "+name)
+	final, err := r.finetune(cfg, "train "+name, fmt.Sprintf("train %s (arm %d of %d)", name, ar.index, ar.of))
 	if err != nil {
 		return err
 	}

@@ -41,6 +41,13 @@ eval:
 
 func runStudy(t *testing.T, spec, out string, strict bool) (*report.Written, string, error) {
 	t.Helper()
+	return runStudyProgress(t, spec, out, strict, nil)
+}
+
+// runStudyProgress is runStudy with progress, if not nil, seeing every
+// progress event.
+func runStudyProgress(t *testing.T, spec, out string, strict bool, progress func(Progress)) (*report.Written, string, error) {
+	t.Helper()
 	s, err := ParseSpec([]byte(spec), "")
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +55,12 @@ func runStudy(t *testing.T, spec, out string, strict bool) (*report.Written, str
 	var log bytes.Buffer
 	var events int
 	r := &Runner{Spec: s, Out: out, Launch: launch.Spec{Threads: 2}, Log: &log, Strict: strict,
-		Progress: func(Progress) { events++ }}
+		Progress: func(p Progress) {
+			events++
+			if progress != nil {
+				progress(p)
+			}
+		}}
 	rep, err := r.Run()
 	if err == nil && events == 0 {
 		t.Error("no progress reported")
@@ -61,9 +73,22 @@ func runStudy(t *testing.T, spec, out string, strict bool) (*report.Written, str
 // ends where the uninterrupted run ended.
 func TestRunner(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "study")
-	rep, log, err := runStudy(t, tinyStudy, out, false)
+	var phases []string
+	rep, log, err := runStudyProgress(t, tinyStudy, out, false, func(p Progress) {
+		if n := len(phases); strings.HasPrefix(p.Phase, "train ") && (n == 0 || phases[n-1] != p.Phase) {
+			phases = append(phases, p.Phase)
+		}
+	})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log)
+	}
+	// Progress names each arm's place in the study; the log has each
+	// held-out evaluation before the last.
+	if want := []string{"train standard-s1 (arm 1 of 2)", "train goldfish-k2-s1 (arm 2 of 2)"}; !reflect.DeepEqual(phases, want) {
+		t.Errorf("training phases %q, want %q", phases, want)
+	}
+	if !strings.Contains(log, "train standard-s1: step 2/4: held-out loss ") {
+		t.Errorf("no held-out evaluation at step 2 in the log:\n%s", log)
 	}
 	if rep.Runs != 2 || rep.Arms != 2 {
 		t.Errorf("report of %d runs, %d arms", rep.Runs, rep.Arms)
