@@ -45,6 +45,17 @@ type Config struct {
 	SaveDType  string  `yaml:"save_dtype" default:"f32" help:"checkpoint weights: f32 or bf16"`
 
 	Divergence Divergence `yaml:"divergence"`
+	Samples    Samples    `yaml:"samples"`
+}
+
+// Samples are greedy generations from fixed prompts during training
+// (samples.go), printed and written to the metrics line of their step.
+// Held-out evaluation keeps its own key, eval_every: this block is apart
+// from it so that no existing configuration or spec changes.
+type Samples struct {
+	Every        int      `yaml:"every" help:"generate from samples.prompts (a list, in the file) every N steps and at the end (0: never)"`
+	Prompts      []string `yaml:"prompts"`
+	MaxNewTokens int      `yaml:"max_new_tokens" default:"32" help:"new tokens a sample generates at most"`
 }
 
 // Divergence is when a finite loss stops the run (divergence.go): when it
@@ -124,6 +135,14 @@ func (c *Config) Validate() error {
 	}
 	if d := c.Divergence; d.Factor != 0 && (!(d.Factor >= 1) || math.IsInf(d.Factor, 0) || !(d.Margin >= 0) || math.IsInf(d.Margin, 0) || d.Window < 1) {
 		return fmt.Errorf("finetune: divergence: factor %v, margin %v, window %d (want factor ≥ 1, or 0 for off; margin ≥ 0; window ≥ 1)", d.Factor, d.Margin, d.Window)
+	}
+	if c.Samples.Every > 0 && len(c.Samples.Prompts) == 0 {
+		return errors.New("finetune: samples: every is set but prompts is empty (a list of prompt texts)")
+	}
+	for i, p := range c.Samples.Prompts {
+		if p == "" {
+			return fmt.Errorf("finetune: samples: prompt %d is empty", i+1)
+		}
 	}
 	if c.Loss == Goldfish {
 		if err := c.Goldfish.Validate(); err != nil {

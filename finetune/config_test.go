@@ -27,8 +27,9 @@ func TestDefaultConfig(t *testing.T) {
 		Keep:       2,
 		SaveDType:  "f32",
 		Divergence: Divergence{Factor: 4, Margin: 1, Window: 50},
+		Samples:    Samples{MaxNewTokens: 32},
 	}
-	if got := DefaultConfig(); got != want {
+	if got := DefaultConfig(); !reflect.DeepEqual(got, want) {
 		t.Errorf("DefaultConfig() = %+v, want %+v", got, want)
 	}
 }
@@ -87,6 +88,28 @@ func TestValidateDivergence(t *testing.T) {
 		err := c.Validate()
 		if (err == nil) != tc.ok || err != nil && !strings.HasPrefix(err.Error(), "finetune: divergence") {
 			t.Errorf("%+v: %v", tc.d, err)
+		}
+	}
+}
+
+// TestValidateSamples: samples every N steps need prompts, none of them
+// empty.
+func TestValidateSamples(t *testing.T) {
+	for _, tc := range []struct {
+		s  Samples
+		ok bool
+	}{
+		{Samples{MaxNewTokens: 32}, true},
+		{Samples{Every: 5, Prompts: []string{"Once"}, MaxNewTokens: 32}, true},
+		{Samples{Every: 5, MaxNewTokens: 32}, false},
+		{Samples{Every: 5, Prompts: []string{"Once", ""}, MaxNewTokens: 32}, false},
+	} {
+		c := DefaultConfig()
+		c.Model, c.Data, c.Out = "m", "d", "o"
+		c.Samples = tc.s
+		err := c.Validate()
+		if (err == nil) != tc.ok || err != nil && !strings.HasPrefix(err.Error(), "finetune: samples") {
+			t.Errorf("%+v: %v", tc.s, err)
 		}
 	}
 }

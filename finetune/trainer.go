@@ -22,22 +22,23 @@ import (
 
 // Metrics is one line of metrics.jsonl, written after every step.
 type Metrics struct {
-	Schema        int     `json:"schema"` // 1
-	Step          int     `json:"step"`
-	Epoch         int     `json:"epoch"`
-	LR            float64 `json:"lr"`
-	Loss          float64 `json:"loss"`           // mean over kept targets
-	LossAll       float64 `json:"loss_all"`       // mean over every non-padding target, dropped ones included
-	Kept          float64 `json:"kept_tokens"`    // targets in the loss
-	Targets       float64 `json:"targets"`        // non-padding targets
-	DroppedFrac   float64 `json:"dropped_frac"`   // goldfish drops / non-padding targets
-	GradNorm      float64 `json:"grad_norm"`      // before clipping
-	Clipped       bool    `json:"clipped"`        //
-	TokensPerS    float64 `json:"tokens_per_s"`   // input tokens of the step / its wall time
-	ModelFLOPsPS  float64 `json:"model_flops_ps"` // tokens/s × model FLOPs per token
-	EvalLoss      float64 `json:"eval_loss,omitempty"`
-	EvalPerplex   float64 `json:"eval_perplexity,omitempty"`
-	CheckpointDir string  `json:"checkpoint,omitempty"`
+	Schema        int      `json:"schema"` // 1
+	Step          int      `json:"step"`
+	Epoch         int      `json:"epoch"`
+	LR            float64  `json:"lr"`
+	Loss          float64  `json:"loss"`           // mean over kept targets
+	LossAll       float64  `json:"loss_all"`       // mean over every non-padding target, dropped ones included
+	Kept          float64  `json:"kept_tokens"`    // targets in the loss
+	Targets       float64  `json:"targets"`        // non-padding targets
+	DroppedFrac   float64  `json:"dropped_frac"`   // goldfish drops / non-padding targets
+	GradNorm      float64  `json:"grad_norm"`      // before clipping
+	Clipped       bool     `json:"clipped"`        //
+	TokensPerS    float64  `json:"tokens_per_s"`   // input tokens of the step / its wall time
+	ModelFLOPsPS  float64  `json:"model_flops_ps"` // tokens/s × model FLOPs per token
+	EvalLoss      float64  `json:"eval_loss,omitempty"`
+	EvalPerplex   float64  `json:"eval_perplexity,omitempty"`
+	Samples       []Sample `json:"samples,omitempty"` // Config.Samples, on their steps
+	CheckpointDir string   `json:"checkpoint,omitempty"`
 }
 
 const metricsSchema = 1
@@ -88,10 +89,11 @@ type Run struct {
 	// Warnings are one-line messages for the user from opening the run:
 	// a damaged checkpoint passed over on resume, or one resumed
 	// unverified. On a grid only rank 0 has them.
-	Warnings []string
-	masker   *goldfish.Masker
-	files    map[string][]byte // tokenizer files carried into checkpoints
-	metrics  io.Writer
+	Warnings  []string
+	masker    *goldfish.Masker
+	files     map[string][]byte    // tokenizer files carried into checkpoints
+	sampleTok *tokenizer.Tokenizer // Config.Samples' prompts' tokenizer, parsed at the first sample
+	metrics   io.Writer
 
 	tokensSeen int64   // input tokens of the steps done, as tokens_per_s counts them
 	lastLoss   float64 // the loss of the last step that had one
@@ -362,6 +364,11 @@ func (r *Run) Train(w io.Writer, progress func(Metrics)) error {
 			}
 			if !math.IsNaN(l) {
 				m.EvalLoss, m.EvalPerplex = l, math.Exp(l)
+			}
+		}
+		if s := r.Config.Samples; s.Every > 0 && (r.Step%s.Every == 0 || r.Step == r.Steps) {
+			if m.Samples, err = r.Sample(); err != nil {
+				return err
 			}
 		}
 		stop, err := r.stopRequested()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -137,8 +138,15 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 					bar.Describe(stepDescription(m))
 					bar.Set(m.Step)
 				}
+				var lines []string
 				if m.EvalLoss > 0 {
-					line := evalLine(m, steps)
+					lines = append(lines, evalLine(m, steps))
+				}
+				for _, smp := range m.Samples {
+					lines = append(lines, fmt.Sprintf("step %d/%d: sample %q → %q", m.Step, steps, smp.Prompt, smp.Text))
+				}
+				if len(lines) > 0 {
+					line := strings.Join(lines, "\n")
 					if bar != nil {
 						// Above the bar: clear its line, print, redraw.
 						bar.Clear()

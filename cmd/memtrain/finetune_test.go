@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"strings"
 	"syscall"
@@ -129,6 +130,59 @@ func TestFinetunePrintsHeldOutEvaluations(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("stderr evaluation lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestFinetuneSamples: samples.every generates from the configured prompts
+// on its steps and at the end, prints them, and writes them to the metrics
+// line of the step; on a grid they are one rank's.
+func TestFinetuneSamples(t *testing.T) {
+	base, ds := finetuneFixture(t, "builtin:llama2")
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "run.yaml")
+	os.WriteFile(conf, []byte("samples: {every: 2, prompts: [\"It is a truth\", \"Mr. Darcy\"], max_new_tokens: 5}\n"), 0o644)
+	type sample struct{ Prompt, Text string }
+	samplesOf := func(out string) map[int][]sample {
+		raw, _ := os.ReadFile(filepath.Join(out, "metrics.jsonl"))
+		got := map[int][]sample{}
+		for _, l := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+			var m struct {
+				Step    int      `json:"step"`
+				Samples []sample `json:"samples"`
+			}
+			if err := json.Unmarshal([]byte(l), &m); err != nil {
+				t.Fatal(err)
+			}
+			if m.Samples != nil {
+				got[m.Step] = m.Samples
+			}
+		}
+		return got
+	}
+	run := func(out string, extra ...string) (map[int][]sample, string) {
+		args := append([]string{"finetune", "--config", conf, "--model", base, "--data", ds, "--out", out, "--max_steps", "3",
+			"--batch_size", "4", "--micro_batch", "2", "--schedule.lr", "1e-3"}, extra...)
+		_, errs, code := memtrain(t, "", args...)
+		if code != 0 {
+			t.Fatal(errs)
+		}
+		return samplesOf(out), errs
+	}
+	one, errs := run(filepath.Join(dir, "one"))
+	if len(one) != 2 || len(one[2]) != 2 || len(one[3]) != 2 { // steps 2 and the last
+		t.Fatalf("samples by step %+v", one)
+	}
+	for _, s := range append(one[2], one[3]...) {
+		if s.Text == "" || (s.Prompt != "It is a truth" && s.Prompt != "Mr. Darcy") {
+			t.Errorf("sample %+v", s)
+		}
+	}
+	if want := fmt.Sprintf("step 2/3: sample %q → %q", one[2][1].Prompt, one[2][1].Text); !strings.Contains(errs, want) {
+		t.Errorf("stderr lacks %s:\n%s", want, errs)
+	}
+	grid, _ := run(filepath.Join(dir, "grid"), "--parallel", "dp=2,y=2")
+	if !reflect.DeepEqual(grid, one) {
+		t.Errorf("grid samples %+v, one rank's %+v", grid, one)
 	}
 }
 
