@@ -120,7 +120,7 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 	err = l.Run(func(r launch.Rank) error {
 		h := h
 		var bar *progressbar.ProgressBar
-		steps := 0
+		steps, heldOut := 0, 0.0
 		if r.Lead() {
 			h.BeforeCommit = kill
 			h.Started = func(run *finetune.Run) {
@@ -134,8 +134,11 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 				}
 			}
 			h.Progress = func(m finetune.Metrics) {
+				if m.EvalLoss > 0 {
+					heldOut = m.EvalLoss
+				}
 				if bar != nil {
-					bar.Describe(stepDescription(m))
+					bar.Describe(stepDescription(m, heldOut))
 					bar.Set(m.Step)
 				}
 				var lines []string
@@ -217,12 +220,11 @@ func killHook() (func(int, string), error) {
 }
 
 // stepDescription is the progress bar's description after a step: its
-// loss and throughput, and the last held-out evaluation's when the step
-// had one.
-func stepDescription(m finetune.Metrics) string {
+// loss and throughput, and the last held-out loss (0: none yet).
+func stepDescription(m finetune.Metrics, heldOut float64) string {
 	d := fmt.Sprintf("finetune loss %.4f, %.0f tokens/s", m.Loss, m.TokensPerS)
-	if m.EvalLoss > 0 {
-		d += fmt.Sprintf(", held-out %.4f", m.EvalLoss)
+	if heldOut > 0 {
+		d += fmt.Sprintf(", held-out %.4f", heldOut)
 	}
 	return d
 }
