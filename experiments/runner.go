@@ -596,6 +596,9 @@ func (r *Runner) finetune(cfg finetune.Config, phase, shown string) (string, err
 						r.logf("%s: step %d/%d: held-out loss %.4f, perplexity %.1f", phase, m.Step, steps, m.EvalLoss, m.EvalPerplex)
 					}
 				}
+				for _, smp := range m.Samples {
+					r.logf("%s: step %d/%d: sample %q → %q", phase, m.Step, steps, smp.Prompt, smp.Text)
+				}
 				r.progress(Progress{Phase: shown, Done: m.Step, Total: steps, Detail: detail})
 			}
 		}

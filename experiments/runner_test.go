@@ -30,7 +30,8 @@ base:
     seq_len: 32
     train: {max_steps: 2, batch_size: 2, micro_batch: 2}
 targets: {data: [builtin:sotu], count: 3, holdout: 3, min_tokens: 30, max_tokens: 48, passages: true, seed: 5}
-train: {max_steps: 4, batch_size: 2, micro_batch: 1, save_every: 2, keep: 0, eval_every: 2, schedule: {lr: 1.0e-3}}
+train: {max_steps: 4, batch_size: 2, micro_batch: 1, save_every: 2, keep: 0, eval_every: 2, schedule: {lr: 1.0e-3},
+  samples: {every: 2, prompts: ["The Union"], max_new_tokens: 4}}
 arms:
   - {name: standard, loss: standard}
   - {name: goldfish-k2, loss: goldfish, goldfish: {k: 2, h: 3}}
@@ -86,6 +87,9 @@ func TestRunner(t *testing.T) {
 	// held-out evaluation before the last.
 	if want := []string{"train standard-s1 (arm 1 of 2)", "train goldfish-k2-s1 (arm 2 of 2)"}; !reflect.DeepEqual(phases, want) {
 		t.Errorf("training phases %q, want %q", phases, want)
+	}
+	if !strings.Contains(log, "train standard-s1: step 2/4: sample \"The Union\" → \"") {
+		t.Errorf("no sample at step 2 in the log:\n%s", log)
 	}
 	if !strings.Contains(log, "train standard-s1: step 2/4: held-out loss ") {
 		t.Errorf("no held-out evaluation at step 2 in the log:\n%s", log)
