@@ -180,9 +180,11 @@ func TestFinetuneSamples(t *testing.T) {
 	if want := fmt.Sprintf("step 2/3: sample %q → %q", one[2][1].Prompt, one[2][1].Text); !strings.Contains(errs, want) {
 		t.Errorf("stderr lacks %s:\n%s", want, errs)
 	}
-	grid, _ := run(filepath.Join(dir, "grid"), "--parallel", "dp=2,y=2")
-	if !reflect.DeepEqual(grid, one) {
-		t.Errorf("grid samples %+v, one rank's %+v", grid, one)
+	for _, g := range []string{"dp=2,y=2", "x=2,z=2"} {
+		grid, _ := run(filepath.Join(dir, g), "--parallel", g)
+		if !reflect.DeepEqual(grid, one) {
+			t.Errorf("%s: samples %+v, one rank's %+v", g, grid, one)
+		}
 	}
 }
 
