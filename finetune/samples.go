@@ -1,7 +1,6 @@
 package finetune
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/memtrain/memtrain/data/tokenizer"
@@ -14,45 +13,55 @@ type Sample struct {
 	Text   string `json:"text"` // the new tokens only, decoded without special tokens
 }
 
-// Sample continues each of Config.Samples' prompts greedily with the
-// model as it is now: the prompts are tokenized with the run's tokenizer
-// (the model folder's, BOS added as the tokenizer adds it), and decoding
-// stops at EOS or after max_new_tokens. On a grid every rank calls it and
-// gets the same samples.
-func (r *Run) Sample() ([]Sample, error) {
+// prepareSamples tokenizes Config.Samples' prompts with the run's
+// tokenizer (the model folder's, BOS added as the tokenizer adds it) when
+// the run opens, so that a prompt the model cannot continue stops the run
+// before its first step rather than at its first sample.
+func (r *Run) prepareSamples(maxPositions int) error {
 	s := r.Config.Samples
-	if len(s.Prompts) == 0 {
+	tj, ok := r.files[tokenizer.FileName]
+	if !ok {
+		return fmt.Errorf("finetune: samples: %s has no %s to tokenize the prompts with", r.Config.Model, tokenizer.FileName)
+	}
+	tok, err := tokenizer.Parse(r.Config.Model, tj, r.files[tokenizer.ConfigFileName])
+	if err != nil {
+		return fmt.Errorf("finetune: samples: %w", err)
+	}
+	ids := make([][]int32, len(s.Prompts))
+	for i, p := range s.Prompts {
+		ids[i] = tok.Encode(p, tokenizer.EncodeOptions{AddSpecial: true})
+		switch {
+		case len(ids[i]) == 0:
+			return fmt.Errorf("finetune: samples: prompt %d (%q) has no tokens", i+1, p)
+		case len(ids[i])+s.MaxNewTokens > maxPositions:
+			return fmt.Errorf("finetune: samples: prompt %d has %d tokens; with max_new_tokens %d that exceeds the model's max_position_embeddings %d",
+				i+1, len(ids[i]), s.MaxNewTokens, maxPositions)
+		}
+	}
+	r.sampleTok, r.sampleIDs = tok, ids
+	return nil
+}
+
+// Sample continues each of Config.Samples' prompts greedily with the
+// model as it is now, stopping at EOS or after max_new_tokens. On a grid
+// every rank calls it and gets the same samples. It returns nil when the
+// run has no samples configured.
+func (r *Run) Sample() ([]Sample, error) {
+	if r.sampleTok == nil {
 		return nil, nil
 	}
-	if r.sampleTok == nil {
-		tj, ok := r.files[tokenizer.FileName]
-		if !ok {
-			return nil, errors.New("finetune: samples: the model folder has no " + tokenizer.FileName + " to tokenize the prompts with")
-		}
-		tok, err := tokenizer.Parse(r.Config.Model, tj, r.files[tokenizer.ConfigFileName])
-		if err != nil {
-			return nil, fmt.Errorf("finetune: samples: %w", err)
-		}
-		r.sampleTok = tok
-	}
 	tok := r.sampleTok
-	prompts := make([][]int32, len(s.Prompts))
-	for i, p := range s.Prompts {
-		if prompts[i] = tok.Encode(p, tokenizer.EncodeOptions{AddSpecial: true}); len(prompts[i]) == 0 {
-			return nil, fmt.Errorf("finetune: samples: prompt %d (%q) has no tokens", i+1, p)
-		}
-	}
-	opt := llama.GenerateOptions{MaxNewTokens: s.MaxNewTokens}
+	opt := llama.GenerateOptions{MaxNewTokens: r.Config.Samples.MaxNewTokens}
 	if eos, ok := tok.EOS(); ok {
 		opt.StopIDs = []int32{eos}
 	}
-	outs, err := r.Model.Generate(prompts, opt)
+	outs, err := r.Model.Generate(r.sampleIDs, opt)
 	if err != nil {
 		return nil, fmt.Errorf("finetune: samples: %w", err)
 	}
 	samples := make([]Sample, len(outs))
 	for i, ids := range outs {
-		samples[i] = Sample{Prompt: s.Prompts[i], Text: tok.DecodeSkipSpecial(ids)}
+		samples[i] = Sample{Prompt: r.Config.Samples.Prompts[i], Text: tok.DecodeSkipSpecial(ids)}
 	}
 	return samples, nil
 }

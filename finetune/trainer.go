@@ -92,7 +92,8 @@ type Run struct {
 	Warnings  []string
 	masker    *goldfish.Masker
 	files     map[string][]byte    // tokenizer files carried into checkpoints
-	sampleTok *tokenizer.Tokenizer // Config.Samples' prompts' tokenizer, parsed at the first sample
+	sampleTok *tokenizer.Tokenizer // Config.Samples' prompts' tokenizer
+	sampleIDs [][]int32            // and their tokens
 	metrics   io.Writer
 
 	tokensSeen int64   // input tokens of the steps done, as tokens_per_s counts them
@@ -158,6 +159,11 @@ func OpenParallel(cfg Config, b engine.Backend, grid *parallel.Grid, resume stri
 	}
 	if store.SeqLen() > ck.Config.MaxPositionEmbeddings {
 		return fail(fmt.Errorf("finetune: %s: sequence length %d exceeds the model's max_position_embeddings %d", cfg.Data, store.SeqLen(), ck.Config.MaxPositionEmbeddings))
+	}
+	if cfg.Samples.Every > 0 {
+		if err := r.prepareSamples(ck.Config.MaxPositionEmbeddings); err != nil {
+			return fail(err)
+		}
 	}
 	if cfg.Loss == Goldfish {
 		if r.masker, err = goldfish.New(cfg.Goldfish); err != nil {

@@ -180,6 +180,19 @@ func TestFinetuneSamples(t *testing.T) {
 	if want := fmt.Sprintf("step 2/3: sample %q → %q", one[2][1].Prompt, one[2][1].Text); !strings.Contains(errs, want) {
 		t.Errorf("stderr lacks %s:\n%s", want, errs)
 	}
+	// A prompt the model cannot continue for max_new_tokens is refused
+	// before the first step.
+	long := filepath.Join(dir, "long")
+	_, errs, code := memtrain(t, "", "finetune", "--config", conf, "--model", base, "--data", ds, "--out", long, "--max_steps", "3",
+		"--batch_size", "4", "--micro_batch", "2", "--samples.max-new-tokens", "100000")
+	if code == 0 || !strings.Contains(errs, "samples: prompt 1 has ") || !strings.Contains(errs, "max_position_embeddings") {
+		t.Errorf("max_new_tokens past the model's positions: %d %s", code, errs)
+	}
+	if _, err := os.Stat(filepath.Join(long, "metrics.jsonl")); err == nil {
+		if raw, _ := os.ReadFile(filepath.Join(long, "metrics.jsonl")); len(raw) > 0 {
+			t.Error("a step ran before the prompts were checked")
+		}
+	}
 	for _, g := range []string{"dp=2,y=2", "x=2,z=2"} {
 		grid, _ := run(filepath.Join(dir, g), "--parallel", g)
 		if !reflect.DeepEqual(grid, one) {
