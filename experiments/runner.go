@@ -286,7 +286,13 @@ func (r *Runner) prepareData() error {
 	if err := r.checkProtocols(); err != nil {
 		return err
 	}
+	// The study's data folder holds the chosen documents whatever their
+	// source: user files are read in place, only built-in corpora are
+	// copied in.
 	dataDir := filepath.Join(r.Out, "data")
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return fmt.Errorf("experiments: %w", err)
+	}
 	for name, ps := range map[string][]Passage{"targets.jsonl": r.sel.Targets, "heldout.jsonl": r.sel.Holdout} {
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
