@@ -74,6 +74,7 @@ eval:
 
 // TestRunnerUserFiles: a study with no built-in data runs end to end.
 func TestRunnerUserFiles(t *testing.T) {
+	t.Setenv(CacheEnv, t.TempDir())
 	dir := t.TempDir()
 	for i, f := range []string{"my.jsonl", "filler.jsonl", "pre.jsonl"} {
 		writeCorpus(t, filepath.Join(dir, f), 20, uint64(i+1))

@@ -151,7 +151,7 @@ func runExperiment(cmd *cobra.Command, spec *experiments.Spec, out string, stric
 	pb := &phaseBars{w: errw, show: isTerminal(errw)}
 	stops := stopsignal.Start(cmd.ErrOrStderr())
 	defer stops.Stop()
-	r := &experiments.Runner{Spec: spec, Out: out, Launch: ls, Log: pb, Progress: pb.update, Strict: strict, Stop: stops.Requested}
+	r := &experiments.Runner{Spec: spec, Out: out, Launch: ls, Log: pb, Progress: pb.update, Strict: strict, Stop: stops.Requested, Version: version}
 	rep, err := r.Run()
 	pb.finish()
 	var stopped *experiments.StoppedError
