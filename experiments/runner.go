@@ -715,7 +715,12 @@ func (r *Runner) finetune(cfg finetune.Config, phase string) (string, error) {
 		return "", &StoppedError{Phase: phase, Step: res.Step, Steps: res.Steps, Checkpoint: res.Last.CheckpointDir}
 	}
 	if last.Step > 0 {
-		r.logf("%s: done in %.0fs, loss %.4f, held-out loss %.4f", phase, time.Since(start).Seconds(), last.Loss, last.EvalLoss)
+		// The final training loss the results and the report give.
+		final := last.Loss
+		if ms, err := report.ReadMetrics(filepath.Join(cfg.Out, report.MetricsFile)); err == nil && len(ms) > 0 {
+			final = report.FinalTrainLoss(ms)
+		}
+		r.logf("%s: done in %.0fs, final training loss %.3f, held-out loss %.3f", phase, time.Since(start).Seconds(), final, last.EvalLoss)
 	}
 	return finetune.LatestCheckpoint(ckDir)
 }
@@ -755,14 +760,7 @@ func (r *Runner) runArm(ar armRun) error {
 		res.Steps = last.Step
 		res.Repeats = (last.Epoch + 1) * r.Spec.Targets.Repeat
 		res.HeldoutLoss, res.HeldoutPerplexity = last.EvalLoss, last.EvalPerplex
-		sum, k := 0.0, 0
-		for _, m := range metrics {
-			if m.Epoch == last.Epoch {
-				sum += m.Loss
-				k++
-			}
-		}
-		res.FinalTrainLoss = sum / float64(k)
+		res.FinalTrainLoss = report.FinalTrainLoss(metrics)
 	}
 	mcfg, err := checkpoints.ReadConfig(final)
 	if err != nil {
