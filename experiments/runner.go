@@ -508,8 +508,8 @@ func (r *Runner) baseModel(b Base) (string, error) {
 	return model, nil
 }
 
-// CacheEnv names the folder of memtrain's caches (base models here, CUDA
-// kernels under cuda/ unless their own variable is set).
+// CacheEnv names the folder of the base models shared by studies. Its
+// default is the root engine/cuda keeps its kernels under (cuda/).
 const CacheEnv = "MEMTRAIN_CACHE"
 
 // CacheDir is the folder of base models shared by studies:
