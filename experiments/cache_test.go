@@ -6,8 +6,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/memtrain/memtrain/engine/launch"
+	"github.com/memtrain/memtrain/finetune"
 )
 
 // TestRunnerBaseCache: studies share a cached base made from the same
@@ -17,6 +19,7 @@ func TestRunnerBaseCache(t *testing.T) {
 	t.Setenv(CacheEnv, cache)
 	oneArm := strings.Replace(tinyStudy, "  - {name: goldfish-k2, loss: goldfish, goldfish: {k: 2, h: 3}}\n", "", 1)
 	oneArm = strings.Replace(oneArm, "max_steps: 4,", "max_steps: 2,", 1)
+	var out string
 	run := func(spec, version string) string {
 		t.Helper()
 		s, err := ParseSpec([]byte(spec), "")
@@ -24,7 +27,8 @@ func TestRunnerBaseCache(t *testing.T) {
 			t.Fatal(err)
 		}
 		var log bytes.Buffer
-		r := &Runner{Spec: s, Out: filepath.Join(t.TempDir(), "study"), Launch: launch.Spec{Threads: 2}, Log: &log, Version: version}
+		out = filepath.Join(t.TempDir(), "study")
+		r := &Runner{Spec: s, Out: out, Launch: launch.Spec{Threads: 2}, Log: &log, Version: version}
 		if _, err := r.Run(); err != nil {
 			t.Fatalf("%v\n%s", err, log.String())
 		}
@@ -33,6 +37,14 @@ func TestRunnerBaseCache(t *testing.T) {
 	first := run(oneArm, "v1")
 	if !strings.Contains(first, "pretrain: 2 steps") || !strings.Contains(first, "made in the cache "+filepath.Join(cache, "bases")) {
 		t.Fatalf("first study:\n%s", first)
+	}
+	// The study records the cached model it starts from.
+	recs, _ := filepath.Glob(filepath.Join(out, "base", "*.json"))
+	if len(recs) != 1 {
+		t.Fatalf("%d base records", len(recs))
+	}
+	if rec, _ := os.ReadFile(recs[0]); !strings.Contains(string(rec), filepath.Join(cache, "bases")) {
+		t.Errorf("record %s", rec)
 	}
 	lr := strings.Replace(oneArm, "train: {max_steps: 2, batch_size: 2, micro_batch: 2}", "train: {max_steps: 2, batch_size: 2, micro_batch: 2, schedule: {lr: 5.0e-4}}", 1)
 	for _, c := range []struct {
@@ -56,5 +68,37 @@ func TestRunnerBaseCache(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(cache, "bases")); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestLockBase: a study waits for another that is making the same base,
+// then takes the lock.
+func TestLockBase(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "bases", "tiny-0")
+	release, err := finetune.Lock(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	r := &Runner{Log: &log}
+	got := make(chan error)
+	go func() {
+		unlock, err := r.lockBase(dir)
+		if err == nil {
+			unlock()
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("took a held lock: %v", err)
+	case <-time.After(700 * time.Millisecond):
+	}
+	release()
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log.String(), "base "+dir+": waiting for pid ") {
+		t.Errorf("log %q", log.String())
 	}
 }
