@@ -61,7 +61,14 @@ type Runner struct {
 	// phases; once it returns true the runner saves a checkpoint and
 	// returns a *StoppedError (run it again to continue).
 	Stop func() bool
+	// Version is memtrain's version, part of the key of cached base
+	// models (a base made by another release is made again).
+	Version string
+	// Cache is the folder of base models shared by studies; empty is
+	// CacheDir().
+	Cache string
 
+	bases    map[string]string // checkpoint of each base folder, once made or found
 	tok      *tokenizer.Tokenizer
 	tokFiles map[string][]byte
 	sel      *Selection
@@ -292,7 +299,13 @@ func (r *Runner) prepareData() error {
 	if err := r.checkProtocols(); err != nil {
 		return err
 	}
+	// The study's data folder holds the chosen documents whatever their
+	// source: user files are read in place, only built-in corpora are
+	// copied in.
 	dataDir := filepath.Join(r.Out, "data")
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return fmt.Errorf("experiments: %w", err)
+	}
 	for name, ps := range map[string][]Passage{"targets.jsonl": r.sel.Targets, "heldout.jsonl": r.sel.Holdout} {
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
@@ -443,17 +456,121 @@ func (r *Runner) baseModel(b Base) (string, error) {
 	}
 	key, _ := json.Marshal(struct {
 		Base
-		Tokenizer, PretrainTrain string
-	}{kb, r.tok.Hash(), string(pre)})
+		Tokenizer, PretrainTrain, Version string
+	}{kb, r.tok.Hash(), string(pre), r.Version})
 	sum := sha256.Sum256(key)
-	dir := filepath.Join(r.Out, "base", b.Preset+"-"+hex.EncodeToString(sum[:4]))
-	done := filepath.Join(dir, "base.json")
-	if raw, err := inputfile.ReadFile(done); err == nil {
-		var d struct{ Model string }
-		if err := json.Unmarshal(raw, &d); err == nil && d.Model != "" {
-			return filepath.Join(dir, d.Model), nil
+	name := b.Preset + "-" + hex.EncodeToString(sum[:6])
+	if m, ok := r.bases[name]; ok {
+		return m, nil
+	}
+	cache := r.Cache
+	if cache == "" {
+		var err error
+		if cache, err = CacheDir(); err != nil {
+			return "", err
 		}
 	}
+	dir := filepath.Join(cache, "bases", name)
+	model, err := r.cachedBase(dir)
+	if err != nil {
+		return "", err
+	}
+	if model != "" {
+		r.logf("base %s: reused from the cache %s", name, dir)
+	} else {
+		// One study at a time makes a base; another one that wants it
+		// waits, then finds it made. The folder is complete once
+		// base.json is written (atomically, last), and an interrupted
+		// making resumes from its checkpoints.
+		unlock, err := r.lockBase(dir)
+		if err != nil {
+			return "", err
+		}
+		defer unlock()
+		if model, err = r.cachedBase(dir); err != nil {
+			return "", err
+		}
+		if model == "" {
+			if model, err = r.makeBase(b, dir); err != nil {
+				return "", err
+			}
+			r.logf("base %s: made in the cache %s", name, dir)
+		} else {
+			r.logf("base %s: reused from the cache %s", name, dir)
+		}
+	}
+	// The study records which cached model its arms start from.
+	rec, _ := json.MarshalIndent(struct{ Cache, Model string }{dir, model}, "", "  ")
+	if err := os.MkdirAll(filepath.Join(r.Out, "base"), 0o755); err != nil {
+		return "", fmt.Errorf("experiments: %w", err)
+	}
+	if err := atomicfile.WriteFile(filepath.Join(r.Out, "base", name+".json"), append(rec, '\n')); err != nil {
+		return "", err
+	}
+	if r.bases == nil {
+		r.bases = map[string]string{}
+	}
+	r.bases[name] = model
+	return model, nil
+}
+
+// CacheEnv names the folder of the base models shared by studies. Its
+// default is the root engine/cuda keeps its kernels under (cuda/).
+const CacheEnv = "MEMTRAIN_CACHE"
+
+// CacheDir is the folder of base models shared by studies:
+// $MEMTRAIN_CACHE, else memtrain in the user's cache folder.
+func CacheDir() (string, error) {
+	if d := os.Getenv(CacheEnv); d != "" {
+		return d, nil
+	}
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("experiments: cache folder: %w", err)
+	}
+	return filepath.Join(base, "memtrain"), nil
+}
+
+// cachedBase is the checkpoint of the finished base in dir, or "".
+func (r *Runner) cachedBase(dir string) (string, error) {
+	raw, err := inputfile.ReadFile(filepath.Join(dir, "base.json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("experiments: %w", err)
+	}
+	var d struct{ Model string }
+	if err := json.Unmarshal(raw, &d); err != nil || d.Model == "" {
+		return "", nil // a damaged record: make the base again
+	}
+	return filepath.Join(dir, d.Model), nil
+}
+
+// lockBase takes the lock of a cached base's folder, waiting while another
+// study holds it.
+func (r *Runner) lockBase(dir string) (func(), error) {
+	logged := false
+	for {
+		unlock, err := finetune.Lock(dir)
+		var locked *finetune.LockedError
+		if !errors.As(err, &locked) {
+			return unlock, err
+		}
+		if !logged {
+			r.logf("base %s: waiting for %s", dir, locked.Note)
+			logged = true
+		}
+		if r.Stop != nil && r.Stop() {
+			return nil, &StoppedError{Phase: "base " + filepath.Base(dir)}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// makeBase initialises the base in dir, pretrains it, and records it.
+func (r *Runner) makeBase(b Base, dir string) (string, error) {
+	done := filepath.Join(dir, "base.json")
 	initDir := filepath.Join(dir, "init")
 	if _, err := os.Stat(filepath.Join(initDir, checkpoints.ConfigFile)); err != nil {
 		cfg, err := r.baseConfig(b)
@@ -615,7 +732,12 @@ func (r *Runner) finetune(cfg finetune.Config, phase, shown string) (string, err
 		return "", &StoppedError{Phase: phase, Step: res.Step, Steps: res.Steps, Checkpoint: res.Last.CheckpointDir}
 	}
 	if last.Step > 0 {
-		r.logf("%s: done in %.0fs, loss %.4f, held-out loss %.4f", phase, time.Since(start).Seconds(), last.Loss, last.EvalLoss)
+		// The final training loss the results and the report give.
+		final := last.Loss
+		if ms, err := report.ReadMetrics(filepath.Join(cfg.Out, report.MetricsFile)); err == nil && len(ms) > 0 {
+			final = report.FinalTrainLoss(ms)
+		}
+		r.logf("%s: done in %.0fs, final training loss %.3f, held-out loss %.3f", phase, time.Since(start).Seconds(), final, last.EvalLoss)
 	}
 	return finetune.LatestCheckpoint(ckDir)
 }
@@ -655,14 +777,7 @@ func (r *Runner) runArm(ar armRun) error {
 		res.Steps = last.Step
 		res.Repeats = (last.Epoch + 1) * r.Spec.Targets.Repeat
 		res.HeldoutLoss, res.HeldoutPerplexity = last.EvalLoss, last.EvalPerplex
-		sum, k := 0.0, 0
-		for _, m := range metrics {
-			if m.Epoch == last.Epoch {
-				sum += m.Loss
-				k++
-			}
-		}
-		res.FinalTrainLoss = sum / float64(k)
+		res.FinalTrainLoss = report.FinalTrainLoss(metrics)
 	}
 	mcfg, err := checkpoints.ReadConfig(final)
 	if err != nil {

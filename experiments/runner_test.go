@@ -73,6 +73,7 @@ func runStudyProgress(t *testing.T, spec, out string, strict bool, progress func
 // not redone, an interrupted fine-tuning continues from its checkpoint and
 // ends where the uninterrupted run ended.
 func TestRunner(t *testing.T) {
+	t.Setenv(CacheEnv, t.TempDir())
 	out := filepath.Join(t.TempDir(), "study")
 	var phases []string
 	rep, log, err := runStudyProgress(t, tinyStudy, out, false, func(p Progress) {
@@ -102,7 +103,7 @@ func TestRunner(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	bases, _ := filepath.Glob(filepath.Join(out, "base", "*", "base.json"))
+	bases, _ := filepath.Glob(filepath.Join(out, "base", "*.json"))
 	if len(bases) != 1 {
 		t.Errorf("%d base models, want 1 shared by both arms", len(bases))
 	}
@@ -158,6 +159,7 @@ func TestRunner(t *testing.T) {
 // TestRunnerChecksBeforeTraining: documents too short for a protocol are
 // found before any model is made.
 func TestRunnerChecksBeforeTraining(t *testing.T) {
+	t.Setenv(CacheEnv, t.TempDir())
 	spec := strings.Replace(tinyStudy, "{name: custom, prefix: [8], suffix: 8}", "{name: custom, prefix: [30], suffix: 10}", 1)
 	out := filepath.Join(t.TempDir(), "study")
 	_, _, err := runStudy(t, spec, out, true)
@@ -181,13 +183,15 @@ func TestRunnerChecksBeforeTraining(t *testing.T) {
 // the machine is refused before it trains, naming need and have.
 func TestRunnerChecksMemoryBeforeTraining(t *testing.T) {
 	t.Setenv(launch.MemoryLimitEnv, "64KiB")
+	cache := t.TempDir()
+	t.Setenv(CacheEnv, cache)
 	out := filepath.Join(t.TempDir(), "study")
 	_, _, err := runStudy(t, tinyStudy, out, false)
 	if err == nil || !strings.Contains(err.Error(), "experiments: pretrain: finetune: ") ||
 		!strings.Contains(err.Error(), "not enough memory on host: training ") || !strings.Contains(err.Error(), "but 64.0 KiB is free (MEMTRAIN_MEMORY_LIMIT)") {
 		t.Fatalf("error %v", err)
 	}
-	if ck, _ := filepath.Glob(filepath.Join(out, "base", "*", "pretrain", "checkpoints")); len(ck) != 0 {
+	if ck, _ := filepath.Glob(filepath.Join(cache, "bases", "*", "pretrain", "checkpoints")); len(ck) != 0 {
 		t.Errorf("pretraining ran: %v", ck)
 	}
 }

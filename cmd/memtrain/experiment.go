@@ -17,7 +17,6 @@ import (
 	"github.com/memtrain/memtrain/experiments"
 	"github.com/memtrain/memtrain/experiments/report"
 	"github.com/memtrain/memtrain/internal/stopsignal"
-	"github.com/memtrain/memtrain/memorization"
 )
 
 func newExperimentCmd() *cobra.Command {
@@ -151,7 +150,7 @@ func runExperiment(cmd *cobra.Command, spec *experiments.Spec, out string, stric
 	pb := &phaseBars{w: errw, show: isTerminal(errw)}
 	stops := stopsignal.Start(cmd.ErrOrStderr())
 	defer stops.Stop()
-	r := &experiments.Runner{Spec: spec, Out: out, Launch: ls, Log: pb, Progress: pb.update, Strict: strict, Stop: stops.Requested}
+	r := &experiments.Runner{Spec: spec, Out: out, Launch: ls, Log: pb, Progress: pb.update, Strict: strict, Stop: stops.Requested, Version: version}
 	rep, err := r.Run()
 	pb.finish()
 	var stopped *experiments.StoppedError
@@ -166,15 +165,10 @@ func runExperiment(cmd *cobra.Command, spec *experiments.Spec, out string, stric
 	if err != nil {
 		return err
 	}
-	for _, res := range results {
-		for _, ev := range res.Evals {
-			fmt.Fprintf(w, "\n%s (%s):\n", res.Name(), res.Loss)
-			if err := memorization.WriteTable(w, &ev.Summary); err != nil {
-				return err
-			}
-		}
-		fmt.Fprintf(w, "held-out loss %.4f (perplexity %.2f), final training loss %.4f, %d steps\n",
-			res.HeldoutLoss, res.HeldoutPerplexity, res.FinalTrainLoss, res.Steps)
+	// The console shows report.md's tables: the same arms, order, units
+	// and numbers.
+	if err := report.WriteConsole(w, results); err != nil {
+		return err
 	}
 	fmt.Fprintln(w)
 	printReport(w, rep)

@@ -20,6 +20,7 @@ import (
 // standard arm must memorize most of its 16 passages and the goldfish arm
 // almost none, with no extraction of held-out passages.
 func TestDemoQuick(t *testing.T) {
+	t.Setenv(experiments.CacheEnv, t.TempDir())
 	out := filepath.Join(t.TempDir(), "demo")
 	stdout, errs, code := memtrain(t, "", "demo", "--quick", "--out", out)
 	if code != 0 {
@@ -59,6 +60,7 @@ func TestDemoQuick(t *testing.T) {
 }
 
 func TestExperimentErrors(t *testing.T) {
+	t.Setenv(experiments.CacheEnv, t.TempDir())
 	dir := t.TempDir()
 	good := string(experiments.DemoSpecYAML(true))
 	for _, tc := range []struct{ from, to, want string }{
@@ -119,6 +121,7 @@ eval:
 // TestExperimentParallel: a study on a grid (dp=2, z=2: every batch split
 // over four ranks, every weight over two) gives one rank's results.
 func TestExperimentParallel(t *testing.T) {
+	t.Setenv(experiments.CacheEnv, t.TempDir())
 	dir := t.TempDir()
 	spec := filepath.Join(dir, "grid.yaml")
 	if err := os.WriteFile(spec, []byte(gridStudy), 0o644); err != nil {
@@ -182,6 +185,7 @@ func TestExperimentParallel(t *testing.T) {
 // checkpoint, exits 143 naming the command that continues it, and that
 // command finishes it with one rank's results.
 func TestExperimentSignal(t *testing.T) {
+	t.Setenv(experiments.CacheEnv, t.TempDir())
 	if runtime.GOOS == "windows" {
 		t.Skip("signals")
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/csv"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -467,39 +468,11 @@ func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, f
 		fmt.Fprintf(&b, "## Protocol %s: %s\n\n", p.Key, p.Desc)
 		for _, k := range p.Ks {
 			fmt.Fprintf(&b, "### %s\n\n", p.prefixTitle(k))
-			mdHeader(&b, "arm", "documents (members / held-out)", "exact match", "token match",
-				"ROUGE-L (tokens)", "ROUGE-L (words)", "held-out exact match", "held-out loss",
-				"held-out perplexity", "final train loss", "MIA AUC loss", "MIA AUC zlib", "MIA AUC min-k%")
+			mdHeader(&b, tableHeader...)
 			for _, a := range arms {
-				mem, non := a.groups(p.Key, k, true), a.groups(p.Key, k, false)
-				if len(mem) == 0 && len(non) == 0 {
-					continue // this arm did not evaluate this protocol and prefix
+				if row := tableRow(a, p, k); row != nil {
+					mdRow(&b, row...)
 				}
-				nm, nn := 0, 0
-				if len(mem) > 0 {
-					nm = mem[0].Documents
-				}
-				if len(non) > 0 {
-					nn = non[0].Documents
-				}
-				docs := fmt.Sprintf("%d / %d", nm, nn)
-				words := reportDash
-				if p.Words {
-					words = groupStat(mem, func(g *memorization.Group) memorization.Interval { return g.RougeLWords }).pct()
-				}
-				mdRow(&b, a.Arm, docs,
-					groupStat(mem, exactOf).pct(),
-					groupStat(mem, func(g *memorization.Group) memorization.Interval { return g.TokenMatch }).pct(),
-					groupStat(mem, func(g *memorization.Group) memorization.Interval { return g.RougeLTokens }).pct(),
-					words,
-					groupStat(non, exactOf).pct(),
-					runStat(a, func(r *ArmResult) float64 { return r.HeldoutLoss }).num(3),
-					runStat(a, func(r *ArmResult) float64 { return r.HeldoutPerplexity }).num(2),
-					runStat(a, func(r *ArmResult) float64 { return r.FinalTrainLoss }).num(3),
-					summaryStat(a, p.Key, func(s *memorization.Summary) float64 { return s.MIA.LossAUC }).num(3),
-					summaryStat(a, p.Key, func(s *memorization.Summary) float64 { return s.MIA.ZlibAUC }).num(3),
-					summaryStat(a, p.Key, func(s *memorization.Summary) float64 { return s.MIA.MinKAUC }).num(3),
-				)
 			}
 			b.WriteString("\n")
 		}
@@ -522,6 +495,102 @@ func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, f
 }
 
 func exactOf(g *memorization.Group) memorization.Interval { return g.Exact }
+
+// tableHeader names the columns of a protocol's table, in report.md and
+// on the console (WriteConsole).
+var tableHeader = []string{"arm", "documents (members / held-out)", "exact match", "token match",
+	"ROUGE-L (tokens)", "ROUGE-L (words)", "held-out exact match", "held-out loss",
+	"held-out perplexity", "final train loss", "MIA AUC loss", "MIA AUC zlib", "MIA AUC min-k%"}
+
+// tableRow is arm a's row of protocol p's table at prefix length k, its
+// cells formatted for reading (percentages, losses, perplexities), or nil
+// when the arm did not evaluate it. report.md and the console both print
+// it, so they agree on every value.
+func tableRow(a *reportArm, p *reportProtocol, k int) []string {
+	mem, non := a.groups(p.Key, k, true), a.groups(p.Key, k, false)
+	if len(mem) == 0 && len(non) == 0 {
+		return nil
+	}
+	nm, nn := 0, 0
+	if len(mem) > 0 {
+		nm = mem[0].Documents
+	}
+	if len(non) > 0 {
+		nn = non[0].Documents
+	}
+	words := reportDash
+	if p.Words {
+		words = groupStat(mem, func(g *memorization.Group) memorization.Interval { return g.RougeLWords }).pct()
+	}
+	return []string{a.Arm, fmt.Sprintf("%d / %d", nm, nn),
+		groupStat(mem, exactOf).pct(),
+		groupStat(mem, func(g *memorization.Group) memorization.Interval { return g.TokenMatch }).pct(),
+		groupStat(mem, func(g *memorization.Group) memorization.Interval { return g.RougeLTokens }).pct(),
+		words,
+		groupStat(non, exactOf).pct(),
+		runStat(a, func(r *ArmResult) float64 { return r.HeldoutLoss }).num(3),
+		runStat(a, func(r *ArmResult) float64 { return r.HeldoutPerplexity }).perplexity(),
+		runStat(a, func(r *ArmResult) float64 { return r.FinalTrainLoss }).num(3),
+		summaryStat(a, p.Key, func(s *memorization.Summary) float64 { return s.MIA.LossAUC }).num(3),
+		summaryStat(a, p.Key, func(s *memorization.Summary) float64 { return s.MIA.ZlibAUC }).num(3),
+		summaryStat(a, p.Key, func(s *memorization.Summary) float64 { return s.MIA.MinKAUC }).num(3),
+	}
+}
+
+// WriteConsole writes the finished arms' results as report.md's tables
+// show them — the same arms in the same order, the same cells — one
+// "column: value" line each, for a terminal.
+func WriteConsole(w io.Writer, results []ArmResult) error {
+	arms := groupArms(results)
+	var b bytes.Buffer
+	for _, p := range reportProtocols(arms) {
+		for _, k := range p.Ks {
+			fmt.Fprintf(&b, "\n%s — %s\n", p.Desc, p.prefixTitle(k))
+			for _, a := range arms {
+				row := tableRow(a, p, k)
+				if row == nil {
+					continue
+				}
+				fmt.Fprintf(&b, "%s (%s loss):\n", row[0], a.Loss)
+				for i := 1; i < len(row); i++ {
+					fmt.Fprintf(&b, "  %-32s %s\n", tableHeader[i], row[i])
+				}
+			}
+		}
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// FormatPerplexity writes a perplexity for reading: two decimals below
+// 1000, else three significant digits and a power of ten ("7.04e6").
+func FormatPerplexity(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) || math.Abs(v) < 1000 {
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+	exp := int(math.Floor(math.Log10(math.Abs(v))))
+	m := v / math.Pow(10, float64(exp))
+	if math.Abs(m) >= 9.995 { // rounds up to the next power
+		m /= 10
+		exp++
+	}
+	return fmt.Sprintf("%.2fe%d", m, exp)
+}
+
+// perplexity formats a perplexity and its interval or spread with
+// FormatPerplexity.
+func (s reportStat) perplexity() string {
+	f := FormatPerplexity
+	switch {
+	case !s.ok():
+		return reportDash
+	case s.Seeds > 1:
+		return f(s.Mean) + " ± " + f(s.SD)
+	case s.CI:
+		return fmt.Sprintf("%s [%s, %s]", f(s.Mean), f(s.Lo), f(s.Hi))
+	}
+	return f(s.Mean)
+}
 
 // csvHeader names results.csv's columns. Match rates and ROUGE-L are
 // fractions in [0, 1], losses nats per token; an empty cell is a number

@@ -163,3 +163,23 @@ func ReadDocs(path string) ([]memorization.DocResult, error) {
 	}
 	return out, nil
 }
+
+// FinalTrainLoss is a run's final training loss: the mean loss of the
+// steps of its last epoch (one step's loss is too noisy to compare arms).
+// Results, report.md and the study's log all use it. It is 0 without
+// metrics.
+func FinalTrainLoss(metrics []finetune.Metrics) float64 {
+	n := len(metrics)
+	if n == 0 {
+		return 0
+	}
+	last := metrics[n-1].Epoch
+	sum, k := 0.0, 0
+	for _, m := range metrics {
+		if m.Epoch == last {
+			sum += m.Loss
+			k++
+		}
+	}
+	return sum / float64(k)
+}

@@ -1,0 +1,104 @@
+package experiments
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/memtrain/memtrain/engine/launch"
+	"github.com/memtrain/memtrain/finetune"
+)
+
+// TestRunnerBaseCache: studies share a cached base made from the same
+// settings, tokenizer, pretraining and version; any change makes another.
+func TestRunnerBaseCache(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv(CacheEnv, cache)
+	oneArm := strings.Replace(tinyStudy, "  - {name: goldfish-k2, loss: goldfish, goldfish: {k: 2, h: 3}}\n", "", 1)
+	oneArm = strings.Replace(oneArm, "max_steps: 4,", "max_steps: 2,", 1)
+	var out string
+	run := func(spec, version string) string {
+		t.Helper()
+		s, err := ParseSpec([]byte(spec), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var log bytes.Buffer
+		out = filepath.Join(t.TempDir(), "study")
+		r := &Runner{Spec: s, Out: out, Launch: launch.Spec{Threads: 2}, Log: &log, Version: version}
+		if _, err := r.Run(); err != nil {
+			t.Fatalf("%v\n%s", err, log.String())
+		}
+		return log.String()
+	}
+	first := run(oneArm, "v1")
+	if !strings.Contains(first, "pretrain: 2 steps") || !strings.Contains(first, "made in the cache "+filepath.Join(cache, "bases")) {
+		t.Fatalf("first study:\n%s", first)
+	}
+	// The study records the cached model it starts from.
+	recs, _ := filepath.Glob(filepath.Join(out, "base", "*.json"))
+	if len(recs) != 1 {
+		t.Fatalf("%d base records", len(recs))
+	}
+	if rec, _ := os.ReadFile(recs[0]); !strings.Contains(string(rec), filepath.Join(cache, "bases")) {
+		t.Errorf("record %s", rec)
+	}
+	lr := strings.Replace(oneArm, "train: {max_steps: 2, batch_size: 2, micro_batch: 2}", "train: {max_steps: 2, batch_size: 2, micro_batch: 2, schedule: {lr: 5.0e-4}}", 1)
+	for _, c := range []struct {
+		name, spec, version string
+		reused              bool
+	}{
+		{"same base", oneArm, "v1", true},
+		{"another pretraining learning rate", lr, "v1", false},
+		{"another version", oneArm, "v2", false},
+	} {
+		log := run(c.spec, c.version)
+		reused := strings.Contains(log, "reused from the cache")
+		pretrained := strings.Contains(log, "pretrain:")
+		if reused != c.reused || pretrained == c.reused {
+			t.Errorf("%s: reused %v, pretrained %v:\n%s", c.name, reused, pretrained, log)
+		}
+	}
+	bases, _ := filepath.Glob(filepath.Join(cache, "bases", "*", "base.json"))
+	if len(bases) != 3 {
+		t.Errorf("%d cached bases, want 3", len(bases))
+	}
+	if _, err := os.Stat(filepath.Join(cache, "bases")); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestLockBase: a study waits for another that is making the same base,
+// then takes the lock.
+func TestLockBase(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "bases", "tiny-0")
+	release, err := finetune.Lock(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	r := &Runner{Log: &log}
+	got := make(chan error)
+	go func() {
+		unlock, err := r.lockBase(dir)
+		if err == nil {
+			unlock()
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("took a held lock: %v", err)
+	case <-time.After(700 * time.Millisecond):
+	}
+	release()
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log.String(), "base "+dir+": waiting for pid ") {
+		t.Errorf("log %q", log.String())
+	}
+}
