@@ -70,7 +70,7 @@ ranks, and the data·Z ranks take turns through the batches.`,
 		RunE:    func(cmd *cobra.Command, args []string) error { return runEvalLoss(cmd, f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.model, "model", "", "checkpoint folder")
+	fl.StringVar(&f.model, "model", "", "checkpoint folder, run folder (its latest checkpoint) or RUN/checkpoints/latest")
 	fl.StringVar(&f.data, "data", "", "JSONL file of documents ({\"input_ids\":[...]} or {\"text\":...})")
 	fl.IntVar(&f.batch, "batch", 8, "sequences per forward pass")
 	fl.IntVar(&f.seqLen, "seq-len", 0, "window length in tokens (default min(1024, max_position_embeddings))")
@@ -90,10 +90,11 @@ func runEvalLoss(cmd *cobra.Command, f evalLossFlags) error {
 	case f.seqLen < 0:
 		return fmt.Errorf("eval loss: --seq-len %d: want 1 or more (0: the default)", f.seqLen)
 	}
-	l, err := launcher(f.engine, f.parallel, f.model)
+	l, model, err := launcher(cmd.ErrOrStderr(), f.engine, f.parallel, f.model)
 	if err != nil {
 		return fmt.Errorf("eval loss: %w", err)
 	}
+	f.model = model
 	cfg, err := checkpoints.ReadConfig(f.model)
 	if err != nil {
 		return err

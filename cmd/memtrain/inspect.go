@@ -109,6 +109,13 @@ func runInspect(cmd *cobra.Command, args []string, f inspectFlags) error {
 	if (len(args) == 1) == (f.preset != "") {
 		return errors.New("inspect: give a checkpoint folder or --preset NAME (one of them)")
 	}
+	if len(args) == 1 {
+		dir, err := resolveModel(cmd.ErrOrStderr(), args[0])
+		if err != nil {
+			return fmt.Errorf("inspect: %w", err)
+		}
+		args = []string{dir}
+	}
 	if f.verify {
 		if len(args) != 1 {
 			return errors.New("inspect: --verify checks a checkpoint folder, not a preset")
