@@ -73,6 +73,7 @@ type Runner struct {
 	tokFiles map[string][]byte
 	sel      *Selection
 	baseLoss map[string]float64 // held-out loss of each base model
+	models   map[string]string  // each base's model: as the spec gives it → its checkpoint folder
 }
 
 // armRun is one arm and seed, resolved.
@@ -128,6 +129,9 @@ func (r *Runner) Run() (*report.Written, error) {
 	if err := r.claim(); err != nil {
 		return nil, err
 	}
+	if err := r.resolveModels(runs); err != nil {
+		return nil, err
+	}
 	if err := r.openTokenizer(runs); err != nil {
 		return nil, err
 	}
@@ -175,13 +179,35 @@ func (r *Runner) claim() error {
 	return atomicfile.WriteFile(path, raw)
 }
 
+// resolveModels finds the checkpoint folder of every base model the spec
+// names (a checkpoint folder, a run folder or its checkpoints/latest file:
+// finetune.ResolveModel), logging the checkpoint a run folder resolved to.
+func (r *Runner) resolveModels(runs []armRun) error {
+	r.models = map[string]string{}
+	for _, ar := range runs {
+		m := ar.base.Model
+		if _, done := r.models[m]; done || m == "" {
+			continue
+		}
+		dir, resolved, err := finetune.ResolveModel(r.Spec.path(m))
+		if err != nil {
+			return fmt.Errorf("experiments: arm %s: base: %w", ar.arm.Name, err)
+		}
+		if resolved {
+			r.logf("model: %s → %s", r.Spec.path(m), dir)
+		}
+		r.models[m] = dir
+	}
+	return nil
+}
+
 // openTokenizer loads the spec's tokenizer, or the base checkpoint's, and
 // checks that every base model shares it.
 func (r *Runner) openTokenizer(runs []armRun) error {
 	s := r.Spec
 	spec := s.Tokenizer
 	if spec == "" {
-		spec = s.path(runs[0].base.Model)
+		spec = r.models[runs[0].base.Model]
 	} else if !strings.HasPrefix(spec, "builtin:") {
 		spec = s.path(spec)
 	}
@@ -194,7 +220,7 @@ func (r *Runner) openTokenizer(runs []armRun) error {
 		if ar.base.Model == "" {
 			continue
 		}
-		dir := s.path(ar.base.Model)
+		dir := r.models[ar.base.Model]
 		t, _, err := data.OpenTokenizer(dir)
 		if err != nil {
 			return fmt.Errorf("experiments: arm %s: base %s: %w", ar.arm.Name, dir, err)
@@ -236,7 +262,7 @@ func (r *Runner) checkLaunch(runs []armRun) error {
 	for _, ar := range runs {
 		var cfg *checkpoints.Config
 		if ar.base.Model != "" {
-			cfg, err = checkpoints.ReadConfig(r.Spec.path(ar.base.Model))
+			cfg, err = checkpoints.ReadConfig(r.models[ar.base.Model])
 		} else {
 			cfg, err = r.baseConfig(ar.base)
 		}
@@ -442,7 +468,7 @@ func (r *Runner) checkProtocols() error {
 // (initialised, then pretrained) when it comes from a preset.
 func (r *Runner) baseModel(b Base) (string, error) {
 	if b.Model != "" {
-		return r.Spec.path(b.Model), nil
+		return r.models[b.Model], nil
 	}
 	// The folder is named by everything that makes the model: the base
 	// settings, the tokenizer and the pretraining settings.

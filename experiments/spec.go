@@ -361,8 +361,8 @@ func (s *Spec) checkBase(b Base) error {
 		if b.Pretrain != nil {
 			return errors.New("pretrain: only a preset base is pretrained")
 		}
-		if _, err := os.Stat(filepath.Join(s.path(b.Model), checkpoints.ConfigFile)); err != nil {
-			return fmt.Errorf("model: %s: no checkpoint (%v)", s.path(b.Model), err)
+		if _, _, err := finetune.ResolveModel(s.path(b.Model)); err != nil {
+			return fmt.Errorf("model: %w", err)
 		}
 		return nil
 	}

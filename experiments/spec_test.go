@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/goldfish"
 )
 
@@ -64,6 +66,11 @@ func TestParseSpec(t *testing.T) {
 // what is wrong, before anything runs.
 func TestSpecErrors(t *testing.T) {
 	dir := t.TempDir()
+	// A run folder whose latest checkpoint is a base model.
+	ck := filepath.Join(dir, "run", finetune.CheckpointsDir, finetune.StepName(4))
+	os.MkdirAll(ck, 0o755)
+	os.WriteFile(filepath.Join(ck, checkpoints.ConfigFile), []byte("{}"), 0o644)
+	os.WriteFile(filepath.Join(dir, "run", finetune.CheckpointsDir, finetune.LatestFile), []byte(finetune.StepName(4)), 0o644)
 	for _, tc := range []struct {
 		name, from, to, want string
 	}{
@@ -83,7 +90,10 @@ func TestSpecErrors(t *testing.T) {
 		{"micro batch", "micro_batch: 1,", "micro_batch: 3,", "micro_batch 3 does not divide batch_size 2"},
 		{"no base", "preset: tiny,", "", "model or preset: missing"},
 		{"bad preset", "preset: tiny,", "preset: huge,", "huge"},
-		{"missing base folder", "preset: tiny,", "model: nowhere,", "no checkpoint"},
+		{"missing base folder", "preset: tiny,", "model: nowhere,", filepath.Join(dir, "nowhere") + ": no such file or directory"},
+		{"base folder of neither kind", "preset: tiny,", "model: .,", "not a checkpoint folder (with config.json), a run folder (with checkpoints/latest) or a checkpoints/latest file"},
+		{"base from a run folder", "preset: tiny,", "model: run,", ""},
+		{"base from a latest file", "preset: tiny,", "model: run/checkpoints/latest,", ""},
 		{"protocol", "{name: pythia, prefix: [8], suffix: 8}", "{name: custom, prefix: [8]}", "custom protocol: needs one prefix length and a suffix length"},
 		{"lengths", "min_tokens: 20,", "min_tokens: 50,", "min_tokens 50 and max_tokens 40"},
 		{"count", "count: 2,", "count: 0,", "count 0"},

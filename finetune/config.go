@@ -21,7 +21,7 @@ import (
 // the README's table of keys are derived from them. Adding an option is
 // one field here and its use.
 type Config struct {
-	Model string `yaml:"model" resume:"same" help:"base checkpoint folder"`
+	Model string `yaml:"model" resume:"same" help:"base checkpoint folder (or a run folder, or its checkpoints/latest: its latest checkpoint)"`
 	Data  string `yaml:"data" resume:"same" help:"dataset folder made by memtrain data prepare with the model's tokenizer"`
 	Out   string `yaml:"out" help:"run folder: config.yaml, metrics.jsonl, checkpoints/"`
 

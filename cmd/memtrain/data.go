@@ -66,8 +66,9 @@ and line (or row); --strict stops at the first.
 
 --mode pack joins the documents and cuts windows of --seq-len+1 tokens, one
 every --seq-len tokens; --mode document makes each document one sequence,
-truncated or padded (padding has no loss). --bos and --eos put the tokenizer's
-BOS and EOS tokens around each document. --holdout sets aside that fraction of
+truncated or padded (padding has no loss). Each document starts with the
+tokenizer's BOS (when it has one; --bos=false: none), as every command that
+tokenizes text adds it; --eos ends it with EOS. --holdout sets aside that fraction of
 the documents, chosen by a hash of their text and --seed.`,
 		Example: `  memtrain data prepare --input austen.jsonl --tokenizer builtin:llama3 --out austen-ds --eos
   memtrain data prepare --input shards/ --format parquet --tokenizer ./ckpt --out ds --mode document --seq-len 256 --holdout 0.1`,
@@ -88,7 +89,7 @@ the documents, chosen by a hash of their text and --seed.`,
 	fl.StringVar(&f.mode, "mode", "pack", "pack (join documents, cut windows) or document (one sequence per document)")
 	fl.Float64Var(&f.holdout, "holdout", 0, "fraction of documents held out, in [0, 1]")
 	fl.Uint64Var(&f.seed, "seed", 0, "seed of the holdout choice")
-	fl.BoolVar(&f.bos, "bos", false, "start each document with the BOS token")
+	fl.BoolVar(&f.bos, "bos", true, "start each document with the BOS token (--bos=false: none)")
 	fl.BoolVar(&f.eos, "eos", false, "end each document with the EOS token")
 	fl.BoolVar(&f.splitSpecial, "split-special", false, "treat special-token text in the input as plain text")
 	fl.BoolVar(&f.strict, "strict", false, "fail on the first bad record instead of skipping it")
@@ -116,6 +117,11 @@ func runDataPrepare(cmd *cobra.Command, f dataPrepareFlags) error {
 	tok, _, err := openTokenizer(f.tokenizer)
 	if err != nil {
 		return err
+	}
+	// BOS starts every document, as every command that tokenizes text adds
+	// it, when the tokenizer has one (asked for with --bos, it must).
+	if _, ok := tok.BOS(); !ok && !cmd.Flags().Changed("bos") {
+		f.bos = false
 	}
 	cfg := data.PrepareConfig{
 		Read: data.ReadOptions{

@@ -205,3 +205,43 @@ func TestDataErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestDataPrepareBOS: data prepare starts documents with BOS by default, as
+// every command that tokenizes text does; --bos=false leaves it out, and a
+// tokenizer without one prepares without it unless --bos asks for it.
+func TestDataPrepareBOS(t *testing.T) {
+	in := dataCorpus(t)
+	noBOS := filepath.Join(t.TempDir(), "tokenizer.json")
+	os.WriteFile(noBOS, []byte(`{"model":{"type":"BPE","vocab":{"a":0},"merges":[]}}`), 0o644)
+	for _, tc := range []struct {
+		name      string
+		tokenizer string
+		args      []string
+		want      string // in data inspect's output, or the error
+		code      int
+	}{
+		{"default", "builtin:llama2", nil, "bos yes", 0},
+		{"off", "builtin:llama2", []string{"--bos=false"}, "bos no", 0},
+		{"a tokenizer without BOS", noBOS, nil, "bos no", 0},
+		{"asked of a tokenizer without BOS", noBOS, []string{"--bos"}, "the tokenizer has no BOS token", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ds := filepath.Join(t.TempDir(), "ds")
+			args := append([]string{"data", "prepare", "--input", in, "--tokenizer", tc.tokenizer, "--out", ds, "--seq-len", "8"}, tc.args...)
+			_, errs, code := memtrain(t, "", args...)
+			if code != tc.code {
+				t.Fatalf("code %d: %s", code, errs)
+			}
+			if code != 0 {
+				if !strings.Contains(errs, tc.want) {
+					t.Errorf("stderr %q lacks %q", errs, tc.want)
+				}
+				return
+			}
+			out, errs, code := memtrain(t, "", "data", "inspect", ds)
+			if code != 0 || !strings.Contains(out, tc.want) {
+				t.Errorf("inspect (%d, %s): %q lacks %q", code, errs, out, tc.want)
+			}
+		})
+	}
+}

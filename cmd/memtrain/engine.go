@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/spf13/pflag"
@@ -12,6 +13,7 @@ import (
 	"github.com/memtrain/memtrain/engine/gemm"
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/finetune"
 )
 
 // engineFlags choose the backend a command computes on.
@@ -118,4 +120,24 @@ type errNoTokenizer string
 
 func (e errNoTokenizer) Error() string {
 	return string(e) + ": no tokenizer.json in the checkpoint folder (needed to read text; give token ids instead)"
+}
+
+// defaultSeqLen caps the default sequence length of a command given a model
+// and no dataset: min(defaultSeqLen, max_position_embeddings). With a
+// dataset the default is the dataset's seq_len.
+const defaultSeqLen = 2048
+
+// resolveModel turns a --model value (a checkpoint folder, a run folder or
+// its checkpoints/latest file) into a checkpoint folder through
+// finetune.ResolveModel, and says on stderr which checkpoint a run folder or
+// latest file named.
+func resolveModel(stderr io.Writer, path string) (string, error) {
+	dir, resolved, err := finetune.ResolveModel(path)
+	if err != nil {
+		return "", err
+	}
+	if resolved {
+		fmt.Fprintf(stderr, "memtrain: model: %s → %s\n", path, dir)
+	}
+	return dir, nil
 }

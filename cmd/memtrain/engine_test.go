@@ -8,6 +8,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/memtrain/memtrain/data"
+	"github.com/memtrain/memtrain/memorization"
 )
 
 func writeFile(t *testing.T, name, content string) string {
@@ -166,5 +169,79 @@ func TestBenchDecode(t *testing.T) {
 	}
 	if r.TokensPerS <= 0 || r.Batch != 2 || r.NewTokens != 4 {
 		t.Errorf("result %+v", r)
+	}
+}
+
+// TestEvalLossDataset: eval loss scores a prepared dataset's holdout split by
+// default (--split for the others), with the dataset's seq_len as the window
+// unless --seq-len says otherwise; files default to min(2048,
+// max_position_embeddings).
+func TestEvalLossDataset(t *testing.T) {
+	base, ds := finetuneFixture(t, "builtin:llama2")
+	s, err := data.OpenStore(ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, split := range []string{"train", "holdout", "both"} {
+		docs, err := memorization.StoreDocuments(s, split)
+		if err != nil {
+			t.Fatal(err)
+		}
+		count[split] = len(docs)
+	}
+	s.Close()
+	if count["holdout"] == 0 || count["train"] == 0 {
+		t.Fatalf("fixture splits %v", count)
+	}
+	file := writeFile(t, "docs.jsonl", `{"input_ids":[1,306,626,263,1243,4086,310,278,3186,29889]}`+"\n")
+	for _, tc := range []struct {
+		name         string
+		args         []string
+		split        string
+		docs, seqLen int
+	}{
+		{"dataset: holdout by default", []string{"--data", ds}, "holdout", count["holdout"], 32},
+		{"dataset: train", []string{"--data", ds, "--split", "train"}, "train", count["train"], 32},
+		{"dataset: both", []string{"--data", ds, "--split", "both", "--seq-len", "8"}, "both", count["both"], 8},
+		{"file: the model's context, capped at 2048", []string{"--data", file}, "", 1, 2048},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, errs, code := memtrain(t, "", append([]string{"eval", "loss", "--model", base, "--json"}, tc.args...)...)
+			if code != 0 {
+				t.Fatal(errs)
+			}
+			var rep evalLossReport
+			if err := json.Unmarshal([]byte(out), &rep); err != nil {
+				t.Fatal(err)
+			}
+			if rep.Split != tc.split || rep.Documents+rep.Skipped != tc.docs || rep.SeqLen != tc.seqLen || !(rep.Loss > 0) {
+				t.Errorf("split %q, %d+%d documents, seq_len %d, loss %v; want %q, %d, %d", rep.Split, rep.Documents, rep.Skipped, rep.SeqLen, rep.Loss, tc.split, tc.docs, tc.seqLen)
+			}
+		})
+	}
+
+	_, ds3 := finetuneFixture(t, "builtin:llama3")
+	long := filepath.Join(t.TempDir(), "long")
+	if _, errs, code := memtrain(t, "", "data", "prepare", "--input", filepath.Join(filepath.Dir(ds), "austen.jsonl"),
+		"--tokenizer", "builtin:llama2", "--out", long, "--seq-len", "4096", "--mode", "document"); code != 0 {
+		t.Fatal(errs)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"another tokenizer", []string{"--data", ds3}, "another tokenizer"},
+		{"a dataset longer than the model", []string{"--data", long}, long + "'s seq_len 4096 exceeds the model's max_position_embeddings 2048"},
+		{"a split of a file", []string{"--data", file, "--split", "train"}, "--split train goes with a dataset folder"},
+		{"an unknown split", []string{"--data", ds, "--split", "test"}, `--split "test": want train, holdout or both`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, errs, code := memtrain(t, "", append([]string{"eval", "loss", "--model", base}, tc.args...)...)
+			if code != 1 || !strings.Contains(errs, tc.want) || strings.Count(errs, "\n") != 1 {
+				t.Errorf("code %d, stderr %q, want one line with %q", code, errs, tc.want)
+			}
+		})
 	}
 }

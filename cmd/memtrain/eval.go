@@ -13,6 +13,7 @@ import (
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/memorization"
 )
 
 func newEvalCmd() *cobra.Command {
@@ -26,6 +27,7 @@ func newEvalCmd() *cobra.Command {
 
 type evalLossFlags struct {
 	model, data string
+	split       string
 	batch       int
 	seqLen      int
 	json        bool
@@ -45,6 +47,8 @@ type docLoss struct {
 type evalLossReport struct {
 	Model      string    `json:"model"`
 	Data       string    `json:"data"`
+	Split      string    `json:"split,omitempty"` // a dataset's split scored
+	SeqLen     int       `json:"seq_len"`         // the window length
 	Documents  int       `json:"documents"`
 	Skipped    int       `json:"skipped"` // documents with fewer than two tokens
 	Tokens     int64     `json:"tokens"`
@@ -56,12 +60,16 @@ type evalLossReport struct {
 func newEvalLossCmd() *cobra.Command {
 	var f evalLossFlags
 	cmd := &cobra.Command{
-		Use:   "loss --model DIR --data FILE.jsonl",
-		Short: "Mean loss and perplexity of a model over JSONL documents",
+		Use:   "loss --model DIR --data FILE.jsonl|DATASET",
+		Short: "Mean loss and perplexity of a model over JSONL documents or a dataset's split",
 		Long: `eval loss scores every document of a JSONL file, lines {"input_ids": [...]}
 or {"text": "..."} (tokenized with the checkpoint's tokenizer, BOS added unless
---bos=false). Each token after the first is predicted from the ones before it;
-documents longer than --seq-len are scored in consecutive windows. The mean is
+--bos=false), or of a prepared dataset folder (memtrain data prepare): by default
+its holdout split, the held-out documents the model was not trained on; --split
+train or both for the others. A dataset must share the model's tokenizer. Each
+token after the first is predicted from the ones before it; documents longer
+than --seq-len (default: the dataset's seq_len, else the model's
+max_position_embeddings capped at 2048) are scored in consecutive windows. The mean is
 over all scored tokens; perplexity is its exponential. --json adds each
 document's loss. With --parallel the model is split over a grid of in-process
 ranks, and the data·Z ranks take turns through the batches.`,
@@ -70,10 +78,11 @@ ranks, and the data·Z ranks take turns through the batches.`,
 		RunE:    func(cmd *cobra.Command, args []string) error { return runEvalLoss(cmd, f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.model, "model", "", "checkpoint folder")
-	fl.StringVar(&f.data, "data", "", "JSONL file of documents ({\"input_ids\":[...]} or {\"text\":...})")
+	fl.StringVar(&f.model, "model", "", "checkpoint folder, run folder (its latest checkpoint) or RUN/checkpoints/latest")
+	fl.StringVar(&f.data, "data", "", "JSONL file of documents ({\"input_ids\":[...]} or {\"text\":...}), or a dataset folder")
+	fl.StringVar(&f.split, "split", "", "with a dataset: the split to score, train, holdout or both (default holdout)")
 	fl.IntVar(&f.batch, "batch", 8, "sequences per forward pass")
-	fl.IntVar(&f.seqLen, "seq-len", 0, "window length in tokens (default min(1024, max_position_embeddings))")
+	fl.IntVar(&f.seqLen, "seq-len", 0, "window length in tokens (default the dataset's seq_len, else min(2048, max_position_embeddings))")
 	fl.BoolVar(&f.json, "json", false, "print a JSON report with per-document losses")
 	fl.BoolVar(&f.bos, "bos", true, "add BOS when tokenizing text")
 	f.engine.register(fl)
@@ -90,25 +99,48 @@ func runEvalLoss(cmd *cobra.Command, f evalLossFlags) error {
 	case f.seqLen < 0:
 		return fmt.Errorf("eval loss: --seq-len %d: want 1 or more (0: the default)", f.seqLen)
 	}
-	l, err := launcher(f.engine, f.parallel, f.model)
+	l, model, err := launcher(cmd.ErrOrStderr(), f.engine, f.parallel, f.model)
 	if err != nil {
 		return fmt.Errorf("eval loss: %w", err)
 	}
+	f.model = model
 	cfg, err := checkpoints.ReadConfig(f.model)
 	if err != nil {
 		return err
 	}
+	what := "--seq-len"
+	if memorization.IsDataset(f.data) {
+		if f.split == "" {
+			f.split = string(data.Holdout)
+		}
+		s, err := data.OpenStore(f.data)
+		if err != nil {
+			return fmt.Errorf("eval loss: %w", err)
+		}
+		dsLen := s.Manifest().Settings.SeqLen
+		s.Close()
+		if f.seqLen == 0 {
+			f.seqLen, what = dsLen, f.data+"'s seq_len"
+		}
+	} else if f.split != "" {
+		return fmt.Errorf("eval loss: --split %s goes with a dataset folder, and %s is none (no manifest.json)", f.split, f.data)
+	}
+	switch f.split {
+	case "", string(data.Train), string(data.Holdout), "both":
+	default:
+		return fmt.Errorf("eval loss: --split %q: want train, holdout or both", f.split)
+	}
 	if f.seqLen == 0 {
-		f.seqLen = min(1024, cfg.MaxPositionEmbeddings)
+		f.seqLen = min(defaultSeqLen, cfg.MaxPositionEmbeddings)
 	}
 	if f.seqLen > cfg.MaxPositionEmbeddings {
-		return fmt.Errorf("eval loss: --seq-len %d exceeds the model's max_position_embeddings %d", f.seqLen, cfg.MaxPositionEmbeddings)
+		return fmt.Errorf("eval loss: %s %d exceeds the model's max_position_embeddings %d", what, f.seqLen, cfg.MaxPositionEmbeddings)
 	}
 	if err := preflight(l, cfg, llama.Work{Batch: f.batch, SeqLen: f.seqLen}); err != nil {
 		return fmt.Errorf("eval loss: %s: %w", f.model, err)
 	}
 	return l.Run(func(r launch.Rank) error {
-		lm, err := loadOn(f.model, r.Backend, llama.Options{Parallel: r.Grid}, false)
+		lm, err := loadOn(f.model, r.Backend, llama.Options{Parallel: r.Grid}, f.split != "")
 		if err != nil {
 			return err
 		}
@@ -123,7 +155,7 @@ func runEvalLoss(cmd *cobra.Command, f evalLossFlags) error {
 func evalLoss(cmd *cobra.Command, f evalLossFlags, lm *loadedModel, lead bool) error {
 	m := lm.model
 	cfg := m.Config
-	docs, _, err := data.ReadTokenized([]string{f.data}, lm.tok, f.bos, data.ReadOptions{IDsOrText: true, Strict: true, VocabSize: cfg.VocabSize})
+	docs, err := evalLossDocuments(f, lm, cfg.VocabSize)
 	if err != nil {
 		return fmt.Errorf("eval loss: %w", err)
 	}
@@ -156,7 +188,7 @@ func evalLoss(cmd *cobra.Command, f evalLossFlags, lm *loadedModel, lead bool) e
 	if !lead {
 		return nil
 	}
-	rep := evalLossReport{Model: f.model, Data: f.data}
+	rep := evalLossReport{Model: f.model, Data: f.data, Split: f.split, SeqLen: T}
 	for d, doc := range docs {
 		if sc.Weight[d] == 0 {
 			rep.Skipped++
@@ -169,6 +201,25 @@ func evalLoss(cmd *cobra.Command, f evalLossFlags, lm *loadedModel, lead bool) e
 	rep.Loss = sc.Mean()
 	rep.Perplexity = math.Exp(rep.Loss)
 	return printEvalLoss(cmd.OutOrStdout(), rep, f.json)
+}
+
+// evalLossDocuments reads the documents to score: a dataset's split
+// (memorization.LoadDocuments, which checks the dataset's tokenizer against
+// the model's), or a JSONL file's records.
+func evalLossDocuments(f evalLossFlags, lm *loadedModel, vocab int) ([]data.Document, error) {
+	if f.split == "" {
+		docs, _, err := data.ReadTokenized([]string{f.data}, lm.tok, f.bos, data.ReadOptions{IDsOrText: true, Strict: true, VocabSize: vocab})
+		return docs, err
+	}
+	ds, err := memorization.LoadDocuments(memorization.DocumentSource{Data: []string{f.data}, Split: f.split}, lm.tok)
+	if err != nil {
+		return nil, err
+	}
+	docs := make([]data.Document, len(ds))
+	for i, d := range ds {
+		docs[i] = data.Document{Source: d.Source, Line: d.Line, IDs: d.IDs}
+	}
+	return docs, nil
 }
 
 func printEvalLoss(w io.Writer, rep evalLossReport, asJSON bool) error {

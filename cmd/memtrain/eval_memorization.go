@@ -72,7 +72,7 @@ same probes and rank 0 writes the results, which equal one rank's.`,
 		RunE: func(cmd *cobra.Command, args []string) error { return runEvalMemorization(cmd, f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.model, "model", "", "checkpoint folder")
+	fl.StringVar(&f.model, "model", "", "checkpoint folder, run folder (its latest checkpoint) or RUN/checkpoints/latest")
 	fl.StringSliceVar(&f.data, "data", nil, "dataset folder, or input files or folders of member documents (comma-separated)")
 	fl.StringSliceVar(&f.nonMembers, "non-members", nil, "input files of held-out documents (with input files as --data)")
 	fl.StringVar(&f.split, "split", "both", "with a dataset: train (members), holdout (non-members) or both")
@@ -117,10 +117,11 @@ func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
 	if err != nil {
 		return err
 	}
-	l, err := launcher(f.engine, f.parallel, f.model)
+	l, model, err := launcher(cmd.ErrOrStderr(), f.engine, f.parallel, f.model)
 	if err != nil {
 		return fmt.Errorf("eval memorization: %w", err)
 	}
+	f.model = model
 	// The probes' lengths are known once the documents are read, on the
 	// ranks: the model's own memory is checked before it loads.
 	if _, err := modelPreflight(l, f.model, llama.Work{}); err != nil {

@@ -96,10 +96,14 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	l, err := launcher(ef, pf, cfg.Model)
+	l, model, err := launcher(cmd.ErrOrStderr(), ef, pf, cfg.Model)
 	if err != nil {
+		if strings.HasPrefix(err.Error(), "finetune: ") {
+			return err // the model's resolution: finetune's own error
+		}
 		return fmt.Errorf("finetune: %w", err)
 	}
+	cfg.Model = model
 	have, err := l.Memory()
 	if err != nil {
 		return fmt.Errorf("finetune: %w", err)

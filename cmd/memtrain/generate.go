@@ -51,7 +51,7 @@ is split over a grid of in-process ranks (every rank decodes every prompt).`,
 		RunE: func(cmd *cobra.Command, args []string) error { return runGenerate(cmd, f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.model, "model", "", "checkpoint folder")
+	fl.StringVar(&f.model, "model", "", "checkpoint folder, run folder (its latest checkpoint) or RUN/checkpoints/latest")
 	fl.StringArrayVar(&f.prompts, "prompt", nil, "prompt text (repeatable)")
 	fl.StringArrayVar(&f.promptIDs, "prompt-ids", nil, "prompt as comma-separated token ids (repeatable)")
 	fl.IntVar(&f.maxNew, "max-new-tokens", 32, "tokens to generate per prompt")
@@ -93,10 +93,11 @@ func runGenerate(cmd *cobra.Command, f generateFlags) error {
 		}
 		idPrompts = append(idPrompts, ids)
 	}
-	l, err := launcher(f.engine, f.parallel, f.model)
+	l, model, err := launcher(cmd.ErrOrStderr(), f.engine, f.parallel, f.model)
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}
+	f.model = model
 	// Text prompts are tokenized on the ranks, so their KV cache is sized
 	// there: the model's own memory is checked before it loads.
 	if _, err := modelPreflight(l, f.model, llama.Work{}); err != nil {

@@ -109,6 +109,13 @@ func runInspect(cmd *cobra.Command, args []string, f inspectFlags) error {
 	if (len(args) == 1) == (f.preset != "") {
 		return errors.New("inspect: give a checkpoint folder or --preset NAME (one of them)")
 	}
+	if len(args) == 1 {
+		dir, err := resolveModel(cmd.ErrOrStderr(), args[0])
+		if err != nil {
+			return fmt.Errorf("inspect: %w", err)
+		}
+		args = []string{dir}
+	}
 	if f.verify {
 		if len(args) != 1 {
 			return errors.New("inspect: --verify checks a checkpoint folder, not a preset")
@@ -168,7 +175,7 @@ func runInspect(cmd *cobra.Command, args []string, f inspectFlags) error {
 	}
 	seq := f.seqLen
 	if seq == 0 {
-		seq = min(2048, cfg.MaxPositionEmbeddings)
+		seq = min(defaultSeqLen, cfg.MaxPositionEmbeddings)
 	}
 	if seq > cfg.MaxPositionEmbeddings {
 		return fmt.Errorf("inspect: --seq-len %d exceeds %s's max_position_embeddings %d", seq, rep.Source, cfg.MaxPositionEmbeddings)

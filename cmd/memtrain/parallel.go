@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/spf13/pflag"
 
@@ -41,20 +42,27 @@ func launchSpec(ef engineFlags, pf parallelFlags) (launch.Spec, error) {
 // launcher checks the grid of --parallel (none: one rank) against the
 // model in modelDir, the engine flags and the process's launcher, before
 // anything is loaded.
-func launcher(ef engineFlags, pf parallelFlags, modelDir string) (*launch.Launcher, error) {
+//
+// model is resolved (resolveModel: a checkpoint folder, a run folder or its
+// checkpoints/latest file) once the flags are checked; modelDir is the
+// checkpoint folder it names.
+func launcher(stderr io.Writer, ef engineFlags, pf parallelFlags, model string) (l *launch.Launcher, modelDir string, err error) {
 	s, err := launchSpec(ef, pf)
 	if err != nil {
-		return nil, err
+		return nil, "", err
+	}
+	if modelDir, err = resolveModel(stderr, model); err != nil {
+		return nil, "", err
 	}
 	if pf.grid != "" {
 		if s.Model, err = checkpoints.ReadConfig(modelDir); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 	}
-	l, err := launch.New(s)
+	l, err = launch.New(s)
 	var ge *launch.GridError
 	if errors.As(err, &ge) {
-		return nil, fmt.Errorf("--parallel %s: %w", pf.grid, ge.Err)
+		return nil, "", fmt.Errorf("--parallel %s: %w", pf.grid, ge.Err)
 	}
-	return l, err
+	return l, modelDir, err
 }

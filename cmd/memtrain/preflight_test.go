@@ -198,7 +198,7 @@ func TestPreflightRefusesBeforeAllocating(t *testing.T) {
 		{"finetune", []string{"finetune", "--model", model, "--data", ds, "--out", t.TempDir(), "--max-steps", "1", "--batch-size", "4", "--micro-batch", "2"},
 			[]string{"memtrain: finetune: " + model + ": not enough memory on host: training 8.03B parameters on 2 sequences of 32 tokens a pass needs 1", " GiB, but 24.0 GiB is free (MEMTRAIN_MEMORY_LIMIT); would fit: a grid of 8 ranks, each on a GPU or machine of its own, e.g. dp=1,"}},
 		{"eval loss", []string{"eval", "loss", "--model", model, "--data", docs},
-			[]string{"memtrain: eval loss: " + model + ": not enough memory on host: scoring 8 sequences of 1024 tokens a pass with 8.03B parameters needs ", ", but 24.0 GiB is free (MEMTRAIN_MEMORY_LIMIT); would fit: a grid of "}},
+			[]string{"memtrain: eval loss: " + model + ": not enough memory on host: scoring 8 sequences of 2048 tokens a pass with 8.03B parameters needs ", ", but 24.0 GiB is free (MEMTRAIN_MEMORY_LIMIT); would fit: a grid of "}},
 		{"generate", []string{"generate", "--model", model, "--prompt-ids", "1,2,3"},
 			[]string{"memtrain: generate: " + model + ": not enough memory on host: holding 8.03B parameters needs 59.8 GiB, but 24.0 GiB is free (MEMTRAIN_MEMORY_LIMIT); would fit: a grid of 4 ranks"}},
 		{"eval memorization", []string{"eval", "memorization", "--model", model, "--data", ds, "--out", t.TempDir()},

@@ -1,0 +1,56 @@
+package experiments
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/data"
+	"github.com/memtrain/memtrain/finetune"
+)
+
+// TestRunnerBaseFromRunFolder: a base `model:` may be a run folder or its
+// checkpoints/latest file; the runner resolves it to the latest checkpoint
+// and logs which, before its checks (here a strict one that stops the
+// study before training).
+func TestRunnerBaseFromRunFolder(t *testing.T) {
+	tok, files, err := data.OpenTokenizer("builtin:llama2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ParseSpec([]byte(tinyStudy), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Runner{Spec: s, tok: tok}
+	cfg, err := r.baseConfig(s.Base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := filepath.Join(t.TempDir(), "run")
+	ck := filepath.Join(run, finetune.CheckpointsDir, finetune.StepName(7))
+	if err := checkpoints.Save(ck, cfg, checkpoints.RandomWeights(cfg, 1), checkpoints.SaveOptions{Files: files}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(run, finetune.CheckpointsDir, finetune.LatestFile), []byte(finetune.StepName(7)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The pretrained preset becomes the run folder's checkpoint; a protocol
+	// too long for the targets stops the strict study before training.
+	from := tinyStudy[strings.Index(tinyStudy, "base:\n"):strings.Index(tinyStudy, "targets:")]
+	for _, model := range []string{run, filepath.Join(run, finetune.CheckpointsDir, finetune.LatestFile)} {
+		t.Run(filepath.Base(model), func(t *testing.T) {
+			spec := strings.Replace(tinyStudy, from, "base: {model: "+model+"}\n", 1)
+			spec = strings.Replace(spec, "{name: custom, prefix: [8], suffix: 8}", "{name: custom, prefix: [30], suffix: 10}", 1)
+			_, log, err := runStudy(t, spec, filepath.Join(t.TempDir(), "study"), true)
+			if err == nil || !strings.Contains(err.Error(), "too short for custom(prefix 30, suffix 10)") {
+				t.Fatalf("error %v, want the strict check's", err)
+			}
+			if want := "model: " + model + " → " + ck + "\n"; !strings.Contains(log, want) {
+				t.Errorf("log %q lacks %q", log, want)
+			}
+		})
+	}
+}
