@@ -9,8 +9,8 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// helpPaths lists the command path (without "memtrain") of every command and
-// subcommand of the tree newRootCmd builds, the root first.
+// helpPaths visits every command and subcommand of the tree under c (its
+// path without "memtrain"), c first, leaving out cobra's help and completion.
 func helpPaths(c *cobra.Command, prefix []string, visit func(path []string, c *cobra.Command)) {
 	visit(prefix, c)
 	for _, sub := range c.Commands() {
@@ -21,9 +21,9 @@ func helpPaths(c *cobra.Command, prefix []string, visit func(path []string, c *c
 	}
 }
 
-// badHelp matches help wording that reads wrong: a parenthesised zero
-// meaning that contradicts itself, such as "(0: only never)".
-var badHelp = regexp.MustCompile(`\bonly never\b|\(0: *\)|\(0: [^)]*\) \(default 0\)`)
+// badHelp matches help wording that reads wrong: "only never" (as in
+// "(0: only never)") or a zero meaning left empty ("(0: )").
+var badHelp = regexp.MustCompile(`\bonly never\b|\(0: *\)`)
 
 // TestHelpFlagPlaceholders renders `memtrain PATH --help` for every command
 // and fails on a flag whose value placeholder pflag took from backticks in its

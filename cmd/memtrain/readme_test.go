@@ -196,3 +196,39 @@ func tail(s string, n int) string {
 	}
 	return s
 }
+
+// TestREADMEBlocks checks, without running anything, the convention
+// TestREADMERuns applies: the README has sh blocks to run, each run command
+// is the binary (or a shell helper), the demo runs --quick, and the
+// illustrations (mpirun, go test ./...) are left out.
+func TestREADMEBlocks(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := readmeBlocks(t, filepath.Join(findModuleRoot(t, wd), "README.md"))
+	var ran []string
+	for _, b := range blocks {
+		for _, c := range b.commands {
+			line := readmeRewrite(c.text)
+			if line == "" {
+				continue
+			}
+			ran = append(ran, line)
+			for _, bad := range []string{"mpirun", "go test", "go run", "git clone", "-tags mpi"} {
+				if strings.Contains(line, bad) {
+					t.Errorf("README.md:%d: %q would run %q", c.line, c.text, bad)
+				}
+			}
+			if readmeDemo.MatchString(line) && !strings.Contains(line, "--quick") {
+				t.Errorf("README.md:%d: the demo would run in full: %s", c.line, line)
+			}
+		}
+	}
+	all := strings.Join(ran, "\n")
+	for _, want := range []string{"memtrain demo --quick", "./memtrain finetune ", "./memtrain experiment run "} {
+		if !strings.Contains(all, want) {
+			t.Errorf("no README command runs %q; ran:\n%s", want, all)
+		}
+	}
+}
