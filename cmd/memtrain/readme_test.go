@@ -1,0 +1,234 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The README runs as written. TestREADMERuns builds the memtrain binary and
+// runs the README's shell blocks in order, in one temporary folder that stands
+// in for the clone (the repository's data/ is linked into it), with memtrain
+// and ./memtrain the binary just built. The convention, stated in the README:
+//
+//   - only blocks fenced as ```sh or ```bash run; ```text, ```console and
+//     unlabelled blocks are illustrations;
+//   - a block with a line "# not run" (optionally followed by a reason) is an
+//     illustration too (MPI, a GPU);
+//   - `git clone`, `go test ./...` and `go build ... ./cmd/memtrain` lines are
+//     skipped (the test is the clone, the tests, and has built the binary),
+//     and `go run ./cmd/memtrain` is the binary;
+//   - `memtrain demo` runs as `memtrain demo --quick` (so a study started from
+//     `demo --print-spec` is the quick study), and the full study's checkpoint
+//     path step-00001600 names the quick study's last step, step-00000480.
+//
+// The blocks take several minutes on 2 cores (the demo and a study, both in
+// their quick form), so the test runs only with MEMTRAIN_README_TEST=1, which
+// .ci/run sets. A failure names the README line and the command.
+func TestREADMERuns(t *testing.T) {
+	if os.Getenv("MEMTRAIN_README_TEST") != "1" {
+		t.Skip("set MEMTRAIN_README_TEST=1 to run the README's shell blocks (.ci/run does)")
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := findModuleRoot(t, wd)
+	blocks := readmeBlocks(t, filepath.Join(root, "README.md"))
+	if len(blocks) == 0 {
+		t.Fatal("README.md: no ```sh blocks")
+	}
+
+	tmp := t.TempDir()
+	bin := filepath.Join(tmp, "bin")
+	work := filepath.Join(tmp, "clone")
+	for _, d := range []string{bin, work} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exe := filepath.Join(bin, "memtrain")
+	build := exec.Command("go", "build", "-o", exe, "./cmd/memtrain")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -o %s ./cmd/memtrain: %v\n%s", exe, err, out)
+	}
+	if err := os.Symlink(exe, filepath.Join(work, "memtrain")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(root, "data"), filepath.Join(work, "data")); err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+
+	for _, b := range blocks {
+		for _, c := range b.commands {
+			line := readmeRewrite(c.text)
+			if line == "" {
+				continue
+			}
+			start := time.Now()
+			cmd := exec.Command("bash", "-e", "-c", line)
+			cmd.Dir = work
+			cmd.Env = env
+			out, err := cmd.CombinedOutput()
+			t.Logf("README.md:%d (%s): %s", c.line, time.Since(start).Round(time.Millisecond), line)
+			if err != nil {
+				t.Fatalf("README.md:%d: %s\n(ran as: %s)\n%v\n%s", c.line, c.text, line, err, tail(string(out), 4000))
+			}
+		}
+	}
+}
+
+type readmeCommand struct {
+	line int    // README line of the command's first line
+	text string // the command, continuation lines joined
+}
+
+type readmeBlock struct {
+	line     int
+	commands []readmeCommand
+}
+
+// readmeBlocks returns the README's ```sh and ```bash blocks that carry no
+// "# not run" line, each split into commands (a trailing backslash continues).
+func readmeBlocks(t *testing.T, path string) []readmeBlock {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var blocks []readmeBlock
+	var cur *readmeBlock
+	skip := false
+	var pending *readmeCommand
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		s := sc.Text()
+		trimmed := strings.TrimSpace(s)
+		if cur == nil {
+			if strings.HasPrefix(trimmed, "```") {
+				lang := strings.TrimSpace(strings.TrimPrefix(trimmed, "```"))
+				cur = &readmeBlock{line: n}
+				skip = lang != "sh" && lang != "bash"
+			}
+			continue
+		}
+		if trimmed == "```" {
+			if pending != nil {
+				cur.commands = append(cur.commands, *pending)
+				pending = nil
+			}
+			if !skip {
+				blocks = append(blocks, *cur)
+			}
+			cur = nil
+			continue
+		}
+		if strings.HasPrefix(trimmed, "# not run") {
+			skip = true
+		}
+		if pending == nil {
+			if trimmed == "" || strings.HasPrefix(trimmed, "#") {
+				continue
+			}
+			pending = &readmeCommand{line: n}
+		}
+		if strings.HasSuffix(s, `\`) {
+			pending.text += strings.TrimSuffix(s, `\`) + " "
+			continue
+		}
+		pending.text += s
+		pending.text = strings.Join(strings.Fields(pending.text), " ")
+		cur.commands = append(cur.commands, *pending)
+		pending = nil
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if cur != nil {
+		t.Fatalf("README.md:%d: a code block is not closed", cur.line)
+	}
+	return blocks
+}
+
+var (
+	readmeGoBuild = regexp.MustCompile(`^go build( -[a-z]+ \S+)* \./cmd/memtrain\b.*$`)
+	readmeGoRun   = regexp.MustCompile(`\bgo run \./cmd/memtrain\b`)
+	readmeDemo    = regexp.MustCompile(`\bmemtrain demo\b`)
+)
+
+// readmeRewrite applies the convention's rewrites to one command; "" skips it.
+func readmeRewrite(s string) string {
+	switch {
+	case strings.HasPrefix(s, "git clone "), strings.HasPrefix(s, "go test "), readmeGoBuild.MatchString(s):
+		return ""
+	}
+	s = readmeGoRun.ReplaceAllString(s, "memtrain")
+	if !strings.Contains(s, "--quick") {
+		s = readmeDemo.ReplaceAllString(s, "memtrain demo --quick")
+	}
+	return strings.ReplaceAll(s, "step-00001600", "step-00000480")
+}
+
+// findModuleRoot walks up from dir to the folder holding go.mod.
+func findModuleRoot(t *testing.T, dir string) string {
+	t.Helper()
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			t.Fatalf("no go.mod at or above %s", dir)
+		}
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+// TestREADMEBlocks checks, without running anything, the convention
+// TestREADMERuns applies: the README has sh blocks to run, each run command
+// is the binary (or a shell helper), the demo runs --quick, and the
+// illustrations (mpirun, go test ./...) are left out.
+func TestREADMEBlocks(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := readmeBlocks(t, filepath.Join(findModuleRoot(t, wd), "README.md"))
+	var ran []string
+	for _, b := range blocks {
+		for _, c := range b.commands {
+			line := readmeRewrite(c.text)
+			if line == "" {
+				continue
+			}
+			ran = append(ran, line)
+			for _, bad := range []string{"mpirun", "go test", "go run", "git clone", "-tags mpi"} {
+				if strings.Contains(line, bad) {
+					t.Errorf("README.md:%d: %q would run %q", c.line, c.text, bad)
+				}
+			}
+			if readmeDemo.MatchString(line) && !strings.Contains(line, "--quick") {
+				t.Errorf("README.md:%d: the demo would run in full: %s", c.line, line)
+			}
+		}
+	}
+	all := strings.Join(ran, "\n")
+	for _, want := range []string{"memtrain demo --quick", "./memtrain finetune ", "./memtrain experiment run "} {
+		if !strings.Contains(all, want) {
+			t.Errorf("no README command runs %q; ran:\n%s", want, all)
+		}
+	}
+}
