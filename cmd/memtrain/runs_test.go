@@ -206,8 +206,15 @@ func TestFinetuneKillLoop(t *testing.T) {
 				if _, err := os.Stat(filepath.Join(b, "config.yaml")); err == nil {
 					a = append(a, "--resume", b)
 				}
+				// The kill lands at a random moment once the run trains
+				// (start-up takes longer on a busy machine): a moment in a
+				// step, an evaluation, a save or a commit.
+				before := metricsLines(b)
 				cmd, out := child(t, a...)
-				time.Sleep(time.Duration(30+rng.IntN(300)) * time.Millisecond)
+				for deadline := time.Now().Add(30 * time.Second); metricsLines(b) <= before && cmd.ProcessState == nil && time.Now().Before(deadline); {
+					time.Sleep(5 * time.Millisecond)
+				}
+				time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
 				cmd.Process.Signal(syscall.SIGKILL)
 				switch st := exitStatus(cmd.Wait()); st {
 				case -int(syscall.SIGKILL):
@@ -221,7 +228,11 @@ func TestFinetuneKillLoop(t *testing.T) {
 			if kills < 10 {
 				t.Fatalf("only %d kills landed", kills)
 			}
-			if _, errs, code := memtrain(t, "", append(args(b), "--resume", b)...); code != 0 && !strings.Contains(errs, "already finished") {
+			final := args(b)
+			if _, err := os.Stat(filepath.Join(b, "config.yaml")); err == nil {
+				final = append(final, "--resume", b)
+			}
+			if _, errs, code := memtrain(t, "", final...); code != 0 && !strings.Contains(errs, "already finished") {
 				t.Fatal(errs)
 			}
 			if got, want := stripTiming(t, b), stripTiming(t, a); got != want {
