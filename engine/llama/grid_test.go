@@ -23,6 +23,22 @@ func gridConfig(tie bool) *checkpoints.Config {
 	return c
 }
 
+// onGrid runs fn on every rank of an in-process grid of shape, each with
+// its shard of a model of cfg holding the full-shape weights w.
+func onGrid(shape comm.Grid, cfg *checkpoints.Config, w []checkpoints.Tensor, fn func(g *parallel.Grid, m *Model) error) error {
+	return launch.Local(shape, parallel.AllOverlap(), func(g *parallel.Grid) error {
+		m, err := New(newBackend(1), cfg, Options{Parallel: g})
+		if err != nil {
+			return err
+		}
+		defer m.Free()
+		if err := m.SetWeights(w); err != nil {
+			return err
+		}
+		return fn(g, m)
+	})
+}
+
 // sliceBatch returns sequences [s0, s1) of a batch.
 func sliceBatch(b Batch, s0, s1 int) Batch {
 	lo, hi := s0*b.T, s1*b.T
@@ -177,15 +193,7 @@ func TestGridInference(t *testing.T) {
 	}
 	for _, shape := range []comm.Grid{{Data: 2, X: 2, Y: 2, Z: 1}, {Data: 1, X: 1, Y: 4, Z: 2}, {Data: 1, X: 4, Y: 1, Z: 4}} {
 		var mu sync.Mutex
-		err := launch.Local(shape, parallel.AllOverlap(), func(g *parallel.Grid) error {
-			m, err := New(newBackend(1), cfg, Options{Parallel: g})
-			if err != nil {
-				return err
-			}
-			defer m.Free()
-			if err := m.SetWeights(w); err != nil {
-				return err
-			}
+		err := onGrid(shape, cfg, w, func(g *parallel.Grid, m *Model) error {
 			l, err := m.Evaluate(batch)
 			if err != nil {
 				return err

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/memtrain/memtrain/engine/comm"
-	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/parallel"
 )
 
@@ -112,15 +111,7 @@ func TestScore(t *testing.T) {
 	w := ref.Weights()
 	for _, shape := range []comm.Grid{{Data: 2, X: 1, Y: 1, Z: 2}, {Data: 1, X: 2, Y: 2, Z: 1}, {Data: 3, X: 1, Y: 1, Z: 1}} {
 		var mu sync.Mutex
-		err := launch.Local(shape, parallel.AllOverlap(), func(g *parallel.Grid) error {
-			m, err := New(newBackend(1), cfg, Options{Parallel: g})
-			if err != nil {
-				return err
-			}
-			defer m.Free()
-			if err := m.SetWeights(w); err != nil {
-				return err
-			}
+		err := onGrid(shape, cfg, w, func(g *parallel.Grid, m *Model) error {
 			got, err := m.Score(src, ScoreOptions{Docs: len(docs), Batch: 2, PerToken: true})
 			if err != nil {
 				return err
