@@ -302,6 +302,17 @@ func (c *Config) HeadDimension() int {
 	return c.HiddenSize / c.NumAttentionHeads
 }
 
+// MaxDefaultSeqLen caps DefaultSeqLen: long enough for every preset's
+// real use, short enough that a command run without a length does not
+// allocate a 128K-token context by surprise.
+const MaxDefaultSeqLen = 2048
+
+// DefaultSeqLen is memtrain's one default sequence length for a model when
+// nothing else fixes it: max_position_embeddings, capped at
+// MaxDefaultSeqLen. A command that reads a dataset uses the dataset's
+// seq_len instead (the length it was packed for).
+func (c *Config) DefaultSeqLen() int { return min(MaxDefaultSeqLen, c.MaxPositionEmbeddings) }
+
 // QDim is the width of the query projection's output, heads × head_dim.
 func (c *Config) QDim() int { return c.NumAttentionHeads * c.HeadDimension() }
 

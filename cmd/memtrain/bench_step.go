@@ -46,7 +46,7 @@ engine's memory accounting beside the process's peak RSS.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.preset, "preset", "small", "model shape (see 'memtrain inspect --help')")
 	fl.IntVar(&f.batch, "batch", 4, "sequences per step")
-	fl.IntVar(&f.seqLen, "seq-len", 256, "tokens per sequence")
+	fl.IntVar(&f.seqLen, "seq-len", 0, "tokens per sequence (default min(2048, max_position_embeddings))")
 	fl.IntVar(&f.steps, "steps", 5, "timed steps (after one warm-up step); the median is reported")
 	fl.BoolVar(&f.recompute, "recompute", false, "recompute activations in the backward pass")
 	f.engine.register(fl)
@@ -54,14 +54,17 @@ engine's memory accounting beside the process's peak RSS.`,
 }
 
 func runBenchStep(cmd *cobra.Command, f benchStepFlags) error {
-	if f.batch <= 0 || f.seqLen <= 0 || f.steps <= 0 {
-		return errors.New("bench step: --batch, --seq-len and --steps must be positive")
+	if f.batch <= 0 || f.seqLen < 0 || f.steps <= 0 {
+		return errors.New("bench step: --batch and --steps must be positive, --seq-len 1 or more (0: the default)")
 	}
 	p, err := checkpoints.LookupPreset(f.preset)
 	if err != nil {
 		return err
 	}
 	cfg := p.Config()
+	if f.seqLen == 0 {
+		f.seqLen = cfg.DefaultSeqLen()
+	}
 	if f.seqLen > cfg.MaxPositionEmbeddings {
 		return fmt.Errorf("bench step: --seq-len %d exceeds %s's max_position_embeddings %d", f.seqLen, f.preset, cfg.MaxPositionEmbeddings)
 	}

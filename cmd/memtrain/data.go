@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/data/tokenizer"
 	"github.com/memtrain/memtrain/engine/launch"
@@ -85,7 +88,7 @@ the documents, chosen by a hash of their text and --seed.`,
 	fl.StringVar(&f.format, "format", "auto", "input format: auto (by extension), jsonl, parquet or text")
 	fl.BoolVar(&f.pretokenized, "pretokenized", false, "the field holds token ids, not text")
 	fl.BoolVar(&f.paragraphs, "paragraphs", false, "text files: a document per blank-line separated paragraph")
-	fl.IntVar(&f.seqLen, "seq-len", 512, "tokens per training sequence")
+	fl.IntVar(&f.seqLen, "seq-len", 0, "tokens per training sequence (default: the --tokenizer checkpoint's min(2048, max_position_embeddings), else 2048)")
 	fl.StringVar(&f.mode, "mode", "pack", "pack (join documents, cut windows) or document (one sequence per document)")
 	fl.Float64Var(&f.holdout, "holdout", 0, "fraction of documents held out, in [0, 1]")
 	fl.Uint64Var(&f.seed, "seed", 0, "seed of the holdout choice")
@@ -117,6 +120,14 @@ func runDataPrepare(cmd *cobra.Command, f dataPrepareFlags) error {
 	tok, _, err := openTokenizer(f.tokenizer)
 	if err != nil {
 		return err
+	}
+	if f.seqLen < 0 {
+		return fmt.Errorf("data prepare: --seq-len %d: want 1 or more (0: the default)", f.seqLen)
+	}
+	if f.seqLen == 0 {
+		if f.seqLen, err = preparedSeqLen(f.tokenizer); err != nil {
+			return err
+		}
 	}
 	// BOS starts every document, as every command that tokenizes text adds
 	// it, when the tokenizer has one (asked for with --bos, it must).
@@ -342,4 +353,20 @@ func clipText(s string, n int) string {
 		n--
 	}
 	return s[:n] + "…"
+}
+
+// preparedSeqLen is data prepare's default sequence length, memtrain's one
+// rule (checkpoints.Config.DefaultSeqLen) applied to the model whose folder
+// holds the tokenizer; a tokenizer without a model (builtin:, a bare
+// tokenizer.json) gets the cap.
+func preparedSeqLen(tokenizerSpec string) (int, error) {
+	path := filepath.Join(tokenizerSpec, checkpoints.ConfigFile)
+	if _, err := os.Stat(path); err != nil {
+		return checkpoints.MaxDefaultSeqLen, nil
+	}
+	cfg, err := checkpoints.ReadConfig(path)
+	if err != nil {
+		return 0, fmt.Errorf("data prepare: the sequence length defaults to the model's: %w", err)
+	}
+	return cfg.DefaultSeqLen(), nil
 }

@@ -143,8 +143,8 @@ func TestDataErrors(t *testing.T) {
 			return []string{"data", "prepare", "--input", in, "--tokenizer", "builtin:llama2", "--out", filepath.Join(t.TempDir(), "x"), "--format", "csv"}
 		}, []string{`unknown format "csv"`}},
 		{"bad seq len", func(t *testing.T) []string {
-			return []string{"data", "prepare", "--input", in, "--tokenizer", "builtin:llama2", "--out", filepath.Join(t.TempDir(), "x"), "--seq-len", "0"}
-		}, []string{"seq_len 0"}},
+			return []string{"data", "prepare", "--input", in, "--tokenizer", "builtin:llama2", "--out", filepath.Join(t.TempDir(), "x"), "--seq-len", "-1"}
+		}, []string{"--seq-len -1: want 1 or more"}},
 		{"strict", func(t *testing.T) []string {
 			return []string{"data", "prepare", "--input", in, "--tokenizer", "builtin:llama2", "--out", filepath.Join(t.TempDir(), "x"), "--strict"}
 		}, []string{in + ":6: invalid JSON"}},

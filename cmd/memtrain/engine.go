@@ -122,11 +122,6 @@ func (e errNoTokenizer) Error() string {
 	return string(e) + ": no tokenizer.json in the checkpoint folder (needed to read text; give token ids instead)"
 }
 
-// defaultSeqLen caps the default sequence length of a command given a model
-// and no dataset: min(defaultSeqLen, max_position_embeddings). With a
-// dataset the default is the dataset's seq_len.
-const defaultSeqLen = 2048
-
 // resolveModel turns a --model value (a checkpoint folder, a run folder or
 // its checkpoints/latest file) into a checkpoint folder through
 // finetune.ResolveModel, and says on stderr which checkpoint a run folder or

@@ -131,7 +131,7 @@ func runEvalLoss(cmd *cobra.Command, f evalLossFlags) error {
 		return fmt.Errorf("eval loss: --split %q: want train, holdout or both", f.split)
 	}
 	if f.seqLen == 0 {
-		f.seqLen = min(defaultSeqLen, cfg.MaxPositionEmbeddings)
+		f.seqLen = cfg.DefaultSeqLen()
 	}
 	if f.seqLen > cfg.MaxPositionEmbeddings {
 		return fmt.Errorf("eval loss: %s %d exceeds the model's max_position_embeddings %d", what, f.seqLen, cfg.MaxPositionEmbeddings)

@@ -175,7 +175,7 @@ func runInspect(cmd *cobra.Command, args []string, f inspectFlags) error {
 	}
 	seq := f.seqLen
 	if seq == 0 {
-		seq = min(defaultSeqLen, cfg.MaxPositionEmbeddings)
+		seq = cfg.DefaultSeqLen()
 	}
 	if seq > cfg.MaxPositionEmbeddings {
 		return fmt.Errorf("inspect: --seq-len %d exceeds %s's max_position_embeddings %d", seq, rep.Source, cfg.MaxPositionEmbeddings)

@@ -106,7 +106,7 @@ Devices:
 	fl.IntVar(&f.gpus, "gpus", 0, "number of GPUs (GCDs for mi250x)")
 	fl.StringVar(&f.gpu, "gpu", "h100", "device: h100, h200, a100 or mi250x")
 	fl.Int64Var(&f.batchTokens, "global-batch-tokens", 0, "tokens per optimizer step (default one sequence per GPU: gpus × seq-len)")
-	fl.IntVar(&f.seqLen, "seq-len", 0, "tokens per sequence (default min(8192, max_position_embeddings))")
+	fl.IntVar(&f.seqLen, "seq-len", 0, "tokens per sequence (default min(2048, max_position_embeddings))")
 	fl.IntVar(&f.top, "top", 10, "print the K fastest grids (0: all)")
 	fl.BoolVar(&f.json, "json", false, "print one JSON object instead of a table")
 	fl.StringVar(&f.recompute, "recompute", "auto", "activation recomputation: auto (whichever is faster and fits), on or off")
@@ -184,7 +184,7 @@ func runPlan(out io.Writer, f planFlags) error {
 	}
 	seq := f.seqLen
 	if seq == 0 {
-		seq = min(8192, cfg.MaxPositionEmbeddings)
+		seq = cfg.DefaultSeqLen()
 	}
 	if seq > cfg.MaxPositionEmbeddings {
 		return fmt.Errorf("plan: --seq-len %d exceeds %s's max_position_embeddings %d", seq, f.model, cfg.MaxPositionEmbeddings)

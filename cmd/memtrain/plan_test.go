@@ -52,7 +52,7 @@ func runPlanJSON(t *testing.T, args ...string) planJSON {
 // that fit in 80 GB.
 func TestPlan405B(t *testing.T) {
 	start := time.Now()
-	r := runPlanJSON(t, "--model", "llama3.1-405b", "--gpus", "8192", "--gpu", "h100")
+	r := runPlanJSON(t, "--model", "llama3.1-405b", "--gpus", "8192", "--gpu", "h100", "--seq-len", "8192")
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("plan took %v", d)
 	}
@@ -87,7 +87,7 @@ func TestPlanTable(t *testing.T) {
 	for _, want := range []string{
 		"peak    989.0 TFLOP/s dense bf16 × efficiency 0.40",
 		"8 × h100",
-		"65536 tokens a step: 8 sequences of 8192",
+		"16384 tokens a step: 8 sequences of 2048",
 		"tok/s/GPU", "MFU", "mem/GPU", "comm x", "exposed",
 	} {
 		if !strings.Contains(out, want) {
@@ -151,7 +151,7 @@ func TestPlanErrors(t *testing.T) {
 		{[]string{"--model", "llama9", "--gpus", "8"}, `plan: --model: checkpoints: "llama9" is no checkpoint folder, config file or preset (presets: `},
 		{[]string{"--model", "llama3.1-405b", "--gpus", "8", "--gpu", "h100"}, "plan: llama3.1-405b on 8 h100: perfmodel: no grid of 8 h100 fits: the smallest needs "},
 		{[]string{"--model", "llama3.1-8b", "--gpus", "8", "--recompute", "maybe"}, `plan: --recompute: perfmodel: unknown recompute mode "maybe"`},
-		{[]string{"--model", "llama3.1-8b", "--gpus", "8", "--global-batch-tokens", "1000"}, "not a positive multiple of the sequence length 8192"},
+		{[]string{"--model", "llama3.1-8b", "--gpus", "8", "--global-batch-tokens", "1000"}, "not a positive multiple of the sequence length 2048"},
 		{[]string{"--model", "llama3.1-8b", "--gpus", "8", "--efficiency", "1.5"}, "plan: --efficiency must lie in (0, 1]"},
 		{[]string{"--model", "tiny", "--gpus", "3", "--global-batch-tokens", "4096", "--seq-len", "2048"}, "no grid of 3 ranks divides"},
 	} {
