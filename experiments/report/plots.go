@@ -18,6 +18,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
+	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/internal/atomicfile"
 	"github.com/memtrain/memtrain/internal/units"
 	"github.com/memtrain/memtrain/memorization"
@@ -686,7 +687,7 @@ func plotTrainingLoss(dir string, arms []*reportArm, warnings *[]string) (*repor
 	multi := slices.ContainsFunc(arms, func(a *reportArm) bool { return len(a.runs) > 1 })
 	title := "Training loss"
 	f := newPlotFigure(title, "step", "training loss (nats/token)")
-	lines, goldfish := 0, false
+	lines, goldfish, held := 0, false, false
 	for ai, a := range arms {
 		for si, r := range a.runs {
 			trainDir := r.TrainDir
@@ -698,12 +699,7 @@ func plotTrainingLoss(dir string, arms []*reportArm, warnings *[]string) (*repor
 				*warnings = append(*warnings, fmt.Sprintf("%s: no training metrics (%v); left out of the loss curves", r.Name(), err))
 				continue
 			}
-			var xys plotter.XYs
-			for _, m := range ms {
-				if !math.IsNaN(m.Loss) && !math.IsInf(m.Loss, 0) {
-					xys = append(xys, plotter.XY{X: float64(m.Step), Y: m.Loss})
-				}
-			}
+			xys, evals := lossSeries(ms)
 			if len(xys) == 0 {
 				*warnings = append(*warnings, fmt.Sprintf("%s: training metrics without a step; left out of the loss curves", r.Name()))
 				continue
@@ -727,6 +723,17 @@ func plotTrainingLoss(dir string, arms []*reportArm, warnings *[]string) (*repor
 				name = r.Name()
 			}
 			f.addLegend(name, thumbs...)
+			if len(evals) > 0 {
+				el, ep, err := plotter.NewLinePoints(evals)
+				if err != nil {
+					return nil, fmt.Errorf("report: plot %s: %w", title, err)
+				}
+				el.Color, el.Width, el.Dashes = clr, vg.Points(1), []vg.Length{vg.Points(2), vg.Points(2)}
+				ep.Color, ep.Radius, ep.Shape = clr, vg.Points(2.5), draw.CircleGlyph{}
+				f.p.Add(el, ep)
+				f.addLegend(name+" (held-out)", el, ep)
+				held = true
+			}
 			lines++
 			goldfish = goldfish || a.isGoldfish()
 		}
@@ -746,6 +753,25 @@ func plotTrainingLoss(dir string, arms []*reportArm, warnings *[]string) (*repor
 	if goldfish {
 		caption += "; goldfish arms: the mean over the kept tokens only"
 	}
+	if held {
+		caption += "; circles: the loss on the held-out documents at each periodic evaluation"
+	}
 	caption += "."
 	return &reportFigure{File: file, Alt: title, Caption: caption}, nil
+}
+
+// lossSeries are a run's curves: the training loss at every logged step,
+// and the held-out loss at the steps that evaluated it (NaN and ±Inf, as
+// a diverged run logs, are left out).
+func lossSeries(ms []finetune.Metrics) (train, heldout plotter.XYs) {
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	for _, m := range ms {
+		if finite(m.Loss) {
+			train = append(train, plotter.XY{X: float64(m.Step), Y: m.Loss})
+		}
+		if m.EvalLoss != 0 && finite(m.EvalLoss) {
+			heldout = append(heldout, plotter.XY{X: float64(m.Step), Y: m.EvalLoss})
+		}
+	}
+	return train, heldout
 }

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	"gonum.org/v1/plot/plotter"
+
 	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/memorization"
 )
@@ -524,5 +526,24 @@ func TestFinalTrainLoss(t *testing.T) {
 		if got := FinalTrainLoss(c.metrics); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// TestLossSeries: the loss plot draws the training loss at every logged step
+// and the held-out loss at the steps that evaluated it, and leaves out what
+// a diverged run logs.
+func TestLossSeries(t *testing.T) {
+	ms := []finetune.Metrics{
+		{Step: 1, Loss: 5},
+		{Step: 2, Loss: 4, EvalLoss: 4.5},
+		{Step: 3, Loss: math.NaN()},
+		{Step: 4, Loss: 3, EvalLoss: math.Inf(1)},
+		{Step: 5, Loss: 2, EvalLoss: 3.5},
+	}
+	train, held := lossSeries(ms)
+	wantTrain := plotter.XYs{{X: 1, Y: 5}, {X: 2, Y: 4}, {X: 4, Y: 3}, {X: 5, Y: 2}}
+	wantHeld := plotter.XYs{{X: 2, Y: 4.5}, {X: 5, Y: 3.5}}
+	if !slices.Equal(train, wantTrain) || !slices.Equal(held, wantHeld) {
+		t.Errorf("train %v, held-out %v; want %v, %v", train, held, wantTrain, wantHeld)
 	}
 }
