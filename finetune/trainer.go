@@ -100,6 +100,7 @@ type Run struct {
 	lastLoss   float64 // the loss of the last step that had one
 	watch      divergence
 	saved      []savedCheckpoint // by this run, or resumed from; oldest first
+	heldout    *Sequences        // the holdout split, read on the first Evaluate
 }
 
 // Open prepares a run: it opens the dataset and the model, checks that
@@ -292,34 +293,29 @@ func (r *Run) TrainOne() (Metrics, error) {
 }
 
 // Evaluate returns the mean loss over every target of the holdout split,
-// or NaN when the dataset has none (llama.Model.Score: on a grid the
-// data·Z ranks take eval_batch sequences a round between them).
+// or NaN when the dataset has none (llama.Model.Score of the split's
+// Sequences: on a grid the data·Z ranks take eval_batch sequences a round
+// between them).
 func (r *Run) Evaluate() (float64, error) {
-	src := holdout{r.Store}
-	if src.Len() == 0 {
+	if r.Store.NumSequences(data.Holdout) == 0 {
 		return math.NaN(), nil
+	}
+	if r.heldout == nil {
+		src, err := NewSequences(r.Store, data.Holdout)
+		if err != nil {
+			return 0, err
+		}
+		r.heldout = src
 	}
 	batch := r.Config.EvalBatch
 	if batch == 0 {
 		batch = r.Config.MicroBatch
 	}
-	sc, err := r.Model.Score(src, llama.ScoreOptions{Docs: 1, Batch: max(1, batch/r.ranks())})
+	sc, err := r.Model.Score(r.heldout, llama.ScoreOptions{Docs: r.heldout.Docs(), Batch: max(1, batch/r.ranks())})
 	if err != nil {
 		return 0, err
 	}
 	return sc.Mean(), nil
-}
-
-// holdout is a dataset's holdout split as a llama.Source: its sequences,
-// all of one document.
-type holdout struct{ s *data.Store }
-
-func (h holdout) Len() int          { return h.s.NumSequences(data.Holdout) }
-func (h holdout) Positions(int) int { return h.s.SeqLen() }
-func (h holdout) Doc(int) int       { return 0 }
-func (h holdout) Read(i int, ids, targets []int32, weights []float32) error {
-	_, err := h.s.Sequence(data.Holdout, i, ids, targets, weights)
-	return err
 }
 
 // Save writes a checkpoint of the run's current state.

@@ -173,9 +173,9 @@ func TestBenchDecode(t *testing.T) {
 }
 
 // TestEvalLossDataset: eval loss scores a prepared dataset's holdout split by
-// default (--split for the others), with the dataset's seq_len as the window
-// unless --seq-len says otherwise; files default to min(2048,
-// max_position_embeddings).
+// default (--split for the others), in the dataset's own sequences; files
+// are windowed at min(2048, max_position_embeddings) unless --seq-len says
+// otherwise.
 func TestEvalLossDataset(t *testing.T) {
 	base, ds := finetuneFixture(t, "builtin:llama2")
 	s, err := data.OpenStore(ds)
@@ -203,8 +203,9 @@ func TestEvalLossDataset(t *testing.T) {
 	}{
 		{"dataset: holdout by default", []string{"--data", ds}, "holdout", count["holdout"], 32},
 		{"dataset: train", []string{"--data", ds, "--split", "train"}, "train", count["train"], 32},
-		{"dataset: both", []string{"--data", ds, "--split", "both", "--seq-len", "8"}, "both", count["both"], 8},
+		{"dataset: both", []string{"--data", ds, "--split", "both"}, "both", count["both"], 32},
 		{"file: the model's context, capped at 2048", []string{"--data", file}, "", 1, 2048},
+		{"file: --seq-len", []string{"--data", file, "--seq-len", "4"}, "", 1, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, errs, code := memtrain(t, "", append([]string{"eval", "loss", "--model", base, "--json"}, tc.args...)...)
@@ -236,6 +237,7 @@ func TestEvalLossDataset(t *testing.T) {
 		{"a dataset longer than the model", []string{"--data", long}, long + "'s seq_len 4096 exceeds the model's max_position_embeddings 2048"},
 		{"a split of a file", []string{"--data", file, "--split", "train"}, "--split train goes with a dataset folder"},
 		{"an unknown split", []string{"--data", ds, "--split", "test"}, `--split "test": want train, holdout or both`},
+		{"a window for a dataset", []string{"--data", ds, "--seq-len", "8"}, "--seq-len goes with a file: " + ds + " is scored in its own sequences"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, errs, code := memtrain(t, "", append([]string{"eval", "loss", "--model", base}, tc.args...)...)
@@ -243,5 +245,30 @@ func TestEvalLossDataset(t *testing.T) {
 				t.Errorf("code %d, stderr %q, want one line with %q", code, errs, tc.want)
 			}
 		})
+	}
+}
+
+// TestEvalLossIsTheRunsHeldOutLoss: eval loss of a dataset's holdout split
+// at a run's checkpoint is the eval_loss the run logged at that step (one
+// evaluator, finetune.Sequences), though the batches differ.
+func TestEvalLossIsTheRunsHeldOutLoss(t *testing.T) {
+	base, ds := finetuneFixture(t, "builtin:llama2")
+	run := filepath.Join(t.TempDir(), "run")
+	if _, errs, code := memtrain(t, "", "finetune", "--model", base, "--data", ds, "--out", run, "--max-steps", "3", "--batch-size", "4",
+		"--micro-batch", "2", "--schedule.lr", "1e-3", "--eval-every", "3"); code != 0 {
+		t.Fatal(errs)
+	}
+	ms := metricsOf(t, run)
+	logged, _ := ms[len(ms)-1]["eval_loss"].(float64)
+	out, errs, code := memtrain(t, "", "eval", "loss", "--model", run, "--data", ds, "--batch", "3", "--json")
+	if code != 0 {
+		t.Fatal(errs)
+	}
+	var rep evalLossReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if !(logged > 0) || math.Abs(rep.Loss-logged) > 1e-5*logged {
+		t.Errorf("eval loss %v, the run's held-out loss at its last step %v", rep.Loss, logged)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/memorization"
 )
 
@@ -66,12 +67,15 @@ func newEvalLossCmd() *cobra.Command {
 or {"text": "..."} (tokenized with the checkpoint's tokenizer, BOS added unless
 --bos=false), or of a prepared dataset folder (memtrain data prepare): by default
 its holdout split, the held-out documents the model was not trained on; --split
-train or both for the others. A dataset must share the model's tokenizer. Each
-token after the first is predicted from the ones before it; documents longer
-than --seq-len (default: the dataset's seq_len, else the model's
-max_position_embeddings capped at 2048) are scored in consecutive windows. The mean is
-over all scored tokens; perplexity is its exponential. --json adds each
-document's loss. With --parallel the model is split over a grid of in-process
+train or both for the others. A dataset must share the model's tokenizer, and
+is scored in its own sequences exactly as training evaluates it (the same
+targets, padding left out, no goldfish mask), so the holdout split's loss of a
+checkpoint is the run's eval_loss at that step. In a file, each token after the
+first is predicted from the ones before it; documents longer than --seq-len
+(default the model's max_position_embeddings capped at 2048) are scored in
+consecutive windows. The mean is over all scored tokens; perplexity is its
+exponential. --json adds each document's loss (a dataset's: of the sequences
+that begin in it). With --parallel the model is split over a grid of in-process
 ranks, and the data·Z ranks take turns through the batches.`,
 		Example: `  memtrain eval loss --model ./tiny --data held-out.jsonl --json`,
 		Args:    cobra.NoArgs,
@@ -82,7 +86,7 @@ ranks, and the data·Z ranks take turns through the batches.`,
 	fl.StringVar(&f.data, "data", "", "JSONL file of documents ({\"input_ids\":[...]} or {\"text\":...}), or a dataset folder")
 	fl.StringVar(&f.split, "split", "", "with a dataset: the split to score, train, holdout or both (default holdout)")
 	fl.IntVar(&f.batch, "batch", 8, "sequences per forward pass")
-	fl.IntVar(&f.seqLen, "seq-len", 0, "window length in tokens (default the dataset's seq_len, else min(2048, max_position_embeddings))")
+	fl.IntVar(&f.seqLen, "seq-len", 0, "window length in tokens for a file (default min(2048, max_position_embeddings)); a dataset has its own")
 	fl.BoolVar(&f.json, "json", false, "print a JSON report with per-document losses")
 	fl.BoolVar(&f.bos, "bos", true, "add BOS when tokenizing text")
 	f.engine.register(fl)
@@ -113,15 +117,15 @@ func runEvalLoss(cmd *cobra.Command, f evalLossFlags) error {
 		if f.split == "" {
 			f.split = string(data.Holdout)
 		}
+		if f.seqLen != 0 {
+			return fmt.Errorf("eval loss: --seq-len goes with a file: %s is scored in its own sequences, as training evaluates it", f.data)
+		}
 		s, err := data.OpenStore(f.data)
 		if err != nil {
 			return fmt.Errorf("eval loss: %w", err)
 		}
-		dsLen := s.Manifest().Settings.SeqLen
+		f.seqLen, what = s.SeqLen(), f.data+"'s seq_len"
 		s.Close()
-		if f.seqLen == 0 {
-			f.seqLen, what = dsLen, f.data+"'s seq_len"
-		}
 	} else if f.split != "" {
 		return fmt.Errorf("eval loss: --split %s goes with a dataset folder, and %s is none (no manifest.json)", f.split, f.data)
 	}
@@ -153,21 +157,11 @@ func runEvalLoss(cmd *cobra.Command, f evalLossFlags) error {
 // (llama.Model.Score: the data·Z ranks take batches in turn); the lead
 // rank reports.
 func evalLoss(cmd *cobra.Command, f evalLossFlags, lm *loadedModel, lead bool) error {
-	m := lm.model
-	cfg := m.Config
-	docs, err := evalLossDocuments(f, lm, cfg.VocabSize)
+	src, docs, done, err := evalLossSource(f, lm)
 	if err != nil {
 		return fmt.Errorf("eval loss: %w", err)
 	}
-	if len(docs) == 0 {
-		return fmt.Errorf("eval loss: %s: no documents", f.data)
-	}
-	T := f.seqLen // set and checked by runEvalLoss
-	ids := make([][]int32, len(docs))
-	for d, doc := range docs {
-		ids[d] = doc.IDs
-	}
-	src := llama.NewWindows(ids, T)
+	defer done()
 	if src.Len() == 0 {
 		return fmt.Errorf("eval loss: %s: no document has two or more tokens", f.data)
 	}
@@ -177,7 +171,7 @@ func evalLoss(cmd *cobra.Command, f evalLossFlags, lm *loadedModel, lead bool) e
 		bar = progressbar.Default(int64(src.Len()), "eval loss")
 		opt.Progress = func(done, _ int) { bar.Set(done) }
 	}
-	sc, err := m.Score(src, opt)
+	sc, err := lm.model.Score(src, opt)
 	if bar != nil {
 		bar.Finish()
 		fmt.Fprintln(cmd.ErrOrStderr())
@@ -188,38 +182,69 @@ func evalLoss(cmd *cobra.Command, f evalLossFlags, lm *loadedModel, lead bool) e
 	if !lead {
 		return nil
 	}
-	rep := evalLossReport{Model: f.model, Data: f.data, Split: f.split, SeqLen: T}
-	for d, doc := range docs {
+	rep := evalLossReport{Model: f.model, Data: f.data, Split: f.split, SeqLen: f.seqLen}
+	for d, line := range docs {
 		if sc.Weight[d] == 0 {
 			rep.Skipped++
 			continue
 		}
 		rep.Documents++
 		rep.Tokens += int64(sc.Weight[d])
-		rep.PerDoc = append(rep.PerDoc, docLoss{Index: d, Line: int(doc.Line), Tokens: int(sc.Weight[d]), Loss: sc.DocMean(d)})
+		rep.PerDoc = append(rep.PerDoc, docLoss{Index: d, Line: line, Tokens: int(sc.Weight[d]), Loss: sc.DocMean(d)})
 	}
 	rep.Loss = sc.Mean()
 	rep.Perplexity = math.Exp(rep.Loss)
 	return printEvalLoss(cmd.OutOrStdout(), rep, f.json)
 }
 
-// evalLossDocuments reads the documents to score: a dataset's split
-// (memorization.LoadDocuments, which checks the dataset's tokenizer against
-// the model's), or a JSONL file's records.
-func evalLossDocuments(f evalLossFlags, lm *loadedModel, vocab int) ([]data.Document, error) {
+// evalLossSource is what eval loss scores, with each document's line in its
+// input file: a dataset's split(s) in the dataset's own sequences
+// (finetune.Sequences, the trainer's held-out evaluation), or a file's
+// documents in windows of --seq-len (set and checked by runEvalLoss). done
+// releases the dataset once scored.
+func evalLossSource(f evalLossFlags, lm *loadedModel) (src llama.Source, lines []int, done func(), err error) {
 	if f.split == "" {
-		docs, _, err := data.ReadTokenized([]string{f.data}, lm.tok, f.bos, data.ReadOptions{IDsOrText: true, Strict: true, VocabSize: vocab})
-		return docs, err
+		docs, _, err := data.ReadTokenized([]string{f.data}, lm.tok, f.bos, data.ReadOptions{IDsOrText: true, Strict: true, VocabSize: lm.model.Config.VocabSize})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if len(docs) == 0 {
+			return nil, nil, nil, fmt.Errorf("%s: no documents", f.data)
+		}
+		ids, lines := make([][]int32, len(docs)), make([]int, len(docs))
+		for d, doc := range docs {
+			ids[d], lines[d] = doc.IDs, int(doc.Line)
+		}
+		return llama.NewWindows(ids, f.seqLen), lines, func() {}, nil
 	}
-	ds, err := memorization.LoadDocuments(memorization.DocumentSource{Data: []string{f.data}, Split: f.split}, lm.tok)
+	s, err := data.OpenStore(f.data)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	docs := make([]data.Document, len(ds))
-	for i, d := range ds {
-		docs[i] = data.Document{Source: d.Source, Line: d.Line, IDs: d.IDs}
+	fail := func(err error) (llama.Source, []int, func(), error) {
+		s.Close()
+		return nil, nil, nil, err
 	}
-	return docs, nil
+	if lm.tok != nil && s.Manifest().Tokenizer.SHA256 != lm.tok.Hash() {
+		return fail(fmt.Errorf("%s was tokenized with another tokenizer than the model's", f.data))
+	}
+	splits := []data.Split{data.Split(f.split)}
+	if f.split == "both" {
+		splits = []data.Split{data.Train, data.Holdout}
+	}
+	seqs, err := finetune.NewSequences(s, splits...)
+	if err != nil {
+		return fail(err)
+	}
+	lines = make([]int, seqs.Docs())
+	for d := range lines {
+		info, err := s.Doc(seqs.DocID(d))
+		if err != nil {
+			return fail(err)
+		}
+		lines[d] = int(info.Line)
+	}
+	return seqs, lines, func() { s.Close() }, nil
 }
 
 func printEvalLoss(w io.Writer, rep evalLossReport, asJSON bool) error {
