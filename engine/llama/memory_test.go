@@ -163,6 +163,8 @@ func TestPreflight(t *testing.T) {
 	rec.Recompute = true
 	needRec := Memory(cfg, rec).Total()
 	one := withBatch(rec, 1)
+	onGrid32 := one
+	onGrid32.Grid = comm.Grid{Data: 1, X: 8, Y: 4, Z: 1}
 	host := func(free int64, ranks int) []engine.DeviceMemory {
 		return []engine.DeviceMemory{{Device: "host", Free: free, Source: "test", Ranks: ranks}}
 	}
@@ -180,7 +182,10 @@ func TestPreflight(t *testing.T) {
 		{"ranks share the host", w, host(need, 2), []string{" for its 2 ranks"}},
 		{"a smaller batch fits", w, host(Memory(cfg, withBatch(w, 3)).Total(), 1), []string{"would fit: batches of 3 sequences ("}},
 		{"recomputation with a smaller batch", w, host(Memory(cfg, withBatch(rec, 2)).Total(), 1), []string{"would fit: batches of 1 sequence (", "; or activation recomputation with batches of 2 sequences ("}},
-		{"a grid", w, host(Memory(cfg, one).Params, 1), []string{"would fit: a grid of ", " ranks, each on a GPU or machine of its own, e.g. dp=1,", " with activation recomputation and 1 sequence a pass ("}},
+		{"a grid", w, host(Memory(cfg, one).Params, 1), []string{"would fit: a grid of ", " ranks, each on a GPU or machine of its own, e.g. dp=1,", " ("}},
+		// Enough for a rank of a 32-rank grid only with recomputation and
+		// one sequence a pass.
+		{"a grid with recomputation", w, host(Memory(cfg, onGrid32).Total(), 1), []string{"would fit: a grid of 32 ranks, each on a GPU or machine of its own, e.g. dp=1,x=8,y=4,z=1 with activation recomputation and 1 sequence a pass ("}},
 		{"the second device", w, append(host(need, 1), engine.DeviceMemory{Device: "cuda:1", Free: need - 1, Source: "cuMemGetInfo", Ranks: 1}), []string{"not enough memory on cuda:1: "}},
 		{"nothing fits", w, host(1000, 1), []string{"nothing smaller fits"}},
 		{"decoding", Work{Batch: 4, SeqLen: 8, NewTokens: 8}, host(Memory(cfg, Work{Batch: 2, SeqLen: 8, NewTokens: 8}).Total(), 1), []string{"decoding 8 new tokens after 4 prompts of 8 tokens", "would fit: 2 prompts at a time ("}},
