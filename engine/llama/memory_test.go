@@ -217,3 +217,47 @@ func TestPreflight(t *testing.T) {
 		}
 	}
 }
+
+// TestActivationMemoryLinearInT: attention keeps a log-sum-exp per row
+// and no T×T probabilities, so a training step's activation memory grows
+// linearly with the sequence length. At batch 1 of the small preset, T =
+// 8192 takes 16× what T = 512 does by the accounting (with the
+// probabilities it took 63×), with and without recomputation; and for a
+// one-layer model of small's shape the backend's allocation counter
+// agrees with the accounting and grows 4× from T = 256 to 1024 (the
+// workspace is allocated, not run: cheap).
+func TestActivationMemoryLinearInT(t *testing.T) {
+	p, err := checkpoints.LookupPreset("small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := p.Config()
+	for _, rec := range []bool{false, true} {
+		short, long := ActivationBytes(cfg, 1, 512, true, rec), ActivationBytes(cfg, 1, 8192, true, rec)
+		if r := float64(long) / float64(short); r < 15.9 || r > 16.1 {
+			t.Errorf("recompute=%v: activations %d bytes at T=512, %d at T=8192: ×%.2f, want ×16", rec, short, long, r)
+		}
+	}
+
+	one := cfg.Clone()
+	one.NumHiddenLayers, one.VocabSize = 1, 512
+	if err := one.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var allocated []int64
+	for _, T := range []int{256, 1024} {
+		b := newBackend(1)
+		m := randomModel(t, b, one, Options{}, 1)
+		before := b.MemStats().Allocated
+		m.prepare(1, T, true)
+		got := b.MemStats().Allocated - before
+		if want := ActivationBytes(one, 1, T, true, false); got != want {
+			t.Errorf("T=%d: the workspace allocated %d bytes, the accounting says %d", T, got, want)
+		}
+		allocated = append(allocated, got)
+		m.Free()
+	}
+	if r := float64(allocated[1]) / float64(allocated[0]); r < 3.99 || r > 4.01 {
+		t.Errorf("allocated %d bytes at T=256, %d at T=1024: ×%.3f, want ×4", allocated[0], allocated[1], r)
+	}
+}
