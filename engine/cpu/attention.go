@@ -211,16 +211,20 @@ func probabilities(s, ls []float32, rows, n, group, r0, c0 int) {
 //	dS = P ⊙ (dP − δ)                 (vec.SubMul)
 //	dv_tile += Pᵀ·dO,  dk_tile += dSᵀ·q/√D,  dq += dS·k_tile/√D   (GEMMs)
 //
-// Only the tiles on or below the diagonal are visited. So that no two
-// goroutines add into one gradient, the work runs in two passes: dk and
+// Only the tiles on or below the diagonal are visited. No two goroutines
+// add into one gradient: when the (sequence, kv head) pairs share evenly
+// among the threads, each pair is one goroutine's, computing all three
+// gradients in one pass; otherwise the work runs in two passes: dk and
 // dv over items (sequence, kv head, key tile), each walking the query
 // tiles from the diagonal down with the group's heads packed together
 // (the sum over a group's heads and over query tiles is a fixed order
 // within one item), then dq over items (sequence, kv head, query tile),
 // each walking the key tiles up to the diagonal. The second pass
 // recomputes P and dP: two products more than a single pass, the price of
-// a deterministic split over every thread. dq, dk and dv are overwritten,
-// and the result is the same for any thread count.
+// a deterministic split over every thread. Both ways issue the same
+// products in the same order for every gradient element, so the bits do
+// not depend on which runs: dq, dk and dv are overwritten, and the result
+// is the same for any thread count.
 func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *engine.Tensor) {
 	g := attentionShape("AttentionBackward", q, k)
 	B, T, H, KV, D, G := g.B, g.T, g.heads, g.kvHeads, g.D, g.group()
@@ -261,6 +265,48 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *engine.
 			// Masked keys have P = 0, so their dS is 0 too.
 			vec.SubMul(ds[r*n:(r+1)*n], w.dl[r], p[r*n:(r+1)*n])
 		}
+	}
+
+	// With enough (sequence, kv head) pairs to share evenly among the
+	// threads, one pass per pair computes all three gradients: the same
+	// products with the same operands, in the same order, as the two
+	// passes below (dq's tiles still add the key tiles in order), so the
+	// same bits, but without computing P and dP twice.
+	if pairs := B * KV; pairs%b.threads == 0 || pairs >= 4*b.threads {
+		b.parallelFor(pairs, 1, func(lo, hi int) {
+			w := newAttnWork(g)
+			dqAll := make([]float32, T*G*D) // the pair's packed dq, O(T)
+			for pair := lo; pair < hi; pair++ {
+				bi, kv := pair/KV, pair%KV
+				clear(dqAll)
+				for c0 := 0; c0 < T; c0 += attnTile {
+					c1 := min(c0+attnTile, T)
+					n := c1 - c0
+					dkb, dvb := w.dk[:n*D], w.dv[:n*D]
+					clear(dkb)
+					clear(dvb)
+					kt, vt := K[(bi*T*KV+kv)*D+c0*ldk:], V[(bi*T*KV+kv)*D+c0*ldk:]
+					for r0 := c0; r0 < T; r0 += attnTile {
+						r1 := min(r0+attnTile, T)
+						rows := (r1 - r0) * G
+						g.pack(w.q, Q, bi, kv, r0, r1)
+						g.pack(w.o, dO, bi, kv, r0, r1)
+						stats(w, rows, bi, kv, r0)
+						scoreGrads(w, rows, n, r0, c0, kt, vt)
+						b.inner.Sgemm(true, false, n, D, rows, 1, w.s[:rows*n], n, w.o, D, 1, dvb, D)
+						b.inner.Sgemm(true, false, n, D, rows, scale, w.ds[:rows*n], n, w.q, D, 1, dkb, D)
+						b.inner.Sgemm(false, false, rows, D, n, scale, w.ds[:rows*n], n, kt, ldk, 1, dqAll[r0*G*D:], D)
+					}
+					for c := c0; c < c1; c++ {
+						at := ((bi*T+c)*KV + kv) * D
+						copy(dK[at:at+D], dkb[(c-c0)*D:(c-c0+1)*D])
+						copy(dV[at:at+D], dvb[(c-c0)*D:(c-c0+1)*D])
+					}
+				}
+				g.unpack(dQ, dqAll, bi, kv, 0, T)
+			}
+		})
+		return
 	}
 
 	// dk and dv: each key tile sums over the query tiles below it.

@@ -197,6 +197,9 @@ func TestAdamWTorchFloat32(t *testing.T) {
 // TestThreadCountIndependence checks the package's promise: no kernel
 // reduces across a thread's share of the work, so with the default GEMM
 // the bits do not depend on the thread count.
+// AttentionBackward's 4 (sequence, kv head) pairs take its one-pass path
+// with 1 and 2 threads and its two-pass path with 3 and 8: the two must
+// agree bit for bit.
 func TestThreadCountIndependence(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	const N, H, V = 97, 257, 40
