@@ -36,7 +36,7 @@ type Backend interface {
 	Free(t *Tensor)
 	// MemStats reports the bytes of tensors allocated now and at peak.
 	// Kernels may use transient workspace (e.g. AttentionBackward's
-	// per-head partials) that is not counted.
+	// per-row rowsum(dOut ⊙ out), or per-thread tiles) that is not counted.
 	MemStats() MemStats
 
 	// Upload copies host float32 values into t (converting to t's dtype).
@@ -101,13 +101,18 @@ type Backend interface {
 	// Attention is causal grouped-query self-attention over B sequences of
 	// T tokens: q [B,T,heads,D], k and v [B,T,kvHeads,D], out
 	// [B,T,heads,D]; query head h uses key/value head h/(heads/kvHeads).
-	// Scores are scaled by 1/√D. probs [B,heads,T,T] receives the softmax
-	// (zero above the diagonal) for the backward pass.
-	Attention(out, probs, q, k, v *Tensor)
-	// AttentionBackward writes dq, dk and dv from dOut and the saved probs.
+	// Scores are scaled by 1/√D. lse [B,heads,T] (F32) receives each query
+	// row's log-sum-exp of its scaled scores over the keys it sees,
+	// L_i = log Σ_{j≤i} e^(s_ij), for the backward pass: the T×T
+	// probabilities are never stored (FlashAttention-2's tiled forward
+	// with an online softmax), so attention's memory is O(T) per head.
+	Attention(out, lse, q, k, v *Tensor)
+	// AttentionBackward writes dq, dk and dv from dOut, the inputs, and the
+	// out and lse that Attention saved, recomputing the probabilities
+	// P = e^(S − L) tile by tile (dS = P ⊙ (dP − rowsum(dOut ⊙ out))).
 	// dk and dv are overwritten (each the sum over its group's query
 	// heads), not accumulated.
-	AttentionBackward(dq, dk, dv, dOut, q, k, v, probs *Tensor)
+	AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *Tensor)
 	// AttentionKV is inference attention against a cache: for sequence b,
 	// the n queries q[b, i] (i < n) sit at positions start[b]+i and attend
 	// to kCache[b, 0 : start[b]+i+1]. q, out [B,n,heads,D]; kCache, vCache

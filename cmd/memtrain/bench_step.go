@@ -18,6 +18,7 @@ type benchStepFlags struct {
 	preset    string
 	batch     int
 	seqLen    int
+	maxPos    int // 0: the preset's max_position_embeddings
 	steps     int
 	recompute bool
 	engine    engineFlags
@@ -25,7 +26,8 @@ type benchStepFlags struct {
 
 // benchStepResult is the JSON line `bench step` prints.
 type benchStepResult struct {
-	Preset string `json:"preset"`
+	Preset       string `json:"preset"`
+	MaxPositions int    `json:"max_position_embeddings"`
 	bench.StepResult
 }
 
@@ -38,15 +40,19 @@ func newBenchStepCmd() *cobra.Command {
 tokens and prints one JSON line: tokens/s, model FLOPs per token
 (6·N + 12·L·heads·D·T), the achieved GFLOP/s, memtrain's own float32 GEMM at
 2048³ measured in the same run, and their ratio (efficiency), with the
-engine's memory accounting beside the process's peak RSS.`,
-		Example: `  memtrain bench step --preset small --batch 4 --seq-len 256`,
-		Args:    cobra.NoArgs,
-		RunE:    func(cmd *cobra.Command, args []string) error { return runBenchStep(cmd, f) },
+engine's memory accounting beside the process's peak RSS. --max-positions
+raises (or lowers) the preset's max_position_embeddings, so that a small
+preset can be measured on long sequences.`,
+		Example: `  memtrain bench step --preset small --batch 4 --seq-len 256
+  memtrain bench step --preset small --batch 1 --seq-len 8192 --max-positions 8192`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return runBenchStep(cmd, f) },
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.preset, "preset", "small", "model shape (see 'memtrain inspect --help')")
 	fl.IntVar(&f.batch, "batch", 4, "sequences per step")
 	fl.IntVar(&f.seqLen, "seq-len", 0, "tokens per sequence (default min(2048, max_position_embeddings))")
+	fl.IntVar(&f.maxPos, "max-positions", 0, "the model's max_position_embeddings (default the preset's)")
 	fl.IntVar(&f.steps, "steps", 5, "timed steps (after one warm-up step); the median is reported")
 	fl.BoolVar(&f.recompute, "recompute", false, "recompute activations in the backward pass")
 	f.engine.register(fl)
@@ -62,11 +68,20 @@ func runBenchStep(cmd *cobra.Command, f benchStepFlags) error {
 		return err
 	}
 	cfg := p.Config()
+	if f.maxPos != 0 {
+		if f.maxPos < 0 || f.maxPos > checkpoints.MaxPositions {
+			return fmt.Errorf("bench step: --max-positions %d: want 1 to %d (0: the preset's %d)", f.maxPos, checkpoints.MaxPositions, cfg.MaxPositionEmbeddings)
+		}
+		cfg.MaxPositionEmbeddings = f.maxPos
+		if err := cfg.Validate(); err != nil {
+			return fmt.Errorf("bench step: --max-positions %d: %w", f.maxPos, err)
+		}
+	}
 	if f.seqLen == 0 {
 		f.seqLen = cfg.DefaultSeqLen()
 	}
 	if f.seqLen > cfg.MaxPositionEmbeddings {
-		return fmt.Errorf("bench step: --seq-len %d exceeds %s's max_position_embeddings %d", f.seqLen, f.preset, cfg.MaxPositionEmbeddings)
+		return fmt.Errorf("bench step: --seq-len %d exceeds %s's max_position_embeddings %d (raise it with --max-positions)", f.seqLen, f.preset, cfg.MaxPositionEmbeddings)
 	}
 	if n := cfg.Params().Total; n > maxInitParams {
 		return fmt.Errorf("bench step: %s has %s parameters, too many for a CPU step", f.preset, units.FormatCount(n))
@@ -90,5 +105,5 @@ func runBenchStep(cmd *cobra.Command, f benchStepFlags) error {
 	if err != nil {
 		return fmt.Errorf("bench step: %w", err)
 	}
-	return json.NewEncoder(cmd.OutOrStdout()).Encode(benchStepResult{f.preset, res})
+	return json.NewEncoder(cmd.OutOrStdout()).Encode(benchStepResult{f.preset, cfg.MaxPositionEmbeddings, res})
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/memtrain/memtrain/data"
+	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/memorization"
 )
 
@@ -155,6 +156,37 @@ func TestBenchStep(t *testing.T) {
 	want := 6*float64(r.Params) + 12*4*4*32*16
 	if r.ModelFLOPsPerToken != want {
 		t.Errorf("flops/token %v, want %v", r.ModelFLOPsPerToken, want)
+	}
+	if r.MaxPositions != 2048 {
+		t.Errorf("max_position_embeddings %d, want tiny's 2048", r.MaxPositions)
+	}
+}
+
+// TestBenchStepMaxPositions: --max-positions sets the preset's
+// max_position_embeddings, and the result says which it used. Raising it
+// is checked without running the long step: the sequence length is
+// accepted and reaches the memory preflight, which sizes a 4096-token
+// step (tiny's own limit is 2048) and refuses it under a tiny limit.
+func TestBenchStepMaxPositions(t *testing.T) {
+	out, errs, code := memtrain(t, "", "bench", "step", "--preset", "tiny", "--batch", "1", "--seq-len", "16",
+		"--max-positions", "64", "--steps", "1")
+	if code != 0 {
+		t.Fatal(errs)
+	}
+	var r benchStepResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.MaxPositions != 64 || r.SeqLen != 16 || r.TokensPerS <= 0 {
+		t.Errorf("result %+v", r)
+	}
+
+	t.Setenv(launch.MemoryLimitEnv, "1MiB")
+	_, errs, code = memtrain(t, "", "bench", "step", "--preset", "tiny", "--batch", "1", "--seq-len", "4096",
+		"--max-positions", "8192", "--steps", "1")
+	if want := "bench step: tiny: not enough memory on host: training "; code == 0 || !strings.Contains(errs, want) ||
+		!strings.Contains(errs, " of 4096 tokens a pass needs ") {
+		t.Errorf("exit %d, stderr %q: want the preflight's refusal of a 4096-token step", code, errs)
 	}
 }
 

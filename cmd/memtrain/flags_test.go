@@ -126,6 +126,10 @@ func TestNumericFlags(t *testing.T) {
 		{[]string{"bench", "step", "--seq-len", "-1"}, "bench step: --batch, --seq-len and --steps must be positive"},
 		{[]string{"bench", "step", "--steps", "0"}, "bench step: --batch, --seq-len and --steps must be positive"},
 		{[]string{"bench", "step", "--threads", "-3"}, "--threads -3: want 0 (all cores) or more"},
+		{[]string{"bench", "step", "--max-positions", "-1"}, "bench step: --max-positions -1: want 1 to 16777216 (0: the preset's 2048)"},
+		{[]string{"bench", "step", "--max-positions", "16777217"}, "bench step: --max-positions 16777217: want 1 to 16777216 (0: the preset's 2048)"},
+		{[]string{"bench", "step", "--seq-len", "4096"}, "bench step: --seq-len 4096 exceeds small's max_position_embeddings 2048 (raise it with --max-positions)"},
+		{[]string{"bench", "step", "--seq-len", "512", "--max-positions", "256"}, "bench step: --seq-len 512 exceeds small's max_position_embeddings 256 (raise it with --max-positions)"},
 		// data prepare and data inspect
 		{prepare("--seq-len", "-1"), "seq_len -1 out of range"},
 		{prepare("--holdout", "NaN"), "holdout NaN out of range [0, 1]"},

@@ -7,11 +7,12 @@ import (
 	"github.com/memtrain/memtrain/engine/cpu/vec"
 )
 
-// causalBlock is the number of query rows attention handles per GEMM.
-// Rows r0..r1 attend to keys 0..r1 only, so working in blocks skips most of
-// the masked upper triangle (half the work for long sequences) while
-// keeping each product large enough for the GEMM to run at speed.
-const causalBlock = 64
+// attnTile is the number of query positions, and of keys, in one tile of
+// attention. A tile's scores ((attnTile·group) × attnTile floats) stay in
+// cache between the products around them, and query and key tiles line
+// up, so that only the diagonal tile needs a mask and every row of a
+// visited tile sees at least one key.
+const attnTile = 64
 
 // attentionGeometry is the shape of one attention call.
 type attentionGeometry struct {
@@ -24,6 +25,9 @@ func (g attentionGeometry) group() int { return g.heads / g.kvHeads }
 // scale is the 1/√D that multiplies the scores.
 func (g attentionGeometry) scale() float32 { return float32(1 / math.Sqrt(float64(g.D))) }
 
+// tiles is the number of attnTile-long tiles of a sequence.
+func (g attentionGeometry) tiles() int { return (g.T + attnTile - 1) / attnTile }
+
 // attentionShape reads the geometry from q [B,T,heads,D] and k
 // [B,T,kvHeads,D] and checks that the others agree.
 func attentionShape(op string, q, k *engine.Tensor) attentionGeometry {
@@ -34,168 +38,345 @@ func attentionShape(op string, q, k *engine.Tensor) attentionGeometry {
 	return g
 }
 
+// A work item of attention is one key/value head kv of sequence b and a
+// tile of positions [r0, r1). Its query side is the group's heads packed
+// into one matrix of (r1−r0)·group rows of D: row (t−r0)·group + j holds
+// query head kv·group + j at position t. At a fixed position the group's
+// heads are adjacent in q [B,T,heads,D], so packing copies group·D floats
+// per position; in exchange every product is one GEMM over the whole
+// group, and the group's heads read each key/value tile once.
+
+// pack copies the group rows of positions [r0, r1) of src (laid out as q)
+// into dst.
+func (g attentionGeometry) pack(dst, src []float32, b, kv, r0, r1 int) {
+	w := g.group() * g.D
+	for t := r0; t < r1; t++ {
+		at := ((b*g.T+t)*g.heads + kv*g.group()) * g.D
+		copy(dst[(t-r0)*w:(t-r0+1)*w], src[at:at+w])
+	}
+}
+
+// unpack is pack's inverse: it writes the packed rows into dst.
+func (g attentionGeometry) unpack(dst, src []float32, b, kv, r0, r1 int) {
+	w := g.group() * g.D
+	for t := r0; t < r1; t++ {
+		at := ((b*g.T+t)*g.heads + kv*g.group()) * g.D
+		copy(dst[at:at+w], src[(t-r0)*w:(t-r0+1)*w])
+	}
+}
+
+// stat is the index in a [B,heads,T] statistic (lse, rowsum(dO∘O)) of
+// packed row r of the item (b, kv, r0).
+func (g attentionGeometry) stat(b, kv, r0, r int) int {
+	return (b*g.heads+kv*g.group()+r%g.group())*g.T + r0 + r/g.group()
+}
+
+// zigzag maps the i-th of n tiles to tile 0, n−1, 1, n−2, …: a causal
+// tile's cost grows (or, for keys, shrinks) along the sequence, and
+// interleaving cheap and dear tiles gives each of parallelFor's contiguous
+// chunks a fair share. The order is a function of n alone.
+func zigzag(i, n int) int {
+	if i%2 == 0 {
+		return i / 2
+	}
+	return n - 1 - i/2
+}
+
+// attnWork is one goroutine's transient workspace: O(tile), never T×T.
+type attnWork struct {
+	q, o   []float32 // packed queries; packed output (or dOut) rows
+	dq     []float32 // packed query gradients
+	s, ds  []float32 // a tile's scores or probabilities, and their gradient
+	dk, dv []float32 // a key tile's gradients
+	m      []float32 // running maximum per packed row
+	l      []float64 // running sum per packed row
+	ls, dl []float32 // per packed row: lse and rowsum(dO∘O)
+}
+
+func newAttnWork(g attentionGeometry) *attnWork {
+	rows := attnTile * g.group()
+	return &attnWork{
+		q: make([]float32, rows*g.D), o: make([]float32, rows*g.D), dq: make([]float32, rows*g.D),
+		s: make([]float32, rows*attnTile), ds: make([]float32, rows*attnTile),
+		dk: make([]float32, attnTile*g.D), dv: make([]float32, attnTile*g.D),
+		m: make([]float32, rows), l: make([]float64, rows),
+		ls: make([]float32, rows), dl: make([]float32, rows),
+	}
+}
+
+// visible is the number of keys of the tile starting at c0 (n long) that
+// packed row r of a tile starting at position r0 may attend to: keys up
+// to its own position.
+func visible(r, group, r0, c0, n int) int { return max(0, min(n, r0+r/group+1-c0)) }
+
 // Attention is causal grouped-query self-attention: q [B,T,heads,D], k and
 // v [B,T,kvHeads,D], out [B,T,heads,D]. Query head h reads key/value head
-// h/(heads/kvHeads); the scores are scaled by 1/√D. probs [B,heads,T,T]
-// receives the softmax, zero above the diagonal, for the backward pass.
+// h/(heads/kvHeads); the scores are scaled by 1/√D. lse [B,heads,T]
+// receives each row's log-sum-exp of its scaled scores for the backward
+// pass; the T×T probabilities are never stored.
 //
-// For each (sequence, head) pair and block of causalBlock query rows, one
-// goroutine computes
+// It is FlashAttention-2's forward. For each work item (sequence, kv
+// head, tile of query positions, the group's heads packed together) one
+// goroutine walks the key tiles up to the diagonal (the tiles above it
+// are skipped) with a running maximum m, sum l and output accumulator o
+// per row:
 //
-//	S = q_h·k_gᵀ/√D   (GEMM; lda = heads·D steps over the other heads)
-//	P = softmax(S) row by row over the keys j ≤ i
-//	out_h = P·v_g     (GEMM)
+//	S = q·k_tileᵀ/√D                  (GEMM)
+//	m' = max(m, rowmax S), P = e^(S−m') (keys past the row's position 0)
+//	l = l·e^(m−m') + rowsum P, o = o·e^(m−m') + P·v_tile   (GEMM)
 //
-// Work is split over those items only, so the result is the same for any
-// thread count.
-func (b *Backend) Attention(out, probs, q, k, v *engine.Tensor) {
+// and ends with out = o/l, lse = m + log l. The exponentials and row
+// sums are vec.ExpSum's (float32 numerators, float64 sums). Items are
+// independent and each is computed whole by one goroutine, so the result
+// is the same for any thread count.
+func (b *Backend) Attention(out, lse, q, k, v *engine.Tensor) {
 	g := attentionShape("Attention", q, k)
-	B, T, H, D := g.B, g.T, g.heads, g.D
-	check(out.Len() == q.Len() && v.Len() == k.Len() && k.Len() == B*T*g.kvHeads*D,
+	B, T, H, KV, D, G := g.B, g.T, g.heads, g.kvHeads, g.D, g.group()
+	check(out.Len() == q.Len() && v.Len() == k.Len() && k.Len() == B*T*KV*D,
 		"Attention: out %v, q %v, k %v, v %v do not agree", out, q, k, v)
-	check(probs.Len() == B*H*T*T, "Attention: probs %v, want [%d,%d,%d,%d]", probs, B, H, T, T)
-	O, P, Q, K, V := Float32s(out), Float32s(probs), Float32s(q), Float32s(k), Float32s(v)
-	ldq, ldk := H*D, g.kvHeads*D
+	check(lse.Len() == B*H*T, "Attention: lse %v, want [%d,%d,%d]", lse, B, H, T)
+	O, Ls, Q, K, V := Float32s(out), Float32s(lse), Float32s(q), Float32s(k), Float32s(v)
+	ldk := KV * D
 	scale := g.scale()
+	tiles := g.tiles()
 
-	// Blocks of rows are independent in the forward pass, so the work
-	// items are (sequence, head, block) triples: a single long sequence
-	// still keeps every thread busy.
-	blocks := (T + causalBlock - 1) / causalBlock
-	b.parallelFor(B*H*blocks, 1, func(lo, hi int) {
+	b.parallelFor(B*KV*tiles, 1, func(lo, hi int) {
+		w := newAttnWork(g)
 		for item := lo; item < hi; item++ {
-			pair, r0 := item/blocks, item%blocks*causalBlock
-			r1 := min(r0+causalBlock, T)
-			bi, h := pair/H, pair%H
-			kv := h / g.group()
-			qh := Q[(bi*T*H+h)*D:]
-			oh := O[(bi*T*H+h)*D:]
-			kg := K[(bi*T*g.kvHeads+kv)*D:]
-			vg := V[(bi*T*g.kvHeads+kv)*D:]
-			ph := P[pair*T*T : (pair+1)*T*T]
-			b.inner.Sgemm(false, true, r1-r0, r1, D, scale, qh[r0*ldq:], ldq, kg, ldk, 0, ph[r0*T:], T)
-			for i := r0; i < r1; i++ {
-				causalSoftmax(ph[i*T:(i+1)*T], i)
+			pair := item / tiles
+			bi, kv := pair/KV, pair%KV
+			r0 := zigzag(item%tiles, tiles) * attnTile
+			r1 := min(r0+attnTile, T)
+			rows := (r1 - r0) * G
+			qb, ob, m, l := w.q[:rows*D], w.o[:rows*D], w.m[:rows], w.l[:rows]
+			g.pack(qb, Q, bi, kv, r0, r1)
+			clear(ob)
+			for r := range m {
+				m[r], l[r] = float32(math.Inf(-1)), 0
 			}
-			b.inner.Sgemm(false, false, r1-r0, D, r1, 1, ph[r0*T:], T, vg, ldk, 0, oh[r0*ldq:], ldq)
+			kb, vb := K[(bi*T*KV+kv)*D:], V[(bi*T*KV+kv)*D:]
+			for c0 := 0; c0 < r1; c0 += attnTile {
+				c1 := min(c0+attnTile, r1)
+				n := c1 - c0
+				s := w.s[:rows*n]
+				b.inner.Sgemm(false, true, rows, n, D, scale, qb, D, kb[c0*ldk:], ldk, 0, s, n)
+				for r := range rows {
+					row := s[r*n : (r+1)*n]
+					vis := visible(r, G, r0, c0, n)
+					if vis == 0 {
+						clear(row)
+						continue
+					}
+					mNew := max(m[r], vec.Max(row[:vis]))
+					sum := vec.ExpSum(row[:vis], row[:vis], mNew)
+					clear(row[vis:])
+					if mNew != m[r] {
+						// The first tile finds m = −∞: alpha = 0 on a zero o.
+						alpha := math.Exp(float64(m[r]) - float64(mNew))
+						vec.Scale(float32(alpha), ob[r*D:(r+1)*D])
+						l[r] *= alpha
+						m[r] = mNew
+					}
+					l[r] += sum
+				}
+				b.inner.Sgemm(false, false, rows, D, n, 1, s, n, vb[c0*ldk:], ldk, 1, ob, D)
+			}
+			for r := range rows {
+				vec.Scale(float32(1/l[r]), ob[r*D:(r+1)*D])
+				Ls[g.stat(bi, kv, r0, r)] = float32(float64(m[r]) + math.Log(l[r]))
+			}
+			g.unpack(O, ob, bi, kv, r0, r1)
+		}
+	})
+}
+
+// probabilities turns a tile's scores s (rows × n, packed rows of the
+// tile at r0, keys from c0) into P = e^(S − lse), zero past each row's
+// position, with ls the rows' log-sum-exps.
+func probabilities(s, ls []float32, rows, n, group, r0, c0 int) {
+	for r := range rows {
+		row := s[r*n : (r+1)*n]
+		vis := visible(r, group, r0, c0, n)
+		vec.ExpSum(row[:vis], row[:vis], ls[r])
+		clear(row[vis:])
+	}
+}
+
+// AttentionBackward writes dq, dk and dv from dOut, the inputs, and the
+// out and lse that Attention saved, recomputing the probabilities tile by
+// tile as FlashAttention-2 does. With δ_i = rowsum(dO_i ∘ O_i), per tile
+//
+//	P = e^(q·k_tileᵀ/√D − lse)        (GEMM)
+//	dP = dO·v_tileᵀ                   (GEMM)
+//	dS = P ⊙ (dP − δ)                 (vec.SubMul)
+//	dv_tile += Pᵀ·dO,  dk_tile += dSᵀ·q/√D,  dq += dS·k_tile/√D   (GEMMs)
+//
+// Only the tiles on or below the diagonal are visited. No two goroutines
+// add into one gradient: when the (sequence, kv head) pairs share evenly
+// among the threads, each pair is one goroutine's, computing all three
+// gradients in one pass; otherwise the work runs in two passes: dk and
+// dv over items (sequence, kv head, key tile), each walking the query
+// tiles from the diagonal down with the group's heads packed together
+// (the sum over a group's heads and over query tiles is a fixed order
+// within one item), then dq over items (sequence, kv head, query tile),
+// each walking the key tiles up to the diagonal. The second pass
+// recomputes P and dP: two products more than a single pass, the price of
+// a deterministic split over every thread. Both ways issue the same
+// products in the same order for every gradient element, so the bits do
+// not depend on which runs: dq, dk and dv are overwritten, and the result
+// is the same for any thread count.
+func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *engine.Tensor) {
+	g := attentionShape("AttentionBackward", q, k)
+	B, T, H, KV, D, G := g.B, g.T, g.heads, g.kvHeads, g.D, g.group()
+	check(dq.Len() == q.Len() && dOut.Len() == q.Len() && out.Len() == q.Len() && dk.Len() == k.Len() && dv.Len() == k.Len() &&
+		v.Len() == k.Len() && k.Len() == B*T*KV*D,
+		"AttentionBackward: dq %v, dk %v, dv %v, dOut %v, out %v, q %v, k %v, v %v do not agree", dq, dk, dv, dOut, out, q, k, v)
+	check(lse.Len() == B*H*T, "AttentionBackward: lse %v, want [%d,%d,%d]", lse, B, H, T)
+	dQ, dK, dV, dO := Float32s(dq), Float32s(dk), Float32s(dv), Float32s(dOut)
+	Q, K, V, O, Ls := Float32s(q), Float32s(k), Float32s(v), Float32s(out), Float32s(lse)
+	ldk := KV * D
+	scale := g.scale()
+	tiles := g.tiles()
+
+	// δ in lse's layout [B,heads,T]: O(T) per head, like lse itself.
+	delta := make([]float32, B*H*T)
+	b.parallelFor(B*T*H, max(1, elementGrain/max(D, 1)), func(lo, hi int) {
+		for row := lo; row < hi; row++ { // row (b·T + t)·heads + h of q's layout
+			bi, t, h := row/(T*H), row/H%T, row%H
+			delta[(bi*H+h)*T+t] = vec.Dot(dO[row*D:(row+1)*D], O[row*D:(row+1)*D])
+		}
+	})
+	// stats gathers the packed rows' lse and δ of the item (b, kv, r0).
+	stats := func(w *attnWork, rows, bi, kv, r0 int) {
+		for r := range rows {
+			at := g.stat(bi, kv, r0, r)
+			w.ls[r], w.dl[r] = Ls[at], delta[at]
+		}
+	}
+	// scoreGrads computes a tile's P into w.s and dS into w.ds, for the
+	// packed rows in w.q (queries) and w.o (dOut) against the keys at kt
+	// and values at vt.
+	scoreGrads := func(w *attnWork, rows, n, r0, c0 int, kt, vt []float32) {
+		p, ds := w.s[:rows*n], w.ds[:rows*n]
+		b.inner.Sgemm(false, true, rows, n, D, scale, w.q, D, kt, ldk, 0, p, n)
+		probabilities(p, w.ls, rows, n, G, r0, c0)
+		b.inner.Sgemm(false, true, rows, n, D, 1, w.o, D, vt, ldk, 0, ds, n)
+		for r := range rows {
+			// Masked keys have P = 0, so their dS is 0 too.
+			vec.SubMul(ds[r*n:(r+1)*n], w.dl[r], p[r*n:(r+1)*n])
+		}
+	}
+
+	// With enough (sequence, kv head) pairs to share evenly among the
+	// threads, one pass per pair computes all three gradients: the same
+	// products with the same operands, in the same order, as the two
+	// passes below (dq's tiles still add the key tiles in order), so the
+	// same bits, but without computing P and dP twice.
+	if pairs := B * KV; pairs%b.threads == 0 || pairs >= 4*b.threads {
+		b.parallelFor(pairs, 1, func(lo, hi int) {
+			w := newAttnWork(g)
+			dqAll := make([]float32, T*G*D) // the pair's packed dq, O(T)
+			for pair := lo; pair < hi; pair++ {
+				bi, kv := pair/KV, pair%KV
+				clear(dqAll)
+				for c0 := 0; c0 < T; c0 += attnTile {
+					c1 := min(c0+attnTile, T)
+					n := c1 - c0
+					dkb, dvb := w.dk[:n*D], w.dv[:n*D]
+					clear(dkb)
+					clear(dvb)
+					kt, vt := K[(bi*T*KV+kv)*D+c0*ldk:], V[(bi*T*KV+kv)*D+c0*ldk:]
+					for r0 := c0; r0 < T; r0 += attnTile {
+						r1 := min(r0+attnTile, T)
+						rows := (r1 - r0) * G
+						g.pack(w.q, Q, bi, kv, r0, r1)
+						g.pack(w.o, dO, bi, kv, r0, r1)
+						stats(w, rows, bi, kv, r0)
+						scoreGrads(w, rows, n, r0, c0, kt, vt)
+						b.inner.Sgemm(true, false, n, D, rows, 1, w.s[:rows*n], n, w.o, D, 1, dvb, D)
+						b.inner.Sgemm(true, false, n, D, rows, scale, w.ds[:rows*n], n, w.q, D, 1, dkb, D)
+						b.inner.Sgemm(false, false, rows, D, n, scale, w.ds[:rows*n], n, kt, ldk, 1, dqAll[r0*G*D:], D)
+					}
+					for c := c0; c < c1; c++ {
+						at := ((bi*T+c)*KV + kv) * D
+						copy(dK[at:at+D], dkb[(c-c0)*D:(c-c0+1)*D])
+						copy(dV[at:at+D], dvb[(c-c0)*D:(c-c0+1)*D])
+					}
+				}
+				g.unpack(dQ, dqAll, bi, kv, 0, T)
+			}
+		})
+		return
+	}
+
+	// dk and dv: each key tile sums over the query tiles below it.
+	b.parallelFor(B*KV*tiles, 1, func(lo, hi int) {
+		w := newAttnWork(g)
+		for item := lo; item < hi; item++ {
+			pair := item / tiles
+			bi, kv := pair/KV, pair%KV
+			c0 := zigzag(item%tiles, tiles) * attnTile
+			c1 := min(c0+attnTile, T)
+			n := c1 - c0
+			dkb, dvb := w.dk[:n*D], w.dv[:n*D]
+			clear(dkb)
+			clear(dvb)
+			kt, vt := K[(bi*T*KV+kv)*D+c0*ldk:], V[(bi*T*KV+kv)*D+c0*ldk:]
+			for r0 := c0; r0 < T; r0 += attnTile {
+				r1 := min(r0+attnTile, T)
+				rows := (r1 - r0) * G
+				g.pack(w.q, Q, bi, kv, r0, r1)
+				g.pack(w.o, dO, bi, kv, r0, r1)
+				stats(w, rows, bi, kv, r0)
+				scoreGrads(w, rows, n, r0, c0, kt, vt)
+				b.inner.Sgemm(true, false, n, D, rows, 1, w.s[:rows*n], n, w.o, D, 1, dvb, D)
+				b.inner.Sgemm(true, false, n, D, rows, scale, w.ds[:rows*n], n, w.q, D, 1, dkb, D)
+			}
+			for c := c0; c < c1; c++ {
+				at := ((bi*T+c)*KV + kv) * D
+				copy(dK[at:at+D], dkb[(c-c0)*D:(c-c0+1)*D])
+				copy(dV[at:at+D], dvb[(c-c0)*D:(c-c0+1)*D])
+			}
+		}
+	})
+
+	// dq: each query tile sums over the key tiles up to its diagonal.
+	b.parallelFor(B*KV*tiles, 1, func(lo, hi int) {
+		w := newAttnWork(g)
+		for item := lo; item < hi; item++ {
+			pair := item / tiles
+			bi, kv := pair/KV, pair%KV
+			r0 := zigzag(item%tiles, tiles) * attnTile
+			r1 := min(r0+attnTile, T)
+			rows := (r1 - r0) * G
+			g.pack(w.q, Q, bi, kv, r0, r1)
+			g.pack(w.o, dO, bi, kv, r0, r1)
+			stats(w, rows, bi, kv, r0)
+			dqb := w.dq[:rows*D]
+			clear(dqb)
+			kb, vb := K[(bi*T*KV+kv)*D:], V[(bi*T*KV+kv)*D:]
+			for c0 := 0; c0 < r1; c0 += attnTile {
+				c1 := min(c0+attnTile, r1)
+				n := c1 - c0
+				scoreGrads(w, rows, n, r0, c0, kb[c0*ldk:], vb[c0*ldk:])
+				b.inner.Sgemm(false, false, rows, D, n, scale, w.ds[:rows*n], n, kb[c0*ldk:], ldk, 1, dqb, D)
+			}
+			g.unpack(dQ, dqb, bi, kv, r0, r1)
 		}
 	})
 }
 
 // causalSoftmax replaces row[0..i] with its softmax and zeroes the masked
-// rest of the row. The maximum is subtracted first; the exponentials
-// (vec.ExpSum, float32) are summed in float64 in a fixed lane order, and
-// each is then multiplied by the float32 reciprocal of the sum.
+// rest of the row (AttentionKV's scores). The maximum is subtracted first;
+// the exponentials (vec.ExpSum, float32) are summed in float64 in a fixed
+// lane order, and each is then multiplied by the float32 reciprocal of the
+// sum.
 func causalSoftmax(row []float32, i int) {
 	r := row[:i+1]
 	m := vec.Max(r)
 	sum := vec.ExpSum(r, r, m)
 	vec.Scale(float32(1/sum), r)
 	clear(row[i+1:])
-}
-
-// AttentionBackward writes dq, dk and dv from dOut and the probs saved by
-// Attention. With S the scaled scores and P = softmax(S), per (sequence,
-// head) pair:
-//
-//	dP = dOut_h·v_gᵀ
-//	dS = P ⊙ (dP − rowsum(dP ⊙ P))
-//	dq_h = dS·k_g/√D
-//	dk_g += dSᵀ·q_h/√D,  dv_g += Pᵀ·dOut_h
-//
-// all by GEMMs over causal blocks. The key/value gradients sum over the
-// query heads of a group; to keep the pairs independent (and the result
-// the same for any thread count), each pair writes its own partial dk and
-// dv, and a second pass adds a group's partials in head order. Without
-// grouping (heads = kvHeads) the partials are written straight into dk and
-// dv. dk and dv are overwritten, not accumulated.
-func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, probs *engine.Tensor) {
-	g := attentionShape("AttentionBackward", q, k)
-	B, T, H, KV, D := g.B, g.T, g.heads, g.kvHeads, g.D
-	check(dq.Len() == q.Len() && dOut.Len() == q.Len() && dk.Len() == k.Len() && dv.Len() == k.Len() &&
-		v.Len() == k.Len() && k.Len() == B*T*KV*D,
-		"AttentionBackward: dq %v, dk %v, dv %v, dOut %v, q %v, k %v, v %v do not agree", dq, dk, dv, dOut, q, k, v)
-	check(probs.Len() == B*H*T*T, "AttentionBackward: probs %v, want [%d,%d,%d,%d]", probs, B, H, T, T)
-	dQ, dK, dV, dO := Float32s(dq), Float32s(dk), Float32s(dv), Float32s(dOut)
-	Q, K, V, P := Float32s(q), Float32s(k), Float32s(v), Float32s(probs)
-	ldq, ldk := H*D, KV*D
-	scale := g.scale()
-
-	// Where each pair writes its dk and dv: straight into the outputs, or
-	// into partials [B,heads,T,D] when heads share a key/value head.
-	partK, partV, ldp := dK, dV, ldk
-	partAt := func(bi, h int) int { return (bi*T*KV + h) * D }
-	if g.group() > 1 {
-		partK = make([]float32, B*H*T*D)
-		partV = make([]float32, B*H*T*D)
-		ldp = D
-		partAt = func(bi, h int) int { return (bi*H + h) * T * D }
-	}
-
-	b.parallelFor(B*H, 1, func(lo, hi int) {
-		dS := make([]float32, T*T) // dP, then dS, for one pair at a time
-		for item := lo; item < hi; item++ {
-			bi, h := item/H, item%H
-			kv := h / g.group()
-			qh, dqh, doh := Q[(bi*T*H+h)*D:], dQ[(bi*T*H+h)*D:], dO[(bi*T*H+h)*D:]
-			kg, vg := K[(bi*T*KV+kv)*D:], V[(bi*T*KV+kv)*D:]
-			ph := P[item*T*T : (item+1)*T*T]
-			dkh, dvh := partK[partAt(bi, h):], partV[partAt(bi, h):]
-
-			for r0 := 0; r0 < T; r0 += causalBlock {
-				r1 := min(r0+causalBlock, T)
-				b.inner.Sgemm(false, true, r1-r0, r1, D, 1, doh[r0*ldq:], ldq, vg, ldk, 0, dS[r0*T:], T)
-				for i := r0; i < r1; i++ {
-					softmaxBackward(dS[i*T:(i+1)*T], ph[i*T:(i+1)*T], i)
-				}
-				b.inner.Sgemm(false, false, r1-r0, D, r1, scale, dS[r0*T:], T, kg, ldk, 0, dqh[r0*ldq:], ldq)
-			}
-			// Keys c0..c1 receive gradient from queries c0..T only: the
-			// transposed products start on the diagonal.
-			for c0 := 0; c0 < T; c0 += causalBlock {
-				c1 := min(c0+causalBlock, T)
-				b.inner.Sgemm(true, false, c1-c0, D, T-c0, scale, dS[c0*T+c0:], T, qh[c0*ldq:], ldq, 0, dkh[c0*ldp:], ldp)
-				b.inner.Sgemm(true, false, c1-c0, D, T-c0, 1, ph[c0*T+c0:], T, doh[c0*ldq:], ldq, 0, dvh[c0*ldp:], ldp)
-			}
-		}
-	})
-
-	if g.group() == 1 {
-		return
-	}
-	// Sum each group's partials in head order; every (sequence, position,
-	// kv head) row of dk and dv has one writer.
-	group := g.group()
-	b.parallelFor(B*T*KV, max(1, elementGrain/(2*group*D)), func(lo, hi int) {
-		for row := lo; row < hi; row++ {
-			bi, t, kv := row/(T*KV), row/KV%T, row%KV
-			outK, outV := dK[row*D:(row+1)*D], dV[row*D:(row+1)*D]
-			for hh := range group {
-				at := partAt(bi, kv*group+hh) + t*D
-				pk, pv := partK[at:at+D], partV[at:at+D]
-				if hh == 0 {
-					copy(outK, pk)
-					copy(outV, pv)
-					continue
-				}
-				for d := range D {
-					outK[d] += pk[d]
-					outV[d] += pv[d]
-				}
-			}
-		}
-	})
-}
-
-// softmaxBackward turns row i of dP into row i of dS in place, given the
-// probabilities p: dS_j = p_j·(dP_j − Σ_k p_k·dP_k) for j ≤ i, and zero
-// beyond the diagonal (where the GEMM left values of masked positions or
-// nothing at all), so that the products that follow may run over it. The
-// sum is vec.Dot's, in float32 with a fixed order.
-func softmaxBackward(d, p []float32, i int) {
-	dot := vec.Dot(p[:i+1], d[:i+1])
-	vec.SubMul(d[:i+1], dot, p)
-	clear(d[i+1:])
 }
 
 // AttentionKV is inference attention against a key/value cache: for

@@ -12,9 +12,9 @@
 // every kernel is bit-for-bit reproducible. More than that, no kernel
 // reduces across a thread's share of the work: reductions are split by
 // output element (dw, dTable by column), by fixed-size blocks (SumSquares)
-// or by attention head, so with a GEMM whose results do not depend on its
-// thread count (the default, gemm.New) the results are the same for any
-// number of threads.
+// or by attention tile (a key/value head's key or query tile), so with a
+// GEMM whose results do not depend on its thread count (the default,
+// gemm.New) the results are the same for any number of threads.
 //
 // Only F32 and I32 tensors exist here: the CPU trains in float32, and BF16
 // is the GPU backend's compute type.

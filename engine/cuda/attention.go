@@ -7,8 +7,8 @@ import (
 	"github.com/memtrain/memtrain/engine"
 )
 
-// attnScratchBytes bounds AttentionBackward's score-gradient buffer and
-// AttentionKV's score buffer: work is cut into pieces that fit.
+// attnScratchBytes bounds AttentionKV's score buffer: work is cut into
+// pieces that fit.
 const attnScratchBytes = 256 << 20
 
 // attentionGeometry is the shape of one attention call.
@@ -36,144 +36,98 @@ func attentionShape(op string, q, k *engine.Tensor) attentionGeometry {
 	return g
 }
 
-// sameFloatType panics unless every view has the dtype of the first: the
-// products of attention multiply them with each other, and cuBLAS takes
-// two operands of one type.
-func sameFloatType(op string, vs ...view) {
-	for _, v := range vs[1:] {
-		if v.dtype != vs[0].dtype {
-			panic(fmt.Sprintf("cuda: %s: the tensors mix %v and %v", op, vs[0].dtype, v.dtype))
-		}
+// attentionRows is how many packed query rows (or, in the dk/dv pass,
+// keys) one block of the flash-attention kernels accumulates: FA_ROWS,
+// fewer for head sizes whose rows would overflow the FA_ACC
+// accumulators each of the FA_THREADS threads holds.
+func attentionRows(op string, D int) int {
+	if D > faThreads*faAccumulators {
+		panic(fmt.Sprintf("cuda: %s: head size %d exceeds the kernels' %d", op, D, faThreads*faAccumulators))
 	}
+	return max(1, min(faRows, faThreads*faAccumulators/max(D, 1)))
+}
+
+// attentionBlocks is the number of blocks of pairs·⌈n/per⌉, checked
+// against the grid's limit.
+func attentionBlocks(op string, pairs, n, per int) int {
+	blocks := int64(pairs) * ((int64(n) + int64(per) - 1) / int64(per))
+	if blocks > math.MaxInt32 {
+		panic(fmt.Sprintf("cuda: %s: %d blocks exceed the grid", op, blocks))
+	}
+	return int(blocks)
 }
 
 // Attention is causal grouped-query self-attention: q [B,T,heads,D], k and
-// v [B,T,kvHeads,D], out [B,T,heads,D], probs [B,heads,T,T].
+// v [B,T,kvHeads,D], out [B,T,heads,D], lse [B,heads,T] (F32).
 //
-// Query head h reads key/value head kv = h/group. Fixing a sequence b and
-// the head's place g in its group, the heads h = kv·group + g for kv =
-// 0..kvHeads−1 are a strided batch (q_h steps by group·D, k_kv by D,
-// probs_h by group·T·T), so each (b, g) is one strided-batched GEMM:
-//
-//	S = q_h·k_kvᵀ/√D          cuBLAS, into probs
-//	P = causal softmax(S)     kernel causal_softmax, every row at once
-//	out_h = P·v_kv            cuBLAS
-//
-// The products cover the whole T×T square; the softmax zeroes the masked
-// half before P·v reads it.
-func (b *Backend) Attention(out, probs, q, k, v *engine.Tensor) {
+// One kernel, flash_attention (kernels/attention.cu), FlashAttention-2's
+// forward: a block per key/value head of a sequence and tile of its
+// group's packed query rows (the group's heads share each key/value
+// tile), an online softmax over the key tiles up to the diagonal, and only
+// each row's log-sum-exp stored.
+func (b *Backend) Attention(out, lse, q, k, v *engine.Tensor) {
 	b.do(func() {
 		g := attentionShape("Attention", q, k)
 		B, T, H, KV, D, G := g.B, g.T, g.heads, g.kvHeads, g.D, g.group()
-		O, P := b.floatView("Attention", "out", out), b.floatView("Attention", "probs", probs)
+		O, L := b.floatView("Attention", "out", out), b.viewOf(lse)
 		Q, K, V := b.floatView("Attention", "q", q), b.floatView("Attention", "k", k), b.floatView("Attention", "v", v)
 		if O.n != Q.n || V.n != K.n || K.n != B*T*KV*D {
 			panic(fmt.Sprintf("cuda: Attention: out %v, q %v, k %v, v %v do not agree", out, q, k, v))
 		}
-		if P.n != B*H*T*T {
-			panic(fmt.Sprintf("cuda: Attention: probs %v, want [%d,%d,%d,%d]", probs, B, H, T, T))
+		if L.dtype != engine.F32 || L.n != B*H*T {
+			panic(fmt.Sprintf("cuda: Attention: lse %v, want F32 [%d,%d,%d]", lse, B, H, T))
 		}
-		sameFloatType("Attention", Q, K, V, P, O)
 		if Q.n == 0 {
 			return
 		}
-		dt := Q.dtype
-		for bi := 0; bi < B; bi++ {
-			for gi := 0; gi < G; gi++ {
-				b.gemm(gemmCall{transB: true, m: T, n: T, k: D, alpha: g.scale(),
-					a: Q.at((bi*T*H + gi) * D), lda: H * D, strideA: G * D,
-					b: K.at(bi * T * KV * D), ldb: KV * D, strideB: D,
-					c: P.at((bi*H + gi) * T * T), ldc: T, strideC: G * T * T,
-					batch: KV, abType: dt, cType: dt})
-			}
-		}
-		b.launch(kCausalSoftmax, grid1(B*H*T), rowThreads(T, 256), P.ptr, P.dt(), int32(T))
-		for bi := 0; bi < B; bi++ {
-			for gi := 0; gi < G; gi++ {
-				b.gemm(gemmCall{m: T, n: D, k: T, alpha: 1,
-					a: P.at((bi*H + gi) * T * T), lda: T, strideA: G * T * T,
-					b: V.at(bi * T * KV * D), ldb: KV * D, strideB: D,
-					c: O.at((bi*T*H + gi) * D), ldc: H * D, strideC: G * D,
-					batch: KV, abType: dt, cType: dt})
-			}
-		}
+		R := attentionRows("Attention", D)
+		b.launch(kFlashAttention, grid1(attentionBlocks("Attention", B*KV, T*G, R)), block1(faThreads),
+			O.ptr, O.dt(), L.ptr, Q.ptr, Q.dt(), K.ptr, K.dt(), V.ptr, V.dt(),
+			int32(T), int32(H), int32(KV), int32(D), int32(R), g.scale())
 	})
 }
 
-// AttentionBackward writes dq, dk and dv from dOut and the probs saved by
-// Attention. Per query head h (batched over kv as in Attention), with the
-// score gradient dS in a scratch buffer:
+// AttentionBackward writes dq, dk and dv from dOut, the inputs, and the
+// out and lse that Attention saved, recomputing the probabilities tile by
+// tile (kernels/attention.cu):
 //
-//	dS = dOut_h·v_kvᵀ                  cuBLAS
-//	dS = P ⊙ (dS − rowsum(dS ⊙ P))     kernel causal_softmax_backward
-//	dq_h = dS·k_kv/√D                  cuBLAS
-//	dk_kv (+)= dSᵀ·q_h/√D              cuBLAS
-//	dv_kv (+)= Pᵀ·dOut_h               cuBLAS
+//	attention_row_dot              δ = rowsum(dOut ⊙ out), into scratch
+//	flash_attention_backward_dkv   per key tile: dv = Σ Pᵀ·dOut, dk = Σ dSᵀ·q/√D
+//	flash_attention_backward_dq    per query tile: dq = Σ dS·k/√D
 //
-// A group's heads run one after another (g = 0, 1, …), the first
-// overwriting dk and dv (beta 0) and the others adding to them (beta 1):
-// each key/value gradient sums its group's heads in a fixed order, and dk
-// and dv are overwritten as the interface says. When the scratch buffer
-// cannot hold dS for every kv head at once, the kv heads are taken in
-// chunks.
-func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, probs *engine.Tensor) {
+// with P = e^(q·kᵀ/√D − lse) and dS = P ⊙ (dOut·vᵀ − δ). Splitting dk/dv
+// from dq gives every gradient element one writer, summing in a fixed
+// order, so there are no atomics and the result is reproducible; the
+// price is computing P and dP twice. dk and dv sum over their group's
+// heads, and all three are overwritten.
+func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *engine.Tensor) {
 	b.do(func() {
-		g := attentionShape("AttentionBackward", q, k)
+		const op = "AttentionBackward"
+		g := attentionShape(op, q, k)
 		B, T, H, KV, D, G := g.B, g.T, g.heads, g.kvHeads, g.D, g.group()
-		dQ, dK, dV := b.floatView("AttentionBackward", "dq", dq), b.floatView("AttentionBackward", "dk", dk), b.floatView("AttentionBackward", "dv", dv)
-		dO, P := b.floatView("AttentionBackward", "dOut", dOut), b.floatView("AttentionBackward", "probs", probs)
-		Q, K, V := b.floatView("AttentionBackward", "q", q), b.floatView("AttentionBackward", "k", k), b.floatView("AttentionBackward", "v", v)
-		if dQ.n != Q.n || dO.n != Q.n || dK.n != K.n || dV.n != K.n || V.n != K.n || K.n != B*T*KV*D {
-			panic(fmt.Sprintf("cuda: AttentionBackward: dq %v, dk %v, dv %v, dOut %v, q %v, k %v, v %v do not agree", dq, dk, dv, dOut, q, k, v))
+		dQ, dK, dV := b.floatView(op, "dq", dq), b.floatView(op, "dk", dk), b.floatView(op, "dv", dv)
+		dO, O, L := b.floatView(op, "dOut", dOut), b.floatView(op, "out", out), b.viewOf(lse)
+		Q, K, V := b.floatView(op, "q", q), b.floatView(op, "k", k), b.floatView(op, "v", v)
+		if dQ.n != Q.n || dO.n != Q.n || O.n != Q.n || dK.n != K.n || dV.n != K.n || V.n != K.n || K.n != B*T*KV*D {
+			panic(fmt.Sprintf("cuda: AttentionBackward: dq %v, dk %v, dv %v, dOut %v, out %v, q %v, k %v, v %v do not agree", dq, dk, dv, dOut, out, q, k, v))
 		}
-		if P.n != B*H*T*T {
-			panic(fmt.Sprintf("cuda: AttentionBackward: probs %v, want [%d,%d,%d,%d]", probs, B, H, T, T))
+		if L.dtype != engine.F32 || L.n != B*H*T {
+			panic(fmt.Sprintf("cuda: AttentionBackward: lse %v, want F32 [%d,%d,%d]", lse, B, H, T))
 		}
-		sameFloatType("AttentionBackward", Q, K, V, P, dO, dQ, dK, dV)
 		if Q.n == 0 {
 			return
 		}
-		dt := Q.dtype
-		matrix := T * T * dt.Size()
-		chunk := max(1, min(KV, attnScratchBytes/matrix))
-		dS := b.scratchBuffer(scratchAttn, uint64(chunk*matrix))
-		scale := g.scale()
-		for bi := 0; bi < B; bi++ {
-			for gi := 0; gi < G; gi++ {
-				beta := float32(0)
-				if gi > 0 {
-					beta = 1
-				}
-				for kv0 := 0; kv0 < KV; kv0 += chunk {
-					n := min(chunk, KV-kv0)
-					qAt := (bi*T*H + kv0*G + gi) * D   // q_h, dq_h, dOut_h of h = kv0·G + gi
-					kAt := (bi*T*KV + kv0) * D         // k_kv, v_kv, dk_kv, dv_kv
-					pAt := (bi*H + kv0*G + gi) * T * T // probs_h
-					b.gemm(gemmCall{transB: true, m: T, n: T, k: D, alpha: 1,
-						a: dO.at(qAt), lda: H * D, strideA: G * D,
-						b: V.at(kAt), ldb: KV * D, strideB: D,
-						c: dS, ldc: T, strideC: T * T,
-						batch: n, abType: dt, cType: dt})
-					b.launch(kCausalSoftmaxBackward, grid1(n*T), rowThreads(T, 256),
-						dS, int32(dt), P.at(pAt), P.dt(), int32(T), int64(G*T*T))
-					b.gemm(gemmCall{m: T, n: D, k: T, alpha: scale,
-						a: dS, lda: T, strideA: T * T,
-						b: K.at(kAt), ldb: KV * D, strideB: D,
-						c: dQ.at(qAt), ldc: H * D, strideC: G * D,
-						batch: n, abType: dt, cType: dt})
-					b.gemm(gemmCall{transA: true, m: T, n: D, k: T, alpha: scale, beta: beta,
-						a: dS, lda: T, strideA: T * T,
-						b: Q.at(qAt), ldb: H * D, strideB: G * D,
-						c: dK.at(kAt), ldc: KV * D, strideC: D,
-						batch: n, abType: dt, cType: dt})
-					b.gemm(gemmCall{transA: true, m: T, n: D, k: T, alpha: 1, beta: beta,
-						a: P.at(pAt), lda: T, strideA: G * T * T,
-						b: dO.at(qAt), ldb: H * D, strideB: G * D,
-						c: dV.at(kAt), ldc: KV * D, strideC: D,
-						batch: n, abType: dt, cType: dt})
-				}
-			}
-		}
+		R := attentionRows(op, D)
+		rows := B * T * H
+		delta := b.scratchBuffer(scratchAttn, uint64(rows)*4)
+		b.launch(kAttentionRowDot, grid1((rows+faThreads/32-1)/(faThreads/32)), block1(faThreads),
+			delta, dO.ptr, dO.dt(), O.ptr, O.dt(), int64(rows), int32(T), int32(H), int32(D))
+		b.launch(kFlashAttentionDKV, grid1(attentionBlocks(op, B*KV, T, R)), block1(faThreads),
+			dK.ptr, dK.dt(), dV.ptr, dV.dt(), dO.ptr, dO.dt(), Q.ptr, Q.dt(), K.ptr, K.dt(), V.ptr, V.dt(), L.ptr, delta,
+			int32(T), int32(H), int32(KV), int32(D), int32(R), g.scale())
+		b.launch(kFlashAttentionDQ, grid1(attentionBlocks(op, B*KV, T*G, R)), block1(faThreads),
+			dQ.ptr, dQ.dt(), dO.ptr, dO.dt(), Q.ptr, Q.dt(), K.ptr, K.dt(), V.ptr, V.dt(), L.ptr, delta,
+			int32(T), int32(H), int32(KV), int32(D), int32(R), g.scale())
 	})
 }
 

@@ -36,8 +36,10 @@ const (
 	kRMSNormBackwardDwPart  kernel = "rmsnorm_backward_dw_partial"
 	kRMSNormBackwardDwFinal kernel = "rmsnorm_backward_dw_final"
 	kRoPE                   kernel = "rope"
-	kCausalSoftmax          kernel = "causal_softmax"
-	kCausalSoftmaxBackward  kernel = "causal_softmax_backward"
+	kFlashAttention         kernel = "flash_attention"
+	kAttentionRowDot        kernel = "attention_row_dot"
+	kFlashAttentionDKV      kernel = "flash_attention_backward_dkv"
+	kFlashAttentionDQ       kernel = "flash_attention_backward_dq"
 	kAttentionKV            kernel = "attention_kv"
 	kSwiGLU                 kernel = "swiglu"
 	kSwiGLUBackward         kernel = "swiglu_backward"
@@ -54,6 +56,9 @@ const (
 	// them with the #defines).
 	sumSquaresBlock = 16384 // SUMSQ_BLOCK in elementwise.cu
 	argmaxThreads   = 256   // ARGMAX_THREADS in crossentropy.cu
+	faThreads       = 128   // FA_THREADS in attention.cu
+	faRows          = 16    // FA_ROWS in attention.cu
+	faAccumulators  = 16    // FA_ACC in attention.cu
 )
 
 // kernelFileNames lists the kernel folder's files, in name order.
@@ -108,8 +113,9 @@ func (k argKind) String() string {
 }
 
 // globalRE matches the head of a kernel definition up to its parameter
-// list: extern "C" __global__ void name(.
-var globalRE = regexp.MustCompile(`extern\s+"C"\s+__global__\s+void\s+([A-Za-z_][A-Za-z0-9_]*)\s*\(`)
+// list: extern "C" __global__ void name(, with an optional
+// __launch_bounds__(…) before the name.
+var globalRE = regexp.MustCompile(`extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?([A-Za-z_][A-Za-z0-9_]*)\s*\(`)
 
 // parseKernels reads the kernels' parameter lists from CUDA C source: the
 // name and the kind of every parameter of each extern "C" __global__

@@ -64,7 +64,7 @@ func launchedKernels(t *testing.T) map[kernel]bool {
 func TestKernelNamesExist(t *testing.T) {
 	src, _ := kernelSource()
 	defined := map[kernel]bool{}
-	for _, m := range regexp.MustCompile(`extern "C" __global__ void (\w+)\(`).FindAllStringSubmatch(src, -1) {
+	for _, m := range globalRE.FindAllStringSubmatch(src, -1) {
 		defined[kernel(m[1])] = true
 	}
 	launched := launchedKernels(t)
@@ -91,13 +91,16 @@ func TestParseKernels(t *testing.T) {
 extern "C" __global__ void f(void* out, int dt, const void* x,
                              i64 n, float alpha, const int* ids, long long m) {}
 extern "C" __global__ void g() {}
+extern "C" __global__ void __launch_bounds__(128)
+    lb(float* x) {}
 __device__ void not_a_kernel(int x) {}`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[kernel][]argKind{
-		"f": {argPtr, argInt32, argPtr, argInt64, argFloat32, argPtr, argInt64},
-		"g": nil,
+		"f":  {argPtr, argInt32, argPtr, argInt64, argFloat32, argPtr, argInt64},
+		"g":  nil,
+		"lb": {argPtr},
 	}
 	if !reflect.DeepEqual(sigs, want) {
 		t.Errorf("parsed %v, want %v", sigs, want)
@@ -126,6 +129,9 @@ func TestSharedConstants(t *testing.T) {
 		"DT_BF16":        int(engine.BF16),
 		"SUMSQ_BLOCK":    sumSquaresBlock,
 		"ARGMAX_THREADS": argmaxThreads,
+		"FA_THREADS":     faThreads,
+		"FA_ROWS":        faRows,
+		"FA_ACC":         faAccumulators,
 	} {
 		m := regexp.MustCompile(`#define ` + name + ` (\d+)`).FindStringSubmatch(all)
 		if m == nil {

@@ -362,7 +362,7 @@ const (
 	scratchCopy   = iota // Copy between overlapping views
 	scratchReduce        // partial sums, attention_kv's scores
 	scratchIndex         // EmbeddingBackward's sorted positions
-	scratchAttn          // AttentionBackward's score gradients
+	scratchAttn          // AttentionBackward's rowsum(dOut ⊙ out)
 	numScratch
 )
 

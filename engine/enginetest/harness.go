@@ -172,10 +172,18 @@ func (h *harness) ints(n, hi int) []int32 {
 // A NaN anywhere in got fails.
 func (h *harness) close(what string, got []float32, want []float64, tol float64) {
 	h.t.Helper()
+	h.closeFloor(what, got, want, tol, 1e-6)
+}
+
+// closeFloor is close with the reference magnitude taken as at least
+// floor: for results whose exact value cancels to (nearly) zero, floor is
+// the size of the terms whose rounding remains.
+func (h *harness) closeFloor(what string, got []float32, want []float64, tol, floor float64) {
+	h.t.Helper()
 	if len(got) != len(want) {
 		h.t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
 	}
-	scale := 1e-6
+	scale := floor
 	for _, w := range want {
 		scale = math.Max(scale, math.Abs(w))
 	}

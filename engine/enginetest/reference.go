@@ -195,10 +195,18 @@ func (g geometry) qi(b, t, h, d int) int { return ((b*g.T+t)*g.heads+h)*g.D + d 
 func (g geometry) ki(b, t, h, d int) int { return ((b*g.T+t)*g.kvHeads+h)*g.D + d }
 
 // refAttention is causal grouped-query attention: out [B,T,heads,D] and
-// probs [B,heads,T,T] (zero above the diagonal).
-func refAttention(q, k, v []float64, g geometry) (out, probs []float64) {
+// each row's log-sum-exp of its scaled scores, lse [B,heads,T].
+func refAttention(q, k, v []float64, g geometry) (out, lse []float64) {
+	out, _, lse = refAttentionProbs(q, k, v, g)
+	return out, lse
+}
+
+// refAttentionProbs is refAttention with the probabilities
+// [B,heads,T,T] (zero above the diagonal) as well.
+func refAttentionProbs(q, k, v []float64, g geometry) (out, probs, lse []float64) {
 	out = make([]float64, g.qLen())
 	probs = make([]float64, g.B*g.heads*g.T*g.T)
+	lse = make([]float64, g.B*g.heads*g.T)
 	group := g.heads / g.kvHeads
 	scale := 1 / math.Sqrt(float64(g.D))
 	for b := 0; b < g.B; b++ {
@@ -220,6 +228,7 @@ func refAttention(q, k, v []float64, g geometry) (out, probs []float64) {
 					p[j] = math.Exp(p[j] - m)
 					sum += p[j]
 				}
+				lse[(b*g.heads+h)*g.T+i] = m + math.Log(sum)
 				for j := 0; j <= i; j++ {
 					p[j] /= sum
 					for d := 0; d < g.D; d++ {
@@ -229,13 +238,13 @@ func refAttention(q, k, v []float64, g geometry) (out, probs []float64) {
 			}
 		}
 	}
-	return out, probs
+	return out, probs, lse
 }
 
 // refAttentionBackward returns dq, dk, dv for refAttention, recomputing
 // the probabilities. dk and dv sum over the query heads of each group.
 func refAttentionBackward(dOut, q, k, v []float64, g geometry) (dq, dk, dv []float64) {
-	_, probs := refAttention(q, k, v, g)
+	_, probs, _ := refAttentionProbs(q, k, v, g)
 	dq = make([]float64, g.qLen())
 	dk = make([]float64, g.kvLen())
 	dv = make([]float64, g.kvLen())

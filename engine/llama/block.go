@@ -23,7 +23,7 @@ func (m *Model) blockForward(l int, w blockWeights, a *layerActs, x, out, pos *e
 	m.linear(a.v, a.ln1, w.v, m.gx)
 	b.RoPE(a.q.Reshape(N, d.heads, D), pos, m.invFreq)
 	b.RoPE(a.k.Reshape(N, d.kvHeads, D), pos, m.invFreq)
-	b.Attention(a.att.Reshape(B, T, d.heads, D), a.probs,
+	b.Attention(a.att.Reshape(B, T, d.heads, D), a.lse,
 		a.q.Reshape(B, T, d.heads, D), a.k.Reshape(B, T, d.kvHeads, D), a.v.Reshape(B, T, d.kvHeads, D))
 	m.linearResidual(a.h, a.att, w.o, x, m.gy)
 
@@ -71,7 +71,8 @@ func (m *Model) blockBackward(l int, w blockWeights, a *layerActs, x, dOut, pos 
 	sum.wait()
 	b.AttentionBackward(g.dq.Reshape(B, T, d.heads, D), g.dk.Reshape(B, T, d.kvHeads, D), g.dv.Reshape(B, T, d.kvHeads, D),
 		g.datt.Reshape(B, T, d.heads, D),
-		a.q.Reshape(B, T, d.heads, D), a.k.Reshape(B, T, d.kvHeads, D), a.v.Reshape(B, T, d.kvHeads, D), a.probs)
+		a.q.Reshape(B, T, d.heads, D), a.k.Reshape(B, T, d.kvHeads, D), a.v.Reshape(B, T, d.kvHeads, D),
+		a.att.Reshape(B, T, d.heads, D), a.lse)
 	b.RoPEBackward(g.dq.Reshape(N, d.heads, D), pos, m.invFreq)
 	b.RoPEBackward(g.dk.Reshape(N, d.kvHeads, D), pos, m.invFreq)
 	m.inputGrad(g.dln, g.dq, w.q, false)

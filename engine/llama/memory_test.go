@@ -163,6 +163,8 @@ func TestPreflight(t *testing.T) {
 	rec.Recompute = true
 	needRec := Memory(cfg, rec).Total()
 	one := withBatch(rec, 1)
+	onGrid32 := one
+	onGrid32.Grid = comm.Grid{Data: 1, X: 8, Y: 4, Z: 1}
 	host := func(free int64, ranks int) []engine.DeviceMemory {
 		return []engine.DeviceMemory{{Device: "host", Free: free, Source: "test", Ranks: ranks}}
 	}
@@ -180,7 +182,10 @@ func TestPreflight(t *testing.T) {
 		{"ranks share the host", w, host(need, 2), []string{" for its 2 ranks"}},
 		{"a smaller batch fits", w, host(Memory(cfg, withBatch(w, 3)).Total(), 1), []string{"would fit: batches of 3 sequences ("}},
 		{"recomputation with a smaller batch", w, host(Memory(cfg, withBatch(rec, 2)).Total(), 1), []string{"would fit: batches of 1 sequence (", "; or activation recomputation with batches of 2 sequences ("}},
-		{"a grid", w, host(Memory(cfg, one).Params, 1), []string{"would fit: a grid of ", " ranks, each on a GPU or machine of its own, e.g. dp=1,", " with activation recomputation and 1 sequence a pass ("}},
+		{"a grid", w, host(Memory(cfg, one).Params, 1), []string{"would fit: a grid of ", " ranks, each on a GPU or machine of its own, e.g. dp=1,", " ("}},
+		// Enough for a rank of a 32-rank grid only with recomputation and
+		// one sequence a pass.
+		{"a grid with recomputation", w, host(Memory(cfg, onGrid32).Total(), 1), []string{"would fit: a grid of 32 ranks, each on a GPU or machine of its own, e.g. dp=1,x=8,y=4,z=1 with activation recomputation and 1 sequence a pass ("}},
 		{"the second device", w, append(host(need, 1), engine.DeviceMemory{Device: "cuda:1", Free: need - 1, Source: "cuMemGetInfo", Ranks: 1}), []string{"not enough memory on cuda:1: "}},
 		{"nothing fits", w, host(1000, 1), []string{"nothing smaller fits"}},
 		{"decoding", Work{Batch: 4, SeqLen: 8, NewTokens: 8}, host(Memory(cfg, Work{Batch: 2, SeqLen: 8, NewTokens: 8}).Total(), 1), []string{"decoding 8 new tokens after 4 prompts of 8 tokens", "would fit: 2 prompts at a time ("}},
@@ -210,5 +215,49 @@ func TestPreflight(t *testing.T) {
 		if strings.Contains(msg, "\n") || me.Need <= me.Have {
 			t.Errorf("%s: %q (need %d, have %d)", tt.name, msg, me.Need, me.Have)
 		}
+	}
+}
+
+// TestActivationMemoryLinearInT: attention keeps a log-sum-exp per row
+// and no T×T probabilities, so a training step's activation memory grows
+// linearly with the sequence length. At batch 1 of the small preset, T =
+// 8192 takes 16× what T = 512 does by the accounting (with the
+// probabilities it took 63×), with and without recomputation; and for a
+// one-layer model of small's shape the backend's allocation counter
+// agrees with the accounting and grows 4× from T = 256 to 1024 (the
+// workspace is allocated, not run: cheap).
+func TestActivationMemoryLinearInT(t *testing.T) {
+	p, err := checkpoints.LookupPreset("small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := p.Config()
+	for _, rec := range []bool{false, true} {
+		short, long := ActivationBytes(cfg, 1, 512, true, rec), ActivationBytes(cfg, 1, 8192, true, rec)
+		if r := float64(long) / float64(short); r < 15.9 || r > 16.1 {
+			t.Errorf("recompute=%v: activations %d bytes at T=512, %d at T=8192: ×%.2f, want ×16", rec, short, long, r)
+		}
+	}
+
+	one := cfg.Clone()
+	one.NumHiddenLayers, one.VocabSize = 1, 512
+	if err := one.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var allocated []int64
+	for _, T := range []int{256, 1024} {
+		b := newBackend(1)
+		m := randomModel(t, b, one, Options{}, 1)
+		before := b.MemStats().Allocated
+		m.prepare(1, T, true)
+		got := b.MemStats().Allocated - before
+		if want := ActivationBytes(one, 1, T, true, false); got != want {
+			t.Errorf("T=%d: the workspace allocated %d bytes, the accounting says %d", T, got, want)
+		}
+		allocated = append(allocated, got)
+		m.Free()
+	}
+	if r := float64(allocated[1]) / float64(allocated[0]); r < 3.99 || r > 4.01 {
+		t.Errorf("allocated %d bytes at T=256, %d at T=1024: ×%.3f, want ×4", allocated[0], allocated[1], r)
 	}
 }

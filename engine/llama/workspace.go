@@ -11,8 +11,8 @@ import (
 type layerActs struct {
 	ln1, rstd1 *engine.Tensor // [N,H], [N]   attention norm output and 1/rms
 	q, k, v    *engine.Tensor // [N,Q], [N,KV] after RoPE
-	probs      *engine.Tensor // [B,heads,T,T] softmax
-	att        *engine.Tensor // [N,Q] attention output, before o_proj
+	lse        *engine.Tensor // [B,heads,T] attention's per-row log-sum-exp
+	att        *engine.Tensor // [N,Q] attention output, before o_proj (and the backward's out)
 	h          *engine.Tensor // [N,H] residual stream after attention
 	ln2, rstd2 *engine.Tensor // [N,H], [N]
 	gate, up   *engine.Tensor // [N,I]
@@ -120,7 +120,9 @@ func plan(d dims, B, T int, train, recompute bool) []tensorPlan {
 		add("q", engine.F32, N, Q)
 		add("k", engine.F32, N, KV)
 		add("v", engine.F32, N, KV)
-		add("probs", engine.F32, B, heads, T, T)
+		// Attention keeps one log-sum-exp per row, not the T×T
+		// probabilities: its backward recomputes them tile by tile.
+		add("lse", engine.F32, B, heads, T)
 		add("att", engine.F32, N, Q)
 		add("h", engine.F32, N, H)
 		add("ln2", engine.F32, N, H)
@@ -192,7 +194,7 @@ func (m *Model) prepare(B, T int, train bool) *workspace {
 	}
 	for i := 0; i < sets; i++ {
 		a := &layerActs{}
-		a.ln1, a.rstd1, a.q, a.k, a.v, a.probs, a.att = next(), next(), next(), next(), next(), next(), next()
+		a.ln1, a.rstd1, a.q, a.k, a.v, a.lse, a.att = next(), next(), next(), next(), next(), next(), next()
 		a.h, a.ln2, a.rstd2, a.gate, a.up, a.act = next(), next(), next(), next(), next(), next()
 		ws.layers = append(ws.layers, a)
 	}
@@ -221,7 +223,7 @@ func (ws *workspace) all() []*engine.Tensor {
 	ts := []*engine.Tensor{ws.ids, ws.targets, ws.pos, ws.weights, ws.losses, ws.lnf, ws.rstdf, ws.logits}
 	ts = append(ts, ws.inputs...)
 	for _, a := range ws.layers {
-		ts = append(ts, a.ln1, a.rstd1, a.q, a.k, a.v, a.probs, a.att, a.h, a.ln2, a.rstd2, a.gate, a.up, a.act)
+		ts = append(ts, a.ln1, a.rstd1, a.q, a.k, a.v, a.lse, a.att, a.h, a.ln2, a.rstd2, a.gate, a.up, a.act)
 	}
 	if g := ws.g; g != nil {
 		ts = append(ts, g.dx, g.dh, g.dln, g.dnorm, g.dq, g.datt, g.dk, g.dv, g.dgate, g.dup, g.dact, g.dlnf)

@@ -104,8 +104,9 @@ func estimateMemory(cfg *checkpoints.Config, s Step, o Options) Memory {
 //     dnorm, dq, datt, dk, dv, dgate, dup, dact, dlnf.
 //
 // With AttentionFlash the attention saves a log-sum-exp per token and head
-// (stat bytes), as fused flash-attention kernels do; with AttentionProbs
-// the softmax [b, heads/Y, T, T] as the CPU engine does.
+// (stat bytes), as fused flash-attention kernels (and both of memtrain's
+// backends) do; with AttentionProbs the softmax [b, heads/Y, T, T], as
+// unfused attention does.
 func activationMemory(cfg *checkpoints.Config, g Grid, b, T int, recompute bool, attn Attention, act, stat int64) int64 {
 	N := int64(b) * int64(T)
 	L := int64(cfg.NumHiddenLayers)

@@ -72,15 +72,16 @@ func TestEstimateMemory(t *testing.T) {
 }
 
 // TestActivationsMatchEngine checks the activation itemization against
-// the CPU engine's own workspace plan: float32 everywhere and saved
-// probabilities reproduce llama.ActivationBytes on one rank, and on a grid
+// the CPU engine's own workspace plan: float32 everywhere and a saved
+// log-sum-exp per row (flash attention, as the engine's backends keep it)
+// reproduce llama.ActivationBytes on one rank, and on a grid
 // they reproduce it for a model whose dimensions are the rank's shares.
 func TestActivationsMatchEngine(t *testing.T) {
 	for _, name := range []string{"tiny", "small"} {
 		cfg := preset(t, name)
 		for _, rec := range []bool{false, true} {
 			for _, bt := range [][2]int{{1, 16}, {3, 32}} {
-				got := activationMemory(cfg, Grid{1, 1, 1, 1}, bt[0], bt[1], rec, AttentionProbs, 4, 4)
+				got := activationMemory(cfg, Grid{1, 1, 1, 1}, bt[0], bt[1], rec, AttentionFlash, 4, 4)
 				want := llama.ActivationBytes(cfg, bt[0], bt[1], true, rec)
 				if got != want {
 					t.Errorf("%s b=%d T=%d recompute=%v: %d bytes, engine allocates %d", name, bt[0], bt[1], rec, got, want)
@@ -97,7 +98,7 @@ func TestActivationsMatchEngine(t *testing.T) {
 	share.IntermediateSize /= g.Y
 	share.VocabSize /= g.Y
 	for _, rec := range []bool{false, true} {
-		got := activationMemory(cfg, g, 2, 8, rec, AttentionProbs, 4, 4)
+		got := activationMemory(cfg, g, 2, 8, rec, AttentionFlash, 4, 4)
 		if want := llama.ActivationBytes(share, 2, 8, true, rec); got != want {
 			t.Errorf("grid %v recompute=%v: %d bytes, engine with per-rank shapes %d", g, rec, got, want)
 		}

@@ -79,9 +79,10 @@ type Attention int
 
 const (
 	// AttentionFlash saves one log-sum-exp per token and head (fused
-	// flash-attention kernels, the GPU default).
+	// flash-attention kernels, as both of memtrain's backends do).
 	AttentionFlash Attention = iota
-	// AttentionProbs saves the softmax probabilities, as the CPU engine.
+	// AttentionProbs saves the softmax probabilities [b, heads, T, T], as
+	// unfused attention does (and memtrain's engine did before).
 	AttentionProbs
 )
 

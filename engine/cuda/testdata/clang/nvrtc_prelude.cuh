@@ -9,6 +9,7 @@
 #define __device__ __attribute__((device))
 #define __host__ __attribute__((host))
 #define __forceinline__ __inline__ __attribute__((always_inline))
+#define __launch_bounds__(...) __attribute__((launch_bounds(__VA_ARGS__)))
 __device__ float __shfl_xor_sync(unsigned mask, float v, int lm) { return __nvvm_shfl_sync_bfly_f32(mask, v, lm, 0x1f); }
 __device__ double __shfl_xor_sync(unsigned mask, double v, int lm) {
   long long x = __builtin_bit_cast(long long, v);

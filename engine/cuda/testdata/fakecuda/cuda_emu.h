@@ -16,6 +16,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(...)
 // Shared memory is one copy per kernel for every block: blocks run one at
 // a time, and kernel launches are serialised.
 #define __shared__ static
