@@ -98,6 +98,9 @@ var hasAVX512Pack = cpu.X86.HasAVX512F && cpu.X86.HasBMI2
 // packColsFast does what packCols does, for w ≤ 32, with AVX-512 when the
 // CPU has it, and reports whether it did.
 func packColsFast(panel []float32, w int, src []float32, ld, kc, n int, alpha float32) bool {
+	if !hasAVX512Pack && hasAVX2Pack && n >= 1 && kc >= 1 {
+		return packColsAVX2(panel, w, src, ld, kc, n, alpha)
+	}
 	if !hasAVX512Pack || w > 32 || n < 1 || kc < 1 {
 		return false
 	}
@@ -112,6 +115,9 @@ func packColsFast(panel []float32, w int, src []float32, ld, kc, n int, alpha fl
 // packRowsFast does what packRows does, for w ≤ 32, with AVX-512 when the
 // CPU has it, and reports whether it did.
 func packRowsFast(dst []float32, w int, src []float32, ld, kc, n int, alpha float32) bool {
+	if !hasAVX512Pack && hasAVX2Pack && n >= 1 {
+		return packRowsAVX2(dst, w, src, ld, kc, n, alpha)
+	}
 	if !hasAVX512Pack || w > 32 || n < 1 || kc < 1 {
 		return false
 	}
