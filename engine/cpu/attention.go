@@ -267,6 +267,36 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *engine.
 		}
 	}
 
+	// keyTile computes the key tile from c0 of pair (bi, kv): its dk and dv,
+	// summed over the query tiles at and below it in order, and, when dq
+	// (the pair's packed dq) is not nil, each query tile's share of dq.
+	keyTile := func(w *attnWork, bi, kv, c0 int, dq []float32) {
+		c1 := min(c0+attnTile, T)
+		n := c1 - c0
+		dkb, dvb := w.dk[:n*D], w.dv[:n*D]
+		clear(dkb)
+		clear(dvb)
+		kt, vt := K[(bi*T*KV+kv)*D+c0*ldk:], V[(bi*T*KV+kv)*D+c0*ldk:]
+		for r0 := c0; r0 < T; r0 += attnTile {
+			r1 := min(r0+attnTile, T)
+			rows := (r1 - r0) * G
+			g.pack(w.q, Q, bi, kv, r0, r1)
+			g.pack(w.o, dO, bi, kv, r0, r1)
+			stats(w, rows, bi, kv, r0)
+			scoreGrads(w, rows, n, r0, c0, kt, vt)
+			b.inner.Sgemm(true, false, n, D, rows, 1, w.s[:rows*n], n, w.o, D, 1, dvb, D)
+			b.inner.Sgemm(true, false, n, D, rows, scale, w.ds[:rows*n], n, w.q, D, 1, dkb, D)
+			if dq != nil {
+				b.inner.Sgemm(false, false, rows, D, n, scale, w.ds[:rows*n], n, kt, ldk, 1, dq[r0*G*D:], D)
+			}
+		}
+		for c := c0; c < c1; c++ {
+			at := ((bi*T+c)*KV + kv) * D
+			copy(dK[at:at+D], dkb[(c-c0)*D:(c-c0+1)*D])
+			copy(dV[at:at+D], dvb[(c-c0)*D:(c-c0+1)*D])
+		}
+	}
+
 	// With enough (sequence, kv head) pairs to share evenly among the
 	// threads, one pass per pair computes all three gradients: the same
 	// products with the same operands, in the same order, as the two
@@ -280,28 +310,7 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *engine.
 				bi, kv := pair/KV, pair%KV
 				clear(dqAll)
 				for c0 := 0; c0 < T; c0 += attnTile {
-					c1 := min(c0+attnTile, T)
-					n := c1 - c0
-					dkb, dvb := w.dk[:n*D], w.dv[:n*D]
-					clear(dkb)
-					clear(dvb)
-					kt, vt := K[(bi*T*KV+kv)*D+c0*ldk:], V[(bi*T*KV+kv)*D+c0*ldk:]
-					for r0 := c0; r0 < T; r0 += attnTile {
-						r1 := min(r0+attnTile, T)
-						rows := (r1 - r0) * G
-						g.pack(w.q, Q, bi, kv, r0, r1)
-						g.pack(w.o, dO, bi, kv, r0, r1)
-						stats(w, rows, bi, kv, r0)
-						scoreGrads(w, rows, n, r0, c0, kt, vt)
-						b.inner.Sgemm(true, false, n, D, rows, 1, w.s[:rows*n], n, w.o, D, 1, dvb, D)
-						b.inner.Sgemm(true, false, n, D, rows, scale, w.ds[:rows*n], n, w.q, D, 1, dkb, D)
-						b.inner.Sgemm(false, false, rows, D, n, scale, w.ds[:rows*n], n, kt, ldk, 1, dqAll[r0*G*D:], D)
-					}
-					for c := c0; c < c1; c++ {
-						at := ((bi*T+c)*KV + kv) * D
-						copy(dK[at:at+D], dkb[(c-c0)*D:(c-c0+1)*D])
-						copy(dV[at:at+D], dvb[(c-c0)*D:(c-c0+1)*D])
-					}
+					keyTile(w, bi, kv, c0, dqAll)
 				}
 				g.unpack(dQ, dqAll, bi, kv, 0, T)
 			}
@@ -315,28 +324,7 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *engine.
 		for item := lo; item < hi; item++ {
 			pair := item / tiles
 			bi, kv := pair/KV, pair%KV
-			c0 := zigzag(item%tiles, tiles) * attnTile
-			c1 := min(c0+attnTile, T)
-			n := c1 - c0
-			dkb, dvb := w.dk[:n*D], w.dv[:n*D]
-			clear(dkb)
-			clear(dvb)
-			kt, vt := K[(bi*T*KV+kv)*D+c0*ldk:], V[(bi*T*KV+kv)*D+c0*ldk:]
-			for r0 := c0; r0 < T; r0 += attnTile {
-				r1 := min(r0+attnTile, T)
-				rows := (r1 - r0) * G
-				g.pack(w.q, Q, bi, kv, r0, r1)
-				g.pack(w.o, dO, bi, kv, r0, r1)
-				stats(w, rows, bi, kv, r0)
-				scoreGrads(w, rows, n, r0, c0, kt, vt)
-				b.inner.Sgemm(true, false, n, D, rows, 1, w.s[:rows*n], n, w.o, D, 1, dvb, D)
-				b.inner.Sgemm(true, false, n, D, rows, scale, w.ds[:rows*n], n, w.q, D, 1, dkb, D)
-			}
-			for c := c0; c < c1; c++ {
-				at := ((bi*T+c)*KV + kv) * D
-				copy(dK[at:at+D], dkb[(c-c0)*D:(c-c0+1)*D])
-				copy(dV[at:at+D], dvb[(c-c0)*D:(c-c0+1)*D])
-			}
+			keyTile(w, bi, kv, zigzag(item%tiles, tiles)*attnTile, nil)
 		}
 	})
 
