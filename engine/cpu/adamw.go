@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/cpu/vec"
 )
 
 // AdamW updates param in place from grad and the moments m and v (all the
@@ -34,24 +35,15 @@ func (b *Backend) AdamW(param, grad, m, v *engine.Tensor, h engine.AdamWParams) 
 	lr, wd := float64(h.LR), float64(h.WeightDecay)
 	beta1, beta2 := float64(h.Beta1), float64(h.Beta2)
 	step := float64(h.Step)
-	decay := float32(1 - lr*wd)
-	b1, a1 := float32(beta1), float32(1-beta1)
-	b2, a2 := float32(beta2), float32(1-beta2)
-	stepSize := float32(-(lr / (1 - math.Pow(beta1, step))))
-	bc2Sqrt := float32(math.Sqrt(1 - math.Pow(beta2, step)))
-	eps := h.Eps
-
+	c := vec.AdamWStep{
+		Decay: float32(1 - lr*wd),
+		B1:    float32(beta1), A1: float32(1 - beta1),
+		B2: float32(beta2), A2: float32(1 - beta2),
+		StepSize: float32(-(lr / (1 - math.Pow(beta1, step)))),
+		BC2Sqrt:  float32(math.Sqrt(1 - math.Pow(beta2, step))),
+		Eps:      h.Eps,
+	}
 	b.parallelFor(n, elementGrain/4, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			gi := g[i]
-			pi := p[i] * decay
-			mi := float32(ms[i]*b1) + float32(a1*gi)
-			vi := float32(vs[i]*b2) + float32(float32(a2*gi)*gi)
-			// float64 square root rounded to float32 is the correctly
-			// rounded float32 square root.
-			denom := float32(float32(math.Sqrt(float64(vi)))/bc2Sqrt) + eps
-			p[i] = pi + float32(float32(stepSize*mi)/denom)
-			ms[i], vs[i] = mi, vi
-		}
+		vec.AdamW(p[lo:hi], g[lo:hi], ms[lo:hi], vs[lo:hi], &c)
 	})
 }

@@ -173,3 +173,10 @@ func subMulAVX2(d *float32, s float32, p *float32, n int)
 
 //go:noescape
 func maxAVX2(x *float32, n int) float32
+
+// adamwKernel is AdamW's body for n a positive multiple of 8, in AVX2 at
+// either level (the step is memory bound: wider vectors gain nothing).
+func adamwKernel(p, g, m, v *float32, n int, c *AdamWStep) { adamwAVX2(p, g, m, v, n, c) }
+
+//go:noescape
+func adamwAVX2(p, grad, m, v *float32, n int, c *AdamWStep)

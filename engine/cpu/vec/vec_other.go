@@ -21,3 +21,5 @@ func subMulKernel(d *float32, s float32, p *float32, n int)                     
 func maxKernel(x *float32, n int) float32                                       { unreachable(); return 0 }
 
 func unreachable() { panic("vec: assembly kernel called in a build without assembly") }
+
+func adamwKernel(p, g, m, v *float32, n int, c *AdamWStep) { unreachable() }
