@@ -2,10 +2,8 @@ package checkpoints
 
 import (
 	"bufio"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"math"
 	"math/bits"
@@ -13,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/memtrain/memtrain/internal/atomicfile"
@@ -88,6 +85,25 @@ func WriteFileSum(path string, tensors []Tensor, dtype DType, metadata map[strin
 
 // checkWrite validates the arguments of a write, naming path in errors.
 func checkWrite(path string, tensors []Tensor, dtype DType, metadata map[string]string) error {
+	specs := make([]StreamTensor, len(tensors))
+	for i, t := range tensors {
+		specs[i] = StreamTensor{Name: t.Name, Shape: t.Shape}
+	}
+	if err := checkHeader(path, specs, dtype, metadata); err != nil {
+		return err
+	}
+	for _, t := range tensors {
+		n, _ := shapeElements(t.Shape)
+		if uint64(len(t.Data)) != n {
+			return fmt.Errorf("checkpoints: %s: tensor %q: %d values for shape %v, want %d", path, t.Name, len(t.Data), t.Shape, n)
+		}
+	}
+	return nil
+}
+
+// checkHeader validates what the header of a file to write says: the
+// dtype, the metadata, and unique valid names with valid shapes.
+func checkHeader(path string, tensors []StreamTensor, dtype DType, metadata map[string]string) error {
 	if !dtype.valid() {
 		return fmt.Errorf("checkpoints: %s: cannot write %v (supported: F32, BF16, F16)", path, dtype)
 	}
@@ -107,12 +123,8 @@ func checkWrite(path string, tensors []Tensor, dtype DType, metadata map[string]
 			return fmt.Errorf("checkpoints: %s: tensor %q: duplicate name", path, t.Name)
 		}
 		seen[t.Name] = true
-		n, err := shapeElements(t.Shape)
-		if err != nil {
+		if _, err := shapeElements(t.Shape); err != nil {
 			return fmt.Errorf("checkpoints: %s: tensor %q: %w", path, t.Name, err)
-		}
-		if uint64(len(t.Data)) != n {
-			return fmt.Errorf("checkpoints: %s: tensor %q: %d values for shape %v, want %d", path, t.Name, len(t.Data), t.Shape, n)
 		}
 	}
 	return nil
@@ -140,45 +152,22 @@ func shapeElements(shape []int) (uint64, error) {
 // writeSafetensors writes a checked set of tensors to path atomically and,
 // if sum is not nil, sets it to the written file's FileSum.
 func writeSafetensors(path string, tensors []Tensor, dtype DType, metadata map[string]string, sum *FileSum) error {
-	sorted := make([]*Tensor, len(tensors))
-	for i := range tensors {
-		sorted[i] = &tensors[i]
+	specs := make([]StreamTensor, len(tensors))
+	for i, t := range tensors {
+		specs[i] = StreamTensor{Name: t.Name, Shape: t.Shape}
 	}
-	slices.SortFunc(sorted, func(a, b *Tensor) int { return strings.Compare(a.Name, b.Name) })
-	header := appendHeader(nil, sorted, dtype, metadata)
-
-	var s *summer
-	if sum != nil {
-		s = newSummer()
-	}
-	err := atomicfile.Write(path, func(w io.Writer) error {
-		// w itself when not hashing: atomicfile buffers 1 MiB; when
-		// hashing, the buffer in front of both keeps the hash's writes
-		// large.
-		bw := bufio.NewWriterSize(s.tee(w), 1<<20)
-		var length [8]byte
-		binary.LittleEndian.PutUint64(length[:], uint64(len(header)))
-		bw.Write(length[:])
-		bw.Write(header)
-		for _, t := range sorted {
-			if err := writeData(bw, t.Data, dtype); err != nil {
-				return fmt.Errorf("checkpoints: %s: tensor %q: %w", path, t.Name, err)
-			}
-		}
-		if err := bw.Flush(); err != nil {
-			return fmt.Errorf("checkpoints: %s: %w", path, err)
-		}
-		return nil
+	s, err := writeStream(path, specs, dtype, metadata, sum != nil, func(i int, put func([]float32) error) error {
+		return put(tensors[i].Data)
 	})
-	if err == nil && s != nil {
-		*sum = s.sum()
+	if err == nil && sum != nil {
+		*sum = s
 	}
 	return err
 }
 
 // appendHeader appends the JSON header for tensors, in the order given and
 // stored back to back, padded with spaces to a multiple of 8 bytes.
-func appendHeader(b []byte, tensors []*Tensor, dtype DType, metadata map[string]string) []byte {
+func appendHeader(b []byte, tensors []*StreamTensor, dtype DType, metadata map[string]string) []byte {
 	start := len(b)
 	meta := map[string]string{"format": "pt"}
 	for k, v := range metadata {
@@ -208,7 +197,7 @@ func appendHeader(b []byte, tensors []*Tensor, dtype DType, metadata map[string]
 			}
 			b = strconv.AppendInt(b, int64(d), 10)
 		}
-		end := offset + int64(len(t.Data))*size
+		end := offset + t.elements()*size
 		b = append(b, `],"data_offsets":[`...)
 		b = strconv.AppendInt(b, offset, 10)
 		b = append(b, ',')
@@ -294,24 +283,49 @@ func WriteSet(dir string, tensors []Tensor, opt WriteOptions) ([]string, error) 
 	if err := checkWrite(dir, tensors, opt.DType, opt.Metadata); err != nil {
 		return nil, err
 	}
+	specs := make([]StreamTensor, len(tensors))
+	for i, t := range tensors {
+		specs[i] = StreamTensor{Name: t.Name, Shape: t.Shape}
+	}
+	return writeSet(dir, specs, opt, func(i int, put func([]float32) error) error { return put(tensors[i].Data) })
+}
+
+// WriteSetStream is WriteSet without holding the weights: the files are
+// planned from the tensors' shapes, and fill gives each tensor's values
+// when its file is written (see WriteStream), so that at most one tensor,
+// or the part of one that fill hands over at a time, is in memory. The
+// tensors are taken in the order given, as WriteSet takes them.
+func WriteSetStream(dir string, tensors []StreamTensor, opt WriteOptions, fill Fill) ([]string, error) {
+	if err := checkHeader(dir, tensors, opt.DType, opt.Metadata); err != nil {
+		return nil, err
+	}
+	return writeSet(dir, tensors, opt, fill)
+}
+
+// writeSet is WriteSetStream after the checks.
+func writeSet(dir string, tensors []StreamTensor, opt WriteOptions, fill Fill) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("checkpoints: %w", err)
 	}
 	shards := planShards(tensors, opt.DType, opt.MaxShardBytes)
 	var written []string
-	write := func(name string, tensors []Tensor) error {
-		if opt.Sums == nil {
-			return writeSafetensors(filepath.Join(dir, name), tensors, opt.DType, opt.Metadata, nil)
+	write := func(name string, shard []int) error {
+		specs := make([]StreamTensor, len(shard))
+		for j, i := range shard {
+			specs[j] = tensors[i]
 		}
-		var sum FileSum
-		if err := writeSafetensors(filepath.Join(dir, name), tensors, opt.DType, opt.Metadata, &sum); err != nil {
+		sum, err := writeStream(filepath.Join(dir, name), specs, opt.DType, opt.Metadata, opt.Sums != nil,
+			func(j int, put func([]float32) error) error { return fill(shard[j], put) })
+		if err != nil {
 			return err
 		}
-		opt.Sums[name] = sum
+		if opt.Sums != nil {
+			opt.Sums[name] = sum
+		}
 		return nil
 	}
 	if len(shards) == 1 {
-		if err := write(SafetensorsFile, tensors); err != nil {
+		if err := write(SafetensorsFile, shards[0]); err != nil {
 			return nil, err
 		}
 		written = append(written, SafetensorsFile)
@@ -323,13 +337,13 @@ func WriteSet(dir string, tensors []Tensor, opt WriteOptions) ([]string, error) 
 				return written, err
 			}
 			written = append(written, name)
-			for _, t := range shard {
-				weightMap[t.Name] = name
+			for _, j := range shard {
+				weightMap[tensors[j].Name] = name
 			}
 		}
 		var total int64
-		for _, t := range tensors {
-			total += int64(len(t.Data)) * int64(opt.DType.Size())
+		for i := range tensors {
+			total += tensors[i].elements() * int64(opt.DType.Size())
 		}
 		index := appendIndex(nil, total, weightMap)
 		if err := atomicfile.WriteFile(filepath.Join(dir, SafetensorsIndexFile), index); err != nil {
@@ -347,28 +361,33 @@ func WriteSet(dir string, tensors []Tensor, opt WriteOptions) ([]string, error) 
 }
 
 // planShards splits tensors into shards of at most maxBytes bytes, as
-// huggingface_hub's split_torch_state_dict_into_shards does. It returns a
-// single shard if maxBytes is not positive or everything fits.
-func planShards(tensors []Tensor, dtype DType, maxBytes int64) [][]Tensor {
+// huggingface_hub's split_torch_state_dict_into_shards does, as lists of
+// indices into tensors. It returns a single shard if maxBytes is not
+// positive or everything fits.
+func planShards(tensors []StreamTensor, dtype DType, maxBytes int64) [][]int {
+	all := make([]int, len(tensors))
+	for i := range all {
+		all[i] = i
+	}
 	if maxBytes <= 0 {
-		return [][]Tensor{tensors}
+		return [][]int{all}
 	}
 	var (
-		shards  [][]Tensor
-		current []Tensor
+		shards  [][]int
+		current []int
 		size    int64
 	)
-	for _, t := range tensors {
-		n := int64(len(t.Data)) * int64(dtype.Size())
+	for i := range tensors {
+		n := tensors[i].elements() * int64(dtype.Size())
 		if n > maxBytes {
-			shards = append(shards, []Tensor{t})
+			shards = append(shards, []int{i})
 			continue
 		}
 		if size+n > maxBytes {
 			shards = append(shards, current)
 			current, size = nil, 0
 		}
-		current = append(current, t)
+		current = append(current, i)
 		size += n
 	}
 	if len(current) > 0 || len(shards) == 0 {
