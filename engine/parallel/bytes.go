@@ -1,0 +1,134 @@
+package parallel
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/memtrain/memtrain/engine"
+)
+
+// Bytes travel over the world's float32 collectives two to an element:
+// every 16-bit value is exact in float32, and sums of one non-zero
+// contribution stay exact.
+
+func packBytes(dst []float32, b []byte) {
+	dst[0] = float32(len(b) >> 16)
+	dst[1] = float32(len(b) & 0xffff)
+	for i := 0; i < len(b); i += 2 {
+		v := uint32(b[i]) << 8
+		if i+1 < len(b) {
+			v |= uint32(b[i+1])
+		}
+		dst[2+i/2] = float32(v)
+	}
+}
+
+func unpackBytes(src []float32) ([]byte, error) {
+	n := int(src[0])<<16 | int(src[1])
+	if n < 0 || (n+1)/2 > len(src)-2 {
+		return nil, fmt.Errorf("parallel: a message of %d bytes in a buffer of %d", n, 2*(len(src)-2))
+	}
+	b := make([]byte, n)
+	for i := 0; i < n; i += 2 {
+		v := uint32(src[2+i/2])
+		b[i] = byte(v >> 8)
+		if i+1 < n {
+			b[i+1] = byte(v)
+		}
+	}
+	return b, nil
+}
+
+func packedLen(max int) int { return 2 + (max+1)/2 }
+
+// Broadcast sends rank 0's b (at most max bytes) to every rank of the
+// world and returns it; other ranks' b is ignored.
+func (g *Grid) Broadcast(be engine.Backend, b []byte, max int) ([]byte, error) {
+	if g.World.Size() == 1 {
+		return b, nil
+	}
+	if g.Rank() == 0 && len(b) > max {
+		return nil, fmt.Errorf("parallel: broadcast of %d bytes, at most %d", len(b), max)
+	}
+	host := make([]float32, packedLen(max))
+	if g.Rank() == 0 {
+		packBytes(host, b)
+	}
+	t := be.Alloc(engine.F32, len(host))
+	defer be.Free(t)
+	be.Upload(t, host)
+	if err := g.World.Broadcast(t, 0); err != nil {
+		return nil, fmt.Errorf("parallel: broadcast: %w", err)
+	}
+	be.Download(host, t)
+	return unpackBytes(host)
+}
+
+// GatherBytes gives every rank of the world every rank's b (at most max
+// bytes each), indexed by world rank.
+func (g *Grid) GatherBytes(be engine.Backend, b []byte, max int) ([][]byte, error) {
+	if len(b) > max {
+		return nil, fmt.Errorf("parallel: gathering %d bytes, at most %d", len(b), max)
+	}
+	if g.World.Size() == 1 {
+		return [][]byte{b}, nil
+	}
+	n, p := packedLen(max), g.World.Size()
+	host := make([]float32, n)
+	packBytes(host, b)
+	src, dst := be.Alloc(engine.F32, n), be.Alloc(engine.F32, n*p)
+	defer be.Free(src)
+	defer be.Free(dst)
+	be.Upload(src, host)
+	if err := g.World.AllGather(dst, src); err != nil {
+		return nil, fmt.Errorf("parallel: gathering: %w", err)
+	}
+	all := make([]float32, n*p)
+	be.Download(all, dst)
+	out := make([][]byte, p)
+	for r := range p {
+		var err error
+		if out[r], err = unpackBytes(all[r*n : (r+1)*n]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// maxMessage bounds an error message that AgreeGather carries.
+const maxMessage = 1000
+
+// AgreeGather is Agree that also gathers: every rank passes its error and
+// its data (at most max bytes), and gets every rank's data by world rank
+// when no rank failed. When one did, every rank fails with the first
+// failing rank's error (by world rank): that rank with its own, the
+// others with its message after the rank ("rank 3: …"). It is one
+// all-gather over the world.
+func (g *Grid) AgreeGather(be engine.Backend, err error, data []byte, limit int) ([][]byte, error) {
+	msg := append([]byte{0}, data...)
+	if err != nil {
+		m := err.Error()
+		if len(m) > maxMessage {
+			m = m[:maxMessage] + "…"
+		}
+		msg = append([]byte{1}, m...)
+	}
+	all, gerr := g.GatherBytes(be, msg, 1+max(maxMessage+len("…"), limit))
+	if gerr != nil {
+		return nil, errors.Join(err, gerr)
+	}
+	for r, m := range all {
+		if len(m) == 0 || m[0] == 0 {
+			continue
+		}
+		if r == g.Rank() {
+			return nil, err
+		}
+		return nil, fmt.Errorf("rank %d: %s", r, m[1:])
+	}
+	out := make([][]byte, len(all))
+	for r, m := range all {
+		out[r] = m[1:]
+	}
+	return out, nil
+}
