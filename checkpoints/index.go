@@ -31,7 +31,9 @@ type Set struct {
 
 // OpenSet opens the weights of the checkpoint folder dir. It reads
 // model.safetensors.index.json and the shards it lists if there is one;
-// otherwise model.safetensors; otherwise every *.safetensors file in dir.
+// otherwise model.safetensors; otherwise, in a sharded training
+// checkpoint, the weights' pieces its manifest maps (ReadPieceMap);
+// otherwise every *.safetensors file in dir.
 //
 // OpenSet checks that every tensor the index lists is in the file the index
 // names, that the shards hold no tensor the index does not list, and that
@@ -51,6 +53,12 @@ func OpenSet(dir string) (*Set, error) {
 		return openFiles(dir, []string{single})
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("checkpoints: %w", err)
+	}
+
+	if m, err := ReadPieceMap(dir); err != nil {
+		return nil, err
+	} else if m != nil {
+		return OpenPieces(dir, m, IsWeightName)
 	}
 
 	entries, err := os.ReadDir(dir)
@@ -387,3 +395,34 @@ func (s *Set) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// ManifestFile is a training checkpoint's manifest (finetune writes and
+// verifies it); in a sharded checkpoint its "tensors" are the PieceMap of
+// the weights and the optimizer's moments.
+const ManifestFile = "checkpoint.json"
+
+// ReadPieceMap returns the PieceMap of the sharded checkpoint in folder
+// dir, unchecked (OpenPieces checks it), or nil when dir has no manifest
+// or its manifest maps no tensors (a checkpoint of one file per kind).
+func ReadPieceMap(dir string) (PieceMap, error) {
+	path := filepath.Join(dir, ManifestFile)
+	b, err := inputfile.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("checkpoints: %w", err)
+	}
+	var m struct {
+		Tensors PieceMap `json:"tensors"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("checkpoints: %s: %v", path, err)
+	}
+	return m.Tensors, nil
+}
+
+// IsWeightName reports whether a tensor name of a training checkpoint is
+// a weight's (an HF name) rather than an optimizer moment's
+// ("exp_avg/NAME", "exp_avg_sq/NAME"): HF names have no slash.
+func IsWeightName(name string) bool { return !strings.Contains(name, "/") }

@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine/comm"
 )
 
 // ManifestFile, in a training checkpoint, records every other file of it
@@ -23,16 +24,34 @@ import (
 // last, just before the checkpoint's folder is committed, so a committed
 // checkpoint without one is incomplete (or was saved before manifests:
 // trainer_state.json version 1).
-const ManifestFile = "checkpoint.json"
+const ManifestFile = checkpoints.ManifestFile
 
 // Manifest is the content of ManifestFile.
 type Manifest struct {
 	Version int                            `json:"version"`
 	Step    int                            `json:"step"`
 	Files   map[string]checkpoints.FileSum `json:"files"` // by file name, every file of the checkpoint but the manifest
+	// Grid is the grid that saved the checkpoint (version 2), and Tensors
+	// maps every full tensor, weights by HF name and moments as
+	// exp_avg/NAME and exp_avg_sq/NAME, to its pieces in the files.
+	Grid    *GridShape           `json:"grid,omitempty"`
+	Tensors checkpoints.PieceMap `json:"tensors,omitempty"`
 }
 
-const manifestVersion = 1
+// GridShape is a grid's size along each axis, as the manifest records it.
+type GridShape struct {
+	Data int `json:"data"`
+	X    int `json:"x"`
+	Y    int `json:"y"`
+	Z    int `json:"z"`
+}
+
+func gridOf(g comm.Grid) *GridShape { return &GridShape{Data: g.Data, X: g.X, Y: g.Y, Z: g.Z} }
+
+// manifestVersion is what SaveCheckpoint writes: 2, with the grid and the
+// tensors' pieces; version 1 manifests (one file per kind of tensor) are
+// still read.
+const manifestVersion = 2
 
 // ErrNoManifest reports a checkpoint folder without ManifestFile.
 var ErrNoManifest = errors.New("missing: no checksums to verify against")
@@ -57,7 +76,8 @@ func (e *CheckpointError) short() string { return fmt.Sprintf("%s: %v", e.File, 
 // ParseManifest reads a manifest strictly: its version, a non-negative
 // step, and at least one file, each a plain file name (no folder, not the
 // manifest itself) with a non-negative size and a SHA-256 of 64 lower-case
-// hex digits. Unknown keys and trailing data are errors, so that damage
+// hex digits; in version 2, the grid and a piece map that passes
+// checkpoints.PieceMap.Check, each piece in one of the files. Unknown keys and trailing data are errors, so that damage
 // to the manifest reads as damage rather than as an empty record.
 func ParseManifest(b []byte) (Manifest, error) {
 	var m Manifest
@@ -70,12 +90,30 @@ func ParseManifest(b []byte) (Manifest, error) {
 		return m, errors.New("data after the manifest")
 	}
 	switch {
-	case m.Version != manifestVersion:
-		return m, fmt.Errorf("version %d (want %d)", m.Version, manifestVersion)
+	case m.Version != 1 && m.Version != manifestVersion:
+		return m, fmt.Errorf("version %d (want 1 or %d)", m.Version, manifestVersion)
 	case m.Step < 0:
 		return m, fmt.Errorf("step %d", m.Step)
 	case len(m.Files) == 0:
 		return m, errors.New("no files")
+	case m.Version == 1 && (m.Grid != nil || m.Tensors != nil):
+		return m, errors.New("version 1 has no grid or tensors")
+	case m.Version == 2 && (m.Grid == nil || m.Tensors == nil):
+		return m, errors.New("version 2 without its grid or tensors")
+	case m.Version == 2 && (m.Grid.Data < 1 || m.Grid.X < 1 || m.Grid.Y < 1 || m.Grid.Z < 1 || m.Grid.X > 1<<20 || m.Grid.Y > 1<<20 || m.Grid.Z > 1<<20 || m.Grid.Data > 1<<20):
+		return m, fmt.Errorf("grid %+v", *m.Grid)
+	}
+	if m.Tensors != nil {
+		if err := m.Tensors.Check(); err != nil {
+			return m, fmt.Errorf("tensors: %w", err)
+		}
+		for _, name := range slices.Sorted(maps.Keys(m.Tensors)) {
+			for _, p := range m.Tensors[name].Pieces {
+				if _, ok := m.Files[p.File]; !ok {
+					return m, fmt.Errorf("tensor %q: file %q is not among the files", name, p.File)
+				}
+			}
+		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(m.Files)) {
 		s := m.Files[name]
@@ -112,6 +150,9 @@ func isSHA256(s string) bool {
 // sorted (encoding/json sorts map keys), and a newline.
 func encodeManifest(m Manifest) ([]byte, error) {
 	m.Version = manifestVersion
+	if m.Tensors == nil {
+		m.Version = 1
+	}
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return nil, err
@@ -145,11 +186,15 @@ func VerifyCheckpoint(path string) (Manifest, error) {
 	if err != nil {
 		return bad(ManifestFile, fmt.Errorf("unreadable (%v)", err))
 	}
-	weights := checkpoints.SafetensorsFile
-	if _, ok := m.Files[weights]; !ok {
-		weights = checkpoints.SafetensorsIndexFile
+	required := []string{StateFile, checkpoints.ConfigFile}
+	if m.Tensors == nil {
+		weights := checkpoints.SafetensorsFile
+		if _, ok := m.Files[weights]; !ok {
+			weights = checkpoints.SafetensorsIndexFile
+		}
+		required = append(required, weights)
 	}
-	for _, name := range []string{StateFile, checkpoints.ConfigFile, weights} {
+	for _, name := range required {
 		if _, ok := m.Files[name]; !ok {
 			return bad(ManifestFile, fmt.Errorf("does not record %s", name))
 		}

@@ -20,10 +20,13 @@ import (
 
 // Files of a training checkpoint, beside the HF checkpoint files.
 const (
-	OptimizerFile = "optimizer.safetensors" // AdamW moments, full shape, HF names prefixed exp_avg/ and exp_avg_sq/
-	// MasterFile holds the float32 weights, full shape, HF names, when
-	// model.safetensors stores them in another dtype (save_dtype bf16):
-	// training resumes from these, exactly, not from the rounded export.
+	// OptimizerFile holds the AdamW moments of a checkpoint saved on one
+	// grid position (one rank), full shape, HF names prefixed exp_avg/ and
+	// exp_avg_sq/; on a grid each position has its own (shard.go).
+	OptimizerFile = "optimizer.safetensors"
+	// MasterFile, in checkpoints saved before sharded checkpoints, holds
+	// the float32 weights when model.safetensors stored them in another
+	// dtype (save_dtype bf16); such checkpoints still resume from it.
 	MasterFile = "master.safetensors"
 	StateFile  = "trainer_state.json"
 	LatestFile = "latest" // in the checkpoints folder: the name of the newest complete checkpoint
@@ -50,14 +53,13 @@ const stateVersion = 2
 // SaveOptions control SaveCheckpoint.
 type SaveOptions struct {
 	Files map[string][]byte // extra files for the checkpoint (the tokenizer's)
-	DType checkpoints.DType // storage type of the weights
 	Keep  int               // checkpoints kept; 0 keeps all
 	// Protect names a checkpoint of dir that pruning keeps besides the
 	// newest Keep: the run's last good one while its loss is out of band.
 	Protect string
-	// BeforeCommit, if set, runs when every file of the checkpoint is
-	// written and before the directory is committed: crash-safety tests
-	// kill the process there.
+	// BeforeCommit, if set, runs on the committing rank when every file
+	// of the checkpoint is written and before the directory is committed:
+	// crash-safety tests kill the process there.
 	BeforeCommit func(tmpDir string)
 }
 
@@ -70,79 +72,100 @@ type SaveOptions struct {
 // checkpoint's manifest (ManifestFile), written last before the commit,
 // against which VerifyCheckpoint checks it later.
 //
-// Weights and optimizer moments are saved full-shape, so that a run can
-// resume on another grid. On a grid SaveCheckpoint is collective: every
-// rank gathers the shards, rank 0 writes, and every rank returns its
-// error if it failed.
+// The float32 weights and AdamW moments are saved as the grid holds them
+// (shard.go): every position of the grid writes its own pieces to its own
+// files, in parallel, streaming them from the backend through a bounded
+// buffer, so that no rank holds more than its shards; the manifest maps
+// each full tensor to its pieces, so that the checkpoint loads on any
+// grid. On a grid SaveCheckpoint is collective: rank 0 makes the
+// temporary folder and tells the others its name; every rank writes and
+// syncs its files; the ranks agree that all did (gathering their
+// checksums; one rank's error fails the save on every rank, with that
+// error); then rank 0 writes the manifest, commits and prunes, and every
+// rank returns its result.
 func SaveCheckpoint(dir, name string, m *llama.Model, o *Optimizer, st TrainerState, opt SaveOptions) error {
-	weights, err := m.GatherWeights()
-	if err != nil {
-		return fmt.Errorf("finetune: %w", err)
+	g, b := m.Grid(), m.Backend()
+	lead := g == nil || g.Rank() == 0
+	var tmp string
+	var err error
+	if lead {
+		tmp, err = makeTemp(dir, name)
 	}
-	var moments []checkpoints.Tensor
-	if mv, vv := o.Moments(); mv != nil {
-		for i, p := range o.params {
-			for _, part := range []struct {
-				prefix string
-				t      *engine.Tensor
-			}{{"exp_avg/", mv[i]}, {"exp_avg_sq/", vv[i]}} {
-				data, err := m.Gather(p, part.t)
-				if err != nil {
-					return fmt.Errorf("finetune: %w", err)
+	committed := false
+	defer func() {
+		if lead && tmp != "" && !committed {
+			os.RemoveAll(tmp)
+		}
+	}()
+	if g != nil {
+		var all [][]byte
+		if all, err = g.AgreeGather(b, err, []byte(tmp), 4096); err == nil {
+			tmp = string(all[0])
+		}
+	}
+	if err != nil {
+		return err
+	}
+	sums, err := writeShards(tmp, m, o)
+	if err == nil && lead {
+		err = writeMeta(tmp, m.Config, st, opt, sums)
+	}
+	if g != nil {
+		enc := []byte{}
+		if err == nil && !lead {
+			enc, err = json.Marshal(sums)
+		}
+		var all [][]byte
+		if all, err = g.AgreeGather(b, err, enc, 1<<12); err == nil && lead {
+			for r, e := range all[1:] {
+				var theirs map[string]checkpoints.FileSum
+				if len(e) > 0 {
+					if uerr := json.Unmarshal(e, &theirs); uerr != nil {
+						err = fmt.Errorf("finetune: rank %d's checksums: %w", r+1, uerr)
+						break
+					}
 				}
-				moments = append(moments, checkpoints.Tensor{Name: part.prefix + p.Name, Shape: append([]int(nil), p.Full...), Data: data})
+				for f, s := range theirs {
+					sums[f] = s
+				}
 			}
 		}
 	}
-	g := m.Grid()
-	if g != nil && g.Rank() != 0 {
-		return g.Agree(m.Backend(), nil)
+	if err == nil && lead {
+		_, moments := o.Moments()
+		err = commit(dir, name, tmp, Manifest{Step: st.Step, Files: sums, Grid: gridOf(gridShape(m)),
+			Tensors: pieceMap(gridShape(m), m.Params(), moments != nil)}, opt)
+		committed = err == nil
 	}
-	err = writeCheckpoint(dir, name, m.Config, weights, moments, st, opt)
 	if g != nil {
-		return g.Agree(m.Backend(), err)
+		return g.Agree(b, err)
 	}
 	return err
 }
 
-// writeCheckpoint is SaveCheckpoint's writing, of full-shape tensors.
-func writeCheckpoint(dir, name string, cfg *checkpoints.Config, weights, moments []checkpoints.Tensor, st TrainerState, opt SaveOptions) error {
-	files, dtype, keep := opt.Files, opt.DType, opt.Keep
+// makeTemp makes the temporary folder of checkpoint name in dir.
+func makeTemp(dir, name string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("finetune: %w", err)
+		return "", fmt.Errorf("finetune: %w", err)
 	}
 	tmp, err := os.MkdirTemp(dir, ".tmp-"+name+"-")
 	if err != nil {
-		return fmt.Errorf("finetune: %w", err)
+		return "", fmt.Errorf("finetune: %w", err)
 	}
-	committed := false
-	defer func() {
-		if !committed {
-			os.RemoveAll(tmp)
-		}
-	}()
 	// MkdirTemp makes the folder 0700; a checkpoint is read like every
 	// other output (files are 0644).
 	if err := os.Chmod(tmp, 0o755); err != nil {
-		return fmt.Errorf("finetune: %w", err)
+		os.RemoveAll(tmp)
+		return "", fmt.Errorf("finetune: %w", err)
 	}
-	sums := map[string]checkpoints.FileSum{}
-	if err := checkpoints.Save(tmp, cfg, weights, checkpoints.SaveOptions{DType: dtype, Files: files, Sums: sums}); err != nil {
+	return tmp, nil
+}
+
+// writeMeta writes the committing rank's files besides the shards: the
+// tokenizer's, config.json and the trainer state, recording their sums.
+func writeMeta(tmp string, cfg *checkpoints.Config, st TrainerState, opt SaveOptions, sums map[string]checkpoints.FileSum) error {
+	if err := checkpoints.SaveMeta(tmp, cfg, checkpoints.SaveOptions{DType: checkpoints.DTypeF32, Files: opt.Files, Sums: sums}); err != nil {
 		return err
-	}
-	if dtype != checkpoints.DTypeF32 {
-		sum, err := checkpoints.WriteFileSum(filepath.Join(tmp, MasterFile), weights, checkpoints.DTypeF32, map[string]string{"master": "f32"})
-		if err != nil {
-			return err
-		}
-		sums[MasterFile] = sum
-	}
-	if moments != nil {
-		sum, err := checkpoints.WriteFileSum(filepath.Join(tmp, OptimizerFile), moments, checkpoints.DTypeF32, map[string]string{"optimizer": "adamw"})
-		if err != nil {
-			return err
-		}
-		sums[OptimizerFile] = sum
 	}
 	st.Version = stateVersion
 	sb, err := json.MarshalIndent(st, "", "  ")
@@ -154,10 +177,19 @@ func writeCheckpoint(dir, name string, cfg *checkpoints.Config, weights, moments
 		return err
 	}
 	sums[StateFile] = checkpoints.SumBytes(sb)
-	mb, err := encodeManifest(Manifest{Step: st.Step, Files: sums})
+	return nil
+}
+
+// commit writes the manifest into the temporary folder tmp, whose every
+// other file is written and synced, and commits it as dir/name: rename,
+// sync of dir, latest, pruning.
+func commit(dir, name, tmp string, man Manifest, opt SaveOptions) error {
+	mb, err := encodeManifest(man)
 	if err != nil {
 		return fmt.Errorf("finetune: %w", err)
 	}
+	// atomicfile syncs the file and then the folder, which holds every
+	// file the ranks wrote.
 	if err := atomicfile.WriteFile(filepath.Join(tmp, ManifestFile), mb); err != nil {
 		return err
 	}
@@ -171,14 +203,13 @@ func writeCheckpoint(dir, name string, cfg *checkpoints.Config, weights, moments
 	if err := os.Rename(tmp, final); err != nil {
 		return fmt.Errorf("finetune: %w", err)
 	}
-	committed = true
 	if err := atomicfile.SyncDir(dir); err != nil {
 		return err
 	}
 	if err := atomicfile.WriteFile(filepath.Join(dir, LatestFile), []byte(name+"\n")); err != nil {
 		return err
 	}
-	return prune(dir, keep, opt.Protect)
+	return prune(dir, opt.Keep, opt.Protect)
 }
 
 // LatestCheckpoint returns the path of the newest complete checkpoint in
@@ -232,33 +263,56 @@ func LoadCheckpoint(path string, m *llama.Model, o *Optimizer) (TrainerState, er
 	if !sameShapes(ck.Config, m.Config) {
 		return st, fmt.Errorf("finetune: %s: the checkpoint's tensors do not fit the run's model", path)
 	}
-	// The float32 master weights when the export is rounded; a checkpoint
-	// saved before master files resumes from its export.
-	var weights parallel.SliceReader = ck.Weights
-	if _, err := os.Stat(filepath.Join(path, MasterFile)); err == nil {
-		f, err := checkpoints.OpenFile(filepath.Join(path, MasterFile))
+	// A sharded checkpoint (manifest version 2) maps its weights and
+	// moments to their pieces; older ones hold them in one file each,
+	// with float32 master weights beside a rounded export.
+	pieces, err := checkpoints.ReadPieceMap(path)
+	if err != nil {
+		return st, err
+	}
+	var weights, moments parallel.SliceReader
+	if pieces != nil {
+		ws, err := checkpoints.OpenPieces(path, pieces, checkpoints.IsWeightName)
 		if err != nil {
 			return st, err
 		}
-		defer f.Close()
-		weights = f
+		defer ws.Close()
+		weights = ws
+		if mv, _ := o.Moments(); mv != nil {
+			ms, err := checkpoints.OpenPieces(path, pieces, func(name string) bool { return !checkpoints.IsWeightName(name) })
+			if err != nil {
+				return st, err
+			}
+			defer ms.Close()
+			moments = ms
+		}
+	} else {
+		weights = ck.Weights
+		if _, err := os.Stat(filepath.Join(path, MasterFile)); err == nil {
+			f, err := checkpoints.OpenFile(filepath.Join(path, MasterFile))
+			if err != nil {
+				return st, err
+			}
+			defer f.Close()
+			weights = f
+		}
+		if mv, _ := o.Moments(); mv != nil {
+			f, err := checkpoints.OpenFile(filepath.Join(path, OptimizerFile))
+			if err != nil {
+				return st, err
+			}
+			defer f.Close()
+			moments = f
+		}
 	}
 	if err := m.LoadWeights(weights); err != nil {
 		return st, fmt.Errorf("finetune: %s: %w", path, err)
 	}
 	if mv, vv := o.Moments(); mv != nil {
-		f, err := checkpoints.OpenFile(filepath.Join(path, OptimizerFile))
-		if err != nil {
-			return st, err
-		}
-		defer f.Close()
 		for i, p := range o.params {
-			for _, part := range []struct {
-				prefix string
-				t      *engine.Tensor
-			}{{"exp_avg/", mv[i]}, {"exp_avg_sq/", vv[i]}} {
-				if err := m.ReadInto(f, part.prefix+p.Name, p, part.t); err != nil {
-					return st, fmt.Errorf("finetune: %s: %w", f.Path(), err)
+			for k, t := range []*engine.Tensor{mv[i], vv[i]} {
+				if err := m.ReadInto(moments, momentPrefixes[k]+p.Name, p, t); err != nil {
+					return st, fmt.Errorf("finetune: %s: %w", path, err)
 				}
 			}
 		}

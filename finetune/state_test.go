@@ -48,7 +48,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	os.MkdirAll(filepath.Join(dir, ".tmp-step-00000009-123"), 0o755) // left by a crash
 	for s := 1; s <= 3; s++ {
 		st := TrainerState{Step: s, OptimizerStep: o.Step, LoaderPosition: int64(10 * s)}
-		if err := SaveCheckpoint(dir, StepName(s), m, o, st, SaveOptions{Files: map[string][]byte{"tokenizer.json": []byte("{}")}, DType: checkpoints.DTypeF32, Keep: 2}); err != nil {
+		if err := SaveCheckpoint(dir, StepName(s), m, o, st, SaveOptions{Files: map[string][]byte{"tokenizer.json": []byte("{}")}, Keep: 2}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -324,14 +324,10 @@ func (h holdout) Read(i int, ids, targets []int32, weights []float32) error {
 
 // Save writes a checkpoint of the run's current state.
 func (r *Run) Save() (string, error) {
-	dtype := checkpoints.DTypeF32
-	if r.Config.SaveDType == "bf16" {
-		dtype = checkpoints.DTypeBF16
-	}
 	st := TrainerState{Step: r.Step, OptimizerStep: r.Opt.Step, LoaderPosition: r.Loader.Position(), TokensSeen: r.tokensSeen, LastLoss: r.lastLoss,
 		ConfigHash: r.Config.resumeHash(), Divergence: r.divergenceState()}
 	dir, name := filepath.Dir(r.checkpointPath()), filepath.Base(r.checkpointPath())
-	opt := SaveOptions{Files: r.files, DType: dtype, Keep: r.Config.Keep, Protect: r.protected(dir)}
+	opt := SaveOptions{Files: r.files, Keep: r.Config.Keep, Protect: r.protected(dir)}
 	if r.BeforeCommit != nil {
 		step := r.Step
 		opt.BeforeCommit = func(tmp string) { r.BeforeCommit(step, tmp) }

@@ -1,0 +1,207 @@
+package finetune
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/engine/parallel"
+)
+
+// A training checkpoint is sharded as the grid that saves it holds the
+// weights: each position (x, y, z) of the grid writes the pieces it holds
+// of every weight to its own file, and those of the two AdamW moments to
+// another; the data-parallel replicas of a position, which hold the same
+// pieces, write nothing (the replica of data coordinate 0 writes), and a
+// norm weight, whole on every Y and Z rank, is written by y = z = 0. A
+// grid of one position (one rank, or data parallelism alone) writes the
+// two files of a one-file checkpoint, model.safetensors and
+// optimizer.safetensors, whose tensors are then whole. The manifest maps
+// every full tensor to its pieces (checkpoints.PieceMap).
+
+// momentPrefixes name the AdamW moments' tensors: the prefix and the HF
+// name of the weight.
+var momentPrefixes = [2]string{"exp_avg/", "exp_avg_sq/"}
+
+// momentsMetadata is the metadata of the moments' files.
+var momentsMetadata = map[string]string{"optimizer": "adamw"}
+
+// shardFiles are the names of the weight and moment files of the grid
+// position pos of n (pos = the world rank of (data 0, x, y, z)).
+func shardFiles(pos, n int) (weights, moments string) {
+	if n == 1 {
+		return checkpoints.SafetensorsFile, OptimizerFile
+	}
+	return fmt.Sprintf("model.rank-%05d-of-%05d.safetensors", pos, n), fmt.Sprintf("optimizer.rank-%05d-of-%05d.safetensors", pos, n)
+}
+
+// shardPiece is one piece a grid position stores: a weight, or a moment,
+// of parameter param.
+type shardPiece struct {
+	name  string // the full tensor's name
+	param int    // index into the parameters
+	kind  int    // 0: the weight; 1, 2: its first and second moment
+	shard engine.Shard
+	shape []int // as stored: parallel.LocalShape
+}
+
+// positionPieces lists the weight pieces the position (x, y, z) of a grid
+// writes, or nil when it writes none of a parameter's (a norm weight off
+// y = z = 0).
+func positionPieces(shape comm.Grid, x, y, z int, params []*engine.Param) []shardPiece {
+	var out []shardPiece
+	for i, p := range params {
+		if len(p.Full) == 1 && (y != 0 || z != 0) {
+			continue
+		}
+		s := engine.WholeShard(rowsCols(p.Full))
+		if shape.Size() > 1 {
+			s = parallel.ShardAt(shape, x, y, z, p.Name, p.Full)
+		}
+		local := parallel.LocalShape(p.Full, s)
+		if shape.X*shape.Y*shape.Z == 1 {
+			local = p.Full
+		}
+		out = append(out, shardPiece{name: p.Name, param: i, shard: s, shape: local})
+	}
+	return out
+}
+
+func rowsCols(full []int) (int, int) {
+	if len(full) == 1 {
+		return 1, full[0]
+	}
+	return full[0], full[1]
+}
+
+// momentPieces are the pieces of the two moments of the weights' pieces.
+func momentPieces(weights []shardPiece) []shardPiece {
+	var out []shardPiece
+	for k, prefix := range momentPrefixes {
+		for _, p := range weights {
+			p.name, p.kind = prefix+p.name, k+1
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func streamSpecs(ps []shardPiece) []checkpoints.StreamTensor {
+	specs := make([]checkpoints.StreamTensor, len(ps))
+	for i, p := range ps {
+		specs[i] = checkpoints.StreamTensor{Name: p.name, Shape: p.shape}
+	}
+	return specs
+}
+
+// gridShape is the grid a model runs on (one rank: 1×1×1×1).
+func gridShape(m *llama.Model) comm.Grid {
+	if g := m.Grid(); g != nil {
+		return g.Shape()
+	}
+	return comm.Grid{Data: 1, X: 1, Y: 1, Z: 1}
+}
+
+// pieceMap is the manifest's map of every tensor's pieces, for a
+// checkpoint saved on shape: computed from the shapes alone (each file's
+// layout is checkpoints.Layout of its tensors), so that the committing
+// rank needs nothing from the others but their checksums.
+func pieceMap(shape comm.Grid, params []*engine.Param, moments bool) checkpoints.PieceMap {
+	out := checkpoints.PieceMap{}
+	n := shape.X * shape.Y * shape.Z
+	for z := range shape.Z {
+		for y := range shape.Y {
+			for x := range shape.X {
+				pos := shape.Rank(0, x, y, z)
+				wfile, mfile := shardFiles(pos, n)
+				ws := positionPieces(shape, x, y, z, params)
+				add := func(file string, ps []shardPiece, meta map[string]string) {
+					for i, info := range checkpoints.Layout(streamSpecs(ps), checkpoints.DTypeF32, meta) {
+						p, full := ps[i], params[ps[i].param].Full
+						t := out[p.name]
+						t.Shape = append([]int(nil), full...)
+						piece := checkpoints.Piece{File: file, Offset: info.Offset, DType: checkpoints.DTypeF32.String(),
+							Offsets: []int{p.shard.Row0, p.shard.Col0}, Extents: []int{p.shard.Row1 - p.shard.Row0, p.shard.Col1 - p.shard.Col0},
+							Flat: [2]int64{int64(p.shard.Flat0), int64(p.shard.Flat1)}}
+						if len(full) == 1 {
+							piece.Offsets, piece.Extents = piece.Offsets[1:], piece.Extents[1:]
+						}
+						t.Pieces = append(t.Pieces, piece)
+						out[p.name] = t
+					}
+				}
+				add(wfile, ws, nil)
+				if moments {
+					add(mfile, momentPieces(ws), momentsMetadata)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// saveBuffer bounds the host buffer through which a rank streams its
+// tensors to its files: at most this many values at a time.
+const saveBuffer = 1 << 20
+
+// writeShards writes this rank's files of a checkpoint into the folder
+// tmp, streaming each tensor from the backend through one host buffer
+// (of at most saveBuffer values, reused), and returns their FileSums by
+// file name (none on a data-parallel replica).
+func writeShards(tmp string, m *llama.Model, o *Optimizer) (map[string]checkpoints.FileSum, error) {
+	shape := gridShape(m)
+	at := parallel.Coord{}
+	if g := m.Grid(); g != nil {
+		at = g.At
+	}
+	sums := map[string]checkpoints.FileSum{}
+	if at.Data != 0 {
+		return sums, nil
+	}
+	params := m.Params()
+	if mv, _ := o.Moments(); mv != nil && len(mv) != len(params) {
+		return nil, fmt.Errorf("finetune: the optimizer holds %d parameters' moments, the model %d parameters", len(mv), len(params))
+	}
+	ws := positionPieces(shape, at.X, at.Y, at.Z, params)
+	wfile, mfile := shardFiles(shape.Rank(0, at.X, at.Y, at.Z), shape.X*shape.Y*shape.Z)
+	largest := 0
+	for _, p := range ws {
+		largest = max(largest, p.shard.Elements())
+	}
+	buf := make([]float32, min(largest, saveBuffer))
+	b := m.Backend()
+	write := func(file string, ps []shardPiece, meta map[string]string, tensor func(shardPiece) *engine.Tensor) error {
+		sum, err := checkpoints.WriteStream(filepath.Join(tmp, file), streamSpecs(ps), checkpoints.DTypeF32, meta,
+			func(i int, put func([]float32) error) error {
+				t := tensor(ps[i])
+				for off := 0; off < t.Len(); off += len(buf) {
+					n := min(len(buf), t.Len()-off)
+					b.Download(buf[:n], t.View(off, n))
+					if err := put(buf[:n]); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		if err != nil {
+			return err
+		}
+		sums[file] = sum
+		return nil
+	}
+	if err := write(wfile, ws, nil, func(p shardPiece) *engine.Tensor { return params[p.param].Value }); err != nil {
+		return nil, err
+	}
+	if mv, vv := o.Moments(); mv != nil {
+		err := write(mfile, momentPieces(ws), momentsMetadata, func(p shardPiece) *engine.Tensor {
+			return [2][]*engine.Tensor{mv, vv}[p.kind-1][p.param]
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return sums, nil
+}
