@@ -42,7 +42,7 @@ type Config struct {
 	Keep       int     `yaml:"keep" default:"2" help:"checkpoints to keep (0: all)"`
 	Seed       uint64  `yaml:"seed" resume:"same" help:"data order seed"`
 	Recompute  bool    `yaml:"recompute" help:"recompute activations in the backward pass (less memory)"`
-	SaveDType  string  `yaml:"save_dtype" default:"f32" help:"checkpoint weights: f32 or bf16"`
+	SaveDType  string  `yaml:"save_dtype" default:"f32" help:"weights of the finished run's HF export (RUN/final): f32 or bf16; training checkpoints keep float32"`
 
 	Divergence Divergence `yaml:"divergence"`
 	Samples    Samples    `yaml:"samples"`
