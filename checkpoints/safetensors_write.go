@@ -1,9 +1,9 @@
 package checkpoints
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math"
 	"math/bits"
@@ -241,21 +241,19 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// writeData writes data converted to dtype, little-endian, converting
-// straight into the buffer of w.
-func writeData(w *bufio.Writer, data []float32, dtype DType) error {
+// encodeChunk is the size of the buffer values are converted in on their
+// way to a file.
+const encodeChunk = 64 << 10
+
+// writeData writes data converted to dtype, little-endian, to w, a
+// chunk at a time through buf (at least one value long).
+func writeData(w io.Writer, buf []byte, data []float32, dtype DType) error {
 	size := dtype.Size()
+	per := len(buf) / size
 	for len(data) > 0 {
-		if w.Available() < size {
-			if err := w.Flush(); err != nil {
-				return err
-			}
-		}
-		buf := w.AvailableBuffer()
-		n := min(len(data), cap(buf)/size)
-		buf = buf[:n*size]
-		encode(buf, data[:n], dtype)
-		if _, err := w.Write(buf); err != nil {
+		n := min(len(data), per)
+		encode(buf[:n*size], data[:n], dtype)
+		if _, err := w.Write(buf[:n*size]); err != nil {
 			return err
 		}
 		data = data[n:]

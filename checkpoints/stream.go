@@ -1,7 +1,6 @@
 package checkpoints
 
 import (
-	"bufio"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -93,21 +92,26 @@ func writeStream(path string, tensors []StreamTensor, dtype DType, metadata map[
 		s = newSummer()
 	}
 	err := atomicfile.Write(path, func(w io.Writer) error {
-		// w itself when not hashing: atomicfile buffers 1 MiB; when
-		// hashing, the buffer in front of both keeps the hash's writes
-		// large.
-		bw := bufio.NewWriterSize(s.tee(w), 1<<20)
+		// atomicfile buffers 1 MiB in front of the file; values are
+		// converted a small chunk at a time on their way to it (and to
+		// the hash).
+		out := s.tee(w)
+		buf := make([]byte, encodeChunk)
 		var length [8]byte
 		binary.LittleEndian.PutUint64(length[:], uint64(len(header)))
-		bw.Write(length[:])
-		bw.Write(header)
+		if _, err := out.Write(length[:]); err != nil {
+			return fmt.Errorf("checkpoints: %s: %w", path, err)
+		}
+		if _, err := out.Write(header); err != nil {
+			return fmt.Errorf("checkpoints: %s: %w", path, err)
+		}
 		for _, t := range sorted {
 			want, got := t.elements(), int64(0)
 			err := fill(index[t], func(values []float32) error {
 				if got += int64(len(values)); got > want {
 					return fmt.Errorf("more than the %d values of shape %v", want, t.Shape)
 				}
-				return writeData(bw, values, dtype)
+				return writeData(out, buf, values, dtype)
 			})
 			if err == nil && got != want {
 				err = fmt.Errorf("%d values for shape %v, want %d", got, t.Shape, want)
@@ -115,9 +119,6 @@ func writeStream(path string, tensors []StreamTensor, dtype DType, metadata map[
 			if err != nil {
 				return fmt.Errorf("checkpoints: %s: tensor %q: %w", path, t.Name, err)
 			}
-		}
-		if err := bw.Flush(); err != nil {
-			return fmt.Errorf("checkpoints: %s: %w", path, err)
 		}
 		return nil
 	})

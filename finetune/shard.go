@@ -1,6 +1,9 @@
 package finetune
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"path/filepath"
 
@@ -204,4 +207,54 @@ func writeShards(tmp string, m *llama.Model, o *Optimizer) (map[string]checkpoin
 		}
 	}
 	return sums, nil
+}
+
+// sumBytes is the size of one file's FileSum as ranks send it: its size
+// and SHA-256.
+const sumBytes = 8 + sha256.Size
+
+// rankFiles are the files the rank at world rank r of the model's grid
+// writes, in order (none for a data-parallel replica).
+func rankFiles(m *llama.Model, o *Optimizer, r int) []string {
+	shape := gridShape(m)
+	d, x, y, z := shape.Coords(r)
+	if d != 0 {
+		return nil
+	}
+	w, mo := shardFiles(shape.Rank(0, x, y, z), shape.X*shape.Y*shape.Z)
+	if mv, _ := o.Moments(); mv != nil {
+		return []string{w, mo}
+	}
+	return []string{w}
+}
+
+// encodeSums encodes this rank's FileSums in the order of its files.
+func encodeSums(sums map[string]checkpoints.FileSum, m *llama.Model, o *Optimizer) ([]byte, error) {
+	var out []byte
+	for _, f := range rankFiles(m, o, m.Grid().Rank()) {
+		s, ok := sums[f]
+		sha, err := hex.DecodeString(s.SHA256)
+		if !ok || err != nil || len(sha) != sha256.Size {
+			return nil, fmt.Errorf("finetune: no checksum of %s", f)
+		}
+		out = binary.LittleEndian.AppendUint64(out, uint64(s.Size))
+		out = append(out, sha...)
+	}
+	return out, nil
+}
+
+// decodeSums adds the FileSums of every other rank, all[r] from rank r,
+// to sums.
+func decodeSums(all [][]byte, m *llama.Model, o *Optimizer, sums map[string]checkpoints.FileSum) error {
+	for r := 1; r < len(all); r++ {
+		files := rankFiles(m, o, r)
+		if len(all[r]) != len(files)*sumBytes {
+			return fmt.Errorf("finetune: rank %d sent %d bytes of checksums for %d files", r, len(all[r]), len(files))
+		}
+		for i, f := range files {
+			b := all[r][i*sumBytes : (i+1)*sumBytes]
+			sums[f] = checkpoints.FileSum{Size: int64(binary.LittleEndian.Uint64(b)), SHA256: hex.EncodeToString(b[8:])}
+		}
+	}
+	return nil
 }

@@ -61,6 +61,10 @@ type SaveOptions struct {
 	// of the checkpoint is written and before the directory is committed:
 	// crash-safety tests kill the process there.
 	BeforeCommit func(tmpDir string)
+	// beforeWrite, if set, runs on every rank with its world rank once it
+	// knows the temporary folder, before it writes (tests make one rank's
+	// write fail there).
+	beforeWrite func(rank int, tmpDir string)
 }
 
 // SaveCheckpoint writes a complete training checkpoint as one directory,
@@ -98,37 +102,36 @@ func SaveCheckpoint(dir, name string, m *llama.Model, o *Optimizer, st TrainerSt
 		}
 	}()
 	if g != nil {
-		var all [][]byte
-		if all, err = g.AgreeGather(b, err, []byte(tmp), 4096); err == nil {
-			tmp = string(all[0])
+		if _, err = g.AgreeGather(b, err, nil, 0); err == nil {
+			var shared []byte
+			shared, err = g.Broadcast(b, []byte(tmp), 1024)
+			tmp = string(shared)
 		}
 	}
 	if err != nil {
 		return err
+	}
+	if opt.beforeWrite != nil {
+		rank := 0
+		if g != nil {
+			rank = g.Rank()
+		}
+		opt.beforeWrite(rank, tmp)
 	}
 	sums, err := writeShards(tmp, m, o)
 	if err == nil && lead {
 		err = writeMeta(tmp, m.Config, st, opt, sums)
 	}
 	if g != nil {
-		enc := []byte{}
+		// Every rank's checksums, in the order of its files (which every
+		// rank can name: shardFiles), to the committing rank.
+		var enc []byte
 		if err == nil && !lead {
-			enc, err = json.Marshal(sums)
+			enc, err = encodeSums(sums, m, o)
 		}
 		var all [][]byte
-		if all, err = g.AgreeGather(b, err, enc, 1<<12); err == nil && lead {
-			for r, e := range all[1:] {
-				var theirs map[string]checkpoints.FileSum
-				if len(e) > 0 {
-					if uerr := json.Unmarshal(e, &theirs); uerr != nil {
-						err = fmt.Errorf("finetune: rank %d's checksums: %w", r+1, uerr)
-						break
-					}
-				}
-				for f, s := range theirs {
-					sums[f] = s
-				}
-			}
+		if all, err = g.AgreeGather(b, err, enc, 2*sumBytes); err == nil && lead {
+			err = decodeSums(all, m, o, sums)
 		}
 	}
 	if err == nil && lead {
@@ -138,7 +141,7 @@ func SaveCheckpoint(dir, name string, m *llama.Model, o *Optimizer, st TrainerSt
 		committed = err == nil
 	}
 	if g != nil {
-		return g.Agree(b, err)
+		_, err = g.AgreeGather(b, err, nil, 0)
 	}
 	return err
 }

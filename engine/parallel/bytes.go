@@ -98,22 +98,39 @@ func (g *Grid) GatherBytes(be engine.Backend, b []byte, max int) ([][]byte, erro
 // maxMessage bounds an error message that AgreeGather carries.
 const maxMessage = 1000
 
+// BroadcastFrom is Broadcast from the world rank root.
+func (g *Grid) broadcastFrom(be engine.Backend, b []byte, max, root int) ([]byte, error) {
+	if g.World.Size() == 1 {
+		return b, nil
+	}
+	host := make([]float32, packedLen(max))
+	if g.Rank() == root {
+		packBytes(host, b[:min(len(b), max)])
+	}
+	t := be.Alloc(engine.F32, len(host))
+	defer be.Free(t)
+	be.Upload(t, host)
+	if err := g.World.Broadcast(t, root); err != nil {
+		return nil, fmt.Errorf("parallel: broadcast: %w", err)
+	}
+	be.Download(host, t)
+	return unpackBytes(host)
+}
+
 // AgreeGather is Agree that also gathers: every rank passes its error and
-// its data (at most max bytes), and gets every rank's data by world rank
-// when no rank failed. When one did, every rank fails with the first
+// its data (at most limit bytes), and gets every rank's data by world
+// rank when no rank failed. When one did, every rank fails with the first
 // failing rank's error (by world rank): that rank with its own, the
 // others with its message after the rank ("rank 3: …"). It is one
-// all-gather over the world.
+// all-gather over the world of limit bytes a rank (and, after a failure,
+// a broadcast of the message), so that its buffers grow with the world
+// by limit bytes a rank only.
 func (g *Grid) AgreeGather(be engine.Backend, err error, data []byte, limit int) ([][]byte, error) {
 	msg := append([]byte{0}, data...)
 	if err != nil {
-		m := err.Error()
-		if len(m) > maxMessage {
-			m = m[:maxMessage] + "…"
-		}
-		msg = append([]byte{1}, m...)
+		msg = []byte{1}
 	}
-	all, gerr := g.GatherBytes(be, msg, 1+max(maxMessage+len("…"), limit))
+	all, gerr := g.GatherBytes(be, msg, 1+limit)
 	if gerr != nil {
 		return nil, errors.Join(err, gerr)
 	}
@@ -121,10 +138,21 @@ func (g *Grid) AgreeGather(be engine.Backend, err error, data []byte, limit int)
 		if len(m) == 0 || m[0] == 0 {
 			continue
 		}
+		var text []byte
 		if r == g.Rank() {
-			return nil, err
+			text = []byte(err.Error())
 		}
-		return nil, fmt.Errorf("rank %d: %s", r, m[1:])
+		text, berr := g.broadcastFrom(be, text, maxMessage, r)
+		switch {
+		case r == g.Rank():
+			return nil, err
+		case berr != nil:
+			return nil, fmt.Errorf("rank %d failed (%v)", r, berr)
+		}
+		if len(text) == maxMessage {
+			text = append(text, "…"...)
+		}
+		return nil, fmt.Errorf("rank %d: %s", r, text)
 	}
 	out := make([][]byte, len(all))
 	for r, m := range all {
