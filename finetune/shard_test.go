@@ -417,4 +417,3 @@ func TestResumeAcrossGrids(t *testing.T) {
 		}
 	}
 }
-
