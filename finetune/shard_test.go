@@ -417,3 +417,71 @@ func TestResumeAcrossGrids(t *testing.T) {
 		}
 	}
 }
+
+// TestExportOfGridCheckpoint: the same weights saved on 16 ranks and on
+// one rank export (checkpoints.Export) to byte-identical HF checkpoints,
+// split by a shard size into model-0000i-of-0000N files and an index;
+// the plain safetensors reader loads them by HF name.
+func TestExportOfGridCheckpoint(t *testing.T) {
+	cfg := sweepConfig()
+	weights := checkpoints.RandomWeights(cfg, 9)
+	exports := map[string]string{}
+	for _, shape := range []comm.Grid{{Data: 1, X: 1, Y: 1, Z: 1}, {Data: 2, X: 2, Y: 2, Z: 2}} {
+		dir := filepath.Join(t.TempDir(), "checkpoints")
+		save := func(g *parallel.Grid) error {
+			b := cpu.New(cpu.Options{Threads: 1})
+			m, err := llama.New(b, cfg, llama.Options{Parallel: g})
+			if err != nil {
+				return err
+			}
+			defer m.Free()
+			m.SetWeights(weights)
+			o, _ := NewOptimizer(b, m.Params(), OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8})
+			return SaveCheckpoint(dir, StepName(1), m, o, TrainerState{Step: 1}, SaveOptions{Files: map[string][]byte{"tokenizer.json": []byte("{}")}})
+		}
+		var err error
+		if shape.Size() == 1 {
+			err = save(nil)
+		} else {
+			err = launch.Local(shape, parallel.Overlap{}, save)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(t.TempDir(), "hf")
+		if err := checkpoints.Export(filepath.Join(dir, StepName(1)), out, checkpoints.ExportOptions{DType: checkpoints.DTypeBF16, MaxShardBytes: 100 << 10}); err != nil {
+			t.Fatal(err)
+		}
+		exports[shape.String()] = out
+	}
+	a, b := exports[comm.Grid{Data: 1, X: 1, Y: 1, Z: 1}.String()], exports[comm.Grid{Data: 2, X: 2, Y: 2, Z: 2}.String()]
+	entries, err := os.ReadDir(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shards := 0
+	for _, e := range entries {
+		x, _ := os.ReadFile(filepath.Join(a, e.Name()))
+		y, err := os.ReadFile(filepath.Join(b, e.Name()))
+		if err != nil || !bytes.Equal(x, y) {
+			t.Errorf("%s: the grid checkpoint's export differs from the one-rank one's (%v)", e.Name(), err)
+		}
+		if strings.HasPrefix(e.Name(), "model-") {
+			shards++
+		}
+	}
+	if shards < 2 {
+		t.Errorf("%d weight files, want a split export", shards)
+	}
+	set, err := checkpoints.OpenSet(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	for _, w := range weights {
+		info, ok := set.Tensor(w.Name)
+		if !ok || info.DType != checkpoints.DTypeBF16 || !reflect.DeepEqual(info.Shape, w.Shape) {
+			t.Errorf("%s: %+v", w.Name, info)
+		}
+	}
+}
