@@ -35,35 +35,16 @@ const exportChunk = 1 << 22
 // that it never holds more than one tensor, nor more than exportChunk
 // values of one. The folder is written under a temporary name beside out
 // and renamed into place once complete; out must not exist, or be an
-// empty folder.
+// empty folder. (An ExportPlan splits the same work between processes.)
 func Export(src, out string, opt ExportOptions) error {
-	if opt.DType != DTypeF32 && opt.DType != DTypeBF16 {
-		return fmt.Errorf("checkpoints: %s: cannot export weights as %s (want F32 or BF16)", out, opt.DType)
-	}
-	if opt.MaxShardBytes < 0 {
-		return fmt.Errorf("checkpoints: %s: shard size %d bytes", out, opt.MaxShardBytes)
-	}
-	ck, err := Open(src)
+	plan, err := PlanExport(src, opt)
 	if err != nil {
 		return err
 	}
-	defer ck.Close()
-	files, err := ReadTokenizerFiles(src)
+	defer plan.Close()
+	tmp, err := ExportTemp(out)
 	if err != nil {
 		return err
-	}
-	if entries, err := os.ReadDir(out); err == nil && len(entries) > 0 {
-		return fmt.Errorf("checkpoints: %s exists and is not empty: export into a new folder", out)
-	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("checkpoints: %w", err)
-	}
-	parent := filepath.Dir(filepath.Clean(out))
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return fmt.Errorf("checkpoints: %w", err)
-	}
-	tmp, err := os.MkdirTemp(parent, ".tmp-"+filepath.Base(out)+"-")
-	if err != nil {
-		return fmt.Errorf("checkpoints: %w", err)
 	}
 	done := false
 	defer func() {
@@ -71,28 +52,90 @@ func Export(src, out string, opt ExportOptions) error {
 			os.RemoveAll(tmp)
 		}
 	}()
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return fmt.Errorf("checkpoints: %w", err)
-	}
-	specs := ck.Config.TensorSpecs()
-	tensors := make([]StreamTensor, len(specs))
-	for i, s := range specs {
-		tensors[i] = StreamTensor{Name: s.Name, Shape: s.Shape}
-	}
-	n := 0
-	fill := func(i int, put func([]float32) error) error {
-		if err := streamTensor(ck.Weights, tensors[i], put); err != nil {
+	for i := range plan.Files() {
+		if err := plan.WriteFile(tmp, i); err != nil {
 			return err
 		}
-		if n++; opt.Progress != nil {
-			opt.Progress(n, len(tensors))
-		}
-		return nil
 	}
-	if _, err := WriteSetStream(tmp, tensors, WriteOptions{DType: opt.DType, MaxShardBytes: opt.MaxShardBytes}, fill); err != nil {
+	if err := plan.Finish(tmp, out); err != nil {
 		return err
 	}
-	if err := SaveMeta(tmp, ck.Config, SaveOptions{DType: opt.DType, Files: files}); err != nil {
+	done = true
+	return nil
+}
+
+// An ExportPlan is an export (see Export) planned from the tensors'
+// shapes alone: its weight files, each of which WriteFile writes
+// independently — several processes can write different ones into one
+// temporary folder — and Finish, which adds the index, the tokenizer
+// files and config.json and puts the folder in place.
+type ExportPlan struct {
+	setPlan
+	ck    *Checkpoint
+	files map[string][]byte
+	opt   ExportOptions
+	done  int // tensors written, for Progress
+}
+
+// PlanExport opens the checkpoint in folder src and plans its export.
+func PlanExport(src string, opt ExportOptions) (*ExportPlan, error) {
+	if opt.DType != DTypeF32 && opt.DType != DTypeBF16 {
+		return nil, fmt.Errorf("checkpoints: %s: cannot export weights as %s (want F32 or BF16)", src, opt.DType)
+	}
+	if opt.MaxShardBytes < 0 {
+		return nil, fmt.Errorf("checkpoints: %s: shard size %d bytes", src, opt.MaxShardBytes)
+	}
+	ck, err := Open(src)
+	if err != nil {
+		return nil, err
+	}
+	files, err := ReadTokenizerFiles(src)
+	if err != nil {
+		ck.Close()
+		return nil, err
+	}
+	var tensors []StreamTensor
+	for _, s := range ck.Config.TensorSpecs() {
+		tensors = append(tensors, StreamTensor{Name: s.Name, Shape: s.Shape})
+	}
+	return &ExportPlan{setPlan: newSetPlan(tensors, opt.DType, opt.MaxShardBytes), ck: ck, files: files, opt: opt}, nil
+}
+
+// Close releases the source checkpoint.
+func (p *ExportPlan) Close() error { return p.ck.Close() }
+
+// Files is the number of weight files.
+func (p *ExportPlan) Files() int { return len(p.shards) }
+
+// WriteFile writes weight file i into the folder dir.
+func (p *ExportPlan) WriteFile(dir string, i int) error {
+	shard := p.shards[i]
+	specs := make([]StreamTensor, len(shard))
+	for j, k := range shard {
+		specs[j] = p.tensors[k]
+	}
+	_, err := writeStream(filepath.Join(dir, p.fileName(i)), specs, p.opt.DType, nil, false, func(j int, put func([]float32) error) error {
+		if err := streamTensor(p.ck.Weights, specs[j], put); err != nil {
+			return err
+		}
+		if p.done++; p.opt.Progress != nil {
+			p.opt.Progress(p.done, len(p.tensors))
+		}
+		return nil
+	})
+	return err
+}
+
+// Finish completes the export whose weight files are all written in the
+// temporary folder tmp (ExportTemp's): it writes the index (of several
+// files), the tokenizer files and config.json, and renames tmp to out.
+func (p *ExportPlan) Finish(tmp, out string) error {
+	if len(p.shards) > 1 {
+		if err := atomicfile.WriteFile(filepath.Join(tmp, SafetensorsIndexFile), p.index()); err != nil {
+			return err
+		}
+	}
+	if err := SaveMeta(tmp, p.ck.Config, SaveOptions{DType: p.opt.DType, Files: p.files}); err != nil {
 		return err
 	}
 	if err := os.Remove(out); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -101,8 +144,30 @@ func Export(src, out string, opt ExportOptions) error {
 	if err := os.Rename(tmp, out); err != nil {
 		return fmt.Errorf("checkpoints: %w", err)
 	}
-	done = true
-	return atomicfile.SyncDir(parent)
+	return atomicfile.SyncDir(filepath.Dir(filepath.Clean(out)))
+}
+
+// ExportTemp makes the temporary folder of an export to out, beside it;
+// out must not exist, or be an empty folder.
+func ExportTemp(out string) (string, error) {
+	if entries, err := os.ReadDir(out); err == nil && len(entries) > 0 {
+		return "", fmt.Errorf("checkpoints: %s exists and is not empty: export into a new folder", out)
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("checkpoints: %w", err)
+	}
+	parent := filepath.Dir(filepath.Clean(out))
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return "", fmt.Errorf("checkpoints: %w", err)
+	}
+	tmp, err := os.MkdirTemp(parent, ".tmp-"+filepath.Base(out)+"-")
+	if err != nil {
+		return "", fmt.Errorf("checkpoints: %w", err)
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		os.RemoveAll(tmp)
+		return "", fmt.Errorf("checkpoints: %w", err)
+	}
+	return tmp, nil
 }
 
 // streamTensor hands the named tensor of s to put a block of whole rows

@@ -305,45 +305,26 @@ func writeSet(dir string, tensors []StreamTensor, opt WriteOptions, fill Fill) (
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("checkpoints: %w", err)
 	}
-	shards := planShards(tensors, opt.DType, opt.MaxShardBytes)
+	plan := newSetPlan(tensors, opt.DType, opt.MaxShardBytes)
 	var written []string
-	write := func(name string, shard []int) error {
+	for i, shard := range plan.shards {
+		name := plan.fileName(i)
 		specs := make([]StreamTensor, len(shard))
-		for j, i := range shard {
-			specs[j] = tensors[i]
+		for j, k := range shard {
+			specs[j] = tensors[k]
 		}
 		sum, err := writeStream(filepath.Join(dir, name), specs, opt.DType, opt.Metadata, opt.Sums != nil,
 			func(j int, put func([]float32) error) error { return fill(shard[j], put) })
 		if err != nil {
-			return err
+			return written, err
 		}
 		if opt.Sums != nil {
 			opt.Sums[name] = sum
 		}
-		return nil
+		written = append(written, name)
 	}
-	if len(shards) == 1 {
-		if err := write(SafetensorsFile, shards[0]); err != nil {
-			return nil, err
-		}
-		written = append(written, SafetensorsFile)
-	} else {
-		weightMap := make(map[string]string, len(tensors))
-		for i, shard := range shards {
-			name := fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(shards))
-			if err := write(name, shard); err != nil {
-				return written, err
-			}
-			written = append(written, name)
-			for _, j := range shard {
-				weightMap[tensors[j].Name] = name
-			}
-		}
-		var total int64
-		for i := range tensors {
-			total += tensors[i].elements() * int64(opt.DType.Size())
-		}
-		index := appendIndex(nil, total, weightMap)
+	if len(plan.shards) > 1 {
+		index := plan.index()
 		if err := atomicfile.WriteFile(filepath.Join(dir, SafetensorsIndexFile), index); err != nil {
 			return written, err
 		}
@@ -356,6 +337,41 @@ func writeSet(dir string, tensors []StreamTensor, opt WriteOptions, fill Fill) (
 		return written, err
 	}
 	return written, nil
+}
+
+// setPlan is the files of an HF set of weights, planned from the
+// tensors' shapes: which tensors each file holds, the files' names and
+// the index.
+type setPlan struct {
+	tensors []StreamTensor
+	dtype   DType
+	shards  [][]int // indices into tensors, file by file
+}
+
+func newSetPlan(tensors []StreamTensor, dtype DType, maxBytes int64) setPlan {
+	return setPlan{tensors: tensors, dtype: dtype, shards: planShards(tensors, dtype, maxBytes)}
+}
+
+// fileName is the name of file i: model.safetensors when it is the only
+// one, else model-0000i-of-0000N.safetensors.
+func (p setPlan) fileName(i int) string {
+	if len(p.shards) == 1 {
+		return SafetensorsFile
+	}
+	return fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(p.shards))
+}
+
+// index is model.safetensors.index.json of a set of several files.
+func (p setPlan) index() []byte {
+	weightMap := make(map[string]string, len(p.tensors))
+	var total int64
+	for i, shard := range p.shards {
+		for _, k := range shard {
+			weightMap[p.tensors[k].Name] = p.fileName(i)
+			total += p.tensors[k].elements() * int64(p.dtype.Size())
+		}
+	}
+	return appendIndex(nil, total, weightMap)
 }
 
 // planShards splits tensors into shards of at most maxBytes bytes, as

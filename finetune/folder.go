@@ -274,46 +274,106 @@ func TrainRank(cfg Config, b engine.Backend, g *parallel.Grid, h Hooks) (Result,
 		return res, err
 	}
 	if lead {
-		if err := mf.Sync(); err != nil {
-			err = fmt.Errorf("finetune: %w", err)
-		}
-		if err == nil && run.Step >= run.Steps {
-			err = run.exportFinal(res.Done)
+		if serr := mf.Sync(); serr != nil {
+			err = fmt.Errorf("finetune: %w", serr)
 		}
 	}
 	if g != nil {
-		err = g.Agree(b, err)
+		_, err = g.AgreeGather(b, err, nil, 0)
+	}
+	if err == nil && run.Step >= run.Steps {
+		err = run.exportFinal(res.Done)
 	}
 	return res, err
 }
 
+// finalShardBytes splits RUN/final's weights into files as HF
+// transformers does by default ("5GB").
+const finalShardBytes = 5_000_000_000
+
 // exportFinal writes the finished run's HF checkpoint, FinalDir, from its
-// latest checkpoint, streaming (checkpoints.Export): anew after training,
-// and when the run was already finished only if it is missing (a kill
-// between the last commit and the export).
+// latest checkpoint, streaming (checkpoints.ExportPlan): anew after
+// training, and when the run was already finished only if it is missing
+// (a kill between the last commit and the export). On a grid it is
+// collective and the ranks share the work, each writing every
+// world-size-th weight file: rank 0 makes the temporary folder and tells
+// the others its name and the checkpoint, all agree once their files are
+// written, and rank 0 finishes the folder (index, tokenizer, config) and
+// puts it in place.
 func (r *Run) exportFinal(already bool) error {
+	g, b := r.Model.Grid(), r.Model.Backend()
+	lead := g == nil || g.Rank() == 0
 	final := filepath.Join(r.Config.Out, FinalDir)
-	if _, err := os.Stat(filepath.Join(final, checkpoints.ConfigFile)); already && err == nil {
-		return nil
+	var tmp, latest string
+	var err error
+	if lead {
+		tmp, latest, err = prepareFinal(r.Config.Out, already)
 	}
-	latest, err := LatestCheckpoint(filepath.Join(r.Config.Out, CheckpointsDir))
-	if err != nil {
-		return err
-	}
-	if err := os.RemoveAll(final); err != nil {
-		return fmt.Errorf("finetune: %w", err)
-	}
-	// An export a kill interrupted.
-	if left, _ := filepath.Glob(filepath.Join(r.Config.Out, ".tmp-"+FinalDir+"-*")); len(left) > 0 {
-		for _, l := range left {
-			os.RemoveAll(l)
+	done := false
+	defer func() {
+		if lead && tmp != "" && !done {
+			os.RemoveAll(tmp)
 		}
+	}()
+	if g != nil {
+		if _, err = g.AgreeGather(b, err, nil, 0); err == nil {
+			var shared []byte
+			shared, err = g.Broadcast(b, []byte(tmp+"\x00"+latest), 8192)
+			tmp, latest, _ = strings.Cut(string(shared), "\x00")
+		}
+	}
+	if err != nil || tmp == "" {
+		return err // tmp "": nothing to export
 	}
 	dtype := checkpoints.DTypeF32
 	if r.Config.SaveDType == "bf16" {
 		dtype = checkpoints.DTypeBF16
 	}
-	return checkpoints.Export(latest, final, checkpoints.ExportOptions{DType: dtype})
+	plan, err := checkpoints.PlanExport(latest, checkpoints.ExportOptions{DType: dtype, MaxShardBytes: finalShardBytes})
+	if err == nil {
+		defer plan.Close()
+		rank, ranks := 0, 1
+		if g != nil {
+			rank, ranks = g.Rank(), g.World.Size()
+		}
+		for i := rank; i < plan.Files() && err == nil; i += ranks {
+			err = plan.WriteFile(tmp, i)
+		}
+	}
+	if g != nil {
+		_, err = g.AgreeGather(b, err, nil, 0)
+	}
+	if err == nil && lead {
+		err = plan.Finish(tmp, final)
+		done = err == nil
+	}
+	if g != nil {
+		_, err = g.AgreeGather(b, err, nil, 0)
+	}
+	return err
+}
+
+// prepareFinal clears the way for the run's export into run/FinalDir and
+// returns its temporary folder and the checkpoint to export, or tmp ""
+// when there is nothing to do (already finished, and exported).
+func prepareFinal(run string, already bool) (tmp, latest string, err error) {
+	final := filepath.Join(run, FinalDir)
+	if _, err := os.Stat(filepath.Join(final, checkpoints.ConfigFile)); already && err == nil {
+		return "", "", nil
+	}
+	if latest, err = LatestCheckpoint(filepath.Join(run, CheckpointsDir)); err != nil {
+		return "", "", err
+	}
+	if err := os.RemoveAll(final); err != nil {
+		return "", "", fmt.Errorf("finetune: %w", err)
+	}
+	// An export a kill interrupted.
+	left, _ := filepath.Glob(filepath.Join(run, ".tmp-"+FinalDir+"-*"))
+	for _, l := range left {
+		os.RemoveAll(l)
+	}
+	tmp, err = checkpoints.ExportTemp(final)
+	return tmp, latest, err
 }
 
 // checkShared checks that every rank of grid g sees the run folder dir

@@ -12,13 +12,13 @@ import (
 )
 
 // TestExport: `memtrain export` of a run trained on a grid (its latest
-// checkpoint, sharded over the grid) equals, tensor for tensor, the HF
-// checkpoint that the same run on one rank exported when it finished
-// (RUN/final), within the grid's 1e-5 (with SGD, whose update does not
-// amplify the grid's rounding of near-zero gradients as AdamW's first
-// steps do); the plain safetensors reader loads
-// it by HF names, split into files by --max-shard-size, in bf16 with
-// --dtype bf16; and the flag errors are one line each.
+// checkpoint, sharded over the grid), and the grid run's own RUN/final,
+// equal, tensor for tensor, the HF checkpoint that the same run on one
+// rank exported when it finished (RUN/final), within the grid's 1e-5
+// (with SGD, whose update does not amplify the grid's rounding of
+// near-zero gradients as AdamW's first steps do); the plain safetensors
+// reader loads it by HF names, split into files by --max-shard-size, in
+// bf16 with --dtype bf16; and the flag errors are one line each.
 func TestExport(t *testing.T) {
 	base, ds := finetuneFixture(t, "builtin:llama2")
 	runs := t.TempDir()
@@ -50,34 +50,10 @@ func TestExport(t *testing.T) {
 			t.Errorf("export lacks %s", f)
 		}
 	}
-	a, err := checkpoints.Open(filepath.Join(one, "final"))
-	if err != nil {
-		t.Fatal(err)
+	for _, exported := range []string{out, filepath.Join(grid, "final")} {
+		compareExports(t, filepath.Join(one, "final"), exported)
 	}
-	defer a.Close()
-	b, err := checkpoints.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	for _, spec := range a.Config.TensorSpecs() {
-		ia, _ := a.Weights.Tensor(spec.Name)
-		ib, ok := b.Weights.Tensor(spec.Name)
-		if !ok || !slices.Equal(ib.Shape, ia.Shape) || ib.DType != checkpoints.DTypeF32 {
-			t.Errorf("%s: %+v, one rank's %+v", spec.Name, ib, ia)
-			continue
-		}
-		x, _ := a.Weights.ReadFloat32(spec.Name)
-		y, _ := b.Weights.ReadFloat32(spec.Name)
-		var num, den float64
-		for i := range x {
-			d := float64(y[i]) - float64(x[i])
-			num, den = num+d*d, den+float64(x[i])*float64(x[i])
-		}
-		if d := math.Sqrt(num / den); d > 1e-5 {
-			t.Errorf("%s: the grid run's export differs by %.3g from the one-rank run's", spec.Name, d)
-		}
-	}
+
 	// bf16, one file.
 	out16 := filepath.Join(runs, "hf16")
 	if _, errs, code := memtrain(t, "", "export", filepath.Join(one, "checkpoints", "step-00000002"), "--out", out16, "--dtype", "bf16", "--max-shard-size", "0"); code != 0 {
@@ -104,6 +80,40 @@ func TestExport(t *testing.T) {
 		_, errs, code := memtrain(t, "", tc.args...)
 		if code != 1 || !strings.Contains(errs, tc.want) || strings.Count(strings.TrimSpace(errs), "\n") > 0 {
 			t.Errorf("%v: exit %d, %q (want one line with %q)", tc.args, code, errs, tc.want)
+		}
+	}
+}
+
+// compareExports checks that the HF checkpoint exported holds the tensors
+// of want by HF name and shape, in float32, within 1e-5 relative.
+func compareExports(t *testing.T, want, exported string) {
+	t.Helper()
+	a, err := checkpoints.Open(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := checkpoints.Open(exported)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, spec := range a.Config.TensorSpecs() {
+		ia, _ := a.Weights.Tensor(spec.Name)
+		ib, ok := b.Weights.Tensor(spec.Name)
+		if !ok || !slices.Equal(ib.Shape, ia.Shape) || ib.DType != checkpoints.DTypeF32 {
+			t.Errorf("%s: %s: %+v, one rank's %+v", exported, spec.Name, ib, ia)
+			continue
+		}
+		x, _ := a.Weights.ReadFloat32(spec.Name)
+		y, _ := b.Weights.ReadFloat32(spec.Name)
+		var num, den float64
+		for i := range x {
+			d := float64(y[i]) - float64(x[i])
+			num, den = num+d*d, den+float64(x[i])*float64(x[i])
+		}
+		if d := math.Sqrt(num / den); d > 1e-5 {
+			t.Errorf("%s: %s: the grid run's export differs by %.3g from the one-rank run's", exported, spec.Name, d)
 		}
 	}
 }
