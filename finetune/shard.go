@@ -150,63 +150,143 @@ func pieceMap(shape comm.Grid, params []*engine.Param, moments bool) checkpoints
 // tensors to its files: at most this many values at a time.
 const saveBuffer = 1 << 20
 
-// writeShards writes this rank's files of a checkpoint into the folder
-// tmp, streaming each tensor from the backend through one host buffer
-// (of at most saveBuffer values, reused), and returns their FileSums by
-// file name (none on a data-parallel replica).
-func writeShards(tmp string, m *llama.Model, o *Optimizer) (map[string]checkpoints.FileSum, error) {
+// A pieceSource hands the values of one of this rank's pieces to put,
+// in order, in parts.
+type pieceSource func(p shardPiece, put func([]float32) error) error
+
+// deviceSource streams pieces from the backend through one host buffer
+// (of at most saveBuffer values, reused).
+func deviceSource(m *llama.Model, o *Optimizer) pieceSource {
+	params, b := m.Params(), m.Backend()
+	var buf []float32
+	return func(p shardPiece, put func([]float32) error) error {
+		t := pieceTensor(params, o, p)
+		if buf == nil {
+			buf = make([]float32, min(largestPiece(m), saveBuffer))
+		}
+		for off := 0; off < t.Len(); off += len(buf) {
+			n := min(len(buf), t.Len()-off)
+			b.Download(buf[:n], t.View(off, n))
+			if err := put(buf[:n]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// pieceTensor is the backend tensor a piece is of.
+func pieceTensor(params []*engine.Param, o *Optimizer, p shardPiece) *engine.Tensor {
+	if p.kind == 0 {
+		return params[p.param].Value
+	}
+	mv, vv := o.Moments()
+	return [2][]*engine.Tensor{mv, vv}[p.kind-1][p.param]
+}
+
+// rankPieces are this rank's pieces to write: its weights', and its
+// moments' (none on a data-parallel replica).
+func rankPieces(m *llama.Model, o *Optimizer) (weights, moments []shardPiece) {
 	shape := gridShape(m)
 	at := parallel.Coord{}
 	if g := m.Grid(); g != nil {
 		at = g.At
 	}
-	sums := map[string]checkpoints.FileSum{}
 	if at.Data != 0 {
+		return nil, nil
+	}
+	weights = positionPieces(shape, at.X, at.Y, at.Z, m.Params())
+	if mv, _ := o.Moments(); mv != nil {
+		moments = momentPieces(weights)
+	}
+	return weights, moments
+}
+
+// largestPiece is the element count of this rank's largest piece.
+func largestPiece(m *llama.Model) int {
+	n := 0
+	for _, p := range m.Params() {
+		n = max(n, p.Shard.Elements())
+	}
+	return n
+}
+
+// writeShards writes this rank's files of a checkpoint into the folder
+// tmp, each piece's values from src, and returns their FileSums by file
+// name (none on a data-parallel replica).
+func writeShards(tmp string, m *llama.Model, o *Optimizer, src pieceSource) (map[string]checkpoints.FileSum, error) {
+	sums := map[string]checkpoints.FileSum{}
+	if mv, _ := o.Moments(); mv != nil && len(mv) != len(m.Params()) {
+		return nil, fmt.Errorf("finetune: the optimizer holds %d parameters' moments, the model %d parameters", len(mv), len(m.Params()))
+	}
+	ws, ms := rankPieces(m, o)
+	if ws == nil {
 		return sums, nil
 	}
-	params := m.Params()
-	if mv, _ := o.Moments(); mv != nil && len(mv) != len(params) {
-		return nil, fmt.Errorf("finetune: the optimizer holds %d parameters' moments, the model %d parameters", len(mv), len(params))
+	shape, at := gridShape(m), parallel.Coord{}
+	if g := m.Grid(); g != nil {
+		at = g.At
 	}
-	ws := positionPieces(shape, at.X, at.Y, at.Z, params)
 	wfile, mfile := shardFiles(shape.Rank(0, at.X, at.Y, at.Z), shape.X*shape.Y*shape.Z)
-	largest := 0
-	for _, p := range ws {
-		largest = max(largest, p.shard.Elements())
-	}
-	buf := make([]float32, min(largest, saveBuffer))
-	b := m.Backend()
-	write := func(file string, ps []shardPiece, meta map[string]string, tensor func(shardPiece) *engine.Tensor) error {
+	write := func(file string, ps []shardPiece, meta map[string]string) error {
 		sum, err := checkpoints.WriteStream(filepath.Join(tmp, file), streamSpecs(ps), checkpoints.DTypeF32, meta,
-			func(i int, put func([]float32) error) error {
-				t := tensor(ps[i])
-				for off := 0; off < t.Len(); off += len(buf) {
-					n := min(len(buf), t.Len()-off)
-					b.Download(buf[:n], t.View(off, n))
-					if err := put(buf[:n]); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
+			func(i int, put func([]float32) error) error { return src(ps[i], put) })
 		if err != nil {
 			return err
 		}
 		sums[file] = sum
 		return nil
 	}
-	if err := write(wfile, ws, nil, func(p shardPiece) *engine.Tensor { return params[p.param].Value }); err != nil {
+	if err := write(wfile, ws, nil); err != nil {
 		return nil, err
 	}
-	if mv, vv := o.Moments(); mv != nil {
-		err := write(mfile, momentPieces(ws), momentsMetadata, func(p shardPiece) *engine.Tensor {
-			return [2][]*engine.Tensor{mv, vv}[p.kind-1][p.param]
-		})
-		if err != nil {
+	if ms != nil {
+		if err := write(mfile, ms, momentsMetadata); err != nil {
 			return nil, err
 		}
 	}
 	return sums, nil
+}
+
+// A snapshot is a host copy of this rank's pieces (weights and moments),
+// taken at a step for an asynchronous save: one buffer a piece, allocated
+// once and reused by every later save of the run.
+type snapshot struct {
+	bufs map[[2]int][]float32 // by (kind, param)
+}
+
+// snapshotBytes is what a snapshot of this rank's pieces holds.
+func snapshotBytes(m *llama.Model, o *Optimizer) int64 {
+	ws, ms := rankPieces(m, o)
+	var n int64
+	for _, p := range append(ws, ms...) {
+		n += 4 * int64(p.shard.Elements())
+	}
+	return n
+}
+
+// take copies this rank's pieces from the backend into the snapshot.
+func (s *snapshot) take(m *llama.Model, o *Optimizer) {
+	ws, ms := rankPieces(m, o)
+	if s.bufs == nil {
+		s.bufs = map[[2]int][]float32{}
+	}
+	params := m.Params()
+	for _, p := range append(ws, ms...) {
+		t := pieceTensor(params, o, p)
+		key := [2]int{p.kind, p.param}
+		if len(s.bufs[key]) != t.Len() {
+			s.bufs[key] = make([]float32, t.Len())
+		}
+		m.Backend().Download(s.bufs[key], t)
+	}
+}
+
+// source reads pieces from the snapshot.
+func (s *snapshot) source() pieceSource {
+	return func(p shardPiece, put func([]float32) error) error {
+		return put(s.bufs[[2]int{p.kind, p.param}])
+	}
 }
 
 // sumBytes is the size of one file's FileSum as ranks send it: its size

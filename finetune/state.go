@@ -88,56 +88,109 @@ type SaveOptions struct {
 // error); then rank 0 writes the manifest, commits and prunes, and every
 // rank returns its result.
 func SaveCheckpoint(dir, name string, m *llama.Model, o *Optimizer, st TrainerState, opt SaveOptions) error {
-	g, b := m.Grid(), m.Backend()
-	lead := g == nil || g.Rank() == 0
-	var tmp string
-	var err error
-	if lead {
-		tmp, err = makeTemp(dir, name)
-	}
-	committed := false
-	defer func() {
-		if lead && tmp != "" && !committed {
-			os.RemoveAll(tmp)
-		}
-	}()
-	if g != nil {
-		if _, err = g.AgreeGather(b, err, nil, 0); err == nil {
-			var shared []byte
-			shared, err = g.Broadcast(b, []byte(tmp), 1024)
-			tmp = string(shared)
-		}
-	}
+	sv, err := beginSave(dir, name, m, o, st, opt)
 	if err != nil {
 		return err
 	}
-	if opt.beforeWrite != nil {
+	sv.sums, sv.err = sv.write(deviceSource(m, o))
+	return sv.finish()
+}
+
+// A save is a checkpoint on its way to disk (SaveCheckpoint's phases):
+// begun (its temporary folder made and known to every rank), its files
+// written (write, from the device or from a host snapshot, the only
+// phase that may run in the background: it calls no collective), and
+// finished (finish: the ranks agree, rank 0 commits).
+type save struct {
+	dir, name, tmp string
+	m              *llama.Model
+	o              *Optimizer
+	st             TrainerState
+	opt            SaveOptions
+	sums           map[string]checkpoints.FileSum // of this rank's files (rank 0: and its others)
+	err            error                          // of writing them
+}
+
+// beginSave makes the temporary folder of checkpoint name in dir (rank
+// 0) and tells every rank its name. It is collective on a grid.
+func beginSave(dir, name string, m *llama.Model, o *Optimizer, st TrainerState, opt SaveOptions) (*save, error) {
+	g, b := m.Grid(), m.Backend()
+	sv := &save{dir: dir, name: name, m: m, o: o, st: st, opt: opt}
+	var err error
+	if sv.lead() {
+		sv.tmp, err = makeTemp(dir, name)
+	}
+	if g != nil {
+		if _, err = g.AgreeGather(b, err, nil, 0); err == nil {
+			var shared []byte
+			shared, err = g.Broadcast(b, []byte(sv.tmp), 1024)
+			if err == nil {
+				sv.tmp = string(shared)
+			}
+		}
+	}
+	if err != nil {
+		sv.abandon()
+		return nil, err
+	}
+	return sv, nil
+}
+
+func (sv *save) lead() bool { return sv.m.Grid() == nil || sv.m.Grid().Rank() == 0 }
+
+// abandon removes the temporary folder of a save that will not commit.
+func (sv *save) abandon() {
+	if sv.lead() && sv.tmp != "" {
+		os.RemoveAll(sv.tmp)
+	}
+}
+
+// write writes this rank's files of the save from src, and rank 0's
+// others (config, tokenizer, trainer state). It calls no collective and
+// no backend when src is a host snapshot.
+func (sv *save) write(src pieceSource) (map[string]checkpoints.FileSum, error) {
+	if sv.opt.beforeWrite != nil {
 		rank := 0
-		if g != nil {
+		if g := sv.m.Grid(); g != nil {
 			rank = g.Rank()
 		}
-		opt.beforeWrite(rank, tmp)
+		sv.opt.beforeWrite(rank, sv.tmp)
 	}
-	sums, err := writeShards(tmp, m, o)
-	if err == nil && lead {
-		err = writeMeta(tmp, m.Config, st, opt, sums)
+	sums, err := writeShards(sv.tmp, sv.m, sv.o, src)
+	if err == nil && sv.lead() {
+		err = writeMeta(sv.tmp, sv.m.Config, sv.st, sv.opt, sums)
 	}
+	return sums, err
+}
+
+// finish makes the ranks agree that every file of the save is written
+// (gathering their checksums to rank 0; one rank's error fails it on
+// every rank) and rank 0 commit it. It is collective on a grid.
+func (sv *save) finish() error {
+	m, o, err := sv.m, sv.o, sv.err
+	g, b := m.Grid(), m.Backend()
+	committed := false
+	defer func() {
+		if !committed {
+			sv.abandon()
+		}
+	}()
 	if g != nil {
 		// Every rank's checksums, in the order of its files (which every
 		// rank can name: shardFiles), to the committing rank.
 		var enc []byte
-		if err == nil && !lead {
-			enc, err = encodeSums(sums, m, o)
+		if err == nil && !sv.lead() {
+			enc, err = encodeSums(sv.sums, m, o)
 		}
 		var all [][]byte
-		if all, err = g.AgreeGather(b, err, enc, 2*sumBytes); err == nil && lead {
-			err = decodeSums(all, m, o, sums)
+		if all, err = g.AgreeGather(b, err, enc, 2*sumBytes); err == nil && sv.lead() {
+			err = decodeSums(all, m, o, sv.sums)
 		}
 	}
-	if err == nil && lead {
+	if err == nil && sv.lead() {
 		_, moments := o.Moments()
-		err = commit(dir, name, tmp, Manifest{Step: st.Step, Files: sums, Grid: gridOf(gridShape(m)),
-			Tensors: pieceMap(gridShape(m), m.Params(), moments != nil)}, opt)
+		err = commit(sv.dir, sv.name, sv.tmp, Manifest{Step: sv.st.Step, Files: sv.sums, Grid: gridOf(gridShape(m)),
+			Tensors: pieceMap(gridShape(m), m.Params(), moments != nil)}, sv.opt)
 		committed = err == nil
 	}
 	if g != nil {
