@@ -55,10 +55,10 @@ func OpenSet(dir string) (*Set, error) {
 		return nil, fmt.Errorf("checkpoints: %w", err)
 	}
 
-	if m, err := ReadPieceMap(dir); err != nil {
+	if m, files, err := ReadPieceMap(dir); err != nil {
 		return nil, err
 	} else if m != nil {
-		return OpenPieces(dir, m, IsWeightName)
+		return OpenPieces(dir, m, files, IsWeightName)
 	}
 
 	entries, err := os.ReadDir(dir)
@@ -210,6 +210,9 @@ func (s *Set) Files() []string {
 // the set has no such tensor.
 func (s *Set) FileOf(name string) string {
 	if pt, ok := s.pieces[name]; ok {
+		if pt.grid != nil {
+			return pt.files[pt.grid.file(0, 0, 0)].path
+		}
 		return pt.cells[0][0].file.path
 	}
 	if f, ok := s.owner[name]; ok {
@@ -402,24 +405,27 @@ func (s *Set) Close() error {
 const ManifestFile = "checkpoint.json"
 
 // ReadPieceMap returns the PieceMap of the sharded checkpoint in folder
-// dir, unchecked (OpenPieces checks it), or nil when dir has no manifest
-// or its manifest maps no tensors (a checkpoint of one file per kind).
-func ReadPieceMap(dir string) (PieceMap, error) {
+// dir ("tensors") and its piece files ("piece_files", which PieceGrids
+// index), unchecked (OpenPieces checks them), or nil when dir has no
+// manifest or its manifest maps no tensors (a checkpoint of one file per
+// kind).
+func ReadPieceMap(dir string) (PieceMap, []string, error) {
 	path := filepath.Join(dir, ManifestFile)
 	b, err := inputfile.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("checkpoints: %w", err)
+		return nil, nil, fmt.Errorf("checkpoints: %w", err)
 	}
 	var m struct {
-		Tensors PieceMap `json:"tensors"`
+		PieceFiles []string `json:"piece_files"`
+		Tensors    PieceMap `json:"tensors"`
 	}
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("checkpoints: %s: %v", path, err)
+		return nil, nil, fmt.Errorf("checkpoints: %s: %v", path, err)
 	}
-	return m.Tensors, nil
+	return m.Tensors, m.PieceFiles, nil
 }
 
 // IsWeightName reports whether a tensor name of a training checkpoint is

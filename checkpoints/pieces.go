@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -33,10 +32,41 @@ type Piece struct {
 // Elements is the number of elements the piece stores.
 func (p Piece) Elements() int64 { return p.Flat[1] - p.Flat[0] }
 
-// A ShardedTensor is a full tensor's shape and its pieces.
+// A ShardedTensor is a full tensor's shape and its pieces: listed one by
+// one (Pieces), or, for a grid's regular layout, described by a
+// PieceGrid (Grid), which stays a few numbers however many ranks wrote
+// the tensor.
 type ShardedTensor struct {
-	Shape  []int   `json:"shape"`
-	Pieces []Piece `json:"pieces"`
+	Shape  []int      `json:"shape"`
+	Pieces []Piece    `json:"pieces,omitempty"`
+	Grid   *PieceGrid `json:"grid,omitempty"`
+}
+
+// A PieceGrid is the regular layout of a tensor over a grid's files: the
+// tensor is cut into Parts[0] × Parts[1] equal boxes (row ranges × column
+// ranges; a vector is one row, Parts[0] = 1), each box's elements, taken
+// row-major, into Parts[2] flat chunks of ⌈volume / Parts[2]⌉ elements
+// (the last ones shorter; an empty one is not stored). Chunk k of box
+// (i, j) is the tensor named like the full one in the piece file
+// files[Base + i·Strides[0] + j·Strides[1] + k·Strides[2]] (the
+// manifest's "piece_files"), in DType, at the offset that file's
+// safetensors header gives.
+type PieceGrid struct {
+	Parts   [3]int `json:"parts"`
+	Base    int    `json:"base"`
+	Strides [3]int `json:"strides"`
+	DType   string `json:"dtype"`
+}
+
+// chunk is the flat range of chunk k of a box of vol elements.
+func (g *PieceGrid) chunk(vol int64, k int) (int64, int64) {
+	per := (vol + int64(g.Parts[2]) - 1) / int64(g.Parts[2])
+	return min(int64(k)*per, vol), min(int64(k+1)*per, vol)
+}
+
+// file is the index into the piece files of chunk k of box (i, j).
+func (g *PieceGrid) file(i, j, k int) int {
+	return g.Base + i*g.Strides[0] + j*g.Strides[1] + k*g.Strides[2]
 }
 
 // A PieceMap maps every full tensor of a sharded checkpoint, by name, to
@@ -58,12 +88,31 @@ const (
 // boxes form a grid (their row ranges tile the rows, their column ranges
 // the columns, and each cell of that grid is one box), and the flat
 // ranges of the pieces of each box tile the box.
-func (m PieceMap) Check() error {
+//
+// A tensor laid out by a PieceGrid needs files, the piece files its
+// indices name: every piece's index must fall among them, and no two
+// pieces of one tensor may share a file (a file holds one piece of a
+// tensor, by the tensor's name).
+func (m PieceMap) Check(files []string) error {
 	if len(m) == 0 {
 		return errors.New("no tensors")
 	}
+	for i, f := range files {
+		if !plainFile(f) {
+			return fmt.Errorf("piece file %d: %q is not a plain file name", i, f)
+		}
+	}
+	checked := map[string]bool{} // grids already checked, by shape and grid
 	for _, name := range slices.Sorted(maps.Keys(m)) {
-		if err := m[name].check(); err != nil {
+		t := m[name]
+		if t.Grid != nil {
+			key := fmt.Sprint(t.Shape, *t.Grid)
+			if checked[key] {
+				continue
+			}
+			checked[key] = true
+		}
+		if err := t.check(len(files)); err != nil {
 			return fmt.Errorf("tensor %q: %w", name, err)
 		}
 		if name == "" || name == metadataKey {
@@ -73,7 +122,11 @@ func (m PieceMap) Check() error {
 	return nil
 }
 
-func (t ShardedTensor) check() error {
+func plainFile(f string) bool {
+	return f != "" && f != "." && f != ".." && !strings.ContainsAny(f, `/\`+"\x00")
+}
+
+func (t ShardedTensor) check(files int) error {
 	if len(t.Shape) < 1 || len(t.Shape) > maxPieceDims {
 		return fmt.Errorf("shape %v: want 1 or 2 dimensions", t.Shape)
 	}
@@ -84,6 +137,12 @@ func (t ShardedTensor) check() error {
 		}
 		total *= int64(d)
 	}
+	if t.Grid != nil {
+		if t.Pieces != nil {
+			return errors.New("both pieces and a grid")
+		}
+		return t.Grid.check(t.Shape, files)
+	}
 	if len(t.Pieces) == 0 || len(t.Pieces) > maxPiecesTensor {
 		return fmt.Errorf("%d pieces", len(t.Pieces))
 	}
@@ -93,7 +152,7 @@ func (t ShardedTensor) check() error {
 		bad := func(format string, args ...any) error {
 			return fmt.Errorf("piece %d: %s", i, fmt.Sprintf(format, args...))
 		}
-		if p.File == "" || p.File == "." || p.File == ".." || strings.ContainsAny(p.File, `/\`+"\x00") {
+		if !plainFile(p.File) {
 			return bad("file %q is not a plain file name", p.File)
 		}
 		if _, err := parseHeaderDType(p.DType); err != nil {
@@ -147,6 +206,47 @@ func (t ShardedTensor) check() error {
 	return nil
 }
 
+func (g *PieceGrid) check(shape []int, files int) error {
+	rows, cols := shape2(shape)
+	r, c, z := g.Parts[0], g.Parts[1], g.Parts[2]
+	switch {
+	case r < 1 || c < 1 || z < 1 || int64(r)*int64(c)*int64(z) > maxPiecesTensor:
+		return fmt.Errorf("grid of %v parts", g.Parts)
+	case rows%r != 0 || cols%c != 0:
+		return fmt.Errorf("grid of %d×%d boxes does not divide shape %v", r, c, shape)
+	case g.Base < 0 || g.Base >= files:
+		return fmt.Errorf("grid base %d outside the %d piece files", g.Base, files)
+	}
+	for _, st := range g.Strides {
+		if st < -files || st > files {
+			return fmt.Errorf("grid strides %v", g.Strides)
+		}
+	}
+	if _, err := parseHeaderDType(g.DType); err != nil {
+		return err
+	}
+	vol := int64(rows/r) * int64(cols/c)
+	seen := make(map[int]bool, r*c*z)
+	for i := range r {
+		for j := range c {
+			for k := range z {
+				if f0, f1 := g.chunk(vol, k); f0 == f1 {
+					continue
+				}
+				f := g.file(i, j, k)
+				if f < 0 || f >= files {
+					return fmt.Errorf("piece (%d, %d, %d) in piece file %d, outside the %d", i, j, k, f, files)
+				}
+				if seen[f] {
+					return fmt.Errorf("two pieces in piece file %d", f)
+				}
+				seen[f] = true
+			}
+		}
+	}
+	return nil
+}
+
 // tiling checks that the distinct ranges [start, start+length) tile
 // [0, n) and returns how many there are.
 func tiling(ranges [][2]int, n int) (int, error) {
@@ -192,6 +292,10 @@ type pieceTensor struct {
 	colStarts  []int
 	cells      [][]*piece // by row range × column range, each sorted by flat start
 	size       int64      // bytes stored
+	// grid, instead of the cells, locates pieces by arithmetic (a
+	// PieceGrid), in files, the piece files.
+	grid  *PieceGrid
+	files []*lazyFile
 }
 
 type piece struct {
@@ -204,10 +308,17 @@ type piece struct {
 }
 
 // newPieceTensor indexes a checked tensor's pieces; files gives the
-// opened (or lazily opened) file of a piece's file name.
-func newPieceTensor(name string, t ShardedTensor, files func(string) *lazyFile) *pieceTensor {
+// opened (or lazily opened) file of a piece's file name, and table is
+// the piece files a PieceGrid indexes.
+func newPieceTensor(name string, t ShardedTensor, files func(string) *lazyFile, table []*lazyFile) *pieceTensor {
 	pt := &pieceTensor{name: name, shape: slices.Clone(t.Shape)}
 	pt.rows, pt.cols = shape2(t.Shape)
+	if t.Grid != nil {
+		pt.grid, pt.files = t.Grid, table
+		pt.dtype, _ = parseHeaderDType(t.Grid.DType)
+		pt.size = int64(pt.rows) * int64(pt.cols) * int64(pt.dtype.Size())
+		return pt
+	}
 	rs, cs := map[int]bool{}, map[int]bool{}
 	var ps []*piece
 	for _, p := range t.Pieces {
@@ -276,8 +387,48 @@ func (pt *pieceTensor) readBlock(dst []float32, r0, r1, c0, c1 int, flat0, flat1
 	return nil
 }
 
+// gridPiece is the piece of a PieceGrid tensor that holds element (r, c)
+// of the tensor, with its file opened and its offset from the header.
+func (pt *pieceTensor) gridPiece(r, c int) (*piece, error) {
+	g := pt.grid
+	br, bc := pt.rows/g.Parts[0], pt.cols/g.Parts[1]
+	i, j := r/br, c/bc
+	vol := int64(br) * int64(bc)
+	per := (vol + int64(g.Parts[2]) - 1) / int64(g.Parts[2])
+	k := int((int64(r-i*br)*int64(bc) + int64(c-j*bc)) / per)
+	f0, f1 := g.chunk(vol, k)
+	lf := pt.files[g.file(i, j, k)]
+	f, err := lf.open()
+	if err != nil {
+		return nil, err
+	}
+	t, ok := f.Tensor(pt.name)
+	if want := (f1 - f0) * int64(pt.dtype.Size()); !ok || t.DType != pt.dtype || t.Size != want {
+		return nil, fmt.Errorf("checkpoints: %s: tensor %q: not the piece the checkpoint's map records (%d bytes of %s)", f.path, pt.name, want, pt.dtype)
+	}
+	return &piece{file: lf, offset: t.Offset, dtype: pt.dtype, row0: i * br, rows: br, col0: j * bc, cols: bc, flat0: f0, flat1: f1}, nil
+}
+
 // readRun reads len(dst) elements of row r from column c on.
 func (pt *pieceTensor) readRun(dst []float32, r, c int, scratch *[]byte) error {
+	if pt.grid != nil {
+		for len(dst) > 0 {
+			p, err := pt.gridPiece(r, c)
+			if err != nil {
+				return err
+			}
+			start := int64(r-p.row0)*int64(p.cols) + int64(c-p.col0)
+			// Within the box's row and the chunk.
+			n := min(int64(len(dst)), int64(p.col0+p.cols-c), p.flat1-start)
+			f, _ := p.file.open()
+			t := TensorInfo{Name: pt.name, DType: p.dtype}
+			if err := f.readScratch(&t, dst[:n], p.offset+(start-p.flat0)*int64(p.dtype.Size()), scratch); err != nil {
+				return err
+			}
+			dst, c = dst[n:], c+int(n)
+		}
+		return nil
+	}
 	i := sort.SearchInts(pt.rowStarts, r+1) - 1
 	for len(dst) > 0 {
 		j := sort.SearchInts(pt.colStarts, c+1) - 1
@@ -348,8 +499,8 @@ func (l *lazyFile) opened() *File {
 // all) as a Set: reads go to the pieces, each file opened when first
 // read. A piece file's header must hold a tensor of the piece's name at
 // the piece's offset, dtype and length, or reads from it fail.
-func OpenPieces(dir string, m PieceMap, keep func(name string) bool) (*Set, error) {
-	if err := m.Check(); err != nil {
+func OpenPieces(dir string, m PieceMap, pieceFiles []string, keep func(name string) bool) (*Set, error) {
+	if err := m.Check(pieceFiles); err != nil {
 		return nil, fmt.Errorf("checkpoints: %s: %w", dir, err)
 	}
 	s := &Set{dir: dir, owner: map[string]*File{}, pieces: map[string]*pieceTensor{}}
@@ -361,6 +512,7 @@ func OpenPieces(dir string, m PieceMap, keep func(name string) bool) (*Set, erro
 		bytes  int64
 	}
 	wants := map[string][]want{}
+	var table []*lazyFile // the piece files, for tensors laid out by a PieceGrid
 	get := func(name string) *lazyFile {
 		if files[name] == nil {
 			lf := &lazyFile{path: filepath.Join(dir, name)}
@@ -386,17 +538,22 @@ func OpenPieces(dir string, m PieceMap, keep func(name string) bool) (*Set, erro
 			dt, _ := parseHeaderDType(p.DType)
 			wants[p.File] = append(wants[p.File], want{name, p.Offset, dt, p.Elements() * int64(dt.Size())})
 		}
-		pt := newPieceTensor(name, t, get)
+		if t.Grid != nil && table == nil {
+			table = make([]*lazyFile, len(pieceFiles))
+			for i, f := range pieceFiles {
+				table[i] = get(f)
+			}
+		}
+		pt := newPieceTensor(name, t, get, table)
 		s.pieces[name] = pt
 		s.tensors = append(s.tensors, TensorInfo{Name: name, DType: pt.dtype, Shape: slices.Clone(t.Shape), Offset: -1, Size: pt.size})
 	}
 	if len(s.tensors) == 0 {
 		return nil, fmt.Errorf("checkpoints: %s: no tensors to open", dir)
 	}
+	// Files are not even looked at until read: a rank of a large grid
+	// touches only the few that hold its parts.
 	for _, name := range slices.Sorted(maps.Keys(files)) {
-		if _, err := os.Stat(files[name].path); err != nil {
-			return nil, fmt.Errorf("checkpoints: %w", err)
-		}
 		s.lazy = append(s.lazy, files[name])
 	}
 	return s, nil

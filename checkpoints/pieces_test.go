@@ -50,9 +50,50 @@ func writePieces(t *testing.T, dir, name string, full []float32, rows, cols, row
 	return PieceMap{name: st}
 }
 
-// TestPiecesReadAnyBlock: a tensor stored as pieces on one grid reads,
-// block by block as another grid's ranks would read it, the values of the
-// full tensor, touching exactly the bytes asked for.
+// writeGridPieces is writePieces laid out by a PieceGrid: chunk k of box
+// (i, j) in piece file (k·rowParts + i)·colParts + j.
+func writeGridPieces(t *testing.T, dir, name string, full []float32, rows, cols, rowParts, colParts, zParts int, dtype DType) (PieceMap, []string) {
+	t.Helper()
+	g := &PieceGrid{Parts: [3]int{rowParts, colParts, zParts}, Strides: [3]int{colParts, 1, rowParts * colParts}, DType: dtype.String()}
+	st := ShardedTensor{Shape: []int{rows, cols}, Grid: g}
+	if rows == 1 {
+		st.Shape = []int{cols}
+	}
+	files := make([]string, rowParts*colParts*zParts)
+	for i := range files {
+		files[i] = fmt.Sprintf("piece-%d.safetensors", i)
+	}
+	r, c := rows/rowParts, cols/colParts
+	for i := range rowParts {
+		for j := range colParts {
+			for z := range zParts {
+				f0, f1 := g.chunk(int64(r*c), z)
+				if f0 == f1 {
+					continue
+				}
+				var vals []float32
+				for k := int(f0); k < int(f1); k++ {
+					vals = append(vals, full[(i*r+k/c)*cols+j*c+k%c])
+				}
+				specs := []StreamTensor{{Name: name, Shape: []int{len(vals)}}, {Name: "other", Shape: []int{3}}}
+				if _, err := WriteStream(filepath.Join(dir, files[g.file(i, j, z)]), specs, dtype, nil, func(k int, put func([]float32) error) error {
+					if k == 1 {
+						return put([]float32{1, 2, 3})
+					}
+					return put(vals)
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	return PieceMap{name: st}, files
+}
+
+// TestPiecesReadAnyBlock: a tensor stored as pieces on one grid (listed,
+// or laid out by a PieceGrid) reads, block by block as another grid's
+// ranks would read it, the values of the full tensor, touching exactly
+// the bytes asked for.
 func TestPiecesReadAnyBlock(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const rows, cols = 12, 8
@@ -60,10 +101,16 @@ func TestPiecesReadAnyBlock(t *testing.T) {
 	for i := range full {
 		full[i] = float32(rng.NormFloat64())
 	}
-	for _, w := range [][3]int{{1, 1, 1}, {2, 2, 2}, {3, 4, 5}, {1, 2, 7}, {4, 1, 3}} {
+	for n, w := range [][3]int{{1, 1, 1}, {2, 2, 2}, {3, 4, 5}, {1, 2, 7}, {4, 1, 3}, {1, 1, 1}, {2, 2, 2}, {3, 4, 5}, {1, 2, 7}, {4, 1, 3}} {
 		dir := t.TempDir()
-		m := writePieces(t, dir, "w", full, rows, cols, w[0], w[1], w[2], DTypeF32)
-		set, err := OpenPieces(dir, m, nil)
+		var m PieceMap
+		var files []string
+		if n < 5 {
+			m = writePieces(t, dir, "w", full, rows, cols, w[0], w[1], w[2], DTypeF32)
+		} else {
+			m, files = writeGridPieces(t, dir, "w", full, rows, cols, w[0], w[1], w[2], DTypeF32)
+		}
+		set, err := OpenPieces(dir, m, files, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,7 +159,7 @@ func TestPieceMapCheck(t *testing.T) {
 			{File: "c", DType: "F32", Offsets: []int{2, 0}, Extents: []int{2, 4}, Flat: [2]int64{5, 8}},
 		}}}
 	}
-	if err := good().Check(); err != nil {
+	if err := good().Check(nil); err != nil {
 		t.Fatal(err)
 	}
 	for name, breakIt := range map[string]func(m PieceMap){
@@ -127,7 +174,7 @@ func TestPieceMapCheck(t *testing.T) {
 	} {
 		m := good()
 		breakIt(m)
-		if err := m.Check(); err == nil {
+		if err := m.Check(nil); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
@@ -137,8 +184,28 @@ func TestPieceMapCheck(t *testing.T) {
 		{File: "b", DType: "F32", Offsets: []int{1, 0}, Extents: []int{1, 1}, Flat: [2]int64{0, 1}},
 		{File: "c", DType: "F32", Offsets: []int{1, 1}, Extents: []int{1, 1}, Flat: [2]int64{0, 1}},
 	}}}
-	if err := m.Check(); err == nil {
+	if err := m.Check(nil); err == nil {
 		t.Error("boxes that are no grid: accepted")
+	}
+	// Grids: two pieces in one file, a file out of range, parts that do
+	// not divide the shape.
+	files := []string{"a", "b", "c", "d"}
+	for name, g := range map[string]PieceGrid{
+		"one file twice": {Parts: [3]int{1, 2, 2}, Strides: [3]int{0, 1, 1}, DType: "F32"},
+		"out of range":   {Parts: [3]int{1, 2, 2}, Base: 1, Strides: [3]int{0, 1, 2}, DType: "F32"},
+		"not dividing":   {Parts: [3]int{3, 1, 1}, Strides: [3]int{1, 0, 0}, DType: "F32"},
+		"bad file name":  {Parts: [3]int{1, 1, 1}, DType: "F32"},
+	} {
+		fs := files
+		if name == "bad file name" {
+			fs = []string{"../a"}
+		}
+		if err := (PieceMap{"w": {Shape: []int{2, 4}, Grid: &g}}).Check(fs); err == nil {
+			t.Errorf("grid %s: accepted", name)
+		}
+	}
+	if err := (PieceMap{"w": {Shape: []int{2, 4}, Grid: &PieceGrid{Parts: [3]int{1, 2, 2}, Strides: [3]int{0, 1, 2}, DType: "F32"}}}).Check(files); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -147,14 +214,20 @@ func TestPieceMapCheck(t *testing.T) {
 func FuzzPieceMap(f *testing.F) {
 	f.Add([]byte(`{"w":{"shape":[4,4],"pieces":[{"file":"a","offset":8,"dtype":"F32","offsets":[0,0],"extents":[4,4],"flat":[0,16]}]}}`))
 	f.Add([]byte(`{"v":{"shape":[6],"pieces":[{"file":"a","offset":8,"dtype":"BF16","offsets":[0],"extents":[3],"flat":[0,3]},{"file":"b","offset":80,"dtype":"F32","offsets":[3],"extents":[3],"flat":[0,3]}]}}`))
+	f.Add([]byte(`{"w":{"shape":[4,6],"grid":{"parts":[2,3,2],"base":0,"strides":[3,1,6],"dtype":"F32"}},"v":{"shape":[6],"grid":{"parts":[1,3,1],"base":12,"strides":[0,1,0],"dtype":"F32"}}}`))
+	files := make([]string, 16)
+	for i := range files {
+		files[i] = fmt.Sprintf("f%d", i)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var m PieceMap
-		if json.Unmarshal(b, &m) != nil || m.Check() != nil {
+		if json.Unmarshal(b, &m) != nil || m.Check(files) != nil {
 			return
 		}
+		table := make([]*lazyFile, len(files))
 		for name, st := range m {
-			pt := newPieceTensor(name, st, func(string) *lazyFile { return &lazyFile{} })
-			if len(pt.cells) != len(pt.rowStarts)*len(pt.colStarts) {
+			pt := newPieceTensor(name, st, func(string) *lazyFile { return &lazyFile{} }, table)
+			if pt.grid == nil && len(pt.cells) != len(pt.rowStarts)*len(pt.colStarts) {
 				t.Fatalf("%s: %d cells", name, len(pt.cells))
 			}
 		}

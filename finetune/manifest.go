@@ -31,11 +31,13 @@ type Manifest struct {
 	Version int                            `json:"version"`
 	Step    int                            `json:"step"`
 	Files   map[string]checkpoints.FileSum `json:"files"` // by file name, every file of the checkpoint but the manifest
-	// Grid is the grid that saved the checkpoint (version 2), and Tensors
+	// Grid is the grid that saved the checkpoint (version 2); Tensors
 	// maps every full tensor, weights by HF name and moments as
-	// exp_avg/NAME and exp_avg_sq/NAME, to its pieces in the files.
-	Grid    *GridShape           `json:"grid,omitempty"`
-	Tensors checkpoints.PieceMap `json:"tensors,omitempty"`
+	// exp_avg/NAME and exp_avg_sq/NAME, to its pieces in the files, and
+	// PieceFiles are the files its PieceGrids index.
+	Grid       *GridShape           `json:"grid,omitempty"`
+	PieceFiles []string             `json:"piece_files,omitempty"`
+	Tensors    checkpoints.PieceMap `json:"tensors,omitempty"`
 }
 
 // GridShape is a grid's size along each axis, as the manifest records it.
@@ -96,7 +98,7 @@ func ParseManifest(b []byte) (Manifest, error) {
 		return m, fmt.Errorf("step %d", m.Step)
 	case len(m.Files) == 0:
 		return m, errors.New("no files")
-	case m.Version == 1 && (m.Grid != nil || m.Tensors != nil):
+	case m.Version == 1 && (m.Grid != nil || m.Tensors != nil || m.PieceFiles != nil):
 		return m, errors.New("version 1 has no grid or tensors")
 	case m.Version == 2 && (m.Grid == nil || m.Tensors == nil):
 		return m, errors.New("version 2 without its grid or tensors")
@@ -104,8 +106,13 @@ func ParseManifest(b []byte) (Manifest, error) {
 		return m, fmt.Errorf("grid %+v", *m.Grid)
 	}
 	if m.Tensors != nil {
-		if err := m.Tensors.Check(); err != nil {
+		if err := m.Tensors.Check(m.PieceFiles); err != nil {
 			return m, fmt.Errorf("tensors: %w", err)
+		}
+		for _, f := range m.PieceFiles {
+			if _, ok := m.Files[f]; !ok {
+				return m, fmt.Errorf("piece file %q is not among the files", f)
+			}
 		}
 		for _, name := range slices.Sorted(maps.Keys(m.Tensors)) {
 			for _, p := range m.Tensors[name].Pieces {

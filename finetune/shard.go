@@ -109,41 +109,45 @@ func gridShape(m *llama.Model) comm.Grid {
 }
 
 // pieceMap is the manifest's map of every tensor's pieces, for a
-// checkpoint saved on shape: computed from the shapes alone (each file's
-// layout is checkpoints.Layout of its tensors), so that the committing
-// rank needs nothing from the others but their checksums.
-func pieceMap(shape comm.Grid, params []*engine.Param, moments bool) checkpoints.PieceMap {
+// checkpoint saved on shape, and its piece files (the weights' files by
+// grid position, then the moments'): each tensor's layout is a
+// checkpoints.PieceGrid, a few numbers whatever the grid's size, which
+// the engine's sharding (parallel.ShardAt) implies: a matrix's rows over
+// Y and columns over X (a transposed one's rows over X and columns over
+// Y), each block's elements over Z; a norm weight's columns over X.
+func pieceMap(shape comm.Grid, params []*engine.Param, moments bool) (checkpoints.PieceMap, []string) {
 	out := checkpoints.PieceMap{}
 	n := shape.X * shape.Y * shape.Z
-	for z := range shape.Z {
-		for y := range shape.Y {
-			for x := range shape.X {
-				pos := shape.Rank(0, x, y, z)
-				wfile, mfile := shardFiles(pos, n)
-				ws := positionPieces(shape, x, y, z, params)
-				add := func(file string, ps []shardPiece, meta map[string]string) {
-					for i, info := range checkpoints.Layout(streamSpecs(ps), checkpoints.DTypeF32, meta) {
-						p, full := ps[i], params[ps[i].param].Full
-						t := out[p.name]
-						t.Shape = append([]int(nil), full...)
-						piece := checkpoints.Piece{File: file, Offset: info.Offset, DType: checkpoints.DTypeF32.String(),
-							Offsets: []int{p.shard.Row0, p.shard.Col0}, Extents: []int{p.shard.Row1 - p.shard.Row0, p.shard.Col1 - p.shard.Col0},
-							Flat: [2]int64{int64(p.shard.Flat0), int64(p.shard.Flat1)}}
-						if len(full) == 1 {
-							piece.Offsets, piece.Extents = piece.Offsets[1:], piece.Extents[1:]
-						}
-						t.Pieces = append(t.Pieces, piece)
-						out[p.name] = t
-					}
-				}
-				add(wfile, ws, nil)
-				if moments {
-					add(mfile, momentPieces(ws), momentsMetadata)
-				}
+	var files []string
+	for _, kind := range []int{0, 1} {
+		for pos := range n {
+			w, m := shardFiles(pos, n)
+			files = append(files, [2]string{w, m}[kind])
+		}
+	}
+	if !moments {
+		files = files[:n]
+	}
+	f32 := checkpoints.DTypeF32.String()
+	for _, p := range params {
+		g := checkpoints.PieceGrid{Parts: [3]int{shape.Y, shape.X, shape.Z}, Strides: [3]int{shape.X, 1, shape.X * shape.Y}, DType: f32}
+		switch {
+		case len(p.Full) == 1:
+			g.Parts, g.Strides = [3]int{1, shape.X, 1}, [3]int{0, 1, 0}
+		case parallel.Transposed(p.Name):
+			g.Parts, g.Strides = [3]int{shape.X, shape.Y, shape.Z}, [3]int{1, shape.X, shape.X * shape.Y}
+		}
+		out[p.Name] = checkpoints.ShardedTensor{Shape: append([]int(nil), p.Full...), Grid: &g}
+		if moments {
+			mg := g
+			mg.Base = n
+			for _, prefix := range momentPrefixes {
+				grid := mg
+				out[prefix+p.Name] = checkpoints.ShardedTensor{Shape: append([]int(nil), p.Full...), Grid: &grid}
 			}
 		}
 	}
-	return out
+	return out, files
 }
 
 // saveBuffer bounds the host buffer through which a rank streams its

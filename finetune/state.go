@@ -189,8 +189,9 @@ func (sv *save) finish() error {
 	}
 	if err == nil && sv.lead() {
 		_, moments := o.Moments()
+		tensors, files := pieceMap(gridShape(m), m.Params(), moments != nil)
 		err = commit(sv.dir, sv.name, sv.tmp, Manifest{Step: sv.st.Step, Files: sv.sums, Grid: gridOf(gridShape(m)),
-			Tensors: pieceMap(gridShape(m), m.Params(), moments != nil)}, sv.opt)
+			PieceFiles: files, Tensors: tensors}, sv.opt)
 		committed = err == nil
 	}
 	if g != nil {
@@ -322,20 +323,20 @@ func LoadCheckpoint(path string, m *llama.Model, o *Optimizer) (TrainerState, er
 	// A sharded checkpoint (manifest version 2) maps its weights and
 	// moments to their pieces; older ones hold them in one file each,
 	// with float32 master weights beside a rounded export.
-	pieces, err := checkpoints.ReadPieceMap(path)
+	pieces, pieceFiles, err := checkpoints.ReadPieceMap(path)
 	if err != nil {
 		return st, err
 	}
 	var weights, moments parallel.SliceReader
 	if pieces != nil {
-		ws, err := checkpoints.OpenPieces(path, pieces, checkpoints.IsWeightName)
+		ws, err := checkpoints.OpenPieces(path, pieces, pieceFiles, checkpoints.IsWeightName)
 		if err != nil {
 			return st, err
 		}
 		defer ws.Close()
 		weights = ws
 		if mv, _ := o.Moments(); mv != nil {
-			ms, err := checkpoints.OpenPieces(path, pieces, func(name string) bool { return !checkpoints.IsWeightName(name) })
+			ms, err := checkpoints.OpenPieces(path, pieces, pieceFiles, func(name string) bool { return !checkpoints.IsWeightName(name) })
 			if err != nil {
 				return st, err
 			}
