@@ -47,6 +47,16 @@ func WriteStream(path string, tensors []StreamTensor, dtype DType, metadata map[
 	return writeStream(path, tensors, dtype, metadata, true, fill)
 }
 
+// Header is what WriteStream writes before the tensors' data: the 8-byte
+// header length and the JSON header. A file of these bytes followed by
+// Layout's data extent as a hole is a sparse file of the same layout
+// (tests and planning make checkpoints of full-size models that way).
+func Header(tensors []StreamTensor, dtype DType, metadata map[string]string) []byte {
+	header := appendHeader(nil, sortedSpecs(tensors), dtype, metadata)
+	out := binary.LittleEndian.AppendUint64(nil, uint64(len(header)))
+	return append(out, header...)
+}
+
 // Layout is where WriteStream puts each tensor of its file: the
 // TensorInfo of each, in the order of tensors (Offset from the start of
 // the file). It depends only on the names, shapes, dtype and metadata, so
