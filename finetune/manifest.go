@@ -16,7 +16,9 @@ import (
 	"strings"
 
 	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/parallel"
 )
 
 // ManifestFile, in a training checkpoint, records every other file of it
@@ -175,7 +177,13 @@ func encodeManifest(m Manifest) ([]byte, error) {
 // (ErrNoManifest when the manifest itself is missing); sizes are all
 // checked before anything is hashed, so a truncated file is found without
 // reading the others.
-func VerifyCheckpoint(path string) (Manifest, error) {
+func VerifyCheckpoint(path string) (Manifest, error) { return verifyShare(path, 0, 1) }
+
+// verifyShare is VerifyCheckpoint's share of one of ranks ranks: the
+// manifest, read by each, and the sizes, then the SHA-256, of the files
+// whose index among the sorted names is rank modulo ranks, so that the
+// ranks of a grid read each file once between them (verifyOn).
+func verifyShare(path string, rank, ranks int) (Manifest, error) {
 	bad := func(file string, err error) (Manifest, error) {
 		return Manifest{}, &CheckpointError{Path: path, File: file, Err: err}
 	}
@@ -206,7 +214,12 @@ func VerifyCheckpoint(path string) (Manifest, error) {
 			return bad(ManifestFile, fmt.Errorf("does not record %s", name))
 		}
 	}
-	names := slices.Sorted(maps.Keys(m.Files))
+	var names []string
+	for i, name := range slices.Sorted(maps.Keys(m.Files)) {
+		if i%ranks == rank {
+			names = append(names, name)
+		}
+	}
 	for _, name := range names {
 		fi, err := os.Stat(filepath.Join(path, name))
 		switch {
@@ -232,6 +245,41 @@ func VerifyCheckpoint(path string) (Manifest, error) {
 	return m, nil
 }
 
+// verifyOn is VerifyCheckpoint on every rank of grid g together: each
+// rank checks its share of the files (verifyShare), and all get the
+// first failing rank's error, a *CheckpointError naming the bad file (or
+// wrapping ErrNoManifest) as the failing rank has it.
+func verifyOn(g *parallel.Grid, b engine.Backend, path string) (Manifest, error) {
+	m, err := verifyShare(path, g.Rank(), g.World.Size())
+	var msg []byte
+	if err != nil {
+		var ce *CheckpointError
+		if errors.As(err, &ce) {
+			msg = []byte(ce.File + "\x00" + ce.Err.Error())
+		} else {
+			msg = []byte("\x00\x00" + err.Error())
+		}
+	}
+	r, text, ferr := g.FirstFailure(b, msg)
+	switch {
+	case ferr != nil:
+		return Manifest{}, errors.Join(err, ferr)
+	case r < 0:
+		return m, nil
+	case r == g.Rank():
+		return Manifest{}, err
+	}
+	file, reason, _ := strings.Cut(string(text), "\x00")
+	if file == "" && strings.HasPrefix(reason, "\x00") {
+		return Manifest{}, errors.New(reason[1:])
+	}
+	rerr := errors.New(reason)
+	if reason == ErrNoManifest.Error() {
+		rerr = ErrNoManifest
+	}
+	return Manifest{}, &CheckpointError{Path: path, File: file, Err: rerr}
+}
+
 // hashFile is the FileSum of the file at path, read through once.
 func hashFile(path string) (checkpoints.FileSum, error) {
 	f, err := os.Open(path)
@@ -251,7 +299,12 @@ func hashFile(path string) (checkpoints.FileSum, error) {
 // before manifests (trainer_state.json version 1, no manifest) passes
 // unverified, with a warning; any other failure is an error.
 func checkResumable(path string) (warning string, err error) {
-	_, err = VerifyCheckpoint(path)
+	return checkVerified(path, VerifyCheckpoint)
+}
+
+// checkVerified is checkResumable with verify as the verification.
+func checkVerified(path string, verify func(string) (Manifest, error)) (warning string, err error) {
+	_, err = verify(path)
 	if errors.Is(err, ErrNoManifest) {
 		if st, serr := readState(path); serr == nil && st.Version == 1 {
 			return fmt.Sprintf("finetune: %s was saved without checksums (%s): resumed unverified", path, ManifestFile), nil
@@ -311,7 +364,7 @@ func LatestVerified(dir string) (path string, warnings []string, err error) {
 	if err != nil {
 		return "", nil, err
 	}
-	i, warnings, err := pickVerified(dir, names)
+	i, warnings, err := pickVerified(dir, names, checkResumable)
 	if err != nil {
 		return "", nil, err
 	}
@@ -322,13 +375,13 @@ func LatestVerified(dir string) (path string, warnings []string, err error) {
 }
 
 // pickVerified returns the index of the first of the checkpoints names of
-// dir that checkResumable accepts, and the warnings of those passed over
-// (and of an unverified legacy one).
-func pickVerified(dir string, names []string) (int, []string, error) {
+// dir that check (checkResumable) accepts, and the warnings of those
+// passed over (and of an unverified legacy one).
+func pickVerified(dir string, names []string, check func(string) (string, error)) (int, []string, error) {
 	var skipped []string
 	for i, name := range names {
 		path := filepath.Join(dir, name)
-		warn, err := checkResumable(path)
+		warn, err := check(path)
 		if err != nil {
 			var ce *CheckpointError
 			if errors.As(err, &ce) {

@@ -540,3 +540,55 @@ func TestAsyncSave(t *testing.T) {
 		}
 	}
 }
+
+// TestGridResumeVerifiesTogether: on a grid the ranks verify a
+// checkpoint between them; a bit flipped in one rank's piece file makes
+// every rank pass over it for the previous one (rank 0 warns, naming the
+// file), and a damaged checkpoint named on purpose fails on every rank.
+func TestGridResumeVerifiesTogether(t *testing.T) {
+	model, dataset := sweepFolders(t)
+	cfg := DefaultConfig()
+	cfg.Model, cfg.Data = model, dataset
+	cfg.BatchSize, cfg.MicroBatch, cfg.MaxSteps, cfg.SaveEvery, cfg.Keep = 8, 4, 4, 2, 0
+	cfg.Out = filepath.Join(t.TempDir(), "run")
+	shape := comm.Grid{Data: 1, X: 2, Y: 2, Z: 2}
+	trainRun(t, cfg, &shape, "", 4)
+	bad := filepath.Join(cfg.Out, CheckpointsDir, StepName(4))
+	w, _ := shardFiles(6, 8)
+	if err := flipBit(filepath.Join(bad, w), 4000); err != nil {
+		t.Fatal(err)
+	}
+	for _, from := range []string{cfg.Out, bad} {
+		var mu sync.Mutex
+		steps, errs := map[int]int{}, map[string]int{}
+		var warnings []string
+		launch.Local(shape, parallel.Overlap{}, func(g *parallel.Grid) error {
+			r, err := OpenParallel(cfg, cpu.New(cpu.Options{Threads: 1}), g, from)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs[err.Error()]++
+				return nil
+			}
+			defer r.Close()
+			steps[r.Step]++
+			if g.Rank() == 0 {
+				warnings = r.Warnings
+			}
+			return nil
+		})
+		if from == cfg.Out {
+			if steps[2] != shape.Size() || len(warnings) != 1 || !strings.Contains(warnings[0], StepName(4)+": "+w+": SHA-256") {
+				t.Errorf("run folder: steps %v, errors %v, warnings %q", steps, errs, warnings)
+			}
+		} else if len(errs) != 1 || len(steps) != 0 {
+			t.Errorf("damaged checkpoint: steps %v, errors %v", steps, errs)
+		} else {
+			for e := range errs {
+				if !strings.Contains(e, w) || !strings.Contains(e, "SHA-256") {
+					t.Errorf("damaged checkpoint: %s", e)
+				}
+			}
+		}
+	}
+}

@@ -380,57 +380,50 @@ func LoadCheckpoint(path string, m *llama.Model, o *Optimizer) (TrainerState, er
 
 // resume restores the run from the checkpoint from names, or, when from
 // is a run folder, from its newest intact checkpoint (LatestVerified: a
-// damaged latest one is passed over with a warning). Rank 0 alone
-// verifies, so that a grid reads each file once to check it, and tells
-// the others its choice; then every rank loads its shards.
+// damaged latest one is passed over with a warning). On a grid the ranks
+// verify together, each hashing a share of the files, so that the grid
+// reads each file once to check it and all choose alike; then every rank
+// loads its shards.
 func (r *Run) resume(from string) error {
-	g := r.Model.Grid()
+	g, b := r.Model.Grid(), r.Model.Backend()
 	lead := g == nil || g.Rank() == 0
+	// On a grid of several ranks they verify together, each a share of
+	// the files (verifyOn), and so all choose the same checkpoint; alone,
+	// the rank verifies everything.
+	check := checkResumable
+	shared := g != nil && g.World.Size() > 1
+	if shared {
+		check = func(path string) (string, error) { return checkVerified(path, func(p string) (Manifest, error) { return verifyOn(g, b, p) }) }
+	}
 	path := from
 	if isCheckpoint(from) {
 		// A checkpoint named by the caller: it must verify; there is
 		// nothing to fall back to.
-		var err error
-		if lead {
-			var warn string
-			if warn, err = checkResumable(from); warn != "" {
-				r.Warnings = append(r.Warnings, warn)
-			}
-		}
-		if g != nil {
-			err = g.Agree(r.Model.Backend(), err)
-		}
+		warn, err := check(from)
 		if err != nil {
 			return err
+		}
+		if warn != "" && lead {
+			r.Warnings = append(r.Warnings, warn)
 		}
 	} else {
 		dir := filepath.Join(from, "checkpoints")
 		names, warn, err := resumeCandidates(dir)
-		i := 0
-		if err == nil && lead {
-			var warnings []string
-			if i, warnings, err = pickVerified(dir, names); err == nil {
-				if warn != "" {
-					r.Warnings = append(r.Warnings, warn)
-				}
-				r.Warnings = append(r.Warnings, warnings...)
-			}
-		}
-		if g != nil {
-			if err = g.Agree(r.Model.Backend(), err); err == nil {
-				// The choice goes to every rank as a sum to which only
-				// rank 0 adds (i is 0 elsewhere; exact in float32 below
-				// 2^24 candidates).
-				choice := []float64{float64(i)}
-				err = r.Model.SumBatch(choice)
-				i = int(choice[0])
-			}
-		}
-		if err == nil && i >= len(names) {
-			err = fmt.Errorf("finetune: %s: rank 0 chose checkpoint %d of %d this rank sees", dir, i+1, len(names))
+		if shared {
+			_, err = g.AgreeGather(b, err, nil, 0)
 		}
 		if err != nil {
 			return err
+		}
+		i, warnings, err := pickVerified(dir, names, check)
+		if err != nil {
+			return err
+		}
+		if lead {
+			if warn != "" {
+				r.Warnings = append(r.Warnings, warn)
+			}
+			r.Warnings = append(r.Warnings, warnings...)
 		}
 		path = filepath.Join(dir, names[i])
 	}

@@ -160,3 +160,25 @@ func (g *Grid) AgreeGather(be engine.Backend, err error, data []byte, limit int)
 	}
 	return out, nil
 }
+
+// FirstFailure tells every rank of the world the first rank (by world
+// rank) that passed a non-nil msg, and that message (at most 1000
+// bytes), or -1 when none did: an all-gather of a flag a rank, then a
+// broadcast from that rank.
+func (g *Grid) FirstFailure(be engine.Backend, msg []byte) (int, []byte, error) {
+	flag := []byte{0}
+	if msg != nil {
+		flag[0] = 1
+	}
+	all, err := g.GatherBytes(be, flag, 1)
+	if err != nil {
+		return -1, nil, err
+	}
+	for r, f := range all {
+		if len(f) == 1 && f[0] == 1 {
+			text, err := g.broadcastFrom(be, msg, maxMessage, r)
+			return r, text, err
+		}
+	}
+	return -1, nil, nil
+}
