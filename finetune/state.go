@@ -393,7 +393,9 @@ func (r *Run) resume(from string) error {
 	check := checkResumable
 	shared := g != nil && g.World.Size() > 1
 	if shared {
-		check = func(path string) (string, error) { return checkVerified(path, func(p string) (Manifest, error) { return verifyOn(g, b, p) }) }
+		check = func(path string) (string, error) {
+			return checkVerified(path, func(p string) (Manifest, error) { return verifyOn(g, b, p) })
+		}
 	}
 	path := from
 	if isCheckpoint(from) {
