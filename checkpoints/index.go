@@ -248,9 +248,14 @@ func (s *Set) Summary() SetSummary {
 	for _, t := range s.tensors {
 		sum.Tensors++
 		sum.Bytes[t.DType.String()] += t.Size
-		files[s.FileOf(t.Name)] = true
+		if s.pieces == nil {
+			files[s.FileOf(t.Name)] = true
+		}
 	}
 	sum.Files = slices.Sorted(maps.Keys(files))
+	if s.pieces != nil {
+		sum.Files = s.Files()
+	}
 	return sum
 }
 

@@ -551,10 +551,42 @@ func OpenPieces(dir string, m PieceMap, pieceFiles []string, keep func(name stri
 	if len(s.tensors) == 0 {
 		return nil, fmt.Errorf("checkpoints: %s: no tensors to open", dir)
 	}
-	// Files are not even looked at until read: a rank of a large grid
-	// touches only the few that hold its parts.
+	// The set's files are those its tensors' pieces are in (a grid's:
+	// the indices it reaches, once per distinct grid). Files are not even
+	// looked at until read: a rank of a large grid touches only the few
+	// that hold its parts.
+	used := map[*lazyFile]bool{}
+	grids := map[string]bool{}
+	for _, pt := range s.pieces {
+		if pt.grid == nil {
+			for _, c := range pt.cells {
+				for _, p := range c {
+					used[p.file] = true
+				}
+			}
+			continue
+		}
+		key := fmt.Sprint(pt.rows, pt.cols, *pt.grid)
+		if grids[key] {
+			continue
+		}
+		grids[key] = true
+		g := pt.grid
+		vol := int64(pt.rows/g.Parts[0]) * int64(pt.cols/g.Parts[1])
+		for i := range g.Parts[0] {
+			for j := range g.Parts[1] {
+				for k := range g.Parts[2] {
+					if f0, f1 := g.chunk(vol, k); f0 < f1 {
+						used[pt.files[g.file(i, j, k)]] = true
+					}
+				}
+			}
+		}
+	}
 	for _, name := range slices.Sorted(maps.Keys(files)) {
-		s.lazy = append(s.lazy, files[name])
+		if used[files[name]] {
+			s.lazy = append(s.lazy, files[name])
+		}
 	}
 	return s, nil
 }

@@ -271,6 +271,9 @@ func TestShardedCheckpointLayout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if n := len(ck.Weights.Summary().Files); n != positions {
+			t.Errorf("%v: the weights are in %d files, want %d", shape, n, positions)
+		}
 		got, err := ck.ReadAll()
 		ck.Close()
 		if err != nil {
