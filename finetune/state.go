@@ -197,6 +197,32 @@ func (sv *save) finish() error {
 	if g != nil {
 		_, err = g.AgreeGather(b, err, nil, 0)
 	}
+	if err != nil {
+		return err
+	}
+	return pruneOn(g, b, sv.dir, sv.opt.Keep, sv.opt.Protect)
+}
+
+// pruneOn is prune on every rank of grid g (nil: one rank): each lists
+// the checkpoints (nothing is being removed while they do), all verify
+// the candidates together (verifyOn), and rank 0 removes what is not
+// kept.
+func pruneOn(g *parallel.Grid, b engine.Backend, dir string, keep int, protect string) error {
+	if g == nil || g.World.Size() == 1 {
+		return prune(dir, keep, protect, checkResumable)
+	}
+	kept, old, err := pruneCandidates(dir, keep, g.Rank() == 0)
+	if _, err = g.AgreeGather(b, err, nil, 0); err != nil {
+		return err
+	}
+	check := func(path string) (string, error) {
+		return checkVerified(path, func(p string) (Manifest, error) { return verifyOn(g, b, p) })
+	}
+	spare := spared(dir, kept, old, check)
+	if g.Rank() == 0 {
+		err = removeOld(dir, old, spare, protect)
+	}
+	_, err = g.AgreeGather(b, err, nil, 0)
 	return err
 }
 
@@ -239,7 +265,7 @@ func writeMeta(tmp string, cfg *checkpoints.Config, st TrainerState, opt SaveOpt
 
 // commit writes the manifest into the temporary folder tmp, whose every
 // other file is written and synced, and commits it as dir/name: rename,
-// sync of dir, latest, pruning.
+// sync of dir, latest. Pruning follows (finish).
 func commit(dir, name, tmp string, man Manifest, opt SaveOptions) error {
 	mb, err := encodeManifest(man)
 	if err != nil {
@@ -263,10 +289,7 @@ func commit(dir, name, tmp string, man Manifest, opt SaveOptions) error {
 	if err := atomicfile.SyncDir(dir); err != nil {
 		return err
 	}
-	if err := atomicfile.WriteFile(filepath.Join(dir, LatestFile), []byte(name+"\n")); err != nil {
-		return err
-	}
-	return prune(dir, opt.Keep, opt.Protect)
+	return atomicfile.WriteFile(filepath.Join(dir, LatestFile), []byte(name+"\n"))
 }
 
 // LatestCheckpoint returns the path of the newest complete checkpoint in
@@ -474,24 +497,37 @@ func sameShapes(a, b *checkpoints.Config) bool {
 // prune removes all but the newest keep checkpoints (by name, which sorts
 // by step) and any temporary directories left by an interrupted save. It
 // never removes latest's target, nor the newest checkpoint a resume can
-// use: when none of the kept ones verifies (a save damaged on its way to
-// disk), the newest older one that does stays too, so that keep 1 never
-// leaves nothing to resume from. Checking costs a read of the newest
-// checkpoint, and only when something is to be removed. protect, if not
-// "", names a checkpoint it keeps too.
-func prune(dir string, keep int, protect string) error {
+// use (check: checkResumable): when none of the kept ones verifies (a
+// save damaged on its way to disk), the newest older one that does stays
+// too, so that keep 1 never leaves nothing to resume from. Checking costs
+// a read of the newest checkpoint, and only when something is to be
+// removed (on a grid, shared between the ranks: pruneOn). protect, if
+// not "", names a checkpoint it keeps too.
+func prune(dir string, keep int, protect string, check func(string) (string, error)) error {
+	kept, old, err := pruneCandidates(dir, keep, true)
+	if err != nil {
+		return err
+	}
+	return removeOld(dir, old, spared(dir, kept, old, check), protect)
+}
+
+// pruneCandidates lists the checkpoints of dir to keep and the older
+// ones to remove (none to remove when keep is 0 or no more than keep
+// exist), and, with clean, removes the temporary folders in dir.
+func pruneCandidates(dir string, keep int, clean bool) (kept, old []string, err error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return fmt.Errorf("finetune: %w", err)
+		return nil, nil, fmt.Errorf("finetune: %w", err)
 	}
-	latest, _ := LatestCheckpoint(dir)
 	var steps []string
 	for _, e := range entries {
 		if !e.IsDir() {
 			continue
 		}
 		if strings.HasPrefix(e.Name(), ".tmp-") {
-			os.RemoveAll(filepath.Join(dir, e.Name()))
+			if clean {
+				os.RemoveAll(filepath.Join(dir, e.Name()))
+			}
 			continue
 		}
 		if strings.HasPrefix(e.Name(), "step-") {
@@ -499,18 +535,31 @@ func prune(dir string, keep int, protect string) error {
 		}
 	}
 	if keep <= 0 || len(steps) <= keep {
-		return nil
+		return steps, nil, nil
 	}
 	sort.Strings(steps)
-	old, kept := steps[:len(steps)-keep], steps[len(steps)-keep:]
-	spare := map[string]bool{filepath.Base(latest): true, protect: true}
-	if newestResumable(dir, kept) < 0 {
-		if i := newestResumable(dir, old); i >= 0 {
-			spare[old[i]] = true
-		}
+	return steps[len(steps)-keep:], steps[:len(steps)-keep], nil
+}
+
+// spared is the old checkpoint that must stay because none of the kept
+// ones can be resumed from ("" when one can, or nothing is removed).
+func spared(dir string, kept, old []string, check func(string) (string, error)) string {
+	if len(old) == 0 || newestResumable(dir, kept, check) >= 0 {
+		return ""
 	}
+	if i := newestResumable(dir, old, check); i >= 0 {
+		return old[i]
+	}
+	return ""
+}
+
+// removeOld removes the old checkpoints but latest's target, spare and
+// protect.
+func removeOld(dir string, old []string, spare, protect string) error {
+	latest, _ := LatestCheckpoint(dir)
+	keep := map[string]bool{filepath.Base(latest): true, spare: true, protect: true}
 	for _, s := range old {
-		if spare[s] {
+		if keep[s] {
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(dir, s)); err != nil {
@@ -521,10 +570,10 @@ func prune(dir string, keep int, protect string) error {
 }
 
 // newestResumable is the index of the newest of the checkpoints names
-// (oldest first) of dir that a resume can use, or -1.
-func newestResumable(dir string, names []string) int {
+// (oldest first) of dir that check accepts, or -1.
+func newestResumable(dir string, names []string, check func(string) (string, error)) int {
 	for i := len(names) - 1; i >= 0; i-- {
-		if _, err := checkResumable(filepath.Join(dir, names[i])); err == nil {
+		if _, err := check(filepath.Join(dir, names[i])); err == nil {
 			return i
 		}
 	}
