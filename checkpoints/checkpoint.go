@@ -160,6 +160,16 @@ func Save(dir string, cfg *Config, tensors []Tensor, opt SaveOptions) error {
 	if _, err := WriteSet(dir, tensors, WriteOptions{DType: opt.DType, MaxShardBytes: opt.MaxShardBytes, Sums: opt.Sums}); err != nil {
 		return err
 	}
+	return SaveMeta(dir, cfg, opt)
+}
+
+// SaveMeta writes what a checkpoint folder holds besides its weights: the
+// extra files of opt (the tokenizer's), then config.json, last, recording
+// opt.DType as the weights' torch_dtype; each atomically, with its
+// FileSum in opt.Sums when that is not nil. Save calls it after the
+// weights; a writer of weights of its own (a sharded training checkpoint,
+// a streamed export) calls it after those.
+func SaveMeta(dir string, cfg *Config, opt SaveOptions) error {
 	names := make([]string, 0, len(opt.Files))
 	for name := range opt.Files {
 		names = append(names, name)

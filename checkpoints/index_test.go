@@ -55,15 +55,15 @@ func TestPlanShards(t *testing.T) {
 		{"empty tensors", []int{0, 10, 0, 0, 10}, 40, [][]string{{"t0", "t1", "t2", "t3"}, {"t4"}}},
 	}
 	for _, tt := range tests {
-		var tensors []Tensor
+		var tensors []StreamTensor
 		for i, n := range tt.sizes {
-			tensors = append(tensors, stVec(fmt.Sprintf("t%d", i), n))
+			tensors = append(tensors, StreamTensor{Name: fmt.Sprintf("t%d", i), Shape: []int{n}})
 		}
 		var got [][]string
 		for _, shard := range planShards(tensors, DTypeF32, tt.max) {
 			var names []string
-			for _, t := range shard {
-				names = append(names, t.Name)
+			for _, i := range shard {
+				names = append(names, tensors[i].Name)
 			}
 			got = append(got, names)
 		}

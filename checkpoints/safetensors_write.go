@@ -1,8 +1,6 @@
 package checkpoints
 
 import (
-	"bufio"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -13,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/memtrain/memtrain/internal/atomicfile"
@@ -88,6 +85,25 @@ func WriteFileSum(path string, tensors []Tensor, dtype DType, metadata map[strin
 
 // checkWrite validates the arguments of a write, naming path in errors.
 func checkWrite(path string, tensors []Tensor, dtype DType, metadata map[string]string) error {
+	specs := make([]StreamTensor, len(tensors))
+	for i, t := range tensors {
+		specs[i] = StreamTensor{Name: t.Name, Shape: t.Shape}
+	}
+	if err := checkHeader(path, specs, dtype, metadata); err != nil {
+		return err
+	}
+	for _, t := range tensors {
+		n, _ := shapeElements(t.Shape)
+		if uint64(len(t.Data)) != n {
+			return fmt.Errorf("checkpoints: %s: tensor %q: %d values for shape %v, want %d", path, t.Name, len(t.Data), t.Shape, n)
+		}
+	}
+	return nil
+}
+
+// checkHeader validates what the header of a file to write says: the
+// dtype, the metadata, and unique valid names with valid shapes.
+func checkHeader(path string, tensors []StreamTensor, dtype DType, metadata map[string]string) error {
 	if !dtype.valid() {
 		return fmt.Errorf("checkpoints: %s: cannot write %v (supported: F32, BF16, F16)", path, dtype)
 	}
@@ -107,12 +123,8 @@ func checkWrite(path string, tensors []Tensor, dtype DType, metadata map[string]
 			return fmt.Errorf("checkpoints: %s: tensor %q: duplicate name", path, t.Name)
 		}
 		seen[t.Name] = true
-		n, err := shapeElements(t.Shape)
-		if err != nil {
+		if _, err := shapeElements(t.Shape); err != nil {
 			return fmt.Errorf("checkpoints: %s: tensor %q: %w", path, t.Name, err)
-		}
-		if uint64(len(t.Data)) != n {
-			return fmt.Errorf("checkpoints: %s: tensor %q: %d values for shape %v, want %d", path, t.Name, len(t.Data), t.Shape, n)
 		}
 	}
 	return nil
@@ -140,45 +152,22 @@ func shapeElements(shape []int) (uint64, error) {
 // writeSafetensors writes a checked set of tensors to path atomically and,
 // if sum is not nil, sets it to the written file's FileSum.
 func writeSafetensors(path string, tensors []Tensor, dtype DType, metadata map[string]string, sum *FileSum) error {
-	sorted := make([]*Tensor, len(tensors))
-	for i := range tensors {
-		sorted[i] = &tensors[i]
+	specs := make([]StreamTensor, len(tensors))
+	for i, t := range tensors {
+		specs[i] = StreamTensor{Name: t.Name, Shape: t.Shape}
 	}
-	slices.SortFunc(sorted, func(a, b *Tensor) int { return strings.Compare(a.Name, b.Name) })
-	header := appendHeader(nil, sorted, dtype, metadata)
-
-	var s *summer
-	if sum != nil {
-		s = newSummer()
-	}
-	err := atomicfile.Write(path, func(w io.Writer) error {
-		// w itself when not hashing: atomicfile buffers 1 MiB; when
-		// hashing, the buffer in front of both keeps the hash's writes
-		// large.
-		bw := bufio.NewWriterSize(s.tee(w), 1<<20)
-		var length [8]byte
-		binary.LittleEndian.PutUint64(length[:], uint64(len(header)))
-		bw.Write(length[:])
-		bw.Write(header)
-		for _, t := range sorted {
-			if err := writeData(bw, t.Data, dtype); err != nil {
-				return fmt.Errorf("checkpoints: %s: tensor %q: %w", path, t.Name, err)
-			}
-		}
-		if err := bw.Flush(); err != nil {
-			return fmt.Errorf("checkpoints: %s: %w", path, err)
-		}
-		return nil
+	s, err := writeStream(path, specs, dtype, metadata, sum != nil, func(i int, put func([]float32) error) error {
+		return put(tensors[i].Data)
 	})
-	if err == nil && s != nil {
-		*sum = s.sum()
+	if err == nil && sum != nil {
+		*sum = s
 	}
 	return err
 }
 
 // appendHeader appends the JSON header for tensors, in the order given and
 // stored back to back, padded with spaces to a multiple of 8 bytes.
-func appendHeader(b []byte, tensors []*Tensor, dtype DType, metadata map[string]string) []byte {
+func appendHeader(b []byte, tensors []*StreamTensor, dtype DType, metadata map[string]string) []byte {
 	start := len(b)
 	meta := map[string]string{"format": "pt"}
 	for k, v := range metadata {
@@ -208,7 +197,7 @@ func appendHeader(b []byte, tensors []*Tensor, dtype DType, metadata map[string]
 			}
 			b = strconv.AppendInt(b, int64(d), 10)
 		}
-		end := offset + int64(len(t.Data))*size
+		end := offset + t.elements()*size
 		b = append(b, `],"data_offsets":[`...)
 		b = strconv.AppendInt(b, offset, 10)
 		b = append(b, ',')
@@ -252,21 +241,19 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// writeData writes data converted to dtype, little-endian, converting
-// straight into the buffer of w.
-func writeData(w *bufio.Writer, data []float32, dtype DType) error {
+// encodeChunk is the size of the buffer values are converted in on their
+// way to a file.
+const encodeChunk = 64 << 10
+
+// writeData writes data converted to dtype, little-endian, to w, a
+// chunk at a time through buf (at least one value long).
+func writeData(w io.Writer, buf []byte, data []float32, dtype DType) error {
 	size := dtype.Size()
+	per := len(buf) / size
 	for len(data) > 0 {
-		if w.Available() < size {
-			if err := w.Flush(); err != nil {
-				return err
-			}
-		}
-		buf := w.AvailableBuffer()
-		n := min(len(data), cap(buf)/size)
-		buf = buf[:n*size]
-		encode(buf, data[:n], dtype)
-		if _, err := w.Write(buf); err != nil {
+		n := min(len(data), per)
+		encode(buf[:n*size], data[:n], dtype)
+		if _, err := w.Write(buf[:n*size]); err != nil {
 			return err
 		}
 		data = data[n:]
@@ -294,44 +281,50 @@ func WriteSet(dir string, tensors []Tensor, opt WriteOptions) ([]string, error) 
 	if err := checkWrite(dir, tensors, opt.DType, opt.Metadata); err != nil {
 		return nil, err
 	}
+	specs := make([]StreamTensor, len(tensors))
+	for i, t := range tensors {
+		specs[i] = StreamTensor{Name: t.Name, Shape: t.Shape}
+	}
+	return writeSet(dir, specs, opt, func(i int, put func([]float32) error) error { return put(tensors[i].Data) })
+}
+
+// WriteSetStream is WriteSet without holding the weights: the files are
+// planned from the tensors' shapes, and fill gives each tensor's values
+// when its file is written (see WriteStream), so that at most one tensor,
+// or the part of one that fill hands over at a time, is in memory. The
+// tensors are taken in the order given, as WriteSet takes them.
+func WriteSetStream(dir string, tensors []StreamTensor, opt WriteOptions, fill Fill) ([]string, error) {
+	if err := checkHeader(dir, tensors, opt.DType, opt.Metadata); err != nil {
+		return nil, err
+	}
+	return writeSet(dir, tensors, opt, fill)
+}
+
+// writeSet is WriteSetStream after the checks.
+func writeSet(dir string, tensors []StreamTensor, opt WriteOptions, fill Fill) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("checkpoints: %w", err)
 	}
-	shards := planShards(tensors, opt.DType, opt.MaxShardBytes)
+	plan := newSetPlan(tensors, opt.DType, opt.MaxShardBytes)
 	var written []string
-	write := func(name string, tensors []Tensor) error {
-		if opt.Sums == nil {
-			return writeSafetensors(filepath.Join(dir, name), tensors, opt.DType, opt.Metadata, nil)
+	for i, shard := range plan.shards {
+		name := plan.fileName(i)
+		specs := make([]StreamTensor, len(shard))
+		for j, k := range shard {
+			specs[j] = tensors[k]
 		}
-		var sum FileSum
-		if err := writeSafetensors(filepath.Join(dir, name), tensors, opt.DType, opt.Metadata, &sum); err != nil {
-			return err
+		sum, err := writeStream(filepath.Join(dir, name), specs, opt.DType, opt.Metadata, opt.Sums != nil,
+			func(j int, put func([]float32) error) error { return fill(shard[j], put) })
+		if err != nil {
+			return written, err
 		}
-		opt.Sums[name] = sum
-		return nil
+		if opt.Sums != nil {
+			opt.Sums[name] = sum
+		}
+		written = append(written, name)
 	}
-	if len(shards) == 1 {
-		if err := write(SafetensorsFile, tensors); err != nil {
-			return nil, err
-		}
-		written = append(written, SafetensorsFile)
-	} else {
-		weightMap := make(map[string]string, len(tensors))
-		for i, shard := range shards {
-			name := fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(shards))
-			if err := write(name, shard); err != nil {
-				return written, err
-			}
-			written = append(written, name)
-			for _, t := range shard {
-				weightMap[t.Name] = name
-			}
-		}
-		var total int64
-		for _, t := range tensors {
-			total += int64(len(t.Data)) * int64(opt.DType.Size())
-		}
-		index := appendIndex(nil, total, weightMap)
+	if len(plan.shards) > 1 {
+		index := plan.index()
 		if err := atomicfile.WriteFile(filepath.Join(dir, SafetensorsIndexFile), index); err != nil {
 			return written, err
 		}
@@ -346,29 +339,69 @@ func WriteSet(dir string, tensors []Tensor, opt WriteOptions) ([]string, error) 
 	return written, nil
 }
 
+// setPlan is the files of an HF set of weights, planned from the
+// tensors' shapes: which tensors each file holds, the files' names and
+// the index.
+type setPlan struct {
+	tensors []StreamTensor
+	dtype   DType
+	shards  [][]int // indices into tensors, file by file
+}
+
+func newSetPlan(tensors []StreamTensor, dtype DType, maxBytes int64) setPlan {
+	return setPlan{tensors: tensors, dtype: dtype, shards: planShards(tensors, dtype, maxBytes)}
+}
+
+// fileName is the name of file i: model.safetensors when it is the only
+// one, else model-0000i-of-0000N.safetensors.
+func (p setPlan) fileName(i int) string {
+	if len(p.shards) == 1 {
+		return SafetensorsFile
+	}
+	return fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(p.shards))
+}
+
+// index is model.safetensors.index.json of a set of several files.
+func (p setPlan) index() []byte {
+	weightMap := make(map[string]string, len(p.tensors))
+	var total int64
+	for i, shard := range p.shards {
+		for _, k := range shard {
+			weightMap[p.tensors[k].Name] = p.fileName(i)
+			total += p.tensors[k].elements() * int64(p.dtype.Size())
+		}
+	}
+	return appendIndex(nil, total, weightMap)
+}
+
 // planShards splits tensors into shards of at most maxBytes bytes, as
-// huggingface_hub's split_torch_state_dict_into_shards does. It returns a
-// single shard if maxBytes is not positive or everything fits.
-func planShards(tensors []Tensor, dtype DType, maxBytes int64) [][]Tensor {
+// huggingface_hub's split_torch_state_dict_into_shards does, as lists of
+// indices into tensors. It returns a single shard if maxBytes is not
+// positive or everything fits.
+func planShards(tensors []StreamTensor, dtype DType, maxBytes int64) [][]int {
+	all := make([]int, len(tensors))
+	for i := range all {
+		all[i] = i
+	}
 	if maxBytes <= 0 {
-		return [][]Tensor{tensors}
+		return [][]int{all}
 	}
 	var (
-		shards  [][]Tensor
-		current []Tensor
+		shards  [][]int
+		current []int
 		size    int64
 	)
-	for _, t := range tensors {
-		n := int64(len(t.Data)) * int64(dtype.Size())
+	for i := range tensors {
+		n := tensors[i].elements() * int64(dtype.Size())
 		if n > maxBytes {
-			shards = append(shards, []Tensor{t})
+			shards = append(shards, []int{i})
 			continue
 		}
 		if size+n > maxBytes {
 			shards = append(shards, current)
 			current, size = nil, 0
 		}
-		current = append(current, t)
+		current = append(current, i)
 		size += n
 	}
 	if len(current) > 0 || len(shards) == 0 {

@@ -40,9 +40,10 @@ type Config struct {
 	EvalBatch  int     `yaml:"eval_batch" help:"sequences per held-out forward pass, over the whole grid (0: micro_batch); no gradients are kept, so it can exceed micro_batch"`
 	SaveEvery  int     `yaml:"save_every" help:"save a checkpoint every N steps (and always at the end)"`
 	Keep       int     `yaml:"keep" default:"2" help:"checkpoints to keep (0: all)"`
+	SaveAsync  bool    `yaml:"save_async" help:"write checkpoints in the background: the step's weights and moments are copied to host memory (a copy of each rank's shards, reused) and written while training goes on; the last one and one at a stop are written at once"`
 	Seed       uint64  `yaml:"seed" resume:"same" help:"data order seed"`
 	Recompute  bool    `yaml:"recompute" help:"recompute activations in the backward pass (less memory)"`
-	SaveDType  string  `yaml:"save_dtype" default:"f32" help:"checkpoint weights: f32 or bf16"`
+	SaveDType  string  `yaml:"save_dtype" default:"f32" help:"weights of the finished run's HF export (RUN/final): f32 or bf16; training checkpoints keep float32"`
 
 	Divergence Divergence `yaml:"divergence"`
 	Samples    Samples    `yaml:"samples"`

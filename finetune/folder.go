@@ -14,6 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/parallel"
 	"github.com/memtrain/memtrain/internal/atomicfile"
@@ -23,6 +24,9 @@ import (
 const (
 	ConfigFile  = "config.yaml"   // the effective configuration
 	MetricsFile = "metrics.jsonl" // one Metrics line a step
+	// FinalDir is the HF checkpoint of a finished run's final weights, in
+	// save_dtype, exported from its last checkpoint (checkpoints.Export).
+	FinalDir = "final"
 )
 
 // OpenFolder prepares the run's folder, Config.Out, for training from
@@ -155,7 +159,7 @@ func existingRun(dir string) *ExistingRunError {
 // replaceRun removes the run that folder dir holds: its checkpoints,
 // metrics and configuration (other files are the user's).
 func replaceRun(dir string) error {
-	for _, name := range []string{"checkpoints", MetricsFile, ConfigFile} {
+	for _, name := range []string{"checkpoints", MetricsFile, ConfigFile, FinalDir} {
 		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
 			return fmt.Errorf("finetune: replacing the run in %s: %w", dir, err)
 		}
@@ -223,6 +227,9 @@ func TrainRank(cfg Config, b engine.Backend, g *parallel.Grid, h Hooks) (Result,
 	if g != nil {
 		err = g.Agree(b, err)
 	}
+	if err == nil && g != nil {
+		err = checkShared(cfg.Out, b, g)
+	}
 	if err != nil {
 		return Result{}, err
 	}
@@ -267,9 +274,139 @@ func TrainRank(cfg Config, b engine.Backend, g *parallel.Grid, h Hooks) (Result,
 		return res, err
 	}
 	if lead {
-		if err := mf.Sync(); err != nil {
-			return res, fmt.Errorf("finetune: %w", err)
+		if serr := mf.Sync(); serr != nil {
+			err = fmt.Errorf("finetune: %w", serr)
 		}
 	}
-	return res, nil
+	if g != nil {
+		_, err = g.AgreeGather(b, err, nil, 0)
+	}
+	if err == nil && run.Step >= run.Steps {
+		err = run.exportFinal(res.Done)
+	}
+	return res, err
+}
+
+// finalShardBytes splits RUN/final's weights into files as HF
+// transformers does by default ("5GB").
+const finalShardBytes = 5_000_000_000
+
+// exportFinal writes the finished run's HF checkpoint, FinalDir, from its
+// latest checkpoint, streaming (checkpoints.ExportPlan): anew after
+// training, and when the run was already finished only if it is missing
+// (a kill between the last commit and the export). On a grid it is
+// collective and the ranks share the work, each writing every
+// world-size-th weight file: rank 0 makes the temporary folder and tells
+// the others its name and the checkpoint, all agree once their files are
+// written, and rank 0 finishes the folder (index, tokenizer, config) and
+// puts it in place.
+func (r *Run) exportFinal(already bool) error {
+	g, b := r.Model.Grid(), r.Model.Backend()
+	lead := g == nil || g.Rank() == 0
+	final := filepath.Join(r.Config.Out, FinalDir)
+	var tmp, latest string
+	var err error
+	if lead {
+		tmp, latest, err = prepareFinal(r.Config.Out, already)
+	}
+	done := false
+	defer func() {
+		if lead && tmp != "" && !done {
+			os.RemoveAll(tmp)
+		}
+	}()
+	if g != nil {
+		if _, err = g.AgreeGather(b, err, nil, 0); err == nil {
+			var shared []byte
+			shared, err = g.Broadcast(b, []byte(tmp+"\x00"+latest), 8192)
+			tmp, latest, _ = strings.Cut(string(shared), "\x00")
+		}
+	}
+	if err != nil || tmp == "" {
+		return err // tmp "": nothing to export
+	}
+	dtype := checkpoints.DTypeF32
+	if r.Config.SaveDType == "bf16" {
+		dtype = checkpoints.DTypeBF16
+	}
+	plan, err := checkpoints.PlanExport(latest, checkpoints.ExportOptions{DType: dtype, MaxShardBytes: finalShardBytes})
+	if err == nil {
+		defer plan.Close()
+		rank, ranks := 0, 1
+		if g != nil {
+			rank, ranks = g.Rank(), g.World.Size()
+		}
+		for i := rank; i < plan.Files() && err == nil; i += ranks {
+			err = plan.WriteFile(tmp, i)
+		}
+	}
+	if g != nil {
+		_, err = g.AgreeGather(b, err, nil, 0)
+	}
+	if err == nil && lead {
+		err = plan.Finish(tmp, final)
+		done = err == nil
+	}
+	if g != nil {
+		_, err = g.AgreeGather(b, err, nil, 0)
+	}
+	return err
+}
+
+// prepareFinal clears the way for the run's export into run/FinalDir and
+// returns its temporary folder and the checkpoint to export, or tmp ""
+// when there is nothing to do (already finished, and exported).
+func prepareFinal(run string, already bool) (tmp, latest string, err error) {
+	final := filepath.Join(run, FinalDir)
+	if _, err := os.Stat(filepath.Join(final, checkpoints.ConfigFile)); already && err == nil {
+		return "", "", nil
+	}
+	if latest, err = LatestCheckpoint(filepath.Join(run, CheckpointsDir)); err != nil {
+		return "", "", err
+	}
+	if err := os.RemoveAll(final); err != nil {
+		return "", "", fmt.Errorf("finetune: %w", err)
+	}
+	// An export a kill interrupted.
+	left, _ := filepath.Glob(filepath.Join(run, ".tmp-"+FinalDir+"-*"))
+	for _, l := range left {
+		os.RemoveAll(l)
+	}
+	tmp, err = checkpoints.ExportTemp(final)
+	return tmp, latest, err
+}
+
+// checkShared checks that every rank of grid g sees the run folder dir
+// that rank 0 writes: rank 0 writes a marker file there and tells the
+// others its name, each looks for it, and all agree. Ranks on nodes
+// without a shared filesystem would each write a checkpoint of their own
+// pieces that no rank could load.
+func checkShared(dir string, b engine.Backend, g *parallel.Grid) error {
+	if g.World.Size() == 1 {
+		return nil
+	}
+	var marker string
+	var err error
+	if g.Rank() == 0 {
+		var f *os.File
+		if f, err = os.CreateTemp(dir, ".shared-"); err == nil {
+			marker = f.Name()
+			err = f.Close()
+		}
+		if err != nil {
+			err = fmt.Errorf("finetune: %w", err)
+		}
+		defer os.Remove(marker)
+	}
+	all, err := g.AgreeGather(b, err, []byte(marker), 4096)
+	if err != nil {
+		return err
+	}
+	marker = string(all[0])
+	if _, serr := os.Stat(marker); serr != nil {
+		host, _ := os.Hostname()
+		err = fmt.Errorf("finetune: host %s cannot see %s, which rank 0 wrote: the ranks of a run on several nodes need its folder on a filesystem they all share", host, marker)
+	}
+	_, err = g.AgreeGather(b, err, nil, 0)
+	return err
 }

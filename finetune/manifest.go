@@ -16,6 +16,9 @@ import (
 	"strings"
 
 	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/parallel"
 )
 
 // ManifestFile, in a training checkpoint, records every other file of it
@@ -23,16 +26,36 @@ import (
 // last, just before the checkpoint's folder is committed, so a committed
 // checkpoint without one is incomplete (or was saved before manifests:
 // trainer_state.json version 1).
-const ManifestFile = "checkpoint.json"
+const ManifestFile = checkpoints.ManifestFile
 
 // Manifest is the content of ManifestFile.
 type Manifest struct {
 	Version int                            `json:"version"`
 	Step    int                            `json:"step"`
 	Files   map[string]checkpoints.FileSum `json:"files"` // by file name, every file of the checkpoint but the manifest
+	// Grid is the grid that saved the checkpoint (version 2); Tensors
+	// maps every full tensor, weights by HF name and moments as
+	// exp_avg/NAME and exp_avg_sq/NAME, to its pieces in the files, and
+	// PieceFiles are the files its PieceGrids index.
+	Grid       *GridShape           `json:"grid,omitempty"`
+	PieceFiles []string             `json:"piece_files,omitempty"`
+	Tensors    checkpoints.PieceMap `json:"tensors,omitempty"`
 }
 
-const manifestVersion = 1
+// GridShape is a grid's size along each axis, as the manifest records it.
+type GridShape struct {
+	Data int `json:"data"`
+	X    int `json:"x"`
+	Y    int `json:"y"`
+	Z    int `json:"z"`
+}
+
+func gridOf(g comm.Grid) *GridShape { return &GridShape{Data: g.Data, X: g.X, Y: g.Y, Z: g.Z} }
+
+// manifestVersion is what SaveCheckpoint writes: 2, with the grid and the
+// tensors' pieces; version 1 manifests (one file per kind of tensor) are
+// still read.
+const manifestVersion = 2
 
 // ErrNoManifest reports a checkpoint folder without ManifestFile.
 var ErrNoManifest = errors.New("missing: no checksums to verify against")
@@ -57,7 +80,8 @@ func (e *CheckpointError) short() string { return fmt.Sprintf("%s: %v", e.File, 
 // ParseManifest reads a manifest strictly: its version, a non-negative
 // step, and at least one file, each a plain file name (no folder, not the
 // manifest itself) with a non-negative size and a SHA-256 of 64 lower-case
-// hex digits. Unknown keys and trailing data are errors, so that damage
+// hex digits; in version 2, the grid and a piece map that passes
+// checkpoints.PieceMap.Check, each piece in one of the files. Unknown keys and trailing data are errors, so that damage
 // to the manifest reads as damage rather than as an empty record.
 func ParseManifest(b []byte) (Manifest, error) {
 	var m Manifest
@@ -70,12 +94,35 @@ func ParseManifest(b []byte) (Manifest, error) {
 		return m, errors.New("data after the manifest")
 	}
 	switch {
-	case m.Version != manifestVersion:
-		return m, fmt.Errorf("version %d (want %d)", m.Version, manifestVersion)
+	case m.Version != 1 && m.Version != manifestVersion:
+		return m, fmt.Errorf("version %d (want 1 or %d)", m.Version, manifestVersion)
 	case m.Step < 0:
 		return m, fmt.Errorf("step %d", m.Step)
 	case len(m.Files) == 0:
 		return m, errors.New("no files")
+	case m.Version == 1 && (m.Grid != nil || m.Tensors != nil || m.PieceFiles != nil):
+		return m, errors.New("version 1 has no grid or tensors")
+	case m.Version == 2 && (m.Grid == nil || m.Tensors == nil):
+		return m, errors.New("version 2 without its grid or tensors")
+	case m.Version == 2 && (m.Grid.Data < 1 || m.Grid.X < 1 || m.Grid.Y < 1 || m.Grid.Z < 1 || m.Grid.X > 1<<20 || m.Grid.Y > 1<<20 || m.Grid.Z > 1<<20 || m.Grid.Data > 1<<20):
+		return m, fmt.Errorf("grid %+v", *m.Grid)
+	}
+	if m.Tensors != nil {
+		if err := m.Tensors.Check(m.PieceFiles); err != nil {
+			return m, fmt.Errorf("tensors: %w", err)
+		}
+		for _, f := range m.PieceFiles {
+			if _, ok := m.Files[f]; !ok {
+				return m, fmt.Errorf("piece file %q is not among the files", f)
+			}
+		}
+		for _, name := range slices.Sorted(maps.Keys(m.Tensors)) {
+			for _, p := range m.Tensors[name].Pieces {
+				if _, ok := m.Files[p.File]; !ok {
+					return m, fmt.Errorf("tensor %q: file %q is not among the files", name, p.File)
+				}
+			}
+		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(m.Files)) {
 		s := m.Files[name]
@@ -112,6 +159,9 @@ func isSHA256(s string) bool {
 // sorted (encoding/json sorts map keys), and a newline.
 func encodeManifest(m Manifest) ([]byte, error) {
 	m.Version = manifestVersion
+	if m.Tensors == nil {
+		m.Version = 1
+	}
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return nil, err
@@ -127,7 +177,13 @@ func encodeManifest(m Manifest) ([]byte, error) {
 // (ErrNoManifest when the manifest itself is missing); sizes are all
 // checked before anything is hashed, so a truncated file is found without
 // reading the others.
-func VerifyCheckpoint(path string) (Manifest, error) {
+func VerifyCheckpoint(path string) (Manifest, error) { return verifyShare(path, 0, 1) }
+
+// verifyShare is VerifyCheckpoint's share of one of ranks ranks: the
+// manifest, read by each, and the sizes, then the SHA-256, of the files
+// whose index among the sorted names is rank modulo ranks, so that the
+// ranks of a grid read each file once between them (verifyOn).
+func verifyShare(path string, rank, ranks int) (Manifest, error) {
 	bad := func(file string, err error) (Manifest, error) {
 		return Manifest{}, &CheckpointError{Path: path, File: file, Err: err}
 	}
@@ -145,16 +201,25 @@ func VerifyCheckpoint(path string) (Manifest, error) {
 	if err != nil {
 		return bad(ManifestFile, fmt.Errorf("unreadable (%v)", err))
 	}
-	weights := checkpoints.SafetensorsFile
-	if _, ok := m.Files[weights]; !ok {
-		weights = checkpoints.SafetensorsIndexFile
+	required := []string{StateFile, checkpoints.ConfigFile}
+	if m.Tensors == nil {
+		weights := checkpoints.SafetensorsFile
+		if _, ok := m.Files[weights]; !ok {
+			weights = checkpoints.SafetensorsIndexFile
+		}
+		required = append(required, weights)
 	}
-	for _, name := range []string{StateFile, checkpoints.ConfigFile, weights} {
+	for _, name := range required {
 		if _, ok := m.Files[name]; !ok {
 			return bad(ManifestFile, fmt.Errorf("does not record %s", name))
 		}
 	}
-	names := slices.Sorted(maps.Keys(m.Files))
+	var names []string
+	for i, name := range slices.Sorted(maps.Keys(m.Files)) {
+		if i%ranks == rank {
+			names = append(names, name)
+		}
+	}
 	for _, name := range names {
 		fi, err := os.Stat(filepath.Join(path, name))
 		switch {
@@ -180,6 +245,41 @@ func VerifyCheckpoint(path string) (Manifest, error) {
 	return m, nil
 }
 
+// verifyOn is VerifyCheckpoint on every rank of grid g together: each
+// rank checks its share of the files (verifyShare), and all get the
+// first failing rank's error, a *CheckpointError naming the bad file (or
+// wrapping ErrNoManifest) as the failing rank has it.
+func verifyOn(g *parallel.Grid, b engine.Backend, path string) (Manifest, error) {
+	m, err := verifyShare(path, g.Rank(), g.World.Size())
+	var msg []byte
+	if err != nil {
+		var ce *CheckpointError
+		if errors.As(err, &ce) {
+			msg = []byte(ce.File + "\x00" + ce.Err.Error())
+		} else {
+			msg = []byte("\x00\x00" + err.Error())
+		}
+	}
+	r, text, ferr := g.FirstFailure(b, msg)
+	switch {
+	case ferr != nil:
+		return Manifest{}, errors.Join(err, ferr)
+	case r < 0:
+		return m, nil
+	case r == g.Rank():
+		return Manifest{}, err
+	}
+	file, reason, _ := strings.Cut(string(text), "\x00")
+	if file == "" && strings.HasPrefix(reason, "\x00") {
+		return Manifest{}, errors.New(reason[1:])
+	}
+	rerr := errors.New(reason)
+	if reason == ErrNoManifest.Error() {
+		rerr = ErrNoManifest
+	}
+	return Manifest{}, &CheckpointError{Path: path, File: file, Err: rerr}
+}
+
 // hashFile is the FileSum of the file at path, read through once.
 func hashFile(path string) (checkpoints.FileSum, error) {
 	f, err := os.Open(path)
@@ -199,7 +299,12 @@ func hashFile(path string) (checkpoints.FileSum, error) {
 // before manifests (trainer_state.json version 1, no manifest) passes
 // unverified, with a warning; any other failure is an error.
 func checkResumable(path string) (warning string, err error) {
-	_, err = VerifyCheckpoint(path)
+	return checkVerified(path, VerifyCheckpoint)
+}
+
+// checkVerified is checkResumable with verify as the verification.
+func checkVerified(path string, verify func(string) (Manifest, error)) (warning string, err error) {
+	_, err = verify(path)
 	if errors.Is(err, ErrNoManifest) {
 		if st, serr := readState(path); serr == nil && st.Version == 1 {
 			return fmt.Sprintf("finetune: %s was saved without checksums (%s): resumed unverified", path, ManifestFile), nil
@@ -259,7 +364,7 @@ func LatestVerified(dir string) (path string, warnings []string, err error) {
 	if err != nil {
 		return "", nil, err
 	}
-	i, warnings, err := pickVerified(dir, names)
+	i, warnings, err := pickVerified(dir, names, checkResumable)
 	if err != nil {
 		return "", nil, err
 	}
@@ -270,13 +375,13 @@ func LatestVerified(dir string) (path string, warnings []string, err error) {
 }
 
 // pickVerified returns the index of the first of the checkpoints names of
-// dir that checkResumable accepts, and the warnings of those passed over
-// (and of an unverified legacy one).
-func pickVerified(dir string, names []string) (int, []string, error) {
+// dir that check (checkResumable) accepts, and the warnings of those
+// passed over (and of an unverified legacy one).
+func pickVerified(dir string, names []string, check func(string) (string, error)) (int, []string, error) {
 	var skipped []string
 	for i, name := range names {
 		path := filepath.Join(dir, name)
-		warn, err := checkResumable(path)
+		warn, err := check(path)
 		if err != nil {
 			var ce *CheckpointError
 			if errors.As(err, &ce) {

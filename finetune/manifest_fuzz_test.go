@@ -24,6 +24,16 @@ func FuzzManifest(f *testing.F) {
 		`{"version":1,"step":1,"files":{"a":{"size":1,"sha256":"` + sha + `","extra":1}}}`,
 		`{"version":1,"step":1,"files":{"a":{"size":1,"sha256":"` + sha + `"}}} {}`,
 		`{"version":1,"step":1e400}`,
+		`{"version":2,"step":4,"grid":{"data":1,"x":2,"y":1,"z":2},"files":{"a":{"size":200,"sha256":"` + sha + `"},"b":{"size":200,"sha256":"` + sha + `"},"c":{"size":200,"sha256":"` + sha + `"},"d":{"size":200,"sha256":"` + sha + `"}},` +
+			`"piece_files":["a","b","c","d"],"tensors":{"w":{"shape":[2,4],"grid":{"parts":[1,2,2],"base":0,"strides":[0,1,2],"dtype":"F32"}},` +
+			`"n":{"shape":[4],"grid":{"parts":[1,2,1],"base":2,"strides":[0,1,0],"dtype":"F32"}}}}`,
+		`{"version":2,"step":4,"grid":{"data":2,"x":2,"y":1,"z":1},"files":{"a":{"size":200,"sha256":"` + sha + `"},"b":{"size":200,"sha256":"` + sha + `"}},` +
+			`"tensors":{"w":{"shape":[2,4],"pieces":[{"file":"a","offset":80,"dtype":"F32","offsets":[0,0],"extents":[2,2],"flat":[0,4]},` +
+			`{"file":"b","offset":80,"dtype":"F32","offsets":[0,2],"extents":[2,2],"flat":[0,4]}]},` +
+			`"n":{"shape":[4],"pieces":[{"file":"a","offset":96,"dtype":"F32","offsets":[0],"extents":[4],"flat":[0,4]}]}}}`,
+		`{"version":2,"step":4,"grid":{"data":1,"x":1,"y":1,"z":1},"files":{"a":{"size":200,"sha256":"` + sha + `"}},` +
+			`"tensors":{"w":{"shape":[2,4],"pieces":[{"file":"a","offset":80,"dtype":"F32","offsets":[0,0],"extents":[2,4],"flat":[0,5]},` +
+			`{"file":"a","offset":80,"dtype":"F32","offsets":[0,0],"extents":[2,4],"flat":[4,8]}]}}}`,
 		`null`, ``, `[`,
 	} {
 		f.Add([]byte(seed))

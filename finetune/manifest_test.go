@@ -30,7 +30,7 @@ func saveSteps(t *testing.T, n int) string {
 	dir := filepath.Join(t.TempDir(), "checkpoints")
 	for s := 1; s <= n; s++ {
 		st := TrainerState{Step: s, OptimizerStep: s, LoaderPosition: int64(10 * s)}
-		if err := SaveCheckpoint(dir, StepName(s), m, o, st, SaveOptions{Files: map[string][]byte{"tokenizer.json": []byte("{}")}, DType: checkpoints.DTypeF32}); err != nil {
+		if err := SaveCheckpoint(dir, StepName(s), m, o, st, SaveOptions{Files: map[string][]byte{"tokenizer.json": []byte("{}")}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -241,7 +241,7 @@ func TestPruneKeepsAVerifiedCheckpoint(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "checkpoints")
 			for i, bad := range tc.damaged {
-				opt := SaveOptions{DType: checkpoints.DTypeF32, Keep: tc.keep}
+				opt := SaveOptions{Keep: tc.keep}
 				if bad {
 					opt.BeforeCommit = damage
 				}

@@ -35,8 +35,9 @@ func (c OptimizerConfig) Validate() error {
 }
 
 // Optimizer updates parameters from their gradients. Its state (AdamW's
-// two moments) lives on the backend as full-shape tensors beside the
-// parameters, so it can be saved like weights and sliced onto another grid.
+// two moments) lives on the backend beside the parameters, shaped like
+// each rank's shards, so that it is saved like the weights (in pieces
+// with their full tensors' shapes) and read onto any other grid.
 type Optimizer struct {
 	cfg     OptimizerConfig
 	backend engine.Backend

@@ -310,6 +310,28 @@ func trainRun(t *testing.T, cfg Config, shape *comm.Grid, resume string, stopAft
 	return metrics
 }
 
+// trainRank is trainRun through TrainRank, the CLI's and the runner's
+// way in (the run folder, its lock, the final export).
+func trainRank(t *testing.T, cfg Config, shape *comm.Grid, resume string, stopAfter int) []Metrics {
+	t.Helper()
+	var metrics []Metrics
+	run := func(g *parallel.Grid) error {
+		_, err := TrainRank(cfg, cpu.New(cpu.Options{Threads: 1}), g, Hooks{Resume: resume, StopAfter: stopAfter,
+			Progress: func(m Metrics) { metrics = append(metrics, m) }})
+		return err
+	}
+	var err error
+	if shape == nil {
+		err = run(nil)
+	} else {
+		err = launch.Local(*shape, parallel.AllOverlap(), run)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return metrics
+}
+
 // TestGridRunResumesOnAnotherGrid: a run of 4 steps on one rank, and the
 // same run stopped after 2 steps on one grid and resumed on another, give
 // the same metrics (losses, goldfish drops, gradient norms, evaluation).

@@ -58,6 +58,7 @@ func work(cfg Config, store *data.Store, g comm.Grid, ov parallel.Overlap) llama
 	if cfg.Optimizer.Name == "adamw" {
 		w.Moments = 2
 	}
+	w.Snapshot = cfg.SaveAsync
 	if cfg.EvalEvery > 0 && store.NumSequences(data.Holdout) > 0 {
 		batch := cfg.EvalBatch
 		if batch == 0 {

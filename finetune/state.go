@@ -20,10 +20,13 @@ import (
 
 // Files of a training checkpoint, beside the HF checkpoint files.
 const (
-	OptimizerFile = "optimizer.safetensors" // AdamW moments, full shape, HF names prefixed exp_avg/ and exp_avg_sq/
-	// MasterFile holds the float32 weights, full shape, HF names, when
-	// model.safetensors stores them in another dtype (save_dtype bf16):
-	// training resumes from these, exactly, not from the rounded export.
+	// OptimizerFile holds the AdamW moments of a checkpoint saved on one
+	// grid position (one rank), full shape, HF names prefixed exp_avg/ and
+	// exp_avg_sq/; on a grid each position has its own (shard.go).
+	OptimizerFile = "optimizer.safetensors"
+	// MasterFile, in checkpoints saved before sharded checkpoints, holds
+	// the float32 weights when model.safetensors stored them in another
+	// dtype (save_dtype bf16); such checkpoints still resume from it.
 	MasterFile = "master.safetensors"
 	StateFile  = "trainer_state.json"
 	LatestFile = "latest" // in the checkpoints folder: the name of the newest complete checkpoint
@@ -50,15 +53,18 @@ const stateVersion = 2
 // SaveOptions control SaveCheckpoint.
 type SaveOptions struct {
 	Files map[string][]byte // extra files for the checkpoint (the tokenizer's)
-	DType checkpoints.DType // storage type of the weights
 	Keep  int               // checkpoints kept; 0 keeps all
 	// Protect names a checkpoint of dir that pruning keeps besides the
 	// newest Keep: the run's last good one while its loss is out of band.
 	Protect string
-	// BeforeCommit, if set, runs when every file of the checkpoint is
-	// written and before the directory is committed: crash-safety tests
-	// kill the process there.
+	// BeforeCommit, if set, runs on the committing rank when every file
+	// of the checkpoint is written and before the directory is committed:
+	// crash-safety tests kill the process there.
 	BeforeCommit func(tmpDir string)
+	// beforeWrite, if set, runs on every rank with its world rank once it
+	// knows the temporary folder, before it writes (tests make one rank's
+	// write fail there).
+	beforeWrite func(rank int, tmpDir string)
 }
 
 // SaveCheckpoint writes a complete training checkpoint as one directory,
@@ -70,79 +76,179 @@ type SaveOptions struct {
 // checkpoint's manifest (ManifestFile), written last before the commit,
 // against which VerifyCheckpoint checks it later.
 //
-// Weights and optimizer moments are saved full-shape, so that a run can
-// resume on another grid. On a grid SaveCheckpoint is collective: every
-// rank gathers the shards, rank 0 writes, and every rank returns its
-// error if it failed.
+// The float32 weights and AdamW moments are saved as the grid holds them
+// (shard.go): every position of the grid writes its own pieces to its own
+// files, in parallel, streaming them from the backend through a bounded
+// buffer, so that no rank holds more than its shards; the manifest maps
+// each full tensor to its pieces, so that the checkpoint loads on any
+// grid. On a grid SaveCheckpoint is collective: rank 0 makes the
+// temporary folder and tells the others its name; every rank writes and
+// syncs its files; the ranks agree that all did (gathering their
+// checksums; one rank's error fails the save on every rank, with that
+// error); then rank 0 writes the manifest, commits and prunes, and every
+// rank returns its result.
 func SaveCheckpoint(dir, name string, m *llama.Model, o *Optimizer, st TrainerState, opt SaveOptions) error {
-	weights, err := m.GatherWeights()
+	sv, err := beginSave(dir, name, m, o, st, opt)
 	if err != nil {
-		return fmt.Errorf("finetune: %w", err)
+		return err
 	}
-	var moments []checkpoints.Tensor
-	if mv, vv := o.Moments(); mv != nil {
-		for i, p := range o.params {
-			for _, part := range []struct {
-				prefix string
-				t      *engine.Tensor
-			}{{"exp_avg/", mv[i]}, {"exp_avg_sq/", vv[i]}} {
-				data, err := m.Gather(p, part.t)
-				if err != nil {
-					return fmt.Errorf("finetune: %w", err)
-				}
-				moments = append(moments, checkpoints.Tensor{Name: part.prefix + p.Name, Shape: append([]int(nil), p.Full...), Data: data})
+	sv.sums, sv.err = sv.write(deviceSource(m, o))
+	return sv.finish()
+}
+
+// A save is a checkpoint on its way to disk (SaveCheckpoint's phases):
+// begun (its temporary folder made and known to every rank), its files
+// written (write, from the device or from a host snapshot, the only
+// phase that may run in the background: it calls no collective), and
+// finished (finish: the ranks agree, rank 0 commits).
+type save struct {
+	dir, name, tmp string
+	m              *llama.Model
+	o              *Optimizer
+	st             TrainerState
+	opt            SaveOptions
+	sums           map[string]checkpoints.FileSum // of this rank's files (rank 0: and its others)
+	err            error                          // of writing them
+}
+
+// beginSave makes the temporary folder of checkpoint name in dir (rank
+// 0) and tells every rank its name. It is collective on a grid.
+func beginSave(dir, name string, m *llama.Model, o *Optimizer, st TrainerState, opt SaveOptions) (*save, error) {
+	g, b := m.Grid(), m.Backend()
+	sv := &save{dir: dir, name: name, m: m, o: o, st: st, opt: opt}
+	var err error
+	if sv.lead() {
+		sv.tmp, err = makeTemp(dir, name)
+	}
+	if g != nil {
+		if _, err = g.AgreeGather(b, err, nil, 0); err == nil {
+			var shared []byte
+			shared, err = g.Broadcast(b, []byte(sv.tmp), 1024)
+			if err == nil {
+				sv.tmp = string(shared)
 			}
 		}
 	}
-	g := m.Grid()
-	if g != nil && g.Rank() != 0 {
-		return g.Agree(m.Backend(), nil)
+	if err != nil {
+		sv.abandon()
+		return nil, err
 	}
-	err = writeCheckpoint(dir, name, m.Config, weights, moments, st, opt)
-	if g != nil {
-		return g.Agree(m.Backend(), err)
-	}
-	return err
+	return sv, nil
 }
 
-// writeCheckpoint is SaveCheckpoint's writing, of full-shape tensors.
-func writeCheckpoint(dir, name string, cfg *checkpoints.Config, weights, moments []checkpoints.Tensor, st TrainerState, opt SaveOptions) error {
-	files, dtype, keep := opt.Files, opt.DType, opt.Keep
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("finetune: %w", err)
+func (sv *save) lead() bool { return sv.m.Grid() == nil || sv.m.Grid().Rank() == 0 }
+
+// abandon removes the temporary folder of a save that will not commit.
+func (sv *save) abandon() {
+	if sv.lead() && sv.tmp != "" {
+		os.RemoveAll(sv.tmp)
 	}
-	tmp, err := os.MkdirTemp(dir, ".tmp-"+name+"-")
-	if err != nil {
-		return fmt.Errorf("finetune: %w", err)
+}
+
+// write writes this rank's files of the save from src, and rank 0's
+// others (config, tokenizer, trainer state). It calls no collective and
+// no backend when src is a host snapshot.
+func (sv *save) write(src pieceSource) (map[string]checkpoints.FileSum, error) {
+	if sv.opt.beforeWrite != nil {
+		rank := 0
+		if g := sv.m.Grid(); g != nil {
+			rank = g.Rank()
+		}
+		sv.opt.beforeWrite(rank, sv.tmp)
 	}
+	sums, err := writeShards(sv.tmp, sv.m, sv.o, src)
+	if err == nil && sv.lead() {
+		err = writeMeta(sv.tmp, sv.m.Config, sv.st, sv.opt, sums)
+	}
+	return sums, err
+}
+
+// finish makes the ranks agree that every file of the save is written
+// (gathering their checksums to rank 0; one rank's error fails it on
+// every rank) and rank 0 commit it. It is collective on a grid.
+func (sv *save) finish() error {
+	m, o, err := sv.m, sv.o, sv.err
+	g, b := m.Grid(), m.Backend()
 	committed := false
 	defer func() {
 		if !committed {
-			os.RemoveAll(tmp)
+			sv.abandon()
 		}
 	}()
+	if g != nil {
+		// Every rank's checksums, in the order of its files (which every
+		// rank can name: shardFiles), to the committing rank.
+		var enc []byte
+		if err == nil && !sv.lead() {
+			enc, err = encodeSums(sv.sums, m, o)
+		}
+		var all [][]byte
+		if all, err = g.AgreeGather(b, err, enc, 2*sumBytes); err == nil && sv.lead() {
+			err = decodeSums(all, m, o, sv.sums)
+		}
+	}
+	if err == nil && sv.lead() {
+		_, moments := o.Moments()
+		tensors, files := pieceMap(gridShape(m), m.Params(), moments != nil)
+		err = commit(sv.dir, sv.name, sv.tmp, Manifest{Step: sv.st.Step, Files: sv.sums, Grid: gridOf(gridShape(m)),
+			PieceFiles: files, Tensors: tensors}, sv.opt)
+		committed = err == nil
+	}
+	if g != nil {
+		_, err = g.AgreeGather(b, err, nil, 0)
+	}
+	if err != nil {
+		return err
+	}
+	return pruneOn(g, b, sv.dir, sv.opt.Keep, sv.opt.Protect)
+}
+
+// pruneOn is prune on every rank of grid g (nil: one rank): each lists
+// the checkpoints (nothing is being removed while they do), all verify
+// the candidates together (verifyOn), and rank 0 removes what is not
+// kept.
+func pruneOn(g *parallel.Grid, b engine.Backend, dir string, keep int, protect string) error {
+	if g == nil || g.World.Size() == 1 {
+		return prune(dir, keep, protect, checkResumable)
+	}
+	kept, old, err := pruneCandidates(dir, keep, g.Rank() == 0)
+	if _, err = g.AgreeGather(b, err, nil, 0); err != nil {
+		return err
+	}
+	check := func(path string) (string, error) {
+		return checkVerified(path, func(p string) (Manifest, error) { return verifyOn(g, b, p) })
+	}
+	spare := spared(dir, kept, old, check)
+	if g.Rank() == 0 {
+		err = removeOld(dir, old, spare, protect)
+	}
+	_, err = g.AgreeGather(b, err, nil, 0)
+	return err
+}
+
+// makeTemp makes the temporary folder of checkpoint name in dir.
+func makeTemp(dir, name string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("finetune: %w", err)
+	}
+	tmp, err := os.MkdirTemp(dir, ".tmp-"+name+"-")
+	if err != nil {
+		return "", fmt.Errorf("finetune: %w", err)
+	}
 	// MkdirTemp makes the folder 0700; a checkpoint is read like every
 	// other output (files are 0644).
 	if err := os.Chmod(tmp, 0o755); err != nil {
-		return fmt.Errorf("finetune: %w", err)
+		os.RemoveAll(tmp)
+		return "", fmt.Errorf("finetune: %w", err)
 	}
-	sums := map[string]checkpoints.FileSum{}
-	if err := checkpoints.Save(tmp, cfg, weights, checkpoints.SaveOptions{DType: dtype, Files: files, Sums: sums}); err != nil {
+	return tmp, nil
+}
+
+// writeMeta writes the committing rank's files besides the shards: the
+// tokenizer's, config.json and the trainer state, recording their sums.
+func writeMeta(tmp string, cfg *checkpoints.Config, st TrainerState, opt SaveOptions, sums map[string]checkpoints.FileSum) error {
+	if err := checkpoints.SaveMeta(tmp, cfg, checkpoints.SaveOptions{DType: checkpoints.DTypeF32, Files: opt.Files, Sums: sums}); err != nil {
 		return err
-	}
-	if dtype != checkpoints.DTypeF32 {
-		sum, err := checkpoints.WriteFileSum(filepath.Join(tmp, MasterFile), weights, checkpoints.DTypeF32, map[string]string{"master": "f32"})
-		if err != nil {
-			return err
-		}
-		sums[MasterFile] = sum
-	}
-	if moments != nil {
-		sum, err := checkpoints.WriteFileSum(filepath.Join(tmp, OptimizerFile), moments, checkpoints.DTypeF32, map[string]string{"optimizer": "adamw"})
-		if err != nil {
-			return err
-		}
-		sums[OptimizerFile] = sum
 	}
 	st.Version = stateVersion
 	sb, err := json.MarshalIndent(st, "", "  ")
@@ -154,10 +260,19 @@ func writeCheckpoint(dir, name string, cfg *checkpoints.Config, weights, moments
 		return err
 	}
 	sums[StateFile] = checkpoints.SumBytes(sb)
-	mb, err := encodeManifest(Manifest{Step: st.Step, Files: sums})
+	return nil
+}
+
+// commit writes the manifest into the temporary folder tmp, whose every
+// other file is written and synced, and commits it as dir/name: rename,
+// sync of dir, latest. Pruning follows (finish).
+func commit(dir, name, tmp string, man Manifest, opt SaveOptions) error {
+	mb, err := encodeManifest(man)
 	if err != nil {
 		return fmt.Errorf("finetune: %w", err)
 	}
+	// atomicfile syncs the file and then the folder, which holds every
+	// file the ranks wrote.
 	if err := atomicfile.WriteFile(filepath.Join(tmp, ManifestFile), mb); err != nil {
 		return err
 	}
@@ -171,14 +286,10 @@ func writeCheckpoint(dir, name string, cfg *checkpoints.Config, weights, moments
 	if err := os.Rename(tmp, final); err != nil {
 		return fmt.Errorf("finetune: %w", err)
 	}
-	committed = true
 	if err := atomicfile.SyncDir(dir); err != nil {
 		return err
 	}
-	if err := atomicfile.WriteFile(filepath.Join(dir, LatestFile), []byte(name+"\n")); err != nil {
-		return err
-	}
-	return prune(dir, keep, opt.Protect)
+	return atomicfile.WriteFile(filepath.Join(dir, LatestFile), []byte(name+"\n"))
 }
 
 // LatestCheckpoint returns the path of the newest complete checkpoint in
@@ -232,33 +343,56 @@ func LoadCheckpoint(path string, m *llama.Model, o *Optimizer) (TrainerState, er
 	if !sameShapes(ck.Config, m.Config) {
 		return st, fmt.Errorf("finetune: %s: the checkpoint's tensors do not fit the run's model", path)
 	}
-	// The float32 master weights when the export is rounded; a checkpoint
-	// saved before master files resumes from its export.
-	var weights parallel.SliceReader = ck.Weights
-	if _, err := os.Stat(filepath.Join(path, MasterFile)); err == nil {
-		f, err := checkpoints.OpenFile(filepath.Join(path, MasterFile))
+	// A sharded checkpoint (manifest version 2) maps its weights and
+	// moments to their pieces; older ones hold them in one file each,
+	// with float32 master weights beside a rounded export.
+	pieces, pieceFiles, err := checkpoints.ReadPieceMap(path)
+	if err != nil {
+		return st, err
+	}
+	var weights, moments parallel.SliceReader
+	if pieces != nil {
+		ws, err := checkpoints.OpenPieces(path, pieces, pieceFiles, checkpoints.IsWeightName)
 		if err != nil {
 			return st, err
 		}
-		defer f.Close()
-		weights = f
+		defer ws.Close()
+		weights = ws
+		if mv, _ := o.Moments(); mv != nil {
+			ms, err := checkpoints.OpenPieces(path, pieces, pieceFiles, func(name string) bool { return !checkpoints.IsWeightName(name) })
+			if err != nil {
+				return st, err
+			}
+			defer ms.Close()
+			moments = ms
+		}
+	} else {
+		weights = ck.Weights
+		if _, err := os.Stat(filepath.Join(path, MasterFile)); err == nil {
+			f, err := checkpoints.OpenFile(filepath.Join(path, MasterFile))
+			if err != nil {
+				return st, err
+			}
+			defer f.Close()
+			weights = f
+		}
+		if mv, _ := o.Moments(); mv != nil {
+			f, err := checkpoints.OpenFile(filepath.Join(path, OptimizerFile))
+			if err != nil {
+				return st, err
+			}
+			defer f.Close()
+			moments = f
+		}
 	}
 	if err := m.LoadWeights(weights); err != nil {
 		return st, fmt.Errorf("finetune: %s: %w", path, err)
 	}
 	if mv, vv := o.Moments(); mv != nil {
-		f, err := checkpoints.OpenFile(filepath.Join(path, OptimizerFile))
-		if err != nil {
-			return st, err
-		}
-		defer f.Close()
 		for i, p := range o.params {
-			for _, part := range []struct {
-				prefix string
-				t      *engine.Tensor
-			}{{"exp_avg/", mv[i]}, {"exp_avg_sq/", vv[i]}} {
-				if err := m.ReadInto(f, part.prefix+p.Name, p, part.t); err != nil {
-					return st, fmt.Errorf("finetune: %s: %w", f.Path(), err)
+			for k, t := range []*engine.Tensor{mv[i], vv[i]} {
+				if err := m.ReadInto(moments, momentPrefixes[k]+p.Name, p, t); err != nil {
+					return st, fmt.Errorf("finetune: %s: %w", path, err)
 				}
 			}
 		}
@@ -269,57 +403,52 @@ func LoadCheckpoint(path string, m *llama.Model, o *Optimizer) (TrainerState, er
 
 // resume restores the run from the checkpoint from names, or, when from
 // is a run folder, from its newest intact checkpoint (LatestVerified: a
-// damaged latest one is passed over with a warning). Rank 0 alone
-// verifies, so that a grid reads each file once to check it, and tells
-// the others its choice; then every rank loads its shards.
+// damaged latest one is passed over with a warning). On a grid the ranks
+// verify together, each hashing a share of the files, so that the grid
+// reads each file once to check it and all choose alike; then every rank
+// loads its shards.
 func (r *Run) resume(from string) error {
-	g := r.Model.Grid()
+	g, b := r.Model.Grid(), r.Model.Backend()
 	lead := g == nil || g.Rank() == 0
+	// On a grid of several ranks they verify together, each a share of
+	// the files (verifyOn), and so all choose the same checkpoint; alone,
+	// the rank verifies everything.
+	check := checkResumable
+	shared := g != nil && g.World.Size() > 1
+	if shared {
+		check = func(path string) (string, error) {
+			return checkVerified(path, func(p string) (Manifest, error) { return verifyOn(g, b, p) })
+		}
+	}
 	path := from
 	if isCheckpoint(from) {
 		// A checkpoint named by the caller: it must verify; there is
 		// nothing to fall back to.
-		var err error
-		if lead {
-			var warn string
-			if warn, err = checkResumable(from); warn != "" {
-				r.Warnings = append(r.Warnings, warn)
-			}
-		}
-		if g != nil {
-			err = g.Agree(r.Model.Backend(), err)
-		}
+		warn, err := check(from)
 		if err != nil {
 			return err
+		}
+		if warn != "" && lead {
+			r.Warnings = append(r.Warnings, warn)
 		}
 	} else {
 		dir := filepath.Join(from, "checkpoints")
 		names, warn, err := resumeCandidates(dir)
-		i := 0
-		if err == nil && lead {
-			var warnings []string
-			if i, warnings, err = pickVerified(dir, names); err == nil {
-				if warn != "" {
-					r.Warnings = append(r.Warnings, warn)
-				}
-				r.Warnings = append(r.Warnings, warnings...)
-			}
-		}
-		if g != nil {
-			if err = g.Agree(r.Model.Backend(), err); err == nil {
-				// The choice goes to every rank as a sum to which only
-				// rank 0 adds (i is 0 elsewhere; exact in float32 below
-				// 2^24 candidates).
-				choice := []float64{float64(i)}
-				err = r.Model.SumBatch(choice)
-				i = int(choice[0])
-			}
-		}
-		if err == nil && i >= len(names) {
-			err = fmt.Errorf("finetune: %s: rank 0 chose checkpoint %d of %d this rank sees", dir, i+1, len(names))
+		if shared {
+			_, err = g.AgreeGather(b, err, nil, 0)
 		}
 		if err != nil {
 			return err
+		}
+		i, warnings, err := pickVerified(dir, names, check)
+		if err != nil {
+			return err
+		}
+		if lead {
+			if warn != "" {
+				r.Warnings = append(r.Warnings, warn)
+			}
+			r.Warnings = append(r.Warnings, warnings...)
 		}
 		path = filepath.Join(dir, names[i])
 	}
@@ -368,24 +497,37 @@ func sameShapes(a, b *checkpoints.Config) bool {
 // prune removes all but the newest keep checkpoints (by name, which sorts
 // by step) and any temporary directories left by an interrupted save. It
 // never removes latest's target, nor the newest checkpoint a resume can
-// use: when none of the kept ones verifies (a save damaged on its way to
-// disk), the newest older one that does stays too, so that keep 1 never
-// leaves nothing to resume from. Checking costs a read of the newest
-// checkpoint, and only when something is to be removed. protect, if not
-// "", names a checkpoint it keeps too.
-func prune(dir string, keep int, protect string) error {
+// use (check: checkResumable): when none of the kept ones verifies (a
+// save damaged on its way to disk), the newest older one that does stays
+// too, so that keep 1 never leaves nothing to resume from. Checking costs
+// a read of the newest checkpoint, and only when something is to be
+// removed (on a grid, shared between the ranks: pruneOn). protect, if
+// not "", names a checkpoint it keeps too.
+func prune(dir string, keep int, protect string, check func(string) (string, error)) error {
+	kept, old, err := pruneCandidates(dir, keep, true)
+	if err != nil {
+		return err
+	}
+	return removeOld(dir, old, spared(dir, kept, old, check), protect)
+}
+
+// pruneCandidates lists the checkpoints of dir to keep and the older
+// ones to remove (none to remove when keep is 0 or no more than keep
+// exist), and, with clean, removes the temporary folders in dir.
+func pruneCandidates(dir string, keep int, clean bool) (kept, old []string, err error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return fmt.Errorf("finetune: %w", err)
+		return nil, nil, fmt.Errorf("finetune: %w", err)
 	}
-	latest, _ := LatestCheckpoint(dir)
 	var steps []string
 	for _, e := range entries {
 		if !e.IsDir() {
 			continue
 		}
 		if strings.HasPrefix(e.Name(), ".tmp-") {
-			os.RemoveAll(filepath.Join(dir, e.Name()))
+			if clean {
+				os.RemoveAll(filepath.Join(dir, e.Name()))
+			}
 			continue
 		}
 		if strings.HasPrefix(e.Name(), "step-") {
@@ -393,18 +535,31 @@ func prune(dir string, keep int, protect string) error {
 		}
 	}
 	if keep <= 0 || len(steps) <= keep {
-		return nil
+		return steps, nil, nil
 	}
 	sort.Strings(steps)
-	old, kept := steps[:len(steps)-keep], steps[len(steps)-keep:]
-	spare := map[string]bool{filepath.Base(latest): true, protect: true}
-	if newestResumable(dir, kept) < 0 {
-		if i := newestResumable(dir, old); i >= 0 {
-			spare[old[i]] = true
-		}
+	return steps[len(steps)-keep:], steps[:len(steps)-keep], nil
+}
+
+// spared is the old checkpoint that must stay because none of the kept
+// ones can be resumed from ("" when one can, or nothing is removed).
+func spared(dir string, kept, old []string, check func(string) (string, error)) string {
+	if len(old) == 0 || newestResumable(dir, kept, check) >= 0 {
+		return ""
 	}
+	if i := newestResumable(dir, old, check); i >= 0 {
+		return old[i]
+	}
+	return ""
+}
+
+// removeOld removes the old checkpoints but latest's target, spare and
+// protect.
+func removeOld(dir string, old []string, spare, protect string) error {
+	latest, _ := LatestCheckpoint(dir)
+	keep := map[string]bool{filepath.Base(latest): true, spare: true, protect: true}
 	for _, s := range old {
-		if spare[s] {
+		if keep[s] {
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(dir, s)); err != nil {
@@ -415,10 +570,10 @@ func prune(dir string, keep int, protect string) error {
 }
 
 // newestResumable is the index of the newest of the checkpoints names
-// (oldest first) of dir that a resume can use, or -1.
-func newestResumable(dir string, names []string) int {
+// (oldest first) of dir that check accepts, or -1.
+func newestResumable(dir string, names []string, check func(string) (string, error)) int {
 	for i := len(names) - 1; i >= 0; i-- {
-		if _, err := checkResumable(filepath.Join(dir, names[i])); err == nil {
+		if _, err := check(filepath.Join(dir, names[i])); err == nil {
 			return i
 		}
 	}

@@ -48,7 +48,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	os.MkdirAll(filepath.Join(dir, ".tmp-step-00000009-123"), 0o755) // left by a crash
 	for s := 1; s <= 3; s++ {
 		st := TrainerState{Step: s, OptimizerStep: o.Step, LoaderPosition: int64(10 * s)}
-		if err := SaveCheckpoint(dir, StepName(s), m, o, st, SaveOptions{Files: map[string][]byte{"tokenizer.json": []byte("{}")}, DType: checkpoints.DTypeF32, Keep: 2}); err != nil {
+		if err := SaveCheckpoint(dir, StepName(s), m, o, st, SaveOptions{Files: map[string][]byte{"tokenizer.json": []byte("{}")}, Keep: 2}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -107,11 +107,10 @@ func TestLatestErrors(t *testing.T) {
 	}
 }
 
-// TestBF16ExportResumesExactly: with bf16 weights in model.safetensors, a
-// run stopped and resumed ends with the uninterrupted run's weights bit
-// for bit (master.safetensors, and so the export too) and its metrics,
-// timing aside: resume starts from the float32 master weights, not from
-// the rounded export.
+// TestBF16ExportResumesExactly: with save_dtype bf16, a run stopped and
+// resumed ends with the uninterrupted run's float32 weights and moments
+// bit for bit, and its metrics, timing aside; the finished run's HF
+// export (FinalDir) is bf16, by HF names, and the same in both.
 func TestBF16ExportResumesExactly(t *testing.T) {
 	model, dataset := sweepFolders(t)
 	cfg := DefaultConfig()
@@ -120,28 +119,30 @@ func TestBF16ExportResumesExactly(t *testing.T) {
 	cfg.EvalEvery, cfg.SaveEvery = 2, 2
 	cfg.Schedule.LR = 1e-3
 
-	cfg.Out = filepath.Join(t.TempDir(), "whole")
-	want := trainRun(t, cfg, nil, "", 0)
+	whole := cfg
+	whole.Out = filepath.Join(t.TempDir(), "whole")
+	want := trainRank(t, whole, nil, "", 0)
 	cfg.Out = filepath.Join(t.TempDir(), "resumed")
-	got := append(trainRun(t, cfg, nil, "", 2), trainRun(t, cfg, nil, cfg.Out, 0)...)
+	got := append(trainRank(t, cfg, nil, "", 2), trainRank(t, cfg, nil, cfg.Out, 0)...)
 	if len(got) != len(want) {
 		t.Fatalf("%d metrics lines, want %d", len(got), len(want))
 	}
 	for i := range want {
 		w, g := want[i], got[i]
-		w.TokensPerS, w.ModelFLOPsPS, g.TokensPerS, g.ModelFLOPsPS = 0, 0, 0, 0
+		w.TokensPerS, w.ModelFLOPsPS, g.TokensPerS, g.ModelFLOPsPS, w.SaveBlockedS, g.SaveBlockedS = 0, 0, 0, 0, 0, 0
 		w.CheckpointDir, g.CheckpointDir = filepath.Base(w.CheckpointDir), filepath.Base(g.CheckpointDir)
 		if !reflect.DeepEqual(g, w) {
 			t.Errorf("step %d: resumed %+v\nwhole %+v", w.Step, g, w)
 		}
 	}
 	last := StepName(cfg.MaxSteps)
-	for _, f := range []string{MasterFile, checkpoints.SafetensorsFile, OptimizerFile} {
-		a, err := os.ReadFile(filepath.Join(filepath.Dir(want[len(want)-1].CheckpointDir), last, f))
+	for _, f := range []string{filepath.Join(CheckpointsDir, last, checkpoints.SafetensorsFile), filepath.Join(CheckpointsDir, last, OptimizerFile),
+		filepath.Join(FinalDir, checkpoints.SafetensorsFile)} {
+		a, err := os.ReadFile(filepath.Join(whole.Out, f))
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := os.ReadFile(filepath.Join(cfg.Out, "checkpoints", last, f))
+		b, err := os.ReadFile(filepath.Join(cfg.Out, f))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,24 +150,38 @@ func TestBF16ExportResumesExactly(t *testing.T) {
 			t.Errorf("%s: the resumed run's differs from the uninterrupted run's", f)
 		}
 	}
-	// The export is bf16 and the master float32, both by HF names.
-	ck, err := checkpoints.Open(filepath.Join(cfg.Out, "checkpoints", last))
+	// The checkpoint holds float32 weights, the export their bf16
+	// rounding, both by HF names.
+	ck, err := checkpoints.Open(filepath.Join(cfg.Out, CheckpointsDir, last))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ck.Close()
-	master, err := checkpoints.OpenFile(filepath.Join(cfg.Out, "checkpoints", last, MasterFile))
+	final, err := checkpoints.Open(filepath.Join(cfg.Out, FinalDir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer master.Close()
-	if s := ck.Weights.Summary(); len(s.Bytes) != 1 || s.Bytes["BF16"] == 0 {
+	defer final.Close()
+	if s := final.Weights.Summary(); len(s.Bytes) != 1 || s.Bytes["BF16"] == 0 {
 		t.Errorf("export stored as %v, want BF16 only", s.Bytes)
 	}
+	if final.Config.TorchDType != "bfloat16" {
+		t.Errorf("export's torch_dtype %q", final.Config.TorchDType)
+	}
 	for _, spec := range ck.Config.TensorSpecs() {
-		info, ok := master.Tensor(spec.Name)
+		info, ok := ck.Weights.Tensor(spec.Name)
 		if !ok || info.DType != checkpoints.DTypeF32 || !slices.Equal(info.Shape, spec.Shape) {
 			t.Errorf("master %s: %+v", spec.Name, info)
+		}
+		w, _ := ck.Weights.ReadFloat32(spec.Name)
+		e, err := final.Weights.ReadFloat32(spec.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range w {
+			if r := checkpoints.BF16ToFloat32(checkpoints.Float32ToBF16(w[i])); e[i] != r {
+				t.Fatalf("%s[%d]: exported %v, want %v rounded to bf16 (%v)", spec.Name, i, e[i], w[i], r)
+			}
 		}
 	}
 }

@@ -39,6 +39,11 @@ type Metrics struct {
 	EvalPerplex   float64  `json:"eval_perplexity,omitempty"`
 	Samples       []Sample `json:"samples,omitempty"` // Config.Samples, on their steps
 	CheckpointDir string   `json:"checkpoint,omitempty"`
+	// SaveBlockedS is the time the step loop spent saving checkpoints
+	// since the previous line: a whole save when synchronous; with
+	// save_async, copying to the host, waiting for the previous save and
+	// committing.
+	SaveBlockedS float64 `json:"save_blocked_s,omitempty"`
 }
 
 const metricsSchema = 1
@@ -101,6 +106,10 @@ type Run struct {
 	watch      divergence
 	saved      []savedCheckpoint // by this run, or resumed from; oldest first
 	heldout    *Sequences        // the holdout split, read on the first Evaluate
+
+	pending     *pendingSave // an asynchronous save being written
+	snap        snapshot     // its host copy, reused
+	saveBlocked float64      // seconds the step loop spent saving since the last metrics line
 }
 
 // Open prepares a run: it opens the dataset and the model, checks that
@@ -199,8 +208,10 @@ func OpenParallel(cfg Config, b engine.Backend, grid *parallel.Grid, resume stri
 	return r, nil
 }
 
-// Close releases the run's model, optimizer state and dataset.
+// Close releases the run's model, optimizer state and dataset; an
+// asynchronous save still being written is waited for and dropped.
 func (r *Run) Close() {
+	r.dropSave()
 	if r.Opt != nil {
 		r.Opt.Free()
 	}
@@ -318,25 +329,109 @@ func (r *Run) Evaluate() (float64, error) {
 	return sc.Mean(), nil
 }
 
-// Save writes a checkpoint of the run's current state.
-func (r *Run) Save() (string, error) {
-	dtype := checkpoints.DTypeF32
-	if r.Config.SaveDType == "bf16" {
-		dtype = checkpoints.DTypeBF16
+// Save writes a checkpoint of the run's current state, synchronously
+// (an asynchronous save in progress commits first).
+func (r *Run) Save() (string, error) { return r.save(false) }
+
+// save writes a checkpoint of the current step, in the background when
+// async (save_async): it waits for the previous save to commit, copies
+// this rank's pieces to the host, and returns; pollSave commits it once
+// every rank has written its files.
+func (r *Run) save(async bool) (string, error) {
+	start := time.Now()
+	defer func() { r.saveBlocked += time.Since(start).Seconds() }()
+	if err := r.pollSave(true); err != nil {
+		return "", err
 	}
 	st := TrainerState{Step: r.Step, OptimizerStep: r.Opt.Step, LoaderPosition: r.Loader.Position(), TokensSeen: r.tokensSeen, LastLoss: r.lastLoss,
 		ConfigHash: r.Config.resumeHash(), Divergence: r.divergenceState()}
 	dir, name := filepath.Dir(r.checkpointPath()), filepath.Base(r.checkpointPath())
-	opt := SaveOptions{Files: r.files, DType: dtype, Keep: r.Config.Keep, Protect: r.protected(dir)}
+	opt := SaveOptions{Files: r.files, Keep: r.Config.Keep, Protect: r.protected(dir)}
 	if r.BeforeCommit != nil {
 		step := r.Step
 		opt.BeforeCommit = func(tmp string) { r.BeforeCommit(step, tmp) }
 	}
-	if err := SaveCheckpoint(dir, name, r.Model, r.Opt, st, opt); err != nil {
+	if !async {
+		if err := SaveCheckpoint(dir, name, r.Model, r.Opt, st, opt); err != nil {
+			return "", err
+		}
+		r.saved = append(r.saved, savedCheckpoint{step: r.Step, path: r.checkpointPath()})
+		return r.checkpointPath(), nil
+	}
+	sv, err := beginSave(dir, name, r.Model, r.Opt, st, opt)
+	if err != nil {
 		return "", err
 	}
-	r.saved = append(r.saved, savedCheckpoint{step: r.Step, path: r.checkpointPath()})
+	r.snap.take(r.Model, r.Opt)
+	p := &pendingSave{sv: sv, step: r.Step, path: r.checkpointPath(), done: make(chan struct{})}
+	src := r.snap.source()
+	go func() {
+		defer close(p.done)
+		sv.sums, sv.err = sv.write(src)
+	}()
+	r.pending = p
 	return r.checkpointPath(), nil
+}
+
+// A pendingSave is an asynchronous save whose files a goroutine writes.
+type pendingSave struct {
+	sv   *save
+	step int
+	path string
+	done chan struct{} // closed when this rank's files are written
+}
+
+// pollSave commits the pending asynchronous save once every rank has
+// written its files: at once if wait, which waits for them, else only if
+// they all have (one scalar all-reduce on a grid, in the step loop, so
+// that the ranks agree at the same step; the writing goroutines call no
+// collective).
+func (r *Run) pollSave(wait bool) error {
+	p := r.pending
+	if p == nil {
+		return nil
+	}
+	start := time.Now()
+	defer func() { r.saveBlocked += time.Since(start).Seconds() }()
+	done := wait
+	if wait {
+		<-p.done
+	} else {
+		select {
+		case <-p.done:
+			done = true
+		default:
+		}
+	}
+	if g := r.Model.Grid(); g != nil && !wait {
+		busy, err := g.Any(r.Model.Backend(), !done)
+		if err != nil {
+			return fmt.Errorf("finetune: step %d: %w", r.Step, err)
+		}
+		done = !busy
+	}
+	if !done {
+		return nil
+	}
+	if !wait {
+		<-p.done // every rank said it is done
+	}
+	r.pending = nil
+	if err := p.sv.finish(); err != nil {
+		return err
+	}
+	r.saved = append(r.saved, savedCheckpoint{step: p.step, path: p.path})
+	return nil
+}
+
+// dropSave waits for a pending asynchronous save's files and drops it
+// without committing (the run is ending on an error, or closed).
+func (r *Run) dropSave() {
+	if p := r.pending; p != nil {
+		<-p.done
+		p.sv.abandon()
+		r.pending = nil
+	}
 }
 
 // Train runs the remaining steps: metrics to w (one JSON line per step),
@@ -354,9 +449,18 @@ func (r *Run) Train(w io.Writer, progress func(Metrics)) error {
 	for r.Step < r.Steps {
 		m, err := r.TrainOne()
 		if errors.Is(err, ErrNonFinite) || errors.Is(err, ErrDiverged) {
+			// The save in flight is of a step before this one: it
+			// commits, and may be the last good checkpoint.
+			if perr := r.pollSave(true); perr != nil {
+				return perr
+			}
 			return r.stopped(err)
 		}
+		if err == nil {
+			err = r.pollSave(false)
+		}
 		if err != nil {
+			r.dropSave()
 			return err
 		}
 		if r.Config.EvalEvery > 0 && (r.Step%r.Config.EvalEvery == 0 || r.Step == r.Steps) {
@@ -381,6 +485,7 @@ func (r *Run) Train(w io.Writer, progress func(Metrics)) error {
 		if save {
 			m.CheckpointDir = r.checkpointPath()
 		}
+		m.SaveBlockedS, r.saveBlocked = r.saveBlocked, 0
 		// The step's line is durable before its checkpoint commits: a
 		// kill after the commit then loses no line, and a kill before it
 		// leaves a line past the checkpoint, which the resumed run's
@@ -394,7 +499,10 @@ func (r *Run) Train(w io.Writer, progress func(Metrics)) error {
 					return fmt.Errorf("finetune: metrics: %w", err)
 				}
 			}
-			if _, err := r.Save(); err != nil {
+			// The last checkpoint, and one at a stop, commit before Train
+			// returns.
+			if _, err := r.save(r.Config.SaveAsync && !stop && r.Step < r.Steps); err != nil {
+				r.dropSave()
 				return err
 			}
 		}

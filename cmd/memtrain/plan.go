@@ -38,6 +38,7 @@ type planFlags struct {
 	latency     float64 // µs
 	latencySet  bool    // --latency given (0 is a latency)
 	microBatch  int
+	fsBandwidth float64 // GB/s
 }
 
 // planReport is what `plan --json` prints.
@@ -53,6 +54,7 @@ type planReport struct {
 	GlobalBatchTokens int64            `json:"global_batch_tokens"`
 	Overlap           bool             `json:"overlap"`
 	Recompute         string           `json:"recompute"`
+	FSBandwidth       float64          `json:"fs_bandwidth"` // bytes/s
 	Plans             []planRow        `json:"plans"`
 }
 
@@ -116,6 +118,7 @@ Devices:
 	fl.Float64Var(&f.peak, "peak", 0, "override the device's dense peak, GFLOP/s (a shared-node device: the node's)")
 	fl.Float64Var(&f.bandwidth, "bandwidth", 0, "override the device's intra-node link bandwidth, GB/s per direction (a shared-node device: the node's total)")
 	fl.Float64Var(&f.latency, "latency", 0, "override the device's latency of a collective call, µs (0 or more)")
+	fl.Float64Var(&f.fsBandwidth, "fs-bandwidth", perfmodel.DefaultFSBandwidth/1e9, "the shared filesystem's aggregate write bandwidth, GB/s, for the checkpoint's save time")
 	fl.IntVar(&f.microBatch, "micro-batch", 0, "sequences per micro-batch over the whole grid, as finetune's micro_batch (default: try every size)")
 	return cmd
 }
@@ -163,6 +166,8 @@ func runPlan(out io.Writer, f planFlags) error {
 		return fmt.Errorf("plan: --top must not be negative, got %d", f.top)
 	case !(f.efficiency >= 0 && f.efficiency <= 1):
 		return fmt.Errorf("plan: --efficiency must lie in (0, 1], got %g", f.efficiency)
+	case !(f.fsBandwidth > 0) || math.IsInf(f.fsBandwidth, 1):
+		return fmt.Errorf("plan: --fs-bandwidth must be a positive number of GB/s, got %g", f.fsBandwidth)
 	case !(f.peak >= 0) || math.IsInf(f.peak, 1) || !(f.bandwidth >= 0) || math.IsInf(f.bandwidth, 1):
 		return fmt.Errorf("plan: --peak and --bandwidth must be positive numbers, got %g and %g", f.peak, f.bandwidth)
 	case f.latencySet && (!(f.latency >= 0) || math.IsInf(f.latency, 1)):
@@ -193,7 +198,7 @@ func runPlan(out io.Writer, f planFlags) error {
 	if batch == 0 {
 		batch = int64(f.gpus) * int64(seq)
 	}
-	opt := perfmodel.Options{Recompute: rec, NoOverlap: !f.overlap, Efficiency: f.efficiency, TopK: f.top, MicroBatch: f.microBatch}
+	opt := perfmodel.Options{Recompute: rec, NoOverlap: !f.overlap, Efficiency: f.efficiency, TopK: f.top, MicroBatch: f.microBatch, FSBandwidth: f.fsBandwidth * 1e9}
 	plans, err := perfmodel.Search(perfmodel.Job{Config: cfg, Device: dev, GPUs: f.gpus, SeqLen: seq, GlobalBatchTokens: batch}, opt)
 	if err != nil {
 		return fmt.Errorf("plan: %s on %d %s: %w", f.model, f.gpus, dev.Name, err)
@@ -201,7 +206,7 @@ func runPlan(out io.Writer, f planFlags) error {
 	rep := planReport{
 		Model: f.model, Params: cfg.Params().Total, ModelFLOPsPerTok: engine.ModelFLOPsPerToken(cfg, seq),
 		GPUs: f.gpus, Device: dev, Efficiency: opt.ComputeEfficiency(dev), UsableMemory: opt.UsableMemory(dev, f.gpus),
-		SeqLen: seq, GlobalBatchTokens: batch, Overlap: opt.Overlaps(dev), Recompute: rec.String(),
+		SeqLen: seq, GlobalBatchTokens: batch, Overlap: opt.Overlaps(dev), Recompute: rec.String(), FSBandwidth: opt.FSBandwidth,
 	}
 	for _, p := range plans {
 		rep.Plans = append(rep.Plans, planRow{Plan: p, MemoryTotal: p.Memory.Total()})
@@ -239,30 +244,38 @@ func printPlan(w io.Writer, r planReport) error {
 	case !r.Overlap:
 		overlap = "serial"
 	}
-	fmt.Fprintf(w, "batch   %d tokens a step: %d sequences of %d; communication %s; recompute %s\n\n",
+	fmt.Fprintf(w, "batch   %d tokens a step: %d sequences of %d; communication %s; recompute %s\n",
 		r.GlobalBatchTokens, r.GlobalBatchTokens/int64(r.SeqLen), r.SeqLen, overlap, r.Recompute)
+	if len(r.Plans) > 0 {
+		fmt.Fprintf(w, "ckpt    %s (float32 weights and AdamW moments), each (x, y, z) position's rank writing its own; filesystem %.0f GB/s\n",
+			units.FormatBytes(r.Plans[0].Checkpoint.Bytes), r.FSBandwidth/1e9)
+	}
+	fmt.Fprintln(w)
 
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "#\tdp\tx\ty\tz\tmb×n\trecomp\tstep\ttok/s/GPU\tMFU\tmem/GPU\tweights\tgrads\toptim\tacts\twspace\tcomm x\ty\tz\tdata\texposed\t")
+	fmt.Fprintln(tw, "#\tdp\tx\ty\tz\tmb×n\trecomp\tstep\ttok/s/GPU\tMFU\tmem/GPU\tweights\tgrads\toptim\tacts\twspace\tcomm x\ty\tz\tdata\texposed\tckpt/rank\tfiles\tsave\t")
 	for i, p := range r.Plans {
 		rec := "off"
 		if p.Recompute {
 			rec = "on"
 		}
 		g, m := p.Grid, p.Memory
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d×%d\t%s\t%s\t%.0f\t%.1f%%\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d×%d\t%s\t%s\t%.0f\t%.1f%%\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t\n",
 			i+1, g.Data, g.X, g.Y, g.Z, p.MicroBatch, p.MicroBatches, rec,
 			seconds(p.StepSeconds), p.TokensPerSecondPerGPU, 100*p.MFU,
 			gib(m.Total()), gib(m.Weights), gib(m.Gradients), gib(m.Optimizer), gib(m.Activations), gib(m.Workspace),
 			commSeconds(g.X, p.Comm.X), commSeconds(g.Y, p.Comm.Y), commSeconds(g.Z, p.Comm.Z),
-			commSeconds(g.Data*g.Z, p.Comm.Data+p.Comm.DataZ), seconds(p.ExposedCommSeconds))
+			commSeconds(g.Data*g.Z, p.Comm.Data+p.Comm.DataZ), seconds(p.ExposedCommSeconds),
+			gib(p.Checkpoint.BytesPerRank), p.Checkpoint.Files, seconds(p.Checkpoint.SaveSeconds))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	_, err := fmt.Fprintln(w, "\nmb×n: sequences per micro-batch on each (data, z) rank × micro-batches a step. Memory in GiB;\n"+
 		"comm: each group's total time a step before overlap (data includes the norm gradients' data-z\n"+
-		"all-reduce); exposed: what compute does not hide.")
+		"all-reduce); exposed: what compute does not hide. ckpt/rank: what each writing rank saves (GiB);\n"+
+		"files: piece files; save: the checkpoint's write time at the filesystem's bandwidth or a writer's\n"+
+		"network link, whichever is slower.")
 	return err
 }
 

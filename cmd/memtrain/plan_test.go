@@ -192,3 +192,44 @@ func TestPlanDeviceJSON(t *testing.T) {
 		t.Errorf("unknown field: status %d, %s", code, errs)
 	}
 }
+
+// TestPlanCheckpointColumns: each grid's checkpoint is the model's 12
+// bytes a parameter, in 2·X·Y·Z piece files, of which a writing rank's
+// share is its shards' (a bound with the norms counted on every rank);
+// the save takes the whole at the stated filesystem bandwidth at least.
+func TestPlanCheckpointColumns(t *testing.T) {
+	out, errs, code := memtrain(t, "", "plan", "--json", "--model", "llama3.1-405b", "--gpus", "8192", "--gpu", "h100", "--fs-bandwidth", "200", "--top", "20")
+	if code != 0 {
+		t.Fatal(errs)
+	}
+	var r struct {
+		Params int64 `json:"params"`
+		Plans  []struct {
+			Grid       struct{ Data, X, Y, Z int } `json:"grid"`
+			Checkpoint struct {
+				BytesPerRank int64   `json:"bytes_per_rank"`
+				Bytes        int64   `json:"bytes"`
+				Files        int     `json:"files"`
+				SaveSeconds  float64 `json:"save_seconds"`
+			} `json:"checkpoint"`
+		} `json:"plans"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range r.Plans {
+		c, g := p.Checkpoint, p.Grid
+		positions := int64(g.X * g.Y * g.Z)
+		if c.Bytes != 12*r.Params || c.Files != int(2*positions) || c.BytesPerRank*positions < c.Bytes || c.BytesPerRank*positions > c.Bytes+c.Bytes/10 ||
+			c.SaveSeconds < float64(c.Bytes)/200e9 {
+			t.Errorf("grid %+v: checkpoint %+v", g, c)
+		}
+	}
+	if _, errs, code := memtrain(t, "", "plan", "--model", "llama3.1-8b", "--gpus", "8", "--fs-bandwidth", "0"); code != 1 || !strings.Contains(errs, "--fs-bandwidth") {
+		t.Errorf("--fs-bandwidth 0: exit %d, %q", code, errs)
+	}
+	text, _, _ := memtrain(t, "", "plan", "--model", "llama3.1-405b", "--gpus", "8192", "--gpu", "h100", "--top", "1")
+	if !strings.Contains(text, "ckpt/rank") || !strings.Contains(text, "filesystem 100 GB/s") {
+		t.Errorf("table without the checkpoint columns:\n%s", text)
+	}
+}

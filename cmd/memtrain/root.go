@@ -24,6 +24,7 @@ that prevents verbatim memorization, and measures exact-match extraction.`,
 	root.AddCommand(
 		newInitCmd(),
 		newInspectCmd(),
+		newExportCmd(),
 		newEvalCmd(),
 		newGenerateCmd(),
 		newFinetuneCmd(),

@@ -182,24 +182,30 @@ func TestFinetuneSignals(t *testing.T) {
 
 // TestFinetuneKillLoop kills a run by SIGKILL at random moments, again and
 // again, resuming it each time; then its metrics (less timing) and final
-// weights equal an uninterrupted run's, in f32 and with a bf16 export.
+// weights equal an uninterrupted run's, in f32, with a bf16 export, and
+// with checkpoints written in the background (the killed run's being
+// written then, or waiting to commit).
 func TestFinetuneKillLoop(t *testing.T) {
 	if runtime.GOOS == "windows" {
 		t.Skip("needs SIGKILL")
 	}
 	base, ds := finetuneFixture(t, "builtin:llama2")
-	for _, dtype := range []string{"f32", "bf16"} {
-		t.Run(dtype, func(t *testing.T) {
+	for _, mode := range []string{"f32", "bf16", "async"} {
+		t.Run(mode, func(t *testing.T) {
 			runs := t.TempDir()
 			args := func(out string) []string {
-				return []string{"finetune", "--model", base, "--data", ds, "--out", out, "--max-steps", "120", "--batch-size", "4", "--micro-batch", "2",
-					"--loss", "goldfish", "--goldfish.h", "4", "--schedule.lr", "1e-3", "--save-every", "7", "--eval-every", "11", "--keep", "2", "--save-dtype", dtype}
+				a := []string{"finetune", "--model", base, "--data", ds, "--out", out, "--max-steps", "120", "--batch-size", "4", "--micro-batch", "2",
+					"--loss", "goldfish", "--goldfish.h", "4", "--schedule.lr", "1e-3", "--save-every", "7", "--eval-every", "11", "--keep", "2"}
+				if mode == "async" {
+					return append(a, "--save-async")
+				}
+				return append(a, "--save-dtype", mode)
 			}
 			a, b := filepath.Join(runs, "a"), filepath.Join(runs, "b")
 			if _, errs, code := memtrain(t, "", args(a)...); code != 0 {
 				t.Fatal(errs)
 			}
-			rng := rand.New(rand.NewPCG(7, uint64(len(dtype))))
+			rng := rand.New(rand.NewPCG(7, uint64(len(mode))))
 			kills := 0
 			for attempt := 0; kills < 10 && attempt < 40; attempt++ {
 				a := args(b)
@@ -266,6 +272,7 @@ func stripTiming(t *testing.T, dir string) string {
 	for _, m := range metricsOf(t, dir) {
 		delete(m, "tokens_per_s")
 		delete(m, "model_flops_ps")
+		delete(m, "save_blocked_s")
 		if c, ok := m["checkpoint"].(string); ok {
 			m["checkpoint"] = filepath.Base(c) // the runs are in two folders
 		}

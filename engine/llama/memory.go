@@ -51,6 +51,9 @@ type Work struct {
 	// Batch prompts of SeqLen tokens, NewTokens more each (the decoder's
 	// KV cache, and a prefill of every prompt token at once).
 	NewTokens int
+	// Snapshot is an asynchronous checkpoint save's host copy of this
+	// rank's weight shards and moments (RankMemory.Snapshot).
+	Snapshot bool
 }
 
 // RankMemory is what one rank allocates for a Work, in bytes: the
@@ -67,6 +70,11 @@ type RankMemory struct {
 	// decoder's) and, with Z > 1, the Z-gathered weight and gradient
 	// buffers.
 	Workspace int64
+	// Snapshot is host memory beside the rest: a copy of the weight
+	// shards and moments (Work.Snapshot), not a backend allocation, so
+	// not in Total; Preflight counts it on the host, where a CPU rank's
+	// other memory is too.
+	Snapshot int64
 }
 
 // Total is the sum, saturating at math.MaxInt64 (engine.SumBytes).
@@ -88,6 +96,9 @@ func Memory(cfg *checkpoints.Config, w Work) RankMemory {
 	m.Params = engine.SumBytes(engine.MulBytes(2, local, 4), int64(len(InvFreq(cfg)))*4)
 	m.Optimizer = engine.MulBytes(int64(max(w.Moments, 0)), local, 4)
 	m.Workspace = engine.SumBytes(passBytes(d, w), engine.MulBytes(z, 4))
+	if w.Snapshot {
+		m.Snapshot = engine.MulBytes(int64(1+max(w.Moments, 0)), local, 4)
+	}
 	return m
 }
 
@@ -199,10 +210,14 @@ func isLayer(name string) bool { return strings.HasPrefix(name, "model.layers.")
 // naming need and have and the changes that would fit: activation
 // recomputation, a smaller batch, a grid of more ranks.
 func Preflight(cfg *checkpoints.Config, w Work, have []engine.DeviceMemory) error {
-	need := Memory(cfg, w).Total()
+	mem := Memory(cfg, w)
 	for _, dev := range have {
 		if dev.Free < 0 {
 			continue
+		}
+		need := mem.Total()
+		if dev.Device == "host" {
+			need = engine.SumBytes(need, mem.Snapshot)
 		}
 		ranks := max(dev.Ranks, 1)
 		total := engine.MulBytes(need, int64(ranks))

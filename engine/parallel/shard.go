@@ -106,7 +106,15 @@ type SliceReader interface {
 // a matrix it reads only the rows of the (x, y) block that hold the Z
 // chunk, and of those only the block's columns; a vector (a norm weight,
 // small) is read whole and cut.
+//
+// A reader that can read a part of a block (checkpoints.Set's ReadBlock)
+// reads exactly the shard's elements, from wherever they are stored.
 func ReadShard(r SliceReader, name string, full []int, s engine.Shard) ([]float32, error) {
+	if br, ok := r.(interface {
+		ReadBlock(name string, r0, r1, c0, c1, flat0, flat1 int) ([]float32, error)
+	}); ok {
+		return br.ReadBlock(name, s.Row0, s.Row1, s.Col0, s.Col1, s.Flat0, s.Flat1)
+	}
 	if len(full) == 1 {
 		v, err := r.ReadFloat32(name)
 		if err != nil {

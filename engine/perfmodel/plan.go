@@ -101,6 +101,9 @@ type Options struct {
 	MemoryFraction float64
 	// TopK keeps only the K fastest grids in Search; 0 keeps all.
 	TopK int
+	// FSBandwidth is the shared filesystem's aggregate write bandwidth
+	// in bytes/s for the checkpoint's save time (0: DefaultFSBandwidth).
+	FSBandwidth float64
 	// MicroBatch fixes Search's micro-batch to this many sequences over
 	// the whole grid (each (data, z) coordinate takes MicroBatch/(Data·Z),
 	// as finetune's micro_batch); grids it does not split over are left
@@ -158,8 +161,10 @@ type Plan struct {
 	StepSeconds           float64 `json:"step_seconds"`
 	TokensPerSecondPerGPU float64 `json:"tokens_per_second_per_gpu"`
 	// MFU is TokensPerSecondPerGPU × engine.ModelFLOPsPerToken ÷ peak.
-	MFU         float64      `json:"mfu"`
-	Collectives []Collective `json:"-"`
+	MFU float64 `json:"mfu"`
+	// Checkpoint is a training checkpoint's save on the grid.
+	Checkpoint  CheckpointCost `json:"checkpoint"`
+	Collectives []Collective   `json:"-"`
 }
 
 // Estimate predicts step s of model cfg on device dev. Every rank does the
@@ -218,7 +223,9 @@ func estimate(sh *shape, dev Device, s Step, o Options, mem Memory) Plan {
 	tokens := float64(s.MicroBatch) * float64(s.SeqLen) * float64(s.MicroBatches) // per rank and step
 	p.ComputeSeconds = tokens*(3*fwd+rec)/rate + lossSeconds(cfg, dev, g, tokens)
 	lastBackward := tokens / float64(s.MicroBatches) * (2*fwd + rec) / rate
-	p.OptimizerSeconds = float64(ShardParams(cfg, g)) * adamBytesPerParam / (dev.HBMBandwidth / share)
+	shard := ShardParams(cfg, g)
+	p.OptimizerSeconds = float64(shard) * adamBytesPerParam / (dev.HBMBandwidth / share)
+	p.Checkpoint = checkpointCost(cfg, g, shard, dev, o)
 
 	var byClass [3]float64
 	inter := map[string]bool{}
