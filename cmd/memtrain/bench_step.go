@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -60,8 +59,13 @@ preset can be measured on long sequences.`,
 }
 
 func runBenchStep(cmd *cobra.Command, f benchStepFlags) error {
-	if f.batch <= 0 || f.seqLen < 0 || f.steps <= 0 {
-		return errors.New("bench step: --batch and --steps must be positive, --seq-len 1 or more (0: the default)")
+	switch {
+	case f.batch <= 0:
+		return fmt.Errorf("bench step: --batch %d: want 1 or more", f.batch)
+	case f.steps <= 0:
+		return fmt.Errorf("bench step: --steps %d: want 1 or more", f.steps)
+	case f.seqLen < 0:
+		return fmt.Errorf("bench step: --seq-len %d: want 1 or more (0: the default)", f.seqLen)
 	}
 	p, err := checkpoints.LookupPreset(f.preset)
 	if err != nil {

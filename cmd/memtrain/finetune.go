@@ -54,8 +54,9 @@ one a GPU with --device cuda, or one a process under mpirun with the mpi build
 (AxoNN's data × tensor-parallel layout; 'memtrain plan' ranks grids): each rank
 holds a shard of every weight, the batch's sequences are split over D·Z ranks
 (micro_batch counts sequences over the whole grid: each takes
-micro_batch/(D·Z)), and the metrics equal one rank's. Checkpoints are full-shape
-HF checkpoints, so a run resumes on any grid.`,
+micro_batch/(D·Z)), and the metrics equal one rank's. Each grid position writes
+its own pieces of a checkpoint and any grid reads them, so a run resumes on any
+grid; 'memtrain export' makes an HF checkpoint of one.`,
 		Example: `  memtrain finetune --model base --data ds --out run --loss goldfish --goldfish.k 4 --max-steps 100
   memtrain finetune --config run.yaml --resume run
   memtrain finetune --config run.yaml --parallel dp=2,x=2,y=1,z=2
@@ -120,7 +121,10 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 	h.Stop = stops.Requested
 	// Every rank trains; the lead rank alone writes the run's files and
 	// reports.
-	var res finetune.Result
+	var (
+		res  finetune.Result
+		lead bool // this process runs the lead rank (under mpirun, only one does)
+	)
 	err = l.Run(func(r launch.Rank) error {
 		h := h
 		var bar *progressbar.ProgressBar
@@ -171,7 +175,7 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 			fmt.Fprintln(cmd.ErrOrStderr())
 		}
 		if r.Lead() {
-			res = out
+			res, lead = out, true
 		}
 		return err
 	})
@@ -182,6 +186,9 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 	}
 	if err != nil {
 		return err
+	}
+	if !lead {
+		return nil // under mpirun, the process of rank 0 reports
 	}
 	w := cmd.OutOrStdout()
 	switch last := res.Last; {
