@@ -88,10 +88,12 @@ func runBenchGemm(cmd *cobra.Command, f benchGemmFlags) error {
 		return fmt.Errorf("bench gemm: %w", err)
 	}
 	enc := json.NewEncoder(cmd.OutOrStdout())
-	for _, g := range impls {
-		for _, s := range shapes {
-			res := benchGemmResult{Impl: g.Name(), M: s.M, N: s.N, K: s.K, Threads: g.Threads()}
-			res.GFLOPs = math.Round(gemm.GFLOPs(g, s, f.repeat)*10) / 10
+	// Each shape's implementations are timed in turn, run by run
+	// (gemm.Compare), so their ratio holds on a loaded machine.
+	for _, s := range shapes {
+		for j, gf := range gemm.Compare(impls, s, f.repeat) {
+			g := impls[j]
+			res := benchGemmResult{Impl: g.Name(), M: s.M, N: s.N, K: s.K, Threads: g.Threads(), GFLOPs: math.Round(gf*10) / 10}
 			if err := enc.Encode(res); err != nil {
 				return err
 			}

@@ -56,10 +56,22 @@ func ParseShapes(s string) ([]Shape, error) {
 	return shapes, nil
 }
 
+// switchPause is Compare's wait between runs of different Impls.
+const switchPause = 200 * time.Millisecond
+
 // GFLOPs measures g on a product of shape s on random matrices: one
 // warm-up run, then 2·M·N·K over the median of repeat timed runs
 // (repeat ≥ 1), in GFLOP/s.
-func GFLOPs(g Impl, s Shape, repeat int) float64 {
+func GFLOPs(g Impl, s Shape, repeat int) float64 { return Compare([]Impl{g}, s, repeat)[0] }
+
+// Compare measures each of impls as GFLOPs does, on the same matrices, with
+// their timed runs interleaved — run i of every Impl before run i+1 of any
+// — so that a shared machine's changing load falls on all of them alike
+// and their ratio means something. Before each run of one Impl after
+// another, Compare waits switchPause: OpenBLAS's threads spin for about
+// 0.1 s after a call (and the Go path's team polls briefly), and would
+// otherwise take the cores from whichever runs next.
+func Compare(impls []Impl, s Shape, repeat int) []float64 {
 	m, n, k := s.M, s.N, s.K
 	rng := rand.New(rand.NewPCG(uint64(m), uint64(n)<<32|uint64(k)))
 	fill := func(xs []float32) {
@@ -70,12 +82,23 @@ func GFLOPs(g Impl, s Shape, repeat int) float64 {
 	a, b, c := make([]float32, m*k), make([]float32, k*n), make([]float32, m*n)
 	fill(a)
 	fill(b)
-	g.Sgemm(false, false, m, n, k, 1, a, k, b, n, 0, c, n)
-	secs := make([]float64, max(1, repeat))
-	for i := range secs {
-		start := time.Now()
+	for _, g := range impls {
 		g.Sgemm(false, false, m, n, k, 1, a, k, b, n, 0, c, n)
-		secs[i] = time.Since(start).Seconds()
 	}
-	return 2 * float64(m) * float64(n) * float64(k) / stats.Median(secs) / 1e9
+	secs := make([][]float64, len(impls))
+	for range max(1, repeat) {
+		for j, g := range impls {
+			if len(impls) > 1 {
+				time.Sleep(switchPause)
+			}
+			start := time.Now()
+			g.Sgemm(false, false, m, n, k, 1, a, k, b, n, 0, c, n)
+			secs[j] = append(secs[j], time.Since(start).Seconds())
+		}
+	}
+	out := make([]float64, len(impls))
+	for j := range impls {
+		out[j] = 2 * float64(m) * float64(n) * float64(k) / stats.Median(secs[j]) / 1e9
+	}
+	return out
 }
