@@ -4,16 +4,18 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+
+	"github.com/memtrain/memtrain/internal/units"
 )
 
 // WriteTable prints a summary as a short text table: per prefix length,
-// members and non-members side by side, then the membership-inference
-// AUCs.
+// members and non-members side by side, rates in percent as the study
+// report writes them, then the membership-inference AUCs.
 func WriteTable(w io.Writer, s *Summary) error {
 	fmt.Fprintf(w, "%s: %d documents (%d members, %d non-members), %d skipped as too short\n",
 		s.Protocol, s.Documents, s.Members, s.NonMembers, s.Skipped)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "prefix\tgroup\tdocs\texact match %\ttoken match %\tROUGE-L tokens\tROUGE-L words\tloss\tperplexity\t")
+	fmt.Fprintln(tw, "prefix\tgroup\tdocs\texact match %\ttoken match %\tROUGE-L tokens %\tROUGE-L words %\tloss\tperplexity\t")
 	for _, p := range s.Prefixes {
 		k := fmt.Sprint(p.K)
 		if s.Name == "goldfish" {
@@ -26,9 +28,9 @@ func WriteTable(w io.Writer, s *Summary) error {
 			if g.g.Documents == 0 {
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%.3f\t%.2f\t\n", k, g.name, g.g.Documents,
-				percent(g.g.Exact), percent(g.g.TokenMatch), plain(g.g.RougeLTokens), plain(g.g.RougeLWords),
-				g.g.Loss.Mean, g.g.Perplexity)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%.3f\t%s\t\n", k, g.name, g.g.Documents,
+				percent(g.g.Exact), percent(g.g.TokenMatch), percent(g.g.RougeLTokens), percent(g.g.RougeLWords),
+				g.g.Loss.Mean, units.FormatPerplexity(g.g.Perplexity))
 			k = ""
 		}
 	}
@@ -44,8 +46,4 @@ func WriteTable(w io.Writer, s *Summary) error {
 
 func percent(iv Interval) string {
 	return fmt.Sprintf("%.1f [%.1f, %.1f]", 100*iv.Mean, 100*iv.Lo, 100*iv.Hi)
-}
-
-func plain(iv Interval) string {
-	return fmt.Sprintf("%.3f [%.3f, %.3f]", iv.Mean, iv.Lo, iv.Hi)
 }

@@ -562,25 +562,10 @@ func WriteConsole(w io.Writer, results []ArmResult) error {
 	return err
 }
 
-// FormatPerplexity writes a perplexity for reading: two decimals below
-// 1000, else three significant digits and a power of ten ("7.04e6").
-func FormatPerplexity(v float64) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) || math.Abs(v) < 1000 {
-		return strconv.FormatFloat(v, 'f', 2, 64)
-	}
-	exp := int(math.Floor(math.Log10(math.Abs(v))))
-	m := v / math.Pow(10, float64(exp))
-	if math.Abs(m) >= 9.995 { // rounds up to the next power
-		m /= 10
-		exp++
-	}
-	return fmt.Sprintf("%.2fe%d", m, exp)
-}
-
 // perplexity formats a perplexity and its interval or spread with
-// FormatPerplexity.
+// units.FormatPerplexity.
 func (s reportStat) perplexity() string {
-	f := FormatPerplexity
+	f := units.FormatPerplexity
 	switch {
 	case !s.ok():
 		return reportDash

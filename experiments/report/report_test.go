@@ -496,24 +496,6 @@ func checkPlots(t *testing.T, dir string, rep *Written, want []string) {
 	}
 }
 
-func TestFormatPerplexity(t *testing.T) {
-	for _, c := range []struct {
-		v    float64
-		want string
-	}{
-		{1.5, "1.50"},
-		{999.994, "999.99"},
-		{1000, "1.00e3"},
-		{7039909.85, "7.04e6"},
-		{9999.7, "1.00e4"},
-		{math.Inf(1), "+Inf"},
-	} {
-		if got := FormatPerplexity(c.v); got != c.want {
-			t.Errorf("FormatPerplexity(%v) = %q, want %q", c.v, got, c.want)
-		}
-	}
-}
-
 func TestFinalTrainLoss(t *testing.T) {
 	for _, c := range []struct {
 		name    string

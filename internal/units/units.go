@@ -1,5 +1,8 @@
 // Package units owns how memtrain writes and reads sizes and counts.
 //
+// Perplexities, which range from 1 to millions, are written by
+// [FormatPerplexity]: "24.81", "7.04e6".
+//
 // Counts (parameters, FLOPs) use decimal units: [FormatCount] writes them
 // the way model cards do, "8.03B", and [ShortCount] with three significant
 // digits, "124M", for tables; [Commas] writes them in full, "1,234,567".
@@ -238,4 +241,19 @@ func ParseInts(s string, lo, hi int64) ([]int64, error) {
 		out[i] = n
 	}
 	return out, nil
+}
+
+// FormatPerplexity writes a perplexity for reading: two decimals below
+// 1000, else three significant digits and a power of ten ("7.04e6").
+func FormatPerplexity(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) || math.Abs(v) < 1000 {
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+	exp := int(math.Floor(math.Log10(math.Abs(v))))
+	m := v / math.Pow(10, float64(exp))
+	if math.Abs(m) >= 9.995 { // rounds up to the next power
+		m /= 10
+		exp++
+	}
+	return fmt.Sprintf("%.2fe%d", m, exp)
 }
