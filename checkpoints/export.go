@@ -173,13 +173,8 @@ func ExportTemp(out string) (string, error) {
 // streamTensor hands the named tensor of s to put a block of whole rows
 // (at most exportChunk values, or one row) at a time.
 func streamTensor(s *Set, t StreamTensor, put func([]float32) error) error {
-	rows, cols := 1, 1
-	switch len(t.Shape) {
-	case 1:
-		cols = t.Shape[0]
-	case 2:
-		rows, cols = t.Shape[0], t.Shape[1]
-	default:
+	rows, cols, ok := matrixDims(t.Shape)
+	if !ok {
 		return fmt.Errorf("checkpoints: tensor %q: shape %v", t.Name, t.Shape)
 	}
 	step := max(1, exportChunk/max(1, cols))

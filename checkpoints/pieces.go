@@ -346,13 +346,7 @@ func newPieceTensor(name string, t ShardedTensor, files func(string) *lazyFile, 
 // onePiece is a tensor of a plain safetensors file as a tensor of one
 // piece, so that one read path serves both.
 func onePiece(f *File, t *TensorInfo) *pieceTensor {
-	rows, cols := 1, 1
-	switch len(t.Shape) {
-	case 1:
-		cols = t.Shape[0]
-	case 2:
-		rows, cols = t.Shape[0], t.Shape[1]
-	}
+	rows, cols, _ := matrixDims(t.Shape)
 	lf := &lazyFile{path: f.path, f: f}
 	lf.once.Do(func() {})
 	p := &piece{file: lf, offset: t.Offset, dtype: t.DType, rows: rows, cols: cols, flat0: 0, flat1: int64(rows) * int64(cols)}
@@ -589,4 +583,16 @@ func OpenPieces(dir string, m PieceMap, pieceFiles []string, keep func(name stri
 		}
 	}
 	return s, nil
+}
+
+// matrixDims views a tensor of one or two dimensions as rows × columns (a
+// vector is one row); ok is false for any other rank, which is then 1 × 1.
+func matrixDims(shape []int) (rows, cols int, ok bool) {
+	switch len(shape) {
+	case 1:
+		return 1, shape[0], true
+	case 2:
+		return shape[0], shape[1], true
+	}
+	return 1, 1, false
 }

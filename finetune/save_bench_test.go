@@ -8,9 +8,7 @@ import (
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine/comm"
-	"github.com/memtrain/memtrain/engine/cpu"
 	"github.com/memtrain/memtrain/engine/launch"
-	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/engine/parallel"
 )
 
@@ -34,15 +32,11 @@ func TestSaveTimes(t *testing.T) {
 		var sync, blocked, total time.Duration
 		dir := filepath.Join(t.TempDir(), "checkpoints")
 		run := func(g *parallel.Grid) error {
-			b := cpu.New(cpu.Options{Threads: 1})
-			m, err := llama.New(b, cfg, llama.Options{Parallel: g})
+			m, o, free, err := rankModel(cfg, weights, g, testAdamW)
 			if err != nil {
 				return err
 			}
-			defer m.Free()
-			m.SetWeights(weights)
-			o, _ := NewOptimizer(b, m.Params(), OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8})
-			defer o.Free()
+			defer free()
 			lead := g == nil || g.Rank() == 0
 			var snap snapshot
 			for i := range reps {

@@ -188,14 +188,11 @@ func TestShardedSaveFailsEverywhere(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "checkpoints")
 	errs := make([]error, shape.Size())
 	launch.Local(shape, parallel.Overlap{}, func(g *parallel.Grid) error {
-		b := cpu.New(cpu.Options{Threads: 1})
-		m, err := llama.New(b, cfg, llama.Options{Parallel: g})
+		m, o, free, err := rankModel(cfg, weights, g, OptimizerConfig{Name: "sgd"})
 		if err != nil {
 			return err
 		}
-		defer m.Free()
-		m.SetWeights(weights)
-		o, _ := NewOptimizer(b, m.Params(), OptimizerConfig{Name: "sgd"})
+		defer free()
 		opt := SaveOptions{beforeWrite: func(rank int, tmp string) {
 			if rank == 5 {
 				w, _ := shardFiles(5, 8)
@@ -227,14 +224,11 @@ func TestShardedCheckpointLayout(t *testing.T) {
 	for _, shape := range []comm.Grid{{Data: 1, X: 1, Y: 1, Z: 1}, {Data: 2, X: 2, Y: 2, Z: 2}, {Data: 2, X: 1, Y: 1, Z: 1}} {
 		dir := filepath.Join(t.TempDir(), "checkpoints")
 		save := func(g *parallel.Grid) error {
-			b := cpu.New(cpu.Options{Threads: 1})
-			m, err := llama.New(b, cfg, llama.Options{Parallel: g})
+			m, o, free, err := rankModel(cfg, weights, g, testAdamW)
 			if err != nil {
 				return err
 			}
-			defer m.Free()
-			m.SetWeights(weights)
-			o, _ := NewOptimizer(b, m.Params(), OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8})
+			defer free()
 			return SaveCheckpoint(dir, StepName(1), m, o, TrainerState{Step: 1}, SaveOptions{})
 		}
 		var err error
@@ -432,14 +426,11 @@ func TestExportOfGridCheckpoint(t *testing.T) {
 	for _, shape := range []comm.Grid{{Data: 1, X: 1, Y: 1, Z: 1}, {Data: 2, X: 2, Y: 2, Z: 2}} {
 		dir := filepath.Join(t.TempDir(), "checkpoints")
 		save := func(g *parallel.Grid) error {
-			b := cpu.New(cpu.Options{Threads: 1})
-			m, err := llama.New(b, cfg, llama.Options{Parallel: g})
+			m, o, free, err := rankModel(cfg, weights, g, testAdamW)
 			if err != nil {
 				return err
 			}
-			defer m.Free()
-			m.SetWeights(weights)
-			o, _ := NewOptimizer(b, m.Params(), OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8})
+			defer free()
 			return SaveCheckpoint(dir, StepName(1), m, o, TrainerState{Step: 1}, SaveOptions{Files: map[string][]byte{"tokenizer.json": []byte("{}")}})
 		}
 		var err error
@@ -598,4 +589,24 @@ func TestGridResumeVerifiesTogether(t *testing.T) {
 			}
 		}
 	}
+}
+
+// testAdamW is the tests' AdamW.
+var testAdamW = OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8}
+
+// rankModel is one rank's model of cfg holding weights, with a fresh
+// optimizer, on a one-thread CPU backend; free releases both.
+func rankModel(cfg *checkpoints.Config, weights []checkpoints.Tensor, g *parallel.Grid, oc OptimizerConfig) (m *llama.Model, o *Optimizer, free func(), err error) {
+	b := cpu.New(cpu.Options{Threads: 1})
+	if m, err = llama.New(b, cfg, llama.Options{Parallel: g}); err != nil {
+		return nil, nil, nil, err
+	}
+	if err = m.SetWeights(weights); err == nil {
+		o, err = NewOptimizer(b, m.Params(), oc)
+	}
+	if err != nil {
+		m.Free()
+		return nil, nil, nil, err
+	}
+	return m, o, func() { o.Free(); m.Free() }, nil
 }
