@@ -3,6 +3,7 @@ package llama
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"testing"
 
@@ -228,6 +229,59 @@ func TestGridInference(t *testing.T) {
 		})
 		if err != nil {
 			t.Fatalf("%v: %v", shape, err)
+		}
+	}
+}
+
+// TestVocabParallelChunks: the vocabulary-parallel cross-entropy and argmax
+// gather one logit a row through int32 flat ids, in chunks of rows when the
+// batch × vocabulary slice would pass 2³¹; forced into chunks of two rows
+// here, a training step's loss and gradients and greedy generation are the
+// unchunked run's, bit for bit.
+func TestVocabParallelChunks(t *testing.T) {
+	cfg := gridConfig(false)
+	ref := randomModel(t, newBackend(1), cfg, Options{}, 13)
+	w := ref.Weights()
+	ref.Free()
+	batch := randomBatch(cfg, 3, 7, 6)
+	prompts := [][]int32{{1, 2, 3}, {4, 5, 6, 7, 8}, {9}}
+	type result struct {
+		loss  Loss
+		grads map[string][]float32
+		gen   string
+	}
+	run := func(limit int) result {
+		var mu sync.Mutex
+		var out result
+		err := onGrid(comm.Grid{Data: 1, X: 1, Y: 2, Z: 1}, cfg, w, func(g *parallel.Grid, m *Model) error {
+			m.flatRowsLimit = limit
+			l, grads, err := oneStep(m, batch)
+			if err != nil {
+				return err
+			}
+			gen, err := m.Generate(prompts, GenerateOptions{MaxNewTokens: 5})
+			if err != nil {
+				return err
+			}
+			if g.Rank() == 0 {
+				mu.Lock()
+				out = result{l, grads, fmt.Sprint(gen)}
+				mu.Unlock()
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	whole, chunked := run(0), run(2)
+	if fmt.Sprint(whole.loss) != fmt.Sprint(chunked.loss) || whole.gen != chunked.gen {
+		t.Errorf("chunked: loss %+v, generated %s; unchunked %+v, %s", chunked.loss, chunked.gen, whole.loss, whole.gen)
+	}
+	for name, g := range whole.grads {
+		if !slices.Equal(g, chunked.grads[name]) {
+			t.Errorf("%s: chunked gradient differs", name)
 		}
 	}
 }

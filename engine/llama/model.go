@@ -71,6 +71,9 @@ type Model struct {
 	zw     *zWeights // Z-gathering of weight blocks; nil without Z-sharding
 	zg     *zGrads   // Z reduce-scattering of weight gradients; nil without Z-sharding
 	units  units     // the weights a pass gathers, unit by unit
+	// flatRowsLimit, when positive, replaces flatRows' int32 bound (the
+	// tests make it small to run the chunked path on tiny shapes).
+	flatRowsLimit int
 }
 
 // New allocates a model of the given configuration with zero weights and

@@ -104,16 +104,21 @@ func (m *Model) sliceTargets(c *ceScratch, targets []int32) []int32 {
 func (m *Model) vocabCrossEntropy(ws *workspace, weights, report []float32, scale float32, grad bool) (losses, reportLosses []float32) {
 	b, c, Y := m.backend, ws.ce, m.d.y
 	n, V := ws.B*ws.T, m.d.V
-	flat := ws.logits.Reshape(n*V, 1)
+	per := m.flatRows(V)
 
 	b.Argmax(c.idx, ws.logits)
 	b.DownloadInt32(c.hIdx, c.idx)
 	for i := 0; i < n; i++ {
-		c.hFlat[i] = int32(i*V) + c.hIdx[i]
-		c.hFlat[n+i] = int32(i*V) + c.tloc[i]
+		base := int32((i % per) * V) // within its chunk's flat table
+		c.hFlat[i] = base + c.hIdx[i]
+		c.hFlat[n+i] = base + c.tloc[i]
 	}
 	b.UploadInt32(c.flat, c.hFlat)
-	b.Embedding(c.vals, flat, c.flat)
+	m.eachFlatChunk(ws.logits, n, V, func(r0, r1 int, table *engine.Tensor) {
+		for _, part := range [2]int{0, n} { // the argmaxes, then the targets
+			b.Embedding(c.vals.View(part+r0, r1-r0, 1), table, c.flat.View(part+r0, r1-r0))
+		}
+	})
 	b.Fill(c.ones, 1)
 	b.CrossEntropy(c.r, nil, ws.logits, c.idx, c.ones, 0)
 	check(m.gy.AllGather(c.all.View(0, Y*n), c.vals.View(0, n)))
@@ -171,7 +176,9 @@ func (m *Model) vocabCrossEntropy(ws *workspace, weights, report []float32, scal
 	b.Upload(ws.weights, c.hW[:n])
 	b.CrossEntropy(ws.losses, ws.logits, ws.logits, ws.targets, ws.weights, scale)
 	b.Upload(c.corr, c.hCorr[:n])
-	b.EmbeddingBackward(flat, c.corr, c.flat.View(n, n))
+	m.eachFlatChunk(ws.logits, n, V, func(r0, r1 int, table *engine.Tensor) {
+		b.EmbeddingBackward(table, c.corr.View(r0, r1-r0, 1), c.flat.View(n+r0, r1-r0))
+	})
 	return losses, reportLosses
 }
 
@@ -192,11 +199,14 @@ func (m *Model) argmax(out []int32, logits *engine.Tensor, c *ceScratch) {
 	idx, flatIDs, vals := c.idx.View(0, n), c.flat.View(0, n), c.vals.View(0, n, 1)
 	b.Argmax(idx, logits)
 	b.DownloadInt32(c.hIdx[:n], idx)
+	per := m.flatRows(V)
 	for i := 0; i < n; i++ {
-		c.hFlat[i] = int32(i*V) + c.hIdx[i]
+		c.hFlat[i] = int32((i%per)*V) + c.hIdx[i]
 	}
 	b.UploadInt32(flatIDs, c.hFlat[:n])
-	b.Embedding(vals, logits.Reshape(n*V, 1), flatIDs)
+	m.eachFlatChunk(logits, n, V, func(r0, r1 int, table *engine.Tensor) {
+		b.Embedding(vals.View(r0, r1-r0, 1), table, flatIDs.View(r0, r1-r0))
+	})
 	b.Download(c.hVals[:n], vals)
 	// Each slice sends its best value and, as the float32 with the same
 	// bits, its global id: an all-gather copies bits, so any id survives.
@@ -222,3 +232,26 @@ func (m *Model) argmax(out []int32, logits *engine.Tensor, c *ceScratch) {
 }
 
 func isNaN(v float32) bool { return v != v }
+
+// flatRows is how many rows of logits [n, V] one flat gather takes. The
+// cross-entropy reads and corrects one logit a row by viewing rows as a
+// flat [rows·V, 1] table for Embedding and EmbeddingBackward, whose ids
+// are int32: rows·V must stay below 2³¹ (16K tokens of a 128K vocabulary
+// slice already reach it), so larger batches go in chunks of rows.
+func (m *Model) flatRows(V int) int {
+	if m.flatRowsLimit > 0 {
+		return m.flatRowsLimit
+	}
+	return max(1, math.MaxInt32/V)
+}
+
+// eachFlatChunk calls f for each chunk [r0, r1) of flatRows rows of logits
+// [n, V], with the chunk viewed as one flat table [(r1−r0)·V, 1]; a row i's
+// ids in it are (i mod flatRows)·V + column.
+func (m *Model) eachFlatChunk(logits *engine.Tensor, n, V int, f func(r0, r1 int, table *engine.Tensor)) {
+	per := m.flatRows(V)
+	for r0 := 0; r0 < n; r0 += per {
+		r1 := min(n, r0+per)
+		f(r0, r1, logits.View(r0*V, (r1-r0)*V, 1))
+	}
+}
