@@ -38,7 +38,7 @@ func (b *Backend) CrossEntropy(losses, dLogits, logits, targets, weights *engine
 			}
 			d, ddt = dv.ptr, dv.dt()
 		}
-		b.launch(kCrossEntropy, grid1(n), rowThreads(v, 1024),
+		b.launch(kCrossEntropy, grid1(n), rowThreads(v, crossEntropyThreads),
 			l.ptr, l.dt(), d, ddt, x.ptr, x.dt(), t.ptr, w.ptr, w.dt(), int32(v), scale)
 	})
 }

@@ -49,6 +49,6 @@ func (b *Backend) SumSquares(dst, x *engine.Tensor) {
 		parts := max(1, (xs.n+sumSquaresBlock-1)/sumSquaresBlock)
 		partial := b.scratchBuffer(scratchReduce, uint64(parts)*8)
 		b.launch(kSumSquaresPartial, grid1(parts), block1(256), partial, xs.ptr, xs.dt(), int64(xs.n))
-		b.launch(kSumSquaresFinal, grid1(1), block1(1024), d.ptr, d.dt(), partial, int32(parts))
+		b.launch(kSumSquaresFinal, grid1(1), block1(sumSquaresThreads), d.ptr, d.dt(), partial, int32(parts))
 	})
 }

@@ -56,9 +56,15 @@ const (
 	// them with the #defines).
 	sumSquaresBlock = 16384 // SUMSQ_BLOCK in elementwise.cu
 	argmaxThreads   = 256   // ARGMAX_THREADS in crossentropy.cu
-	faThreads       = 128   // FA_THREADS in attention.cu
-	faRows          = 16    // FA_ROWS in attention.cu
-	faAccumulators  = 16    // FA_ACC in attention.cu
+	// The most threads a block of these kernels launches with: their
+	// __launch_bounds__, so that NVRTC keeps their registers within what
+	// a block of that many threads may have.
+	crossEntropyThreads = 1024 // CE_THREADS in crossentropy.cu
+	sumSquaresThreads   = 1024 // SUMSQ_THREADS in elementwise.cu
+	rmsnormThreads      = 512  // RMSNORM_THREADS in rmsnorm.cu
+	faThreads           = 128  // FA_THREADS in attention.cu
+	faRows              = 16   // FA_ROWS in attention.cu
+	faAccumulators      = 16   // FA_ACC in attention.cu
 )
 
 // kernelFileNames lists the kernel folder's files, in name order.

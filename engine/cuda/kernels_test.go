@@ -125,13 +125,16 @@ func TestSharedConstants(t *testing.T) {
 	src, headers := kernelSource()
 	all := src + headers["common.cuh"]
 	for name, want := range map[string]int{
-		"DT_F32":         int(engine.F32),
-		"DT_BF16":        int(engine.BF16),
-		"SUMSQ_BLOCK":    sumSquaresBlock,
-		"ARGMAX_THREADS": argmaxThreads,
-		"FA_THREADS":     faThreads,
-		"FA_ROWS":        faRows,
-		"FA_ACC":         faAccumulators,
+		"DT_F32":          int(engine.F32),
+		"DT_BF16":         int(engine.BF16),
+		"SUMSQ_BLOCK":     sumSquaresBlock,
+		"ARGMAX_THREADS":  argmaxThreads,
+		"CE_THREADS":      crossEntropyThreads,
+		"SUMSQ_THREADS":   sumSquaresThreads,
+		"RMSNORM_THREADS": rmsnormThreads,
+		"FA_THREADS":      faThreads,
+		"FA_ROWS":         faRows,
+		"FA_ACC":          faAccumulators,
 	} {
 		m := regexp.MustCompile(`#define ` + name + ` (\d+)`).FindStringSubmatch(all)
 		if m == nil {

@@ -29,7 +29,7 @@ func (b *Backend) RMSNorm(out, rstd, x, w *engine.Tensor, eps float32) {
 		o, r := b.floatView("RMSNorm", "out", out), b.floatView("RMSNorm", "rstd", rstd)
 		xs, ws := b.floatView("RMSNorm", "x", x), b.floatView("RMSNorm", "w", w)
 		n, h := rmsnormDims("RMSNorm", ws, r, o, xs)
-		b.launch(kRMSNorm, grid1(n), rowThreads(h, 512), o.ptr, o.dt(), r.ptr, r.dt(), xs.ptr, xs.dt(), ws.ptr, ws.dt(), int32(h), eps)
+		b.launch(kRMSNorm, grid1(n), rowThreads(h, rmsnormThreads), o.ptr, o.dt(), r.ptr, r.dt(), xs.ptr, xs.dt(), ws.ptr, ws.dt(), int32(h), eps)
 	})
 }
 
@@ -63,7 +63,7 @@ func (b *Backend) RMSNormBackward(dx, dw, dOut, x, w, rstd *engine.Tensor) {
 		b.launch(kRMSNormBackwardDwPart, dim3{uint32(cols), uint32(chunks), 1}, block1(256),
 			partial, g.ptr, g.dt(), xs.ptr, xs.dt(), r.ptr, r.dt(), int64(n), int32(h), int32(per))
 		b.launch(kRMSNormBackwardDwFinal, grid1(cols), block1(256), dws.ptr, dws.dt(), partial, int32(chunks), int32(h))
-		b.launch(kRMSNormBackwardDx, grid1(n), rowThreads(h, 512),
+		b.launch(kRMSNormBackwardDx, grid1(n), rowThreads(h, rmsnormThreads),
 			dxs.ptr, dxs.dt(), g.ptr, g.dt(), xs.ptr, xs.dt(), ws.ptr, ws.dt(), r.ptr, r.dt(), int32(h))
 	})
 }

@@ -16,7 +16,11 @@
 // zero loss and gradient whatever their target; a target outside [0, V) on
 // a weighted row gives NaN. dlogits may be logits: every thread reads x_t
 // before the first barrier, and rewrites only its own elements after it.
-extern "C" __global__ void cross_entropy(void* losses, int ldt, void* dlogits, int ddt, const void* logits, int xdt,
+// CE_THREADS is the most threads a cross_entropy block has (its launch
+// bounds; the host's crossEntropyThreads).
+#define CE_THREADS 1024
+
+extern "C" __global__ void __launch_bounds__(CE_THREADS) cross_entropy(void* losses, int ldt, void* dlogits, int ddt, const void* logits, int xdt,
                                          const int* targets, const void* weights, int wdt, int V, float scale) {
   i64 row = blockIdx.x, base = row * V;
   float w = load(weights, wdt, row);

@@ -67,7 +67,10 @@ extern "C" __global__ void sum_squares_partial(double* partial, const void* x, i
 
 // sum_squares_final adds the partial sums in float64 and stores the total,
 // rounded to float32, in dst[0]. One block.
-extern "C" __global__ void sum_squares_final(void* dst, int ddt, const double* partial, int parts) {
+// SUMSQ_THREADS is sum_squares_final's block (the host's sumSquaresThreads).
+#define SUMSQ_THREADS 1024
+
+extern "C" __global__ void __launch_bounds__(SUMSQ_THREADS) sum_squares_final(void* dst, int ddt, const double* partial, int parts) {
   double s = 0;
   for (int i = threadIdx.x; i < parts; i += blockDim.x) {
     s += partial[i];

@@ -6,7 +6,11 @@
 // rstd[i] = 1/sqrt(mean(x[i]²) + eps), the mean accumulated in float64.
 // One block per row. out may be x: each thread rewrites only the elements
 // it read, after the reduction has read them all.
-extern "C" __global__ void rmsnorm(void* out, int odt, void* rstd, int rdt, const void* x, int xdt, const void* w, int wdt,
+// RMSNORM_THREADS is the most threads a block of rmsnorm and
+// rmsnorm_backward_dx has (the host's rmsnormThreads).
+#define RMSNORM_THREADS 512
+
+extern "C" __global__ void __launch_bounds__(RMSNORM_THREADS) rmsnorm(void* out, int odt, void* rstd, int rdt, const void* x, int xdt, const void* w, int wdt,
                                    int h, float eps) {
   i64 base = (i64)blockIdx.x * h;
   double ss = 0;
@@ -29,7 +33,7 @@ extern "C" __global__ void rmsnorm(void* out, int odt, void* rstd, int rdt, cons
 //	dx = r·(w⊙dOut) − x·r³/H·Σ_k w_k·dOut_k·x_k
 //
 // in float64, rounded once. dx may be dOut.
-extern "C" __global__ void rmsnorm_backward_dx(void* dx, int dxdt, const void* dout, int gdt, const void* x, int xdt,
+extern "C" __global__ void __launch_bounds__(RMSNORM_THREADS) rmsnorm_backward_dx(void* dx, int dxdt, const void* dout, int gdt, const void* x, int xdt,
                                                const void* w, int wdt, const void* rstd, int rdt, int h) {
   i64 base = (i64)blockIdx.x * h;
   double dot = 0;
