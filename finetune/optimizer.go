@@ -101,16 +101,20 @@ func (o *Optimizer) Free() {
 // GradNorm is the global L2 norm of all gradients, summed in float64 in
 // parameter order.
 func GradNorm(b engine.Backend, params []*engine.Param) float64 {
-	acc := b.Alloc(engine.F32, 1)
-	defer b.Free(acc)
-	one := make([]float32, 1)
 	total := 0.0
-	for _, p := range params {
-		b.SumSquares(acc, p.Grad)
-		b.Download(one, acc)
-		total += float64(one[0])
+	for _, s := range engine.SumSquaresEach(b, grads(params)) {
+		total += float64(s)
 	}
 	return math.Sqrt(total)
+}
+
+// grads are the parameters' gradients, in order.
+func grads(params []*engine.Param) []*engine.Tensor {
+	gs := make([]*engine.Tensor, len(params))
+	for i, p := range params {
+		gs[i] = p.Grad
+	}
+	return gs
 }
 
 // ClipGradNorm scales every gradient by maxNorm/(norm+1e-6) when the

@@ -361,22 +361,21 @@ func (m *Model) ReduceGradients() (err error) {
 // parameter order. On a grid it is collective: every shard counts once,
 // a norm weight's copies on the Y and Z ranks once between them.
 func (m *Model) GradNorm() (float64, error) {
-	b := m.backend
-	acc := b.Alloc(engine.F32, 1)
-	defer b.Free(acc)
-	one := make([]float32, 1)
+	params := m.Params()
+	gs := make([]*engine.Tensor, len(params))
+	for i, p := range params {
+		gs[i] = p.Grad
+	}
 	matrices, norms := 0.0, 0.0
-	for _, p := range m.Params() {
-		b.SumSquares(acc, p.Grad)
-		b.Download(one, acc)
-		if g := m.Options.Parallel; g != nil && len(p.Full) == 1 {
-			norms += float64(one[0])
+	for i, s := range engine.SumSquaresEach(m.backend, gs) {
+		if g := m.Options.Parallel; g != nil && len(params[i].Full) == 1 {
+			norms += float64(s)
 		} else {
-			matrices += float64(one[0])
+			matrices += float64(s)
 		}
 	}
 	if g := m.Options.Parallel; g != nil {
-		total, err := g.SumUnique(b, matrices, norms)
+		total, err := g.SumUnique(m.backend, matrices, norms)
 		if err != nil {
 			return 0, err
 		}
