@@ -214,3 +214,36 @@ func TestEvaluateBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestReferenceScore: the reference-model score is the loss minus the
+// reference's loss, and Summarize's reference attack ranks by it.
+func TestReferenceScore(t *testing.T) {
+	if got := RefScore(2.5, 4); got != -1.5 {
+		t.Errorf("RefScore(2.5, 4) = %v", got)
+	}
+	f := func(v float64) *float64 { return &v }
+	// Losses alone rank the hard member (loss 3) below the easy
+	// non-members (losses 2 and 1.5): loss AUC 0.5. Against the reference, the
+	// members gain 2 and 1.5 nats, the non-members none: AUC 1.
+	res := []DocResult{
+		{Doc: 0, Member: true, Loss: 1, RefLoss: f(3), Probes: []Result{{K: 4}}},       // −2
+		{Doc: 1, Member: true, Loss: 3, RefLoss: f(4.5), Probes: []Result{{K: 4}}},     // −1.5
+		{Doc: 2, Member: false, Loss: 2, RefLoss: f(2), Probes: []Result{{K: 4}}},      // 0
+		{Doc: 3, Member: false, Loss: 1.5, RefLoss: f(1.25), Probes: []Result{{K: 4}}}, // 0.25
+	}
+	s := Summarize(res, Pythia(4, 4), 20, Bootstrap{Resamples: 10, Seed: 1, Level: 0.9}, false)
+	m := s.MIA
+	if m.LossAUC != 0.5 || !m.Reference || m.RefAUC != 1 || m.RefTPR1 != 1 || m.RefTPR01 != 1 {
+		t.Errorf("MIA %+v: want loss AUC 0.5, reference AUC and TPRs 1", m)
+	}
+	// Loss: the best non-member (1.5) beats the member at 3; the member at
+	// 1 alone is flagged at zero false positives.
+	if m.LossTPR1 != 0.5 || m.LossTPR01 != 0.5 {
+		t.Errorf("loss TPRs %v, %v; want 0.5", m.LossTPR1, m.LossTPR01)
+	}
+	// A document without a reference loss: no reference attack.
+	res[3].RefLoss = nil
+	if s := Summarize(res, Pythia(4, 4), 20, Bootstrap{Resamples: 10, Seed: 1, Level: 0.9}, false); s.MIA.Reference || s.MIA.RefAUC != 0 {
+		t.Errorf("partial reference: %+v", s.MIA)
+	}
+}

@@ -18,6 +18,7 @@ import (
 
 type evalMemFlags struct {
 	model            string
+	reference        string
 	data, nonMembers []string
 	split            string
 	protocol         string
@@ -45,7 +46,11 @@ with the true suffix: sequence exact match, token match fraction, ROUGE-L on
 tokens and on decoded words, and the longest exactly matching prefix. Beside
 extraction it scores membership inference: each document's loss, zlib-normalised
 loss and min-k% token probability, with the ROC AUC separating members from
-non-members.
+non-members and the true-positive rate at 1% and 0.1% false-positive rate (exact,
+from the empirical ROC; a threshold never splits tied scores, so with fewer than
+1,000 non-members 0.1% allows no false positive). --reference-model adds the
+reference-model attack: a document's loss minus its loss under a reference model
+with the same tokenizer (the base model, say; lower is member-like).
 
 --data is a dataset folder (memtrain data prepare): its train split are the
 members, its holdout split the non-members (--split picks). Or it is input
@@ -73,6 +78,7 @@ same probes and rank 0 writes the results, which equal one rank's.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.model, "model", "", "checkpoint folder, run folder (its latest checkpoint) or RUN/checkpoints/latest")
+	fl.StringVar(&f.reference, "reference-model", "", "a model with the same tokenizer (the base model, say): the reference-model attack scores loss minus its loss")
 	fl.StringSliceVar(&f.data, "data", nil, "dataset folder, or input files or folders of member documents (comma-separated)")
 	fl.StringSliceVar(&f.nonMembers, "non-members", nil, "input files of held-out documents (with input files as --data)")
 	fl.StringVar(&f.split, "split", "both", "with a dataset: train (members), holdout (non-members) or both")
@@ -127,20 +133,51 @@ func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
 	if _, err := modelPreflight(l, f.model, llama.Work{}); err != nil {
 		return fmt.Errorf("eval memorization: %w", err)
 	}
+	if f.reference != "" {
+		if f.reference, err = resolveModel(cmd.ErrOrStderr(), f.reference); err != nil {
+			return fmt.Errorf("eval memorization: --reference-model: %w", err)
+		}
+		if _, err := modelPreflight(l, f.reference, llama.Work{}); err != nil {
+			return fmt.Errorf("eval memorization: --reference-model: %w", err)
+		}
+	}
 	return l.Run(func(r launch.Rank) error {
 		lm, err := loadOn(f.model, r.Backend, llama.Options{Parallel: r.Grid}, false)
 		if err != nil {
 			return err
 		}
 		defer lm.model.Free()
-		return evalMemorization(cmd, f, p, lm, r.Lead())
+		var ref *loadedModel
+		if f.reference != "" {
+			if ref, err = loadOn(f.reference, r.Backend, llama.Options{Parallel: r.Grid}, false); err != nil {
+				return fmt.Errorf("eval memorization: --reference-model: %w", err)
+			}
+			defer ref.model.Free()
+			if err := sameTokenizer(lm, ref); err != nil {
+				return fmt.Errorf("eval memorization: --reference-model %s: %w", f.reference, err)
+			}
+		}
+		return evalMemorization(cmd, f, p, lm, ref, r.Lead())
 	})
+}
+
+// sameTokenizer refuses a reference model whose tokenizer differs from the
+// model's: the same vocabulary size, and the same tokenizer.json where both
+// have one.
+func sameTokenizer(lm, ref *loadedModel) error {
+	if a, b := lm.model.Config.VocabSize, ref.model.Config.VocabSize; a != b {
+		return fmt.Errorf("vocabulary of %d tokens, the model's %d: want the same tokenizer", b, a)
+	}
+	if lm.tok != nil && ref.tok != nil && lm.tok.Hash() != ref.tok.Hash() {
+		return fmt.Errorf("tokenizer.json differs from the model's (sha256 %.12s…, %.12s…): want the same tokenizer", ref.tok.Hash(), lm.tok.Hash())
+	}
+	return nil
 }
 
 // evalMemorization evaluates on one rank, or on one rank of a grid: every
 // rank makes the same model calls in the same order (the collectives
 // inside them pair up), and only the leader reports and writes.
-func evalMemorization(cmd *cobra.Command, f evalMemFlags, p memorization.Protocol, lm *loadedModel, leader bool) error {
+func evalMemorization(cmd *cobra.Command, f evalMemFlags, p memorization.Protocol, lm, ref *loadedModel, leader bool) error {
 	if lm.tok == nil && !isDataset(f.data) {
 		return errNoTokenizer(f.model)
 	}
@@ -155,6 +192,9 @@ func evalMemorization(cmd *cobra.Command, f evalMemFlags, p memorization.Protoco
 	}
 	cfg := memorization.EvalConfig{Protocol: p, Batch: f.batch, MinKPercent: f.minK, Strict: f.strict,
 		Bootstrap: memorization.Bootstrap{Resamples: f.resamples, Seed: f.seed, Level: 0.95}}
+	if ref != nil {
+		cfg.Reference = ref.model
+	}
 	if lm.tok != nil {
 		cfg.Decode = lm.tok.DecodeSkipSpecial
 		if eos, ok := lm.tok.EOS(); ok {

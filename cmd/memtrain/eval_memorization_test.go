@@ -18,7 +18,8 @@ func TestEvalMemorization(t *testing.T) {
 	if code != 0 {
 		t.Fatal(errs)
 	}
-	for _, want := range []string{"pythia(prefix 8, suffix 8): 8 documents (4 members, 4 non-members)", "non-members", "membership inference ROC AUC"} {
+	for _, want := range []string{"pythia(prefix 8, suffix 8): 8 documents (4 members, 4 non-members)", "non-members",
+		"membership inference  ROC AUC  TPR at 1% FPR %  TPR at 0.1% FPR %", "(4 non-members: 0 false positives allowed at 1% FPR, none at 0.1%)"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, stdout)
 		}
@@ -106,5 +107,57 @@ func TestEvalMemorizationParallel(t *testing.T) {
 	}
 	if _, errs, code := memtrain(t, "", append(args, "--out", grid, "--parallel", "x=3")...); code != 1 || !strings.Contains(errs, "--parallel") {
 		t.Errorf("bad grid: exit %d %q", code, errs)
+	}
+}
+
+// TestEvalMemorizationReference: --reference-model (two tiny random
+// checkpoints of one tokenizer) adds the reference attack to the summary,
+// docs.jsonl and the table; a missing or mismatched reference is one line.
+func TestEvalMemorizationReference(t *testing.T) {
+	base, ds := finetuneFixture(t, "builtin:llama2")
+	ref := filepath.Join(t.TempDir(), "ref")
+	if _, errs, code := memtrain(t, "", "init", "--out", ref, "--tokenizer", "builtin:llama2", "--hidden", "16", "--layers", "1",
+		"--heads", "2", "--kv-heads", "1", "--intermediate", "32", "--seed", "11"); code != 0 {
+		t.Fatal(errs)
+	}
+	out := filepath.Join(t.TempDir(), "eval")
+	args := []string{"eval", "memorization", "--model", base, "--data", ds, "--protocol", "pythia", "--prefix", "8", "--suffix", "8", "--limit", "4"}
+	stdout, errs, code := memtrain(t, "", append(args, "--out", out, "--reference-model", ref)...)
+	if code != 0 {
+		t.Fatal(errs)
+	}
+	if !strings.Contains(stdout, "reference (loss − reference loss)") {
+		t.Errorf("table lacks the reference attack:\n%s", stdout)
+	}
+	s, err := memorization.ReadSummary(filepath.Join(out, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.MIA.Reference || s.MIA.RefAUC <= 0 || s.MIA.RefAUC > 1 {
+		t.Errorf("MIA %+v", s.MIA)
+	}
+	raw, err := os.ReadFile(filepath.Join(out, "docs.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d memorization.DocResult
+	if err := json.Unmarshal([]byte(strings.SplitN(string(raw), "\n", 2)[0]), &d); err != nil || d.RefLoss == nil || *d.RefLoss <= 0 {
+		t.Errorf("first document %+v (%v): want a reference loss", d, err)
+	}
+	// The reference attack is the members' loss against the reference's:
+	// with the model itself as reference every score is 0, chance.
+	self := filepath.Join(t.TempDir(), "self")
+	if _, errs, code := memtrain(t, "", append(args, "--out", self, "--reference-model", base)...); code != 0 {
+		t.Fatal(errs)
+	} else if s, err := memorization.ReadSummary(filepath.Join(self, "summary.json")); err != nil || s.MIA.RefAUC != 0.5 || s.MIA.RefTPR1 != 0 {
+		t.Errorf("self reference: %+v (%v), want AUC 0.5 and TPR 0", s.MIA, err)
+	}
+	for _, tc := range []struct{ ref, want string }{
+		{filepath.Join(t.TempDir(), "none"), "eval memorization: --reference-model: finetune: model"},
+	} {
+		_, errs, code := memtrain(t, "", append(args, "--out", out, "--reference-model", tc.ref)...)
+		if code != 1 || !strings.Contains(errs, tc.want) || strings.Count(strings.TrimSpace(errs), "\n") > 0 {
+			t.Errorf("reference %s: exit %d, %q; want one line with %q", tc.ref, code, errs, tc.want)
+		}
 	}
 }
