@@ -37,6 +37,9 @@ type EvalConfig struct {
 	// Strict makes a document too short for the protocol an error instead
 	// of a skipped document.
 	Strict bool
+	// Sampling, with Samples > 0, adds probabilistic extraction (seeded
+	// sampled continuations of every probe) beside the greedy.
+	Sampling SampleConfig
 	// Reference, if set, is a model with the same tokenizer (the base
 	// model, say) whose loss on each document gives the reference-model
 	// membership score (RefScore). On a grid it is split as the target is.
@@ -58,6 +61,9 @@ func (c *EvalConfig) check() error {
 		if err := CheckMinKPercent(c.MinKPercent); err != nil {
 			return fmt.Errorf("memorization: min_k_percent %w", err)
 		}
+	}
+	if err := c.Sampling.Check(); err != nil {
+		return fmt.Errorf("memorization: %w", err)
 	}
 	return nil
 }
@@ -129,6 +135,17 @@ type Group struct {
 	// and Perplexity exp(Loss.Mean).
 	Loss       Interval `json:"loss"`
 	Perplexity float64  `json:"perplexity"`
+	// Sampled is probabilistic extraction, when the evaluation sampled.
+	Sampled *SampledGroup `json:"sampled,omitempty"`
+}
+
+// SampledGroup is a group's probabilistic extraction: the fraction of
+// documents extracted by at least one sampled continuation, and the mean
+// per-document extraction probability (the fraction of its samples that
+// reproduce the suffix).
+type SampledGroup struct {
+	Extracted   Interval `json:"extracted"`
+	Probability Interval `json:"extraction_prob"`
 }
 
 // PrefixSummary aggregates the probes of one prefix length (the goldfish
@@ -194,6 +211,8 @@ type Summary struct {
 	Prefixes   []PrefixSummary `json:"prefixes"`
 	MIA        MIA             `json:"membership_inference"`
 	Bootstrap  Bootstrap       `json:"bootstrap"`
+	// Sampling is the probabilistic extraction's settings, when it ran.
+	Sampling *SampleConfig `json:"sampling,omitempty"`
 }
 
 // Prefix returns the summary of prefix length k, or nil.
@@ -301,7 +320,7 @@ func Evaluate(m *llama.Model, docs []Document, cfg EvalConfig) (*Summary, []DocR
 		}
 		return len(probes[a].Prefix) - len(probes[b].Prefix)
 	})
-	opt := ExtractOptions{Batch: cfg.Batch, StopIDs: cfg.StopIDs, Decode: cfg.Decode}
+	opt := ExtractOptions{Batch: cfg.Batch, StopIDs: cfg.StopIDs, Decode: cfg.Decode, Sampling: cfg.Sampling}
 	for i := 0; i < len(order); i += cfg.Batch {
 		j := min(i+cfg.Batch, len(order))
 		batch := make([]Probe, j-i)
@@ -321,7 +340,12 @@ func Evaluate(m *llama.Model, docs []Document, cfg EvalConfig) (*Summary, []DocR
 	for i := range results {
 		slices.SortFunc(results[i].Probes, func(a, b Result) int { return a.K - b.K })
 	}
-	return Summarize(results, p, cfg.MinKPercent, cfg.Bootstrap, cfg.Decode != nil), results, nil
+	s := Summarize(results, p, cfg.MinKPercent, cfg.Bootstrap, cfg.Decode != nil)
+	if cfg.Sampling.Samples > 0 {
+		sc := cfg.Sampling
+		s.Sampling = &sc
+	}
+	return s, results, nil
 }
 
 // scoreDocs fills the loss, zlib and min-k% scores of the documents
@@ -464,7 +488,8 @@ func prefixKey(p Protocol, k int) int {
 // group aggregates the probes of prefix key k of the members (or
 // non-members).
 func group(results []DocResult, p Protocol, k int, member bool, bs Bootstrap) Group {
-	var exact, tok, rt, rw, pm, loss []float64
+	var exact, tok, rt, rw, pm, loss, hit, prob []float64
+	sampled := false
 	for _, r := range results {
 		if r.Member != member || r.Skipped != "" {
 			continue
@@ -479,6 +504,11 @@ func group(results []DocResult, p Protocol, k int, member bool, bs Bootstrap) Gr
 			rw = append(rw, pr.RougeLText)
 			pm = append(pm, float64(pr.PrefixMatch))
 			loss = append(loss, r.Loss)
+			if pr.Samples > 0 {
+				sampled = true
+			}
+			hit = append(hit, b2f(pr.SampleHits > 0))
+			prob = append(prob, pr.ExtractionProb())
 		}
 	}
 	// Each metric gets its own stream of resamples from the same seed, so
@@ -493,6 +523,9 @@ func group(results []DocResult, p Protocol, k int, member bool, bs Bootstrap) Gr
 	}
 	if len(loss) > 0 {
 		g.Perplexity = math.Exp(g.Loss.Mean)
+	}
+	if sampled {
+		g.Sampled = &SampledGroup{Extracted: interval(hit, bs, 7), Probability: interval(prob, bs, 8)}
 	}
 	return g
 }

@@ -1,6 +1,7 @@
 package memorization
 
 import (
+	"bytes"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -245,5 +246,52 @@ func TestReferenceScore(t *testing.T) {
 	res[3].RefLoss = nil
 	if s := Summarize(res, Pythia(4, 4), 20, Bootstrap{Resamples: 10, Seed: 1, Level: 0.9}, false); s.MIA.Reference || s.MIA.RefAUC != 0 {
 		t.Errorf("partial reference: %+v", s.MIA)
+	}
+}
+
+// TestEvaluateSampling: members the model memorized exactly (its own
+// greedy continuations) are extracted with probability 1 at temperature
+// → 0, beside greedy's exact match; the summary records the settings and
+// the table shows them.
+func TestEvaluateSampling(t *testing.T) {
+	m := tinyModel(t)
+	rng := rand.New(rand.NewPCG(3, 4))
+	var docs []Document
+	for i := range 4 {
+		prompt := make([]int32, 10)
+		for j := range prompt {
+			prompt[j] = int32(rng.IntN(31))
+		}
+		gen, err := m.Generate([][]int32{prompt}, llama.GenerateOptions{MaxNewTokens: 6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, Document{ID: i, Member: true, IDs: append(prompt, gen[0]...)})
+	}
+	sc := SampleConfig{Samples: 3, Temperature: 1e-6, Seed: 9}
+	sum, res, err := Evaluate(m, docs, EvalConfig{Protocol: Custom(10, 6), Batch: 5, Sampling: sc, Bootstrap: Bootstrap{Resamples: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := sum.Prefixes[0].Members
+	if g.Exact.Mean != 1 || g.Sampled == nil || g.Sampled.Extracted.Mean != 1 || g.Sampled.Probability.Mean != 1 {
+		t.Errorf("members %+v sampled %+v: want greedy and sampled extraction 1", g, g.Sampled)
+	}
+	if sum.Sampling == nil || *sum.Sampling != sc || res[0].Probes[0].Samples != 3 || res[0].Probes[0].SampleHits != 3 {
+		t.Errorf("sampling %+v, first probe %+v", sum.Sampling, res[0].Probes[0])
+	}
+	var b bytes.Buffer
+	if err := WriteTable(&b, sum); err != nil {
+		t.Fatal(err)
+	}
+	out := strings.Join(strings.Fields(b.String()), " ")
+	for _, want := range []string{"probabilistic extraction: 3 samples a document at temperature 1e-06, top-k 0 (the whole vocabulary), seed 9",
+		"10 members 4 100.0 [100.0, 100.0] 100.0 [100.0, 100.0] 100.0 [100.0, 100.0]"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+	if _, _, err := Evaluate(m, docs, EvalConfig{Protocol: Custom(10, 6), Sampling: SampleConfig{Samples: 1, Temperature: -1}}); err == nil || !strings.Contains(err.Error(), "temperature -1") {
+		t.Errorf("temperature -1: %v", err)
 	}
 }

@@ -38,6 +38,32 @@ func WriteTable(w io.Writer, s *Summary) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if sc := s.Sampling; sc != nil {
+		fmt.Fprintf(w, "\nprobabilistic extraction: %d samples a document at temperature %g, top-k %s, seed %d\n",
+			sc.Samples, sc.Temperature, topKText(sc.TopK), sc.Seed)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "prefix\tgroup\tdocs\tgreedy exact match %\textracted by a sample %\textraction probability %\t")
+		for _, p := range s.Prefixes {
+			k := fmt.Sprint(p.K)
+			if s.Name == "goldfish" {
+				k = "rest"
+			}
+			for _, g := range []struct {
+				name string
+				g    Group
+			}{{"members", p.Members}, {"non-members", p.NonMembers}} {
+				if g.g.Documents == 0 || g.g.Sampled == nil {
+					continue
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t\n", k, g.name, g.g.Documents,
+					percent(g.g.Exact), percent(g.g.Sampled.Extracted), percent(g.g.Sampled.Probability))
+				k = ""
+			}
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	if s.Members > 0 && s.NonMembers > 0 {
 		fmt.Fprintln(w)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -89,4 +115,11 @@ func MIAAttacks(m *MIA) []Attack {
 
 func percent(iv Interval) string {
 	return fmt.Sprintf("%.1f [%.1f, %.1f]", 100*iv.Mean, 100*iv.Lo, 100*iv.Hi)
+}
+
+func topKText(k int) string {
+	if k == 0 {
+		return "0 (the whole vocabulary)"
+	}
+	return fmt.Sprint(k)
 }

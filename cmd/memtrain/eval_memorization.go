@@ -29,6 +29,9 @@ type evalMemFlags struct {
 	minK             float64
 	resamples        int
 	seed             uint64
+	samples          int
+	temperature      float64
+	topK             int
 	strict           bool
 	out              string
 	engine           engineFlags
@@ -51,6 +54,12 @@ from the empirical ROC; a threshold never splits tied scores, so with fewer than
 1,000 non-members 0.1% allows no false positive). --reference-model adds the
 reference-model attack: a document's loss minus its loss under a reference model
 with the same tokenizer (the base model, say; lower is member-like).
+
+--samples N adds probabilistic extraction beside greedy: N continuations of every
+probe sampled at --temperature from the --top-k most likely tokens, seeded by
+--seed (the same for a seed whatever --batch or --parallel), reporting the fraction
+of documents extracted by at least one sample and the mean extraction probability
+(the fraction of a document's samples that reproduce its suffix exactly).
 
 --data is a dataset folder (memtrain data prepare): its train split are the
 members, its holdout split the non-members (--split picks). Or it is input
@@ -89,7 +98,10 @@ same probes and rank 0 writes the results, which equal one rank's.`,
 	fl.IntVar(&f.batch, "batch", 8, "probes decoded together")
 	fl.Float64Var(&f.minK, "min-k", 20, "k of the min-k% probability score, in percent")
 	fl.IntVar(&f.resamples, "resamples", 1000, "bootstrap resamples of the confidence intervals")
-	fl.Uint64Var(&f.seed, "seed", 0, "seed of the bootstrap")
+	fl.Uint64Var(&f.seed, "seed", 0, "seed of the bootstrap and of the sampled continuations")
+	fl.IntVar(&f.samples, "samples", 0, "sampled continuations a probe, for probabilistic extraction beside greedy (0: greedy only)")
+	fl.Float64Var(&f.temperature, "temperature", 1, "temperature of the sampled continuations (above 0)")
+	fl.IntVar(&f.topK, "top-k", 0, "sample from the k most likely tokens (0: the whole vocabulary)")
 	fl.BoolVar(&f.strict, "strict", false, "fail on documents too short for the protocol instead of skipping them")
 	fl.StringVar(&f.out, "out", "", "folder for summary.json and docs.jsonl")
 	f.engine.register(fl)
@@ -115,6 +127,12 @@ func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
 		return fmt.Errorf("eval memorization: --resamples %d: want 0 (1,000) or more", f.resamples)
 	case f.suffix < 0:
 		return fmt.Errorf("eval memorization: --suffix %d: want a length of 1 or more (0: the protocol's)", f.suffix)
+	case f.samples < 0:
+		return fmt.Errorf("eval memorization: --samples %d: want 0 (greedy only) or more", f.samples)
+	case !(f.temperature > 0) || math.IsInf(f.temperature, 1):
+		return fmt.Errorf("eval memorization: --temperature %v: want a number above 0", f.temperature)
+	case f.topK < 0:
+		return fmt.Errorf("eval memorization: --top-k %d: want 0 (the whole vocabulary) or more", f.topK)
 	}
 	if err := memorization.CheckMinKPercent(f.minK); err != nil {
 		return fmt.Errorf("eval memorization: --min-k %w", err)
@@ -194,6 +212,9 @@ func evalMemorization(cmd *cobra.Command, f evalMemFlags, p memorization.Protoco
 		Bootstrap: memorization.Bootstrap{Resamples: f.resamples, Seed: f.seed, Level: 0.95}}
 	if ref != nil {
 		cfg.Reference = ref.model
+	}
+	if f.samples > 0 {
+		cfg.Sampling = memorization.SampleConfig{Samples: f.samples, Temperature: f.temperature, TopK: f.topK, Seed: f.seed}
 	}
 	if lm.tok != nil {
 		cfg.Decode = lm.tok.DecodeSkipSpecial
