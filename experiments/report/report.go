@@ -465,7 +465,8 @@ func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, f
 		"from held-out documents: 0.5 is chance, 1 is perfect; MIA TPR at 1%% / 0.1%% FPR is the fraction of members "+
 		"a threshold on the score flags while flagging at most 1%% (0.1%%) of the held-out documents, read exactly "+
 		"off the empirical ROC (tied scores are never split; with fewer than 1,000 held-out documents 0.1%% allows "+
-		"no false positive). The reference attack scores a document's loss minus its loss under a reference model.\n\n", 100*level, resamples)
+		"no false positive). The reference attack scores a document's loss minus its loss under a reference model "+
+		"(in a study, the arm's base model before fine-tuning): lower is member-like.\n\n", 100*level, resamples)
 
 	for _, p := range protos {
 		fmt.Fprintf(&b, "## Protocol %s: %s\n\n", p.Key, p.Desc)
