@@ -828,7 +828,13 @@ func (r *Runner) runArm(ar armRun) error {
 		if batch <= 0 {
 			batch = 8 // memorization's default
 		}
-		l, err := r.evalLauncher(final, llama.Work{Batch: batch, SeqLen: r.Spec.Targets.MaxTokens})
+		// The base model, the reference-model attack's, is held beside.
+		baseCfg, err := checkpoints.ReadConfig(base)
+		if err != nil {
+			return err
+		}
+		beside := llama.Memory(baseCfg, llama.Work{Grid: r.Launch.Grid, Overlap: r.Launch.Overlap}).Params
+		l, err := r.evalLauncher(final, llama.Work{Batch: batch, SeqLen: r.Spec.Targets.MaxTokens, Beside: beside})
 		if err != nil {
 			return fmt.Errorf("experiments: eval %s: %w", name, err)
 		}

@@ -147,17 +147,21 @@ func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
 	}
 	f.model = model
 	// The probes' lengths are known once the documents are read, on the
-	// ranks: the model's own memory is checked before it loads.
-	if _, err := modelPreflight(l, f.model, llama.Work{}); err != nil {
-		return fmt.Errorf("eval memorization: %w", err)
-	}
+	// ranks: the models' own memory is checked before they load, the
+	// reference's weights beside the model's.
+	var beside int64
 	if f.reference != "" {
 		if f.reference, err = resolveModel(cmd.ErrOrStderr(), f.reference); err != nil {
 			return fmt.Errorf("eval memorization: --reference-model: %w", err)
 		}
-		if _, err := modelPreflight(l, f.reference, llama.Work{}); err != nil {
+		refCfg, err := modelPreflight(l, f.reference, llama.Work{})
+		if err != nil {
 			return fmt.Errorf("eval memorization: --reference-model: %w", err)
 		}
+		beside = llama.Memory(refCfg, llama.Work{Grid: l.Spec().Grid, Overlap: l.Spec().Overlap}).Params
+	}
+	if _, err := modelPreflight(l, f.model, llama.Work{Beside: beside}); err != nil {
+		return fmt.Errorf("eval memorization: %w", err)
 	}
 	return l.Run(func(r launch.Rank) error {
 		lm, err := loadOn(f.model, r.Backend, llama.Options{Parallel: r.Grid}, false)
