@@ -160,8 +160,37 @@ func TestEvalMemorizationReference(t *testing.T) {
 	} else if s, err := memorization.ReadSummary(filepath.Join(self, "summary.json")); err != nil || s.MIA.RefAUC != 0.5 || s.MIA.RefTPR1 != 0 {
 		t.Errorf("self reference: %+v (%v), want AUC 0.5 and TPR 0", s.MIA, err)
 	}
+	// Another tokenizer: another vocabulary, or the same size and another
+	// tokenizer.json.
+	other := filepath.Join(t.TempDir(), "llama3")
+	if _, errs, code := memtrain(t, "", "init", "--out", other, "--tokenizer", "builtin:llama3", "--hidden", "16", "--layers", "1",
+		"--heads", "2", "--kv-heads", "1", "--intermediate", "32"); code != 0 {
+		t.Fatal(errs)
+	}
+	edited := filepath.Join(t.TempDir(), "edited")
+	if err := os.MkdirAll(edited, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(ref, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Name() == "tokenizer.json" {
+			b = append(b, '\n')
+		}
+		if err := os.WriteFile(filepath.Join(edited, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct{ ref, want string }{
 		{filepath.Join(t.TempDir(), "none"), "eval memorization: --reference-model: finetune: model"},
+		{other, "vocabulary of 128256 tokens, the model's 32000: want the same tokenizer"},
+		{edited, "tokenizer.json differs from the model's"},
 	} {
 		_, errs, code := memtrain(t, "", append(args, "--out", out, "--reference-model", tc.ref)...)
 		if code != 1 || !strings.Contains(errs, tc.want) || strings.Count(strings.TrimSpace(errs), "\n") > 0 {
