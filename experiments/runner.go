@@ -828,12 +828,18 @@ func (r *Runner) runArm(ar armRun) error {
 		if batch <= 0 {
 			batch = 8 // memorization's default
 		}
-		l, err := r.evalLauncher(final, llama.Work{Batch: batch, SeqLen: r.Spec.Targets.MaxTokens})
+		// The base model, the reference-model attack's, is held beside.
+		baseCfg, err := checkpoints.ReadConfig(base)
+		if err != nil {
+			return err
+		}
+		beside := llama.Memory(baseCfg, llama.Work{Grid: r.Launch.Grid, Overlap: r.Launch.Overlap}).Params
+		l, err := r.evalLauncher(final, llama.Work{Batch: batch, SeqLen: r.Spec.Targets.MaxTokens, Beside: beside})
 		if err != nil {
 			return fmt.Errorf("experiments: eval %s: %w", name, err)
 		}
 		err = l.Run(func(rk launch.Rank) error {
-			return r.evaluateArm(rk, final, name, dir, protocols, todo, summaries)
+			return r.evaluateArm(rk, final, base, name, dir, protocols, todo, summaries)
 		})
 		if err != nil {
 			return err
@@ -853,18 +859,27 @@ func (r *Runner) runArm(ar armRun) error {
 // evaluateArm is one rank's evaluation of an arm's final checkpoint with
 // the protocols todo: every rank decodes every probe (the grid splits the
 // model, not the probes); the lead rank writes each evaluation and its
-// summary into summaries.
-func (r *Runner) evaluateArm(rk launch.Rank, final, name, dir string, protocols []memorization.Protocol, todo []int, summaries []*memorization.Summary) error {
-	ck, err := checkpoints.Open(final)
-	if err != nil {
-		return err
+// summary into summaries. The arm's base model is the reference of the
+// reference-model attack.
+func (r *Runner) evaluateArm(rk launch.Rank, final, base, name, dir string, protocols []memorization.Protocol, todo []int, summaries []*memorization.Summary) error {
+	load := func(path string) (*llama.Model, error) {
+		ck, err := checkpoints.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		defer ck.Close()
+		return llama.Load(rk.Backend, ck, llama.Options{Parallel: rk.Grid})
 	}
-	m, err := llama.Load(rk.Backend, ck, llama.Options{Parallel: rk.Grid})
-	ck.Close()
+	m, err := load(final)
 	if err != nil {
 		return err
 	}
 	defer m.Free()
+	ref, err := load(base)
+	if err != nil {
+		return fmt.Errorf("experiments: arm %s: the base model as reference: %w", name, err)
+	}
+	defer ref.Free()
 	docs := r.evalDocuments()
 	ev := r.Spec.Eval
 	for _, i := range todo {
@@ -872,7 +887,7 @@ func (r *Runner) evaluateArm(rk launch.Rank, final, name, dir string, protocols 
 		phase := "eval " + name + " " + p.Key()
 		cfg := memorization.EvalConfig{Protocol: p, Batch: ev.Batch, MinKPercent: ev.MinK,
 			Bootstrap: memorization.Bootstrap{Resamples: ev.Resamples, Seed: ev.Seed, Level: 0.95},
-			Decode:    r.tok.DecodeSkipSpecial}
+			Decode:    r.tok.DecodeSkipSpecial, Reference: ref}
 		if rk.Lead() {
 			cfg.Progress = func(scored, nDocs, decoded, probes int) {
 				r.progress(Progress{Phase: phase, Done: scored + decoded*nDocs/max(probes, 1), Total: 2 * nDocs})

@@ -121,6 +121,10 @@ func TestRunner(t *testing.T) {
 	if s := gf.Evals[0].Summary; s.Members != 3 || s.NonMembers != 3 || s.Prefixes[0].K != 8 {
 		t.Errorf("summary %+v", s)
 	}
+	// The base model is the reference of the reference-model attack.
+	if m := gf.Evals[0].Summary.MIA; !m.Reference || m.RefAUC <= 0 || m.RefAUC > 1 {
+		t.Errorf("reference attack %+v", m)
+	}
 
 	// Interrupt the goldfish arm after its step-2 checkpoint.
 	arm := filepath.Join(out, "arms", "goldfish-k2-s1")

@@ -37,6 +37,13 @@ type EvalConfig struct {
 	// Strict makes a document too short for the protocol an error instead
 	// of a skipped document.
 	Strict bool
+	// Sampling, with Samples > 0, adds probabilistic extraction (seeded
+	// sampled continuations of every probe) beside the greedy.
+	Sampling SampleConfig
+	// Reference, if set, is a model with the same tokenizer (the base
+	// model, say) whose loss on each document gives the reference-model
+	// membership score (RefScore). On a grid it is split as the target is.
+	Reference *llama.Model
 	// Progress, if set, is called after each batch with the documents
 	// scored and the probes decoded so far, and their totals.
 	Progress func(scored, docs, decoded, probes int)
@@ -54,6 +61,9 @@ func (c *EvalConfig) check() error {
 		if err := CheckMinKPercent(c.MinKPercent); err != nil {
 			return fmt.Errorf("memorization: min_k_percent %w", err)
 		}
+	}
+	if err := c.Sampling.Check(); err != nil {
+		return fmt.Errorf("memorization: %w", err)
 	}
 	return nil
 }
@@ -92,10 +102,13 @@ type DocResult struct {
 	Tokens int      `json:"tokens"`           // evaluated (after the protocol's truncation)
 	Probes []Result `json:"probes,omitempty"` // none when the document is skipped
 	// Membership-inference scores over the whole evaluated document.
-	Loss    float64 `json:"loss"`           // mean negative log-likelihood per target, nats
-	Zlib    float64 `json:"zlib,omitempty"` // Loss / zlib length of the text (lower: member-like)
-	MinK    float64 `json:"min_k"`          // mean of the lowest k% token log-probabilities (higher: member-like)
-	Skipped string  `json:"skipped,omitempty"`
+	Loss float64 `json:"loss"`           // mean negative log-likelihood per target, nats
+	Zlib float64 `json:"zlib,omitempty"` // Loss / zlib length of the text (lower: member-like)
+	MinK float64 `json:"min_k"`          // mean of the lowest k% token log-probabilities (higher: member-like)
+	// RefLoss is the document's loss under the reference model, when the
+	// evaluation had one (RefScore: Loss − RefLoss).
+	RefLoss *float64 `json:"ref_loss,omitempty"`
+	Skipped string   `json:"skipped,omitempty"`
 }
 
 // Interval is a mean with its bootstrap confidence interval.
@@ -122,6 +135,17 @@ type Group struct {
 	// and Perplexity exp(Loss.Mean).
 	Loss       Interval `json:"loss"`
 	Perplexity float64  `json:"perplexity"`
+	// Sampled is probabilistic extraction, when the evaluation sampled.
+	Sampled *SampledGroup `json:"sampled,omitempty"`
+}
+
+// SampledGroup is a group's probabilistic extraction: the fraction of
+// documents extracted by at least one sampled continuation, and the mean
+// per-document extraction probability (the fraction of its samples that
+// reproduce the suffix).
+type SampledGroup struct {
+	Extracted   Interval `json:"extracted"`
+	Probability Interval `json:"extraction_prob"`
 }
 
 // PrefixSummary aggregates the probes of one prefix length (the goldfish
@@ -132,15 +156,47 @@ type PrefixSummary struct {
 	NonMembers Group `json:"non_members"`
 }
 
-// MIA is the membership inference of a summary: the ROC AUC with which
-// each score separates members from non-members (0.5 is chance; 0 when a
-// set is empty).
+// MIA is the membership inference of a summary: for each score, the ROC
+// AUC with which it separates members from non-members (0.5 is chance; 0
+// when a set is empty) and the true-positive rate at 1% and 0.1%
+// false-positive rate ([TPRAtFPR]: exact, from the empirical ROC; ties are
+// never split). The reference-model score (Ref) is a document's loss
+// minus its loss under a reference model (lower: member-like), present when
+// the evaluation had one.
 type MIA struct {
 	LossAUC     float64 `json:"loss_auc"`
+	LossTPR1    float64 `json:"loss_tpr_at_1pct_fpr"`
+	LossTPR01   float64 `json:"loss_tpr_at_0.1pct_fpr"`
 	ZlibAUC     float64 `json:"zlib_auc,omitempty"`
+	ZlibTPR1    float64 `json:"zlib_tpr_at_1pct_fpr,omitempty"`
+	ZlibTPR01   float64 `json:"zlib_tpr_at_0.1pct_fpr,omitempty"`
 	MinKAUC     float64 `json:"min_k_auc"`
+	MinKTPR1    float64 `json:"min_k_tpr_at_1pct_fpr"`
+	MinKTPR01   float64 `json:"min_k_tpr_at_0.1pct_fpr"`
 	MinKPercent float64 `json:"min_k_percent"`
+	// Reference says the reference-model score was measured.
+	Reference bool    `json:"reference,omitempty"`
+	RefAUC    float64 `json:"ref_auc,omitempty"`
+	RefTPR1   float64 `json:"ref_tpr_at_1pct_fpr,omitempty"`
+	RefTPR01  float64 `json:"ref_tpr_at_0.1pct_fpr,omitempty"`
 }
+
+// The false-positive rates at which MIA reports true-positive rates.
+const (
+	FPR1  = 0.01
+	FPR01 = 0.001
+)
+
+// attack returns a score's AUC and its TPRs at FPR1 and FPR01.
+func attack(mem, non []float64, higherIsMember bool) (auc, tpr1, tpr01 float64) {
+	return ROCAUC(mem, non, higherIsMember), TPRAtFPR(mem, non, higherIsMember, FPR1), TPRAtFPR(mem, non, higherIsMember, FPR01)
+}
+
+// RefScore is the reference-model membership score of a document: its loss
+// under the target model minus its loss under the reference model, in nats
+// per token. Lower means member-like: the target finds the document easier
+// than a model that never saw it does, beyond how easy the text is.
+func RefScore(loss, refLoss float64) float64 { return loss - refLoss }
 
 // Summary is an evaluation's aggregate: summary.json.
 type Summary struct {
@@ -155,6 +211,8 @@ type Summary struct {
 	Prefixes   []PrefixSummary `json:"prefixes"`
 	MIA        MIA             `json:"membership_inference"`
 	Bootstrap  Bootstrap       `json:"bootstrap"`
+	// Sampling is the probabilistic extraction's settings, when it ran.
+	Sampling *SampleConfig `json:"sampling,omitempty"`
 }
 
 // Prefix returns the summary of prefix length k, or nil.
@@ -188,6 +246,14 @@ func Evaluate(m *llama.Model, docs []Document, cfg EvalConfig) (*Summary, []DocR
 	maxPos := m.Config.MaxPositionEmbeddings
 	if p.MaxTokens == 0 || p.MaxTokens > maxPos {
 		p.MaxTokens = maxPos
+	}
+	if r := cfg.Reference; r != nil {
+		if r.Config.VocabSize != m.Config.VocabSize {
+			return nil, nil, fmt.Errorf("memorization: the reference model's vocabulary has %d tokens, the model's %d: want the same tokenizer", r.Config.VocabSize, m.Config.VocabSize)
+		}
+		if r.Config.MaxPositionEmbeddings < p.MaxTokens {
+			return nil, nil, fmt.Errorf("memorization: the reference model's context of %d tokens is shorter than the %d evaluated", r.Config.MaxPositionEmbeddings, p.MaxTokens)
+		}
 	}
 	results := make([]DocResult, len(docs))
 	var probes []Probe
@@ -234,6 +300,11 @@ func Evaluate(m *llama.Model, docs []Document, cfg EvalConfig) (*Summary, []DocR
 	}); err != nil {
 		return nil, nil, err
 	}
+	if cfg.Reference != nil {
+		if err := refLosses(cfg.Reference, docs, results, p.MaxTokens, cfg.Batch); err != nil {
+			return nil, nil, err
+		}
+	}
 	scored = len(docs)
 
 	// Extraction: keep probes of equal suffix length and similar prefix
@@ -249,7 +320,7 @@ func Evaluate(m *llama.Model, docs []Document, cfg EvalConfig) (*Summary, []DocR
 		}
 		return len(probes[a].Prefix) - len(probes[b].Prefix)
 	})
-	opt := ExtractOptions{Batch: cfg.Batch, StopIDs: cfg.StopIDs, Decode: cfg.Decode}
+	opt := ExtractOptions{Batch: cfg.Batch, StopIDs: cfg.StopIDs, Decode: cfg.Decode, Sampling: cfg.Sampling}
 	for i := 0; i < len(order); i += cfg.Batch {
 		j := min(i+cfg.Batch, len(order))
 		batch := make([]Probe, j-i)
@@ -269,7 +340,12 @@ func Evaluate(m *llama.Model, docs []Document, cfg EvalConfig) (*Summary, []DocR
 	for i := range results {
 		slices.SortFunc(results[i].Probes, func(a, b Result) int { return a.K - b.K })
 	}
-	return Summarize(results, p, cfg.MinKPercent, cfg.Bootstrap, cfg.Decode != nil), results, nil
+	s := Summarize(results, p, cfg.MinKPercent, cfg.Bootstrap, cfg.Decode != nil)
+	if cfg.Sampling.Samples > 0 {
+		sc := cfg.Sampling
+		s.Sampling = &sc
+	}
+	return s, results, nil
 }
 
 // scoreDocs fills the loss, zlib and min-k% scores of the documents
@@ -309,6 +385,32 @@ func scoreDocs(m *llama.Model, docs []Document, out []DocResult, maxTokens int, 
 	return nil
 }
 
+// refLosses sets the reference model's loss of every scored document,
+// over the same targets as its loss.
+func refLosses(ref *llama.Model, docs []Document, out []DocResult, maxTokens, batch int) error {
+	seqs := make([][]int32, len(docs))
+	for b, d := range docs {
+		seqs[b] = d.IDs[:min(len(d.IDs), maxTokens)]
+	}
+	sc, err := ref.Score(llama.NewWindows(seqs, max(1, maxTokens-1)), llama.ScoreOptions{Docs: max(1, len(docs)), Batch: batch, PerToken: true})
+	if err != nil {
+		return fmt.Errorf("memorization: scoring documents with the reference model: %w", err)
+	}
+	for b := range docs {
+		losses := sc.Tokens[b]
+		if len(losses) < 1 {
+			continue
+		}
+		sum := 0.0
+		for _, l := range losses {
+			sum += float64(l)
+		}
+		v := sum / float64(len(losses))
+		out[b].RefLoss = &v
+	}
+	return nil
+}
+
 // Summarize aggregates per-document results: per prefix length, members
 // and non-members side by side, each mean with a bootstrap interval, and
 // the membership-inference AUCs. words says whether word-level ROUGE-L and
@@ -318,7 +420,8 @@ func Summarize(results []DocResult, p Protocol, minKPercent float64, bs Bootstra
 		Documents: len(results), Bootstrap: bs}
 	var ks []int
 	seen := map[int]bool{}
-	var memLoss, nonLoss, memZ, nonZ, memK, nonK []float64
+	var memLoss, nonLoss, memZ, nonZ, memK, nonK, memR, nonR []float64
+	ref := true // every scored document has a reference loss
 	for _, r := range results {
 		if r.Member {
 			s.Members++
@@ -336,10 +439,19 @@ func Summarize(results []DocResult, p Protocol, minKPercent float64, bs Bootstra
 				ks = append(ks, k)
 			}
 		}
+		if r.RefLoss == nil {
+			ref = false
+		}
 		if r.Member {
 			memLoss, memZ, memK = append(memLoss, r.Loss), append(memZ, r.Zlib), append(memK, r.MinK)
+			if ref {
+				memR = append(memR, RefScore(r.Loss, *r.RefLoss))
+			}
 		} else {
 			nonLoss, nonZ, nonK = append(nonLoss, r.Loss), append(nonZ, r.Zlib), append(nonK, r.MinK)
+			if ref {
+				nonR = append(nonR, RefScore(r.Loss, *r.RefLoss))
+			}
 		}
 	}
 	slices.Sort(ks)
@@ -351,10 +463,14 @@ func Summarize(results []DocResult, p Protocol, minKPercent float64, bs Bootstra
 	}
 	s.MIA = MIA{MinKPercent: minKPercent}
 	if len(memLoss) > 0 && len(nonLoss) > 0 {
-		s.MIA.LossAUC = ROCAUC(memLoss, nonLoss, false)
-		s.MIA.MinKAUC = ROCAUC(memK, nonK, true)
+		s.MIA.LossAUC, s.MIA.LossTPR1, s.MIA.LossTPR01 = attack(memLoss, nonLoss, false)
+		s.MIA.MinKAUC, s.MIA.MinKTPR1, s.MIA.MinKTPR01 = attack(memK, nonK, true)
 		if words {
-			s.MIA.ZlibAUC = ROCAUC(memZ, nonZ, false)
+			s.MIA.ZlibAUC, s.MIA.ZlibTPR1, s.MIA.ZlibTPR01 = attack(memZ, nonZ, false)
+		}
+		if ref {
+			s.MIA.Reference = true
+			s.MIA.RefAUC, s.MIA.RefTPR1, s.MIA.RefTPR01 = attack(memR, nonR, false)
 		}
 	}
 	return s
@@ -372,7 +488,8 @@ func prefixKey(p Protocol, k int) int {
 // group aggregates the probes of prefix key k of the members (or
 // non-members).
 func group(results []DocResult, p Protocol, k int, member bool, bs Bootstrap) Group {
-	var exact, tok, rt, rw, pm, loss []float64
+	var exact, tok, rt, rw, pm, loss, hit, prob []float64
+	sampled := false
 	for _, r := range results {
 		if r.Member != member || r.Skipped != "" {
 			continue
@@ -387,6 +504,11 @@ func group(results []DocResult, p Protocol, k int, member bool, bs Bootstrap) Gr
 			rw = append(rw, pr.RougeLText)
 			pm = append(pm, float64(pr.PrefixMatch))
 			loss = append(loss, r.Loss)
+			if pr.Samples > 0 {
+				sampled = true
+			}
+			hit = append(hit, b2f(pr.SampleHits > 0))
+			prob = append(prob, pr.ExtractionProb())
 		}
 	}
 	// Each metric gets its own stream of resamples from the same seed, so
@@ -401,6 +523,9 @@ func group(results []DocResult, p Protocol, k int, member bool, bs Bootstrap) Gr
 	}
 	if len(loss) > 0 {
 		g.Perplexity = math.Exp(g.Loss.Mean)
+	}
+	if sampled {
+		g.Sampled = &SampledGroup{Extracted: interval(hit, bs, 7), Probability: interval(prob, bs, 8)}
 	}
 	return g
 }

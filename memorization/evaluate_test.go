@@ -1,6 +1,7 @@
 package memorization
 
 import (
+	"bytes"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -212,5 +213,85 @@ func TestEvaluateBadConfig(t *testing.T) {
 		if err := CheckMinKPercent(k); err != nil {
 			t.Errorf("CheckMinKPercent(%v): %v", k, err)
 		}
+	}
+}
+
+// TestReferenceScore: the reference-model score is the loss minus the
+// reference's loss, and Summarize's reference attack ranks by it.
+func TestReferenceScore(t *testing.T) {
+	if got := RefScore(2.5, 4); got != -1.5 {
+		t.Errorf("RefScore(2.5, 4) = %v", got)
+	}
+	f := func(v float64) *float64 { return &v }
+	// Losses alone rank the hard member (loss 3) below the easy
+	// non-members (losses 2 and 1.5): loss AUC 0.5. Against the reference, the
+	// members gain 2 and 1.5 nats, the non-members none: AUC 1.
+	res := []DocResult{
+		{Doc: 0, Member: true, Loss: 1, RefLoss: f(3), Probes: []Result{{K: 4}}},       // −2
+		{Doc: 1, Member: true, Loss: 3, RefLoss: f(4.5), Probes: []Result{{K: 4}}},     // −1.5
+		{Doc: 2, Member: false, Loss: 2, RefLoss: f(2), Probes: []Result{{K: 4}}},      // 0
+		{Doc: 3, Member: false, Loss: 1.5, RefLoss: f(1.25), Probes: []Result{{K: 4}}}, // 0.25
+	}
+	s := Summarize(res, Pythia(4, 4), 20, Bootstrap{Resamples: 10, Seed: 1, Level: 0.9}, false)
+	m := s.MIA
+	if m.LossAUC != 0.5 || !m.Reference || m.RefAUC != 1 || m.RefTPR1 != 1 || m.RefTPR01 != 1 {
+		t.Errorf("MIA %+v: want loss AUC 0.5, reference AUC and TPRs 1", m)
+	}
+	// Loss: the best non-member (1.5) beats the member at 3; the member at
+	// 1 alone is flagged at zero false positives.
+	if m.LossTPR1 != 0.5 || m.LossTPR01 != 0.5 {
+		t.Errorf("loss TPRs %v, %v; want 0.5", m.LossTPR1, m.LossTPR01)
+	}
+	// A document without a reference loss: no reference attack.
+	res[3].RefLoss = nil
+	if s := Summarize(res, Pythia(4, 4), 20, Bootstrap{Resamples: 10, Seed: 1, Level: 0.9}, false); s.MIA.Reference || s.MIA.RefAUC != 0 {
+		t.Errorf("partial reference: %+v", s.MIA)
+	}
+}
+
+// TestEvaluateSampling: members the model memorized exactly (its own
+// greedy continuations) are extracted with probability 1 at temperature
+// → 0, beside greedy's exact match; the summary records the settings and
+// the table shows them.
+func TestEvaluateSampling(t *testing.T) {
+	m := tinyModel(t)
+	rng := rand.New(rand.NewPCG(3, 4))
+	var docs []Document
+	for i := range 4 {
+		prompt := make([]int32, 10)
+		for j := range prompt {
+			prompt[j] = int32(rng.IntN(31))
+		}
+		gen, err := m.Generate([][]int32{prompt}, llama.GenerateOptions{MaxNewTokens: 6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, Document{ID: i, Member: true, IDs: append(prompt, gen[0]...)})
+	}
+	sc := SampleConfig{Samples: 3, Temperature: 1e-6, Seed: 9}
+	sum, res, err := Evaluate(m, docs, EvalConfig{Protocol: Custom(10, 6), Batch: 5, Sampling: sc, Bootstrap: Bootstrap{Resamples: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := sum.Prefixes[0].Members
+	if g.Exact.Mean != 1 || g.Sampled == nil || g.Sampled.Extracted.Mean != 1 || g.Sampled.Probability.Mean != 1 {
+		t.Errorf("members %+v sampled %+v: want greedy and sampled extraction 1", g, g.Sampled)
+	}
+	if sum.Sampling == nil || *sum.Sampling != sc || res[0].Probes[0].Samples != 3 || res[0].Probes[0].SampleHits != 3 {
+		t.Errorf("sampling %+v, first probe %+v", sum.Sampling, res[0].Probes[0])
+	}
+	var b bytes.Buffer
+	if err := WriteTable(&b, sum); err != nil {
+		t.Fatal(err)
+	}
+	out := strings.Join(strings.Fields(b.String()), " ")
+	for _, want := range []string{"probabilistic extraction: 3 samples a document at temperature 1e-06, top-k 0 (the whole vocabulary), seed 9",
+		"10 members 4 100.0 [100.0, 100.0] 100.0 [100.0, 100.0] 100.0 [100.0, 100.0]"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+	if _, _, err := Evaluate(m, docs, EvalConfig{Protocol: Custom(10, 6), Sampling: SampleConfig{Samples: 1, Temperature: -1}}); err == nil || !strings.Contains(err.Error(), "temperature -1") {
+		t.Errorf("temperature -1: %v", err)
 	}
 }

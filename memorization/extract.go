@@ -17,6 +17,64 @@ type Result struct {
 	PrefixMatch int     `json:"prefix_match"`
 	RougeLIDs   float64 `json:"rougeL_tokens"`          // F1 over token ids
 	RougeLText  float64 `json:"rougeL_words,omitempty"` // F1 over decoded words, when a decoder is given
+	// Samples sampled continuations were decoded (Sampling), SampleHits of
+	// which reproduce the suffix exactly.
+	Samples    int `json:"samples,omitempty"`
+	SampleHits int `json:"sample_hits,omitempty"`
+}
+
+// ExtractionProb is the probe's extraction probability: the fraction of
+// its sampled continuations that reproduce the suffix exactly (0 without
+// samples).
+func (r *Result) ExtractionProb() float64 {
+	if r.Samples == 0 {
+		return 0
+	}
+	return float64(r.SampleHits) / float64(r.Samples)
+}
+
+// SampleConfig is probabilistic extraction: Samples continuations of every
+// probe drawn at Temperature from the TopK most likely tokens (0: all),
+// seeded. A probe's samples depend on Seed, the probe (its document id,
+// prefix length and prefix) and the sample's index alone: not on the
+// batch, the other probes or the grid.
+type SampleConfig struct {
+	Samples     int     `json:"samples"`
+	Temperature float64 `json:"temperature"`
+	TopK        int     `json:"top_k"`
+	Seed        uint64  `json:"seed"`
+}
+
+// Check refuses a negative sample count, and, with samples, a temperature
+// that is not above 0 or a negative top-k.
+func (c SampleConfig) Check() error {
+	if c.Samples < 0 {
+		return fmt.Errorf("samples %d: want 0 (greedy only) or more", c.Samples)
+	}
+	if c.Samples == 0 {
+		return nil
+	}
+	return (&llama.Sampling{Temperature: c.Temperature, TopK: c.TopK}).Check()
+}
+
+// sampleSeed is the seed of sample n of probe p: a mix (SplitMix64's
+// finaliser) of the configuration's seed, the probe's document id, prefix
+// length and prefix tokens, and n.
+func sampleSeed(seed uint64, p Probe, n int) uint64 {
+	mix := func(h, v uint64) uint64 {
+		h ^= v + 0x9e3779b97f4a7c15 + h<<6 + h>>2
+		h ^= h >> 30
+		h *= 0xbf58476d1ce4e5b9
+		h ^= h >> 27
+		h *= 0x94d049bb133111eb
+		return h ^ h>>31
+	}
+	h := mix(seed, uint64(int64(p.Doc)))
+	h = mix(h, uint64(p.K))
+	for _, id := range p.Prefix {
+		h = mix(h, uint64(uint32(id)))
+	}
+	return mix(h, uint64(n))
 }
 
 // ExtractOptions control Extract.
@@ -24,13 +82,20 @@ type ExtractOptions struct {
 	Batch   int                  // probes decoded together (default 8)
 	StopIDs []int32              // an early stop (EOS) ends a continuation
 	Decode  func([]int32) string // turns ids into text for word-level ROUGE-L; nil skips it
+	// Sampling, with Samples > 0, adds probabilistic extraction beside the
+	// greedy: each probe's sampled continuations, decoded Batch at a time.
+	Sampling SampleConfig
 }
 
 // Extract decodes every probe greedily for as many tokens as its suffix
-// and scores the continuation against the suffix.
+// and scores the continuation against the suffix; with opt.Sampling it
+// also counts the sampled continuations that reproduce the suffix.
 func Extract(m *llama.Model, probes []Probe, opt ExtractOptions) ([]Result, error) {
 	if opt.Batch <= 0 {
 		opt.Batch = 8
+	}
+	if err := opt.Sampling.Check(); err != nil {
+		return nil, fmt.Errorf("memorization: %w", err)
 	}
 	out := make([]Result, 0, len(probes))
 	for i := 0; i < len(probes); {
@@ -57,7 +122,47 @@ func Extract(m *llama.Model, probes []Probe, opt ExtractOptions) ([]Result, erro
 			}
 			out = append(out, r)
 		}
+		if opt.Sampling.Samples > 0 {
+			if err := sampleExtract(m, probes[i:j], out[len(out)-(j-i):], opt); err != nil {
+				return nil, err
+			}
+		}
 		i = j
 	}
 	return out, nil
+}
+
+// sampleExtract decodes opt.Sampling.Samples sampled continuations of each
+// probe (all of one suffix length), opt.Batch at a time, and counts in res
+// those that reproduce the suffix.
+func sampleExtract(m *llama.Model, probes []Probe, res []Result, opt ExtractOptions) error {
+	sc := opt.Sampling
+	type copyOf struct{ probe, n int }
+	var all []copyOf
+	for k := range probes {
+		for n := 0; n < sc.Samples; n++ {
+			all = append(all, copyOf{k, n})
+		}
+		res[k].Samples, res[k].SampleHits = sc.Samples, 0
+	}
+	for i := 0; i < len(all); i += opt.Batch {
+		chunk := all[i:min(i+opt.Batch, len(all))]
+		prompts := make([][]int32, len(chunk))
+		seeds := make([]uint64, len(chunk))
+		for c, cp := range chunk {
+			prompts[c] = probes[cp.probe].Prefix
+			seeds[c] = sampleSeed(sc.Seed, probes[cp.probe], cp.n)
+		}
+		gen, err := m.Generate(prompts, llama.GenerateOptions{MaxNewTokens: len(probes[0].Suffix), StopIDs: opt.StopIDs,
+			Sampling: &llama.Sampling{Temperature: sc.Temperature, TopK: sc.TopK, Seeds: seeds}})
+		if err != nil {
+			return fmt.Errorf("memorization: sampling document %d: %w", probes[chunk[0].probe].Doc, err)
+		}
+		for c, cp := range chunk {
+			if ExactMatch(gen[c], probes[cp.probe].Suffix) {
+				res[cp.probe].SampleHits++
+			}
+		}
+	}
+	return nil
 }

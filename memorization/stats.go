@@ -109,3 +109,47 @@ func quantile(s []float64, q float64) float64 {
 	frac := pos - float64(i)
 	return s[i] + frac*(s[i+1]-s[i])
 }
+
+// TPRAtFPR returns the true-positive rate of a membership-inference score at
+// a false-positive rate of at most alpha (e.g. 0.01), read exactly off the
+// empirical ROC curve: the largest fraction of members flagged by a
+// threshold that flags at most alpha of the non-members. A threshold flags
+// every document scoring at least as member-like as it, so it cannot split
+// tied scores: a tie between a member and a non-member flags both or
+// neither (ties are broken conservatively, never in the attack's favour).
+// With fewer than 1/alpha non-members no false positive is allowed, and the
+// result is the fraction of members scoring strictly more member-like than
+// every non-member. higherIsMember orients the score as for [ROCAUC]. It
+// returns 0 when either set is empty. Scores must not be NaN.
+func TPRAtFPR(members, nonMembers []float64, higherIsMember bool, alpha float64) float64 {
+	n1, n0 := len(members), len(nonMembers)
+	if n1 == 0 || n0 == 0 {
+		return 0
+	}
+	sign := 1.0
+	if !higherIsMember {
+		sign = -1
+	}
+	mem := make([]float64, n1)
+	for i, s := range members {
+		mem[i] = -sign * s // ascending order: most member-like first
+	}
+	non := make([]float64, n0)
+	for i, s := range nonMembers {
+		non[i] = -sign * s
+	}
+	sort.Float64s(mem)
+	sort.Float64s(non)
+	// The false positives allowed: floor(alpha·n0), with a little slack so
+	// that 0.01·300 is 3 whatever the rounding.
+	allowed := int(math.Floor(alpha*float64(n0) + 1e-9))
+	if allowed >= n0 {
+		return 1
+	}
+	// The threshold flags every score below non[allowed] (ordered most
+	// member-like first): the next non-member, and all tied with it, must
+	// stay unflagged, so members tied with it do too.
+	cut := non[allowed]
+	tp := sort.SearchFloat64s(mem, cut) // members strictly more member-like than cut
+	return float64(tp) / float64(n1)
+}

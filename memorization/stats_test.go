@@ -177,3 +177,39 @@ func TestQuantile(t *testing.T) {
 		}
 	}
 }
+
+func TestTPRAtFPR(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		mem, non []float64
+		higher   bool
+		alpha    float64
+		want     float64
+	}{
+		// 3 non-members: 1% allows no false positive; members above the
+		// best non-member (0.7) are 0.9 and 0.8.
+		{"no false positive", []float64{0.9, 0.8, 0.6, 0.1}, []float64{0.7, 0.5, 0.2}, true, 0.01, 0.5},
+		{"0.1% is 1% at n=3", []float64{0.9, 0.8, 0.6, 0.1}, []float64{0.7, 0.5, 0.2}, true, 0.001, 0.5},
+		// A member tied with the best non-member is not flagged.
+		{"tie at the cut", []float64{0.9, 0.7, 0.7}, []float64{0.7, 0.1}, true, 0.01, 1.0 / 3},
+		// Lower is member (a loss): the same case mirrored.
+		{"lower is member", []float64{-0.9, -0.7, -0.7}, []float64{-0.7, -0.1}, false, 0.01, 1.0 / 3},
+		// 10 non-members at 10% FPR: one false positive allowed; the next
+		// non-member (0.8) bounds the members flagged: 0.95, 0.9, 0.85.
+		{"one allowed", []float64{0.95, 0.9, 0.85, 0.8, 0.3}, []float64{0.99, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0}, true, 0.1, 0.6},
+		// Two non-members tied at the top with one allowed: flagging one
+		// flags both, so none may be, and no member beats them.
+		{"tied non-members", []float64{0.9, 0.5}, []float64{0.9, 0.9, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1}, true, 0.1, 0},
+		{"perfect", []float64{3, 2}, []float64{1, 0}, true, 0.001, 1},
+		{"all tied", []float64{1, 1}, []float64{1, 1}, true, 0.01, 0},
+		{"alpha 1", []float64{0, 1}, []float64{2}, true, 1, 1},
+		{"no members", nil, []float64{1}, true, 0.01, 0},
+		{"no non-members", []float64{1}, nil, true, 0.01, 0},
+		// 300 non-members at 1%: three false positives allowed.
+		{"rounding", []float64{0.5}, append([]float64{1, 1, 1}, make([]float64, 297)...), true, 0.01, 1},
+	} {
+		if got := TPRAtFPR(tc.mem, tc.non, tc.higher, tc.alpha); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("%s: TPR %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

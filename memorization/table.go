@@ -3,6 +3,7 @@ package memorization
 import (
 	"fmt"
 	"io"
+	"math"
 	"text/tabwriter"
 
 	"github.com/memtrain/memtrain/internal/units"
@@ -37,13 +38,88 @@ func WriteTable(w io.Writer, s *Summary) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if sc := s.Sampling; sc != nil {
+		fmt.Fprintf(w, "\nprobabilistic extraction: %d samples a document at temperature %g, top-k %s, seed %d\n",
+			sc.Samples, sc.Temperature, topKText(sc.TopK), sc.Seed)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "prefix\tgroup\tdocs\tgreedy exact match %\textracted by a sample %\textraction probability %\t")
+		for _, p := range s.Prefixes {
+			k := fmt.Sprint(p.K)
+			if s.Name == "goldfish" {
+				k = "rest"
+			}
+			for _, g := range []struct {
+				name string
+				g    Group
+			}{{"members", p.Members}, {"non-members", p.NonMembers}} {
+				if g.g.Documents == 0 || g.g.Sampled == nil {
+					continue
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t\n", k, g.name, g.g.Documents,
+					percent(g.g.Exact), percent(g.g.Sampled.Extracted), percent(g.g.Sampled.Probability))
+				k = ""
+			}
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	if s.Members > 0 && s.NonMembers > 0 {
-		fmt.Fprintf(w, "membership inference ROC AUC: loss %.3f, zlib %.3f, min-%g%% prob %.3f\n",
-			s.MIA.LossAUC, s.MIA.ZlibAUC, s.MIA.MinKPercent, s.MIA.MinKAUC)
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "membership inference\tROC AUC\tTPR at 1% FPR %\tTPR at 0.1% FPR %\t")
+		for _, a := range MIAAttacks(&s.MIA) {
+			fmt.Fprintf(tw, "%s\t%.3f\t%.1f\t%.1f\t\n", a.Name, a.AUC, 100*a.TPR1, 100*a.TPR01)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if n := scoredNonMembers(s); n < 1000 {
+			fmt.Fprintf(w, "(%d non-members: %d false positives allowed at 1%% FPR, none at 0.1%%)\n", n, int(math.Floor(FPR1*float64(n)+1e-9)))
+		}
 	}
 	return nil
 }
 
+// scoredNonMembers is the number of non-members the attacks scored (those
+// not skipped), which a summary does not record: its largest group of
+// non-members holds them all.
+func scoredNonMembers(s *Summary) int {
+	scored := 0
+	for _, p := range s.Prefixes {
+		scored = max(scored, p.NonMembers.Documents)
+	}
+	return scored
+}
+
+// An Attack is one membership-inference score's results.
+type Attack struct {
+	Name             string
+	AUC, TPR1, TPR01 float64
+}
+
+// MIAAttacks lists the attacks of m that were measured, in the order the
+// table and the study report print them: loss, zlib (with decoded words),
+// min-k% and the reference model's.
+func MIAAttacks(m *MIA) []Attack {
+	out := []Attack{{"loss", m.LossAUC, m.LossTPR1, m.LossTPR01}}
+	if m.ZlibAUC != 0 {
+		out = append(out, Attack{"zlib", m.ZlibAUC, m.ZlibTPR1, m.ZlibTPR01})
+	}
+	out = append(out, Attack{fmt.Sprintf("min-%g%% prob", m.MinKPercent), m.MinKAUC, m.MinKTPR1, m.MinKTPR01})
+	if m.Reference {
+		out = append(out, Attack{"reference (loss − reference loss)", m.RefAUC, m.RefTPR1, m.RefTPR01})
+	}
+	return out
+}
+
 func percent(iv Interval) string {
 	return fmt.Sprintf("%.1f [%.1f, %.1f]", 100*iv.Mean, 100*iv.Lo, 100*iv.Hi)
+}
+
+func topKText(k int) string {
+	if k == 0 {
+		return "0 (the whole vocabulary)"
+	}
+	return fmt.Sprint(k)
 }

@@ -31,3 +31,26 @@ func TestWriteTable(t *testing.T) {
 		t.Errorf("perplexity written in full:\n%s", out)
 	}
 }
+
+// TestWriteTableMIA: the attacks' AUCs and TPRs at low FPR, and how many
+// false positives the non-members allow.
+func TestWriteTableMIA(t *testing.T) {
+	s := &Summary{Protocol: "pythia(prefix 4, suffix 4)", Name: "pythia", Documents: 250, Members: 50, NonMembers: 200,
+		Prefixes: []PrefixSummary{{K: 4, Members: Group{Documents: 50}, NonMembers: Group{Documents: 200}}},
+		MIA: MIA{LossAUC: 0.75, LossTPR1: 0.12, LossTPR01: 0.02, MinKAUC: 0.7, MinKTPR1: 0.1, MinKPercent: 20,
+			Reference: true, RefAUC: 0.9, RefTPR1: 0.5, RefTPR01: 0.25}}
+	var b bytes.Buffer
+	if err := WriteTable(&b, s); err != nil {
+		t.Fatal(err)
+	}
+	out := strings.Join(strings.Fields(b.String()), " ")
+	for _, want := range []string{"TPR at 1% FPR %", "loss 0.750 12.0 2.0", "min-20% prob 0.700 10.0 0.0", "reference (loss − reference loss) 0.900 50.0 25.0",
+		"(200 non-members: 2 false positives allowed at 1% FPR, none at 0.1%)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "zlib") {
+		t.Errorf("zlib without decoded words:\n%s", out)
+	}
+}

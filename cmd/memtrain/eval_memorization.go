@@ -18,6 +18,7 @@ import (
 
 type evalMemFlags struct {
 	model            string
+	reference        string
 	data, nonMembers []string
 	split            string
 	protocol         string
@@ -28,6 +29,9 @@ type evalMemFlags struct {
 	minK             float64
 	resamples        int
 	seed             uint64
+	samples          int
+	temperature      float64
+	topK             int
 	strict           bool
 	out              string
 	engine           engineFlags
@@ -45,7 +49,17 @@ with the true suffix: sequence exact match, token match fraction, ROUGE-L on
 tokens and on decoded words, and the longest exactly matching prefix. Beside
 extraction it scores membership inference: each document's loss, zlib-normalised
 loss and min-k% token probability, with the ROC AUC separating members from
-non-members.
+non-members and the true-positive rate at 1% and 0.1% false-positive rate (exact,
+from the empirical ROC; a threshold never splits tied scores, so with fewer than
+1,000 non-members 0.1% allows no false positive). --reference-model adds the
+reference-model attack: a document's loss minus its loss under a reference model
+with the same tokenizer (the base model, say; lower is member-like).
+
+--samples N adds probabilistic extraction beside greedy: N continuations of every
+probe sampled at --temperature from the --top-k most likely tokens, seeded by
+--seed (the same for a seed whatever --batch or --parallel), reporting the fraction
+of documents extracted by at least one sample and the mean extraction probability
+(the fraction of a document's samples that reproduce its suffix exactly).
 
 --data is a dataset folder (memtrain data prepare): its train split are the
 members, its holdout split the non-members (--split picks). Or it is input
@@ -73,6 +87,7 @@ same probes and rank 0 writes the results, which equal one rank's.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.model, "model", "", "checkpoint folder, run folder (its latest checkpoint) or RUN/checkpoints/latest")
+	fl.StringVar(&f.reference, "reference-model", "", "a model with the same tokenizer (the base model, say): the reference-model attack scores loss minus its loss")
 	fl.StringSliceVar(&f.data, "data", nil, "dataset folder, or input files or folders of member documents (comma-separated)")
 	fl.StringSliceVar(&f.nonMembers, "non-members", nil, "input files of held-out documents (with input files as --data)")
 	fl.StringVar(&f.split, "split", "both", "with a dataset: train (members), holdout (non-members) or both")
@@ -83,7 +98,10 @@ same probes and rank 0 writes the results, which equal one rank's.`,
 	fl.IntVar(&f.batch, "batch", 8, "probes decoded together")
 	fl.Float64Var(&f.minK, "min-k", 20, "k of the min-k% probability score, in percent")
 	fl.IntVar(&f.resamples, "resamples", 1000, "bootstrap resamples of the confidence intervals")
-	fl.Uint64Var(&f.seed, "seed", 0, "seed of the bootstrap")
+	fl.Uint64Var(&f.seed, "seed", 0, "seed of the bootstrap and of the sampled continuations")
+	fl.IntVar(&f.samples, "samples", 0, "sampled continuations a probe, for probabilistic extraction beside greedy (0: greedy only)")
+	fl.Float64Var(&f.temperature, "temperature", 1, "temperature of the sampled continuations (above 0)")
+	fl.IntVar(&f.topK, "top-k", 0, "sample from the k most likely tokens (0: the whole vocabulary)")
 	fl.BoolVar(&f.strict, "strict", false, "fail on documents too short for the protocol instead of skipping them")
 	fl.StringVar(&f.out, "out", "", "folder for summary.json and docs.jsonl")
 	f.engine.register(fl)
@@ -109,6 +127,12 @@ func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
 		return fmt.Errorf("eval memorization: --resamples %d: want 0 (1,000) or more", f.resamples)
 	case f.suffix < 0:
 		return fmt.Errorf("eval memorization: --suffix %d: want a length of 1 or more (0: the protocol's)", f.suffix)
+	case f.samples < 0:
+		return fmt.Errorf("eval memorization: --samples %d: want 0 (greedy only) or more", f.samples)
+	case !(f.temperature > 0) || math.IsInf(f.temperature, 1):
+		return fmt.Errorf("eval memorization: --temperature %v: want a number above 0", f.temperature)
+	case f.topK < 0:
+		return fmt.Errorf("eval memorization: --top-k %d: want 0 (the whole vocabulary) or more", f.topK)
 	}
 	if err := memorization.CheckMinKPercent(f.minK); err != nil {
 		return fmt.Errorf("eval memorization: --min-k %w", err)
@@ -123,8 +147,20 @@ func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
 	}
 	f.model = model
 	// The probes' lengths are known once the documents are read, on the
-	// ranks: the model's own memory is checked before it loads.
-	if _, err := modelPreflight(l, f.model, llama.Work{}); err != nil {
+	// ranks: the models' own memory is checked before they load, the
+	// reference's weights beside the model's.
+	var beside int64
+	if f.reference != "" {
+		if f.reference, err = resolveModel(cmd.ErrOrStderr(), f.reference); err != nil {
+			return fmt.Errorf("eval memorization: --reference-model: %w", err)
+		}
+		refCfg, err := modelPreflight(l, f.reference, llama.Work{})
+		if err != nil {
+			return fmt.Errorf("eval memorization: --reference-model: %w", err)
+		}
+		beside = llama.Memory(refCfg, llama.Work{Grid: l.Spec().Grid, Overlap: l.Spec().Overlap}).Params
+	}
+	if _, err := modelPreflight(l, f.model, llama.Work{Beside: beside}); err != nil {
 		return fmt.Errorf("eval memorization: %w", err)
 	}
 	return l.Run(func(r launch.Rank) error {
@@ -133,14 +169,37 @@ func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
 			return err
 		}
 		defer lm.model.Free()
-		return evalMemorization(cmd, f, p, lm, r.Lead())
+		var ref *loadedModel
+		if f.reference != "" {
+			if ref, err = loadOn(f.reference, r.Backend, llama.Options{Parallel: r.Grid}, false); err != nil {
+				return fmt.Errorf("eval memorization: --reference-model: %w", err)
+			}
+			defer ref.model.Free()
+			if err := sameTokenizer(lm, ref); err != nil {
+				return fmt.Errorf("eval memorization: --reference-model %s: %w", f.reference, err)
+			}
+		}
+		return evalMemorization(cmd, f, p, lm, ref, r.Lead())
 	})
+}
+
+// sameTokenizer refuses a reference model whose tokenizer differs from the
+// model's: the same vocabulary size, and the same tokenizer.json where both
+// have one.
+func sameTokenizer(lm, ref *loadedModel) error {
+	if a, b := lm.model.Config.VocabSize, ref.model.Config.VocabSize; a != b {
+		return fmt.Errorf("vocabulary of %d tokens, the model's %d: want the same tokenizer", b, a)
+	}
+	if lm.tok != nil && ref.tok != nil && lm.tok.Hash() != ref.tok.Hash() {
+		return fmt.Errorf("tokenizer.json differs from the model's (sha256 %.12s…, %.12s…): want the same tokenizer", ref.tok.Hash(), lm.tok.Hash())
+	}
+	return nil
 }
 
 // evalMemorization evaluates on one rank, or on one rank of a grid: every
 // rank makes the same model calls in the same order (the collectives
 // inside them pair up), and only the leader reports and writes.
-func evalMemorization(cmd *cobra.Command, f evalMemFlags, p memorization.Protocol, lm *loadedModel, leader bool) error {
+func evalMemorization(cmd *cobra.Command, f evalMemFlags, p memorization.Protocol, lm, ref *loadedModel, leader bool) error {
 	if lm.tok == nil && !isDataset(f.data) {
 		return errNoTokenizer(f.model)
 	}
@@ -155,6 +214,12 @@ func evalMemorization(cmd *cobra.Command, f evalMemFlags, p memorization.Protoco
 	}
 	cfg := memorization.EvalConfig{Protocol: p, Batch: f.batch, MinKPercent: f.minK, Strict: f.strict,
 		Bootstrap: memorization.Bootstrap{Resamples: f.resamples, Seed: f.seed, Level: 0.95}}
+	if ref != nil {
+		cfg.Reference = ref.model
+	}
+	if f.samples > 0 {
+		cfg.Sampling = memorization.SampleConfig{Samples: f.samples, Temperature: f.temperature, TopK: f.topK, Seed: f.seed}
+	}
 	if lm.tok != nil {
 		cfg.Decode = lm.tok.DecodeSkipSpecial
 		if eos, ok := lm.tok.EOS(); ok {

@@ -18,7 +18,8 @@ func TestEvalMemorization(t *testing.T) {
 	if code != 0 {
 		t.Fatal(errs)
 	}
-	for _, want := range []string{"pythia(prefix 8, suffix 8): 8 documents (4 members, 4 non-members)", "non-members", "membership inference ROC AUC"} {
+	for _, want := range []string{"pythia(prefix 8, suffix 8): 8 documents (4 members, 4 non-members)", "non-members",
+		"membership inference  ROC AUC  TPR at 1% FPR %  TPR at 0.1% FPR %", "(4 non-members: 0 false positives allowed at 1% FPR, none at 0.1%)"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, stdout)
 		}
@@ -67,6 +68,10 @@ func TestEvalMemorizationErrors(t *testing.T) {
 		{[]string{"--protocol", "custom", "--prefix", "300", "--suffix", "300"}, "no document has enough tokens"},
 		{[]string{"--split", "test"}, `split "test"`},
 		{[]string{"--non-members", "x.jsonl"}, "--non-members goes with input files"},
+		{[]string{"--samples", "-1"}, "--samples -1: want 0 (greedy only) or more"},
+		{[]string{"--samples", "2", "--temperature", "0"}, "--temperature 0: want a number above 0"},
+		{[]string{"--temperature", "-0.5"}, "--temperature -0.5: want a number above 0"},
+		{[]string{"--top-k", "-1"}, "--top-k -1: want 0 (the whole vocabulary) or more"},
 	} {
 		args := append([]string{"eval", "memorization", "--model", base, "--data", ds, "--out", out}, tc.args...)
 		_, errs, code := memtrain(t, "", args...)
@@ -87,7 +92,8 @@ func TestEvalMemorizationParallel(t *testing.T) {
 		}
 		return s
 	}
-	args := []string{"eval", "memorization", "--model", base, "--data", ds, "--protocol", "pythia", "--prefix", "8", "--suffix", "8", "--limit", "3"}
+	args := []string{"eval", "memorization", "--model", base, "--data", ds, "--protocol", "pythia", "--prefix", "8", "--suffix", "8", "--limit", "3",
+		"--samples", "3", "--temperature", "1.5", "--top-k", "20", "--seed", "4"}
 	one := filepath.Join(dir, "one")
 	if _, errs, code := memtrain(t, "", append(args, "--out", one)...); code != 0 {
 		t.Fatal(errs)
@@ -101,10 +107,146 @@ func TestEvalMemorizationParallel(t *testing.T) {
 	if pa.Members.Exact != pb.Members.Exact || pa.Members.TokenMatch != pb.Members.TokenMatch || pa.NonMembers.TokenMatch != pb.NonMembers.TokenMatch {
 		t.Errorf("extraction differs on the grid:\n%+v\n%+v", pa, pb)
 	}
+	if pa.Members.Sampled == nil || pb.Members.Sampled == nil || *pa.Members.Sampled != *pb.Members.Sampled || *pa.NonMembers.Sampled != *pb.NonMembers.Sampled {
+		t.Errorf("sampled extraction differs on the grid:\n%+v\n%+v", pa.Members.Sampled, pb.Members.Sampled)
+	}
 	if d := pa.Members.Loss.Mean - pb.Members.Loss.Mean; d > 1e-4*pa.Members.Loss.Mean || -d > 1e-4*pa.Members.Loss.Mean {
 		t.Errorf("member loss %v on one rank, %v on the grid", pa.Members.Loss.Mean, pb.Members.Loss.Mean)
 	}
 	if _, errs, code := memtrain(t, "", append(args, "--out", grid, "--parallel", "x=3")...); code != 1 || !strings.Contains(errs, "--parallel") {
 		t.Errorf("bad grid: exit %d %q", code, errs)
+	}
+}
+
+// TestEvalMemorizationReference: --reference-model (two tiny random
+// checkpoints of one tokenizer) adds the reference attack to the summary,
+// docs.jsonl and the table; a missing or mismatched reference is one line.
+func TestEvalMemorizationReference(t *testing.T) {
+	base, ds := finetuneFixture(t, "builtin:llama2")
+	ref := filepath.Join(t.TempDir(), "ref")
+	if _, errs, code := memtrain(t, "", "init", "--out", ref, "--tokenizer", "builtin:llama2", "--hidden", "16", "--layers", "1",
+		"--heads", "2", "--kv-heads", "1", "--intermediate", "32", "--seed", "11"); code != 0 {
+		t.Fatal(errs)
+	}
+	out := filepath.Join(t.TempDir(), "eval")
+	args := []string{"eval", "memorization", "--model", base, "--data", ds, "--protocol", "pythia", "--prefix", "8", "--suffix", "8", "--limit", "4"}
+	stdout, errs, code := memtrain(t, "", append(args, "--out", out, "--reference-model", ref)...)
+	if code != 0 {
+		t.Fatal(errs)
+	}
+	if !strings.Contains(stdout, "reference (loss − reference loss)") {
+		t.Errorf("table lacks the reference attack:\n%s", stdout)
+	}
+	s, err := memorization.ReadSummary(filepath.Join(out, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.MIA.Reference || s.MIA.RefAUC <= 0 || s.MIA.RefAUC > 1 {
+		t.Errorf("MIA %+v", s.MIA)
+	}
+	raw, err := os.ReadFile(filepath.Join(out, "docs.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d memorization.DocResult
+	if err := json.Unmarshal([]byte(strings.SplitN(string(raw), "\n", 2)[0]), &d); err != nil || d.RefLoss == nil || *d.RefLoss <= 0 {
+		t.Errorf("first document %+v (%v): want a reference loss", d, err)
+	}
+	// The reference attack is the members' loss against the reference's:
+	// with the model itself as reference every score is 0, chance.
+	self := filepath.Join(t.TempDir(), "self")
+	if _, errs, code := memtrain(t, "", append(args, "--out", self, "--reference-model", base)...); code != 0 {
+		t.Fatal(errs)
+	} else if s, err := memorization.ReadSummary(filepath.Join(self, "summary.json")); err != nil || s.MIA.RefAUC != 0.5 || s.MIA.RefTPR1 != 0 {
+		t.Errorf("self reference: %+v (%v), want AUC 0.5 and TPR 0", s.MIA, err)
+	}
+	// Another tokenizer: another vocabulary, or the same size and another
+	// tokenizer.json.
+	other := filepath.Join(t.TempDir(), "llama3")
+	if _, errs, code := memtrain(t, "", "init", "--out", other, "--tokenizer", "builtin:llama3", "--hidden", "16", "--layers", "1",
+		"--heads", "2", "--kv-heads", "1", "--intermediate", "32"); code != 0 {
+		t.Fatal(errs)
+	}
+	edited := filepath.Join(t.TempDir(), "edited")
+	if err := os.MkdirAll(edited, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(ref, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Name() == "tokenizer.json" {
+			b = append(b, '\n')
+		}
+		if err := os.WriteFile(filepath.Join(edited, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct{ ref, want string }{
+		{filepath.Join(t.TempDir(), "none"), "eval memorization: --reference-model: finetune: model"},
+		{other, "vocabulary of 128256 tokens, the model's 32000: want the same tokenizer"},
+		{edited, "tokenizer.json differs from the model's"},
+	} {
+		_, errs, code := memtrain(t, "", append(args, "--out", out, "--reference-model", tc.ref)...)
+		if code != 1 || !strings.Contains(errs, tc.want) || strings.Count(strings.TrimSpace(errs), "\n") > 0 {
+			t.Errorf("reference %s: exit %d, %q; want one line with %q", tc.ref, code, errs, tc.want)
+		}
+	}
+}
+
+// TestEvalMemorizationSampling: --samples adds probabilistic extraction,
+// the same for a seed whatever the batch; at top-k 1 it is greedy's.
+func TestEvalMemorizationSampling(t *testing.T) {
+	base, ds := finetuneFixture(t, "builtin:llama2")
+	dir := t.TempDir()
+	args := []string{"eval", "memorization", "--model", base, "--data", ds, "--protocol", "pythia", "--prefix", "8", "--suffix", "4", "--limit", "3"}
+	read := func(out string) *memorization.Summary {
+		t.Helper()
+		s, err := memorization.ReadSummary(filepath.Join(out, "summary.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	docs := func(out string) string {
+		t.Helper()
+		raw, err := os.ReadFile(filepath.Join(out, "docs.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(raw)
+	}
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	stdout, errs, code := memtrain(t, "", append(args, "--out", a, "--samples", "4", "--temperature", "0.7", "--seed", "3", "--batch", "8")...)
+	if code != 0 {
+		t.Fatal(errs)
+	}
+	if !strings.Contains(stdout, "probabilistic extraction: 4 samples a document at temperature 0.7, top-k 0 (the whole vocabulary), seed 3") ||
+		!strings.Contains(stdout, "extraction probability %") {
+		t.Errorf("output lacks probabilistic extraction:\n%s", stdout)
+	}
+	if _, errs, code := memtrain(t, "", append(args, "--out", b, "--samples", "4", "--temperature", "0.7", "--seed", "3", "--batch", "3")...); code != 0 {
+		t.Fatal(errs)
+	}
+	if docs(a) != docs(b) {
+		t.Error("batch 8 and batch 3 sampled differently")
+	}
+	s := read(a)
+	if s.Sampling == nil || s.Sampling.Samples != 4 || s.Prefixes[0].Members.Sampled == nil {
+		t.Errorf("summary %+v", s)
+	}
+	g := filepath.Join(dir, "greedy")
+	if _, errs, code := memtrain(t, "", append(args, "--out", g, "--samples", "2", "--top-k", "1", "--temperature", "5")...); code != 0 {
+		t.Fatal(errs)
+	}
+	for _, grp := range []memorization.Group{read(g).Prefixes[0].Members, read(g).Prefixes[0].NonMembers} {
+		if grp.Sampled.Extracted.Mean != grp.Exact.Mean || grp.Sampled.Probability.Mean != grp.Exact.Mean {
+			t.Errorf("top-k 1: sampled %+v, greedy exact %v", grp.Sampled, grp.Exact.Mean)
+		}
 	}
 }

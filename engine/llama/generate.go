@@ -1,18 +1,49 @@
 package llama
 
 import (
+	"container/heap"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"slices"
 
 	"github.com/memtrain/memtrain/engine"
 )
 
-// GenerateOptions control greedy decoding.
+// GenerateOptions control decoding: greedy, or sampled with Sampling.
 type GenerateOptions struct {
 	MaxNewTokens int
 	// StopIDs end a sequence: the first generated id in this set is kept
 	// as the sequence's last token (as HF's generate keeps EOS).
 	StopIDs []int32
+	// Sampling, if set, draws each new token at random instead of taking
+	// the most likely.
+	Sampling *Sampling
+}
+
+// Sampling draws each new token from the softmax of the logits divided by
+// Temperature, restricted to the TopK most likely tokens (0: the whole
+// vocabulary; ties at the k-th place go to the lower ids, so TopK 1 is
+// greedy decoding). Each prompt has its own random stream, a PCG seeded
+// from its seed, drawing one number a new token: a continuation depends on
+// its prompt and seed alone, not on the other prompts of the batch. As the
+// temperature goes to 0 sampling becomes greedy decoding.
+type Sampling struct {
+	Temperature float64  // > 0
+	TopK        int      // ≥ 0
+	Seeds       []uint64 // one a prompt
+}
+
+// Check refuses a temperature that is not a positive number and a negative
+// top-k.
+func (s *Sampling) Check() error {
+	switch {
+	case !(s.Temperature > 0) || math.IsInf(s.Temperature, 1):
+		return fmt.Errorf("temperature %v: want a number above 0", s.Temperature)
+	case s.TopK < 0:
+		return fmt.Errorf("top-k %d: want 0 (the whole vocabulary) or more", s.TopK)
+	}
+	return nil
 }
 
 // decoder is the state of one batched greedy decoding: the KV cache of
@@ -33,6 +64,7 @@ type decoder struct {
 	start                   *engine.Tensor // I32 [B]
 	last, lastNorm, lastRms *engine.Tensor // [B,H], [B,H], [B]
 	logits                  *engine.Tensor // [B,V]
+	logitsAll               *engine.Tensor // [Y·B·V]: every Y rank's slice of the logits (nil on Y = 1)
 	sc                      *scratch       // the grid's, for rows tokens (nil on one rank)
 	ce                      *ceScratch     // the grid's argmax over Y ranks' vocabulary slices, and Argmax's output
 	all                     []*engine.Tensor
@@ -70,6 +102,9 @@ func decoderPlan(d dims, B, Tmax, rows int) []tensorPlan {
 	add("last_norm", engine.F32, B, H)
 	add("last_rms", engine.F32, B)
 	add("logits", engine.F32, B, V)
+	if d.y > 1 {
+		add("logits_all", engine.F32, d.y*B*V) // sampling gathers the vocabulary slices
+	}
 	p = append(p, scratchPlan(d, rows)...)
 	if ce := cePlan(d, B); ce != nil {
 		p = append(p, ce...)
@@ -104,6 +139,9 @@ func (m *Model) newDecoder(B, Tmax, rows int) *decoder {
 	d.start = next()
 	d.last, d.lastNorm, d.lastRms = next(), next(), next()
 	d.logits = next()
+	if m.d.y > 1 {
+		d.logitsAll = next()
+	}
 	d.sc = newScratch(m.d, rows, next)
 	if d.ce = newCEScratch(m.d, B, next); d.ce == nil {
 		d.ce = &ceScratch{idx: next()}
@@ -180,23 +218,184 @@ func (d *decoder) step(s0 int, ids []int32, n int, start []int32) {
 	}
 }
 
-// predict turns d.last into the greedy next token of every sequence.
-func (d *decoder) predict() []int32 {
+// predict turns d.last into the next token of every sequence: the greedy
+// one, or with a sampler one drawn from each sequence's stream.
+func (d *decoder) predict(smp *sampler) []int32 {
 	m := d.m
 	m.beginPass([][]*engine.Param{m.units.head})
 	m.rmsnorm(d.lastNorm, d.lastRms, d.last, m.Norm, d.sc)
 	m.linear(d.logits, d.lastNorm, m.nextWeights(m.units.head)[0], m.gx)
 	out := make([]int32, d.B)
-	m.argmax(out, d.logits, d.ce)
+	if smp == nil {
+		m.argmax(out, d.logits, d.ce)
+		return out
+	}
+	logits := d.hostLogits(smp)
+	V := d.m.Config.VocabSize
+	for s := range out {
+		out[s] = smp.draw(s, logits[s*V:(s+1)*V])
+	}
 	return out
 }
 
+// hostLogits downloads every sequence's logits over the whole vocabulary,
+// [B·V]: on a grid the Y ranks' slices are gathered, so every rank holds
+// the same.
+func (d *decoder) hostLogits(smp *sampler) []float32 {
+	b, V, B := d.m.backend, d.m.Config.VocabSize, d.B
+	if len(smp.logits) != B*V {
+		smp.logits = make([]float32, B*V)
+	}
+	if d.logitsAll == nil {
+		b.Download(smp.logits, d.logits)
+		return smp.logits
+	}
+	Vl, Y := d.m.d.V, d.m.d.y
+	check(d.m.gy.AllGather(d.logitsAll, d.logits.Reshape(B*Vl)))
+	if len(smp.gathered) != Y*B*Vl {
+		smp.gathered = make([]float32, Y*B*Vl)
+	}
+	b.Download(smp.gathered, d.logitsAll)
+	for y := 0; y < Y; y++ {
+		for s := 0; s < B; s++ {
+			copy(smp.logits[s*V+y*Vl:s*V+(y+1)*Vl], smp.gathered[(y*B+s)*Vl:(y*B+s+1)*Vl])
+		}
+	}
+	return smp.logits
+}
+
+// sampler holds the random streams of a sampled decoding, one a sequence
+// in the decoder's order, and host scratch.
+type sampler struct {
+	temperature float64
+	topK        int
+	rngs        []*rand.Rand
+	logits      []float32
+	gathered    []float32
+	w           []float64
+	top         topHeap
+}
+
+// draw picks sequence s's next token from its logits.
+func (smp *sampler) draw(s int, logits []float32) int32 {
+	return sampleToken(logits, smp.temperature, smp.topK, smp.rngs[s].Float64(), &smp.w, &smp.top)
+}
+
+// sampleToken draws a token from logits: from the softmax of
+// logits/temperature over the topK most likely tokens (0: all; ties at the
+// k-th place go to the lower ids), by inverting the cumulative
+// distribution, in the order of the ids, at u ∈ [0, 1). w and top are
+// scratch kept between calls (nil pointers allocate). A NaN logit is never
+// drawn unless all are NaN (then the lowest id).
+func sampleToken(logits []float32, temperature float64, topK int, u float64, w *[]float64, top *topHeap) int32 {
+	var scratchW []float64
+	if w == nil {
+		w = &scratchW
+	}
+	var scratchTop topHeap
+	if top == nil {
+		top = &scratchTop
+	}
+	V := len(logits)
+	ids := []int32(nil) // the candidates in id order; nil: every id
+	if topK > 0 && topK < V {
+		*top = (*top)[:0]
+		for i, l := range logits {
+			if l != l {
+				continue
+			}
+			if len(*top) < topK {
+				heap.Push(top, topEntry{l, int32(i)})
+			} else if (*top)[0].less(topEntry{l, int32(i)}) {
+				(*top)[0] = topEntry{l, int32(i)}
+				heap.Fix(top, 0)
+			}
+		}
+		ids = make([]int32, len(*top))
+		for i, e := range *top {
+			ids[i] = e.id
+		}
+		slices.Sort(ids)
+	}
+	n := V
+	if ids != nil {
+		n = len(ids)
+	}
+	id := func(i int) int32 {
+		if ids == nil {
+			return int32(i)
+		}
+		return ids[i]
+	}
+	best := math.Inf(-1)
+	for i := 0; i < n; i++ {
+		if l := float64(logits[id(i)]); l > best {
+			best = l
+		}
+	}
+	if math.IsInf(best, -1) || n == 0 {
+		return 0
+	}
+	if cap(*w) < n {
+		*w = make([]float64, n)
+	}
+	ws := (*w)[:n]
+	sum := 0.0
+	for i := range ws {
+		l := float64(logits[id(i)])
+		if l != l {
+			ws[i] = 0
+			continue
+		}
+		ws[i] = math.Exp((l - best) / temperature)
+		sum += ws[i]
+	}
+	target := u * sum
+	last := int32(0)
+	for i, v := range ws {
+		if v == 0 {
+			continue
+		}
+		last = id(i)
+		if target < v {
+			return last
+		}
+		target -= v
+	}
+	return last // rounding left target past the end: the last candidate
+}
+
+// topEntry is a candidate of top-k; topHeap keeps the k most likely with
+// the least likely (the lowest logit, the highest id on ties) on top.
+type topEntry struct {
+	l  float32
+	id int32
+}
+
+// less says whether e ranks below f: a lower logit, or the same and a
+// higher id.
+func (e topEntry) less(f topEntry) bool { return e.l < f.l || (e.l == f.l && e.id > f.id) }
+
+type topHeap []topEntry
+
+func (h topHeap) Len() int           { return len(h) }
+func (h topHeap) Less(i, j int) bool { return h[i].less(h[j]) }
+func (h topHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *topHeap) Push(x any)        { *h = append(*h, x.(topEntry)) }
+func (h *topHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
 // Generate continues each prompt greedily (the most likely token, the
-// lowest id on ties) with a KV cache, the prompts batched whatever their
-// lengths. It returns only the new tokens of each prompt.
+// lowest id on ties), or sampled with opt.Sampling, with a KV cache, the
+// prompts batched whatever their lengths. It returns only the new tokens
+// of each prompt.
 //
-// On a grid every rank calls it with the same prompts and gets the same
-// continuations.
+// On a grid every rank calls it with the same prompts (and seeds) and gets
+// the same continuations.
 func (m *Model) Generate(prompts [][]int32, opt GenerateOptions) (out [][]int32, err error) {
 	defer recoverComm(&err)
 	cfg := m.Config
@@ -222,6 +421,14 @@ func (m *Model) Generate(prompts [][]int32, opt GenerateOptions) (out [][]int32,
 		return nil, fmt.Errorf("llama: prompt of %d tokens plus %d new exceeds max_position_embeddings %d", longest, opt.MaxNewTokens, cfg.MaxPositionEmbeddings)
 	}
 	B := len(prompts)
+	if sm := opt.Sampling; sm != nil {
+		if err := sm.Check(); err != nil {
+			return nil, fmt.Errorf("llama: %w", err)
+		}
+		if len(sm.Seeds) != B {
+			return nil, fmt.Errorf("llama: %d sampling seeds for %d prompts", len(sm.Seeds), B)
+		}
+	}
 	out = make([][]int32, B)
 	if opt.MaxNewTokens == 0 {
 		return out, nil
@@ -241,6 +448,13 @@ func (m *Model) Generate(prompts [][]int32, opt GenerateOptions) (out [][]int32,
 		total += len(prompts[o])
 	}
 	prompts = sorted
+	var smp *sampler
+	if sm := opt.Sampling; sm != nil {
+		smp = &sampler{temperature: sm.Temperature, topK: sm.TopK, rngs: make([]*rand.Rand, B)}
+		for i, o := range order {
+			smp.rngs[i] = rand.New(rand.NewPCG(sm.Seeds[o], 0x853c49e6748fea9b))
+		}
+	}
 	defer func() {
 		unsorted := make([][]int32, B)
 		for i, o := range order {
@@ -262,7 +476,7 @@ func (m *Model) Generate(prompts [][]int32, opt GenerateOptions) (out [][]int32,
 		d.step(s0, ids, len(prompts[s0]), make([]int32, s1-s0))
 		s0 = s1
 	}
-	next := d.predict()
+	next := d.predict(smp)
 	done := make([]bool, B)
 	start := make([]int32, B)
 	for s := range prompts {
@@ -290,6 +504,6 @@ func (m *Model) Generate(prompts [][]int32, opt GenerateOptions) (out [][]int32,
 		for s := range start {
 			start[s]++
 		}
-		next = d.predict()
+		next = d.predict(smp)
 	}
 }

@@ -54,6 +54,11 @@ type Work struct {
 	// Snapshot is an asynchronous checkpoint save's host copy of this
 	// rank's weight shards and moments (RankMemory.Snapshot).
 	Snapshot bool
+	// Beside is memory a rank holds beside this model's, in bytes, which
+	// Preflight adds, in its suggestions too (another model loaded at
+	// once, such as the reference of a membership-inference attack: its
+	// Memory's Params on the grid of the Work).
+	Beside int64
 }
 
 // RankMemory is what one rank allocates for a Work, in bytes: the
@@ -215,7 +220,7 @@ func Preflight(cfg *checkpoints.Config, w Work, have []engine.DeviceMemory) erro
 		if dev.Free < 0 {
 			continue
 		}
-		need := mem.Total()
+		need := engine.SumBytes(mem.Total(), max(w.Beside, 0))
 		if dev.Device == "host" {
 			need = engine.SumBytes(need, mem.Snapshot)
 		}
@@ -266,7 +271,7 @@ const maxSuggestedRanks = 1024
 // neither does, the smallest grid of ranks on devices of their own.
 func suggest(cfg *checkpoints.Config, w Work, ranks int, free int64) []string {
 	need := func(v Work) (int64, bool) {
-		n := engine.MulBytes(Memory(cfg, v).Total(), int64(ranks))
+		n := engine.MulBytes(engine.SumBytes(Memory(cfg, v).Total(), max(v.Beside, 0)), int64(ranks))
 		return n, n <= free
 	}
 	var out []string
@@ -378,7 +383,9 @@ func suggestGrid(cfg *checkpoints.Config, w Work, free int64) string {
 			for _, g := range grids {
 				u := v
 				u.Grid, u.Overlap = g, parallel.AllOverlap()
-				if m := Memory(cfg, u).Total(); m <= free {
+				// Beside was sized on the grid asked for: on a larger one it
+				// is less, so a grid suggested is one that fits.
+				if m := engine.SumBytes(Memory(cfg, u).Total(), max(u.Beside, 0)); m <= free {
 					fits = append(fits, fit{g, m})
 				}
 			}

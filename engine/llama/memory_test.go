@@ -175,6 +175,7 @@ func TestPreflight(t *testing.T) {
 		want []string // in the error, in order; nil: fits
 	}{
 		{"fits", w, host(need, 1), nil},
+		{"a reference model beside", Work{Train: true, Moments: 2, Batch: 8, SeqLen: 16, Beside: 1}, host(need, 1), []string{"not enough memory on host: "}},
 		{"unknown", w, host(-1, 1), nil},
 		{"no devices", w, nil, nil},
 		{"recomputation fits", w, host(needRec, 1), []string{"not enough memory on host: training ", " on 8 sequences of 16 tokens a pass needs ",

@@ -462,7 +462,11 @@ func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, f
 		"confidence interval over documents (%d resamples); with several seeds, the mean over seeds ± the "+
 		"standard deviation of the per-seed values. Losses are in nats per token. MIA AUC is the ROC AUC "+
 		"with which a membership-inference score (loss, zlib ratio, min-k%% probability) separates members "+
-		"from held-out documents: 0.5 is chance, 1 is perfect.\n\n", 100*level, resamples)
+		"from held-out documents: 0.5 is chance, 1 is perfect; MIA TPR at 1%% / 0.1%% FPR is the fraction of members "+
+		"a threshold on the score flags while flagging at most 1%% (0.1%%) of the held-out documents, read exactly "+
+		"off the empirical ROC (tied scores are never split; with fewer than 1,000 held-out documents 0.1%% allows "+
+		"no false positive). The reference attack scores a document's loss minus its loss under a reference model "+
+		"(in a study, the arm's base model before fine-tuning): lower is member-like.\n\n", 100*level, resamples)
 
 	for _, p := range protos {
 		fmt.Fprintf(&b, "## Protocol %s: %s\n\n", p.Key, p.Desc)
@@ -500,7 +504,9 @@ func exactOf(g *memorization.Group) memorization.Interval { return g.Exact }
 // on the console (WriteConsole).
 var tableHeader = []string{"arm", "documents (members / held-out)", "exact match", "token match",
 	"ROUGE-L (tokens)", "ROUGE-L (words)", "held-out exact match", "held-out loss",
-	"held-out perplexity", "final train loss", "MIA AUC loss", "MIA AUC zlib", "MIA AUC min-k%"}
+	"held-out perplexity", "final train loss", "MIA AUC loss", "MIA AUC zlib", "MIA AUC min-k%",
+	"MIA TPR at 1% / 0.1% FPR loss", "MIA TPR at 1% / 0.1% FPR zlib", "MIA TPR at 1% / 0.1% FPR min-k%",
+	"MIA AUC reference", "MIA TPR at 1% / 0.1% FPR reference"}
 
 // tableRow is arm a's row of protocol p's table at prefix length k, its
 // cells formatted for reading (percentages, losses, perplexities), or nil
@@ -534,7 +540,42 @@ func tableRow(a *reportArm, p *reportProtocol, k int) []string {
 		summaryStat(a, p.Key, func(s *memorization.Summary) float64 { return s.MIA.LossAUC }).num(3),
 		summaryStat(a, p.Key, func(s *memorization.Summary) float64 { return s.MIA.ZlibAUC }).num(3),
 		summaryStat(a, p.Key, func(s *memorization.Summary) float64 { return s.MIA.MinKAUC }).num(3),
+		tprCell(a, p.Key, hasLossMIA, func(m *memorization.MIA) (float64, float64) { return m.LossTPR1, m.LossTPR01 }),
+		tprCell(a, p.Key, hasZlibMIA, func(m *memorization.MIA) (float64, float64) { return m.ZlibTPR1, m.ZlibTPR01 }),
+		tprCell(a, p.Key, hasLossMIA, func(m *memorization.MIA) (float64, float64) { return m.MinKTPR1, m.MinKTPR01 }),
+		summaryStatIf(a, p.Key, hasRefMIA, func(s *memorization.Summary) float64 { return s.MIA.RefAUC }).num(3),
+		tprCell(a, p.Key, hasRefMIA, func(m *memorization.MIA) (float64, float64) { return m.RefTPR1, m.RefTPR01 }),
 	}
+}
+
+// Whether an evaluation measured the attacks (both sets non-empty), the
+// zlib score (decoded words) and the reference-model score: a TPR of 0 is
+// a result, unlike an AUC of 0.
+func hasLossMIA(s *memorization.Summary) bool { return s.MIA.LossAUC != 0 }
+func hasZlibMIA(s *memorization.Summary) bool { return s.MIA.ZlibAUC != 0 }
+func hasRefMIA(s *memorization.Summary) bool  { return s.MIA.Reference }
+
+// summaryStatIf aggregates value over the arm's evaluations of protocol
+// key that have it (has), zeros included.
+func summaryStatIf(a *reportArm, key string, has func(*memorization.Summary) bool, value func(*memorization.Summary) float64) reportStat {
+	var vs []float64
+	for _, e := range a.evals(key) {
+		if has(&e.Summary) {
+			vs = append(vs, value(&e.Summary))
+		}
+	}
+	return statOfValues(vs)
+}
+
+// tprCell is a score's true-positive rates at 1% and 0.1% FPR, in
+// percent: "12.0% / 2.0%", each with its spread over seeds.
+func tprCell(a *reportArm, key string, has func(*memorization.Summary) bool, tpr func(*memorization.MIA) (float64, float64)) string {
+	at1 := summaryStatIf(a, key, has, func(s *memorization.Summary) float64 { v, _ := tpr(&s.MIA); return v })
+	if !at1.ok() {
+		return reportDash
+	}
+	at01 := summaryStatIf(a, key, has, func(s *memorization.Summary) float64 { _, v := tpr(&s.MIA); return v })
+	return at1.pct() + " / " + at01.pct()
 }
 
 // WriteConsole writes the finished arms' results as report.md's tables
@@ -591,6 +632,9 @@ var csvHeader = []string{
 	"prefix_match_mean", "prefix_match_lo", "prefix_match_hi",
 	"loss_mean", "loss_lo", "loss_hi", "perplexity",
 	"mia_loss_auc", "mia_zlib_auc", "mia_min_k_auc", "min_k_percent",
+	"mia_loss_tpr_at_1pct_fpr", "mia_loss_tpr_at_0.1pct_fpr", "mia_zlib_tpr_at_1pct_fpr", "mia_zlib_tpr_at_0.1pct_fpr",
+	"mia_min_k_tpr_at_1pct_fpr", "mia_min_k_tpr_at_0.1pct_fpr",
+	"mia_ref_auc", "mia_ref_tpr_at_1pct_fpr", "mia_ref_tpr_at_0.1pct_fpr",
 	"bootstrap_level", "bootstrap_resamples",
 }
 
@@ -606,6 +650,12 @@ func renderCSV(arms []*reportArm, protos []*reportProtocol) ([]byte, error) {
 	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 	opt := func(v float64) string { // zero means not measured
 		if v == 0 {
+			return ""
+		}
+		return f(v)
+	}
+	when := func(present bool, v float64) string { // empty: not measured
+		if !present {
 			return ""
 		}
 		return f(v)
@@ -647,8 +697,13 @@ func renderCSV(arms []*reportArm, protos []*reportProtocol) ([]byte, error) {
 						if has {
 							ppl = f(g.Perplexity)
 						}
-						row = append(row, ppl, opt(s.MIA.LossAUC), opt(s.MIA.ZlibAUC), opt(s.MIA.MinKAUC),
-							f(s.MIA.MinKPercent), f(s.Bootstrap.Level), itoa(s.Bootstrap.Resamples))
+						row = append(row, ppl, opt(s.MIA.LossAUC), opt(s.MIA.ZlibAUC), opt(s.MIA.MinKAUC), f(s.MIA.MinKPercent))
+						m := &s.MIA
+						row = append(row, when(hasLossMIA(s), m.LossTPR1), when(hasLossMIA(s), m.LossTPR01),
+							when(hasZlibMIA(s), m.ZlibTPR1), when(hasZlibMIA(s), m.ZlibTPR01),
+							when(hasLossMIA(s), m.MinKTPR1), when(hasLossMIA(s), m.MinKTPR01),
+							when(m.Reference, m.RefAUC), when(m.Reference, m.RefTPR1), when(m.Reference, m.RefTPR01))
+						row = append(row, f(s.Bootstrap.Level), itoa(s.Bootstrap.Resamples))
 						if err := w.Write(row); err != nil {
 							return nil, err
 						}

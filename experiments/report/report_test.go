@@ -84,7 +84,8 @@ func writeFixture(t *testing.T, dir string, runs []fixRun) {
 			e := Eval{Key: p.key, Dir: filepath.Join(armDir, "eval", p.key)}
 			s := memorization.Summary{Schema: 1, Protocol: p.name + "(…)", Name: p.name, SuffixLen: 50,
 				Documents: 2 * fixDocs, Members: fixDocs, NonMembers: fixDocs,
-				MIA:       memorization.MIA{LossAUC: fr.auc, ZlibAUC: fr.auc - 0.01, MinKAUC: fr.auc - 0.02, MinKPercent: 20},
+				MIA: memorization.MIA{LossAUC: fr.auc, ZlibAUC: fr.auc - 0.01, MinKAUC: fr.auc - 0.02, MinKPercent: 20,
+					LossTPR1: fr.auc - 0.5, ZlibTPR1: fr.auc - 0.6, ZlibTPR01: fr.auc - 0.7, MinKTPR1: 0.125}, // TPRs at 0.1% FPR of loss, min-k: 0
 				Bootstrap: memorization.Bootstrap{Resamples: 1000, Seed: 1, Level: 0.95}}
 			var docs bytes.Buffer
 			for _, k := range p.ks {
@@ -207,14 +208,14 @@ func TestWriteReportSweep(t *testing.T) {
 		// One seed: bootstrap intervals. exact 0.25 [0.15, 0.30]; token
 		// match 0.45 [0.35, 0.55]; ROUGE-L tokens 0.50 [0.40, 0.60], words
 		// 0.55 [0.45, 0.65]; held-out exact 0.025 [0, 0.075].
-		"| goldfish-k4 | 8 / 8 | 25.0% [15.0, 30.0] | 45.0% [35.0, 55.0] | 50.0% [40.0, 60.0] | 55.0% [45.0, 65.0] | 2.5% [0.0, 7.5] | 2.400 | 11.02 | 0.250 | 0.850 | 0.840 | 0.830 |",
+		"| goldfish-k4 | 8 / 8 | 25.0% [15.0, 30.0] | 45.0% [35.0, 55.0] | 50.0% [40.0, 60.0] | 55.0% [45.0, 65.0] | 2.5% [0.0, 7.5] | 2.400 | 11.02 | 0.250 | 0.850 | 0.840 | 0.830 | 35.0% / 0.0% | 25.0% / 15.0% | 12.5% / 0.0% | — | — |",
 		// Two seeds: mean ± the standard deviation over seeds. exact 0.8,
 		// 0.9: 85.0 ± 7.1; token match 0.8, 0.85: 82.5 ± 3.5; ROUGE-L
 		// tokens 0.85, 0.9: 87.5 ± 3.5; words 0.9, 0.95: 92.5 ± 3.5;
 		// held-out exact 0.08, 0.09: 8.5 ± 0.7; held-out loss 2.0, 2.2:
 		// 2.100 ± 0.141; perplexity e² = 7.389, e^2.2 = 9.025: 8.21 ± 1.16; final 0.10,
 		// 0.12: 0.110 ± 0.014; AUCs 0.95, 0.97: 0.960 ± 0.014 …
-		"| standard | 8 / 8 | 85.0% ± 7.1 | 82.5% ± 3.5 | 87.5% ± 3.5 | 92.5% ± 3.5 | 8.5% ± 0.7 | 2.100 ± 0.141 | 8.21 ± 1.16 | 0.110 ± 0.014 | 0.960 ± 0.014 | 0.950 ± 0.014 | 0.940 ± 0.014 |",
+		"| standard | 8 / 8 | 85.0% ± 7.1 | 82.5% ± 3.5 | 87.5% ± 3.5 | 92.5% ± 3.5 | 8.5% ± 0.7 | 2.100 ± 0.141 | 8.21 ± 1.16 | 0.110 ± 0.014 | 0.960 ± 0.014 | 0.950 ± 0.014 | 0.940 ± 0.014 | 46.0% ± 1.4 / 0.0% ± 0.0 |",
 		"![Memorization against goldfish k (goldfish-50)](plots/memorization-vs-k-goldfish-50.png)",
 		"*Figure 1. Targets memorized against goldfish k, model tiny (protocol goldfish-50: each document's last 50 tokens decoded from the rest); dotted: the standard arm standard; bars: 95% bootstrap CIs over documents.*",
 		"(plots/training-loss.png)",
@@ -274,7 +275,9 @@ func TestWriteReportSweep(t *testing.T) {
 			"exact_mean": 0.25, "exact_lo": 0.15, "exact_hi": 0.3, "rougeL_words_mean": 0.55,
 			"k": 4, "h": 13, "params": 1_500_000, "steps": 20, "documents": 8, "suffix_len": 50,
 			"mia_loss_auc": 0.85, "mia_zlib_auc": 0.84, "mia_min_k_auc": 0.83, "heldout_loss": 2.4,
-			"final_train_loss": 0.25, "loss_mean": 0.25, "bootstrap_level": 0.95}},
+			"mia_loss_tpr_at_1pct_fpr": 0.35, "mia_loss_tpr_at_0.1pct_fpr": 0, "mia_zlib_tpr_at_0.1pct_fpr": 0.85 - 0.7,
+			"mia_min_k_tpr_at_1pct_fpr": 0.125,
+			"final_train_loss":          0.25, "loss_mean": 0.25, "bootstrap_level": 0.95}},
 		{"standard", "2", "carlini-50", "32", "non_members", map[string]float64{
 			"exact_mean": 0.09, "rougeL_words_mean": 0.2, "k": 0, "loss_mean": 2.2,
 			"perplexity": math.Exp(2.2), "mia_loss_auc": 0.97}},
@@ -527,5 +530,26 @@ func TestLossSeries(t *testing.T) {
 	wantHeld := plotter.XYs{{X: 2, Y: 4.5}, {X: 5, Y: 3.5}}
 	if !slices.Equal(train, wantTrain) || !slices.Equal(held, wantHeld) {
 		t.Errorf("train %v, held-out %v; want %v, %v", train, held, wantTrain, wantHeld)
+	}
+}
+
+// TestCSVMIAColumns: an attack that was not measured (no reference model)
+// leaves its cells empty, unlike a measured TPR of 0.
+func TestCSVMIAColumns(t *testing.T) {
+	dir := reportDir(t, "csv-mia")
+	writeFixture(t, dir, sweepRuns)
+	rep, err := Write(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := readReportCSV(t, rep.CSV)
+	col := map[string]int{}
+	for i, c := range rows[0] {
+		col[c] = i
+	}
+	for _, r := range rows[1:] {
+		if r[col["mia_ref_auc"]] != "" || r[col["mia_ref_tpr_at_1pct_fpr"]] != "" || r[col["mia_loss_tpr_at_0.1pct_fpr"]] != "0" {
+			t.Fatalf("row %q: reference cells %q %q, loss TPR at 0.1%% %q", r[:2], r[col["mia_ref_auc"]], r[col["mia_ref_tpr_at_1pct_fpr"]], r[col["mia_loss_tpr_at_0.1pct_fpr"]])
+		}
 	}
 }
