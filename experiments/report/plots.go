@@ -17,6 +17,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/internal/atomicfile"
@@ -133,12 +134,27 @@ func (f *plotFigure) percentAxis() {
 		{Value: 50, Label: "50"}, {Value: 75, Label: "75"}, {Value: 100, Label: "100"}}
 }
 
-// render draws the figure as a PNG: the plot on the left and, when it has
-// entries, the legend in a column on the right (where it hides no data),
-// its font shrunk until it fits.
-func (f *plotFigure) render() ([]byte, error) {
+// render draws the figure as a PNG and as an SVG (for a paper: it scales):
+// the plot on the left and, when it has entries, the legend in a column on
+// the right (where it hides no data), its font shrunk until it fits.
+func (f *plotFigure) render() (png, svg []byte, err error) {
 	c := vgimg.NewWith(vgimg.UseWH(plotWidth, plotHeight), vgimg.UseDPI(plotDPI))
-	dc := draw.New(c)
+	f.draw(draw.New(c))
+	var b bytes.Buffer
+	if _, err := (vgimg.PngCanvas{Canvas: c}).WriteTo(&b); err != nil {
+		return nil, nil, err
+	}
+	s := vgsvg.New(plotWidth, plotHeight)
+	f.draw(draw.New(s))
+	var sb bytes.Buffer
+	if _, err := s.WriteTo(&sb); err != nil {
+		return nil, nil, err
+	}
+	return b.Bytes(), sb.Bytes(), nil
+}
+
+// draw draws the figure on dc.
+func (f *plotFigure) draw(dc draw.Canvas) {
 	dc.SetColor(color.White)
 	dc.Fill(dc.Rectangle.Path())
 	area := dc
@@ -161,20 +177,21 @@ func (f *plotFigure) render() ([]byte, error) {
 	} else {
 		f.p.Draw(area)
 	}
-	var b bytes.Buffer
-	if _, err := (vgimg.PngCanvas{Canvas: c}).WriteTo(&b); err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil
 }
 
+// save writes the figure as file (a .png) and beside it the same name
+// with .svg.
 func (f *plotFigure) save(dir, file string) error {
-	b, err := f.render()
+	png, svg, err := f.render()
 	if err != nil {
 		return fmt.Errorf("report: plot %s: %w", file, err)
 	}
-	if err := atomicfile.WriteFile(filepath.Join(dir, file), b); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, file), png); err != nil {
 		return fmt.Errorf("report: plot %s: %w", file, err)
+	}
+	svgFile := strings.TrimSuffix(file, filepath.Ext(file)) + ".svg"
+	if err := atomicfile.WriteFile(filepath.Join(dir, svgFile), svg); err != nil {
+		return fmt.Errorf("report: plot %s: %w", svgFile, err)
 	}
 	return nil
 }
@@ -686,7 +703,7 @@ func plotLighten(c color.Color, t float64) color.Color {
 func plotTrainingLoss(dir string, arms []*reportArm, warnings *[]string) (*reportFigure, error) {
 	multi := slices.ContainsFunc(arms, func(a *reportArm) bool { return len(a.runs) > 1 })
 	title := "Training loss"
-	f := newPlotFigure(title, "step", "training loss (nats/token)")
+	f := newPlotFigure(title, "step", "loss (nats/token, log scale)")
 	lines, goldfish, held := 0, false, false
 	for ai, a := range arms {
 		for si, r := range a.runs {
@@ -741,12 +758,16 @@ func plotTrainingLoss(dir string, arms []*reportArm, warnings *[]string) (*repor
 	if lines == 0 {
 		return nil, nil
 	}
-	f.p.Y.Min = min(f.p.Y.Min, 0)
+	// A log axis: memorization takes the loss from ~10 to ~0.01, and a
+	// linear one flattens everything after the first fifth of training.
+	f.p.Y.Scale = plot.LogScale{}
+	f.p.Y.Tick.Marker = logTicks{}
+	f.p.X.Tick.Marker = plainTicks{}
 	file := filepath.Join(PlotsDir, "training-loss.png")
 	if err := f.save(dir, file); err != nil {
 		return nil, err
 	}
-	caption := "Training loss against the optimizer step, one line per arm"
+	caption := "Training loss against the optimizer step (log scale), one line per arm"
 	if multi {
 		caption += " and seed (dashes tell seeds apart)"
 	}
@@ -762,9 +783,10 @@ func plotTrainingLoss(dir string, arms []*reportArm, warnings *[]string) (*repor
 
 // lossSeries are a run's curves: the training loss at every logged step,
 // and the held-out loss at the steps that evaluated it (NaN and ±Inf, as
-// a diverged run logs, are left out).
+// a diverged run logs, and 0, which a log axis cannot show and only a step
+// without a kept target logs, are left out).
 func lossSeries(ms []finetune.Metrics) (train, heldout plotter.XYs) {
-	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	finite := func(v float64) bool { return v > 0 && !math.IsInf(v, 0) }
 	for _, m := range ms {
 		if finite(m.Loss) {
 			train = append(train, plotter.XY{X: float64(m.Step), Y: m.Loss})
@@ -774,4 +796,57 @@ func lossSeries(ms []finetune.Metrics) (train, heldout plotter.XYs) {
 		}
 	}
 	return train, heldout
+}
+
+// logTicks marks a log axis at 1, 2 and 5 times each power of ten in its
+// range, labelled with at most 4 significant digits ("0.02", "5", "10"),
+// and unlabelled ticks at the other integer multiples (all labelled when
+// the range holds fewer than two of the others).
+type logTicks struct{}
+
+func (logTicks) Ticks(lo, hi float64) []plot.Tick {
+	if !(lo > 0) || !(hi >= lo) {
+		return nil
+	}
+	var ticks []plot.Tick
+	for e := math.Floor(math.Log10(lo)); e <= math.Ceil(math.Log10(hi)); e++ {
+		p := math.Pow(10, e)
+		for d := 1; d <= 9; d++ {
+			v := float64(d) * p
+			if v < lo*(1-1e-9) || v > hi*(1+1e-9) {
+				continue
+			}
+			t := plot.Tick{Value: v}
+			if d == 1 || d == 2 || d == 5 {
+				t.Label = strconv.FormatFloat(v, 'g', 4, 64)
+			}
+			ticks = append(ticks, t)
+		}
+	}
+	labelled := 0
+	for _, t := range ticks {
+		if t.Label != "" {
+			labelled++
+		}
+	}
+	if labelled < 2 { // a range inside one decade: label every tick
+		for i := range ticks {
+			ticks[i].Label = strconv.FormatFloat(ticks[i].Value, 'g', 4, 64)
+		}
+	}
+	return ticks
+}
+
+// plainTicks are gonum's default ticks labelled with at most 4 significant
+// digits and no trailing zeros ("250", not "250.00").
+type plainTicks struct{}
+
+func (plainTicks) Ticks(lo, hi float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i, t := range ticks {
+		if t.Label != "" {
+			ticks[i].Label = strconv.FormatFloat(t.Value, 'g', 4, 64)
+		}
+	}
+	return ticks
 }

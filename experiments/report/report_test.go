@@ -467,6 +467,11 @@ func checkPlots(t *testing.T, dir string, rep *Written, want []string) {
 		if !strings.Contains(md, "]("+filepath.ToSlash(rel)+")") {
 			t.Errorf("report.md does not embed %s", rel)
 		}
+		// Beside each PNG, the same figure as SVG.
+		svg, err := os.ReadFile(strings.TrimSuffix(p, ".png") + ".svg")
+		if err != nil || !bytes.Contains(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("</svg>")) {
+			t.Errorf("%s: no SVG beside it (%v)", rel, err)
+		}
 		f, err := os.Open(p)
 		if err != nil {
 			t.Error(err)
@@ -550,6 +555,44 @@ func TestCSVMIAColumns(t *testing.T) {
 	for _, r := range rows[1:] {
 		if r[col["mia_ref_auc"]] != "" || r[col["mia_ref_tpr_at_1pct_fpr"]] != "" || r[col["mia_loss_tpr_at_0.1pct_fpr"]] != "0" {
 			t.Fatalf("row %q: reference cells %q %q, loss TPR at 0.1%% %q", r[:2], r[col["mia_ref_auc"]], r[col["mia_ref_tpr_at_1pct_fpr"]], r[col["mia_loss_tpr_at_0.1pct_fpr"]])
+		}
+	}
+}
+
+// TestLogTicks: the loss axis's ticks are 1, 2 and 5 per decade with at most
+// 4 significant digits, every integer multiple labelled inside one decade.
+func TestLogTicks(t *testing.T) {
+	labels := func(lo, hi float64) []string {
+		var out []string
+		for _, tk := range (logTicks{}).Ticks(lo, hi) {
+			if tk.Label != "" {
+				out = append(out, tk.Label)
+			}
+		}
+		return out
+	}
+	for _, c := range []struct {
+		lo, hi float64
+		want   []string
+	}{
+		{0.03, 10, []string{"0.05", "0.1", "0.2", "0.5", "1", "2", "5", "10"}},
+		{6.9, 9.5, []string{"7", "8", "9"}},
+		{1500, 2500, []string{"2000"}},
+	} {
+		if got := labels(c.lo, c.hi); !slices.Equal(got, c.want) {
+			t.Errorf("[%g, %g]: labels %v, want %v", c.lo, c.hi, got, c.want)
+		}
+	}
+	if ticks := (logTicks{}).Ticks(0, 1); ticks != nil {
+		t.Errorf("ticks on a log axis from 0: %v", ticks)
+	}
+}
+
+// TestPlainTicks: step axes read "250", not "250.00".
+func TestPlainTicks(t *testing.T) {
+	for _, tk := range (plainTicks{}).Ticks(0, 1280) {
+		if tk.Label != "" && (strings.Contains(tk.Label, ".") || len(strings.TrimLeft(tk.Label, "-")) > 4) {
+			t.Errorf("tick %g labelled %q", tk.Value, tk.Label)
 		}
 	}
 }
