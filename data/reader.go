@@ -34,6 +34,12 @@ type Document struct {
 	// memorization study needs to say exactly which texts are trained on.
 	// Readers leave it empty.
 	Split Split
+	// Messages is the conversation of a chat record (ReadOptions.Chat),
+	// which Prepare renders into IDs and Mask.
+	Messages []Message
+	// Mask is the loss mask of a chat document's IDs: 1 for a token of an
+	// assistant turn, 0 for the prompt. nil for other documents.
+	Mask []uint8
 }
 
 // A Format is an input file format.
