@@ -25,8 +25,7 @@
 // # Dataset folder
 //
 // A dataset is a folder of three files (four for a chat dataset), written
-// into a temporary folder,
-// synced and renamed into place:
+// into a temporary folder, synced and renamed into place:
 //
 // tokens.bin is a 64-byte header and then the tokens of every document, in
 // input order, as little-endian uint32:
