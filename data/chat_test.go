@@ -50,7 +50,7 @@ var chatToks = struct {
 }{m: map[string]*tokenizer.Tokenizer{}, f: map[string]map[string][]byte{}}
 
 // chatTokenizer returns builtin:NAME and its files.
-func chatTokenizer(t *testing.T, name string) (*tokenizer.Tokenizer, map[string][]byte) {
+func chatTokenizer(t testing.TB, name string) (*tokenizer.Tokenizer, map[string][]byte) {
 	t.Helper()
 	chatToks.Lock()
 	defer chatToks.Unlock()

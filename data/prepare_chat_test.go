@@ -20,7 +20,7 @@ const chatJSONL = `{"messages":[{"role":"system","content":"Be brief."},{"role":
 {"instruction":"Name a colour.","output":"Blue"}
 `
 
-func chatTemplate(t *testing.T, family string) (*ChatTemplate, *tokenizer.Tokenizer) {
+func chatTemplate(t testing.TB, family string) (*ChatTemplate, *tokenizer.Tokenizer) {
 	t.Helper()
 	tok, files := chatTokenizer(t, family)
 	ct, err := NewChatTemplate(tok, files[tokenizer.ConfigFileName], ChatOptions{Now: time.Date(2024, 7, 26, 0, 0, 0, 0, time.UTC)})
