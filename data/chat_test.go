@@ -95,7 +95,7 @@ func goldenTemplate(t *testing.T, g *chatGolden, name string) (*ChatTemplate, *t
 
 func TestChatTemplateGolden(t *testing.T) {
 	g := readChatGolden(t)
-	if len(g.Cases) < 60 {
+	if len(g.Cases) < 80 {
 		t.Fatalf("%d golden cases", len(g.Cases))
 	}
 	for _, c := range g.Cases {

@@ -11,7 +11,11 @@ messages, bos_token, eos_token, add_generation_prompt), for:
   - memtrain's built-in Llama 2 and Llama 3 formats (data/chat.go's
     Llama2ChatTemplate and Llama3ChatTemplate, read from that file so that
     the two cannot drift), with the llama2 and llama3 special tokens;
-  - a Llama 3.1-style template that prints strftime_now's date.
+  - a Llama 3.1-style template that prints strftime_now's date, and Meta's
+    Llama 3.2 Instruct template itself (data/testdata/chat/
+    llama3.2-instruct.jinja, verbatim from the chat template of
+    Llama-3.2-1B-Instruct as github.com/ardanlabs/jinja v1.8.0's testdata
+    holds it), which reads strftime_now through "is defined" tests.
 
 It writes data/testdata/chat/golden.json: the rendered STRINGS. The test
 compares memtrain's rendered string with each, and tokenizes both with
@@ -74,6 +78,8 @@ TEMPLATES = {
     "builtin:llama2": (go_const("Llama2ChatTemplate"), "<s>", "</s>"),
     "builtin:llama3": (go_const("Llama3ChatTemplate"), "<|begin_of_text|>", "<|end_of_text|>"),
     "llama3.1-style": (LLAMA31, "<|begin_of_text|>", "<|end_of_text|>"),
+    "llama3.2-instruct": (open(os.path.join(ROOT, "data", "testdata", "chat", "llama3.2-instruct.jinja"),
+                               encoding="utf-8").read(), "<|begin_of_text|>", "<|end_of_text|>"),
 }
 
 U, A, S = "user", "assistant", "system"
