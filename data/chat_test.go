@@ -265,3 +265,46 @@ func FuzzParseChatRecord(f *testing.F) {
 		}
 	})
 }
+
+// TestChatTemplateChoice checks where a template comes from: the
+// tokenizer's config (a string, or the "default" of a list), else the
+// family's built-in format, or the one asked for.
+func TestChatTemplateChoice(t *testing.T) {
+	l2, f2 := chatTokenizer(t, "llama2")
+	l3, f3 := chatTokenizer(t, "llama3")
+	for _, c := range []struct {
+		tok      *tokenizer.Tokenizer
+		config   string
+		template string
+		want     string // Name, or the error
+	}{
+		{l3, string(f3[tokenizer.ConfigFileName]), "", tokenizer.ConfigFileName},
+		{l2, string(f2[tokenizer.ConfigFileName]), "", "builtin:llama2"},
+		{l3, "", "", "builtin:llama3"},
+		{l2, "", "builtin:llama3", "builtin:llama3"},
+		{l3, `{"chat_template":[{"name":"tool_use","template":"x"},{"name":"default","template":"{{ bos_token }}"}]}`, "", tokenizer.ConfigFileName},
+		{l3, `{"chat_template":[{"name":"tool_use","template":"x"}]}`, "", `tokenizer_config.json: chat_template lists no "default" template`},
+		{l3, `{"chat_template":3}`, "", "tokenizer_config.json: chat_template is a number, want a string or a list"},
+		{l3, `{"bos_token":{"content":"<|begin_of_text|>"}}`, "{{ bos_token }}", "custom"},
+		{l3, "", "{% if %}", "chat template (custom)"},
+		{l3, "", "builtin:gpt2", `chat template "builtin:gpt2"`},
+	} {
+		ct, err := NewChatTemplate(c.tok, []byte(c.config), ChatOptions{Template: c.template})
+		got := ""
+		if err != nil {
+			got = err.Error()
+		} else {
+			got = ct.Name
+		}
+		if !strings.Contains(got, c.want) {
+			t.Errorf("config %.40q, template %q: got %q, want %q", c.config, c.template, got, c.want)
+		}
+	}
+	ct, err := NewChatTemplate(l3, []byte(`{"bos_token":{"content":"<B>"},"eos_token":"<E>"}`), ChatOptions{Template: "{{ bos_token }}{{ eos_token }}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := ct.Render(nil, false); s != "<B><E>" {
+		t.Errorf("special tokens %q", s)
+	}
+}
