@@ -44,7 +44,7 @@ func ParseChatRecord(line []byte) ([]Message, ProblemKind, string) {
 		return nil, InvalidUTF8, "the record is not valid UTF-8"
 	}
 	var rec map[string]json.RawMessage
-	if err := json.Unmarshal(line, &rec); err != nil {
+	if err := json.Unmarshal(line, &rec); err != nil || rec == nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) {
 			return nil, InvalidJSON, fmt.Sprintf("invalid JSON at byte %d: %v", se.Offset, err)

@@ -215,6 +215,7 @@ func TestParseChatRecord(t *testing.T) {
 	}
 	bad := map[string]ProblemKind{
 		`[1]`:                            InvalidJSON,
+		`null`:                           InvalidJSON,
 		`{"text":"x"}`:                   MissingField,
 		`{"messages":[]}`:                EmptyText,
 		`{"messages":null}`:              NullValue,

@@ -126,7 +126,8 @@ type Settings struct {
 	PadID int32 `json:"pad_id"`
 	// Holdout is the fraction of documents held out, chosen by SHA-256 of
 	// the seed (8 bytes, little-endian) and the document's text (or its
-	// ids, 4 bytes each little-endian, when pre-tokenized): a document is
+	// ids, 4 bytes each little-endian, when pre-tokenized or rendered from
+	// a conversation): a document is
 	// held out when the first 8 bytes of the hash, as a big-endian
 	// integer, are below Holdout×2⁶⁴. The choice depends on nothing else,
 	// so it is stable under reordering, and equal texts share a split.
