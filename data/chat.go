@@ -100,9 +100,11 @@ func parseMessages(raw json.RawMessage) ([]Message, ProblemKind, string) {
 			default:
 				return nil, WrongType, fmt.Sprintf("messages[%d].%s is %s, want a string", i, f.key, k)
 			}
-			if err := json.Unmarshal(v, f.dst); err != nil {
-				return nil, InvalidJSON, fmt.Sprintf("messages[%d].%s: %v", i, f.key, err)
+			text, off := decodeJSONString(v)
+			if off >= 0 {
+				return nil, InvalidUTF8, fmt.Sprintf("messages[%d].%s is not valid UTF-8 (byte %d of the field)", i, f.key, off)
 			}
+			*f.dst = text
 		}
 		switch m.Role {
 		case RoleSystem, RoleUser, RoleAssistant:
@@ -136,9 +138,9 @@ func parseAlpaca(rec map[string]json.RawMessage) ([]Message, ProblemKind, string
 		default:
 			return "", WrongType, fmt.Sprintf("field %q is %s, want a string", key, k)
 		}
-		var s string
-		if err := json.Unmarshal(v, &s); err != nil {
-			return "", InvalidJSON, fmt.Sprintf("field %q: %v", key, err)
+		s, off := decodeJSONString(v)
+		if off >= 0 {
+			return "", InvalidUTF8, fmt.Sprintf("field %q is not valid UTF-8 (byte %d of the field)", key, off)
 		}
 		if required && isBlank(s) {
 			return "", EmptyText, fmt.Sprintf("field %q is empty", key)
