@@ -1,8 +1,9 @@
 module github.com/memtrain/memtrain
 
-go 1.26
+go 1.26.0
 
 require (
+	github.com/ardanlabs/jinja v1.8.0
 	github.com/dlclark/regexp2/v2 v2.13.0
 	github.com/ebitengine/purego v0.11.3
 	github.com/parquet-go/parquet-go v0.32.0

@@ -16,10 +16,16 @@
 // Problems report with their file and line (or Parquet row); in strict mode
 // the first one is an error.
 //
+// With ReadOptions.Chat, JSONL lines and Parquet rows are chat records
+// (ParseChatRecord: "messages", or alpaca "instruction"/"input"/"output"),
+// which Prepare renders with a ChatTemplate (the checkpoint's
+// chat_template, or the built-in Llama 2 and Llama 3 formats) into a
+// document and its loss mask, 1 on the assistant turns' tokens.
+//
 // # Dataset folder
 //
-// A dataset is a folder of three files, written into a temporary folder,
-// synced and renamed into place:
+// A dataset is a folder of three files (four for a chat dataset), written
+// into a temporary folder, synced and renamed into place:
 //
 // tokens.bin is a 64-byte header and then the tokens of every document, in
 // input order, as little-endian uint32:
@@ -46,6 +52,20 @@
 //	32     8    tokens
 //	40     24   zero
 //
+// mask.bin, only in a chat dataset (Settings.Chat, manifest version 2), is
+// a 64-byte header and then one byte per token of tokens.bin, 1 where the
+// token is a target of the loss (an assistant turn's) and 0 where it is not
+// (the prompt); a target's weight is its byte:
+//
+//	offset size field
+//	0      8    magic "MTMASK\0\0"
+//	8      4    version (1)
+//	12     4    zero
+//	16     4    header size (64)
+//	20     4    zero
+//	24     8    tokens
+//	32     32   zero
+//
 // manifest.json is a Manifest: the format and version, the tokenizer (the
 // SHA-256 of its tokenizer.json, vocabulary size, BOS and EOS), the
 // settings (mode, seq_len, bos, eos, pad_id, holdout, seed and how the
@@ -53,7 +73,10 @@
 // padding and truncation for the whole and for each split, with each
 // split's document ids as ranges, the sources (path, format, bytes, SHA-256,
 // documents, problems), the size and SHA-256 of tokens.bin and index.bin,
-// and the problems met in reading.
+// and the problems met in reading. Its version is 1 (StoreVersion), or 2
+// (MaskedVersion) for a chat dataset, whose settings.chat names the
+// template, whose counts.masked counts the targets the mask excludes and
+// whose files list mask.bin.
 //
 // Documents hold their BOS and EOS tokens (Settings.BOS, Settings.EOS). The
 // split of a document is a seeded hash of its content (Settings.Holdout).

@@ -24,7 +24,7 @@ type Inspection struct {
 	Dataset         string    `json:"dataset"` // the folder, as the Store was opened
 	Manifest        *Manifest `json:"manifest"`
 	DocumentLengths []Bucket  `json:"document_lengths"` // in tokens, BOS and EOS included
-	SequenceTargets []Bucket  `json:"sequence_targets"` // of every sequence, both splits
+	SequenceTargets []Bucket  `json:"sequence_targets"` // of every sequence, both splits; positions that are not padding (a chat dataset's masked prompt tokens included)
 	Samples         []Sample  `json:"samples"`
 }
 
@@ -37,14 +37,17 @@ type Bucket struct {
 
 // A Sample is one sequence of a dataset.
 type Sample struct {
-	Split    Split   `json:"split"`
-	Sequence int     `json:"sequence"`
-	Document int     `json:"document"` // the document it starts in
-	Source   string  `json:"source"`   // the document's input file
-	Line     int64   `json:"line"`     // and line (or Parquet row)
-	Targets  int     `json:"targets"`  // with loss, padding excluded
-	IDs      []int32 `json:"ids"`      // the window: inputs and the last target, no padding
-	Text     *string `json:"text,omitempty"`
+	Split    Split  `json:"split"`
+	Sequence int    `json:"sequence"`
+	Document int    `json:"document"` // the document it starts in
+	Source   string `json:"source"`   // the document's input file
+	Line     int64  `json:"line"`     // and line (or Parquet row)
+	Targets  int    `json:"targets"`  // with loss, padding excluded
+	// Masked counts the targets that a chat dataset's loss mask excludes
+	// (prompt tokens), not among Targets.
+	Masked int     `json:"masked,omitempty"`
+	IDs    []int32 `json:"ids"` // the window: inputs and the last target, no padding
+	Text   *string `json:"text,omitempty"`
 }
 
 // Inspect reports on the dataset of s: the histograms, from every document
@@ -77,7 +80,7 @@ func Inspect(s *Store, opt InspectOptions) (*Inspection, error) {
 			for i := range si.Sequences {
 				n := T
 				if i == si.Sequences-1 {
-					n = si.Targets - T*(si.Sequences-1)
+					n = si.Targets + si.Masked - T*(si.Sequences-1)
 				}
 				seqTargets = append(seqTargets, n)
 			}
@@ -92,22 +95,22 @@ func Inspect(s *Store, opt InspectOptions) (*Inspection, error) {
 	}
 	ids, targets, weights := make([]int32, T), make([]int32, T), make([]float32, T)
 	for i := range min(opt.Samples, s.NumSequences(split)) {
-		doc, err := s.Sequence(split, i, ids, targets, weights)
+		doc, n, err := s.sequence(split, i, ids, targets, weights)
 		if err != nil {
 			return nil, err
 		}
 		info, _ := s.Doc(doc)
-		n := 0
+		kept := 0
 		for _, w := range weights {
 			if w != 0 {
-				n++
+				kept++
 			}
 		}
 		window := append([]int32(nil), ids[:n]...)
 		if n > 0 {
 			window = append(window, targets[n-1])
 		}
-		sm := Sample{Split: split, Sequence: i, Document: doc, Source: info.Source, Line: info.Line, Targets: n, IDs: window}
+		sm := Sample{Split: split, Sequence: i, Document: doc, Source: info.Source, Line: info.Line, Targets: kept, Masked: n - kept, IDs: window}
 		if opt.Tokenizer != nil {
 			text := opt.Tokenizer.Decode(window)
 			sm.Text = &text

@@ -133,6 +133,10 @@ func (j *jsonlReader) problem(line int64, kind ProblemKind, detail string) error
 // with encoding/json (the last of duplicate keys wins) except that invalid
 // UTF-8 and unpaired surrogates are reported rather than replaced.
 func (j *jsonlReader) parse(line []byte) (Document, ProblemKind, string) {
+	if j.opt.Chat {
+		msgs, kind, detail := ParseChatRecord(line)
+		return Document{Messages: msgs}, kind, detail
+	}
 	if line[0] != '{' {
 		return Document{}, InvalidJSON, "invalid JSON: want an object, got " + jsonKind(line)
 	}

@@ -28,7 +28,7 @@ type LoaderConfig struct {
 type Batch struct {
 	IDs     []int32   // B×T inputs
 	Targets []int32   // B×T: the token that follows each input
-	Weights []float32 // B×T: 1, or 0 for padding
+	Weights []float32 // B×T: 1, or 0 for padding (and, in a chat dataset, for prompt targets)
 	B, T    int
 	// DocIDs are the document ids of the B sequences (see
 	// Store.Sequence).

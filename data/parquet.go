@@ -2,6 +2,7 @@ package data
 
 import (
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -318,5 +319,111 @@ func (p *parquetReader) progress(end bool) {
 	if done > p.reported {
 		p.opt.Progress(done - p.reported)
 		p.reported = done
+	}
+}
+
+// parquetChatReader reads the chat records of a Parquet file (see
+// ParseChatRecord): a "messages" list of {role, content} groups, or
+// "instruction", "input" and "output" string columns. Each row is
+// reconstructed whole, made a JSON object and parsed as a JSONL record is,
+// so that both formats take the same records and report the same problems.
+type parquetChatReader struct {
+	name   string
+	f      *os.File
+	size   int64
+	r      *parquet.Reader
+	opt    *ReadOptions
+	report func(Problem) error
+	hash   string
+	row    int64
+	done   bool
+}
+
+func openParquetChat(name string, opt *ReadOptions, report func(Problem) error) (fr fileReader, err error) {
+	f, err := inputfile.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+		}
+	}()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return nil, fmt.Errorf("data: %s: %w", name, err)
+	}
+	p := &parquetChatReader{name: name, f: f, size: st.Size(), opt: opt, report: report, hash: hexSum(h)}
+	err = recoverParquet(func() error {
+		file, err := parquet.OpenFile(f, st.Size(), parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
+		if err != nil {
+			return err
+		}
+		p.r = parquet.NewReader(file)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("data: %s: not a readable Parquet file: %w", name, err)
+	}
+	return p, nil
+}
+
+// recoverParquet runs fn, turning a panic of the Parquet library on a
+// corrupt file into an error.
+func recoverParquet(fn func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("corrupt file (%v)", v)
+		}
+	}()
+	return fn()
+}
+
+func (p *parquetChatReader) sum() string { return p.hash }
+func (p *parquetChatReader) close() error {
+	if p.r != nil {
+		p.r.Close()
+	}
+	return p.f.Close()
+}
+
+func (p *parquetChatReader) next() (Document, error) {
+	for {
+		if p.done {
+			return Document{}, io.EOF
+		}
+		row := map[string]any{}
+		err := recoverParquet(func() error { return p.r.Read(&row) })
+		if err == io.EOF {
+			p.done = true
+			if p.opt.Progress != nil {
+				p.opt.Progress(p.size)
+			}
+			return Document{}, io.EOF
+		}
+		if err != nil {
+			return Document{}, fmt.Errorf("data: %s: row %d: %w", p.name, p.row+1, err)
+		}
+		p.row++
+		line, err := json.Marshal(row)
+		var msgs []Message
+		var kind ProblemKind
+		var detail string
+		if err != nil {
+			kind, detail = WrongType, fmt.Sprintf("the row is not a chat record: %v", err)
+		} else {
+			msgs, kind, detail = ParseChatRecord(line)
+		}
+		if kind != "" {
+			if err := p.report(Problem{Source: p.name, Line: p.row, Row: true, Kind: kind, Detail: detail}); err != nil {
+				return Document{}, err
+			}
+			continue
+		}
+		return Document{Source: p.name, Line: p.row, Messages: msgs}, nil
 	}
 }

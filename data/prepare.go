@@ -1,6 +1,8 @@
 package data
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -33,6 +35,14 @@ type PrepareConfig struct {
 	// ChunkBytes is about how much text is encoded at a time, spread over
 	// the threads (0: 1 MiB, or 256 KiB per thread if more).
 	ChunkBytes int
+	// Chat, when set, reads chat records (ReadOptions.Chat) and renders
+	// each conversation with this template into a document whose loss is
+	// on its assistant turns only (ChatTemplate.Encode): a chat dataset,
+	// with a loss mask. The template writes BOS, so BOS must be off;
+	// special-token text is parsed (SplitSpecial off), as HF does. A
+	// conversation the template refuses (raise_exception) is a BadChat
+	// problem.
+	Chat *ChatTemplate
 }
 
 // maxChunkDocs bounds the documents encoded at a time.
@@ -51,6 +61,21 @@ func Prepare(out string, inputs []string, tok *tokenizer.Tokenizer, cfg PrepareC
 	}
 	ropt := cfg.Read
 	ropt.VocabSize = tok.VocabSize()
+	var chat *ChatSettings
+	if ct := cfg.Chat; ct != nil {
+		switch {
+		case cfg.BOS:
+			return nil, errors.New("data: a chat template writes its own BOS; chat datasets take no added BOS (--bos=false)")
+		case cfg.SplitSpecial:
+			return nil, errors.New("data: a chat template's special tokens must be parsed; chat datasets cannot split special tokens")
+		}
+		ropt.Chat = true
+		sum := sha256.Sum256([]byte(ct.Source))
+		chat = &ChatSettings{Template: ct.Name, TemplateSHA256: hex.EncodeToString(sum[:])}
+		if !ct.now.IsZero() {
+			chat.Date = ct.now.Format("2006-01-02")
+		}
+	}
 	r, err := NewReader(inputs, ropt)
 	if err != nil {
 		return nil, err
@@ -63,7 +88,10 @@ func Prepare(out string, inputs []string, tok *tokenizer.Tokenizer, cfg PrepareC
 		Mode: mode, SeqLen: cfg.SeqLen, BOS: cfg.BOS, EOS: cfg.EOS,
 		Holdout: cfg.Holdout, Seed: cfg.Seed,
 		Format: r.opt.Format, Field: ropt.field(), Pretokenized: ropt.Pretokenized,
-		Paragraphs: ropt.Paragraphs, SplitSpecial: cfg.SplitSpecial,
+		Paragraphs: ropt.Paragraphs, SplitSpecial: cfg.SplitSpecial, Chat: chat,
+	}
+	if chat != nil {
+		set.Field = ""
 	}
 	w, err := CreateStore(out, TokenizerInfoOf(tok), set)
 	if err != nil {
@@ -119,6 +147,9 @@ func Prepare(out string, inputs []string, tok *tokenizer.Tokenizer, cfg PrepareC
 			}
 			chunk = append(chunk, doc)
 			size += len(doc.Text) + 4*len(doc.IDs)
+			for _, m := range doc.Messages {
+				size += len(m.Content)
+			}
 			if size >= chunkBytes || len(chunk) >= maxChunkDocs {
 				if !send(chunks, chunk) {
 					return
@@ -136,6 +167,13 @@ func Prepare(out string, inputs []string, tok *tokenizer.Tokenizer, cfg PrepareC
 		defer close(encoded)
 		opt := tokenizer.EncodeOptions{SplitSpecial: cfg.SplitSpecial}
 		for chunk := range chunks {
+			if cfg.Chat != nil {
+				encodeChats(cfg.Chat, tok, chunk, cfg.Threads)
+				if !send(encoded, chunk) {
+					return
+				}
+				continue
+			}
 			var texts []string
 			for _, d := range chunk {
 				if d.IDs == nil {
@@ -163,6 +201,17 @@ func Prepare(out string, inputs []string, tok *tokenizer.Tokenizer, cfg PrepareC
 	kept := 0
 	for chunk := range encoded {
 		for _, doc := range chunk {
+			if doc.chatErr != "" {
+				p := Problem{Source: doc.Source, Line: doc.Line, Row: parquetFiles[doc.Source],
+					Kind: BadChat, Detail: doc.chatErr}
+				encProblems.Add(p)
+				perSource[doc.Source]++
+				if ropt.Strict {
+					w.Abort()
+					return nil, &RecordError{p}
+				}
+				continue
+			}
 			if len(doc.IDs) == 0 {
 				p := Problem{Source: doc.Source, Line: doc.Line, Row: parquetFiles[doc.Source],
 					Kind: EmptyText, Detail: "the text encodes to no tokens"}
@@ -200,6 +249,31 @@ func Prepare(out string, inputs []string, tok *tokenizer.Tokenizer, cfg PrepareC
 		perSource[sources[i].Path] = 0
 	}
 	return w.Commit(sources, problems)
+}
+
+// encodeChats renders and tokenizes the conversations of chunk in place,
+// on up to threads goroutines (0: GOMAXPROCS): each document's IDs and
+// Mask, or chatErr.
+func encodeChats(ct *ChatTemplate, tok *tokenizer.Tokenizer, chunk []Document, threads int) {
+	if threads <= 0 {
+		threads = runtime.GOMAXPROCS(0)
+	}
+	threads = min(threads, len(chunk))
+	var wg sync.WaitGroup
+	for g := range threads {
+		wg.Go(func() {
+			for i := g; i < len(chunk); i += threads {
+				d := &chunk[i]
+				ids, mask, err := ct.Encode(tok, d.Messages)
+				if err != nil {
+					d.chatErr = strings.ReplaceAll(err.Error(), "\n", " ")
+					continue
+				}
+				d.IDs, d.Mask, d.Messages = ids, mask, nil
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // noDocuments is the error of inputs of which no record made a document.

@@ -34,6 +34,14 @@ type Document struct {
 	// memorization study needs to say exactly which texts are trained on.
 	// Readers leave it empty.
 	Split Split
+	// Messages is the conversation of a chat record (ReadOptions.Chat),
+	// which Prepare renders into IDs and Mask.
+	Messages []Message
+	// Mask is the loss mask of a chat document's IDs: 1 for a token of an
+	// assistant turn, 0 for the prompt. nil for other documents.
+	Mask []uint8
+	// chatErr is why Prepare could not render Messages.
+	chatErr string
 }
 
 // A Format is an input file format.
@@ -96,6 +104,11 @@ type ReadOptions struct {
 	// may mix the two: the documents that evaluation commands score.
 	// Other formats read text.
 	IDsOrText bool
+
+	// Chat reads chat records (see ParseChatRecord) from JSONL and
+	// Parquet: Document.Messages, which Prepare renders. Text files are
+	// skipped in folders and refused when named.
+	Chat bool
 
 	// VocabSize, when positive, bounds pre-tokenized ids: an id outside
 	// [0, VocabSize) makes the record a BadToken problem.
@@ -191,6 +204,16 @@ func NewReader(paths []string, opt ReadOptions) (*Reader, error) {
 	if opt.Pretokenized && format == Text {
 		return nil, errors.New("data: text files hold no token ids; pre-tokenized input must be JSONL or Parquet")
 	}
+	if opt.Chat {
+		switch {
+		case format == Text:
+			return nil, errors.New("data: text files hold no conversations; chat input must be JSONL or Parquet")
+		case opt.Pretokenized || opt.IDsOrText:
+			return nil, errors.New("data: chat records are text; they cannot be pre-tokenized")
+		case opt.Field != "":
+			return nil, fmt.Errorf("data: field %q: chat records have fixed fields (messages, or instruction/input/output)", opt.Field)
+		}
+	}
 	if len(paths) == 0 {
 		return nil, errors.New("data: no input files")
 	}
@@ -258,6 +281,10 @@ func (r *Reader) plan(path string) error {
 			return r.report(Problem{Source: p, Kind: SkippedFile,
 				Detail: "skipped: a text file holds no token ids"})
 		}
+		if r.opt.Chat && f == Text {
+			return r.report(Problem{Source: p, Kind: SkippedFile,
+				Detail: "skipped: a text file holds no chat records"})
+		}
 		return r.add(p, f, info.Size())
 	})
 	if err != nil {
@@ -276,6 +303,9 @@ func (r *Reader) plan(path string) error {
 func (r *Reader) add(path string, f Format, size int64) error {
 	if r.opt.Pretokenized && f == Text {
 		return fmt.Errorf("data: %s: a text file holds no token ids", path)
+	}
+	if r.opt.Chat && f == Text {
+		return fmt.Errorf("data: %s: a text file holds no chat records (want JSONL or Parquet)", path)
 	}
 	r.sources = append(r.sources, Source{Path: path, Format: f, Bytes: size})
 	r.size += size
@@ -354,6 +384,9 @@ func (r *Reader) open(src *Source) (fileReader, error) {
 		}
 		return newTextReader(src.Path, f, h, &r.opt, r.report), nil
 	case Parquet:
+		if r.opt.Chat {
+			return openParquetChat(src.Path, &r.opt, r.report)
+		}
 		return openParquet(src.Path, &r.opt, r.report)
 	}
 	return nil, fmt.Errorf("data: %s: unknown format %q", src.Path, src.Format)

@@ -23,16 +23,28 @@ const (
 	TokensFile   = "tokens.bin"
 	IndexFile    = "index.bin"
 	ManifestFile = "manifest.json"
+	// MaskFile holds the loss mask of a chat dataset (Settings.Chat): one
+	// byte per token, 1 where the token is a target of the loss.
+	MaskFile = "mask.bin"
 )
 
 // StoreVersion is the version of the dataset format that this package
 // writes and reads.
 const StoreVersion = 1
 
+// MaskedVersion is the manifest version of a dataset with a loss mask
+// (mask.bin, Settings.Chat); its tokens.bin and index.bin are those of
+// StoreVersion. A plain dataset's manifest keeps StoreVersion, so that
+// datasets made before masks open as they did, and a masked one names a
+// version that readers without masks refuse rather than train on its
+// prompts.
+const MaskedVersion = 2
+
 const (
 	manifestFormat = "memtrain-dataset"
 	tokensMagic    = "MTTOKENS"
 	indexMagic     = "MTINDEX\x00"
+	maskMagic      = "MTMASK\x00\x00"
 	headerSize     = 64
 	recordSize     = 32
 	dtypeUint32    = 1 // the only token dtype: little-endian uint32
@@ -114,7 +126,8 @@ type Settings struct {
 	PadID int32 `json:"pad_id"`
 	// Holdout is the fraction of documents held out, chosen by SHA-256 of
 	// the seed (8 bytes, little-endian) and the document's text (or its
-	// ids, 4 bytes each little-endian, when pre-tokenized): a document is
+	// ids, 4 bytes each little-endian, when pre-tokenized or rendered from
+	// a conversation): a document is
 	// held out when the first 8 bytes of the hash, as a big-endian
 	// integer, are below Holdout×2⁶⁴. The choice depends on nothing else,
 	// so it is stable under reordering, and equal texts share a split.
@@ -126,6 +139,20 @@ type Settings struct {
 	Pretokenized bool   `json:"pretokenized,omitempty"`
 	Paragraphs   bool   `json:"paragraphs,omitempty"`
 	SplitSpecial bool   `json:"split_special,omitempty"`
+	// Chat is set for a dataset of conversations, whose loss is on the
+	// assistant tokens only (mask.bin).
+	Chat *ChatSettings `json:"chat,omitempty"`
+}
+
+// ChatSettings are how a chat dataset's conversations were rendered.
+type ChatSettings struct {
+	// Template names the chat template: "tokenizer_config.json",
+	// "builtin:llama2", "builtin:llama3" or "custom".
+	Template string `json:"template"`
+	// TemplateSHA256 is the SHA-256 of its Jinja source.
+	TemplateSHA256 string `json:"template_sha256"`
+	// Date is strftime_now's fixed date (YYYY-MM-DD), when one was given.
+	Date string `json:"date,omitempty"`
 }
 
 func (s *Settings) check() error {
@@ -147,9 +174,13 @@ type Counts struct {
 	Tokens    int64 `json:"tokens"` // BOS and EOS included
 	Sequences int64 `json:"sequences"`
 	// Targets is the number of target positions with weight 1, and
-	// Padding the number with weight 0.
+	// Padding the number of padding positions, with weight 0. Masked
+	// (chat datasets) is the number of target positions whose token the
+	// loss mask excludes, a prompt's, with weight 0 too: Targets + Masked
+	// + Padding = Sequences × SeqLen.
 	Targets int64 `json:"targets"`
 	Padding int64 `json:"padding"`
+	Masked  int64 `json:"masked,omitempty"`
 	// TruncatedDocuments (ModeDocument) are the documents longer than
 	// SeqLen+1 tokens, and TruncatedTokens the tokens they lost.
 	TruncatedDocuments int64 `json:"truncated_documents"`
@@ -162,6 +193,7 @@ func (c *Counts) add(d Counts) {
 	c.Sequences += d.Sequences
 	c.Targets += d.Targets
 	c.Padding += d.Padding
+	c.Masked += d.Masked
 	c.TruncatedDocuments += d.TruncatedDocuments
 	c.TruncatedTokens += d.TruncatedTokens
 }
@@ -275,20 +307,45 @@ type splitView struct {
 	counts Counts
 }
 
-// views computes the sequences of both splits.
-func views(recs []record, set Settings) [2]splitView {
+// views computes the sequences of both splits. mask is the loss mask of
+// every token, or nil for none.
+func views(recs []record, set Settings, mask []uint8) [2]splitView {
 	var v [2]splitView
 	T := int64(set.SeqLen)
+	// masked counts the tokens of mask[from:to] that the mask excludes.
+	masked := func(from, to int64) int64 {
+		if mask == nil {
+			return 0
+		}
+		var n int64
+		for _, b := range mask[from:to] {
+			if b == 0 {
+				n++
+			}
+		}
+		return n
+	}
+	var firstMasked [2]int64 // whether the first token of a split is masked
+	var seen [2]bool
 	for id, r := range recs {
 		s := &v[r.split]
 		s.docs = append(s.docs, id)
 		s.counts.Documents++
 		s.counts.Tokens += int64(r.length)
+		if set.Mode == ModePack {
+			s.counts.Masked += masked(r.offset, r.offset+int64(r.length))
+			if !seen[r.split] {
+				seen[r.split] = true
+				firstMasked[r.split] = masked(r.offset, r.offset+1)
+			}
+		}
 		if set.Mode == ModeDocument {
 			L := int64(r.length)
 			s.counts.Sequences++
 			targets := min(L, T+1) - 1
-			s.counts.Targets += targets
+			m := masked(r.offset+1, r.offset+1+targets)
+			s.counts.Targets += targets - m
+			s.counts.Masked += m
 			s.counts.Padding += T - targets
 			if L > T+1 {
 				s.counts.TruncatedDocuments++
@@ -303,10 +360,14 @@ func views(recs []record, set Settings) [2]splitView {
 			for j, id := range s.docs {
 				s.start[j+1] = s.start[j] + int64(recs[id].length)
 			}
+			// The first token of the split's stream is no target.
+			s.counts.Masked -= firstMasked[i]
 			if n := s.counts.Tokens; n >= 2 {
 				s.counts.Sequences = (n - 1 + T - 1) / T
-				s.counts.Targets = n - 1
+				s.counts.Targets = n - 1 - s.counts.Masked
 				s.counts.Padding = s.counts.Sequences*T - (n - 1)
+			} else {
+				s.counts.Masked = 0
 			}
 		}
 	}
@@ -335,6 +396,8 @@ type Store struct {
 	raw    []byte // all of tokens.bin
 	unmap  func() error
 	tokens []uint32 // the payload of tokens.bin
+	mask   []uint8  // the payload of mask.bin; nil for a dataset without
+	munmap func() error
 	recs   []record
 	views  [2]splitView
 	closed bool
@@ -373,8 +436,12 @@ func (s *Store) open() error {
 	switch {
 	case m.Format != manifestFormat:
 		return s.errorf(ManifestFile, "format %q, want %q", m.Format, manifestFormat)
-	case m.Version != StoreVersion:
-		return s.errorf(ManifestFile, "version %d is not supported (want %d)", m.Version, StoreVersion)
+	case m.Version != StoreVersion && m.Version != MaskedVersion:
+		return s.errorf(ManifestFile, "version %d is not supported (want %d, or %d with a loss mask)", m.Version, StoreVersion, MaskedVersion)
+	case m.Version == MaskedVersion && m.Settings.Chat == nil:
+		return s.errorf(ManifestFile, "version %d (a loss mask) but settings.chat is missing", m.Version)
+	case m.Version == StoreVersion && m.Settings.Chat != nil:
+		return s.errorf(ManifestFile, "settings.chat is set but version %d has no loss mask (want %d)", m.Version, MaskedVersion)
 	case m.DType != "uint32":
 		return s.errorf(ManifestFile, "dtype %q is not supported (want uint32)", m.DType)
 	case m.Tokenizer.VocabSize <= 0:
@@ -388,6 +455,11 @@ func (s *Store) open() error {
 	}
 	if err := s.openTokens(); err != nil {
 		return err
+	}
+	if m.Version == MaskedVersion {
+		if err := s.openMask(); err != nil {
+			return err
+		}
 	}
 	// The documents tile the tokens, in order.
 	var off int64
@@ -415,7 +487,7 @@ func (s *Store) open() error {
 			return s.errorf(TokensFile, "token %d at position %d outside the vocabulary [0, %d)", t, i, vocab)
 		}
 	}
-	s.views = views(s.recs, m.Settings)
+	s.views = views(s.recs, m.Settings, s.mask)
 	var total Counts
 	for i, name := range []Split{Train, Holdout} {
 		si, _ := m.Split(name)
@@ -559,6 +631,61 @@ func (s *Store) openTokens() error {
 	return nil
 }
 
+// maskHeader returns the header of mask.bin.
+func maskHeader(tokens int64) []byte {
+	h := make([]byte, headerSize)
+	copy(h, maskMagic)
+	binary.LittleEndian.PutUint32(h[8:], 1)
+	binary.LittleEndian.PutUint32(h[16:], headerSize)
+	binary.LittleEndian.PutUint64(h[24:], uint64(tokens))
+	return h
+}
+
+// openMask maps mask.bin: a 64-byte header (magic "MTMASK\0\0", version
+// 1 at 8, header size at 16, tokens at 24) and a byte per token, 0 or 1.
+func (s *Store) openMask() error {
+	f, err := inputfile.Open(s.path(MaskFile))
+	if err != nil {
+		return fmt.Errorf("data: %w (the manifest's version %d has a loss mask)", err, MaskedVersion)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("data: %w", err)
+	}
+	size := st.Size()
+	raw, unmap, err := mapFile(f, size)
+	if err != nil {
+		raw, unmap = make([]byte, size), nil
+		if _, err := f.ReadAt(raw, 0); err != nil {
+			return fmt.Errorf("data: %w", err)
+		}
+	}
+	s.munmap = unmap
+	switch {
+	case len(raw) < headerSize:
+		return s.errorf(MaskFile, "truncated: %d bytes, shorter than the %d-byte header", len(raw), headerSize)
+	case string(raw[:8]) != maskMagic:
+		return s.errorf(MaskFile, "not a memtrain loss mask (bad magic %q)", raw[:8])
+	case binary.LittleEndian.Uint32(raw[8:]) != 1 || binary.LittleEndian.Uint32(raw[16:]) != headerSize:
+		return s.errorf(MaskFile, "version %d and header size %d, want 1 and %d", binary.LittleEndian.Uint32(raw[8:]), binary.LittleEndian.Uint32(raw[16:]), headerSize)
+	}
+	n := binary.LittleEndian.Uint64(raw[24:])
+	if n != uint64(len(s.tokens)) || uint64(len(raw)) != uint64(headerSize)+n {
+		return s.errorf(MaskFile, "truncated or corrupt: the header says %d tokens, the file has %d bytes, tokens.bin %d tokens", n, len(raw), len(s.tokens))
+	}
+	if err := s.checkFile(MaskFile, raw); err != nil {
+		return err
+	}
+	s.mask = raw[headerSize:]
+	for i, b := range s.mask {
+		if b > 1 {
+			return s.errorf(MaskFile, "value %d at token %d, want 0 or 1", b, i)
+		}
+	}
+	return nil
+}
+
 // errClosed is returned by the methods of a closed Store.
 var errClosed = errors.New("data: store closed")
 
@@ -571,11 +698,18 @@ func littleEndian() bool {
 // after.
 func (s *Store) Close() error {
 	s.closed = true
-	s.tokens, s.recs = nil, nil
-	if s.unmap == nil {
-		return nil
+	s.tokens, s.recs, s.mask = nil, nil, nil
+	var err error
+	if s.munmap != nil {
+		err = s.munmap()
+		s.munmap = nil
 	}
-	err := s.unmap()
+	if s.unmap == nil {
+		return err
+	}
+	if uerr := s.unmap(); err == nil {
+		err = uerr
+	}
 	s.unmap, s.raw = nil, nil
 	return err
 }
@@ -648,28 +782,38 @@ func (s *Store) DocTokens(id int) ([]int32, error) {
 // Sequence writes sequence i of a split into ids, targets and weights, each
 // at least SeqLen long: position t holds input ids[t], the target
 // targets[t] that follows it, and weights[t], 1 for a real target and 0 for
-// padding (whose ids and targets are Settings.PadID). It returns the id of
-// the sequence's document: for ModePack, the document of its first token.
+// padding (whose ids and targets are Settings.PadID) and, in a chat
+// dataset, for a target that the loss mask excludes (a prompt token). It
+// returns the id of the sequence's document: for ModePack, the document of
+// its first token.
 func (s *Store) Sequence(split Split, i int, ids, targets []int32, weights []float32) (docID int, err error) {
+	docID, _, err = s.sequence(split, i, ids, targets, weights)
+	return docID, err
+}
+
+// sequence is Sequence, which also returns the number of positions that
+// are not padding.
+func (s *Store) sequence(split Split, i int, ids, targets []int32, weights []float32) (docID, real int, err error) {
 	if s.closed {
-		return 0, errClosed
+		return 0, 0, errClosed
 	}
 	si, err := split.index()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	v := &s.views[si]
 	T := s.m.Settings.SeqLen
 	if i < 0 || int64(i) >= v.counts.Sequences {
-		return 0, fmt.Errorf("data: %s sequence %d out of range [0, %d)", split, i, v.counts.Sequences)
+		return 0, 0, fmt.Errorf("data: %s sequence %d out of range [0, %d)", split, i, v.counts.Sequences)
 	}
 	if len(ids) < T || len(targets) < T || len(weights) < T {
-		return 0, fmt.Errorf("data: sequence buffers of %d, %d and %d, want at least %d", len(ids), len(targets), len(weights), T)
+		return 0, 0, fmt.Errorf("data: sequence buffers of %d, %d and %d, want at least %d", len(ids), len(targets), len(weights), T)
 	}
 	pad := s.m.Settings.PadID
 	// The window w holds n <= T+1 tokens: ids = w[:T], targets = w[1:].
 	var n int
 	var get func(dst []int32, from int)
+	var maskAt func(k int) uint8 // the mask of the window's token k
 	if s.m.Settings.Mode == ModeDocument {
 		docID = v.docs[i]
 		r := s.recs[docID]
@@ -680,11 +824,20 @@ func (s *Store) Sequence(split Split, i int, ids, targets []int32, weights []flo
 				dst[k] = int32(t)
 			}
 		}
+		if s.mask != nil {
+			mask := s.mask[r.offset : r.offset+int64(r.length)]
+			maskAt = func(k int) uint8 { return mask[k] }
+		}
 	} else {
 		start := int64(i) * int64(T)
 		n = int(min(int64(T+1), v.counts.Tokens-start))
 		docID = v.docs[v.docAt(start)]
 		get = func(dst []int32, from int) { s.gather(v, start+int64(from), dst) }
+		if s.mask != nil {
+			window := make([]uint8, n)
+			s.gatherMask(v, start, window)
+			maskAt = func(k int) uint8 { return window[k] }
+		}
 	}
 	m := min(n, T)
 	get(ids[:m], 0)
@@ -701,8 +854,11 @@ func (s *Store) Sequence(split Split, i int, ids, targets []int32, weights []flo
 		default:
 			targets[t], weights[t] = pad, 0
 		}
+		if maskAt != nil && t+1 < n && maskAt(t+1) == 0 {
+			weights[t] = 0
+		}
 	}
-	return docID, nil
+	return docID, max(n-1, 0), nil
 }
 
 // docAt returns the index in v.docs of the document that holds position
@@ -721,6 +877,19 @@ func (s *Store) gather(v *splitView, pos int64, dst []int32) {
 		for x, t := range s.tokens[r.offset+from : r.offset+from+take] {
 			dst[k+x] = int32(t)
 		}
+		k += int(take)
+		pos += take
+	}
+}
+
+// gatherMask copies the mask of the split's stream from position pos into
+// dst (ModePack).
+func (s *Store) gatherMask(v *splitView, pos int64, dst []uint8) {
+	for j, k := v.docAt(pos), 0; k < len(dst); j++ {
+		r := s.recs[v.docs[j]]
+		from := pos - v.start[j]
+		take := min(int64(r.length)-from, int64(len(dst)-k))
+		copy(dst[k:], s.mask[r.offset+from:r.offset+from+take])
 		k += int(take)
 		pos += take
 	}

@@ -251,8 +251,11 @@ func TestStoreCorruption(t *testing.T) {
 		{"index magic", IndexFile, func(b []byte) []byte { b[1] = 'X'; return b }, "index.bin: not a memtrain index"},
 		{"manifest json", ManifestFile, func(b []byte) []byte { return b[:20] }, "manifest.json: invalid JSON"},
 		{"manifest version", ManifestFile, func(b []byte) []byte {
+			return bytes.Replace(b, []byte(`"version": 1`), []byte(`"version": 3`), 1)
+		}, "manifest.json: version 3 is not supported"},
+		{"manifest version without mask", ManifestFile, func(b []byte) []byte {
 			return bytes.Replace(b, []byte(`"version": 1`), []byte(`"version": 2`), 1)
-		}, "manifest.json: version 2 is not supported"},
+		}, "manifest.json: version 2 (a loss mask) but settings.chat is missing"},
 		{"manifest counts", ManifestFile, func(b []byte) []byte {
 			var m map[string]any
 			json.Unmarshal(b, &m)

@@ -24,6 +24,9 @@ type StoreWriter struct {
 	m         Manifest
 	f         *os.File
 	w         *bufio.Writer
+	mf        *os.File // mask.bin, for a chat dataset (Settings.Chat)
+	mw        *bufio.Writer
+	mask      []uint8 // the mask of every token, kept for the counts
 	tokens    int64
 	recs      []record
 	srcIndex  map[string]uint32
@@ -72,13 +75,30 @@ func CreateStore(dir string, tok TokenizerInfo, set Settings) (*StoreWriter, err
 		os.RemoveAll(tmp)
 		return nil, fmt.Errorf("data: %w", err)
 	}
+	version := StoreVersion
+	var mf *os.File
+	if set.Chat != nil {
+		version = MaskedVersion
+		if mf, err = os.Create(filepath.Join(tmp, MaskFile)); err != nil {
+			f.Close()
+			os.RemoveAll(tmp)
+			return nil, fmt.Errorf("data: %w", err)
+		}
+	}
 	w := &StoreWriter{
 		dir: dir, tmp: tmp, f: f, w: bufio.NewWriterSize(f, 1<<20),
 		srcIndex: map[string]uint32{},
 		m: Manifest{
-			Format: manifestFormat, Version: StoreVersion, DType: "uint32",
+			Format: manifestFormat, Version: version, DType: "uint32",
 			Tokenizer: tok, Settings: set,
 		},
+	}
+	if mf != nil {
+		w.mf, w.mw = mf, bufio.NewWriterSize(mf, 1<<18)
+		if _, err := w.mw.Write(maskHeader(0)); err != nil {
+			w.Abort()
+			return nil, fmt.Errorf("data: %w", err)
+		}
 	}
 	w.all = set.Holdout >= 1
 	w.threshold = uint64(math.Ldexp(set.Holdout, 64)) // < 2⁶⁴ when Holdout < 1
@@ -134,8 +154,10 @@ func heldOut(doc *Document, seed uint64, threshold uint64, all bool) bool {
 
 // Add appends a document: doc.IDs, between the BOS and EOS tokens if the
 // settings ask for them. doc.Split, or else doc.Text, decides the split
-// (see Settings.Holdout); doc.Source and doc.Line are recorded. It returns the
-// document's id, its index in the dataset.
+// (see Settings.Holdout); doc.Source and doc.Line are recorded. A chat
+// dataset's documents have their loss mask, doc.Mask, a 0 or 1 per id (BOS
+// gets 0 and EOS 1); other datasets' have none. It returns the document's
+// id, its index in the dataset.
 func (w *StoreWriter) Add(doc Document) (int, error) {
 	if w.err != nil {
 		return 0, w.err
@@ -164,6 +186,17 @@ func (w *StoreWriter) Add(doc Document) (int, error) {
 	if len(w.recs) >= math.MaxInt32 {
 		return 0, errors.New("data: too many documents")
 	}
+	switch {
+	case w.mw == nil && doc.Mask != nil:
+		return 0, fmt.Errorf("data: %s: a loss mask, but the dataset is not a chat dataset (settings.chat)", where)
+	case w.mw != nil && len(doc.Mask) != len(doc.IDs):
+		return 0, fmt.Errorf("data: %s: loss mask of %d tokens for %d ids", where, len(doc.Mask), len(doc.IDs))
+	}
+	for i, b := range doc.Mask {
+		if b > 1 {
+			return 0, fmt.Errorf("data: %s: loss mask value %d at token %d, want 0 or 1", where, b, i)
+		}
+	}
 	w.buf = w.buf[:0]
 	if set.BOS {
 		w.buf = binary.LittleEndian.AppendUint32(w.buf, uint32(w.m.Tokenizer.BOS))
@@ -177,6 +210,20 @@ func (w *StoreWriter) Add(doc Document) (int, error) {
 	if _, err := w.w.Write(w.buf); err != nil {
 		w.err = fmt.Errorf("data: %w", err)
 		return 0, w.err
+	}
+	if w.mw != nil {
+		start := len(w.mask)
+		if set.BOS {
+			w.mask = append(w.mask, 0)
+		}
+		w.mask = append(w.mask, doc.Mask...)
+		if set.EOS {
+			w.mask = append(w.mask, 1)
+		}
+		if _, err := w.mw.Write(w.mask[start:]); err != nil {
+			w.err = fmt.Errorf("data: %w", err)
+			return 0, w.err
+		}
 	}
 	src, ok := w.srcIndex[doc.Source]
 	if !ok {
@@ -270,6 +317,13 @@ func (w *StoreWriter) commit(sources []Source, problems *Problems) (*Manifest, e
 	}
 	w.f = nil
 	m.Files = map[string]FileInfo{TokensFile: {Bytes: size, SHA256: hexSum(h)}}
+	if w.mw != nil {
+		fi, err := w.commitMask()
+		if err != nil {
+			return nil, err
+		}
+		m.Files[MaskFile] = fi
+	}
 
 	idx := indexBytes(w.recs, w.tokens)
 	if err := writeSynced(filepath.Join(w.tmp, IndexFile), idx); err != nil {
@@ -278,7 +332,7 @@ func (w *StoreWriter) commit(sources []Source, problems *Problems) (*Manifest, e
 	sum := sha256.Sum256(idx)
 	m.Files[IndexFile] = FileInfo{Bytes: int64(len(idx)), SHA256: hex.EncodeToString(sum[:])}
 
-	v := views(w.recs, m.Settings)
+	v := views(w.recs, m.Settings, w.mask)
 	m.Counts = Counts{}
 	for i, s := range []*SplitInfo{&m.Splits.Train, &m.Splits.Holdout} {
 		*s = SplitInfo{Counts: v[i].counts, DocIDs: docRanges(v[i].docs)}
@@ -313,11 +367,41 @@ func (w *StoreWriter) commit(sources []Source, problems *Problems) (*Manifest, e
 	return &out, nil
 }
 
+// commitMask completes mask.bin: its header, a sync and its checksum.
+func (w *StoreWriter) commitMask() (FileInfo, error) {
+	if err := w.mw.Flush(); err != nil {
+		return FileInfo{}, fmt.Errorf("data: %w", err)
+	}
+	if _, err := w.mf.WriteAt(maskHeader(w.tokens), 0); err != nil {
+		return FileInfo{}, fmt.Errorf("data: %w", err)
+	}
+	if err := w.mf.Sync(); err != nil {
+		return FileInfo{}, fmt.Errorf("data: %w", err)
+	}
+	if _, err := w.mf.Seek(0, io.SeekStart); err != nil {
+		return FileInfo{}, fmt.Errorf("data: %w", err)
+	}
+	h := sha256.New()
+	size, err := io.Copy(h, w.mf)
+	if err != nil {
+		return FileInfo{}, fmt.Errorf("data: %w", err)
+	}
+	if err := w.mf.Close(); err != nil {
+		return FileInfo{}, fmt.Errorf("data: %w", err)
+	}
+	w.mf = nil
+	return FileInfo{Bytes: size, SHA256: hexSum(h)}, nil
+}
+
 // Abort discards the dataset being written.
 func (w *StoreWriter) Abort() error {
 	if w.f != nil {
 		w.f.Close()
 		w.f = nil
+	}
+	if w.mf != nil {
+		w.mf.Close()
+		w.mf = nil
 	}
 	if w.err == nil {
 		w.err = errors.New("data: store aborted")

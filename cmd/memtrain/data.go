@@ -20,6 +20,7 @@ import (
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/data/tokenizer"
 	"github.com/memtrain/memtrain/engine/launch"
+	"github.com/memtrain/memtrain/internal/inputfile"
 	"github.com/memtrain/memtrain/internal/units"
 )
 
@@ -48,6 +49,9 @@ type dataPrepareFlags struct {
 	splitSpecial bool
 	strict       bool
 	threads      int
+	chat         bool
+	chatTemplate string
+	chatDate     string
 }
 
 func newDataPrepareCmd() *cobra.Command {
@@ -72,7 +76,20 @@ every --seq-len tokens; --mode document makes each document one sequence,
 truncated or padded (padding has no loss). Each document starts with the
 tokenizer's BOS (when it has one; --bos=false: none), as every command that
 tokenizes text adds it; --eos ends it with EOS. --holdout sets aside that fraction of
-the documents, chosen by a hash of their text and --seed.`,
+the documents, chosen by a hash of their text and --seed.
+
+--chat reads instruction and chat data from JSONL or Parquet: each record has
+"messages", a list of {"role", "content"} (system, user, assistant), or the
+alpaca "instruction", "input" (optional) and "output" (a user turn of the
+instruction, a blank line and the input, and an assistant turn of the output).
+Each conversation is rendered with the chat_template of the --tokenizer's
+tokenizer_config.json (or --chat-template: builtin:llama2, builtin:llama3 or a
+Jinja file; the built-in Llama 2 or Llama 3 format when the tokenizer has no
+template), tokenized with its special tokens parsed (the template writes BOS,
+so --bos is off), and the loss is on the assistant turns only: the dataset
+records a loss mask per token. --chat-date fixes the date that templates print
+(strftime_now). A record with an unknown role, a non-string content, no
+assistant turn or no messages is skipped and counted, as other bad records are.`,
 		Example: `  memtrain data prepare --input austen.jsonl --tokenizer builtin:llama3 --out austen-ds --eos
   memtrain data prepare --input shards/ --format parquet --tokenizer ./ckpt --out ds --mode document --seq-len 256 --holdout 0.1`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -97,6 +114,9 @@ the documents, chosen by a hash of their text and --seed.`,
 	fl.BoolVar(&f.splitSpecial, "split-special", false, "treat special-token text in the input as plain text")
 	fl.BoolVar(&f.strict, "strict", false, "fail on the first bad record instead of skipping it")
 	fl.IntVar(&f.threads, "threads", 0, "encoding threads (default all cores)")
+	fl.BoolVar(&f.chat, "chat", false, "read chat records (messages, or alpaca instruction/input/output) and train on the assistant turns only")
+	fl.StringVar(&f.chatTemplate, "chat-template", "", "with --chat: builtin:llama2, builtin:llama3 or a Jinja file (default: the tokenizer's chat_template, else its family's built-in format)")
+	fl.StringVar(&f.chatDate, "chat-date", "", "with --chat: the date strftime_now gives the template, YYYY-MM-DD (default today)")
 	cmd.MarkFlagRequired("tokenizer")
 	cmd.MarkFlagRequired("out")
 	return cmd
@@ -117,7 +137,11 @@ func runDataPrepare(cmd *cobra.Command, f dataPrepareFlags) error {
 	if err != nil {
 		return err
 	}
-	tok, _, err := openTokenizer(f.tokenizer)
+	tok, files, err := openTokenizer(f.tokenizer)
+	if err != nil {
+		return err
+	}
+	chat, err := prepareChatTemplate(cmd, &f, tok, files)
 	if err != nil {
 		return err
 	}
@@ -131,7 +155,7 @@ func runDataPrepare(cmd *cobra.Command, f dataPrepareFlags) error {
 	}
 	// BOS starts every document, as every command that tokenizes text adds
 	// it, when the tokenizer has one (asked for with --bos, it must).
-	if _, ok := tok.BOS(); !ok && !cmd.Flags().Changed("bos") {
+	if _, ok := tok.BOS(); (!ok || chat != nil) && !cmd.Flags().Changed("bos") {
 		f.bos = false
 	}
 	cfg := data.PrepareConfig{
@@ -141,6 +165,7 @@ func runDataPrepare(cmd *cobra.Command, f dataPrepareFlags) error {
 		},
 		Mode: mode, SeqLen: f.seqLen, BOS: f.bos, EOS: f.eos,
 		Holdout: f.holdout, Seed: f.seed, SplitSpecial: f.splitSpecial, Threads: f.threads,
+		Chat: chat,
 	}
 	var bar *progressbar.ProgressBar
 	if isTerminal(cmd.ErrOrStderr()) {
@@ -167,6 +192,51 @@ func runDataPrepare(cmd *cobra.Command, f dataPrepareFlags) error {
 	}
 	printPrepareSummary(cmd.OutOrStdout(), f.out, m, elapsed, threads)
 	return nil
+}
+
+// prepareChatTemplate returns the chat template of --chat, or nil without
+// it, and refuses the flags that a chat dataset cannot take.
+func prepareChatTemplate(cmd *cobra.Command, f *dataPrepareFlags, tok *tokenizer.Tokenizer, files map[string][]byte) (*data.ChatTemplate, error) {
+	changed := cmd.Flags().Changed
+	if !f.chat {
+		for _, name := range []string{"chat-template", "chat-date"} {
+			if changed(name) {
+				return nil, fmt.Errorf("data prepare: --%s needs --chat", name)
+			}
+		}
+		return nil, nil
+	}
+	for _, name := range []string{"field", "pretokenized", "paragraphs", "split-special"} {
+		if changed(name) {
+			return nil, fmt.Errorf("data prepare: --chat takes no --%s (chat records have fixed fields and are rendered with special tokens)", name)
+		}
+	}
+	if changed("bos") && f.bos {
+		return nil, errors.New("data prepare: --chat takes no --bos: the chat template writes its own BOS")
+	}
+	var opt data.ChatOptions
+	if f.chatDate != "" {
+		at, err := time.Parse("2006-01-02", f.chatDate)
+		if err != nil {
+			return nil, fmt.Errorf("data prepare: --chat-date %q: want a date YYYY-MM-DD", f.chatDate)
+		}
+		opt.Now = at
+	}
+	switch t := f.chatTemplate; {
+	case t == "" || strings.HasPrefix(t, "builtin:"):
+		opt.Template = t
+	default:
+		b, err := inputfile.ReadFile(t)
+		if err != nil {
+			return nil, fmt.Errorf("data prepare: --chat-template: %w", err)
+		}
+		opt.Template = string(b)
+	}
+	ct, err := data.NewChatTemplate(tok, files[tokenizer.ConfigFileName], opt)
+	if err != nil {
+		return nil, fmt.Errorf("data prepare: %w", err)
+	}
+	return ct, nil
 }
 
 // pathSize returns the size of a file, or of the files under a folder.
@@ -206,8 +276,30 @@ func printPrepareSummary(w io.Writer, out string, m *data.Manifest, elapsed time
 		fmt.Fprintf(w, "; truncated %s documents (%s tokens)", units.Commas(c.TruncatedDocuments), units.Commas(c.TruncatedTokens))
 	}
 	fmt.Fprintln(w)
+	printChat(w, m)
 	printProblems(w, &m.Problems)
 	fmt.Fprintf(w, "wrote %s\n", out)
+}
+
+// printChat says, for a chat dataset, where its template came from and how
+// many targets its loss mask leaves out.
+func printChat(w io.Writer, m *data.Manifest) {
+	ch := m.Settings.Chat
+	if ch == nil {
+		return
+	}
+	date := ""
+	if ch.Date != "" {
+		date = ", date " + ch.Date
+	}
+	c := m.Counts
+	all := c.Targets + c.Masked
+	pct := 0.0
+	if all > 0 {
+		pct = 100 * float64(c.Masked) / float64(all)
+	}
+	fmt.Fprintf(w, "chat      template %s (sha256 %.12s…%s); loss on assistant tokens only: %s of %s targets masked (%.1f%%), %s trained\n",
+		ch.Template, ch.TemplateSHA256, date, units.Commas(c.Masked), units.Commas(all), pct, units.Commas(c.Targets))
 }
 
 func printProblems(w io.Writer, ps *data.Problems) {
@@ -310,6 +402,7 @@ func printDataInspect(w io.Writer, r *data.Inspection) {
 	for _, s := range m.Sources {
 		bytes += s.Bytes
 	}
+	printChat(w, m)
 	fmt.Fprintf(w, "sources   %d, %s\n", len(m.Sources), units.FormatBytes(bytes))
 	for _, s := range m.Sources {
 		fmt.Fprintf(w, "  %s (%s, %s, sha256 %.12s…): %s documents, %s bad\n",
@@ -334,8 +427,12 @@ func printDataInspect(w io.Writer, r *data.Inspection) {
 		printHistogram(w, "targets per sequence", r.SequenceTargets)
 	}
 	for _, s := range r.Samples {
-		fmt.Fprintf(w, "\n%s sequence %d: document %d (%s), %d targets\n", s.Split, s.Sequence, s.Document,
-			m.Where(s.Source, s.Line), s.Targets)
+		masked := ""
+		if m.Settings.Chat != nil {
+			masked = fmt.Sprintf(" (%d prompt targets masked)", s.Masked)
+		}
+		fmt.Fprintf(w, "\n%s sequence %d: document %d (%s), %d targets%s\n", s.Split, s.Sequence, s.Document,
+			m.Where(s.Source, s.Line), s.Targets, masked)
 		if s.Text != nil {
 			fmt.Fprintf(w, "  %s\n", clipText(strconv.Quote(*s.Text), 400))
 		} else {

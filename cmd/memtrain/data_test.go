@@ -245,3 +245,57 @@ func TestDataPrepareBOS(t *testing.T) {
 		})
 	}
 }
+
+func TestDataPrepareChat(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "chat.jsonl")
+	os.WriteFile(in, []byte(`{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello!"}]}
+{"instruction":"Translate to French.","input":"cat","output":"chat"}
+{"messages":[{"role":"bot","content":"x"}]}
+`), 0o644)
+	ds := filepath.Join(t.TempDir(), "ds")
+	out, errs, code := memtrain(t, "", "data", "prepare", "--input", in, "--tokenizer", "builtin:llama3", "--out", ds,
+		"--chat", "--chat-date", "2024-07-26", "--seq-len", "64", "--mode", "document")
+	if code != 0 {
+		t.Fatalf("prepare failed: %s", errs)
+	}
+	for _, want := range []string{
+		"documents 2 (train 2", "targets 5,",
+		"chat      template tokenizer_config.json (sha256 ", "date 2024-07-26); loss on assistant tokens only: 40 of 45 targets masked (88.9%), 5 trained",
+		"bad records: 1 (bad-chat 1)", in + `:3: messages[0].role "bot": want system, user or assistant`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("prepare output lacks %q:\n%s", want, out)
+		}
+	}
+	out, errs, code = memtrain(t, "", "data", "inspect", ds, "--tokenizer", "builtin:llama3", "--samples", "1")
+	if code != 0 {
+		t.Fatalf("inspect failed: %s", errs)
+	}
+	for _, want := range []string{"memtrain-dataset v2", "bos no", "40 of 45 targets masked", "3 targets (22 prompt targets masked)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect output lacks %q:\n%s", want, out)
+		}
+	}
+	jinja := filepath.Join(dir, "t.jinja")
+	os.WriteFile(jinja, []byte(`{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}{% endfor %}{{ messages|length }}`), 0o644)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--chat", "--bos"}, "--chat takes no --bos"},
+		{[]string{"--chat", "--field", "text"}, "--chat takes no --field"},
+		{[]string{"--chat-template", "builtin:llama2"}, "--chat-template needs --chat"},
+		{[]string{"--chat", "--chat-date", "26/07/2024"}, `--chat-date "26/07/2024": want a date YYYY-MM-DD`},
+		{[]string{"--chat", "--chat-template", "builtin:gpt"}, `chat template "builtin:gpt"`},
+		{[]string{"--chat", "--chat-template", filepath.Join(dir, "none.jinja")}, "--chat-template"},
+		{[]string{"--chat", "--strict"}, in + `:3: messages[0].role "bot"`},
+		{[]string{"--chat", "--chat-template", jinja}, "no document kept"},
+		{[]string{"--chat", "--chat-template", jinja}, "bad records 3 (bad-chat 3)"},
+	} {
+		args := append([]string{"data", "prepare", "--input", in, "--tokenizer", "builtin:llama3", "--out", filepath.Join(t.TempDir(), "ds"), "--seq-len", "8"}, tc.args...)
+		if _, errs, code := memtrain(t, "", args...); code == 0 || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v: code %d, stderr %q, want %q", tc.args, code, errs, tc.want)
+		}
+	}
+}
