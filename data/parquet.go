@@ -43,29 +43,19 @@ type parquetReader struct {
 }
 
 func openParquet(name string, opt *ReadOptions, report func(Problem) error) (fr fileReader, err error) {
-	f, err := inputfile.Open(name)
+	f, size, hash, err := openHashed(name)
 	if err != nil {
-		return nil, fmt.Errorf("data: %w", err)
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
 			f.Close()
 		}
 	}()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("data: %w", err)
-	}
-	// The file is hashed in one sequential pass; reading it proper then
-	// goes by row group and page.
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return nil, fmt.Errorf("data: %s: %w", name, err)
-	}
-	p := &parquetReader{name: name, f: f, opt: opt, field: opt.field(), report: report, hash: hexSum(h)}
+	p := &parquetReader{name: name, f: f, opt: opt, field: opt.field(), report: report, hash: hash}
 	if err := p.recover(func() error {
 		var err error
-		p.file, err = parquet.OpenFile(f, st.Size(), parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
+		p.file, err = parquet.OpenFile(f, size, parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
 		return err
 	}); err != nil {
 		return nil, fmt.Errorf("data: %s: not a readable Parquet file: %w", name, err)
@@ -340,26 +330,18 @@ type parquetChatReader struct {
 }
 
 func openParquetChat(name string, opt *ReadOptions, report func(Problem) error) (fr fileReader, err error) {
-	f, err := inputfile.Open(name)
+	f, size, hash, err := openHashed(name)
 	if err != nil {
-		return nil, fmt.Errorf("data: %w", err)
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
 			f.Close()
 		}
 	}()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("data: %w", err)
-	}
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return nil, fmt.Errorf("data: %s: %w", name, err)
-	}
-	p := &parquetChatReader{name: name, f: f, size: st.Size(), opt: opt, report: report, hash: hexSum(h)}
+	p := &parquetChatReader{name: name, f: f, size: size, opt: opt, report: report, hash: hash}
 	err = recoverParquet(func() error {
-		file, err := parquet.OpenFile(f, st.Size(), parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
+		file, err := parquet.OpenFile(f, size, parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
 		if err != nil {
 			return err
 		}
@@ -426,4 +408,24 @@ func (p *parquetChatReader) next() (Document, error) {
 		}
 		return Document{Source: p.name, Line: p.row, Messages: msgs}, nil
 	}
+}
+
+// openHashed opens a Parquet file and hashes it in one sequential pass
+// (reading it proper then goes by row group and page), returning it with
+// its size and SHA-256.
+func openHashed(name string) (f *os.File, size int64, hash string, err error) {
+	if f, err = inputfile.Open(name); err != nil {
+		return nil, 0, "", fmt.Errorf("data: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, "", fmt.Errorf("data: %w", err)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		f.Close()
+		return nil, 0, "", fmt.Errorf("data: %s: %w", name, err)
+	}
+	return f, st.Size(), hexSum(h), nil
 }

@@ -17,24 +17,11 @@ func WriteTable(w io.Writer, s *Summary) error {
 		s.Protocol, s.Documents, s.Members, s.NonMembers, s.Skipped)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "prefix\tgroup\tdocs\texact match %\ttoken match %\tROUGE-L tokens %\tROUGE-L words %\tloss\tperplexity\t")
-	for _, p := range s.Prefixes {
-		k := fmt.Sprint(p.K)
-		if s.Name == "goldfish" {
-			k = "rest"
-		}
-		for _, g := range []struct {
-			name string
-			g    Group
-		}{{"members", p.Members}, {"non-members", p.NonMembers}} {
-			if g.g.Documents == 0 {
-				continue
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%.3f\t%s\t\n", k, g.name, g.g.Documents,
-				percent(g.g.Exact), percent(g.g.TokenMatch), percent(g.g.RougeLTokens), percent(g.g.RougeLWords),
-				g.g.Loss.Mean, units.FormatPerplexity(g.g.Perplexity))
-			k = ""
-		}
-	}
+	eachGroup(s, func(k, name string, g *Group) {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%.3f\t%s\t\n", k, name, g.Documents,
+			percent(g.Exact), percent(g.TokenMatch), percent(g.RougeLTokens), percent(g.RougeLWords),
+			g.Loss.Mean, units.FormatPerplexity(g.Perplexity))
+	})
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -43,23 +30,12 @@ func WriteTable(w io.Writer, s *Summary) error {
 			sc.Samples, sc.Temperature, topKText(sc.TopK), sc.Seed)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "prefix\tgroup\tdocs\tgreedy exact match %\textracted by a sample %\textraction probability %\t")
-		for _, p := range s.Prefixes {
-			k := fmt.Sprint(p.K)
-			if s.Name == "goldfish" {
-				k = "rest"
+		eachGroup(s, func(k, name string, g *Group) {
+			if g.Sampled != nil {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t\n", k, name, g.Documents,
+					percent(g.Exact), percent(g.Sampled.Extracted), percent(g.Sampled.Probability))
 			}
-			for _, g := range []struct {
-				name string
-				g    Group
-			}{{"members", p.Members}, {"non-members", p.NonMembers}} {
-				if g.g.Documents == 0 || g.g.Sampled == nil {
-					continue
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t\n", k, g.name, g.g.Documents,
-					percent(g.g.Exact), percent(g.g.Sampled.Extracted), percent(g.g.Sampled.Probability))
-				k = ""
-			}
-		}
+		})
 		if err := tw.Flush(); err != nil {
 			return err
 		}
@@ -122,4 +98,26 @@ func topKText(k int) string {
 		return "0 (the whole vocabulary)"
 	}
 	return fmt.Sprint(k)
+}
+
+// eachGroup calls f for the members and the non-members of each prefix
+// length that have documents, with the prefix column's text: the length
+// ("rest" for the goldfish protocol) on a prefix's first row, blank after.
+func eachGroup(s *Summary, f func(k, name string, g *Group)) {
+	for _, p := range s.Prefixes {
+		k := fmt.Sprint(p.K)
+		if s.Name == "goldfish" {
+			k = "rest"
+		}
+		for _, g := range []struct {
+			name string
+			g    *Group
+		}{{"members", &p.Members}, {"non-members", &p.NonMembers}} {
+			if g.g.Documents == 0 {
+				continue
+			}
+			f(k, g.name, g.g)
+			k = ""
+		}
+	}
 }
