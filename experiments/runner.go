@@ -309,6 +309,11 @@ func (r *Runner) paths(ps []string) ([]string, error) {
 // filler in its train split, the held-out controls in its holdout split.
 func (r *Runner) trainDir() string { return filepath.Join(r.Out, "data", "train") }
 
+// targetsFile and heldoutFile hold the chosen targets and held-out
+// controls (their text), one JSON line each.
+func (r *Runner) targetsFile() string { return filepath.Join(r.Out, "data", "targets.jsonl") }
+func (r *Runner) heldoutFile() string { return filepath.Join(r.Out, "data", "heldout.jsonl") }
+
 // prepareData chooses the targets and builds the training dataset.
 func (r *Runner) prepareData() error {
 	t := &r.Spec.Targets
@@ -332,7 +337,7 @@ func (r *Runner) prepareData() error {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return fmt.Errorf("experiments: %w", err)
 	}
-	for name, ps := range map[string][]Passage{"targets.jsonl": r.sel.Targets, "heldout.jsonl": r.sel.Holdout} {
+	for path, ps := range map[string][]Passage{r.targetsFile(): r.sel.Targets, r.heldoutFile(): r.sel.Holdout} {
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
 		for _, p := range ps {
@@ -340,7 +345,7 @@ func (r *Runner) prepareData() error {
 				return err
 			}
 		}
-		if err := atomicfile.WriteFile(filepath.Join(dataDir, name), buf.Bytes()); err != nil {
+		if err := atomicfile.WriteFile(path, buf.Bytes()); err != nil {
 			return err
 		}
 	}
@@ -742,6 +747,13 @@ func (r *Runner) finetune(cfg finetune.Config, phase, shown string) (string, err
 				for _, smp := range m.Samples {
 					r.logf("%s: step %d/%d: sample %q → %q", phase, m.Step, steps, smp.Prompt, smp.Text)
 				}
+				if e := m.Extraction; e != nil {
+					line := fmt.Sprintf("%s: step %d/%d: extraction %s: exact match %.1f%% of targets", phase, m.Step, steps, e.Protocol, 100*e.Members.Exact)
+					if e.NonMembers != nil {
+						line += fmt.Sprintf(", %.1f%% held out", 100*e.NonMembers.Exact)
+					}
+					r.logf("%s", line)
+				}
 				r.progress(Progress{Phase: shown, Done: m.Step, Total: steps, Detail: detail})
 			}
 		}
@@ -787,6 +799,11 @@ func (r *Runner) runArm(ar armRun) error {
 	}
 	cfg := ar.cfg
 	cfg.Model, cfg.Data, cfg.Out = base, r.trainDir(), filepath.Join(dir, "train")
+	if cfg.Extraction.Every > 0 {
+		// The curve measures the arm's targets and held-out controls,
+		// as its final evaluation does.
+		cfg.Extraction.Data, cfg.Extraction.NonMembers = r.targetsFile(), r.heldoutFile()
+	}
 	final, err := r.finetune(cfg, "train "+name, fmt.Sprintf("train %s (arm %d of %d)", name, ar.index, ar.of))
 	if err != nil {
 		return err

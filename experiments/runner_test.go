@@ -199,3 +199,68 @@ func TestRunnerChecksMemoryBeforeTraining(t *testing.T) {
 		t.Errorf("pretraining ran: %v", ck)
 	}
 }
+
+// TestExperimentExtractionCurves: train: {extraction: {every: 2}} gives
+// each arm a curve of its targets and held-out controls at steps 2 and 4,
+// whose last point is the arm's final evaluation; the report draws it and
+// has the steps-to-50% table. A spec may not name the block's documents.
+func TestExperimentExtractionCurves(t *testing.T) {
+	t.Setenv(CacheEnv, t.TempDir())
+	spec := strings.Replace(tinyStudy, "samples: {every: 2, prompts: [\"The Union\"], max_new_tokens: 4}}",
+		"extraction: {every: 2, protocol: custom, prefix: \"8\", suffix: 8}}", 1)
+	if spec == tinyStudy {
+		t.Fatal("the spec's train section changed")
+	}
+	out := filepath.Join(t.TempDir(), "study")
+	rep, log, err := runStudy(t, spec, out, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log, "train standard-s1: step 2/4: extraction custom-8-8: exact match ") {
+		t.Errorf("the log lacks the extraction lines:\n%s", log)
+	}
+	results, err := report.Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range results {
+		ms, err := report.ReadMetrics(filepath.Join(out, res.TrainDir, report.MetricsFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var steps []int
+		for _, m := range ms {
+			if e := m.Extraction; e != nil {
+				steps = append(steps, m.Step)
+				if e.Protocol != "custom-8-8" || e.Members.Documents != 3 || e.NonMembers == nil || e.NonMembers.Documents != 3 {
+					t.Errorf("%s step %d: extraction %+v", res.Name(), m.Step, e)
+				}
+			}
+		}
+		if !reflect.DeepEqual(steps, []int{2, 4}) {
+			t.Fatalf("%s: extraction at steps %v, want [2 4]", res.Name(), steps)
+		}
+		last := ms[len(ms)-1].Extraction
+		ev := res.Eval("custom-8-8")
+		if ev == nil {
+			t.Fatalf("%s: no custom-8-8 evaluation", res.Name())
+		}
+		g := ev.Summary.Prefixes[len(ev.Summary.Prefixes)-1]
+		if last.Members.Exact != g.Members.Exact.Mean || last.Members.Token != g.Members.TokenMatch.Mean ||
+			last.NonMembers.Exact != g.NonMembers.Exact.Mean || last.NonMembers.Token != g.NonMembers.TokenMatch.Mean {
+			t.Errorf("%s: last curve point %+v %+v, final evaluation members %v %v, held out %v %v", res.Name(), last.Members, *last.NonMembers,
+				g.Members.Exact.Mean, g.Members.TokenMatch.Mean, g.NonMembers.Exact.Mean, g.NonMembers.TokenMatch.Mean)
+		}
+	}
+	md, err := os.ReadFile(rep.Markdown)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(md, []byte("| steps (epochs) to reach 50% exact match |")) || !bytes.Contains(md, []byte("plots/memorization-vs-step.png")) {
+		t.Errorf("report.md lacks the curves:\n%s", md)
+	}
+	bad := strings.Replace(spec, "extraction: {every: 2,", "extraction: {every: 2, data: x.jsonl,", 1)
+	if _, err := ParseSpec([]byte(bad), "spec.yaml"); err == nil || !strings.Contains(err.Error(), "train: extraction: data and non_members are set by the experiment") {
+		t.Errorf("a spec naming the extraction data: %v", err)
+	}
+}

@@ -330,10 +330,15 @@ func (s *Spec) armConfig(a *Arm, seed uint64) (finetune.Config, error) {
 			return cfg, err
 		}
 	}
+	if e := cfg.Extraction; e.Data != "" || e.NonMembers != "" {
+		return cfg, errors.New("train: extraction: data and non_members are set by the experiment (the arm's targets and held-out controls)")
+	}
 	cfg.Seed = seed
 	cfg.Model, cfg.Data, cfg.Out = "-", "-", "-" // placeholders for Validate
+	cfg.Extraction.Data = "-"
 	err = cfg.Validate()
 	cfg.Model, cfg.Data, cfg.Out = "", "", ""
+	cfg.Extraction.Data = ""
 	return cfg, err
 }
 

@@ -47,6 +47,24 @@ type Config struct {
 
 	Divergence Divergence `yaml:"divergence"`
 	Samples    Samples    `yaml:"samples"`
+	Extraction Extraction `yaml:"extraction"`
+}
+
+// Extraction is greedy extraction measured during training
+// (extraction.go): every N steps and at the last, the probes of the
+// members (and non-members) are decoded with the KV cache
+// (memorization.Extraction, the driver of eval memorization) and their
+// exact and token match written to the step's metrics line. Its keys
+// are eval memorization's flags.
+type Extraction struct {
+	Every      int    `yaml:"every" help:"measure greedy extraction of extraction.data every N steps and at the end (0: never)"`
+	Data       string `yaml:"data" help:"members: a dataset folder (its train split; its holdout split the non-members) or input files of member documents, comma-separated"`
+	NonMembers string `yaml:"non_members" help:"input files of held-out documents, comma-separated (with input files as extraction.data)"`
+	Protocol   string `yaml:"protocol" default:"goldfish" help:"goldfish, pythia, carlini or custom"`
+	Prefix     string `yaml:"prefix" help:"prefix length(s) in tokens, comma-separated (pythia, carlini, custom)"`
+	Suffix     int    `yaml:"suffix" help:"suffix length in tokens (0: the protocol's, 50, pythia 32)"`
+	Limit      int    `yaml:"limit" help:"at most this many members and as many non-members (0: all)"`
+	Batch      int    `yaml:"batch" default:"8" help:"probes decoded together"`
 }
 
 // Samples are greedy generations from fixed prompts during training
@@ -144,6 +162,9 @@ func (c *Config) Validate() error {
 		if p == "" {
 			return fmt.Errorf("finetune: samples: prompt %d is empty", i+1)
 		}
+	}
+	if err := c.Extraction.validate(); err != nil {
+		return err
 	}
 	if c.Loss == Goldfish {
 		if err := c.Goldfish.Validate(); err != nil {

@@ -28,6 +28,7 @@ func TestDefaultConfig(t *testing.T) {
 		SaveDType:  "f32",
 		Divergence: Divergence{Factor: 4, Margin: 1, Window: 50},
 		Samples:    Samples{MaxNewTokens: 32},
+		Extraction: Extraction{Protocol: "goldfish", Batch: 8},
 	}
 	if got := DefaultConfig(); !reflect.DeepEqual(got, want) {
 		t.Errorf("DefaultConfig() = %+v, want %+v", got, want)

@@ -18,27 +18,30 @@ import (
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/engine/parallel"
 	"github.com/memtrain/memtrain/goldfish"
+	"github.com/memtrain/memtrain/memorization"
 )
 
 // Metrics is one line of metrics.jsonl, written after every step.
 type Metrics struct {
-	Schema        int      `json:"schema"` // 1
-	Step          int      `json:"step"`
-	Epoch         int      `json:"epoch"`
-	LR            float64  `json:"lr"`
-	Loss          float64  `json:"loss"`           // mean over kept targets
-	LossAll       float64  `json:"loss_all"`       // mean over every non-padding target, dropped ones included
-	Kept          float64  `json:"kept_tokens"`    // targets in the loss
-	Targets       float64  `json:"targets"`        // non-padding targets
-	DroppedFrac   float64  `json:"dropped_frac"`   // goldfish drops / non-padding targets
-	GradNorm      float64  `json:"grad_norm"`      // before clipping
-	Clipped       bool     `json:"clipped"`        //
-	TokensPerS    float64  `json:"tokens_per_s"`   // input tokens of the step / its wall time
-	ModelFLOPsPS  float64  `json:"model_flops_ps"` // tokens/s × model FLOPs per token
-	EvalLoss      float64  `json:"eval_loss,omitempty"`
-	EvalPerplex   float64  `json:"eval_perplexity,omitempty"`
-	Samples       []Sample `json:"samples,omitempty"` // Config.Samples, on their steps
-	CheckpointDir string   `json:"checkpoint,omitempty"`
+	Schema       int      `json:"schema"` // 1
+	Step         int      `json:"step"`
+	Epoch        int      `json:"epoch"`
+	LR           float64  `json:"lr"`
+	Loss         float64  `json:"loss"`           // mean over kept targets
+	LossAll      float64  `json:"loss_all"`       // mean over every non-padding target, dropped ones included
+	Kept         float64  `json:"kept_tokens"`    // targets in the loss
+	Targets      float64  `json:"targets"`        // non-padding targets
+	DroppedFrac  float64  `json:"dropped_frac"`   // goldfish drops / non-padding targets
+	GradNorm     float64  `json:"grad_norm"`      // before clipping
+	Clipped      bool     `json:"clipped"`        //
+	TokensPerS   float64  `json:"tokens_per_s"`   // input tokens of the step / its wall time
+	ModelFLOPsPS float64  `json:"model_flops_ps"` // tokens/s × model FLOPs per token
+	EvalLoss     float64  `json:"eval_loss,omitempty"`
+	EvalPerplex  float64  `json:"eval_perplexity,omitempty"`
+	Samples      []Sample `json:"samples,omitempty"` // Config.Samples, on their steps
+	// Extraction is Config.Extraction's measurement, on its steps.
+	Extraction    *memorization.ExtractionSummary `json:"extraction,omitempty"`
+	CheckpointDir string                          `json:"checkpoint,omitempty"`
 	// SaveBlockedS is the time the step loop spent saving checkpoints
 	// since the previous line: a whole save when synchronous; with
 	// save_async, copying to the host, waiting for the previous save and
@@ -99,6 +102,7 @@ type Run struct {
 	files     map[string][]byte    // tokenizer files carried into checkpoints
 	sampleTok *tokenizer.Tokenizer // Config.Samples' prompts' tokenizer
 	sampleIDs [][]int32            // and their tokens
+	extract   *extraction          // Config.Extraction's documents, prepared
 	metrics   io.Writer
 
 	tokensSeen int64   // input tokens of the steps done, as tokens_per_s counts them
@@ -172,6 +176,11 @@ func OpenParallel(cfg Config, b engine.Backend, grid *parallel.Grid, resume stri
 	}
 	if cfg.Samples.Every > 0 {
 		if err := r.prepareSamples(ck.Config.MaxPositionEmbeddings); err != nil {
+			return fail(err)
+		}
+	}
+	if cfg.Extraction.Every > 0 {
+		if err := r.prepareExtraction(ck.Config.MaxPositionEmbeddings); err != nil {
 			return fail(err)
 		}
 	}
@@ -474,6 +483,11 @@ func (r *Run) Train(w io.Writer, progress func(Metrics)) error {
 		}
 		if s := r.Config.Samples; s.Every > 0 && (r.Step%s.Every == 0 || r.Step == r.Steps) {
 			if m.Samples, err = r.Sample(); err != nil {
+				return err
+			}
+		}
+		if e := r.Config.Extraction; e.Every > 0 && (r.Step%e.Every == 0 || r.Step == r.Steps) {
+			if m.Extraction, err = r.Extract(); err != nil {
 				return err
 			}
 		}

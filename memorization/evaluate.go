@@ -255,31 +255,7 @@ func Evaluate(m *llama.Model, docs []Document, cfg EvalConfig) (*Summary, []DocR
 			return nil, nil, fmt.Errorf("memorization: the reference model's context of %d tokens is shorter than the %d evaluated", r.Config.MaxPositionEmbeddings, p.MaxTokens)
 		}
 	}
-	results := make([]DocResult, len(docs))
-	var probes []Probe
-	var owner []int // probes[i] belongs to results[owner[i]]
-	skipped := 0
-	for i, d := range docs {
-		ids := d.IDs
-		if len(ids) > p.MaxTokens {
-			ids = ids[:p.MaxTokens]
-		}
-		r := &results[i]
-		*r = DocResult{Doc: d.ID, Member: d.Member, Source: d.Source, Line: d.Line, Tokens: len(ids)}
-		ps := p.Probes(d.ID, ids)
-		if len(ps) == 0 {
-			r.Skipped = fmt.Sprintf("%d tokens, too short for %s", len(ids), p)
-			skipped++
-			continue
-		}
-		for _, pr := range ps {
-			if len(pr.Prefix)+len(pr.Suffix) > maxPos {
-				continue
-			}
-			probes = append(probes, pr)
-			owner = append(owner, i)
-		}
-	}
+	results, probes, owner, skipped := probeDocuments(docs, p, maxPos)
 	if skipped > 0 && cfg.Strict {
 		return nil, nil, fmt.Errorf("memorization: %d of %d documents are too short for %s (strict)", skipped, len(docs), p)
 	}
@@ -307,9 +283,57 @@ func Evaluate(m *llama.Model, docs []Document, cfg EvalConfig) (*Summary, []DocR
 	}
 	scored = len(docs)
 
-	// Extraction: keep probes of equal suffix length and similar prefix
-	// length together, so that batches share one decode length and little
-	// padding.
+	opt := ExtractOptions{Batch: cfg.Batch, StopIDs: cfg.StopIDs, Decode: cfg.Decode, Sampling: cfg.Sampling}
+	if err := extractProbes(m, probes, owner, results, opt, report); err != nil {
+		return nil, nil, err
+	}
+	s := Summarize(results, p, cfg.MinKPercent, cfg.Bootstrap, cfg.Decode != nil)
+	if cfg.Sampling.Samples > 0 {
+		sc := cfg.Sampling
+		s.Sampling = &sc
+	}
+	return s, results, nil
+}
+
+// probeDocuments cuts each document, truncated to p.MaxTokens, into the
+// protocol's probes (those that fit in maxPos positions): a DocResult a
+// document, the probes, the index in results of each probe's document,
+// and the documents skipped as too short.
+func probeDocuments(docs []Document, p Protocol, maxPos int) (results []DocResult, probes []Probe, owner []int, skipped int) {
+	results = make([]DocResult, len(docs))
+	for i, d := range docs {
+		ids := d.IDs
+		if len(ids) > p.MaxTokens {
+			ids = ids[:p.MaxTokens]
+		}
+		r := &results[i]
+		*r = DocResult{Doc: d.ID, Member: d.Member, Source: d.Source, Line: d.Line, Tokens: len(ids)}
+		ps := p.Probes(d.ID, ids)
+		if len(ps) == 0 {
+			r.Skipped = fmt.Sprintf("%d tokens, too short for %s", len(ids), p)
+			skipped++
+			continue
+		}
+		for _, pr := range ps {
+			if len(pr.Prefix)+len(pr.Suffix) > maxPos {
+				continue
+			}
+			probes = append(probes, pr)
+			owner = append(owner, i)
+		}
+	}
+	return results, probes, owner, skipped
+}
+
+// extractProbes decodes every probe (Extract, opt.Batch at a time) into
+// its document's results, probes of equal suffix length and similar
+// prefix length together, so that batches share one decode length and
+// little padding; each document's probes end sorted by prefix length.
+// report, if set, sees the probes decoded so far.
+func extractProbes(m *llama.Model, probes []Probe, owner []int, results []DocResult, opt ExtractOptions, report func(decoded int)) error {
+	if opt.Batch <= 0 {
+		opt.Batch = 8
+	}
 	order := make([]int, len(probes))
 	for i := range order {
 		order[i] = i
@@ -320,32 +344,28 @@ func Evaluate(m *llama.Model, docs []Document, cfg EvalConfig) (*Summary, []DocR
 		}
 		return len(probes[a].Prefix) - len(probes[b].Prefix)
 	})
-	opt := ExtractOptions{Batch: cfg.Batch, StopIDs: cfg.StopIDs, Decode: cfg.Decode, Sampling: cfg.Sampling}
-	for i := 0; i < len(order); i += cfg.Batch {
-		j := min(i+cfg.Batch, len(order))
+	for i := 0; i < len(order); i += opt.Batch {
+		j := min(i+opt.Batch, len(order))
 		batch := make([]Probe, j-i)
 		for k, o := range order[i:j] {
 			batch[k] = probes[o]
 		}
 		res, err := Extract(m, batch, opt)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		for k, o := range order[i:j] {
 			r := &results[owner[o]]
 			r.Probes = append(r.Probes, res[k])
 		}
-		report(j)
+		if report != nil {
+			report(j)
+		}
 	}
 	for i := range results {
 		slices.SortFunc(results[i].Probes, func(a, b Result) int { return a.K - b.K })
 	}
-	s := Summarize(results, p, cfg.MinKPercent, cfg.Bootstrap, cfg.Decode != nil)
-	if cfg.Sampling.Samples > 0 {
-		sc := cfg.Sampling
-		s.Sampling = &sc
-	}
-	return s, results, nil
+	return nil
 }
 
 // scoreDocs fills the loss, zlib and min-k% scores of the documents

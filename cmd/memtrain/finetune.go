@@ -14,6 +14,7 @@ import (
 	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/internal/options"
 	"github.com/memtrain/memtrain/internal/stopsignal"
+	"github.com/memtrain/memtrain/memorization"
 )
 
 // killInSaveEnv names the environment variable that makes `finetune` kill
@@ -156,6 +157,9 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 				for _, smp := range m.Samples {
 					lines = append(lines, fmt.Sprintf("step %d/%d: sample %q → %q", m.Step, steps, smp.Prompt, smp.Text))
 				}
+				if e := m.Extraction; e != nil {
+					lines = append(lines, extractionLine(m.Step, steps, e))
+				}
 				if len(lines) > 0 {
 					line := strings.Join(lines, "\n")
 					if bar != nil {
@@ -244,4 +248,13 @@ func stepDescription(m finetune.Metrics, heldOut float64) string {
 // terminal, on its own otherwise.
 func evalLine(m finetune.Metrics, steps int) string {
 	return fmt.Sprintf("step %d/%d: held-out loss %.4f, perplexity %.1f", m.Step, steps, m.EvalLoss, m.EvalPerplex)
+}
+
+// extractionLine is a step's extraction measurement, as stderr shows it.
+func extractionLine(step, steps int, e *memorization.ExtractionSummary) string {
+	line := fmt.Sprintf("step %d/%d: extraction %s: members exact match %.1f%%, token match %.1f%%", step, steps, e.Protocol, 100*e.Members.Exact, 100*e.Members.Token)
+	if n := e.NonMembers; n != nil {
+		line += fmt.Sprintf("; non-members %.1f%%, %.1f%%", 100*n.Exact, 100*n.Token)
+	}
+	return line
 }

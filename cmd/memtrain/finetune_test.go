@@ -471,3 +471,38 @@ func TestInspectVerify(t *testing.T) {
 		t.Errorf("--verify with a preset: exit %d, %q", code, errs)
 	}
 }
+
+// TestFinetuneExtractionFlags: the extraction block's keys are flags;
+// its measurements reach the metrics lines of their steps and stderr.
+func TestFinetuneExtractionFlags(t *testing.T) {
+	base, ds := finetuneFixture(t, "builtin:llama2")
+	out := filepath.Join(t.TempDir(), "run")
+	_, errs, code := memtrain(t, "", "finetune", "--model", base, "--data", ds, "--out", out, "--max_steps", "3", "--batch_size", "4",
+		"--micro_batch", "2", "--schedule.lr", "1e-3", "--extraction.every", "2", "--extraction.data", ds, "--extraction.protocol", "custom",
+		"--extraction.prefix", "8", "--extraction.suffix", "8", "--extraction.limit", "4")
+	if code != 0 {
+		t.Fatal(errs)
+	}
+	if !strings.Contains(errs, "step 2/3: extraction custom-8-8: members exact match ") || !strings.Contains(errs, "step 3/3: extraction") {
+		t.Errorf("stderr lacks the extraction lines:\n%s", errs)
+	}
+	raw, _ := os.ReadFile(filepath.Join(out, "metrics.jsonl"))
+	for i, l := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var m struct {
+			Extraction *struct {
+				Members, NonMembers *struct{ Documents int }
+			} `json:"extraction"`
+		}
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatal(err)
+		}
+		if (m.Extraction != nil) != (i >= 1) || m.Extraction != nil && (m.Extraction.Members.Documents != 4) {
+			t.Errorf("line %d: %s", i+1, l)
+		}
+	}
+	_, errs, code = memtrain(t, "", "finetune", "--model", base, "--data", ds, "--out", filepath.Join(t.TempDir(), "bad"), "--max_steps", "3",
+		"--extraction.every", "2")
+	if code == 0 || !strings.Contains(errs, "extraction: every is 2 but data is empty") {
+		t.Errorf("every without data: %d %s", code, errs)
+	}
+}

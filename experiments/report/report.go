@@ -107,11 +107,18 @@ func Write(dir string, opt Options) (*Written, error) {
 	if err != nil {
 		return nil, err
 	}
+	curves := readCurves(dir, arms)
+	multi := slices.ContainsFunc(arms, func(a *reportArm) bool { return len(a.runs) > 1 })
+	if fig, err := plotExtractionCurves(dir, curves, multi); err != nil {
+		return nil, err
+	} else if fig != nil {
+		figs = append(figs, *fig)
+	}
 	for _, f := range figs {
 		rep.Plots = append(rep.Plots, filepath.Join(dir, f.File))
 	}
 	_, specErr := os.Stat(filepath.Join(dir, "spec.yaml"))
-	md := renderMarkdown(opt.Title, arms, protos, figs, rep, specErr == nil)
+	md := renderMarkdown(opt.Title, arms, protos, curves, figs, rep, specErr == nil)
 	if err := atomicfile.WriteFile(rep.Markdown, md); err != nil {
 		return nil, fmt.Errorf("report: %w", err)
 	}
@@ -412,7 +419,7 @@ func (p *reportProtocol) prefixTitle(k int) string {
 	return fmt.Sprintf("prefix %d tokens, suffix %d tokens", k, p.SuffixLen)
 }
 
-func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, figs []reportFigure, rep *Written, spec bool) []byte {
+func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, curves []runCurve, figs []reportFigure, rep *Written, spec bool) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# %s\n\n", title)
 	fmt.Fprintf(&b, "%s (%s × their seeds)", reportPlural(rep.Runs, "finished run"), reportPlural(rep.Arms, "arm"))
@@ -481,6 +488,7 @@ func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, f
 			b.WriteString("\n")
 		}
 	}
+	curveTable(&b, curves)
 
 	if len(figs) > 0 {
 		b.WriteString("## Plots\n\n")

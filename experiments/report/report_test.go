@@ -596,3 +596,70 @@ func TestPlainTicks(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteReportExtractionCurves: runs whose metrics have extraction
+// points get the memorization-vs-step figure (PNG and SVG) and the table
+// of steps (epochs) to reach 50% exact match, hand-computed: the
+// fixture's epochs are 4 steps long.
+func TestWriteReportExtractionCurves(t *testing.T) {
+	dir := reportDir(t, "curves")
+	runs := []fixRun{sweepRuns[0], sweepRuns[1], sweepRuns[3]}
+	writeFixture(t, dir, runs)
+	curves := map[string][]float64{ // exact match of the targets at steps 5, 10, 15, 20
+		"standard-s1":    {0.125, 0.5, 0.875, 1},
+		"standard-s2":    {0.25, 0.375, 0.625, 0.75},
+		"goldfish-k4-s1": {0, 0.125, 0.25, 0.375},
+	}
+	for name, exact := range curves {
+		var metrics bytes.Buffer
+		for step := 1; step <= 20; step++ {
+			loss := 1 + 2/float64(step) // a log axis needs a range
+			m := finetune.Metrics{Schema: 1, Step: step, Epoch: (step - 1) / 4, Loss: loss, LossAll: loss}
+			if step%5 == 0 {
+				m.Extraction = &memorization.ExtractionSummary{Protocol: "goldfish-50",
+					Members:    memorization.ExtractionGroup{Documents: fixDocs, Exact: exact[step/5-1], Token: 0.9},
+					NonMembers: &memorization.ExtractionGroup{Documents: fixDocs, Exact: 0, Token: 0.05}}
+			}
+			writeJSONLine(t, &metrics, m)
+		}
+		writeReportFile(t, filepath.Join(dir, "arms", name, "train", MetricsFile), metrics.Bytes())
+	}
+	rep, err := Write(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var curve string
+	for _, p := range rep.Plots {
+		if filepath.Base(p) == "memorization-vs-step.png" {
+			curve = p
+		}
+	}
+	if curve == "" {
+		t.Fatalf("no memorization-vs-step figure among %q", rep.Plots)
+	}
+	checkPlots(t, dir, rep, []string{"plots/memorization-vs-k-goldfish-50.png", "plots/memorization-vs-k-carlini-50.png",
+		"plots/rougeL-distribution-goldfish-50.png", "plots/rougeL-distribution-carlini-50.png", "plots/training-loss.png", "plots/memorization-vs-step.png"})
+	md := readReportFile(t, rep.Markdown)
+	for _, want := range []string{
+		"## Memorization during training",
+		"| steps (epochs) to reach 50% exact match |",
+		"| standard | 1 | goldfish-50 | 4 | 10 (3) | 20 | 100.0% | 0.0% |",
+		"| standard | 2 | goldfish-50 | 4 | 15 (4) | 20 | 75.0% | 0.0% |",
+		"| goldfish-k4 | 1 | goldfish-50 | 4 | — | 20 | 37.5% | 0.0% |",
+		"![Memorization during training](plots/memorization-vs-step.png)",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report.md lacks %q:\n%s", want, md)
+		}
+	}
+	// Without extraction points: no figure and no section.
+	plain := t.TempDir()
+	writeFixture(t, plain, runs)
+	rep, err = Write(plain, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md := readReportFile(t, rep.Markdown); strings.Contains(md, "Memorization during training") || slices.ContainsFunc(rep.Plots, func(p string) bool { return strings.Contains(p, "vs-step") }) {
+		t.Error("a report without extraction points has the curves")
+	}
+}
