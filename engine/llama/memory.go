@@ -246,15 +246,15 @@ func describe(cfg *checkpoints.Config, w Work) string {
 	case w.SeqLen <= 0:
 		return "holding " + params + where
 	case w.NewTokens > 0:
-		return fmt.Sprintf("decoding %d new tokens after %d prompts of %d tokens with %s%s", w.NewTokens, w.Batch, w.SeqLen, params, where)
+		return fmt.Sprintf("decoding %s after %s of %s with %s%s", plural(w.NewTokens, "new token"), plural(w.Batch, "prompt"), plural(w.SeqLen, "token"), params, where)
 	case w.Train:
 		how := ""
 		if w.Recompute {
 			how = " with activation recomputation"
 		}
-		return fmt.Sprintf("training %s%s on %d sequences of %d tokens a pass%s", params, where, w.Batch, w.SeqLen, how)
+		return fmt.Sprintf("training %s%s on %s of %s a pass%s", params, where, plural(w.Batch, "sequence"), plural(w.SeqLen, "token"), how)
 	}
-	return fmt.Sprintf("scoring %d sequences of %d tokens a pass with %s%s", w.Batch, w.SeqLen, params, where)
+	return fmt.Sprintf("scoring %s of %s a pass with %s%s", plural(w.Batch, "sequence"), plural(w.SeqLen, "token"), params, where)
 }
 
 // gridFlag writes a grid as grids are given to a launch ("dp=1,x=2,y=1,z=4").

@@ -262,3 +262,18 @@ func TestActivationMemoryLinearInT(t *testing.T) {
 		t.Errorf("allocated %d bytes at T=256, %d at T=1024: ×%.3f, want ×4", allocated[0], allocated[1], r)
 	}
 }
+
+// TestWorkDescribesOne: a batch of one reads "1 sequence", not "1 sequences".
+func TestWorkDescribesOne(t *testing.T) {
+	p, err := checkpoints.LookupPreset("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := p.Config()
+	for _, w := range []Work{{Train: true, Batch: 1, SeqLen: 1}, {Batch: 1, SeqLen: 8}, {Batch: 1, SeqLen: 1, NewTokens: 1}} {
+		s := describe(cfg, w)
+		if strings.Contains(s, "1 sequences") || strings.Contains(s, "1 tokens") || strings.Contains(s, "1 prompts") || strings.Contains(s, "1 new tokens") {
+			t.Errorf("%+v: %q", w, s)
+		}
+	}
+}
