@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -240,11 +241,11 @@ func NewChatTemplate(tok *tokenizer.Tokenizer, config []byte, opt ChatOptions) (
 		}
 	}
 	var err error
-	if t.bos, err = specialToken(cfg.BOS, "bos_token"); err != nil {
-		return nil, err
+	if t.bos, err = tokenizer.TokenName(cfg.BOS); err != nil {
+		return nil, fmt.Errorf("data: %s: bos_token: %w", tokenizer.ConfigFileName, err)
 	}
-	if t.eos, err = specialToken(cfg.EOS, "eos_token"); err != nil {
-		return nil, err
+	if t.eos, err = tokenizer.TokenName(cfg.EOS); err != nil {
+		return nil, fmt.Errorf("data: %s: eos_token: %w", tokenizer.ConfigFileName, err)
 	}
 	if t.bos == "" {
 		if id, ok := tok.BOS(); ok {
@@ -305,25 +306,6 @@ func configTemplate(raw json.RawMessage) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("data: %s: chat_template lists no \"default\" template", tokenizer.ConfigFileName)
-}
-
-// specialToken reads bos_token or eos_token: a string, an AddedToken
-// object's "content", or null.
-func specialToken(raw json.RawMessage, key string) (string, error) {
-	if len(raw) == 0 || rawKind(raw) == "null" {
-		return "", nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		return s, nil
-	}
-	var obj struct {
-		Content string `json:"content"`
-	}
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return "", fmt.Errorf("data: %s: %s is %s, want a string or {\"content\": ...}", tokenizer.ConfigFileName, key, rawKind(raw))
-	}
-	return obj.Content, nil
 }
 
 // Render renders a conversation, with the generation prompt of the next
@@ -446,7 +428,7 @@ func (t *ChatTemplate) Encode(tok *tokenizer.Tokenizer, msgs []Message) (ids []i
 			return 0, fmt.Errorf("chat template (%s): the rendering of the first %d messages is not a prefix of the conversation's", t.Name, k)
 		}
 		p := tok.Encode(s, opt)
-		if len(p) > len(ids) || !equalIDs(p, ids[:len(p)]) {
+		if len(p) > len(ids) || !slices.Equal(p, ids[:len(p)]) {
 			return 0, fmt.Errorf("chat template (%s): the tokens of the first %d messages are not a prefix of the conversation's", t.Name, k)
 		}
 		return len(p), nil
@@ -468,16 +450,4 @@ func (t *ChatTemplate) Encode(tok *tokenizer.Tokenizer, msgs []Message) (ids []i
 		}
 	}
 	return ids, mask, nil
-}
-
-func equalIDs(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -128,7 +129,7 @@ func TestChatTemplateGolden(t *testing.T) {
 			continue
 		}
 		want := tok.Encode(*c.Rendered, tokenizer.EncodeOptions{})
-		if !equalIDs(ids, want) || len(mask) != len(ids) {
+		if !slices.Equal(ids, want) || len(mask) != len(ids) {
 			t.Errorf("%s: ids %v, want %v (mask of %d)", name, ids, want, len(mask))
 		}
 		if bos, _ := tok.BOS(); ids[0] != bos || (len(ids) > 1 && ids[1] == bos) {

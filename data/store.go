@@ -11,6 +11,7 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"slices"
 	"sort"
 	"unsafe"
 
@@ -496,7 +497,7 @@ func (s *Store) open() error {
 		if si.Counts != got {
 			return s.errorf(ManifestFile, "splits.%s counts %+v disagree with index.bin (%+v)", name, si.Counts, got)
 		}
-		if want := docRanges(s.views[i].docs); !equalRanges(si.DocIDs, want) {
+		if want := docRanges(s.views[i].docs); !slices.Equal(si.DocIDs, want) {
 			return s.errorf(ManifestFile, "splits.%s.doc_ids disagree with index.bin", name)
 		}
 	}
@@ -504,18 +505,6 @@ func (s *Store) open() error {
 		return s.errorf(ManifestFile, "counts %+v disagree with index.bin (%+v)", m.Counts, total)
 	}
 	return nil
-}
-
-func equalRanges(a, b [][2]int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // checkFile compares a file's size and checksum with the manifest's.

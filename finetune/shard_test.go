@@ -223,23 +223,7 @@ func TestShardedCheckpointLayout(t *testing.T) {
 	weights := checkpoints.RandomWeights(cfg, 3)
 	for _, shape := range []comm.Grid{{Data: 1, X: 1, Y: 1, Z: 1}, {Data: 2, X: 2, Y: 2, Z: 2}, {Data: 2, X: 1, Y: 1, Z: 1}} {
 		dir := filepath.Join(t.TempDir(), "checkpoints")
-		save := func(g *parallel.Grid) error {
-			m, o, free, err := rankModel(cfg, weights, g, testAdamW)
-			if err != nil {
-				return err
-			}
-			defer free()
-			return SaveCheckpoint(dir, StepName(1), m, o, TrainerState{Step: 1}, SaveOptions{})
-		}
-		var err error
-		if shape.Size() == 1 {
-			err = save(nil)
-		} else {
-			err = launch.Local(shape, parallel.Overlap{}, save)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		saveOnGrid(t, shape, cfg, weights, dir, SaveOptions{})
 		path := filepath.Join(dir, StepName(1))
 		man, err := VerifyCheckpoint(path)
 		if err != nil {
@@ -425,23 +409,7 @@ func TestExportOfGridCheckpoint(t *testing.T) {
 	exports := map[string]string{}
 	for _, shape := range []comm.Grid{{Data: 1, X: 1, Y: 1, Z: 1}, {Data: 2, X: 2, Y: 2, Z: 2}} {
 		dir := filepath.Join(t.TempDir(), "checkpoints")
-		save := func(g *parallel.Grid) error {
-			m, o, free, err := rankModel(cfg, weights, g, testAdamW)
-			if err != nil {
-				return err
-			}
-			defer free()
-			return SaveCheckpoint(dir, StepName(1), m, o, TrainerState{Step: 1}, SaveOptions{Files: map[string][]byte{"tokenizer.json": []byte("{}")}})
-		}
-		var err error
-		if shape.Size() == 1 {
-			err = save(nil)
-		} else {
-			err = launch.Local(shape, parallel.Overlap{}, save)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		saveOnGrid(t, shape, cfg, weights, dir, SaveOptions{Files: map[string][]byte{"tokenizer.json": []byte("{}")}})
 		out := filepath.Join(t.TempDir(), "hf")
 		if err := checkpoints.Export(filepath.Join(dir, StepName(1)), out, checkpoints.ExportOptions{DType: checkpoints.DTypeBF16, MaxShardBytes: 100 << 10}); err != nil {
 			t.Fatal(err)
@@ -588,6 +556,29 @@ func TestGridResumeVerifiesTogether(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// saveOnGrid saves step 1 of a model holding weights, with fresh AdamW
+// moments, into dir from every rank of shape (one rank: no grid).
+func saveOnGrid(t *testing.T, shape comm.Grid, cfg *checkpoints.Config, weights []checkpoints.Tensor, dir string, opt SaveOptions) {
+	t.Helper()
+	save := func(g *parallel.Grid) error {
+		m, o, free, err := rankModel(cfg, weights, g, testAdamW)
+		if err != nil {
+			return err
+		}
+		defer free()
+		return SaveCheckpoint(dir, StepName(1), m, o, TrainerState{Step: 1}, opt)
+	}
+	var err error
+	if shape.Size() == 1 {
+		err = save(nil)
+	} else {
+		err = launch.Local(shape, parallel.Overlap{}, save)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

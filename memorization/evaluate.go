@@ -510,27 +510,19 @@ func prefixKey(p Protocol, k int) int {
 func group(results []DocResult, p Protocol, k int, member bool, bs Bootstrap) Group {
 	var exact, tok, rt, rw, pm, loss, hit, prob []float64
 	sampled := false
-	for _, r := range results {
-		if r.Member != member || r.Skipped != "" {
-			continue
+	eachProbe(results, p, k, member, func(r *DocResult, pr *Result) {
+		exact = append(exact, b2f(pr.Exact))
+		tok = append(tok, pr.TokenMatch)
+		rt = append(rt, pr.RougeLIDs)
+		rw = append(rw, pr.RougeLText)
+		pm = append(pm, float64(pr.PrefixMatch))
+		loss = append(loss, r.Loss)
+		if pr.Samples > 0 {
+			sampled = true
 		}
-		for _, pr := range r.Probes {
-			if prefixKey(p, pr.K) != k {
-				continue
-			}
-			exact = append(exact, b2f(pr.Exact))
-			tok = append(tok, pr.TokenMatch)
-			rt = append(rt, pr.RougeLIDs)
-			rw = append(rw, pr.RougeLText)
-			pm = append(pm, float64(pr.PrefixMatch))
-			loss = append(loss, r.Loss)
-			if pr.Samples > 0 {
-				sampled = true
-			}
-			hit = append(hit, b2f(pr.SampleHits > 0))
-			prob = append(prob, pr.ExtractionProb())
-		}
-	}
+		hit = append(hit, b2f(pr.SampleHits > 0))
+		prob = append(prob, pr.ExtractionProb())
+	})
 	// Each metric gets its own stream of resamples from the same seed, so
 	// that an interval does not depend on which other metrics exist.
 	g := Group{Documents: len(exact),
@@ -548,6 +540,22 @@ func group(results []DocResult, p Protocol, k int, member bool, bs Bootstrap) Gr
 		g.Sampled = &SampledGroup{Extracted: interval(hit, bs, 7), Probability: interval(prob, bs, 8)}
 	}
 	return g
+}
+
+// eachProbe calls f for every probe of prefix key k of the scored members
+// (or non-members), in document order.
+func eachProbe(results []DocResult, p Protocol, k int, member bool, f func(*DocResult, *Result)) {
+	for i := range results {
+		r := &results[i]
+		if r.Member != member || r.Skipped != "" {
+			continue
+		}
+		for j := range r.Probes {
+			if prefixKey(p, r.Probes[j].K) == k {
+				f(r, &r.Probes[j])
+			}
+		}
+	}
 }
 
 func interval(values []float64, bs Bootstrap, stream uint64) Interval {

@@ -36,14 +36,7 @@ func tinyModel(t *testing.T) *llama.Model {
 // membership scores separate the two sets.
 func TestEvaluate(t *testing.T) {
 	m := tinyModel(t)
-	rng := rand.New(rand.NewPCG(1, 2))
-	random := func(n int) []int32 {
-		ids := make([]int32, n)
-		for i := range ids {
-			ids[i] = int32(rng.IntN(31))
-		}
-		return ids
-	}
+	random := randomIDs(rand.New(rand.NewPCG(1, 2)))
 	var docs []Document
 	for i := range 6 {
 		prompt := random(10 + i)
@@ -293,5 +286,17 @@ func TestEvaluateSampling(t *testing.T) {
 	}
 	if _, _, err := Evaluate(m, docs, EvalConfig{Protocol: Custom(10, 6), Sampling: SampleConfig{Samples: 1, Temperature: -1}}); err == nil || !strings.Contains(err.Error(), "temperature -1") {
 		t.Errorf("temperature -1: %v", err)
+	}
+}
+
+// randomIDs returns a source of random token ids below 31 (the tiny
+// model's vocabulary), n at a time.
+func randomIDs(rng *rand.Rand) func(n int) []int32 {
+	return func(n int) []int32 {
+		ids := make([]int32, n)
+		for i := range ids {
+			ids[i] = int32(rng.IntN(31))
+		}
+		return ids
 	}
 }

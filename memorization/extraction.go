@@ -135,17 +135,9 @@ func summarizeExtraction(results []DocResult, p Protocol) *ExtractionSummary {
 // extractionGroup is group's exact and token means alone.
 func extractionGroup(results []DocResult, p Protocol, k int, member bool) ExtractionGroup {
 	var exact, tok []float64
-	for _, r := range results {
-		if r.Member != member || r.Skipped != "" {
-			continue
-		}
-		for _, pr := range r.Probes {
-			if prefixKey(p, pr.K) != k {
-				continue
-			}
-			exact = append(exact, b2f(pr.Exact))
-			tok = append(tok, pr.TokenMatch)
-		}
-	}
+	eachProbe(results, p, k, member, func(_ *DocResult, pr *Result) {
+		exact = append(exact, b2f(pr.Exact))
+		tok = append(tok, pr.TokenMatch)
+	})
 	return ExtractionGroup{Documents: len(exact), Exact: Mean(exact), Token: Mean(tok)}
 }

@@ -13,14 +13,7 @@ import (
 // extracted verbatim; documents without probes are refused.
 func TestExtractionEqualsEvaluate(t *testing.T) {
 	m := tinyModel(t)
-	rng := rand.New(rand.NewPCG(3, 4))
-	random := func(n int) []int32 {
-		ids := make([]int32, n)
-		for i := range ids {
-			ids[i] = int32(rng.IntN(31))
-		}
-		return ids
-	}
+	random := randomIDs(rand.New(rand.NewPCG(3, 4)))
 	var docs []Document
 	for i := range 5 {
 		prompt := random(10) // custom's prefix: the suffix is the model's continuation

@@ -9,7 +9,6 @@ import (
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine/bench"
-	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/internal/units"
 )
@@ -63,15 +62,7 @@ func runBenchDecode(cmd *cobra.Command, f benchDecodeFlags) error {
 	if n := cfg.Params().Total; n > maxInitParams {
 		return fmt.Errorf("bench decode: %s has %s parameters, too many for a CPU benchmark", f.preset, units.FormatCount(n))
 	}
-	s, err := f.engine.spec()
-	if err != nil {
-		return err
-	}
-	l, err := launch.New(s)
-	if err != nil {
-		return err
-	}
-	if err := preflight(l, cfg, llama.Work{Batch: f.batch, SeqLen: f.promptLen, NewTokens: f.newTokens}); err != nil {
+	if err := f.engine.preflight(cfg, llama.Work{Batch: f.batch, SeqLen: f.promptLen, NewTokens: f.newTokens}); err != nil {
 		return fmt.Errorf("bench decode: %s: %w", f.preset, err)
 	}
 	b, err := f.engine.backend()

@@ -8,7 +8,6 @@ import (
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine/bench"
-	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/internal/units"
 )
@@ -90,15 +89,7 @@ func runBenchStep(cmd *cobra.Command, f benchStepFlags) error {
 	if n := cfg.Params().Total; n > maxInitParams {
 		return fmt.Errorf("bench step: %s has %s parameters, too many for a CPU step", f.preset, units.FormatCount(n))
 	}
-	s, err := f.engine.spec()
-	if err != nil {
-		return err
-	}
-	l, err := launch.New(s)
-	if err != nil {
-		return err
-	}
-	if err := preflight(l, cfg, llama.Work{Train: true, Recompute: f.recompute, Moments: 2, Batch: f.batch, SeqLen: f.seqLen}); err != nil {
+	if err := f.engine.preflight(cfg, llama.Work{Train: true, Recompute: f.recompute, Moments: 2, Batch: f.batch, SeqLen: f.seqLen}); err != nil {
 		return fmt.Errorf("bench step: %s: %w", f.preset, err)
 	}
 	b, g, err := f.engine.build()

@@ -60,6 +60,20 @@ func (f engineFlags) build() (engine.Backend, gemm.Impl, error) {
 	return launch.NewBackend(s.Device, s.Threads, s.BLAS)
 }
 
+// preflight is preflight for the single backend the flags build (the
+// benchmarks).
+func (f engineFlags) preflight(cfg *checkpoints.Config, w llama.Work) error {
+	s, err := f.spec()
+	if err != nil {
+		return err
+	}
+	l, err := launch.New(s)
+	if err != nil {
+		return err
+	}
+	return preflight(l, cfg, w)
+}
+
 // preflight checks, before any rank of l starts, that what each will
 // allocate for a model of cfg doing w (on l's grid) fits its device
 // (llama.Preflight against launch.Launcher.Memory).

@@ -945,10 +945,10 @@ func (p *parser) config(cfgName string, cfg []byte) error {
 			return fmt.Errorf("tokenizer: %s: not a tokenizer_config.json file: %w", cfgName, err)
 		}
 		var err error
-		if bosName, err = tokenName(c.BOS); err != nil {
+		if bosName, err = TokenName(c.BOS); err != nil {
 			return fmt.Errorf("tokenizer: %s: bos_token: %w", cfgName, err)
 		}
-		if eosName, err = tokenName(c.EOS); err != nil {
+		if eosName, err = TokenName(c.EOS); err != nil {
 			return fmt.Errorf("tokenizer: %s: eos_token: %w", cfgName, err)
 		}
 	}
@@ -972,9 +972,9 @@ func (p *parser) config(cfgName string, cfg []byte) error {
 	return nil
 }
 
-// tokenName reads a token of tokenizer_config.json: a string, an object
-// with "content", or null.
-func tokenName(raw json.RawMessage) (string, error) {
+// TokenName reads a token of tokenizer_config.json (bos_token, eos_token):
+// a string, an AddedToken object's "content", or null ("").
+func TokenName(raw json.RawMessage) (string, error) {
 	if absent(raw) {
 		return "", nil
 	}

@@ -84,11 +84,7 @@ func readCurves(dir string, arms []*reportArm) []runCurve {
 	var out []runCurve
 	for ai, a := range arms {
 		for si, r := range a.runs {
-			trainDir := r.TrainDir
-			if trainDir == "" {
-				trainDir = filepath.Join("arms", r.Name(), "train")
-			}
-			ms, err := ReadMetrics(filepath.Join(dir, trainDir, MetricsFile))
+			ms, err := r.Metrics(dir)
 			if err != nil {
 				continue
 			}

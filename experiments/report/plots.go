@@ -707,11 +707,7 @@ func plotTrainingLoss(dir string, arms []*reportArm, warnings *[]string) (*repor
 	lines, goldfish, held := 0, false, false
 	for ai, a := range arms {
 		for si, r := range a.runs {
-			trainDir := r.TrainDir
-			if trainDir == "" {
-				trainDir = filepath.Join("arms", r.Name(), "train")
-			}
-			ms, err := ReadMetrics(filepath.Join(dir, trainDir, MetricsFile))
+			ms, err := r.Metrics(dir)
 			if err != nil {
 				*warnings = append(*warnings, fmt.Sprintf("%s: no training metrics (%v); left out of the loss curves", r.Name(), err))
 				continue

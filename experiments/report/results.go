@@ -124,6 +124,17 @@ func Load(dir string) ([]ArmResult, error) {
 	return out, nil
 }
 
+// Metrics reads the training metrics of a run of the results folder dir:
+// TrainDir's metrics.jsonl, or the arm's default train folder when the
+// result names none.
+func (r *ArmResult) Metrics(dir string) ([]finetune.Metrics, error) {
+	trainDir := r.TrainDir
+	if trainDir == "" {
+		trainDir = filepath.Join("arms", r.Name(), "train")
+	}
+	return ReadMetrics(filepath.Join(dir, trainDir, MetricsFile))
+}
+
 // ReadMetrics reads a training run's metrics.jsonl.
 func ReadMetrics(path string) ([]finetune.Metrics, error) {
 	b, err := inputfile.ReadFile(path)
