@@ -62,8 +62,8 @@ func runBenchDecode(cmd *cobra.Command, f benchDecodeFlags) error {
 	if n := cfg.Params().Total; n > maxInitParams {
 		return fmt.Errorf("bench decode: %s has %s parameters, too many for a CPU benchmark", f.preset, units.FormatCount(n))
 	}
-	if err := f.engine.preflight(cfg, llama.Work{Batch: f.batch, SeqLen: f.promptLen, NewTokens: f.newTokens}); err != nil {
-		return fmt.Errorf("bench decode: %s: %w", f.preset, err)
+	if err := f.engine.preflight("bench decode: "+f.preset, cfg, llama.Work{Batch: f.batch, SeqLen: f.promptLen, NewTokens: f.newTokens}); err != nil {
+		return err
 	}
 	b, err := f.engine.backend()
 	if err != nil {

@@ -89,8 +89,8 @@ func runBenchStep(cmd *cobra.Command, f benchStepFlags) error {
 	if n := cfg.Params().Total; n > maxInitParams {
 		return fmt.Errorf("bench step: %s has %s parameters, too many for a CPU step", f.preset, units.FormatCount(n))
 	}
-	if err := f.engine.preflight(cfg, llama.Work{Train: true, Recompute: f.recompute, Moments: 2, Batch: f.batch, SeqLen: f.seqLen}); err != nil {
-		return fmt.Errorf("bench step: %s: %w", f.preset, err)
+	if err := f.engine.preflight("bench step: "+f.preset, cfg, llama.Work{Train: true, Recompute: f.recompute, Moments: 2, Batch: f.batch, SeqLen: f.seqLen}); err != nil {
+		return err
 	}
 	b, g, err := f.engine.build()
 	if err != nil {

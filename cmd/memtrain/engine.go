@@ -61,8 +61,9 @@ func (f engineFlags) build() (engine.Backend, gemm.Impl, error) {
 }
 
 // preflight is preflight for the single backend the flags build (the
-// benchmarks).
-func (f engineFlags) preflight(cfg *checkpoints.Config, w llama.Work) error {
+// benchmarks); a memory error is prefixed with what, the flags' own errors
+// stand alone.
+func (f engineFlags) preflight(what string, cfg *checkpoints.Config, w llama.Work) error {
 	s, err := f.spec()
 	if err != nil {
 		return err
@@ -71,7 +72,10 @@ func (f engineFlags) preflight(cfg *checkpoints.Config, w llama.Work) error {
 	if err != nil {
 		return err
 	}
-	return preflight(l, cfg, w)
+	if err := preflight(l, cfg, w); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
 }
 
 // preflight checks, before any rank of l starts, that what each will
