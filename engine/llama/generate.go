@@ -67,6 +67,7 @@ type decoder struct {
 	logitsAll               *engine.Tensor // [Y·B·V]: every Y rank's slice of the logits (nil on Y = 1)
 	sc                      *scratch       // the grid's, for rows tokens (nil on one rank)
 	ce                      *ceScratch     // the grid's argmax over Y ranks' vocabulary slices, and Argmax's output
+	z                       *engine.Tensor // [rows, r]: an adapter's product (nil without adapters)
 	all                     []*engine.Tensor
 }
 
@@ -111,6 +112,9 @@ func decoderPlan(d dims, B, Tmax, rows int) []tensorPlan {
 	} else {
 		add("argmax", engine.I32, B) // Argmax's output, which the grid's scratch holds otherwise
 	}
+	if d.lora != nil {
+		add("lora_z", engine.F32, rows, d.lora.R) // one projection's adapter product at a time
+	}
 	return p
 }
 
@@ -146,12 +150,22 @@ func (m *Model) newDecoder(B, Tmax, rows int) *decoder {
 	if d.ce = newCEScratch(m.d, B, next); d.ce == nil {
 		d.ce = &ceScratch{idx: next()}
 	}
+	if m.d.lora != nil {
+		d.z = next()
+	}
 	return d
 }
 
 func (d *decoder) free() {
 	for _, t := range d.all {
 		d.m.backend.Free(t)
+	}
+}
+
+// adapt adds projection p's adapter product into out (nothing without one).
+func (d *decoder) adapt(l, p int, x, out *engine.Tensor) {
+	if d.z != nil {
+		d.m.loraForward(l, p, rowsOf(d.z, x.Dim(0)), x, out, nil)
 	}
 }
 
@@ -194,6 +208,9 @@ func (d *decoder) step(s0 int, ids []int32, n int, start []int32) {
 		m.linear(q, ln, w.q, m.gx)
 		m.linear(k, ln, w.k, m.gx)
 		m.linear(v, ln, w.v, m.gx)
+		d.adapt(l, projQ, ln, q)
+		d.adapt(l, projK, ln, k)
+		d.adapt(l, projV, ln, v)
 		b.RoPE(q.Reshape(R, heads, D), posT, m.invFreq)
 		b.RoPE(k.Reshape(R, kvHeads, D), posT, m.invFreq)
 		// Append this step's keys and values to each sequence's cache.
@@ -206,11 +223,15 @@ func (d *decoder) step(s0 int, ids []int32, n int, start []int32) {
 		}
 		b.AttentionKV(att.Reshape(S, n, heads, D), q.Reshape(S, n, heads, D), kc, vc, startT)
 		m.linearResidual(h, att, w.o, x, m.gy)
+		d.adapt(l, projO, att, h)
 		m.rmsnorm(ln, rstd, h, p.MLPNorm, d.sc)
 		m.linear(gate, ln, w.gate, m.gx)
 		m.linear(up, ln, w.up, m.gx)
+		d.adapt(l, projGate, ln, gate)
+		d.adapt(l, projUp, ln, up)
 		b.SwiGLU(act, gate, up)
 		m.linearResidual(y, act, w.down, h, m.gy)
+		d.adapt(l, projDown, act, y)
 		x, y = y, x
 	}
 	for s := 0; s < S; s++ {

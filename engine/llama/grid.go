@@ -209,8 +209,12 @@ func (m *Model) rmsnorm(out, rstd, x *engine.Tensor, w *engine.Param, s *scratch
 // grid's.
 func (m *Model) rmsnormBackward(dx *engine.Tensor, w *engine.Param, dy, x, y, rstd *engine.Tensor, s *scratch) {
 	b := m.backend
+	dw := w.Grad
+	if dw == nil { // frozen: the kernel's weight gradient is discarded
+		dw = m.lora.frozenDW
+	}
 	if m.gx == nil {
-		b.RMSNormBackward(dx, w.Grad, dy, x, w.Value, rstd)
+		b.RMSNormBackward(dx, dw, dy, x, w.Value, rstd)
 		return
 	}
 	n := x.Dim(0)
@@ -218,7 +222,7 @@ func (m *Model) rmsnormBackward(dx *engine.Tensor, w *engine.Param, dy, x, y, rs
 	m.rowDots(local, dy, y)
 	b.Copy(sum, local)
 	allReduce(sum, m.gx)
-	b.RMSNormBackward(dx, w.Grad, dy, x, w.Value, rstd)
+	b.RMSNormBackward(dx, dw, dy, x, w.Value, rstd)
 	hs, hl, hr := s.h1[:n], s.h2[:n], s.h3[:n]
 	b.Download(hs, sum)
 	b.Download(hl, local)
@@ -316,6 +320,9 @@ func (m *Model) inputGrad(din, dout, w *engine.Tensor, accumulate bool) {
 // directly, or, when the weight is Z-sharded, through a block buffer that
 // is reduce-scattered over Z (zGrads).
 func (m *Model) weightGrad(p *engine.Param, dout, in *engine.Tensor) {
+	if p.Grad == nil {
+		return // frozen (a base weight under adapters)
+	}
 	n, o, k := in.Dim(0), dout.Dim(1), in.Dim(1)
 	gemm := func(dst *engine.Tensor, beta float32) {
 		m.backend.Gemm(engine.GemmParams{TransA: true, M: o, N: k, K: n, Alpha: 1, Beta: beta, LDA: o, LDB: k, LDC: k},

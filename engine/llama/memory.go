@@ -54,6 +54,11 @@ type Work struct {
 	// Snapshot is an asynchronous checkpoint save's host copy of this
 	// rank's weight shards and moments (RankMemory.Snapshot).
 	Snapshot bool
+	// LoRA and BaseDType are Options.LoRA and Options.BaseDType: with
+	// adapters the base weights have no gradients or moments, and are
+	// held in BaseDType.
+	LoRA      *checkpoints.AdapterConfig
+	BaseDType engine.DType
 	// Beside is memory a rank holds beside this model's, in bytes, which
 	// Preflight adds, in its suggestions too (another model loaded at
 	// once, such as the reference of a membership-inference attack: its
@@ -98,14 +103,33 @@ func Memory(cfg *checkpoints.Config, w Work) RankMemory {
 		d = gridDims(cfg, w.Grid)
 	}
 	local, z := shardElements(cfg, w.Grid, w.Overlap)
-	m.Params = engine.SumBytes(engine.MulBytes(2, local, 4), int64(len(InvFreq(cfg)))*4)
+	rope := int64(len(InvFreq(cfg))) * 4
+	if a := w.LoRA; a != nil {
+		// The frozen base: its matrices in BaseDType and its norms in
+		// F32, no gradients; the adapters, replicated, with gradients
+		// and moments; the frozen norms' discarded weight gradient.
+		d.lora = a
+		norms := int64(2*cfg.NumHiddenLayers+1) * int64(d.H)
+		base := engine.SumBytes(engine.MulBytes(local-norms, int64(w.BaseDType.Size())), engine.MulBytes(norms, 4))
+		ad := cfg.AdapterParams(a)
+		m.Params = engine.SumBytes(base, engine.MulBytes(2, ad, 4), rope, int64(d.H)*4)
+		m.Optimizer = engine.MulBytes(int64(max(w.Moments, 0)), ad, 4)
+		m.Workspace = engine.SumBytes(passBytes(d, w), engine.MulBytes(z.gather, 4))
+		if w.Snapshot {
+			m.Snapshot = engine.MulBytes(int64(1+max(w.Moments, 0)), ad, 4)
+		}
+		return m
+	}
+	m.Params = engine.SumBytes(engine.MulBytes(2, local, 4), rope)
 	m.Optimizer = engine.MulBytes(int64(max(w.Moments, 0)), local, 4)
-	m.Workspace = engine.SumBytes(passBytes(d, w), engine.MulBytes(z, 4))
+	m.Workspace = engine.SumBytes(passBytes(d, w), engine.MulBytes(z.gather+z.grad, 4))
 	if w.Snapshot {
 		m.Snapshot = engine.MulBytes(int64(1+max(w.Moments, 0)), local, 4)
 	}
 	return m
 }
+
+
 
 // passBytes is the largest workspace of w's passes on a rank of dims d.
 func passBytes(d dims, w Work) int64 {
@@ -149,9 +173,9 @@ func planBytes(p []tensorPlan) int64 {
 // of the Z-sharding buffers newZWeights and newZGrads allocate: the
 // largest unit's (x, y) blocks, twice with OAG, the largest matrix block
 // for a gradient, and the tied embedding's block.
-func shardElements(cfg *checkpoints.Config, g comm.Grid, ov parallel.Overlap) (local, zbuf int64) {
+func shardElements(cfg *checkpoints.Config, g comm.Grid, ov parallel.Overlap) (local int64, zbuf zBuffers) {
 	if g == (comm.Grid{}) {
-		return cfg.Params().Total, 0
+		return cfg.Params().Total, zBuffers{}
 	}
 	// The layers are alike: layer 0's tensors stand for all of them, so
 	// that sizing a grid (which suggestGrid does for hundreds) lists a
@@ -183,19 +207,24 @@ func shardElements(cfg *checkpoints.Config, g comm.Grid, ov parallel.Overlap) (l
 		}
 	}
 	if g.Z == 1 {
-		return local, 0
+		return local, zBuffers{}
 	}
 	unit = max(unit, layer)
 	bufs := int64(1)
 	if ov.AllGather {
 		bufs = 2
 	}
-	zbuf = bufs*unit + block
+	zbuf = zBuffers{gather: bufs * unit, grad: block}
 	if cfg.TieWordEmbeddings {
-		zbuf += embed
+		zbuf.grad += embed
 	}
 	return local, zbuf
 }
+
+// zBuffers are the elements of the Z-sharding buffers: newZWeights'
+// gathered blocks and newZGrads' gradient blocks (which a frozen base
+// does without).
+type zBuffers struct{ gather, grad int64 }
 
 // oneLayer is cfg cut to its first decoder layer.
 func oneLayer(cfg *checkpoints.Config) *checkpoints.Config {

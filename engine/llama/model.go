@@ -37,6 +37,15 @@ type Options struct {
 	// the same arguments (batches: see ForwardBackward). nil is one rank
 	// holding everything.
 	Parallel *parallel.Grid
+	// LoRA, if not nil, adds these adapters to the projections and
+	// freezes every base weight (lora.go): Trainable lists the adapters
+	// alone, and the base weights have no gradients.
+	LoRA *checkpoints.AdapterConfig
+	// BaseDType is the dtype the frozen base matrices are held in with
+	// adapters: F32 (the zero value), or BF16 to keep a bf16 checkpoint
+	// in half the memory (the backend's GEMM widens them as it packs).
+	// Norm weights stay F32. Without adapters it must be F32.
+	BaseDType engine.DType
 }
 
 // Layer holds one decoder block's parameters.
@@ -44,6 +53,9 @@ type Layer struct {
 	AttnNorm, Q, K, V, O *engine.Param
 	MLPNorm, Gate, Up    *engine.Param
 	Down                 *engine.Param
+	// LoRA holds each projection's adapter (q, k, v, o, gate, up, down),
+	// nil where it has none.
+	LoRA [numProj]*Adapter
 }
 
 // Model is a Llama model's parameters and gradients on a backend, with the
@@ -71,6 +83,7 @@ type Model struct {
 	zw     *zWeights // Z-gathering of weight blocks; nil without Z-sharding
 	zg     *zGrads   // Z reduce-scattering of weight gradients; nil without Z-sharding
 	units  units     // the weights a pass gathers, unit by unit
+	lora   *loraState // nil without adapters
 	// flatRowsLimit, when positive, replaces flatRows' int32 bound (the
 	// tests make it small to run the chunked path on tiny shapes).
 	flatRowsLimit int
@@ -82,7 +95,13 @@ func New(b engine.Backend, cfg *checkpoints.Config, opt Options) (*Model, error)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := checkLoRA(cfg, opt); err != nil {
+		return nil, err
+	}
 	g := opt.Parallel
+	if opt.LoRA != nil && opt.BaseDType == engine.BF16 && g != nil && g.Z.Size() > 1 {
+		return nil, fmt.Errorf("llama: bf16 base weights on a grid with Z = %d: Z-sharding gathers float32 blocks (load the base as f32)", g.Z.Size())
+	}
 	m := &Model{Config: cfg.Clone(), Options: opt, backend: b, d: fullDims(cfg)}
 	if g != nil {
 		if err := parallel.Check(cfg, g.Shape()); err != nil {
@@ -108,14 +127,20 @@ func New(b engine.Backend, cfg *checkpoints.Config, opt Options) (*Model, error)
 			shard = g.Shard(s.Name, s.Shape)
 			shape = parallel.LocalShape(s.Shape, shard)
 		}
-		params[s.Name] = &engine.Param{
+		p := &engine.Param{
 			Name:  s.Name,
 			Full:  append([]int(nil), s.Shape...),
 			Shard: shard,
-			Value: b.Alloc(engine.F32, shape...),
-			Grad:  b.Alloc(engine.F32, shape...),
 			Decay: !s.Norm,
 		}
+		if opt.LoRA == nil {
+			p.Value, p.Grad = b.Alloc(engine.F32, shape...), b.Alloc(engine.F32, shape...)
+		} else if s.Norm {
+			p.Value = b.Alloc(engine.F32, shape...) // frozen, and the norm kernels read F32
+		} else {
+			p.Value = b.Alloc(opt.BaseDType, shape...) // frozen: no gradient
+		}
+		params[s.Name] = p
 	}
 	m.Embed = params[checkpoints.EmbedTokensName]
 	m.Norm = params[checkpoints.FinalNormName]
@@ -132,9 +157,15 @@ func New(b engine.Backend, cfg *checkpoints.Config, opt Options) (*Model, error)
 		})
 	}
 	m.units = newUnits(m)
+	if opt.LoRA != nil {
+		m.d.lora = opt.LoRA
+		m.newAdapters()
+	}
 	if g != nil && g.Z.Size() > 1 {
 		m.zw = newZWeights(m, g.Z, g.Overlap.AllGather)
-		m.zg = newZGrads(m, g.Z, g.Overlap.ReduceScatter)
+		if opt.LoRA == nil { // a frozen base has no gradients to reduce-scatter
+			m.zg = newZGrads(m, g.Z, g.Overlap.ReduceScatter)
+		}
 	}
 	inv := InvFreq(cfg)
 	m.invFreq = b.Alloc(engine.F32, len(inv))
@@ -319,7 +350,7 @@ func (m *Model) Weights() []checkpoints.Tensor {
 
 // ZeroGrads clears every gradient.
 func (m *Model) ZeroGrads() {
-	for _, p := range m.Params() {
+	for _, p := range m.Trainable() {
 		m.backend.Fill(p.Grad, 0)
 	}
 }
@@ -337,9 +368,11 @@ func (m *Model) ReduceGradients() (err error) {
 	}
 	defer recoverComm(&err)
 	var pending []comm.Request
-	for _, p := range m.Params() {
+	for _, p := range m.Trainable() {
 		c := g.Data
-		if len(p.Full) == 1 {
+		if len(p.Full) == 1 || m.lora != nil {
+			// Norm weights and adapters are replicated over Z, whose
+			// ranks saw different tokens.
 			c = g.DataZ
 		}
 		if c.Size() == 1 {
@@ -361,14 +394,16 @@ func (m *Model) ReduceGradients() (err error) {
 // parameter order. On a grid it is collective: every shard counts once,
 // a norm weight's copies on the Y and Z ranks once between them.
 func (m *Model) GradNorm() (float64, error) {
-	params := m.Params()
+	params := m.Trainable()
 	gs := make([]*engine.Tensor, len(params))
 	for i, p := range params {
 		gs[i] = p.Grad
 	}
 	matrices, norms := 0.0, 0.0
 	for i, s := range engine.SumSquaresEach(m.backend, gs) {
-		if g := m.Options.Parallel; g != nil && len(params[i].Full) == 1 {
+		// Norm weights and adapters (replicated over Y and Z) count once
+		// between their copies, as SumUnique's norms do.
+		if g := m.Options.Parallel; g != nil && (len(params[i].Full) == 1 || m.lora != nil) {
 			norms += float64(s)
 		} else {
 			matrices += float64(s)
@@ -399,7 +434,16 @@ func (m *Model) Free() {
 	m.freeWorkspace()
 	for _, p := range m.Params() {
 		m.backend.Free(p.Value)
-		m.backend.Free(p.Grad)
+		if p.Grad != nil {
+			m.backend.Free(p.Grad)
+		}
+	}
+	if m.lora != nil {
+		for _, p := range m.lora.params {
+			m.backend.Free(p.Value)
+			m.backend.Free(p.Grad)
+		}
+		m.backend.Free(m.lora.frozenDW)
 	}
 	m.zw.free(m.backend)
 	m.zg.free(m.backend)

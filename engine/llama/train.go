@@ -142,7 +142,7 @@ func (m *Model) forward(ws *workspace) {
 		} else {
 			in, out = ws.inputs[l%2], ws.inputs[(l+1)%2]
 		}
-		m.blockForward(l, w, a, in, out, ws.pos, ws.sc, B, T)
+		m.blockForward(l, w, a, in, out, ws.pos, ws.sc, ws.lora, B, T)
 	}
 	var last *engine.Tensor
 	if ws.train {
@@ -276,11 +276,13 @@ func (m *Model) backward(ws *workspace) {
 		w := blockOf(m.nextWeights(m.units.layers[l]))
 		a := ws.layers[min(l, len(ws.layers)-1)]
 		if m.Options.Recompute {
-			m.blockForward(l, w, a, ws.inputs[l], nil, ws.pos, ws.sc, B, T)
+			m.blockForward(l, w, a, ws.inputs[l], nil, ws.pos, ws.sc, ws.lora, B, T)
 		}
-		m.blockBackward(l, w, a, ws.inputs[l], g.dx, ws.pos, g, ws.sc, B, T)
+		m.blockBackward(l, w, a, ws.inputs[l], g.dx, ws.pos, g, ws.sc, ws.lora, B, T)
 	}
-	m.embedBackward(g.dx, ws.ids, ws.sc)
+	if m.Embed.Grad != nil { // a frozen embedding (adapters) takes no gradient
+		m.embedBackward(g.dx, ws.ids, ws.sc)
+	}
 	if m.zg != nil {
 		m.zg.finish(m, nil)
 	}

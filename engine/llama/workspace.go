@@ -17,6 +17,9 @@ type layerActs struct {
 	ln2, rstd2 *engine.Tensor // [N,H], [N]
 	gate, up   *engine.Tensor // [N,I]
 	act        *engine.Tensor // [N,I] silu(gate)·up
+	// z holds each adapted projection's rank-r product drop(x)·Aᵀ [N,r]
+	// (lora.go); nil where the projection has no adapter.
+	z [numProj]*engine.Tensor
 }
 
 // grads are the activation gradients, one set shared by all layers.
@@ -48,6 +51,7 @@ type workspace struct {
 
 	sc *scratch   // the grid's per-token scratch; nil on one rank
 	ce *ceScratch // the vocabulary-parallel cross-entropy's; nil unless Y > 1
+	lora *loraScratch // the adapters' shared scratch; nil unless training adapters
 	// head is the LM head's weight block the forward pass used, kept for
 	// the backward pass (Z-gathered on a grid).
 	head *engine.Tensor
@@ -62,6 +66,9 @@ type dims struct {
 	heads, kvHeads, D int
 	x, y              int // the X and Y ranks; more than one adds the grid's scratch
 	v0                int // this rank's first vocabulary id
+	// lora is the model's adapter configuration, nil without adapters:
+	// its activations join the workspace (loraPlan).
+	lora *checkpoints.AdapterConfig
 }
 
 func fullDims(cfg *checkpoints.Config) dims {
@@ -149,7 +156,7 @@ func plan(d dims, B, T int, train, recompute bool) []tensorPlan {
 	}
 	p = append(p, scratchPlan(d, N)...)
 	p = append(p, cePlan(d, N)...)
-	return p
+	return append(p, loraPlan(d, N, sets, train)...)
 }
 
 // ActivationBytes is the memory the model's workspace takes for batches of
@@ -209,6 +216,21 @@ func (m *Model) prepare(B, T int, train bool) *workspace {
 	}
 	ws.sc = newScratch(m.d, B*T, next)
 	ws.ce = newCEScratch(m.d, B*T, next)
+	if a := m.d.lora; a != nil {
+		for _, l := range ws.layers {
+			for p, module := range checkpoints.LoRAModules() {
+				if a.Targets(module) {
+					l.z[p] = next()
+				}
+			}
+		}
+		if train {
+			ws.lora = &loraScratch{dz: next()}
+			if a.LoRADropout > 0 {
+				ws.lora.xd = next()
+			}
+		}
+	}
 	pos := make([]int32, B*T)
 	for i := range pos {
 		pos[i] = int32(i % T)
@@ -224,6 +246,17 @@ func (ws *workspace) all() []*engine.Tensor {
 	ts = append(ts, ws.inputs...)
 	for _, a := range ws.layers {
 		ts = append(ts, a.ln1, a.rstd1, a.q, a.k, a.v, a.lse, a.att, a.h, a.ln2, a.rstd2, a.gate, a.up, a.act)
+		for _, z := range a.z {
+			if z != nil {
+				ts = append(ts, z)
+			}
+		}
+	}
+	if s := ws.lora; s != nil {
+		ts = append(ts, s.dz)
+		if s.xd != nil {
+			ts = append(ts, s.xd)
+		}
 	}
 	if g := ws.g; g != nil {
 		ts = append(ts, g.dx, g.dh, g.dln, g.dnorm, g.dq, g.datt, g.dk, g.dv, g.dgate, g.dup, g.dact, g.dlnf)

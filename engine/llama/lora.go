@@ -1,0 +1,319 @@
+package llama
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
+)
+
+// LoRA adapters (PEFT's LoRA, Hu et al. 2021): each adapted projection
+// y = x·Wᵀ becomes
+//
+//	y = x·Wᵀ + s·(drop(x)·Aᵀ)·Bᵀ,  A [r, in], B [out, r]
+//
+// with W frozen and only A and B trained; s = alpha/r, or alpha/√r with
+// rsLoRA. A model with adapters allocates no gradient for its base
+// weights, and keeps them in their checkpoint's dtype (Options.BaseDType)
+// when the backend can multiply by it.
+//
+// The adapters are replicated on every rank of a grid: they are small
+// (r·(in+out) a projection), so splitting them would save little memory
+// and cost an all-reduce of the rank-r activations per projection in each
+// direction. Their gradients are summed over the ranks that split the
+// batch, data and Z (ReduceGradients). Tensor parallelism over X or Y
+// with adapters is refused (New): the base layers' partial sums would
+// need the adapters' partial products to join them, which is not built.
+
+// The projections of a decoder block, in blockWeights' (and a layer's
+// state dict's) order; checkpoints.LoRAModules names them.
+const (
+	projQ = iota
+	projK
+	projV
+	projO
+	projGate
+	projUp
+	projDown
+	numProj
+)
+
+// An Adapter is one projection's LoRA matrices.
+type Adapter struct {
+	A, B *engine.Param // lora_A [r, in], lora_B [out, r]
+}
+
+// loraState is what a model with adapters keeps beside its layers.
+type loraState struct {
+	cfg      *checkpoints.AdapterConfig
+	scale    float32
+	params   []*engine.Param // every A and B, in PEFT's state-dict order
+	frozenDW *engine.Tensor  // [H]: the frozen norms' discarded weight gradient
+	// key numbers the training passes for the dropout masks: SetDropoutKey.
+	key uint64
+}
+
+// checkLoRA checks the options' adapter against the model and its grid.
+func checkLoRA(cfg *checkpoints.Config, opt Options) error {
+	a := opt.LoRA
+	if a == nil {
+		if opt.BaseDType != engine.F32 {
+			return fmt.Errorf("llama: base weights in %v need adapters (the trained weights are float32)", opt.BaseDType)
+		}
+		return nil
+	}
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	if g := opt.Parallel; g != nil && (g.X.Size() > 1 || g.Y.Size() > 1) {
+		return fmt.Errorf("llama: LoRA adapters run on grids of data and Z ranks; this grid splits the layers over X = %d, Y = %d", g.X.Size(), g.Y.Size())
+	}
+	if opt.BaseDType != engine.F32 && opt.BaseDType != engine.BF16 {
+		return fmt.Errorf("llama: base weights in %v: want f32 or bf16", opt.BaseDType)
+	}
+	return nil
+}
+
+// newAdapters allocates zero adapters on m's layers, as opt.LoRA targets.
+func (m *Model) newAdapters() {
+	a, b := m.Options.LoRA, m.backend
+	st := &loraState{cfg: a, scale: float32(a.Scale())}
+	specs := m.Config.AdapterTensorSpecs(a)
+	i := 0
+	for l, layer := range m.Layers {
+		for p, module := range checkpoints.LoRAModules() {
+			if !a.Targets(module) {
+				continue
+			}
+			mk := func(s checkpoints.TensorSpec) *engine.Param {
+				return &engine.Param{
+					Name: s.Name, Full: append([]int(nil), s.Shape...),
+					Shard: engine.WholeShard(s.Shape[0], s.Shape[1]),
+					Value: b.Alloc(engine.F32, s.Shape...), Grad: b.Alloc(engine.F32, s.Shape...),
+					Decay: true, // as PEFT trains them: every non-bias, non-norm weight decays
+				}
+			}
+			ad := &Adapter{A: mk(specs[i]), B: mk(specs[i+1])}
+			if specs[i].Name != checkpoints.LoRATensorName(l, module, "A") {
+				panic("llama: adapter order differs from checkpoints.AdapterTensorSpecs")
+			}
+			layer.LoRA[p] = ad
+			st.params = append(st.params, ad.A, ad.B)
+			i += 2
+		}
+	}
+	st.frozenDW = b.Alloc(engine.F32, m.d.H)
+	m.lora = st
+}
+
+// Adapter is the model's adapter configuration, nil without adapters.
+func (m *Model) Adapter() *checkpoints.AdapterConfig {
+	if m.lora == nil {
+		return nil
+	}
+	return m.lora.cfg
+}
+
+// Trainable lists the parameters a training step updates: the adapters'
+// matrices with adapters (in PEFT's order), every parameter without.
+func (m *Model) Trainable() []*engine.Param {
+	if m.lora != nil {
+		return m.lora.params
+	}
+	return m.Params()
+}
+
+// SetDropoutKey numbers the next training pass for the adapters' dropout:
+// each pass's masks are a function of the adapter's seed, this key, the
+// layer, the projection and the position, so that a resumed run draws the
+// same masks as an uninterrupted one. Callers number their micro-batches
+// (step·accumulation + micro-batch).
+func (m *Model) SetDropoutKey(key uint64) {
+	if m.lora != nil {
+		m.lora.key = key
+	}
+}
+
+// InitAdapters initialises the adapters as PEFT does: A from
+// kaiming_uniform_(a=√5), i.e. U(−1/√in, 1/√in), B zero, so that the
+// adapted model starts equal to its base. Each matrix draws from its own
+// stream of seed; every rank of a grid draws the same.
+func (m *Model) InitAdapters(seed uint64) {
+	if m.lora == nil {
+		return
+	}
+	for i, p := range m.lora.params {
+		v := make([]float32, p.Value.Len())
+		if i%2 == 0 { // A
+			r := rand.New(rand.NewPCG(seed, uint64(i)*0x9E3779B97F4A7C15))
+			bound := 1 / math.Sqrt(float64(p.Full[1]))
+			for j := range v {
+				v[j] = float32((2*r.Float64() - 1) * bound)
+			}
+		}
+		m.backend.Upload(p.Value, v)
+	}
+}
+
+// LoadAdapters reads every adapter matrix by PEFT name from r (an
+// adapter's weights or a training checkpoint's).
+func (m *Model) LoadAdapters(r interface {
+	ReadFloat32(name string) ([]float32, error)
+}) error {
+	if m.lora == nil {
+		return errors.New("llama: the model has no adapters to load")
+	}
+	for _, p := range m.lora.params {
+		v, err := r.ReadFloat32(p.Name)
+		if err != nil {
+			return err
+		}
+		if len(v) != p.Value.Len() {
+			return fmt.Errorf("llama: adapter tensor %q has %d elements, want %d", p.Name, len(v), p.Value.Len())
+		}
+		m.backend.Upload(p.Value, v)
+	}
+	return nil
+}
+
+// AdapterTensors returns the adapters' matrices by PEFT name, ready for
+// checkpoints.SaveAdapter.
+func (m *Model) AdapterTensors() []checkpoints.Tensor {
+	if m.lora == nil {
+		return nil
+	}
+	out := make([]checkpoints.Tensor, len(m.lora.params))
+	for i, p := range m.lora.params {
+		v := make([]float32, p.Value.Len())
+		m.backend.Download(v, p.Value)
+		out[i] = checkpoints.Tensor{Name: p.Name, Shape: append([]int(nil), p.Full...), Data: v}
+	}
+	return out
+}
+
+// loraForward adds projection p's adapter product into out, the base
+// linear's output: z = drop(x)·Aᵀ [N, r] (kept in z for the backward),
+// out += s·z·Bᵀ. It does nothing where the projection has no adapter.
+// s is the training pass's scratch, nil when evaluating (no dropout).
+func (m *Model) loraForward(l, p int, z, x, out *engine.Tensor, s *loraScratch) {
+	ad := m.Layers[l].LoRA[p]
+	if ad == nil {
+		return
+	}
+	m.loraZ(l, p, z, x, s)
+	r, n, o := m.lora.cfg.R, x.Dim(0), out.Dim(1)
+	m.backend.Gemm(engine.GemmParams{TransB: true, M: n, N: o, K: r, Alpha: m.lora.scale, Beta: 1, LDA: r, LDB: r, LDC: o}, z, ad.B.Value, out)
+}
+
+// loraZ computes projection p's z = drop(x)·Aᵀ alone.
+func (m *Model) loraZ(l, p int, z, x *engine.Tensor, s *loraScratch) {
+	ad := m.Layers[l].LoRA[p]
+	r, n, in := m.lora.cfg.R, x.Dim(0), x.Dim(1)
+	x = m.dropped(l, p, x, s)
+	m.backend.Gemm(engine.GemmParams{TransB: true, M: n, N: r, K: in, Alpha: 1, LDA: in, LDB: in, LDC: r}, x, ad.A.Value, z)
+}
+
+// loraBackward is loraForward's backward: from dy, the gradient of the
+// projection's output, it adds the adapter's gradients
+//
+//	dB += s·dyᵀ·z,  dz = s·dy·B,  dA += dzᵀ·drop(x)
+//
+// and adds drop'(dz·A) into din, the projection's input gradient.
+func (m *Model) loraBackward(l, p int, z, x, dy, din *engine.Tensor, s *loraScratch) {
+	ad := m.Layers[l].LoRA[p]
+	if ad == nil {
+		return
+	}
+	b, r, sc := m.backend, m.lora.cfg.R, m.lora.scale
+	n, in, o := x.Dim(0), x.Dim(1), dy.Dim(1)
+	dz := s.dz.View(0, n, r)
+	b.Gemm(engine.GemmParams{TransA: true, M: o, N: r, K: n, Alpha: sc, Beta: 1, LDA: o, LDB: r, LDC: r}, dy, z, ad.B.Grad)
+	b.Gemm(engine.GemmParams{M: n, N: r, K: o, Alpha: sc, LDA: o, LDB: r, LDC: r}, dy, ad.B.Value, dz)
+	xd := m.dropped(l, p, x, s)
+	b.Gemm(engine.GemmParams{TransA: true, M: r, N: in, K: n, Alpha: 1, Beta: 1, LDA: r, LDB: in, LDC: in}, dz, xd, ad.A.Grad)
+	if m.lora.cfg.LoRADropout == 0 {
+		b.Gemm(engine.GemmParams{M: n, N: in, K: r, Alpha: 1, Beta: 1, LDA: r, LDB: in, LDC: in}, dz, ad.A.Value, din)
+		return
+	}
+	dxd := s.xd.View(0, n, in) // drop(x) is no longer needed
+	b.Gemm(engine.GemmParams{M: n, N: in, K: r, Alpha: 1, LDA: r, LDB: in, LDC: in}, dz, ad.A.Value, dxd)
+	m.applyDropout(l, p, dxd, dxd)
+	b.Axpy(din, 1, dxd)
+}
+
+// dropped returns drop(x): x itself without dropout, else x with the
+// pass's mask applied, in the scratch.
+func (m *Model) dropped(l, p int, x *engine.Tensor, s *loraScratch) *engine.Tensor {
+	if s == nil || s.xd == nil { // evaluating, or no dropout
+		return x
+	}
+	xd := s.xd.View(0, x.Dim(0), x.Dim(1))
+	m.applyDropout(l, p, xd, x)
+	return xd
+}
+
+// applyDropout writes src's elements, each kept with probability 1 − q
+// and scaled by 1/(1 − q) or zeroed, into dst (which may be src). The
+// mask is a hash of (seed, pass key, layer, projection, element), the
+// same in a pass's forward, its recomputation and its backward. It runs
+// on the host: the adapters' inputs cross once each way.
+func (m *Model) applyDropout(l, p int, dst, src *engine.Tensor) {
+	q := m.lora.cfg.LoRADropout
+	v := make([]float32, src.Len())
+	m.backend.Download(v, src)
+	keep := float32(1 / (1 - q))
+	threshold := uint64(q * (1 << 53))
+	base := mix(mix(m.lora.key) ^ uint64(l)<<8 ^ uint64(p))
+	for i := range v {
+		if mix(base^uint64(i))>>11 < threshold {
+			v[i] = 0
+		} else {
+			v[i] *= keep
+		}
+	}
+	m.backend.Upload(dst, v)
+}
+
+// mix is SplitMix64's finaliser: a bijective hash of 64 bits.
+func mix(x uint64) uint64 {
+	x += 0x9E3779B97F4A7C15
+	x = (x ^ x>>30) * 0xBF58476D1CE4E5B9
+	x = (x ^ x>>27) * 0x94D049BB133111EB
+	return x ^ x>>31
+}
+
+// loraScratch is the adapters' workspace shared by the layers: the rank-r
+// gradient and, with dropout, one projection's dropped input.
+type loraScratch struct {
+	dz, xd *engine.Tensor // [N, r], [N, max in] (nil without dropout)
+}
+
+// loraPlan lists the adapters' workspace tensors: each adapted
+// projection's z [N, r] in each layer set (sets of them), then the
+// shared scratch for training.
+func loraPlan(d dims, N, sets int, train bool) []tensorPlan {
+	a := d.lora
+	if a == nil {
+		return nil
+	}
+	var p []tensorPlan
+	n := 0
+	for _, module := range checkpoints.LoRAModules() {
+		if a.Targets(module) {
+			n++
+		}
+	}
+	for i := 0; i < sets*n; i++ {
+		p = append(p, tensorPlan{"lora_z", engine.F32, []int{N, a.R}})
+	}
+	if train {
+		p = append(p, tensorPlan{"lora_dz", engine.F32, []int{N, a.R}})
+		if a.LoRADropout > 0 {
+			p = append(p, tensorPlan{"lora_xd", engine.F32, []int{N, max(d.H, d.Q, d.I)}})
+		}
+	}
+	return p
+}

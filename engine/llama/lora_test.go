@@ -1,0 +1,294 @@
+package llama
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
+)
+
+func testAdapter(r int, rslora bool, dropout float64, targets ...string) *checkpoints.AdapterConfig {
+	if len(targets) == 0 {
+		targets = checkpoints.LoRAModules()
+	}
+	return &checkpoints.AdapterConfig{PEFTType: "LORA", TaskType: "CAUSAL_LM", R: r, LoRAAlpha: 2 * float64(r),
+		LoRADropout: dropout, TargetModules: targets, Bias: "none", UseRSLoRA: rslora}
+}
+
+// loraModel is randomModel with adapters whose A and B are both random,
+// so that every adapter gradient is non-zero.
+func loraModel(t *testing.T, b engine.Backend, cfg *checkpoints.Config, opt Options, seed uint64) *Model {
+	t.Helper()
+	m := randomModel(t, b, cfg, opt, seed)
+	r := rand.New(rand.NewPCG(seed, 7))
+	for _, p := range m.Trainable() {
+		v := make([]float32, p.Value.Len())
+		for i := range v {
+			v[i] = 0.3 * float32(r.NormFloat64())
+		}
+		b.Upload(p.Value, v)
+	}
+	return m
+}
+
+// mergedWeights is W + s·B·A in float64 for every adapted projection.
+func mergedWeights(m *Model) []checkpoints.Tensor {
+	w := m.Weights()
+	ad := map[string][]float32{}
+	for _, t := range m.AdapterTensors() {
+		ad[t.Name] = t.Data
+	}
+	s, r := m.Adapter().Scale(), m.Adapter().R
+	for i := range w {
+		for l := range m.Layers {
+			for _, module := range m.Adapter().TargetModules {
+				path := map[string]string{"q_proj": "self_attn.q_proj", "k_proj": "self_attn.k_proj", "v_proj": "self_attn.v_proj",
+					"o_proj": "self_attn.o_proj", "gate_proj": "mlp.gate_proj", "up_proj": "mlp.up_proj", "down_proj": "mlp.down_proj"}[module]
+				if w[i].Name != checkpoints.LayerTensorName(l, path) {
+					continue
+				}
+				A, B := ad[checkpoints.LoRATensorName(l, module, "A")], ad[checkpoints.LoRATensorName(l, module, "B")]
+				out, in := w[i].Shape[0], w[i].Shape[1]
+				for o := 0; o < out; o++ {
+					for j := 0; j < in; j++ {
+						acc := 0.0
+						for k := 0; k < r; k++ {
+							acc += float64(B[o*r+k]) * float64(A[k*in+j])
+						}
+						w[i].Data[o*in+j] = float32(float64(w[i].Data[o*in+j]) + s*acc)
+					}
+				}
+			}
+		}
+	}
+	return w
+}
+
+// TestLoRAEqualsMergedModel: a model with adapters computes the logits
+// and greedy continuations of its base with W + s·B·A merged in.
+func TestLoRAEqualsMergedModel(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		a    *checkpoints.AdapterConfig
+		tie  bool
+	}{
+		{"all-untied", testAdapter(3, false, 0), false},
+		{"qv-rslora-tied", testAdapter(2, true, 0, "q_proj", "v_proj", "down_proj"), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(tc.tie, 2)
+			b := newBackend(2)
+			m := loraModel(t, b, cfg, Options{LoRA: tc.a}, 5)
+			defer m.Free()
+			plain, err := New(b, cfg, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer plain.Free()
+			if err := plain.SetWeights(mergedWeights(m)); err != nil {
+				t.Fatal(err)
+			}
+			batch := randomBatch(cfg, 2, 7, 3)
+			got, err := m.Logits(batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := plain.Logits(batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			closeTo(t, "logits", got, want, 1e-5)
+			prompts := [][]int32{{1, 2, 3}, {4, 5}}
+			g1, err := m.Generate(prompts, GenerateOptions{MaxNewTokens: 6})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g2, err := plain.Generate(prompts, GenerateOptions{MaxNewTokens: 6})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range g1 {
+				if !slices.Equal(g1[i], g2[i]) {
+					t.Errorf("prompt %d: adapted %v, merged %v", i, g1[i], g2[i])
+				}
+			}
+		})
+	}
+}
+
+// TestLoRAFiniteDifferences checks the adapters' gradients against central
+// differences of the loss; the base weights have none.
+func TestLoRAFiniteDifferences(t *testing.T) {
+	for _, tie := range []bool{false, true} {
+		t.Run(fmt.Sprintf("tie=%v", tie), func(t *testing.T) {
+			cfg := testConfig(tie, 2)
+			m := loraModel(t, newBackend(1), cfg, Options{LoRA: testAdapter(2, tie, 0)}, 5)
+			defer m.Free()
+			for _, p := range m.Params() {
+				if p.Grad != nil {
+					t.Fatalf("base weight %s has a gradient under adapters", p.Name)
+				}
+			}
+			batch := randomBatch(cfg, 2, 7, 9)
+			m.ZeroGrads()
+			l0, err := m.ForwardBackward(batch, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mean := func() float64 {
+				l, err := m.Evaluate(batch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return l.Mean()
+			}
+			r := rand.New(rand.NewPCG(3, 3))
+			const h = 1e-2
+			for _, p := range m.Trainable() {
+				grad, val := download(m, p.Grad), download(m, p.Value)
+				for trial := 0; trial < 3; trial++ {
+					i := r.IntN(len(val))
+					orig := val[i]
+					val[i] = orig + h
+					m.Backend().Upload(p.Value, val)
+					up := mean()
+					val[i] = orig - h
+					m.Backend().Upload(p.Value, val)
+					down := mean()
+					val[i] = orig
+					m.Backend().Upload(p.Value, val)
+					fd := (up - down) / (2 * h)
+					an := float64(grad[i]) / l0.Weight
+					if math.Abs(fd-an) > 2e-3+0.02*math.Abs(fd) {
+						t.Errorf("%s[%d]: analytic %.6g, finite difference %.6g", p.Name, i, an, fd)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestLoRARecomputeAndDropout: recomputation gives the same gradients
+// bit for bit, with and without dropout; dropout's masks are a function
+// of the pass key (the same key, the same gradients; another key, others),
+// and evaluation never drops.
+func TestLoRARecomputeAndDropout(t *testing.T) {
+	cfg := testConfig(false, 2)
+	batch := randomBatch(cfg, 2, 7, 9)
+	run := func(recompute bool, dropout float64, key uint64) map[string][]float32 {
+		m := loraModel(t, newBackend(2), cfg, Options{LoRA: testAdapter(2, false, dropout), Recompute: recompute}, 5)
+		defer m.Free()
+		m.ZeroGrads()
+		m.SetDropoutKey(key)
+		if _, err := m.ForwardBackward(batch, 1); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string][]float32{}
+		for _, p := range m.Trainable() {
+			out[p.Name] = download(m, p.Grad)
+		}
+		return out
+	}
+	equal := func(a, b map[string][]float32) bool {
+		for k := range a {
+			if !slices.Equal(a[k], b[k]) {
+				return false
+			}
+		}
+		return true
+	}
+	for _, dropout := range []float64{0, 0.3} {
+		if !equal(run(false, dropout, 1), run(true, dropout, 1)) {
+			t.Errorf("dropout %v: recomputation changed the gradients", dropout)
+		}
+	}
+	if !equal(run(false, 0.3, 1), run(false, 0.3, 1)) {
+		t.Error("dropout: the same key gave different gradients")
+	}
+	if equal(run(false, 0.3, 1), run(false, 0.3, 2)) {
+		t.Error("dropout: another key gave the same gradients")
+	}
+	if equal(run(false, 0.3, 1), run(false, 0, 1)) {
+		t.Error("dropout 0.3 gave the gradients of no dropout")
+	}
+	// Evaluation is deterministic and ignores dropout.
+	m1 := loraModel(t, newBackend(1), cfg, Options{LoRA: testAdapter(2, false, 0.3)}, 5)
+	defer m1.Free()
+	m0 := loraModel(t, newBackend(1), cfg, Options{LoRA: testAdapter(2, false, 0)}, 5)
+	defer m0.Free()
+	l1, _ := m1.Evaluate(batch)
+	l0, _ := m0.Evaluate(batch)
+	if l1.Sum != l0.Sum {
+		t.Errorf("evaluation with dropout %v ≠ without %v", l1.Sum, l0.Sum)
+	}
+}
+
+// TestLoRAInit: PEFT's initialisation leaves the model equal to its base.
+func TestLoRAInit(t *testing.T) {
+	cfg := testConfig(false, 2)
+	b := newBackend(1)
+	m := randomModel(t, b, cfg, Options{LoRA: testAdapter(4, false, 0)}, 5)
+	defer m.Free()
+	m.InitAdapters(11)
+	base := randomModel(t, b, cfg, Options{}, 5)
+	defer base.Free()
+	batch := randomBatch(cfg, 2, 7, 1)
+	got, _ := m.Logits(batch)
+	want, _ := base.Logits(batch)
+	if !slices.Equal(got, want) {
+		t.Error("initialised adapters changed the logits")
+	}
+	for i, p := range m.Trainable() {
+		v := download(m, p.Value)
+		bound := float32(1 / math.Sqrt(float64(p.Full[1])))
+		nonzero := 0
+		for _, x := range v {
+			if i%2 == 0 && (x < -bound || x > bound) {
+				t.Fatalf("%s: %v outside ±%v", p.Name, x, bound)
+			}
+			if x != 0 {
+				nonzero++
+			}
+		}
+		if (i%2 == 0) != (nonzero > 0) {
+			t.Errorf("%s: %d non-zero values (A random, B zero)", p.Name, nonzero)
+		}
+	}
+}
+
+// TestLoRAMemoryIsWhatIsAllocated: with adapters the accounting is the
+// frozen base, the adapters and their workspace, as allocated.
+func TestLoRAMemoryIsWhatIsAllocated(t *testing.T) {
+	for _, tc := range []struct {
+		recompute bool
+		dropout   float64
+	}{{false, 0}, {true, 0}, {false, 0.1}, {true, 0.1}} {
+		cfg := testConfig(true, 2)
+		a := testAdapter(3, false, tc.dropout, "q_proj", "o_proj", "down_proj")
+		name := fmt.Sprintf("recompute=%v/dropout=%v", tc.recompute, tc.dropout)
+		b := newBackend(1)
+		m := loraModel(t, b, cfg, Options{LoRA: a, Recompute: tc.recompute}, 1)
+		params := Memory(cfg, Work{LoRA: a}).Params
+		if got := b.MemStats().Allocated; got != params {
+			t.Errorf("%s: New allocated %d, accounted %d", name, got, params)
+		}
+		train := Memory(cfg, Work{LoRA: a, Train: true, Recompute: tc.recompute, Batch: 2, SeqLen: 5})
+		if _, err := m.ForwardBackward(randomBatch(cfg, 2, 5, 1), 1); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := b.MemStats().Allocated, params+train.Workspace; got != want {
+			t.Errorf("%s: training allocated %d, accounted %d", name, got, want)
+		}
+		if _, err := m.Generate([][]int32{{1, 2, 3}}, GenerateOptions{MaxNewTokens: 3}); err != nil {
+			t.Fatal(err)
+		}
+		m.Free()
+		if b.MemStats().Allocated != 0 {
+			t.Errorf("%s: leaked %d bytes", name, b.MemStats().Allocated)
+		}
+	}
+}
