@@ -129,8 +129,6 @@ func Memory(cfg *checkpoints.Config, w Work) RankMemory {
 	return m
 }
 
-
-
 // passBytes is the largest workspace of w's passes on a rank of dims d.
 func passBytes(d dims, w Work) int64 {
 	B, T := int64(w.Batch), int64(w.SeqLen)

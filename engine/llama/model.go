@@ -80,9 +80,9 @@ type Model struct {
 	// intermediate features and the vocabulary over Y); nil when the
 	// group has one rank and there is nothing to sum.
 	gx, gy comm.Comm
-	zw     *zWeights // Z-gathering of weight blocks; nil without Z-sharding
-	zg     *zGrads   // Z reduce-scattering of weight gradients; nil without Z-sharding
-	units  units     // the weights a pass gathers, unit by unit
+	zw     *zWeights  // Z-gathering of weight blocks; nil without Z-sharding
+	zg     *zGrads    // Z reduce-scattering of weight gradients; nil without Z-sharding
+	units  units      // the weights a pass gathers, unit by unit
 	lora   *loraState // nil without adapters
 	// flatRowsLimit, when positive, replaces flatRows' int32 bound (the
 	// tests make it small to run the chunked path on tiny shapes).

@@ -49,8 +49,8 @@ type workspace struct {
 	logits *engine.Tensor // [N,V]
 	g      *grads         // nil when forward only
 
-	sc *scratch   // the grid's per-token scratch; nil on one rank
-	ce *ceScratch // the vocabulary-parallel cross-entropy's; nil unless Y > 1
+	sc   *scratch     // the grid's per-token scratch; nil on one rank
+	ce   *ceScratch   // the vocabulary-parallel cross-entropy's; nil unless Y > 1
 	lora *loraScratch // the adapters' shared scratch; nil unless training adapters
 	// head is the LM head's weight block the forward pass used, kept for
 	// the backward pass (Z-gathered on a grid).
