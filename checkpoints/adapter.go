@@ -363,3 +363,7 @@ func (f adapterConfigFile) MarshalJSON() ([]byte, error) {
 	}
 	return json.Marshal(p)
 }
+
+// IsAdapterName reports whether name is a PEFT adapter tensor's name
+// (LoRATensorName's form) rather than a model weight's.
+func IsAdapterName(name string) bool { return strings.HasPrefix(name, "base_model.model.") }

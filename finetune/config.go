@@ -9,8 +9,11 @@ import (
 	"github.com/memtrain/memtrain/internal/inputfile"
 	"math"
 
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/goldfish"
 	"github.com/memtrain/memtrain/internal/options"
+	"github.com/memtrain/memtrain/internal/units"
 )
 
 //go:generate go run ../scripts/optionsdoc -readme ../README.md
@@ -45,9 +48,71 @@ type Config struct {
 	Recompute  bool    `yaml:"recompute" help:"recompute activations in the backward pass (less memory)"`
 	SaveDType  string  `yaml:"save_dtype" default:"f32" help:"weights of the finished run's HF export (RUN/final): f32 or bf16; training checkpoints keep float32"`
 
+	LoRA       LoRA       `yaml:"lora"`
 	Divergence Divergence `yaml:"divergence"`
 	Samples    Samples    `yaml:"samples"`
 	Extraction Extraction `yaml:"extraction"`
+}
+
+// LoRA trains low-rank adapters on a frozen base instead of every
+// weight (engine/llama's lora.go): rank 0 is full fine-tuning. The
+// run's checkpoints hold the adapters and their moments; RUN/final is a
+// PEFT adapter folder, which memtrain merge folds into the base.
+type LoRA struct {
+	Rank      int     `yaml:"rank" resume:"same" help:"LoRA rank r: train adapters of this rank on a frozen base (0: full fine-tuning)"`
+	Alpha     float64 `yaml:"alpha" resume:"same" help:"LoRA alpha: the adapters' product is scaled by alpha/r (0: 2·rank)"`
+	Dropout   float64 `yaml:"dropout" resume:"same" help:"dropout probability on the adapters' inputs"`
+	RSLoRA    bool    `yaml:"rslora" resume:"same" help:"rank-stabilised scaling, alpha/√r instead of alpha/r"`
+	Targets   string  `yaml:"targets" default:"q_proj,k_proj,v_proj,o_proj" resume:"same" help:"projections to adapt, comma-separated: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, or all-linear"`
+	Init      string  `yaml:"init" resume:"same" help:"start from this PEFT adapter folder (its rank, alpha and targets must match) instead of PEFT's initialisation"`
+	BaseDType string  `yaml:"base_dtype" default:"auto" help:"the frozen base's dtype in memory: auto (the checkpoint's: bf16 stays bf16), f32 or bf16"`
+}
+
+// Adapter is the PEFT adapter configuration the block describes on the
+// base model (for base_model_name_or_path), nil for full fine-tuning.
+func (l LoRA) Adapter(base string) (*checkpoints.AdapterConfig, error) {
+	if l.Rank == 0 {
+		return nil, nil
+	}
+	targets := []string{}
+	list, err := units.SplitList(l.Targets)
+	if err != nil {
+		return nil, fmt.Errorf("finetune: lora.targets: %w", err)
+	}
+	for _, t := range list {
+		if t == "all-linear" {
+			targets = append(targets, checkpoints.LoRAModules()...)
+			continue
+		}
+		targets = append(targets, t)
+	}
+	alpha := l.Alpha
+	if alpha == 0 {
+		alpha = 2 * float64(l.Rank)
+	}
+	a := &checkpoints.AdapterConfig{PEFTType: "LORA", TaskType: "CAUSAL_LM", R: l.Rank, LoRAAlpha: alpha, LoRADropout: l.Dropout,
+		TargetModules: targets, Bias: "none", UseRSLoRA: l.RSLoRA, BaseModelNameOrPath: base, InitLoRAWeights: true}
+	if err := a.Validate(); err != nil {
+		return nil, fmt.Errorf("finetune: lora: %w", err)
+	}
+	return a, nil
+}
+
+// baseDType is the dtype the frozen base is held in for a checkpoint
+// stored as stored.
+func (l LoRA) baseDType(stored checkpoints.DType) (engine.DType, error) {
+	switch l.BaseDType {
+	case "auto", "":
+		if stored == checkpoints.DTypeBF16 {
+			return engine.BF16, nil
+		}
+		return engine.F32, nil
+	case "f32":
+		return engine.F32, nil
+	case "bf16":
+		return engine.BF16, nil
+	}
+	return 0, fmt.Errorf("finetune: lora.base_dtype: %q (want auto, f32 or bf16)", l.BaseDType)
 }
 
 // Extraction is greedy extraction measured during training
@@ -165,6 +230,18 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Extraction.validate(); err != nil {
 		return err
+	}
+	if c.LoRA.Rank < 0 {
+		return fmt.Errorf("finetune: lora.rank: %d (want a rank ≥ 1, or 0 for full fine-tuning)", c.LoRA.Rank)
+	}
+	if _, err := c.LoRA.Adapter(""); err != nil {
+		return err
+	}
+	if _, err := c.LoRA.baseDType(checkpoints.DTypeF32); err != nil {
+		return err
+	}
+	if c.LoRA.Rank == 0 && c.LoRA.Init != "" {
+		return errors.New("finetune: lora.init: set, but lora.rank is 0 (full fine-tuning has no adapter to start from)")
 	}
 	if c.Loss == Goldfish {
 		if err := c.Goldfish.Validate(); err != nil {

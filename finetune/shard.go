@@ -57,11 +57,11 @@ type shardPiece struct {
 func positionPieces(shape comm.Grid, x, y, z int, params []*engine.Param) []shardPiece {
 	var out []shardPiece
 	for i, p := range params {
-		if len(p.Full) == 1 && (y != 0 || z != 0) {
+		if replicated(p) && (y != 0 || z != 0) {
 			continue
 		}
 		s := engine.WholeShard(rowsCols(p.Full))
-		if shape.Size() > 1 {
+		if shape.Size() > 1 && !checkpoints.IsAdapterName(p.Name) {
 			s = parallel.ShardAt(shape, x, y, z, p.Name, p.Full)
 		}
 		local := parallel.LocalShape(p.Full, s)
@@ -132,6 +132,10 @@ func pieceMap(shape comm.Grid, params []*engine.Param, moments bool) (checkpoint
 	for _, p := range params {
 		g := checkpoints.PieceGrid{Parts: [3]int{shape.Y, shape.X, shape.Z}, Strides: [3]int{shape.X, 1, shape.X * shape.Y}, DType: f32}
 		switch {
+		case checkpoints.IsAdapterName(p.Name):
+			// Adapters are whole on every rank (LoRA runs on data and Z
+			// ranks alone), written once.
+			g.Parts, g.Strides = [3]int{1, 1, 1}, [3]int{0, 0, 0}
 		case len(p.Full) == 1:
 			g.Parts, g.Strides = [3]int{1, shape.X, 1}, [3]int{0, 1, 0}
 		case parallel.Transposed(p.Name):
@@ -161,7 +165,7 @@ type pieceSource func(p shardPiece, put func([]float32) error) error
 // deviceSource streams pieces from the backend through one host buffer
 // (of at most saveBuffer values, reused).
 func deviceSource(m *llama.Model, o *Optimizer) pieceSource {
-	params, b := m.Params(), m.Backend()
+	params, b := m.Trainable(), m.Backend()
 	var buf []float32
 	return func(p shardPiece, put func([]float32) error) error {
 		t := pieceTensor(params, o, p)
@@ -199,7 +203,7 @@ func rankPieces(m *llama.Model, o *Optimizer) (weights, moments []shardPiece) {
 	if at.Data != 0 {
 		return nil, nil
 	}
-	weights = positionPieces(shape, at.X, at.Y, at.Z, m.Params())
+	weights = positionPieces(shape, at.X, at.Y, at.Z, m.Trainable())
 	if mv, _ := o.Moments(); mv != nil {
 		moments = momentPieces(weights)
 	}
@@ -209,7 +213,7 @@ func rankPieces(m *llama.Model, o *Optimizer) (weights, moments []shardPiece) {
 // largestPiece is the element count of this rank's largest piece.
 func largestPiece(m *llama.Model) int {
 	n := 0
-	for _, p := range m.Params() {
+	for _, p := range m.Trainable() {
 		n = max(n, p.Shard.Elements())
 	}
 	return n
@@ -220,8 +224,8 @@ func largestPiece(m *llama.Model) int {
 // name (none on a data-parallel replica).
 func writeShards(tmp string, m *llama.Model, o *Optimizer, src pieceSource) (map[string]checkpoints.FileSum, error) {
 	sums := map[string]checkpoints.FileSum{}
-	if mv, _ := o.Moments(); mv != nil && len(mv) != len(m.Params()) {
-		return nil, fmt.Errorf("finetune: the optimizer holds %d parameters' moments, the model %d parameters", len(mv), len(m.Params()))
+	if mv, _ := o.Moments(); mv != nil && len(mv) != len(m.Trainable()) {
+		return nil, fmt.Errorf("finetune: the optimizer holds %d parameters' moments, the model %d parameters", len(mv), len(m.Trainable()))
 	}
 	ws, ms := rankPieces(m, o)
 	if ws == nil {
@@ -275,7 +279,7 @@ func (s *snapshot) take(m *llama.Model, o *Optimizer) {
 	if s.bufs == nil {
 		s.bufs = map[[2]int][]float32{}
 	}
-	params := m.Params()
+	params := m.Trainable()
 	for _, p := range append(ws, ms...) {
 		t := pieceTensor(params, o, p)
 		key := [2]int{p.kind, p.param}
@@ -341,4 +345,10 @@ func decodeSums(all [][]byte, m *llama.Model, o *Optimizer, sums map[string]chec
 		}
 	}
 	return nil
+}
+
+// replicated reports whether every grid position holds p whole (a norm
+// weight over Y and Z, an adapter everywhere): y = z = 0 writes it.
+func replicated(p *engine.Param) bool {
+	return len(p.Full) == 1 || checkpoints.IsAdapterName(p.Name)
 }

@@ -189,7 +189,7 @@ func (sv *save) finish() error {
 	}
 	if err == nil && sv.lead() {
 		_, moments := o.Moments()
-		tensors, files := pieceMap(gridShape(m), m.Params(), moments != nil)
+		tensors, files := pieceMap(gridShape(m), m.Trainable(), moments != nil)
 		err = commit(sv.dir, sv.name, sv.tmp, Manifest{Step: sv.st.Step, Files: sv.sums, Grid: gridOf(gridShape(m)),
 			PieceFiles: files, Tensors: tensors}, sv.opt)
 		committed = err == nil

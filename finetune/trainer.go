@@ -206,7 +206,7 @@ func OpenParallel(cfg Config, b engine.Backend, grid *parallel.Grid, resume stri
 	if r.Model, err = llama.Load(b, ck, llama.Options{Recompute: cfg.Recompute, Parallel: grid}); err != nil {
 		return fail(err)
 	}
-	if r.Opt, err = NewOptimizer(b, r.Model.Params(), cfg.Optimizer); err != nil {
+	if r.Opt, err = NewOptimizer(b, r.Model.Trainable(), cfg.Optimizer); err != nil {
 		return fail(err)
 	}
 	if resume != "" {
