@@ -20,6 +20,10 @@ type ExportOptions struct {
 	// Progress, if set, is called after each tensor with the tensors done
 	// and their number.
 	Progress func(done, total int)
+	// Adapter, if not nil, is a LoRA adapter of the source checkpoint to
+	// merge into the weights it adapts (merge.go): W + s·B·A, in float64
+	// from the stored W, rounded once.
+	Adapter *Adapter
 }
 
 // exportChunk bounds the values Export holds at a time: a tensor larger
@@ -74,7 +78,8 @@ type ExportPlan struct {
 	ck    *Checkpoint
 	files map[string][]byte
 	opt   ExportOptions
-	done  int // tensors written, for Progress
+	merge map[string]mergeTarget // the adapted weights, with Adapter
+	done  int                    // tensors written, for Progress
 }
 
 // PlanExport opens the checkpoint in folder src and plans its export.
@@ -94,11 +99,21 @@ func PlanExport(src string, opt ExportOptions) (*ExportPlan, error) {
 		ck.Close()
 		return nil, err
 	}
+	var merge map[string]mergeTarget
+	if opt.Adapter != nil {
+		if err = checkMergeable(src, ck.Config, opt.Adapter); err == nil {
+			merge, err = mergeTargets(ck.Config, opt.Adapter)
+		}
+		if err != nil {
+			ck.Close()
+			return nil, err
+		}
+	}
 	var tensors []StreamTensor
 	for _, s := range ck.Config.TensorSpecs() {
 		tensors = append(tensors, StreamTensor{Name: s.Name, Shape: s.Shape})
 	}
-	return &ExportPlan{setPlan: newSetPlan(tensors, opt.DType, opt.MaxShardBytes), ck: ck, files: files, opt: opt}, nil
+	return &ExportPlan{setPlan: newSetPlan(tensors, opt.DType, opt.MaxShardBytes), ck: ck, files: files, opt: opt, merge: merge}, nil
 }
 
 // Close releases the source checkpoint.
@@ -115,7 +130,7 @@ func (p *ExportPlan) WriteFile(dir string, i int) error {
 		specs[j] = p.tensors[k]
 	}
 	_, err := writeStream(filepath.Join(dir, p.fileName(i)), specs, p.opt.DType, nil, false, func(j int, put func([]float32) error) error {
-		if err := streamTensor(p.ck.Weights, specs[j], put); err != nil {
+		if err := p.streamTensor(specs[j], put); err != nil {
 			return err
 		}
 		if p.done++; p.opt.Progress != nil {
@@ -170,9 +185,11 @@ func ExportTemp(out string) (string, error) {
 	return tmp, nil
 }
 
-// streamTensor hands the named tensor of s to put a block of whole rows
-// (at most exportChunk values, or one row) at a time.
-func streamTensor(s *Set, t StreamTensor, put func([]float32) error) error {
+// streamTensor hands the named tensor of the source to put a block of
+// whole rows (at most exportChunk values, or one row) at a time, merged
+// with its adapter when it has one.
+func (p *ExportPlan) streamTensor(t StreamTensor, put func([]float32) error) error {
+	s := p.ck.Weights
 	rows, cols, ok := matrixDims(t.Shape)
 	if !ok {
 		return fmt.Errorf("checkpoints: tensor %q: shape %v", t.Name, t.Shape)
@@ -183,6 +200,10 @@ func streamTensor(s *Set, t StreamTensor, put func([]float32) error) error {
 		v, err := s.ReadBlock(t.Name, r, r1, 0, cols, 0, (r1-r)*cols)
 		if err != nil {
 			return err
+		}
+		if m, ok := p.merge[t.Name]; ok {
+			ac := p.opt.Adapter.Config
+			v = MergeRows(v, m.a, m.b, r, r1, cols, ac.R, ac.Scale(), p.opt.DType)
 		}
 		if err := put(v); err != nil {
 			return err

@@ -1,0 +1,172 @@
+package llama
+
+import (
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/memtrain/memtrain/checkpoints"
+)
+
+// loraGoldenCases are the adapters scripts/fixtures/make_lora_golden.py
+// wrote with PyTorch in float64, each in PEFT's format over a base
+// checkpoint of its own (testdata/golden/lora-*/README.md).
+var loraGoldenCases = []string{"lora-gqa", "lora-rslora-bf16"}
+
+// TestLoRAGoldenAgainstPyTorch loads each PEFT adapter written by the
+// Python reference and checks the logits, the loss and every adapter
+// gradient (base frozen) against it, with and without recomputation,
+// and with the base held as stored (bf16 stays bf16) where the backend
+// can.
+func TestLoRAGoldenAgainstPyTorch(t *testing.T) {
+	for _, name := range loraGoldenCases {
+		for _, recompute := range []bool{false, true} {
+			t.Run(name+map[bool]string{false: "", true: "/recompute"}[recompute], func(t *testing.T) {
+				dir := filepath.Join("testdata", "golden", name)
+				ck, err := checkpoints.Open(dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ck.Close()
+				ad, err := checkpoints.OpenAdapter(filepath.Join(dir, "adapter"), ck.Config)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ad.Close()
+				m, batch, exp := loadGolden(t, name, Options{Recompute: recompute, LoRA: ad.Config})
+				defer m.Free()
+				if err := m.LoadAdapters(ad.Weights); err != nil {
+					t.Fatal(err)
+				}
+				logits, err := m.Logits(batch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := exp.ReadFloat32("logits")
+				if err != nil {
+					t.Fatal(err)
+				}
+				closeTo(t, "logits", logits, want, 1e-4)
+				m.ZeroGrads()
+				loss, err := m.ForwardBackward(batch, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantLoss, err := exp.ReadFloat32("loss")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := loss.Mean(); math.Abs(got-float64(wantLoss[0])) > 1e-5*math.Abs(float64(wantLoss[0])) {
+					t.Errorf("loss = %.8g, want %.8g", got, wantLoss[0])
+				}
+				if len(m.Trainable()) != len(ad.Weights.Tensors()) {
+					t.Fatalf("%d trainable tensors, the adapter has %d", len(m.Trainable()), len(ad.Weights.Tensors()))
+				}
+				for _, p := range m.Trainable() {
+					got := download(m, p.Grad)
+					for i := range got {
+						got[i] /= float32(loss.Weight)
+					}
+					want, err := exp.ReadFloat32("grad/" + p.Name)
+					if err != nil {
+						t.Fatal(err)
+					}
+					closeTo(t, "grad "+p.Name, got, want, 1e-4)
+				}
+			})
+		}
+	}
+}
+
+// TestLoRAMergeGolden merges each adapter into its base through the
+// streaming export and checks every merged weight within 1 ulp of the
+// reference's float64 W + s·B·A rounded once to the checkpoint's dtype
+// (bf16 rounded once, not through float32), and every other weight
+// unchanged.
+func TestLoRAMergeGolden(t *testing.T) {
+	for _, name := range loraGoldenCases {
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join("testdata", "golden", name)
+			base, err := checkpoints.Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer base.Close()
+			ad, err := checkpoints.OpenAdapter(filepath.Join(dir, "adapter"), base.Config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ad.Close()
+			dtype := checkpoints.DTypeF32
+			if base.Config.TorchDType == "bfloat16" {
+				dtype = checkpoints.DTypeBF16
+			}
+			out := filepath.Join(t.TempDir(), "merged")
+			if err := checkpoints.Export(dir, out, checkpoints.ExportOptions{DType: dtype, Adapter: ad}); err != nil {
+				t.Fatal(err)
+			}
+			merged, err := checkpoints.Open(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer merged.Close()
+			exp, err := checkpoints.OpenFile(filepath.Join(dir, "expected.safetensors"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer exp.Close()
+			adapted := 0
+			for _, s := range base.Config.TensorSpecs() {
+				got, err := merged.Weights.ReadFloat32(s.Name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, ok := exp.Tensor("merged/" + s.Name); !ok {
+					want, err := base.Weights.ReadFloat32(s.Name)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for i := range got {
+						if got[i] != want[i] {
+							t.Fatalf("%s[%d]: %v, the base's %v (not adapted: unchanged)", s.Name, i, got[i], want[i])
+						}
+					}
+					continue
+				}
+				want, err := exp.ReadFloat32("merged/" + s.Name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				adapted++
+				for i := range got {
+					if d := ulps(got[i], want[i], dtype); d > 1 {
+						t.Fatalf("%s[%d]: merged %v, reference %v: %d ulps", s.Name, i, got[i], want[i], d)
+					}
+				}
+			}
+			if adapted != len(ad.Weights.Tensors())/2 {
+				t.Errorf("%d merged weights checked, the adapter adapts %d", adapted, len(ad.Weights.Tensors())/2)
+			}
+		})
+	}
+}
+
+// ulps is the distance of a and b in units in the last place of dtype
+// (both are values of dtype, widened to float32).
+func ulps(a, b float32, dtype checkpoints.DType) int64 {
+	ia, ib := int64(math.Float32bits(a)), int64(math.Float32bits(b))
+	if a < 0 {
+		ia = -(ia &^ (1 << 31))
+	}
+	if b < 0 {
+		ib = -(ib &^ (1 << 31))
+	}
+	d := ia - ib
+	if d < 0 {
+		d = -d
+	}
+	if dtype == checkpoints.DTypeBF16 {
+		d >>= 16
+	}
+	return d
+}
