@@ -34,6 +34,12 @@ type goldenRun struct {
 		K int `json:"k"`
 		H int `json:"h"`
 	} `json:"goldfish"`
+	LoRA *struct {
+		R       int      `json:"r"`
+		Alpha   float64  `json:"lora_alpha"`
+		RSLoRA  bool     `json:"use_rslora"`
+		Targets []string `json:"target_modules"`
+	} `json:"lora"`
 	Records []struct {
 		Loss     float64 `json:"loss"`
 		LR       float64 `json:"lr"`
@@ -61,7 +67,7 @@ func flatten[T any](rows [][]T) []T {
 // 1e-4·max|b| per tensor of PyTorch's float64 run.
 func TestTrainStepsMatchPyTorch(t *testing.T) {
 	root := filepath.Join("testdata", "golden")
-	for _, run := range []string{"adamw", "sgd"} {
+	for _, run := range []string{"adamw", "sgd", "lora"} {
 		t.Run(run, func(t *testing.T) {
 			raw, err := os.ReadFile(filepath.Join(root, run, "steps.json"))
 			if err != nil {
@@ -77,16 +83,37 @@ func TestTrainStepsMatchPyTorch(t *testing.T) {
 			}
 			defer ck.Close()
 			b := cpu.New(cpu.Options{Threads: 2})
-			m, err := llama.Load(b, ck, llama.Options{})
+			// The lora run trains a PEFT adapter written by the reference
+			// on the same base, frozen.
+			var ad *checkpoints.Adapter
+			if run == "lora" {
+				if ad, err = checkpoints.OpenAdapter(filepath.Join(root, run, "adapter"), ck.Config); err != nil {
+					t.Fatal(err)
+				}
+				defer ad.Close()
+				if ad.Config.R != g.LoRA.R || ad.Config.LoRAAlpha != g.LoRA.Alpha || !slices.Equal(ad.Config.TargetModules, g.LoRA.Targets) {
+					t.Fatalf("adapter config %+v, steps.json's %+v", ad.Config, g.LoRA)
+				}
+			}
+			opt := llama.Options{}
+			if ad != nil {
+				opt.LoRA = ad.Config
+			}
+			m, err := llama.Load(b, ck, opt)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer m.Free()
+			if ad != nil {
+				if err := m.LoadAdapters(ad.Weights); err != nil {
+					t.Fatal(err)
+				}
+			}
 			oc := OptimizerConfig{Name: g.Optimizer.Name, WeightDecay: g.Optimizer.WeightDecay, Eps: g.Optimizer.Eps}
 			if len(g.Optimizer.Betas) == 2 {
 				oc.Beta1, oc.Beta2 = g.Optimizer.Betas[0], g.Optimizer.Betas[1]
 			}
-			o, err := NewOptimizer(b, m.Params(), oc)
+			o, err := NewOptimizer(b, m.Trainable(), oc)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -149,11 +176,15 @@ func TestTrainStepsMatchPyTorch(t *testing.T) {
 					t.Errorf("%s: max |Δ| %.3g > 1e-4·%.3g", name, worst, scale)
 				}
 			}
-			for _, w := range m.Weights() {
+			trained := m.Weights()
+			if ad != nil {
+				trained = m.AdapterTensors()
+			}
+			for _, w := range trained {
 				check(w.Name, w.Data)
 			}
 			if mv, vv := o.Moments(); mv != nil {
-				for i, p := range m.Params() {
+				for i, p := range m.Trainable() {
 					check("exp_avg/"+p.Name, values(b, mv[i]))
 					check("exp_avg_sq/"+p.Name, values(b, vv[i]))
 				}
