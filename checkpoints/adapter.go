@@ -323,6 +323,16 @@ func SaveAdapter(dir string, cfg *Config, ac *AdapterConfig, tensors []Tensor) e
 	if err := WriteFile(filepath.Join(dir, AdapterWeightsFile), tensors, DTypeF32, map[string]string{"format": "pt"}); err != nil {
 		return err
 	}
+	b, err := AdapterConfigJSON(ac)
+	if err != nil {
+		return fmt.Errorf("checkpoints: %s: %w", dir, err)
+	}
+	return atomicfile.WriteFile(filepath.Join(dir, AdapterConfigFile), b)
+}
+
+// AdapterConfigJSON is adapter_config.json's bytes for ac, with the keys
+// PEFT expects beside memtrain's at their plain-LoRA values.
+func AdapterConfigJSON(ac *AdapterConfig) ([]byte, error) {
 	out := *ac
 	if out.PEFTType == "" {
 		out.PEFTType = "LORA"
@@ -335,9 +345,9 @@ func SaveAdapter(dir string, cfg *Config, ac *AdapterConfig, tensors []Tensor) e
 	}
 	b, err := json.MarshalIndent(adapterConfigFile{AdapterConfig: out}, "", "  ")
 	if err != nil {
-		return fmt.Errorf("checkpoints: %s: %w", dir, err)
+		return nil, err
 	}
-	return atomicfile.WriteFile(filepath.Join(dir, AdapterConfigFile), append(b, '\n'))
+	return append(b, '\n'), nil
 }
 
 // adapterConfigFile is adapter_config.json as written: the AdapterConfig

@@ -153,6 +153,12 @@ func (p *ExportPlan) Finish(tmp, out string) error {
 	if err := SaveMeta(tmp, p.ck.Config, SaveOptions{DType: p.opt.DType, Files: p.files}); err != nil {
 		return err
 	}
+	return CommitFolder(tmp, out)
+}
+
+// CommitFolder puts the complete folder tmp (ExportTemp's) in place as
+// out, which must be absent or empty, and syncs out's parent.
+func CommitFolder(tmp, out string) error {
 	if err := os.Remove(out); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("checkpoints: %w", err)
 	}

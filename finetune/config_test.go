@@ -29,6 +29,7 @@ func TestDefaultConfig(t *testing.T) {
 		Divergence: Divergence{Factor: 4, Margin: 1, Window: 50},
 		Samples:    Samples{MaxNewTokens: 32},
 		Extraction: Extraction{Protocol: "goldfish", Batch: 8},
+		LoRA:       LoRA{Targets: "q_proj,k_proj,v_proj,o_proj", BaseDType: "auto"},
 	}
 	if got := DefaultConfig(); !reflect.DeepEqual(got, want) {
 		t.Errorf("DefaultConfig() = %+v, want %+v", got, want)

@@ -325,6 +325,21 @@ func (r *Run) exportFinal(already bool) error {
 	if err != nil || tmp == "" {
 		return err // tmp "": nothing to export
 	}
+	if a := r.Model.Adapter(); a != nil {
+		// A LoRA run's final is its adapter, in PEFT's format, from the
+		// model (which holds the latest checkpoint's when already done):
+		// every rank holds it whole, so rank 0 writes it.
+		if lead {
+			if err = checkpoints.SaveAdapter(tmp, r.Model.Config, a, r.Model.AdapterTensors()); err == nil {
+				err = checkpoints.CommitFolder(tmp, final)
+				done = err == nil
+			}
+		}
+		if g != nil {
+			_, err = g.AgreeGather(b, err, nil, 0)
+		}
+		return err
+	}
 	dtype := checkpoints.DTypeF32
 	if r.Config.SaveDType == "bf16" {
 		dtype = checkpoints.DTypeBF16
@@ -358,8 +373,10 @@ func (r *Run) exportFinal(already bool) error {
 // when there is nothing to do (already finished, and exported).
 func prepareFinal(run string, already bool) (tmp, latest string, err error) {
 	final := filepath.Join(run, FinalDir)
-	if _, err := os.Stat(filepath.Join(final, checkpoints.ConfigFile)); already && err == nil {
-		return "", "", nil
+	for _, done := range []string{checkpoints.ConfigFile, checkpoints.AdapterConfigFile} {
+		if _, err := os.Stat(filepath.Join(final, done)); already && err == nil {
+			return "", "", nil
+		}
 	}
 	if latest, err = LatestCheckpoint(filepath.Join(run, CheckpointsDir)); err != nil {
 		return "", "", err

@@ -37,7 +37,11 @@ func Preflight(cfg Config, g comm.Grid, ov parallel.Overlap, have []engine.Devic
 	if err := checkBatch(cfg, store); err != nil {
 		return err
 	}
-	if err := llama.Preflight(model, work(cfg, store, g, ov), have); err != nil {
+	w, err := work(cfg, model, store, g, ov)
+	if err != nil {
+		return err
+	}
+	if err := llama.Preflight(model, w, have); err != nil {
 		return fmt.Errorf("finetune: %s: %w", cfg.Model, err)
 	}
 	return nil
@@ -48,13 +52,20 @@ func Preflight(cfg Config, g comm.Grid, ov parallel.Overlap, have []engine.Devic
 // sequences of the dataset's length, the held-out evaluation's forward
 // passes when the dataset has a holdout split, and the optimizer's
 // moments.
-func work(cfg Config, store *data.Store, g comm.Grid, ov parallel.Overlap) llama.Work {
+//
+// With a lora block the base is frozen: no gradients or moments of its
+// own, held in the block's base dtype.
+func work(cfg Config, model *checkpoints.Config, store *data.Store, g comm.Grid, ov parallel.Overlap) (llama.Work, error) {
 	ranks := 1
 	if g != (comm.Grid{}) {
 		ranks = g.Data * g.Z
 	}
+	opt, err := cfg.modelOptions(model)
+	if err != nil {
+		return llama.Work{}, err
+	}
 	w := llama.Work{Grid: g, Overlap: ov, Train: true, Recompute: cfg.Recompute,
-		Batch: max(1, cfg.MicroBatch/ranks), SeqLen: store.SeqLen()}
+		Batch: max(1, cfg.MicroBatch/ranks), SeqLen: store.SeqLen(), LoRA: opt.LoRA, BaseDType: opt.BaseDType}
 	if cfg.Optimizer.Name == "adamw" {
 		w.Moments = 2
 	}
@@ -66,7 +77,7 @@ func work(cfg Config, store *data.Store, g comm.Grid, ov parallel.Overlap) llama
 		}
 		w.EvalBatch = max(1, batch/ranks)
 	}
-	return w
+	return w, nil
 }
 
 // checkBatch refuses a batch larger than the train split: every step

@@ -104,13 +104,26 @@ func TestWork(t *testing.T) {
 			comm.Grid{}, llama.Work{Train: true, Recompute: true, Batch: 4, SeqLen: sweepT, EvalBatch: 4}},
 		{"a grid splits the batches over data·Z", func(c *Config) { c.MicroBatch, c.EvalEvery, c.EvalBatch = 8, 1, 16 },
 			grid, llama.Work{Grid: grid, Train: true, Moments: 2, Batch: 2, SeqLen: sweepT, EvalBatch: 4}},
+		{"lora keeps a bf16 base as bf16", func(c *Config) { c.LoRA.Rank = 8 }, comm.Grid{},
+			llama.Work{Train: true, Moments: 2, Batch: 4, SeqLen: sweepT, BaseDType: engine.BF16}},
+		{"lora on a base held in f32", func(c *Config) { c.LoRA.Rank, c.LoRA.BaseDType = 8, "f32" }, comm.Grid{},
+			llama.Work{Train: true, Moments: 2, Batch: 4, SeqLen: sweepT, BaseDType: engine.F32}},
 	}
+	model := &checkpoints.Config{TorchDType: "bfloat16"}
 	for _, tt := range tests {
 		cfg := DefaultConfig()
 		cfg.MicroBatch = 4
 		tt.edit(&cfg)
 		tt.want.Overlap = parallel.AllOverlap()
-		if got := work(cfg, store, tt.grid, parallel.AllOverlap()); got != tt.want {
+		got, err := work(cfg, model, store, tt.grid, parallel.AllOverlap())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (got.LoRA != nil) != (cfg.LoRA.Rank > 0) || got.LoRA != nil && (got.LoRA.R != cfg.LoRA.Rank || got.LoRA.LoRAAlpha != 16) {
+			t.Errorf("%s: adapter %+v for lora %+v", tt.name, got.LoRA, cfg.LoRA)
+		}
+		got.LoRA = nil
+		if got != tt.want {
 			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)
 		}
 	}

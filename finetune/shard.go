@@ -101,11 +101,31 @@ func streamSpecs(ps []shardPiece) []checkpoints.StreamTensor {
 }
 
 // gridShape is the grid a model runs on (one rank: 1×1×1×1).
+//
+// It is the grid the checkpoint is saved on: the model's, except that a
+// LoRA run's, whose trained tensors (the adapters) are whole on every
+// rank, saves as one position with every rank a replica of it (savedAt).
 func gridShape(m *llama.Model) comm.Grid {
-	if g := m.Grid(); g != nil {
-		return g.Shape()
+	g := m.Grid()
+	switch {
+	case g == nil:
+		return comm.Grid{Data: 1, X: 1, Y: 1, Z: 1}
+	case m.Adapter() != nil:
+		return comm.Grid{Data: g.World.Size(), X: 1, Y: 1, Z: 1}
 	}
-	return comm.Grid{Data: 1, X: 1, Y: 1, Z: 1}
+	return g.Shape()
+}
+
+// savedAt is this rank's coordinate on gridShape(m).
+func savedAt(m *llama.Model) parallel.Coord {
+	g := m.Grid()
+	switch {
+	case g == nil:
+		return parallel.Coord{}
+	case m.Adapter() != nil:
+		return parallel.Coord{Data: g.Rank()}
+	}
+	return g.At
 }
 
 // pieceMap is the manifest's map of every tensor's pieces, for a
@@ -195,11 +215,7 @@ func pieceTensor(params []*engine.Param, o *Optimizer, p shardPiece) *engine.Ten
 // rankPieces are this rank's pieces to write: its weights', and its
 // moments' (none on a data-parallel replica).
 func rankPieces(m *llama.Model, o *Optimizer) (weights, moments []shardPiece) {
-	shape := gridShape(m)
-	at := parallel.Coord{}
-	if g := m.Grid(); g != nil {
-		at = g.At
-	}
+	shape, at := gridShape(m), savedAt(m)
 	if at.Data != 0 {
 		return nil, nil
 	}
@@ -231,10 +247,7 @@ func writeShards(tmp string, m *llama.Model, o *Optimizer, src pieceSource) (map
 	if ws == nil {
 		return sums, nil
 	}
-	shape, at := gridShape(m), parallel.Coord{}
-	if g := m.Grid(); g != nil {
-		at = g.At
-	}
+	shape, at := gridShape(m), savedAt(m)
 	wfile, mfile := shardFiles(shape.Rank(0, at.X, at.Y, at.Z), shape.X*shape.Y*shape.Z)
 	write := func(file string, ps []shardPiece, meta map[string]string) error {
 		sum, err := checkpoints.WriteStream(filepath.Join(tmp, file), streamSpecs(ps), checkpoints.DTypeF32, meta,

@@ -16,6 +16,7 @@ import (
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/engine/parallel"
 	"github.com/memtrain/memtrain/internal/atomicfile"
+	"github.com/memtrain/memtrain/internal/inputfile"
 )
 
 // Files of a training checkpoint, beside the HF checkpoint files.
@@ -335,6 +336,9 @@ func LoadCheckpoint(path string, m *llama.Model, o *Optimizer) (TrainerState, er
 	if err != nil {
 		return st, err
 	}
+	if m.Adapter() != nil {
+		return st, loadAdapterCheckpoint(path, m, o, st)
+	}
 	ck, err := checkpoints.Open(path)
 	if err != nil {
 		return st, err
@@ -388,17 +392,72 @@ func LoadCheckpoint(path string, m *llama.Model, o *Optimizer) (TrainerState, er
 	if err := m.LoadWeights(weights); err != nil {
 		return st, fmt.Errorf("finetune: %s: %w", path, err)
 	}
+	return st, loadMoments(path, m, o, moments, st)
+}
+
+// loadMoments reads the optimizer's moments and step.
+func loadMoments(path string, m *llama.Model, o *Optimizer, moments parallel.SliceReader, st TrainerState) error {
 	if mv, vv := o.Moments(); mv != nil {
 		for i, p := range o.params {
 			for k, t := range []*engine.Tensor{mv[i], vv[i]} {
 				if err := m.ReadInto(moments, momentPrefixes[k]+p.Name, p, t); err != nil {
-					return st, fmt.Errorf("finetune: %s: %w", path, err)
+					return fmt.Errorf("finetune: %s: %w", path, err)
 				}
 			}
 		}
 	}
 	o.Step = st.OptimizerStep
-	return st, nil
+	return nil
+}
+
+// loadAdapterCheckpoint is LoadCheckpoint for a LoRA run, whose
+// checkpoints hold the adapters and their moments (the base stays the
+// run's model): the checkpoint's adapter_config.json must be the run's.
+func loadAdapterCheckpoint(path string, m *llama.Model, o *Optimizer, st TrainerState) error {
+	cfg, err := checkpoints.ReadConfig(filepath.Join(path, checkpoints.ConfigFile))
+	if err != nil {
+		return err
+	}
+	if !sameShapes(cfg, m.Config) {
+		return fmt.Errorf("finetune: %s: the checkpoint's base does not fit the run's model", path)
+	}
+	acPath := filepath.Join(path, checkpoints.AdapterConfigFile)
+	raw, err := inputfile.ReadFile(acPath)
+	if err != nil {
+		return fmt.Errorf("finetune: %s: not a LoRA run's checkpoint (%w)", path, err)
+	}
+	ac, err := checkpoints.ParseAdapterConfig(acPath, raw)
+	if err != nil {
+		return err
+	}
+	if a := m.Adapter(); ac.R != a.R || ac.LoRAAlpha != a.LoRAAlpha || ac.UseRSLoRA != a.UseRSLoRA || !slices.Equal(ac.TargetModules, a.TargetModules) {
+		return fmt.Errorf("finetune: %s holds an adapter of rank %d on %v; the run's is of rank %d on %v", path, ac.R, ac.TargetModules, a.R, a.TargetModules)
+	}
+	pieces, pieceFiles, err := checkpoints.ReadPieceMap(path)
+	if err != nil {
+		return err
+	}
+	if pieces == nil {
+		return fmt.Errorf("finetune: %s: no piece map in its manifest", path)
+	}
+	ws, err := checkpoints.OpenPieces(path, pieces, pieceFiles, checkpoints.IsWeightName)
+	if err != nil {
+		return err
+	}
+	defer ws.Close()
+	if err := m.LoadAdapters(ws); err != nil {
+		return fmt.Errorf("finetune: %s: %w", path, err)
+	}
+	var moments parallel.SliceReader
+	if mv, _ := o.Moments(); mv != nil {
+		ms, err := checkpoints.OpenPieces(path, pieces, pieceFiles, func(name string) bool { return !checkpoints.IsWeightName(name) })
+		if err != nil {
+			return err
+		}
+		defer ms.Close()
+		moments = ms
+	}
+	return loadMoments(path, m, o, moments, st)
 }
 
 // resume restores the run from the checkpoint from names, or, when from

@@ -58,9 +58,6 @@ func TrainStep(m *llama.Model, o *Optimizer, micro []llama.Batch, lr, maxNorm fl
 	m.ZeroGrads()
 	var sum, repSum, repWeight float64
 	for i, b := range micro {
-		// The adapters' dropout masks: one stream a micro-batch of a
-		// step, the same after a resume (the optimizer's step is restored).
-		m.SetDropoutKey(uint64(o.Step)*uint64(len(micro)) + uint64(i))
 		l, err := m.ForwardBackward(b, float32(1/res.Weight))
 		if err != nil {
 			return res, fmt.Errorf("finetune: micro-batch %d: %w", i, err)

@@ -9,6 +9,8 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/memtrain/memtrain/checkpoints"
@@ -203,8 +205,18 @@ func OpenParallel(cfg Config, b engine.Backend, grid *parallel.Grid, resume stri
 	if err := r.Config.Schedule.Validate(); err != nil {
 		return fail(err)
 	}
-	if r.Model, err = llama.Load(b, ck, llama.Options{Recompute: cfg.Recompute, Parallel: grid}); err != nil {
+	opt, err := cfg.modelOptions(ck.Config)
+	if err != nil {
 		return fail(err)
+	}
+	opt.Parallel = grid
+	if r.Model, err = llama.Load(b, ck, opt); err != nil {
+		return fail(err)
+	}
+	if opt.LoRA != nil {
+		if err := r.startAdapters(ck.Config); err != nil {
+			return fail(err)
+		}
 	}
 	if r.Opt, err = NewOptimizer(b, r.Model.Trainable(), cfg.Optimizer); err != nil {
 		return fail(err)
@@ -240,6 +252,14 @@ func (r *Run) ranks() int {
 	return 1
 }
 
+// batchRank is this rank's place among the ranks that split each batch.
+func (r *Run) batchRank() int {
+	if g := r.Model.Grid(); g != nil {
+		return g.BatchRank()
+	}
+	return 0
+}
+
 // microBatches cuts this rank's share of a global batch into
 // micro-batches, applying the goldfish mask to each sequence's targets.
 // It returns the non-padding target count and the goldfish drops among
@@ -258,11 +278,19 @@ func (r *Run) microBatches(g data.Batch) ([]llama.Batch, float64, float64) {
 		}
 	}
 	var out []llama.Batch
+	// Each sequence's dropout key: its place in the run's stream of
+	// sequences (this rank's share of a global batch is rows
+	// [rank·B, (rank+1)·B) of it), with the seed.
+	keys := make([]uint64, g.B)
+	first := uint64(g.Position) + uint64(r.batchRank()*g.B)
+	for i := range keys {
+		keys[i] = r.Config.Seed*0x9E3779B97F4A7C15 ^ (first + uint64(i))
+	}
 	mb := r.Config.MicroBatch / r.ranks()
 	for s := 0; s < g.B; s += mb {
 		n := min(mb, g.B-s)
 		lo, hi := s*g.T, (s+n)*g.T
-		b := llama.Batch{B: n, T: g.T, IDs: g.IDs[lo:hi], Targets: g.Targets[lo:hi], Weights: g.Weights[lo:hi]}
+		b := llama.Batch{B: n, T: g.T, IDs: g.IDs[lo:hi], Targets: g.Targets[lo:hi], Weights: g.Weights[lo:hi], Keys: keys[s : s+n]}
 		if padding != nil {
 			b.ReportWeights = padding[lo:hi]
 		}
@@ -551,4 +579,54 @@ func (r *Run) stopRequested() (bool, error) {
 // checkpointPath is where Save writes the checkpoint of the current step.
 func (r *Run) checkpointPath() string {
 	return filepath.Join(r.Config.Out, "checkpoints", StepName(r.Step))
+}
+
+// modelOptions are the model's options for a run on a model of mc: its
+// recomputation, and with a lora block the adapters and the dtype the
+// frozen base is held in.
+func (c *Config) modelOptions(mc *checkpoints.Config) (llama.Options, error) {
+	opt := llama.Options{Recompute: c.Recompute}
+	base, err := filepath.Abs(c.Model)
+	if err != nil {
+		base = c.Model
+	}
+	if opt.LoRA, err = c.LoRA.Adapter(base); err != nil || opt.LoRA == nil {
+		return opt, err
+	}
+	stored := checkpoints.DTypeF32
+	if d, err := checkpoints.ParseDType(mc.TorchDType); err == nil {
+		stored = d
+	}
+	opt.BaseDType, err = c.LoRA.baseDType(stored)
+	return opt, err
+}
+
+// startAdapters gives a new LoRA run its adapters: lora.init's, which
+// must be of the run's rank, alpha and targets, or PEFT's initialisation
+// from the run's seed. (A resumed run then loads its checkpoint's.) The
+// adapter's configuration joins the files every checkpoint carries.
+func (r *Run) startAdapters(mc *checkpoints.Config) error {
+	a := r.Model.Adapter()
+	if dir := r.Config.LoRA.Init; dir != "" {
+		ad, err := checkpoints.OpenAdapter(dir, mc)
+		if err != nil {
+			return err
+		}
+		defer ad.Close()
+		if c := ad.Config; c.R != a.R || c.LoRAAlpha != a.LoRAAlpha || c.UseRSLoRA != a.UseRSLoRA || !slices.Equal(c.TargetModules, a.TargetModules) {
+			return fmt.Errorf("finetune: lora.init: %s is an adapter of rank %d, alpha %v, rslora %v on %s; the run's lora block asks for rank %d, alpha %v, rslora %v on %s",
+				dir, c.R, c.LoRAAlpha, c.UseRSLoRA, strings.Join(c.TargetModules, ","), a.R, a.LoRAAlpha, a.UseRSLoRA, strings.Join(a.TargetModules, ","))
+		}
+		if err := r.Model.LoadAdapters(ad.Weights); err != nil {
+			return fmt.Errorf("finetune: lora.init: %s: %w", dir, err)
+		}
+	} else {
+		r.Model.InitAdapters(r.Config.Seed)
+	}
+	raw, err := checkpoints.AdapterConfigJSON(a)
+	if err != nil {
+		return err
+	}
+	r.files[checkpoints.AdapterConfigFile] = raw
+	return nil
 }

@@ -47,6 +47,9 @@ func sliceBatch(b Batch, s0, s1 int) Batch {
 	if b.ReportWeights != nil {
 		out.ReportWeights = b.ReportWeights[lo:hi]
 	}
+	if b.Keys != nil {
+		out.Keys = b.Keys[s0:s1]
+	}
 	return out
 }
 

@@ -52,8 +52,9 @@ type loraState struct {
 	scale    float32
 	params   []*engine.Param // every A and B, in PEFT's state-dict order
 	frozenDW *engine.Tensor  // [H]: the frozen norms' discarded weight gradient
-	// key numbers the training passes for the dropout masks: SetDropoutKey.
-	key uint64
+	// keys are the training pass's sequence keys for the dropout masks
+	// (Batch.Keys); nil numbers the sequences from 0.
+	keys []uint64
 }
 
 // checkLoRA checks the options' adapter against the model and its grid.
@@ -124,17 +125,6 @@ func (m *Model) Trainable() []*engine.Param {
 		return m.lora.params
 	}
 	return m.Params()
-}
-
-// SetDropoutKey numbers the next training pass for the adapters' dropout:
-// each pass's masks are a function of the adapter's seed, this key, the
-// layer, the projection and the position, so that a resumed run draws the
-// same masks as an uninterrupted one. Callers number their micro-batches
-// (step·accumulation + micro-batch).
-func (m *Model) SetDropoutKey(key uint64) {
-	if m.lora != nil {
-		m.lora.key = key
-	}
 }
 
 // InitAdapters initialises the adapters as PEFT does: A from
@@ -255,23 +245,36 @@ func (m *Model) dropped(l, p int, x *engine.Tensor, s *loraScratch) *engine.Tens
 	return xd
 }
 
-// applyDropout writes src's elements, each kept with probability 1 − q
-// and scaled by 1/(1 − q) or zeroed, into dst (which may be src). The
-// mask is a hash of (seed, pass key, layer, projection, element), the
-// same in a pass's forward, its recomputation and its backward. It runs
-// on the host: the adapters' inputs cross once each way.
+// applyDropout writes src's elements [N, in], each kept with probability
+// 1 − q and scaled by 1/(1 − q) or zeroed, into dst (which may be src).
+// The mask of an element is a hash of its sequence's key (Batch.Keys),
+// its position in the sequence, its feature, the layer and the
+// projection: the same in a pass's forward, its recomputation and its
+// backward, and whatever the micro-batch or rank the sequence is in. It
+// runs on the host: the adapters' inputs cross once each way.
 func (m *Model) applyDropout(l, p int, dst, src *engine.Tensor) {
 	q := m.lora.cfg.LoRADropout
 	v := make([]float32, src.Len())
 	m.backend.Download(v, src)
+	n, in := src.Dim(0), src.Dim(1)
+	T := m.ws.T
 	keep := float32(1 / (1 - q))
 	threshold := uint64(q * (1 << 53))
-	base := mix(mix(m.lora.key) ^ uint64(l)<<8 ^ uint64(p))
-	for i := range v {
-		if mix(base^uint64(i))>>11 < threshold {
-			v[i] = 0
-		} else {
-			v[i] *= keep
+	site := uint64(l)<<8 | uint64(p)
+	for row := 0; row < n; row++ {
+		s, t := row/T, row%T
+		key := uint64(s)
+		if m.lora.keys != nil {
+			key = m.lora.keys[s]
+		}
+		base := mix(mix(mix(key)^site) ^ uint64(t))
+		vr := v[row*in : (row+1)*in]
+		for j := range vr {
+			if mix(base^uint64(j))>>11 < threshold {
+				vr[j] = 0
+			} else {
+				vr[j] *= keep
+			}
 		}
 	}
 	m.backend.Upload(dst, v)

@@ -174,8 +174,8 @@ func TestLoRAFiniteDifferences(t *testing.T) {
 
 // TestLoRARecomputeAndDropout: recomputation gives the same gradients
 // bit for bit, with and without dropout; dropout's masks are a function
-// of the pass key (the same key, the same gradients; another key, others),
-// and evaluation never drops.
+// of the sequences' keys (the same keys, the same gradients; others,
+// others), and evaluation never drops.
 func TestLoRARecomputeAndDropout(t *testing.T) {
 	cfg := testConfig(false, 2)
 	batch := randomBatch(cfg, 2, 7, 9)
@@ -183,8 +183,9 @@ func TestLoRARecomputeAndDropout(t *testing.T) {
 		m := loraModel(t, newBackend(2), cfg, Options{LoRA: testAdapter(2, false, dropout), Recompute: recompute}, 5)
 		defer m.Free()
 		m.ZeroGrads()
-		m.SetDropoutKey(key)
-		if _, err := m.ForwardBackward(batch, 1); err != nil {
+		b := batch
+		b.Keys = []uint64{key, key + 7}
+		if _, err := m.ForwardBackward(b, 1); err != nil {
 			t.Fatal(err)
 		}
 		out := map[string][]float32{}
@@ -290,5 +291,34 @@ func TestLoRAMemoryIsWhatIsAllocated(t *testing.T) {
 		if b.MemStats().Allocated != 0 {
 			t.Errorf("%s: leaked %d bytes", name, b.MemStats().Allocated)
 		}
+	}
+}
+
+// TestLoRADropoutFollowsTheSequence: a sequence's masks depend on its key,
+// not on its place in the batch: two passes over the halves of a batch
+// accumulate the gradients of one pass over the whole.
+func TestLoRADropoutFollowsTheSequence(t *testing.T) {
+	cfg := testConfig(false, 2)
+	batch := randomBatch(cfg, 4, 6, 9)
+	batch.Keys = []uint64{11, 12, 13, 14}
+	grads := func(parts ...Batch) map[string][]float32 {
+		m := loraModel(t, newBackend(1), cfg, Options{LoRA: testAdapter(2, false, 0.4)}, 5)
+		defer m.Free()
+		m.ZeroGrads()
+		for _, b := range parts {
+			if _, err := m.ForwardBackward(b, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out := map[string][]float32{}
+		for _, p := range m.Trainable() {
+			out[p.Name] = download(m, p.Grad)
+		}
+		return out
+	}
+	whole := grads(batch)
+	halves := grads(sliceBatch(batch, 2, 4), sliceBatch(batch, 0, 2))
+	for name, w := range whole {
+		closeTo(t, name, halves[name], w, 1e-4)
 	}
 }

@@ -19,6 +19,12 @@ type Batch struct {
 	// reported, not trained on: e.g. every non-padding target, while
 	// Weights also drops the goldfish-masked ones.
 	ReportWeights []float32
+	// Keys, if not nil, name the B sequences for the adapters' dropout
+	// (lora.go): a sequence's masks are a function of its key alone, so
+	// that they do not depend on how a global batch is split into
+	// micro-batches and over ranks, nor on a resume. nil keys the
+	// sequences by their index in the batch.
+	Keys []uint64
 }
 
 // Loss is the weighted cross-entropy of a batch, unnormalised so that
@@ -57,6 +63,8 @@ func (m *Model) Validate(batch Batch) error {
 		return fmt.Errorf("llama: batch of %d×%d needs %d weights, got %d", batch.B, batch.T, n, len(batch.Weights))
 	case batch.ReportWeights != nil && len(batch.ReportWeights) != n:
 		return fmt.Errorf("llama: batch of %d×%d needs %d report weights, got %d", batch.B, batch.T, n, len(batch.ReportWeights))
+	case batch.Keys != nil && len(batch.Keys) != batch.B:
+		return fmt.Errorf("llama: batch of %d sequences has %d dropout keys", batch.B, len(batch.Keys))
 	}
 	v := int32(cfg.VocabSize)
 	for i, id := range batch.IDs {
@@ -250,6 +258,9 @@ func (m *Model) ForwardBackward(batch Batch, scale float32) (l Loss, err error) 
 	ws, err := m.upload(batch, true)
 	if err != nil {
 		return Loss{}, err
+	}
+	if m.lora != nil {
+		m.lora.keys = batch.Keys
 	}
 	m.forward(ws)
 	losses, report := m.tokenLosses(ws, batch, batch.ReportWeights, scale, true)

@@ -1,0 +1,103 @@
+package finetune
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/goldfish"
+)
+
+// TestLoRARunResumes: a LoRA run (goldfish, dropout, accumulation) of 4
+// steps on one rank, and the same run stopped after 2 steps on a data×Z
+// grid and resumed on one rank, give the same metrics; RUN/final is a PEFT
+// adapter folder that loads on the base, and that merges into it.
+func TestLoRARunResumes(t *testing.T) {
+	model, dataset := sweepFolders(t)
+	cfg := DefaultConfig()
+	cfg.Model, cfg.Data = model, dataset
+	cfg.Loss = "goldfish"
+	cfg.Goldfish = goldfish.Config{Strategy: goldfish.HashTable, K: 3, H: 2}
+	cfg.BatchSize, cfg.MicroBatch, cfg.MaxSteps = 8, 4, 4
+	cfg.EvalEvery, cfg.SaveEvery = 2, 2
+	cfg.Schedule.LR = 1e-2
+	cfg.LoRA = LoRA{Rank: 4, Alpha: 8, Dropout: 0.1, Targets: "q_proj,v_proj,down_proj", BaseDType: "f32"}
+
+	root := t.TempDir()
+	cfg.Out = filepath.Join(root, "one")
+	want := trainRank(t, cfg, nil, "", 0)
+	cfg.Out = filepath.Join(root, "resumed")
+	first := trainRank(t, cfg, &comm.Grid{Data: 2, X: 1, Y: 1, Z: 2}, "", 2)
+	second := trainRank(t, cfg, nil, cfg.Out, 0)
+	got := append(first, second...)
+	if len(got) != len(want) {
+		t.Fatalf("%d metrics lines, want %d", len(got), len(want))
+	}
+	close := func(a, b float64) bool { return math.Abs(a-b) <= 1e-5*math.Abs(b) }
+	for i, w := range want {
+		g := got[i]
+		if g.Step != w.Step || !close(g.Loss, w.Loss) || !close(g.GradNorm, w.GradNorm) || !close(g.EvalLoss, w.EvalLoss) || g.Kept != w.Kept {
+			t.Errorf("step %d: resumed %+v\none rank %+v", w.Step, g, w)
+		}
+	}
+	if want[0].Loss == want[len(want)-1].Loss {
+		t.Errorf("the loss did not move: %v", want[0].Loss)
+	}
+	for _, run := range []string{filepath.Join(root, "one"), cfg.Out} {
+		final := filepath.Join(run, FinalDir)
+		base, err := checkpoints.Open(model)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ad, err := checkpoints.OpenAdapter(final, base.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ad.Config.R != 4 || ad.Config.LoRAAlpha != 8 || ad.Config.LoRADropout != 0.1 || !filepath.IsAbs(ad.Config.BaseModelNameOrPath) {
+			t.Errorf("%s: %+v", final, ad.Config)
+		}
+		if _, err := os.Stat(filepath.Join(final, checkpoints.ConfigFile)); err == nil {
+			t.Errorf("%s: a LoRA run's final is an adapter, not a model", final)
+		}
+		// The latest checkpoint carries the adapter's configuration.
+		latest, err := LatestCheckpoint(filepath.Join(run, CheckpointsDir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(latest, checkpoints.AdapterConfigFile)); err != nil {
+			t.Error(err)
+		}
+		merged := filepath.Join(t.TempDir(), "merged")
+		if err := checkpoints.Export(model, merged, checkpoints.ExportOptions{DType: checkpoints.DTypeF32, Adapter: ad}); err != nil {
+			t.Fatal(err)
+		}
+		m, err := checkpoints.Open(merged)
+		if err != nil {
+			t.Fatal(err)
+		}
+		changed := 0
+		for _, s := range base.Config.TensorSpecs() {
+			a, _ := base.Weights.ReadFloat32(s.Name)
+			b, _ := m.Weights.ReadFloat32(s.Name)
+			for i := range a {
+				if a[i] != b[i] {
+					changed++
+					if !strings.Contains(s.Name, "q_proj") && !strings.Contains(s.Name, "v_proj") && !strings.Contains(s.Name, "down_proj") {
+						t.Fatalf("merge changed %s, which the adapter does not target", s.Name)
+					}
+					break
+				}
+			}
+		}
+		if changed == 0 {
+			t.Error("merge changed nothing")
+		}
+		m.Close()
+		ad.Close()
+		base.Close()
+	}
+}
