@@ -259,6 +259,11 @@ func OpenAdapter(dir string, cfg *Config) (*Adapter, error) {
 		return nil, err
 	}
 	wpath := filepath.Join(dir, AdapterWeightsFile)
+	if _, err := os.Stat(wpath); err != nil && isFileAt(filepath.Join(dir, SafetensorsFile)) {
+		// A LoRA run's training checkpoint: its model.safetensors holds
+		// the adapter, whole, by PEFT name.
+		wpath = filepath.Join(dir, SafetensorsFile)
+	}
 	if _, err := inputfile.Stat(wpath); err != nil {
 		if _, binErr := os.Stat(filepath.Join(dir, "adapter_model.bin")); binErr == nil {
 			return nil, fmt.Errorf("checkpoints: %s: the adapter is a pickled adapter_model.bin; memtrain reads %s (save it with safe_serialization=True)", dir, AdapterWeightsFile)
@@ -377,3 +382,22 @@ func (f adapterConfigFile) MarshalJSON() ([]byte, error) {
 // IsAdapterName reports whether name is a PEFT adapter tensor's name
 // (LoRATensorName's form) rather than a model weight's.
 func IsAdapterName(name string) bool { return strings.HasPrefix(name, "base_model.model.") }
+
+func isFileAt(path string) bool {
+	info, err := os.Stat(path)
+	return err == nil && info.Mode().IsRegular()
+}
+
+// AdapterBase reads the base_model_name_or_path of the adapter folder dir.
+func AdapterBase(dir string) (string, error) {
+	path := filepath.Join(dir, AdapterConfigFile)
+	raw, err := inputfile.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("checkpoints: %w", err)
+	}
+	ac, err := ParseAdapterConfig(path, raw)
+	if err != nil {
+		return "", err
+	}
+	return ac.BaseModelNameOrPath, nil
+}

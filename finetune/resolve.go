@@ -50,3 +50,54 @@ func isFile(path string) bool {
 	info, err := os.Stat(path)
 	return err == nil && info.Mode().IsRegular()
 }
+
+// A ModelRef is a model as the commands load it: a checkpoint folder and,
+// for a LoRA-adapted model, the adapter's folder (a PEFT adapter folder,
+// or a LoRA run's training checkpoint).
+type ModelRef struct {
+	Dir, Adapter string
+}
+
+// ResolveAdapted resolves a model path as ResolveModel does, and an
+// adapter path, which may be empty. The model may itself name an adapter:
+// a PEFT adapter folder (a LoRA run's RUN/final), a LoRA run's training
+// checkpoint, or a LoRA run folder (its latest checkpoint); its base is
+// then the adapter's base_model_name_or_path, which must be a local
+// folder. note, when not empty, says what the model path resolved to.
+func ResolveAdapted(model, adapter string) (ref ModelRef, note string, err error) {
+	adapterDir := ""
+	dir := model
+	resolved := false
+	if isFile(filepath.Join(model, checkpoints.AdapterConfigFile)) && !isFile(filepath.Join(model, checkpoints.ConfigFile)) {
+		adapterDir = model
+	} else {
+		if dir, resolved, err = ResolveModel(model); err != nil {
+			return ModelRef{}, "", err
+		}
+		if isFile(filepath.Join(dir, checkpoints.AdapterConfigFile)) {
+			adapterDir = dir
+		}
+	}
+	if adapterDir != "" {
+		if adapter != "" {
+			return ModelRef{}, "", fmt.Errorf("finetune: model %s is a LoRA adapter already; give its base as the model to add adapter %s", model, adapter)
+		}
+		base, err := checkpoints.AdapterBase(adapterDir)
+		if err != nil {
+			return ModelRef{}, "", err
+		}
+		if base == "" || !isFile(filepath.Join(base, checkpoints.ConfigFile)) {
+			return ModelRef{}, "", fmt.Errorf("finetune: model %s is a LoRA adapter of %q, which is not a local checkpoint folder: give the base as the model and %s as the adapter", model, base, adapterDir)
+		}
+		return ModelRef{Dir: base, Adapter: adapterDir}, fmt.Sprintf("%s → %s with the LoRA adapter %s", model, base, adapterDir), nil
+	}
+	if resolved {
+		note = fmt.Sprintf("%s → %s", model, dir)
+	}
+	if adapter != "" {
+		if !isFile(filepath.Join(adapter, checkpoints.AdapterConfigFile)) {
+			return ModelRef{}, "", fmt.Errorf("finetune: adapter %s: not a PEFT adapter folder (no %s)", adapter, checkpoints.AdapterConfigFile)
+		}
+	}
+	return ModelRef{Dir: dir, Adapter: adapter}, note, nil
+}

@@ -113,13 +113,22 @@ type loadedModel struct {
 }
 
 // loadOn opens the checkpoint in dir on backend b: the whole model, or,
-// with opt.Parallel, this rank's shards of it.
-func loadOn(dir string, b engine.Backend, opt llama.Options, needTokenizer bool) (*loadedModel, error) {
+// with opt.Parallel, this rank's shards of it; with adapter (a PEFT
+// adapter folder, or a LoRA run's checkpoint) its LoRA adapter on top.
+func loadOn(dir, adapter string, b engine.Backend, opt llama.Options, needTokenizer bool) (*loadedModel, error) {
 	ck, err := checkpoints.Open(dir)
 	if err != nil {
 		return nil, err
 	}
 	defer ck.Close()
+	var ad *checkpoints.Adapter
+	if adapter != "" {
+		if ad, err = checkpoints.OpenAdapter(adapter, ck.Config); err != nil {
+			return nil, err
+		}
+		defer ad.Close()
+		opt.LoRA = ad.Config
+	}
 	lm := &loadedModel{dir: dir}
 	if path := ck.TokenizerPath(); path != "" {
 		if lm.tok, _, err = openTokenizer(path); err != nil {
@@ -130,6 +139,12 @@ func loadOn(dir string, b engine.Backend, opt llama.Options, needTokenizer bool)
 	}
 	if lm.model, err = llama.Load(b, ck, opt); err != nil {
 		return nil, err
+	}
+	if ad != nil {
+		if err := lm.model.LoadAdapters(ad.Weights); err != nil {
+			lm.model.Free()
+			return nil, fmt.Errorf("%s: %w", adapter, err)
+		}
 	}
 	return lm, nil
 }

@@ -28,6 +28,7 @@ func newEvalCmd() *cobra.Command {
 
 type evalLossFlags struct {
 	model, data string
+	adapter     string
 	split       string
 	batch       int
 	seqLen      int
@@ -83,6 +84,7 @@ ranks, and the data·Z ranks take turns through the batches.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.model, "model", "", "checkpoint folder, run folder (its latest checkpoint) or RUN/checkpoints/latest")
+	fl.StringVar(&f.adapter, "adapter", "", "a LoRA adapter folder (PEFT format, e.g. a LoRA run's RUN/final) to apply to the model")
 	fl.StringVar(&f.data, "data", "", "JSONL file of documents ({\"input_ids\":[...]} or {\"text\":...}), or a dataset folder")
 	fl.StringVar(&f.split, "split", "", "with a dataset: the split to score, train, holdout or both (default holdout)")
 	fl.IntVar(&f.batch, "batch", 8, "sequences per forward pass")
@@ -103,11 +105,11 @@ func runEvalLoss(cmd *cobra.Command, f evalLossFlags) error {
 	case f.seqLen < 0:
 		return fmt.Errorf("eval loss: --seq-len %d: want 1 or more (0: the default)", f.seqLen)
 	}
-	l, model, err := launcher(cmd.ErrOrStderr(), f.engine, f.parallel, f.model)
+	l, ref, err := launcher(cmd.ErrOrStderr(), f.engine, f.parallel, f.model, f.adapter)
 	if err != nil {
 		return fmt.Errorf("eval loss: %w", err)
 	}
-	f.model = model
+	f.model, f.adapter = ref.Dir, ref.Adapter
 	cfg, err := checkpoints.ReadConfig(f.model)
 	if err != nil {
 		return err
@@ -144,7 +146,7 @@ func runEvalLoss(cmd *cobra.Command, f evalLossFlags) error {
 		return fmt.Errorf("eval loss: %s: %w", f.model, err)
 	}
 	return l.Run(func(r launch.Rank) error {
-		lm, err := loadOn(f.model, r.Backend, llama.Options{Parallel: r.Grid}, f.split != "")
+		lm, err := loadOn(f.model, f.adapter, r.Backend, llama.Options{Parallel: r.Grid}, f.split != "")
 		if err != nil {
 			return err
 		}

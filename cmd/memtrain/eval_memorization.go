@@ -12,12 +12,14 @@ import (
 
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/internal/units"
 	"github.com/memtrain/memtrain/memorization"
 )
 
 type evalMemFlags struct {
 	model            string
+	adapter          string
 	reference        string
 	data, nonMembers []string
 	split            string
@@ -87,6 +89,7 @@ same probes and rank 0 writes the results, which equal one rank's.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.model, "model", "", "checkpoint folder, run folder (its latest checkpoint) or RUN/checkpoints/latest")
+	fl.StringVar(&f.adapter, "adapter", "", "a LoRA adapter folder (PEFT format, e.g. a LoRA run's RUN/final) to apply to the model")
 	fl.StringVar(&f.reference, "reference-model", "", "a model with the same tokenizer (the base model, say): the reference-model attack scores loss minus its loss")
 	fl.StringSliceVar(&f.data, "data", nil, "dataset folder, or input files or folders of member documents (comma-separated)")
 	fl.StringSliceVar(&f.nonMembers, "non-members", nil, "input files of held-out documents (with input files as --data)")
@@ -141,19 +144,25 @@ func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
 	if err != nil {
 		return err
 	}
-	l, model, err := launcher(cmd.ErrOrStderr(), f.engine, f.parallel, f.model)
+	l, ref, err := launcher(cmd.ErrOrStderr(), f.engine, f.parallel, f.model, f.adapter)
 	if err != nil {
 		return fmt.Errorf("eval memorization: %w", err)
 	}
-	f.model = model
+	f.model, f.adapter = ref.Dir, ref.Adapter
 	// The probes' lengths are known once the documents are read, on the
 	// ranks: the models' own memory is checked before they load, the
 	// reference's weights beside the model's.
 	var beside int64
+	var refAdapter string
 	if f.reference != "" {
-		if f.reference, err = resolveModel(cmd.ErrOrStderr(), f.reference); err != nil {
+		rr, note, err := finetune.ResolveAdapted(f.reference, "")
+		if err != nil {
 			return fmt.Errorf("eval memorization: --reference-model: %w", err)
 		}
+		if note != "" {
+			fmt.Fprintf(cmd.ErrOrStderr(), "memtrain: reference model: %s\n", note)
+		}
+		f.reference, refAdapter = rr.Dir, rr.Adapter
 		refCfg, err := modelPreflight(l, f.reference, llama.Work{})
 		if err != nil {
 			return fmt.Errorf("eval memorization: --reference-model: %w", err)
@@ -164,14 +173,14 @@ func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
 		return fmt.Errorf("eval memorization: %w", err)
 	}
 	return l.Run(func(r launch.Rank) error {
-		lm, err := loadOn(f.model, r.Backend, llama.Options{Parallel: r.Grid}, false)
+		lm, err := loadOn(f.model, f.adapter, r.Backend, llama.Options{Parallel: r.Grid}, false)
 		if err != nil {
 			return err
 		}
 		defer lm.model.Free()
 		var ref *loadedModel
 		if f.reference != "" {
-			if ref, err = loadOn(f.reference, r.Backend, llama.Options{Parallel: r.Grid}, false); err != nil {
+			if ref, err = loadOn(f.reference, refAdapter, r.Backend, llama.Options{Parallel: r.Grid}, false); err != nil {
 				return fmt.Errorf("eval memorization: --reference-model: %w", err)
 			}
 			defer ref.model.Free()

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/internal/units"
 )
 
@@ -28,7 +29,9 @@ tokenizer files, and the weights by HF name in model.safetensors, or in
 model-0000i-of-0000N.safetensors files with model.safetensors.index.json when
 they exceed --max-shard-size. CKPT is a checkpoint folder (an HF one, or a
 training checkpoint saved on any grid, whose weights are in pieces); RUN, a run
-folder, exports its latest checkpoint.
+folder, exports its latest checkpoint. A LoRA run's checkpoint (or the run, or
+its RUN/final adapter) exports as its base with the adapter merged in, as
+memtrain merge writes it.
 
 It streams: each tensor is read from the pieces that hold it and written a
 block at a time, so that it never holds more than one tensor in memory. DIR
@@ -37,7 +40,16 @@ renamed into place once complete.`,
 		Example: `  memtrain export run --out run-hf
   memtrain export run/checkpoints/step-00000200 --out hf --dtype bf16 --max-shard-size 5GB`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return runExport(cmd, args[0], f) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ref, note, err := finetune.ResolveAdapted(args[0], "")
+			if err != nil {
+				return fmt.Errorf("export: %w", err)
+			}
+			if note != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "memtrain: model: %s\n", note)
+			}
+			return runExport(cmd, "export", ref, f)
+		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.out, "out", "", "the HF checkpoint folder to write (new or empty)")
@@ -46,9 +58,11 @@ renamed into place once complete.`,
 	return cmd
 }
 
-func runExport(cmd *cobra.Command, src string, f exportFlags) error {
+// runExport writes the model of ref (its adapter merged in, if it has
+// one) as an HF checkpoint folder; what names the command in errors.
+func runExport(cmd *cobra.Command, what string, ref finetune.ModelRef, f exportFlags) error {
 	if f.out == "" {
-		return errors.New("export: give the folder to write with --out DIR")
+		return fmt.Errorf("%s: give the folder to write with --out DIR", what)
 	}
 	var dtype checkpoints.DType
 	switch strings.ToLower(f.dtype) {
@@ -56,23 +70,41 @@ func runExport(cmd *cobra.Command, src string, f exportFlags) error {
 		dtype = checkpoints.DTypeF32
 	case "bf16":
 		dtype = checkpoints.DTypeBF16
+	case "auto":
+		// The base's own dtype: a bf16 base stays bf16.
+		cfg, err := checkpoints.ReadConfig(ref.Dir)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if dtype, err = checkpoints.ParseDType(cfg.TorchDType); err != nil || dtype == checkpoints.DTypeF16 {
+			dtype = checkpoints.DTypeF32
+		}
 	default:
-		return fmt.Errorf("export: --dtype %q: want f32 or bf16", f.dtype)
+		return fmt.Errorf("%s: --dtype %q: want f32, bf16 or auto", what, f.dtype)
 	}
 	limit, err := units.ParseBytes(f.maxShardSize)
 	if err != nil {
-		return fmt.Errorf("export: --max-shard-size: %w", err)
+		return fmt.Errorf("%s: --max-shard-size: %w", what, err)
 	}
-	dir, err := resolveModel(cmd.ErrOrStderr(), src)
-	if err != nil {
-		return fmt.Errorf("export: %w", err)
-	}
+	dir := ref.Dir
 	opt := checkpoints.ExportOptions{DType: dtype, MaxShardBytes: limit}
+	if ref.Adapter != "" {
+		cfg, err := checkpoints.ReadConfig(dir)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		ad, err := checkpoints.OpenAdapter(ref.Adapter, cfg)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		defer ad.Close()
+		opt.Adapter = ad
+	}
 	var bar *progressbar.ProgressBar
 	if isTerminal(cmd.ErrOrStderr()) {
 		opt.Progress = func(done, total int) {
 			if bar == nil {
-				bar = newBar(cmd.ErrOrStderr(), total, "export")
+				bar = newBar(cmd.ErrOrStderr(), total, what)
 			}
 			bar.Set(done)
 		}
@@ -83,8 +115,63 @@ func runExport(cmd *cobra.Command, src string, f exportFlags) error {
 		fmt.Fprintln(cmd.ErrOrStderr())
 	}
 	if err != nil {
-		return fmt.Errorf("export: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if ref.Adapter != "" {
+		fmt.Fprintf(cmd.OutOrStdout(), "merged %s into %s: %s (%s)\n", ref.Adapter, dir, f.out, dtype)
+		return nil
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "exported %s to %s (%s)\n", dir, f.out, dtype)
 	return nil
+}
+
+func newMergeCmd() *cobra.Command {
+	var f exportFlags
+	var model, adapter string
+	cmd := &cobra.Command{
+		Use:   "merge --model BASE --adapter DIR --out DIR",
+		Short: "Merge a LoRA adapter into its base model, as a HuggingFace checkpoint folder",
+		Long: `merge folds a LoRA adapter (PEFT's format: adapter_config.json and
+adapter_model.safetensors, as memtrain's LoRA runs write RUN/final and PEFT's
+save_pretrained writes) into its base: every adapted weight becomes
+W + s·B·A (s = lora_alpha/r, or lora_alpha/√r with use_rslora), computed in
+float64 from the weight as stored and rounded once to --dtype. It streams
+through the one HF writer, tensor by tensor, as export does.
+
+--model may be omitted when the adapter's base_model_name_or_path is a local
+folder, and --adapter when --model names a LoRA run or its adapter.`,
+		Example: `  memtrain merge --model base --adapter run/final --out merged
+  memtrain merge --adapter run/final --out merged --dtype bf16`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var ref finetune.ModelRef
+			var note string
+			var err error
+			switch {
+			case model == "" && adapter == "":
+				return errors.New("merge: give the adapter with --adapter DIR (and its base with --model BASE)")
+			case model == "":
+				ref, note, err = finetune.ResolveAdapted(adapter, "")
+			default:
+				ref, note, err = finetune.ResolveAdapted(model, adapter)
+			}
+			if err != nil {
+				return fmt.Errorf("merge: %w", err)
+			}
+			if ref.Adapter == "" {
+				return fmt.Errorf("merge: %s has no adapter to merge: give one with --adapter DIR", model)
+			}
+			if note != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "memtrain: model: %s\n", note)
+			}
+			return runExport(cmd, "merge", ref, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&model, "model", "", "the base checkpoint folder (default: the adapter's base_model_name_or_path)")
+	fl.StringVar(&adapter, "adapter", "", "the LoRA adapter folder (PEFT format)")
+	fl.StringVar(&f.out, "out", "", "the merged HF checkpoint folder to write (new or empty)")
+	fl.StringVar(&f.dtype, "dtype", "auto", "weights as f32, bf16, or auto (the base's dtype)")
+	fl.StringVar(&f.maxShardSize, "max-shard-size", "5GB", "largest weights file, as 5GB or 500MiB; 0 writes one model.safetensors")
+	return cmd
 }

@@ -98,14 +98,17 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	l, model, err := launcher(cmd.ErrOrStderr(), ef, pf, cfg.Model)
+	l, ref, err := launcher(cmd.ErrOrStderr(), ef, pf, cfg.Model, "")
 	if err != nil {
 		if strings.HasPrefix(err.Error(), "finetune: ") {
 			return err // the model's resolution: finetune's own error
 		}
 		return fmt.Errorf("finetune: %w", err)
 	}
-	cfg.Model = model
+	if ref.Adapter != "" {
+		return fmt.Errorf("finetune: model %s is a LoRA adapter on %s: fine-tune the base (model: %s) and start from the adapter with lora.init: %s", cfg.Model, ref.Dir, ref.Dir, ref.Adapter)
+	}
+	cfg.Model = ref.Dir
 	have, err := l.Memory()
 	if err != nil {
 		return fmt.Errorf("finetune: %w", err)

@@ -17,6 +17,7 @@ import (
 
 type generateFlags struct {
 	model     string
+	adapter   string
 	prompts   []string
 	promptIDs []string
 	maxNew    int
@@ -52,6 +53,7 @@ is split over a grid of in-process ranks (every rank decodes every prompt).`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.model, "model", "", "checkpoint folder, run folder (its latest checkpoint) or RUN/checkpoints/latest")
+	fl.StringVar(&f.adapter, "adapter", "", "a LoRA adapter folder (PEFT format, e.g. a LoRA run's RUN/final) to apply to the model")
 	fl.StringArrayVar(&f.prompts, "prompt", nil, "prompt text (repeatable)")
 	fl.StringArrayVar(&f.promptIDs, "prompt-ids", nil, "prompt as comma-separated token ids (repeatable)")
 	fl.IntVar(&f.maxNew, "max-new-tokens", 32, "tokens to generate per prompt")
@@ -93,18 +95,18 @@ func runGenerate(cmd *cobra.Command, f generateFlags) error {
 		}
 		idPrompts = append(idPrompts, ids)
 	}
-	l, model, err := launcher(cmd.ErrOrStderr(), f.engine, f.parallel, f.model)
+	l, ref, err := launcher(cmd.ErrOrStderr(), f.engine, f.parallel, f.model, f.adapter)
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}
-	f.model = model
+	f.model, f.adapter = ref.Dir, ref.Adapter
 	// Text prompts are tokenized on the ranks, so their KV cache is sized
 	// there: the model's own memory is checked before it loads.
 	if _, err := modelPreflight(l, f.model, llama.Work{}); err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}
 	return l.Run(func(r launch.Rank) error {
-		lm, err := loadOn(f.model, r.Backend, llama.Options{Parallel: r.Grid}, len(f.prompts) > 0)
+		lm, err := loadOn(f.model, f.adapter, r.Backend, llama.Options{Parallel: r.Grid}, len(f.prompts) > 0)
 		if err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine/launch"
+	"github.com/memtrain/memtrain/finetune"
 )
 
 // parallelFlags run a command on a 4D grid of ranks (engine/launch):
@@ -46,23 +47,39 @@ func launchSpec(ef engineFlags, pf parallelFlags) (launch.Spec, error) {
 // model is resolved (resolveModel: a checkpoint folder, a run folder or its
 // checkpoints/latest file) once the flags are checked; modelDir is the
 // checkpoint folder it names.
-func launcher(stderr io.Writer, ef engineFlags, pf parallelFlags, model string) (l *launch.Launcher, modelDir string, err error) {
+//
+// adapter, when not empty, is a LoRA adapter folder (--adapter) for the
+// model; the model may also name an adapter itself (finetune.ResolveAdapted),
+// whose base is then modelDir. ref.Adapter is the adapter either way.
+func launcher(stderr io.Writer, ef engineFlags, pf parallelFlags, model, adapter string) (l *launch.Launcher, ref finetune.ModelRef, err error) {
 	s, err := launchSpec(ef, pf)
 	if err != nil {
-		return nil, "", err
+		return nil, ref, err
 	}
-	if modelDir, err = resolveModel(stderr, model); err != nil {
-		return nil, "", err
+	ref, note, err := finetune.ResolveAdapted(model, adapter)
+	if err != nil {
+		return nil, ref, err
+	}
+	if note != "" {
+		fmt.Fprintf(stderr, "memtrain: model: %s\n", note)
+	}
+	modelDir := ref.Dir
+	if ref.Adapter != "" && pf.grid != "" {
+		// Adapters run on data and Z ranks (engine/llama): say so before
+		// anything loads.
+		if g, err := launch.ParseGrid(pf.grid); err == nil && (g.X > 1 || g.Y > 1) {
+			return nil, ref, fmt.Errorf("--parallel %s: a LoRA-adapted model runs on data and Z ranks alone (x = y = 1)", pf.grid)
+		}
 	}
 	if pf.grid != "" {
 		if s.Model, err = checkpoints.ReadConfig(modelDir); err != nil {
-			return nil, "", err
+			return nil, ref, err
 		}
 	}
 	l, err = launch.New(s)
 	var ge *launch.GridError
 	if errors.As(err, &ge) {
-		return nil, "", fmt.Errorf("--parallel %s: %w", pf.grid, ge.Err)
+		return nil, ref, fmt.Errorf("--parallel %s: %w", pf.grid, ge.Err)
 	}
-	return l, modelDir, err
+	return l, ref, err
 }
