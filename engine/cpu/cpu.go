@@ -29,7 +29,8 @@
 //   - Gemm, as the B operand only, with A and C F32: each bf16 value is
 //     widened exactly to float32 as the B panels are packed (see
 //     gemm.SgemmBF16B), so the result is bit for bit the F32 product with
-//     the widened B, at no memory cost;
+//     the widened B, with no float32 copy of it (the default Go GEMM;
+//     gonum and OpenBLAS multiply a widened copy made for the call);
 //   - BF16s, their elements' bit patterns shared with the caller.
 //
 // Every other kernel panics on a BF16 tensor with a message naming itself.
