@@ -13,8 +13,12 @@ package engine
 //
 // Shapes: N is the number of token positions (batch × sequence, flattened),
 // H the hidden size, V the vocabulary, heads/kvHeads and D the attention
-// geometry. All float tensors are F32 on the CPU backend; token ids and
-// positions are I32 tensors.
+// geometry. Activations, gradients and trained weights are F32 tensors
+// on the CPU backend (the GPU backend may hold BF16 ones); token ids and
+// positions are I32 tensors. Frozen weights may stay BF16 on either: every
+// backend takes BF16 tensors in Alloc, Free, Upload (rounded to nearest
+// even), Download (widened exactly), Fill, Copy (a cast between F32 and
+// BF16), and as Gemm's B operand with A and C F32.
 //
 // Accumulation: kernels whose output is a gradient of a weight
 // (EmbeddingBackward's dTable, RMSNormBackward's dw) add into it, so that
@@ -55,7 +59,9 @@ type Backend interface {
 	// row-major, where op transposes when TransA/TransB is set, A_i starts
 	// i·StrideA elements into a (likewise B, C), and LDA/LDB/LDC are row
 	// strides. With Beta = 0, C is overwritten (NaNs in C do not leak).
-	// With K = 0, C = Beta·C and A, B are not read.
+	// With K = 0, C = Beta·C and A, B are not read. B may be BF16 with A
+	// and C F32 (a frozen weight): the product is the one with B's values
+	// widened to float32.
 	Gemm(p GemmParams, a, b, c *Tensor)
 
 	// Fill sets every element of t to v.

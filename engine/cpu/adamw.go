@@ -26,7 +26,7 @@ import (
 // would change the bits on arm64. (ATen built with FMA contraction can
 // itself differ from this in the last bit.)
 func (b *Backend) AdamW(param, grad, m, v *engine.Tensor, h engine.AdamWParams) {
-	p, g, ms, vs := Float32s(param), Float32s(grad), Float32s(m), Float32s(v)
+	p, g, ms, vs := floats("AdamW", param), floats("AdamW", grad), floats("AdamW", m), floats("AdamW", v)
 	n := len(p)
 	check(len(g) == n && len(ms) == n && len(vs) == n,
 		"AdamW: param %v, grad %v, m %v and v %v differ in size", param, grad, m, v)

@@ -135,7 +135,7 @@ func (b *Backend) Attention(out, lse, q, k, v *engine.Tensor) {
 	check(out.Len() == q.Len() && v.Len() == k.Len() && k.Len() == B*T*KV*D,
 		"Attention: out %v, q %v, k %v, v %v do not agree", out, q, k, v)
 	check(lse.Len() == B*H*T, "Attention: lse %v, want [%d,%d,%d]", lse, B, H, T)
-	O, Ls, Q, K, V := Float32s(out), Float32s(lse), Float32s(q), Float32s(k), Float32s(v)
+	O, Ls, Q, K, V := floats("Attention", out), floats("Attention", lse), floats("Attention", q), floats("Attention", k), floats("Attention", v)
 	ldk := KV * D
 	scale := g.scale()
 	tiles := g.tiles()
@@ -232,8 +232,8 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *engine.
 		v.Len() == k.Len() && k.Len() == B*T*KV*D,
 		"AttentionBackward: dq %v, dk %v, dv %v, dOut %v, out %v, q %v, k %v, v %v do not agree", dq, dk, dv, dOut, out, q, k, v)
 	check(lse.Len() == B*H*T, "AttentionBackward: lse %v, want [%d,%d,%d]", lse, B, H, T)
-	dQ, dK, dV, dO := Float32s(dq), Float32s(dk), Float32s(dv), Float32s(dOut)
-	Q, K, V, O, Ls := Float32s(q), Float32s(k), Float32s(v), Float32s(out), Float32s(lse)
+	dQ, dK, dV, dO := floats("AttentionBackward", dq), floats("AttentionBackward", dk), floats("AttentionBackward", dv), floats("AttentionBackward", dOut)
+	Q, K, V, O, Ls := floats("AttentionBackward", q), floats("AttentionBackward", k), floats("AttentionBackward", v), floats("AttentionBackward", out), floats("AttentionBackward", lse)
 	ldk := KV * D
 	scale := g.scale()
 	tiles := g.tiles()
@@ -387,7 +387,7 @@ func (b *Backend) AttentionKV(out, q, kCache, vCache, start *engine.Tensor) {
 		"AttentionKV: q %v does not fit kCache %v", q, kCache)
 	check(out.Len() == q.Len() && vCache.Len() == kCache.Len() && start.Len() == B,
 		"AttentionKV: out %v, vCache %v, start %v do not fit q %v, kCache %v", out, vCache, start, q, kCache)
-	O, Q, K, V, S := Float32s(out), Float32s(q), Float32s(kCache), Float32s(vCache), Int32s(start)
+	O, Q, K, V, S := floats("AttentionKV", out), floats("AttentionKV", q), floats("AttentionKV", kCache), floats("AttentionKV", vCache), Int32s(start)
 	for bi, s := range S {
 		check(s >= 0 && int(s)+n <= Tmax, "AttentionKV: start[%d] = %d with %d queries overruns the cache of %d", bi, s, n, Tmax)
 	}

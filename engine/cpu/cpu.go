@@ -16,8 +16,24 @@
 // GEMM whose results do not depend on its thread count (the default,
 // gemm.New) the results are the same for any number of threads.
 //
-// Only F32 and I32 tensors exist here: the CPU trains in float32, and BF16
-// is the GPU backend's compute type.
+// The CPU computes in float32, on F32 tensors (and I32 ids and positions).
+// BF16 tensors exist to hold frozen weights in their checkpoint's dtype, at
+// half the memory and with no float32 copy: a LoRA's base model. They are
+// accepted by
+//
+//   - Alloc (zero-filled, 2 bytes an element in MemStats) and Free;
+//   - Upload (float32 rounded to nearest even, exactly as
+//     checkpoints.Float32ToBF16) and Download (widened exactly);
+//   - Fill (the value rounded likewise) and Copy (BF16 to BF16, or a cast
+//     between F32 and BF16 either way);
+//   - Gemm, as the B operand only, with A and C F32: each bf16 value is
+//     widened exactly to float32 as the B panels are packed (see
+//     gemm.SgemmBF16B), so the result is bit for bit the F32 product with
+//     the widened B, with no float32 copy of it (the default Go GEMM;
+//     gonum and OpenBLAS multiply a widened copy made for the call);
+//   - BF16s, their elements' bit patterns shared with the caller.
+//
+// Every other kernel panics on a BF16 tensor with a message naming itself.
 package cpu
 
 import (
@@ -25,6 +41,7 @@ import (
 	"runtime"
 	"sync/atomic"
 
+	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/gemm"
 )
@@ -99,11 +116,12 @@ func (b *Backend) Threads() int { return b.threads }
 // Synchronize returns at once: every kernel has finished when it returns.
 func (b *Backend) Synchronize() error { return nil }
 
-// Storage is host memory holding either float32 (F32) or int32 (I32)
-// elements.
+// Storage is host memory holding float32 (F32), bfloat16 (BF16, as bit
+// patterns: the upper halves of float32s) or int32 (I32) elements.
 type Storage struct {
 	dtype engine.DType
 	f32   []float32
+	bf16  []uint16
 	i32   []int32
 	n     int
 	freed bool
@@ -112,15 +130,15 @@ type Storage struct {
 // Device is the host.
 func (s *Storage) Device() engine.Device { return engine.Device{Kind: engine.CPU} }
 
-// DType is F32 or I32.
+// DType is F32, BF16 or I32.
 func (s *Storage) DType() engine.DType { return s.dtype }
 
 // Len is the number of elements.
 func (s *Storage) Len() int { return s.n }
 
-// Alloc returns a zero-filled F32 or I32 tensor. It panics for BF16: the
-// CPU backend computes in float32 only, and asking it for BF16 is a
-// programming error of the caller (the model chooses F32 on the CPU).
+// Alloc returns a zero-filled F32, BF16 or I32 tensor. A BF16 tensor takes
+// 2 bytes an element, and only some operations accept it (see the package
+// comment).
 func (b *Backend) Alloc(dtype engine.DType, shape ...int) *engine.Tensor {
 	n := 1
 	for _, d := range shape {
@@ -136,7 +154,7 @@ func (b *Backend) Alloc(dtype engine.DType, shape ...int) *engine.Tensor {
 	case engine.I32:
 		s.i32 = make([]int32, n)
 	case engine.BF16:
-		panic("cpu: BF16 tensors are not supported by the CPU backend (it computes in float32; allocate F32)")
+		s.bf16 = make([]uint16, n)
 	default:
 		panic(fmt.Sprintf("cpu: Alloc of unknown dtype %v", dtype))
 	}
@@ -163,7 +181,7 @@ func (b *Backend) Free(t *engine.Tensor) {
 		panic("cpu: Free of a tensor that was already freed")
 	}
 	s.freed = true
-	s.f32, s.i32 = nil, nil
+	s.f32, s.bf16, s.i32 = nil, nil, nil
 	b.allocated.Add(-int64(s.n) * int64(s.dtype.Size()))
 }
 
@@ -197,13 +215,33 @@ func storageOf(t *engine.Tensor) *Storage {
 // through the slice change the tensor. The slice's capacity ends with the
 // view, so appending cannot overwrite a neighbour. It panics unless t is a
 // CPU F32 tensor.
-func Float32s(t *engine.Tensor) []float32 {
+func Float32s(t *engine.Tensor) []float32 { return floats("Float32s", t) }
+
+// floats is Float32s for operation op, which it names when t is not F32:
+// the kernels compute in float32, and a BF16 tensor reaches only the
+// operations the package comment lists.
+func floats(op string, t *engine.Tensor) []float32 {
 	s := storageOf(t)
 	if s.dtype != engine.F32 {
-		panic(fmt.Sprintf("cpu: Float32s of a %v tensor", s.dtype))
+		if s.dtype == engine.BF16 {
+			panic(fmt.Sprintf("cpu: %s of a bf16 tensor (%v): the CPU backend takes BF16 only in Alloc, Free, Upload, Download, Fill, Copy, BF16s and as Gemm's B operand", op, t))
+		}
+		panic(fmt.Sprintf("cpu: %s of a %v tensor, want F32", op, s.dtype))
 	}
 	end := t.Offset + t.Len()
 	return s.f32[t.Offset:end:end]
+}
+
+// BF16s is Float32s for BF16 tensors: their elements' bit patterns, the
+// upper halves of float32s (checkpoints.BF16ToFloat32 widens one), shared
+// with the tensor, so that bf16 weights can be read into it directly.
+func BF16s(t *engine.Tensor) []uint16 {
+	s := storageOf(t)
+	if s.dtype != engine.BF16 {
+		panic(fmt.Sprintf("cpu: BF16s of a %v tensor", s.dtype))
+	}
+	end := t.Offset + t.Len()
+	return s.bf16[t.Offset:end:end]
 }
 
 // Int32s is Float32s for I32 tensors.
@@ -217,17 +255,26 @@ func Int32s(t *engine.Tensor) []int32 {
 }
 
 // Upload copies src into t. An I32 tensor receives the values converted
-// to int32 (truncated toward zero).
+// to int32 (truncated toward zero), a BF16 one the values rounded to the
+// nearest bfloat16, ties to even (checkpoints.Float32ToBF16).
 func (b *Backend) Upload(t *engine.Tensor, src []float32) {
 	checkLen("Upload", len(src), t.Len())
-	if t.DType() == engine.I32 {
+	switch t.DType() {
+	case engine.I32:
 		dst := Int32s(t)
 		for i, v := range src {
 			dst[i] = int32(v)
 		}
-		return
+	case engine.BF16:
+		dst := BF16s(t)
+		b.parallelFor(len(dst), elementGrain, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				dst[i] = checkpoints.Float32ToBF16(src[i])
+			}
+		})
+	default:
+		copy(floats("Upload", t), src)
 	}
-	copy(Float32s(t), src)
 }
 
 // UploadInt32 copies src into the I32 tensor t.
@@ -236,16 +283,25 @@ func (b *Backend) UploadInt32(t *engine.Tensor, src []int32) {
 	copy(Int32s(t), src)
 }
 
-// Download copies t into dst, converting int32 elements to float32.
+// Download copies t into dst, converting int32 elements to float32 and
+// widening bfloat16 ones (exactly).
 func (b *Backend) Download(dst []float32, t *engine.Tensor) {
 	checkLen("Download", len(dst), t.Len())
-	if t.DType() == engine.I32 {
+	switch t.DType() {
+	case engine.I32:
 		for i, v := range Int32s(t) {
 			dst[i] = float32(v)
 		}
-		return
+	case engine.BF16:
+		src := BF16s(t)
+		b.parallelFor(len(src), elementGrain, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				dst[i] = checkpoints.BF16ToFloat32(src[i])
+			}
+		})
+	default:
+		copy(dst, floats("Download", t))
 	}
-	copy(dst, Float32s(t))
 }
 
 // DownloadInt32 copies the I32 tensor t into dst.

@@ -62,10 +62,6 @@ func uploadInt(b *Backend, x []int32, shape ...int) *engine.Tensor {
 	return t
 }
 
-func TestAllocBF16Panics(t *testing.T) {
-	mustPanic(t, "BF16", func() { New(Options{Threads: 1}).Alloc(engine.BF16, 4) })
-}
-
 func TestMemStatsPeak(t *testing.T) {
 	b := New(Options{Threads: 1})
 	x := b.Alloc(engine.F32, 100) // 400 bytes

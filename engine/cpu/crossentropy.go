@@ -43,11 +43,11 @@ func logitsShape(op string, logits *engine.Tensor, n int) int {
 func (b *Backend) CrossEntropy(losses, dLogits, logits, targets, weights *engine.Tensor, scale float32) {
 	n := targets.Len()
 	v := logitsShape("CrossEntropy", logits, n)
-	ls, xs, ts, ws := Float32s(losses), Float32s(logits), Int32s(targets), Float32s(weights)
+	ls, xs, ts, ws := floats("CrossEntropy", losses), floats("CrossEntropy", logits), Int32s(targets), floats("CrossEntropy", weights)
 	check(len(ls) == n && len(ws) == n, "CrossEntropy: losses %v and weights %v for %d rows", losses, weights, n)
 	var ds []float32
 	if dLogits != nil {
-		ds = Float32s(dLogits)
+		ds = floats("CrossEntropy", dLogits)
 		check(len(ds) == n*v, "CrossEntropy: dLogits %v for logits %v", dLogits, logits)
 	}
 	for i, t := range ts {
@@ -104,7 +104,7 @@ func (b *Backend) Argmax(out, logits *engine.Tensor) {
 	o := Int32s(out)
 	n := len(o)
 	v := logitsShape("Argmax", logits, n)
-	xs := Float32s(logits)
+	xs := floats("Argmax", logits)
 	b.parallelFor(n, max(1, elementGrain/v), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			o[i] = int32(argmax(xs[i*v : (i+1)*v]))

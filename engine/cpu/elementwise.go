@@ -1,6 +1,9 @@
 package cpu
 
 import (
+	"fmt"
+
+	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 )
 
@@ -9,16 +12,26 @@ import (
 // a hand-off costs more than it saves.
 const elementGrain = 1 << 15
 
-// Fill sets every element of t to v (converted to int32 for I32 tensors).
+// Fill sets every element of t to v (converted to int32 for I32 tensors,
+// rounded to the nearest bfloat16 for BF16 ones).
 func (b *Backend) Fill(t *engine.Tensor, v float32) {
-	if t.DType() == engine.I32 {
+	switch t.DType() {
+	case engine.I32:
 		x := Int32s(t)
 		for i := range x {
 			x[i] = int32(v)
 		}
 		return
+	case engine.BF16:
+		x, h := BF16s(t), checkpoints.Float32ToBF16(v)
+		b.parallelFor(len(x), elementGrain, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				x[i] = h
+			}
+		})
+		return
 	}
-	x := Float32s(t)
+	x := floats("Fill", t)
 	b.parallelFor(len(x), elementGrain, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			x[i] = v
@@ -26,24 +39,36 @@ func (b *Backend) Fill(t *engine.Tensor, v float32) {
 	})
 }
 
-// Copy copies src into dst; both have the same dtype and number of
-// elements. Overlapping views are copied as if through a temporary.
+// Copy copies src into dst, which have the same number of elements and
+// the same dtype, or are F32 and BF16: then the values are converted, as
+// Upload and Download convert them (rounded to nearest even, or widened).
+// Overlapping views of one storage are copied as if through a temporary
+// (they share a dtype).
 func (b *Backend) Copy(dst, src *engine.Tensor) {
 	check(dst.Len() == src.Len(), "Copy of %v into %v", src, dst)
-	check(dst.DType() == src.DType(), "Copy of %v into %v", src, dst)
-	if dst.DType() == engine.I32 {
+	dt, st := dst.DType(), src.DType()
+	switch {
+	case dt == st && dt == engine.I32:
 		copy(Int32s(dst), Int32s(src))
-		return
+	case dt == st && dt == engine.BF16:
+		copy(BF16s(dst), BF16s(src))
+	case dt == st:
+		// One memmove: it handles overlap, and a single core nearly
+		// saturates memory bandwidth on a copy anyway.
+		copy(floats("Copy", dst), floats("Copy", src))
+	case dt == engine.BF16 && st == engine.F32:
+		b.Upload(dst, floats("Copy", src))
+	case dt == engine.F32 && st == engine.BF16:
+		b.Download(floats("Copy", dst), src)
+	default:
+		panic(fmt.Sprintf("cpu: Copy of %v into %v: an I32 tensor copies only into an I32 tensor", src, dst))
 	}
-	// One memmove: it handles overlap, and a single core nearly saturates
-	// memory bandwidth on a copy anyway.
-	copy(Float32s(dst), Float32s(src))
 }
 
 // Add computes dst = a + b. dst may be a or b itself (the same view), not a
 // partial overlap of one.
 func (b *Backend) Add(dst, x, y *engine.Tensor) {
-	d, xs, ys := Float32s(dst), Float32s(x), Float32s(y)
+	d, xs, ys := floats("Add", dst), floats("Add", x), floats("Add", y)
 	check(len(d) == len(xs) && len(d) == len(ys), "Add of %v and %v into %v", x, y, dst)
 	b.parallelFor(len(d), elementGrain, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
@@ -54,7 +79,7 @@ func (b *Backend) Add(dst, x, y *engine.Tensor) {
 
 // Axpy computes dst += alpha·x.
 func (b *Backend) Axpy(dst *engine.Tensor, alpha float32, x *engine.Tensor) {
-	d, xs := Float32s(dst), Float32s(x)
+	d, xs := floats("Axpy", dst), floats("Axpy", x)
 	check(len(d) == len(xs), "Axpy of %v into %v", x, dst)
 	b.parallelFor(len(d), elementGrain, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
@@ -68,7 +93,7 @@ func (b *Backend) Axpy(dst *engine.Tensor, alpha float32, x *engine.Tensor) {
 
 // Scale computes t *= alpha.
 func (b *Backend) Scale(t *engine.Tensor, alpha float32) {
-	x := Float32s(t)
+	x := floats("Scale", t)
 	b.parallelFor(len(x), elementGrain, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			x[i] *= alpha
@@ -85,7 +110,7 @@ const sumSquaresBlock = 1 << 14
 // sumSquaresBlock elements is summed in float64, and the block sums are
 // then added in order, also in float64.
 func (b *Backend) SumSquares(dst, x *engine.Tensor) {
-	out, xs := Float32s(dst), Float32s(x)
+	out, xs := floats("SumSquares", dst), floats("SumSquares", x)
 	check(len(out) == 1, "SumSquares into %v, want one element", dst)
 	blocks := (len(xs) + sumSquaresBlock - 1) / sumSquaresBlock
 	partial := make([]float64, blocks)

@@ -22,7 +22,7 @@ func embeddingShape(op string, out, table, ids *engine.Tensor) (n, h, v int) {
 // I32 [N]. An id outside [0, V) panics.
 func (b *Backend) Embedding(out, table, ids *engine.Tensor) {
 	n, h, _ := embeddingShape("Embedding", out, table, ids)
-	o, tab, id := Float32s(out), Float32s(table), Int32s(ids)
+	o, tab, id := floats("Embedding", out), floats("Embedding", table), Int32s(ids)
 	b.parallelFor(n, elementGrain/max(h, 1), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			row := int(id[i])
@@ -38,7 +38,7 @@ func (b *Backend) Embedding(out, table, ids *engine.Tensor) {
 // thread count.
 func (b *Backend) EmbeddingBackward(dTable, dOut, ids *engine.Tensor) {
 	n, h, _ := embeddingShape("EmbeddingBackward", dOut, dTable, ids)
-	dt, do, id := Float32s(dTable), Float32s(dOut), Int32s(ids)
+	dt, do, id := floats("EmbeddingBackward", dTable), floats("EmbeddingBackward", dOut), Int32s(ids)
 	// Give each goroutine at least a cache line of columns, and enough
 	// rows × columns to be worth it.
 	grain := max(16, elementGrain/max(n, 1))

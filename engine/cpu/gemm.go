@@ -11,9 +11,24 @@ import (
 // runs side by side on one goroutine each, a big product on every thread.
 // Each C_i is computed by one call either way, so with the default Go GEMM
 // the result does not depend on the thread count.
+//
+// B may be BF16 (A and C F32): frozen weights, in the forward x·Wᵀ
+// (TransB) as in the input gradient dy·W. Its values are widened exactly
+// while the Go GEMM packs them (gemm.BatchedBF16B), so C has the bits of
+// the product with the widened B, with no float32 copy of it; another
+// gemm.Impl (gonum, OpenBLAS) multiplies a widened copy made for the call.
 func (b *Backend) Gemm(p engine.GemmParams, a, bm, c *engine.Tensor) {
 	batch := max(p.Batch, 1)
-	A, B, C := Float32s(a), Float32s(bm), Float32s(c)
+	A, C := floats("Gemm", a), floats("Gemm", c)
+	half := storageOf(bm).dtype == engine.BF16
+	var B []float32
+	var B16 []uint16
+	if half {
+		B16 = BF16s(bm)
+	} else {
+		B = floats("Gemm", bm)
+	}
+	nb := len(B) + len(B16)
 	check(p.M >= 0 && p.N >= 0 && p.K >= 0, "Gemm with negative size %d×%d×%d", p.M, p.N, p.K)
 	if p.M == 0 || p.N == 0 {
 		return
@@ -28,12 +43,17 @@ func (b *Backend) Gemm(p engine.GemmParams, a, bm, c *engine.Tensor) {
 		br, bc = p.N, p.K
 	}
 	checkMatrix("A", len(A), batch, p.StrideA, ar, ac, p.LDA, p.K > 0)
-	checkMatrix("B", len(B), batch, p.StrideB, br, bc, p.LDB, p.K > 0)
+	checkMatrix("B", nb, batch, p.StrideB, br, bc, p.LDB, p.K > 0)
 	checkMatrix("C", len(C), batch, p.StrideC, p.M, p.N, p.LDC, true)
 	strideA, strideB := p.StrideA, p.StrideB
 	if p.K == 0 {
 		// A and B are not read, and may be too small for their strides.
 		strideA, strideB = 0, 0
+	}
+	if half {
+		gemm.BatchedBF16B(b.gemm, batch, p.TransA, p.TransB, p.M, p.N, p.K, p.Alpha,
+			A, max(p.LDA, 1), strideA, B16, max(p.LDB, 1), strideB, p.Beta, C, p.LDC, p.StrideC)
+		return
 	}
 	gemm.Batched(b.gemm, batch, p.TransA, p.TransB, p.M, p.N, p.K, p.Alpha,
 		A, max(p.LDA, 1), strideA, B, max(p.LDB, 1), strideB, p.Beta, C, p.LDC, p.StrideC)

@@ -24,7 +24,7 @@ func rmsnormShape(op string, w, rstd *engine.Tensor, xs ...*engine.Tensor) (n, h
 // in float64; out may be x itself.
 func (b *Backend) RMSNorm(out, rstd, x, w *engine.Tensor, eps float32) {
 	n, h := rmsnormShape("RMSNorm", w, rstd, out, x)
-	o, r, xs, ws := Float32s(out), Float32s(rstd), Float32s(x), Float32s(w)
+	o, r, xs, ws := floats("RMSNorm", out), floats("RMSNorm", rstd), floats("RMSNorm", x), floats("RMSNorm", w)
 	b.parallelFor(n, elementGrain/h, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			xi, oi := xs[i*h:(i+1)*h], o[i*h:(i+1)*h]
@@ -56,7 +56,7 @@ func (b *Backend) RMSNorm(out, rstd, x, w *engine.Tensor, eps float32) {
 func (b *Backend) RMSNormBackward(dx, dw, dOut, x, w, rstd *engine.Tensor) {
 	n, h := rmsnormShape("RMSNormBackward", w, rstd, dx, dOut, x)
 	check(dw.Len() == h, "RMSNormBackward: dw %v, want %d elements", dw, h)
-	dxs, dws, g, xs, ws, r := Float32s(dx), Float32s(dw), Float32s(dOut), Float32s(x), Float32s(w), Float32s(rstd)
+	dxs, dws, g, xs, ws, r := floats("RMSNormBackward", dx), floats("RMSNormBackward", dw), floats("RMSNormBackward", dOut), floats("RMSNormBackward", x), floats("RMSNormBackward", w), floats("RMSNormBackward", rstd)
 
 	// dw first: dx may overwrite dOut.
 	grain := max(16, elementGrain/max(n, 1))

@@ -34,7 +34,7 @@ func (b *Backend) rope(op string, x, pos, invFreq *engine.Tensor, sign float64) 
 	check(half > 0, "%s: empty invFreq", op)
 	check(n > 0 && x.Len()%(n*d) == 0, "%s: %v is not [%d, heads, %d]", op, x, n, d)
 	heads := x.Len() / (n * d)
-	xs, ps, fs := Float32s(x), Int32s(pos), Float32s(invFreq)
+	xs, ps, fs := floats(op, x), Int32s(pos), floats(op, invFreq)
 	b.parallelFor(n, max(1, elementGrain/(heads*d)), func(lo, hi int) {
 		cos := make([]float32, half)
 		sin := make([]float32, half)

@@ -12,7 +12,7 @@ import (
 // chunk boundary falls, so the result does not depend on the thread
 // count.
 func (b *Backend) SwiGLU(out, gate, up *engine.Tensor) {
-	o, g, u := Float32s(out), Float32s(gate), Float32s(up)
+	o, g, u := floats("SwiGLU", out), floats("SwiGLU", gate), floats("SwiGLU", up)
 	check(len(o) == len(g) && len(o) == len(u), "SwiGLU of %v and %v into %v", gate, up, out)
 	b.parallelFor(len(o), elementGrain/2, func(lo, hi int) {
 		vec.SwiGLU(o[lo:hi], g[lo:hi], u[lo:hi])
@@ -28,7 +28,7 @@ func (b *Backend) SwiGLU(out, gate, up *engine.Tensor) {
 // dGate may be gate and dUp up (or dOut) itself: each element is read
 // before it is written.
 func (b *Backend) SwiGLUBackward(dGate, dUp, dOut, gate, up *engine.Tensor) {
-	dg, du, do, g, u := Float32s(dGate), Float32s(dUp), Float32s(dOut), Float32s(gate), Float32s(up)
+	dg, du, do, g, u := floats("SwiGLUBackward", dGate), floats("SwiGLUBackward", dUp), floats("SwiGLUBackward", dOut), floats("SwiGLUBackward", gate), floats("SwiGLUBackward", up)
 	n := len(do)
 	check(len(dg) == n && len(du) == n && len(g) == n && len(u) == n,
 		"SwiGLUBackward: %v, %v, %v, %v, %v differ in size", dGate, dUp, dOut, gate, up)

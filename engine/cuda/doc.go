@@ -56,7 +56,11 @@
 // names: bf16 (the default: bf16 tensor cores with float32 accumulation,
 // cuBLAS's CUBLAS_COMPUTE_32F_FAST_16BF, i.e. mixed precision with float32
 // master weights), tf32, or f32 (exact, as the CPU; the conformance suite's
-// setting). BF16 tensors multiply on tensor cores into F32 or BF16.
+// setting). BF16 tensors multiply on tensor cores into F32 or BF16. A
+// float32 A by a BF16 B (a frozen weight kept in its checkpoint's dtype),
+// which cuBLAS does not multiply, is the float32 product at that precision
+// with B widened, exactly, into a float32 scratch buffer that the backend
+// keeps (kernel widen_bf16_matrix).
 //
 // # Collectives
 //

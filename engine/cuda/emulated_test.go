@@ -296,15 +296,96 @@ func testBF16(t *testing.T, newBackend maker) {
 		t.Errorf("BF16 SwiGLU is not the F32 one rounded")
 	}
 
-	// Mixed dtypes the cuBLAS path cannot take are refused.
-	func() {
-		defer func() {
-			if p := recover(); p == nil || !strings.Contains(fmt.Sprint(p), "must share a dtype") {
-				t.Errorf("F32·BF16 GEMM: %v", p)
+	// An F32 A by a BF16 B (a frozen weight) is the F32 product with B
+	// widened: the bits of the F32 GEMM on the widened values.
+	for _, tB := range []bool{false, true} {
+		q := p
+		bt := bb
+		if tB {
+			q.TransB, q.LDB = true, K
+			bt = make([]float32, K*N)
+			for l := range K {
+				for j := range N {
+					bt[j*K+l] = bb[l*N+j]
+				}
 			}
+		}
+		mixed, wide := put(engine.F32, nil2(M*N), M, N), put(engine.F32, nil2(M*N), M, N)
+		b.Gemm(q, put(engine.F32, a, M, K), put(engine.BF16, bt, len(bt)), mixed)
+		b.Gemm(q, put(engine.F32, a, M, K), put(engine.F32, bt, len(bt)), wide)
+		if got, want := get(mixed), get(wide); !slices.Equal(got, want) {
+			t.Errorf("F32·BF16 GEMM (transB %v) differs from the F32 GEMM on the widened B", tB)
+		}
+	}
+
+	// Mixed dtypes the cuBLAS path cannot take are refused.
+	for _, c := range []struct{ a, b, c engine.DType }{{engine.BF16, engine.F32, engine.F32}, {engine.F32, engine.BF16, engine.BF16}} {
+		func() {
+			defer func() {
+				if p := recover(); p == nil || !strings.Contains(fmt.Sprint(p), "must share a dtype") {
+					t.Errorf("%v·%v→%v GEMM: %v", c.a, c.b, c.c, p)
+				}
+			}()
+			b.Gemm(p, put(c.a, a, M, K), put(c.b, bb, K, N), put(c.c, nil2(M*N), M, N))
 		}()
-		b.Gemm(p, put(engine.F32, a, M, K), put(engine.BF16, bb, K, N), put(engine.F32, nil2(M*N), M, N))
-	}()
+	}
+}
+
+// TestGemmBF16BEmulated checks the F32·BF16 GEMM, B widened into a
+// scratch buffer, against the F32 GEMM with B widened on the host, bit for
+// bit: every transpose, padded rows, batches with B's own stride or a
+// shared B (stride 0), and a scratch buffer that grows and is reused.
+func TestGemmBF16BEmulated(t *testing.T) {
+	fakeCUDA(t)
+	b := newFake(t, 0, GemmF32)
+	r := rand.New(rand.NewPCG(9, 9))
+	put := func(dt engine.DType, x []float32) *engine.Tensor {
+		tt := b.Alloc(dt, len(x))
+		t.Cleanup(func() { b.Free(tt) })
+		b.Upload(tt, x)
+		return tt
+	}
+	randn := func(n int) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+		}
+		return x
+	}
+	for i, s := range []struct{ m, n, k, batch int }{{3, 5, 7, 1}, {17, 9, 33, 3}, {40, 70, 300, 2}, {5, 6, 4, 4}} {
+		for tr := 0; tr < 4; tr++ {
+			tA, tB := tr&1 != 0, tr&2 != 0
+			ar, ac, br, bc := s.m, s.k, s.k, s.n
+			if tA {
+				ar, ac = ac, ar
+			}
+			if tB {
+				br, bc = bc, br
+			}
+			p := engine.GemmParams{TransA: tA, TransB: tB, M: s.m, N: s.n, K: s.k, Alpha: 0.5, Beta: 0.25,
+				LDA: ac + 1, LDB: bc + tr%3, LDC: s.n + 2, Batch: s.batch}
+			p.StrideA, p.StrideB, p.StrideC = ar*p.LDA+3, br*p.LDB+1, s.m*p.LDC+1
+			if (i+tr)%2 == 1 {
+				p.StrideB = 0
+			}
+			nb := (s.batch-1)*p.StrideB + br*p.LDB
+			bv := randn(nb)
+			wide := make([]float32, nb)
+			for j, v := range bv {
+				wide[j] = checkpoints.BF16ToFloat32(checkpoints.Float32ToBF16(v))
+			}
+			A, c0 := put(engine.F32, randn(s.batch*p.StrideA)), randn(s.batch*p.StrideC)
+			got, want := put(engine.F32, c0), put(engine.F32, c0)
+			b.Gemm(p, A, put(engine.BF16, bv), got)
+			b.Gemm(p, A, put(engine.F32, wide), want)
+			g, w := make([]float32, len(c0)), make([]float32, len(c0))
+			b.Download(g, got)
+			b.Download(w, want)
+			if !slices.Equal(g, w) {
+				t.Errorf("%+v: F32·BF16 differs from F32·(widened B)", p)
+			}
+		}
+	}
 }
 
 func nil2(n int) []float32 { return make([]float32, n) }

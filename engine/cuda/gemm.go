@@ -22,6 +22,9 @@ type gemmCall struct {
 	strideC        int
 	batch          int
 	abType, cType  engine.DType
+	// bf16B marks an F32 A (abType) by a BF16 B: gemm widens B into a
+	// float32 scratch buffer and multiplies by that.
+	bf16B bool
 }
 
 // cublasArgs are a gemmCall's arguments as cublasGemmStridedBatchedEx
@@ -95,6 +98,9 @@ func (b *Backend) gemm(g gemmCall) {
 			g.c, int32(g.cType), g.beta, int32(g.batch), int32(g.m), int32(g.n), int64(g.ldc), int64(g.strideC))
 		return
 	}
+	if g.bf16B {
+		g = b.widenB(g)
+	}
 	c := cublasArgsOf(g, b.gemmMode)
 	alpha, beta := g.alpha, g.beta
 	s := b.libs.blas.cublasGemmStridedBatchedEx(b.blas, c.transA, c.transB, c.m, c.n, c.k, unsafe.Pointer(&alpha),
@@ -106,11 +112,40 @@ func (b *Backend) gemm(g gemmCall) {
 	}
 }
 
+// widenB returns g with its bf16 B widened (widen_bf16_matrix) into the
+// scratchWiden buffer, packed — each matrix rows×cols with row stride
+// cols, and one matrix for the whole batch when B's stride is 0 — and the
+// product then of float32 operands. It runs on the worker thread, with
+// g.k > 0.
+func (b *Backend) widenB(g gemmCall) gemmCall {
+	rows, cols := g.k, g.n
+	if g.transB {
+		rows, cols = g.n, g.k
+	}
+	mats := g.batch
+	if g.strideB == 0 {
+		mats = 1
+	}
+	n := mats * rows * cols
+	wide := b.scratchBuffer(scratchWiden, uint64(n)*4)
+	b.launch(kWidenBF16Matrix, elementGrid(n), block1(widenThreads),
+		wide, g.b, int32(mats), int32(rows), int32(cols), int64(g.ldb), int64(g.strideB))
+	g.b, g.ldb, g.bf16B = wide, cols, false
+	if mats > 1 {
+		g.strideB = rows * cols
+	}
+	return g
+}
+
 // Gemm computes C_i = Alpha·op(A_i)·op(B_i) + Beta·C_i for each of the
-// p.Batch problems with one cublasGemmStridedBatchedEx. A and B must have
-// the same dtype; float32 operands multiply at the backend's precision
+// p.Batch problems with one cublasGemmStridedBatchedEx. A and B of the
+// same dtype: float32 operands multiply at the backend's precision
 // (GemmPrecision) into a float32 C; bf16 operands multiply on tensor cores
-// into a float32 or bf16 C, accumulating in float32.
+// into a float32 or bf16 C, accumulating in float32. A float32 A and C by a
+// bf16 B (a frozen weight), which cuBLAS does not multiply, are the float32
+// product with B widened, exactly, by a kernel into a float32 scratch
+// buffer: the backend keeps that buffer, grown to the largest B so widened
+// (4 bytes an element, not counted by MemStats), between calls.
 func (b *Backend) Gemm(p engine.GemmParams, a, bm, c *engine.Tensor) {
 	b.do(func() {
 		A, B, C := b.floatView("Gemm", "A", a), b.floatView("Gemm", "B", bm), b.floatView("Gemm", "C", c)
@@ -118,8 +153,9 @@ func (b *Backend) Gemm(p engine.GemmParams, a, bm, c *engine.Tensor) {
 		if p.M < 0 || p.N < 0 || p.K < 0 {
 			panic(fmt.Sprintf("cuda: Gemm with negative size %d×%d×%d", p.M, p.N, p.K))
 		}
-		if A.dtype != B.dtype || (A.dtype == engine.F32 && C.dtype != engine.F32) {
-			panic(fmt.Sprintf("cuda: Gemm of %v by %v into %v: A and B must share a dtype, and float32 products go into float32", a, bm, c))
+		bf16B := A.dtype == engine.F32 && B.dtype == engine.BF16 && C.dtype == engine.F32
+		if !bf16B && (A.dtype != B.dtype || (A.dtype == engine.F32 && C.dtype != engine.F32)) {
+			panic(fmt.Sprintf("cuda: Gemm of %v by %v into %v: A and B must share a dtype (or be F32 by BF16, into F32), and float32 products go into float32", a, bm, c))
 		}
 		if p.M == 0 || p.N == 0 {
 			return
@@ -140,7 +176,7 @@ func (b *Backend) Gemm(p engine.GemmParams, a, bm, c *engine.Tensor) {
 			transA: p.TransA, transB: p.TransB, m: p.M, n: p.N, k: p.K, alpha: p.Alpha, beta: p.Beta,
 			a: A.ptr, b: B.ptr, c: C.ptr, lda: p.LDA, ldb: p.LDB, ldc: p.LDC,
 			strideA: p.StrideA, strideB: p.StrideB, strideC: p.StrideC, batch: batch,
-			abType: A.dtype, cType: C.dtype,
+			abType: A.dtype, cType: C.dtype, bf16B: bf16B,
 		})
 	})
 }

@@ -27,6 +27,7 @@ const (
 	kAxpy                   kernel = "axpy"
 	kScale                  kernel = "scale"
 	kScaleMatrix            kernel = "scale_matrix"
+	kWidenBF16Matrix        kernel = "widen_bf16_matrix"
 	kSumSquaresPartial      kernel = "sum_squares_partial"
 	kSumSquaresFinal        kernel = "sum_squares_final"
 	kEmbedding              kernel = "embedding"
@@ -63,6 +64,7 @@ const (
 	sumSquaresThreads   = 1024 // SUMSQ_THREADS in elementwise.cu
 	rmsnormThreads      = 512  // RMSNORM_THREADS in rmsnorm.cu
 	faThreads           = 128  // FA_THREADS in attention.cu
+	widenThreads        = 256  // WIDEN_THREADS in elementwise.cu
 	faRows              = 16   // FA_ROWS in attention.cu
 	faAccumulators      = 16   // FA_ACC in attention.cu
 )

@@ -133,6 +133,7 @@ func TestSharedConstants(t *testing.T) {
 		"SUMSQ_THREADS":   sumSquaresThreads,
 		"RMSNORM_THREADS": rmsnormThreads,
 		"FA_THREADS":      faThreads,
+		"WIDEN_THREADS":   widenThreads,
 		"FA_ROWS":         faRows,
 		"FA_ACC":          faAccumulators,
 	} {

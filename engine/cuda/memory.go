@@ -363,6 +363,7 @@ const (
 	scratchReduce        // partial sums, attention_kv's scores
 	scratchIndex         // EmbeddingBackward's sorted positions
 	scratchAttn          // AttentionBackward's rowsum(dOut ⊙ out)
+	scratchWiden         // Gemm's bf16 B widened to float32
 	numScratch
 )
 

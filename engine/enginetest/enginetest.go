@@ -18,7 +18,10 @@
 // nonzero offsets (every tensor is a view into a larger allocation whose
 // margins hold sentinels that must survive and must not be read), GEMM
 // padding that must not be read or written, Beta = 0 over NaN, weight-0
-// rows with target −1, Argmax ties, and bit-identical reruns.
+// rows with target −1, Argmax ties, and bit-identical reruns. BF16 tensors
+// (frozen weights) are checked where the interface takes them: transfers
+// that round to nearest even and widen exactly, Fill, Copy, and Gemm by a
+// BF16 B with A and C F32.
 //
 // Tolerances are stated per kernel as a bound on the largest absolute
 // error relative to the largest reference magnitude,
@@ -30,6 +33,7 @@
 package enginetest
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/memtrain/memtrain/engine"
@@ -45,6 +49,9 @@ type Config struct {
 	Tolerance float64
 	// Seed seeds the random inputs; 0 means a fixed default.
 	Seed uint64
+	// NoBF16 skips the cases of BF16 tensors (Alloc, Upload, Download,
+	// Fill, Copy and a Gemm by a BF16 B), for a backend without them.
+	NoBF16 bool
 }
 
 // Run runs the conformance suite against the backends newBackend returns.
@@ -69,6 +76,8 @@ func RunConfig(t *testing.T, cfg Config) {
 		{"Gemm", testGemm},
 		{"GemmBetaZeroNaN", testGemmBetaZeroNaN},
 		{"GemmKZero", testGemmKZero},
+		{"BF16", testBF16},
+		{"GemmBF16B", testGemmBF16B},
 		{"Elementwise", testElementwise},
 		{"SumSquares", testSumSquares},
 		{"Embedding", testEmbedding},
@@ -83,6 +92,9 @@ func RunConfig(t *testing.T, cfg Config) {
 		{"Determinism", testDeterminism},
 	}
 	for i, tc := range tests {
+		if cfg.NoBF16 && strings.Contains(tc.name, "BF16") {
+			continue
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			tc.fn(newHarness(t, cfg, cfg.Seed+uint64(i)))
 		})

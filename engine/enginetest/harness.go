@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 )
 
@@ -16,6 +17,8 @@ import (
 var (
 	sentinelF32 = math.Float32frombits(0x7fc0dead)
 	sentinelI32 = int32(-0x5eed)
+	// sentinelBF16 is sentinelF32 as a BF16 tensor holds it: a NaN still.
+	sentinelBF16 = roundBF16(sentinelF32)
 )
 
 // harness is one subtest's backend, random source and tensors.
@@ -67,10 +70,14 @@ func (h *harness) checkMargins(b *buffer) {
 		}
 		return
 	}
+	sentinel := sentinelF32
+	if b.whole.DType() == engine.BF16 {
+		sentinel = sentinelBF16
+	}
 	all := make([]float32, total)
 	h.be.Download(all, b.whole)
 	for i, v := range all {
-		if (i < b.pad0 || i >= b.pad0+b.n) && math.Float32bits(v) != math.Float32bits(sentinelF32) {
+		if (i < b.pad0 || i >= b.pad0+b.n) && math.Float32bits(v) != math.Float32bits(sentinel) {
 			h.t.Errorf("element %d of an allocation was written outside the view [%d,%d): %g", i, b.pad0, b.pad0+b.n, v)
 			return
 		}
@@ -106,6 +113,31 @@ func (h *harness) f32(data []float32, shape ...int) *engine.Tensor {
 	}
 	h.be.Upload(b.whole, all)
 	return b.view
+}
+
+// bf16 makes a BF16 tensor holding data rounded to bf16 (zeros if nil).
+func (h *harness) bf16(data []float32, shape ...int) *engine.Tensor {
+	b := h.alloc(engine.BF16, shape)
+	all := make([]float32, b.whole.Len())
+	for i := range all {
+		all[i] = sentinelF32
+	}
+	if data != nil {
+		if len(data) != b.n {
+			panic(fmt.Sprintf("enginetest: %d values for shape %v", len(data), shape))
+		}
+		copy(all[b.pad0:], data)
+	} else {
+		clear(all[b.pad0 : b.pad0+b.n])
+	}
+	h.be.Upload(b.whole, all)
+	return b.view
+}
+
+// roundBF16 is v rounded to bf16 as Upload into a BF16 tensor rounds it
+// (to nearest, ties to even: checkpoints.Float32ToBF16) and widened back.
+func roundBF16(v float32) float32 {
+	return checkpoints.BF16ToFloat32(checkpoints.Float32ToBF16(v))
 }
 
 // nan makes an F32 tensor full of NaN: for outputs that must be

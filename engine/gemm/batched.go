@@ -43,14 +43,9 @@ const bigBatchItem = 1 << 25
 // Impl whose results do not depend on its thread count, like the Go path,
 // gives the same bits both ways.
 func Batched(g Impl, batch int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda, strideA int, b []float32, ldb, strideB int, beta float32, c []float32, ldc, strideC int) {
-	if batch < 0 || strideA < 0 || strideB < 0 || strideC < 0 {
-		panic(fmt.Sprintf("gemm: negative batch %d or stride (%d, %d, %d)", batch, strideA, strideB, strideC))
-	}
+	checkBatch(batch, m, n, strideA, strideB, ldc, strideC)
 	if batch == 0 || m == 0 || n == 0 {
 		return
-	}
-	if batch > 1 && strideC < (m-1)*ldc+n {
-		panic(fmt.Sprintf("gemm: strideC = %d makes the %d×%d blocks of C (ldc %d) overlap", strideC, m, n, ldc))
 	}
 	if k == 0 {
 		// A and B are empty (and may be shorter than their strides
@@ -60,9 +55,26 @@ func Batched(g Impl, batch int, transA, transB bool, m, n, k int, alpha float32,
 		}
 		return
 	}
-	run := func(impl Impl, i int) {
+	spread(g, batch, m, n, k, func(impl Impl, i int) {
 		impl.Sgemm(transA, transB, m, n, k, alpha, a[i*strideA:], lda, b[i*strideB:], ldb, beta, c[i*strideC:], ldc)
+	})
+}
+
+// checkBatch panics on a negative batch or stride, or blocks of C that
+// overlap.
+func checkBatch(batch, m, n, strideA, strideB, ldc, strideC int) {
+	if batch < 0 || strideA < 0 || strideB < 0 || strideC < 0 {
+		panic(fmt.Sprintf("gemm: negative batch %d or stride (%d, %d, %d)", batch, strideA, strideB, strideC))
 	}
+	if batch > 1 && m > 0 && n > 0 && strideC < (m-1)*ldc+n {
+		panic(fmt.Sprintf("gemm: strideC = %d makes the %d×%d blocks of C (ldc %d) overlap", strideC, m, n, ldc))
+	}
+}
+
+// spread runs problems 0, …, batch−1 of m×n×k, run(impl, i) computing
+// problem i with impl: side by side on g.Serial() when that pays (see
+// Batched), else one after another with g.
+func spread(g Impl, batch, m, n, k int, run func(impl Impl, i int)) {
 	workers := min(g.Threads(), batch)
 	s, ok := g.(Serialer)
 	if !ok || workers <= 1 || !batchParallel(batch, workers, 2*float64(m)*float64(n)*float64(k)) {

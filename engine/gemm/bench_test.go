@@ -5,6 +5,9 @@ import (
 	"math/rand/v2"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/memtrain/memtrain/checkpoints"
 )
 
 // BenchmarkSgemm times n³ products with the Go path, gonum's reference
@@ -51,6 +54,49 @@ func BenchmarkSgemmShapes(b *testing.B) {
 	} {
 		b.Run(s.name, func(b *testing.B) {
 			benchSgemm(b, g, s.transA, s.transB, s.m, s.n, s.k)
+		})
+	}
+}
+
+// BenchmarkGemmBF16B compares, in one run, a 1024³ product by a float32 B
+// with the same product by a bf16 B (widened while packed), on the Go path
+// with GOMAXPROCS threads, for a weight W as the model uses it: forward
+// x·Wᵀ (transB) and the input gradient dy·W. Each iteration runs both, one
+// after the other, so that a shared machine's load falls on both alike;
+// it reports both rates and their ratio.
+func BenchmarkGemmBF16B(b *testing.B) {
+	const n = 1024
+	g := New(0)
+	rng := rand.New(rand.NewPCG(1, 1))
+	a, _ := randMatrix(rng, n*n, 1, 0, 1)
+	w32, _ := randMatrix(rng, n*n, 1, 0, 1)
+	w := make([]uint16, len(w32))
+	for i, v := range w32 {
+		w[i] = checkpoints.Float32ToBF16(v)
+		w32[i] = checkpoints.BF16ToFloat32(w[i])
+	}
+	c := make([]float32, n*n)
+	for _, transB := range []bool{true, false} {
+		name := "forward/x·Wᵀ"
+		if !transB {
+			name = "backward/dy·W"
+		}
+		b.Run(name, func(b *testing.B) {
+			g.Sgemm(false, transB, n, n, n, 1, a, n, w32, n, 0, c, n)
+			SgemmBF16B(g, false, transB, n, n, n, 1, a, n, w, n, 0, c, n)
+			var f32, bf16 time.Duration
+			b.ResetTimer()
+			for range b.N {
+				start := time.Now()
+				g.Sgemm(false, transB, n, n, n, 1, a, n, w32, n, 0, c, n)
+				mid := time.Now()
+				SgemmBF16B(g, false, transB, n, n, n, 1, a, n, w, n, 0, c, n)
+				f32, bf16 = f32+mid.Sub(start), bf16+time.Since(mid)
+			}
+			flops := 2 * float64(n) * n * n * float64(b.N)
+			b.ReportMetric(flops/f32.Seconds()/1e9, "f32-GFLOPS")
+			b.ReportMetric(flops/bf16.Seconds()/1e9, "bf16-GFLOPS")
+			b.ReportMetric(f32.Seconds()/bf16.Seconds(), "bf16/f32-speed")
 		})
 	}
 }

@@ -39,6 +39,17 @@
 // thread count nor on the block it falls in, so results stay bit-identical
 // for any thread count; they differ in rounding from the blocked path's.
 //
+// # A bfloat16 B
+//
+// SgemmBF16B and BatchedBF16B multiply by a B of bf16 bit patterns (frozen
+// weights kept in their checkpoint's dtype), A and C float32. The Go path
+// (a BF16BImpl) widens the values exactly while it packs B's panels —
+// portable Go, or AVX2 on amd64 (a zero extension and a 16-bit shift) —
+// and the skinny path a few rows or a block at a time into a small float32
+// buffer; the kernels then run as for float32, so C has the bits of Sgemm
+// on the widened B. The other Impls get a widened float32 copy of B, made
+// for the call.
+//
 // # Choosing an implementation
 //
 // Select maps the names of $MEMTRAIN_BLAS (EnvBLAS) to implementations.

@@ -121,6 +121,21 @@ type runner interface {
 // Sgemm computes C = alpha·op(A)·op(B) + beta·C; see Impl.
 func (g *goGEMM) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	checkArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+	g.sgemm(transA, transB, m, n, k, alpha, a, lda, operandB{f32: b}, ldb, beta, c, ldc)
+}
+
+// SgemmBF16B computes C = alpha·op(A)·op(B) + beta·C for a B of bfloat16
+// values; see BF16BImpl. The blocked path widens B's values as it packs its
+// panels, and the skinny path a few rows or a block of B at a time into a
+// float32 buffer, so that the kernels, and so the bits of C, are those of
+// Sgemm with the widened B.
+func (g *goGEMM) SgemmBF16B(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+	checkSizes(transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
+	g.sgemm(transA, transB, m, n, k, alpha, a, lda, operandB{bf16: b, half: true}, ldb, beta, c, ldc)
+}
+
+// sgemm is Sgemm and SgemmBF16B after their checks.
+func (g *goGEMM) sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b operandB, ldb int, beta float32, c []float32, ldc int) {
 	if m == 0 || n == 0 {
 		return
 	}
@@ -128,7 +143,7 @@ func (g *goGEMM) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []floa
 		scale(m, n, beta, c, ldc)
 		return
 	}
-	if g.skinny(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) {
+	if g.skinnyB(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) {
 		return
 	}
 	kn := g.kern
@@ -172,7 +187,7 @@ func (g *goGEMM) workers(m, n, k int) int {
 // The block sizes are the kernel's, evened out so that no block is much
 // smaller than the others. The k slices depend on k alone, so every
 // element of C sums its products in the same order in any region.
-func (g *goGEMM) region(kn *microKernel, transA, transB bool, i0, i1, j0, j1, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+func (g *goGEMM) region(kn *microKernel, transA, transB bool, i0, i1, j0, j1, k int, alpha float32, a []float32, lda int, b operandB, ldb int, beta float32, c []float32, ldc int) {
 	mr, nr := kn.mr, kn.nr
 	kcMax := evenBlock(k, kn.kc, 1)
 	mcMax := evenBlock(i1-i0, kn.mc, mr)
@@ -191,7 +206,7 @@ func (g *goGEMM) region(kn *microKernel, transA, transB bool, i0, i1, j0, j1, k 
 			}
 			for jc := j0; jc < j1; jc += ncMax {
 				nc := min(ncMax, j1-jc)
-				packB(ws.b, nr, transB, b, ldb, pc, jc, kc, nc)
+				b.pack(ws.b, nr, transB, ldb, pc, jc, kc, nc)
 				for ir := 0; ir < mc; ir += mr {
 					rows := min(mr, mc-ir)
 					ap := &ws.a[ir*kc]
@@ -320,6 +335,11 @@ func scale(m, n int, beta float32, c []float32, ldc int) {
 // negative, a leading dimension is shorter than its row or a slice is too
 // short for the matrix it holds.
 func checkArgs(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	checkSizes(transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
+}
+
+// checkSizes is checkArgs with the lengths of the slices.
+func checkSizes(transA, transB bool, m, n, k int, na, lda, nb, ldb, nc, ldc int) {
 	if m < 0 || n < 0 || k < 0 {
 		panic(fmt.Sprintf("gemm: negative dimension m=%d n=%d k=%d", m, n, k))
 	}
@@ -331,19 +351,19 @@ func checkArgs(transA, transB bool, m, n, k int, a []float32, lda int, b []float
 	if transB {
 		br, bc = n, k
 	}
-	check := func(name string, s []float32, rows, cols, ld int) {
+	check := func(name string, size, rows, cols, ld int) {
 		if ld < max(1, cols) {
 			panic(fmt.Sprintf("gemm: ld%s = %d is less than the %d columns of %s", name, ld, cols, name))
 		}
-		if rows > 0 && cols > 0 && len(s) < (rows-1)*ld+cols {
-			panic(fmt.Sprintf("gemm: %s has %d elements, too few for %d×%d with stride %d", name, len(s), rows, cols, ld))
+		if rows > 0 && cols > 0 && size < (rows-1)*ld+cols {
+			panic(fmt.Sprintf("gemm: %s has %d elements, too few for %d×%d with stride %d", name, size, rows, cols, ld))
 		}
 	}
 	if m > 0 && n > 0 && k > 0 {
-		check("a", a, ar, ac, lda)
-		check("b", b, br, bc, ldb)
+		check("a", na, ar, ac, lda)
+		check("b", nb, br, bc, ldb)
 	}
-	check("c", c, m, n, ldc)
+	check("c", nc, m, n, ldc)
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }

@@ -14,3 +14,13 @@ func packColsFast(panel []float32, w int, src []float32, ld, kc, n int, alpha fl
 func packRowsFast(dst []float32, w int, src []float32, ld, kc, n int, alpha float32) bool {
 	return false
 }
+
+// packRowsBF16Fast reports false: this build has no faster packRowsBF16.
+func packRowsBF16Fast(dst []float32, w int, src []uint16, ld, kc, n int) bool {
+	return false
+}
+
+// packColsBF16Fast reports false: this build has no faster packColsBF16.
+func packColsBF16Fast(panel []float32, w int, src []uint16, ld, kc, n int) bool {
+	return false
+}

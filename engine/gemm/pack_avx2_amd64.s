@@ -204,3 +204,141 @@ rows24loop:
 
 rows24done:
 	RET
+
+// func widenRowsBF16AVX2(dst *float32, src *uint16, ld, kc, w, panels, ps int)
+TEXT ·widenRowsBF16AVX2(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ ld+16(FP), DX
+	SHLQ $1, DX            // row stride in bytes
+	MOVQ kc+24(FP), CX
+	MOVQ w+32(FP), R8
+	SHLQ $2, R8            // step stride in bytes
+	MOVQ panels+40(FP), R9
+	MOVQ ps+48(FP), BX
+	SHLQ $2, BX            // panel stride in bytes
+	TESTQ CX, CX
+	JZ   widenrowsdone
+	TESTQ R9, R9
+	JZ   widenrowsdone
+
+widenrow:
+	// Step p: the row's panels in turn, its values read in order.
+	MOVQ DI, R10           // panel q's step p
+	MOVQ SI, R11           // the row's next value
+	MOVQ R9, R12           // panels left
+
+widenpanel:
+	MOVQ R10, R13
+	LEAQ (R10)(R8*1), AX   // the end of panel q's step p
+
+widengroup:
+	VPMOVZXWD (R11), Y0
+	VPMOVZXWD 16(R11), Y1
+	VPSLLD $16, Y0, Y0
+	VPSLLD $16, Y1, Y1
+	VMOVUPS Y0, (R13)
+	VMOVUPS Y1, 32(R13)
+	ADDQ $32, R11
+	ADDQ $64, R13
+	CMPQ R13, AX
+	JB   widengroup
+	ADDQ BX, R10
+	DECQ R12
+	JNZ  widenpanel
+
+	ADDQ R8, DI            // step p+1 of panel 0
+	ADDQ DX, SI            // row p+1
+	DECQ CX
+	JNZ  widenrow
+
+widenrowsdone:
+	VZEROUPPER
+	RET
+
+// func transposeBF16AVX2(dst *float32, src *uint16, ld, blocks, w int)
+TEXT ·transposeBF16AVX2(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ ld+16(FP), DX
+	SHLQ $1, DX            // row stride in bytes
+	MOVQ blocks+24(FP), CX
+	MOVQ w+32(FP), R8
+	SHLQ $2, R8            // step stride in bytes
+	LEAQ (DX)(DX*2), R10   // 3·ld
+	LEAQ (DX)(DX*4), R11   // 5·ld
+	TESTQ CX, CX
+	JZ   bf16tdone
+
+bf16tloop:
+	// Eight k steps of rows 0–7, widened: zero-extended, shifted up.
+	LEAQ (SI)(R10*2), R12  // row 6
+	VPMOVZXWD (SI), Y0
+	VPMOVZXWD (SI)(DX*1), Y1
+	VPMOVZXWD (SI)(DX*2), Y2
+	VPMOVZXWD (SI)(R10*1), Y3
+	VPMOVZXWD (SI)(DX*4), Y4
+	VPMOVZXWD (SI)(R11*1), Y5
+	VPMOVZXWD (R12), Y6
+	VPMOVZXWD (R12)(DX*1), Y7
+	VPSLLD $16, Y0, Y0
+	VPSLLD $16, Y1, Y1
+	VPSLLD $16, Y2, Y2
+	VPSLLD $16, Y3, Y3
+	VPSLLD $16, Y4, Y4
+	VPSLLD $16, Y5, Y5
+	VPSLLD $16, Y6, Y6
+	VPSLLD $16, Y7, Y7
+
+	// The 8×8 transpose of transposeAVX2.
+	VUNPCKLPS Y1, Y0, Y8
+	VUNPCKHPS Y1, Y0, Y9
+	VUNPCKLPS Y3, Y2, Y10
+	VUNPCKHPS Y3, Y2, Y11
+	VUNPCKLPS Y5, Y4, Y0
+	VUNPCKHPS Y5, Y4, Y1
+	VUNPCKLPS Y7, Y6, Y2
+	VUNPCKHPS Y7, Y6, Y3
+	VSHUFPS $0x44, Y10, Y8, Y4
+	VSHUFPS $0xEE, Y10, Y8, Y5
+	VSHUFPS $0x44, Y11, Y9, Y6
+	VSHUFPS $0xEE, Y11, Y9, Y7
+	VSHUFPS $0x44, Y2, Y0, Y8
+	VSHUFPS $0xEE, Y2, Y0, Y9
+	VSHUFPS $0x44, Y3, Y1, Y10
+	VSHUFPS $0xEE, Y3, Y1, Y11
+	VPERM2F128 $0x20, Y8, Y4, Y0   // step 0
+	VPERM2F128 $0x31, Y8, Y4, Y1   // step 4
+	VPERM2F128 $0x20, Y9, Y5, Y2   // step 1
+	VPERM2F128 $0x31, Y9, Y5, Y3   // step 5
+	VPERM2F128 $0x20, Y10, Y6, Y12 // step 2
+	VPERM2F128 $0x31, Y10, Y6, Y13 // step 6
+	VPERM2F128 $0x20, Y11, Y7, Y14 // step 3
+	VPERM2F128 $0x31, Y11, Y7, Y4  // step 7
+
+	// Store steps 0..7 at dst + q·w.
+	MOVQ DI, R12
+	VMOVUPS Y0, (R12)
+	ADDQ R8, R12
+	VMOVUPS Y2, (R12)
+	ADDQ R8, R12
+	VMOVUPS Y12, (R12)
+	ADDQ R8, R12
+	VMOVUPS Y14, (R12)
+	ADDQ R8, R12
+	VMOVUPS Y1, (R12)
+	ADDQ R8, R12
+	VMOVUPS Y3, (R12)
+	ADDQ R8, R12
+	VMOVUPS Y13, (R12)
+	ADDQ R8, R12
+	VMOVUPS Y4, (R12)
+
+	ADDQ $16, SI           // eight k steps on
+	LEAQ (R12)(R8*1), DI   // past step 7
+	DECQ CX
+	JNZ  bf16tloop
+
+bf16tdone:
+	VZEROUPPER
+	RET

@@ -78,6 +78,13 @@ const skinnyChunk = 48
 // kernels do the transB case only). Arguments are as for Sgemm, already
 // checked, with m, n, k > 0 and alpha ≠ 0.
 func (g *goGEMM) skinny(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
+	return g.skinnyB(transA, transB, m, n, k, alpha, a, lda, operandB{f32: b}, ldb, beta, c, ldc)
+}
+
+// skinnyB is skinny for a B of either type: a bf16 B is widened a few rows
+// (transB) or a block (not transB) at a time into a float32 buffer that the
+// same kernels read, so that the result is skinny's on the widened B.
+func (g *goGEMM) skinnyB(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b operandB, ldb int, beta float32, c []float32, ldc int) bool {
 	kn := g.kern
 	if g.noSkinny || m > skinnyMaxM && !g.skinnyAny {
 		return false
@@ -114,10 +121,15 @@ func (g *goGEMM) skinny(transA, transB bool, m, n, k int, alpha float32, a []flo
 	run := func(w int) {
 		j0 := min(w*chunks/workers*gran, n)
 		j1 := min((w+1)*chunks/workers*gran, n)
-		if transB {
-			dotRange(dot, m, j0, j1, k, alpha, a, lda, b, ldb, beta, c, ldc)
-		} else {
-			axpyRange(axpy, m, j0, j1, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		switch {
+		case b.half && transB:
+			g.dotRangeBF16(dot, m, j0, j1, k, alpha, a, lda, b.bf16, ldb, beta, c, ldc)
+		case b.half:
+			g.axpyRangeBF16(axpy, m, j0, j1, k, alpha, a, lda, b.bf16, ldb, beta, c, ldc)
+		case transB:
+			dotRange(dot, m, j0, j1, k, alpha, a, lda, b.f32, ldb, beta, c, ldc)
+		default:
+			axpyRange(axpy, m, j0, j1, k, alpha, a, lda, b.f32, ldb, beta, c, ldc)
 		}
 	}
 	if workers <= 1 {

@@ -45,6 +45,22 @@ extern "C" __global__ void scale_matrix(void* c, int dt, float beta, int batch, 
   }
 }
 
+// WIDEN_THREADS is widen_bf16_matrix's block (the host's widenThreads).
+#define WIDEN_THREADS 256
+
+// widen_bf16_matrix widens batch row-major rows×cols bf16 matrices, with
+// row stride ld and stride elements apart, into dst packed: element (r, c)
+// of matrix b at (b·rows + r)·cols + c. Exact: a GEMM's float32 A times a
+// bf16 B is the float32 product with dst, which cuBLAS multiplies.
+extern "C" __global__ void __launch_bounds__(WIDEN_THREADS)
+    widen_bf16_matrix(float* dst, const void* src, int batch, int rows, int cols, i64 ld, i64 stride) {
+  i64 n = (i64)batch * rows * cols;
+  for (i64 i = global_thread(); i < n; i += grid_threads()) {
+    i64 b = i / ((i64)rows * cols), r = i / cols % rows, col = i % cols;
+    dst[i] = bf16_to_f32(((const bf16*)src)[b * stride + r * ld + col]);
+  }
+}
+
 // SUMSQ_BLOCK is the number of elements each partial sum of sum_squares
 // covers. It is fixed, not derived from the grid, so the result does not
 // depend on the device; it is the CPU backend's block length too.

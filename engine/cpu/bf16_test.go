@@ -1,0 +1,257 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/gemm"
+)
+
+// bf16Values are float32s whose rounding to bf16 matters: ties to even
+// both ways, just off ties, the largest finite bf16 and what rounds past
+// it, subnormals, signed zeros, infinities and NaNs.
+var bf16Values = []float32{
+	0, float32(math.Copysign(0, -1)), 1, -1, 1.5, 3.14159,
+	math.Float32frombits(0x3f808000), // a tie, rounds down to even
+	math.Float32frombits(0x3f818000), // a tie, rounds up to even
+	math.Float32frombits(0x3f808001), // just past a tie
+	math.Float32frombits(0x7f7f7fff), // rounds down to the largest finite bf16
+	math.Float32frombits(0x7f7f8000), // rounds up to infinity
+	math.MaxFloat32, math.SmallestNonzeroFloat32, 1e-40,
+	float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()),
+	math.Float32frombits(0xff800001), // a signalling NaN
+}
+
+func TestBF16Tensors(t *testing.T) {
+	b := New(Options{Threads: 2})
+	before := b.MemStats()
+	x := b.Alloc(engine.BF16, 3, 7)
+	if x.DType() != engine.BF16 || x.Len() != 21 || x.Bytes() != 42 {
+		t.Fatalf("Alloc(BF16, 3, 7) = %v, %d bytes", x, x.Bytes())
+	}
+	if got := b.MemStats().Allocated - before.Allocated; got != 42 {
+		t.Errorf("MemStats counts %d bytes for 21 bf16 elements, want 42", got)
+	}
+	out := make([]float32, 21)
+	b.Download(out, x)
+	for i, v := range out {
+		if math.Float32bits(v) != 0 {
+			t.Fatalf("Alloc'd BF16 element %d = %g, want +0", i, v)
+		}
+	}
+
+	// Upload rounds as checkpoints.Float32ToBF16, Download widens exactly,
+	// and BF16s shares the bit patterns.
+	src := make([]float32, 21)
+	copy(src, bf16Values)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := len(bf16Values); i < len(src); i++ {
+		src[i] = float32(rng.NormFloat64())
+	}
+	b.Upload(x, src)
+	b.Download(out, x)
+	bits := BF16s(x)
+	for i, v := range src {
+		h := checkpoints.Float32ToBF16(v)
+		if bits[i] != h {
+			t.Errorf("Upload(%g): bits %#04x, want %#04x", v, bits[i], h)
+		}
+		if got, want := math.Float32bits(out[i]), math.Float32bits(checkpoints.BF16ToFloat32(h)); got != want {
+			t.Errorf("Download of %#04x = %#08x, want %#08x", h, got, want)
+		}
+	}
+	row := x.Row(1)
+	BF16s(row)[2] = 0x4040 // 3
+	b.Download(out, x)
+	if out[9] != 3 {
+		t.Errorf("a write through BF16s of a row did not reach the tensor: %v", out[7:14])
+	}
+	if s := BF16s(row); len(s) != 7 || cap(s) != 7 {
+		t.Errorf("BF16s of a row: len %d cap %d, want 7 and 7", len(s), cap(s))
+	}
+
+	// Fill rounds its value.
+	b.Fill(row, 1.00390625) // 1 + 2⁻⁸, a tie: rounds to 1
+	b.Download(out[:7], row)
+	for i, v := range out[:7] {
+		if v != 1 {
+			t.Fatalf("Fill(1+2⁻⁸) element %d = %g, want 1", i, v)
+		}
+	}
+
+	// Copy: BF16 to BF16 (overlapping views of one storage too), and
+	// casts both ways.
+	y := b.Alloc(engine.BF16, 21)
+	b.Copy(y, x)
+	if fmt.Sprint(BF16s(y)) != fmt.Sprint(BF16s(x)) {
+		t.Errorf("Copy BF16 → BF16: %v, want %v", BF16s(y), BF16s(x))
+	}
+	want := append([]uint16(nil), BF16s(y)[:20]...)
+	b.Copy(y.View(1, 20), y.View(0, 20))
+	if fmt.Sprint(BF16s(y)[1:]) != fmt.Sprint(want) {
+		t.Errorf("overlapping Copy: %v, want %v", BF16s(y)[1:], want)
+	}
+	f := b.Alloc(engine.F32, 21)
+	b.Copy(f, x)
+	b.Download(out, x)
+	if fmt.Sprint(Float32s(f)) != fmt.Sprint(out) {
+		t.Errorf("Copy BF16 → F32 = %v, want %v", Float32s(f), out)
+	}
+	b.Upload(f, src)
+	b.Copy(y, f)
+	for i, v := range src {
+		if BF16s(y)[i] != checkpoints.Float32ToBF16(v) {
+			t.Errorf("Copy F32 → BF16 of %g: %#04x, want %#04x", v, BF16s(y)[i], checkpoints.Float32ToBF16(v))
+		}
+	}
+	ids := b.Alloc(engine.I32, 21)
+	mustPanic(t, "I32", func() { b.Copy(ids, x) })
+	mustPanic(t, "BF16s of a f32", func() { BF16s(f) })
+
+	for _, tt := range []*engine.Tensor{x, y, f, ids} {
+		b.Free(tt)
+	}
+	if got := b.MemStats().Allocated; got != before.Allocated {
+		t.Errorf("MemStats().Allocated = %d after Free, want %d", got, before.Allocated)
+	}
+	mustPanic(t, "freed", func() { BF16s(x) })
+}
+
+// TestBF16RefusedByKernels checks that the kernels that take no BF16
+// tensor say so, naming themselves.
+func TestBF16RefusedByKernels(t *testing.T) {
+	b := New(Options{Threads: 1})
+	h := b.Alloc(engine.BF16, 2, 4)
+	f := b.Alloc(engine.F32, 2, 4)
+	w := b.Alloc(engine.F32, 4)
+	rstd := b.Alloc(engine.F32, 2)
+	mustPanic(t, "Add of a bf16 tensor", func() { b.Add(f, f, h) })
+	mustPanic(t, "Scale of a bf16 tensor", func() { b.Scale(h, 2) })
+	mustPanic(t, "RMSNorm of a bf16 tensor", func() { b.RMSNorm(f, rstd, h, w, 1e-5) })
+	mustPanic(t, "SwiGLU of a bf16 tensor", func() { b.SwiGLU(f, h, f) })
+	p := engine.GemmParams{M: 2, N: 2, K: 4, Alpha: 1, LDA: 4, LDB: 4, LDC: 2, TransB: true}
+	c := b.Alloc(engine.F32, 2, 2)
+	mustPanic(t, "Gemm of a bf16 tensor", func() { b.Gemm(p, h, f, c) })
+	mustPanic(t, "Gemm of a bf16 tensor", func() { b.Gemm(p, f, h, b.Alloc(engine.BF16, 2, 2)) })
+	mustPanic(t, "Gemm: B needs", func() { b.Gemm(p, f, h.View(0, 7), c) })
+}
+
+// TestGemmBF16B checks that a BF16 B gives the bits of the same Gemm with
+// the widened F32 B: edge tiles, the skinny path, both transposes of
+// either operand, row strides past the columns, batches (B shared or
+// not), alpha and beta, on 1 and 2 threads, with the Go GEMM, gonum's and
+// OpenBLAS's (these two multiplying a widened copy).
+func TestGemmBF16B(t *testing.T) {
+	impls := map[string]func(threads int) gemm.Impl{
+		"go":    func(threads int) gemm.Impl { return gemm.New(threads) },
+		"gonum": func(int) gemm.Impl { return gemm.Reference{} },
+	}
+	if _, err := gemm.Select("openblas", 1); err == nil {
+		impls["openblas"] = func(threads int) gemm.Impl { g, _ := gemm.Select("openblas", threads); return g }
+	} else {
+		t.Logf("OpenBLAS not tested: %v", err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	type shape struct{ m, n, k, batch int }
+	shapes := []shape{{1, 1, 1, 1}, {3, 5, 7, 1}, {7, 33, 20, 2}, {16, 100, 64, 1}, {17, 19, 300, 1},
+		{70, 66, 9, 3}, {97, 130, 257, 1}, {200, 48, 515, 2}}
+	for name, newImpl := range impls {
+		for _, threads := range []int{1, 2} {
+			b := New(Options{Threads: threads, GEMM: newImpl(threads)})
+			for si, s := range shapes {
+				if name != "go" && s.m*s.n*s.k*s.batch > 1<<22 {
+					continue
+				}
+				for tr := 0; tr < 4; tr++ {
+					tA, tB := tr&1 != 0, tr&2 != 0
+					shareB := (si+tr)%3 == 0 && s.batch > 1
+					alpha, beta := []float32{1, 0.5, -2}[(si+tr)%3], []float32{0, 1, 0.25}[(si+2*tr)%3]
+					ar, ac, br, bc := s.m, s.k, s.k, s.n
+					if tA {
+						ar, ac = ac, ar
+					}
+					if tB {
+						br, bc = bc, br
+					}
+					p := engine.GemmParams{TransA: tA, TransB: tB, M: s.m, N: s.n, K: s.k, Alpha: alpha, Beta: beta,
+						LDA: ac + tr, LDB: bc + si%3, LDC: s.n + 1, Batch: s.batch}
+					p.StrideA, p.StrideB, p.StrideC = ar*p.LDA+1, br*p.LDB+2, s.m*p.LDC
+					if shareB {
+						p.StrideB = 0
+					}
+					nb := (s.batch-1)*p.StrideB + br*p.LDB
+					a := upload(b, randn(rng, s.batch*p.StrideA), s.batch*p.StrideA)
+					b16 := b.Alloc(engine.BF16, nb)
+					b.Upload(b16, randn(rng, nb))
+					b32 := b.Alloc(engine.F32, nb)
+					b.Copy(b32, b16)
+					c0 := randn(rng, s.batch*p.StrideC)
+					want, got := upload(b, c0, len(c0)), upload(b, c0, len(c0))
+					b.Gemm(p, a, b32, want)
+					b.Gemm(p, a, b16, got)
+					if !bitsEqual(Float32s(got), Float32s(want)) {
+						t.Errorf("%s/threads=%d: %+v: BF16 B differs from the widened F32 B", name, threads, p)
+					}
+					for _, x := range []*engine.Tensor{a, b16, b32, want, got} {
+						b.Free(x)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestGemmBF16BModel checks the two products a frozen weight W [o, k]
+// enters: the forward out = in·Wᵀ and the input gradient din = dout·W,
+// against W in float32, with threads 1 and 2 giving the same bits.
+func TestGemmBF16BModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	const n, k, o = 37, 96, 160
+	var first [2][]float32
+	for _, threads := range []int{1, 2} {
+		b := New(Options{Threads: threads})
+		w16 := b.Alloc(engine.BF16, o, k)
+		b.Upload(w16, randn(rng, o*k))
+		w32 := b.Alloc(engine.F32, o, k)
+		b.Copy(w32, w16)
+		in, dout := upload(b, randn(rng, n*k), n, k), upload(b, randn(rng, n*o), n, o)
+		for i, c := range []struct {
+			p      engine.GemmParams
+			a      *engine.Tensor
+			cols   int
+			single string
+		}{
+			{engine.GemmParams{TransB: true, M: n, N: o, K: k, Alpha: 1, LDA: k, LDB: k, LDC: o}, in, o, "forward"},
+			{engine.GemmParams{M: n, N: k, K: o, Alpha: 1, LDA: o, LDB: k, LDC: k}, dout, k, "input gradient"},
+		} {
+			want, got := b.Alloc(engine.F32, n, c.cols), b.Alloc(engine.F32, n, c.cols)
+			b.Gemm(c.p, c.a, w32, want)
+			b.Gemm(c.p, c.a, w16, got)
+			if !bitsEqual(Float32s(got), Float32s(want)) {
+				t.Errorf("threads %d: %s: BF16 W differs from the widened F32 W", threads, c.single)
+			}
+			if threads == 1 {
+				first[i] = Float32s(got)
+			} else if !bitsEqual(Float32s(got), first[i]) {
+				t.Errorf("%s: 2 threads differ from 1", c.single)
+			}
+		}
+		rng = rand.New(rand.NewPCG(5, 6))
+	}
+}
+
+func bitsEqual(x, y []float32) bool {
+	if len(x) != len(y) {
+		return false
+	}
+	for i := range x {
+		if math.Float32bits(x[i]) != math.Float32bits(y[i]) {
+			return false
+		}
+	}
+	return true
+}
