@@ -224,7 +224,7 @@ func floats(op string, t *engine.Tensor) []float32 {
 	s := storageOf(t)
 	if s.dtype != engine.F32 {
 		if s.dtype == engine.BF16 {
-			panic(fmt.Sprintf("cpu: %s of a bf16 tensor (%v): the CPU backend takes BF16 only in Alloc, Free, Upload, Download, Fill, Copy, BF16s and as Gemm's B operand", op, t))
+			panic(fmt.Sprintf("cpu: %s of a bf16 tensor (%v): the CPU backend takes BF16 only in Alloc, Free, Upload, Download, Fill, Copy, BF16s, as Gemm's B operand and as Embedding's table", op, t))
 		}
 		panic(fmt.Sprintf("cpu: %s of a %v tensor, want F32", op, s.dtype))
 	}

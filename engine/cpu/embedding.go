@@ -1,6 +1,8 @@
 package cpu
 
 import (
+	"math"
+
 	"github.com/memtrain/memtrain/engine"
 )
 
@@ -19,9 +21,22 @@ func embeddingShape(op string, out, table, ids *engine.Tensor) (n, h, v int) {
 }
 
 // Embedding gathers out[i] = table[ids[i]]; out [N,H], table [V,H], ids
-// I32 [N]. An id outside [0, V) panics.
+// I32 [N]. An id outside [0, V) panics. The table may be BF16 (a frozen
+// bf16 embedding), its rows widened exactly.
 func (b *Backend) Embedding(out, table, ids *engine.Tensor) {
 	n, h, _ := embeddingShape("Embedding", out, table, ids)
+	if table.DType() == engine.BF16 {
+		o, tab, id := floats("Embedding", out), BF16s(table), Int32s(ids)
+		b.parallelFor(n, elementGrain/max(h, 1), func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				row := int(id[i])
+				for j, v := range tab[row*h : (row+1)*h] {
+					o[i*h+j] = math.Float32frombits(uint32(v) << 16)
+				}
+			}
+		})
+		return
+	}
 	o, tab, id := floats("Embedding", out), floats("Embedding", table), Int32s(ids)
 	b.parallelFor(n, elementGrain/max(h, 1), func(lo, hi int) {
 		for i := lo; i < hi; i++ {

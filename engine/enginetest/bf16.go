@@ -165,3 +165,21 @@ func (h *harness) checkGemmBF16B(name string, m, n, k int, tA, tB bool, batch in
 		}
 	}
 }
+
+// testEmbeddingBF16 checks Embedding from a BF16 table (a frozen bf16
+// embedding under LoRA): the rows widened exactly into an F32 output.
+func testEmbeddingBF16(h *harness) {
+	const V, H, N = 13, 37, 21
+	table := h.randn(V*H, 1)
+	for i := range table {
+		table[i] = roundBF16(table[i])
+	}
+	ids := h.ints(N, V)
+	out := h.nan(N, H)
+	h.be.Embedding(out, h.bf16(table, V, H), h.i32(ids, N))
+	want := make([]float32, 0, N*H)
+	for _, id := range ids {
+		want = append(want, table[int(id)*H:(int(id)+1)*H]...)
+	}
+	h.equal("Embedding of a BF16 table", h.get(out), want)
+}

@@ -90,6 +90,8 @@ func RunConfig(t *testing.T, cfg Config) {
 		{"Argmax", testArgmax},
 		{"AdamW", testAdamW},
 		{"Determinism", testDeterminism},
+		// New cases go last: each case's inputs are seeded by its index.
+		{"EmbeddingBF16", testEmbeddingBF16},
 	}
 	for i, tc := range tests {
 		if cfg.NoBF16 && strings.Contains(tc.name, "BF16") {

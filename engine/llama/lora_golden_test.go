@@ -2,10 +2,13 @@ package llama
 
 import (
 	"math"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
 )
 
 // loraGoldenCases are the adapters scripts/fixtures/make_lora_golden.py
@@ -19,9 +22,18 @@ var loraGoldenCases = []string{"lora-gqa", "lora-rslora-bf16"}
 // and with the base held as stored (bf16 stays bf16) where the backend
 // can.
 func TestLoRAGoldenAgainstPyTorch(t *testing.T) {
+	type variant struct {
+		recompute bool
+		base      engine.DType
+	}
 	for _, name := range loraGoldenCases {
-		for _, recompute := range []bool{false, true} {
-			t.Run(name+map[bool]string{false: "", true: "/recompute"}[recompute], func(t *testing.T) {
+		variants := []variant{{false, engine.F32}, {true, engine.F32}}
+		if strings.Contains(name, "bf16") {
+			variants = append(variants, variant{false, engine.BF16}, variant{true, engine.BF16})
+		}
+		for _, v := range variants {
+			recompute := v.recompute
+			t.Run(fmt.Sprintf("%s/recompute=%v/base=%v", name, v.recompute, v.base), func(t *testing.T) {
 				dir := filepath.Join("testdata", "golden", name)
 				ck, err := checkpoints.Open(dir)
 				if err != nil {
@@ -33,7 +45,10 @@ func TestLoRAGoldenAgainstPyTorch(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer ad.Close()
-				m, batch, exp := loadGolden(t, name, Options{Recompute: recompute, LoRA: ad.Config})
+				m, batch, exp := loadGolden(t, name, Options{Recompute: recompute, LoRA: ad.Config, BaseDType: v.base})
+				if got := m.Layers[0].Q.Value.DType(); got != v.base {
+					t.Fatalf("base held as %v, want %v", got, v.base)
+				}
 				defer m.Free()
 				if err := m.LoadAdapters(ad.Weights); err != nil {
 					t.Fatal(err)

@@ -267,17 +267,18 @@ func TestLoRAMemoryIsWhatIsAllocated(t *testing.T) {
 	for _, tc := range []struct {
 		recompute bool
 		dropout   float64
-	}{{false, 0}, {true, 0}, {false, 0.1}, {true, 0.1}} {
+		base      engine.DType
+	}{{false, 0, engine.F32}, {true, 0, engine.F32}, {false, 0.1, engine.F32}, {true, 0.1, engine.BF16}, {false, 0, engine.BF16}} {
 		cfg := testConfig(true, 2)
 		a := testAdapter(3, false, tc.dropout, "q_proj", "o_proj", "down_proj")
-		name := fmt.Sprintf("recompute=%v/dropout=%v", tc.recompute, tc.dropout)
+		name := fmt.Sprintf("recompute=%v/dropout=%v/base=%v", tc.recompute, tc.dropout, tc.base)
 		b := newBackend(1)
-		m := loraModel(t, b, cfg, Options{LoRA: a, Recompute: tc.recompute}, 1)
-		params := Memory(cfg, Work{LoRA: a}).Params
+		m := loraModel(t, b, cfg, Options{LoRA: a, Recompute: tc.recompute, BaseDType: tc.base}, 1)
+		params := Memory(cfg, Work{LoRA: a, BaseDType: tc.base}).Params
 		if got := b.MemStats().Allocated; got != params {
 			t.Errorf("%s: New allocated %d, accounted %d", name, got, params)
 		}
-		train := Memory(cfg, Work{LoRA: a, Train: true, Recompute: tc.recompute, Batch: 2, SeqLen: 5})
+		train := Memory(cfg, Work{LoRA: a, BaseDType: tc.base, Train: true, Recompute: tc.recompute, Batch: 2, SeqLen: 5})
 		if _, err := m.ForwardBackward(randomBatch(cfg, 2, 5, 1), 1); err != nil {
 			t.Fatal(err)
 		}
