@@ -1,8 +1,8 @@
 package llama
 
 import (
-	"math"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
