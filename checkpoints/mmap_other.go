@@ -12,3 +12,6 @@ import (
 func mmapFile(f *os.File, size int64) ([]byte, func() error, error) {
 	return nil, nil, errors.ErrUnsupported
 }
+
+// releasePages does nothing where files are not mapped.
+func releasePages(mapping []byte, off, n int64) {}

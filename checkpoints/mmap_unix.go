@@ -20,3 +20,16 @@ func mmapFile(f *os.File, size int64) ([]byte, func() error, error) {
 	}
 	return data, func() error { return syscall.Munmap(data) }, nil
 }
+
+// releasePages drops the process's mapping of the pages under b, part of
+// a mapping, once they are read: they stay in the page cache, but leave
+// this process's resident set, so that loading a model counts only the
+// model (the pages fault back in if read again).
+func releasePages(mapping []byte, off, n int64) {
+	page := int64(os.Getpagesize())
+	lo := off / page * page
+	hi := min(int64(len(mapping)), (off+n+page-1)/page*page)
+	if hi > lo {
+		_ = syscall.Madvise(mapping[lo:hi], syscall.MADV_DONTNEED) // advice only: a failure changes nothing
+	}
+}

@@ -71,6 +71,7 @@ type File struct {
 	path    string
 	size    int64
 	data    []byte      // the whole file when mapped (or in memory), else nil
+	mapped  bool        // data is a mapping of the file, whose read pages releasePages drops
 	r       io.ReaderAt // reads the file when data is nil
 	release func() error
 	closed  bool
@@ -111,7 +112,7 @@ func openFile(path string, useMmap bool) (*File, error) {
 		if data, unmap, err := mmapFile(osf, f.size); err == nil {
 			// The mapping outlives the descriptor.
 			osf.Close()
-			f.data, f.release = data, unmap
+			f.data, f.release, f.mapped = data, unmap, true
 		}
 	}
 	if f.data == nil {
@@ -537,6 +538,9 @@ func (f *File) readScratch(t *TensorInfo, dst []float32, off int64, scratch *[]b
 	if f.data != nil {
 		decode(dst, f.data[off:off+n], t.DType)
 		f.bytesRead.Add(n)
+		if f.mapped {
+			releasePages(f.data, off, n)
+		}
 		return nil
 	}
 	if *scratch == nil {

@@ -60,7 +60,7 @@ func work(cfg Config, model *checkpoints.Config, store *data.Store, g comm.Grid,
 	if g != (comm.Grid{}) {
 		ranks = g.Data * g.Z
 	}
-	opt, err := cfg.modelOptions(model)
+	opt, err := cfg.ModelOptions(model)
 	if err != nil {
 		return llama.Work{}, err
 	}

@@ -205,7 +205,7 @@ func OpenParallel(cfg Config, b engine.Backend, grid *parallel.Grid, resume stri
 	if err := r.Config.Schedule.Validate(); err != nil {
 		return fail(err)
 	}
-	opt, err := cfg.modelOptions(ck.Config)
+	opt, err := cfg.ModelOptions(ck.Config)
 	if err != nil {
 		return fail(err)
 	}
@@ -581,10 +581,10 @@ func (r *Run) checkpointPath() string {
 	return filepath.Join(r.Config.Out, "checkpoints", StepName(r.Step))
 }
 
-// modelOptions are the model's options for a run on a model of mc: its
+// ModelOptions are the model's options for a run on a model of mc: its
 // recomputation, and with a lora block the adapters and the dtype the
 // frozen base is held in.
-func (c *Config) modelOptions(mc *checkpoints.Config) (llama.Options, error) {
+func (c *Config) ModelOptions(mc *checkpoints.Config) (llama.Options, error) {
 	opt := llama.Options{Recompute: c.Recompute}
 	base, err := filepath.Abs(c.Model)
 	if err != nil {

@@ -28,6 +28,11 @@ type inspectFlags struct {
 	precision string
 	json      bool
 	verify    bool
+	// lora, when positive, adds a LoRA fine-tune of this rank on
+	// loraTargets to the report.
+	lora        int
+	loraTargets string
+	recompute   bool
 }
 
 // inspectReport is what `inspect --json` prints.
@@ -39,6 +44,25 @@ type inspectReport struct {
 	Stored     *checkpoints.SetSummary `json:"stored,omitempty"`
 	Tokenizer  *tokenizerReport        `json:"tokenizer,omitempty"`
 	Training   trainingReport          `json:"training_memory"`
+	LoRA       *loraReport             `json:"lora_memory,omitempty"`
+}
+
+// loraReport is a LoRA fine-tune's memory on one CPU rank, by the
+// engine's own accounting (llama.Memory: what the preflight checks and
+// New and the passes allocate).
+type loraReport struct {
+	Rank           int      `json:"r"`
+	Alpha          float64  `json:"lora_alpha"`
+	Targets        []string `json:"target_modules"`
+	AdapterParams  int64    `json:"adapter_params"`
+	BaseDType      string   `json:"base_dtype"`
+	Batch          int      `json:"batch"`
+	SeqLen         int      `json:"seq_len"`
+	Recompute      bool     `json:"recompute"`
+	Params         int64    `json:"params"`
+	OptimizerState int64    `json:"optimizer_state"`
+	Workspace      int64    `json:"workspace"`
+	Total          int64    `json:"total"`
 }
 
 type paramsReport struct {
@@ -102,6 +126,9 @@ Presets:
 	fl.StringVar(&f.precision, "precision", "f32", "training precision: f32 (CPU) or bf16 (mixed, fp32 master weights and moments)")
 	fl.BoolVar(&f.json, "json", false, "print one JSON object instead of a table")
 	fl.BoolVar(&f.verify, "verify", false, "check a training checkpoint's files against its checkpoint.json")
+	fl.IntVar(&f.lora, "lora", 0, "also size a LoRA fine-tune of this rank (the base frozen in its stored dtype), as finetune's preflight does")
+	fl.StringVar(&f.loraTargets, "lora-targets", "q_proj,k_proj,v_proj,o_proj", "the LoRA fine-tune's projections (with --lora)")
+	fl.BoolVar(&f.recompute, "recompute", false, "the LoRA fine-tune recomputes activations (with --lora)")
 	return cmd
 }
 
@@ -187,6 +214,11 @@ func runInspect(cmd *cobra.Command, args []string, f inspectFlags) error {
 		Activations: m.Activation, ActivationsRecompute: m.ActivationRecompute,
 		Total: m.Total(), TotalRecompute: m.TotalRecompute(),
 	}
+	if f.lora != 0 {
+		if rep.LoRA, err = loraMemory(rep, f, seq); err != nil {
+			return fmt.Errorf("inspect: %w", err)
+		}
+	}
 	out := cmd.OutOrStdout()
 	if f.json {
 		enc := json.NewEncoder(out)
@@ -247,5 +279,40 @@ func printInspect(w io.Writer, r inspectReport) error {
 	row("  optimizer (2 moments)", "%s", units.FormatBytes(t.OptimizerState))
 	row("  activations", "%s (with recomputation %s; the engine's workspace)", engine.FormatNeed(t.Activations), engine.FormatNeed(t.ActivationsRecompute))
 	row("  total", "%s (with recomputation %s)", engine.FormatNeed(t.Total), engine.FormatNeed(t.TotalRecompute))
+	if l := r.LoRA; l != nil {
+		fmt.Fprintln(tw)
+		recompute := ""
+		if l.Recompute {
+			recompute = ", recomputation"
+		}
+		row("LoRA fine-tune", "r %d, alpha %g on %s, AdamW, batch %d × %d tokens%s (one CPU rank)", l.Rank, l.Alpha, strings.Join(l.Targets, ","), l.Batch, l.SeqLen, recompute)
+		row("  adapters", "%s parameters", units.FormatCount(l.AdapterParams))
+		row("  weights", "%s (base frozen in %s, no gradients; adapters f32 with gradients)", units.FormatBytes(l.Params), l.BaseDType)
+		row("  optimizer (2 moments)", "%s", units.FormatBytes(l.OptimizerState))
+		row("  workspace", "%s (activations, the engine's plan)", engine.FormatNeed(l.Workspace))
+		row("  total", "%s", engine.FormatNeed(l.Total))
+	}
 	return tw.Flush()
+}
+
+// loraMemory sizes the LoRA fine-tune of f on the report's model: the
+// base held in its stored dtype (as lora.base_dtype auto holds it), by
+// llama.Memory, the accounting finetune's preflight checks.
+func loraMemory(rep inspectReport, f inspectFlags, seq int) (*loraReport, error) {
+	lc := finetune.LoRA{Rank: f.lora, Targets: f.loraTargets, BaseDType: "auto"}
+	cfg := finetune.DefaultConfig()
+	cfg.LoRA, cfg.Recompute = lc, f.recompute
+	a, err := lc.Adapter("")
+	if err != nil {
+		return nil, fmt.Errorf("--lora: %w", err)
+	}
+	opt, err := cfg.ModelOptions(rep.Config)
+	if err != nil {
+		return nil, err
+	}
+	w := llama.Work{Train: true, Recompute: f.recompute, Moments: 2, Batch: f.batch, SeqLen: seq, LoRA: a, BaseDType: opt.BaseDType}
+	m := llama.Memory(rep.Config, w)
+	return &loraReport{Rank: a.R, Alpha: a.LoRAAlpha, Targets: a.TargetModules, AdapterParams: rep.Config.AdapterParams(a),
+		BaseDType: opt.BaseDType.String(), Batch: f.batch, SeqLen: seq, Recompute: f.recompute,
+		Params: m.Params, OptimizerState: m.Optimizer, Workspace: m.Workspace, Total: m.Total()}, nil
 }

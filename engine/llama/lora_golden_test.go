@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -184,4 +185,37 @@ func ulps(a, b float32, dtype checkpoints.DType) int64 {
 		d >>= 16
 	}
 	return d
+}
+
+// TestLoadInBlocks: a model loaded a few rows at a time (as large
+// matrices are) holds the weights of one loaded whole, in f32 and bf16.
+func TestLoadInBlocks(t *testing.T) {
+	dir := filepath.Join("testdata", "golden", "lora-rslora-bf16")
+	ck, err := checkpoints.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	ad := &checkpoints.AdapterConfig{PEFTType: "LORA", R: 2, LoRAAlpha: 4, TargetModules: []string{"q_proj"}}
+	for _, opt := range []Options{{}, {LoRA: ad, BaseDType: engine.BF16}} {
+		whole, err := Load(newBackend(1), ck, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks, err := New(newBackend(1), ck.Config, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks.loadChunkLimit = 7
+		if err := blocks.LoadWeights(ck.Weights); err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range whole.Params() {
+			if a, b := download(whole, p.Value), download(blocks, blocks.Params()[i].Value); !slices.Equal(a, b) {
+				t.Errorf("%v: %s loaded in blocks differs", opt.BaseDType, p.Name)
+			}
+		}
+		whole.Free()
+		blocks.Free()
+	}
 }

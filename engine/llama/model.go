@@ -87,6 +87,9 @@ type Model struct {
 	// flatRowsLimit, when positive, replaces flatRows' int32 bound (the
 	// tests make it small to run the chunked path on tiny shapes).
 	flatRowsLimit int
+	// loadChunkLimit, when positive, replaces loadChunk (the tests make
+	// it small to load tiny matrices in blocks).
+	loadChunkLimit int
 }
 
 // New allocates a model of the given configuration with zero weights and
@@ -203,6 +206,32 @@ func (m *Model) LoadWeights(r parallel.SliceReader) error {
 func (m *Model) ReadInto(r parallel.SliceReader, name string, p *engine.Param, t *engine.Tensor) error {
 	var data []float32
 	var err error
+	chunk := loadChunk
+	if m.loadChunkLimit > 0 {
+		chunk = m.loadChunkLimit
+	}
+	if m.Options.Parallel == nil && len(p.Full) == 2 && t.Len() > chunk {
+		// A large matrix goes up a block of rows at a time, so that
+		// loading holds no float32 copy of it (a bf16 base's embedding
+		// would take twice its own size).
+		rows, cols := p.Full[0], p.Full[1]
+		if t.Len() != rows*cols {
+			return fmt.Errorf("llama: tensor %q has %d elements, want %d", name, t.Len(), rows*cols)
+		}
+		step := max(1, chunk/cols)
+		for r0 := 0; r0 < rows; r0 += step {
+			r1 := min(rows, r0+step)
+			v, err := r.ReadSlice(name, r0, r1, 0, cols)
+			if err != nil {
+				return err
+			}
+			if len(v) != (r1-r0)*cols {
+				return fmt.Errorf("llama: tensor %q: rows %d–%d have %d elements, want %d", name, r0, r1, len(v), (r1-r0)*cols)
+			}
+			m.backend.Upload(t.View(r0*cols, len(v)), v)
+		}
+		return nil
+	}
 	if m.Options.Parallel == nil {
 		data = make([]float32, t.Len())
 		err = readWhole(r, name, data)
@@ -218,6 +247,9 @@ func (m *Model) ReadInto(r parallel.SliceReader, name string, p *engine.Param, t
 	m.backend.Upload(t, data)
 	return nil
 }
+
+// loadChunk bounds the values ReadInto holds at a time for a large matrix.
+const loadChunk = 1 << 22
 
 // readWhole reads a whole tensor into dst, without a second copy when r
 // can (checkpoints.Set and File can).
