@@ -91,8 +91,11 @@ func (c *Checkpoint) Close() error { return c.Weights.Close() }
 
 // TokenizerPath returns the path of the folder's tokenizer.json, or "" when
 // it has none.
-func (c *Checkpoint) TokenizerPath() string {
-	p := filepath.Join(c.Dir, tokenizer.FileName)
+func (c *Checkpoint) TokenizerPath() string { return TokenizerPathIn(c.Dir) }
+
+// TokenizerPathIn is TokenizerPath of the checkpoint folder dir.
+func TokenizerPathIn(dir string) string {
+	p := filepath.Join(dir, tokenizer.FileName)
 	if _, err := os.Stat(p); err != nil {
 		return ""
 	}

@@ -822,7 +822,12 @@ func (r *Runner) runArm(ar armRun) error {
 		res.HeldoutLoss, res.HeldoutPerplexity = last.EvalLoss, last.EvalPerplex
 		res.FinalTrainLoss = report.FinalTrainLoss(metrics)
 	}
-	mcfg, err := checkpoints.ReadConfig(final)
+	// A LoRA arm's final is its adapter on the base.
+	ref, _, err := finetune.ResolveAdapted(final, "")
+	if err != nil {
+		return err
+	}
+	mcfg, err := checkpoints.ReadConfig(ref.Dir)
 	if err != nil {
 		return err
 	}
@@ -851,12 +856,12 @@ func (r *Runner) runArm(ar armRun) error {
 			return err
 		}
 		beside := llama.Memory(baseCfg, llama.Work{Grid: r.Launch.Grid, Overlap: r.Launch.Overlap}).Params
-		l, err := r.evalLauncher(final, llama.Work{Batch: batch, SeqLen: r.Spec.Targets.MaxTokens, Beside: beside})
+		l, err := r.evalLauncher(ref.Dir, llama.Work{Batch: batch, SeqLen: r.Spec.Targets.MaxTokens, Beside: beside})
 		if err != nil {
 			return fmt.Errorf("experiments: eval %s: %w", name, err)
 		}
 		err = l.Run(func(rk launch.Rank) error {
-			return r.evaluateArm(rk, final, base, name, dir, protocols, todo, summaries)
+			return r.evaluateArm(rk, ref, base, name, dir, protocols, todo, summaries)
 		})
 		if err != nil {
 			return err
@@ -878,21 +883,14 @@ func (r *Runner) runArm(ar armRun) error {
 // model, not the probes); the lead rank writes each evaluation and its
 // summary into summaries. The arm's base model is the reference of the
 // reference-model attack.
-func (r *Runner) evaluateArm(rk launch.Rank, final, base, name, dir string, protocols []memorization.Protocol, todo []int, summaries []*memorization.Summary) error {
-	load := func(path string) (*llama.Model, error) {
-		ck, err := checkpoints.Open(path)
-		if err != nil {
-			return nil, err
-		}
-		defer ck.Close()
-		return llama.Load(rk.Backend, ck, llama.Options{Parallel: rk.Grid})
-	}
-	m, err := load(final)
+func (r *Runner) evaluateArm(rk launch.Rank, final finetune.ModelRef, base, name, dir string, protocols []memorization.Protocol, todo []int, summaries []*memorization.Summary) error {
+	opt := llama.Options{Parallel: rk.Grid}
+	m, err := finetune.LoadModel(rk.Backend, final, opt)
 	if err != nil {
 		return err
 	}
 	defer m.Free()
-	ref, err := load(base)
+	ref, err := finetune.LoadModel(rk.Backend, finetune.ModelRef{Dir: base}, opt)
 	if err != nil {
 		return fmt.Errorf("experiments: arm %s: the base model as reference: %w", name, err)
 	}
@@ -951,12 +949,7 @@ func (r *Runner) baseHeldoutLoss(dir string) (float64, error) {
 		return 0, fmt.Errorf("experiments: base %s: %w", dir, err)
 	}
 	err = l.Run(func(rk launch.Rank) error {
-		ck, err := checkpoints.Open(dir)
-		if err != nil {
-			return err
-		}
-		m, err := llama.Load(rk.Backend, ck, llama.Options{Parallel: rk.Grid})
-		ck.Close()
+		m, err := finetune.LoadModel(rk.Backend, finetune.ModelRef{Dir: dir}, llama.Options{Parallel: rk.Grid})
 		if err != nil {
 			return err
 		}

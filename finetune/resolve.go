@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 
 	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/llama"
 )
 
 // CheckpointsDir is the folder of a run's checkpoints, inside the run folder.
@@ -100,4 +102,34 @@ func ResolveAdapted(model, adapter string) (ref ModelRef, note string, err error
 		}
 	}
 	return ModelRef{Dir: dir, Adapter: adapter}, note, nil
+}
+
+// LoadModel loads the model of ref on backend b: its checkpoint (this
+// rank's shards, with opt.Parallel) and, when ref has one, its LoRA
+// adapter on top (opt.LoRA is set from the adapter's configuration).
+func LoadModel(b engine.Backend, ref ModelRef, opt llama.Options) (*llama.Model, error) {
+	ck, err := checkpoints.Open(ref.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer ck.Close()
+	var ad *checkpoints.Adapter
+	if ref.Adapter != "" {
+		if ad, err = checkpoints.OpenAdapter(ref.Adapter, ck.Config); err != nil {
+			return nil, err
+		}
+		defer ad.Close()
+		opt.LoRA = ad.Config
+	}
+	m, err := llama.Load(b, ck, opt)
+	if err != nil {
+		return nil, err
+	}
+	if ad != nil {
+		if err := m.LoadAdapters(ad.Weights); err != nil {
+			m.Free()
+			return nil, fmt.Errorf("finetune: %s: %w", ref.Adapter, err)
+		}
+	}
+	return m, nil
 }

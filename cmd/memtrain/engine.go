@@ -116,35 +116,18 @@ type loadedModel struct {
 // with opt.Parallel, this rank's shards of it; with adapter (a PEFT
 // adapter folder, or a LoRA run's checkpoint) its LoRA adapter on top.
 func loadOn(dir, adapter string, b engine.Backend, opt llama.Options, needTokenizer bool) (*loadedModel, error) {
-	ck, err := checkpoints.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer ck.Close()
-	var ad *checkpoints.Adapter
-	if adapter != "" {
-		if ad, err = checkpoints.OpenAdapter(adapter, ck.Config); err != nil {
-			return nil, err
-		}
-		defer ad.Close()
-		opt.LoRA = ad.Config
-	}
 	lm := &loadedModel{dir: dir}
-	if path := ck.TokenizerPath(); path != "" {
+	if path := checkpoints.TokenizerPathIn(dir); path != "" {
+		var err error
 		if lm.tok, _, err = openTokenizer(path); err != nil {
 			return nil, err
 		}
 	} else if needTokenizer {
 		return nil, errNoTokenizer(dir)
 	}
-	if lm.model, err = llama.Load(b, ck, opt); err != nil {
+	var err error
+	if lm.model, err = finetune.LoadModel(b, finetune.ModelRef{Dir: dir, Adapter: adapter}, opt); err != nil {
 		return nil, err
-	}
-	if ad != nil {
-		if err := lm.model.LoadAdapters(ad.Weights); err != nil {
-			lm.model.Free()
-			return nil, fmt.Errorf("%s: %w", adapter, err)
-		}
 	}
 	return lm, nil
 }
