@@ -205,10 +205,19 @@ func TestWriteReportSweep(t *testing.T) {
 		"## Protocol carlini-50: carlini(…)",
 		"### prefix 16 tokens, suffix 50 tokens",
 		"### prefix 32 tokens, suffix 50 tokens",
-		// One seed: bootstrap intervals. exact 0.25 [0.15, 0.30]; token
-		// match 0.45 [0.35, 0.55]; ROUGE-L tokens 0.50 [0.40, 0.60], words
-		// 0.55 [0.45, 0.65]; held-out exact 0.025 [0, 0.075].
-		"| goldfish-k4 | 8 / 8 | 25.0% [15.0, 30.0] | 45.0% [35.0, 55.0] | 50.0% [40.0, 60.0] | 55.0% [45.0, 65.0] | 2.5% [0.0, 7.5] | 2.400 | 11.02 | 0.250 | 0.850 | 0.840 | 0.830 | 35.0% / 0.0% | 25.0% / 15.0% | 12.5% / 0.0% | — | — |",
+		// One seed: the mean, no spread over seeds ("± —", not ± 0) …
+		"| goldfish-k4 | 8 / 8 | 25.0% ± — | 45.0% ± — | 50.0% ± — | 55.0% ± — | 2.5% ± — | 2.400 ± — | 11.02 ± — | 0.250 ± — | 0.850 ± — | 0.840 ± — | 0.830 ± — | 35.0% ± — / 0.0% ± — | 25.0% ± — / 15.0% ± — | 12.5% ± — / 0.0% ± — | — | — |",
+		// … and in the per-seed table its bootstrap intervals. exact 0.25
+		// [0.15, 0.30]; token match 0.45 [0.35, 0.55]; ROUGE-L tokens 0.50
+		// [0.40, 0.60], words 0.55 [0.45, 0.65]; held-out exact 0.025 [0,
+		// 0.075].
+		"## Per-seed results",
+		"| arm | seed | documents (members / held-out) | exact match |",
+		"| goldfish-k4 | 1 | 8 / 8 | 25.0% [15.0, 30.0] | 45.0% [35.0, 55.0] | 50.0% [40.0, 60.0] | 55.0% [45.0, 65.0] | 2.5% [0.0, 7.5] | 2.400 | 11.02 | 0.250 | 0.850 | 0.840 | 0.830 | 35.0% / 0.0% | 25.0% / 15.0% | 12.5% / 0.0% | — | — |",
+		// The two seeds of the standard arm, each with its intervals:
+		// exact 0.8 [0.7, 0.85] and 0.9 [0.8, 0.95].
+		"| standard | 1 | 8 / 8 | 80.0% [70.0, 85.0] |",
+		"| standard | 2 | 8 / 8 | 90.0% [80.0, 95.0] |",
 		// Two seeds: mean ± the standard deviation over seeds. exact 0.8,
 		// 0.9: 85.0 ± 7.1; token match 0.8, 0.85: 82.5 ± 3.5; ROUGE-L
 		// tokens 0.85, 0.9: 87.5 ± 3.5; words 0.9, 0.95: 92.5 ± 3.5;
@@ -224,9 +233,13 @@ func TestWriteReportSweep(t *testing.T) {
 			t.Errorf("report.md lacks %q", want)
 		}
 	}
-	// Three tables (one goldfish prefix, two carlini) of four arms.
+	// Three tables (one goldfish prefix, two carlini) of four arms, and
+	// as many per-seed tables.
 	if n := strings.Count(md, "| goldfish-k8 | 8 / 8 |"); n != 3 {
 		t.Errorf("goldfish-k8 has %d table rows, want 3", n)
+	}
+	if n := strings.Count(md, "| goldfish-k8 | 1 | 8 / 8 |"); n != 3 {
+		t.Errorf("goldfish-k8 has %d per-seed rows, want 3", n)
 	}
 	if strings.Contains(md, "memorization-vs-params") {
 		t.Error("one model size, yet a plot against parameters")
@@ -323,7 +336,8 @@ func TestWriteReportModelSizes(t *testing.T) {
 		// Ordered by size, standard first.
 		"| std-small | standard | — | — | — | small | 1M |",
 		"| std-large | standard | — | — | — | large | 8B |",
-		"| gf4-large | 8 / 8 | 6.2% [0.0, 11.2] |",
+		"| gf4-large | 8 / 8 | 6.2% ± — |",
+		"| gf4-large | 1 | 8 / 8 | 6.2% [0.0, 11.2] |",
 		"(plots/memorization-vs-params-goldfish-50.png)",
 		"## Warnings\n\n- gf4-large-s1: no training metrics",
 	} {
@@ -400,23 +414,47 @@ func TestWriteReportErrors(t *testing.T) {
 	}
 }
 
+// TestReportFormatting: an arm's cell is the mean over seeds ± their
+// sample standard deviation (n − 1), "± —" with one seed (never ± 0); a
+// seed's cell is its value with its bootstrap interval.
 func TestReportFormatting(t *testing.T) {
 	for _, c := range []struct {
-		s         reportStat
-		pct, num3 string
+		s                            reportStat
+		pct, num3, seedPct, seedNum3 string
 	}{
-		{reportStat{}, "—", "—"},
-		{statOfIntervals([]memorization.Interval{fixInterval(0.875, 0.78125, 0.953125)}), "87.5% [78.1, 95.3]", "0.875 [0.781, 0.953]"},
-		{statOfIntervals([]memorization.Interval{fixInterval(0.8, 0, 1), fixInterval(0.9, 0, 1)}), "85.0% ± 7.1", "0.850 ± 0.071"},
-		{statOfValues([]float64{2.5}), "250.0%", "2.500"},
-		{statOfValues([]float64{1, 2, 3}), "200.0% ± 100.0", "2.000 ± 1.000"},
+		{reportStat{}, "—", "—", "—", "—"},
+		{statOfIntervals([]memorization.Interval{fixInterval(0.875, 0.78125, 0.953125)}),
+			"87.5% ± —", "0.875 ± —", "87.5% [78.1, 95.3]", "0.875 [0.781, 0.953]"},
+		// 0.8, 0.9: mean 0.85, sd √(2 · 0.05² / 1) = 0.0707.
+		{statOfIntervals([]memorization.Interval{fixInterval(0.8, 0, 1), fixInterval(0.9, 0, 1)}),
+			"85.0% ± 7.1", "0.850 ± 0.071", "85.0%", "0.850"},
+		{statOfValues([]float64{2.5}), "250.0% ± —", "2.500 ± —", "250.0%", "2.500"},
+		// 1, 2, 3: mean 2, sd √((1 + 0 + 1) / 2) = 1.
+		{statOfValues([]float64{1, 2, 3}), "200.0% ± 100.0", "2.000 ± 1.000", "200.0%", "2.000"},
+		// 1, 2, 3, 6: mean 3, sd √(14 / 3) = 2.160.
+		{statOfValues([]float64{1, 2, 3, 6}), "300.0% ± 216.0", "3.000 ± 2.160", "300.0%", "3.000"},
+		// Equal seeds: a spread of 0 is a result, shown as 0.
+		{statOfValues([]float64{0.5, 0.5}), "50.0% ± 0.0", "0.500 ± 0.000", "50.0%", "0.500"},
 	} {
-		if got := c.s.pct(); got != c.pct {
-			t.Errorf("%+v.pct() = %q, want %q", c.s, got, c.pct)
+		if got := c.s.pct(acrossSeeds); got != c.pct {
+			t.Errorf("%+v.pct(acrossSeeds) = %q, want %q", c.s, got, c.pct)
 		}
-		if got := c.s.num(3); got != c.num3 {
-			t.Errorf("%+v.num(3) = %q, want %q", c.s, got, c.num3)
+		if got := c.s.num(acrossSeeds, 3); got != c.num3 {
+			t.Errorf("%+v.num(acrossSeeds, 3) = %q, want %q", c.s, got, c.num3)
 		}
+		if got := c.s.pct(perSeed); got != c.seedPct {
+			t.Errorf("%+v.pct(perSeed) = %q, want %q", c.s, got, c.seedPct)
+		}
+		if got := c.s.num(perSeed, 3); got != c.seedNum3 {
+			t.Errorf("%+v.num(perSeed, 3) = %q, want %q", c.s, got, c.seedNum3)
+		}
+	}
+	// One seed's spread is unknown, not 0; several seeds' is the n − 1 one.
+	if s := statOfValues([]float64{0.25}); !math.IsNaN(s.SD) || s.Mean != 0.25 || s.Seeds != 1 {
+		t.Errorf("one seed: %+v, want mean 0.25 and SD NaN", s)
+	}
+	if s := statOfValues([]float64{1, 2, 3, 6}); math.Abs(s.SD-math.Sqrt(14.0/3)) > 1e-12 || s.Lo != s.Mean-s.SD || s.Hi != s.Mean+s.SD {
+		t.Errorf("four seeds: %+v, want SD √(14/3) and [Lo, Hi] = mean ∓ SD", s)
 	}
 }
 
