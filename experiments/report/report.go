@@ -108,8 +108,7 @@ func Write(dir string, opt Options) (*Written, error) {
 		return nil, err
 	}
 	curves := readCurves(dir, arms)
-	multi := slices.ContainsFunc(arms, func(a *reportArm) bool { return len(a.runs) > 1 })
-	if fig, err := plotExtractionCurves(dir, curves, multi); err != nil {
+	if fig, err := plotExtractionCurves(dir, curves); err != nil {
 		return nil, err
 	} else if fig != nil {
 		figs = append(figs, *fig)

@@ -684,11 +684,31 @@ func TestWriteReportExtractionCurves(t *testing.T) {
 		"| standard | 1 | goldfish-50 | 4 | 10 (3) | 20 | 100.0% | 0.0% |",
 		"| standard | 2 | goldfish-50 | 4 | 15 (4) | 20 | 75.0% | 0.0% |",
 		"| goldfish-k4 | 1 | goldfish-50 | 4 | — | 20 | 37.5% | 0.0% |",
+		// Over the standard arm's two seeds: steps 10 and 15 (12.5 ± 3.5),
+		// epochs 3 and 4 (3.5 ± 0.7), last 100% and 75% (87.5 ± 17.7).
+		"| standard | 2 | 2 of 2 | 12.5 ± 3.5 | 3.5 ± 0.7 | 87.5% ± 17.7 |",
 		"![Memorization during training](plots/memorization-vs-step.png)",
+		"an arm with several seeds is drawn as their mean, the shaded band spanning the seeds' range (min–max) at each step",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report.md lacks %q:\n%s", want, md)
 		}
+	}
+	// The figure's lines: the standard arm's mean over its two seeds with
+	// their range, goldfish-k4's one seed.
+	results, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acs := armCurves(readCurves(dir, groupArms(results)))
+	if len(acs) != 2 || acs[0].run.Arm != "standard" || acs[0].seeds != 2 || acs[1].seeds != 1 {
+		t.Fatalf("arm curves %+v", acs)
+	}
+	if got, want := acs[0].members[1], (seedRange{mean: 0.4375, lo: 0.375, hi: 0.5}); got != want || acs[0].steps[1] != 10 {
+		t.Errorf("standard at step %g: %+v, want %+v", acs[0].steps[1], got, want)
+	}
+	if len(acs[0].held) != 4 || acs[0].held[3].mean != 0 {
+		t.Errorf("standard's held-out curve %+v", acs[0].held)
 	}
 	// Without extraction points: no figure and no section.
 	plain := t.TempDir()
