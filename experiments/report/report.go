@@ -35,9 +35,12 @@ type Options struct {
 
 // Written lists what Write wrote.
 type Written struct {
-	Markdown string   // dir/report.md
-	CSV      string   // dir/results.csv
-	Plots    []string // dir/plots/*.png, in the order report.md shows them
+	Markdown string // dir/report.md
+	CSV      string // dir/results.csv
+	// Documents is dir/documents.csv, the per-target table: every
+	// document's outcome in every evaluation.
+	Documents string
+	Plots     []string // dir/plots/*.png, in the order report.md shows them
 	// Runs is the number of finished arm × seed results reported, Arms the
 	// number of arms they make, Unfinished the arm folders left out because
 	// they have no result yet.
@@ -47,15 +50,17 @@ type Written struct {
 	Warnings []string
 }
 
-// Files returns every file written: report.md, results.csv, then the plots.
+// Files returns every file written: report.md, results.csv, documents.csv,
+// then the plots.
 func (r *Written) Files() []string {
-	return append([]string{r.Markdown, r.CSV}, r.Plots...)
+	return append([]string{r.Markdown, r.CSV, r.Documents}, r.Plots...)
 }
 
 // Write loads every finished arm of the experiment in dir and writes
 // dir/report.md (setup, one table per protocol and prefix length, the
 // plots), dir/results.csv (every number, one row per arm × seed ×
-// protocol × prefix length × group) and dir/plots/*.png. Unfinished arms
+// protocol × prefix length × group), dir/documents.csv (every document's
+// outcome: the per-target table) and dir/plots/*.png and *.svg. Unfinished arms
 // are left out and counted; an experiment with no finished arm is an
 // error. Every file is replaced atomically, so a report is never half
 // written.
@@ -96,6 +101,7 @@ func Write(dir string, opt Options) (*Written, error) {
 	rep := &Written{
 		Markdown:   filepath.Join(dir, MarkdownFile),
 		CSV:        filepath.Join(dir, CSVFile),
+		Documents:  filepath.Join(dir, DocumentsFile),
 		Runs:       len(results),
 		Arms:       len(arms),
 		Unfinished: unfinished,
@@ -103,7 +109,8 @@ func Write(dir string, opt Options) (*Written, error) {
 	if err := os.MkdirAll(filepath.Join(dir, PlotsDir), 0o755); err != nil {
 		return nil, fmt.Errorf("report: %w", err)
 	}
-	figs, err := writePlots(dir, arms, protos, &rep.Warnings)
+	docs := readEvalDocs(dir, arms, protos, &rep.Warnings)
+	figs, err := writePlots(dir, arms, protos, docs, &rep.Warnings)
 	if err != nil {
 		return nil, err
 	}
@@ -126,6 +133,13 @@ func Write(dir string, opt Options) (*Written, error) {
 		return nil, fmt.Errorf("report: %w", err)
 	}
 	if err := atomicfile.WriteFile(rep.CSV, table); err != nil {
+		return nil, fmt.Errorf("report: %w", err)
+	}
+	perDoc, err := renderDocuments(arms, protos, docs)
+	if err != nil {
+		return nil, fmt.Errorf("report: %w", err)
+	}
+	if err := atomicfile.WriteFile(rep.Documents, perDoc); err != nil {
 		return nil, fmt.Errorf("report: %w", err)
 	}
 	return rep, nil
@@ -446,7 +460,7 @@ func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, c
 	} else if rep.Unfinished > 1 {
 		fmt.Fprintf(&b, "; %d unfinished runs are left out", rep.Unfinished)
 	}
-	b.WriteString(". Every number is also in [results.csv](results.csv)")
+	b.WriteString(". Every number is also in [results.csv](results.csv), every document's outcome in [documents.csv](documents.csv)")
 	if spec {
 		b.WriteString("; the experiment is [spec.yaml](spec.yaml)")
 	}

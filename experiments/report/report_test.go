@@ -721,3 +721,57 @@ func TestWriteReportExtractionCurves(t *testing.T) {
 		t.Error("a report without extraction points has the curves")
 	}
 }
+
+// TestDocumentsCSV: documents.csv, the per-target table, has its
+// documented header and one row per probe with the document's scores; a
+// skipped document keeps one row, its probe cells empty.
+func TestDocumentsCSV(t *testing.T) {
+	dir := reportDir(t, "documents")
+	writeFixture(t, dir, sweepRuns[3:4]) // goldfish-k4, seed 1
+	ref := 2.25
+	docs := []memorization.DocResult{
+		{Doc: 0, Member: true, Source: "sotu.jsonl", Line: 7, Tokens: 120, Loss: 0.5, Zlib: 0.004, MinK: -1.5, RefLoss: &ref,
+			Probes: []memorization.Result{{Doc: 0, K: 70, Suffix: []int32{5, 6, 7, 8}, Pred: []int32{5, 6, 7, 9}, TokenMatch: 0.75,
+				PrefixMatch: 3, RougeLIDs: 0.75, RougeLText: 0.8, Samples: 4, SampleHits: 1}}},
+		{Doc: 9, Member: false, Source: "sotu.jsonl", Line: 8, Tokens: 40, Loss: 3, MinK: -6, Skipped: "too short"},
+	}
+	var b bytes.Buffer
+	for _, d := range docs {
+		writeJSONLine(t, &b, d)
+	}
+	writeReportFile(t, filepath.Join(dir, "arms", "goldfish-k4-s1", "eval", "goldfish-50", DocsFile), b.Bytes())
+	rep, err := Write(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Documents != filepath.Join(dir, DocumentsFile) || !slices.Contains(rep.Files(), rep.Documents) {
+		t.Errorf("documents.csv written as %q, files %q", rep.Documents, rep.Files())
+	}
+	rows := readReportCSV(t, rep.Documents)
+	wantHeader := []string{"arm", "seed", "loss", "k", "protocol", "doc", "member", "repetitions", "source", "line", "tokens", "skipped",
+		"prefix_len", "suffix_len", "exact_match", "token_match", "rougeL_tokens", "rougeL_words", "prefix_match",
+		"doc_loss", "zlib", "min_k", "ref_loss", "ref_score", "samples", "sample_hits", "extraction_prob"}
+	if !slices.Equal(rows[0], wantHeader) {
+		t.Errorf("header %q\nwant   %q", rows[0], wantHeader)
+	}
+	// goldfish-50's two documents, then carlini-50's 16 × 2 probes.
+	if len(rows) != 1+2+2*fixDocs*2 {
+		t.Fatalf("%d rows, want %d", len(rows), 1+2+2*fixDocs*2)
+	}
+	want := []string{"goldfish-k4", "1", "goldfish", "4", "goldfish-50", "0", "true", "", "sotu.jsonl", "7", "120", "",
+		"70", "4", "0", "0.75", "0.75", "0.8", "3",
+		"0.5", "0.004", "-1.5", "2.25", "-1.75", "4", "1", "0.25"}
+	if !slices.Equal(rows[1], want) {
+		t.Errorf("member row %q\nwant       %q", rows[1], want)
+	}
+	skipped := []string{"goldfish-k4", "1", "goldfish", "4", "goldfish-50", "9", "false", "", "sotu.jsonl", "8", "40", "too short",
+		"", "", "", "", "", "", "", "", "", "", "", "", "", "", ""}
+	if !slices.Equal(rows[2], skipped) {
+		t.Errorf("skipped row %q\nwant        %q", rows[2], skipped)
+	}
+	for _, r := range rows {
+		if len(r) != len(wantHeader) {
+			t.Fatalf("row %q: %d cells, header %d", r, len(r), len(wantHeader))
+		}
+	}
+}
