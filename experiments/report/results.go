@@ -68,9 +68,17 @@ type ArmResult struct {
 	// BaseHeldoutLoss is the base model's loss on the held-out documents,
 	// before fine-tuning: what HeldoutLoss is to be compared with.
 	BaseHeldoutLoss float64 `json:"base_heldout_loss,omitempty"`
-	TrainDir        string  `json:"train_dir"` // holds metrics.jsonl
-	Evals           []Eval  `json:"evals"`
-	Seconds         float64 `json:"seconds"` // wall time of training and evaluation
+	// FillerHeldout is the number of filler documents held out of the
+	// training data (targets: filler: holdout); FillerHeldoutLoss is the
+	// arm's mean loss on them after training and BaseFillerHeldoutLoss
+	// the base model's, their ratio the arm's utility on the filler's
+	// domain (0 without held-out filler).
+	FillerHeldout         int     `json:"filler_heldout,omitempty"`
+	FillerHeldoutLoss     float64 `json:"filler_heldout_loss,omitempty"`
+	BaseFillerHeldoutLoss float64 `json:"base_filler_heldout_loss,omitempty"`
+	TrainDir              string  `json:"train_dir"` // holds metrics.jsonl
+	Evals                 []Eval  `json:"evals"`
+	Seconds               float64 `json:"seconds"` // wall time of training and evaluation
 }
 
 // repetitions is how many copies of document d the training data held,
