@@ -299,8 +299,17 @@ func plotModelName(m string) string { return filepath.Base(filepath.Clean(m)) }
 // them in the order the report shows them. Missing per-run inputs
 // (metrics.jsonl, docs.jsonl) are warnings: the plots are drawn without
 // them.
-func writePlots(dir string, arms []*reportArm, protos []*reportProtocol, docs evalDocs, warnings *[]string) ([]reportFigure, error) {
+func writePlots(dir string, arms []*reportArm, protos []*reportProtocol, docs evalDocs, reps []repetitionSet, warnings *[]string) ([]reportFigure, error) {
 	var figs []reportFigure
+	for _, set := range reps {
+		fig, err := plotMemorizationVsRepetitions(dir, set)
+		if err != nil {
+			return nil, err
+		}
+		if fig != nil {
+			figs = append(figs, *fig)
+		}
+	}
 	for _, p := range protos {
 		fs, err := plotMemorizationVsK(dir, arms, p)
 		if err != nil {

@@ -110,7 +110,8 @@ func Write(dir string, opt Options) (*Written, error) {
 		return nil, fmt.Errorf("report: %w", err)
 	}
 	docs := readEvalDocs(dir, arms, protos, &rep.Warnings)
-	figs, err := writePlots(dir, arms, protos, docs, &rep.Warnings)
+	reps := repetitionSets(arms, protos, docs)
+	figs, err := writePlots(dir, arms, protos, docs, reps, &rep.Warnings)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +125,7 @@ func Write(dir string, opt Options) (*Written, error) {
 		rep.Plots = append(rep.Plots, filepath.Join(dir, f.File))
 	}
 	_, specErr := os.Stat(filepath.Join(dir, "spec.yaml"))
-	md := renderMarkdown(opt.Title, arms, protos, curves, figs, rep, specErr == nil)
+	md := renderMarkdown(opt.Title, arms, protos, curves, reps, figs, rep, specErr == nil)
 	if err := atomicfile.WriteFile(rep.Markdown, md); err != nil {
 		return nil, fmt.Errorf("report: %w", err)
 	}
@@ -180,6 +181,20 @@ func groupArms(results []ArmResult) []*reportArm {
 		)
 	})
 	return arms
+}
+
+// repeatsCell is the setup's repeats of an arm: how many times each target
+// was seen; for canaries their counts of copies and the epochs.
+func (a *reportArm) repeatsCell() string {
+	if len(a.TargetRepetitions) == 0 {
+		return strconv.Itoa(a.Repeats)
+	}
+	counts := slices.Compact(slices.Sorted(slices.Values(a.TargetRepetitions)))
+	parts := make([]string, len(counts))
+	for i, n := range counts {
+		parts[i] = strconv.Itoa(n)
+	}
+	return fmt.Sprintf("canaries: %s copies × %s", strings.Join(parts, ", "), reportPlural(a.Repeats, "epoch"))
 }
 
 func lossRank(loss string) int {
@@ -451,7 +466,7 @@ func (p *reportProtocol) prefixTitle(k int) string {
 	return fmt.Sprintf("prefix %d tokens, suffix %d tokens", k, p.SuffixLen)
 }
 
-func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, curves []runCurve, figs []reportFigure, rep *Written, spec bool) []byte {
+func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, curves []runCurve, reps []repetitionSet, figs []reportFigure, rep *Written, spec bool) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# %s\n\n", title)
 	fmt.Fprintf(&b, "%s (%s × their seeds)", reportPlural(rep.Runs, "finished run"), reportPlural(rep.Arms, "arm"))
@@ -486,7 +501,7 @@ func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, c
 			baseLoss = strconv.FormatFloat(a.BaseHeldoutLoss, 'f', 3, 64)
 		}
 		mdRow(&b, a.Arm, a.Loss, k, strategy, h, a.Model, units.ShortCount(a.Params), baseLoss, strconv.Itoa(a.Targets),
-			strconv.Itoa(a.Repeats), strconv.Itoa(a.Steps), strings.Join(seeds, ", "))
+			a.repeatsCell(), strconv.Itoa(a.Steps), strings.Join(seeds, ", "))
 	}
 	b.WriteString("\n")
 
@@ -522,6 +537,8 @@ func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, c
 		}
 	}
 	curveTable(&b, curves)
+	utilityTable(&b, arms)
+	repetitionTable(&b, reps)
 	seedTables(&b, arms, protos)
 
 	if len(figs) > 0 {
@@ -698,6 +715,7 @@ func WriteConsole(w io.Writer, results []ArmResult) error {
 var csvHeader = []string{
 	"arm", "seed", "loss", "k", "strategy", "h", "model", "params", "targets", "repeats", "steps",
 	"final_train_loss", "heldout_loss", "heldout_perplexity", "seconds",
+	"base_heldout_loss", "filler_heldout", "filler_heldout_loss", "base_filler_heldout_loss",
 	"protocol", "protocol_name", "suffix_len", "prefix_len", "group", "documents",
 	"exact_mean", "exact_lo", "exact_hi",
 	"token_match_mean", "token_match_lo", "token_match_hi",
@@ -739,7 +757,8 @@ func renderCSV(arms []*reportArm, protos []*reportProtocol) ([]byte, error) {
 		for _, r := range a.runs {
 			run := []string{r.Arm, strconv.FormatUint(r.Seed, 10), r.Loss, itoa(r.K), r.Strategy, itoa(r.H), r.Model,
 				strconv.FormatInt(r.Params, 10), itoa(r.Targets), itoa(r.Repeats), itoa(r.Steps),
-				opt(r.FinalTrainLoss), opt(r.HeldoutLoss), opt(r.HeldoutPerplexity), f(r.Seconds)}
+				opt(r.FinalTrainLoss), opt(r.HeldoutLoss), opt(r.HeldoutPerplexity), f(r.Seconds),
+				opt(r.BaseHeldoutLoss), itoa(r.FillerHeldout), opt(r.FillerHeldoutLoss), opt(r.BaseFillerHeldoutLoss)}
 			for _, p := range protos {
 				e := r.Eval(p.Key)
 				if e == nil {

@@ -775,3 +775,133 @@ func TestDocumentsCSV(t *testing.T) {
 		}
 	}
 }
+
+// writeCanaryFixture writes a canary study's results: 8 canaries, two of
+// each of 1, 4, 16 and 64 copies, and 4 held-out controls; exact[d] and
+// token[d] are canary d's outcome (held-out: 0 and 0.1), evaluated with
+// the goldfish protocol; fillerLoss is the run's held-out filler loss
+// against a base model's 2.
+func writeCanaryFixture(t *testing.T, dir, arm string, seed uint64, loss string, exact []bool, token []float64, fillerLoss float64) {
+	t.Helper()
+	name := ArmDirName(arm, seed)
+	armDir := filepath.Join("arms", name)
+	var docs []memorization.DocResult
+	for d := range 12 {
+		dr := memorization.DocResult{Doc: d, Member: d < 8, Tokens: 100, Loss: 3, MinK: -5}
+		pr := memorization.Result{Doc: d, K: 50, TokenMatch: 0.1}
+		if dr.Member {
+			dr.Loss, dr.MinK = 1, -2
+			pr.Exact, pr.TokenMatch = exact[d], token[d]
+		}
+		pr.RougeLIDs = pr.TokenMatch
+		dr.Probes = []memorization.Result{pr}
+		docs = append(docs, dr)
+	}
+	var b bytes.Buffer
+	for _, d := range docs {
+		writeJSONLine(t, &b, d)
+	}
+	e := Eval{Key: "goldfish-50", Dir: filepath.Join(armDir, "eval", "goldfish-50"),
+		Summary: *memorization.Summarize(docs, memorization.Goldfish(50), 20, memorization.Bootstrap{Resamples: 1000, Seed: 1, Level: 0.95}, false)}
+	writeReportFile(t, filepath.Join(dir, e.Dir, DocsFile), b.Bytes())
+	r := ArmResult{Schema: ResultSchema, Arm: arm, Seed: seed, Loss: loss, Model: "tiny", Params: 1000, Targets: 8, Repeats: 1, Steps: 10,
+		TargetRepetitions: []int{1, 1, 4, 4, 16, 16, 64, 64}, FillerHeldout: 4, FillerHeldoutLoss: fillerLoss, BaseFillerHeldoutLoss: 2,
+		HeldoutLoss: 3, FinalTrainLoss: 1, TrainDir: filepath.Join(armDir, "train"), Evals: []Eval{e}}
+	if loss == "goldfish" {
+		r.K, r.Strategy, r.H = 4, "hash-table", 13
+	}
+	var metrics bytes.Buffer
+	for step := 1; step <= r.Steps; step++ {
+		writeJSONLine(t, &metrics, finetune.Metrics{Schema: 1, Step: step, Loss: 1 + 1/float64(step)})
+	}
+	writeReportFile(t, filepath.Join(dir, r.TrainDir, MetricsFile), metrics.Bytes())
+	raw, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeReportFile(t, filepath.Join(dir, armDir, ResultFile), raw)
+}
+
+// TestWriteReportCanaries: the repetition table, hand-computed from the
+// canaries' outcomes; the utility table with its ratio to the base model
+// and the collapse flagged; the figure, without the collapsed arm.
+func TestWriteReportCanaries(t *testing.T) {
+	dir := reportDir(t, "canaries")
+	// Standard: seed 1 extracts 1 of the 4-copy canaries, seed 2 both;
+	// both extract every 16- and 64-copy canary and no 1-copy one. Its
+	// held-out filler loss is 2 and 2.0625 against the base's 2: ratios 1
+	// and 1.03125, within 1.05×.
+	f, x := false, true
+	writeCanaryFixture(t, dir, "standard", 1, "standard", []bool{f, f, f, x, x, x, x, x}, []float64{0.5, 0.5, 0.5, 1, 1, 1, 1, 1}, 2)
+	writeCanaryFixture(t, dir, "standard", 2, "standard", []bool{f, f, x, x, x, x, x, x}, []float64{0.5, 0.5, 1, 1, 1, 1, 1, 1}, 2.0625)
+	// Goldfish: nothing extracted, but its held-out filler loss doubled: a
+	// collapse.
+	writeCanaryFixture(t, dir, "goldfish-k4", 1, "goldfish", make([]bool, 8), []float64{0.3, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3}, 4)
+	rep, err := Write(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := readReportFile(t, rep.Markdown)
+	for _, want := range []string{
+		"| standard | standard | — | — | — | tiny | 1k | — | 8 | canaries: 1, 4, 16, 64 copies × 1 epoch | 10 | 1, 2 |",
+		"## Utility on held-out filler",
+		"| arm | seeds | held-out filler documents | base model's held-out filler loss | held-out filler loss | ratio to the base | utility |",
+		// Ratios 1 and 1.03125: 1.016 ± 0.022; losses 2 and 2.0625: 2.031 ± 0.044.
+		"| standard | 2 | 4 | 2.000 ± 0.000 | 2.031 ± 0.044 | 1.016 ± 0.022 | kept (within 1.05×) |",
+		"| goldfish-k4 | 1 | 4 | 2.000 ± — | 4.000 ± — | 2.000 ± — | collapsed (2.00× the base's): not compared |",
+		"**Utility collapse:** goldfish-k4 (2.00×)",
+		"## Memorization against repetitions",
+		"### goldfish-50: prefix: the rest of each document, suffix 50 tokens",
+		// 1 copy: nothing extracted in either seed; token match 0.5, 0.5.
+		"| standard | 1 | 1 | 2 | 0.0% ± 0.0 | s1 0.0% [0.0, 0.0]; s2 0.0% [0.0, 0.0] | 50.0% ± 0.0 | s1 50.0% [50.0, 50.0]; s2 50.0% [50.0, 50.0] | kept (within 1.05×) |",
+		// 4 copies: 1/2 and 2/2 extracted, 75.0 ± 35.4; token match 0.75
+		// and 1, 87.5 ± 17.7; the bootstrap of two canaries [0, 1]: means
+		// 0, ½ or 1, so the 95% interval is [0, 100].
+		"| standard | 4 | 4 | 2 | 75.0% ± 35.4 | s1 50.0% [0.0, 100.0]; s2 100.0% [100.0, 100.0] | 87.5% ± 17.7 | s1 75.0% [50.0, 100.0]; s2 100.0% [100.0, 100.0] | kept (within 1.05×) |",
+		"| standard | 64 | 64 | 2 | 100.0% ± 0.0 |",
+		"| standard | 0 (held out) | 0 | 4 | 0.0% ± 0.0 |",
+		"| goldfish-k4 | 16 | 16 | 2 | 0.0% ± — | s1 0.0% [0.0, 0.0] | 30.0% ± — | s1 30.0% [30.0, 30.0] | collapsed (2.00× the base's): not compared |",
+		"![Memorization against repetitions (goldfish-50)](plots/memorization-vs-repetitions-goldfish-50.png)",
+		"Left out, their utility collapsed: goldfish-k4 (held-out filler loss 2.00× the base's).",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+	checkPlots(t, dir, rep, []string{"plots/memorization-vs-repetitions-goldfish-50.png", "plots/memorization-vs-k-goldfish-50.png",
+		"plots/rougeL-distribution-goldfish-50.png", "plots/training-loss.png"})
+	// The figure's series: each arm's counts, in order.
+	arms := groupArms(mustLoad(t, dir))
+	protos := reportProtocols(arms)
+	sets := repetitionSets(arms, protos, readEvalDocs(dir, arms, protos, new([]string)))
+	if len(sets) != 1 || len(sets[0].arms) != 2 || !slices.Equal(sets[0].arms[0].counts, []int{1, 4, 16, 64}) {
+		t.Fatalf("repetition sets %+v", sets)
+	}
+	// documents.csv gives each canary its count.
+	rows := readReportCSV(t, rep.Documents)
+	col := slices.Index(rows[0], "repetitions")
+	for _, r := range rows[1:] {
+		doc, _ := strconv.Atoi(r[slices.Index(rows[0], "doc")])
+		want := ""
+		if doc < 8 {
+			want = strconv.Itoa([]int{1, 1, 4, 4, 16, 16, 64, 64}[doc])
+		}
+		if r[col] != want {
+			t.Errorf("documents.csv: doc %d repetitions %q, want %q", doc, r[col], want)
+		}
+	}
+	// results.csv carries the utility numbers.
+	res := readReportCSV(t, rep.CSV)
+	if c := slices.Index(res[0], "filler_heldout_loss"); c < 0 || res[1][c] == "" {
+		t.Errorf("results.csv has no held-out filler loss: %q", res[0])
+	}
+}
+
+func mustLoad(t *testing.T, dir string) []ArmResult {
+	t.Helper()
+	rs, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
