@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/data/tokenizer"
+	"github.com/memtrain/memtrain/experiments/report"
 	"github.com/memtrain/memtrain/internal/inputfile"
 )
 
@@ -187,4 +190,38 @@ func readJSONLTexts(t *testing.T, path string) []string {
 		out = append(out, p.Text)
 	}
 	return out
+}
+
+// TestRunnerCanaries runs the tiny canary study: each result records the
+// canaries' counts and the held-out filler's loss after training and the
+// base model's, and the report has the repetition and utility sections.
+func TestRunnerCanaries(t *testing.T) {
+	t.Setenv(CacheEnv, t.TempDir())
+	out := filepath.Join(t.TempDir(), "study")
+	spec := strings.Replace(canarySpec, "eval: {protocols", "eval: {resamples: 20, protocols", 1)
+	rep, log, err := runStudy(t, spec, out, false)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	if !strings.Contains(log, "(2 canaries × each of 1, 3, 6 copies, 9 filler)") || !strings.Contains(log, "filler: 3 documents held out for utility") {
+		t.Errorf("log:\n%s", log)
+	}
+	results, err := report.Load(out)
+	if err != nil || len(results) != 1 {
+		t.Fatalf("%d results, %v", len(results), err)
+	}
+	r := results[0]
+	if !slices.Equal(r.TargetRepetitions, []int{1, 1, 3, 3, 6, 6}) || r.FillerHeldout != 3 || r.FillerHeldoutLoss <= 0 || r.BaseFillerHeldoutLoss <= 0 {
+		t.Errorf("result: repetitions %v, %d held-out filler documents, loss %g against the base's %g",
+			r.TargetRepetitions, r.FillerHeldout, r.FillerHeldoutLoss, r.BaseFillerHeldoutLoss)
+	}
+	md, err := os.ReadFile(rep.Markdown)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"## Utility on held-out filler", "## Memorization against repetitions", "| standard | 6 | 6 | 2 |"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
 }
