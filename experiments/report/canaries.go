@@ -306,7 +306,7 @@ func plotMemorizationVsRepetitions(dir string, set repetitionSet) (*reportFigure
 		}
 		if len(ra.held) > 0 {
 			floor := groupStat(groupsOf(ra.held), tokenMatchOf)
-			f.addReference(ra.arm.Arm+": held-out token match (floor)", 100*floor.Mean, plotLighten(clr, 0.35), vg.Points(1.2), i)
+			f.addReference(ra.arm.Arm+": held-out floor", 100*floor.Mean, plotLighten(clr, 0.35), vg.Points(1.2), i)
 		}
 		used = append(used, ra.arm)
 	}
