@@ -10,8 +10,10 @@ import (
 	"io"
 	"io/fs"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -72,8 +74,11 @@ type Runner struct {
 	tok      *tokenizer.Tokenizer
 	tokFiles map[string][]byte
 	sel      *Selection
-	baseLoss map[string]float64 // held-out loss of each base model
-	models   map[string]string  // each base's model: as the spec gives it → its checkpoint folder
+	// fillerHeld are the held-out filler documents' ids (truncated as the
+	// arms' training data is), the utility measure.
+	fillerHeld [][]int32
+	baseLoss   map[baseScore]float64 // held-out losses of each base model
+	models     map[string]string     // each base's model: as the spec gives it → its checkpoint folder
 }
 
 // armRun is one arm and seed, resolved.
@@ -310,11 +315,18 @@ func (r *Runner) paths(ps []string) ([]string, error) {
 func (r *Runner) trainDir() string { return filepath.Join(r.Out, "data", "train") }
 
 // targetsFile and heldoutFile hold the chosen targets and held-out
-// controls (their text), one JSON line each.
+// controls (their text), one JSON line each; fillerHeldoutFile the filler
+// documents held out for utility.
 func (r *Runner) targetsFile() string { return filepath.Join(r.Out, "data", "targets.jsonl") }
 func (r *Runner) heldoutFile() string { return filepath.Join(r.Out, "data", "heldout.jsonl") }
+func (r *Runner) fillerHeldoutFile() string {
+	return filepath.Join(r.Out, "data", "heldout-filler.jsonl")
+}
 
-// prepareData chooses the targets and builds the training dataset.
+// prepareData chooses the targets, splits the filler and builds the
+// training dataset: each target as many times as it is to be repeated
+// (targets.copies), the training filler, and the held-out controls in the
+// holdout split. The loader shuffles them.
 func (r *Runner) prepareData() error {
 	t := &r.Spec.Targets
 	paths, err := r.paths(t.Data)
@@ -327,8 +339,26 @@ func (r *Runner) prepareData() error {
 	}
 	r.logf("targets: %d targets and %d held-out documents of %d–%d tokens chosen from %d candidates (%d left out for a shared %d-token run) in %.1fs",
 		len(r.sel.Targets), len(r.sel.Holdout), t.MinTokens, t.MaxTokens, r.sel.Candidates, r.sel.Overlapping, t.Overlap, time.Since(start).Seconds())
+	if t.Canaries != nil {
+		for i := range r.sel.Targets {
+			r.sel.Targets[i].Repetitions = t.copies(i)
+		}
+	}
 	if err := r.checkProtocols(); err != nil {
 		return err
+	}
+	// The filler is read even when the dataset exists: its held-out
+	// documents measure every arm's utility.
+	var filler, fillerHeld []Passage
+	if f := t.Filler; f != nil {
+		if filler, fillerHeld, err = r.readFiller(f); err != nil {
+			return err
+		}
+		r.fillerHeld = make([][]int32, len(fillerHeld))
+		for i, p := range fillerHeld {
+			// Scored as the arms train on text: the first max_tokens.
+			r.fillerHeld[i] = p.IDs[:min(len(p.IDs), t.MaxTokens)]
+		}
 	}
 	// The study's data folder holds the chosen documents whatever their
 	// source: user files are read in place, only built-in corpora are
@@ -337,7 +367,11 @@ func (r *Runner) prepareData() error {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return fmt.Errorf("experiments: %w", err)
 	}
-	for path, ps := range map[string][]Passage{r.targetsFile(): r.sel.Targets, r.heldoutFile(): r.sel.Holdout} {
+	files := map[string][]Passage{r.targetsFile(): r.sel.Targets, r.heldoutFile(): r.sel.Holdout}
+	if len(fillerHeld) > 0 {
+		files[r.fillerHeldoutFile()] = fillerHeld
+	}
+	for path, ps := range files {
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
 		for _, p := range ps {
@@ -362,31 +396,26 @@ func (r *Runner) prepareData() error {
 		_, err := w.Add(data.Document{Source: p.Source, Line: p.Line, IDs: p.IDs, Split: split})
 		return err
 	}
-	for rep := 0; rep < t.Repeat; rep++ {
-		for _, p := range r.sel.Targets {
+	// Round after round, every target not yet in as often as it is to be.
+	most := 0
+	for i := range r.sel.Targets {
+		most = max(most, t.copies(i))
+	}
+	for rep := 0; rep < most; rep++ {
+		for i, p := range r.sel.Targets {
+			if rep >= t.copies(i) {
+				continue
+			}
 			if err := add(p, data.Train); err != nil {
 				w.Abort()
 				return err
 			}
 		}
 	}
-	if f := t.Filler; f != nil {
-		fp, err := r.paths(f.Data)
-		if err != nil {
+	for _, p := range filler {
+		if err := add(p, data.Train); err != nil {
 			w.Abort()
 			return err
-		}
-		filler, err := readTexts(fp, f.Field, f.Documents)
-		if err != nil {
-			w.Abort()
-			return err
-		}
-		enc := r.tok.EncodeBatch(filler.texts, tokenizer.EncodeOptions{AddSpecial: true}, 0)
-		for i, ids := range enc {
-			if err := add(Passage{Source: filler.docs[i].Source, Line: filler.docs[i].Line, IDs: ids}, data.Train); err != nil {
-				w.Abort()
-				return err
-			}
 		}
 	}
 	for _, p := range r.sel.Holdout {
@@ -399,9 +428,53 @@ func (r *Runner) prepareData() error {
 	if err != nil {
 		return err
 	}
-	r.logf("dataset %s: %d training documents (%d targets × %d), %d held out, sequence length %d",
-		r.trainDir(), m.Splits.Train.Documents, len(r.sel.Targets), t.Repeat, m.Splits.Holdout.Documents, m.Settings.SeqLen)
+	what := fmt.Sprintf("%d targets × %d", len(r.sel.Targets), t.Repeat)
+	if c := t.Canaries; c != nil {
+		what = fmt.Sprintf("%d canaries × each of %s copies", c.PerCount, joinInts(c.Repetitions))
+	}
+	if len(filler) > 0 {
+		what += fmt.Sprintf(", %d filler", len(filler))
+	}
+	r.logf("dataset %s: %d training documents (%s), %d held out, sequence length %d",
+		r.trainDir(), m.Splits.Train.Documents, what, m.Splits.Holdout.Documents, m.Settings.SeqLen)
+	if len(fillerHeld) > 0 {
+		r.logf("filler: %d documents held out for utility (%s)", len(fillerHeld), r.fillerHeldoutFile())
+	}
 	return nil
+}
+
+// readFiller reads the filler corpus — Skip documents left out, then
+// Documents (0: all) — tokenized, and splits it: Holdout documents chosen
+// by the targets' seed are held out (in corpus order), the rest train.
+func (r *Runner) readFiller(f *Filler) (train, held []Passage, err error) {
+	fp, err := r.paths(f.Data)
+	if err != nil {
+		return nil, nil, err
+	}
+	docs, err := readTexts(fp, f.Field, f.Skip, f.Documents)
+	if err != nil {
+		return nil, nil, err
+	}
+	n := len(docs.texts)
+	if f.Holdout >= n && f.Holdout > 0 {
+		return nil, nil, fmt.Errorf("experiments: targets: filler: holdout %d of the %d filler documents leaves none to train on", f.Holdout, n)
+	}
+	isHeld := make([]bool, n)
+	rng := rand.New(rand.NewPCG(r.Spec.Targets.Seed, 0xf111e4))
+	for _, i := range rng.Perm(n)[:f.Holdout] {
+		isHeld[i] = true
+	}
+	enc := r.tok.EncodeBatch(docs.texts, tokenizer.EncodeOptions{AddSpecial: true}, 0)
+	for i, ids := range enc {
+		p := Passage{Source: docs.docs[i].Source, Line: docs.docs[i].Line, Text: docs.texts[i], IDs: ids}
+		if isHeld[i] {
+			held = append(held, p)
+		} else {
+			p.Text = "" // only held-out filler is written out
+			train = append(train, p)
+		}
+	}
+	return train, held, nil
 }
 
 type textDocs struct {
@@ -409,15 +482,16 @@ type textDocs struct {
 	docs  []data.Document
 }
 
-// readTexts reads the first limit (0: all) text documents of paths.
-func readTexts(paths []string, field string, limit int) (*textDocs, error) {
+// readTexts reads the text documents of paths after the first skip, at
+// most limit of them (0: all).
+func readTexts(paths []string, field string, skip, limit int) (*textDocs, error) {
 	rd, err := data.NewReader(paths, data.ReadOptions{Field: field})
 	if err != nil {
 		return nil, err
 	}
 	defer rd.Close()
 	out := &textDocs{}
-	for limit <= 0 || len(out.texts) < limit {
+	for seen := 0; limit <= 0 || len(out.texts) < limit; seen++ {
 		d, err := rd.Next()
 		if errors.Is(err, io.EOF) {
 			break
@@ -427,6 +501,9 @@ func readTexts(paths []string, field string, limit int) (*textDocs, error) {
 		}
 		if d.IDs != nil {
 			return nil, fmt.Errorf("experiments: %s:%d: pre-tokenized documents are not supported (want text)", d.Source, d.Line)
+		}
+		if seen < skip {
+			continue
 		}
 		out.texts = append(out.texts, d.Text)
 		out.docs = append(out.docs, data.Document{Source: d.Source, Line: d.Line})
@@ -662,7 +739,7 @@ func (r *Runner) pretrain(dir, initDir string, p *Pretrain) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		docs, err := readTexts(paths, p.Field, p.Documents)
+		docs, err := readTexts(paths, p.Field, 0, p.Documents)
 		if err != nil {
 			return "", err
 		}
@@ -793,7 +870,11 @@ func (r *Runner) runArm(ar armRun) error {
 	if err != nil {
 		return err
 	}
-	baseLoss, err := r.baseHeldoutLoss(base)
+	baseLoss, err := r.baseHeldoutLoss(base, false)
+	if err != nil {
+		return err
+	}
+	baseFiller, err := r.baseHeldoutLoss(base, true)
 	if err != nil {
 		return err
 	}
@@ -814,6 +895,18 @@ func (r *Runner) runArm(ar armRun) error {
 	}
 	res := report.ArmResult{Schema: report.ResultSchema, Arm: ar.arm.Name, Seed: ar.seed, Loss: string(cfg.Loss),
 		Targets: len(r.sel.Targets), TrainDir: rel(r.Out, cfg.Out), BaseHeldoutLoss: baseLoss}
+	if r.Spec.Targets.Canaries != nil {
+		for _, p := range r.sel.Targets {
+			res.TargetRepetitions = append(res.TargetRepetitions, p.Repetitions)
+		}
+	}
+	if n := len(r.fillerHeld); n > 0 {
+		// Utility on the filler's domain: the arm against its base.
+		res.FillerHeldout, res.BaseFillerHeldoutLoss = n, baseFiller
+		if res.FillerHeldoutLoss, err = r.heldoutLoss(final, r.fillerHeld); err != nil {
+			return fmt.Errorf("experiments: arm %s: held-out filler: %w", name, err)
+		}
+	}
 	res.K, res.Strategy, res.H = goldfishOf(cfg)
 	if n := len(metrics); n > 0 {
 		last := metrics[n-1]
@@ -931,22 +1024,50 @@ func (r *Runner) evaluateArm(rk launch.Rank, final finetune.ModelRef, base, name
 	return nil
 }
 
+// baseScore names a held-out loss of a base model: on the held-out
+// controls, or on the held-out filler.
+type baseScore struct {
+	dir    string
+	filler bool
+}
+
 // baseHeldoutLoss is the mean loss per target of a base model on the
-// held-out documents (the same targets finetune evaluates), computed once
-// per base.
-func (r *Runner) baseHeldoutLoss(dir string) (float64, error) {
-	if l, ok := r.baseLoss[dir]; ok {
+// held-out documents (the same targets finetune evaluates) or, with
+// filler, on the held-out filler; computed once per base.
+func (r *Runner) baseHeldoutLoss(dir string, filler bool) (float64, error) {
+	key := baseScore{dir, filler}
+	if l, ok := r.baseLoss[key]; ok {
 		return l, nil
 	}
-	seqs := make([][]int32, len(r.sel.Holdout))
-	for i, p := range r.sel.Holdout {
-		seqs[i] = p.IDs
+	seqs := r.fillerHeld
+	if !filler {
+		seqs = make([][]int32, len(r.sel.Holdout))
+		for i, p := range r.sel.Holdout {
+			seqs[i] = p.IDs
+		}
+	}
+	loss, err := r.heldoutLoss(dir, seqs)
+	if err != nil {
+		return 0, fmt.Errorf("experiments: base %s: %w", dir, err)
+	}
+	if r.baseLoss == nil {
+		r.baseLoss = map[baseScore]float64{}
+	}
+	r.baseLoss[key] = loss
+	return loss, nil
+}
+
+// heldoutLoss is the mean loss per target of the checkpoint in dir on the
+// documents seqs (of at most the targets' length): 0 when there are none.
+func (r *Runner) heldoutLoss(dir string, seqs [][]int32) (float64, error) {
+	if len(seqs) == 0 {
+		return 0, nil
 	}
 	loss := 0.0
 	// Score's default batch, of passages of at most the targets' length.
 	l, err := r.evalLauncher(dir, llama.Work{Batch: 8, SeqLen: r.Spec.Targets.MaxTokens})
 	if err != nil {
-		return 0, fmt.Errorf("experiments: base %s: %w", dir, err)
+		return 0, err
 	}
 	err = l.Run(func(rk launch.Rank) error {
 		m, err := finetune.LoadModel(rk.Backend, finetune.ModelRef{Dir: dir}, llama.Options{Parallel: rk.Grid})
@@ -954,23 +1075,25 @@ func (r *Runner) baseHeldoutLoss(dir string) (float64, error) {
 			return err
 		}
 		defer m.Free()
-		sc, err := m.Score(llama.NewWindows(seqs, m.Config.MaxPositionEmbeddings), llama.ScoreOptions{Docs: max(1, len(seqs))})
+		sc, err := m.Score(llama.NewWindows(seqs, m.Config.MaxPositionEmbeddings), llama.ScoreOptions{Docs: len(seqs)})
 		if err != nil {
-			return fmt.Errorf("experiments: base %s: %w", dir, err)
+			return err
 		}
 		if l := sc.Mean(); rk.Lead() && !math.IsNaN(l) {
 			loss = l
 		}
 		return nil
 	})
-	if err != nil {
-		return 0, err
+	return loss, err
+}
+
+// joinInts writes counts as a list: "1, 4, 16, 64".
+func joinInts(xs []int) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = strconv.Itoa(x)
 	}
-	if r.baseLoss == nil {
-		r.baseLoss = map[string]float64{}
-	}
-	r.baseLoss[dir] = loss
-	return loss, nil
+	return strings.Join(parts, ", ")
 }
 
 // evalLauncher is the study's launch for evaluating the checkpoint in

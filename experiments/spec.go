@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -107,17 +108,53 @@ type Targets struct {
 	// another (speeches repeat boilerplate); default 50, 0 keeps 50, a
 	// negative value disables the check.
 	Overlap int `yaml:"overlap"`
-	// Repeat puts each target this many times in the training data (the
-	// canary setup: targets seen n times among Filler text); default 1.
-	Repeat int     `yaml:"repeat"`
-	Filler *Filler `yaml:"filler"`
+	// Repeat puts each target this many times in the training data
+	// (targets seen n times among Filler text); default 1.
+	Repeat int `yaml:"repeat"`
+	// Canaries gives targets several repetition counts in one study
+	// instead of one Repeat: the canary setup.
+	Canaries *Canaries `yaml:"canaries"`
+	Filler   *Filler   `yaml:"filler"`
+}
+
+// Canaries are targets hidden in a Filler corpus, each repeated a
+// controlled number of times: PerCount targets for each count of
+// Repetitions, so that memorization can be read against the count.
+// Targets are dealt to the counts in their (seeded, shuffled) selection
+// order: the first PerCount get the smallest count.
+type Canaries struct {
+	Repetitions []int `yaml:"repetitions"` // e.g. [1, 4, 16, 64]; sorted when read
+	PerCount    int   `yaml:"per_count"`
 }
 
 // Filler is other text mixed into the training data with the targets.
 type Filler struct {
-	Data      []string `yaml:"data"`
-	Field     string   `yaml:"field"`
-	Documents int      `yaml:"documents"` // the first N documents (0: all)
+	Data  []string `yaml:"data"`
+	Field string   `yaml:"field"`
+	// Skip leaves out the first N documents (e.g. those a base model was
+	// pretrained on), Documents takes the N after them (0: all).
+	Skip      int `yaml:"skip"`
+	Documents int `yaml:"documents"`
+	// Holdout documents of those, chosen by the targets' seed, are never
+	// trained on: the loss on them, against the base model's, is the
+	// arms' utility on the filler's domain.
+	Holdout int `yaml:"holdout"`
+}
+
+// Limits of a canary design: each count and the copies of all canaries
+// together (their sum sizes the training data).
+const (
+	maxCanaryRepetitions = 1 << 20
+	maxCanaryCopies      = 1 << 24
+)
+
+// copies is how many times target i (in selection order) is in the
+// training data: its canary count, or Repeat.
+func (t *Targets) copies(i int) int {
+	if c := t.Canaries; c != nil {
+		return c.Repetitions[i/c.PerCount]
+	}
+	return t.Repeat
 }
 
 // An Arm is one way of training: its loss and anything it overrides.
@@ -231,6 +268,9 @@ func (s *Spec) check() error {
 		}
 	}
 	t := &s.Targets
+	if err := t.checkCanaries(); err != nil {
+		return err
+	}
 	switch {
 	case len(t.Data) == 0:
 		return errors.New("targets: data: missing (files or folders of documents, or builtin:sotu)")
@@ -250,11 +290,17 @@ func (s *Spec) check() error {
 	if err := s.checkFiles("targets: data", t.Data); err != nil {
 		return err
 	}
-	if t.Filler != nil {
-		if len(t.Filler.Data) == 0 {
+	if f := t.Filler; f != nil {
+		if len(f.Data) == 0 {
 			return errors.New("targets: filler: data: missing")
 		}
-		if err := s.checkFiles("targets: filler: data", t.Filler.Data); err != nil {
+		if f.Skip < 0 || f.Documents < 0 || f.Holdout < 0 {
+			return fmt.Errorf("targets: filler: skip %d, documents %d and holdout %d (want ≥ 0)", f.Skip, f.Documents, f.Holdout)
+		}
+		if f.Documents > 0 && f.Holdout >= f.Documents {
+			return fmt.Errorf("targets: filler: holdout %d of %d documents leaves none to train on", f.Holdout, f.Documents)
+		}
+		if err := s.checkFiles("targets: filler: data", f.Data); err != nil {
 			return err
 		}
 	}
@@ -280,6 +326,49 @@ func (s *Spec) check() error {
 			return fmt.Errorf("eval: min_k %w", err)
 		}
 	}
+	return nil
+}
+
+// checkCanaries checks the canary design, sorts its counts and sets the
+// target count it implies.
+func (t *Targets) checkCanaries() error {
+	c := t.Canaries
+	if c == nil {
+		return nil
+	}
+	if len(c.Repetitions) == 0 {
+		return errors.New("targets: canaries: repetitions: none (want the copies of each canary, e.g. [1, 4, 16, 64])")
+	}
+	copies := 0
+	for i, n := range c.Repetitions {
+		if n < 1 || n > maxCanaryRepetitions {
+			return fmt.Errorf("targets: canaries: repetitions[%d]: %d (want 1 to %d)", i, n, maxCanaryRepetitions)
+		}
+		copies += n
+	}
+	c.Repetitions = slices.Clone(c.Repetitions)
+	slices.Sort(c.Repetitions)
+	for i := 1; i < len(c.Repetitions); i++ {
+		if c.Repetitions[i] == c.Repetitions[i-1] {
+			return fmt.Errorf("targets: canaries: repetitions: %d given twice", c.Repetitions[i])
+		}
+	}
+	if c.PerCount < 1 || c.PerCount > maxCanaryCopies {
+		return fmt.Errorf("targets: canaries: per_count %d (want the canaries of each count, 1 to %d)", c.PerCount, maxCanaryCopies)
+	}
+	if int64(copies)*int64(c.PerCount) > maxCanaryCopies {
+		return fmt.Errorf("targets: canaries: %d canaries of each count × %d copies in all is more than %d documents", c.PerCount, copies, maxCanaryCopies)
+	}
+	n := c.PerCount * len(c.Repetitions)
+	switch {
+	case t.Count != 0 && t.Count != n:
+		return fmt.Errorf("targets: count %d, but canaries make %d (per_count %d × %d counts): leave count out", t.Count, n, c.PerCount, len(c.Repetitions))
+	case t.Repeat != 0:
+		return errors.New("targets: repeat and canaries: give one (canaries set each target's repetitions)")
+	case t.Filler == nil:
+		return errors.New("targets: canaries: no filler (canaries are hidden in a filler corpus: targets: filler: {data: …})")
+	}
+	t.Count = n
 	return nil
 }
 

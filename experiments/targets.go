@@ -19,6 +19,8 @@ type Passage struct {
 	Line   int64   `json:"line"`
 	Text   string  `json:"text"`
 	IDs    []int32 `json:"-"` // BOS included
+	// Repetitions is a canary target's copies in the training data.
+	Repetitions int `json:"repetitions,omitempty"`
 }
 
 // Selection is the outcome of choosing targets: the documents to memorize

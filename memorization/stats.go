@@ -18,6 +18,27 @@ func Mean(values []float64) float64 {
 	return sum / float64(len(values))
 }
 
+// MeanSD returns the mean of values and their sample standard deviation
+// (divided by n − 1), as a study aggregates a metric over its seeds. With
+// fewer than two values the deviation is undefined and sd is NaN, never 0:
+// one seed says nothing about the spread over seeds. With no values both
+// are NaN.
+func MeanSD(values []float64) (mean, sd float64) {
+	n := len(values)
+	if n == 0 {
+		return math.NaN(), math.NaN()
+	}
+	mean = Mean(values)
+	if n < 2 {
+		return mean, math.NaN()
+	}
+	ss := 0.0
+	for _, v := range values {
+		ss += (v - mean) * (v - mean)
+	}
+	return mean, math.Sqrt(ss / float64(n-1))
+}
+
 // ROCAUC returns the area under the ROC curve of a score that separates
 // members from nonMembers, computed exactly from ranks as the Mann–Whitney
 // statistic U/(n₁·n₀): the probability that a random member scores as more

@@ -24,6 +24,30 @@ func TestMean(t *testing.T) {
 	}
 }
 
+// TestMeanSD: the mean and the sample standard deviation (n − 1), by hand:
+// 1, 2, 3, 6 has mean 3 and squared deviations 4 + 1 + 0 + 9 = 14, so
+// sd = √(14/3); one value has no spread (NaN, not 0), none no mean.
+func TestMeanSD(t *testing.T) {
+	for _, c := range []struct {
+		in       []float64
+		mean, sd float64 // NaN: undefined
+	}{
+		{[]float64{1, 2, 3, 6}, 3, math.Sqrt(14.0 / 3)},
+		{[]float64{0.8, 0.9}, 0.85, math.Sqrt(0.005)},
+		{[]float64{5, 5, 5}, 5, 0},
+		{[]float64{0.25}, 0.25, math.NaN()},
+		{nil, math.NaN(), math.NaN()},
+	} {
+		m, sd := MeanSD(c.in)
+		same := func(got, want float64) bool {
+			return math.IsNaN(got) && math.IsNaN(want) || math.Abs(got-want) < 1e-12
+		}
+		if !same(m, c.mean) || !same(sd, c.sd) {
+			t.Errorf("MeanSD(%v) = %v, %v; want %v, %v", c.in, m, sd, c.mean, c.sd)
+		}
+	}
+}
+
 func TestROCAUC(t *testing.T) {
 	tests := []struct {
 		name           string

@@ -42,7 +42,8 @@ func newExperimentRunCmd() *cobra.Command {
 controls that share no long token run with them), makes the base model (from a
 checkpoint, or a preset initialised and pretrained), fine-tunes every arm for
 every seed, evaluates each with the spec's protocols on the targets and the
-held-out documents, and writes OUT/report.md, OUT/results.csv and OUT/plots/.
+held-out documents, and writes OUT/report.md, OUT/results.csv, OUT/documents.csv
+(every document's outcome) and OUT/plots/.
 
 It is resumable: run it again with the same --out and a finished base model,
 arm or evaluation is not redone, an interrupted fine-tuning continues from its
@@ -73,7 +74,7 @@ See experiments/specs/ for examples (demo.yaml; size-study.yaml, the
 func newExperimentReportCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "report DIR",
-		Short: "Write report.md, results.csv and plots/ from a study's finished arms",
+		Short: "Write report.md, results.csv, documents.csv and plots/ from a study's finished arms",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rep, err := report.Write(args[0], report.Options{})
@@ -102,7 +103,7 @@ the Llama 2 tokenizer, pretrains it briefly on Jane Austen, fine-tunes it for
 many epochs on 64 State of the Union passages with the standard loss and with
 the goldfish loss (k = 4, hash-table, h = 13), measures verbatim extraction on
 those passages and on 64 held-out passages, and writes the report
-(OUT/report.md, results.csv, plots/). --quick runs a smaller study (16
+(OUT/report.md, results.csv, documents.csv, plots/). --quick runs a smaller study (16
 passages) in about a minute. --print-spec prints the study's YAML, a starting
 point for your own (memtrain experiment run).
 
@@ -181,7 +182,7 @@ func printReport(w io.Writer, rep *report.Written) {
 	if rep.Unfinished > 0 {
 		fmt.Fprintf(w, ", %d unfinished left out", rep.Unfinished)
 	}
-	fmt.Fprintf(w, "), %s, %d plots in %s\n", filepath.Base(rep.CSV), len(rep.Plots), filepath.Join(filepath.Dir(rep.Markdown), report.PlotsDir))
+	fmt.Fprintf(w, "), %s, %s, %d plots in %s\n", filepath.Base(rep.CSV), filepath.Base(rep.Documents), len(rep.Plots), filepath.Join(filepath.Dir(rep.Markdown), report.PlotsDir))
 	for _, warn := range rep.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", warn)
 	}

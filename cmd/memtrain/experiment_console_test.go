@@ -94,7 +94,8 @@ func TestExperimentConsoleMatchesReport(t *testing.T) {
 				t.Errorf("%s: console lacks %q:\n%s", row[0], want, block)
 			}
 		}
-		ftl := row[slices.Index(header, "final train loss")]
+		// The cell is the mean over seeds ± their spread ("± —" with one).
+		ftl, _, _ := strings.Cut(row[slices.Index(header, "final train loss")], " ± ")
 		if want := "train " + row[0] + "-s1: done"; !regexp.MustCompile(regexp.QuoteMeta(want) + `[^\n]*final training loss ` + regexp.QuoteMeta(ftl)).MatchString(errs) {
 			t.Errorf("%s: the log's final training loss is not the report's %s:\n%s", row[0], ftl, errs)
 		}

@@ -299,8 +299,17 @@ func plotModelName(m string) string { return filepath.Base(filepath.Clean(m)) }
 // them in the order the report shows them. Missing per-run inputs
 // (metrics.jsonl, docs.jsonl) are warnings: the plots are drawn without
 // them.
-func writePlots(dir string, arms []*reportArm, protos []*reportProtocol, warnings *[]string) ([]reportFigure, error) {
+func writePlots(dir string, arms []*reportArm, protos []*reportProtocol, docs evalDocs, reps []repetitionSet, warnings *[]string) ([]reportFigure, error) {
 	var figs []reportFigure
+	for _, set := range reps {
+		fig, err := plotMemorizationVsRepetitions(dir, set)
+		if err != nil {
+			return nil, err
+		}
+		if fig != nil {
+			figs = append(figs, *fig)
+		}
+	}
 	for _, p := range protos {
 		fs, err := plotMemorizationVsK(dir, arms, p)
 		if err != nil {
@@ -318,7 +327,7 @@ func writePlots(dir string, arms []*reportArm, protos []*reportProtocol, warning
 		}
 	}
 	for _, p := range protos {
-		fig, err := plotRougeDistribution(dir, arms, p, warnings)
+		fig, err := plotRougeDistribution(dir, arms, p, docs)
 		if err != nil {
 			return nil, err
 		}
@@ -589,7 +598,7 @@ func plotMemorizationVsParams(dir string, arms []*reportArm, p *reportProtocol) 
 // documents side by side for each arm (all seeds pooled), as box plots:
 // the members' box should sit high for memorization, the held-out box is
 // the chance level.
-func plotRougeDistribution(dir string, arms []*reportArm, p *reportProtocol, warnings *[]string) (*reportFigure, error) {
+func plotRougeDistribution(dir string, arms []*reportArm, p *reportProtocol, docs evalDocs) (*reportFigure, error) {
 	k := p.plotK()
 	_, unit := p.rougeOf()
 	var names []string
@@ -597,20 +606,7 @@ func plotRougeDistribution(dir string, arms []*reportArm, p *reportProtocol, war
 	for _, a := range arms {
 		var m, n []float64
 		for _, r := range a.runs {
-			e := r.Eval(p.Key)
-			if e == nil {
-				continue
-			}
-			evalDir := e.Dir
-			if evalDir == "" {
-				evalDir = filepath.Join("arms", r.Name(), "eval", p.Key)
-			}
-			docs, err := ReadDocs(filepath.Join(dir, evalDir, DocsFile))
-			if err != nil {
-				*warnings = append(*warnings, fmt.Sprintf("%s, %s: no per-document results (%v); left out of the ROUGE-L distributions", r.Name(), p.Key, err))
-				continue
-			}
-			for _, d := range docs {
+			for _, d := range docs.of(r, p.Key) {
 				if d.Skipped != "" {
 					continue
 				}

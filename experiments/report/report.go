@@ -35,9 +35,12 @@ type Options struct {
 
 // Written lists what Write wrote.
 type Written struct {
-	Markdown string   // dir/report.md
-	CSV      string   // dir/results.csv
-	Plots    []string // dir/plots/*.png, in the order report.md shows them
+	Markdown string // dir/report.md
+	CSV      string // dir/results.csv
+	// Documents is dir/documents.csv, the per-target table: every
+	// document's outcome in every evaluation.
+	Documents string
+	Plots     []string // dir/plots/*.png, in the order report.md shows them
 	// Runs is the number of finished arm × seed results reported, Arms the
 	// number of arms they make, Unfinished the arm folders left out because
 	// they have no result yet.
@@ -47,15 +50,17 @@ type Written struct {
 	Warnings []string
 }
 
-// Files returns every file written: report.md, results.csv, then the plots.
+// Files returns every file written: report.md, results.csv, documents.csv,
+// then the plots.
 func (r *Written) Files() []string {
-	return append([]string{r.Markdown, r.CSV}, r.Plots...)
+	return append([]string{r.Markdown, r.CSV, r.Documents}, r.Plots...)
 }
 
 // Write loads every finished arm of the experiment in dir and writes
 // dir/report.md (setup, one table per protocol and prefix length, the
 // plots), dir/results.csv (every number, one row per arm × seed ×
-// protocol × prefix length × group) and dir/plots/*.png. Unfinished arms
+// protocol × prefix length × group), dir/documents.csv (every document's
+// outcome: the per-target table) and dir/plots/*.png and *.svg. Unfinished arms
 // are left out and counted; an experiment with no finished arm is an
 // error. Every file is replaced atomically, so a report is never half
 // written.
@@ -96,6 +101,7 @@ func Write(dir string, opt Options) (*Written, error) {
 	rep := &Written{
 		Markdown:   filepath.Join(dir, MarkdownFile),
 		CSV:        filepath.Join(dir, CSVFile),
+		Documents:  filepath.Join(dir, DocumentsFile),
 		Runs:       len(results),
 		Arms:       len(arms),
 		Unfinished: unfinished,
@@ -103,13 +109,14 @@ func Write(dir string, opt Options) (*Written, error) {
 	if err := os.MkdirAll(filepath.Join(dir, PlotsDir), 0o755); err != nil {
 		return nil, fmt.Errorf("report: %w", err)
 	}
-	figs, err := writePlots(dir, arms, protos, &rep.Warnings)
+	docs := readEvalDocs(dir, arms, protos, &rep.Warnings)
+	reps := repetitionSets(arms, protos, docs)
+	figs, err := writePlots(dir, arms, protos, docs, reps, &rep.Warnings)
 	if err != nil {
 		return nil, err
 	}
 	curves := readCurves(dir, arms)
-	multi := slices.ContainsFunc(arms, func(a *reportArm) bool { return len(a.runs) > 1 })
-	if fig, err := plotExtractionCurves(dir, curves, multi); err != nil {
+	if fig, err := plotExtractionCurves(dir, curves); err != nil {
 		return nil, err
 	} else if fig != nil {
 		figs = append(figs, *fig)
@@ -118,7 +125,7 @@ func Write(dir string, opt Options) (*Written, error) {
 		rep.Plots = append(rep.Plots, filepath.Join(dir, f.File))
 	}
 	_, specErr := os.Stat(filepath.Join(dir, "spec.yaml"))
-	md := renderMarkdown(opt.Title, arms, protos, curves, figs, rep, specErr == nil)
+	md := renderMarkdown(opt.Title, arms, protos, curves, reps, figs, rep, specErr == nil)
 	if err := atomicfile.WriteFile(rep.Markdown, md); err != nil {
 		return nil, fmt.Errorf("report: %w", err)
 	}
@@ -127,6 +134,13 @@ func Write(dir string, opt Options) (*Written, error) {
 		return nil, fmt.Errorf("report: %w", err)
 	}
 	if err := atomicfile.WriteFile(rep.CSV, table); err != nil {
+		return nil, fmt.Errorf("report: %w", err)
+	}
+	perDoc, err := renderDocuments(arms, protos, docs)
+	if err != nil {
+		return nil, fmt.Errorf("report: %w", err)
+	}
+	if err := atomicfile.WriteFile(rep.Documents, perDoc); err != nil {
 		return nil, fmt.Errorf("report: %w", err)
 	}
 	return rep, nil
@@ -167,6 +181,20 @@ func groupArms(results []ArmResult) []*reportArm {
 		)
 	})
 	return arms
+}
+
+// repeatsCell is the setup's repeats of an arm: how many times each target
+// was seen; for canaries their counts of copies and the epochs.
+func (a *reportArm) repeatsCell() string {
+	if len(a.TargetRepetitions) == 0 {
+		return strconv.Itoa(a.Repeats)
+	}
+	counts := slices.Compact(slices.Sorted(slices.Values(a.TargetRepetitions)))
+	parts := make([]string, len(counts))
+	for i, n := range counts {
+		parts[i] = strconv.Itoa(n)
+	}
+	return fmt.Sprintf("canaries: %s copies × %s", strings.Join(parts, ", "), reportPlural(a.Repeats, "epoch"))
 }
 
 func lossRank(loss string) int {
@@ -275,9 +303,11 @@ func summaryHasWords(s *memorization.Summary) bool {
 }
 
 // reportStat is one number of a table or plot, aggregated over seeds.
-// With one seed, [Lo, Hi] is its bootstrap interval (or the value itself
-// when it has none); with several, Mean is the mean over seeds, SD their
-// sample standard deviation and [Lo, Hi] = Mean ∓ SD.
+// Mean is the mean over seeds and SD their sample standard deviation
+// (memorization.MeanSD: n − 1; NaN with one seed, whose spread over seeds
+// is unknown). [Lo, Hi] is what a plot's bar shows: with one seed its
+// bootstrap interval (or the value itself when it has none), with several
+// Mean ∓ SD.
 type reportStat struct {
 	Mean, Lo, Hi, SD float64
 	Seeds            int  // 0: no value
@@ -292,7 +322,7 @@ func statOfIntervals(ivs []memorization.Interval) reportStat {
 		return reportStat{}
 	case 1:
 		iv := ivs[0]
-		return reportStat{Mean: iv.Mean, Lo: iv.Lo, Hi: iv.Hi, Seeds: 1, CI: true}
+		return reportStat{Mean: iv.Mean, Lo: iv.Lo, Hi: iv.Hi, SD: math.NaN(), Seeds: 1, CI: true}
 	}
 	vs := make([]float64, len(ivs))
 	for i, iv := range ivs {
@@ -305,13 +335,9 @@ func statOfValues(vs []float64) reportStat {
 	if len(vs) == 0 {
 		return reportStat{}
 	}
-	m := memorization.Mean(vs)
-	sd := 0.0
-	if len(vs) > 1 {
-		for _, v := range vs {
-			sd += (v - m) * (v - m)
-		}
-		sd = math.Sqrt(sd / float64(len(vs)-1))
+	m, sd := memorization.MeanSD(vs)
+	if len(vs) == 1 {
+		return reportStat{Mean: m, Lo: m, Hi: m, SD: sd, Seeds: 1}
 	}
 	return reportStat{Mean: m, Lo: m - sd, Hi: m + sd, SD: sd, Seeds: len(vs)}
 }
@@ -351,31 +377,52 @@ func summaryStat(a *reportArm, key string, value func(*memorization.Summary) flo
 
 const reportDash = "—"
 
-// pct formats a fraction as a percentage: "87.5% [78.1, 95.3]" with one
-// seed, "87.5% ± 3.1" with several.
-func (s reportStat) pct() string {
-	switch {
-	case !s.ok():
+// statStyle is how a table shows a reportStat: an arm's row aggregates its
+// seeds, a seed's row shows the seed's own interval.
+type statStyle int
+
+const (
+	// acrossSeeds: the mean over seeds ± their standard deviation,
+	// "85.0% ± 7.1"; with one seed "87.5% ± —" (no spread is known).
+	acrossSeeds statStyle = iota
+	// perSeed: one seed's value with its bootstrap interval over
+	// documents, "87.5% [78.1, 95.3]", or the value alone without one.
+	perSeed
+)
+
+// cell formats s in style st, each number written by val and the mean
+// followed by unit.
+func (s reportStat) cell(st statStyle, val func(float64) string, unit string) string {
+	if !s.ok() {
 		return reportDash
-	case s.Seeds > 1:
-		return fmt.Sprintf("%.1f%% ± %.1f", 100*s.Mean, 100*s.SD)
-	case s.CI:
-		return fmt.Sprintf("%.1f%% [%.1f, %.1f]", 100*s.Mean, 100*s.Lo, 100*s.Hi)
 	}
-	return fmt.Sprintf("%.1f%%", 100*s.Mean)
+	m := val(s.Mean) + unit
+	if st == acrossSeeds {
+		sd := reportDash
+		if !math.IsNaN(s.SD) {
+			sd = val(s.SD)
+		}
+		return m + " ± " + sd
+	}
+	if s.CI {
+		return fmt.Sprintf("%s [%s, %s]", m, val(s.Lo), val(s.Hi))
+	}
+	return m
 }
 
-// num formats a number with prec decimals, its interval or spread as pct.
-func (s reportStat) num(prec int) string {
-	switch {
-	case !s.ok():
-		return reportDash
-	case s.Seeds > 1:
-		return fmt.Sprintf("%.*f ± %.*f", prec, s.Mean, prec, s.SD)
-	case s.CI:
-		return fmt.Sprintf("%.*f [%.*f, %.*f]", prec, s.Mean, prec, s.Lo, prec, s.Hi)
-	}
-	return fmt.Sprintf("%.*f", prec, s.Mean)
+// pct formats a fraction as a percentage with one decimal.
+func (s reportStat) pct(st statStyle) string {
+	return s.cell(st, func(v float64) string { return strconv.FormatFloat(100*v, 'f', 1, 64) }, "%")
+}
+
+// num formats a number with prec decimals.
+func (s reportStat) num(st statStyle, prec int) string {
+	return s.cell(st, func(v float64) string { return strconv.FormatFloat(v, 'f', prec, 64) }, "")
+}
+
+// perplexity formats a perplexity with units.FormatPerplexity.
+func (s reportStat) perplexity(st statStyle) string {
+	return s.cell(st, units.FormatPerplexity, "")
 }
 
 // reportPlural writes n and a noun, with an s unless n is 1.
@@ -419,7 +466,7 @@ func (p *reportProtocol) prefixTitle(k int) string {
 	return fmt.Sprintf("prefix %d tokens, suffix %d tokens", k, p.SuffixLen)
 }
 
-func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, curves []runCurve, figs []reportFigure, rep *Written, spec bool) []byte {
+func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, curves []runCurve, reps []repetitionSet, figs []reportFigure, rep *Written, spec bool) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# %s\n\n", title)
 	fmt.Fprintf(&b, "%s (%s × their seeds)", reportPlural(rep.Runs, "finished run"), reportPlural(rep.Arms, "arm"))
@@ -428,7 +475,7 @@ func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, c
 	} else if rep.Unfinished > 1 {
 		fmt.Fprintf(&b, "; %d unfinished runs are left out", rep.Unfinished)
 	}
-	b.WriteString(". Every number is also in [results.csv](results.csv)")
+	b.WriteString(". Every number is also in [results.csv](results.csv), every document's outcome in [documents.csv](documents.csv)")
 	if spec {
 		b.WriteString("; the experiment is [spec.yaml](spec.yaml)")
 	}
@@ -454,7 +501,7 @@ func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, c
 			baseLoss = strconv.FormatFloat(a.BaseHeldoutLoss, 'f', 3, 64)
 		}
 		mdRow(&b, a.Arm, a.Loss, k, strategy, h, a.Model, units.ShortCount(a.Params), baseLoss, strconv.Itoa(a.Targets),
-			strconv.Itoa(a.Repeats), strconv.Itoa(a.Steps), strings.Join(seeds, ", "))
+			a.repeatsCell(), strconv.Itoa(a.Steps), strings.Join(seeds, ", "))
 	}
 	b.WriteString("\n")
 
@@ -465,9 +512,10 @@ func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, c
 	fmt.Fprintf(&b, "How to read the tables: exact match is the percentage of target (member) documents whose "+
 		"suffix greedy decoding reproduces verbatim; token match and ROUGE-L F1 are mean percentages over "+
 		"them. The held-out columns are never-trained documents, the control: extraction there is chance, and "+
-		"their loss is the utility cost of the arm (the setup gives the base model's, before fine-tuning). With one seed, brackets are the %g%% bootstrap "+
-		"confidence interval over documents (%d resamples); with several seeds, the mean over seeds ± the "+
-		"standard deviation of the per-seed values. Losses are in nats per token. MIA AUC is the ROC AUC "+
+		"their loss is the utility cost of the arm (the setup gives the base model's, before fine-tuning). Each arm's "+
+		"row is the mean over its seeds ± the sample standard deviation of the per-seed values (n − 1; \"± —\" "+
+		"with one seed, whose spread over seeds is unknown, not 0); the per-seed tables below give each seed's "+
+		"value with its %g%% bootstrap confidence interval over documents (%d resamples). Losses are in nats per token. MIA AUC is the ROC AUC "+
 		"with which a membership-inference score (loss, zlib ratio, min-k%% probability) separates members "+
 		"from held-out documents: 0.5 is chance, 1 is perfect; MIA TPR at 1%% / 0.1%% FPR is the fraction of members "+
 		"a threshold on the score flags while flagging at most 1%% (0.1%%) of the held-out documents, read exactly "+
@@ -481,7 +529,7 @@ func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, c
 			fmt.Fprintf(&b, "### %s\n\n", p.prefixTitle(k))
 			mdHeader(&b, tableHeader...)
 			for _, a := range arms {
-				if row := tableRow(a, p, k); row != nil {
+				if row := tableRow(a, p, k, acrossSeeds); row != nil {
 					mdRow(&b, row...)
 				}
 			}
@@ -489,6 +537,9 @@ func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, c
 		}
 	}
 	curveTable(&b, curves)
+	utilityTable(&b, arms)
+	repetitionTable(&b, reps)
+	seedTables(&b, arms, protos)
 
 	if len(figs) > 0 {
 		b.WriteString("## Plots\n\n")
@@ -506,6 +557,34 @@ func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, c
 	return b.Bytes()
 }
 
+// seedTables is report.md's per-seed section: every table again with a
+// row per arm and seed, each value with its bootstrap interval.
+func seedTables(b *bytes.Buffer, arms []*reportArm, protos []*reportProtocol) {
+	if len(protos) == 0 {
+		return
+	}
+	level := 95.0
+	if protos[0].Bootstrap.Level > 0 {
+		level = 100 * protos[0].Bootstrap.Level
+	}
+	b.WriteString("## Per-seed results\n\n")
+	fmt.Fprintf(b, "Each seed's own numbers, which the tables above aggregate: brackets are the %g%% bootstrap "+
+		"confidence interval over documents; losses and perplexities are one number per run. Every document's "+
+		"outcome is in [documents.csv](documents.csv).\n\n", level)
+	for _, p := range protos {
+		for _, k := range p.Ks {
+			fmt.Fprintf(b, "### %s: %s\n\n", p.Key, p.prefixTitle(k))
+			mdHeader(b, seedHeader...)
+			for _, a := range arms {
+				for _, row := range seedRows(a, p, k) {
+					mdRow(b, row...)
+				}
+			}
+			b.WriteString("\n")
+		}
+	}
+}
+
 func exactOf(g *memorization.Group) memorization.Interval { return g.Exact }
 
 // tableHeader names the columns of a protocol's table, in report.md and
@@ -517,10 +596,10 @@ var tableHeader = []string{"arm", "documents (members / held-out)", "exact match
 	"MIA AUC reference", "MIA TPR at 1% / 0.1% FPR reference"}
 
 // tableRow is arm a's row of protocol p's table at prefix length k, its
-// cells formatted for reading (percentages, losses, perplexities), or nil
-// when the arm did not evaluate it. report.md and the console both print
-// it, so they agree on every value.
-func tableRow(a *reportArm, p *reportProtocol, k int) []string {
+// cells formatted for reading (percentages, losses, perplexities) in style
+// st, or nil when the arm did not evaluate it. report.md and the console
+// both print it, so they agree on every value.
+func tableRow(a *reportArm, p *reportProtocol, k int, st statStyle) []string {
 	mem, non := a.groups(p.Key, k, true), a.groups(p.Key, k, false)
 	if len(mem) == 0 && len(non) == 0 {
 		return nil
@@ -534,26 +613,44 @@ func tableRow(a *reportArm, p *reportProtocol, k int) []string {
 	}
 	words := reportDash
 	if p.Words {
-		words = groupStat(mem, func(g *memorization.Group) memorization.Interval { return g.RougeLWords }).pct()
+		words = groupStat(mem, func(g *memorization.Group) memorization.Interval { return g.RougeLWords }).pct(st)
 	}
 	return []string{a.Arm, fmt.Sprintf("%d / %d", nm, nn),
-		groupStat(mem, exactOf).pct(),
-		groupStat(mem, func(g *memorization.Group) memorization.Interval { return g.TokenMatch }).pct(),
-		groupStat(mem, func(g *memorization.Group) memorization.Interval { return g.RougeLTokens }).pct(),
+		groupStat(mem, exactOf).pct(st),
+		groupStat(mem, func(g *memorization.Group) memorization.Interval { return g.TokenMatch }).pct(st),
+		groupStat(mem, func(g *memorization.Group) memorization.Interval { return g.RougeLTokens }).pct(st),
 		words,
-		groupStat(non, exactOf).pct(),
-		runStat(a, func(r *ArmResult) float64 { return r.HeldoutLoss }).num(3),
-		runStat(a, func(r *ArmResult) float64 { return r.HeldoutPerplexity }).perplexity(),
-		runStat(a, func(r *ArmResult) float64 { return r.FinalTrainLoss }).num(3),
-		summaryStat(a, p.Key, func(s *memorization.Summary) float64 { return s.MIA.LossAUC }).num(3),
-		summaryStat(a, p.Key, func(s *memorization.Summary) float64 { return s.MIA.ZlibAUC }).num(3),
-		summaryStat(a, p.Key, func(s *memorization.Summary) float64 { return s.MIA.MinKAUC }).num(3),
-		tprCell(a, p.Key, hasLossMIA, func(m *memorization.MIA) (float64, float64) { return m.LossTPR1, m.LossTPR01 }),
-		tprCell(a, p.Key, hasZlibMIA, func(m *memorization.MIA) (float64, float64) { return m.ZlibTPR1, m.ZlibTPR01 }),
-		tprCell(a, p.Key, hasLossMIA, func(m *memorization.MIA) (float64, float64) { return m.MinKTPR1, m.MinKTPR01 }),
-		summaryStatIf(a, p.Key, hasRefMIA, func(s *memorization.Summary) float64 { return s.MIA.RefAUC }).num(3),
-		tprCell(a, p.Key, hasRefMIA, func(m *memorization.MIA) (float64, float64) { return m.RefTPR1, m.RefTPR01 }),
+		groupStat(non, exactOf).pct(st),
+		runStat(a, func(r *ArmResult) float64 { return r.HeldoutLoss }).num(st, 3),
+		runStat(a, func(r *ArmResult) float64 { return r.HeldoutPerplexity }).perplexity(st),
+		runStat(a, func(r *ArmResult) float64 { return r.FinalTrainLoss }).num(st, 3),
+		summaryStat(a, p.Key, func(s *memorization.Summary) float64 { return s.MIA.LossAUC }).num(st, 3),
+		summaryStat(a, p.Key, func(s *memorization.Summary) float64 { return s.MIA.ZlibAUC }).num(st, 3),
+		summaryStat(a, p.Key, func(s *memorization.Summary) float64 { return s.MIA.MinKAUC }).num(st, 3),
+		tprCell(a, p.Key, st, hasLossMIA, func(m *memorization.MIA) (float64, float64) { return m.LossTPR1, m.LossTPR01 }),
+		tprCell(a, p.Key, st, hasZlibMIA, func(m *memorization.MIA) (float64, float64) { return m.ZlibTPR1, m.ZlibTPR01 }),
+		tprCell(a, p.Key, st, hasLossMIA, func(m *memorization.MIA) (float64, float64) { return m.MinKTPR1, m.MinKTPR01 }),
+		summaryStatIf(a, p.Key, hasRefMIA, func(s *memorization.Summary) float64 { return s.MIA.RefAUC }).num(st, 3),
+		tprCell(a, p.Key, st, hasRefMIA, func(m *memorization.MIA) (float64, float64) { return m.RefTPR1, m.RefTPR01 }),
 	}
+}
+
+// seedHeader names the columns of a per-seed table: tableHeader's with
+// the seed after the arm.
+var seedHeader = append([]string{tableHeader[0], "seed"}, tableHeader[1:]...)
+
+// seedRows are arm a's per-seed rows of protocol p's table at prefix
+// length k: each seed's own values with their bootstrap intervals.
+func seedRows(a *reportArm, p *reportProtocol, k int) [][]string {
+	var out [][]string
+	for _, r := range a.runs {
+		row := tableRow(&reportArm{ArmResult: r, runs: []*ArmResult{r}}, p, k, perSeed)
+		if row == nil {
+			continue
+		}
+		out = append(out, append([]string{row[0], strconv.FormatUint(r.Seed, 10)}, row[1:]...))
+	}
+	return out
 }
 
 // Whether an evaluation measured the attacks (both sets non-empty), the
@@ -576,19 +673,20 @@ func summaryStatIf(a *reportArm, key string, has func(*memorization.Summary) boo
 }
 
 // tprCell is a score's true-positive rates at 1% and 0.1% FPR, in
-// percent: "12.0% / 2.0%", each with its spread over seeds.
-func tprCell(a *reportArm, key string, has func(*memorization.Summary) bool, tpr func(*memorization.MIA) (float64, float64)) string {
+// percent in style st: "12.0% ± 1.4 / 2.0% ± 0.7" over seeds.
+func tprCell(a *reportArm, key string, st statStyle, has func(*memorization.Summary) bool, tpr func(*memorization.MIA) (float64, float64)) string {
 	at1 := summaryStatIf(a, key, has, func(s *memorization.Summary) float64 { v, _ := tpr(&s.MIA); return v })
 	if !at1.ok() {
 		return reportDash
 	}
 	at01 := summaryStatIf(a, key, has, func(s *memorization.Summary) float64 { _, v := tpr(&s.MIA); return v })
-	return at1.pct() + " / " + at01.pct()
+	return at1.pct(st) + " / " + at01.pct(st)
 }
 
 // WriteConsole writes the finished arms' results as report.md's tables
-// show them — the same arms in the same order, the same cells — one
-// "column: value" line each, for a terminal.
+// show them — the same arms in the same order, the same cells (the mean
+// over seeds ± their standard deviation) — one "column: value" line each,
+// for a terminal.
 func WriteConsole(w io.Writer, results []ArmResult) error {
 	arms := groupArms(results)
 	var b bytes.Buffer
@@ -596,7 +694,7 @@ func WriteConsole(w io.Writer, results []ArmResult) error {
 		for _, k := range p.Ks {
 			fmt.Fprintf(&b, "\n%s — %s\n", p.Desc, p.prefixTitle(k))
 			for _, a := range arms {
-				row := tableRow(a, p, k)
+				row := tableRow(a, p, k, acrossSeeds)
 				if row == nil {
 					continue
 				}
@@ -611,27 +709,13 @@ func WriteConsole(w io.Writer, results []ArmResult) error {
 	return err
 }
 
-// perplexity formats a perplexity and its interval or spread with
-// units.FormatPerplexity.
-func (s reportStat) perplexity() string {
-	f := units.FormatPerplexity
-	switch {
-	case !s.ok():
-		return reportDash
-	case s.Seeds > 1:
-		return f(s.Mean) + " ± " + f(s.SD)
-	case s.CI:
-		return fmt.Sprintf("%s [%s, %s]", f(s.Mean), f(s.Lo), f(s.Hi))
-	}
-	return f(s.Mean)
-}
-
 // csvHeader names results.csv's columns. Match rates and ROUGE-L are
 // fractions in [0, 1], losses nats per token; an empty cell is a number
 // that was not measured.
 var csvHeader = []string{
 	"arm", "seed", "loss", "k", "strategy", "h", "model", "params", "targets", "repeats", "steps",
 	"final_train_loss", "heldout_loss", "heldout_perplexity", "seconds",
+	"base_heldout_loss", "filler_heldout", "filler_heldout_loss", "base_filler_heldout_loss",
 	"protocol", "protocol_name", "suffix_len", "prefix_len", "group", "documents",
 	"exact_mean", "exact_lo", "exact_hi",
 	"token_match_mean", "token_match_lo", "token_match_hi",
@@ -673,7 +757,8 @@ func renderCSV(arms []*reportArm, protos []*reportProtocol) ([]byte, error) {
 		for _, r := range a.runs {
 			run := []string{r.Arm, strconv.FormatUint(r.Seed, 10), r.Loss, itoa(r.K), r.Strategy, itoa(r.H), r.Model,
 				strconv.FormatInt(r.Params, 10), itoa(r.Targets), itoa(r.Repeats), itoa(r.Steps),
-				opt(r.FinalTrainLoss), opt(r.HeldoutLoss), opt(r.HeldoutPerplexity), f(r.Seconds)}
+				opt(r.FinalTrainLoss), opt(r.HeldoutLoss), opt(r.HeldoutPerplexity), f(r.Seconds),
+				opt(r.BaseHeldoutLoss), itoa(r.FillerHeldout), opt(r.FillerHeldoutLoss), opt(r.BaseFillerHeldoutLoss)}
 			for _, p := range protos {
 				e := r.Eval(p.Key)
 				if e == nil {

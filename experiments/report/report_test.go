@@ -205,10 +205,19 @@ func TestWriteReportSweep(t *testing.T) {
 		"## Protocol carlini-50: carlini(…)",
 		"### prefix 16 tokens, suffix 50 tokens",
 		"### prefix 32 tokens, suffix 50 tokens",
-		// One seed: bootstrap intervals. exact 0.25 [0.15, 0.30]; token
-		// match 0.45 [0.35, 0.55]; ROUGE-L tokens 0.50 [0.40, 0.60], words
-		// 0.55 [0.45, 0.65]; held-out exact 0.025 [0, 0.075].
-		"| goldfish-k4 | 8 / 8 | 25.0% [15.0, 30.0] | 45.0% [35.0, 55.0] | 50.0% [40.0, 60.0] | 55.0% [45.0, 65.0] | 2.5% [0.0, 7.5] | 2.400 | 11.02 | 0.250 | 0.850 | 0.840 | 0.830 | 35.0% / 0.0% | 25.0% / 15.0% | 12.5% / 0.0% | — | — |",
+		// One seed: the mean, no spread over seeds ("± —", not ± 0) …
+		"| goldfish-k4 | 8 / 8 | 25.0% ± — | 45.0% ± — | 50.0% ± — | 55.0% ± — | 2.5% ± — | 2.400 ± — | 11.02 ± — | 0.250 ± — | 0.850 ± — | 0.840 ± — | 0.830 ± — | 35.0% ± — / 0.0% ± — | 25.0% ± — / 15.0% ± — | 12.5% ± — / 0.0% ± — | — | — |",
+		// … and in the per-seed table its bootstrap intervals. exact 0.25
+		// [0.15, 0.30]; token match 0.45 [0.35, 0.55]; ROUGE-L tokens 0.50
+		// [0.40, 0.60], words 0.55 [0.45, 0.65]; held-out exact 0.025 [0,
+		// 0.075].
+		"## Per-seed results",
+		"| arm | seed | documents (members / held-out) | exact match |",
+		"| goldfish-k4 | 1 | 8 / 8 | 25.0% [15.0, 30.0] | 45.0% [35.0, 55.0] | 50.0% [40.0, 60.0] | 55.0% [45.0, 65.0] | 2.5% [0.0, 7.5] | 2.400 | 11.02 | 0.250 | 0.850 | 0.840 | 0.830 | 35.0% / 0.0% | 25.0% / 15.0% | 12.5% / 0.0% | — | — |",
+		// The two seeds of the standard arm, each with its intervals:
+		// exact 0.8 [0.7, 0.85] and 0.9 [0.8, 0.95].
+		"| standard | 1 | 8 / 8 | 80.0% [70.0, 85.0] |",
+		"| standard | 2 | 8 / 8 | 90.0% [80.0, 95.0] |",
 		// Two seeds: mean ± the standard deviation over seeds. exact 0.8,
 		// 0.9: 85.0 ± 7.1; token match 0.8, 0.85: 82.5 ± 3.5; ROUGE-L
 		// tokens 0.85, 0.9: 87.5 ± 3.5; words 0.9, 0.95: 92.5 ± 3.5;
@@ -224,9 +233,13 @@ func TestWriteReportSweep(t *testing.T) {
 			t.Errorf("report.md lacks %q", want)
 		}
 	}
-	// Three tables (one goldfish prefix, two carlini) of four arms.
+	// Three tables (one goldfish prefix, two carlini) of four arms, and
+	// as many per-seed tables.
 	if n := strings.Count(md, "| goldfish-k8 | 8 / 8 |"); n != 3 {
 		t.Errorf("goldfish-k8 has %d table rows, want 3", n)
+	}
+	if n := strings.Count(md, "| goldfish-k8 | 1 | 8 / 8 |"); n != 3 {
+		t.Errorf("goldfish-k8 has %d per-seed rows, want 3", n)
 	}
 	if strings.Contains(md, "memorization-vs-params") {
 		t.Error("one model size, yet a plot against parameters")
@@ -323,7 +336,8 @@ func TestWriteReportModelSizes(t *testing.T) {
 		// Ordered by size, standard first.
 		"| std-small | standard | — | — | — | small | 1M |",
 		"| std-large | standard | — | — | — | large | 8B |",
-		"| gf4-large | 8 / 8 | 6.2% [0.0, 11.2] |",
+		"| gf4-large | 8 / 8 | 6.2% ± — |",
+		"| gf4-large | 1 | 8 / 8 | 6.2% [0.0, 11.2] |",
 		"(plots/memorization-vs-params-goldfish-50.png)",
 		"## Warnings\n\n- gf4-large-s1: no training metrics",
 	} {
@@ -400,23 +414,47 @@ func TestWriteReportErrors(t *testing.T) {
 	}
 }
 
+// TestReportFormatting: an arm's cell is the mean over seeds ± their
+// sample standard deviation (n − 1), "± —" with one seed (never ± 0); a
+// seed's cell is its value with its bootstrap interval.
 func TestReportFormatting(t *testing.T) {
 	for _, c := range []struct {
-		s         reportStat
-		pct, num3 string
+		s                            reportStat
+		pct, num3, seedPct, seedNum3 string
 	}{
-		{reportStat{}, "—", "—"},
-		{statOfIntervals([]memorization.Interval{fixInterval(0.875, 0.78125, 0.953125)}), "87.5% [78.1, 95.3]", "0.875 [0.781, 0.953]"},
-		{statOfIntervals([]memorization.Interval{fixInterval(0.8, 0, 1), fixInterval(0.9, 0, 1)}), "85.0% ± 7.1", "0.850 ± 0.071"},
-		{statOfValues([]float64{2.5}), "250.0%", "2.500"},
-		{statOfValues([]float64{1, 2, 3}), "200.0% ± 100.0", "2.000 ± 1.000"},
+		{reportStat{}, "—", "—", "—", "—"},
+		{statOfIntervals([]memorization.Interval{fixInterval(0.875, 0.78125, 0.953125)}),
+			"87.5% ± —", "0.875 ± —", "87.5% [78.1, 95.3]", "0.875 [0.781, 0.953]"},
+		// 0.8, 0.9: mean 0.85, sd √(2 · 0.05² / 1) = 0.0707.
+		{statOfIntervals([]memorization.Interval{fixInterval(0.8, 0, 1), fixInterval(0.9, 0, 1)}),
+			"85.0% ± 7.1", "0.850 ± 0.071", "85.0%", "0.850"},
+		{statOfValues([]float64{2.5}), "250.0% ± —", "2.500 ± —", "250.0%", "2.500"},
+		// 1, 2, 3: mean 2, sd √((1 + 0 + 1) / 2) = 1.
+		{statOfValues([]float64{1, 2, 3}), "200.0% ± 100.0", "2.000 ± 1.000", "200.0%", "2.000"},
+		// 1, 2, 3, 6: mean 3, sd √(14 / 3) = 2.160.
+		{statOfValues([]float64{1, 2, 3, 6}), "300.0% ± 216.0", "3.000 ± 2.160", "300.0%", "3.000"},
+		// Equal seeds: a spread of 0 is a result, shown as 0.
+		{statOfValues([]float64{0.5, 0.5}), "50.0% ± 0.0", "0.500 ± 0.000", "50.0%", "0.500"},
 	} {
-		if got := c.s.pct(); got != c.pct {
-			t.Errorf("%+v.pct() = %q, want %q", c.s, got, c.pct)
+		if got := c.s.pct(acrossSeeds); got != c.pct {
+			t.Errorf("%+v.pct(acrossSeeds) = %q, want %q", c.s, got, c.pct)
 		}
-		if got := c.s.num(3); got != c.num3 {
-			t.Errorf("%+v.num(3) = %q, want %q", c.s, got, c.num3)
+		if got := c.s.num(acrossSeeds, 3); got != c.num3 {
+			t.Errorf("%+v.num(acrossSeeds, 3) = %q, want %q", c.s, got, c.num3)
 		}
+		if got := c.s.pct(perSeed); got != c.seedPct {
+			t.Errorf("%+v.pct(perSeed) = %q, want %q", c.s, got, c.seedPct)
+		}
+		if got := c.s.num(perSeed, 3); got != c.seedNum3 {
+			t.Errorf("%+v.num(perSeed, 3) = %q, want %q", c.s, got, c.seedNum3)
+		}
+	}
+	// One seed's spread is unknown, not 0; several seeds' is the n − 1 one.
+	if s := statOfValues([]float64{0.25}); !math.IsNaN(s.SD) || s.Mean != 0.25 || s.Seeds != 1 {
+		t.Errorf("one seed: %+v, want mean 0.25 and SD NaN", s)
+	}
+	if s := statOfValues([]float64{1, 2, 3, 6}); math.Abs(s.SD-math.Sqrt(14.0/3)) > 1e-12 || s.Lo != s.Mean-s.SD || s.Hi != s.Mean+s.SD {
+		t.Errorf("four seeds: %+v, want SD √(14/3) and [Lo, Hi] = mean ∓ SD", s)
 	}
 }
 
@@ -646,11 +684,31 @@ func TestWriteReportExtractionCurves(t *testing.T) {
 		"| standard | 1 | goldfish-50 | 4 | 10 (3) | 20 | 100.0% | 0.0% |",
 		"| standard | 2 | goldfish-50 | 4 | 15 (4) | 20 | 75.0% | 0.0% |",
 		"| goldfish-k4 | 1 | goldfish-50 | 4 | — | 20 | 37.5% | 0.0% |",
+		// Over the standard arm's two seeds: steps 10 and 15 (12.5 ± 3.5),
+		// epochs 3 and 4 (3.5 ± 0.7), last 100% and 75% (87.5 ± 17.7).
+		"| standard | 2 | 2 of 2 | 12.5 ± 3.5 | 3.5 ± 0.7 | 87.5% ± 17.7 |",
 		"![Memorization during training](plots/memorization-vs-step.png)",
+		"an arm with several seeds is drawn as their mean, the shaded band spanning the seeds' range (min–max) at each step",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report.md lacks %q:\n%s", want, md)
 		}
+	}
+	// The figure's lines: the standard arm's mean over its two seeds with
+	// their range, goldfish-k4's one seed.
+	results, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acs := armCurves(readCurves(dir, groupArms(results)))
+	if len(acs) != 2 || acs[0].run.Arm != "standard" || acs[0].seeds != 2 || acs[1].seeds != 1 {
+		t.Fatalf("arm curves %+v", acs)
+	}
+	if got, want := acs[0].members[1], (seedRange{mean: 0.4375, lo: 0.375, hi: 0.5}); got != want || acs[0].steps[1] != 10 {
+		t.Errorf("standard at step %g: %+v, want %+v", acs[0].steps[1], got, want)
+	}
+	if len(acs[0].held) != 4 || acs[0].held[3].mean != 0 {
+		t.Errorf("standard's held-out curve %+v", acs[0].held)
 	}
 	// Without extraction points: no figure and no section.
 	plain := t.TempDir()
@@ -662,4 +720,188 @@ func TestWriteReportExtractionCurves(t *testing.T) {
 	if md := readReportFile(t, rep.Markdown); strings.Contains(md, "Memorization during training") || slices.ContainsFunc(rep.Plots, func(p string) bool { return strings.Contains(p, "vs-step") }) {
 		t.Error("a report without extraction points has the curves")
 	}
+}
+
+// TestDocumentsCSV: documents.csv, the per-target table, has its
+// documented header and one row per probe with the document's scores; a
+// skipped document keeps one row, its probe cells empty.
+func TestDocumentsCSV(t *testing.T) {
+	dir := reportDir(t, "documents")
+	writeFixture(t, dir, sweepRuns[3:4]) // goldfish-k4, seed 1
+	ref := 2.25
+	docs := []memorization.DocResult{
+		{Doc: 0, Member: true, Source: "sotu.jsonl", Line: 7, Tokens: 120, Loss: 0.5, Zlib: 0.004, MinK: -1.5, RefLoss: &ref,
+			Probes: []memorization.Result{{Doc: 0, K: 70, Suffix: []int32{5, 6, 7, 8}, Pred: []int32{5, 6, 7, 9}, TokenMatch: 0.75,
+				PrefixMatch: 3, RougeLIDs: 0.75, RougeLText: 0.8, Samples: 4, SampleHits: 1}}},
+		{Doc: 9, Member: false, Source: "sotu.jsonl", Line: 8, Tokens: 40, Loss: 3, MinK: -6, Skipped: "too short"},
+	}
+	var b bytes.Buffer
+	for _, d := range docs {
+		writeJSONLine(t, &b, d)
+	}
+	writeReportFile(t, filepath.Join(dir, "arms", "goldfish-k4-s1", "eval", "goldfish-50", DocsFile), b.Bytes())
+	rep, err := Write(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Documents != filepath.Join(dir, DocumentsFile) || !slices.Contains(rep.Files(), rep.Documents) {
+		t.Errorf("documents.csv written as %q, files %q", rep.Documents, rep.Files())
+	}
+	rows := readReportCSV(t, rep.Documents)
+	wantHeader := []string{"arm", "seed", "loss", "k", "protocol", "doc", "member", "repetitions", "source", "line", "tokens", "skipped",
+		"prefix_len", "suffix_len", "exact_match", "token_match", "rougeL_tokens", "rougeL_words", "prefix_match",
+		"doc_loss", "zlib", "min_k", "ref_loss", "ref_score", "samples", "sample_hits", "extraction_prob"}
+	if !slices.Equal(rows[0], wantHeader) {
+		t.Errorf("header %q\nwant   %q", rows[0], wantHeader)
+	}
+	// goldfish-50's two documents, then carlini-50's 16 × 2 probes.
+	if len(rows) != 1+2+2*fixDocs*2 {
+		t.Fatalf("%d rows, want %d", len(rows), 1+2+2*fixDocs*2)
+	}
+	want := []string{"goldfish-k4", "1", "goldfish", "4", "goldfish-50", "0", "true", "", "sotu.jsonl", "7", "120", "",
+		"70", "4", "0", "0.75", "0.75", "0.8", "3",
+		"0.5", "0.004", "-1.5", "2.25", "-1.75", "4", "1", "0.25"}
+	if !slices.Equal(rows[1], want) {
+		t.Errorf("member row %q\nwant       %q", rows[1], want)
+	}
+	skipped := []string{"goldfish-k4", "1", "goldfish", "4", "goldfish-50", "9", "false", "", "sotu.jsonl", "8", "40", "too short",
+		"", "", "", "", "", "", "", "", "", "", "", "", "", "", ""}
+	if !slices.Equal(rows[2], skipped) {
+		t.Errorf("skipped row %q\nwant        %q", rows[2], skipped)
+	}
+	for _, r := range rows {
+		if len(r) != len(wantHeader) {
+			t.Fatalf("row %q: %d cells, header %d", r, len(r), len(wantHeader))
+		}
+	}
+}
+
+// writeCanaryFixture writes a canary study's results: 8 canaries, two of
+// each of 1, 4, 16 and 64 copies, and 4 held-out controls; exact[d] and
+// token[d] are canary d's outcome (held-out: 0 and 0.1), evaluated with
+// the goldfish protocol; fillerLoss is the run's held-out filler loss
+// against a base model's 2.
+func writeCanaryFixture(t *testing.T, dir, arm string, seed uint64, loss string, exact []bool, token []float64, fillerLoss float64) {
+	t.Helper()
+	name := ArmDirName(arm, seed)
+	armDir := filepath.Join("arms", name)
+	var docs []memorization.DocResult
+	for d := range 12 {
+		dr := memorization.DocResult{Doc: d, Member: d < 8, Tokens: 100, Loss: 3, MinK: -5}
+		pr := memorization.Result{Doc: d, K: 50, TokenMatch: 0.1}
+		if dr.Member {
+			dr.Loss, dr.MinK = 1, -2
+			pr.Exact, pr.TokenMatch = exact[d], token[d]
+		}
+		pr.RougeLIDs = pr.TokenMatch
+		dr.Probes = []memorization.Result{pr}
+		docs = append(docs, dr)
+	}
+	var b bytes.Buffer
+	for _, d := range docs {
+		writeJSONLine(t, &b, d)
+	}
+	e := Eval{Key: "goldfish-50", Dir: filepath.Join(armDir, "eval", "goldfish-50"),
+		Summary: *memorization.Summarize(docs, memorization.Goldfish(50), 20, memorization.Bootstrap{Resamples: 1000, Seed: 1, Level: 0.95}, false)}
+	writeReportFile(t, filepath.Join(dir, e.Dir, DocsFile), b.Bytes())
+	r := ArmResult{Schema: ResultSchema, Arm: arm, Seed: seed, Loss: loss, Model: "tiny", Params: 1000, Targets: 8, Repeats: 1, Steps: 10,
+		TargetRepetitions: []int{1, 1, 4, 4, 16, 16, 64, 64}, FillerHeldout: 4, FillerHeldoutLoss: fillerLoss, BaseFillerHeldoutLoss: 2,
+		HeldoutLoss: 3, FinalTrainLoss: 1, TrainDir: filepath.Join(armDir, "train"), Evals: []Eval{e}}
+	if loss == "goldfish" {
+		r.K, r.Strategy, r.H = 4, "hash-table", 13
+	}
+	var metrics bytes.Buffer
+	for step := 1; step <= r.Steps; step++ {
+		writeJSONLine(t, &metrics, finetune.Metrics{Schema: 1, Step: step, Loss: 1 + 1/float64(step)})
+	}
+	writeReportFile(t, filepath.Join(dir, r.TrainDir, MetricsFile), metrics.Bytes())
+	raw, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeReportFile(t, filepath.Join(dir, armDir, ResultFile), raw)
+}
+
+// TestWriteReportCanaries: the repetition table, hand-computed from the
+// canaries' outcomes; the utility table with its ratio to the base model
+// and the collapse flagged; the figure, without the collapsed arm.
+func TestWriteReportCanaries(t *testing.T) {
+	dir := reportDir(t, "canaries")
+	// Standard: seed 1 extracts 1 of the 4-copy canaries, seed 2 both;
+	// both extract every 16- and 64-copy canary and no 1-copy one. Its
+	// held-out filler loss is 2 and 2.0625 against the base's 2: ratios 1
+	// and 1.03125, within 1.05×.
+	f, x := false, true
+	writeCanaryFixture(t, dir, "standard", 1, "standard", []bool{f, f, f, x, x, x, x, x}, []float64{0.5, 0.5, 0.5, 1, 1, 1, 1, 1}, 2)
+	writeCanaryFixture(t, dir, "standard", 2, "standard", []bool{f, f, x, x, x, x, x, x}, []float64{0.5, 0.5, 1, 1, 1, 1, 1, 1}, 2.0625)
+	// Goldfish: nothing extracted, but its held-out filler loss doubled: a
+	// collapse.
+	writeCanaryFixture(t, dir, "goldfish-k4", 1, "goldfish", make([]bool, 8), []float64{0.3, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3}, 4)
+	rep, err := Write(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := readReportFile(t, rep.Markdown)
+	for _, want := range []string{
+		"| standard | standard | — | — | — | tiny | 1k | — | 8 | canaries: 1, 4, 16, 64 copies × 1 epoch | 10 | 1, 2 |",
+		"## Utility on held-out filler",
+		"| arm | seeds | held-out filler documents | base model's held-out filler loss | held-out filler loss | ratio to the base | utility |",
+		// Ratios 1 and 1.03125: 1.016 ± 0.022; losses 2 and 2.0625: 2.031 ± 0.044.
+		"| standard | 2 | 4 | 2.000 ± 0.000 | 2.031 ± 0.044 | 1.016 ± 0.022 | kept (within 1.05×) |",
+		"| goldfish-k4 | 1 | 4 | 2.000 ± — | 4.000 ± — | 2.000 ± — | collapsed (2.00× the base's): not compared |",
+		"**Utility collapse:** goldfish-k4 (2.00×)",
+		"## Memorization against repetitions",
+		"### goldfish-50: prefix: the rest of each document, suffix 50 tokens",
+		// 1 copy: nothing extracted in either seed; token match 0.5, 0.5.
+		"| standard | 1 | 1 | 2 | 0.0% ± 0.0 | s1 0.0% [0.0, 0.0]; s2 0.0% [0.0, 0.0] | 50.0% ± 0.0 | s1 50.0% [50.0, 50.0]; s2 50.0% [50.0, 50.0] | kept (within 1.05×) |",
+		// 4 copies: 1/2 and 2/2 extracted, 75.0 ± 35.4; token match 0.75
+		// and 1, 87.5 ± 17.7; the bootstrap of two canaries [0, 1]: means
+		// 0, ½ or 1, so the 95% interval is [0, 100].
+		"| standard | 4 | 4 | 2 | 75.0% ± 35.4 | s1 50.0% [0.0, 100.0]; s2 100.0% [100.0, 100.0] | 87.5% ± 17.7 | s1 75.0% [50.0, 100.0]; s2 100.0% [100.0, 100.0] | kept (within 1.05×) |",
+		"| standard | 64 | 64 | 2 | 100.0% ± 0.0 |",
+		"| standard | 0 (held out) | 0 | 4 | 0.0% ± 0.0 |",
+		"| goldfish-k4 | 16 | 16 | 2 | 0.0% ± — | s1 0.0% [0.0, 0.0] | 30.0% ± — | s1 30.0% [30.0, 30.0] | collapsed (2.00× the base's): not compared |",
+		"![Memorization against repetitions (goldfish-50)](plots/memorization-vs-repetitions-goldfish-50.png)",
+		"Left out, their utility collapsed: goldfish-k4 (held-out filler loss 2.00× the base's).",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+	checkPlots(t, dir, rep, []string{"plots/memorization-vs-repetitions-goldfish-50.png", "plots/memorization-vs-k-goldfish-50.png",
+		"plots/rougeL-distribution-goldfish-50.png", "plots/training-loss.png"})
+	// The figure's series: each arm's counts, in order.
+	arms := groupArms(mustLoad(t, dir))
+	protos := reportProtocols(arms)
+	sets := repetitionSets(arms, protos, readEvalDocs(dir, arms, protos, new([]string)))
+	if len(sets) != 1 || len(sets[0].arms) != 2 || !slices.Equal(sets[0].arms[0].counts, []int{1, 4, 16, 64}) {
+		t.Fatalf("repetition sets %+v", sets)
+	}
+	// documents.csv gives each canary its count.
+	rows := readReportCSV(t, rep.Documents)
+	col := slices.Index(rows[0], "repetitions")
+	for _, r := range rows[1:] {
+		doc, _ := strconv.Atoi(r[slices.Index(rows[0], "doc")])
+		want := ""
+		if doc < 8 {
+			want = strconv.Itoa([]int{1, 1, 4, 4, 16, 16, 64, 64}[doc])
+		}
+		if r[col] != want {
+			t.Errorf("documents.csv: doc %d repetitions %q, want %q", doc, r[col], want)
+		}
+	}
+	// results.csv carries the utility numbers.
+	res := readReportCSV(t, rep.CSV)
+	if c := slices.Index(res[0], "filler_heldout_loss"); c < 0 || res[1][c] == "" {
+		t.Errorf("results.csv has no held-out filler loss: %q", res[0])
+	}
+}
+
+func mustLoad(t *testing.T, dir string) []ArmResult {
+	t.Helper()
+	rs, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
 }

@@ -54,6 +54,11 @@ type ArmResult struct {
 	Targets int `json:"targets"`
 	Repeats int `json:"repeats"`
 	Steps   int `json:"steps"`
+	// TargetRepetitions is, in a canary study, how many copies of each
+	// target the training data holds, by document id (the targets are
+	// documents 0 to Targets−1); each was seen that many times per epoch.
+	// Empty otherwise (every target is in the data Repeats ÷ epochs times).
+	TargetRepetitions []int `json:"target_repetitions,omitempty"`
 	// FinalTrainLoss is the mean loss of the last epoch's steps (over kept
 	// targets); HeldoutLoss the mean loss on the held-out documents after
 	// training (nats per token), HeldoutPerplexity its exponential.
@@ -63,9 +68,27 @@ type ArmResult struct {
 	// BaseHeldoutLoss is the base model's loss on the held-out documents,
 	// before fine-tuning: what HeldoutLoss is to be compared with.
 	BaseHeldoutLoss float64 `json:"base_heldout_loss,omitempty"`
-	TrainDir        string  `json:"train_dir"` // holds metrics.jsonl
-	Evals           []Eval  `json:"evals"`
-	Seconds         float64 `json:"seconds"` // wall time of training and evaluation
+	// FillerHeldout is the number of filler documents held out of the
+	// training data (targets: filler: holdout); FillerHeldoutLoss is the
+	// arm's mean loss on them after training and BaseFillerHeldoutLoss
+	// the base model's, their ratio the arm's utility on the filler's
+	// domain (0 without held-out filler).
+	FillerHeldout         int     `json:"filler_heldout,omitempty"`
+	FillerHeldoutLoss     float64 `json:"filler_heldout_loss,omitempty"`
+	BaseFillerHeldoutLoss float64 `json:"base_filler_heldout_loss,omitempty"`
+	TrainDir              string  `json:"train_dir"` // holds metrics.jsonl
+	Evals                 []Eval  `json:"evals"`
+	Seconds               float64 `json:"seconds"` // wall time of training and evaluation
+}
+
+// repetitions is how many copies of document d the training data held,
+// for a canary target; false for a held-out document or outside a canary
+// study.
+func (r *ArmResult) repetitions(d memorization.DocResult) (int, bool) {
+	if !d.Member || d.Doc < 0 || d.Doc >= len(r.TargetRepetitions) {
+		return 0, false
+	}
+	return r.TargetRepetitions[d.Doc], true
 }
 
 // Eval is one protocol's evaluation of an arm.
@@ -153,6 +176,17 @@ func ReadMetrics(path string) ([]finetune.Metrics, error) {
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+// Docs reads the per-document results of the run's evaluation e from the
+// results folder dir: e.Dir's docs.jsonl, or the arm's default eval
+// folder when the result names none.
+func (r *ArmResult) Docs(dir string, e *Eval) ([]memorization.DocResult, error) {
+	evalDir := e.Dir
+	if evalDir == "" {
+		evalDir = filepath.Join("arms", r.Name(), "eval", e.Key)
+	}
+	return ReadDocs(filepath.Join(dir, evalDir, DocsFile))
 }
 
 // ReadDocs reads an evaluation's docs.jsonl.
