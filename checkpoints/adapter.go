@@ -339,6 +339,7 @@ func SaveAdapter(dir string, cfg *Config, ac *AdapterConfig, tensors []Tensor) e
 // PEFT expects beside memtrain's at their plain-LoRA values.
 func AdapterConfigJSON(ac *AdapterConfig) ([]byte, error) {
 	out := *ac
+	out.InferenceMode = true // as PEFT's save_pretrained writes it
 	if out.PEFTType == "" {
 		out.PEFTType = "LORA"
 	}
