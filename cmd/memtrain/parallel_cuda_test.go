@@ -139,6 +139,48 @@ func TestParallelCUDAFinetuneEmulated(t *testing.T) {
 		}
 	}
 
+	// LoRA on the fake GPUs, over data and Z ranks: the same metrics as
+	// on one CPU rank, with a float32 base and with a bf16 base held in
+	// bf16 (the GEMM widens it; data ranks alone: Z gathers f32 blocks).
+	base16 := filepath.Join(dir, "base16")
+	if _, errs, code := memtrain(t, "", append([]string{"init", "--out", base16, "--tokenizer", tok, "--seed", "3", "--dtype", "bf16"}, small...)...); code != 0 {
+		t.Fatal(errs)
+	}
+	lora := []string{"--lora.rank", "4", "--lora.targets", "all-linear", "--lora.dropout", "0.1", "--schedule.lr", "1e-2"}
+	for _, c := range []struct {
+		base string
+		grid []string
+	}{{base, []string{"--parallel", "z=2"}}, {base16, []string{"--parallel", "dp=2"}}} {
+		name := filepath.Base(c.base) + strings.Join(c.grid, "")
+		cpuArgs := append(args(filepath.Join(runs, "lora-cpu-"+name), lora...), "--model", c.base)
+		if _, errs, code := memtrain(t, "", cpuArgs...); code != 0 {
+			t.Fatal(errs)
+		}
+		want := metricsOf(t, filepath.Join(runs, "lora-cpu-"+name))
+		out := filepath.Join(runs, "lora-cuda-"+name)
+		gpuArgs := append(append(args(out, lora...), "--model", c.base, "--device", "cuda"), c.grid...)
+		errs, code, kernels := memtrainOnFake(t, gpuArgs...)
+		if code != 0 || kernels == 0 {
+			t.Fatalf("lora %s: exit %d, %d kernels: %s", name, code, kernels, errs)
+		}
+		got := metricsOf(t, out)
+		if len(got) != len(want) {
+			t.Fatalf("lora %s: %d metrics lines, want %d", name, len(got), len(want))
+		}
+		for i := range want {
+			for _, k := range []string{"loss", "grad_norm", "eval_loss"} {
+				w, _ := want[i][k].(float64)
+				g, _ := got[i][k].(float64)
+				if math.Abs(g-w) > 1e-5*math.Abs(w) {
+					t.Errorf("lora %s step %d %s: %v, one CPU rank %v", name, i+1, k, g, w)
+				}
+			}
+		}
+		if _, err := os.Stat(filepath.Join(out, "final", "adapter_model.safetensors")); err != nil {
+			t.Errorf("lora %s: %v", name, err)
+		}
+	}
+
 	errs, code, _ := memtrainOnFake(t, args(filepath.Join(runs, "big"), "--device", "cuda:6", "--parallel", "dp=2,x=2")...)
 	if wantErr := "memtrain: finetune: --parallel dp=2,x=2: 4 ranks, one a GPU (cuda:6 to cuda:9), but 8 CUDA device(s) found\n"; code != 1 || errs != wantErr {
 		t.Errorf("a grid larger than the GPUs: exit %d, stderr %q; want 1, %q", code, errs, wantErr)
