@@ -101,3 +101,40 @@ func TestLoRARunResumes(t *testing.T) {
 		base.Close()
 	}
 }
+
+// TestLoRAConfig: the lora block's errors name the key; its adapter is
+// PEFT's configuration of the block.
+func TestLoRAConfig(t *testing.T) {
+	base := DefaultConfig()
+	base.Model, base.Data, base.Out = "m", "d", "o"
+	for _, c := range []struct {
+		edit func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.LoRA.Rank = -1 }, "lora.rank"},
+		{func(c *Config) { c.LoRA.Rank, c.LoRA.Targets = 8, "q_proj,lm_head" }, `"lm_head"`},
+		{func(c *Config) { c.LoRA.Rank, c.LoRA.Targets = 8, "q_proj,,v_proj" }, "lora.targets"},
+		{func(c *Config) { c.LoRA.Rank, c.LoRA.Dropout = 8, 1 }, "lora_dropout"},
+		{func(c *Config) { c.LoRA.Rank, c.LoRA.BaseDType = 8, "f16" }, "lora.base_dtype"},
+		{func(c *Config) { c.LoRA.Init = "adapter" }, "lora.init"},
+		{func(c *Config) { c.LoRA.Rank = 8192 }, `"r"`},
+	} {
+		cfg := base
+		c.edit(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want an error naming %s", cfg.LoRA, err, c.want)
+		}
+	}
+	cfg := base
+	cfg.LoRA = LoRA{Rank: 8, Targets: "all-linear", RSLoRA: true}
+	a, err := cfg.LoRA.Adapter("/base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.R != 8 || a.LoRAAlpha != 16 || len(a.TargetModules) != 7 || !a.UseRSLoRA || a.BaseModelNameOrPath != "/base" || math.Abs(a.Scale()-16/math.Sqrt(8)) > 1e-15 {
+		t.Errorf("adapter %+v (scale %v)", a, a.Scale())
+	}
+	if a, err := (LoRA{}).Adapter("/base"); a != nil || err != nil {
+		t.Errorf("rank 0: %v, %v (want full fine-tuning)", a, err)
+	}
+}
