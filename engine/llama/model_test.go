@@ -88,37 +88,44 @@ func TestFiniteDifferences(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			mean := func() float64 {
-				l, err := m.Evaluate(batch)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return l.Mean()
-			}
-			r := rand.New(rand.NewPCG(3, 3))
-			const h = 1e-2
-			for _, p := range m.Params() {
-				grad := download(m, p.Grad)
-				val := download(m, p.Value)
-				for trial := 0; trial < 4; trial++ {
-					i := r.IntN(len(val))
-					orig := val[i]
-					val[i] = orig + h
-					m.Backend().Upload(p.Value, val)
-					up := mean()
-					val[i] = orig - h
-					m.Backend().Upload(p.Value, val)
-					down := mean()
-					val[i] = orig
-					m.Backend().Upload(p.Value, val)
-					fd := (up - down) / (2 * h)
-					an := float64(grad[i]) / l0.Weight
-					if math.Abs(fd-an) > 2e-3+0.02*math.Abs(fd) {
-						t.Errorf("%s[%d]: analytic %.6g, finite difference %.6g", p.Name, i, an, fd)
-					}
-				}
-			}
+			checkFiniteDifferences(t, m, batch, l0, m.Params(), 4)
 		})
+	}
+}
+
+// checkFiniteDifferences compares the gradients of params (left by a
+// ForwardBackward of batch at scale 1, whose loss was l0) with central
+// differences of the batch's mean loss, at trials random elements of each.
+func checkFiniteDifferences(t *testing.T, m *Model, batch Batch, l0 Loss, params []*engine.Param, trials int) {
+	t.Helper()
+	mean := func() float64 {
+		l, err := m.Evaluate(batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Mean()
+	}
+	r := rand.New(rand.NewPCG(3, 3))
+	const h = 1e-2
+	for _, p := range params {
+		grad, val := download(m, p.Grad), download(m, p.Value)
+		for trial := 0; trial < trials; trial++ {
+			i := r.IntN(len(val))
+			orig := val[i]
+			val[i] = orig + h
+			m.Backend().Upload(p.Value, val)
+			up := mean()
+			val[i] = orig - h
+			m.Backend().Upload(p.Value, val)
+			down := mean()
+			val[i] = orig
+			m.Backend().Upload(p.Value, val)
+			fd := (up - down) / (2 * h)
+			an := float64(grad[i]) / l0.Weight
+			if math.Abs(fd-an) > 2e-3+0.02*math.Abs(fd) {
+				t.Errorf("%s[%d]: analytic %.6g, finite difference %.6g", p.Name, i, an, fd)
+			}
+		}
 	}
 }
 
