@@ -925,6 +925,19 @@ func (r *Runner) runArm(ar armRun) error {
 		return err
 	}
 	res.Params = mcfg.Params().Total
+	if ref.Adapter != "" {
+		ad, err := checkpoints.OpenAdapter(ref.Adapter, mcfg)
+		if err != nil {
+			return err
+		}
+		ac := ad.Config
+		ad.Close()
+		res.Adapter = fmt.Sprintf("LoRA r%d α%g on %d projections", ac.R, ac.LoRAAlpha, len(ac.TargetModules))
+		if ac.UseRSLoRA {
+			res.Adapter += ", rsLoRA"
+		}
+		res.TrainedParams = mcfg.AdapterParams(ac)
+	}
 	res.Model = modelName(ar.base, mcfg)
 	// The protocols left to evaluate are chosen here, once, so that every
 	// rank runs the same ones.

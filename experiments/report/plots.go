@@ -391,8 +391,8 @@ func plotMemorizationVsK(dir string, arms []*reportArm, p *reportProtocol) ([]re
 	has := func(a *reportArm) bool { return len(a.groups(p.Key, k, true)) > 0 }
 	var models []string
 	for _, a := range arms {
-		if a.isGoldfish() && has(a) && !slices.Contains(models, a.Model) {
-			models = append(models, a.Model)
+		if a.isGoldfish() && has(a) && !slices.Contains(models, a.ModelLabel()) {
+			models = append(models, a.ModelLabel())
 		}
 	}
 	var figs []reportFigure
@@ -406,7 +406,7 @@ func plotMemorizationVsK(dir string, arms []*reportArm, p *reportProtocol) ([]re
 		var std *reportArm
 		var used []*reportArm
 		for _, a := range arms {
-			if a.Model != model || !has(a) {
+			if a.ModelLabel() != model || !has(a) {
 				continue
 			}
 			if a.isStandard() {

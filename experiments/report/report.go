@@ -500,7 +500,11 @@ func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, c
 		if a.BaseHeldoutLoss > 0 {
 			baseLoss = strconv.FormatFloat(a.BaseHeldoutLoss, 'f', 3, 64)
 		}
-		mdRow(&b, a.Arm, a.Loss, k, strategy, h, a.Model, units.ShortCount(a.Params), baseLoss, strconv.Itoa(a.Targets),
+		params := units.ShortCount(a.Params)
+		if a.TrainedParams > 0 {
+			params += " (" + units.ShortCount(a.TrainedParams) + " trained)"
+		}
+		mdRow(&b, a.Arm, a.Loss, k, strategy, h, a.ModelLabel(), params, baseLoss, strconv.Itoa(a.Targets),
 			a.repeatsCell(), strconv.Itoa(a.Steps), strings.Join(seeds, ", "))
 	}
 	b.WriteString("\n")
@@ -716,6 +720,7 @@ var csvHeader = []string{
 	"arm", "seed", "loss", "k", "strategy", "h", "model", "params", "targets", "repeats", "steps",
 	"final_train_loss", "heldout_loss", "heldout_perplexity", "seconds",
 	"base_heldout_loss", "filler_heldout", "filler_heldout_loss", "base_filler_heldout_loss",
+	"adapter", "trained_params",
 	"protocol", "protocol_name", "suffix_len", "prefix_len", "group", "documents",
 	"exact_mean", "exact_lo", "exact_hi",
 	"token_match_mean", "token_match_lo", "token_match_hi",
@@ -758,7 +763,8 @@ func renderCSV(arms []*reportArm, protos []*reportProtocol) ([]byte, error) {
 			run := []string{r.Arm, strconv.FormatUint(r.Seed, 10), r.Loss, itoa(r.K), r.Strategy, itoa(r.H), r.Model,
 				strconv.FormatInt(r.Params, 10), itoa(r.Targets), itoa(r.Repeats), itoa(r.Steps),
 				opt(r.FinalTrainLoss), opt(r.HeldoutLoss), opt(r.HeldoutPerplexity), f(r.Seconds),
-				opt(r.BaseHeldoutLoss), itoa(r.FillerHeldout), opt(r.FillerHeldoutLoss), opt(r.BaseFillerHeldoutLoss)}
+				opt(r.BaseHeldoutLoss), itoa(r.FillerHeldout), opt(r.FillerHeldoutLoss), opt(r.BaseFillerHeldoutLoss),
+				r.Adapter, strconv.FormatInt(r.TrainedParams, 10)}
 			for _, p := range protos {
 				e := r.Eval(p.Key)
 				if e == nil {

@@ -49,6 +49,11 @@ type ArmResult struct {
 	// parameter count.
 	Model  string `json:"model"`
 	Params int64  `json:"params"`
+	// Adapter describes a LoRA arm's adapter ("LoRA r16 α32 on 7
+	// projections"), TrainedParams its parameter count; empty and 0 for
+	// full fine-tuning, which trains every parameter.
+	Adapter       string `json:"adapter,omitempty"`
+	TrainedParams int64  `json:"trained_params,omitempty"`
 	// Targets is the number of target documents, Repeats how many times
 	// each was seen in training (epochs × repetitions in the data).
 	Targets int `json:"targets"`
@@ -227,4 +232,13 @@ func FinalTrainLoss(metrics []finetune.Metrics) float64 {
 		}
 	}
 	return sum / float64(k)
+}
+
+// ModelLabel is the model an arm trained: its base, and its adapter if it
+// has one (arms of one label are compared with each other).
+func (a *ArmResult) ModelLabel() string {
+	if a.Adapter == "" {
+		return a.Model
+	}
+	return a.Model + " + " + a.Adapter
 }
