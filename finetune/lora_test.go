@@ -13,7 +13,7 @@ import (
 )
 
 // TestLoRARunResumes: a LoRA run (goldfish, dropout, accumulation) of 4
-// steps on one rank, and the same run stopped after 2 steps on a data×Z
+// steps on one rank, and the same run stopped after 2 steps on an X×Y×Z
 // grid and resumed on one rank, give the same metrics; RUN/final is a PEFT
 // adapter folder that loads on the base, and that merges into it.
 func TestLoRARunResumes(t *testing.T) {
@@ -31,7 +31,7 @@ func TestLoRARunResumes(t *testing.T) {
 	cfg.Out = filepath.Join(root, "one")
 	want := trainRank(t, cfg, nil, "", 0)
 	cfg.Out = filepath.Join(root, "resumed")
-	first := trainRank(t, cfg, &comm.Grid{Data: 2, X: 1, Y: 1, Z: 2}, "", 2)
+	first := trainRank(t, cfg, &comm.Grid{Data: 1, X: 2, Y: 2, Z: 2}, "", 2)
 	second := trainRank(t, cfg, nil, cfg.Out, 0)
 	got := append(first, second...)
 	if len(got) != len(want) {

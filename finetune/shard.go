@@ -153,8 +153,7 @@ func pieceMap(shape comm.Grid, params []*engine.Param, moments bool) (checkpoint
 		g := checkpoints.PieceGrid{Parts: [3]int{shape.Y, shape.X, shape.Z}, Strides: [3]int{shape.X, 1, shape.X * shape.Y}, DType: f32}
 		switch {
 		case checkpoints.IsAdapterName(p.Name):
-			// Adapters are whole on every rank (LoRA runs on data and Z
-			// ranks alone), written once.
+			// Adapters are whole on every rank of any grid, written once.
 			g.Parts, g.Strides = [3]int{1, 1, 1}, [3]int{0, 0, 0}
 		case len(p.Full) == 1:
 			g.Parts, g.Strides = [3]int{1, shape.X, 1}, [3]int{0, 1, 0}

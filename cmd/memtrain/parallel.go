@@ -64,13 +64,6 @@ func launcher(stderr io.Writer, ef engineFlags, pf parallelFlags, model, adapter
 		fmt.Fprintf(stderr, "memtrain: model: %s\n", note)
 	}
 	modelDir := ref.Dir
-	if ref.Adapter != "" && pf.grid != "" {
-		// Adapters run on data and Z ranks (engine/llama): say so before
-		// anything loads.
-		if g, err := launch.ParseGrid(pf.grid); err == nil && (g.X > 1 || g.Y > 1) {
-			return nil, ref, fmt.Errorf("--parallel %s: a LoRA-adapted model runs on data and Z ranks alone (x = y = 1)", pf.grid)
-		}
-	}
 	if pf.grid != "" {
 		if s.Model, err = checkpoints.ReadConfig(modelDir); err != nil {
 			return nil, ref, err

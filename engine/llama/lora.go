@@ -8,6 +8,7 @@ import (
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/comm"
 )
 
 // LoRA adapters (PEFT's LoRA, Hu et al. 2021): each adapted projection
@@ -20,13 +21,24 @@ import (
 // weights, and keeps them in their checkpoint's dtype (Options.BaseDType)
 // when the backend can multiply by it.
 //
-// The adapters are replicated on every rank of a grid: they are small
-// (r·(in+out) a projection), so splitting them would save little memory
-// and cost an all-reduce of the rank-r activations per projection in each
-// direction. Their gradients are summed over the ranks that split the
-// batch, data and Z (ReduceGradients). Tensor parallelism over X or Y
-// with adapters is refused (New): the base layers' partial sums would
-// need the adapters' partial products to join them, which is not built.
+// The adapters are replicated on every rank of a grid, whole: they are
+// small (r·(in+out) a projection, under 1% of a Llama's weights at r =
+// 16), so splitting them would save little memory, while keeping them
+// whole lets every rank read the same optimizer state and checkpoint.
+// A rank multiplies by the part of A and B its base block needs (A's
+// columns of the block's input features, B's rows of its output
+// features, strided views of the whole matrices), so that on X and Y
+// ranks the adapter's product splits exactly as the base's:
+//
+//	z = drop(x)·A[:, cols]ᵀ, summed over the ranks that split the input
+//	    (the base's partial products are summed there too), [N, r]
+//	y[:, rows] += s·z·B[rows, :]ᵀ
+//
+// and its backward all-reduces the rank-r dz over the ranks that split
+// the output. Each rank adds its blocks' gradients into the whole
+// gradient tensors; ReduceGradients sums A's over the input's ranks and
+// B's over the output's, then both over the ranks that split the batch
+// (data and Z), after which every rank holds the same gradients.
 
 // The projections of a decoder block, in blockWeights' (and a layer's
 // state dict's) order; checkpoints.LoRAModules names them.
@@ -41,9 +53,29 @@ const (
 	numProj
 )
 
-// An Adapter is one projection's LoRA matrices.
+// An Adapter is one projection's LoRA matrices, with the part of them
+// this rank's base block multiplies.
 type Adapter struct {
-	A, B *engine.Param // lora_A [r, in], lora_B [out, r]
+	A, B *engine.Param // lora_A [r, in], lora_B [out, r], whole
+
+	// r0, r1 are the base block's output rows (B's rows), c0, c1 its
+	// input columns (A's columns); in and out are the groups that split
+	// the projection's input and output features (nil: one rank).
+	r0, r1, c0, c1 int
+	in, out        comm.Comm
+}
+
+// aBlock is A's columns [c0, c1) of t (A's value or gradient), a strided
+// view: Gemm's leading dimension is A's full width.
+func (ad *Adapter) aBlock(t *engine.Tensor) *engine.Tensor {
+	r, in := ad.A.Full[0], ad.A.Full[1]
+	return t.View(ad.c0, (r-1)*in+(ad.c1-ad.c0))
+}
+
+// bBlock is B's rows [r0, r1) of t (B's value or gradient).
+func (ad *Adapter) bBlock(t *engine.Tensor) *engine.Tensor {
+	r := ad.B.Full[1]
+	return t.View(ad.r0*r, (ad.r1-ad.r0)*r)
 }
 
 // loraState is what a model with adapters keeps beside its layers.
@@ -69,9 +101,6 @@ func checkLoRA(cfg *checkpoints.Config, opt Options) error {
 	if err := a.Validate(); err != nil {
 		return err
 	}
-	if g := opt.Parallel; g != nil && (g.X.Size() > 1 || g.Y.Size() > 1) {
-		return fmt.Errorf("llama: LoRA adapters run on grids of data and Z ranks; this grid splits the layers over X = %d, Y = %d", g.X.Size(), g.Y.Size())
-	}
 	if opt.BaseDType != engine.F32 && opt.BaseDType != engine.BF16 {
 		return fmt.Errorf("llama: base weights in %v: want f32 or bf16", opt.BaseDType)
 	}
@@ -85,6 +114,7 @@ func (m *Model) newAdapters() {
 	specs := m.Config.AdapterTensorSpecs(a)
 	i := 0
 	for l, layer := range m.Layers {
+		base := [numProj]*engine.Param{layer.Q, layer.K, layer.V, layer.O, layer.Gate, layer.Up, layer.Down}
 		for p, module := range checkpoints.LoRAModules() {
 			if !a.Targets(module) {
 				continue
@@ -97,7 +127,11 @@ func (m *Model) newAdapters() {
 					Decay: true, // as PEFT trains them: every non-bias, non-norm weight decays
 				}
 			}
-			ad := &Adapter{A: mk(specs[i]), B: mk(specs[i+1])}
+			sh := base[p].Shard
+			ad := &Adapter{A: mk(specs[i]), B: mk(specs[i+1]), r0: sh.Row0, r1: sh.Row1, c0: sh.Col0, c1: sh.Col1, in: m.gx, out: m.gy}
+			if p == projO || p == projDown { // [H, ·]: rows over X, columns over Y
+				ad.in, ad.out = m.gy, m.gx
+			}
 			if specs[i].Name != checkpoints.LoRATensorName(l, module, "A") {
 				panic("llama: adapter order differs from checkpoints.AdapterTensorSpecs")
 			}
@@ -185,53 +219,64 @@ func (m *Model) AdapterTensors() []checkpoints.Tensor {
 }
 
 // loraForward adds projection p's adapter product into out, the base
-// linear's output: z = drop(x)·Aᵀ [N, r] (kept in z for the backward),
-// out += s·z·Bᵀ. It does nothing where the projection has no adapter.
-// s is the training pass's scratch, nil when evaluating (no dropout).
+// linear's output (this rank's block of it): z = drop(x)·Aᵀ [N, r] (kept
+// in z for the backward), out += s·z·Bᵀ. It does nothing where the
+// projection has no adapter. s is the training pass's scratch, nil when
+// evaluating (no dropout).
 func (m *Model) loraForward(l, p int, z, x, out *engine.Tensor, s *loraScratch) {
 	ad := m.Layers[l].LoRA[p]
 	if ad == nil {
 		return
 	}
 	m.loraZ(l, p, z, x, s)
-	r, n, o := m.lora.cfg.R, x.Dim(0), out.Dim(1)
-	m.backend.Gemm(engine.GemmParams{TransB: true, M: n, N: o, K: r, Alpha: m.lora.scale, Beta: 1, LDA: r, LDB: r, LDC: o}, z, ad.B.Value, out)
+	r, n := m.lora.cfg.R, x.Dim(0)
+	m.backend.Gemm(engine.GemmParams{TransB: true, M: n, N: ad.r1 - ad.r0, K: r, Alpha: m.lora.scale, Beta: 1, LDA: r, LDB: r, LDC: out.Dim(1)},
+		z, ad.bBlock(ad.B.Value), out)
 }
 
-// loraZ computes projection p's z = drop(x)·Aᵀ alone.
+// loraZ computes projection p's z = drop(x)·Aᵀ alone: this rank's
+// columns' partial product, summed over the ranks that split the input.
 func (m *Model) loraZ(l, p int, z, x *engine.Tensor, s *loraScratch) {
 	ad := m.Layers[l].LoRA[p]
-	r, n, in := m.lora.cfg.R, x.Dim(0), x.Dim(1)
+	r, n := m.lora.cfg.R, x.Dim(0)
 	x = m.dropped(l, p, x, s)
-	m.backend.Gemm(engine.GemmParams{TransB: true, M: n, N: r, K: in, Alpha: 1, LDA: in, LDB: in, LDC: r}, x, ad.A.Value, z)
+	m.backend.Gemm(engine.GemmParams{TransB: true, M: n, N: r, K: ad.c1 - ad.c0, Alpha: 1, LDA: x.Dim(1), LDB: ad.A.Full[1], LDC: r},
+		x, ad.aBlock(ad.A.Value), z)
+	allReduce(z, ad.in)
 }
 
 // loraBackward is loraForward's backward: from dy, the gradient of the
-// projection's output, it adds the adapter's gradients
+// projection's output (this rank's block), it adds the adapter's
+// gradients of this rank's blocks
 //
 //	dB += s·dyᵀ·z,  dz = s·dy·B,  dA += dzᵀ·drop(x)
 //
-// and adds drop'(dz·A) into din, the projection's input gradient.
+// and adds drop'(dz·A) into din, the projection's input gradient. din is
+// then a partial sum over the ranks that split the output, as the base's
+// input gradient is (the caller sums them together); dz, which dA
+// needs whole, is all-reduced over them.
 func (m *Model) loraBackward(l, p int, z, x, dy, din *engine.Tensor, s *loraScratch) {
 	ad := m.Layers[l].LoRA[p]
 	if ad == nil {
 		return
 	}
 	b, r, sc := m.backend, m.lora.cfg.R, m.lora.scale
-	n, in, o := x.Dim(0), x.Dim(1), dy.Dim(1)
+	n, inW, rows := x.Dim(0), ad.A.Full[1], ad.r1-ad.r0
+	cols := ad.c1 - ad.c0
 	dz := s.dz.View(0, n, r)
-	b.Gemm(engine.GemmParams{TransA: true, M: o, N: r, K: n, Alpha: sc, Beta: 1, LDA: o, LDB: r, LDC: r}, dy, z, ad.B.Grad)
-	b.Gemm(engine.GemmParams{M: n, N: r, K: o, Alpha: sc, LDA: o, LDB: r, LDC: r}, dy, ad.B.Value, dz)
-	xd := m.dropped(l, p, x, s)
-	b.Gemm(engine.GemmParams{TransA: true, M: r, N: in, K: n, Alpha: 1, Beta: 1, LDA: r, LDB: in, LDC: in}, dz, xd, ad.A.Grad)
+	b.Gemm(engine.GemmParams{TransA: true, M: rows, N: r, K: n, Alpha: sc, Beta: 1, LDA: dy.Dim(1), LDB: r, LDC: r}, dy, z, ad.bBlock(ad.B.Grad))
+	b.Gemm(engine.GemmParams{M: n, N: r, K: rows, Alpha: sc, LDA: dy.Dim(1), LDB: r, LDC: r}, dy, ad.bBlock(ad.B.Value), dz)
 	if m.lora.cfg.LoRADropout == 0 {
-		b.Gemm(engine.GemmParams{M: n, N: in, K: r, Alpha: 1, Beta: 1, LDA: r, LDB: in, LDC: in}, dz, ad.A.Value, din)
-		return
+		b.Gemm(engine.GemmParams{M: n, N: cols, K: r, Alpha: 1, Beta: 1, LDA: r, LDB: inW, LDC: din.Dim(1)}, dz, ad.aBlock(ad.A.Value), din)
+	} else {
+		dxd := s.xd.View(0, n, cols)
+		b.Gemm(engine.GemmParams{M: n, N: cols, K: r, Alpha: 1, LDA: r, LDB: inW, LDC: cols}, dz, ad.aBlock(ad.A.Value), dxd)
+		m.applyDropout(l, p, dxd, dxd)
+		b.Axpy(din, 1, dxd)
 	}
-	dxd := s.xd.View(0, n, in) // drop(x) is no longer needed
-	b.Gemm(engine.GemmParams{M: n, N: in, K: r, Alpha: 1, LDA: r, LDB: in, LDC: in}, dz, ad.A.Value, dxd)
-	m.applyDropout(l, p, dxd, dxd)
-	b.Axpy(din, 1, dxd)
+	allReduce(dz, ad.out)
+	xd := m.dropped(l, p, x, s)
+	b.Gemm(engine.GemmParams{TransA: true, M: r, N: cols, K: n, Alpha: 1, Beta: 1, LDA: r, LDB: xd.Dim(1), LDC: inW}, dz, xd, ad.aBlock(ad.A.Grad))
 }
 
 // dropped returns drop(x): x itself without dropout, else x with the
@@ -257,6 +302,7 @@ func (m *Model) applyDropout(l, p int, dst, src *engine.Tensor) {
 	v := make([]float32, src.Len())
 	m.backend.Download(v, src)
 	n, in := src.Dim(0), src.Dim(1)
+	c0 := uint64(m.Layers[l].LoRA[p].c0) // the features' global index, whatever the grid
 	T := m.ws.T
 	keep := float32(1 / (1 - q))
 	threshold := uint64(q * (1 << 53))
@@ -270,7 +316,7 @@ func (m *Model) applyDropout(l, p int, dst, src *engine.Tensor) {
 		base := mix(mix(mix(key)^site) ^ uint64(t))
 		vr := v[row*in : (row+1)*in]
 		for j := range vr {
-			if mix(base^uint64(j))>>11 < threshold {
+			if mix(base^(c0+uint64(j)))>>11 < threshold {
 				vr[j] = 0
 			} else {
 				vr[j] *= keep
@@ -319,4 +365,44 @@ func loraPlan(d dims, N, sets int, train bool) []tensorPlan {
 		}
 	}
 	return p
+}
+
+// reduceAdapterGradients completes the adapters' gradients on a grid:
+// each rank added its blocks' into the whole tensors, so A's are summed
+// over the ranks that split the projection's input, B's over those that
+// split its output, then both over the ranks that split the batch (data
+// and Z). Every rank then holds the same gradients.
+func (m *Model) reduceAdapterGradients() error {
+	g := m.Options.Parallel
+	var pending []comm.Request
+	sum := func(t *engine.Tensor, c comm.Comm) {
+		if c == nil || c.Size() == 1 {
+			return
+		}
+		if g.Overlap.AllReduce {
+			pending = append(pending, c.IAllReduce(t))
+		} else {
+			check(c.AllReduce(t))
+		}
+	}
+	wait := func() {
+		for _, r := range pending {
+			check(r.Wait())
+		}
+		pending = pending[:0]
+	}
+	for _, l := range m.Layers {
+		for _, ad := range l.LoRA {
+			if ad != nil {
+				sum(ad.A.Grad, ad.in)
+				sum(ad.B.Grad, ad.out)
+			}
+		}
+	}
+	wait() // the blocks are assembled before the batch's ranks add theirs
+	for _, p := range m.lora.params {
+		sum(p.Grad, g.DataZ)
+	}
+	wait()
+	return nil
 }

@@ -5,10 +5,14 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/launch"
+	"github.com/memtrain/memtrain/engine/parallel"
 )
 
 func testAdapter(r int, rslora bool, dropout float64, targets ...string) *checkpoints.AdapterConfig {
@@ -294,4 +298,149 @@ func TestLoRADropoutFollowsTheSequence(t *testing.T) {
 	for name, w := range whole {
 		closeTo(t, name, halves[name], w, 1e-4)
 	}
+}
+
+// TestLoRAOnGrids: with adapters, one step's loss, gradient norm and
+// every adapter gradient on grids of in-process ranks (X, Y, Z, data,
+// with dropout and recomputation) equal one rank's; every rank holds the
+// same whole gradients; the logits and greedy continuations too.
+func TestLoRAOnGrids(t *testing.T) {
+	grids := []comm.Grid{
+		{Data: 1, X: 2, Y: 1, Z: 1}, {Data: 1, X: 1, Y: 2, Z: 1}, {Data: 1, X: 1, Y: 1, Z: 2}, {Data: 2, X: 1, Y: 1, Z: 1},
+		{Data: 2, X: 2, Y: 2, Z: 2}, {Data: 1, X: 4, Y: 4, Z: 1},
+	}
+	for _, tie := range []bool{false, true} {
+		cfg := gridConfig(tie)
+		a := testAdapter(3, tie, 0.2)
+		ref := loraModel(t, newBackend(1), cfg, Options{LoRA: a}, 7)
+		// Adapters of a trained size (loraModel's are large, and a model
+		// that far from its base amplifies float32 rounding past 1e-5).
+		for _, p := range ref.Trainable() {
+			v := download(ref, p.Value)
+			for i := range v {
+				v[i] *= 0.2
+			}
+			ref.Backend().Upload(p.Value, v)
+		}
+		w, ad := ref.Weights(), ref.AdapterTensors()
+		global := randomBatch(cfg, 8, 6, 3)
+		global.Keys = []uint64{1, 2, 3, 4, 5, 6, 7, 8}
+		want, _, err := oneStepTrainable(ref, global)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantNorm, _ := ref.GradNorm()
+		wantGrads := map[string][]float32{}
+		for _, p := range ref.Trainable() {
+			wantGrads[p.Name] = download(ref, p.Grad)
+		}
+		wantLogits, _ := ref.Logits(global)
+		prompts := [][]int32{{1, 2, 3}, {4, 5}}
+		wantGen, _ := ref.Generate(prompts, GenerateOptions{MaxNewTokens: 4})
+		for _, shape := range grids {
+			for _, rec := range []bool{false, true} {
+				name := fmt.Sprintf("tie=%v/%v/recompute=%v", tie, shape, rec)
+				var mu sync.Mutex
+				err := launch.Local(shape, parallel.AllOverlap(), func(g *parallel.Grid) error {
+					m, err := New(newBackend(1), cfg, Options{Parallel: g, Recompute: rec, LoRA: a})
+					if err != nil {
+						return err
+					}
+					defer m.Free()
+					if err := m.SetWeights(w); err != nil {
+						return err
+					}
+					if err := m.LoadAdapters(tensorReader(ad)); err != nil {
+						return err
+					}
+					got, _, err := oneStepTrainable(m, global)
+					if err != nil {
+						return err
+					}
+					norm, err := m.GradNorm()
+					if err != nil {
+						return err
+					}
+					logits, err := m.Logits(global)
+					if err != nil {
+						return err
+					}
+					gen, err := m.Generate(prompts, GenerateOptions{MaxNewTokens: 4})
+					if err != nil {
+						return err
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					if d := math.Abs(got.Sum-want.Sum) / want.Sum; d > 1e-5 || got.Weight != want.Weight {
+						t.Errorf("%s rank %d: loss %v/%v, want %v/%v", name, g.Rank(), got.Sum, got.Weight, want.Sum, want.Weight)
+					}
+					if math.Abs(norm-wantNorm) > 1e-5*wantNorm {
+						t.Errorf("%s rank %d: grad norm %v, want %v", name, g.Rank(), norm, wantNorm)
+					}
+					for _, p := range m.Trainable() {
+						if d := relDiff(download(m, p.Grad), wantGrads[p.Name]); d > 1e-5 {
+							t.Errorf("%s rank %d: %s gradient off by %.3g", name, g.Rank(), p.Name, d)
+						}
+					}
+					if d := relDiff(logits, wantLogits); d > 1e-5 {
+						t.Errorf("%s rank %d: logits off by %.3g", name, g.Rank(), d)
+					}
+					for i := range gen {
+						if !slices.Equal(gen[i], wantGen[i]) {
+							t.Errorf("%s rank %d: prompt %d generated %v, want %v", name, g.Rank(), i, gen[i], wantGen[i])
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+			}
+		}
+	}
+}
+
+// oneStepTrainable is oneStep without gathering the (frozen) base.
+func oneStepTrainable(m *Model, global Batch) (Loss, struct{}, error) {
+	s0, s1 := 0, global.B
+	if g := m.Grid(); g != nil {
+		per := global.B / g.BatchRanks()
+		s0 = g.BatchRank() * per
+		s1 = s0 + per
+	}
+	total := 0.0
+	for _, w := range global.Weights {
+		total += float64(w)
+	}
+	m.ZeroGrads()
+	var sum Loss
+	half := (s1 - s0) / 2
+	for _, r := range [][2]int{{s0, s0 + half}, {s0 + half, s1}} {
+		l, err := m.ForwardBackward(sliceBatch(global, r[0], r[1]), float32(1/total))
+		if err != nil {
+			return Loss{}, struct{}{}, err
+		}
+		sum.Sum += l.Sum
+		sum.Weight += l.Weight
+	}
+	if err := m.ReduceGradients(); err != nil {
+		return Loss{}, struct{}{}, err
+	}
+	vals := []float64{sum.Sum, sum.Weight}
+	if err := m.SumBatch(vals); err != nil {
+		return Loss{}, struct{}{}, err
+	}
+	return Loss{Sum: vals[0], Weight: vals[1]}, struct{}{}, nil
+}
+
+// tensorReader reads tensors by name from a list.
+type tensorReader []checkpoints.Tensor
+
+func (r tensorReader) ReadFloat32(name string) ([]float32, error) {
+	for _, t := range r {
+		if t.Name == name {
+			return t.Data, nil
+		}
+	}
+	return nil, fmt.Errorf("no tensor %q", name)
 }

@@ -399,12 +399,13 @@ func (m *Model) ReduceGradients() (err error) {
 		return nil
 	}
 	defer recoverComm(&err)
+	if m.lora != nil {
+		return m.reduceAdapterGradients()
+	}
 	var pending []comm.Request
 	for _, p := range m.Trainable() {
 		c := g.Data
-		if len(p.Full) == 1 || m.lora != nil {
-			// Norm weights and adapters are replicated over Z, whose
-			// ranks saw different tokens.
+		if len(p.Full) == 1 {
 			c = g.DataZ
 		}
 		if c.Size() == 1 {
@@ -432,10 +433,18 @@ func (m *Model) GradNorm() (float64, error) {
 		gs[i] = p.Grad
 	}
 	matrices, norms := 0.0, 0.0
-	for i, s := range engine.SumSquaresEach(m.backend, gs) {
-		// Norm weights and adapters (replicated over Y and Z) count once
-		// between their copies, as SumUnique's norms do.
-		if g := m.Options.Parallel; g != nil && (len(params[i].Full) == 1 || m.lora != nil) {
+	sums := engine.SumSquaresEach(m.backend, gs)
+	if m.lora != nil {
+		// Every rank holds the same whole adapter gradients once they are
+		// reduced: the norm is the same on every rank, with nothing to
+		// exchange.
+		for _, s := range sums {
+			matrices += float64(s)
+		}
+		return math.Sqrt(matrices), nil
+	}
+	for i, s := range sums {
+		if g := m.Options.Parallel; g != nil && len(params[i].Full) == 1 {
 			norms += float64(s)
 		} else {
 			matrices += float64(s)
