@@ -41,6 +41,9 @@ renamed into place once complete.`,
   memtrain export run/checkpoints/step-00000200 --out hf --dtype bf16 --max-shard-size 5GB`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := f.check("export"); err != nil {
+				return err
+			}
 			ref, note, err := finetune.ResolveAdapted(args[0], "")
 			if err != nil {
 				return fmt.Errorf("export: %w", err)
@@ -58,11 +61,27 @@ renamed into place once complete.`,
 	return cmd
 }
 
+// check refuses bad flags in one line before any model is resolved.
+func (f exportFlags) check(what string) error {
+	if f.out == "" {
+		return fmt.Errorf("%s: give the folder to write with --out DIR", what)
+	}
+	switch strings.ToLower(f.dtype) {
+	case "f32", "bf16", "auto":
+	default:
+		return fmt.Errorf("%s: --dtype %q: want f32, bf16 or auto", what, f.dtype)
+	}
+	if _, err := units.ParseBytes(f.maxShardSize); err != nil {
+		return fmt.Errorf("%s: --max-shard-size: %w", what, err)
+	}
+	return nil
+}
+
 // runExport writes the model of ref (its adapter merged in, if it has
 // one) as an HF checkpoint folder; what names the command in errors.
 func runExport(cmd *cobra.Command, what string, ref finetune.ModelRef, f exportFlags) error {
-	if f.out == "" {
-		return fmt.Errorf("%s: give the folder to write with --out DIR", what)
+	if err := f.check(what); err != nil {
+		return err
 	}
 	var dtype checkpoints.DType
 	switch strings.ToLower(f.dtype) {
@@ -144,6 +163,9 @@ folder, and --adapter when --model names a LoRA run or its adapter.`,
   memtrain merge --adapter run/final --out merged --dtype bf16`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := f.check("merge"); err != nil {
+				return err
+			}
 			var ref finetune.ModelRef
 			var note string
 			var err error
