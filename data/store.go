@@ -768,6 +768,28 @@ func (s *Store) DocTokens(id int) ([]int32, error) {
 	return out, nil
 }
 
+// HasMask says whether the dataset has a loss mask (a chat dataset,
+// mask.bin).
+func (s *Store) HasMask() bool { return s.mask != nil }
+
+// DocMask returns a copy of the loss mask of document id, a 0 or 1 for each
+// of its tokens as DocTokens returns them (1 for an assistant turn's
+// tokens and the EOS the dataset appended, 0 for BOS and the prompt's), or
+// nil for a dataset without a mask.
+func (s *Store) DocMask(id int) ([]uint8, error) {
+	if s.closed {
+		return nil, errClosed
+	}
+	if id < 0 || id >= len(s.recs) {
+		return nil, fmt.Errorf("data: document %d out of range [0, %d)", id, len(s.recs))
+	}
+	if s.mask == nil {
+		return nil, nil
+	}
+	r := s.recs[id]
+	return slices.Clone(s.mask[r.offset : r.offset+int64(r.length)]), nil
+}
+
 // Sequence writes sequence i of a split into ids, targets and weights, each
 // at least SeqLen long: position t holds input ids[t], the target
 // targets[t] that follows it, and weights[t], 1 for a real target and 0 for

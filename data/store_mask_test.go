@@ -178,4 +178,28 @@ func TestPlainManifestUnchanged(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(s.Dir(), MaskFile)); err == nil {
 		t.Error("plain dataset has mask.bin")
 	}
+	if m, err := s.DocMask(0); s.HasMask() || m != nil || err != nil {
+		t.Errorf("plain dataset: HasMask %v, DocMask %v (%v)", s.HasMask(), m, err)
+	}
+}
+
+// TestDocMask: a chat dataset's DocMask is each document's mask as
+// DocTokens's tokens, BOS 0 and EOS 1 included; out of range is an error.
+func TestDocMask(t *testing.T) {
+	docs := [][]int32{{10, 11, 12}, {20, 21}}
+	masks := [][]uint8{{0, 1, 1}, {1, 0}}
+	s, _ := buildMaskedStore(t, Settings{Mode: ModeDocument, SeqLen: 4, BOS: true, EOS: true}, docs, masks)
+	if !s.HasMask() {
+		t.Fatal("chat dataset: HasMask false")
+	}
+	for id, want := range [][]uint8{{0, 0, 1, 1, 1}, {0, 1, 0, 1}} {
+		got, err := s.DocMask(id)
+		ids, _ := s.DocTokens(id)
+		if err != nil || !bytes.Equal(got, want) || len(got) != len(ids) {
+			t.Errorf("document %d: mask %v (%v), want %v for %d tokens", id, got, err, want, len(ids))
+		}
+	}
+	if _, err := s.DocMask(2); err == nil {
+		t.Error("document 2 of 2: no error")
+	}
 }

@@ -313,6 +313,9 @@ func (s *Spec) check() error {
 		if err != nil {
 			return fmt.Errorf("eval: protocols[%d]: %w", i, err)
 		}
+		if p.Name == "chat" {
+			return fmt.Errorf("eval: protocols[%d]: %s", i, errChatTargets)
+		}
 		if keys[p.Key()] {
 			return fmt.Errorf("eval: protocols[%d]: %s given twice", i, p.Key())
 		}
@@ -372,6 +375,10 @@ func (t *Targets) checkCanaries() error {
 	return nil
 }
 
+// errChatTargets refuses the chat protocol in a study, whose targets are
+// text documents chosen from a corpus, with no conversations to probe.
+var errChatTargets = errors.New("chat: a study's targets are text documents, not conversations; the chat protocol measures a chat dataset (memtrain data prepare --chat) with eval memorization --protocol chat or a fine-tuning run's extraction block")
+
 func (ps ProtocolSpec) protocol() (memorization.Protocol, error) {
 	return memorization.ParseProtocol(ps.Name, ps.Prefix, ps.Suffix)
 }
@@ -421,6 +428,9 @@ func (s *Spec) armConfig(a *Arm, seed uint64) (finetune.Config, error) {
 	}
 	if e := cfg.Extraction; e.Data != "" || e.NonMembers != "" {
 		return cfg, errors.New("train: extraction: data and non_members are set by the experiment (the arm's targets and held-out controls)")
+	}
+	if cfg.Extraction.Every > 0 && cfg.Extraction.Protocol == "chat" {
+		return cfg, fmt.Errorf("train: extraction: protocol %s", errChatTargets)
 	}
 	cfg.Seed = seed
 	cfg.Model, cfg.Data, cfg.Out = "-", "-", "-" // placeholders for Validate

@@ -95,6 +95,8 @@ func TestSpecErrors(t *testing.T) {
 		{"base from a run folder", "preset: tiny,", "model: run,", ""},
 		{"base from a latest file", "preset: tiny,", "model: run/checkpoints/latest,", ""},
 		{"protocol", "{name: pythia, prefix: [8], suffix: 8}", "{name: custom, prefix: [8]}", "custom protocol: needs one prefix length and a suffix length"},
+		{"chat protocol", "{name: pythia, prefix: [8], suffix: 8}", "{name: chat}", "eval: protocols[0]: chat: a study's targets are text documents, not conversations"},
+		{"chat extraction", "micro_batch: 1,", "micro_batch: 1, extraction: {every: 2, protocol: chat},", "arms[0] (standard): train: extraction: protocol chat: a study's targets are text documents"},
 		{"lengths", "min_tokens: 20,", "min_tokens: 50,", "min_tokens 50 and max_tokens 40"},
 		{"count", "count: 2,", "count: 0,", "count 0"},
 		{"a billion layers", "layers: 1,", "layers: 1000000000,", "base: layers: 1000000000: want at most 1024 (Llama 3.1 405B has 126) (num_hidden_layers)"},

@@ -125,9 +125,9 @@ type Extraction struct {
 	Every      int    `yaml:"every" help:"measure greedy extraction of extraction.data every N steps and at the end (0: never)"`
 	Data       string `yaml:"data" help:"members: a dataset folder (its train split; its holdout split the non-members) or input files of member documents, comma-separated"`
 	NonMembers string `yaml:"non_members" help:"input files of held-out documents, comma-separated (with input files as extraction.data)"`
-	Protocol   string `yaml:"protocol" default:"goldfish" help:"goldfish, pythia, carlini or custom"`
-	Prefix     string `yaml:"prefix" help:"prefix length(s) in tokens, comma-separated (pythia, carlini, custom)"`
-	Suffix     int    `yaml:"suffix" help:"suffix length in tokens (0: the protocol's, 50, pythia 32)"`
+	Protocol   string `yaml:"protocol" default:"goldfish" help:"goldfish, pythia, carlini, custom or chat (a chat dataset's conversations: a probe per assistant answer)"`
+	Prefix     string `yaml:"prefix" help:"prefix length(s) in tokens, comma-separated (pythia, carlini, custom; chat: the answer's tokens in the prompt, default 0)"`
+	Suffix     int    `yaml:"suffix" help:"suffix length in tokens (0: the protocol's, 50, pythia 32; chat's at most the rest of the answer)"`
 	Limit      int    `yaml:"limit" help:"at most this many members and as many non-members (0: all)"`
 	Batch      int    `yaml:"batch" default:"8" help:"probes decoded together"`
 }

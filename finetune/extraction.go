@@ -38,9 +38,11 @@ func (e *Extraction) protocol() (memorization.Protocol, error) {
 	}
 	var ks []int
 	for _, it := range items {
+		// 0 is the chat protocol's answer prefix of none; the other
+		// protocols refuse it.
 		k, err := strconv.Atoi(it)
-		if err != nil || k <= 0 {
-			return memorization.Protocol{}, fmt.Errorf("finetune: extraction: prefix: %q is not a positive length in tokens", it)
+		if err != nil || k < 0 {
+			return memorization.Protocol{}, fmt.Errorf("finetune: extraction: prefix: %q is not a length in tokens", it)
 		}
 		ks = append(ks, k)
 	}
@@ -79,6 +81,7 @@ func (r *Run) prepareExtraction(maxPositions int) error {
 	if err != nil {
 		return err
 	}
+	src.Chat = p.Name == "chat" // conversations with their loss mask
 	var tok *tokenizer.Tokenizer
 	if tj, ok := r.files[tokenizer.FileName]; ok {
 		if tok, err = tokenizer.Parse(r.Config.Model, tj, r.files[tokenizer.ConfigFileName]); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/engine/comm"
 	"github.com/memtrain/memtrain/engine/cpu"
 	"github.com/memtrain/memtrain/engine/llama"
@@ -163,6 +165,11 @@ func TestValidateExtraction(t *testing.T) {
 		{Extraction{Every: 2, Data: "d", Protocol: "custom", Prefix: "x", Suffix: 2, Batch: 8}, "extraction: prefix: \"x\""},
 		{Extraction{Every: 2, Data: "d", Protocol: "goldfish", Batch: 0}, "extraction: batch 0"},
 		{Extraction{Every: 2, Data: "a,,b", Protocol: "goldfish", Batch: 8}, "extraction: data:"},
+		{Extraction{Every: 2, Data: "d", Protocol: "chat", Batch: 8}, ""},
+		{Extraction{Every: 2, Data: "d", Protocol: "chat", Prefix: "0", Suffix: 20, Batch: 8}, ""},
+		{Extraction{Every: 2, Data: "d", Protocol: "chat", Prefix: "1,2", Batch: 8}, "extraction: protocol chat: memorization: chat protocol: one answer prefix length"},
+		{Extraction{Every: 2, Data: "d", Protocol: "pythia", Prefix: "0", Batch: 8}, "extraction: protocol pythia: memorization: pythia protocol: prefix length 0 (want > 0)"},
+		{Extraction{Every: 2, Data: "d", Protocol: "custom", Prefix: "-1", Suffix: 2, Batch: 8}, "extraction: prefix: \"-1\" is not a length in tokens"},
 	} {
 		c := DefaultConfig()
 		c.Model, c.Data, c.Out = "m", "d", "o"
@@ -171,5 +178,90 @@ func TestValidateExtraction(t *testing.T) {
 		if (err == nil) != (tc.want == "") || err != nil && !strings.Contains(err.Error(), "finetune: "+tc.want) {
 			t.Errorf("%+v: %v, want %q", tc.e, err, tc.want)
 		}
+	}
+}
+
+// chatFolders are the sweep's model and a chat dataset of random
+// conversations over its vocabulary: each a prompt (mask 0) and an answer
+// (mask 1), twice; a sixth held out.
+func chatFolders(t *testing.T) (model, dataset string) {
+	t.Helper()
+	model, _ = sweepFolders(t)
+	cfg := sweepConfig()
+	dataset = filepath.Join(t.TempDir(), "chat")
+	w, err := data.CreateStore(dataset, data.TokenizerInfo{SHA256: "none", VocabSize: cfg.VocabSize, BOS: -1, EOS: -1},
+		data.Settings{Mode: data.ModeDocument, SeqLen: 16, Chat: &data.ChatSettings{Template: "custom", TemplateSHA256: "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(6, 6))
+	for i := range 24 {
+		doc := data.Document{Source: "random", Line: int64(i + 1), Split: data.Train}
+		if i%6 == 0 {
+			doc.Split = data.Holdout
+		}
+		for range 2 {
+			for k := range 3 + r.IntN(3) + 3 {
+				doc.IDs = append(doc.IDs, int32(r.IntN(cfg.VocabSize)))
+				doc.Mask = append(doc.Mask, uint8(min(1, k/3))) // 3 prompt tokens, then the answer
+			}
+		}
+		if _, err := w.Add(doc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.Commit(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	return model, dataset
+}
+
+// TestFinetuneExtractionChat: protocol chat measures a chat dataset's
+// answers while training, as eval memorization of the step's checkpoint
+// does; on a dataset without a loss mask the run does not open.
+func TestFinetuneExtractionChat(t *testing.T) {
+	model, dataset := chatFolders(t)
+	cfg := DefaultConfig()
+	cfg.Model, cfg.Data, cfg.Out = model, dataset, filepath.Join(t.TempDir(), "run")
+	cfg.BatchSize, cfg.MicroBatch, cfg.MaxSteps = 4, 4, 2
+	cfg.Schedule.LR = 1e-2
+	cfg.Extraction = Extraction{Every: 2, Data: dataset, Protocol: "chat", Prefix: "0", Suffix: 2, Batch: 8}
+	metrics := trainRun(t, cfg, nil, "", 0)
+	e := metrics[len(metrics)-1].Extraction
+	if e == nil || e.Protocol != "chat-0-2" || e.Members.Documents != 40 || e.NonMembers == nil || e.NonMembers.Documents != 8 {
+		t.Fatalf("extraction %+v", e)
+	}
+	docs, err := memorization.LoadDocuments(memorization.DocumentSource{Data: []string{dataset}, Chat: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck, err := checkpoints.Open(metrics[len(metrics)-1].CheckpointDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := llama.Load(cpu.New(cpu.Options{Threads: 1}), ck, llama.Options{})
+	ck.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Free()
+	s, _, err := memorization.Evaluate(m, docs, memorization.EvalConfig{Protocol: memorization.Chat(0, 2), Bootstrap: memorization.Bootstrap{Resamples: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := s.Prefixes[0]
+	if want := (memorization.ExtractionGroup{Documents: g.Members.Documents, Exact: g.Members.Exact.Mean, Token: g.Members.TokenMatch.Mean}); e.Members != want {
+		t.Errorf("extraction %+v, eval memorization of the checkpoint %+v", e.Members, want)
+	}
+
+	_, plain := sweepFolders(t)
+	cfg.Data, cfg.Extraction.Data, cfg.Out = plain, plain, filepath.Join(t.TempDir(), "plain")
+	cfg.BatchSize, cfg.MicroBatch = 8, 4
+	r, err := Open(cfg, cpu.New(cpu.Options{Threads: 1}), "")
+	if err == nil {
+		r.Close()
+	}
+	if want := "finetune: extraction: data " + plain + ": memorization: the chat protocol needs a chat dataset (memtrain data prepare --chat): " + plain + " has no loss mask"; err == nil || err.Error() != want {
+		t.Errorf("a dataset without a mask: %v, want %q", err, want)
 	}
 }

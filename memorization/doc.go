@@ -1,5 +1,6 @@
 // Package memorization measures how much of its training text a model can
-// reproduce: extraction protocols (goldfish, Pythia, Carlini), the batched
+// reproduce: extraction protocols (goldfish, Pythia, Carlini, and chat: a
+// probe per assistant answer of a conversation, see [Chat]), the batched
 // greedy-decoding driver, exact-match, token-match and ROUGE-L metrics, and
 // membership-inference scores, per document and aggregated.
 //

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/data/tokenizer"
@@ -16,7 +17,9 @@ import (
 // StoreDocuments returns the documents of a prepared dataset: its train
 // split as members, its holdout split as non-members, or both (split "",
 // "both"). A trailing EOS that the dataset appended is removed, so that a
-// document is BOS + its text, as the goldfish protocol evaluates it.
+// document is BOS + its text, as the goldfish protocol evaluates it. A chat
+// dataset's documents carry their loss mask (Document.Mask), less the
+// removed EOS's.
 func StoreDocuments(s *data.Store, split string) ([]Document, error) {
 	want := map[data.Split]bool{}
 	switch split {
@@ -42,10 +45,17 @@ func StoreDocuments(s *data.Store, split string) ([]Document, error) {
 		if err != nil {
 			return nil, err
 		}
+		mask, err := s.DocMask(id)
+		if err != nil {
+			return nil, err
+		}
 		if set.EOS && len(ids) > 0 && ids[len(ids)-1] == eos {
 			ids = ids[:len(ids)-1]
+			if mask != nil {
+				mask = mask[:len(ids)]
+			}
 		}
-		docs = append(docs, Document{ID: id, Member: info.Split == data.Train, Source: info.Source, Line: info.Line, IDs: ids})
+		docs = append(docs, Document{ID: id, Member: info.Split == data.Train, Source: info.Source, Line: info.Line, IDs: ids, Mask: mask})
 	}
 	return docs, nil
 }
@@ -58,6 +68,10 @@ type DocumentSource struct {
 	Split      string   // with a dataset: train, holdout or both ("": both)
 	Strict     bool     // a bad record is an error, not a skipped one
 	Limit      int      // at most this many members and as many non-members (0: all)
+	// Chat asks for conversations with their loss mask (the chat
+	// protocol): Data must be a chat dataset (memtrain data prepare
+	// --chat).
+	Chat bool
 }
 
 // A UsageError is an option given with the wrong kind of source.
@@ -90,6 +104,9 @@ func LoadDocuments(src DocumentSource, tok *tokenizer.Tokenizer) ([]Document, er
 			return nil, err
 		}
 		defer s.Close()
+		if src.Chat && !s.HasMask() {
+			return nil, fmt.Errorf("memorization: the chat protocol needs a chat dataset (memtrain data prepare --chat): %s has no loss mask", src.Data[0])
+		}
 		if tok != nil && s.Manifest().Tokenizer.SHA256 != tok.Hash() {
 			return nil, fmt.Errorf("memorization: %s was tokenized with another tokenizer than the model's", src.Data[0])
 		}
@@ -97,6 +114,9 @@ func LoadDocuments(src DocumentSource, tok *tokenizer.Tokenizer) ([]Document, er
 			return nil, err
 		}
 	} else {
+		if src.Chat {
+			return nil, fmt.Errorf("memorization: the chat protocol reads a chat dataset (memtrain data prepare --chat), not input files: %s", strings.Join(src.Data, ", "))
+		}
 		if src.Split != "" && src.Split != "both" {
 			return nil, &UsageError{"split", "a dataset folder; input files are members and non-members non-members"}
 		}

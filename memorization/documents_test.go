@@ -38,7 +38,12 @@ func TestParseProtocol(t *testing.T) {
 		{name: "custom", prefixes: []int{16}, err: "needs one prefix length and a suffix length"},
 		{name: "pythia", prefixes: []int{1, 2}, err: "one prefix length"},
 		{name: "carlini", prefixes: []int{-1}, err: "prefix length -1"},
-		{name: "nope", err: `unknown protocol "nope"`},
+		{name: "chat", want: Chat(0, 50), key: "chat-0-50"},
+		{name: "chat", prefixes: []int{0}, want: Chat(0, 50), key: "chat-0-50"},
+		{name: "chat", prefixes: []int{8}, suffix: 20, want: Chat(8, 20), key: "chat-8-20"},
+		{name: "chat", prefixes: []int{1, 2}, err: "chat protocol: one answer prefix length, got 2"},
+		{name: "chat", prefixes: []int{-1}, err: "chat protocol: answer prefix lengths [-1] (want one length ≥ 0)"},
+		{name: "nope", err: `unknown protocol "nope" (want goldfish, pythia, carlini, custom or chat)`},
 	} {
 		p, err := ParseProtocol(tc.name, tc.prefixes, tc.suffix)
 		if tc.err != "" {
@@ -129,5 +134,57 @@ func TestWriteResults(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(dir, "docs.jsonl"))
 	if err != nil || strings.Count(string(b), "\n") != 1 || !strings.Contains(string(b), `"exact":true`) {
 		t.Errorf("docs.jsonl: %q %v", b, err)
+	}
+}
+
+// TestChatDocuments: a chat dataset's documents carry their loss mask,
+// less the EOS the dataset appended; the chat protocol's sources refuse a
+// dataset without a mask, naming it, and input files.
+func TestChatDocuments(t *testing.T) {
+	dir := t.TempDir()
+	info := data.TokenizerInfo{SHA256: "hand", VocabSize: 50, BOS: 1, EOS: 2}
+	build := func(name string, chat bool) string {
+		set := data.Settings{Mode: data.ModeDocument, SeqLen: 16, EOS: true}
+		if chat {
+			set.Chat = &data.ChatSettings{Template: "builtin:llama3", TemplateSHA256: "x"}
+		}
+		out := filepath.Join(dir, name)
+		w, err := data.CreateStore(out, info, set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, mask := handChat()
+		doc := data.Document{Source: "hand", Line: 1, IDs: ids, Split: data.Train}
+		if chat {
+			doc.Mask = mask
+		}
+		if _, err := w.Add(doc); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Commit(nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	chat, plain := build("chat", true), build("plain", false)
+	docs, err := LoadDocuments(DocumentSource{Data: []string{chat}, Chat: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, mask := handChat()
+	if len(docs) != 1 || !docs[0].Member || !reflect.DeepEqual(docs[0].IDs, ids) || !reflect.DeepEqual(docs[0].Mask, mask) {
+		t.Fatalf("chat documents %+v, want ids %v mask %v", docs, ids, mask)
+	}
+	if docs, err := LoadDocuments(DocumentSource{Data: []string{plain}}, nil); err != nil || docs[0].Mask != nil {
+		t.Errorf("plain documents %+v (%v): want no mask", docs, err)
+	}
+	_, err = LoadDocuments(DocumentSource{Data: []string{plain}, Chat: true}, nil)
+	if want := "the chat protocol needs a chat dataset (memtrain data prepare --chat): " + plain + " has no loss mask"; err == nil || err.Error() != "memorization: "+want {
+		t.Errorf("plain dataset for chat: %v, want %q", err, want)
+	}
+	in := filepath.Join(dir, "in.jsonl")
+	os.WriteFile(in, []byte(`{"text":"hello"}`+"\n"), 0o644)
+	if _, err := LoadDocuments(DocumentSource{Data: []string{in}, Chat: true}, tinyTokenizer(t)); err == nil || !strings.Contains(err.Error(), "not input files: "+in) {
+		t.Errorf("input files for chat: %v", err)
 	}
 }

@@ -16,6 +16,10 @@ type Document struct {
 	Source string // the input file, for the per-document report
 	Line   int64  // its line or row there
 	IDs    []int32
+	// Mask is a chat document's loss mask, a 0 or 1 per id: 1 for its
+	// assistant answers' tokens (those it was trained on), 0 for the
+	// prompt's. Nil for text; the chat protocol needs it.
+	Mask []uint8
 }
 
 // Bootstrap sets the confidence intervals of a summary.
@@ -101,7 +105,12 @@ type DocResult struct {
 	Line   int64    `json:"line,omitempty"`
 	Tokens int      `json:"tokens"`           // evaluated (after the protocol's truncation)
 	Probes []Result `json:"probes,omitempty"` // none when the document is skipped
-	// Membership-inference scores over the whole evaluated document.
+	// ShortAnswers (chat protocol) are the document's assistant answers
+	// too short for a probe: of no more tokens than the answer prefix.
+	ShortAnswers int `json:"short_answers,omitempty"`
+	// Membership-inference scores over the whole evaluated document (with
+	// the chat protocol, over its answers' tokens: the targets of its
+	// training loss).
 	Loss float64 `json:"loss"`           // mean negative log-likelihood per target, nats
 	Zlib float64 `json:"zlib,omitempty"` // Loss / zlib length of the text (lower: member-like)
 	MinK float64 `json:"min_k"`          // mean of the lowest k% token log-probabilities (higher: member-like)
@@ -213,6 +222,9 @@ type Summary struct {
 	Bootstrap  Bootstrap       `json:"bootstrap"`
 	// Sampling is the probabilistic extraction's settings, when it ran.
 	Sampling *SampleConfig `json:"sampling,omitempty"`
+	// SkippedAnswers (chat protocol) are the assistant answers too short
+	// for a probe, in all documents.
+	SkippedAnswers int `json:"skipped_answers,omitempty"`
 }
 
 // Prefix returns the summary of prefix length k, or nil.
@@ -255,9 +267,15 @@ func Evaluate(m *llama.Model, docs []Document, cfg EvalConfig) (*Summary, []DocR
 			return nil, nil, fmt.Errorf("memorization: the reference model's context of %d tokens is shorter than the %d evaluated", r.Config.MaxPositionEmbeddings, p.MaxTokens)
 		}
 	}
+	if err := checkMasks(docs, p); err != nil {
+		return nil, nil, err
+	}
 	results, probes, owner, skipped := probeDocuments(docs, p, maxPos)
 	if skipped > 0 && cfg.Strict {
 		return nil, nil, fmt.Errorf("memorization: %d of %d documents are too short for %s (strict)", skipped, len(docs), p)
+	}
+	if short := shortAnswers(results); short > 0 && cfg.Strict {
+		return nil, nil, fmt.Errorf("memorization: %d of %d answers are too short for %s (strict)", short, short+len(probes), p)
 	}
 	if len(probes) == 0 {
 		return nil, nil, fmt.Errorf("memorization: no document has enough tokens for %s (%d documents)", p, len(docs))
@@ -270,14 +288,14 @@ func Evaluate(m *llama.Model, docs []Document, cfg EvalConfig) (*Summary, []DocR
 			cfg.Progress(scored, len(docs), decoded, len(probes))
 		}
 	}
-	if err := scoreDocs(m, docs, results, p.MaxTokens, &cfg, func(done, total int) {
+	if err := scoreDocs(m, docs, results, p, &cfg, func(done, total int) {
 		scored = done * len(docs) / max(total, 1)
 		report(0)
 	}); err != nil {
 		return nil, nil, err
 	}
 	if cfg.Reference != nil {
-		if err := refLosses(cfg.Reference, docs, results, p.MaxTokens, cfg.Batch); err != nil {
+		if err := refLosses(cfg.Reference, docs, results, p, cfg.Batch); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -295,6 +313,30 @@ func Evaluate(m *llama.Model, docs []Document, cfg EvalConfig) (*Summary, []DocR
 	return s, results, nil
 }
 
+// checkMasks refuses, under the chat protocol, a document without its
+// loss mask: the protocol cannot tell its answers.
+func checkMasks(docs []Document, p Protocol) error {
+	if p.Name != "chat" {
+		return nil
+	}
+	for _, d := range docs {
+		if len(d.Mask) != len(d.IDs) {
+			return fmt.Errorf("memorization: %s: document %d has no loss mask (want a chat dataset's conversations, memtrain data prepare --chat)", p, d.ID)
+		}
+	}
+	return nil
+}
+
+// shortAnswers is the number of the chat protocol's answers too short for
+// a probe.
+func shortAnswers(results []DocResult) int {
+	n := 0
+	for _, r := range results {
+		n += r.ShortAnswers
+	}
+	return n
+}
+
 // probeDocuments cuts each document, truncated to p.MaxTokens, into the
 // protocol's probes (those that fit in maxPos positions): a DocResult a
 // document, the probes, the index in results of each probe's document,
@@ -308,9 +350,17 @@ func probeDocuments(docs []Document, p Protocol, maxPos int) (results []DocResul
 		}
 		r := &results[i]
 		*r = DocResult{Doc: d.ID, Member: d.Member, Source: d.Source, Line: d.Line, Tokens: len(ids)}
-		ps := p.Probes(d.ID, ids)
+		var ps []Probe
+		if p.Name == "chat" {
+			ps, r.ShortAnswers = p.ChatProbes(d.ID, ids, d.Mask[:min(len(d.Mask), len(ids))])
+		} else {
+			ps = p.Probes(d.ID, ids)
+		}
 		if len(ps) == 0 {
 			r.Skipped = fmt.Sprintf("%d tokens, too short for %s", len(ids), p)
+			if p.Name == "chat" {
+				r.Skipped = fmt.Sprintf("%d tokens, no answer of more than %d tokens (%d answers) for %s", len(ids), p.PrefixLens[0], r.ShortAnswers, p)
+			}
 			skipped++
 			continue
 		}
@@ -368,10 +418,31 @@ func extractProbes(m *llama.Model, probes []Probe, owner []int, results []DocRes
 	return nil
 }
 
+// scoredTargets returns the position losses of a document that its
+// membership scores average, and the ids they predict: every target
+// (losses[t] is that of ids[t+1]), or under the chat protocol (answers)
+// those whose token its loss mask keeps, the targets it was trained on.
+func scoredTargets(d Document, losses []float32, answers bool) ([]float32, []int32) {
+	n := len(losses)
+	if !answers || d.Mask == nil {
+		return losses, d.IDs[1 : n+1]
+	}
+	var ls []float32
+	var ids []int32
+	for t, l := range losses {
+		if d.Mask[t+1] != 0 {
+			ls = append(ls, l)
+			ids = append(ids, d.IDs[t+1])
+		}
+	}
+	return ls, ids
+}
+
 // scoreDocs fills the loss, zlib and min-k% scores of the documents
 // from their position losses (llama.Model.Score), each truncated to
-// maxTokens.
-func scoreDocs(m *llama.Model, docs []Document, out []DocResult, maxTokens int, cfg *EvalConfig, progress func(done, total int)) error {
+// p.MaxTokens; under the chat protocol over their answers' tokens.
+func scoreDocs(m *llama.Model, docs []Document, out []DocResult, p Protocol, cfg *EvalConfig, progress func(done, total int)) error {
+	maxTokens := p.MaxTokens
 	seqs := make([][]int32, len(docs))
 	for b, d := range docs {
 		seqs[b] = d.IDs[:min(len(d.IDs), maxTokens)]
@@ -384,7 +455,10 @@ func scoreDocs(m *llama.Model, docs []Document, out []DocResult, maxTokens int, 
 		return fmt.Errorf("memorization: scoring documents: %w", err)
 	}
 	for b, d := range docs {
-		losses := sc.Tokens[b]
+		if len(sc.Tokens[b]) < 1 {
+			continue
+		}
+		losses, targets := scoredTargets(d, sc.Tokens[b], p.Name == "chat")
 		n := len(losses)
 		if n < 1 {
 			continue
@@ -399,7 +473,11 @@ func scoreDocs(m *llama.Model, docs []Document, out []DocResult, maxTokens int, 
 		r.Loss = sum / float64(n)
 		r.MinK = MinKProb(logp, cfg.MinKPercent)
 		if cfg.Decode != nil {
-			r.Zlib = ZlibRatio(r.Loss, cfg.Decode(d.IDs[:n+1]))
+			text := d.IDs[:n+1] // BOS, which decoding skips, and the targets
+			if p.Name == "chat" {
+				text = targets
+			}
+			r.Zlib = ZlibRatio(r.Loss, cfg.Decode(text))
 		}
 	}
 	return nil
@@ -407,7 +485,8 @@ func scoreDocs(m *llama.Model, docs []Document, out []DocResult, maxTokens int, 
 
 // refLosses sets the reference model's loss of every scored document,
 // over the same targets as its loss.
-func refLosses(ref *llama.Model, docs []Document, out []DocResult, maxTokens, batch int) error {
+func refLosses(ref *llama.Model, docs []Document, out []DocResult, p Protocol, batch int) error {
+	maxTokens := p.MaxTokens
 	seqs := make([][]int32, len(docs))
 	for b, d := range docs {
 		seqs[b] = d.IDs[:min(len(d.IDs), maxTokens)]
@@ -416,8 +495,8 @@ func refLosses(ref *llama.Model, docs []Document, out []DocResult, maxTokens, ba
 	if err != nil {
 		return fmt.Errorf("memorization: scoring documents with the reference model: %w", err)
 	}
-	for b := range docs {
-		losses := sc.Tokens[b]
+	for b, d := range docs {
+		losses, _ := scoredTargets(d, sc.Tokens[b], p.Name == "chat")
 		if len(losses) < 1 {
 			continue
 		}
@@ -448,6 +527,7 @@ func Summarize(results []DocResult, p Protocol, minKPercent float64, bs Bootstra
 		} else {
 			s.NonMembers++
 		}
+		s.SkippedAnswers += r.ShortAnswers
 		if r.Skipped != "" {
 			s.Skipped++
 			continue
@@ -497,10 +577,15 @@ func Summarize(results []DocResult, p Protocol, minKPercent float64, bs Bootstra
 }
 
 // prefixKey groups probes: by prefix length, except for the goldfish
-// protocol whose prefix is the rest of each document (key 0).
+// protocol whose prefix is the rest of each document (key 0) and the chat
+// protocol whose prefix is the conversation up to an answer and the
+// answer's first P tokens (key P).
 func prefixKey(p Protocol, k int) int {
-	if p.Name == "goldfish" {
+	switch p.Name {
+	case "goldfish":
 		return 0
+	case "chat":
+		return p.PrefixLens[0]
 	}
 	return k
 }

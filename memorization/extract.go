@@ -10,8 +10,9 @@ import (
 type Result struct {
 	Doc         int     `json:"doc"`
 	K           int     `json:"prefix_len"`
-	Pred        []int32 `json:"pred"`   // the greedy continuation (an early stop id ends it)
-	Suffix      []int32 `json:"suffix"` // the true continuation
+	Answer      int     `json:"answer,omitempty"` // the chat protocol's assistant answer, from 1 (Probe.Answer)
+	Pred        []int32 `json:"pred"`             // the greedy continuation (an early stop id ends it)
+	Suffix      []int32 `json:"suffix"`           // the true continuation
 	Exact       bool    `json:"exact"`
 	TokenMatch  float64 `json:"token_match"`
 	PrefixMatch int     `json:"prefix_match"`
@@ -114,7 +115,7 @@ func Extract(m *llama.Model, probes []Probe, opt ExtractOptions) ([]Result, erro
 		}
 		for k, pred := range gen {
 			p := probes[i+k]
-			r := Result{Doc: p.Doc, K: p.K, Pred: pred, Suffix: p.Suffix,
+			r := Result{Doc: p.Doc, K: p.K, Answer: p.Answer, Pred: pred, Suffix: p.Suffix,
 				Exact: ExactMatch(pred, p.Suffix), TokenMatch: TokenMatch(pred, p.Suffix), PrefixMatch: PrefixMatch(pred, p.Suffix)}
 			_, _, r.RougeLIDs = RougeLIDs(pred, p.Suffix)
 			if opt.Decode != nil {

@@ -58,6 +58,9 @@ func CheckExtraction(docs []Document, p Protocol, maxPositions int) (probes, ski
 	if p.MaxTokens == 0 || p.MaxTokens > maxPositions {
 		p.MaxTokens = maxPositions
 	}
+	if err := checkMasks(docs, p); err != nil {
+		return 0, 0, err
+	}
 	_, ps, _, skipped := probeDocuments(docs, p, maxPositions)
 	if len(ps) == 0 {
 		return 0, skipped, fmt.Errorf("memorization: no document has enough tokens for %s (%d documents)", p, len(docs))
@@ -81,6 +84,9 @@ func Extraction(m *llama.Model, docs []Document, cfg ExtractionConfig) (*Extract
 	maxPos := m.Config.MaxPositionEmbeddings
 	if p.MaxTokens == 0 || p.MaxTokens > maxPos {
 		p.MaxTokens = maxPos
+	}
+	if err := checkMasks(docs, p); err != nil {
+		return nil, err
 	}
 	results, probes, owner, _ := probeDocuments(docs, p, maxPos)
 	if len(probes) == 0 {

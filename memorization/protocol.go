@@ -9,14 +9,16 @@ import (
 // A Protocol says how a document becomes extraction probes: which tokens
 // are the prompt (prefix) and which the model must reproduce (suffix).
 type Protocol struct {
-	// Name is "goldfish", "pythia", "carlini" or "custom".
+	// Name is "goldfish", "pythia", "carlini", "custom" or "chat".
 	Name string
-	// SuffixLen is the number of tokens to reproduce (50 for goldfish and
-	// carlini, 32 for pythia).
+	// SuffixLen is the number of tokens to reproduce (50 for goldfish,
+	// carlini and chat, 32 for pythia); chat's are at most the rest of
+	// the answer.
 	SuffixLen int
 	// PrefixLens are the prompt lengths: one for pythia and custom, a list
 	// for carlini; unused by goldfish, whose prefix is the rest of the
-	// document.
+	// document. Chat has one, P ≥ 0: the answer's tokens that the prompt
+	// holds after the conversation up to the answer.
 	PrefixLens []int
 	// MaxTokens truncates each document first (goldfish: 2,048).
 	MaxTokens int
@@ -52,6 +54,19 @@ func Custom(prefixLen, suffixLen int) Protocol {
 	return p
 }
 
+// Chat is the protocol of instruction and chat data: a probe per
+// assistant answer of a conversation (a maximal run of tokens its loss
+// mask keeps, Document.Mask: the answer's content and the end-of-turn
+// tokens the template writes after it), whose prefix is every token of
+// the conversation before the answer (BOS, the system prompt, the turns
+// before and the answer's header: the prompt a user of the model gives)
+// plus the answer's first answerPrefix tokens, and whose suffix is the
+// next suffixLen tokens of the answer, fewer where the answer ends first.
+// An answer of answerPrefix tokens or fewer has no probe (see ChatProbes).
+func Chat(answerPrefix, suffixLen int) Protocol {
+	return Protocol{Name: "chat", SuffixLen: suffixLen, PrefixLens: []int{answerPrefix}}
+}
+
 // Validate checks the protocol's lengths.
 func (p Protocol) Validate() error {
 	if p.SuffixLen <= 0 {
@@ -59,6 +74,10 @@ func (p Protocol) Validate() error {
 	}
 	switch p.Name {
 	case "goldfish":
+	case "chat":
+		if len(p.PrefixLens) != 1 || p.PrefixLens[0] < 0 {
+			return fmt.Errorf("memorization: chat protocol: answer prefix lengths %v (want one length ≥ 0)", p.PrefixLens)
+		}
 	case "pythia", "custom", "carlini":
 		if len(p.PrefixLens) == 0 {
 			return fmt.Errorf("memorization: %s protocol: no prefix length", p.Name)
@@ -69,7 +88,7 @@ func (p Protocol) Validate() error {
 			}
 		}
 	default:
-		return fmt.Errorf("memorization: unknown protocol %q (want goldfish, pythia, carlini or custom)", p.Name)
+		return fmt.Errorf("memorization: unknown protocol %q (want goldfish, pythia, carlini, custom or chat)", p.Name)
 	}
 	return nil
 }
@@ -77,6 +96,9 @@ func (p Protocol) Validate() error {
 func (p Protocol) String() string {
 	if p.Name == "goldfish" {
 		return fmt.Sprintf("goldfish(suffix %d, first %d tokens)", p.SuffixLen, p.MaxTokens)
+	}
+	if p.Name == "chat" && len(p.PrefixLens) == 1 {
+		return fmt.Sprintf("chat(prompt + %d answer tokens, suffix %d)", p.PrefixLens[0], p.SuffixLen)
 	}
 	ks := make([]string, len(p.PrefixLens))
 	for i, k := range p.PrefixLens {
@@ -92,11 +114,18 @@ type Probe struct {
 	K      int     // prefix length
 	Prefix []int32 // the prompt
 	Suffix []int32 // the true continuation
+	// Answer is the assistant answer a chat probe tests, counted from 1
+	// in its conversation (0 for the other protocols).
+	Answer int
 }
 
 // Probes cuts document doc (its token ids, BOS included when the protocol
-// wants it) into the protocol's probes: none when it is too short.
+// wants it) into the protocol's probes: none when it is too short. The
+// chat protocol needs the document's loss mask: ChatProbes.
 func (p Protocol) Probes(doc int, ids []int32) []Probe {
+	if p.Name == "chat" {
+		return nil
+	}
 	if p.MaxTokens > 0 && len(ids) > p.MaxTokens {
 		ids = ids[:p.MaxTokens]
 	}
@@ -120,10 +149,46 @@ func (p Protocol) Probes(doc int, ids []int32) []Probe {
 	return out
 }
 
+// ChatProbes cuts a conversation (ids, and mask, its loss mask: 1 for an
+// assistant turn's tokens) into the chat protocol's probes, one per
+// assistant answer in order (Probe.Answer 1, 2, …): an answer is a maximal
+// run ids[a:b] of tokens the mask keeps; its probe's prefix is ids[:a+P]
+// (P the protocol's answer prefix, K = a+P) and its suffix
+// ids[a+P:min(a+P+SuffixLen, b)]. An answer of P tokens or fewer (b−a ≤
+// P), or one with nothing before it to prompt with (a+P = 0), has no
+// probe: short counts them. ids and mask must be as long as each other.
+func (p Protocol) ChatProbes(doc int, ids []int32, mask []uint8) (probes []Probe, short int) {
+	if p.Name != "chat" || len(p.PrefixLens) != 1 || len(mask) != len(ids) {
+		return nil, 0
+	}
+	P := p.PrefixLens[0]
+	answer := 0
+	for a := 0; a < len(ids); {
+		if mask[a] == 0 {
+			a++
+			continue
+		}
+		b := a + 1
+		for b < len(ids) && mask[b] != 0 {
+			b++
+		}
+		answer++
+		if cut := a + P; b-a <= P || cut == 0 {
+			short++
+		} else {
+			probes = append(probes, Probe{Doc: doc, K: cut, Prefix: ids[:cut], Suffix: ids[cut:min(cut+p.SuffixLen, b)], Answer: answer})
+		}
+		a = b
+	}
+	return probes, short
+}
+
 // ParseProtocol returns the protocol named name with the given lengths,
 // zero meaning the protocol's default: goldfish suffix 50; pythia prefix
 // 32 and suffix 32; carlini prefixes 8, 16, 32, 64 and suffix 50; custom
-// needs one prefix length and a suffix length.
+// needs one prefix length and a suffix length; chat answer prefix 0 (the
+// prompt is the conversation up to the answer; an explicit 0 too) and
+// suffix 50.
 func ParseProtocol(name string, prefixLens []int, suffixLen int) (Protocol, error) {
 	var p Protocol
 	switch name {
@@ -146,19 +211,29 @@ func ParseProtocol(name string, prefixLens []int, suffixLen int) (Protocol, erro
 			prefixLens = []int{8, 16, 32, 64}
 		}
 		p = Carlini(prefixLens, cmp.Or(suffixLen, 50))
+	case "chat":
+		if len(prefixLens) > 1 {
+			return p, fmt.Errorf("memorization: chat protocol: one answer prefix length, got %d", len(prefixLens))
+		}
+		k := 0
+		if len(prefixLens) == 1 {
+			k = prefixLens[0]
+		}
+		p = Chat(k, cmp.Or(suffixLen, 50))
 	case "custom":
 		if len(prefixLens) != 1 || suffixLen <= 0 {
 			return p, fmt.Errorf("memorization: custom protocol: needs one prefix length and a suffix length")
 		}
 		p = Custom(prefixLens[0], suffixLen)
 	default:
-		return p, fmt.Errorf("memorization: unknown protocol %q (want goldfish, pythia, carlini or custom)", name)
+		return p, fmt.Errorf("memorization: unknown protocol %q (want goldfish, pythia, carlini, custom or chat)", name)
 	}
 	return p, p.Validate()
 }
 
 // Key names the protocol in file names: goldfish-50, pythia-32-32,
-// carlini-8.16.32-50, custom-16-32.
+// carlini-8.16.32-50, custom-16-32, chat-0-50 (answer prefix 0, suffix
+// 50).
 func (p Protocol) Key() string {
 	if p.Name == "goldfish" {
 		return fmt.Sprintf("goldfish-%d", p.SuffixLen)

@@ -13,8 +13,12 @@ import (
 // members and non-members side by side, rates in percent as the study
 // report writes them, then the membership-inference AUCs.
 func WriteTable(w io.Writer, s *Summary) error {
-	fmt.Fprintf(w, "%s: %d documents (%d members, %d non-members), %d skipped as too short\n",
+	fmt.Fprintf(w, "%s: %d documents (%d members, %d non-members), %d skipped as too short",
 		s.Protocol, s.Documents, s.Members, s.NonMembers, s.Skipped)
+	if s.Name == "chat" {
+		fmt.Fprintf(w, "; %d answers too short for a probe; a probe per answer", s.SkippedAnswers)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "prefix\tgroup\tdocs\texact match %\ttoken match %\tROUGE-L tokens %\tROUGE-L words %\tloss\tperplexity\t")
 	eachGroup(s, func(k, name string, g *Group) {
@@ -102,12 +106,17 @@ func topKText(k int) string {
 
 // eachGroup calls f for the members and the non-members of each prefix
 // length that have documents, with the prefix column's text: the length
-// ("rest" for the goldfish protocol) on a prefix's first row, blank after.
+// ("rest" for the goldfish protocol, "prompt+P" for the chat protocol's
+// conversation up to the answer and P answer tokens) on a prefix's first
+// row, blank after.
 func eachGroup(s *Summary, f func(k, name string, g *Group)) {
 	for _, p := range s.Prefixes {
 		k := fmt.Sprint(p.K)
-		if s.Name == "goldfish" {
+		switch s.Name {
+		case "goldfish":
 			k = "rest"
+		case "chat":
+			k = fmt.Sprintf("prompt+%d", p.K)
 		}
 		for _, g := range []struct {
 			name string

@@ -72,8 +72,18 @@ Protocols (lengths in tokens): goldfish (the suffix is the last --suffix tokens
 of the first 2,048, default 50, the prefix the rest; documents of at most 50
 tokens are skipped), pythia (--prefix 32 --suffix 32 by default), carlini
 (--prefix 8,16,32,64 --suffix 50 by default: one probe per prefix length), custom
-(--prefix P --suffix S). Documents too short for the protocol are skipped and
-counted, or an error with --strict.
+(--prefix P --suffix S) and chat. Documents too short for the protocol are
+skipped and counted, or an error with --strict.
+
+chat measures memorization of instruction data: --data is a chat dataset (data
+prepare --chat), whose loss mask tells each assistant answer. Every answer of a
+conversation is a probe: the prompt is the conversation up to the answer (BOS,
+system prompt, earlier turns, the answer's header) plus the answer's first
+--prefix tokens (default 0), and the suffix the answer's next --suffix tokens
+(default 50; fewer where the answer ends first, its end-of-turn token included).
+An answer of --prefix tokens or fewer gives no probe and is counted. A
+conversation's loss, zlib and min-k% scores are over its answers' tokens, the
+targets it was trained on.
 
 Writes OUT/summary.json (aggregates with bootstrap 95% intervals) and
 OUT/docs.jsonl (one line per document), and prints a table.
@@ -82,6 +92,7 @@ With --parallel the model is split over a grid of in-process ranks (a model too
 large for one device is measured on the grid that holds it); every rank runs the
 same probes and rank 0 writes the results, which equal one rank's.`,
 		Example: `  memtrain eval memorization --model run/final --data ds --protocol goldfish --out eval
+  memtrain eval memorization --model run/final --data chat-ds --protocol chat --prefix 8 --out eval-chat
   memtrain eval memorization --model ckpt --data targets.jsonl --non-members heldout.jsonl \
       --protocol carlini --prefix 16,32,64 --out eval-carlini`,
 		Args: cobra.NoArgs,
@@ -94,9 +105,9 @@ same probes and rank 0 writes the results, which equal one rank's.`,
 	fl.StringSliceVar(&f.data, "data", nil, "dataset folder, or input files or folders of member documents (comma-separated)")
 	fl.StringSliceVar(&f.nonMembers, "non-members", nil, "input files of held-out documents (with input files as --data)")
 	fl.StringVar(&f.split, "split", "both", "with a dataset: train (members), holdout (non-members) or both")
-	fl.StringVar(&f.protocol, "protocol", "goldfish", "goldfish, pythia, carlini or custom")
-	fl.Var((*intList)(&f.prefixes), "prefix", "prefix length(s) in tokens, comma-separated (pythia, carlini, custom)")
-	fl.IntVar(&f.suffix, "suffix", 0, "suffix length in tokens (default 50, pythia 32)")
+	fl.StringVar(&f.protocol, "protocol", "goldfish", "goldfish, pythia, carlini, custom or chat")
+	fl.Var((*intList)(&f.prefixes), "prefix", "prefix length(s) in tokens, comma-separated (pythia, carlini, custom; chat: the answer's tokens in the prompt, default 0)")
+	fl.IntVar(&f.suffix, "suffix", 0, "suffix length in tokens (default 50, pythia 32; chat: at most the rest of the answer)")
 	fl.IntVar(&f.limit, "limit", 0, "evaluate at most this many members and as many non-members (0: all)")
 	fl.IntVar(&f.batch, "batch", 8, "probes decoded together")
 	fl.Float64Var(&f.minK, "min-k", 20, "k of the min-k% probability score, in percent")
@@ -105,7 +116,7 @@ same probes and rank 0 writes the results, which equal one rank's.`,
 	fl.IntVar(&f.samples, "samples", 0, "sampled continuations a probe, for probabilistic extraction beside greedy (0: greedy only)")
 	fl.Float64Var(&f.temperature, "temperature", 1, "temperature of the sampled continuations (above 0)")
 	fl.IntVar(&f.topK, "top-k", 0, "sample from the k most likely tokens (0: the whole vocabulary)")
-	fl.BoolVar(&f.strict, "strict", false, "fail on documents too short for the protocol instead of skipping them")
+	fl.BoolVar(&f.strict, "strict", false, "fail on documents (chat: answers) too short for the protocol instead of skipping them")
 	fl.StringVar(&f.out, "out", "", "folder for summary.json and docs.jsonl")
 	f.engine.register(fl)
 	f.parallel.register(fl)
@@ -213,7 +224,7 @@ func evalMemorization(cmd *cobra.Command, f evalMemFlags, p memorization.Protoco
 		return errNoTokenizer(f.model)
 	}
 	docs, err := memorization.LoadDocuments(memorization.DocumentSource{
-		Data: f.data, NonMembers: f.nonMembers, Split: f.split, Strict: f.strict, Limit: f.limit}, lm.tok)
+		Data: f.data, NonMembers: f.nonMembers, Split: f.split, Strict: f.strict, Limit: f.limit, Chat: p.Name == "chat"}, lm.tok)
 	var ue *memorization.UsageError
 	if errors.As(err, &ue) {
 		return fmt.Errorf("eval memorization: --%s goes with %s", ue.Option, ue.Goes)
