@@ -496,6 +496,21 @@ func plotMemorizationVsK(dir string, arms []*reportArm, p *reportProtocol) ([]re
 				f.addReference(name, 100*s.Mean, clr, vg.Points(1.5), mi)
 			}
 		}
+		// The held-out floor: the ROUGE-L of never-trained documents, what
+		// no memorization reads as (their exact match is 0, the axis).
+		floor, n := 0.0, 0
+		for _, a := range append(slices.Clone(used), std) {
+			if a == nil {
+				continue
+			}
+			if held := a.groups(p.Key, k, false); len(held) > 0 {
+				floor += groupStat(held, rouge).Mean
+				n++
+			}
+		}
+		if n > 0 {
+			f.addReference("held-out floor: ROUGE-L", 100*floor/float64(n), color.Gray{0x99}, vg.Points(1.2), 2)
+		}
 		file := "memorization-vs-k-" + plotSlug(p.Key)
 		if len(models) > 1 {
 			file += "-" + plotSlug(plotModelName(model))
@@ -507,6 +522,9 @@ func plotMemorizationVsK(dir string, arms []*reportArm, p *reportProtocol) ([]re
 		ref := "no standard arm of this model to compare with"
 		if std != nil {
 			ref = "dotted: the standard arm " + std.Arm
+		}
+		if n > 0 {
+			ref += "; grey: the held-out floor, the ROUGE-L of never-trained documents"
 		}
 		figs = append(figs, reportFigure{File: file, Alt: title,
 			Caption: fmt.Sprintf("Targets memorized against goldfish k, model %s (%s); %s; %s.",

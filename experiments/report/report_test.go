@@ -226,7 +226,7 @@ func TestWriteReportSweep(t *testing.T) {
 		// 0.12: 0.110 ± 0.014; AUCs 0.95, 0.97: 0.960 ± 0.014 …
 		"| standard | 8 / 8 | 85.0% ± 7.1 | 82.5% ± 3.5 | 87.5% ± 3.5 | 92.5% ± 3.5 | 8.5% ± 0.7 | 2.100 ± 0.141 | 8.21 ± 1.16 | 0.110 ± 0.014 | 0.960 ± 0.014 | 0.950 ± 0.014 | 0.940 ± 0.014 | 46.0% ± 1.4 / 0.0% ± 0.0 |",
 		"![Memorization against goldfish k (goldfish-50)](plots/memorization-vs-k-goldfish-50.png)",
-		"*Figure 1. Targets memorized against goldfish k, model tiny (protocol goldfish-50: each document's last 50 tokens decoded from the rest); dotted: the standard arm standard; bars: 95% bootstrap CIs over documents.*",
+		"*Figure 1. Targets memorized against goldfish k, model tiny (protocol goldfish-50: each document's last 50 tokens decoded from the rest); dotted: the standard arm standard; grey: the held-out floor, the ROUGE-L of never-trained documents; bars: 95% bootstrap CIs over documents.*",
 		"(plots/training-loss.png)",
 	} {
 		if !strings.Contains(md, want) {
