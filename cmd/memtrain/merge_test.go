@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/memtrain/memtrain/data/assets"
 )
 
 // TestMerge: a LoRA run's RUN/final evaluates on its base (named by the
@@ -16,19 +13,8 @@ import (
 // one line.
 func TestMerge(t *testing.T) {
 	dir, tok := t.TempDir(), byteTokenizer(t)
-	base, ds, run := filepath.Join(dir, "base"), filepath.Join(dir, "ds"), filepath.Join(dir, "run")
-	if _, errs, code := memtrain(t, "", append([]string{"init", "--out", base, "--tokenizer", tok, "--seed", "3"}, small...)...); code != 0 {
-		t.Fatal(errs)
-	}
-	raw, err := assets.Read(assets.Austen)
-	if err != nil {
-		t.Fatal(err)
-	}
-	corpus := writeFile(t, "austen.jsonl", string(bytes.Join(bytes.SplitAfter(raw, []byte("\n"))[:40], nil)))
-	if _, errs, code := memtrain(t, "", "data", "prepare", "--input", corpus, "--tokenizer", tok, "--out", ds,
-		"--seq-len", "32", "--mode", "document", "--holdout", "0.2", "--bos", "--eos"); code != 0 {
-		t.Fatal(errs)
-	}
+	base, ds := smallModelAndData(t, dir, tok, "0.2")
+	run := filepath.Join(dir, "run")
 	if _, errs, code := memtrain(t, "", "finetune", "--model", base, "--data", ds, "--out", run, "--max-steps", "6", "--batch-size", "4",
 		"--micro-batch", "2", "--schedule.lr", "3e-2", "--lora.rank", "4", "--lora.targets", "all-linear"); code != 0 {
 		t.Fatal(errs)

@@ -86,13 +86,12 @@ func byteTokenizer(t *testing.T) string {
 	return dir
 }
 
-// TestParallelCUDAFinetuneEmulated: finetune on grids of four fake GPUs,
-// one a rank with NCCL communicators, logs one CPU rank's metrics within
-// 1e-5; and a grid larger than the GPUs there are is refused in one line.
-func TestParallelCUDAFinetuneEmulated(t *testing.T) {
-	cudatest.LibDir(t)
-	dir, tok := t.TempDir(), byteTokenizer(t)
-	base, ds := filepath.Join(dir, "base"), filepath.Join(dir, "ds")
+// smallModelAndData makes, in dir, a small random model (base, with the
+// tokenizer folder tok) and a dataset (ds) of 40 Austen paragraphs of 32
+// tokens, holdout the held-out fraction.
+func smallModelAndData(t *testing.T, dir, tok, holdout string) (base, ds string) {
+	t.Helper()
+	base, ds = filepath.Join(dir, "base"), filepath.Join(dir, "ds")
 	if _, errs, code := memtrain(t, "", append([]string{"init", "--out", base, "--tokenizer", tok, "--seed", "3"}, small...)...); code != 0 {
 		t.Fatal(errs)
 	}
@@ -102,9 +101,19 @@ func TestParallelCUDAFinetuneEmulated(t *testing.T) {
 	}
 	corpus := writeFile(t, "austen.jsonl", string(bytes.Join(bytes.SplitAfter(raw, []byte("\n"))[:40], nil)))
 	if _, errs, code := memtrain(t, "", "data", "prepare", "--input", corpus, "--tokenizer", tok, "--out", ds,
-		"--seq-len", "32", "--mode", "document", "--holdout", "0.1", "--bos", "--eos"); code != 0 {
+		"--seq-len", "32", "--mode", "document", "--holdout", holdout, "--bos", "--eos"); code != 0 {
 		t.Fatal(errs)
 	}
+	return base, ds
+}
+
+// TestParallelCUDAFinetuneEmulated: finetune on grids of four fake GPUs,
+// one a rank with NCCL communicators, logs one CPU rank's metrics within
+// 1e-5; and a grid larger than the GPUs there are is refused in one line.
+func TestParallelCUDAFinetuneEmulated(t *testing.T) {
+	cudatest.LibDir(t)
+	dir, tok := t.TempDir(), byteTokenizer(t)
+	base, ds := smallModelAndData(t, dir, tok, "0.1")
 	runs := t.TempDir()
 	args := func(out string, extra ...string) []string {
 		return append([]string{"finetune", "--model", base, "--data", ds, "--out", out, "--max_steps", "2", "--batch_size", "4",

@@ -56,7 +56,7 @@ func sliceBatch(b Batch, s0, s1 int) Batch {
 // oneStep runs two micro-batches of a global batch on a model of one
 // rank or on one rank of a grid (which takes its data·Z share), with the
 // gradients reduced; it returns the global loss and weight, and the
-// full-shape gradients.
+// full-shape gradients of the trainable parameters.
 func oneStep(m *Model, global Batch) (Loss, map[string][]float32, error) {
 	s0, s1 := 0, global.B
 	if g := m.Grid(); g != nil {
@@ -90,7 +90,11 @@ func oneStep(m *Model, global Batch) (Loss, map[string][]float32, error) {
 	}
 	sum = Loss{Sum: vals[0], Weight: vals[1], ReportSum: vals[2], ReportWeight: vals[3]}
 	grads := map[string][]float32{}
-	for _, p := range m.Params() {
+	for _, p := range m.Trainable() {
+		if m.Adapter() != nil { // adapters: whole on every rank
+			grads[p.Name] = download(m, p.Grad)
+			continue
+		}
 		g, err := m.Gather(p, p.Grad)
 		if err != nil {
 			return Loss{}, nil, err

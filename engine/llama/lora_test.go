@@ -325,15 +325,11 @@ func TestLoRAOnGrids(t *testing.T) {
 		w, ad := ref.Weights(), ref.AdapterTensors()
 		global := randomBatch(cfg, 8, 6, 3)
 		global.Keys = []uint64{1, 2, 3, 4, 5, 6, 7, 8}
-		want, _, err := oneStepTrainable(ref, global)
+		want, wantGrads, err := oneStep(ref, global)
 		if err != nil {
 			t.Fatal(err)
 		}
 		wantNorm, _ := ref.GradNorm()
-		wantGrads := map[string][]float32{}
-		for _, p := range ref.Trainable() {
-			wantGrads[p.Name] = download(ref, p.Grad)
-		}
 		wantLogits, _ := ref.Logits(global)
 		prompts := [][]int32{{1, 2, 3}, {4, 5}}
 		wantGen, _ := ref.Generate(prompts, GenerateOptions{MaxNewTokens: 4})
@@ -353,7 +349,7 @@ func TestLoRAOnGrids(t *testing.T) {
 					if err := m.LoadAdapters(tensorReader(ad)); err != nil {
 						return err
 					}
-					got, _, err := oneStepTrainable(m, global)
+					got, grads, err := oneStep(m, global)
 					if err != nil {
 						return err
 					}
@@ -378,7 +374,7 @@ func TestLoRAOnGrids(t *testing.T) {
 						t.Errorf("%s rank %d: grad norm %v, want %v", name, g.Rank(), norm, wantNorm)
 					}
 					for _, p := range m.Trainable() {
-						if d := relDiff(download(m, p.Grad), wantGrads[p.Name]); d > 1e-5 {
+						if d := relDiff(grads[p.Name], wantGrads[p.Name]); d > 1e-5 {
 							t.Errorf("%s rank %d: %s gradient off by %.3g", name, g.Rank(), p.Name, d)
 						}
 					}
@@ -398,39 +394,6 @@ func TestLoRAOnGrids(t *testing.T) {
 			}
 		}
 	}
-}
-
-// oneStepTrainable is oneStep without gathering the (frozen) base.
-func oneStepTrainable(m *Model, global Batch) (Loss, struct{}, error) {
-	s0, s1 := 0, global.B
-	if g := m.Grid(); g != nil {
-		per := global.B / g.BatchRanks()
-		s0 = g.BatchRank() * per
-		s1 = s0 + per
-	}
-	total := 0.0
-	for _, w := range global.Weights {
-		total += float64(w)
-	}
-	m.ZeroGrads()
-	var sum Loss
-	half := (s1 - s0) / 2
-	for _, r := range [][2]int{{s0, s0 + half}, {s0 + half, s1}} {
-		l, err := m.ForwardBackward(sliceBatch(global, r[0], r[1]), float32(1/total))
-		if err != nil {
-			return Loss{}, struct{}{}, err
-		}
-		sum.Sum += l.Sum
-		sum.Weight += l.Weight
-	}
-	if err := m.ReduceGradients(); err != nil {
-		return Loss{}, struct{}{}, err
-	}
-	vals := []float64{sum.Sum, sum.Weight}
-	if err := m.SumBatch(vals); err != nil {
-		return Loss{}, struct{}{}, err
-	}
-	return Loss{Sum: vals[0], Weight: vals[1]}, struct{}{}, nil
 }
 
 // tensorReader reads tensors by name from a list.
