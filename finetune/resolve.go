@@ -106,7 +106,9 @@ func ResolveAdapted(model, adapter string) (ref ModelRef, note string, err error
 
 // LoadModel loads the model of ref on backend b: its checkpoint (this
 // rank's shards, with opt.Parallel) and, when ref has one, its LoRA
-// adapter on top (opt.LoRA is set from the adapter's configuration).
+// adapter on top (opt.LoRA is set from the adapter's configuration; a
+// bf16 base stays bf16 in memory, as training held it, unless Z-sharded:
+// the weights are the same values either way).
 func LoadModel(b engine.Backend, ref ModelRef, opt llama.Options) (*llama.Model, error) {
 	ck, err := checkpoints.Open(ref.Dir)
 	if err != nil {
@@ -120,6 +122,10 @@ func LoadModel(b engine.Backend, ref ModelRef, opt llama.Options) (*llama.Model,
 		}
 		defer ad.Close()
 		opt.LoRA = ad.Config
+		if d, err := checkpoints.ParseDType(ck.Config.TorchDType); err == nil && d == checkpoints.DTypeBF16 &&
+			(opt.Parallel == nil || opt.Parallel.Z.Size() == 1) {
+			opt.BaseDType = engine.BF16
+		}
 	}
 	m, err := llama.Load(b, ck, opt)
 	if err != nil {
