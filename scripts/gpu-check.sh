@@ -1,29 +1,35 @@
 #!/usr/bin/env bash
 # gpu-check.sh — the CUDA backend's checks on a GPU machine without Go, in one
-# run of under five minutes. Build the binaries first, where Go is:
+# run of under eight minutes. Build the binaries first, where Go is:
 #
 #   bash scripts/gpu-build.sh            # → gpu-bin/memtrain, gpu-bin/cuda.test
 #   OUT=/some/dir bash scripts/gpu-check.sh [BIN]   # on the GPU machine; BIN defaults to gpu-bin
 #
-# Stages (each appends to $OUT/gpu-check.md and writes $OUT/stageN-*.log, so a
-# run cut off midway still reports what it did):
+# Results: exactly two files in $OUT — gpu-check.md, the summary (also
+# printed on stdout at the end), and gpu-check-logs.tar.gz, every stage's
+# logs and measurements — so that they fit a device runner that returns at
+# most 8 files. A run cut off midway still writes both (an EXIT trap).
+#
+# Stages, the most important numbers first:
 #   0. nvidia-smi, the libraries memtrain finds (and torch's), versions;
 #   1. the conformance suite on the GPU against the float64 references, a
 #      small Llama's training step and generations against the CPU backend,
 #      bf16 storage, the backend's contracts, NCCL, a small Llama trained on a
 #      grid of up to 4 GPUs against the CPU (cuda.test -test.run TestGPU);
-#   2. a 20-step fine-tune of the tiny preset on the CPU and on the GPU
-#      (float32 GEMMs, then bf16, then float32 on a --parallel grid of one
-#      rank a GPU with NCCL: dp=1 on one GPU), losses compared step by step;
-#   3. GEMM TFLOP/s at 8192³ (bf16, and float32 at each precision) against
-#      torch.matmul in the same run;
-#   4. training-step tokens/s and MFU of Llama-3.1-8B cut to 4 layers at
+#   2. training-step tokens/s and MFU of Llama-3.1-8B cut to 4 layers at
 #      sequence 2048: memtrain, plain torch modules (flash and materialised
 #      attention) and, if installed, transformers' LlamaForCausalLM;
+#   3. a 20-step fine-tune of the tiny preset on the CPU and on the GPU
+#      (float32 GEMMs, then bf16, then float32 on a --parallel grid of one
+#      rank a GPU with NCCL: dp=1 on one GPU), losses compared step by step;
+#   4. GEMM TFLOP/s at 8192³ (bf16, and float32 at each precision) against
+#      torch.matmul in the same run;
 #   5. a full fine-tuning step of the Llama-3.2-1B shape, memtrain and torch;
-#   6. the checkpoint memtrain saved on the GPU in stage 2, loaded by
+#   6. the checkpoint memtrain saved on the GPU in stage 3, loaded by
 #      transformers (if installed): per-document losses and greedy tokens.
-# Exit status: 0 when every stage that ran passed, 1 otherwise.
+# A stage that is skipped — out of time, a test that skips (a library not
+# found), transformers missing — counts as a failure, not a pass.
+# Exit status: 0 when every stage ran and passed, 1 otherwise.
 #
 # QUICK=1 shrinks every size (for a dry run of this script on the fake CUDA
 # libraries of engine/cuda/testdata, with MEMTRAIN_CUDA_LIB_DIR pointing at
@@ -40,10 +46,19 @@ BIN=$(cd "$BIN" 2>/dev/null && pwd || echo "$BIN")
 MT="$BIN/memtrain"
 CT="$BIN/cuda.test"
 WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
+LOGS="$WORK/logs" # every stage's logs, packed into $OUT at the end
+mkdir -p "$LOGS"
+# finish packs the logs, prints the summary and removes the work folder,
+# however the run ends.
+finish() {
+  tar -czf "$OUT/gpu-check-logs.tar.gz" -C "$LOGS" . 2>/dev/null
+  cat "$MD" 2>/dev/null
+  rm -rf "$WORK"
+}
+trap finish EXIT
 # One kernel cache for every stage: NVRTC compiles once, in stage 0.
 export MEMTRAIN_CUDA_CACHE="$WORK/kernel-cache"
-W="$WORK/ft" # stage 2's runs, which stage 6 reads
+W="$WORK/ft" # stage 3's runs, which stage 6 reads
 failed=0
 start=$(date +%s)
 if [ -n "${QUICK:-}" ]; then
@@ -54,13 +69,15 @@ fi
 
 note() { printf '%s\n' "$*" >>"$MD"; }
 # stage TITLE: starts a stage, or returns 1 when the time budget
-# ($BUDGET seconds, default 285) has less than a stage's worth left.
+# ($BUDGET seconds, default 450) has less than a stage's worth left: a
+# skipped stage is a failure.
 stage() {
   local used=$(($(date +%s) - start))
   printf '\n## %s\n\n' "$1" >>"$MD"
   printf '== %s (%ss)\n' "$1" "$used"
-  if [ $((${BUDGET:-285} - used)) -lt 25 ]; then
-    note "- SKIP: out of time (${used} s used of ${BUDGET:-285})"
+  if [ $((${BUDGET:-450} - used)) -lt 25 ]; then
+    note "- **FAIL** skipped: out of time (${used} s used of ${BUDGET:-450})"
+    failed=1
     return 1
   fi
 }
@@ -73,6 +90,20 @@ run() {
   local rc=$?
   echo "[exit $rc]" >>"$log"
   return $rc
+}
+# noskip LOG RC: RC, or 1 when a Go test in LOG skipped (a library not
+# found, no GPU): a skipped check is not a pass.
+noskip() {
+  if grep -q -- '--- SKIP' "$1"; then
+    note "- skipped tests (a failure): $(grep -- '--- SKIP' "$1" | sed 's/^ *--- SKIP: //; s/ (.*//' | head -5 | tr '\n' ' ')"
+    return 1
+  fi
+  return "$2"
+}
+# peer LOG...: 0 when one of torch's logs has a measurement (a JSON line):
+# without it there is no ratio to report, and the stage fails.
+peer() {
+  grep -qs '^{' "$@"
 }
 verdict() { # NAME RC: records a PASS/FAIL line
   if [ "$2" -eq 0 ]; then note "- **PASS** $1"; else
@@ -128,7 +159,7 @@ fi
 
 # ---------------------------------------------------------------------------
 stage "0. Device and libraries"
-L="$OUT/stage0-device.log"
+L="$LOGS/stage0-device.log"
 run "$L" 20 nvidia-smi
 run "$L" 20 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader
 note '```'
@@ -139,6 +170,7 @@ run "$L" 30 "$PY" -c 'import transformers; print("transformers", transformers.__
 # What memtrain finds: the libraries it loaded, their versions, the kernels'
 # target (TestGPUConformance's first log line), without running the suite.
 run "$L" 120 "$CT" -test.run '^TestGPUConformance$/^Memory$' -test.v -test.count=1
+noskip "$L" $?
 rc=$?
 note '```'
 grep -E "^(torch|transformers) |gpu_test.go:[0-9]+: cuda:|no GPU" "$L" | sed 's/^ *//' >>"$MD"
@@ -147,8 +179,9 @@ verdict "memtrain loads CUDA and compiles its kernels" $rc
 
 # ---------------------------------------------------------------------------
 if stage "1. Conformance on the GPU"; then
-  L="$OUT/stage1-conformance.log"
+  L="$LOGS/stage1-conformance.log"
   run "$L" 180 "$CT" -test.run '^TestGPU(Conformance|Model|BF16|Backend|NCCL|Grid)$' -test.v -test.count=1 -test.timeout 170s
+  noskip "$L" $?
   rc=$?
   note '```'
   grep -E "^(--- |=== RUN|ok|FAIL|PASS)|^    --- FAIL|Error|panic" "$L" | grep -v "=== RUN" | head -60 >>"$MD"
@@ -157,8 +190,25 @@ if stage "1. Conformance on the GPU"; then
 fi
 
 # ---------------------------------------------------------------------------
-if stage "2. Fine-tuning: CPU against GPU"; then
-  L="$OUT/stage2-finetune.log"
+if stage "2. Training step: $STEP_MODEL (Llama-3.1-8B shape, 4 layers), sequence $SEQ"; then
+  L="$LOGS/stage2-step.log"
+  MEMTRAIN_GPU_BENCH=1 MEMTRAIN_GPU_BENCH_MODEL=$STEP_MODEL MEMTRAIN_GPU_BENCH_SEQ=$SEQ \
+    run "$L" 150 "$CT" -test.run '^TestGPUBenchStep$' -test.v -test.count=1
+  noskip "$L" $?
+  rc=$?
+  for attn in sdpa eager; do
+    run "$LOGS/stage2-torch-$attn.log" 100 "$PY" scripts/gpu/torch_step.py --model $STEP_MODEL --seq-len $SEQ --attn $attn
+  done
+  run "$LOGS/stage2-hf.log" 100 "$PY" scripts/gpu/torch_step.py --impl hf --model $STEP_MODEL --seq-len $SEQ --attn sdpa
+  bench_table "$L" "$LOGS"/stage2-torch-*.log "$LOGS/stage2-hf.log"
+  verdict "memtrain training-step benchmark ran" $rc
+  peer "$LOGS"/stage2-torch-*.log
+  verdict "torch's step ran beside it (the ratio's other side)" $?
+fi
+
+# ---------------------------------------------------------------------------
+if stage "3. Fine-tuning: CPU against GPU"; then
+  L="$LOGS/stage3-finetune.log"
   mkdir -p "$W"
   ok=0
   run "$L" 60 "$MT" init --out "$W/base" --tokenizer builtin:llama2 --preset tiny --seed 1 || ok=1
@@ -195,51 +245,43 @@ if stage "2. Fine-tuning: CPU against GPU"; then
   "$PY" scripts/gpu/compare_losses.py "$W/cpu/metrics.jsonl" "$W/gpu-grid/metrics.jsonl" --rtol 1e-3 >>"$MD" 2>&1
   verdict "losses of the GPU grid $grid within 1e-3 of the CPU's" $?
   for r in cpu gpu-f32 gpu-bf16 gpu-grid; do
-    [ -f "$W/$r/metrics.jsonl" ] && cp "$W/$r/metrics.jsonl" "$OUT/stage2-$r-metrics.jsonl"
+    [ -f "$W/$r/metrics.jsonl" ] && cp "$W/$r/metrics.jsonl" "$LOGS/stage3-$r-metrics.jsonl"
   done
 fi
 
 # ---------------------------------------------------------------------------
-if stage "3. GEMM at ${GEMM}³"; then
-  L="$OUT/stage3-gemm.log"
+if stage "4. GEMM at ${GEMM}³"; then
+  L="$LOGS/stage4-gemm.log"
   MEMTRAIN_GPU_BENCH=1 MEMTRAIN_GPU_BENCH_GEMM=$GEMM run "$L" 120 "$CT" -test.run '^TestGPUBenchGemm$' -test.v -test.count=1
+  noskip "$L" $?
   rc=$?
-  run "$OUT/stage3-torch.log" 90 "$PY" scripts/gpu/torch_gemm.py --sizes $GEMM
-  bench_table "$L" "$OUT/stage3-torch.log"
+  run "$LOGS/stage4-torch.log" 90 "$PY" scripts/gpu/torch_gemm.py --sizes $GEMM
+  bench_table "$L" "$LOGS/stage4-torch.log"
   verdict "memtrain GEMM benchmark ran" $rc
-fi
-
-# ---------------------------------------------------------------------------
-if stage "4. Training step: $STEP_MODEL (Llama-3.1-8B shape, 4 layers), sequence $SEQ"; then
-  L="$OUT/stage4-step.log"
-  MEMTRAIN_GPU_BENCH=1 MEMTRAIN_GPU_BENCH_MODEL=$STEP_MODEL MEMTRAIN_GPU_BENCH_SEQ=$SEQ \
-    run "$L" 150 "$CT" -test.run '^TestGPUBenchStep$' -test.v -test.count=1
-  rc=$?
-  for attn in sdpa eager; do
-    run "$OUT/stage4-torch-$attn.log" 100 "$PY" scripts/gpu/torch_step.py --model $STEP_MODEL --seq-len $SEQ --attn $attn
-  done
-  run "$OUT/stage4-hf.log" 100 "$PY" scripts/gpu/torch_step.py --impl hf --model $STEP_MODEL --seq-len $SEQ --attn sdpa
-  bench_table "$L" "$OUT"/stage4-torch-*.log "$OUT/stage4-hf.log"
-  verdict "memtrain training-step benchmark ran" $rc
+  peer "$LOGS/stage4-torch.log"
+  verdict "torch.matmul ran beside it" $?
 fi
 
 # ---------------------------------------------------------------------------
 if stage "5. Full fine-tuning step: $ONE_B (Llama-3.2-1B shape), sequence $SEQ"; then
-  L="$OUT/stage5-1b.log"
+  L="$LOGS/stage5-1b.log"
   MEMTRAIN_GPU_BENCH=1 MEMTRAIN_GPU_BENCH_MODEL=$ONE_B MEMTRAIN_GPU_BENCH_SEQ=$SEQ \
     run "$L" 150 "$CT" -test.run '^TestGPUBenchStep$' -test.v -test.count=1
+  noskip "$L" $?
   rc=$?
-  run "$OUT/stage5-torch.log" 100 "$PY" scripts/gpu/torch_step.py --model $ONE_B --seq-len $SEQ --attn sdpa
-  bench_table "$L" "$OUT/stage5-torch.log"
+  run "$LOGS/stage5-torch.log" 100 "$PY" scripts/gpu/torch_step.py --model $ONE_B --seq-len $SEQ --attn sdpa
+  bench_table "$L" "$LOGS/stage5-torch.log"
   verdict "memtrain 1B step ran" $rc
+  peer "$LOGS/stage5-torch.log"
+  verdict "torch's 1B step ran beside it" $?
 fi
 
 # ---------------------------------------------------------------------------
 if stage "6. A GPU-saved checkpoint in transformers"; then
-  L="$OUT/stage6-hf.log"
+  L="$LOGS/stage6-hf.log"
   CK="$W/gpu-f32/checkpoints/$(cat "$W/gpu-f32/checkpoints/latest" 2>/dev/null)"
   if [ ! -f "$CK/config.json" ]; then
-    note "no checkpoint from stage 2 ($CK)"
+    note "no checkpoint from stage 3 ($CK)"
     verdict "checkpoint to load" 1
   else
     # Six Austen paragraphs as token ids (BOS first), at most 200 each.
@@ -251,16 +293,20 @@ if stage "6. A GPU-saved checkpoint in transformers"; then
     timeout -k 5 60 "$MT" generate --model "$CK" --prompt-ids "$prompt" --max-new-tokens 16 \
       --stop-at-eos=false --json --device cuda >"$W/gen.jsonl" 2>>"$L"
     unset MEMTRAIN_CUDA_GEMM
-    cp "$W/eval.json" "$W/gen.jsonl" "$OUT/" 2>/dev/null
+    cp "$W/eval.json" "$W/gen.jsonl" "$LOGS/" 2>/dev/null
     timeout -k 5 90 "$PY" scripts/gpu/hf_check.py --model "$CK" --docs "$W/docs.jsonl" \
-      --memtrain-eval "$W/eval.json" --memtrain-generate "$W/gen.jsonl" >"$OUT/stage6-compare.md" 2>>"$L"
+      --memtrain-eval "$W/eval.json" --memtrain-generate "$W/gen.jsonl" >"$LOGS/stage6-compare.md" 2>>"$L"
     rc=$?
-    cat "$OUT/stage6-compare.md" >>"$MD"
-    if [ $rc -eq 2 ]; then note "- SKIP transformers is not installed"; else verdict "transformers reads the checkpoint; losses agree" $rc; fi
+    cat "$LOGS/stage6-compare.md" >>"$MD"
+    if [ $rc -eq 2 ]; then
+      note "- **FAIL** skipped: transformers is not installed"
+      failed=1
+    else verdict "transformers reads the checkpoint; losses agree" $rc; fi
   fi
 fi
 
 note ""
-note "Total $(($(date +%s) - start)) s."
-echo "gpu-check: report in $MD"
+if [ $failed -eq 0 ]; then note "**All stages ran and passed.**"; else note "**Some stage failed or was skipped.**"; fi
+note "Total $(($(date +%s) - start)) s. Logs: gpu-check-logs.tar.gz."
+echo "gpu-check: report in $MD, logs in $OUT/gpu-check-logs.tar.gz"
 exit $failed
