@@ -33,6 +33,9 @@ type inspectFlags struct {
 	lora        int
 	loraTargets string
 	recompute   bool
+	// loraAlpha and loraRSLoRA are an inspected adapter's (0: 2·rank).
+	loraAlpha  float64
+	loraRSLoRA bool
 }
 
 // inspectReport is what `inspect --json` prints.
@@ -136,7 +139,30 @@ func runInspect(cmd *cobra.Command, args []string, f inspectFlags) error {
 	if (len(args) == 1) == (f.preset != "") {
 		return errors.New("inspect: give a checkpoint folder or --preset NAME (one of them)")
 	}
-	if len(args) == 1 {
+	if len(args) == 1 && !f.verify {
+		// A LoRA adapter (a run's RUN/final, a LoRA run or checkpoint) is
+		// inspected as its base with the adapter's fine-tune sized.
+		ref, note, err := finetune.ResolveAdapted(args[0], "")
+		if err != nil {
+			return fmt.Errorf("inspect: %w", err)
+		}
+		if note != "" {
+			fmt.Fprintf(cmd.ErrOrStderr(), "memtrain: model: %s\n", note)
+		}
+		if ref.Adapter != "" && f.lora == 0 {
+			cfg, err := checkpoints.ReadConfig(ref.Dir)
+			if err != nil {
+				return fmt.Errorf("inspect: %w", err)
+			}
+			ad, err := checkpoints.OpenAdapter(ref.Adapter, cfg)
+			if err != nil {
+				return fmt.Errorf("inspect: %w", err)
+			}
+			f.lora, f.loraTargets, f.loraAlpha, f.loraRSLoRA = ad.Config.R, strings.Join(ad.Config.TargetModules, ","), ad.Config.LoRAAlpha, ad.Config.UseRSLoRA
+			ad.Close()
+		}
+		args = []string{ref.Dir}
+	} else if len(args) == 1 {
 		dir, err := resolveModel(cmd.ErrOrStderr(), args[0])
 		if err != nil {
 			return fmt.Errorf("inspect: %w", err)
@@ -299,7 +325,7 @@ func printInspect(w io.Writer, r inspectReport) error {
 // base held in its stored dtype (as lora.base_dtype auto holds it), by
 // llama.Memory, the accounting finetune's preflight checks.
 func loraMemory(rep inspectReport, f inspectFlags, seq int) (*loraReport, error) {
-	lc := finetune.LoRA{Rank: f.lora, Targets: f.loraTargets, BaseDType: "auto"}
+	lc := finetune.LoRA{Rank: f.lora, Alpha: f.loraAlpha, RSLoRA: f.loraRSLoRA, Targets: f.loraTargets, BaseDType: "auto"}
 	cfg := finetune.DefaultConfig()
 	cfg.LoRA, cfg.Recompute = lc, f.recompute
 	a, err := lc.Adapter("")
