@@ -34,6 +34,9 @@ func TestMerge(t *testing.T) {
 	if got := loss(base, "--adapter", filepath.Join(run, "final")); got != adapted {
 		t.Errorf("--model base --adapter run/final: loss %s, want %s", got, adapted)
 	}
+	if out, errs, code := memtrain(t, "", "inspect", filepath.Join(run, "final")); code != 0 || !strings.Contains(out, "LoRA fine-tune           r 4, alpha 8 on q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj") {
+		t.Errorf("inspect of the adapter: exit %d, %s%s", code, out, errs)
+	}
 	merged := filepath.Join(dir, "merged")
 	out, errs, code := memtrain(t, "", "merge", "--adapter", filepath.Join(run, "final"), "--out", merged)
 	if code != 0 || !strings.Contains(out, "merged ") {
