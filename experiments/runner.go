@@ -924,7 +924,8 @@ func (r *Runner) runArm(ar armRun) error {
 	if err != nil {
 		return err
 	}
-	res.Params = mcfg.Params().Total
+	pc := mcfg.Params()
+	res.Params, res.NonEmbeddingParams = pc.Total, pc.NonEmbedding
 	res.Model = modelName(ar.base, mcfg)
 	// The protocols left to evaluate are chosen here, once, so that every
 	// rank runs the same ones.
