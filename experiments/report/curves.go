@@ -164,6 +164,7 @@ type armCurve struct {
 	run     *ArmResult // the arm's first seed: its name and description
 	arm     int        // the arm's index, for its colour
 	seeds   int
+	perPass int // the steps of a pass, when every seed's are the same (else 0)
 	steps   []float64
 	members []seedRange
 	held    []seedRange // empty without held-out controls
@@ -192,7 +193,12 @@ func armCurves(curves []runCurve) []armCurve {
 		}
 		group := curves[i:j]
 		i = j
-		ac := armCurve{run: group[0].run, arm: group[0].arm, seeds: len(group)}
+		ac := armCurve{run: group[0].run, arm: group[0].arm, seeds: len(group), perPass: group[0].perPass}
+		for _, c := range group {
+			if c.perPass != ac.perPass {
+				ac.perPass = 0
+			}
+		}
 		held := true
 		for _, c := range group {
 			held = held && slices.ContainsFunc(c.points, func(p curvePoint) bool { return p.hasHeld })

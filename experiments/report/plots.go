@@ -686,7 +686,12 @@ func plotTrainingLoss(dir string, arms []*reportArm, warnings *[]string) (*repor
 	title := "Training loss"
 	f := newPlotFigure(title, "step", "loss (nats/token, log scale)")
 	lines, goldfish, held := 0, false, false
+	// With several seeds an arm has one legend entry (its seeds share its
+	// colour, dashes telling them apart) and the held-out circles one in
+	// all: a legend of every run would not fit beside a study of many arms.
+	var heldThumbs []plot.Thumbnailer
 	for ai, a := range arms {
+		named := false
 		for si, r := range a.runs {
 			ms, err := r.Metrics(dir)
 			if err != nil {
@@ -713,10 +718,13 @@ func plotTrainingLoss(dir string, arms []*reportArm, warnings *[]string) (*repor
 				thumbs = append(thumbs, points)
 			}
 			name := r.Arm
-			if multi {
-				name = r.Name()
+			switch {
+			case !multi:
+				f.addLegend(name, thumbs...)
+			case !named:
+				f.addLegend(fmt.Sprintf("%s (%s)", r.Arm, reportPlural(len(a.runs), "seed")), thumbs...)
+				named = true
 			}
-			f.addLegend(name, thumbs...)
 			if len(evals) > 0 {
 				el, ep, err := plotter.NewLinePoints(evals)
 				if err != nil {
@@ -725,7 +733,14 @@ func plotTrainingLoss(dir string, arms []*reportArm, warnings *[]string) (*repor
 				el.Color, el.Width, el.Dashes = clr, vg.Points(1), []vg.Length{vg.Points(2), vg.Points(2)}
 				ep.Color, ep.Radius, ep.Shape = clr, vg.Points(2.5), draw.CircleGlyph{}
 				f.p.Add(el, ep)
-				f.addLegend(name+" (held-out)", el, ep)
+				if !multi {
+					f.addLegend(name+" (held-out)", el, ep)
+				} else if heldThumbs == nil {
+					gl, gp, _ := plotter.NewLinePoints(evals)
+					gl.Color, gl.Width, gl.Dashes = color.Gray{0x80}, el.Width, el.Dashes
+					gp.Color, gp.Radius, gp.Shape = color.Gray{0x80}, ep.Radius, ep.Shape
+					heldThumbs = []plot.Thumbnailer{gl, gp}
+				}
 				held = true
 			}
 			lines++
@@ -734,6 +749,9 @@ func plotTrainingLoss(dir string, arms []*reportArm, warnings *[]string) (*repor
 	}
 	if lines == 0 {
 		return nil, nil
+	}
+	if heldThumbs != nil {
+		f.addLegend("held-out loss (circles, the arm's colour)", heldThumbs...)
 	}
 	// A log axis: memorization takes the loss from ~10 to ~0.01, and a
 	// linear one flattens everything after the first fifth of training.
@@ -746,7 +764,7 @@ func plotTrainingLoss(dir string, arms []*reportArm, warnings *[]string) (*repor
 	}
 	caption := "Training loss against the optimizer step (log scale), one line per arm"
 	if multi {
-		caption += " and seed (dashes tell seeds apart)"
+		caption += " and seed (an arm's seeds share its colour, dashes tell them apart)"
 	}
 	if goldfish {
 		caption += "; goldfish arms: the mean over the kept tokens only"

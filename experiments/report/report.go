@@ -116,12 +116,18 @@ func Write(dir string, opt Options) (*Written, error) {
 		return nil, err
 	}
 	curves := readCurves(dir, arms)
-	if fig, err := plotExtractionCurves(dir, curves); err != nil {
+	sizes := sizeArms(arms, curves)
+	// A size study's curves are drawn a loss a figure, against passes;
+	// any other study's in one figure against the step.
+	if fs, err := plotCurvesBySize(dir, arms, curves, sizes); err != nil {
+		return nil, err
+	} else if len(fs) > 0 {
+		figs = append(figs, fs...)
+	} else if fig, err := plotExtractionCurves(dir, curves); err != nil {
 		return nil, err
 	} else if fig != nil {
 		figs = append(figs, *fig)
 	}
-	sizes := sizeArms(arms, curves)
 	for _, plot := range []func(string, []*reportArm, []sizeArm) (*reportFigure, error){plotPassesVsSize, plotFirstPassVsSize} {
 		if fig, err := plot(dir, arms, sizes); err != nil {
 			return nil, err

@@ -246,8 +246,8 @@ func plotPassesVsSize(dir string, arms []*reportArm, sas []sizeArm) (*reportFigu
 
 // passesFigure is plotPassesVsSize's figure and caption.
 func passesFigure(arms []*reportArm, sas []sizeArm) (*plotFigure, string, error) {
-	title := "Passes to memorize half the targets, by model size"
-	f := sizeFigure(title, "passes over the training data to 50% exact match", arms, sas)
+	title := "Passes to 50% extraction, by model size"
+	f := sizeFigure(title, "passes to 50% exact match", arms, sas)
 	top := 0.0
 	for _, sa := range sas {
 		for _, v := range sa.trained {
@@ -285,7 +285,7 @@ func passesFigure(arms []*reportArm, sas []sizeArm) (*plotFigure, string, error)
 			}
 			sc.Color, sc.Shape, sc.Radius = clr, hollowTriangle{}, vg.Points(5)
 			f.p.Add(sc)
-			f.addLegend(name+": not reached by some seed", sc)
+			f.addLegend(name+": 50% not reached by some or all seeds", sc)
 		}
 	}
 	f.addReference(fmt.Sprintf("passes trained (%s)", passesText(top)), top, color.Gray{0x80}, vg.Points(1), 0)
@@ -374,4 +374,102 @@ func (hollowTriangle) DrawGlyph(c *draw.Canvas, sty draw.GlyphStyle, pt vg.Point
 	p.Line(vg.Point{X: pt.X - r*0.87, Y: pt.Y - r/2})
 	p.Close()
 	c.Stroke(p)
+}
+
+// plotCurvesBySize draws, for a size study, the extraction curves of each
+// loss in a figure of their own against passes over the training data: a
+// line per size (the arm's mean over its seeds) in a band spanning the
+// seeds' range (min–max), the held-out controls thin and dotted in the
+// arm's colour, the 50% line the tables read. Every figure shares its
+// axes, and a size keeps its colour across them. It draws nothing unless
+// the curves span two sizes and every arm's seeds share their steps per
+// pass.
+func plotCurvesBySize(dir string, arms []*reportArm, curves []runCurve, sas []sizeArm) ([]reportFigure, error) {
+	if len(sas) == 0 {
+		return nil, nil
+	}
+	acs := armCurves(curves)
+	var sizes []int64
+	top := 0.0
+	for _, ac := range acs {
+		if ac.perPass <= 0 {
+			return nil, nil
+		}
+		if sz := sizeOf(ac.run); !slices.Contains(sizes, sz) {
+			sizes = append(sizes, sz)
+		}
+		top = max(top, ac.steps[len(ac.steps)-1]/float64(ac.perPass))
+	}
+	slices.Sort(sizes)
+	names, _ := sizeSeries(sas)
+	var figs []reportFigure
+	for _, name := range names {
+		title := "Memorization during training, " + name + " loss"
+		f := newPlotFigure(title, "passes over the training data", "exact match (% of targets)")
+		f.p.X.Min, f.p.X.Max = 0, top
+		held := false
+		for _, ac := range acs {
+			if lossLabel(arms[ac.arm], arms) != name {
+				continue
+			}
+			si := slices.Index(sizes, sizeOf(ac.run))
+			clr := paletteColor(si)
+			xs := make([]float64, len(ac.steps))
+			tgt := make(plotter.XYs, len(ac.steps))
+			for i, step := range ac.steps {
+				xs[i] = step / float64(ac.perPass)
+				tgt[i] = plotter.XY{X: xs[i], Y: 100 * ac.members[i].mean}
+			}
+			if ac.seeds > 1 {
+				band, err := seedBand(xs, ac.members, plotLighten(clr, 0.75))
+				if err != nil {
+					return nil, fmt.Errorf("report: plot %s: %w", title, err)
+				}
+				f.p.Add(band)
+			}
+			line, points, err := plotter.NewLinePoints(tgt)
+			if err != nil {
+				return nil, fmt.Errorf("report: plot %s: %w", title, err)
+			}
+			line.Color, line.Width = clr, vg.Points(1.5)
+			points.Color, points.Radius, points.Shape = clr, vg.Points(2.5), plotGlyphs[si%len(plotGlyphs)]
+			f.p.Add(line, points)
+			label := fmt.Sprintf("%s (%s): mean of %s", ac.run.Arm, units.ShortCount(sizeOf(ac.run)), reportPlural(ac.seeds, "seed"))
+			f.addLegend(label, line, points)
+			if len(ac.held) > 0 {
+				ctl := make(plotter.XYs, len(xs))
+				for i, x := range xs {
+					ctl[i] = plotter.XY{X: x, Y: 100 * ac.held[i].mean}
+				}
+				hl, err := plotter.NewLine(ctl)
+				if err != nil {
+					return nil, fmt.Errorf("report: plot %s: %w", title, err)
+				}
+				hl.Color, hl.Width, hl.Dashes = plotLighten(clr, 0.35), vg.Points(1), []vg.Length{vg.Points(1), vg.Points(2)}
+				f.p.Add(hl)
+				held = true
+			}
+		}
+		if held {
+			hl, _ := plotter.NewLine(plotter.XYs{{X: 0, Y: 0}})
+			hl.Color, hl.Width, hl.Dashes = color.Gray{0x80}, vg.Points(1), []vg.Length{vg.Points(1), vg.Points(2)}
+			f.addLegend("held-out controls (thin dotted, the arm's colour)", hl)
+		}
+		f.addReference(fmt.Sprintf("%g%% exact match", 100*CurveThreshold), 100*CurveThreshold, color.Gray{0x80}, vg.Points(1), 0)
+		f.percentAxis()
+		f.p.X.Tick.Marker = plainTicks{}
+		file := filepath.Join(PlotsDir, "memorization-vs-pass-"+plotSlug(name)+".png")
+		if err := f.save(dir, file); err != nil {
+			return nil, err
+		}
+		caption := fmt.Sprintf("Exact match of the targets against passes over the training data (optimizer steps ÷ the steps "+
+			"of a pass), %s loss, measured during training by greedy decoding (protocol %s): a line per model size, the mean "+
+			"over its seeds, the shaded band spanning the seeds' range (min–max)", name, sas[0].protocol)
+		if held {
+			caption += "; thin dotted lines: the held-out controls, never trained on"
+		}
+		caption += "; the grey dashed line is the 50% the tables read. The figures of every loss share their axes."
+		figs = append(figs, reportFigure{File: file, Alt: title, Caption: caption})
+	}
+	return figs, nil
 }

@@ -132,8 +132,12 @@ func TestWriteReportSizeCurves(t *testing.T) {
 	for _, want := range append([]string{
 		"## Memorization against model size",
 		"| arm | loss | non-embedding parameters | parameters | seeds | seeds that reached 50% | passes to 50% exact match |",
-		"![Passes to memorize half the targets, by model size](plots/passes-to-50-vs-params.png)",
+		"![Passes to 50% extraction, by model size](plots/passes-to-50-vs-params.png)",
 		"![Memorization after one pass, by model size](plots/first-pass-vs-params.png)",
+		// The curves: a figure per loss against passes, not one against the step.
+		"![Memorization during training, standard loss](plots/memorization-vs-pass-standard.png)",
+		"![Memorization during training, goldfish k=4 loss](plots/memorization-vs-pass-goldfish-k-4.png)",
+		"a line per model size, the mean over its seeds",
 	}, rows...) {
 		if !strings.Contains(md, want) {
 			t.Errorf("report.md lacks %q", want)
@@ -155,7 +159,7 @@ func TestWriteReportSizeCurves(t *testing.T) {
 		"plots/memorization-vs-k-carlini-50-tiny-h32-l1.png", "plots/memorization-vs-k-carlini-50-tiny-h192-l6.png",
 		"plots/memorization-vs-params-goldfish-50.png", "plots/memorization-vs-params-carlini-50.png",
 		"plots/rougeL-distribution-goldfish-50.png", "plots/rougeL-distribution-carlini-50.png",
-		"plots/training-loss.png", "plots/memorization-vs-step.png",
+		"plots/training-loss.png", "plots/memorization-vs-pass-standard.png", "plots/memorization-vs-pass-goldfish-k-4.png",
 		"plots/passes-to-50-vs-params.png", "plots/first-pass-vs-params.png",
 	})
 	if rows := readReportCSV(t, rep.CSV); rows[0][8] != "non_embedding_params" || rows[1][8] != "12640" {
@@ -188,10 +192,10 @@ func TestWriteReportSizeCurves(t *testing.T) {
 		legend      []string
 		yTickLabels bool
 	}{
-		{passes, "passes over the training data to 50% exact match", 4.4, []string{
+		{passes, "passes to 50% exact match", 4.4, []string{
 			"standard: mean, bars min–max",
-			"standard: not reached by some seed",
-			"goldfish k=4: not reached by some seed",
+			"standard: 50% not reached by some or all seeds",
+			"goldfish k=4: 50% not reached by some or all seeds",
 			"passes trained (4)"}, true},
 		{first, "exact match after one pass (% of targets)", 100, []string{
 			"standard: mean, bars min–max",
