@@ -102,3 +102,46 @@ func TestLockBase(t *testing.T) {
 		t.Errorf("log %q", log.String())
 	}
 }
+
+// TestRunnerSeedPerRun: with base: {seed_per_run: true} each of the
+// study's seeds starts from a base initialised with that seed — its own
+// cached base, the same one a study whose base seed is that seed makes —
+// and a checkpoint base cannot ask for it.
+func TestRunnerSeedPerRun(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv(CacheEnv, cache)
+	oneArm := strings.Replace(tinyStudy, "  - {name: goldfish-k2, loss: goldfish, goldfish: {k: 2, h: 3}}\n", "", 1)
+	oneArm = strings.Replace(oneArm, "max_steps: 4,", "max_steps: 2,", 1)
+	run := func(spec string) (string, string) {
+		t.Helper()
+		s, err := ParseSpec([]byte(spec), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var log bytes.Buffer
+		out := filepath.Join(t.TempDir(), "study")
+		r := &Runner{Spec: s, Out: out, Launch: launch.Spec{Threads: 2}, Log: &log, Version: "v1"}
+		if _, err := r.Run(); err != nil {
+			t.Fatalf("%v\n%s", err, log.String())
+		}
+		return out, log.String()
+	}
+	perRun := strings.Replace(oneArm, "  seed: 2\n", "  seed: 2\n  seed_per_run: true\n", 1) + "seeds: [1, 3]\n"
+	out, log := run(perRun)
+	if n := strings.Count(log, "made in the cache"); n != 2 {
+		t.Errorf("%d bases made for two seeds, want 2:\n%s", n, log)
+	}
+	recs, _ := filepath.Glob(filepath.Join(out, "base", "*.json"))
+	if len(recs) != 2 {
+		t.Errorf("%d base records, want one a seed", len(recs))
+	}
+	// Seed 3's base is the one a study of base seed 3 makes.
+	_, log = run(strings.Replace(oneArm, "  seed: 2\n", "  seed: 3\n", 1))
+	if !strings.Contains(log, "reused from the cache") {
+		t.Errorf("a study of base seed 3 did not reuse seed 3's base:\n%s", log)
+	}
+	bad := "name: x\nbase: {model: /nonexistent, seed_per_run: true}\ntargets: {data: [builtin:sotu], count: 1, min_tokens: 8, max_tokens: 16}\narms: [{name: a, loss: standard}]\n"
+	if _, err := ParseSpec([]byte(bad), ""); err == nil || !strings.Contains(err.Error(), "seed_per_run: only a preset base") {
+		t.Errorf("a checkpoint base with seed_per_run: %v", err)
+	}
+}

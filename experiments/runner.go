@@ -553,8 +553,10 @@ func (r *Runner) baseModel(b Base) (string, error) {
 		return r.models[b.Model], nil
 	}
 	// The folder is named by everything that makes the model: the base
-	// settings, the tokenizer and the pretraining settings.
+	// settings, the tokenizer and the pretraining settings (the seed a
+	// run gave it, not whether it did).
 	kb := b
+	kb.SeedPerRun = false
 	var pre []byte
 	if b.Pretrain != nil {
 		p := *b.Pretrain
@@ -866,7 +868,7 @@ func (r *Runner) runArm(ar armRun) error {
 		return nil
 	}
 	start := time.Now()
-	base, err := r.baseModel(ar.base)
+	base, err := r.baseModel(ar.base.forSeed(ar.seed))
 	if err != nil {
 		return err
 	}
@@ -924,7 +926,8 @@ func (r *Runner) runArm(ar armRun) error {
 	if err != nil {
 		return err
 	}
-	res.Params = mcfg.Params().Total
+	pc := mcfg.Params()
+	res.Params, res.NonEmbeddingParams = pc.Total, pc.NonEmbedding
 	if ref.Adapter != "" {
 		ad, err := checkpoints.OpenAdapter(ref.Adapter, mcfg)
 		if err != nil {

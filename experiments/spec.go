@@ -57,8 +57,23 @@ type Base struct {
 	Intermediate int    `yaml:"intermediate"`
 	MaxPositions int    `yaml:"max_positions"`
 	Seed         uint64 `yaml:"seed"` // initialisation
+	// SeedPerRun gives each of the study's seeds a base of its own,
+	// initialised with that seed (and pretrained) instead of Seed: the
+	// seeds then vary the model's initialisation as well as the data
+	// order (which alone varies nothing when a batch is the whole
+	// training set).
+	SeedPerRun bool `yaml:"seed_per_run"`
 	// Pretrain, if set, trains the initialised model on a corpus first.
 	Pretrain *Pretrain `yaml:"pretrain"`
+}
+
+// forSeed is the base a run of the study's seed starts from: the base
+// itself, or with SeedPerRun one initialised with that seed.
+func (b Base) forSeed(seed uint64) Base {
+	if b.SeedPerRun {
+		b.Seed = seed
+	}
+	return b
 }
 
 // shape is the base's overrides of its preset's shape.
@@ -464,6 +479,9 @@ func (s *Spec) checkBase(b Base) error {
 	case b.Model != "":
 		if b.Pretrain != nil {
 			return errors.New("pretrain: only a preset base is pretrained")
+		}
+		if b.SeedPerRun {
+			return errors.New("seed_per_run: only a preset base is initialised (a checkpoint has its weights)")
 		}
 		if _, _, err := finetune.ResolveModel(s.path(b.Model)); err != nil {
 			return fmt.Errorf("model: %w", err)

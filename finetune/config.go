@@ -116,13 +116,15 @@ func (l LoRA) baseDType(stored checkpoints.DType) (engine.DType, error) {
 }
 
 // Extraction is greedy extraction measured during training
-// (extraction.go): every N steps and at the last, the probes of the
+// (extraction.go): every N steps and at the last (and, with FirstPass,
+// at the end of the first epoch), the probes of the
 // members (and non-members) are decoded with the KV cache
 // (memorization.Extraction, the driver of eval memorization) and their
 // exact and token match written to the step's metrics line. Its keys
-// are eval memorization's flags.
+// but first_pass are eval memorization's flags.
 type Extraction struct {
 	Every      int    `yaml:"every" help:"measure greedy extraction of extraction.data every N steps and at the end (0: never)"`
+	FirstPass  bool   `yaml:"first_pass" help:"also measure at the end of the first pass over the training data (the one-pass extraction of a model-size study)"`
 	Data       string `yaml:"data" help:"members: a dataset folder (its train split; its holdout split the non-members) or input files of member documents, comma-separated"`
 	NonMembers string `yaml:"non_members" help:"input files of held-out documents, comma-separated (with input files as extraction.data)"`
 	Protocol   string `yaml:"protocol" default:"goldfish" help:"goldfish, pythia, carlini, custom or chat (a chat dataset's conversations: a probe per assistant answer)"`

@@ -265,3 +265,43 @@ func TestFinetuneExtractionChat(t *testing.T) {
 		t.Errorf("a dataset without a mask: %v, want %q", err, want)
 	}
 }
+
+// TestFinetuneExtractionFirstPass: first_pass adds the measurement at the
+// end of the first epoch (the one-pass extraction) to every N steps' and
+// the last's; without it that step has none.
+func TestFinetuneExtractionFirstPass(t *testing.T) {
+	cfg := extractionConfig(t)
+	cfg.BatchSize, cfg.MicroBatch, cfg.MaxSteps = 16, 8, 0
+	cfg.Epochs = 3
+	cfg.Extraction.Every, cfg.Extraction.FirstPass = 100, true
+	metrics := trainRun(t, cfg, nil, "", 0)
+	perEpoch := 0
+	for _, m := range metrics {
+		if m.Epoch == 0 {
+			perEpoch = m.Step
+		}
+	}
+	if n := len(metrics); perEpoch < 1 || perEpoch >= n {
+		t.Fatalf("%d steps of which %d in the first epoch: want more than one epoch", n, perEpoch)
+	}
+	var at []int
+	for _, m := range metrics {
+		if m.Extraction != nil {
+			at = append(at, m.Step)
+		}
+	}
+	if want := []int{perEpoch, len(metrics)}; !reflect.DeepEqual(at, want) {
+		t.Errorf("extraction at steps %v, want %v (the end of the first epoch and the last step)", at, want)
+	}
+	cfg.Extraction.FirstPass = false
+	cfg.Out = filepath.Join(t.TempDir(), "off")
+	at = nil
+	for _, m := range trainRun(t, cfg, nil, "", 0) {
+		if m.Extraction != nil {
+			at = append(at, m.Step)
+		}
+	}
+	if want := []int{len(metrics)}; !reflect.DeepEqual(at, want) {
+		t.Errorf("without first_pass: extraction at steps %v, want %v", at, want)
+	}
+}

@@ -101,6 +101,7 @@ type Run struct {
 	// unverified. On a grid only rank 0 has them.
 	Warnings  []string
 	masker    *goldfish.Masker
+	perEpoch  int                  // optimizer steps of one pass over the training data
 	files     map[string][]byte    // tokenizer files carried into checkpoints
 	sampleTok *tokenizer.Tokenizer // Config.Samples' prompts' tokenizer
 	sampleIDs [][]int32            // and their tokens
@@ -194,10 +195,10 @@ func OpenParallel(cfg Config, b engine.Backend, grid *parallel.Grid, resume stri
 	if r.Loader, err = data.NewLoader(store, data.LoaderConfig{Split: data.Train, BatchSize: cfg.BatchSize, Shuffle: true, Seed: cfg.Seed, Ranks: ranks, Rank: rank}); err != nil {
 		return fail(err)
 	}
+	r.perEpoch = int((r.Loader.NumSequences() + int64(cfg.BatchSize) - 1) / int64(cfg.BatchSize))
 	r.Steps = cfg.MaxSteps
 	if r.Steps <= 0 {
-		perEpoch := (r.Loader.NumSequences() + int64(cfg.BatchSize) - 1) / int64(cfg.BatchSize)
-		r.Steps = int(perEpoch) * cfg.Epochs
+		r.Steps = r.perEpoch * cfg.Epochs
 	}
 	if r.Config.Schedule.Total == 0 {
 		r.Config.Schedule.Total = r.Steps
@@ -514,7 +515,7 @@ func (r *Run) Train(w io.Writer, progress func(Metrics)) error {
 				return err
 			}
 		}
-		if e := r.Config.Extraction; e.Every > 0 && (r.Step%e.Every == 0 || r.Step == r.Steps) {
+		if e := r.Config.Extraction; e.Every > 0 && (r.Step%e.Every == 0 || r.Step == r.Steps || (e.FirstPass && r.Step == r.perEpoch)) {
 			if m.Extraction, err = r.Extract(); err != nil {
 				return err
 			}

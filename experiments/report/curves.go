@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"image/color"
+	"math"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -39,6 +40,64 @@ type runCurve struct {
 	arm      int // the arm's index, for its colour
 	protocol string
 	points   []curvePoint
+	// perPass is the optimizer steps of one pass over the training data
+	// (stepsPerPass), what a step is divided by to count passes.
+	perPass int
+}
+
+// stepsPerPass is the number of optimizer steps in a run's first pass over
+// its training data, read off its metrics (one line a step): the last
+// step of epoch 0. A run that never left its first pass is taken to have
+// ended with it (epochs: 1; a max_steps run shorter than a pass would be
+// read as one pass). 0 without metrics.
+func stepsPerPass(ms []finetune.Metrics) int {
+	n := 0
+	for _, m := range ms {
+		if m.Epoch == 0 {
+			n = max(n, m.Step)
+		}
+	}
+	return n
+}
+
+// passes is a step of the run counted in passes over its training data
+// (NaN when the steps per pass are unknown).
+func (c *runCurve) passes(step int) float64 {
+	if c.perPass <= 0 {
+		return math.NaN()
+	}
+	return float64(step) / float64(c.perPass)
+}
+
+// reachPasses is reach in passes over the training data: the first
+// measurement at which the targets' exact match is at least frac, as
+// step ÷ steps per pass (2.25: a quarter into the third pass).
+func (c *runCurve) reachPasses(frac float64) (float64, bool) {
+	step, _, ok := reach(c.points, frac)
+	if !ok || c.perPass <= 0 {
+		return 0, false
+	}
+	return c.passes(step), true
+}
+
+// firstPass is the measurement that ends the first pass over the training
+// data: the last one at or before its last step (the pass's own last step
+// when extraction's every divides the steps per pass); false when the
+// curve has none.
+func (c *runCurve) firstPass() (curvePoint, bool) {
+	var out curvePoint
+	ok := false
+	for _, p := range c.points {
+		if c.perPass > 0 && p.step <= c.perPass {
+			out, ok = p, true
+		}
+	}
+	return out, ok
+}
+
+// trainedPasses is how far the curve goes: its last measurement in passes.
+func (c *runCurve) trainedPasses() float64 {
+	return c.passes(c.points[len(c.points)-1].step)
 }
 
 // extractionCurve is the extraction measurements of a run's metrics, in
@@ -91,7 +150,7 @@ func readCurves(dir string, arms []*reportArm) []runCurve {
 				continue
 			}
 			if proto, pts := extractionCurve(ms); len(pts) > 0 {
-				out = append(out, runCurve{run: r, arm: ai, protocol: proto, points: pts})
+				out = append(out, runCurve{run: r, arm: ai, protocol: proto, points: pts, perPass: stepsPerPass(ms)})
 			}
 		}
 	}
@@ -105,6 +164,7 @@ type armCurve struct {
 	run     *ArmResult // the arm's first seed: its name and description
 	arm     int        // the arm's index, for its colour
 	seeds   int
+	perPass int // the steps of a pass, when every seed's are the same (else 0)
 	steps   []float64
 	members []seedRange
 	held    []seedRange // empty without held-out controls
@@ -133,7 +193,12 @@ func armCurves(curves []runCurve) []armCurve {
 		}
 		group := curves[i:j]
 		i = j
-		ac := armCurve{run: group[0].run, arm: group[0].arm, seeds: len(group)}
+		ac := armCurve{run: group[0].run, arm: group[0].arm, seeds: len(group), perPass: group[0].perPass}
+		for _, c := range group {
+			if c.perPass != ac.perPass {
+				ac.perPass = 0
+			}
+		}
 		held := true
 		for _, c := range group {
 			held = held && slices.ContainsFunc(c.points, func(p curvePoint) bool { return p.hasHeld })

@@ -76,6 +76,7 @@ type plotFigure struct {
 	p       *plot.Plot
 	legend  plot.Legend
 	entries int
+	names   []string // the legend's entries, in order
 	// logX draws x on a log scale by plotting log x on a linear axis:
 	// gonum's LogScale centres the axis label at the arithmetic mean of
 	// the range, which pushes it off the plot.
@@ -124,6 +125,7 @@ func newPlotFigure(title, xLabel, yLabel string) *plotFigure {
 func (f *plotFigure) addLegend(name string, thumbs ...plot.Thumbnailer) {
 	f.legend.Add(name, thumbs...)
 	f.entries++
+	f.names = append(f.names, name)
 }
 
 // percentAxis fixes the y axis to 0–100 %, so that plots of a sweep share
@@ -545,41 +547,24 @@ func plotMemorizationVsParams(dir string, arms []*reportArm, p *reportProtocol) 
 	var ss []*series
 	var sizes []float64
 	var used []*reportArm
-	strategies := map[string]bool{}
 	for _, a := range arms {
-		if a.isGoldfish() {
-			strategies[fmt.Sprint(a.Strategy, a.H)] = true
-		}
-	}
-	for _, a := range arms {
-		if len(a.groups(p.Key, k, true)) == 0 || a.Params <= 0 {
+		if len(a.groups(p.Key, k, true)) == 0 || sizeOf(a.ArmResult) <= 0 {
 			continue
 		}
-		label := "standard"
-		if a.isGoldfish() {
-			label = fmt.Sprintf("goldfish k=%d", a.K)
-			if len(strategies) > 1 {
-				label += " " + a.Strategy
-				if a.H > 0 {
-					label += " h=" + strconv.Itoa(a.H)
-				}
-			}
-		} else if !a.isStandard() {
-			label = a.Loss
-		}
+		label := lossLabel(a, arms)
 		i := slices.IndexFunc(ss, func(s *series) bool { return s.label == label })
 		if i < 0 {
 			ss = append(ss, &series{label: label})
 			i = len(ss) - 1
 		}
 		// One point per size and series: the first arm (in report order).
-		if slices.ContainsFunc(ss[i].arms, func(b *reportArm) bool { return b.Params == a.Params }) {
+		if slices.ContainsFunc(ss[i].arms, func(b *reportArm) bool { return sizeOf(b.ArmResult) == sizeOf(a.ArmResult) }) {
 			continue
 		}
 		ss[i].arms = append(ss[i].arms, a)
 		used = append(used, a)
-		if !slices.Contains(sizes, float64(a.Params)) {
-			sizes = append(sizes, float64(a.Params))
+		if !slices.Contains(sizes, float64(sizeOf(a.ArmResult))) {
+			sizes = append(sizes, float64(sizeOf(a.ArmResult)))
 		}
 	}
 	if len(sizes) < 2 {
@@ -587,15 +572,15 @@ func plotMemorizationVsParams(dir string, arms []*reportArm, p *reportProtocol) 
 	}
 	slices.Sort(sizes)
 	title := "Memorization against model size (" + p.Key + ")"
-	f := newPlotFigure(title, "parameters (log scale)", "exact match (% of targets)")
+	f := newPlotFigure(title, sizeAxis(used)+" (log scale)", "exact match after training (% of targets)")
 	f.percentAxis()
 	f.setLogX(sizes[0], sizes[len(sizes)-1])
 	for i, s := range ss {
-		slices.SortFunc(s.arms, func(a, b *reportArm) int { return cmp.Compare(a.Params, b.Params) })
+		slices.SortFunc(s.arms, func(a, b *reportArm) int { return cmp.Compare(sizeOf(a.ArmResult), sizeOf(b.ArmResult)) })
 		xs := make([]float64, len(s.arms))
 		st := make([]reportStat, len(s.arms))
 		for j, a := range s.arms {
-			xs[j] = float64(a.Params)
+			xs[j] = float64(sizeOf(a.ArmResult))
 			st[j] = groupStat(a.groups(p.Key, k, true), exactOf)
 		}
 		if err := f.addSeries(s.label, xs, st, 100, 0, 100, paletteColor(i), plotDashes[(i/len(plotPalette))%len(plotDashes)], plotGlyphs[i%len(plotGlyphs)]); err != nil {
@@ -608,8 +593,8 @@ func plotMemorizationVsParams(dir string, arms []*reportArm, p *reportProtocol) 
 		return nil, err
 	}
 	return &reportFigure{File: file, Alt: title,
-		Caption: fmt.Sprintf("Exact match of the targets against the base model's size (%s; %s): with the standard loss larger models memorize more.",
-			p.prefixNote(), intervalNote(used, p))}, nil
+		Caption: fmt.Sprintf("Exact match of the targets at the end of training against the base model's %s (%s; %s).",
+			sizeAxis(used), p.prefixNote(), intervalNote(used, p))}, nil
 }
 
 // plotRougeDistribution draws per-document ROUGE-L of members and held-out
@@ -719,7 +704,12 @@ func plotTrainingLoss(dir string, arms []*reportArm, warnings *[]string) (*repor
 	title := "Training loss"
 	f := newPlotFigure(title, "step", "loss (nats/token, log scale)")
 	lines, goldfish, held := 0, false, false
+	// With several seeds an arm has one legend entry (its seeds share its
+	// colour, dashes telling them apart) and the held-out circles one in
+	// all: a legend of every run would not fit beside a study of many arms.
+	var heldThumbs []plot.Thumbnailer
 	for ai, a := range arms {
+		named := false
 		for si, r := range a.runs {
 			ms, err := r.Metrics(dir)
 			if err != nil {
@@ -746,10 +736,13 @@ func plotTrainingLoss(dir string, arms []*reportArm, warnings *[]string) (*repor
 				thumbs = append(thumbs, points)
 			}
 			name := r.Arm
-			if multi {
-				name = r.Name()
+			switch {
+			case !multi:
+				f.addLegend(name, thumbs...)
+			case !named:
+				f.addLegend(fmt.Sprintf("%s (%s)", r.Arm, reportPlural(len(a.runs), "seed")), thumbs...)
+				named = true
 			}
-			f.addLegend(name, thumbs...)
 			if len(evals) > 0 {
 				el, ep, err := plotter.NewLinePoints(evals)
 				if err != nil {
@@ -758,7 +751,14 @@ func plotTrainingLoss(dir string, arms []*reportArm, warnings *[]string) (*repor
 				el.Color, el.Width, el.Dashes = clr, vg.Points(1), []vg.Length{vg.Points(2), vg.Points(2)}
 				ep.Color, ep.Radius, ep.Shape = clr, vg.Points(2.5), draw.CircleGlyph{}
 				f.p.Add(el, ep)
-				f.addLegend(name+" (held-out)", el, ep)
+				if !multi {
+					f.addLegend(name+" (held-out)", el, ep)
+				} else if heldThumbs == nil {
+					gl, gp, _ := plotter.NewLinePoints(evals)
+					gl.Color, gl.Width, gl.Dashes = color.Gray{0x80}, el.Width, el.Dashes
+					gp.Color, gp.Radius, gp.Shape = color.Gray{0x80}, ep.Radius, ep.Shape
+					heldThumbs = []plot.Thumbnailer{gl, gp}
+				}
 				held = true
 			}
 			lines++
@@ -767,6 +767,9 @@ func plotTrainingLoss(dir string, arms []*reportArm, warnings *[]string) (*repor
 	}
 	if lines == 0 {
 		return nil, nil
+	}
+	if heldThumbs != nil {
+		f.addLegend("held-out loss (circles, the arm's colour)", heldThumbs...)
 	}
 	// A log axis: memorization takes the loss from ~10 to ~0.01, and a
 	// linear one flattens everything after the first fifth of training.
@@ -779,7 +782,7 @@ func plotTrainingLoss(dir string, arms []*reportArm, warnings *[]string) (*repor
 	}
 	caption := "Training loss against the optimizer step (log scale), one line per arm"
 	if multi {
-		caption += " and seed (dashes tell seeds apart)"
+		caption += " and seed (an arm's seeds share its colour, dashes tell them apart)"
 	}
 	if goldfish {
 		caption += "; goldfish arms: the mean over the kept tokens only"

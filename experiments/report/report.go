@@ -116,16 +116,30 @@ func Write(dir string, opt Options) (*Written, error) {
 		return nil, err
 	}
 	curves := readCurves(dir, arms)
-	if fig, err := plotExtractionCurves(dir, curves); err != nil {
+	sizes := sizeArms(arms, curves)
+	// A size study's curves are drawn a loss a figure, against passes;
+	// any other study's in one figure against the step.
+	if fs, err := plotCurvesBySize(dir, arms, curves, sizes); err != nil {
+		return nil, err
+	} else if len(fs) > 0 {
+		figs = append(figs, fs...)
+	} else if fig, err := plotExtractionCurves(dir, curves); err != nil {
 		return nil, err
 	} else if fig != nil {
 		figs = append(figs, *fig)
+	}
+	for _, plot := range []func(string, []*reportArm, []sizeArm) (*reportFigure, error){plotPassesVsSize, plotFirstPassVsSize} {
+		if fig, err := plot(dir, arms, sizes); err != nil {
+			return nil, err
+		} else if fig != nil {
+			figs = append(figs, *fig)
+		}
 	}
 	for _, f := range figs {
 		rep.Plots = append(rep.Plots, filepath.Join(dir, f.File))
 	}
 	_, specErr := os.Stat(filepath.Join(dir, "spec.yaml"))
-	md := renderMarkdown(opt.Title, arms, protos, curves, reps, figs, rep, specErr == nil)
+	md := renderMarkdown(opt.Title, arms, protos, curves, sizes, reps, figs, rep, specErr == nil)
 	if err := atomicfile.WriteFile(rep.Markdown, md); err != nil {
 		return nil, fmt.Errorf("report: %w", err)
 	}
@@ -466,7 +480,7 @@ func (p *reportProtocol) prefixTitle(k int) string {
 	return fmt.Sprintf("prefix %d tokens, suffix %d tokens", k, p.SuffixLen)
 }
 
-func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, curves []runCurve, reps []repetitionSet, figs []reportFigure, rep *Written, spec bool) []byte {
+func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, curves []runCurve, sizes []sizeArm, reps []repetitionSet, figs []reportFigure, rep *Written, spec bool) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# %s\n\n", title)
 	fmt.Fprintf(&b, "%s (%s × their seeds)", reportPlural(rep.Runs, "finished run"), reportPlural(rep.Arms, "arm"))
@@ -541,6 +555,7 @@ func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, c
 		}
 	}
 	curveTable(&b, curves)
+	sizeTable(&b, arms, sizes)
 	utilityTable(&b, arms)
 	repetitionTable(&b, reps)
 	seedTables(&b, arms, protos)
@@ -717,7 +732,7 @@ func WriteConsole(w io.Writer, results []ArmResult) error {
 // fractions in [0, 1], losses nats per token; an empty cell is a number
 // that was not measured.
 var csvHeader = []string{
-	"arm", "seed", "loss", "k", "strategy", "h", "model", "params", "targets", "repeats", "steps",
+	"arm", "seed", "loss", "k", "strategy", "h", "model", "params", "non_embedding_params", "targets", "repeats", "steps",
 	"final_train_loss", "heldout_loss", "heldout_perplexity", "seconds",
 	"base_heldout_loss", "filler_heldout", "filler_heldout_loss", "base_filler_heldout_loss",
 	"adapter", "trained_params",
@@ -758,10 +773,16 @@ func renderCSV(arms []*reportArm, protos []*reportProtocol) ([]byte, error) {
 		return f(v)
 	}
 	itoa := strconv.Itoa
+	optInt := func(n int64) string { // zero means not recorded
+		if n == 0 {
+			return ""
+		}
+		return strconv.FormatInt(n, 10)
+	}
 	for _, a := range arms {
 		for _, r := range a.runs {
 			run := []string{r.Arm, strconv.FormatUint(r.Seed, 10), r.Loss, itoa(r.K), r.Strategy, itoa(r.H), r.Model,
-				strconv.FormatInt(r.Params, 10), itoa(r.Targets), itoa(r.Repeats), itoa(r.Steps),
+				strconv.FormatInt(r.Params, 10), optInt(r.NonEmbeddingParams), itoa(r.Targets), itoa(r.Repeats), itoa(r.Steps),
 				opt(r.FinalTrainLoss), opt(r.HeldoutLoss), opt(r.HeldoutPerplexity), f(r.Seconds),
 				opt(r.BaseHeldoutLoss), itoa(r.FillerHeldout), opt(r.FillerHeldoutLoss), opt(r.BaseFillerHeldoutLoss),
 				r.Adapter, strconv.FormatInt(r.TrainedParams, 10)}

@@ -30,6 +30,7 @@ type fixRun struct {
 	k      int
 	model  string
 	params int64
+	nonEmb int64   // non-embedding parameters (0: not recorded)
 	exact  float64 // members' exact match (non-members: exact / 10)
 	rouge  float64
 	held   float64 // held-out loss
@@ -74,7 +75,7 @@ func writeFixture(t *testing.T, dir string, runs []fixRun) {
 		name := ArmDirName(fr.arm, fr.seed)
 		armDir := filepath.Join("arms", name)
 		r := ArmResult{Schema: ResultSchema, Arm: fr.arm, Seed: fr.seed, Loss: fr.loss, K: fr.k,
-			Model: fr.model, Params: fr.params, Targets: fixDocs, Repeats: 50, Steps: 20,
+			Model: fr.model, Params: fr.params, NonEmbeddingParams: fr.nonEmb, Targets: fixDocs, Repeats: 50, Steps: 20,
 			FinalTrainLoss: fr.final, HeldoutLoss: fr.held, HeldoutPerplexity: math.Exp(fr.held),
 			TrainDir: filepath.Join(armDir, "train"), Seconds: 12.5}
 		if fr.loss == "goldfish" {

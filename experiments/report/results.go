@@ -46,9 +46,12 @@ type ArmResult struct {
 	Strategy string `json:"strategy,omitempty"`
 	H        int    `json:"h,omitempty"`
 	// Model is the base model (a preset name or a folder), Params its
-	// parameter count.
-	Model  string `json:"model"`
-	Params int64  `json:"params"`
+	// parameter count and NonEmbeddingParams the count less the token
+	// embedding (and an untied LM head): the size a scaling study compares
+	// (0 in results written before it was recorded).
+	Model              string `json:"model"`
+	Params             int64  `json:"params"`
+	NonEmbeddingParams int64  `json:"non_embedding_params,omitempty"`
 	// Adapter describes a LoRA arm's adapter ("LoRA r16 α32 on 7
 	// projections"), TrainedParams its parameter count; empty and 0 for
 	// full fine-tuning, which trains every parameter.
