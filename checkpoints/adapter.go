@@ -48,8 +48,9 @@ func LoRAModules() []string {
 	return out
 }
 
-// loraPath is the HF path of a target module inside a layer.
-func loraPath(module string) (string, bool) {
+// LoRAModulePath is the HF path of a target module inside a layer, e.g.
+// "self_attn.q_proj" for "q_proj" (LayerTensorName's module).
+func LoRAModulePath(module string) (string, bool) {
 	for _, m := range loraModules {
 		if m.name == module {
 			return m.path, true
@@ -63,7 +64,7 @@ func loraPath(module string) (string, bool) {
 // "base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight".
 // which is "A" or "B".
 func LoRATensorName(layer int, module, which string) string {
-	path, ok := loraPath(module)
+	path, ok := LoRAModulePath(module)
 	if !ok {
 		panic(fmt.Sprintf("checkpoints: %q is not a LoRA target module", module))
 	}
@@ -129,7 +130,7 @@ func (a *AdapterConfig) Validate() error {
 	}
 	seen := map[string]bool{}
 	for _, m := range a.TargetModules {
-		if _, ok := loraPath(m); !ok {
+		if _, ok := LoRAModulePath(m); !ok {
 			return bad("target_modules", "%q: want some of %s", m, strings.Join(LoRAModules(), ", "))
 		}
 		if seen[m] {

@@ -152,3 +152,14 @@ func resolveModel(stderr io.Writer, path string) (string, error) {
 	}
 	return dir, nil
 }
+
+// resolveAdapted is finetune.ResolveAdapted for a model flag, saying on
+// stderr what the path resolved to (label names it: "model", "reference
+// model").
+func resolveAdapted(stderr io.Writer, label, model, adapter string) (finetune.ModelRef, error) {
+	ref, note, err := finetune.ResolveAdapted(model, adapter)
+	if err == nil && note != "" {
+		fmt.Fprintf(stderr, "memtrain: %s: %s\n", label, note)
+	}
+	return ref, err
+}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
-	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/internal/units"
 	"github.com/memtrain/memtrain/memorization"
 )
@@ -166,12 +165,9 @@ func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
 	var beside int64
 	var refAdapter string
 	if f.reference != "" {
-		rr, note, err := finetune.ResolveAdapted(f.reference, "")
+		rr, err := resolveAdapted(cmd.ErrOrStderr(), "reference model", f.reference, "")
 		if err != nil {
 			return fmt.Errorf("eval memorization: --reference-model: %w", err)
-		}
-		if note != "" {
-			fmt.Fprintf(cmd.ErrOrStderr(), "memtrain: reference model: %s\n", note)
 		}
 		f.reference, refAdapter = rr.Dir, rr.Adapter
 		refCfg, err := modelPreflight(l, f.reference, llama.Work{})

@@ -44,12 +44,9 @@ renamed into place once complete.`,
 			if err := f.check("export"); err != nil {
 				return err
 			}
-			ref, note, err := finetune.ResolveAdapted(args[0], "")
+			ref, err := resolveAdapted(cmd.ErrOrStderr(), "model", args[0], "")
 			if err != nil {
 				return fmt.Errorf("export: %w", err)
-			}
-			if note != "" {
-				fmt.Fprintf(cmd.ErrOrStderr(), "memtrain: model: %s\n", note)
 			}
 			return runExport(cmd, "export", ref, f)
 		},
@@ -166,25 +163,18 @@ folder, and --adapter when --model names a LoRA run or its adapter.`,
 			if err := f.check("merge"); err != nil {
 				return err
 			}
-			var ref finetune.ModelRef
-			var note string
-			var err error
-			switch {
-			case model == "" && adapter == "":
+			if model == "" && adapter == "" {
 				return errors.New("merge: give the adapter with --adapter DIR (and its base with --model BASE)")
-			case model == "":
-				ref, note, err = finetune.ResolveAdapted(adapter, "")
-			default:
-				ref, note, err = finetune.ResolveAdapted(model, adapter)
 			}
+			if model == "" { // the adapter names its base
+				model, adapter = adapter, ""
+			}
+			ref, err := resolveAdapted(cmd.ErrOrStderr(), "model", model, adapter)
 			if err != nil {
 				return fmt.Errorf("merge: %w", err)
 			}
 			if ref.Adapter == "" {
 				return fmt.Errorf("merge: %s has no adapter to merge: give one with --adapter DIR", model)
-			}
-			if note != "" {
-				fmt.Fprintf(cmd.ErrOrStderr(), "memtrain: model: %s\n", note)
 			}
 			return runExport(cmd, "merge", ref, f)
 		},

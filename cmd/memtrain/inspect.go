@@ -142,12 +142,9 @@ func runInspect(cmd *cobra.Command, args []string, f inspectFlags) error {
 	if len(args) == 1 && !f.verify {
 		// A LoRA adapter (a run's RUN/final, a LoRA run or checkpoint) is
 		// inspected as its base with the adapter's fine-tune sized.
-		ref, note, err := finetune.ResolveAdapted(args[0], "")
+		ref, err := resolveAdapted(cmd.ErrOrStderr(), "model", args[0], "")
 		if err != nil {
 			return fmt.Errorf("inspect: %w", err)
-		}
-		if note != "" {
-			fmt.Fprintf(cmd.ErrOrStderr(), "memtrain: model: %s\n", note)
 		}
 		if ref.Adapter != "" && f.lora == 0 {
 			cfg, err := checkpoints.ReadConfig(ref.Dir)

@@ -56,12 +56,9 @@ func launcher(stderr io.Writer, ef engineFlags, pf parallelFlags, model, adapter
 	if err != nil {
 		return nil, ref, err
 	}
-	ref, note, err := finetune.ResolveAdapted(model, adapter)
+	ref, err = resolveAdapted(stderr, "model", model, adapter)
 	if err != nil {
 		return nil, ref, err
-	}
-	if note != "" {
-		fmt.Fprintf(stderr, "memtrain: model: %s\n", note)
 	}
 	modelDir := ref.Dir
 	if pf.grid != "" {

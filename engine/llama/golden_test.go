@@ -93,32 +93,7 @@ func TestGoldenAgainstPyTorch(t *testing.T) {
 				}
 				closeTo(t, "logits", logits, want, 1e-4)
 
-				m.ZeroGrads()
-				loss, err := m.ForwardBackward(batch, 1)
-				if err != nil {
-					t.Fatal(err)
-				}
-				wantLoss, err := exp.ReadFloat32("loss")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got := loss.Mean(); math.Abs(got-float64(wantLoss[0])) > 1e-5*math.Abs(float64(wantLoss[0])) {
-					t.Errorf("loss = %.8g, want %.8g", got, wantLoss[0])
-				}
-				// The fixture's gradients are of the mean loss; ours of the
-				// sum scaled by 1: divide by the total weight.
-				for _, p := range m.Params() {
-					got := make([]float32, p.Grad.Len())
-					m.Backend().Download(got, p.Grad)
-					for i := range got {
-						got[i] /= float32(loss.Weight)
-					}
-					want, err := exp.ReadFloat32("grad/" + p.Name)
-					if err != nil {
-						t.Fatal(err)
-					}
-					closeTo(t, "grad "+p.Name, got, want, 1e-4)
-				}
+				checkGoldenStep(t, m, batch, exp)
 			})
 		}
 	}
@@ -151,5 +126,37 @@ func TestGoldenGeneration(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkGoldenStep runs a training pass of batch and checks its loss
+// (1e-5 relative) and the gradient of every trainable parameter (1e-4·max)
+// against the fixture's expected.safetensors ("loss", "grad/NAME").
+func checkGoldenStep(t *testing.T, m *Model, batch Batch, exp *checkpoints.File) {
+	t.Helper()
+	m.ZeroGrads()
+	loss, err := m.ForwardBackward(batch, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantLoss, err := exp.ReadFloat32("loss")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := loss.Mean(); math.Abs(got-float64(wantLoss[0])) > 1e-5*math.Abs(float64(wantLoss[0])) {
+		t.Errorf("loss = %.8g, want %.8g", got, wantLoss[0])
+	}
+	// The fixture's gradients are of the mean loss; ours of the sum
+	// scaled by 1: divide by the total weight.
+	for _, p := range m.Trainable() {
+		got := download(m, p.Grad)
+		for i := range got {
+			got[i] /= float32(loss.Weight)
+		}
+		want, err := exp.ReadFloat32("grad/" + p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		closeTo(t, "grad "+p.Name, got, want, 1e-4)
 	}
 }

@@ -87,6 +87,7 @@ type loraState struct {
 	// keys are the training pass's sequence keys for the dropout masks
 	// (Batch.Keys); nil numbers the sequences from 0.
 	keys []uint64
+	host []float32 // applyDropout's buffer, reused
 }
 
 // checkLoRA checks the options' adapter against the model and its grid.
@@ -299,7 +300,10 @@ func (m *Model) dropped(l, p int, x *engine.Tensor, s *loraScratch) *engine.Tens
 // runs on the host: the adapters' inputs cross once each way.
 func (m *Model) applyDropout(l, p int, dst, src *engine.Tensor) {
 	q := m.lora.cfg.LoRADropout
-	v := make([]float32, src.Len())
+	if cap(m.lora.host) < src.Len() {
+		m.lora.host = make([]float32, src.Len())
+	}
+	v := m.lora.host[:src.Len()]
 	m.backend.Download(v, src)
 	n, in := src.Dim(0), src.Dim(1)
 	c0 := uint64(m.Layers[l].LoRA[p].c0) // the features' global index, whatever the grid

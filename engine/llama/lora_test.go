@@ -50,8 +50,7 @@ func mergedWeights(m *Model) []checkpoints.Tensor {
 	for i := range w {
 		for l := range m.Layers {
 			for _, module := range m.Adapter().TargetModules {
-				path := map[string]string{"q_proj": "self_attn.q_proj", "k_proj": "self_attn.k_proj", "v_proj": "self_attn.v_proj",
-					"o_proj": "self_attn.o_proj", "gate_proj": "mlp.gate_proj", "up_proj": "mlp.up_proj", "down_proj": "mlp.down_proj"}[module]
+				path, _ := checkpoints.LoRAModulePath(module)
 				if w[i].Name != checkpoints.LayerTensorName(l, path) {
 					continue
 				}
