@@ -1,5 +1,7 @@
 package engine
 
+import "math"
+
 // Backend runs the engine's kernels on one device. The set is small on
 // purpose: a strided, batched GEMM plus a dozen fused kernels, each with its
 // backward beside its forward. Every backend passes the conformance suite
@@ -77,6 +79,9 @@ type Backend interface {
 	// SumSquares writes Σ x² (accumulated in float64, stored as float32)
 	// into the one-element tensor dst.
 	SumSquares(dst, x *Tensor)
+	// Sum writes Σ x into the one-element tensor dst, accumulated as
+	// SumSquares accumulates.
+	Sum(dst, x *Tensor)
 
 	// Embedding gathers rows: out[i] = table[ids[i]]. out [N,H], table
 	// [V,H], ids I32 [N].
@@ -147,6 +152,25 @@ type Backend interface {
 	// AdamW updates a parameter in place from its gradient and moments
 	// (all the same length), with decoupled weight decay.
 	AdamW(param, grad, m, v *Tensor, h AdamWParams)
+	// AdamWStep is a whole optimizer step over many parameters (a few
+	// launches on a GPU, where AdamW is one a tensor), clipped and checked
+	// on the device, so that the host need not read anything before it:
+	// ctl (F32, 2 elements) holds the squared global gradient norm n² and
+	// the step's loss. When either is not finite nothing changes.
+	// Otherwise, with maxNorm > 0 and c = maxNorm / (√n² + 1e-6) below 1
+	// (float32 arithmetic, see ClipCoefficient), every gradient is first
+	// multiplied by c in place, as torch.nn.utils.clip_grad_norm_ does;
+	// then each parameter takes AdamW's update with its own weight decay,
+	// bit for bit as AdamW would with h.WeightDecay set to it. h's
+	// WeightDecay is not used.
+	AdamWStep(ts []AdamWTensors, h AdamWParams, maxNorm float32, ctl *Tensor)
+}
+
+// AdamWTensors are one parameter's tensors in an AdamWStep, all the same
+// length, and its decoupled weight decay.
+type AdamWTensors struct {
+	Param, Grad, M, V *Tensor
+	WeightDecay       float32
 }
 
 // GemmParams describe a batched, strided, row-major GEMM.
@@ -165,6 +189,29 @@ type GemmParams struct {
 type AdamWParams struct {
 	LR, Beta1, Beta2, Eps, WeightDecay float32
 	Step                               int
+}
+
+// ClipCoefficient is the factor AdamWStep scales the gradients by, given
+// their squared global norm n2: maxNorm / (√n2 + 1e-6) in float32 when
+// that is below 1 and maxNorm > 0, else 1 (no clipping). Every backend
+// computes it so, so the host can tell from n2 alone whether a step
+// clipped.
+func ClipCoefficient(n2, maxNorm float32) float32 {
+	if !(maxNorm > 0) {
+		return 1
+	}
+	c := maxNorm / (float32(math.Sqrt(float64(n2))) + 1e-6)
+	if c < 1 {
+		return c
+	}
+	return 1
+}
+
+// StepIsFinite reports whether an AdamWStep with control values n2 and
+// loss updates anything.
+func StepIsFinite(n2, loss float32) bool {
+	return !math.IsNaN(float64(n2)) && !math.IsInf(float64(n2), 0) &&
+		!math.IsNaN(float64(loss)) && !math.IsInf(float64(loss), 0)
 }
 
 // MemStats is a backend's tensor memory in bytes.

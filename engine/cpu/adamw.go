@@ -31,11 +31,19 @@ func (b *Backend) AdamW(param, grad, m, v *engine.Tensor, h engine.AdamWParams) 
 	check(len(g) == n && len(ms) == n && len(vs) == n,
 		"AdamW: param %v, grad %v, m %v and v %v differ in size", param, grad, m, v)
 	check(h.Step >= 1, "AdamW: Step = %d, want ≥ 1 (it counts from 1)", h.Step)
+	c := adamWCoefficients(h)
+	b.parallelFor(n, elementGrain/4, func(lo, hi int) {
+		vec.AdamW(p[lo:hi], g[lo:hi], ms[lo:hi], vs[lo:hi], &c)
+	})
+}
 
+// adamWCoefficients are the float32 scalars of one AdamW step, computed
+// in float64 and rounded once (see AdamW).
+func adamWCoefficients(h engine.AdamWParams) vec.AdamWStep {
 	lr, wd := float64(h.LR), float64(h.WeightDecay)
 	beta1, beta2 := float64(h.Beta1), float64(h.Beta2)
 	step := float64(h.Step)
-	c := vec.AdamWStep{
+	return vec.AdamWStep{
 		Decay: float32(1 - lr*wd),
 		B1:    float32(beta1), A1: float32(1 - beta1),
 		B2: float32(beta2), A2: float32(1 - beta2),
@@ -43,7 +51,30 @@ func (b *Backend) AdamW(param, grad, m, v *engine.Tensor, h engine.AdamWParams) 
 		BC2Sqrt:  float32(math.Sqrt(1 - math.Pow(beta2, step))),
 		Eps:      h.Eps,
 	}
-	b.parallelFor(n, elementGrain/4, func(lo, hi int) {
-		vec.AdamW(p[lo:hi], g[lo:hi], ms[lo:hi], vs[lo:hi], &c)
-	})
+}
+
+// AdamWStep clips every gradient by engine.ClipCoefficient of ctl[0] and
+// applies AdamW to each parameter with its own weight decay, unless ctl's
+// norm or loss is not finite (see engine.Backend). On the CPU it is AdamW
+// a tensor: the host reads ctl at no cost.
+func (b *Backend) AdamWStep(ts []engine.AdamWTensors, h engine.AdamWParams, maxNorm float32, ctl *engine.Tensor) {
+	c := floats("AdamWStep", ctl)
+	check(len(c) == 2, "AdamWStep: control %v, want 2 elements (squared norm, loss)", ctl)
+	check(h.Step >= 1, "AdamWStep: Step = %d, want ≥ 1 (it counts from 1)", h.Step)
+	for i, t := range ts {
+		n := t.Param.Len()
+		check(t.Grad.Len() == n && t.M.Len() == n && t.V.Len() == n,
+			"AdamWStep: tensor %d: param %v, grad %v, m %v and v %v differ in size", i, t.Param, t.Grad, t.M, t.V)
+	}
+	if !engine.StepIsFinite(c[0], c[1]) {
+		return
+	}
+	coef := engine.ClipCoefficient(c[0], maxNorm)
+	for _, t := range ts {
+		if coef != 1 {
+			b.Scale(t.Grad, coef)
+		}
+		h.WeightDecay = t.WeightDecay
+		b.AdamW(t.Param, t.Grad, t.M, t.V, h)
+	}
 }

@@ -112,13 +112,30 @@ const sumSquaresBlock = 1 << 14
 func (b *Backend) SumSquares(dst, x *engine.Tensor) {
 	out, xs := floats("SumSquares", dst), floats("SumSquares", x)
 	check(len(out) == 1, "SumSquares into %v, want one element", dst)
+	out[0] = b.blockSum(xs, true)
+}
+
+// Sum writes Σ x into the one-element tensor dst, in SumSquares' blocks.
+func (b *Backend) Sum(dst, x *engine.Tensor) {
+	out, xs := floats("Sum", dst), floats("Sum", x)
+	check(len(out) == 1, "Sum into %v, want one element", dst)
+	out[0] = b.blockSum(xs, false)
+}
+
+// blockSum is Σ x (or Σ x²) in float64, block by block in parallel and the
+// blocks in order, rounded once to float32.
+func (b *Backend) blockSum(xs []float32, squares bool) float32 {
 	blocks := (len(xs) + sumSquaresBlock - 1) / sumSquaresBlock
 	partial := make([]float64, blocks)
 	b.parallelFor(blocks, 2, func(lo, hi int) {
 		for blk := lo; blk < hi; blk++ {
 			var s float64
 			for _, v := range xs[blk*sumSquaresBlock : min((blk+1)*sumSquaresBlock, len(xs))] {
-				s += float64(v) * float64(v)
+				if squares {
+					s += float64(v) * float64(v)
+				} else {
+					s += float64(v)
+				}
 			}
 			partial[blk] = s
 		}
@@ -127,5 +144,5 @@ func (b *Backend) SumSquares(dst, x *engine.Tensor) {
 	for _, p := range partial {
 		s += p
 	}
-	out[0] = float32(s)
+	return float32(s)
 }

@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/memtrain/memtrain/engine"
 )
@@ -30,6 +31,57 @@ func (b *Backend) AdamW(param, grad, m, v *engine.Tensor, h engine.AdamWParams) 
 		b.launch(kAdamW, elementGrid(n), block1(elementThreads),
 			p.ptr, p.dt(), g.ptr, g.dt(), ms.ptr, ms.dt(), vs.ptr, vs.dt(), int64(n),
 			float32(1-lr*wd), float32(beta1), float32(1-beta1), float32(beta2), float32(1-beta2),
+			float32(-(lr / (1 - math.Pow(beta1, step)))), float32(math.Sqrt(1-math.Pow(beta2, step))), h.Eps)
+	})
+}
+
+// AdamWStep updates every tensor of ts in one launch of adamw_multi, which
+// reads the squared gradient norm and the loss from ctl on the device, so
+// that a training step queues its update without waiting for the host
+// (see engine.Backend). The table of the tensors' addresses is uploaded
+// only when it changes — the same parameters step after step — and kept
+// in a scratch buffer of its own.
+func (b *Backend) AdamWStep(ts []engine.AdamWTensors, h engine.AdamWParams, maxNorm float32, ctl *engine.Tensor) {
+	b.do(func() {
+		c := b.floatView("AdamWStep", "ctl", ctl)
+		if c.n != 2 || c.dtype != engine.F32 {
+			panic(fmt.Sprintf("cuda: AdamWStep: control %v, want 2 F32 elements (squared norm, loss)", ctl))
+		}
+		if h.Step < 1 {
+			panic(fmt.Sprintf("cuda: AdamWStep: Step = %d, want ≥ 1 (it counts from 1)", h.Step))
+		}
+		table := b.adamTable[:0]
+		chunks := int64(0)
+		for i, t := range ts {
+			p, g := b.floatView("AdamWStep", "param", t.Param), b.floatView("AdamWStep", "grad", t.Grad)
+			ms, vs := b.floatView("AdamWStep", "m", t.M), b.floatView("AdamWStep", "v", t.V)
+			n := p.n
+			if g.n != n || ms.n != n || vs.n != n {
+				panic(fmt.Sprintf("cuda: AdamWStep: tensor %d: param %v, grad %v, m %v and v %v differ in size", i, t.Param, t.Grad, t.M, t.V))
+			}
+			if n == 0 {
+				continue
+			}
+			dts := int64(p.dt()) | int64(g.dt())<<8 | int64(ms.dt())<<16 | int64(vs.dt())<<24
+			table = append(table, int64(p.ptr), int64(g.ptr), int64(ms.ptr), int64(vs.ptr), int64(n), dts,
+				int64(math.Float32bits(t.WeightDecay)), chunks)
+			chunks += int64((n + adamWChunk - 1) / adamWChunk)
+		}
+		b.adamTable = table
+		if chunks == 0 {
+			return
+		}
+		bytes := uint64(len(table)) * 8
+		dev := b.scratchBuffer(scratchAdamW, bytes)
+		if dev != b.adamDev || !slices.Equal(table, b.adamUploaded) {
+			b.copyToDevice(dev, pointerTo(table), bytes)
+			b.adamDev, b.adamUploaded = dev, append(b.adamUploaded[:0], table...)
+		}
+		lr, beta1, beta2 := float64(h.LR), float64(h.Beta1), float64(h.Beta2)
+		step := float64(h.Step)
+		b.launch(kAdamWMulti, grid1(int(min(chunks, maxGridX))), block1(adamWThreads),
+			dev, int32(len(table)/adamWFields), chunks, c.ptr, maxNorm, h.LR,
+			float32(beta1), float32(1-beta1), float32(beta2), float32(1-beta2),
 			float32(-(lr / (1 - math.Pow(beta1, step)))), float32(math.Sqrt(1-math.Pow(beta2, step))), h.Eps)
 	})
 }

@@ -74,6 +74,10 @@ type Backend struct {
 	fns    map[kernel]uintptr
 
 	scratch [numScratch]devBuffer
+	// AdamWStep's table of tensors: the one being built, and the one in
+	// the scratchAdamW buffer at adamDev.
+	adamTable, adamUploaded []int64
+	adamDev                 devptr
 
 	allocated atomic.Int64
 	peak      atomic.Int64

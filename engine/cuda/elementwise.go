@@ -40,15 +40,20 @@ func (b *Backend) Scale(t *engine.Tensor, alpha float32) {
 // sumSquaresBlock elements is summed in float64 (sum_squares_partial),
 // then the block sums are added in float64 (sum_squares_final). Both
 // partitions are fixed by the length, so the result is reproducible.
-func (b *Backend) SumSquares(dst, x *engine.Tensor) {
+func (b *Backend) SumSquares(dst, x *engine.Tensor) { b.sum("SumSquares", dst, x, 1) }
+
+// Sum writes Σ x into the one-element tensor dst, as SumSquares sums.
+func (b *Backend) Sum(dst, x *engine.Tensor) { b.sum("Sum", dst, x, 0) }
+
+func (b *Backend) sum(op string, dst, x *engine.Tensor, squares int32) {
 	b.do(func() {
-		d, xs := b.floatView("SumSquares", "dst", dst), b.floatView("SumSquares", "x", x)
+		d, xs := b.floatView(op, "dst", dst), b.floatView(op, "x", x)
 		if d.n != 1 {
-			panic(fmt.Sprintf("cuda: SumSquares into %v, want one element", dst))
+			panic(fmt.Sprintf("cuda: %s into %v, want one element", op, dst))
 		}
 		parts := max(1, (xs.n+sumSquaresBlock-1)/sumSquaresBlock)
 		partial := b.scratchBuffer(scratchReduce, uint64(parts)*8)
-		b.launch(kSumSquaresPartial, grid1(parts), block1(256), partial, xs.ptr, xs.dt(), int64(xs.n))
+		b.launch(kSumSquaresPartial, grid1(parts), block1(256), partial, xs.ptr, xs.dt(), int64(xs.n), squares)
 		b.launch(kSumSquaresFinal, grid1(1), block1(sumSquaresThreads), d.ptr, d.dt(), partial, int32(parts))
 	})
 }

@@ -47,6 +47,7 @@ const (
 	kCrossEntropy           kernel = "cross_entropy"
 	kArgmax                 kernel = "argmax"
 	kAdamW                  kernel = "adamw"
+	kAdamWMulti             kernel = "adamw_multi"
 )
 
 const (
@@ -67,6 +68,9 @@ const (
 	widenThreads        = 256  // WIDEN_THREADS in elementwise.cu
 	faRows              = 16   // FA_ROWS in attention.cu
 	faAccumulators      = 16   // FA_ACC in attention.cu
+	adamWThreads        = 256  // ADAMW_THREADS in adamw.cu
+	adamWChunk          = 4096 // ADAMW_CHUNK in adamw.cu
+	adamWFields         = 8    // ADAMW_FIELDS in adamw.cu
 )
 
 // kernelFileNames lists the kernel folder's files, in name order.

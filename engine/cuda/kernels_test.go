@@ -136,6 +136,9 @@ func TestSharedConstants(t *testing.T) {
 		"WIDEN_THREADS":   widenThreads,
 		"FA_ROWS":         faRows,
 		"FA_ACC":          faAccumulators,
+		"ADAMW_THREADS":   adamWThreads,
+		"ADAMW_CHUNK":     adamWChunk,
+		"ADAMW_FIELDS":    adamWFields,
 	} {
 		m := regexp.MustCompile(`#define ` + name + ` (\d+)`).FindStringSubmatch(all)
 		if m == nil {

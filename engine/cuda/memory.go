@@ -364,6 +364,7 @@ const (
 	scratchIndex         // EmbeddingBackward's sorted positions
 	scratchAttn          // AttentionBackward's rowsum(dOut ⊙ out)
 	scratchWiden         // Gemm's bf16 B widened to float32
+	scratchAdamW         // AdamWStep's table of tensors, kept while it is the same
 	numScratch
 )
 

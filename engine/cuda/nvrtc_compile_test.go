@@ -59,7 +59,7 @@ func TestKernelsCompileWithNVRTC(t *testing.T) {
 		for k, threads := range map[string]int{
 			"cross_entropy": crossEntropyThreads, "sum_squares_final": sumSquaresThreads,
 			"rmsnorm": rmsnormThreads, "rmsnorm_backward_dx": rmsnormThreads,
-			"widen_bf16_matrix": widenThreads,
+			"widen_bf16_matrix": widenThreads, "adamw_multi": adamWThreads,
 		} {
 			if bounds[k] < threads {
 				t.Errorf("%s: kernel %s launches %d threads a block, its launch bounds allow %d", target, k, threads, bounds[k])

@@ -92,6 +92,8 @@ func RunConfig(t *testing.T, cfg Config) {
 		{"Determinism", testDeterminism},
 		// New cases go last: each case's inputs are seeded by its index.
 		{"EmbeddingBF16", testEmbeddingBF16},
+		{"Sum", testSum},
+		{"AdamWStep", testAdamWStep},
 	}
 	for i, tc := range tests {
 		if cfg.NoBF16 && strings.Contains(tc.name, "BF16") {

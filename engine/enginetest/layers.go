@@ -361,3 +361,110 @@ func testAdamW(h *harness) {
 		}
 	}
 }
+
+// testSum checks Sum against a float64 sum, signs mixed so that nothing
+// cancels by luck.
+func testSum(h *harness) {
+	for _, n := range []int{1, 5, 100003} {
+		x := h.randn(n, 3)
+		var want float64
+		for _, v := range x {
+			want += float64(v)
+		}
+		dst := h.nan(1)
+		h.be.Sum(dst, h.f32(x, n))
+		// Accumulated in float64: only the final rounding remains (relative
+		// to the sum of magnitudes, which bounds the rounding of each block).
+		var mag float64
+		for _, v := range x {
+			mag += math.Abs(float64(v))
+		}
+		if got := float64(h.get(dst)[0]); math.Abs(got-want) > 1e-6*mag {
+			h.t.Errorf("Sum n=%d = %v, want %v", n, got, want)
+		}
+	}
+}
+
+// testAdamWStep checks the multi-tensor step against AdamW a tensor on the
+// same backend (bit for bit, with the gradients scaled first by
+// engine.ClipCoefficient as the step scales them) and against the float64
+// reference, and that a non-finite norm or loss changes nothing.
+func testAdamWStep(h *harness) {
+	sizes := []int{1, 4097, 1000, 70001, 0, 3}
+	decays := []float32{0.1, 0, 0.1, 0.01, 0.1, 0}
+	hp := engine.AdamWParams{LR: 1e-2, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8}
+	for _, tc := range []struct {
+		name    string
+		maxNorm float32
+		n2Scale float32 // ctl's squared norm = the true one × this
+		loss    float32
+		skip    bool
+	}{
+		{"no clipping", 0, 1, 2.5, false},
+		{"clip inactive", 1e9, 1, 2.5, false},
+		{"clipped", 0.5, 1, 2.5, false},
+		{"NaN norm", 0.5, float32(math.NaN()), 2.5, true},
+		{"infinite loss", 0.5, 1, float32(math.Inf(1)), true},
+		{"NaN loss, no clipping", 0, 1, float32(math.NaN()), true},
+	} {
+		var step, mirror []engine.AdamWTensors
+		var refs [][4][]float64 // p, m, v per tensor
+		for i, n := range sizes {
+			p0 := h.randn(n, 1)
+			step = append(step, engine.AdamWTensors{Param: h.f32(p0, n), Grad: h.f32(nil, n), M: h.f32(nil, n), V: h.f32(nil, n), WeightDecay: decays[i]})
+			mirror = append(mirror, engine.AdamWTensors{Param: h.f32(p0, n), Grad: h.f32(nil, n), M: h.f32(nil, n), V: h.f32(nil, n), WeightDecay: decays[i]})
+			refs = append(refs, [4][]float64{f64(p0), make([]float64, n), make([]float64, n)})
+		}
+		for s := 1; s <= 3; s++ {
+			hp.Step = s
+			var n2 float64
+			grads := make([][]float32, len(sizes))
+			for i, n := range sizes {
+				grads[i] = h.randn(n, 0.3*float64(s))
+				for _, g := range grads[i] {
+					n2 += float64(g) * float64(g)
+				}
+				h.be.Upload(step[i].Grad, grads[i])
+				h.be.Upload(mirror[i].Grad, grads[i])
+			}
+			ctl := h.f32([]float32{float32(n2) * tc.n2Scale, tc.loss}, 2)
+			before := make([][]float32, len(sizes))
+			for i := range step {
+				before[i] = h.get(step[i].Param)
+			}
+			h.be.AdamWStep(step, hp, tc.maxNorm, ctl)
+			what := fmt.Sprintf("AdamWStep %s step %d", tc.name, s)
+			if tc.skip {
+				for i := range step {
+					h.equal(fmt.Sprintf("%s tensor %d param (unchanged)", what, i), h.get(step[i].Param), before[i])
+				}
+				continue
+			}
+			coef := engine.ClipCoefficient(float32(n2), tc.maxNorm)
+			if tc.name == "clipped" && coef >= 1 {
+				h.t.Fatalf("%s: the case does not clip (coefficient %v)", what, coef)
+			}
+			for i, t := range mirror {
+				if coef != 1 {
+					h.be.Scale(t.Grad, coef)
+				}
+				one := hp
+				one.WeightDecay = t.WeightDecay
+				h.be.AdamW(t.Param, t.Grad, t.M, t.V, one)
+				h.equal(fmt.Sprintf("%s tensor %d param vs AdamW", what, i), h.get(step[i].Param), h.get(t.Param))
+				h.equal(fmt.Sprintf("%s tensor %d grad vs clipped", what, i), h.get(step[i].Grad), h.get(t.Grad))
+				h.equal(fmt.Sprintf("%s tensor %d m vs AdamW", what, i), h.get(step[i].M), h.get(t.M))
+				h.equal(fmt.Sprintf("%s tensor %d v vs AdamW", what, i), h.get(step[i].V), h.get(t.V))
+
+				g := f64(grads[i])
+				for j := range g {
+					g[j] *= float64(coef)
+				}
+				r := refs[i]
+				refAdamW(r[0], g, r[1], r[2], adamw{lr: float64(hp.LR), beta1: float64(hp.Beta1), beta2: float64(hp.Beta2),
+					eps: float64(hp.Eps), wd: float64(t.WeightDecay), step: s})
+				h.close(fmt.Sprintf("%s tensor %d param vs reference", what, i), h.get(step[i].Param), r[0], tolElem)
+			}
+		}
+	}
+}

@@ -25,3 +25,79 @@ extern "C" __global__ void adamw(void* param, int pdt, const void* grad, int gdt
     store(v, vdt, i, vi);
   }
 }
+
+// adamw_multi is AdamW over many tensors in one launch, clipped and
+// checked on the device (engine.Backend.AdamWStep). table holds
+// ADAMW_FIELDS i64 a tensor: the addresses of param, grad, m and v, the
+// length, the four element types (a byte each, param's lowest), the
+// weight decay's float bits, and the index of the tensor's first chunk of
+// ADAMW_CHUNK elements in the concatenation of every tensor's chunks.
+// ctl[0] is the squared global gradient norm and ctl[1] the loss: when
+// either is not finite the kernel changes nothing, so the host need not
+// look at them before the update. Each block takes chunks in turn and
+// finds a chunk's tensor by bisection of the first-chunk indices.
+//
+// The arithmetic is adamw's, and the host's (engine/cpu): the clipping
+// factor max_norm/(√n² + 1e-6) and the gradient times it in float32 (as
+// torch.nn.utils.clip_grad_norm_, which leaves the clipped gradient in
+// place, and so does this kernel), the decay 1 − lr·wd in float64 rounded
+// once, as the host computes it for adamw.
+#define ADAMW_THREADS 256
+#define ADAMW_CHUNK 4096
+#define ADAMW_FIELDS 8
+
+__device__ __forceinline__ bool finite_f32(float x) {
+  return (__float_as_uint(x) & 0x7f800000u) != 0x7f800000u;
+}
+
+extern "C" __global__ void __launch_bounds__(ADAMW_THREADS)
+    adamw_multi(const i64* table, int ntensors, i64 nchunks, const float* ctl, float max_norm, float lr, float beta1,
+                float one_minus_beta1, float beta2, float one_minus_beta2, float step_size, float bc2_sqrt, float eps) {
+  float n2 = ctl[0];
+  if (!finite_f32(n2) || !finite_f32(ctl[1])) {
+    return;
+  }
+  float coef = 1.0f;
+  if (max_norm > 0.0f) {
+    float c = __fdiv_rn(max_norm, __fadd_rn(__fsqrt_rn(n2), 1e-6f));
+    if (c < 1.0f) {
+      coef = c;
+    }
+  }
+  for (i64 c = blockIdx.x; c < nchunks; c += gridDim.x) {
+    int lo = 0, hi = ntensors - 1;  // the last tensor whose first chunk is ≤ c
+    while (lo < hi) {
+      int mid = (lo + hi + 1) / 2;
+      if (table[(i64)mid * ADAMW_FIELDS + 7] <= c) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    const i64* t = table + (i64)lo * ADAMW_FIELDS;
+    void* param = (void*)t[0];
+    void* grad = (void*)t[1];
+    void* m = (void*)t[2];
+    void* v = (void*)t[3];
+    i64 n = t[4];
+    int dts = (int)t[5];
+    int pdt = dts & 0xff, gdt = (dts >> 8) & 0xff, mdt = (dts >> 16) & 0xff, vdt = (dts >> 24) & 0xff;
+    float wd = __int_as_float((int)t[6]);
+    float decay = (float)__dsub_rn(1.0, __dmul_rn((double)lr, (double)wd));
+    i64 start = (c - t[7]) * ADAMW_CHUNK, end = min64(n, start + ADAMW_CHUNK);
+    for (i64 i = start + threadIdx.x; i < end; i += blockDim.x) {
+      float g = load(grad, gdt, i);
+      if (coef != 1.0f) {
+        g = __fmul_rn(g, coef);
+        store(grad, gdt, i, g);
+      }
+      float p = __fmul_rn(load(param, pdt, i), decay);
+      float mi = __fadd_rn(__fmul_rn(load(m, mdt, i), beta1), __fmul_rn(one_minus_beta1, g));
+      float vi = __fadd_rn(__fmul_rn(load(v, vdt, i), beta2), __fmul_rn(__fmul_rn(one_minus_beta2, g), g));
+      float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
+      store(param, pdt, i, __fadd_rn(p, __fdiv_rn(__fmul_rn(step_size, mi), denom)));
+      store(m, mdt, i, mi);
+      store(v, vdt, i, vi);
+    }
+  }
+}

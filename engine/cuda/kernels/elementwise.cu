@@ -66,14 +66,15 @@ extern "C" __global__ void __launch_bounds__(WIDEN_THREADS)
 // depend on the device; it is the CPU backend's block length too.
 #define SUMSQ_BLOCK 16384
 
-// sum_squares_partial writes into partial[b] the sum of x² over elements
-// [b·SUMSQ_BLOCK, (b+1)·SUMSQ_BLOCK), in float64. One block per partial.
-extern "C" __global__ void sum_squares_partial(double* partial, const void* x, int dt, i64 n) {
+// sum_squares_partial writes into partial[b] the sum of x² (of x, when
+// squares is 0) over elements [b·SUMSQ_BLOCK, (b+1)·SUMSQ_BLOCK), in
+// float64. One block per partial.
+extern "C" __global__ void sum_squares_partial(double* partial, const void* x, int dt, i64 n, int squares) {
   i64 lo = (i64)blockIdx.x * SUMSQ_BLOCK, hi = min64(n, lo + SUMSQ_BLOCK);
   double s = 0;
   for (i64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
     double v = load(x, dt, i);
-    s += v * v;
+    s += squares ? v * v : v;
   }
   s = block_sum(s);
   if (threadIdx.x == 0) {
