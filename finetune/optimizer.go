@@ -42,7 +42,8 @@ type Optimizer struct {
 	cfg     OptimizerConfig
 	backend engine.Backend
 	params  []*engine.Param
-	m, v    []*engine.Tensor // AdamW moments, parallel to params; nil for SGD
+	m, v    []*engine.Tensor      // AdamW moments, parallel to params; nil for SGD
+	fused   []engine.AdamWTensors // params with their moments and decay, for AdamWStep
 	// Step counts the updates done; AdamW's bias correction uses it.
 	Step int
 }
@@ -54,22 +55,41 @@ func NewOptimizer(b engine.Backend, params []*engine.Param, cfg OptimizerConfig)
 	}
 	o := &Optimizer{cfg: cfg, backend: b, params: params}
 	if cfg.Name == "adamw" {
-		for _, p := range params {
+		for i, p := range params {
 			o.m = append(o.m, b.Alloc(engine.F32, p.Value.Shape...))
 			o.v = append(o.v, b.Alloc(engine.F32, p.Value.Shape...))
+			o.fused = append(o.fused, engine.AdamWTensors{Param: p.Value, Grad: p.Grad, M: o.m[i], V: o.v[i],
+				WeightDecay: float32(o.weightDecay(p))})
 		}
 	}
 	return o, nil
+}
+
+// weightDecay is p's decoupled weight decay: none for norm weights unless
+// the configuration decays them.
+func (o *Optimizer) weightDecay(p *engine.Param) float64 {
+	if !p.Decay && !o.cfg.DecayNorms {
+		return 0
+	}
+	return o.cfg.WeightDecay
+}
+
+// updateClipped is AdamW's Update as one fused step on the device,
+// clipping the gradients to maxNorm (≤ 0: no clipping) and skipping the
+// update when ctl's norm or loss is not finite (Backend.AdamWStep).
+func (o *Optimizer) updateClipped(lr, maxNorm float64, ctl *engine.Tensor) {
+	o.Step++
+	o.backend.AdamWStep(o.fused, engine.AdamWParams{
+		LR: float32(lr), Beta1: float32(o.cfg.Beta1), Beta2: float32(o.cfg.Beta2),
+		Eps: float32(o.cfg.Eps), Step: o.Step,
+	}, float32(maxNorm), ctl)
 }
 
 // Update applies one step at learning rate lr to every parameter.
 func (o *Optimizer) Update(lr float64) {
 	o.Step++
 	for i, p := range o.params {
-		wd := o.cfg.WeightDecay
-		if !p.Decay && !o.cfg.DecayNorms {
-			wd = 0
-		}
+		wd := o.weightDecay(p)
 		switch o.cfg.Name {
 		case "adamw":
 			o.backend.AdamW(p.Value, p.Grad, o.m[i], o.v[i], engine.AdamWParams{
@@ -95,7 +115,7 @@ func (o *Optimizer) Free() {
 		o.backend.Free(o.m[i])
 		o.backend.Free(o.v[i])
 	}
-	o.m, o.v = nil, nil
+	o.m, o.v, o.fused = nil, nil, nil
 }
 
 // GradNorm is the global L2 norm of all gradients, summed in float64 in

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/llama"
 )
 
@@ -35,66 +36,71 @@ var ErrNonFinite = errors.New("loss or gradient norm is not finite")
 // result: the loss and weight sums are added up over the data·Z ranks,
 // the gradients reduced (m.ReduceGradients) and their norm taken over
 // every shard.
+//
+// The step makes one host synchronisation on one rank: the loss sums and
+// the gradient norm stay on the device (llama.StepSums) until AdamW's
+// update, clipped and checked for a non-finite loss or norm there
+// (Backend.AdamWStep), has been issued, and are read after it. SGD reads
+// them before its update, which it clips on the host.
 func TrainStep(m *llama.Model, o *Optimizer, micro []llama.Batch, lr, maxNorm float64) (StepResult, error) {
 	res := StepResult{LR: lr}
+	var repWeight float64
 	for _, b := range micro {
 		if b.Weights == nil {
 			res.Weight += float64(b.B * b.T)
-			continue
+		} else {
+			for _, w := range b.Weights {
+				res.Weight += float64(w)
+			}
 		}
-		for _, w := range b.Weights {
-			res.Weight += float64(w)
+		for _, w := range b.ReportWeights {
+			repWeight += float64(w)
 		}
 	}
-	total := []float64{res.Weight}
+	total := []float64{res.Weight, repWeight}
 	if err := m.SumBatch(total); err != nil {
 		return res, fmt.Errorf("finetune: %w", err)
 	}
-	res.Weight = total[0]
+	res.Weight, repWeight = total[0], total[1]
 	if res.Weight == 0 {
 		res.Loss = math.NaN()
 		return res, nil
 	}
 	m.ZeroGrads()
-	var sum, repSum, repWeight float64
+	sums := m.StepSums(len(micro))
 	for i, b := range micro {
-		l, err := m.ForwardBackward(b, float32(1/res.Weight))
-		if err != nil {
+		if err := m.ForwardBackwardSum(b, float32(1/res.Weight), sums, i); err != nil {
 			return res, fmt.Errorf("finetune: micro-batch %d: %w", i, err)
 		}
-		sum += l.Sum
-		repSum += l.ReportSum
-		repWeight += l.ReportWeight
 	}
 	if err := m.ReduceGradients(); err != nil {
 		return res, fmt.Errorf("finetune: %w", err)
 	}
-	sums := []float64{sum, repSum, repWeight}
-	if err := m.SumBatch(sums); err != nil {
+	if err := m.FinishStep(sums, len(micro)); err != nil {
 		return res, fmt.Errorf("finetune: %w", err)
 	}
-	sum, repSum, repWeight = sums[0], sums[1], sums[2]
-	res.Loss = sum / res.Weight
+	fused := o.cfg.Name == "adamw"
+	if fused {
+		o.updateClipped(lr, maxNorm, sums.Control())
+	}
+	v := sums.Read()
+	res.Loss = v.Loss / res.Weight
 	res.LossAll = res.Loss
 	if repWeight > 0 {
-		res.LossAll = repSum / repWeight
+		res.LossAll = v.Report / repWeight
 	}
-	var err error
-	if res.GradNorm, res.Clipped, err = clipModel(m, maxNorm); err != nil {
-		return res, fmt.Errorf("finetune: %w", err)
-	}
-	if math.IsNaN(res.Loss) || math.IsInf(res.Loss, 0) || math.IsNaN(res.GradNorm) || math.IsInf(res.GradNorm, 0) {
+	res.GradNorm = math.Sqrt(v.NormSquared)
+	if !engine.StepIsFinite(float32(v.NormSquared), float32(v.Loss)) {
+		if fused {
+			o.Step-- // the device skipped the update
+		}
 		return res, fmt.Errorf("%w (loss %v, gradient norm %v)", ErrNonFinite, res.Loss, res.GradNorm)
 	}
+	if fused {
+		res.Clipped = engine.ClipCoefficient(float32(v.NormSquared), float32(maxNorm)) < 1
+		return res, nil
+	}
+	res.Clipped = clipTo(m.Backend(), m.Trainable(), res.GradNorm, maxNorm)
 	o.Update(lr)
 	return res, nil
-}
-
-// clipModel is ClipGradNorm with the model's global norm, which on a grid
-// covers every rank's shards.
-func clipModel(m *llama.Model, maxNorm float64) (norm float64, clipped bool, err error) {
-	if norm, err = m.GradNorm(); err != nil {
-		return 0, false, err
-	}
-	return norm, clipTo(m.Backend(), m.Trainable(), norm, maxNorm), nil
 }

@@ -78,15 +78,15 @@ func Step(b engine.Backend, g gemm.Impl, cfg *checkpoints.Config, o StepOptions)
 	if err := m.SetWeights(checkpoints.RandomWeights(cfg, 1)); err != nil {
 		return StepResult{}, err
 	}
-	type moments struct{ m, v *engine.Tensor }
-	state := map[*engine.Param]moments{}
+	var ts []engine.AdamWTensors
 	for _, p := range m.Params() {
-		state[p] = moments{b.Alloc(engine.F32, p.Value.Shape...), b.Alloc(engine.F32, p.Value.Shape...)}
+		ts = append(ts, engine.AdamWTensors{Param: p.Value, Grad: p.Grad,
+			M: b.Alloc(engine.F32, p.Value.Shape...), V: b.Alloc(engine.F32, p.Value.Shape...), WeightDecay: 0.1})
 	}
 	defer func() {
-		for _, s := range state {
-			b.Free(s.m)
-			b.Free(s.v)
+		for _, t := range ts {
+			b.Free(t.M)
+			b.Free(t.V)
 		}
 	}()
 	r := rand.New(rand.NewPCG(1, 2))
@@ -96,15 +96,20 @@ func Step(b engine.Backend, g gemm.Impl, cfg *checkpoints.Config, o StepOptions)
 		batch.IDs[i] = int32(r.IntN(cfg.VocabSize))
 		batch.Targets[i] = int32(r.IntN(cfg.VocabSize))
 	}
+	// A training step as finetune.TrainStep takes it: the loss and the
+	// gradient norm kept on the device, one fused AdamW clipped at 1 and
+	// checked there, the sums read once after it.
 	step := func(t int) error {
 		m.ZeroGrads()
-		if _, err := m.ForwardBackward(batch, float32(1)/float32(n)); err != nil {
+		sums := m.StepSums(1)
+		if err := m.ForwardBackwardSum(batch, float32(1)/float32(n), sums, 0); err != nil {
 			return err
 		}
-		for _, p := range m.Params() {
-			s := state[p]
-			b.AdamW(p.Value, p.Grad, s.m, s.v, engine.AdamWParams{LR: 1e-4, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: t})
+		if err := m.FinishStep(sums, 1); err != nil {
+			return err
 		}
+		b.AdamWStep(ts, engine.AdamWParams{LR: 1e-4, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, Step: t}, 1, sums.Control())
+		sums.Read()
 		return b.Synchronize()
 	}
 	if err := step(1); err != nil {

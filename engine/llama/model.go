@@ -84,6 +84,9 @@ type Model struct {
 	zg     *zGrads    // Z reduce-scattering of weight gradients; nil without Z-sharding
 	units  units      // the weights a pass gathers, unit by unit
 	lora   *loraState // nil without adapters
+	// stepSums are the optimizer step's device scalars (stepsums.go),
+	// kept from step to step.
+	stepSums *StepSums
 	// flatRowsLimit, when positive, replaces flatRows' int32 bound (the
 	// tests make it small to run the chunked path on tiny shapes).
 	flatRowsLimit int
@@ -473,6 +476,10 @@ func (m *Model) SumBatch(vals []float64) error {
 // Free releases the model's tensors.
 func (m *Model) Free() {
 	m.freeWorkspace()
+	if m.stepSums != nil {
+		m.backend.Free(m.stepSums.t)
+		m.stepSums = nil
+	}
 	for _, p := range m.Params() {
 		m.backend.Free(p.Value)
 		if p.Grad != nil {

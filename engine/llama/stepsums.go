@@ -1,0 +1,191 @@
+package llama
+
+import (
+	"errors"
+	"math"
+
+	"github.com/memtrain/memtrain/engine"
+)
+
+// StepSums are the scalars of one optimizer step, kept on the device until
+// the step is queued: the micro-batches' loss sums, then the global loss
+// and squared gradient norm that a fused update (Backend.AdamWStep) reads
+// there. The host reads them once, with Read, after the update has been
+// issued: on a GPU the step's one synchronisation, where a download of
+// each micro-batch's losses and of every gradient's norm stalled the
+// stream before.
+//
+// The tensor's layout:
+//
+//	[0]  ‖g‖² — of the matrices (all, on one rank) until Finish, then the total
+//	[1]  Σ w·CE over the global batch (Finish)
+//	[2]  ‖g‖² of the norm weights, on a grid
+//	[3]  Σ of the reported loss (Batch.ReportWeights) over the global batch
+//	[4, 4+n)        each micro-batch's Σ w·CE
+//	[4+n, 4+2n)     each micro-batch's reported loss sum (0 without one)
+//	[4+2n, …)       each trainable tensor's ‖g‖², matrices first, then norms
+type StepSums struct {
+	b     engine.Backend
+	t     *engine.Tensor
+	micro int // n, the micro-batches it has room for
+	host  [4]float32
+}
+
+const stepSumsFixed = 4
+
+// Control is the pair (‖g‖², loss) that Backend.AdamWStep reads, valid
+// after Finish.
+func (s *StepSums) Control() *engine.Tensor { return s.t.View(0, 2) }
+
+// loss and report are micro-batch i's slots.
+func (s *StepSums) loss(i int) *engine.Tensor { return s.t.View(stepSumsFixed+i, 1) }
+func (s *StepSums) report(i int) *engine.Tensor {
+	return s.t.View(stepSumsFixed+s.micro+i, 1)
+}
+
+// StepSums returns the model's step scalars for a step of micro
+// micro-batches: one tensor, kept and reused from step to step (made
+// again only for more micro-batches than before), so that a step in
+// steady state allocates nothing.
+func (m *Model) StepSums(micro int) *StepSums {
+	if s := m.stepSums; s != nil && s.micro >= micro {
+		return s
+	}
+	if m.stepSums != nil {
+		m.backend.Free(m.stepSums.t)
+	}
+	n := stepSumsFixed + 2*micro + len(m.Trainable())
+	m.stepSums = &StepSums{b: m.backend, t: m.backend.Alloc(engine.F32, n), micro: micro}
+	return m.stepSums
+}
+
+// ForwardBackwardSum is ForwardBackward for an optimizer step: the batch's
+// loss sums stay on the device, in micro-batch slot i of s, for Finish.
+// The batch's weights (and report weights) are the caller's to sum: they
+// are on the host already.
+func (m *Model) ForwardBackwardSum(batch Batch, scale float32, s *StepSums, i int) (err error) {
+	if scale == 0 || math.IsNaN(float64(scale)) {
+		return errors.New("llama: gradient scale must be non-zero")
+	}
+	if i < 0 || i >= s.micro {
+		return errors.New("llama: micro-batch slot out of range of the step's sums")
+	}
+	defer recoverComm(&err)
+	ws, err := m.upload(batch, true)
+	if err != nil {
+		return err
+	}
+	if m.lora != nil {
+		m.lora.keys = batch.Keys
+	}
+	m.forward(ws)
+	m.tokenLossSums(ws, batch, scale, s.loss(i), s.report(i))
+	m.backward(ws)
+	return nil
+}
+
+// tokenLossSums is tokenLosses with the gradient, the two sums written to
+// the device instead of the losses read back. The vocabulary-parallel
+// cross-entropy computes its losses on the host (vocab.go): its sums are
+// uploaded.
+func (m *Model) tokenLossSums(ws *workspace, batch Batch, scale float32, loss, report *engine.Tensor) {
+	b := m.backend
+	if ws.ce != nil {
+		losses, reported := m.vocabCrossEntropy(ws, m.trainWeights(batch), batch.ReportWeights, scale, true)
+		b.Upload(loss, []float32{float32(sum64(losses))})
+		b.Upload(report, []float32{float32(sum64(reported))})
+		return
+	}
+	if batch.ReportWeights != nil {
+		// The reported loss first, while the logits are still logits.
+		b.Upload(ws.weights, batch.ReportWeights)
+		b.CrossEntropy(ws.losses, nil, ws.logits, ws.targets, ws.weights, 0)
+		b.Sum(report, ws.losses)
+		b.Upload(ws.weights, m.trainWeights(batch))
+	} else {
+		b.Fill(report, 0)
+	}
+	b.CrossEntropy(ws.losses, ws.logits, ws.logits, ws.targets, ws.weights, scale)
+	b.Sum(loss, ws.losses)
+}
+
+func sum64(xs []float32) float64 {
+	s := 0.0
+	for _, x := range xs {
+		s += float64(x)
+	}
+	return s
+}
+
+// FinishStep completes s once the gradients are reduced (ReduceGradients)
+// after the step's micro micro-batches: the global loss sums and the
+// squared global gradient norm, all on the device. On a grid the sums are
+// all-reduced over the world in one collective, each counted once: the
+// losses by one X·Y rank of each data·Z coordinate (as SumBatch counts
+// them), the weight shards' squares by the first data replica, the norm
+// weights' by the one rank of the x group at y = z = 0 of that replica,
+// and with adapters — whole on every rank — by world rank 0 alone.
+func (m *Model) FinishStep(s *StepSums, micro int) (err error) {
+	if micro < 1 || micro > s.micro {
+		return errors.New("llama: micro-batch count out of range of the step's sums")
+	}
+	defer recoverComm(&err)
+	b, t := m.backend, s.t
+	b.Sum(t.View(1, 1), t.View(stepSumsFixed, micro))
+	b.Sum(t.View(3, 1), t.View(stepSumsFixed+s.micro, micro))
+	g := m.Options.Parallel
+	params := m.Trainable()
+	slots := stepSumsFixed + 2*s.micro
+	matrices := 0
+	for _, p := range params {
+		if !m.isNormGrad(p) {
+			b.SumSquares(t.View(slots+matrices, 1), p.Grad)
+			matrices++
+		}
+	}
+	norms := 0
+	for _, p := range params {
+		if m.isNormGrad(p) {
+			b.SumSquares(t.View(slots+matrices+norms, 1), p.Grad)
+			norms++
+		}
+	}
+	b.Sum(t.View(0, 1), t.View(slots, matrices))
+	b.Sum(t.View(2, 1), t.View(slots+matrices, norms))
+	if g != nil && g.World.Size() > 1 {
+		counts := [4]bool{
+			m.lora == nil && g.At.Data == 0 || m.lora != nil && g.World.Rank() == 0,
+			g.At.X == 0 && g.At.Y == 0,
+			g.At.Data == 0 && g.At.Y == 0 && g.At.Z == 0,
+			g.At.X == 0 && g.At.Y == 0,
+		}
+		for k, c := range counts {
+			if !c {
+				b.Fill(t.View(k, 1), 0)
+			}
+		}
+		check(g.World.AllReduce(t.View(0, 4)))
+	}
+	b.Add(t.View(0, 1), t.View(0, 1), t.View(2, 1))
+	return nil
+}
+
+// isNormGrad reports whether a trainable tensor's squares count as a norm
+// weight's in the gradient norm: one element per x rank of a grid (see
+// GradNorm); adapters and every tensor on one rank count as matrices.
+func (m *Model) isNormGrad(p *engine.Param) bool {
+	return m.Options.Parallel != nil && m.lora == nil && len(p.Full) == 1
+}
+
+// StepValues are what Read returns: the global batch's loss sums and the
+// gradient norm's square, before clipping.
+type StepValues struct {
+	NormSquared, Loss, Report float64
+}
+
+// Read downloads the step's sums, after Finish — and, to keep the device
+// busy, after the update that reads them has been issued.
+func (s *StepSums) Read() StepValues {
+	s.b.Download(s.host[:], s.t.View(0, 4))
+	return StepValues{NormSquared: float64(s.host[0]), Loss: float64(s.host[1]), Report: float64(s.host[3])}
+}

@@ -1,0 +1,93 @@
+package llama
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+
+	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/launch"
+	"github.com/memtrain/memtrain/engine/parallel"
+)
+
+// TestStepSums: the device-side sums of a step — ForwardBackwardSum over
+// two micro-batches, then FinishStep — equal what the host computes from
+// ForwardBackward's losses, SumBatch and GradNorm, on one rank and on
+// grids (the vocabulary-parallel loss of Y ranks, norm weights counted
+// once over Y and Z, data replicas once), every rank reading the same.
+func TestStepSums(t *testing.T) {
+	cfg := gridConfig(false)
+	w := randomModel(t, newBackend(1), cfg, Options{}, 7).Weights()
+	global := randomBatch(cfg, 8, 6, 3)
+	global.ReportWeights = make([]float32, len(global.Weights))
+	for i := range global.ReportWeights {
+		if global.Targets[i] >= 0 {
+			global.ReportWeights[i] = 1
+		}
+	}
+	ref := randomModel(t, newBackend(1), cfg, Options{}, 7)
+	want, _, err := oneStep(ref, global)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantNorm, err := ref.GradNorm()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, shape := range []comm.Grid{
+		{Data: 1, X: 1, Y: 1, Z: 1}, {Data: 2, X: 2, Y: 1, Z: 1}, {Data: 1, X: 1, Y: 2, Z: 2},
+		{Data: 2, X: 1, Y: 2, Z: 1}, {Data: 1, X: 2, Y: 2, Z: 2},
+	} {
+		name := fmt.Sprint(shape)
+		var mu sync.Mutex
+		err := launch.Local(shape, parallel.AllOverlap(), func(g *parallel.Grid) error {
+			m, err := New(newBackend(1), cfg, Options{Parallel: g})
+			if err != nil {
+				return err
+			}
+			defer m.Free()
+			if err := m.SetWeights(w); err != nil {
+				return err
+			}
+			per := global.B / g.BatchRanks()
+			s0 := g.BatchRank() * per
+			total := 0.0
+			for _, x := range global.Weights {
+				total += float64(x)
+			}
+			m.ZeroGrads()
+			sums := m.StepSums(2)
+			for i, r := range [][2]int{{s0, s0 + per/2}, {s0 + per/2, s0 + per}} {
+				if err := m.ForwardBackwardSum(sliceBatch(global, r[0], r[1]), float32(1/total), sums, i); err != nil {
+					return err
+				}
+			}
+			if err := m.ReduceGradients(); err != nil {
+				return err
+			}
+			if err := m.FinishStep(sums, 2); err != nil {
+				return err
+			}
+			got := sums.Read()
+			mu.Lock()
+			defer mu.Unlock()
+			for _, c := range []struct {
+				what      string
+				got, want float64
+			}{
+				{"loss", got.Loss, want.Sum},
+				{"reported loss", got.Report, want.ReportSum},
+				{"squared gradient norm", got.NormSquared, wantNorm * wantNorm},
+			} {
+				if d := math.Abs(c.got-c.want) / c.want; !(d <= 2e-6) {
+					t.Errorf("%s rank %d: %s %v, want %v (relative difference %.2g)", name, g.Rank(), c.what, c.got, c.want, d)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+}
