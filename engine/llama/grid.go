@@ -320,25 +320,49 @@ func (m *Model) inputGrad(din, dout, w *engine.Tensor, accumulate bool) {
 // directly, or, when the weight is Z-sharded, through a block buffer that
 // is reduce-scattered over Z (zGrads).
 func (m *Model) weightGrad(p *engine.Param, dout, in *engine.Tensor) {
+	m.weightGradPart(p, dout, in, nil, true, true)
+}
+
+// headWeightGrad is weightGrad for the LM head over chunks of rows
+// (headLoss): the first chunk's product starts the Z block and the others
+// add into it, and the last scatters it. It returns the block, nil
+// without Z-sharding.
+func (m *Model) headWeightGrad(dout, in, block *engine.Tensor, first, last bool) *engine.Tensor {
+	return m.weightGradPart(m.Head, dout, in, block, first, last)
+}
+
+// weightGradPart adds doutᵀ·in into p's gradient as one part of a sum
+// over chunks of rows: into block, the Z block of the parts so far (nil
+// for the first), which it returns.
+func (m *Model) weightGradPart(p *engine.Param, dout, in, block *engine.Tensor, first, last bool) *engine.Tensor {
 	if p.Grad == nil {
-		return // frozen (a base weight under adapters)
+		return nil // frozen (a base weight under adapters)
 	}
 	n, o, k := in.Dim(0), dout.Dim(1), in.Dim(1)
 	gemm := func(dst *engine.Tensor, beta float32) {
 		m.backend.Gemm(engine.GemmParams{TransA: true, M: o, N: k, K: n, Alpha: 1, Beta: beta, LDA: o, LDB: k, LDC: k},
 			dout, in, dst)
 	}
-	if m.zg == nil {
-		gemm(p.Grad, 1)
-		return
+	beta := float32(1)
+	if first {
+		beta = 0
 	}
-	if p == m.Embed {
+	switch {
+	case m.zg == nil:
+		gemm(p.Grad, 1)
+		return nil
+	case p == m.Embed:
 		// The tied LM head: its gradient waits in the embedding's block
 		// for the embedding's own, and the sum is reduce-scattered once.
-		gemm(m.zg.tiedBlock(), 0)
-		return
+		gemm(m.zg.tiedBlock(), beta)
+		return nil
 	}
-	block := m.zg.block(m, o, k)
-	gemm(block, 0)
-	m.zg.scatter(m, p, block)
+	if first {
+		block = m.zg.block(m, o, k)
+	}
+	gemm(block, beta)
+	if last {
+		m.zg.scatter(m, p, block)
+	}
+	return block
 }

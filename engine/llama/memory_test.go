@@ -220,10 +220,14 @@ func TestPreflight(t *testing.T) {
 }
 
 // TestActivationMemoryLinearInT: attention keeps a log-sum-exp per row
-// and no T×T probabilities, so a training step's activation memory grows
-// linearly with the sequence length. At batch 1 of the small preset, T =
-// 8192 takes 16× what T = 512 does by the accounting (with the
-// probabilities it took 63×), with and without recomputation; and for a
+// and no T×T probabilities, and the head holds one chunk of logits rows,
+// so a training step's activation memory grows at most linearly with the
+// sequence length. At batch 1 of the small preset, T = 8192 takes at most
+// 16× what T = 512 does by the accounting (with the probabilities it took
+// 63×; with the whole logits exactly 16×), with and without
+// recomputation, and once the logits chunk is full (past 2,097 tokens of
+// small's 32,000-token vocabulary) equal steps in T add equal bytes:
+// affine in T; and for a
 // one-layer model of small's shape the backend's allocation counter
 // agrees with the accounting and grows 4× from T = 256 to 1024 (the
 // workspace is allocated, not run: cheap).
@@ -235,8 +239,12 @@ func TestActivationMemoryLinearInT(t *testing.T) {
 	cfg := p.Config()
 	for _, rec := range []bool{false, true} {
 		short, long := ActivationBytes(cfg, 1, 512, true, rec), ActivationBytes(cfg, 1, 8192, true, rec)
-		if r := float64(long) / float64(short); r < 15.9 || r > 16.1 {
-			t.Errorf("recompute=%v: activations %d bytes at T=512, %d at T=8192: ×%.2f, want ×16", rec, short, long, r)
+		if r := float64(long) / float64(short); r < 7 || r > 16 {
+			t.Errorf("recompute=%v: activations %d bytes at T=512, %d at T=8192: ×%.2f, want ×7 to ×16", rec, short, long, r)
+		}
+		a4, a6 := ActivationBytes(cfg, 1, 4096, true, rec), ActivationBytes(cfg, 1, 6144, true, rec)
+		if d1, d2 := a6-a4, long-a6; d1 != d2 {
+			t.Errorf("recompute=%v: activations grow %d bytes from T=4096 to 6144 and %d from 6144 to 8192, want the same", rec, d1, d2)
 		}
 	}
 

@@ -84,28 +84,23 @@ func (m *Model) ForwardBackwardSum(batch Batch, scale float32, s *StepSums, i in
 	return nil
 }
 
-// tokenLossSums is tokenLosses with the gradient, the two sums written to
-// the device instead of the losses read back. The vocabulary-parallel
-// cross-entropy computes its losses on the host (vocab.go): its sums are
-// uploaded.
+// tokenLossSums runs headLoss and writes its two loss sums to the
+// device: summed there, or, from the vocabulary-parallel cross-entropy,
+// which computes its losses on the host (vocab.go), uploaded.
 func (m *Model) tokenLossSums(ws *workspace, batch Batch, scale float32, loss, report *engine.Tensor) {
 	b := m.backend
-	if ws.ce != nil {
-		losses, reported := m.vocabCrossEntropy(ws, m.trainWeights(batch), batch.ReportWeights, scale, true)
+	hasReport := batch.ReportWeights != nil
+	losses, reported := m.headLoss(ws, batch, scale, hasReport)
+	switch {
+	case losses != nil:
 		b.Upload(loss, []float32{float32(sum64(losses))})
 		b.Upload(report, []float32{float32(sum64(reported))})
 		return
-	}
-	if batch.ReportWeights != nil {
-		// The reported loss first, while the logits are still logits.
-		b.Upload(ws.weights, batch.ReportWeights)
-		b.CrossEntropy(ws.losses, nil, ws.logits, ws.targets, ws.weights, 0)
-		b.Sum(report, ws.losses)
-		b.Upload(ws.weights, m.trainWeights(batch))
-	} else {
+	case hasReport:
+		b.Sum(report, ws.reportLosses)
+	default:
 		b.Fill(report, 0)
 	}
-	b.CrossEntropy(ws.losses, ws.logits, ws.logits, ws.targets, ws.weights, scale)
 	b.Sum(loss, ws.losses)
 }
 

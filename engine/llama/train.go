@@ -118,6 +118,9 @@ func (m *Model) upload(batch Batch, train bool) (*workspace, error) {
 	}
 	b.UploadInt32(ws.targets, clean)
 	b.Upload(ws.weights, weights)
+	if train && batch.ReportWeights != nil {
+		b.Upload(ws.reportWeights, batch.ReportWeights)
+	}
 	return ws, nil
 }
 
@@ -160,36 +163,63 @@ func (m *Model) forward(ws *workspace) {
 	}
 	m.rmsnorm(ws.lnf, ws.rstdf, last, m.Norm, ws.sc)
 	ws.head = m.nextWeights(m.units.head)[0]
-	m.linear(ws.logits, ws.lnf, ws.head, m.gx)
+	if !ws.train { // a training pass goes on in headLoss, chunk by chunk
+		m.linear(ws.logits, ws.lnf, ws.head, m.gx)
+	}
 }
 
-// tokenLosses computes each position's weighted loss −w·log p(target) on
-// the host, under the training weights and, if report is not nil, under
-// report; with grad the logits are replaced by the gradient of scale·Σ
-// w·CE. On Y ranks the vocabulary-parallel cross-entropy does it
-// (vocab.go).
-func (m *Model) tokenLosses(ws *workspace, batch Batch, report []float32, scale float32, grad bool) (losses, reportLosses []float32) {
-	b := m.backend
+// headLoss is a training pass's LM head, loss and head backward, a chunk
+// of ws.logits' rows of token positions at a time (dims.headRows): each
+// chunk's logits, its reported loss (report, under ws.reportWeights)
+// while they are still logits, its loss and gradient in their place,
+// then dlnf's rows and the head's weight gradient from them, so that the
+// logits of the whole batch are never held. The losses are left in
+// ws.losses and ws.reportLosses — or, from the vocabulary-parallel
+// cross-entropy (Y > 1, one chunk), returned on the host.
+func (m *Model) headLoss(ws *workspace, batch Batch, scale float32, report bool) (hostLosses, hostReport []float32) {
+	b, g := m.backend, ws.g
+	N, H, V := ws.B*ws.T, m.d.H, m.d.V
+	rows := ws.logits.Dim(0)
+	var block *engine.Tensor // the head's Z-gradient block, across chunks
+	for r0 := 0; r0 < N; r0 += rows {
+		n := min(rows, N-r0)
+		logits, lnf := ws.logits.View(0, n, V), ws.lnf.View(r0*H, n, H)
+		m.linear(logits, lnf, ws.head, m.gx)
+		if ws.ce != nil {
+			var rep []float32
+			if report {
+				rep = batch.ReportWeights
+			}
+			hostLosses, hostReport = m.vocabCrossEntropy(ws, m.trainWeights(batch), rep, scale, true)
+		} else {
+			targets, weights, losses := ws.targets.View(r0, n), ws.weights.View(r0, n), ws.losses.View(r0, n)
+			if report {
+				b.CrossEntropy(ws.reportLosses.View(r0, n), nil, logits, targets, ws.reportWeights.View(r0, n), 0)
+			}
+			b.CrossEntropy(losses, logits, logits, targets, weights, scale)
+		}
+		dlnf := g.dlnf.View(r0*H, n, H)
+		m.inputGrad(dlnf, logits, ws.head, false)
+		sum := m.startSum(dlnf, m.gy)
+		block = m.headWeightGrad(logits, lnf, block, r0 == 0, r0+n == N)
+		sum.wait()
+	}
+	return hostLosses, hostReport
+}
+
+// tokenLosses computes each position's weighted loss −w·log p(target) of
+// a forward-only pass on the host. On Y ranks the vocabulary-parallel
+// cross-entropy does it (vocab.go).
+func (m *Model) tokenLosses(ws *workspace, batch Batch) []float32 {
 	if ws.ce != nil {
-		return m.vocabCrossEntropy(ws, m.trainWeights(batch), report, scale, grad)
+		losses, _ := m.vocabCrossEntropy(ws, m.trainWeights(batch), nil, 0, false)
+		return losses
 	}
-	n := ws.B * ws.T
-	if report != nil {
-		// The reported loss first, while the logits are still logits.
-		b.Upload(ws.weights, report)
-		b.CrossEntropy(ws.losses, nil, ws.logits, ws.targets, ws.weights, 0)
-		reportLosses = make([]float32, n)
-		b.Download(reportLosses, ws.losses)
-		b.Upload(ws.weights, m.trainWeights(batch))
-	}
-	var dLogits *engine.Tensor
-	if grad {
-		dLogits = ws.logits
-	}
-	b.CrossEntropy(ws.losses, dLogits, ws.logits, ws.targets, ws.weights, scale)
-	losses = make([]float32, n)
+	b := m.backend
+	b.CrossEntropy(ws.losses, nil, ws.logits, ws.targets, ws.weights, 0)
+	losses := make([]float32, ws.B*ws.T)
 	b.Download(losses, ws.losses)
-	return losses, reportLosses
+	return losses
 }
 
 // lossOf sums per-position losses in a fixed order, with weights (nil:
@@ -222,7 +252,7 @@ func (m *Model) Evaluate(batch Batch) (l Loss, err error) {
 		return Loss{}, err
 	}
 	m.forward(ws)
-	losses, _ := m.tokenLosses(ws, batch, nil, 0, false)
+	losses := m.tokenLosses(ws, batch)
 	return lossOf(losses, ws.B, ws.T, batch.Weights), nil
 }
 
@@ -236,7 +266,7 @@ func (m *Model) TokenLosses(batch Batch) (out []float32, err error) {
 		return nil, err
 	}
 	m.forward(ws)
-	losses, _ := m.tokenLosses(ws, batch, nil, 0, false)
+	losses := m.tokenLosses(ws, batch)
 	return losses, nil
 }
 
@@ -263,25 +293,32 @@ func (m *Model) ForwardBackward(batch Batch, scale float32) (l Loss, err error) 
 		m.lora.keys = batch.Keys
 	}
 	m.forward(ws)
-	losses, report := m.tokenLosses(ws, batch, batch.ReportWeights, scale, true)
+	report := batch.ReportWeights != nil
+	losses, reported := m.headLoss(ws, batch, scale, report)
 	m.backward(ws)
+	n := ws.B * ws.T
+	if losses == nil {
+		losses = make([]float32, n)
+		b := m.backend
+		b.Download(losses, ws.losses)
+		if report {
+			reported = make([]float32, n)
+			b.Download(reported, ws.reportLosses)
+		}
+	}
 	l = lossOf(losses, ws.B, ws.T, batch.Weights)
-	if report != nil {
-		r := lossOf(report, ws.B, ws.T, batch.ReportWeights)
+	if report {
+		r := lossOf(reported, ws.B, ws.T, batch.ReportWeights)
 		l.ReportSum, l.ReportWeight = r.Sum, r.Weight
 	}
 	return l, nil
 }
 
-// backward propagates the logits' gradient (left in ws.logits by the
-// loss) back through the model.
+// backward propagates the final norm's output gradient (left in dlnf by
+// headLoss) back through the model.
 func (m *Model) backward(ws *workspace) {
 	g := ws.g
 	B, T, L := ws.B, ws.T, len(m.Layers)
-	m.inputGrad(g.dlnf, ws.logits, ws.head, false)
-	sum := m.startSum(g.dlnf, m.gy)
-	m.weightGrad(m.Head, ws.logits, ws.lnf)
-	sum.wait()
 	m.rmsnormBackward(g.dx, m.Norm, g.dlnf, ws.inputs[L], ws.lnf, ws.rstdf, ws.sc)
 	for l := L - 1; l >= 0; l-- {
 		w := blockOf(m.nextWeights(m.units.layers[l]))

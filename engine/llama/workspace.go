@@ -39,6 +39,9 @@ type workspace struct {
 
 	ids, targets, pos *engine.Tensor // I32 [N]
 	weights, losses   *engine.Tensor // F32 [N]
+	// reportWeights and reportLosses are the reported loss's (training
+	// only; Batch.ReportWeights).
+	reportWeights, reportLosses *engine.Tensor // F32 [N]
 	// inputs[l] is layer l's input; inputs[L] is the last layer's output.
 	inputs []*engine.Tensor
 	// layers has one set per layer, or a single shared set when the
@@ -46,8 +49,11 @@ type workspace struct {
 	layers []*layerActs
 	lnf    *engine.Tensor // [N,H]
 	rstdf  *engine.Tensor // [N]
-	logits *engine.Tensor // [N,V]
-	g      *grads         // nil when forward only
+	// logits are [N,V] forward only; in training [headRows(N),V], the
+	// rows of one chunk of the head and loss (headLoss), so that the
+	// logits of the whole batch are never held at once.
+	logits *engine.Tensor
+	g      *grads // nil when forward only
 
 	sc   *scratch     // the grid's per-token scratch; nil on one rank
 	ce   *ceScratch   // the vocabulary-parallel cross-entropy's; nil unless Y > 1
@@ -69,6 +75,30 @@ type dims struct {
 	// lora is the model's adapter configuration, nil without adapters:
 	// its activations join the workspace (loraPlan).
 	lora *checkpoints.AdapterConfig
+	// headRowsLimit, when positive, replaces headRows' rule (the tests
+	// make it small to run the chunked head on tiny shapes).
+	headRowsLimit int
+}
+
+// headChunkElements bounds the logits a training pass holds: one chunk of
+// rows of [rows, V] at a time, 256 MiB of float32 — for Llama 3's
+// 128,256-token vocabulary 523 rows, where the whole logits of 8,192
+// tokens would take 4.2 GB, and their gradient as much again in other
+// engines. A chunk's GEMMs stay large enough to run at full speed.
+const headChunkElements = 64 << 20
+
+// headRows is how many token positions of N one chunk of the training
+// head takes: all of them when the hidden size or the vocabulary is split
+// over ranks (X or Y > 1), where each chunk would add its own collectives;
+// else as many as fit headChunkElements.
+func (d dims) headRows(N int) int {
+	if d.x > 1 || d.y > 1 {
+		return N
+	}
+	if d.headRowsLimit > 0 {
+		return min(N, d.headRowsLimit)
+	}
+	return max(1, min(N, headChunkElements/max(1, d.V)))
 }
 
 func fullDims(cfg *checkpoints.Config) dims {
@@ -110,6 +140,10 @@ func plan(d dims, B, T int, train, recompute bool) []tensorPlan {
 	add("pos", engine.I32, N)
 	add("weights", engine.F32, N)
 	add("losses", engine.F32, N)
+	if train {
+		add("report weights", engine.F32, N)
+		add("report losses", engine.F32, N)
+	}
 	inputs := L + 1
 	if !train {
 		inputs = 2 // forward only: ping-pong between two residual buffers
@@ -140,7 +174,11 @@ func plan(d dims, B, T int, train, recompute bool) []tensorPlan {
 	}
 	add("lnf", engine.F32, N, H)
 	add("rstdf", engine.F32, N)
-	add("logits", engine.F32, N, V)
+	if train {
+		add("logits", engine.F32, d.headRows(N), V)
+	} else {
+		add("logits", engine.F32, N, V)
+	}
 	if train {
 		for _, n := range []string{"dx", "dh", "dln", "dnorm"} {
 			add(n, engine.F32, N, H)
@@ -188,6 +226,9 @@ func (m *Model) prepare(B, T int, train bool) *workspace {
 	}
 	ws := &workspace{B: B, T: T, train: train}
 	ws.ids, ws.targets, ws.pos, ws.weights, ws.losses = next(), next(), next(), next(), next()
+	if train {
+		ws.reportWeights, ws.reportLosses = next(), next()
+	}
 	inputs := m.Config.NumHiddenLayers + 1
 	if !train {
 		inputs = 2
@@ -243,6 +284,9 @@ func (m *Model) prepare(B, T int, train bool) *workspace {
 // all lists every tensor of the workspace, for freeing.
 func (ws *workspace) all() []*engine.Tensor {
 	ts := []*engine.Tensor{ws.ids, ws.targets, ws.pos, ws.weights, ws.losses, ws.lnf, ws.rstdf, ws.logits}
+	if ws.train {
+		ts = append(ts, ws.reportWeights, ws.reportLosses)
+	}
 	ts = append(ts, ws.inputs...)
 	for _, a := range ws.layers {
 		ts = append(ts, a.ln1, a.rstd1, a.q, a.k, a.v, a.lse, a.att, a.h, a.ln2, a.rstd2, a.gate, a.up, a.act)
