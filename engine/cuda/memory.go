@@ -108,6 +108,28 @@ func (b *Backend) Free(t *engine.Tensor) {
 	b.allocated.Add(-int64(s.n) * int64(s.dtype.Size()))
 }
 
+// fenceFrees is for a collective issued on another stream (NCCL's side
+// stream), which may read or write any tensor until it completes: blocks
+// freed from now until the work issued so far on stream has completed are
+// reused only then. It records an event and waits for nothing (the
+// allocator polls it with cuEventQuery). It runs on the worker thread.
+func (b *Backend) fenceFrees(stream uintptr) error { return b.mem.fence(stream) }
+
+// freeBufferAfter releases a buffer of the allocator used by work on
+// another stream: it returns to the cache once the work issued so far on
+// stream has completed. It runs on the worker thread.
+func (b *Backend) freeBufferAfter(s *devBuffer, stream uintptr) error {
+	if s.ptr == 0 {
+		return nil
+	}
+	if !s.cached {
+		return fmt.Errorf("cuda: freeBufferAfter of a buffer not from the allocator (grow it with growBuffer)")
+	}
+	p := s.ptr
+	*s = devBuffer{}
+	return b.mem.releaseAfter(p, stream)
+}
+
 // MemStats reports the bytes of live tensors and their peak, as asked
 // for. The backend's scratch buffers (attention's score gradients,
 // reduction partials), the rounding up to size classes and the cache are
