@@ -25,7 +25,9 @@ import (
 // Blocks are never split or merged: each is one cuMemAlloc of a size
 // class (blockSize), which bounds the waste. When cuMemAlloc fails the
 // cached blocks are given back to the driver (one synchronisation) and
-// the allocation is tried once more.
+// the allocation is tried once more. That path is for a full device, not
+// for steady state: on a GPU cuMemFree waits for the whole device, a
+// collective in flight included.
 //
 // Its methods run on the backend's worker thread; the byte counts are
 // atomics so that any goroutine may read them.

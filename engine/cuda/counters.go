@@ -14,7 +14,8 @@ type Counters struct {
 	Allocs int64
 	// Frees counts cuMemFree: blocks given back to the driver.
 	Frees int64
-	// Syncs counts cuStreamSynchronize and cuEventSynchronize. Every
+	// Syncs counts cuStreamSynchronize and cuEventSynchronize (the
+	// backend never calls cuCtxSynchronize or a synchronous copy). Every
 	// copy to the host (Download, DownloadInt32, an I32 tensor's host
 	// copy refreshed) is a cuMemcpyDtoHAsync followed by a
 	// cuStreamSynchronize, so each counts once here.
