@@ -14,7 +14,8 @@
 #   0. nvidia-smi, the libraries memtrain finds (and torch's), versions;
 #   1. the conformance suite on the GPU against the float64 references, a
 #      small Llama's training step and generations against the CPU backend,
-#      bf16 storage, the backend's contracts, NCCL, a small Llama trained on a
+#      bf16 storage, the backend's contracts, a steady-state step with no
+#      allocation (the counters), NCCL, a small Llama trained on a
 #      grid of up to 4 GPUs against the CPU (cuda.test -test.run TestGPU);
 #   2. training-step tokens/s and MFU of Llama-3.1-8B cut to 4 layers at
 #      sequence 2048: memtrain, plain torch modules (flash and materialised
@@ -180,7 +181,7 @@ verdict "memtrain loads CUDA and compiles its kernels" $rc
 # ---------------------------------------------------------------------------
 if stage "1. Conformance on the GPU"; then
   L="$LOGS/stage1-conformance.log"
-  run "$L" 180 "$CT" -test.run '^TestGPU(Conformance|Model|BF16|Backend|NCCL|Grid)$' -test.v -test.count=1 -test.timeout 170s
+  run "$L" 180 "$CT" -test.run '^TestGPU(Conformance|Model|BF16|Backend|SteadyState|NCCL|Grid)$' -test.v -test.count=1 -test.timeout 170s
   noskip "$L" $?
   rc=$?
   note '```'

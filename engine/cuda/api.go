@@ -47,6 +47,7 @@ type driverAPI struct {
 	cuEventCreate             func(event *uintptr, flags uint32) cuResult
 	cuEventRecord             func(event, stream uintptr) cuResult
 	cuEventSynchronize        func(event uintptr) cuResult
+	cuEventQuery              func(event uintptr) cuResult
 	cuEventElapsedTime        func(ms *float32, start, end uintptr) cuResult
 	cuEventDestroy            func(event uintptr) cuResult
 	cuMemAlloc                func(ptr *devptr, bytes uint64) cuResult
@@ -85,6 +86,7 @@ func (d *driverAPI) symbols() []symbol {
 		{"cuEventCreate", &d.cuEventCreate, true},
 		{"cuEventRecord", &d.cuEventRecord, true},
 		{"cuEventSynchronize", &d.cuEventSynchronize, true},
+		{"cuEventQuery", &d.cuEventQuery, true},
 		{"cuEventElapsedTime", &d.cuEventElapsedTime, true},
 		{"cuEventDestroy_v2", &d.cuEventDestroy, true},
 		{"cuMemAlloc_v2", &d.cuMemAlloc, true},
@@ -111,6 +113,7 @@ const (
 	cudaErrorStubLibrary  cuResult = 34 // the toolkit's link-time stub, not a driver
 	cudaErrorNoDevice     cuResult = 100
 	cudaErrorInvalidImage cuResult = 200
+	cudaErrorNotReady     cuResult = 600 // cuEventQuery: the work before the event has not completed
 
 	attrMultiprocessorCount = 16 // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
 	attrComputeMajor        = 75 // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR

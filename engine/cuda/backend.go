@@ -73,7 +73,9 @@ type Backend struct {
 	module uintptr
 	fns    map[kernel]uintptr
 
+	mem     *allocator // every device block: tensors, scratch buffers
 	scratch [numScratch]devBuffer
+	count   counters
 	// AdamWStep's table of tensors: the one being built, and the one in
 	// the scratchAdamW buffer at adamDev.
 	adamTable, adamUploaded []int64
@@ -132,7 +134,9 @@ func New(opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{libs: libs, cu: libs.cu, gemmMode: mode, fns: map[kernel]uintptr{}, w: newWorker()}
+	b := &Backend{libs: libs, gemmMode: mode, fns: map[kernel]uintptr{}, w: newWorker()}
+	b.cu = libs.cu.counting(&b.count)
+	b.mem = newAllocator(b.cu, b.err)
 	if err := b.w.try(func() error { return b.open(opts) }); err != nil {
 		b.w.stop()
 		return nil, err
@@ -194,6 +198,7 @@ func (b *Backend) open(opts Options) error {
 			return errors.Join(err, b.release())
 		}
 	}
+	b.mem.stream = b.stream
 	b.info.Name = cString(&name[0])
 	b.info.Major, b.info.Minor, b.info.SMs = int(major), int(minor), int(sms)
 	b.info.TotalMemory, b.info.DriverVersion = int64(total), int(ver)
@@ -240,6 +245,7 @@ func (b *Backend) release() error {
 	for i := range b.scratch {
 		errs = append(errs, b.freeBuffer(&b.scratch[i]))
 	}
+	errs = append(errs, b.mem.close())
 	if b.stream != 0 {
 		errs = append(errs, b.call("cuStreamDestroy", cu.cuStreamDestroy(b.stream)))
 		b.stream = 0
@@ -254,11 +260,10 @@ func (b *Backend) release() error {
 	return errors.Join(errs...)
 }
 
-// Close waits for the kernels issued so far, frees the backend's own
-// buffers, stream, cuBLAS handle and kernels, and releases the device.
-// Tensors still allocated are freed with the context when no other user
-// of the device's primary context remains. A closed backend must not be
-// used.
+// Close waits for the kernels issued so far, frees the device memory the
+// backend holds (tensors still allocated, scratch buffers, the cache),
+// its stream, cuBLAS handle and kernels, and releases the device. A
+// closed backend must not be used, nor its tensors.
 func (b *Backend) Close() error {
 	if b.closed {
 		return nil

@@ -23,9 +23,26 @@
 // one the CUDA runtime inside cuBLAS and NCCL uses too); every method hands
 // its driver calls to it and waits. Kernels, cuBLAS calls and copies are
 // issued in order on one stream and run asynchronously; Download and
-// Synchronize wait for them. A failing driver call panics with a
+// Synchronize wait for them, and nothing else does (Free does not). A failing driver call panics with a
 // *DriverError naming the call (the interface has no error results),
 // except in Synchronize, which returns it.
+//
+// # Memory
+//
+// Tensors and scratch buffers are blocks of a caching allocator
+// (allocator.go): a request is rounded up to a size class (512 bytes up
+// to 8 KiB, then sixteen classes to each power of two, less than 1/16
+// wasted), and a freed block goes to a free list and is reused by the
+// next request of its class with no driver call and no synchronisation.
+// That is safe because all the backend's work runs in order on its one
+// stream; a collective on another stream holds the blocks it may use
+// behind an event until it has completed. A full device empties the
+// cache once before Alloc panics; EmptyCache empties it on demand,
+// Reserved reports what it holds. So in steady state a training step
+// makes no cuMemAlloc or cuMemFree, and its host synchronisations are the
+// host's reads of results. Counters (counters.go) counts those driver
+// calls per backend, at the bindings; the fake libraries count them too,
+// and the tests compare.
 //
 // # Kernels
 //

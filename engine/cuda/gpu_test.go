@@ -94,6 +94,13 @@ func TestGPUFreeMemory(t *testing.T) {
 	t.Logf("cuda:0: %.1f of %.1f GiB free", float64(free)/(1<<30), float64(total)/(1<<30))
 }
 
+// TestGPUSteadyState: a steady-state training step on the GPU makes no
+// cuMemAlloc or cuMemFree and at most maxSyncsPerStep synchronisations.
+func TestGPUSteadyState(t *testing.T) {
+	needGPU(t)
+	testSteadyState(t, newGPU, 0, nil)
+}
+
 func TestGPUBackend(t *testing.T) {
 	needGPU(t)
 	testBackend(t, newGPU)

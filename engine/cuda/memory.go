@@ -19,7 +19,8 @@ import (
 // device. A kernel that writes an I32 tensor (Argmax) invalidates it.
 type Storage struct {
 	b     *Backend
-	ptr   devptr
+	ptr   devptr // the first element, at the end of block
+	block devptr // the allocator's block holding it; 0 when empty
 	dtype engine.DType
 	n     int
 	freed bool
@@ -37,8 +38,11 @@ func (s *Storage) DType() engine.DType { return s.dtype }
 // Len is the number of elements.
 func (s *Storage) Len() int { return s.n }
 
-// Alloc returns a zero-filled tensor on the device. It panics when the
-// device is out of memory, with the sizes asked for and free.
+// Alloc returns a zero-filled tensor on the device, in a block of the
+// backend's caching allocator: one freed before when there is one of its
+// size class, with no driver call. It panics when the device is out of
+// memory even once the cache is emptied, with the sizes asked for and
+// free.
 func (b *Backend) Alloc(dtype engine.DType, shape ...int) *engine.Tensor {
 	n := 1
 	for _, d := range shape {
@@ -56,12 +60,14 @@ func (b *Backend) Alloc(dtype engine.DType, shape ...int) *engine.Tensor {
 	bytes := int64(n) * int64(dtype.Size())
 	b.do(func() {
 		if bytes > 0 {
-			if r := b.cu.cuMemAlloc(&s.ptr, uint64(bytes)); r != cudaSuccess {
+			block, size, err := b.mem.alloc(uint64(bytes))
+			if err != nil {
 				var free, total uint64
 				b.cu.cuMemGetInfo(&free, &total)
 				panic(fmt.Errorf("cuda: Alloc of %s %s (%d bytes) on %s: %w (%d of %d bytes free)",
-					dtype, shapeString(shape), bytes, b.Device(), b.err("cuMemAlloc", r), free, total))
+					dtype, shapeString(shape), bytes, b.Device(), err, free, total))
 			}
+			s.block, s.ptr = block, tensorIn(block, size, uint64(bytes))
 			b.must("cuMemsetD8Async", b.cu.cuMemsetD8Async(s.ptr, 0, uint64(bytes), b.stream))
 		}
 	})
@@ -78,8 +84,10 @@ func (b *Backend) Alloc(dtype engine.DType, shape ...int) *engine.Tensor {
 	return &engine.Tensor{Storage: s, Shape: append([]int(nil), shape...)}
 }
 
-// Free releases t's storage (with every view of it), once the kernels
-// issued so far have finished with it. Freeing a storage twice panics.
+// Free releases t's storage (with every view of it) to the backend's
+// cache, without waiting: work issued from now on, which may reuse the
+// memory, runs after the work issued so far, which may still read it.
+// Freeing a storage twice panics.
 func (b *Backend) Free(t *engine.Tensor) {
 	s, ok := t.Storage.(*Storage)
 	if !ok || s.b != b {
@@ -90,22 +98,73 @@ func (b *Backend) Free(t *engine.Tensor) {
 	}
 	s.freed = true
 	b.do(func() {
-		if s.ptr != 0 {
-			// cuMemFree may return before kernels still using the
-			// memory have run; wait for them first.
-			b.must("cuStreamSynchronize", b.cu.cuStreamSynchronize(b.stream))
-			b.must("cuMemFree", b.cu.cuMemFree(s.ptr))
+		if s.block != 0 {
+			if err := b.mem.release(s.block); err != nil {
+				panic(err)
+			}
 		}
 	})
 	s.host = nil
 	b.allocated.Add(-int64(s.n) * int64(s.dtype.Size()))
 }
 
-// MemStats reports the bytes of live tensors and their peak. The
-// backend's scratch buffers (attention's score gradients, reduction
-// partials) are not counted.
+// fenceFrees is for a collective issued on another stream (NCCL's side
+// stream), which may read or write any tensor until it completes: blocks
+// freed from now until the work issued so far on stream has completed are
+// reused only then. It records an event and waits for nothing (the
+// allocator polls it with cuEventQuery). It runs on the worker thread.
+func (b *Backend) fenceFrees(stream uintptr) error { return b.mem.fence(stream) }
+
+// freeBufferAfter releases a buffer of the allocator used by work on
+// another stream: it returns to the cache once the work issued so far on
+// stream has completed. It runs on the worker thread.
+func (b *Backend) freeBufferAfter(s *devBuffer, stream uintptr) error {
+	if s.ptr == 0 {
+		return nil
+	}
+	if !s.cached {
+		return fmt.Errorf("cuda: freeBufferAfter of a buffer not from the allocator (grow it with growBuffer)")
+	}
+	p := s.ptr
+	*s = devBuffer{}
+	return b.mem.releaseAfter(p, stream)
+}
+
+// MemStats reports the bytes of live tensors and their peak, as asked
+// for. The backend's scratch buffers (attention's score gradients,
+// reduction partials), the rounding up to size classes and the cache are
+// not counted; Reserved counts them.
 func (b *Backend) MemStats() engine.MemStats {
 	return engine.MemStats{Allocated: b.allocated.Load(), Peak: b.peak.Load()}
+}
+
+// Reserved reports the device memory the backend holds from the driver:
+// the blocks of live tensors and scratch buffers, rounded up to their
+// size classes, and the cached blocks free for reuse (the second
+// result, part of the first). It may be called from any goroutine.
+func (b *Backend) Reserved() (reserved, cached int64) {
+	return b.mem.reserved.Load(), b.mem.cached.Load()
+}
+
+// EmptyCache gives the cached free blocks back to the driver, after
+// waiting for the work issued so far (one synchronisation): for a memory
+// check that reads cuMemGetInfo, or another user of the GPU. The cache
+// also empties by itself when an allocation finds the device full.
+func (b *Backend) EmptyCache() error {
+	if b.closed {
+		return fmt.Errorf("cuda: EmptyCache on a closed backend")
+	}
+	return b.w.try(b.mem.emptyCache)
+}
+
+// tensorIn is where a tensor of n bytes starts in a block of size bytes:
+// at the end, aligned to 256 bytes (what cuMemAlloc promises), so that a
+// kernel running past the tensor's end runs past the block's within 255
+// bytes (the fake GPUs put a guard page after every block, which catches
+// it) rather than into the slack of the size class.
+func tensorIn(block devptr, size, n uint64) devptr {
+	const align = 256
+	return block + devptr(size-(n+align-1)/align*align)
 }
 
 // view is a tensor resolved to its storage: the device address of its
@@ -357,7 +416,7 @@ func (b *Backend) Copy(dst, src *engine.Tensor) {
 
 // Scratch buffers: device memory a kernel needs for a moment, one per
 // purpose so that an operation can hold several at once. Each grows to the
-// largest size asked for and is kept.
+// largest size asked for and is kept, in a block of the allocator.
 const (
 	scratchCopy   = iota // Copy between overlapping views
 	scratchReduce        // partial sums, attention_kv's scores
@@ -368,40 +427,56 @@ const (
 	numScratch
 )
 
-// devBuffer is a scratch buffer.
+// devBuffer is a buffer that grows: a scratch buffer, or a communicator's
+// padded buffer. Grown by growBuffer, it is a block of the allocator
+// (cached); a buffer whose ptr its owner set from cuMemAlloc itself is
+// not.
 type devBuffer struct {
-	ptr   devptr
-	bytes uint64
+	ptr    devptr
+	bytes  uint64
+	cached bool
 }
 
 // scratchBuffer returns scratch buffer i with at least bytes bytes. It runs
-// on the worker thread. Growing it waits for the kernels issued so far,
-// which may still use the old buffer.
+// on the worker thread.
 func (b *Backend) scratchBuffer(i int, bytes uint64) devptr {
-	s := &b.scratch[i]
+	return b.growBuffer(&b.scratch[i], bytes, 1<<20)
+}
+
+// growBuffer returns s's memory, grown first when it has fewer than bytes
+// bytes: by half again at least, to at least least bytes. The old block
+// goes back to the cache, reused in stream order, so growing waits for
+// nothing. It runs on the worker thread and panics when the device is
+// out of memory.
+func (b *Backend) growBuffer(s *devBuffer, bytes, least uint64) devptr {
 	if bytes <= s.bytes {
 		return s.ptr
 	}
 	if err := b.freeBuffer(s); err != nil {
 		panic(err)
 	}
-	size := max(bytes, s.bytes+s.bytes/2, 1<<20)
-	if r := b.cu.cuMemAlloc(&s.ptr, size); r != cudaSuccess {
-		panic(fmt.Errorf("cuda: scratch buffer of %d bytes: %w", size, b.err("cuMemAlloc", r)))
+	size := max(bytes, s.bytes+s.bytes/2, least)
+	p, got, err := b.mem.alloc(size)
+	if err != nil {
+		panic(fmt.Errorf("cuda: buffer of %d bytes: %w", size, err))
 	}
-	s.bytes = size
+	*s = devBuffer{ptr: p, bytes: got, cached: true}
 	return s.ptr
 }
 
-// freeBuffer frees a scratch buffer, after the kernels issued so far.
+// freeBuffer releases a buffer: to the cache when the allocator's, else
+// to the driver after the kernels issued so far.
 func (b *Backend) freeBuffer(s *devBuffer) error {
 	if s.ptr == 0 {
 		return nil
 	}
+	p, cached := s.ptr, s.cached
+	*s = devBuffer{}
+	if cached {
+		return b.mem.release(p)
+	}
 	if err := b.call("cuStreamSynchronize", b.cu.cuStreamSynchronize(b.stream)); err != nil {
 		return err
 	}
-	err := b.call("cuMemFree", b.cu.cuMemFree(s.ptr))
-	s.ptr, s.bytes = 0, 0
-	return err
+	return b.call("cuMemFree", b.cu.cuMemFree(p))
 }

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -116,6 +117,31 @@ struct Ctx {
 static Ctx contexts[kDevices];
 static thread_local Ctx* current;
 static bool initialized;
+
+// --- Counters (begin) -------------------------------------------------------
+// The calls a training step should not make every step, counted per device
+// as this library saw them, for the tests to compare with the backend's own
+// counts (Backend.Counters): cuMemAlloc, cuMemFree, and the host
+// synchronisations cuStreamSynchronize and cuEventSynchronize. Every call
+// with a context current counts, successful or not.
+
+enum { COUNT_ALLOCS, COUNT_FREES, COUNT_SYNCS, NUM_COUNTS };
+static std::atomic<long long> counts[kDevices][NUM_COUNTS];
+
+// count_call counts a call on the current context's device.
+static void count_call(int what) {
+  if (current) counts[current->dev][what]++;
+}
+
+// fakecuda_counters writes device dev's counts, in the order of the enum,
+// into out[0..NUM_COUNTS-1]; it returns the number written, or -1 for a
+// device that is not there.
+EXPORT int fakecuda_counters(int dev, long long* out) {
+  if (dev < 0 || dev >= kDevices) return -1;
+  for (int i = 0; i < NUM_COUNTS; i++) out[i] = counts[dev][i].load();
+  return NUM_COUNTS;
+}
+// --- Counters (end) ---------------------------------------------------------
 
 struct Stream {
   Ctx* ctx;
@@ -230,6 +256,7 @@ EXPORT int cuStreamDestroy_v2(void* s) {
 }
 EXPORT int cuStreamSynchronize(void* s) {
   NEED_CTX();
+  count_call(COUNT_SYNCS);
   return stream_ok(s, "cuStreamSynchronize");
 }
 EXPORT int cuStreamWaitEvent(void* s, void* e, unsigned flags) {
@@ -253,7 +280,14 @@ EXPORT int cuEventRecord(void* e, void* s) {
 }
 EXPORT int cuEventSynchronize(void* e) {
   NEED_CTX();
+  count_call(COUNT_SYNCS);
   return known(events, e) ? CUDA_SUCCESS : fail(CUDA_ERROR_INVALID_HANDLE, "cuEventSynchronize: unknown event");
+}
+// cuEventQuery: the work before an event has always completed here, where
+// everything runs when it is issued.
+EXPORT int cuEventQuery(void* e) {
+  NEED_CTX();
+  return known(events, e) ? CUDA_SUCCESS : fail(CUDA_ERROR_INVALID_HANDLE, "cuEventQuery: unknown event");
 }
 EXPORT int cuEventElapsedTime(float* ms, void* a, void* b) {
   NEED_CTX();
@@ -281,6 +315,18 @@ struct Alloc {
 };
 static std::mutex mem_mu;
 static std::map<uintptr_t, Alloc> allocs;  // by user address
+static size_t allocated[kDevices];          // bytes asked for, by device
+
+// free_limit is $MEMTRAIN_FAKECUDA_FREE: when set, the bytes a device has
+// free before its first allocation (cuMemGetInfo reports what is left, and
+// cuMemAlloc fails beyond it); when not, every device has 8 GiB free and
+// allocations fail only when the host's memory does.
+static bool free_limit(size_t* limit) {
+  const char* s = getenv("MEMTRAIN_FAKECUDA_FREE");
+  if (!s) return false;
+  *limit = strtoull(s, nullptr, 10);
+  return true;
+}
 
 // find_alloc returns the allocation holding address p, or null.
 static const Alloc* find_alloc(uintptr_t p, uintptr_t* start) {
@@ -315,7 +361,17 @@ static std::string hex(uintptr_t p) {
 
 EXPORT int cuMemAlloc_v2(uintptr_t* p, size_t bytes) {
   NEED_CTX();
+  count_call(COUNT_ALLOCS);
   if (bytes == 0) return fail(CUDA_ERROR_INVALID_VALUE, "cuMemAlloc: 0 bytes");
+  size_t limit;
+  if (free_limit(&limit)) {
+    std::lock_guard<std::mutex> l(mem_mu);
+    if (allocated[current->dev] + bytes > limit) {
+      return fail(CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc: " + std::to_string(bytes) + " bytes asked for, " +
+                                                std::to_string(limit - std::min(limit, allocated[current->dev])) +
+                                                " free ($MEMTRAIN_FAKECUDA_FREE)");
+    }
+  }
   size_t page = sysconf(_SC_PAGESIZE);
   size_t rounded = (bytes + 15) / 16 * 16;
   size_t body = (rounded + page - 1) / page * page;
@@ -326,25 +382,32 @@ EXPORT int cuMemAlloc_v2(uintptr_t* p, size_t bytes) {
   memset((void*)user, 0xA5, bytes);  // not zero: Alloc must clear what it promises to
   std::lock_guard<std::mutex> l(mem_mu);
   allocs[user] = Alloc{(uintptr_t)m, body + page, bytes, current};
+  allocated[current->dev] += bytes;
   *p = user;
   return CUDA_SUCCESS;
 }
 EXPORT int cuMemFree_v2(uintptr_t p) {
   NEED_CTX();
+  count_call(COUNT_FREES);
   std::lock_guard<std::mutex> l(mem_mu);
   auto it = allocs.find(p);
   if (it == allocs.end()) return fail(CUDA_ERROR_INVALID_VALUE, "cuMemFree: " + hex(p) + " is not an allocation");
   if (it->second.ctx != current) return fail(CUDA_ERROR_INVALID_CONTEXT, "cuMemFree: allocated in another context");
   munmap((void*)it->second.base, it->second.map_bytes);
+  allocated[current->dev] -= it->second.bytes;
   allocs.erase(it);
   return CUDA_SUCCESS;
 }
 EXPORT int cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
   NEED_CTX();
-  // Every fake GPU has 16 GiB, of which 8 are free, or
-  // $MEMTRAIN_FAKECUDA_FREE bytes (tests of memory checks).
+  // Every fake GPU has 16 GiB, of which 8 are free, or what is left of
+  // $MEMTRAIN_FAKECUDA_FREE bytes (tests of memory checks; free_limit).
   *free_bytes = size_t(8) << 30;
-  if (const char* s = getenv("MEMTRAIN_FAKECUDA_FREE")) *free_bytes = strtoull(s, nullptr, 10);
+  size_t limit;
+  if (free_limit(&limit)) {
+    std::lock_guard<std::mutex> l(mem_mu);
+    *free_bytes = limit - std::min(limit, allocated[current->dev]);
+  }
   *total = size_t(16) << 30;
   return CUDA_SUCCESS;
 }
