@@ -25,7 +25,7 @@ func ExampleSearch() {
 			pl.Grid, pl.MicroBatch, pl.MicroBatches, pl.Recompute, pl.StepSeconds, pl.TokensPerSecondPerGPU, 100*pl.MFU, units.FormatBytes(pl.Memory.Total()))
 	}
 	// Output:
-	// dp=1 x=1 y=1 z=8 micro-batch 1×1 recompute false: 1.21 s, 6780 tokens/s/GPU, MFU 39.7%, 59.9 GiB
+	// dp=1 x=1 y=1 z=8 micro-batch 1×1 recompute false: 1.21 s, 6780 tokens/s/GPU, MFU 39.7%, 56.3 GiB
 	// dp=1 x=1 y=2 z=4 micro-batch 2×1 recompute false: 1.23 s, 6673 tokens/s/GPU, MFU 39.1%, 66.4 GiB
 	// dp=2 x=1 y=2 z=2 micro-batch 1×2 recompute false: 1.24 s, 6624 tokens/s/GPU, MFU 38.8%, 59.4 GiB
 }

@@ -98,8 +98,9 @@ func estimateMemory(cfg *checkpoints.Config, s Step, o Options) Memory {
 //   - the L+1 layer inputs (each layer's input, then the last output);
 //   - per layer (one shared set with recomputation): ln1, rstd1, q, k, v,
 //     the attention's saved state, att, h, ln2, rstd2, gate, up, act;
-//   - the final norm's output and rstd, the fp32 logits (their gradient
-//     replaces them in place);
+//   - the final norm's output and rstd, the fp32 logits of one chunk of
+//     at most 256 MiB of token rows (their gradient replaces them in
+//     place; the whole batch's on X or Y grids);
 //   - one set of activation gradients shared by all layers: dx, dh, dln,
 //     dnorm, dq, datt, dk, dv, dgate, dup, dact, dlnf.
 //
@@ -107,6 +108,10 @@ func estimateMemory(cfg *checkpoints.Config, s Step, o Options) Memory {
 // (stat bytes), as fused flash-attention kernels (and both of memtrain's
 // backends) do; with AttentionProbs the softmax [b, heads/Y, T, T], as
 // unfused attention does.
+// headChunkElements is engine/llama's bound on a training pass's logits:
+// 256 MiB of float32 at a time (a test ties the two accountings).
+const headChunkElements = 64 << 20
+
 func activationMemory(cfg *checkpoints.Config, g Grid, b, T int, recompute bool, attn Attention, act, stat int64) int64 {
 	N := int64(b) * int64(T)
 	L := int64(cfg.NumHiddenLayers)
@@ -117,7 +122,7 @@ func activationMemory(cfg *checkpoints.Config, g Grid, b, T int, recompute bool,
 	v := int64(cfg.VocabSize / g.Y)
 	heads := int64(cfg.NumAttentionHeads / g.Y)
 
-	total := 5 * N * 4             // ids, targets, pos, weights, losses
+	total := 7 * N * 4             // ids, targets, pos, weights, losses, report weights and losses
 	total += (L + 1) * N * h * act // layer inputs
 	attention := N * heads * stat
 	if attn == AttentionProbs {
@@ -132,7 +137,13 @@ func activationMemory(cfg *checkpoints.Config, g Grid, b, T int, recompute bool,
 		sets = 1
 	}
 	total += sets * set
-	total += N*h*act + N*stat + N*v*4 // lnf, rstdf, logits
+	// The head's logits, a chunk of rows at a time (engine/llama's
+	// headRows): the whole batch's when X or Y splits them.
+	rows := N
+	if g.X == 1 && g.Y == 1 {
+		rows = min(N, max(1, headChunkElements/max(1, v)))
+	}
+	total += N*h*act + N*stat + rows*v*4 // lnf, rstdf, logits
 	total += 4*N*h*act + 2*N*q*act + 2*N*kv*act + 3*N*i*act + N*h*act
 	return total
 }

@@ -113,7 +113,7 @@ func TestActivationsBF16(t *testing.T) {
 	cfg := smallConfig(t)
 	g := Grid{Data: 1, X: 2, Y: 2, Z: 1}
 	const N = 16
-	tokens := int64(5 * N * 4)
+	tokens := int64(7 * N * 4) // ids, targets, pos, weights, losses, report weights and losses
 	inputs := int64(3 * N * 32 * 2)
 	layer := int64(N*32*2 + N*4 + // ln1, rstd1
 		N*32*2 + 2*N*16*2 + N*2*4 + N*32*2 + // q, k, v, log-sum-exp, att
