@@ -33,6 +33,7 @@ type ncclOp struct {
 	DType      int    // ncclDataType_t
 	Root       int
 	Group      uint64 // the rank's NCCL group it was issued in, 0 outside one
+	Stream     uint64 // the stream it was issued on (0 for a split), on this rank
 }
 
 func (o ncclOp) String() string {
@@ -81,7 +82,7 @@ func (l *ncclLog) sequence(t *testing.T, dev int) []ncclOp {
 			continue
 		}
 		var o ncclOp
-		if _, err := fmt.Sscan(line, &o.Comm, &o.Size, &o.Rank, &o.Op, &o.Count, &o.DType, &o.Root, &o.Group); err != nil {
+		if _, err := fmt.Sscan(line, &o.Comm, &o.Size, &o.Rank, &o.Op, &o.Count, &o.DType, &o.Root, &o.Group, &o.Stream); err != nil {
 			t.Fatalf("device %d: log line %q: %v", dev, line, err)
 		}
 		ops = append(ops, o)
@@ -154,7 +155,7 @@ func checkNCCLOrder(seqs [][]ncclOp) error {
 					return fmt.Errorf("communicator %d: rank %d issued %d operations, rank %d only %d: its next is %v", c, r, len(seq), ranks[0], len(first), seq[i].op)
 				}
 				a, b := first[i], seq[i]
-				a.op.Rank, b.op.Rank, a.op.Group, b.op.Group = 0, 0, 0, 0
+				a.op.Rank, b.op.Rank, a.op.Group, b.op.Group, a.op.Stream, b.op.Stream = 0, 0, 0, 0, 0, 0
 				if a != b {
 					return fmt.Errorf("communicator %d, operation %d: rank %d issued %v (grouped with the one before: %t), rank %d %v (%t)", c, i+1, ranks[0], a.op, a.joined, r, b.op, b.joined)
 				}
@@ -239,6 +240,29 @@ func checkNCCLOrder(seqs [][]ncclOp) error {
 		}
 		slices.Sort(stuck)
 		return fmt.Errorf("no single order of the collectives agrees with every rank's: they wait for each other in a cycle through %d operations (%s)", len(stuck), strings.Join(stuck, ", "))
+	}
+	return nil
+}
+
+// checkNCCLStreams checks that each rank issued all the collectives of a
+// communicator on one stream, a stream of that communicator alone: with
+// two streams, two collectives of a communicator could run at once.
+func checkNCCLStreams(seqs [][]ncclOp) error {
+	for r, seq := range seqs {
+		streamOf := map[uint64]uint64{} // communicator → stream
+		commOf := map[uint64]uint64{}   // stream → communicator
+		for _, o := range seq {
+			if o.Op == "split" {
+				continue
+			}
+			if s, ok := streamOf[o.Comm]; ok && s != o.Stream {
+				return fmt.Errorf("rank %d issued collectives of communicator %d on two streams, %#x and %#x", r, o.Comm, s, o.Stream)
+			}
+			if c, ok := commOf[o.Stream]; ok && c != o.Comm {
+				return fmt.Errorf("rank %d issued collectives of communicators %d and %d on one stream %#x", r, c, o.Comm, o.Stream)
+			}
+			streamOf[o.Comm], commOf[o.Stream] = o.Stream, o.Comm
+		}
 	}
 	return nil
 }
@@ -352,6 +376,24 @@ func TestCheckNCCLOrder(t *testing.T) {
 	}
 }
 
+// TestCheckNCCLStreams checks the stream check.
+func TestCheckNCCLStreams(t *testing.T) {
+	op := func(comm, stream uint64) ncclOp { return ncclOp{Comm: comm, Op: "all-reduce", Stream: stream} }
+	for _, c := range []struct {
+		name string
+		seq  []ncclOp
+		ok   bool
+	}{
+		{"a stream per communicator", []ncclOp{op(1, 10), op(2, 20), op(1, 10), {Comm: 3, Op: "split"}, op(3, 30)}, true},
+		{"a communicator on two streams", []ncclOp{op(1, 10), op(1, 20)}, false},
+		{"two communicators on one stream", []ncclOp{op(1, 10), op(2, 10)}, false},
+	} {
+		if err := checkNCCLStreams([][]ncclOp{c.seq}); (err == nil) != c.ok {
+			t.Errorf("%s: error %v", c.name, err)
+		}
+	}
+}
+
 // TestNCCLOrderEmulated trains two steps of the small Llama on grids of
 // four fake GPUs, with every overlap on and gradient buckets small enough
 // that a group's gradients take several, logs every rank's collectives
@@ -410,6 +452,37 @@ func TestNCCLOrderEmulated(t *testing.T) {
 			}
 			if err := checkNCCLOrder(seqs); err != nil {
 				t.Fatal(err)
+			}
+			if err := checkNCCLStreams(seqs); err != nil {
+				t.Error(err)
+			}
+			// The checker sees a rank that issues the same collectives
+			// in another order: rank 0's last two consecutive ones on
+			// communicators that another rank shares with it, swapped.
+			shares := func(a, b uint64) bool {
+				for _, seq := range seqs[1:] {
+					in := map[uint64]bool{}
+					for _, o := range seq {
+						in[o.Comm] = true
+					}
+					if in[a] && in[b] {
+						return true
+					}
+				}
+				return false
+			}
+			bad := slices.Clone(seqs)
+			bad[0] = slices.Clone(seqs[0])
+			for i := len(bad[0]) - 1; i > 0; i-- {
+				if a, b := bad[0][i-1].Comm, bad[0][i].Comm; a != b && shares(a, b) {
+					bad[0][i], bad[0][i-1] = bad[0][i-1], bad[0][i]
+					break
+				}
+			}
+			if err := checkNCCLOrder(bad); err == nil {
+				t.Errorf("rank 0's log with two collectives swapped passes the check")
+			} else {
+				t.Logf("with two of rank 0's collectives swapped: %v", err)
 			}
 			many := 0
 			for _, n := range groups {

@@ -937,8 +937,8 @@ EXPORT int nvrtcDestroyProgram(void** p) {
 // When fakecuda_nccl_log_start has been called, every collective and split
 // is also logged as it is issued, per device (the calling thread's
 // context): which communicator (a number shared by the clique's ranks), the
-// operation, count, type, root and the thread's group, for tests that
-// check the ranks' orders (fakecuda_nccl_log_read).
+// operation, count, type, root, the thread's group and the stream, for
+// tests that check the ranks' orders (fakecuda_nccl_log_read).
 
 enum { NCCL_OK = 0, NCCL_INVALID_ARGUMENT = 4, NCCL_INVALID_USAGE = 5 };
 enum { OP_ALLREDUCE, OP_REDUCESCATTER, OP_ALLGATHER, OP_BROADCAST, OP_SPLIT };
@@ -1082,6 +1082,7 @@ struct LogEntry {
   size_t count;
   int dtype, root;
   uint64_t group;  // the thread's group, 0 outside one
+  const void* stream;
 };
 static std::mutex log_mu;
 static bool log_on;
@@ -1096,7 +1097,7 @@ static void log_issue(NcclComm* comm, const Post& post) {
   std::lock_guard<std::mutex> l(log_mu);
   if (!log_on || !current) return;
   nccl_log[current->dev].push_back(LogEntry{comm->clique->id, comm->clique->n, comm->rank, post.op, post.count,
-                                            post.dtype, post.root, group_depth > 0 ? groups_started : 0});
+                                            post.dtype, post.root, group_depth > 0 ? groups_started : 0, post.stream});
 }
 
 // meet posts this rank's part of a collective and waits for the others.
@@ -1275,7 +1276,8 @@ EXPORT void fakecuda_nccl_log_start() {
 }
 
 // fakecuda_nccl_log_read writes device dev's log into buf as text, one
-// collective a line: "comm size rank op count dtype root group". It
+// collective a line: "comm size rank op count dtype root group stream"
+// (the stream's address, 0 for a split). It
 // returns the length of the whole text, which it truncates to cap bytes;
 // a caller with too small a buffer calls again with a larger one.
 EXPORT size_t fakecuda_nccl_log_read(int dev, char* buf, size_t cap) {
@@ -1285,8 +1287,8 @@ EXPORT size_t fakecuda_nccl_log_read(int dev, char* buf, size_t cap) {
   if (it != nccl_log.end()) {
     char line[256];
     for (const LogEntry& e : it->second) {
-      snprintf(line, sizeof line, "%llu %d %d %s %zu %d %d %llu\n", (unsigned long long)e.comm, e.size, e.rank,
-               op_names[e.op], e.count, e.dtype, e.root, (unsigned long long)e.group);
+      snprintf(line, sizeof line, "%llu %d %d %s %zu %d %d %llu %llu\n", (unsigned long long)e.comm, e.size, e.rank,
+               op_names[e.op], e.count, e.dtype, e.root, (unsigned long long)e.group, (unsigned long long)(uintptr_t)e.stream);
       out += line;
     }
   }
