@@ -187,6 +187,15 @@ func NewNCCLGroup(backends []*Backend, opts ...comm.Option) ([]comm.Comm, error)
 		c := newNCCLComm(b, api, cfg, comm.NewCounters(), cfg.Name, i, len(backends))
 		c.comm = handles[i]
 		if err := c.setup(); err != nil {
+			// setup destroyed this rank's communicator; the others
+			// would be left without a peer.
+			for j := range i {
+				d := comms[j].(*ncclComm)
+				d.b.w.try(d.release)
+			}
+			for j := i + 1; j < len(backends); j++ {
+				backends[j].w.try(func() error { return c.check("ncclCommDestroy", api.ncclCommDestroy(handles[j])) })
+			}
 			return nil, err
 		}
 		comms[i] = c
@@ -244,7 +253,7 @@ type ncclComm struct {
 	stream   uintptr      // the communication stream
 	ready    uintptr      // recorded on the compute stream before each collective
 	events   []uintptr    // every event recorded after a collective, destroyed by Close
-	free     []uintptr    // those of events not waited for by a pending request
+	free     []uintptr    // those free for reuse: held by no pending request
 	pad      [2]devBuffer // padded buffers of uneven reduce-scatters and all-gathers
 	retired  []devBuffer  // outgrown padded buffers, freed by Close
 	one      devptr       // a float for Barrier's all-reduce
