@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine/comm"
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/parallel"
@@ -15,12 +16,28 @@ import (
 // TestGradientBucketsExact: whatever the gradient bucket size, a step's
 // reduced gradients are bit for bit those of one all-reduce a gradient
 // (a bucket each), and every rank's counts of collectives are the same,
-// with OAR on and off, on a grid that sums over data and data·Z.
+// with OAR on and off: the whole model on a grid that sums over data and
+// data·Z, adapters on one that sums over X, Y and data.
 func TestGradientBucketsExact(t *testing.T) {
+	t.Run("model", func(t *testing.T) { testGradientBuckets(t, false, comm.Grid{Data: 2, X: 1, Y: 1, Z: 2}) })
+	t.Run("lora", func(t *testing.T) { testGradientBuckets(t, true, comm.Grid{Data: 2, X: 2, Y: 2, Z: 1}) })
+}
+
+func testGradientBuckets(t *testing.T, lora bool, shape comm.Grid) {
 	cfg := gridConfig(false)
-	w := randomModel(t, newBackend(1), cfg, Options{}, 7).Weights()
+	var opts Options
+	if lora {
+		opts.LoRA = testAdapter(3, false, 0.2)
+	}
+	ref := randomModel(t, newBackend(1), cfg, Options{}, 7)
+	w := ref.Weights()
+	var ad []checkpoints.Tensor
+	if lora {
+		lm := loraModel(t, newBackend(1), cfg, opts, 7)
+		w, ad = lm.Weights(), lm.AdapterTensors()
+	}
 	global := randomBatch(cfg, 8, 6, 3)
-	shape := comm.Grid{Data: 2, X: 1, Y: 1, Z: 2}
+	global.Keys = []uint64{1, 2, 3, 4, 5, 6, 7, 8}
 	type result struct {
 		grads map[string][]float32
 		stats comm.Stats
@@ -29,13 +46,20 @@ func TestGradientBucketsExact(t *testing.T) {
 		res := make([]result, shape.Size())
 		var mu sync.Mutex
 		err := launch.Local(shape, ov, func(g *parallel.Grid) error {
-			m, err := New(newBackend(1), cfg, Options{Parallel: g, GradientBucketBytes: bucket})
+			o := opts
+			o.Parallel, o.GradientBucketBytes = g, bucket
+			m, err := New(newBackend(1), cfg, o)
 			if err != nil {
 				return err
 			}
 			defer m.Free()
 			if err := m.SetWeights(w); err != nil {
 				return err
+			}
+			if lora {
+				if err := m.LoadAdapters(tensorReader(ad)); err != nil {
+					return err
+				}
 			}
 			_, grads, err := oneStep(m, global)
 			if err != nil {
@@ -53,7 +77,11 @@ func TestGradientBucketsExact(t *testing.T) {
 	}
 	for _, ov := range []parallel.Overlap{{}, parallel.AllOverlap()} {
 		want := run(-1, ov)
-		for _, group := range []string{"data", "data-z"} {
+		groups := []string{"data", "data-z"}
+		if lora {
+			groups = []string{"x", "y", "data-z"}
+		}
+		for _, group := range groups {
 			if n := want[0].stats.Get(group, comm.AllReduce).Total.Calls; n == 0 {
 				t.Fatalf("%v: no all-reduce over %s", ov, group)
 			}

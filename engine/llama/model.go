@@ -431,58 +431,89 @@ func (m *Model) ReduceGradients() (err error) {
 	if m.lora != nil {
 		return m.reduceAdapterGradients()
 	}
-	limit := int64(m.Options.GradientBucketBytes)
-	if limit == 0 {
-		limit = DefaultGradientBucketBytes
-	}
-	type bucket struct {
-		c     comm.Comm
-		grads []*engine.Tensor
-		bytes int64
-	}
-	var (
-		open    []*bucket // in the order of their groups' first gradients
-		pending comm.Requests
-	)
-	issue := func(b *bucket) {
-		r := comm.IAllReduceGroup(b.c, b.grads)
-		if g.Overlap.AllReduce {
-			pending = append(pending, r)
-		} else {
-			check(r.Wait())
-		}
-		b.grads, b.bytes = nil, 0
-	}
+	bs := m.gradientBuckets()
 	for _, p := range m.Trainable() {
 		c := g.Data
 		if len(p.Full) == 1 {
 			c = g.DataZ
 		}
-		if c.Size() == 1 {
-			continue
-		}
-		var b *bucket
-		for _, o := range open {
-			if o.c == c {
-				b = o
-			}
-		}
-		if b == nil {
-			b = &bucket{c: c}
-			open = append(open, b)
-		}
-		b.grads = append(b.grads, p.Grad)
-		if b.bytes += p.Grad.Bytes(); b.bytes >= limit {
-			issue(b)
-		}
+		bs.add(p.Grad, c)
 	}
-	for _, b := range open {
-		if len(b.grads) > 0 {
-			issue(b)
-		}
-	}
-	check(pending.Wait())
+	bs.finish()
 	return nil
+}
+
+// gradBuckets all-reduces gradients in buckets: one open bucket per
+// group, filled in the order the gradients are added and issued as one
+// all-reduce group (comm.IAllReduceGroup) once it holds limit bytes or
+// more. Without OAR each bucket is waited for when issued; with it, in
+// finish. A failed collective panics with a commFailure (check).
+type gradBuckets struct {
+	limit   int64
+	overlap bool
+	open    []*gradBucket // in the order of their groups' first gradients
+	pending comm.Requests
+}
+
+type gradBucket struct {
+	c     comm.Comm
+	grads []*engine.Tensor
+	bytes int64
+}
+
+// gradientBuckets returns empty buckets of Options.GradientBucketBytes on
+// m's grid.
+func (m *Model) gradientBuckets() *gradBuckets {
+	limit := int64(m.Options.GradientBucketBytes)
+	if limit == 0 {
+		limit = DefaultGradientBucketBytes
+	}
+	return &gradBuckets{limit: limit, overlap: m.Options.Parallel.Overlap.AllReduce}
+}
+
+// add puts t in c's bucket, issuing it when full; nil or a group of one
+// rank needs no sum.
+func (bs *gradBuckets) add(t *engine.Tensor, c comm.Comm) {
+	if c == nil || c.Size() == 1 {
+		return
+	}
+	var b *gradBucket
+	for _, o := range bs.open {
+		if o.c == c {
+			b = o
+		}
+	}
+	if b == nil {
+		b = &gradBucket{c: c}
+		bs.open = append(bs.open, b)
+	}
+	b.grads = append(b.grads, t)
+	if b.bytes += t.Bytes(); b.bytes >= bs.limit {
+		bs.issue(b)
+	}
+}
+
+func (bs *gradBuckets) issue(b *gradBucket) {
+	r := comm.IAllReduceGroup(b.c, b.grads)
+	if bs.overlap {
+		bs.pending = append(bs.pending, r)
+	} else {
+		check(r.Wait())
+	}
+	b.grads, b.bytes = nil, 0
+}
+
+// finish issues the buckets still open, in the order they were opened, and
+// waits for every sum.
+func (bs *gradBuckets) finish() {
+	for _, b := range bs.open {
+		if len(b.grads) > 0 {
+			bs.issue(b)
+		}
+	}
+	err := bs.pending.Wait()
+	bs.open, bs.pending = nil, nil
+	check(err)
 }
 
 // GradNorm is the global L2 norm of the gradients, summed in float64 in
