@@ -413,15 +413,16 @@ func (m *Model) ZeroGrads() {
 //
 // The gradients go in buckets (Options.GradientBucketBytes), one open
 // bucket per group, filled in parameter order and issued as one all-reduce
-// group as soon as it is full, the rest at the end: every rank issues the
-// same buckets in the same order (the ranks of a group hold shards of the
-// same sizes), as NCCL requires of collectives on several communicators.
-// With OAR the buckets run in the background until the last is issued;
-// without, each is waited for in turn. The sums are those of one
-// all-reduce a gradient, and each gradient counts as one. The buckets are
-// issued after the backward, not during the last micro-batch's as in
-// PyTorch DDP: overlapping them with the backward would need the backward
-// to know which micro-batch is the last.
+// group as soon as it is full, the rest at the end. The ranks of a group
+// hold shards of the same sizes, so they issue the same buckets on it, and
+// two ranks sharing both groups interleave them alike, as NCCL requires of
+// collectives on several communicators. With OAR the buckets run in the
+// background until the last is issued; without, each is waited for in
+// turn. The sums are those of one all-reduce a gradient, and each
+// gradient counts as one. The buckets are issued after the backward, not
+// during the last micro-batch's as in PyTorch DDP: that would need the
+// backward to know which micro-batch is the last, and to follow the
+// Z-sharded gradients' reduce-scatters.
 func (m *Model) ReduceGradients() (err error) {
 	g := m.Options.Parallel
 	if g == nil {
