@@ -83,15 +83,25 @@
 //
 // NewNCCLGroup (one process driving several GPUs, ncclCommInitAll) and
 // NewNCCL (one rank per process, from an NCCLUniqueID the job distributes,
-// e.g. over MPI) return comm.Comm communicators whose collectives run in
-// stream order with the backend's kernels; the non-blocking ones run on a
-// stream of their own that the backend's stream waits for in Wait.
+// e.g. over MPI) return comm.Comm communicators. Each runs all its
+// collectives, blocking and non-blocking, on a communication stream of its
+// own, which waits for an event recorded on the backend's stream before
+// each one; the backend's stream waits for the event recorded after it at
+// once (blocking) or in Request.Wait (non-blocking), so neither holds the
+// host, and the events are reused. They implement comm.Grouper with NCCL's
+// group calls (ncclGroupStart/End), with which engine/llama all-reduces the
+// gradients in buckets. A rank issues the operations of all its
+// communicators in program order: NCCL requires every rank to issue them
+// in one consistent order, which the tests check on the fake libraries'
+// log of each rank's collectives (nccl_order_test.go). Nothing frees
+// device memory or synchronises the host while a collective may be in
+// flight, except Barrier and Close, which must wait.
 //
 // # Testing without a GPU
 //
 // testdata/fakecuda is a stand-in for libcuda, cuBLAS, NVRTC and NCCL that
 // runs on the CPU: the same kernel sources compiled as C++, each GPU thread
-// a fiber, behind the real C API. The tests build it with g++ and run the
+// a fiber, behind the real C API; its NCCL logs every collective issued. The tests build it with g++ and run the
 // conformance suite, a Llama training step against the CPU backend, bf16
 // paths and the communicator suite through the backend's real bindings. The
 // tests named TestGPU… run the same checks on a real GPU and skip, saying

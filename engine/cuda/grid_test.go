@@ -77,7 +77,14 @@ func gridShare(b llama.Batch, ranks, rank int) []llama.Batch {
 // gridTrain trains on backend b as one rank of g (nil: alone) and
 // returns each step's result.
 func gridTrain(b engine.Backend, cfg *checkpoints.Config, weights []checkpoints.Tensor, batches []llama.Batch, g *parallel.Grid) ([]finetune.StepResult, error) {
-	m, err := llama.New(b, cfg, llama.Options{Parallel: g})
+	return gridTrainWith(b, cfg, weights, batches, llama.Options{Parallel: g})
+}
+
+// gridTrainWith is gridTrain with the model's options, opts.Parallel the
+// grid.
+func gridTrainWith(b engine.Backend, cfg *checkpoints.Config, weights []checkpoints.Tensor, batches []llama.Batch, opts llama.Options) ([]finetune.StepResult, error) {
+	g := opts.Parallel
+	m, err := llama.New(b, cfg, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -378,35 +378,19 @@ func loraPlan(d dims, N, sets int, train bool) []tensorPlan {
 // and Z). Every rank then holds the same gradients.
 func (m *Model) reduceAdapterGradients() error {
 	g := m.Options.Parallel
-	var pending []comm.Request
-	sum := func(t *engine.Tensor, c comm.Comm) {
-		if c == nil || c.Size() == 1 {
-			return
-		}
-		if g.Overlap.AllReduce {
-			pending = append(pending, c.IAllReduce(t))
-		} else {
-			check(c.AllReduce(t))
-		}
-	}
-	wait := func() {
-		for _, r := range pending {
-			check(r.Wait())
-		}
-		pending = pending[:0]
-	}
+	bs := m.gradientBuckets()
 	for _, l := range m.Layers {
 		for _, ad := range l.LoRA {
 			if ad != nil {
-				sum(ad.A.Grad, ad.in)
-				sum(ad.B.Grad, ad.out)
+				bs.add(ad.A.Grad, ad.in)
+				bs.add(ad.B.Grad, ad.out)
 			}
 		}
 	}
-	wait() // the blocks are assembled before the batch's ranks add theirs
+	bs.finish() // the blocks are assembled before the batch's ranks add theirs
 	for _, p := range m.lora.params {
-		sum(p.Grad, g.DataZ)
+		bs.add(p.Grad, g.DataZ)
 	}
-	wait()
+	bs.finish()
 	return nil
 }

@@ -20,6 +20,7 @@ var cases = []Case{
 	{"Broadcast", checkBroadcast},
 	{"Barrier", checkBarrier},
 	{"NonBlocking", checkNonBlocking},
+	{"Groups", checkGroups},
 	{"Split", checkSplit},
 	{"Grid", checkGrid},
 	{"Counters", checkCounters},
@@ -341,6 +342,62 @@ func checkNonBlocking(r *R) {
 	}
 	for i := range many {
 		r.checkSums(fmt.Sprintf("non-blocking all-reduce %d of %d", i, many), r.Values(ts[i]), ins[i], 0, randoms)
+	}
+}
+
+// checkGroups all-reduces groups of tensors with comm.IAllReduceGroup (the
+// communicator's group calls where it is a comm.Grouper): every length of
+// the suite, empty ones included, and an I32 tensor in one group, between
+// a non-blocking reduce-scatter and a blocking all-reduce on the same
+// communicator, then an empty group. The sums are those of one all-reduce
+// a tensor, and so are the counts.
+func checkGroups(r *R) {
+	p, rank := r.C.Size(), r.C.Rank()
+	ns := lengths(p)
+	ins := make([][][]float32, len(ns))
+	ts := make([]*engine.Tensor, 0, len(ns)+1)
+	var elems int64
+	for i, n := range ns {
+		ins[i] = allInputs(seedOf(12, n), p, n, randoms)
+		ts = append(ts, r.F32(ins[i][rank], "grouped all-reduce"))
+		elems += int64(n)
+	}
+	inI := allInputs(seedOf(12, -1), p, 37, integers)
+	ts = append(ts, r.Tensor(engine.I32, inI[rank], "grouped i32 all-reduce"))
+	elems += 37
+	inB := allInputs(seedOf(12, -2), p, 4*p, randoms)
+	offB, mB := comm.Chunk(4*p, p, rank)
+	bSrc := r.F32(inB[rank], "reduce-scatter before a group")
+	bDst := r.F32(filled(mB, -777), "reduce-scatter before a group")
+	inE := allInputs(seedOf(12, -3), p, 11, integers)
+	e := r.F32(inE[rank], "blocking all-reduce after a group")
+
+	before := r.C.Stats().Get(r.C.Group(), comm.AllReduce)
+	rb := r.C.IReduceScatter(bDst, bSrc)
+	rg := comm.IAllReduceGroup(r.C, ts)
+	r.Must(r.C.AllReduce(e), "blocking all-reduce after a group")
+	r.Must(comm.IAllReduceGroup(r.C, nil).Wait(), "empty group")
+	r.Must(rg.Wait(), "group of all-reduces")
+	r.Must(rb.Wait(), "reduce-scatter before a group")
+	after := r.C.Stats().Get(r.C.Group(), comm.AllReduce)
+
+	for i, n := range ns {
+		what := fmt.Sprintf("grouped all-reduce of %d", n)
+		got := r.Values(ts[i])
+		r.checkSums(what, got, ins[i], 0, randoms)
+	}
+	r.checkSums("grouped i32 all-reduce", r.Values(ts[len(ns)]), inI, 0, integers)
+	r.checkSums("reduce-scatter before a group", r.Values(bDst), inB, offB, randoms)
+	r.checkSums("blocking all-reduce after a group", r.Values(e), inE, 0, integers)
+	calls, want := after.Total.Calls-before.Total.Calls, int64(len(ts)+1)
+	got := after.Total.Elements - before.Total.Elements
+	if p == 1 {
+		want, elems = 0, 0 // a group of one counts nothing
+	} else {
+		elems += 11
+	}
+	if calls != want || got != elems {
+		r.Errorf("a group of %d all-reduces and one more: %d calls of %d elements counted, want %d of %d", len(ts), calls, got, want, elems)
 	}
 }
 

@@ -991,7 +991,17 @@ EXPORT int nvrtcDestroyProgram(void** p) {
 // ---------------------------------------------------------------------------
 // NCCL: a clique of ranks meets in memory. Each collective waits until
 // every rank of the clique has posted its own; the last to arrive does the
-// work for all and wakes the others.
+// work for all and wakes the others. Between ncclGroupStart and
+// ncclGroupEnd a thread's collectives are queued and meet in order at
+// ncclGroupEnd (real NCCL launches a group's operations together; a test
+// grouping several communicators in different orders on different ranks
+// would hang here where NCCL might not, which memtrain never does).
+//
+// When fakecuda_nccl_log_start has been called, every collective and split
+// is also logged as it is issued, per device (the calling thread's
+// context): which communicator (a number shared by the clique's ranks), the
+// operation, count, type, root, the thread's group and the stream, for
+// tests that check the ranks' orders (fakecuda_nccl_log_read).
 
 enum { NCCL_OK = 0, NCCL_INVALID_ARGUMENT = 4, NCCL_INVALID_USAGE = 5 };
 enum { OP_ALLREDUCE, OP_REDUCESCATTER, OP_ALLGATHER, OP_BROADCAST, OP_SPLIT };
@@ -1016,7 +1026,11 @@ struct Post {
   Stream* stream;
 };
 
+static std::mutex clique_mu;
+static uint64_t cliques_made;
+
 struct Clique {
+  uint64_t id;  // names the communicator in the log
   int n;
   std::mutex mu;
   std::condition_variable cv;
@@ -1025,7 +1039,10 @@ struct Clique {
   std::vector<NcclComm*> split;  // each rank's new communicator
   int arrived = 0;
   uint64_t generation = 0;
-  explicit Clique(int n) : n(n), posts(n), results(n), split(n) {}
+  explicit Clique(int n) : n(n), posts(n), results(n), split(n) {
+    std::lock_guard<std::mutex> l(clique_mu);
+    id = ++cliques_made;
+  }
 };
 
 static std::set<void*> nccl_comms;
@@ -1119,6 +1136,33 @@ static void perform(Clique* c) {
   }
 }
 
+static const char* const op_names[] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast", "split"};
+
+// The log of issued collectives, per device.
+struct LogEntry {
+  uint64_t comm;
+  int size, rank, op;
+  size_t count;
+  int dtype, root;
+  uint64_t group;  // the thread's group, 0 outside one
+  const void* stream;
+};
+static std::mutex log_mu;
+static bool log_on;
+static std::map<int, std::vector<LogEntry>> nccl_log;
+
+// A thread's group: its depth, its number, and the collectives queued.
+static thread_local int group_depth;
+static thread_local uint64_t groups_started;
+static thread_local std::vector<std::pair<NcclComm*, Post>> group_ops;
+
+static void log_issue(NcclComm* comm, const Post& post) {
+  std::lock_guard<std::mutex> l(log_mu);
+  if (!log_on || !current) return;
+  nccl_log[current->dev].push_back(LogEntry{comm->clique->id, comm->clique->n, comm->rank, post.op, post.count,
+                                            post.dtype, post.root, group_depth > 0 ? groups_started : 0, post.stream});
+}
+
 // meet posts this rank's part of a collective and waits for the others.
 static int meet(NcclComm* comm, const Post& post) {
   Clique* c = comm->clique;
@@ -1134,6 +1178,17 @@ static int meet(NcclComm* comm, const Post& post) {
     c->cv.wait(l, [&] { return c->generation != gen; });
   }
   return c->results[comm->rank];
+}
+
+// issue logs a collective and meets the other ranks at once, or at
+// ncclGroupEnd inside a group.
+static int issue(NcclComm* comm, const Post& post) {
+  log_issue(comm, post);
+  if (group_depth > 0) {
+    group_ops.push_back({comm, post});
+    return NCCL_OK;
+  }
+  return meet(comm, post);
 }
 
 static int comm_ok(void* comm, void* stream, const char* fn) {
@@ -1227,7 +1282,10 @@ EXPORT int ncclCommUserRank(NcclComm* comm, int* r) {
 EXPORT int ncclCommSplit(NcclComm* comm, int color, int key, NcclComm** out, void* config) {
   if (int r = comm_ok(comm, nullptr, "ncclCommSplit")) return r;
   if (config) return fail(NCCL_INVALID_ARGUMENT, "ncclCommSplit: config is not used by memtrain");
-  int r = meet(comm, Post{OP_SPLIT, nullptr, nullptr, 0, 0, 0, color, key, nullptr});
+  if (group_depth > 0) return fail(NCCL_INVALID_USAGE, "ncclCommSplit: inside a group (not emulated)");
+  Post post{OP_SPLIT, nullptr, nullptr, 0, 0, 0, color, key, nullptr};
+  log_issue(comm, post);
+  int r = meet(comm, post);
   *out = comm->clique->split[comm->rank];
   return r;
 }
@@ -1235,22 +1293,68 @@ EXPORT int ncclAllReduce(const void* send, void* recv, size_t count, int dtype, 
   if (int r = comm_ok(comm, stream, "ncclAllReduce")) return r;
   if (op != 0) return fail(NCCL_INVALID_ARGUMENT, "ncclAllReduce: only sums are emulated");
   if (int r = buffers_ok(send, count, recv, count, dtype, "ncclAllReduce")) return r;
-  return meet(comm, Post{OP_ALLREDUCE, send, recv, count, dtype, 0, 0, 0, static_cast<Stream*>(stream)});
+  return issue(comm, Post{OP_ALLREDUCE, send, recv, count, dtype, 0, 0, 0, static_cast<Stream*>(stream)});
 }
 EXPORT int ncclReduceScatter(const void* send, void* recv, size_t count, int dtype, int op, NcclComm* comm, void* stream) {
   if (int r = comm_ok(comm, stream, "ncclReduceScatter")) return r;
   if (op != 0) return fail(NCCL_INVALID_ARGUMENT, "ncclReduceScatter: only sums are emulated");
   if (int r = buffers_ok(send, count * comm->clique->n, recv, count, dtype, "ncclReduceScatter")) return r;
-  return meet(comm, Post{OP_REDUCESCATTER, send, recv, count, dtype, 0, 0, 0, static_cast<Stream*>(stream)});
+  return issue(comm, Post{OP_REDUCESCATTER, send, recv, count, dtype, 0, 0, 0, static_cast<Stream*>(stream)});
 }
 EXPORT int ncclAllGather(const void* send, void* recv, size_t count, int dtype, NcclComm* comm, void* stream) {
   if (int r = comm_ok(comm, stream, "ncclAllGather")) return r;
   if (int r = buffers_ok(send, count, recv, count * comm->clique->n, dtype, "ncclAllGather")) return r;
-  return meet(comm, Post{OP_ALLGATHER, send, recv, count, dtype, 0, 0, 0, static_cast<Stream*>(stream)});
+  return issue(comm, Post{OP_ALLGATHER, send, recv, count, dtype, 0, 0, 0, static_cast<Stream*>(stream)});
 }
 EXPORT int ncclBroadcast(const void* send, void* recv, size_t count, int dtype, int root, NcclComm* comm, void* stream) {
   if (int r = comm_ok(comm, stream, "ncclBroadcast")) return r;
   if (root < 0 || root >= comm->clique->n) return fail(NCCL_INVALID_ARGUMENT, "ncclBroadcast: root");
   if (int r = buffers_ok(send, count, recv, count, dtype, "ncclBroadcast")) return r;
-  return meet(comm, Post{OP_BROADCAST, send, recv, count, dtype, root, 0, 0, static_cast<Stream*>(stream)});
+  return issue(comm, Post{OP_BROADCAST, send, recv, count, dtype, root, 0, 0, static_cast<Stream*>(stream)});
+}
+
+EXPORT int ncclGroupStart() {
+  if (group_depth++ == 0) groups_started++;
+  return NCCL_OK;
+}
+EXPORT int ncclGroupEnd() {
+  if (group_depth == 0) return fail(NCCL_INVALID_USAGE, "ncclGroupEnd: no group started");
+  if (--group_depth > 0) return NCCL_OK;
+  std::vector<std::pair<NcclComm*, Post>> ops;
+  ops.swap(group_ops);
+  int result = NCCL_OK;
+  for (auto& op : ops) {
+    int r = meet(op.first, op.second);
+    if (result == NCCL_OK) result = r;
+  }
+  return result;
+}
+
+// fakecuda_nccl_log_start clears the log of issued collectives and starts
+// logging (see the NCCL section's comment).
+EXPORT void fakecuda_nccl_log_start() {
+  std::lock_guard<std::mutex> l(log_mu);
+  nccl_log.clear();
+  log_on = true;
+}
+
+// fakecuda_nccl_log_read writes device dev's log into buf as text, one
+// collective a line: "comm size rank op count dtype root group stream"
+// (the stream's address, 0 for a split). It
+// returns the length of the whole text, which it truncates to cap bytes;
+// a caller with too small a buffer calls again with a larger one.
+EXPORT size_t fakecuda_nccl_log_read(int dev, char* buf, size_t cap) {
+  std::lock_guard<std::mutex> l(log_mu);
+  std::string out;
+  auto it = nccl_log.find(dev);
+  if (it != nccl_log.end()) {
+    char line[256];
+    for (const LogEntry& e : it->second) {
+      snprintf(line, sizeof line, "%llu %d %d %s %zu %d %d %llu %llu\n", (unsigned long long)e.comm, e.size, e.rank,
+               op_names[e.op], e.count, e.dtype, e.root, (unsigned long long)e.group, (unsigned long long)(uintptr_t)e.stream);
+      out += line;
+    }
+  }
+  if (cap > 0) memcpy(buf, out.data(), std::min(cap, out.size()));
+  return out.size();
 }
