@@ -386,7 +386,9 @@ func (p *reportProtocol) prefixNote() string {
 
 // plotMemorizationVsK draws, for each base model with goldfish arms,
 // the members' exact match and ROUGE-L against goldfish k, with the
-// standard arm of the same model as dotted reference lines.
+// standard arm of the same model as dotted reference lines — except in a
+// study of several models that trains one k, where each figure would
+// have one x value.
 func plotMemorizationVsK(dir string, arms []*reportArm, p *reportProtocol) ([]reportFigure, error) {
 	k := p.plotK()
 	rouge, unit := p.rougeOf()
@@ -448,6 +450,12 @@ func plotMemorizationVsK(dir string, arms []*reportArm, p *reportProtocol) ([]re
 			}
 		}
 		slices.Sort(ks)
+		if len(ks) == 1 && len(models) > 1 {
+			// One k and several models: a study of size, not of k. A figure
+			// a model with one x value says nothing the figures against
+			// model size (sizes.go, plotMemorizationVsParams) do not.
+			continue
+		}
 		switch lo, hi := ks[0], ks[len(ks)-1]; {
 		case len(ks) == 1:
 			f.p.X.Min, f.p.X.Max = lo-1, hi+1

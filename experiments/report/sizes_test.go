@@ -155,8 +155,6 @@ func TestWriteReportSizeCurves(t *testing.T) {
 		t.Error("every run measured the end of its first pass, but the report says otherwise")
 	}
 	checkPlots(t, dir, rep, []string{
-		"plots/memorization-vs-k-goldfish-50-tiny-h32-l1.png", "plots/memorization-vs-k-goldfish-50-tiny-h192-l6.png",
-		"plots/memorization-vs-k-carlini-50-tiny-h32-l1.png", "plots/memorization-vs-k-carlini-50-tiny-h192-l6.png",
 		"plots/memorization-vs-params-goldfish-50.png", "plots/memorization-vs-params-carlini-50.png",
 		"plots/rougeL-distribution-goldfish-50.png", "plots/rougeL-distribution-carlini-50.png",
 		"plots/training-loss.png", "plots/memorization-vs-pass-standard.png", "plots/memorization-vs-pass-goldfish-k-4.png",
