@@ -387,6 +387,9 @@ func (b *Backend) launch(k kernel, grid, block dim3, args ...any) {
 	if grid.y > maxGridYZ || grid.z > maxGridYZ || block.x*block.y*block.z > 1024 {
 		panic(fmt.Sprintf("cuda: kernel %s launched with grid %v, block %v", k, grid, block))
 	}
+	if threads := int(block.x * block.y * block.z); threads > kernelBounds[k] {
+		panic(fmt.Sprintf("cuda: kernel %s launched with %d threads a block, beyond its __launch_bounds__(%d)", k, threads, kernelBounds[k]))
+	}
 	fn := b.fns[k]
 	if fn == 0 {
 		b.must("cuModuleGetFunction("+string(k)+")", b.cu.cuModuleGetFunction(&fn, b.module, string(k)))

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -179,6 +180,60 @@ func paramKind(p string) (argKind, error) {
 	}
 	return 0, fmt.Errorf("parameter %q has a type launch cannot pass", p)
 }
+
+// boundsRE matches a kernel's __launch_bounds__ and its name, and
+// defineRE the integer #defines the bounds are written with.
+var (
+	boundsRE = regexp.MustCompile(`extern\s+"C"\s+__global__\s+void\s+__launch_bounds__\s*\(\s*([A-Za-z_0-9]+)\s*\)\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(`)
+	defineRE = regexp.MustCompile(`(?m)^#define\s+([A-Z_][A-Z0-9_]*)\s+(\d+)\s*$`)
+)
+
+// parseBounds reads every kernel's __launch_bounds__ (its first argument,
+// the most threads a block may have) from the sources, resolving the
+// #defines they name; a kernel without bounds is an error, so that none
+// is compiled for an unknown block size.
+func parseBounds(src string, headers map[string]string, sigs map[kernel][]argKind) (map[kernel]int, error) {
+	defs := map[string]int{}
+	all := src
+	for _, h := range headers {
+		all += "\n" + h
+	}
+	for _, m := range defineRE.FindAllStringSubmatch(all, -1) {
+		v, err := strconv.Atoi(m[2])
+		if err != nil {
+			return nil, fmt.Errorf("#define %s %s: %v", m[1], m[2], err)
+		}
+		defs[m[1]] = v
+	}
+	bounds := map[kernel]int{}
+	for _, m := range boundsRE.FindAllStringSubmatch(src, -1) {
+		v, err := strconv.Atoi(m[1])
+		if err != nil {
+			var ok bool
+			if v, ok = defs[m[1]]; !ok {
+				return nil, fmt.Errorf("kernel %s: __launch_bounds__(%s) is neither a number nor a #define", m[2], m[1])
+			}
+		}
+		bounds[kernel(m[2])] = v
+	}
+	for k := range sigs {
+		if bounds[k] <= 0 {
+			return nil, fmt.Errorf("kernel %s has no __launch_bounds__", k)
+		}
+	}
+	return bounds, nil
+}
+
+// kernelBounds are the kernels' launch bounds: launch refuses a block
+// larger than its kernel's, which NVRTC sized its registers for.
+var kernelBounds = func() map[kernel]int {
+	src, headers := kernelSource()
+	b, err := parseBounds(src, headers, kernelSignatures)
+	if err != nil {
+		panic("cuda: embedded kernels: " + err.Error())
+	}
+	return b
+}()
 
 // kernelSignatures are the parameter lists of every kernel in the embedded
 // sources, read once at start-up.

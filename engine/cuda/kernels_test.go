@@ -419,3 +419,39 @@ func TestKernelFilesEmbedded(t *testing.T) {
 		}
 	}
 }
+
+// Every kernel of the sources has launch bounds, read through the
+// #defines; a kernel without them, or bounds naming an unknown macro,
+// is an error.
+func TestParseBounds(t *testing.T) {
+	for k := range kernelSignatures {
+		if kernelBounds[k] < 32 || kernelBounds[k] > 1024 {
+			t.Errorf("kernel %s: launch bounds %d", k, kernelBounds[k])
+		}
+	}
+	if kernelBounds[kCrossEntropy] != crossEntropyThreads || kernelBounds[kAdd] != elementThreads {
+		t.Errorf("bounds of cross_entropy %d and add %d, want %d and %d", kernelBounds[kCrossEntropy], kernelBounds[kAdd], crossEntropyThreads, elementThreads)
+	}
+	for _, c := range []struct {
+		name, src string
+		want      int
+		err       string
+	}{
+		{"number", `extern "C" __global__ void __launch_bounds__(128) k(int n) {}`, 128, ""},
+		{"define", "#define T 64\n" + `extern "C" __global__ void __launch_bounds__(T) k(int n) {}`, 64, ""},
+		{"none", `extern "C" __global__ void k(int n) {}`, 0, "no __launch_bounds__"},
+		{"unknown macro", `extern "C" __global__ void __launch_bounds__(U) k(int n) {}`, 0, "neither a number nor a #define"},
+	} {
+		sigs, err := parseKernels(c.src)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		b, err := parseBounds(c.src, nil, sigs)
+		switch {
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("%s: error %v, want one containing %q", c.name, err, c.err)
+		case c.err == "" && (err != nil || b["k"] != c.want):
+			t.Errorf("%s: bounds %v (%v), want %d", c.name, b, err, c.want)
+		}
+	}
+}

@@ -11,7 +11,7 @@
 //	p += (stepSize·m) / (√v / √(1−β2^t) + eps)
 //
 // with stepSize = −lr/(1−β1^t) and decay = 1 − lr·wd.
-extern "C" __global__ void adamw(void* param, int pdt, const void* grad, int gdt, void* m, int mdt, void* v, int vdt, i64 n,
+extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) adamw(void* param, int pdt, const void* grad, int gdt, void* m, int mdt, void* v, int vdt, i64 n,
                                  float decay, float beta1, float one_minus_beta1, float beta2, float one_minus_beta2,
                                  float step_size, float bc2_sqrt, float eps) {
   for (i64 i = global_thread(); i < n; i += grid_threads()) {

@@ -33,8 +33,9 @@ __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
 // summed in order. aoff and boff are shared arrays of element offsets.
 // Every thread of the block calls it: it starts with a barrier, so the
 // caller may rewrite as, bs and the offsets' previous contents before.
-__device__ void fa_dots(float* acc, const void* A, int adt, const i64* aoff, int na, const void* B, int bdt,
+__device__ __forceinline__ void fa_dots(float* acc, const void* A, int adt, const i64* aoff, int na, const void* B, int bdt,
                         const i64* boff, int nb, int D, float (*as)[FA_DC + 1], float (*bs)[FA_DC + 1]) {
+  MT_UNROLL
   for (int e = 0; e < FA_PAIRS; e++) {
     acc[e] = 0.0f;
   }
@@ -47,6 +48,7 @@ __device__ void fa_dots(float* acc, const void* A, int adt, const i64* aoff, int
       bs[r][d] = r < nb && d < dc ? load(B, bdt, boff[r] + d0 + d) : 0.0f;
     }
     __syncthreads();
+    MT_UNROLL
     for (int e = 0; e < FA_PAIRS; e++) {
       int pair = e * FA_THREADS + threadIdx.x;
       if (pair < na * nb) {
@@ -107,6 +109,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
   int last = (int)((p0 + nr - 1) / G);
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float o[FA_ACC];
+  MT_UNROLL
   for (int e = 0; e < FA_ACC; e++) {
     o[e] = 0.0f;
   }
@@ -118,6 +121,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
     }
     float s[FA_PAIRS];
     fa_dots(s, q, qdt, qoff, nr, k, kdt, koff, nk, D, as, bs);
+    MT_UNROLL
     for (int e = 0; e < FA_PAIRS; e++) {
       int pi = e * FA_THREADS + threadIdx.x;
       if (pi < nr * nk) {
@@ -142,6 +146,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
       }
     }
     __syncthreads();
+    MT_UNROLL
     for (int e = 0; e < FA_ACC; e++) {
       int idx = e * FA_THREADS + threadIdx.x;
       if (idx < nr * D) {
@@ -154,6 +159,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
       }
     }
   }
+  MT_UNROLL
   for (int e = 0; e < FA_ACC; e++) {
     int idx = e * FA_THREADS + threadIdx.x;
     if (idx < nr * D) {
@@ -214,6 +220,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
     koff[threadIdx.x] = kvbase + (k0 + (i64)threadIdx.x) * ldk;
   }
   float dka[FA_ACC], dva[FA_ACC];
+  MT_UNROLL
   for (int e = 0; e < FA_ACC; e++) {
     dka[e] = 0.0f;
     dva[e] = 0.0f;
@@ -226,6 +233,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
     float s[FA_PAIRS], dp[FA_PAIRS];
     fa_dots(s, q, qdt, qoff, nq, k, kdt, koff, nk, D, as, bs);
     fa_dots(dp, dout, ddt, qoff, nq, v, vdt, koff, nk, D, as, bs);
+    MT_UNROLL
     for (int e = 0; e < FA_PAIRS; e++) {
       int pi = e * FA_THREADS + threadIdx.x;
       if (pi < nq * nk) {
@@ -236,6 +244,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
       }
     }
     __syncthreads();
+    MT_UNROLL
     for (int e = 0; e < FA_ACC; e++) {
       int idx = e * FA_THREADS + threadIdx.x;
       if (idx < nk * D) {
@@ -250,6 +259,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
       }
     }
   }
+  MT_UNROLL
   for (int e = 0; e < FA_ACC; e++) {
     int idx = e * FA_THREADS + threadIdx.x;
     if (idx < nk * D) {
@@ -283,6 +293,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
   i64 kvbase = b * T * KV * D + (i64)kv * D, ldk = (i64)KV * D;
   int last = (int)((p0 + nr - 1) / G);
   float acc[FA_ACC];
+  MT_UNROLL
   for (int e = 0; e < FA_ACC; e++) {
     acc[e] = 0.0f;
   }
@@ -295,6 +306,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
     float s[FA_PAIRS], dp[FA_PAIRS];
     fa_dots(s, q, qdt, qoff, nr, k, kdt, koff, nk, D, as, bs);
     fa_dots(dp, dout, ddt, qoff, nr, v, vdt, koff, nk, D, as, bs);
+    MT_UNROLL
     for (int e = 0; e < FA_PAIRS; e++) {
       int pi = e * FA_THREADS + threadIdx.x;
       if (pi < nr * nk) {
@@ -304,6 +316,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
       }
     }
     __syncthreads();
+    MT_UNROLL
     for (int e = 0; e < FA_ACC; e++) {
       int idx = e * FA_THREADS + threadIdx.x;
       if (idx < nr * D) {
@@ -316,6 +329,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
       }
     }
   }
+  MT_UNROLL
   for (int e = 0; e < FA_ACC; e++) {
     int idx = e * FA_THREADS + threadIdx.x;
     if (idx < nr * D) {
@@ -335,7 +349,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
 // dot product over D (lanes over D, a butterfly sum); then the block
 // softmaxes the L scores, and thread d sums p_j·v[j][d] over the keys in
 // order. Cache rows from L on are never read.
-extern "C" __global__ void attention_kv(void* out, int odt, const void* q, int qdt, const void* kc, int kdt, const void* vc,
+extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) attention_kv(void* out, int odt, const void* q, int qdt, const void* kc, int kdt, const void* vc,
                                         int vdt, const int* start, float* scores, i64 item0, int n, int H, int KV, int D,
                                         int Tmax, float scale) {
   i64 item = item0 + blockIdx.x;

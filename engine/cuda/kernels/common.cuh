@@ -13,6 +13,24 @@ typedef unsigned short bf16;
 #define DT_F32 0
 #define DT_BF16 1
 
+// ELEMENT_THREADS is the block of the kernels launched with at most 256
+// threads (the host's elementThreads and the launches' block1(256) and
+// rowThreads(…, 256)): their __launch_bounds__, which the host checks at
+// every launch (kernelBounds) and the NVRTC test against the compiled
+// kernels' attributes.
+#define ELEMENT_THREADS 256
+
+// MT_UNROLL unrolls the loop after it fully when compiled for a GPU, so
+// that the per-thread arrays it indexes (attention's accumulators) live
+// in registers rather than in local memory, which a loop the compiler
+// keeps rolled forces them into (the NVRTC test fails on a kernel with a
+// stack frame). The emulator's C++ ignores it.
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define MT_UNROLL _Pragma("unroll")
+#else
+#define MT_UNROLL
+#endif
+
 #define MT_INF __int_as_float(0x7f800000)
 #define MT_NAN __int_as_float(0x7fffffff)
 

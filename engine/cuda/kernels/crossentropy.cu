@@ -99,7 +99,7 @@ __device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
 // there is one (as torch.argmax). Each thread scans a strided share of the
 // row, then a tree in shared memory picks among the threads, in a fixed
 // order. Launched with ARGMAX_THREADS threads.
-extern "C" __global__ void argmax(int* out, const void* logits, int dt, int V) {
+extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS) argmax(int* out, const void* logits, int dt, int V) {
   __shared__ float best_v[ARGMAX_THREADS];
   __shared__ int best_i[ARGMAX_THREADS];
   i64 base = (i64)blockIdx.x * V;

@@ -6,28 +6,28 @@
 
 // cast converts n elements between F32 and BF16 (either direction, or a
 // plain copy when the types agree).
-extern "C" __global__ void cast(void* dst, int ddt, const void* src, int sdt, i64 n) {
+extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) cast(void* dst, int ddt, const void* src, int sdt, i64 n) {
   for (i64 i = global_thread(); i < n; i += grid_threads()) {
     store(dst, ddt, i, load(src, sdt, i));
   }
 }
 
 // add computes dst = a + b; dst may be a or b.
-extern "C" __global__ void add(void* dst, int ddt, const void* a, int adt, const void* b, int bdt, i64 n) {
+extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) add(void* dst, int ddt, const void* a, int adt, const void* b, int bdt, i64 n) {
   for (i64 i = global_thread(); i < n; i += grid_threads()) {
     store(dst, ddt, i, __fadd_rn(load(a, adt, i), load(b, bdt, i)));
   }
 }
 
 // axpy computes dst += alpha·x, the product rounded before the sum.
-extern "C" __global__ void axpy(void* dst, int ddt, float alpha, const void* x, int xdt, i64 n) {
+extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) axpy(void* dst, int ddt, float alpha, const void* x, int xdt, i64 n) {
   for (i64 i = global_thread(); i < n; i += grid_threads()) {
     store(dst, ddt, i, __fadd_rn(load(dst, ddt, i), __fmul_rn(alpha, load(x, xdt, i))));
   }
 }
 
 // scale computes x *= alpha.
-extern "C" __global__ void scale(void* x, int dt, float alpha, i64 n) {
+extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) scale(void* x, int dt, float alpha, i64 n) {
   for (i64 i = global_thread(); i < n; i += grid_threads()) {
     store(x, dt, i, __fmul_rn(load(x, dt, i), alpha));
   }
@@ -36,7 +36,7 @@ extern "C" __global__ void scale(void* x, int dt, float alpha, i64 n) {
 // scale_matrix computes C = beta·C for batch row-major rows×cols matrices
 // with row stride ld, stride elements apart: a GEMM with K = 0. With
 // beta = 0 it writes zeros, so that NaNs in C do not leak (as BLAS).
-extern "C" __global__ void scale_matrix(void* c, int dt, float beta, int batch, int rows, int cols, i64 ld, i64 stride) {
+extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) scale_matrix(void* c, int dt, float beta, int batch, int rows, int cols, i64 ld, i64 stride) {
   i64 n = (i64)batch * rows * cols;
   for (i64 i = global_thread(); i < n; i += grid_threads()) {
     i64 b = i / ((i64)rows * cols), r = i / cols % rows, col = i % cols;
@@ -69,7 +69,7 @@ extern "C" __global__ void __launch_bounds__(WIDEN_THREADS)
 // sum_squares_partial writes into partial[b] the sum of x² (of x, when
 // squares is 0) over elements [b·SUMSQ_BLOCK, (b+1)·SUMSQ_BLOCK), in
 // float64. One block per partial.
-extern "C" __global__ void sum_squares_partial(double* partial, const void* x, int dt, i64 n, int squares) {
+extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) sum_squares_partial(double* partial, const void* x, int dt, i64 n, int squares) {
   i64 lo = (i64)blockIdx.x * SUMSQ_BLOCK, hi = min64(n, lo + SUMSQ_BLOCK);
   double s = 0;
   for (i64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {

@@ -4,7 +4,7 @@
 // embedding gathers out[i] = table[ids[i]]: one block per token, threads
 // over the h columns. An id outside [0, v) gives a row of NaN (the host
 // checks ids it knows; this is the guard for ids it does not).
-extern "C" __global__ void embedding(void* out, int odt, const void* table, int tdt, const int* ids, int h, int v) {
+extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) embedding(void* out, int odt, const void* table, int tdt, const int* ids, int h, int v) {
   i64 row = blockIdx.x;
   int id = ids[row];
   bool ok = id >= 0 && id < v;
@@ -19,7 +19,7 @@ extern "C" __global__ void embedding(void* out, int odt, const void* table, int 
 // block owns one segment and a range of columns, and adds the segment's
 // rows in position order: no two threads write the same element, no
 // atomics, and the sums are the CPU backend's, bit for bit.
-extern "C" __global__ void embedding_backward(void* dtable, int tdt, const void* dout, int odt, const int* ids,
+extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) embedding_backward(void* dtable, int tdt, const void* dout, int odt, const int* ids,
                                               const int* order, const int* seg, int h) {
   int s = blockIdx.x;
   int c = blockIdx.y * blockDim.x + threadIdx.x;

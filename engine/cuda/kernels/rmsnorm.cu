@@ -54,7 +54,7 @@ extern "C" __global__ void __launch_bounds__(RMSNORM_THREADS) rmsnorm_backward_d
 // and rows [by·rows_per_chunk, (by+1)·rows_per_chunk). The chunks are
 // fixed by the row count alone, so the result does not depend on the
 // device.
-extern "C" __global__ void rmsnorm_backward_dw_partial(double* partial, const void* dout, int gdt, const void* x, int xdt,
+extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) rmsnorm_backward_dw_partial(double* partial, const void* dout, int gdt, const void* x, int xdt,
                                                        const void* rstd, int rdt, i64 n, int h, int rows_per_chunk) {
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= h) {
@@ -70,7 +70,7 @@ extern "C" __global__ void rmsnorm_backward_dw_partial(double* partial, const vo
 
 // rmsnorm_backward_dw_final adds the chunks' partial sums of each column in
 // chunk order, in float64, and adds the total (rounded) into dw.
-extern "C" __global__ void rmsnorm_backward_dw_final(void* dw, int wdt, const double* partial, int chunks, int h) {
+extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) rmsnorm_backward_dw_final(void* dw, int wdt, const double* partial, int chunks, int h) {
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= h) {
     return;

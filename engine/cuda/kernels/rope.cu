@@ -10,7 +10,7 @@
 //
 // sign = −1 is the backward pass: the rotation's transpose is its inverse.
 // One block per row (token); threads over the (head, j) pairs.
-extern "C" __global__ void rope(void* x, int dt, const int* pos, const void* inv_freq, int fdt, int heads, int half,
+extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) rope(void* x, int dt, const int* pos, const void* inv_freq, int fdt, int heads, int half,
                                 float sign) {
   i64 row = blockIdx.x;
   float p = (float)pos[row];

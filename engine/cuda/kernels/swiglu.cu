@@ -7,7 +7,7 @@ __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-
 
 // swiglu computes out = silu(gate)·up with silu(x) = x·σ(x). out may be
 // gate or up.
-extern "C" __global__ void swiglu(void* out, int odt, const void* gate, int gdt, const void* up, int udt, i64 n) {
+extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) swiglu(void* out, int odt, const void* gate, int gdt, const void* up, int udt, i64 n) {
   for (i64 i = global_thread(); i < n; i += grid_threads()) {
     float g = load(gate, gdt, i);
     store(out, odt, i, g * sigmoid(g) * load(up, udt, i));
@@ -21,7 +21,7 @@ extern "C" __global__ void swiglu(void* out, int odt, const void* gate, int gdt,
 //
 // Each element is read before it is written, so dGate may be gate and dUp
 // up or dOut.
-extern "C" __global__ void swiglu_backward(void* dgate, int dgdt, void* dup, int dudt, const void* dout, int ddt,
+extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) swiglu_backward(void* dgate, int dgdt, void* dup, int dudt, const void* dout, int ddt,
                                            const void* gate, int gdt, const void* up, int udt, i64 n) {
   for (i64 i = global_thread(); i < n; i += grid_threads()) {
     float g = load(gate, gdt, i), u = load(up, udt, i), d = load(dout, ddt, i);
