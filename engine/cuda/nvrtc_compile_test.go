@@ -10,6 +10,21 @@ import (
 	"testing"
 )
 
+// knownFrames are the stack frames NVRTC 11.8 gives kernels today, in
+// bytes by architecture, each a known exception to "no frame" with its
+// reason; a kernel whose frame grows past its entry fails the test.
+//   - rope: double-precision sincos, whose argument reduction for huge
+//     angles (Payne–Hanek) keeps a table on the stack; the fast path that
+//     every position below 2^20 takes does not touch it.
+//   - the attention backward kernels keep a few accumulators in local
+//     memory on one architecture each even with their loops unrolled
+//     (MT_UNROLL): 24 bytes of dq's on sm_80, 64 of dk/dv's on sm_90.
+//     Measured here without a GPU, so what they cost is not known.
+var knownFrames = map[int]map[string]int{
+	80: {"rope": 48, "flash_attention_backward_dq": 24},
+	90: {"rope": 48, "flash_attention_backward_dkv": 64},
+}
+
 // TestKernelsCompileWithNVRTC compiles the kernels with the real NVRTC,
 // when the machine has one (no GPU needed; Debian: apt-get install
 // libnvrtc11.2 libnvrtc-builtins11.8 from non-free), for the
@@ -28,23 +43,9 @@ import (
 //     many threads could not launch;
 //   - a kernel has a stack frame (local memory: registers spilled), but
 //     for the known ones listed in knownFrames.
+//
 // It also compiles PTX (the backend's fallback for devices newer than
 // NVRTC), where every kernel must be an entry.
-// knownFrames are the stack frames NVRTC 11.8 gives kernels today, in
-// bytes by architecture, each a known exception to "no frame" with its
-// reason; a kernel whose frame grows past its entry fails the test.
-//   - rope: double-precision sincos, whose argument reduction for huge
-//     angles (Payne–Hanek) keeps a table on the stack; the fast path that
-//     every position below 2^20 takes does not touch it.
-//   - the attention backward kernels keep a few accumulators in local
-//     memory on one architecture each even with their loops unrolled
-//     (MT_UNROLL): 24 bytes of dq's on sm_80, 64 of dk/dv's on sm_90.
-//     Measured here without a GPU, so what they cost is not known.
-var knownFrames = map[int]map[string]int{
-	80: {"rope": 48, "flash_attention_backward_dq": 24},
-	90: {"rope": 48, "flash_attention_backward_dkv": 64},
-}
-
 func TestKernelsCompileWithNVRTC(t *testing.T) {
 	required := os.Getenv("MEMTRAIN_REQUIRE_NVRTC") == "1"
 	if !canLoad {
