@@ -227,7 +227,7 @@ func TestLaunchShapes(t *testing.T) {
 func TestCacheKey(t *testing.T) {
 	src, headers := kernelSource()
 	t90 := kernelTarget{arch: 90, cubin: true}
-	opts := nvrtcOptions(t90)
+	opts := nvrtcOptions(t90, true)
 	base := cacheKey("12.4", t90, opts, src, headers)
 	if len(base) != 32 || base != cacheKey("12.4", t90, opts, src, headers) {
 		t.Fatalf("key %q is not a stable 32-digit hash", base)

@@ -63,11 +63,20 @@ func chooseTarget(cc int, supported []int, canCUBIN bool) (kernelTarget, error) 
 	return kernelTarget{arch: best}, nil
 }
 
-// nvrtcOptions are the options the kernels are compiled with: the target
-// alone. NVRTC's defaults are IEEE division and square root and no fast
-// math, which the kernels need to match the CPU backend's roundings.
-func nvrtcOptions(t kernelTarget) []string {
-	return []string{"--gpu-architecture=" + t.String()}
+// nvrtcOptions are the options the kernels are compiled with: the target,
+// and for the exact path (exact: GEMMs in f32, where the backend claims
+// the CPU's results) --fmad=false, since NVRTC otherwise fuses a multiply
+// and an add into one rounding where the CPU backend, and the stand-in's
+// C++ compiled with -ffp-contract=off, round twice. NVRTC's defaults are
+// already IEEE division and square root and no fast math. The mixed
+// precision paths keep the fused multiply-adds: faster, and within their
+// tolerances.
+func nvrtcOptions(t kernelTarget, exact bool) []string {
+	opts := []string{"--gpu-architecture=" + t.String()}
+	if exact {
+		opts = append(opts, "--fmad=false")
+	}
+	return opts
 }
 
 // cacheKey names a compiled program in the cache: a hash of everything
@@ -136,7 +145,7 @@ func (b *Backend) kernelImage(cacheDir string) ([]byte, error) {
 	}
 	b.info.KernelTarget = target.String()
 	src, headers := kernelSource()
-	options := nvrtcOptions(target)
+	options := nvrtcOptions(target, b.gemmMode == GemmF32)
 	key := cacheKey(b.info.NVRTCVersion, target, options, src, headers)
 
 	dir, dirErr := kernelCacheDir(cacheDir)
