@@ -424,8 +424,18 @@ func TestKernelCacheEmulated(t *testing.T) {
 	if err := os.WriteFile(files[0], []byte("garbage"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(Options{LibDir: dir, CacheDir: cache}); err == nil || !strings.Contains(err.Error(), "cuModuleLoadData") {
+	if _, err := New(Options{LibDir: dir, CacheDir: cache, GEMM: GemmF32}); err == nil || !strings.Contains(err.Error(), "cuModuleLoadData") {
 		t.Errorf("corrupt cache: %v", err)
+	}
+	// The mixed-precision paths compile without --fmad=false: another
+	// program, cached in a file of its own.
+	b3, err := New(Options{LibDir: dir, CacheDir: cache, GEMM: GemmBF16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b3.Close()
+	if files, _ := filepath.Glob(filepath.Join(cache, "*.cubin")); len(files) != 2 || b3.Info().KernelsCached {
+		t.Errorf("after a bf16 backend the cache holds %v (kernels cached: %v), want a second program", files, b3.Info().KernelsCached)
 	}
 	if _, err := New(Options{LibDir: dir, Device: 8}); err == nil || err.Error() != "cuda: device cuda:8 requested, but 8 CUDA device(s) found" {
 		t.Errorf("device out of range: %v", err)

@@ -941,6 +941,8 @@ EXPORT int nvrtcCompileProgram(void* p, int nopts, const char* const* opts) {
     const char* flag = "--gpu-architecture=";
     if (strncmp(o, flag, strlen(flag)) == 0) {
       target = o + strlen(flag);
+    } else if (strcmp(o, "--fmad=false") == 0 || strcmp(o, "--fmad=true") == 0) {
+      // The kernels here are compiled with -ffp-contract=off: never fused.
     } else {
       prog->log += std::string("unknown option ") + o + ". ";
       return NVRTC_INVALID_OPTION;
