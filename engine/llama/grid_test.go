@@ -40,6 +40,20 @@ func onGrid(shape comm.Grid, cfg *checkpoints.Config, w []checkpoints.Tensor, fn
 	})
 }
 
+// reportBatch is the grid tests' global batch: 8 sequences of 6 tokens,
+// a quarter of the targets ignored, every other one reported
+// (ReportWeights 1).
+func reportBatch(cfg *checkpoints.Config) Batch {
+	b := randomBatch(cfg, 8, 6, 3)
+	b.ReportWeights = make([]float32, len(b.Weights))
+	for i := range b.ReportWeights {
+		if b.Targets[i] >= 0 {
+			b.ReportWeights[i] = 1
+		}
+	}
+	return b
+}
+
 // sliceBatch returns sequences [s0, s1) of a batch.
 func sliceBatch(b Batch, s0, s1 int) Batch {
 	lo, hi := s0*b.T, s1*b.T
@@ -124,13 +138,7 @@ func TestGridGradients(t *testing.T) {
 	for _, tie := range []bool{false, true} {
 		cfg := gridConfig(tie)
 		w := randomModel(t, newBackend(1), cfg, Options{}, 7).Weights()
-		global := randomBatch(cfg, 8, 6, 3)
-		global.ReportWeights = make([]float32, len(global.Weights))
-		for i := range global.ReportWeights {
-			if global.Targets[i] >= 0 {
-				global.ReportWeights[i] = 1
-			}
-		}
+		global := reportBatch(cfg)
 		ref := randomModel(t, newBackend(1), cfg, Options{}, 7)
 		want, wantGrads, err := oneStep(ref, global)
 		if err != nil {

@@ -21,13 +21,7 @@ func TestHeadChunks(t *testing.T) {
 	for _, tie := range []bool{false, true} {
 		cfg := gridConfig(tie)
 		w := randomModel(t, newBackend(1), cfg, Options{}, 7).Weights()
-		global := randomBatch(cfg, 8, 6, 3)
-		global.ReportWeights = make([]float32, len(global.Weights))
-		for i := range global.ReportWeights {
-			if global.Targets[i] >= 0 {
-				global.ReportWeights[i] = 1
-			}
-		}
+		global := reportBatch(cfg)
 		ref := randomModel(t, newBackend(1), cfg, Options{}, 7)
 		want, wantGrads, err := oneStep(ref, global)
 		if err != nil {

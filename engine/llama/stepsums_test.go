@@ -19,13 +19,7 @@ import (
 func TestStepSums(t *testing.T) {
 	cfg := gridConfig(false)
 	w := randomModel(t, newBackend(1), cfg, Options{}, 7).Weights()
-	global := randomBatch(cfg, 8, 6, 3)
-	global.ReportWeights = make([]float32, len(global.Weights))
-	for i := range global.ReportWeights {
-		if global.Targets[i] >= 0 {
-			global.ReportWeights[i] = 1
-		}
-	}
+	global := reportBatch(cfg)
 	ref := randomModel(t, newBackend(1), cfg, Options{}, 7)
 	want, _, err := oneStep(ref, global)
 	if err != nil {

@@ -3,6 +3,20 @@
 // computed there in float64 and rounded once.
 #include "common.cuh"
 
+// adamw_element is one element's update from its gradient g (the
+// formula below), shared by adamw and adamw_multi.
+__device__ __forceinline__ void adamw_element(void* param, int pdt, float g, void* m, int mdt, void* v, int vdt, i64 i,
+                                              float decay, float beta1, float one_minus_beta1, float beta2,
+                                              float one_minus_beta2, float step_size, float bc2_sqrt, float eps) {
+  float p = __fmul_rn(load(param, pdt, i), decay);
+  float mi = __fadd_rn(__fmul_rn(load(m, mdt, i), beta1), __fmul_rn(one_minus_beta1, g));
+  float vi = __fadd_rn(__fmul_rn(load(v, vdt, i), beta2), __fmul_rn(__fmul_rn(one_minus_beta2, g), g));
+  float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
+  store(param, pdt, i, __fadd_rn(p, __fdiv_rn(__fmul_rn(step_size, mi), denom)));
+  store(m, mdt, i, mi);
+  store(v, vdt, i, vi);
+}
+
 // adamw updates param, m and v in place from grad:
 //
 //	p  = p·decay
@@ -15,14 +29,8 @@ extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) adamw(void* param,
                                  float decay, float beta1, float one_minus_beta1, float beta2, float one_minus_beta2,
                                  float step_size, float bc2_sqrt, float eps) {
   for (i64 i = global_thread(); i < n; i += grid_threads()) {
-    float g = load(grad, gdt, i);
-    float p = __fmul_rn(load(param, pdt, i), decay);
-    float mi = __fadd_rn(__fmul_rn(load(m, mdt, i), beta1), __fmul_rn(one_minus_beta1, g));
-    float vi = __fadd_rn(__fmul_rn(load(v, vdt, i), beta2), __fmul_rn(__fmul_rn(one_minus_beta2, g), g));
-    float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
-    store(param, pdt, i, __fadd_rn(p, __fdiv_rn(__fmul_rn(step_size, mi), denom)));
-    store(m, mdt, i, mi);
-    store(v, vdt, i, vi);
+    adamw_element(param, pdt, load(grad, gdt, i), m, mdt, v, vdt, i, decay, beta1, one_minus_beta1, beta2,
+                  one_minus_beta2, step_size, bc2_sqrt, eps);
   }
 }
 
@@ -91,13 +99,8 @@ extern "C" __global__ void __launch_bounds__(ADAMW_THREADS)
         g = __fmul_rn(g, coef);
         store(grad, gdt, i, g);
       }
-      float p = __fmul_rn(load(param, pdt, i), decay);
-      float mi = __fadd_rn(__fmul_rn(load(m, mdt, i), beta1), __fmul_rn(one_minus_beta1, g));
-      float vi = __fadd_rn(__fmul_rn(load(v, vdt, i), beta2), __fmul_rn(__fmul_rn(one_minus_beta2, g), g));
-      float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
-      store(param, pdt, i, __fadd_rn(p, __fdiv_rn(__fmul_rn(step_size, mi), denom)));
-      store(m, mdt, i, mi);
-      store(v, vdt, i, vi);
+      adamw_element(param, pdt, g, m, mdt, v, vdt, i, decay, beta1, one_minus_beta1, beta2, one_minus_beta2,
+                    step_size, bc2_sqrt, eps);
     }
   }
 }
