@@ -118,6 +118,26 @@ func oneStep(m *Model, global Batch) (Loss, map[string][]float32, error) {
 	return sum, grads, nil
 }
 
+// checkStepResult compares oneStep's loss sums (within tol, relative) and,
+// with withGrads, its gradients (within 1e-5, relative) with the
+// reference's.
+func checkStepResult(t *testing.T, name string, got, want Loss, tol float64, grads, wantGrads map[string][]float32, withGrads bool) {
+	t.Helper()
+	if d := math.Abs(got.Sum-want.Sum) / want.Sum; d > tol || got.Weight != want.Weight {
+		t.Errorf("%s: loss %v/%v, want %v/%v", name, got.Sum, got.Weight, want.Sum, want.Weight)
+	}
+	if d := math.Abs(got.ReportSum-want.ReportSum) / want.ReportSum; d > tol {
+		t.Errorf("%s: report loss %v, want %v", name, got.ReportSum, want.ReportSum)
+	}
+	if withGrads {
+		for n, v := range wantGrads {
+			if d := relDiff(grads[n], v); d > 1e-5 {
+				t.Errorf("%s: %s gradient off by %.3g", name, n, d)
+			}
+		}
+	}
+}
+
 func relDiff(a, b []float32) float64 {
 	var num, den float64
 	for i := range a {
@@ -164,19 +184,7 @@ func TestGridGradients(t *testing.T) {
 						}
 						mu.Lock()
 						defer mu.Unlock()
-						if d := math.Abs(got.Sum-want.Sum) / want.Sum; d > 1e-5 || got.Weight != want.Weight {
-							t.Errorf("%s rank %d: loss %v/%v, want %v/%v", name, g.Rank(), got.Sum, got.Weight, want.Sum, want.Weight)
-						}
-						if d := math.Abs(got.ReportSum-want.ReportSum) / want.ReportSum; d > 1e-5 {
-							t.Errorf("%s rank %d: report loss %v, want %v", name, g.Rank(), got.ReportSum, want.ReportSum)
-						}
-						if g.Rank() == 0 {
-							for n, v := range wantGrads {
-								if d := relDiff(grads[n], v); d > 1e-5 {
-									t.Errorf("%s: %s gradient off by %.3g", name, n, d)
-								}
-							}
-						}
+						checkStepResult(t, fmt.Sprintf("%s rank %d", name, g.Rank()), got, want, 1e-5, grads, wantGrads, g.Rank() == 0)
 						return nil
 					})
 					if err != nil {

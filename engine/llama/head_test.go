@@ -2,7 +2,6 @@ package llama
 
 import (
 	"fmt"
-	"math"
 	"sync"
 	"testing"
 
@@ -53,19 +52,7 @@ func TestHeadChunks(t *testing.T) {
 					if rows := m.ws.logits.Dim(0); rows != 5 {
 						t.Errorf("%s: the workspace holds %d rows of logits, want 5", name, rows)
 					}
-					if d := math.Abs(got.Sum-want.Sum) / want.Sum; d > 1e-6 || got.Weight != want.Weight {
-						t.Errorf("%s rank %d: loss %v/%v, want %v/%v", name, g.Rank(), got.Sum, got.Weight, want.Sum, want.Weight)
-					}
-					if d := math.Abs(got.ReportSum-want.ReportSum) / want.ReportSum; d > 1e-6 {
-						t.Errorf("%s rank %d: report loss %v, want %v", name, g.Rank(), got.ReportSum, want.ReportSum)
-					}
-					if g.Rank() == 0 {
-						for n, v := range wantGrads {
-							if d := relDiff(grads[n], v); d > 1e-5 {
-								t.Errorf("%s: %s gradient off by %.3g", name, n, d)
-							}
-						}
-					}
+					checkStepResult(t, fmt.Sprintf("%s rank %d", name, g.Rank()), got, want, 1e-6, grads, wantGrads, g.Rank() == 0)
 					return nil
 				})
 				if err != nil {
