@@ -613,11 +613,7 @@ func (c *ncclComm) reduceScatter(dst, src *engine.Tensor, async bool) comm.Reque
 		})
 	}
 	return c.run(op, async, func(stream uintptr) error {
-		full, err := c.padBuffer(0, uint64(p*chunk)*size)
-		if err != nil {
-			return err
-		}
-		part, err := c.padBuffer(1, uint64(chunk)*size)
+		full, part, err := c.padBuffers(uint64(p*chunk)*size, uint64(chunk)*size)
 		if err != nil {
 			return err
 		}
@@ -680,11 +676,7 @@ func (c *ncclComm) allGather(dst, src *engine.Tensor, async bool) comm.Request {
 		})
 	}
 	return c.run(op, async, func(stream uintptr) error {
-		full, err := c.padBuffer(0, uint64(p*chunk)*size)
-		if err != nil {
-			return err
-		}
-		part, err := c.padBuffer(1, uint64(chunk)*size)
+		full, part, err := c.padBuffers(uint64(p*chunk)*size, uint64(chunk)*size)
 		if err != nil {
 			return err
 		}
@@ -701,6 +693,17 @@ func (c *ncclComm) allGather(dst, src *engine.Tensor, async bool) comm.Request {
 		}
 		return b.call("cuMemcpyDtoDAsync", b.cu.cuMemcpyDtoDAsync(d.ptr, full, d.bytes(), stream))
 	})
+}
+
+// padBuffers are the two padded buffers of an uneven reduce-scatter or
+// all-gather: the whole tensor's, of full bytes, and one chunk's.
+func (c *ncclComm) padBuffers(full, part uint64) (devptr, devptr, error) {
+	f, err := c.padBuffer(0, full)
+	if err != nil {
+		return 0, 0, err
+	}
+	p, err := c.padBuffer(1, part)
+	return f, p, err
 }
 
 // padBuffer returns padded buffer i with at least bytes bytes, on the

@@ -148,12 +148,11 @@ func (m *Model) FinishStep(s *StepSums, micro int) (err error) {
 	b.Sum(t.View(0, 1), t.View(slots, matrices))
 	b.Sum(t.View(2, 1), t.View(slots+matrices, norms))
 	if g != nil && g.World.Size() > 1 {
-		counts := [4]bool{
-			m.lora == nil && g.At.Data == 0 || m.lora != nil && g.World.Rank() == 0,
-			g.At.X == 0 && g.At.Y == 0,
-			g.At.Data == 0 && g.At.Y == 0 && g.At.Z == 0,
-			g.At.X == 0 && g.At.Y == 0,
+		matrices, norms := g.CountsUnique()
+		if m.lora != nil {
+			matrices = g.World.Rank() == 0 // whole adapters on every rank
 		}
+		counts := [4]bool{matrices, g.CountsBatch(), norms, g.CountsBatch()}
 		for k, c := range counts {
 			if !c {
 				b.Fill(t.View(k, 1), 0)

@@ -131,7 +131,21 @@ func Check(cfg *checkpoints.Config, shape comm.Grid) error {
 // performance model leaves out (engine/perfmodel counts only the groups
 // x, y, z, data and data-z), in float32.
 func (g *Grid) SumBatch(b engine.Backend, vals []float64) error {
-	return g.sumWorld(b, vals, g.At.X == 0 && g.At.Y == 0)
+	return g.sumWorld(b, vals, g.CountsBatch())
+}
+
+// CountsBatch reports whether this rank's batch values (loss sums, target
+// counts) count in a sum over the world: one X·Y rank of each Data·Z
+// coordinate. SumBatch sums on the host; a device-side sum (llama's step
+// sums) zeroes the values of the ranks that do not count.
+func (g *Grid) CountsBatch() bool { return g.At.X == 0 && g.At.Y == 0 }
+
+// CountsUnique reports whether this rank's squared gradient sums count in
+// the global norm, for its Z-sharded matrices (every (x, y, z) once, data
+// replicas not) and for its norm weights (one per x): SumUnique's rule.
+func (g *Grid) CountsUnique() (matrices, norms bool) {
+	matrices = g.At.Data == 0
+	return matrices, matrices && g.At.Y == 0 && g.At.Z == 0
 }
 
 // SumUnique replaces vals by their sums over the ranks that hold distinct
@@ -140,9 +154,9 @@ func (g *Grid) SumBatch(b engine.Backend, vals []float64) error {
 // values of norm weights (one per x). Used for the global gradient norm.
 func (g *Grid) SumUnique(b engine.Backend, matrices, norms float64) (float64, error) {
 	vals := []float64{0, 0}
-	if g.At.Data == 0 {
+	if cm, cn := g.CountsUnique(); cm {
 		vals[0] = matrices
-		if g.At.Y == 0 && g.At.Z == 0 {
+		if cn {
 			vals[1] = norms
 		}
 	}
