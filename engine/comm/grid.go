@@ -1,6 +1,12 @@
 package comm
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/memtrain/memtrain/internal/units"
+)
 
 // Grid is the shape of AxoNN's 4D grid: Data × X × Y × Z ranks. World
 // ranks are laid out with X fastest, then Y, then Z, then data (DESIGN.md,
@@ -92,4 +98,43 @@ func (gs *Groups) Close() error {
 		}
 	}
 	return first
+}
+
+// ParseGrid reads a grid as the CLI's --parallel gives it, such as
+// "dp=2,x=2,y=1,z=2": axes dp (or data), x, y and z, those left out 1.
+func ParseGrid(s string) (Grid, error) {
+	g := Grid{Data: 1, X: 1, Y: 1, Z: 1}
+	seen := map[string]bool{}
+	parts, err := units.SplitList(s)
+	if err != nil {
+		return g, err
+	}
+	for _, part := range parts {
+		key, val, ok := strings.Cut(part, "=")
+		key = strings.ToLower(strings.TrimSpace(key))
+		n, err := strconv.Atoi(strings.TrimSpace(val))
+		if !ok || err != nil || n < 1 {
+			return g, fmt.Errorf("grid %q: %q is not AXIS=N with N ≥ 1", s, part)
+		}
+		if seen[key] {
+			return g, fmt.Errorf("grid %q: %s given twice", s, key)
+		}
+		seen[key] = true
+		switch key {
+		case "dp", "data":
+			g.Data = n
+		case "x":
+			g.X = n
+		case "y":
+			g.Y = n
+		case "z":
+			g.Z = n
+		default:
+			return g, fmt.Errorf("grid %q: unknown axis %q (want dp, x, y or z)", s, key)
+		}
+	}
+	if len(seen) == 0 {
+		return g, fmt.Errorf("grid %q: no axis given (e.g. dp=2,x=2,y=1,z=2)", s)
+	}
+	return g, nil
 }

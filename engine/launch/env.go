@@ -10,7 +10,6 @@ import (
 
 	"github.com/memtrain/memtrain/engine/comm"
 	"github.com/memtrain/memtrain/engine/parallel"
-	"github.com/memtrain/memtrain/engine/perfmodel"
 )
 
 // Launchers tell a process the size of its job through the environment:
@@ -129,11 +128,5 @@ func MPIWorld(procs int) (comm.Comm, error) {
 	return mpiInit()
 }
 
-// ParseGrid reads a grid such as dp=2,x=2,y=1,z=2 (perfmodel.ParseGrid).
-func ParseGrid(s string) (comm.Grid, error) {
-	g, err := perfmodel.ParseGrid(s)
-	if err != nil {
-		return comm.Grid{}, err
-	}
-	return comm.Grid{Data: g.Data, X: g.X, Y: g.Y, Z: g.Z}, nil
-}
+// ParseGrid reads a grid such as dp=2,x=2,y=1,z=2 (comm.ParseGrid).
+func ParseGrid(s string) (comm.Grid, error) { return comm.ParseGrid(s) }

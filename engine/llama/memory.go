@@ -96,14 +96,51 @@ func (m RankMemory) Total() int64 { return engine.SumBytes(m.Params, m.Optimizer
 const maxPassTokens = 1 << 48
 
 // Memory is what one rank allocates for a model of cfg doing w.
-func Memory(cfg *checkpoints.Config, w Work) RankMemory {
-	var m RankMemory
+func Memory(cfg *checkpoints.Config, w Work) RankMemory { return Itemize(cfg, w).Rank() }
+
+// Items are Memory's bytes by what they hold, as a planner reports them:
+// the same allocation lists, itemized.
+type Items struct {
+	// Weights are the rank's weight shards (a LoRA run's frozen base in
+	// its dtype, and its adapters) and the RoPE table.
+	Weights int64
+	// Gradients are the gradients a model allocates beside them: every
+	// shard's, or with adapters the adapters' and the frozen norms'
+	// discarded one.
+	Gradients int64
+	// Optimizer is the optimizer's moments.
+	Optimizer int64
+	// Activations is the largest pass's workspace (the workspace plan,
+	// or the decoder's): activations, their gradients, logits, scratch.
+	Activations int64
+	// Gathered is what Z-sharding adds with Z > 1: the gathered weight
+	// blocks (two units with OAG) and the gradient blocks before their
+	// reduce-scatter.
+	Gathered int64
+	// Snapshot is RankMemory.Snapshot.
+	Snapshot int64
+}
+
+// Rank sums the items as RankMemory does.
+func (it Items) Rank() RankMemory {
+	return RankMemory{Params: engine.SumBytes(it.Weights, it.Gradients), Optimizer: it.Optimizer,
+		Workspace: engine.SumBytes(it.Activations, it.Gathered), Snapshot: it.Snapshot}
+}
+
+// Total is the sum of the backend's allocations (Snapshot is host memory
+// beside them), saturating.
+func (it Items) Total() int64 { return it.Rank().Total() }
+
+// Itemize is Memory by item.
+func Itemize(cfg *checkpoints.Config, w Work) Items {
+	var m Items
 	d := fullDims(cfg)
 	if w.Grid != (comm.Grid{}) {
 		d = gridDims(cfg, w.Grid)
 	}
 	local, z := shardElements(cfg, w.Grid, w.Overlap)
 	rope := int64(len(InvFreq(cfg))) * 4
+	moments := int64(max(w.Moments, 0))
 	if a := w.LoRA; a != nil {
 		// The frozen base: its matrices in BaseDType and its norms in
 		// F32, no gradients; the adapters, replicated, with gradients
@@ -112,19 +149,23 @@ func Memory(cfg *checkpoints.Config, w Work) RankMemory {
 		norms := int64(2*cfg.NumHiddenLayers+1) * int64(d.H)
 		base := engine.SumBytes(engine.MulBytes(local-norms, int64(w.BaseDType.Size())), engine.MulBytes(norms, 4))
 		ad := cfg.AdapterParams(a)
-		m.Params = engine.SumBytes(base, engine.MulBytes(2, ad, 4), rope, int64(d.H)*4)
-		m.Optimizer = engine.MulBytes(int64(max(w.Moments, 0)), ad, 4)
-		m.Workspace = engine.SumBytes(passBytes(d, w), engine.MulBytes(z.gather, 4))
+		m.Weights = engine.SumBytes(base, engine.MulBytes(ad, 4), rope)
+		m.Gradients = engine.SumBytes(engine.MulBytes(ad, 4), int64(d.H)*4)
+		m.Optimizer = engine.MulBytes(moments, ad, 4)
+		m.Activations = passBytes(d, w)
+		m.Gathered = engine.MulBytes(z.gather, 4)
 		if w.Snapshot {
-			m.Snapshot = engine.MulBytes(int64(1+max(w.Moments, 0)), ad, 4)
+			m.Snapshot = engine.MulBytes(1+moments, ad, 4)
 		}
 		return m
 	}
-	m.Params = engine.SumBytes(engine.MulBytes(2, local, 4), rope)
-	m.Optimizer = engine.MulBytes(int64(max(w.Moments, 0)), local, 4)
-	m.Workspace = engine.SumBytes(passBytes(d, w), engine.MulBytes(z.gather+z.grad, 4))
+	m.Weights = engine.SumBytes(engine.MulBytes(local, 4), rope)
+	m.Gradients = engine.MulBytes(local, 4)
+	m.Optimizer = engine.MulBytes(moments, local, 4)
+	m.Activations = passBytes(d, w)
+	m.Gathered = engine.MulBytes(z.gather+z.grad, 4)
 	if w.Snapshot {
-		m.Snapshot = engine.MulBytes(int64(1+max(w.Moments, 0)), local, 4)
+		m.Snapshot = engine.MulBytes(1+moments, local, 4)
 	}
 	return m
 }

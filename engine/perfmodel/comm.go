@@ -13,17 +13,25 @@ const (
 	OpReduceScatter = "reduce-scatter"
 )
 
-// Bytes per element on the wire. Activations and gathered weights travel
-// in bf16, as the engine computes; per-token statistics (RMSNorm's sums,
-// cross-entropy's max, sum of exponentials and target logit) and weight
-// gradients travel in fp32, as they are accumulated (engine.PrecisionBF16
-// keeps fp32 gradients).
+// wire is what a collective moves, which sets its element's size.
+type wire int
+
 const (
-	activationBytes = 2
-	weightBytes     = 2
-	statBytes       = 4
-	gradBytes       = 4
+	wireActivation wire = iota // activations and activation gradients
+	wireWeight                 // Z-gathered weights
+	wireStat                   // per-token statistics: RMSNorm's sums, cross-entropy's max, sum of exponentials and target logit
+	wireGrad                   // weight gradients
 )
+
+// bytes is an element's size as the engine sends it: float32 for all —
+// the activations and gathered weights memtrain's backends hold on a
+// tensor-parallel grid, and statistics and gradients as they are
+// accumulated. A Device's WireBytes may replace it for activations and
+// weights, to model an engine that sends them in bf16.
+func (w wire) bytes() int { return 4 }
+
+// payload says whether WireBytes applies.
+func (w wire) payload() bool { return w == wireActivation || w == wireWeight }
 
 // Overlap says whether a collective can be hidden behind compute when the
 // engine overlaps communication (Options.NoOverlap false).
@@ -78,6 +86,9 @@ type Collective struct {
 	Elements int64 `json:"elements"`
 	// Bytes is the size of one element on the wire.
 	Bytes int `json:"bytes"`
+	// payload marks activations and weights, whose element size a
+	// Device's WireBytes replaces.
+	payload bool
 	// Calls is the number of calls per optimizer step: per-micro-batch
 	// calls are multiplied by the number of micro-batches, and forward
 	// calls inside decoder layers by 2 with activation recomputation.
@@ -169,29 +180,29 @@ func collectives(cfg *checkpoints.Config, s Step) []Collective {
 	hx := h / int64(g.X)
 
 	var cs []Collective
-	add := func(name, group, op string, elements int64, bytes, calls int, ov Overlap) {
+	add := func(name, group, op string, elements int64, w wire, calls int, ov Overlap) {
 		p := g.GroupSize(group)
 		if p == 1 || calls == 0 || elements == 0 {
 			return
 		}
 		cs = append(cs, Collective{Name: name, Group: group, Op: op, GroupSize: p, Elements: elements,
-			Bytes: bytes, Calls: calls, RingFactor: RingFactor(op, p), Overlap: ov})
+			Bytes: w.bytes(), payload: w.payload(), Calls: calls, RingFactor: RingFactor(op, p), Overlap: ov})
 	}
 	// zSharded adds the Z and data traffic of one weight (or of every
 	// layer's copy of it: k = L).
 	zSharded := func(name string, block int64, fwdGathers, bwdGathers, k int) {
-		add(name+" weight (forward)", GroupZ, OpAllGather, block, weightBytes, fwdGathers*k*n, HiddenByCompute)
-		add(name+" weight (backward)", GroupZ, OpAllGather, block, weightBytes, bwdGathers*k*n, HiddenByCompute)
-		add(name+" gradient", GroupZ, OpReduceScatter, block, gradBytes, k*n, HiddenByCompute)
-		add(name+" gradient", GroupData, OpAllReduce, block/int64(g.Z), gradBytes, k, HiddenByLastBackward)
+		add(name+" weight (forward)", GroupZ, OpAllGather, block, wireWeight, fwdGathers*k*n, HiddenByCompute)
+		add(name+" weight (backward)", GroupZ, OpAllGather, block, wireWeight, bwdGathers*k*n, HiddenByCompute)
+		add(name+" gradient", GroupZ, OpReduceScatter, block, wireGrad, k*n, HiddenByCompute)
+		add(name+" gradient", GroupData, OpAllReduce, block/int64(g.Z), wireGrad, k, HiddenByLastBackward)
 	}
 	norm := func(name string, k, fwdCalls int) {
-		add(name+" sum of squares", GroupX, OpAllReduce, m, statBytes, fwdCalls*k*n, Blocking)
-		add(name+" backward sum", GroupX, OpAllReduce, m, statBytes, k*n, Blocking)
-		add(name+" weight gradient", GroupDataZ, OpAllReduce, hx, gradBytes, k, HiddenByLastBackward)
+		add(name+" sum of squares", GroupX, OpAllReduce, m, wireStat, fwdCalls*k*n, Blocking)
+		add(name+" backward sum", GroupX, OpAllReduce, m, wireStat, k*n, Blocking)
+		add(name+" weight gradient", GroupDataZ, OpAllReduce, hx, wireGrad, k, HiddenByLastBackward)
 	}
 
-	add("embed_tokens forward output", GroupY, OpAllReduce, m*hx, activationBytes, n, Blocking)
+	add("embed_tokens forward output", GroupY, OpAllReduce, m*hx, wireActivation, n, Blocking)
 	norm("input_layernorm", L, fwd)
 	norm("post_attention_layernorm", L, fwd)
 	var embed, head weight
@@ -212,7 +223,7 @@ func collectives(cfg *checkpoints.Config, s Step) []Collective {
 		if w.name == "down_proj" {
 			calls = L * n
 		}
-		add(w.name+" forward output", in, OpAllReduce, m*int64(w.out)/int64(g.GroupSize(out)), activationBytes, calls, Blocking)
+		add(w.name+" forward output", in, OpAllReduce, m*int64(w.out)/int64(g.GroupSize(out)), wireActivation, calls, Blocking)
 		zSharded(w.name, w.blockElements(g), 1, 1, L)
 	}
 	// Backward input gradients, one all-reduce per input: over the axis
@@ -227,13 +238,13 @@ func collectives(cfg *checkpoints.Config, s Step) []Collective {
 		{"gate_proj, up_proj", GroupY, hx},
 		{"down_proj", GroupX, int64(cfg.IntermediateSize / g.Y)},
 	} {
-		add(b.name+" backward input gradient", b.group, OpAllReduce, m*b.shared, activationBytes, L*n, HiddenByCompute)
+		add(b.name+" backward input gradient", b.group, OpAllReduce, m*b.shared, wireActivation, L*n, HiddenByCompute)
 	}
 	norm("norm", 1, 1)
-	add("lm_head forward output", GroupX, OpAllReduce, m*v/int64(g.Y), activationBytes, n, Blocking)
-	add("cross-entropy max logit", GroupY, OpAllGather, m*int64(g.Y), statBytes, n, Blocking)
-	add("cross-entropy sum of exponentials and target logit", GroupY, OpAllReduce, 2*m, statBytes, n, Blocking)
-	add("lm_head backward input gradient", GroupY, OpAllReduce, m*hx, activationBytes, n, HiddenByCompute)
+	add("lm_head forward output", GroupX, OpAllReduce, m*v/int64(g.Y), wireActivation, n, Blocking)
+	add("cross-entropy max logit", GroupY, OpAllGather, m*int64(g.Y), wireStat, n, Blocking)
+	add("cross-entropy sum of exponentials and target logit", GroupY, OpAllReduce, 2*m, wireStat, n, Blocking)
+	add("lm_head backward input gradient", GroupY, OpAllReduce, m*hx, wireActivation, n, HiddenByCompute)
 	if cfg.TieWordEmbeddings {
 		// One shard: gathered for the embedding's forward and the head's
 		// forward (whose backward reuses it); one summed gradient.

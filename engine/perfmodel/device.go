@@ -68,9 +68,9 @@ type Device struct {
 	// NodeSize)), and communication hides behind no compute.
 	SharedNode bool `json:"shared_node,omitempty"`
 	// WireBytes is the size of an activation or weight element in the
-	// collectives: 0 means bf16's 2, as the GPU engine sends them; the
-	// CPU engine computes and sends float32, 4. Statistics and gradients
-	// travel in fp32 whatever it says.
+	// collectives: 0 means float32's 4, as both of memtrain's backends
+	// send them; 2 models an engine that sends bf16. Statistics and
+	// gradients travel in fp32 whatever it says.
 	WireBytes int `json:"wire_bytes,omitempty"`
 	// LogitBytes, when positive, adds the loss work that a grid adds to
 	// one rank's (lossSeconds): the bytes of memory traffic of one pass
@@ -211,9 +211,9 @@ func (d Device) Validate() error {
 }
 
 // elementBytes is the size on the wire of an element of c on this
-// device: bf16 payloads (activations, weights) travel at WireBytes.
+// device: activations and weights travel at WireBytes when it is set.
 func (d Device) elementBytes(c Collective) int {
-	if c.Bytes == activationBytes && d.WireBytes != 0 {
+	if c.payload && d.WireBytes != 0 {
 		return d.WireBytes
 	}
 	return c.Bytes

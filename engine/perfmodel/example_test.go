@@ -9,7 +9,9 @@ import (
 )
 
 // Plan Llama 3.1 8B on one node of 8 H100 with one 8192-token sequence a
-// GPU, as torchtitan's benchmark runs it.
+// GPU, as torchtitan's benchmark runs it. The times, tokens/s and MFU are
+// the model's predictions (at the assumed DefaultEfficiency); the memory
+// is the engine's accounting of what each rank allocates.
 func ExampleSearch() {
 	p, _ := checkpoints.LookupPreset("llama3.1-8b")
 	dev, _ := perfmodel.LookupDevice("h100")
@@ -25,9 +27,9 @@ func ExampleSearch() {
 			pl.Grid, pl.MicroBatch, pl.MicroBatches, pl.Recompute, pl.StepSeconds, pl.TokensPerSecondPerGPU, 100*pl.MFU, units.FormatBytes(pl.Memory.Total()))
 	}
 	// Output:
-	// dp=1 x=1 y=1 z=8 micro-batch 1×1 recompute false: 1.21 s, 6780 tokens/s/GPU, MFU 39.7%, 56.3 GiB
-	// dp=1 x=1 y=2 z=4 micro-batch 2×1 recompute false: 1.23 s, 6673 tokens/s/GPU, MFU 39.1%, 66.4 GiB
-	// dp=2 x=1 y=2 z=2 micro-batch 1×2 recompute false: 1.24 s, 6624 tokens/s/GPU, MFU 38.8%, 59.4 GiB
+	// dp=1 x=1 y=2 z=4 micro-batch 1×2 recompute false: 1.25 s, 6572 tokens/s/GPU, MFU 38.5%, 63.7 GiB
+	// dp=1 x=1 y=4 z=2 micro-batch 1×4 recompute false: 1.32 s, 6187 tokens/s/GPU, MFU 36.2%, 47.8 GiB
+	// dp=2 x=1 y=4 z=1 micro-batch 1×4 recompute false: 1.33 s, 6148 tokens/s/GPU, MFU 36.0%, 61.3 GiB
 }
 
 // Count what one rank sends over each group in a step.
@@ -47,9 +49,9 @@ func ExampleCollectives() {
 		fmt.Printf("%-6s %8.3f GB\n", g, sent[g]/1e9)
 	}
 	// Output:
-	// x        30.027 GB
-	// y         8.724 GB
-	// z        15.535 GB
+	// x        60.046 GB
+	// y        17.449 GB
+	// z        23.039 GB
 	// data      4.015 GB
 	// data-z    0.001 GB
 }

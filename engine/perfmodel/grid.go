@@ -2,13 +2,10 @@ package perfmodel
 
 import (
 	"fmt"
-	"github.com/memtrain/memtrain/engine/comm"
-	"github.com/memtrain/memtrain/engine/parallel"
-	"strconv"
-	"strings"
 
 	"github.com/memtrain/memtrain/checkpoints"
-	"github.com/memtrain/memtrain/internal/units"
+	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/parallel"
 )
 
 // The communicator groups, as Collective.Group names them and as
@@ -46,42 +43,10 @@ func (g Grid) String() string {
 }
 
 // ParseGrid reads a grid as the CLI's --parallel gives it, such as
-// "dp=2,x=2,y=1,z=2": axes dp (or data), x, y and z, those left out 1.
+// "dp=2,x=2,y=1,z=2" (comm.ParseGrid).
 func ParseGrid(s string) (Grid, error) {
-	g := Grid{Data: 1, X: 1, Y: 1, Z: 1}
-	seen := map[string]bool{}
-	parts, err := units.SplitList(s)
-	if err != nil {
-		return g, err
-	}
-	for _, part := range parts {
-		key, val, ok := strings.Cut(part, "=")
-		key = strings.ToLower(strings.TrimSpace(key))
-		n, err := strconv.Atoi(strings.TrimSpace(val))
-		if !ok || err != nil || n < 1 {
-			return g, fmt.Errorf("grid %q: %q is not AXIS=N with N ≥ 1", s, part)
-		}
-		if seen[key] {
-			return g, fmt.Errorf("grid %q: %s given twice", s, key)
-		}
-		seen[key] = true
-		switch key {
-		case "dp", "data":
-			g.Data = n
-		case "x":
-			g.X = n
-		case "y":
-			g.Y = n
-		case "z":
-			g.Z = n
-		default:
-			return g, fmt.Errorf("grid %q: unknown axis %q (want dp, x, y or z)", s, key)
-		}
-	}
-	if len(seen) == 0 {
-		return g, fmt.Errorf("grid %q: no axis given (e.g. dp=2,x=2,y=1,z=2)", s)
-	}
-	return g, nil
+	g, err := comm.ParseGrid(s)
+	return Grid{Data: g.Data, X: g.X, Y: g.Y, Z: g.Z}, err
 }
 
 // Size is the number of ranks.

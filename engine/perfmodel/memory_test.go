@@ -36,107 +36,49 @@ func TestShardParams(t *testing.T) {
 	}
 }
 
-func TestEstimateMemory(t *testing.T) {
+// TestMemoryIsTheEngines ties the planner's memory to the engine's
+// accounting: every part is llama.Itemize's for the rank's Work, on one
+// rank and on grids of every axis, with and without recomputation and
+// overlap (llama's tests tie Itemize to what the backend allocates).
+func TestMemoryIsTheEngines(t *testing.T) {
 	cfg := smallConfig(t)
-	s := Step{Grid: Grid{Data: 2, X: 2, Y: 1, Z: 2}, SeqLen: 8, MicroBatch: 1, MicroBatches: 2}
-	const p = 26784 // ShardParams, above
-	for _, c := range []struct {
-		o         Options
-		workspace int64
-	}{
-		// The largest gathered unit is a decoder layer (18432 elements of
-		// (x,y) blocks) in bf16, twice with prefetching; the largest single
-		// block is the embedding or head's 8192 in fp32.
-		{Options{}, 2*18432*2 + 8192*4},
-		{Options{NoOverlap: true}, 18432*2 + 8192*4},
-	} {
-		m, err := EstimateMemory(cfg, s, c.o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m.Weights != 6*p || m.Gradients != 4*p || m.Optimizer != 8*p || m.Workspace != c.workspace {
-			t.Errorf("%+v: %+v, want weights %d, gradients %d, optimizer %d, workspace %d", c.o, m, 6*p, 4*p, 8*p, c.workspace)
-		}
-		if m.Total() != m.Weights+m.Gradients+m.Optimizer+m.Activations+m.Workspace {
-			t.Errorf("total %d", m.Total())
-		}
-	}
-	// Without Z nothing is gathered.
-	s.Grid = Grid{Data: 4, X: 2, Y: 1, Z: 1}
-	if m, _ := EstimateMemory(cfg, s, Options{}); m.Workspace != 0 {
-		t.Errorf("z=1 workspace %d", m.Workspace)
-	}
-	if _, err := EstimateMemory(cfg, Step{Grid: Grid{1, 1, 1, 5}, SeqLen: 8, MicroBatch: 1, MicroBatches: 1}, Options{}); err == nil {
-		t.Error("Z=5 accepted")
-	}
-}
-
-// TestActivationsMatchEngine checks the activation itemization against
-// the CPU engine's own workspace plan: float32 everywhere and a saved
-// log-sum-exp per row (flash attention, as the engine's backends keep it)
-// reproduce llama.ActivationBytes on one rank, and on a grid
-// they reproduce it for a model whose dimensions are the rank's shares.
-func TestActivationsMatchEngine(t *testing.T) {
-	for _, name := range []string{"tiny", "small"} {
-		cfg := preset(t, name)
+	for _, g := range []Grid{{1, 1, 1, 1}, {4, 1, 1, 1}, {2, 2, 1, 2}, {1, 1, 2, 2}, {1, 2, 2, 1}, {1, 1, 1, 4}} {
 		for _, rec := range []bool{false, true} {
-			for _, bt := range [][2]int{{1, 16}, {3, 32}} {
-				got := activationMemory(cfg, Grid{1, 1, 1, 1}, bt[0], bt[1], rec, AttentionFlash, 4, 4)
-				want := llama.ActivationBytes(cfg, bt[0], bt[1], true, rec)
-				if got != want {
-					t.Errorf("%s b=%d T=%d recompute=%v: %d bytes, engine allocates %d", name, bt[0], bt[1], rec, got, want)
+			for _, o := range []Options{{}, {NoOverlap: true}} {
+				s := Step{Grid: g, SeqLen: 8, MicroBatch: 2, MicroBatches: 3, Recompute: rec}
+				m, err := EstimateMemory(cfg, s, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				w := s.Work(o)
+				it := llama.Itemize(cfg, w)
+				if m.Weights != it.Weights || m.Gradients != it.Gradients || m.Optimizer != it.Optimizer ||
+					m.Activations != it.Activations || m.Workspace != it.Gathered {
+					t.Errorf("%v recompute=%v %+v: %+v, engine %+v", g, rec, o, m, it)
+				}
+				if got, want := m.Total(), llama.Memory(cfg, w).Total(); got != want {
+					t.Errorf("%v recompute=%v %+v: total %d, engine %d", g, rec, o, got, want)
+				}
+				if w.Batch != 2 || w.SeqLen != 8 || w.Moments != 2 || !w.Train || w.Recompute != rec || w.Overlap.AllGather == o.NoOverlap {
+					t.Errorf("%v: work %+v", g, w)
+				}
+				if g.Z == 1 && m.Workspace != 0 {
+					t.Errorf("%v: %d bytes gathered without Z", g, m.Workspace)
+				}
+				if g.Z > 1 && m.Workspace == 0 {
+					t.Errorf("%v: nothing gathered with Z", g)
 				}
 			}
 		}
 	}
-	cfg := smallConfig(t)
-	g := Grid{Data: 3, X: 2, Y: 2, Z: 5}
-	share := cfg.Clone()
-	share.HiddenSize /= g.X
-	share.NumAttentionHeads /= g.Y
-	share.NumKeyValueHeads /= g.Y
-	share.IntermediateSize /= g.Y
-	share.VocabSize /= g.Y
-	for _, rec := range []bool{false, true} {
-		got := activationMemory(cfg, g, 2, 8, rec, AttentionFlash, 4, 4)
-		if want := llama.ActivationBytes(share, 2, 8, true, rec); got != want {
-			t.Errorf("grid %v recompute=%v: %d bytes, engine with per-rank shapes %d", g, rec, got, want)
-		}
+	// Prefetching the next unit holds a second gathered unit.
+	s := Step{Grid: Grid{1, 1, 1, 4}, SeqLen: 8, MicroBatch: 1, MicroBatches: 1}
+	on, _ := EstimateMemory(cfg, s, Options{})
+	off, _ := EstimateMemory(cfg, s, Options{NoOverlap: true})
+	if on.Workspace <= off.Workspace {
+		t.Errorf("OAG %d bytes gathered, serial %d", on.Workspace, off.Workspace)
 	}
-}
-
-// TestActivationsBF16 checks the GPU itemization by hand for the small
-// model on X=2, Y=2 (hidden share 32, q 32, kv 16, intermediate 64, vocab
-// 128, 2 heads), one micro-batch of 2 sequences of 8 tokens (N = 16), bf16
-// activations, fp32 statistics and logits, flash attention.
-func TestActivationsBF16(t *testing.T) {
-	cfg := smallConfig(t)
-	g := Grid{Data: 1, X: 2, Y: 2, Z: 1}
-	const N = 16
-	tokens := int64(7 * N * 4) // ids, targets, pos, weights, losses, report weights and losses
-	inputs := int64(3 * N * 32 * 2)
-	layer := int64(N*32*2 + N*4 + // ln1, rstd1
-		N*32*2 + 2*N*16*2 + N*2*4 + N*32*2 + // q, k, v, log-sum-exp, att
-		2*N*32*2 + N*4 + // h, ln2, rstd2
-		3*N*64*2) // gate, up, act
-	final := int64(N*32*2 + N*4 + N*128*4)
-	grads := int64(5*N*32*2 + 2*N*32*2 + 2*N*16*2 + 3*N*64*2)
-	for _, c := range []struct {
-		recompute bool
-		layers    int64
-	}{{false, 2}, {true, 1}} {
-		s := Step{Grid: g, SeqLen: 8, MicroBatch: 2, MicroBatches: 1, Recompute: c.recompute}
-		m, err := EstimateMemory(cfg, s, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := tokens + inputs + c.layers*layer + final + grads; m.Activations != want {
-			t.Errorf("recompute=%v: %d bytes, want %d", c.recompute, m.Activations, want)
-		}
-		// Saving probabilities instead costs [b, heads/Y, T, T] per layer.
-		mp, _ := EstimateMemory(cfg, s, Options{Attention: AttentionProbs})
-		if d, want := mp.Activations-m.Activations, c.layers*(2*2*8*8*2-N*2*4); d != want {
-			t.Errorf("recompute=%v: probabilities add %d bytes, want %d", c.recompute, d, want)
-		}
+	if _, err := EstimateMemory(cfg, Step{Grid: Grid{1, 1, 1, 5}, SeqLen: 8, MicroBatch: 1, MicroBatches: 1}, Options{}); err == nil {
+		t.Error("Z=5 accepted")
 	}
 }

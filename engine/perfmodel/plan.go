@@ -11,10 +11,10 @@ import (
 	"github.com/memtrain/memtrain/internal/units"
 )
 
-// adamBytesPerParam is the memory traffic of the fused AdamW update per
-// parameter: read the fp32 master weight, gradient and two moments (16
-// bytes), write the master, the moments and the bf16 compute copy (14).
-const adamBytesPerParam = 30
+// adamBytesPerParam is the memory traffic of the fused AdamW update
+// (Backend.AdamWStep) per parameter: read the fp32 weight, gradient and
+// two moments (16 bytes), write the weight and the moments (12).
+const adamBytesPerParam = 28
 
 // A Step is the shape of one optimizer step on a grid.
 type Step struct {
@@ -74,18 +74,6 @@ func ParseRecompute(s string) (Recompute, error) {
 	return 0, fmt.Errorf("perfmodel: unknown recompute mode %q (want auto, on or off)", s)
 }
 
-// Attention says what the attention kernel saves for its backward.
-type Attention int
-
-const (
-	// AttentionFlash saves one log-sum-exp per token and head (fused
-	// flash-attention kernels, as both of memtrain's backends do).
-	AttentionFlash Attention = iota
-	// AttentionProbs saves the softmax probabilities [b, heads, T, T], as
-	// unfused attention does (and memtrain's engine did before).
-	AttentionProbs
-)
-
 // Options are the planner's assumptions; the zero value is the default.
 type Options struct {
 	// Recompute restricts Search's recomputation choice.
@@ -93,8 +81,6 @@ type Options struct {
 	// NoOverlap serialises communication and compute; by default the
 	// engine overlaps them as AxoNN does (OAG, OAR, ORS).
 	NoOverlap bool
-	// Attention is what attention saves; flash by default.
-	Attention Attention
 	// Efficiency overrides the device's compute efficiency when positive.
 	Efficiency float64
 	// MemoryFraction overrides DefaultMemoryFraction when positive.
@@ -172,7 +158,7 @@ type Plan struct {
 //
 //	compute   = rank FLOPs ÷ (peak × efficiency)
 //	comm(c)   = c.SentBytes() ÷ bandwidth of the link c's group spans
-//	optimizer = ShardParams × 30 bytes ÷ HBM bandwidth
+//	optimizer = ShardParams × 28 bytes ÷ HBM bandwidth
 //
 // Without overlap the step is compute + optimizer + Σ comm. With overlap,
 // Blocking calls add their time, HiddenByCompute calls add only what
