@@ -55,8 +55,26 @@ type planReport struct {
 	Overlap           bool             `json:"overlap"`
 	Recompute         string           `json:"recompute"`
 	FSBandwidth       float64          `json:"fs_bandwidth"` // bytes/s
-	Plans             []planRow        `json:"plans"`
+	// Sources say which numbers are the device's (Device.Sources),
+	// which the engine's accounting and which the model's predictions.
+	Sources planSources `json:"sources"`
+	Plans   []planRow   `json:"plans"`
 }
+
+// planSources say where plan's numbers come from.
+type planSources struct {
+	perfmodel.Sources
+	// MemoryPerGPU is the memory columns'.
+	MemoryPerGPU string `json:"memory_per_gpu"`
+	// Predicted lists the columns the performance model predicts.
+	Predicted string `json:"predicted"`
+}
+
+// The sources of the numbers plan computes rather than reads.
+const (
+	memoryPerGPUSource = "the engine's accounting of what a rank allocates (llama.Memory; float32 weights, gradients, AdamW moments and activations, flash attention), checked against the CPU backend's allocations by tests; not measured on a GPU"
+	predictedSource    = "step time, tokens/s, MFU, communication and checkpoint times: predicted by the performance model from the device's numbers, not measured"
+)
 
 // planRow is one ranked grid.
 type planRow struct {
@@ -137,12 +155,18 @@ func planDevice(f planFlags) (perfmodel.Device, error) {
 	}
 	if f.peak > 0 {
 		dev.PeakFLOPs = f.peak * 1e9
+		dev.Sources.Peak = "given (--peak)"
 	}
 	if f.bandwidth > 0 {
 		dev.IntraNodeBandwidth = f.bandwidth * 1e9
+		dev.Sources.Links += "; intra-node bandwidth given (--bandwidth)"
 	}
 	if f.latencySet {
 		dev.Latency = f.latency * 1e-6
+		dev.Sources.Links += "; latency given (--latency)"
+	}
+	if f.efficiency > 0 {
+		dev.Sources.Efficiency = "given (--efficiency)"
 	}
 	if err := dev.Validate(); err != nil {
 		return dev, fmt.Errorf("plan: %w", err)
@@ -207,6 +231,7 @@ func runPlan(out io.Writer, f planFlags) error {
 		Model: f.model, Params: cfg.Params().Total, ModelFLOPsPerTok: engine.ModelFLOPsPerToken(cfg, seq),
 		GPUs: f.gpus, Device: dev, Efficiency: opt.ComputeEfficiency(dev), UsableMemory: opt.UsableMemory(dev, f.gpus),
 		SeqLen: seq, GlobalBatchTokens: batch, Overlap: opt.Overlaps(dev), Recompute: rec.String(), FSBandwidth: opt.FSBandwidth,
+		Sources: planSources{Sources: dev.Sources, MemoryPerGPU: memoryPerGPUSource, Predicted: predictedSource},
 	}
 	for _, p := range plans {
 		rep.Plans = append(rep.Plans, planRow{Plan: p, MemoryTotal: p.Memory.Total()})
@@ -250,6 +275,11 @@ func printPlan(w io.Writer, r planReport) error {
 		fmt.Fprintf(w, "ckpt    %s (float32 weights and AdamW moments), each (x, y, z) position's rank writing its own; filesystem %.0f GB/s\n",
 			units.FormatBytes(r.Plans[0].Checkpoint.Bytes), r.FSBandwidth/1e9)
 	}
+	src := r.Sources
+	fmt.Fprintf(w, "sources peak: %s; memory: %s; links: %s\n", src.Peak, src.Memory, src.Links)
+	fmt.Fprintf(w, "        efficiency %.2f: %s\n", r.Efficiency, src.Efficiency)
+	fmt.Fprintf(w, "        memory per GPU: %s\n", src.MemoryPerGPU)
+	fmt.Fprintf(w, "        %s\n", src.Predicted)
 	fmt.Fprintln(w)
 
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)

@@ -45,10 +45,13 @@ type StepResult struct {
 	AchievedGFLOPs     float64 `json:"achieved_gflops"`
 	GEMMGFLOPs         float64 `json:"gemm_gflops"`
 	Efficiency         float64 `json:"efficiency"`
-	// Memory: the engine's accounting (16 bytes a parameter for weights,
-	// gradients and AdamW's moments, plus the activation workspace) and
-	// the process's peak resident set.
-	EngineBytes     int64 `json:"engine_bytes"`
+	// Memory: the engine's accounting of what the model allocates
+	// (llama.Memory: weights, gradients, AdamW's moments, the workspace),
+	// the workspace alone, and the process's peak resident set.
+	EngineBytes int64 `json:"engine_bytes"`
+	// AllocatedBytes is measured: the backend's peak of tensor memory
+	// (MemStats) over the steps, from the model's creation on.
+	AllocatedBytes  int64 `json:"allocated_bytes"`
 	ActivationBytes int64 `json:"activation_bytes"`
 	PeakRSSBytes    int64 `json:"peak_rss_bytes,omitempty"`
 }
@@ -70,6 +73,7 @@ func Step(b engine.Backend, g gemm.Impl, cfg *checkpoints.Config, o StepOptions)
 	if o.GEMM == (gemm.Shape{}) {
 		o.GEMM = gemm.Shape{M: 2048, N: 2048, K: 2048}
 	}
+	base := b.MemStats().Allocated
 	m, err := llama.New(b, cfg, llama.Options{Recompute: o.Recompute})
 	if err != nil {
 		return StepResult{}, err
@@ -133,7 +137,8 @@ func Step(b engine.Backend, g gemm.Impl, cfg *checkpoints.Config, o StepOptions)
 		ActivationBytes:    llama.ActivationBytes(cfg, o.Batch, o.SeqLen, true, o.Recompute),
 		PeakRSSBytes:       peakRSS(),
 	}
-	res.EngineBytes = 16*res.Params + res.ActivationBytes
+	res.AllocatedBytes = b.MemStats().Peak - base
+	res.EngineBytes = llama.Memory(cfg, llama.Work{Train: true, Recompute: o.Recompute, Moments: 2, Batch: o.Batch, SeqLen: o.SeqLen}).Total()
 	res.AchievedGFLOPs = res.TokensPerS * res.ModelFLOPsPerToken / 1e9
 	res.GEMMGFLOPs = gemm.GFLOPs(g, o.GEMM, 3)
 	res.Efficiency = res.AchievedGFLOPs / res.GEMMGFLOPs

@@ -81,6 +81,9 @@ type Device struct {
 	// and a grid can multiply them (MeasuredDevice sets 8: a float32 read
 	// and written).
 	LogitBytes float64 `json:"logit_bytes,omitempty"`
+	// Sources say where the numbers above come from (plan prints them):
+	// a table device's are its datasheet's and an assumed efficiency.
+	Sources Sources `json:"sources"`
 	// Timings, when present, are measured collective calls (`memtrain
 	// bench comm --device`) that replace the bandwidths and Latency for
 	// the operations they cover: a call's time is interpolated from those
@@ -90,6 +93,27 @@ type Device struct {
 	// by one bandwidth.
 	Timings []Timing `json:"timings,omitempty"`
 }
+
+// Sources say where each of a Device's numbers comes from: "datasheet",
+// "measured …", "given …" or "assumed …", with what measured, gave or
+// assumed it.
+type Sources struct {
+	// Peak is PeakFLOPs'.
+	Peak string `json:"peak"`
+	// Memory is MemoryBytes' and HBMBandwidth's.
+	Memory string `json:"memory"`
+	// Links is the bandwidths', Latency's and Timings'.
+	Links string `json:"links"`
+	// Efficiency is Efficiency's.
+	Efficiency string `json:"efficiency"`
+}
+
+// AssumedEfficiency is the source of DefaultEfficiency: other engines'
+// published MFUs, not a measurement of memtrain's.
+const AssumedEfficiency = "assumed: other engines' published MFUs (torchtitan, Llama 3, Megatron-LM), not measured on memtrain's CUDA engine (memtrain bench step --device cuda measures it)"
+
+// datasheet are the table's sources.
+var datasheet = Sources{Peak: "datasheet", Memory: "datasheet", Links: "datasheet", Efficiency: AssumedEfficiency}
 
 // A Timing is one measured collective: Seconds a call of Op over Ranks
 // ranks on a buffer of Bytes (the full buffer, as Collective.Elements
@@ -128,21 +152,25 @@ var devices = []Device{
 		Name: "h100", Description: "NVIDIA H100 SXM5 80 GB, NVLink 4 + 400 Gb/s InfiniBand per GPU",
 		PeakFLOPs: 989e12, MemoryBytes: 80e9, HBMBandwidth: 3.35e12,
 		NodeSize: 8, IntraNodeBandwidth: 450e9, InterNodeBandwidth: 50e9, Efficiency: DefaultEfficiency,
+		Sources: datasheet,
 	},
 	{
 		Name: "h200", Description: "NVIDIA H200 SXM 141 GB, NVLink 4 + 400 Gb/s InfiniBand per GPU",
 		PeakFLOPs: 989e12, MemoryBytes: 141e9, HBMBandwidth: 4.8e12,
 		NodeSize: 8, IntraNodeBandwidth: 450e9, InterNodeBandwidth: 50e9, Efficiency: DefaultEfficiency,
+		Sources: datasheet,
 	},
 	{
 		Name: "a100", Description: "NVIDIA A100 SXM4 80 GB, NVLink 3 + 200 Gb/s InfiniBand per GPU",
 		PeakFLOPs: 312e12, MemoryBytes: 80e9, HBMBandwidth: 2.039e12,
 		NodeSize: 8, IntraNodeBandwidth: 300e9, InterNodeBandwidth: 25e9, Efficiency: DefaultEfficiency,
+		Sources: datasheet,
 	},
 	{
 		Name: "mi250x", Description: "AMD MI250X, one GCD (half a card), Infinity Fabric + Slingshot-11 (Frontier node)",
 		PeakFLOPs: 191.5e12, MemoryBytes: 64e9, HBMBandwidth: 1.6384e12,
 		NodeSize: 8, IntraNodeBandwidth: 50e9, InterNodeBandwidth: 12.5e9, Efficiency: DefaultEfficiency,
+		Sources: datasheet,
 	},
 }
 
@@ -181,6 +209,13 @@ func ReadDevice(path string) (Device, error) {
 	}
 	if d.Name == "" {
 		d.Name = "custom"
+	}
+	// A hand-written file's numbers are its author's.
+	given := "given in " + path
+	for _, f := range []*string{&d.Sources.Peak, &d.Sources.Memory, &d.Sources.Links, &d.Sources.Efficiency} {
+		if *f == "" {
+			*f = given
+		}
 	}
 	return d, nil
 }
@@ -342,8 +377,10 @@ func MeasuredDevice(m Measured) (Device, error) {
 	if m.Name == "" {
 		m.Name = "measured"
 	}
+	memory := "measured (the machine's memory and bandwidth)"
 	if m.MemoryBandwidth == 0 {
 		m.MemoryBandwidth = DefaultCPUMemoryBandwidth
+		memory = "measured (the machine's memory); bandwidth assumed (20 GB/s)"
 	}
 	node := m.BusBandwidth * float64(m.Ranks)
 	d := Device{
@@ -354,6 +391,10 @@ func MeasuredDevice(m Measured) (Device, error) {
 		NodeSize: m.Ranks, IntraNodeBandwidth: node, InterNodeBandwidth: node,
 		Efficiency: m.Efficiency, Latency: m.Latency, SharedNode: true, WireBytes: 4, LogitBytes: 8,
 		Timings: append([]Timing(nil), m.Timings...),
+		Sources: Sources{
+			Peak: "given to memtrain bench comm (from memtrain bench gemm)", Memory: memory,
+			Links: "measured by memtrain bench comm", Efficiency: "given to memtrain bench comm (from memtrain bench step)",
+		},
 	}
 	return d, d.Validate()
 }

@@ -19,6 +19,10 @@ func TestMeasuredDevice(t *testing.T) {
 		d.HBMBandwidth != DefaultCPUMemoryBandwidth || d.WireBytes != 4 || d.LogitBytes != 8 || d.Latency != 2e-4 || len(d.Timings) != 1 {
 		t.Errorf("MeasuredDevice = %+v", d)
 	}
+	if s := d.Sources; !strings.HasPrefix(s.Links, "measured") || !strings.HasPrefix(s.Memory, "measured") ||
+		!strings.HasPrefix(s.Peak, "given") || !strings.HasPrefix(s.Efficiency, "given") {
+		t.Errorf("measured device's sources: %+v", s)
+	}
 	for _, bad := range []func(*Measured){
 		func(m *Measured) { m.Ranks = 0 },
 		func(m *Measured) { m.BusBandwidth = 0 },
@@ -214,6 +218,16 @@ func TestSearchMicroBatch(t *testing.T) {
 	}
 }
 
+// TestTableSources checks that every table device says its numbers are
+// its datasheet's and its efficiency an assumption.
+func TestTableSources(t *testing.T) {
+	for _, d := range Devices() {
+		if s := d.Sources; s.Peak != "datasheet" || s.Memory != "datasheet" || s.Links != "datasheet" || s.Efficiency != AssumedEfficiency {
+			t.Errorf("%s: sources %+v", d.Name, s)
+		}
+	}
+}
+
 func TestReadDevice(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, body string) string {
@@ -229,6 +243,15 @@ func TestReadDevice(t *testing.T) {
 	}
 	if d, err := ReadDevice(write("anon.json", `{"peak_flops": 1}`)); err != nil || d.Name != "custom" {
 		t.Errorf("a device without a name: %+v, %v", d, err)
+	}
+	// A file's numbers are its author's, unless it says otherwise (as
+	// bench comm's files do).
+	if want := "given in " + filepath.Join(dir, "box.json"); d.Sources != (Sources{want, want, want, want}) {
+		t.Errorf("sources of a hand-written file: %+v", d.Sources)
+	}
+	d, err = ReadDevice(write("measured.json", `{"peak_flops": 1, "sources": {"links": "measured by memtrain bench comm"}}`))
+	if err != nil || d.Sources.Links != "measured by memtrain bench comm" || !strings.HasPrefix(d.Sources.Peak, "given in ") {
+		t.Errorf("a file with sources: %+v, %v", d.Sources, err)
 	}
 	for _, c := range []struct{ path, want string }{
 		{write("typo.json", `{"peek_flops": 1}`), `typo.json: json: unknown field "peek_flops"`},
