@@ -7,6 +7,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/engine/parallel"
 )
 
 // planJSON is the part of `plan --json` the tests read.
@@ -231,5 +236,55 @@ func TestPlanCheckpointColumns(t *testing.T) {
 	text, _, _ := memtrain(t, "", "plan", "--model", "llama3.1-405b", "--gpus", "8192", "--gpu", "h100", "--top", "1")
 	if !strings.Contains(text, "ckpt/rank") || !strings.Contains(text, "filesystem 100 GB/s") {
 		t.Errorf("table without the checkpoint columns:\n%s", text)
+	}
+}
+
+// TestPlanIsTheEngines ties plan's memory per GPU to the engine's
+// accounting, grid by grid, and checks that every number says where it
+// comes from: the datasheet, an assumption, a flag, or the model.
+func TestPlanIsTheEngines(t *testing.T) {
+	args := []string{"--model", "llama3.1-8b", "--gpus", "8", "--gpu", "h200", "--seq-len", "8192", "--top", "0"}
+	out, errs, code := memtrain(t, "", append([]string{"plan", "--json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("plan: %s", errs)
+	}
+	var r struct {
+		planJSON
+		Sources map[string]string `json:"sources"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	p, err := checkpoints.LookupPreset("llama3.1-8b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := p.Config()
+	if len(r.Plans) < 2 {
+		t.Fatalf("%d plans", len(r.Plans))
+	}
+	for _, pl := range r.Plans {
+		g := pl.Grid
+		w := llama.Work{Grid: comm.Grid{Data: g.Data, X: g.X, Y: g.Y, Z: g.Z}, Overlap: parallel.AllOverlap(), Train: true,
+			Recompute: pl.Recompute, Moments: 2, Batch: pl.MicroBatch, SeqLen: 8192}
+		it := llama.Itemize(cfg, w)
+		if pl.MemoryTotal != llama.Memory(cfg, w).Total() || pl.Memory["weights"] != it.Weights || pl.Memory["activations"] != it.Activations || pl.Memory["workspace"] != it.Gathered {
+			t.Errorf("%+v: plan's memory %d %v, the engine's %+v", g, pl.MemoryTotal, pl.Memory, it)
+		}
+	}
+	for k, prefix := range map[string]string{"peak": "datasheet", "memory": "datasheet", "links": "datasheet", "efficiency": "assumed",
+		"memory_per_gpu": "the engine's accounting", "predicted": "step time, tokens/s, MFU"} {
+		if !strings.HasPrefix(r.Sources[k], prefix) {
+			t.Errorf("source of %s: %q, want %q…", k, r.Sources[k], prefix)
+		}
+	}
+	text, _, code := memtrain(t, "", append([]string{"plan", "--efficiency", "0.3", "--peak", "900000"}, args...)...)
+	if code != 0 {
+		t.Fatal("plan failed")
+	}
+	for _, want := range []string{"peak: given (--peak)", "efficiency 0.30: given (--efficiency)", "predicted by the performance model", "memory per GPU: the engine's accounting"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("plan's table lacks %q:\n%s", want, text)
+		}
 	}
 }
