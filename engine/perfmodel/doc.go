@@ -21,13 +21,14 @@
 //
 // # Memory
 //
-// Per rank (Memory): the shard's bf16 and fp32 master weights (6 bytes a
-// parameter), fp32 gradients (4) and AdamW moments (8); the micro-batch's
-// activations, itemized like engine/llama's workspace with per-rank shapes,
-// with or without recomputation, attention saving a log-sum-exp (flash) or
-// the probabilities; and, when Z > 1, buffers for the gathered weights of
-// the largest layer (doubled by prefetching) and one gradient block before
-// its reduce-scatter. Plans needing more than DefaultMemoryFraction of the
+// Per rank (Memory): what the engine allocates for the step, from its own
+// accounting (llama.Itemize of Step.Work), not a formula of this package:
+// the float32 weight shards, their gradients and AdamW's two moments; the
+// micro-batch's workspace — activations with or without recomputation,
+// flash attention's per-row log-sum-exp, a chunk of logits, the grid's
+// scratch —; and, when Z > 1, the gathered weight blocks of the largest
+// unit (doubled by prefetching) and the gradient blocks before their
+// reduce-scatter. Plans needing more than DefaultMemoryFraction of the
 // device are dropped.
 //
 // # Communication
@@ -41,7 +42,8 @@
 // # Time
 //
 // Compute is the rank's FLOPs at the device's dense bf16 peak times one
-// global efficiency (DefaultEfficiency); communication is bytes sent over
+// global efficiency (DefaultEfficiency, an assumption: Device.Sources
+// says so); communication is bytes sent over
 // the per-GPU bandwidth of the link a group spans (NVLink inside a node,
 // the network across nodes; Grid.InterNode); the AdamW update is
 // memory-bound. With overlap (the default) only the communication that
