@@ -66,6 +66,8 @@ type planSources struct {
 	perfmodel.Sources
 	// MemoryPerGPU is the memory columns'.
 	MemoryPerGPU string `json:"memory_per_gpu"`
+	// Usable is the usable memory fraction's.
+	Usable string `json:"usable_memory"`
 	// Predicted lists the columns the performance model predicts.
 	Predicted string `json:"predicted"`
 }
@@ -73,6 +75,7 @@ type planSources struct {
 // The sources of the numbers plan computes rather than reads.
 const (
 	memoryPerGPUSource = "the engine's accounting of what a rank allocates (llama.Memory; float32 weights, gradients, AdamW moments and activations, flash attention), checked against the CPU backend's allocations by tests; not measured on a GPU"
+	usableSource       = "assumed: headroom for the CUDA context, NCCL's buffers, the allocator's fragmentation and kernels' transient workspace"
 	predictedSource    = "step time, tokens/s, MFU, communication and checkpoint times: predicted by the performance model from the device's numbers, not measured"
 )
 
@@ -231,7 +234,7 @@ func runPlan(out io.Writer, f planFlags) error {
 		Model: f.model, Params: cfg.Params().Total, ModelFLOPsPerTok: engine.ModelFLOPsPerToken(cfg, seq),
 		GPUs: f.gpus, Device: dev, Efficiency: opt.ComputeEfficiency(dev), UsableMemory: opt.UsableMemory(dev, f.gpus),
 		SeqLen: seq, GlobalBatchTokens: batch, Overlap: opt.Overlaps(dev), Recompute: rec.String(), FSBandwidth: opt.FSBandwidth,
-		Sources: planSources{Sources: dev.Sources, MemoryPerGPU: memoryPerGPUSource, Predicted: predictedSource},
+		Sources: planSources{Sources: dev.Sources, MemoryPerGPU: memoryPerGPUSource, Usable: usableSource, Predicted: predictedSource},
 	}
 	for _, p := range plans {
 		rep.Plans = append(rep.Plans, planRow{Plan: p, MemoryTotal: p.Memory.Total()})
@@ -279,6 +282,7 @@ func printPlan(w io.Writer, r planReport) error {
 	fmt.Fprintf(w, "sources peak: %s; memory: %s; links: %s\n", src.Peak, src.Memory, src.Links)
 	fmt.Fprintf(w, "        efficiency %.2f: %s\n", r.Efficiency, src.Efficiency)
 	fmt.Fprintf(w, "        memory per GPU: %s\n", src.MemoryPerGPU)
+	fmt.Fprintf(w, "        usable %.0f%%: %s\n", 100*perfmodel.DefaultMemoryFraction, src.Usable)
 	fmt.Fprintf(w, "        %s\n", src.Predicted)
 	fmt.Fprintln(w)
 
