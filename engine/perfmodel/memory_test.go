@@ -1,9 +1,11 @@
 package perfmodel
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/llama"
 )
 
@@ -81,4 +83,34 @@ func TestMemoryIsTheEngines(t *testing.T) {
 	if _, err := EstimateMemory(cfg, Step{Grid: Grid{1, 1, 1, 5}, SeqLen: 8, MicroBatch: 1, MicroBatches: 1}, Options{}); err == nil {
 		t.Error("Z=5 accepted")
 	}
+}
+
+// TestEightBOnH200 is the planner's answer for a full fine-tune of Llama
+// 3.1 8B on 8,192-token sequences on this engine: no grid of one H200
+// fits, and the grid it ranks first on two fits the engine's own preflight
+// on two H200s' usable memory, as `finetune` checks it before loading.
+func TestEightBOnH200(t *testing.T) {
+	cfg := preset(t, "llama3.1-8b")
+	dev, err := LookupDevice("h200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := Job{Config: cfg, Device: dev, GPUs: 1, SeqLen: 8192, GlobalBatchTokens: 8192}
+	var nofit *NoFitError
+	if _, err := Search(job, Options{}); !errors.As(err, &nofit) {
+		t.Fatalf("one H200: %v, want no fit", err)
+	}
+	job.GPUs, job.GlobalBatchTokens = 2, 2*8192
+	plans, err := Search(job, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	best := plans[0]
+	usable := Options{}.UsableMemory(dev, 2)
+	have := []engine.DeviceMemory{{Device: "cuda:0", Free: usable, Ranks: 1}, {Device: "cuda:1", Free: usable, Ranks: 1}}
+	if err := llama.Preflight(cfg, best.Step.Work(Options{}), have); err != nil {
+		t.Errorf("the planner's %v does not pass the engine's preflight: %v", best.Grid, err)
+	}
+	t.Logf("8B at 8192 tokens: %v, micro-batch %d, recompute %v, %.1f GiB a GPU of %.1f usable (modelled step %.2f s)",
+		best.Grid, best.MicroBatch, best.Recompute, float64(best.Memory.Total())/(1<<30), float64(usable)/(1<<30), best.StepSeconds)
 }
