@@ -110,7 +110,7 @@ type Sources struct {
 
 // AssumedEfficiency is the source of DefaultEfficiency: other engines'
 // published MFUs, not a measurement of memtrain's.
-const AssumedEfficiency = "assumed: other engines' published MFUs (torchtitan, Llama 3, Megatron-LM), not measured on memtrain's CUDA engine (memtrain bench step --device cuda measures it)"
+const AssumedEfficiency = "assumed: other engines' published MFUs (torchtitan, Llama 3, Megatron-LM), not measured on memtrain's CUDA engine (memtrain bench step --device cuda measures its achieved FLOP/s; their ratio to the peak is the efficiency)"
 
 // datasheet are the table's sources.
 var datasheet = Sources{Peak: "datasheet", Memory: "datasheet", Links: "datasheet", Efficiency: AssumedEfficiency}
