@@ -28,6 +28,10 @@ type StepSums struct {
 	b     engine.Backend
 	t     *engine.Tensor
 	micro int // n, the micro-batches it has room for
+	// steps is the micro-batch count of the step under way (StepSums'
+	// argument): slot steps−1 is its last, whose backward begins the
+	// gradients' reduction (buckets.go).
+	steps int
 	host  [4]float32
 }
 
@@ -49,20 +53,24 @@ func (s *StepSums) report(i int) *engine.Tensor {
 // steady state allocates nothing.
 func (m *Model) StepSums(micro int) *StepSums {
 	if s := m.stepSums; s != nil && s.micro >= micro {
+		s.steps = micro
 		return s
 	}
 	if m.stepSums != nil {
 		m.backend.Free(m.stepSums.t)
 	}
 	n := stepSumsFixed + 2*micro + len(m.Trainable())
-	m.stepSums = &StepSums{b: m.backend, t: m.backend.Alloc(engine.F32, n), micro: micro}
+	m.stepSums = &StepSums{b: m.backend, t: m.backend.Alloc(engine.F32, n), micro: micro, steps: micro}
 	return m.stepSums
 }
 
 // ForwardBackwardSum is ForwardBackward for an optimizer step: the batch's
 // loss sums stay on the device, in micro-batch slot i of s, for Finish.
 // The batch's weights (and report weights) are the caller's to sum: they
-// are on the host already.
+// are on the host already. Slot micro−1 of StepSums(micro) is the step's
+// last micro-batch: on a grid its backward issues the gradients' sums
+// over the data-parallel ranks as they become final (buckets.go), and
+// ReduceGradients must follow.
 func (m *Model) ForwardBackwardSum(batch Batch, scale float32, s *StepSums, i int) (err error) {
 	if scale == 0 || math.IsNaN(float64(scale)) {
 		return errors.New("llama: gradient scale must be non-zero")
@@ -79,6 +87,9 @@ func (m *Model) ForwardBackwardSum(batch Batch, scale float32, s *StepSums, i in
 		m.lora.keys = batch.Keys
 	}
 	m.forward(ws)
+	if err := m.beginReduce(i == s.steps-1); err != nil {
+		return err
+	}
 	m.tokenLossSums(ws, batch, scale, s.loss(i), s.report(i))
 	m.backward(ws)
 	return nil
@@ -123,6 +134,9 @@ func sum64(xs []float32) float64 {
 func (m *Model) FinishStep(s *StepSums, micro int) (err error) {
 	if micro < 1 || micro > s.micro {
 		return errors.New("llama: micro-batch count out of range of the step's sums")
+	}
+	if m.reduce.inFlight() {
+		return errors.New("llama: FinishStep before ReduceGradients: the gradients' sums are still in flight")
 	}
 	defer recoverComm(&err)
 	b, t := m.backend, s.t
