@@ -27,7 +27,8 @@ import (
 type StepSums struct {
 	b     engine.Backend
 	t     *engine.Tensor
-	micro int // n, the micro-batches it has room for
+	micro int              // n, the micro-batches it has room for
+	grads []*engine.Tensor // FinishStep's list of gradients, reused
 	// steps is the micro-batch count of the step under way (StepSums'
 	// argument): slot steps−1 is its last, whose backward begins the
 	// gradients' reduction (buckets.go).
@@ -145,20 +146,23 @@ func (m *Model) FinishStep(s *StepSums, micro int) (err error) {
 	g := m.Options.Parallel
 	params := m.Trainable()
 	slots := stepSumsFixed + 2*s.micro
-	matrices := 0
+	// Every gradient's squares in one multi-tensor launch pair, matrices
+	// first: the slots' layout.
+	grads := s.grads[:0]
 	for _, p := range params {
 		if !m.isNormGrad(p) {
-			b.SumSquares(t.View(slots+matrices, 1), p.Grad)
-			matrices++
+			grads = append(grads, p.Grad)
 		}
 	}
-	norms := 0
+	matrices := len(grads)
 	for _, p := range params {
 		if m.isNormGrad(p) {
-			b.SumSquares(t.View(slots+matrices+norms, 1), p.Grad)
-			norms++
+			grads = append(grads, p.Grad)
 		}
 	}
+	norms := len(grads) - matrices
+	s.grads = grads
+	b.SumSquaresMulti(t.View(slots, len(grads)), grads)
 	b.Sum(t.View(0, 1), t.View(slots, matrices))
 	b.Sum(t.View(2, 1), t.View(slots+matrices, norms))
 	if g != nil && g.World.Size() > 1 {
