@@ -61,7 +61,7 @@ const (
 	// them with the #defines).
 	sumSquaresBlock  = 16384 // SUMSQ_BLOCK in elementwise.cu
 	sumSquaresFields = 4     // SUMSQ_FIELDS in elementwise.cu
-	argmaxThreads   = 256   // ARGMAX_THREADS in crossentropy.cu
+	argmaxThreads    = 256   // ARGMAX_THREADS in crossentropy.cu
 	// The most threads a block of these kernels launches with: their
 	// __launch_bounds__, so that NVRTC keeps their registers within what
 	// a block of that many threads may have.
