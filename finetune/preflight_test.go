@@ -26,7 +26,7 @@ func TestPreflight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	oneRank := llama.Memory(mcfg, llama.Work{Train: true, Moments: 2, Batch: 4, SeqLen: sweepT}).Total()
+	oneRank := llama.Memory(mcfg, llama.Work{Train: true, Micro: 2, Moments: 2, Batch: 4, SeqLen: sweepT}).Total()
 	tests := []struct {
 		name  string
 		edit  func(c *Config)

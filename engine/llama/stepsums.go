@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 
+	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 )
 
@@ -63,6 +64,20 @@ func (m *Model) StepSums(micro int) *StepSums {
 	n := stepSumsFixed + 2*micro + len(m.Trainable())
 	m.stepSums = &StepSums{b: m.backend, t: m.backend.Alloc(engine.F32, n), micro: micro, steps: micro}
 	return m.stepSums
+}
+
+// stepSumsBytes is what StepSums(w.Micro) allocates for a model of cfg
+// doing w (Itemize counts it with the workspace): one float a fixed
+// scalar, two a micro-batch, one a trainable tensor.
+func stepSumsBytes(cfg *checkpoints.Config, w Work) int64 {
+	if !w.Train || w.Micro <= 0 {
+		return 0
+	}
+	tensors := int64(len(cfg.TensorSpecs()))
+	if w.LoRA != nil {
+		tensors = int64(len(cfg.AdapterTensorSpecs(w.LoRA)))
+	}
+	return engine.MulBytes(engine.SumBytes(stepSumsFixed, engine.MulBytes(2, int64(w.Micro)), tensors), 4)
 }
 
 // ForwardBackwardSum is ForwardBackward for an optimizer step: the batch's
