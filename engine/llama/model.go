@@ -468,8 +468,10 @@ func (m *Model) SumBatch(vals []float64) error {
 	return nil
 }
 
-// Free releases the model's tensors.
+// Free releases the model's tensors, once no sum a failed step left in
+// flight still reads or writes them.
 func (m *Model) Free() {
+	m.reduce.abandon()
 	m.freeWorkspace()
 	if m.stepSums != nil {
 		m.backend.Free(m.stepSums.t)
