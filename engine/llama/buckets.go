@@ -52,8 +52,13 @@ import (
 // several communicators asks (engine/cuda's TestNCCLOrderEmulated checks
 // it). On the CUDA backend a bucket runs on its communicator's stream,
 // after an event recorded on the compute stream behind the kernels that
-// wrote it; nothing allocates, frees or synchronises the host on its
-// account.
+// wrote it, and the compute stream waits for it only in ReduceGradients.
+// On data-parallel and Z grids nothing allocates, frees or synchronises
+// the host while a bucket is in flight (engine/cuda's
+// TestSteadyStateGridEmulated). On X grids RMSNorm's host round trips
+// synchronise with the compute stream meanwhile (as they already did
+// with ORS's reduce-scatters in flight): the compute stream waits for no
+// bucket before ReduceGradients, so such a wait cannot hang on one.
 //
 // Results. An all-reduce sums each element over the group's ranks in
 // rank order whatever the bucket it travels in and whenever it is issued,
