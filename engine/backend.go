@@ -82,6 +82,15 @@ type Backend interface {
 	// Sum writes Σ x into the one-element tensor dst, accumulated as
 	// SumSquares accumulates.
 	Sum(dst, x *Tensor)
+	// SumSquaresMulti writes Σ xs[i]² into dst[i] for every tensor of
+	// xs (dst has len(xs) elements; a tensor may be empty, whose sum is
+	// 0): each bit for bit what SumSquares(dst.View(i, 1), xs[i]) would
+	// write — the same float64 blocks, added in the same order, rounded
+	// once — so it is as deterministic (the same bits for the same
+	// inputs whatever the threads), but in a few launches on a GPU
+	// however many tensors, where SumSquares is two a tensor: a gradient
+	// norm over hundreds of parameters.
+	SumSquaresMulti(dst *Tensor, xs []*Tensor)
 
 	// Embedding gathers rows: out[i] = table[ids[i]]. out [N,H], table
 	// [V,H], ids I32 [N].

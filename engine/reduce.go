@@ -1,8 +1,8 @@
 package engine
 
 // SumSquaresEach returns Σx² of each tensor, as Backend.SumSquares computes
-// it, in order. The sums are written side by side on the device and read
-// with one Download: one host synchronisation for all of them, where a
+// it, in order. The sums are written side by side on the device
+// (Backend.SumSquaresMulti) and read with one Download: one host synchronisation for all of them, where a
 // Download a tensor stalled the stream once per parameter (a gradient
 // norm's hundreds a step on a GPU).
 func SumSquaresEach(b Backend, xs []*Tensor) []float32 {
@@ -12,9 +12,7 @@ func SumSquaresEach(b Backend, xs []*Tensor) []float32 {
 	}
 	acc := b.Alloc(F32, len(xs))
 	defer b.Free(acc)
-	for i, x := range xs {
-		b.SumSquares(acc.View(i, 1), x)
-	}
+	b.SumSquaresMulti(acc, xs)
 	b.Download(out, acc)
 	return out
 }

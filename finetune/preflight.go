@@ -64,7 +64,7 @@ func work(cfg Config, model *checkpoints.Config, store *data.Store, g comm.Grid,
 	if err != nil {
 		return llama.Work{}, err
 	}
-	w := llama.Work{Grid: g, Overlap: ov, Train: true, Recompute: cfg.Recompute,
+	w := llama.Work{Grid: g, Overlap: ov, Train: true, Recompute: cfg.Recompute, Micro: cfg.BatchSize / max(1, cfg.MicroBatch),
 		Batch: max(1, cfg.MicroBatch/ranks), SeqLen: store.SeqLen(), LoRA: opt.LoRA, BaseDType: opt.BaseDType}
 	if cfg.Optimizer.Name == "adamw" {
 		w.Moments = 2

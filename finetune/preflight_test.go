@@ -26,7 +26,7 @@ func TestPreflight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	oneRank := llama.Memory(mcfg, llama.Work{Train: true, Moments: 2, Batch: 4, SeqLen: sweepT}).Total()
+	oneRank := llama.Memory(mcfg, llama.Work{Train: true, Micro: 2, Moments: 2, Batch: 4, SeqLen: sweepT}).Total()
 	tests := []struct {
 		name  string
 		edit  func(c *Config)
@@ -99,15 +99,15 @@ func TestWork(t *testing.T) {
 		grid comm.Grid
 		want llama.Work
 	}{
-		{"one rank", func(c *Config) {}, comm.Grid{}, llama.Work{Train: true, Moments: 2, Batch: 4, SeqLen: sweepT}},
+		{"one rank", func(c *Config) {}, comm.Grid{}, llama.Work{Train: true, Micro: 2, Moments: 2, Batch: 4, SeqLen: sweepT}},
 		{"sgd, recomputation, evaluation", func(c *Config) { c.Optimizer.Name, c.Recompute, c.EvalEvery = "sgd", true, 1 },
-			comm.Grid{}, llama.Work{Train: true, Recompute: true, Batch: 4, SeqLen: sweepT, EvalBatch: 4}},
+			comm.Grid{}, llama.Work{Train: true, Recompute: true, Micro: 2, Batch: 4, SeqLen: sweepT, EvalBatch: 4}},
 		{"a grid splits the batches over data·Z", func(c *Config) { c.MicroBatch, c.EvalEvery, c.EvalBatch = 8, 1, 16 },
-			grid, llama.Work{Grid: grid, Train: true, Moments: 2, Batch: 2, SeqLen: sweepT, EvalBatch: 4}},
+			grid, llama.Work{Grid: grid, Train: true, Micro: 1, Moments: 2, Batch: 2, SeqLen: sweepT, EvalBatch: 4}},
 		{"lora keeps a bf16 base as bf16", func(c *Config) { c.LoRA.Rank = 8 }, comm.Grid{},
-			llama.Work{Train: true, Moments: 2, Batch: 4, SeqLen: sweepT, BaseDType: engine.BF16}},
+			llama.Work{Train: true, Micro: 2, Moments: 2, Batch: 4, SeqLen: sweepT, BaseDType: engine.BF16}},
 		{"lora on a base held in f32", func(c *Config) { c.LoRA.Rank, c.LoRA.BaseDType = 8, "f32" }, comm.Grid{},
-			llama.Work{Train: true, Moments: 2, Batch: 4, SeqLen: sweepT, BaseDType: engine.F32}},
+			llama.Work{Train: true, Micro: 2, Moments: 2, Batch: 4, SeqLen: sweepT, BaseDType: engine.F32}},
 	}
 	model := &checkpoints.Config{TorchDType: "bfloat16"}
 	for _, tt := range tests {

@@ -138,7 +138,7 @@ func Step(b engine.Backend, g gemm.Impl, cfg *checkpoints.Config, o StepOptions)
 		PeakRSSBytes:       peakRSS(),
 	}
 	res.AllocatedBytes = b.MemStats().Peak - base
-	res.EngineBytes = llama.Memory(cfg, llama.Work{Train: true, Recompute: o.Recompute, Moments: 2, Batch: o.Batch, SeqLen: o.SeqLen}).Total()
+	res.EngineBytes = llama.Memory(cfg, llama.Work{Train: true, Recompute: o.Recompute, Micro: 1, Moments: 2, Batch: o.Batch, SeqLen: o.SeqLen}).Total()
 	res.AchievedGFLOPs = res.TokensPerS * res.ModelFLOPsPerToken / 1e9
 	res.GEMMGFLOPs = gemm.GFLOPs(g, o.GEMM, 3)
 	res.Efficiency = res.AchievedGFLOPs / res.GEMMGFLOPs

@@ -115,6 +115,42 @@ func (b *Backend) SumSquares(dst, x *engine.Tensor) {
 	out[0] = b.blockSum(xs, true)
 }
 
+// SumSquaresMulti writes Σ xs[i]² into dst[i], each as SumSquares would:
+// every tensor's blocks in one parallel loop over them all, then each
+// tensor's block sums added in order and rounded once.
+func (b *Backend) SumSquaresMulti(dst *engine.Tensor, xs []*engine.Tensor) {
+	out := floats("SumSquaresMulti", dst)
+	check(len(out) == len(xs), "SumSquaresMulti of %d tensors into %v, want %d elements", len(xs), dst, len(xs))
+	vals := make([][]float32, len(xs))
+	first := make([]int, len(xs)+1) // tensor i's blocks are [first[i], first[i+1])
+	for i, x := range xs {
+		vals[i] = floats("SumSquaresMulti", x)
+		first[i+1] = first[i] + (len(vals[i])+sumSquaresBlock-1)/sumSquaresBlock
+	}
+	partial := make([]float64, first[len(xs)])
+	b.parallelFor(len(partial), 2, func(lo, hi int) {
+		t := 0
+		for blk := lo; blk < hi; blk++ {
+			for first[t+1] <= blk {
+				t++
+			}
+			k := blk - first[t]
+			var s float64
+			for _, v := range vals[t][k*sumSquaresBlock : min((k+1)*sumSquaresBlock, len(vals[t]))] {
+				s += float64(v) * float64(v)
+			}
+			partial[blk] = s
+		}
+	})
+	for i := range xs {
+		var s float64
+		for _, p := range partial[first[i]:first[i+1]] {
+			s += p
+		}
+		out[i] = float32(s)
+	}
+}
+
 // Sum writes Σ x into the one-element tensor dst, in SumSquares' blocks.
 func (b *Backend) Sum(dst, x *engine.Tensor) {
 	out, xs := floats("Sum", dst), floats("Sum", x)

@@ -3,7 +3,6 @@ package cuda
 import (
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/memtrain/memtrain/engine"
 )
@@ -40,7 +39,7 @@ func (b *Backend) AdamW(param, grad, m, v *engine.Tensor, h engine.AdamWParams) 
 // that a training step queues its update without waiting for the host
 // (see engine.Backend). The table of the tensors' addresses is uploaded
 // only when it changes — the same parameters step after step — and kept
-// in a scratch buffer of its own.
+// in a scratch buffer of its own (deviceTable).
 func (b *Backend) AdamWStep(ts []engine.AdamWTensors, h engine.AdamWParams, maxNorm float32, ctl *engine.Tensor) {
 	b.do(func() {
 		c := b.floatView("AdamWStep", "ctl", ctl)
@@ -50,7 +49,7 @@ func (b *Backend) AdamWStep(ts []engine.AdamWTensors, h engine.AdamWParams, maxN
 		if h.Step < 1 {
 			panic(fmt.Sprintf("cuda: AdamWStep: Step = %d, want ≥ 1 (it counts from 1)", h.Step))
 		}
-		table := b.adamTable[:0]
+		table := b.adamTable.reset()
 		chunks := int64(0)
 		for i, t := range ts {
 			p, g := b.floatView("AdamWStep", "param", t.Param), b.floatView("AdamWStep", "grad", t.Grad)
@@ -67,16 +66,11 @@ func (b *Backend) AdamWStep(ts []engine.AdamWTensors, h engine.AdamWParams, maxN
 				int64(math.Float32bits(t.WeightDecay)), chunks)
 			chunks += int64((n + adamWChunk - 1) / adamWChunk)
 		}
-		b.adamTable = table
 		if chunks == 0 {
+			b.adamTable.host = table
 			return
 		}
-		bytes := uint64(len(table)) * 8
-		dev := b.scratchBuffer(scratchAdamW, bytes)
-		if dev != b.adamDev || !slices.Equal(table, b.adamUploaded) {
-			b.copyToDevice(dev, pointerTo(table), bytes)
-			b.adamDev, b.adamUploaded = dev, append(b.adamUploaded[:0], table...)
-		}
+		dev := b.uploadTable(&b.adamTable, scratchAdamW, table)
 		lr, beta1, beta2 := float64(h.LR), float64(h.Beta1), float64(h.Beta2)
 		step := float64(h.Step)
 		b.launch(kAdamWMulti, grid1(int(min(chunks, maxGridX))), block1(adamWThreads),

@@ -76,10 +76,8 @@ type Backend struct {
 	mem     *allocator // every device block: tensors, scratch buffers
 	scratch [numScratch]devBuffer
 	count   counters
-	// AdamWStep's table of tensors: the one being built, and the one in
-	// the scratchAdamW buffer at adamDev.
-	adamTable, adamUploaded []int64
-	adamDev                 devptr
+	// The tables of tensors of AdamWStep and SumSquaresMulti (table.go).
+	adamTable, sumSqTable deviceTable
 
 	allocated atomic.Int64
 	peak      atomic.Int64

@@ -61,9 +61,9 @@
 // reductions in float64 where the CPU's are, products rounded before sums
 // (the _rn intrinsics, which the compiler never fuses), the same order of
 // roundings in AdamW, RMSNorm and RoPE. No kernel uses atomics: reductions
-// over rows are split into chunks fixed by the shape (dw, SumSquares) and
-// the embedding's backward sorts the tokens by id on the host, so every
-// result is reproducible bit for bit.
+// over rows are split into chunks fixed by the shape (dw, SumSquares and
+// SumSquaresMulti) and the embedding's backward sorts the tokens by id on
+// the host, so every result is reproducible bit for bit.
 //
 // # Precision
 //

@@ -57,3 +57,35 @@ func (b *Backend) sum(op string, dst, x *engine.Tensor, squares int32) {
 		b.launch(kSumSquaresFinal, grid1(1), block1(sumSquaresThreads), d.ptr, d.dt(), partial, int32(parts))
 	})
 }
+
+// SumSquaresMulti writes Σ xs[i]² into dst[i] in two launches however
+// many tensors: sum_squares_multi_partial sums every tensor's blocks of
+// sumSquaresBlock elements in float64 (one CUDA block a block, as
+// sum_squares_partial), and sum_squares_multi_final adds each tensor's
+// block sums in float64 (one CUDA block a tensor, as sum_squares_final),
+// so each result is bit for bit SumSquares'. The kernels read the tensors
+// from a table (deviceTable: address, length, type and first block of
+// each), which a training step's gradient norm finds on the device
+// already, the same gradients step after step.
+func (b *Backend) SumSquaresMulti(dst *engine.Tensor, xs []*engine.Tensor) {
+	b.do(func() {
+		d := b.floatView("SumSquaresMulti", "dst", dst)
+		if d.n != len(xs) {
+			panic(fmt.Sprintf("cuda: SumSquaresMulti of %d tensors into %v, want %d elements", len(xs), dst, len(xs)))
+		}
+		if len(xs) == 0 {
+			return
+		}
+		table := b.sumSqTable.reset()
+		parts := int64(0)
+		for _, x := range xs {
+			v := b.floatView("SumSquaresMulti", "x", x)
+			table = append(table, int64(v.ptr), int64(v.n), int64(v.dt()), parts)
+			parts += int64(max(1, (v.n+sumSquaresBlock-1)/sumSquaresBlock))
+		}
+		dev := b.uploadTable(&b.sumSqTable, scratchSumSquares, table)
+		partial := b.scratchBuffer(scratchReduce, uint64(parts)*8)
+		b.launch(kSumSquaresMultiPartial, grid1(int(min(parts, maxGridX))), block1(256), partial, dev, int32(len(xs)), parts)
+		b.launch(kSumSquaresMultiFinal, grid1(len(xs)), block1(sumSquaresThreads), d.ptr, d.dt(), dev, partial)
+	})
+}

@@ -31,6 +31,8 @@ const (
 	kWidenBF16Matrix        kernel = "widen_bf16_matrix"
 	kSumSquaresPartial      kernel = "sum_squares_partial"
 	kSumSquaresFinal        kernel = "sum_squares_final"
+	kSumSquaresMultiPartial kernel = "sum_squares_multi_partial"
+	kSumSquaresMultiFinal   kernel = "sum_squares_multi_final"
 	kEmbedding              kernel = "embedding"
 	kEmbeddingBackward      kernel = "embedding_backward"
 	kRMSNorm                kernel = "rmsnorm"
@@ -57,8 +59,9 @@ const (
 
 	// Constants the Go code shares with the sources (a test compares
 	// them with the #defines).
-	sumSquaresBlock = 16384 // SUMSQ_BLOCK in elementwise.cu
-	argmaxThreads   = 256   // ARGMAX_THREADS in crossentropy.cu
+	sumSquaresBlock  = 16384 // SUMSQ_BLOCK in elementwise.cu
+	sumSquaresFields = 4     // SUMSQ_FIELDS in elementwise.cu
+	argmaxThreads    = 256   // ARGMAX_THREADS in crossentropy.cu
 	// The most threads a block of these kernels launches with: their
 	// __launch_bounds__, so that NVRTC keeps their registers within what
 	// a block of that many threads may have.

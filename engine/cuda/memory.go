@@ -418,12 +418,13 @@ func (b *Backend) Copy(dst, src *engine.Tensor) {
 // purpose so that an operation can hold several at once. Each grows to the
 // largest size asked for and is kept, in a block of the allocator.
 const (
-	scratchCopy   = iota // Copy between overlapping views
-	scratchReduce        // partial sums, attention_kv's scores
-	scratchIndex         // EmbeddingBackward's sorted positions
-	scratchAttn          // AttentionBackward's rowsum(dOut ⊙ out)
-	scratchWiden         // Gemm's bf16 B widened to float32
-	scratchAdamW         // AdamWStep's table of tensors, kept while it is the same
+	scratchCopy       = iota // Copy between overlapping views
+	scratchReduce            // partial sums, attention_kv's scores
+	scratchIndex             // EmbeddingBackward's sorted positions
+	scratchAttn              // AttentionBackward's rowsum(dOut ⊙ out)
+	scratchWiden             // Gemm's bf16 B widened to float32
+	scratchAdamW             // AdamWStep's table of tensors, kept while it is the same
+	scratchSumSquares        // SumSquaresMulti's table of tensors, likewise
 	numScratch
 )
 

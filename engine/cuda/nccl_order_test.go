@@ -398,7 +398,11 @@ func TestCheckNCCLStreams(t *testing.T) {
 // four fake GPUs, with every overlap on and gradient buckets small enough
 // that a group's gradients take several, logs every rank's collectives
 // from the splits on, and checks them with checkNCCLOrder. The losses
-// must still match one CPU rank's.
+// must still match one CPU rank's. Each grid runs both schedules of the
+// buckets: issued during the last micro-batch's backward (the default),
+// where they interleave with the backward's collectives on the other
+// groups, and after it (llama.Options.ReduceAfterBackward), where each
+// step's buckets follow each other.
 func TestNCCLOrderEmulated(t *testing.T) {
 	log := fakeNCCLLog(t)
 	cfg := gridConfig()
@@ -415,8 +419,17 @@ func TestNCCLOrderEmulated(t *testing.T) {
 	// 4 KiB buckets: the largest gradient of gridConfig is 64×32 floats,
 	// 8 KiB, so most buckets close after one or two matrices.
 	const bucket = 4 << 10
-	for _, shape := range []comm.Grid{{Data: 2, X: 1, Y: 1, Z: 2}, {Data: 2, X: 2, Y: 1, Z: 1}, {Data: 1, X: 2, Y: 2, Z: 1}} {
-		t.Run(fmt.Sprintf("dp=%d,x=%d,y=%d,z=%d", shape.Data, shape.X, shape.Y, shape.Z), func(t *testing.T) {
+	for _, c := range []struct {
+		shape comm.Grid
+		after bool
+	}{
+		{comm.Grid{Data: 2, X: 1, Y: 1, Z: 2}, false}, {comm.Grid{Data: 2, X: 1, Y: 1, Z: 2}, true},
+		{comm.Grid{Data: 2, X: 2, Y: 1, Z: 1}, false}, {comm.Grid{Data: 2, X: 2, Y: 1, Z: 1}, true},
+		{comm.Grid{Data: 2, X: 1, Y: 2, Z: 1}, false},
+		{comm.Grid{Data: 1, X: 2, Y: 2, Z: 1}, false},
+	} {
+		shape := c.shape
+		t.Run(fmt.Sprintf("dp=%d,x=%d,y=%d,z=%d,after=%t", shape.Data, shape.X, shape.Y, shape.Z, c.after), func(t *testing.T) {
 			log.start()
 			worlds, err := NewNCCLGroup(backends)
 			if err != nil {
@@ -424,7 +437,7 @@ func TestNCCLOrderEmulated(t *testing.T) {
 			}
 			got := make([][]finetune.StepResult, len(backends))
 			err = parallel.LaunchWorlds(worlds, shape, parallel.AllOverlap(), func(g *parallel.Grid) error {
-				res, err := gridTrainWith(backends[g.Rank()], cfg, weights, batches, llama.Options{Parallel: g, GradientBucketBytes: bucket})
+				res, err := gridTrainWith(backends[g.Rank()], cfg, weights, batches, llama.Options{Parallel: g, GradientBucketBytes: bucket, ReduceAfterBackward: c.after})
 				got[g.Rank()] = res
 				return err
 			})
@@ -494,6 +507,28 @@ func TestNCCLOrderEmulated(t *testing.T) {
 				len(seqs[0]), len(comms), len(groups), many)
 			if shape.Data > 1 && many == 0 {
 				t.Errorf("no gradient bucket was issued as a NCCL group of several all-reduces")
+			}
+			// The buckets are the NCCL groups (every other collective is
+			// issued alone): after the backward, each step's follow each
+			// other in one run on rank 0; issued during it, the
+			// backward's collectives on the X, Y or Z groups come between
+			// them.
+			runs, in := 0, false
+			for _, o := range seqs[0] {
+				if g := o.Group != 0; g != in {
+					in = g
+					if g {
+						runs++
+					}
+				}
+			}
+			t.Logf("rank 0's buckets in %d runs of consecutive NCCL groups over %d steps", runs, len(batches))
+			switch {
+			case shape.Data == 1:
+			case c.after && runs != len(batches):
+				t.Errorf("buckets issued after the backward in %d runs over %d steps, want one a step", runs, len(batches))
+			case !c.after && runs <= len(batches):
+				t.Errorf("buckets issued in the backward in %d runs over %d steps: none interleaved with the backward's collectives", runs, len(batches))
 			}
 		})
 	}

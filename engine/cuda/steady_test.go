@@ -1,9 +1,14 @@
 package cuda
 
 import (
+	"fmt"
 	"testing"
 
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/comm"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/engine/parallel"
 	"github.com/memtrain/memtrain/finetune"
 )
 
@@ -73,5 +78,123 @@ func testSteadyState(t *testing.T, newBackend maker, dev int, lib func() Counter
 	}
 	if r, c := b.Reserved(); r < b.MemStats().Allocated || c > r {
 		t.Errorf("Reserved() = %d, %d with %d bytes of tensors live", r, c, b.MemStats().Allocated)
+	}
+}
+
+// inFlightComm passes its communicator's collectives on and, for each
+// non-blocking all-reduce (a gradient bucket), notes the backend's
+// counts when it is issued and when it is waited for: a cuMemAlloc,
+// cuMemFree or host synchronisation in between would have run while the
+// bucket may have been in flight.
+type inFlightComm struct {
+	comm.Comm
+	b     *Backend
+	spans *[]Counters // each bucket's counts between issue and wait
+}
+
+var _ comm.Grouper = (*inFlightComm)(nil)
+
+func (c *inFlightComm) track(r comm.Request) comm.Request {
+	return &inFlightRequest{r, c, c.b.Counters()}
+}
+
+func (c *inFlightComm) IAllReduce(t *engine.Tensor) comm.Request {
+	return c.track(c.Comm.IAllReduce(t))
+}
+
+func (c *inFlightComm) IAllReduceGroup(ts []*engine.Tensor) comm.Request {
+	return c.track(comm.IAllReduceGroup(c.Comm, ts))
+}
+
+type inFlightRequest struct {
+	comm.Request
+	c      *inFlightComm
+	issued Counters
+}
+
+func (r *inFlightRequest) Wait() error {
+	*r.c.spans = append(*r.c.spans, r.c.b.Counters().Sub(r.issued))
+	return r.Request.Wait()
+}
+
+// TestSteadyStateGridEmulated trains the small Llama on data-parallel
+// grids of fake GPUs over NCCL, the gradient buckets issued during the
+// backward (small ones, many a step): in a steady state a step makes no
+// cuMemAlloc or cuMemFree, and while any bucket is in flight — from its
+// issue in the backward to its wait in ReduceGradients — the rank makes
+// no allocation, free or host synchronisation at all. (A grid's step has
+// more synchronisations than one rank's: SumBatch adds the ranks' loss
+// weights on the host before it.)
+func TestSteadyStateGridEmulated(t *testing.T) {
+	fakeCUDA(t)
+	cfg := gridConfig()
+	weights := checkpoints.RandomWeights(cfg, 5)
+	batches := gridBatches(cfg)
+	for _, shape := range []comm.Grid{{Data: 2, X: 1, Y: 1, Z: 1}, {Data: 2, X: 1, Y: 1, Z: 2}} {
+		t.Run(fmt.Sprintf("dp=%d,z=%d", shape.Data, shape.Z), func(t *testing.T) {
+			backends := make([]*Backend, shape.Size())
+			for i := range backends {
+				backends[i] = newFake(t, i, GemmF32)
+			}
+			worlds, err := NewNCCLGroup(backends)
+			if err != nil {
+				t.Fatal(err)
+			}
+			spans := make([][]Counters, len(backends))
+			steps := make([][]Counters, len(backends))
+			err = parallel.LaunchWorlds(worlds, shape, parallel.AllOverlap(), func(g *parallel.Grid) error {
+				r := g.Rank()
+				b := backends[r]
+				groups := *g.Groups
+				for _, c := range []*comm.Comm{&groups.Data, &groups.DataZ} {
+					*c = &inFlightComm{Comm: *c, b: b, spans: &spans[r]}
+				}
+				grid := &parallel.Grid{Groups: &groups, At: g.At, Overlap: g.Overlap}
+				m, err := llama.New(b, cfg, llama.Options{Parallel: grid, GradientBucketBytes: 4 << 10})
+				if err != nil {
+					return err
+				}
+				defer m.Free()
+				if err := m.SetWeights(weights); err != nil {
+					return err
+				}
+				o, err := finetune.NewOptimizer(b, m.Params(), finetune.OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
+				if err != nil {
+					return err
+				}
+				defer o.Free()
+				for i := range 4 {
+					before := b.Counters()
+					if i == 2 {
+						spans[r] = spans[r][:0] // the steady steps' buckets only
+					}
+					if _, err := finetune.TrainStep(m, o, gridShare(batches[i%len(batches)], g.BatchRanks(), g.BatchRank()), 1e-2, 1); err != nil {
+						return fmt.Errorf("step %d: %w", i+1, err)
+					}
+					steps[r] = append(steps[r], b.Counters().Sub(before))
+				}
+				return b.Synchronize()
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for r := range backends {
+				for i, c := range steps[r][2:] {
+					t.Logf("rank %d, step %d: %d cuMemAlloc, %d cuMemFree, %d synchronisations", r, i+3, c.Allocs, c.Frees, c.Syncs)
+					if c.Allocs != 0 || c.Frees != 0 {
+						t.Errorf("rank %d, step %d: %d cuMemAlloc, %d cuMemFree; want none", r, i+3, c.Allocs, c.Frees)
+					}
+				}
+				if len(spans[r]) < 4 {
+					t.Fatalf("rank %d: %d buckets in two steps: the test wants several a step", r, len(spans[r]))
+				}
+				for i, c := range spans[r] {
+					if c != (Counters{}) {
+						t.Errorf("rank %d: bucket %d of the steady steps: %+v while in flight, want none", r, i+1, c)
+					}
+				}
+			}
+			t.Logf("%d buckets on rank 0 in the two steady steps", len(spans[0]))
+		})
 	}
 }

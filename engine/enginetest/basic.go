@@ -261,3 +261,42 @@ func testSumSquares(h *harness) {
 		h.close(fmt.Sprintf("SumSquares n=%d", n), h.get(dst), []float64{want}, tolElem)
 	}
 }
+
+// testSumSquaresMulti: SumSquaresMulti's sums are bit for bit
+// SumSquares' of each tensor — empty ones, views, tensors of several
+// blocks among small ones — and as close to the float64 sums.
+func testSumSquaresMulti(h *harness) {
+	lens := []int{5, 0, 100003, 1, 40000, 16384, 3}
+	var xs []*engine.Tensor
+	var want []float64
+	for i, n := range lens {
+		x := h.randn(n+2, float64(i+1))
+		var s float64
+		for _, v := range x[1 : n+1] {
+			s += float64(v) * float64(v)
+		}
+		want = append(want, s)
+		xs = append(xs, h.f32(x, n+2).View(1, n)) // a view inside its storage
+	}
+	dst := h.nan(len(xs))
+	h.be.SumSquaresMulti(dst, xs)
+	got := h.get(dst)
+	h.close("SumSquaresMulti", got, want, tolElem)
+	for i, x := range xs {
+		one := h.nan(1)
+		h.be.SumSquares(one, x)
+		if w := h.get(one)[0]; math.Float32bits(got[i]) != math.Float32bits(w) {
+			h.t.Errorf("SumSquaresMulti: tensor %d (%d elements): %v, SumSquares %v", i, lens[i], got[i], w)
+		}
+	}
+	// Twice the same, and a shorter list into a view of dst (the table
+	// changes between calls).
+	h.be.SumSquaresMulti(dst.View(2, 2), xs[2:4])
+	again := h.get(dst)
+	for i := range got {
+		if math.Float32bits(again[i]) != math.Float32bits(got[i]) {
+			h.t.Errorf("SumSquaresMulti again: tensor %d: %v, first %v", i, again[i], got[i])
+		}
+	}
+	h.be.SumSquaresMulti(h.nan(0), nil)
+}

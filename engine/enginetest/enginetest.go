@@ -94,6 +94,7 @@ func RunConfig(t *testing.T, cfg Config) {
 		{"EmbeddingBF16", testEmbeddingBF16},
 		{"Sum", testSum},
 		{"AdamWStep", testAdamWStep},
+		{"SumSquaresMulti", testSumSquaresMulti},
 	}
 	for i, tc := range tests {
 		if cfg.NoBF16 && strings.Contains(tc.name, "BF16") {

@@ -85,7 +85,10 @@ func oneStep(m *Model, global Batch) (Loss, map[string][]float32, error) {
 	m.ZeroGrads()
 	var sum Loss
 	half := (s1 - s0) / 2
-	for _, r := range [][2]int{{s0, s0 + half}, {s0 + half, s1}} {
+	for i, r := range [][2]int{{s0, s0 + half}, {s0 + half, s1}} {
+		if i == 1 {
+			m.LastMicroBatch() // its backward issues the gradient buckets
+		}
 		l, err := m.ForwardBackward(sliceBatch(global, r[0], r[1]), float32(1/total))
 		if err != nil {
 			return Loss{}, nil, err

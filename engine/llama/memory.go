@@ -36,6 +36,9 @@ type Work struct {
 	// the backward pass, beside one set of activation gradients.
 	Train     bool
 	Recompute bool // Options.Recompute
+	// Micro, with Train, is the optimizer step's micro-batches: its
+	// device scalars (StepSums) count then; 0 counts none.
+	Micro int
 	// Moments are the optimizer's state tensors a parameter (AdamW 2,
 	// SGD 0), shaped like this rank's shards.
 	Moments int
@@ -111,7 +114,8 @@ type Items struct {
 	// Optimizer is the optimizer's moments.
 	Optimizer int64
 	// Activations is the largest pass's workspace (the workspace plan,
-	// or the decoder's): activations, their gradients, logits, scratch.
+	// or the decoder's): activations, their gradients, logits, scratch;
+	// and a training step's scalars (StepSums, Work.Micro).
 	Activations int64
 	// Gathered is what Z-sharding adds with Z > 1: the gathered weight
 	// blocks (two units with OAG) and the gradient blocks before their
@@ -152,7 +156,7 @@ func Itemize(cfg *checkpoints.Config, w Work) Items {
 		m.Weights = engine.SumBytes(base, engine.MulBytes(ad, 4), rope)
 		m.Gradients = engine.SumBytes(engine.MulBytes(ad, 4), int64(d.H)*4)
 		m.Optimizer = engine.MulBytes(moments, ad, 4)
-		m.Activations = passBytes(d, w)
+		m.Activations = engine.SumBytes(passBytes(d, w), stepSumsBytes(cfg, w))
 		m.Gathered = engine.MulBytes(z.gather, 4)
 		if w.Snapshot {
 			m.Snapshot = engine.MulBytes(1+moments, ad, 4)
@@ -162,7 +166,7 @@ func Itemize(cfg *checkpoints.Config, w Work) Items {
 	m.Weights = engine.SumBytes(engine.MulBytes(local, 4), rope)
 	m.Gradients = engine.MulBytes(local, 4)
 	m.Optimizer = engine.MulBytes(moments, local, 4)
-	m.Activations = passBytes(d, w)
+	m.Activations = engine.SumBytes(passBytes(d, w), stepSumsBytes(cfg, w))
 	m.Gathered = engine.MulBytes(z.gather+z.grad, 4)
 	if w.Snapshot {
 		m.Snapshot = engine.MulBytes(1+moments, local, 4)

@@ -16,6 +16,7 @@
 package llama
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -53,6 +54,11 @@ type Options struct {
 	// is DefaultGradientBucketBytes; a negative size puts every gradient
 	// in a bucket of its own.
 	GradientBucketBytes int
+	// ReduceAfterBackward issues the gradient buckets after the backward
+	// pass, in ReduceGradients, instead of during the last micro-batch's
+	// backward as each bucket's gradients become final (buckets.go): the
+	// same sums, the collectives later. For tests and measurements.
+	ReduceAfterBackward bool
 }
 
 // DefaultGradientBucketBytes is the default gradient bucket, 25 MiB:
@@ -104,6 +110,9 @@ type Model struct {
 	// stepSums are the optimizer step's device scalars (stepsums.go),
 	// kept from step to step.
 	stepSums *StepSums
+	// reduce is the gradient reduction of the step in progress, begun in
+	// its last micro-batch's backward (buckets.go).
+	reduce gradReduce
 	// flatRowsLimit, when positive, replaces flatRows' int32 bound (the
 	// tests make it small to run the chunked path on tiny shapes).
 	flatRowsLimit int
@@ -400,130 +409,22 @@ func (m *Model) Weights() []checkpoints.Tensor {
 	return w
 }
 
-// ZeroGrads clears every gradient.
+// ZeroGrads clears every gradient, after waiting for any sum a failed
+// step left in flight.
 func (m *Model) ZeroGrads() {
+	m.reduce.abandon()
 	for _, p := range m.Trainable() {
 		m.backend.Fill(p.Grad, 0)
 	}
-}
-
-// ReduceGradients completes an optimizer step's gradients on a grid, once
-// after its last micro-batch: every weight shard's gradient is summed over
-// the data-parallel replicas, and every norm weight's over the data·Z
-// ranks, which saw different tokens (its X·Y copies at one data·Z
-// coordinate computed the same sum, so Y is not summed). On one rank it
-// does nothing.
-//
-// The gradients go in buckets (Options.GradientBucketBytes), one open
-// bucket per group, filled in parameter order and issued as one all-reduce
-// group as soon as it is full, the rest at the end. The ranks of a group
-// hold shards of the same sizes, so they issue the same buckets on it, and
-// two ranks sharing both groups interleave them alike, as NCCL requires of
-// collectives on several communicators. With OAR the buckets run in the
-// background until the last is issued; without, each is waited for in
-// turn. The sums are those of one all-reduce a gradient, and each
-// gradient counts as one. The buckets are issued after the backward, not
-// during the last micro-batch's as in PyTorch DDP: that would need the
-// backward to know which micro-batch is the last, and to follow the
-// Z-sharded gradients' reduce-scatters.
-func (m *Model) ReduceGradients() (err error) {
-	g := m.Options.Parallel
-	if g == nil {
-		return nil
-	}
-	defer recoverComm(&err)
-	if m.lora != nil {
-		return m.reduceAdapterGradients()
-	}
-	bs := m.gradientBuckets()
-	for _, p := range m.Trainable() {
-		c := g.Data
-		if len(p.Full) == 1 {
-			c = g.DataZ
-		}
-		bs.add(p.Grad, c)
-	}
-	bs.finish()
-	return nil
-}
-
-// gradBuckets all-reduces gradients in buckets: one open bucket per
-// group, filled in the order the gradients are added and issued as one
-// all-reduce group (comm.IAllReduceGroup) once it holds limit bytes or
-// more. Without OAR each bucket is waited for when issued; with it, in
-// finish. A failed collective panics with a commFailure (check).
-type gradBuckets struct {
-	limit   int64
-	overlap bool
-	open    []*gradBucket // in the order of their groups' first gradients
-	pending comm.Requests
-}
-
-type gradBucket struct {
-	c     comm.Comm
-	grads []*engine.Tensor
-	bytes int64
-}
-
-// gradientBuckets returns empty buckets of Options.GradientBucketBytes on
-// m's grid.
-func (m *Model) gradientBuckets() *gradBuckets {
-	limit := int64(m.Options.GradientBucketBytes)
-	if limit == 0 {
-		limit = DefaultGradientBucketBytes
-	}
-	return &gradBuckets{limit: limit, overlap: m.Options.Parallel.Overlap.AllReduce}
-}
-
-// add puts t in c's bucket, issuing it when full; nil or a group of one
-// rank needs no sum.
-func (bs *gradBuckets) add(t *engine.Tensor, c comm.Comm) {
-	if c == nil || c.Size() == 1 {
-		return
-	}
-	var b *gradBucket
-	for _, o := range bs.open {
-		if o.c == c {
-			b = o
-		}
-	}
-	if b == nil {
-		b = &gradBucket{c: c}
-		bs.open = append(bs.open, b)
-	}
-	b.grads = append(b.grads, t)
-	if b.bytes += t.Bytes(); b.bytes >= bs.limit {
-		bs.issue(b)
-	}
-}
-
-func (bs *gradBuckets) issue(b *gradBucket) {
-	r := comm.IAllReduceGroup(b.c, b.grads)
-	if bs.overlap {
-		bs.pending = append(bs.pending, r)
-	} else {
-		check(r.Wait())
-	}
-	b.grads, b.bytes = nil, 0
-}
-
-// finish issues the buckets still open, in the order they were opened, and
-// waits for every sum.
-func (bs *gradBuckets) finish() {
-	for _, b := range bs.open {
-		if len(b.grads) > 0 {
-			bs.issue(b)
-		}
-	}
-	err := bs.pending.Wait()
-	bs.open, bs.pending = nil, nil
-	check(err)
 }
 
 // GradNorm is the global L2 norm of the gradients, summed in float64 in
 // parameter order. On a grid it is collective: every shard counts once,
 // a norm weight's copies on the Y and Z ranks once between them.
 func (m *Model) GradNorm() (float64, error) {
+	if m.reduce.inFlight() {
+		return 0, errors.New("llama: GradNorm before ReduceGradients: the gradients' sums are still in flight")
+	}
 	params := m.Trainable()
 	gs := make([]*engine.Tensor, len(params))
 	for i, p := range params {
@@ -567,8 +468,10 @@ func (m *Model) SumBatch(vals []float64) error {
 	return nil
 }
 
-// Free releases the model's tensors.
+// Free releases the model's tensors, once no sum a failed step left in
+// flight still reads or writes them.
 func (m *Model) Free() {
+	m.reduce.abandon()
 	m.freeWorkspace()
 	if m.stepSums != nil {
 		m.backend.Free(m.stepSums.t)

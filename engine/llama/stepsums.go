@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 
+	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 )
 
@@ -27,7 +28,12 @@ import (
 type StepSums struct {
 	b     engine.Backend
 	t     *engine.Tensor
-	micro int // n, the micro-batches it has room for
+	micro int              // n, the micro-batches it has room for
+	grads []*engine.Tensor // FinishStep's list of gradients, reused
+	// steps is the micro-batch count of the step under way (StepSums'
+	// argument): slot steps−1 is its last, whose backward begins the
+	// gradients' reduction (buckets.go).
+	steps int
 	host  [4]float32
 }
 
@@ -49,20 +55,38 @@ func (s *StepSums) report(i int) *engine.Tensor {
 // steady state allocates nothing.
 func (m *Model) StepSums(micro int) *StepSums {
 	if s := m.stepSums; s != nil && s.micro >= micro {
+		s.steps = micro
 		return s
 	}
 	if m.stepSums != nil {
 		m.backend.Free(m.stepSums.t)
 	}
 	n := stepSumsFixed + 2*micro + len(m.Trainable())
-	m.stepSums = &StepSums{b: m.backend, t: m.backend.Alloc(engine.F32, n), micro: micro}
+	m.stepSums = &StepSums{b: m.backend, t: m.backend.Alloc(engine.F32, n), micro: micro, steps: micro}
 	return m.stepSums
+}
+
+// stepSumsBytes is what StepSums(w.Micro) allocates for a model of cfg
+// doing w (Itemize counts it with the workspace): one float a fixed
+// scalar, two a micro-batch, one a trainable tensor.
+func stepSumsBytes(cfg *checkpoints.Config, w Work) int64 {
+	if !w.Train || w.Micro <= 0 {
+		return 0
+	}
+	tensors := int64(len(cfg.TensorSpecs()))
+	if w.LoRA != nil {
+		tensors = int64(len(cfg.AdapterTensorSpecs(w.LoRA)))
+	}
+	return engine.MulBytes(engine.SumBytes(stepSumsFixed, engine.MulBytes(2, int64(w.Micro)), tensors), 4)
 }
 
 // ForwardBackwardSum is ForwardBackward for an optimizer step: the batch's
 // loss sums stay on the device, in micro-batch slot i of s, for Finish.
 // The batch's weights (and report weights) are the caller's to sum: they
-// are on the host already.
+// are on the host already. Slot micro−1 of StepSums(micro) is the step's
+// last micro-batch: on a grid its backward issues the gradients' sums
+// over the data-parallel ranks as they become final (buckets.go), and
+// ReduceGradients must follow.
 func (m *Model) ForwardBackwardSum(batch Batch, scale float32, s *StepSums, i int) (err error) {
 	if scale == 0 || math.IsNaN(float64(scale)) {
 		return errors.New("llama: gradient scale must be non-zero")
@@ -79,6 +103,9 @@ func (m *Model) ForwardBackwardSum(batch Batch, scale float32, s *StepSums, i in
 		m.lora.keys = batch.Keys
 	}
 	m.forward(ws)
+	if err := m.beginReduce(i == s.steps-1); err != nil {
+		return err
+	}
 	m.tokenLossSums(ws, batch, scale, s.loss(i), s.report(i))
 	m.backward(ws)
 	return nil
@@ -124,6 +151,9 @@ func (m *Model) FinishStep(s *StepSums, micro int) (err error) {
 	if micro < 1 || micro > s.micro {
 		return errors.New("llama: micro-batch count out of range of the step's sums")
 	}
+	if m.reduce.inFlight() {
+		return errors.New("llama: FinishStep before ReduceGradients: the gradients' sums are still in flight")
+	}
 	defer recoverComm(&err)
 	b, t := m.backend, s.t
 	b.Sum(t.View(1, 1), t.View(stepSumsFixed, micro))
@@ -131,20 +161,23 @@ func (m *Model) FinishStep(s *StepSums, micro int) (err error) {
 	g := m.Options.Parallel
 	params := m.Trainable()
 	slots := stepSumsFixed + 2*s.micro
-	matrices := 0
+	// Every gradient's squares in one multi-tensor launch pair, matrices
+	// first: the slots' layout.
+	grads := s.grads[:0]
 	for _, p := range params {
 		if !m.isNormGrad(p) {
-			b.SumSquares(t.View(slots+matrices, 1), p.Grad)
-			matrices++
+			grads = append(grads, p.Grad)
 		}
 	}
-	norms := 0
+	matrices := len(grads)
 	for _, p := range params {
 		if m.isNormGrad(p) {
-			b.SumSquares(t.View(slots+matrices+norms, 1), p.Grad)
-			norms++
+			grads = append(grads, p.Grad)
 		}
 	}
+	norms := len(grads) - matrices
+	s.grads = grads
+	b.SumSquaresMulti(t.View(slots, len(grads)), grads)
 	b.Sum(t.View(0, 1), t.View(slots, matrices))
 	b.Sum(t.View(2, 1), t.View(slots+matrices, norms))
 	if g != nil && g.World.Size() > 1 {

@@ -85,3 +85,39 @@ func TestStepSums(t *testing.T) {
 		}
 	}
 }
+
+// TestStepSumsMemory: Memory counts a training step's scalars (Work.Micro)
+// as StepSums allocates them, with tied and untied embeddings and with
+// adapters, and nothing without Micro.
+func TestStepSumsMemory(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		tie  bool
+		lora bool
+	}{{"untied", false, false}, {"tied", true, false}, {"lora", false, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := gridConfig(c.tie)
+			var opts Options
+			if c.lora {
+				opts.LoRA = testAdapter(3, false, 0)
+			}
+			for _, micro := range []int{1, 3} {
+				b := newBackend(1)
+				m, err := New(b, cfg, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				before := b.MemStats().Allocated
+				m.StepSums(micro)
+				got := b.MemStats().Allocated - before
+				m.Free()
+				w := Work{Train: true, LoRA: opts.LoRA, Micro: micro}
+				with := Memory(cfg, w).Workspace
+				w.Micro = 0
+				if d := with - Memory(cfg, w).Workspace; d != got {
+					t.Errorf("micro %d: Memory counts %d bytes of step sums, StepSums allocated %d", micro, d, got)
+				}
+			}
+		})
+	}
+}

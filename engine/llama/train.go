@@ -279,7 +279,8 @@ func (m *Model) TokenLosses(batch Batch) (out []float32, err error) {
 // X·Y ranks of a coordinate with the same one), and the same scale; the
 // loss returned is that batch's, and the gradients are this rank's
 // shards', still to be summed over the data-parallel replicas
-// (ReduceGradients, after the last micro-batch).
+// (ReduceGradients, after the last micro-batch; call LastMicroBatch
+// before the last one to overlap those sums with its backward).
 func (m *Model) ForwardBackward(batch Batch, scale float32) (l Loss, err error) {
 	if scale == 0 || math.IsNaN(float64(scale)) {
 		return Loss{}, errors.New("llama: gradient scale must be non-zero")
@@ -293,6 +294,9 @@ func (m *Model) ForwardBackward(batch Batch, scale float32) (l Loss, err error) 
 		m.lora.keys = batch.Keys
 	}
 	m.forward(ws)
+	if err := m.beginReduce(false); err != nil {
+		return Loss{}, err
+	}
 	report := batch.ReportWeights != nil
 	losses, reported := m.headLoss(ws, batch, scale, report)
 	m.backward(ws)
@@ -319,7 +323,11 @@ func (m *Model) ForwardBackward(batch Batch, scale float32) (l Loss, err error) 
 func (m *Model) backward(ws *workspace) {
 	g := ws.g
 	B, T, L := ws.B, ws.T, len(m.Layers)
+	if m.Head != m.Embed {
+		m.wroteGrad(m.Head) // headLoss wrote its last chunk (a tied head's is not the last write)
+	}
 	m.rmsnormBackward(g.dx, m.Norm, g.dlnf, ws.inputs[L], ws.lnf, ws.rstdf, ws.sc)
+	m.wroteGrad(m.Norm)
 	for l := L - 1; l >= 0; l-- {
 		w := blockOf(m.nextWeights(m.units.layers[l]))
 		a := ws.layers[min(l, len(ws.layers)-1)]
@@ -327,13 +335,16 @@ func (m *Model) backward(ws *workspace) {
 			m.blockForward(l, w, a, ws.inputs[l], nil, ws.pos, ws.sc, ws.lora, B, T)
 		}
 		m.blockBackward(l, w, a, ws.inputs[l], g.dx, ws.pos, g, ws.sc, ws.lora, B, T)
+		m.layerGradsFinal(l)
 	}
 	if m.Embed.Grad != nil { // a frozen embedding (adapters) takes no gradient
 		m.embedBackward(g.dx, ws.ids, ws.sc)
+		m.wroteGrad(m.Embed)
 	}
 	if m.zg != nil {
 		m.zg.finish(m, nil)
 	}
+	m.endBackwardReduce()
 }
 
 // Logits runs a forward pass and returns the logits [B·T·V] on the host.

@@ -225,6 +225,7 @@ func (zg *zGrads) scatter(m *Model, p *engine.Param, block *engine.Tensor) {
 	if !zg.async {
 		check(zg.z.ReduceScatter(chunk, block))
 		m.backend.Add(p.Grad, p.Grad, chunk)
+		m.gradFinal(p, nil, m.baseGroup(p)) // its last write in the pass
 		return
 	}
 	buf := zg.buf
@@ -245,6 +246,7 @@ func (zg *zGrads) finish(m *Model, buf *engine.Tensor) {
 		}
 		check(s.req.Wait())
 		m.backend.Add(s.p.Grad, s.p.Grad, s.chunk)
+		m.gradFinal(s.p, nil, m.baseGroup(s.p)) // its last write in the pass
 	}
 	zg.pending = kept
 }

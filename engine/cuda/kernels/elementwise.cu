@@ -97,3 +97,62 @@ extern "C" __global__ void __launch_bounds__(SUMSQ_THREADS) sum_squares_final(vo
     store(dst, ddt, 0, (float)s);
   }
 }
+
+// sum_squares_multi_partial and sum_squares_multi_final are
+// sum_squares_partial and sum_squares_final over many tensors
+// (engine.Backend.SumSquaresMulti), each tensor's result bit for bit
+// theirs: the same blocks of SUMSQ_BLOCK elements, each summed by a block
+// of the same threads in the same order, and each tensor's block sums
+// added as sum_squares_final adds them. table holds SUMSQ_FIELDS i64 a
+// tensor: its address, its length, its element type, and the index of its
+// first block in the concatenation of every tensor's blocks (an empty
+// tensor has one, of sum 0, as in sum_squares_partial). The partial
+// kernel's blocks take the blocks in turn and find a block's tensor by
+// bisection of the first-block indices, as adamw_multi finds its chunks'.
+#define SUMSQ_FIELDS 4
+
+extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS)
+    sum_squares_multi_partial(double* partial, const i64* table, int ntensors, i64 nparts) {
+  for (i64 c = blockIdx.x; c < nparts; c += gridDim.x) {
+    int lo = 0, hi = ntensors - 1;  // the last tensor whose first block is ≤ c
+    while (lo < hi) {
+      int mid = (lo + hi + 1) / 2;
+      if (table[(i64)mid * SUMSQ_FIELDS + 3] <= c) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    const i64* t = table + (i64)lo * SUMSQ_FIELDS;
+    const void* x = (const void*)t[0];
+    i64 n = t[1];
+    int dt = (int)t[2];
+    i64 start = (c - t[3]) * SUMSQ_BLOCK, end = min64(n, start + SUMSQ_BLOCK);
+    double s = 0;
+    for (i64 i = start + threadIdx.x; i < end; i += blockDim.x) {
+      double v = load(x, dt, i);
+      s += v * v;
+    }
+    s = block_sum(s);
+    if (threadIdx.x == 0) {
+      partial[c] = s;
+    }
+  }
+}
+
+// sum_squares_multi_final stores tensor blockIdx.x's total, rounded to
+// float32, in dst[blockIdx.x]. One block a tensor.
+extern "C" __global__ void __launch_bounds__(SUMSQ_THREADS)
+    sum_squares_multi_final(void* dst, int ddt, const i64* table, const double* partial) {
+  const i64* t = table + (i64)blockIdx.x * SUMSQ_FIELDS;
+  i64 n = t[1], first = t[3];
+  int parts = n == 0 ? 1 : (int)((n + SUMSQ_BLOCK - 1) / SUMSQ_BLOCK);
+  double s = 0;
+  for (int i = threadIdx.x; i < parts; i += blockDim.x) {
+    s += partial[first + i];
+  }
+  s = block_sum(s);
+  if (threadIdx.x == 0) {
+    store(dst, ddt, blockIdx.x, (float)s);
+  }
+}
