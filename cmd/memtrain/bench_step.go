@@ -89,7 +89,7 @@ func runBenchStep(cmd *cobra.Command, f benchStepFlags) error {
 	if n := cfg.Params().Total; n > maxInitParams {
 		return fmt.Errorf("bench step: %s has %s parameters, too many for a CPU step", f.preset, units.FormatCount(n))
 	}
-	if err := f.engine.preflight("bench step: "+f.preset, cfg, llama.Work{Train: true, Recompute: f.recompute, Moments: 2, Batch: f.batch, SeqLen: f.seqLen}); err != nil {
+	if err := f.engine.preflight("bench step: "+f.preset, cfg, llama.Work{Train: true, Recompute: f.recompute, Moments: 2, Batch: f.batch, SeqLen: f.seqLen, Micro: 1}); err != nil {
 		return err
 	}
 	b, g, err := f.engine.build()

@@ -333,7 +333,7 @@ func loraMemory(rep inspectReport, f inspectFlags, seq int) (*loraReport, error)
 	if err != nil {
 		return nil, err
 	}
-	w := llama.Work{Train: true, Recompute: f.recompute, Moments: 2, Batch: f.batch, SeqLen: seq, LoRA: a, BaseDType: opt.BaseDType}
+	w := llama.Work{Train: true, Recompute: f.recompute, Moments: 2, Batch: f.batch, SeqLen: seq, Micro: 1, LoRA: a, BaseDType: opt.BaseDType}
 	m := llama.Memory(rep.Config, w)
 	return &loraReport{Rank: a.R, Alpha: a.LoRAAlpha, Targets: a.TargetModules, AdapterParams: rep.Config.AdapterParams(a),
 		BaseDType: opt.BaseDType.String(), Batch: f.batch, SeqLen: seq, Recompute: f.recompute,

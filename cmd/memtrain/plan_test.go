@@ -266,7 +266,7 @@ func TestPlanIsTheEngines(t *testing.T) {
 	for _, pl := range r.Plans {
 		g := pl.Grid
 		w := llama.Work{Grid: comm.Grid{Data: g.Data, X: g.X, Y: g.Y, Z: g.Z}, Overlap: parallel.AllOverlap(), Train: true,
-			Recompute: pl.Recompute, Moments: 2, Batch: pl.MicroBatch, SeqLen: 8192}
+			Recompute: pl.Recompute, Moments: 2, Batch: pl.MicroBatch, SeqLen: 8192, Micro: pl.MicroBatches}
 		it := llama.Itemize(cfg, w)
 		if pl.MemoryTotal != llama.Memory(cfg, w).Total() || pl.Memory["weights"] != it.Weights || pl.Memory["activations"] != it.Activations || pl.Memory["workspace"] != it.Gathered {
 			t.Errorf("%+v: plan's memory %d %v, the engine's %+v", g, pl.MemoryTotal, pl.Memory, it)

@@ -59,9 +59,9 @@ func EstimateMemory(cfg *checkpoints.Config, s Step, o Options) (Memory, error) 
 	return estimateMemory(cfg, s, o), nil
 }
 
-// Work is the engine's description of step s on a rank: micro-batches of
-// s.MicroBatch sequences (each (data, z) coordinate's), AdamW's two
-// moments, the overlap o asks for.
+// Work is the engine's description of step s on a rank: s.MicroBatches
+// micro-batches of s.MicroBatch sequences (each (data, z) coordinate's),
+// AdamW's two moments, the overlap o asks for.
 func (s Step) Work(o Options) llama.Work {
 	ov := parallel.AllOverlap()
 	if o.NoOverlap {
@@ -69,7 +69,7 @@ func (s Step) Work(o Options) llama.Work {
 	}
 	g := s.Grid
 	return llama.Work{Grid: comm.Grid{Data: g.Data, X: g.X, Y: g.Y, Z: g.Z}, Overlap: ov, Train: true,
-		Recompute: s.Recompute, Moments: 2, Batch: s.MicroBatch, SeqLen: s.SeqLen}
+		Recompute: s.Recompute, Moments: 2, Batch: s.MicroBatch, SeqLen: s.SeqLen, Micro: s.MicroBatches}
 }
 
 func estimateMemory(cfg *checkpoints.Config, s Step, o Options) Memory {

@@ -61,7 +61,7 @@ func TestMemoryIsTheEngines(t *testing.T) {
 				if got, want := m.Total(), llama.Memory(cfg, w).Total(); got != want {
 					t.Errorf("%v recompute=%v %+v: total %d, engine %d", g, rec, o, got, want)
 				}
-				if w.Batch != 2 || w.SeqLen != 8 || w.Moments != 2 || !w.Train || w.Recompute != rec || w.Overlap.AllGather == o.NoOverlap {
+				if w.Batch != 2 || w.SeqLen != 8 || w.Micro != 3 || w.Moments != 2 || !w.Train || w.Recompute != rec || w.Overlap.AllGather == o.NoOverlap {
 					t.Errorf("%v: work %+v", g, w)
 				}
 				if g.Z == 1 && m.Workspace != 0 {
