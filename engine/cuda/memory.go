@@ -424,6 +424,7 @@ const (
 	scratchAttn          // AttentionBackward's rowsum(dOut ⊙ out)
 	scratchWiden         // Gemm's bf16 B widened to float32
 	scratchAdamW         // AdamWStep's table of tensors, kept while it is the same
+	scratchCublas        // cuBLAS's workspace (cublasSetWorkspace), set once
 	numScratch
 )
 
