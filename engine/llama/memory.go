@@ -59,6 +59,10 @@ type Work struct {
 	// held in BaseDType.
 	LoRA      *checkpoints.AdapterConfig
 	BaseDType engine.DType
+	// Activations is Options.Activations: with BF16 the workspace's
+	// activations take 2 bytes an element (the plan's dtypes), and every
+	// weight matrix adds its BF16 copy to Params.
+	Activations engine.DType
 	// Beside is memory a rank holds beside this model's, in bytes, which
 	// Preflight adds, in its suggestions too (another model loaded at
 	// once, such as the reference of a membership-inference attack: its
@@ -72,7 +76,8 @@ type Work struct {
 // transient workspace and the buffers of checkpoint gathers are not in it.
 type RankMemory struct {
 	// Params are this rank's weight shards and their gradients (a model
-	// always allocates both) and the RoPE table.
+	// always allocates both), in mixed precision the matrices' BF16
+	// copies, and the RoPE table.
 	Params int64
 	// Optimizer is the optimizer's moments of those shards.
 	Optimizer int64
@@ -102,6 +107,7 @@ func Memory(cfg *checkpoints.Config, w Work) RankMemory {
 	if w.Grid != (comm.Grid{}) {
 		d = gridDims(cfg, w.Grid)
 	}
+	d.act = w.Activations
 	local, z := shardElements(cfg, w.Grid, w.Overlap)
 	rope := int64(len(InvFreq(cfg))) * 4
 	if a := w.LoRA; a != nil {
@@ -121,6 +127,11 @@ func Memory(cfg *checkpoints.Config, w Work) RankMemory {
 		return m
 	}
 	m.Params = engine.SumBytes(engine.MulBytes(2, local, 4), rope)
+	if w.Activations == engine.BF16 {
+		// The matrices' bf16 copies (New): everything but the norms.
+		norms := int64(2*cfg.NumHiddenLayers+1) * int64(d.H)
+		m.Params = engine.SumBytes(m.Params, engine.MulBytes(local-norms, 2))
+	}
 	m.Optimizer = engine.MulBytes(int64(max(w.Moments, 0)), local, 4)
 	m.Workspace = engine.SumBytes(passBytes(d, w), engine.MulBytes(z.gather+z.grad, 4))
 	if w.Snapshot {

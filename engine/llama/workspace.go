@@ -78,6 +78,10 @@ type dims struct {
 	// headRowsLimit, when positive, replaces headRows' rule (the tests
 	// make it small to run the chunked head on tiny shapes).
 	headRowsLimit int
+	// act is the activations' dtype (Options.Activations): the dtype of
+	// the residual stream, every layer's saved activations and the
+	// activation gradients in the workspace plan.
+	act engine.DType
 }
 
 // headChunkElements bounds the logits a training pass holds: one chunk of
@@ -126,11 +130,17 @@ type tensorPlan struct {
 
 // plan lists the workspace's tensors for one rank's dimensions. It is the
 // single source of truth for both the allocation and the memory
-// accounting (ActivationBytes), so the two cannot disagree.
+// accounting (ActivationBytes), so the two cannot disagree, dtype by
+// dtype: the activations and their gradients in d.act (F32, or BF16 in
+// mixed precision), and in F32 whatever the loss and the statistics
+// need — the token weights and losses, RMSNorm's rstd, attention's
+// log-sum-exp, the logits (of a head chunk) and the final norm's output
+// gradient, which their float32 gradient produces.
 func plan(d dims, B, T int, train, recompute bool) []tensorPlan {
 	N := B * T
 	H, Q, KV, I, V := d.H, d.Q, d.KV, d.I, d.V
 	L, heads := d.L, d.heads
+	act := d.act
 	var p []tensorPlan
 	add := func(name string, dt engine.DType, shape ...int) {
 		p = append(p, tensorPlan{name, dt, shape})
@@ -149,30 +159,30 @@ func plan(d dims, B, T int, train, recompute bool) []tensorPlan {
 		inputs = 2 // forward only: ping-pong between two residual buffers
 	}
 	for i := 0; i < inputs; i++ {
-		add("input", engine.F32, N, H)
+		add("input", act, N, H)
 	}
 	sets := L
 	if !train || recompute {
 		sets = 1
 	}
 	for i := 0; i < sets; i++ {
-		add("ln1", engine.F32, N, H)
+		add("ln1", act, N, H)
 		add("rstd1", engine.F32, N)
-		add("q", engine.F32, N, Q)
-		add("k", engine.F32, N, KV)
-		add("v", engine.F32, N, KV)
+		add("q", act, N, Q)
+		add("k", act, N, KV)
+		add("v", act, N, KV)
 		// Attention keeps one log-sum-exp per row, not the T×T
 		// probabilities: its backward recomputes them tile by tile.
 		add("lse", engine.F32, B, heads, T)
-		add("att", engine.F32, N, Q)
-		add("h", engine.F32, N, H)
-		add("ln2", engine.F32, N, H)
+		add("att", act, N, Q)
+		add("h", act, N, H)
+		add("ln2", act, N, H)
 		add("rstd2", engine.F32, N)
-		add("gate", engine.F32, N, I)
-		add("up", engine.F32, N, I)
-		add("act", engine.F32, N, I)
+		add("gate", act, N, I)
+		add("up", act, N, I)
+		add("act", act, N, I)
 	}
-	add("lnf", engine.F32, N, H)
+	add("lnf", act, N, H)
 	add("rstdf", engine.F32, N)
 	if train {
 		add("logits", engine.F32, d.headRows(N), V)
@@ -181,14 +191,14 @@ func plan(d dims, B, T int, train, recompute bool) []tensorPlan {
 	}
 	if train {
 		for _, n := range []string{"dx", "dh", "dln", "dnorm"} {
-			add(n, engine.F32, N, H)
+			add(n, act, N, H)
 		}
-		add("dq", engine.F32, N, Q)
-		add("datt", engine.F32, N, Q)
-		add("dk", engine.F32, N, KV)
-		add("dv", engine.F32, N, KV)
+		add("dq", act, N, Q)
+		add("datt", act, N, Q)
+		add("dk", act, N, KV)
+		add("dv", act, N, KV)
 		for _, n := range []string{"dgate", "dup", "dact"} {
-			add(n, engine.F32, N, I)
+			add(n, act, N, I)
 		}
 		add("dlnf", engine.F32, N, H)
 	}
