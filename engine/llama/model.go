@@ -239,20 +239,30 @@ func Load(b engine.Backend, ck *checkpoints.Checkpoint, opt Options) (*Model, er
 // model cannot compute (see Options.Activations), before anything is
 // allocated.
 func checkActivations(opt Options) error {
-	switch opt.Activations {
+	var g comm.Grid
+	if opt.Parallel != nil {
+		g = opt.Parallel.Shape()
+	}
+	return CheckActivations(opt.Activations, opt.LoRA != nil, g)
+}
+
+// CheckActivations says whether a model can compute with activations of
+// dtype act (Options.Activations), with adapters or not, on a grid of
+// shape g (the zero Grid: one rank): nil, or the one-line reason why not.
+// New checks it; a run's preflight checks it before anything loads.
+func CheckActivations(act engine.DType, lora bool, g comm.Grid) error {
+	switch act {
 	case engine.F32:
 		return nil
 	case engine.BF16:
 	default:
-		return fmt.Errorf("llama: activations in %v (want f32 or bf16)", opt.Activations)
+		return fmt.Errorf("llama: activations in %v (want f32 or bf16)", act)
 	}
-	if opt.LoRA != nil {
+	if lora {
 		return errors.New("llama: bf16 activations with LoRA adapters are not supported (train adapters at precision f32)")
 	}
-	if g := opt.Parallel; g != nil {
-		if s := g.Shape(); s.X*s.Y*s.Z > 1 {
-			return fmt.Errorf("llama: bf16 activations on a grid that splits the model (X·Y·Z = %d·%d·%d) are not supported: its exchanges are float32 (use data parallelism alone, or precision f32)", s.X, s.Y, s.Z)
-		}
+	if g != (comm.Grid{}) && g.X*g.Y*g.Z > 1 {
+		return fmt.Errorf("llama: bf16 activations on a grid that splits the model (X·Y·Z = %d·%d·%d) are not supported: its exchanges are float32 (use data parallelism alone, or precision f32)", g.X, g.Y, g.Z)
 	}
 	return nil
 }
