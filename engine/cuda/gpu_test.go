@@ -71,6 +71,11 @@ func TestGPUModel(t *testing.T) {
 	testModel(t, newGPU)
 }
 
+func TestGPUModelBF16(t *testing.T) {
+	needGPU(t)
+	testModelBF16(t, newGPU)
+}
+
 func TestGPUBF16(t *testing.T) {
 	needGPU(t)
 	testBF16(t, newGPU)
@@ -98,7 +103,9 @@ func TestGPUFreeMemory(t *testing.T) {
 // cuMemAlloc or cuMemFree and at most maxSyncsPerStep synchronisations.
 func TestGPUSteadyState(t *testing.T) {
 	needGPU(t)
-	testSteadyState(t, newGPU, 0, nil)
+	for _, act := range []engine.DType{engine.F32, engine.BF16} {
+		t.Run(act.String(), func(t *testing.T) { testSteadyState(t, newGPU, 0, nil, act) })
+	}
 }
 
 func TestGPUBackend(t *testing.T) {
