@@ -292,3 +292,57 @@ func TestBF16DataParallel(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// sliceReader is a parallel.SliceReader over full-shape tensors in memory.
+type sliceReader map[string]checkpoints.Tensor
+
+func (r sliceReader) ReadFloat32(name string) ([]float32, error) {
+	return append([]float32(nil), r[name].Data...), nil
+}
+
+func (r sliceReader) ReadSlice(name string, r0, r1, c0, c1 int) ([]float32, error) {
+	t := r[name]
+	cols := t.Shape[len(t.Shape)-1]
+	var out []float32
+	for i := r0; i < r1; i++ {
+		out = append(out, t.Data[i*cols+c0:i*cols+c1]...)
+	}
+	return out, nil
+}
+
+// TestBF16CopiesFollowTheMasters: wherever a master weight is written —
+// SetWeights, LoadWeights (whole, or a block of rows at a time, as a
+// checkpoint or a resume loads it) — its bf16 copy is the master rounded
+// to nearest even.
+func TestBF16CopiesFollowTheMasters(t *testing.T) {
+	cfg := testConfig(false, 2)
+	check := func(what string, m *Model) {
+		t.Helper()
+		for _, p := range m.Params() {
+			if p.Copy == nil {
+				continue
+			}
+			want := download(m, p.Value)
+			for i := range want {
+				want[i] = checkpoints.BF16ToFloat32(checkpoints.Float32ToBF16(want[i]))
+			}
+			if !slices.Equal(download(m, p.Copy), want) {
+				t.Errorf("%s: %s's bf16 copy is not its master rounded", what, p.Name)
+			}
+		}
+	}
+	m := randomModel(t, newBackend(1), cfg, Options{Activations: engine.BF16}, 3)
+	defer m.Free()
+	check("SetWeights", m)
+	r := sliceReader{}
+	for _, w := range checkpoints.RandomWeights(cfg, 11) {
+		r[w.Name] = w
+	}
+	for _, chunk := range []int{0, 7} {
+		m.loadChunkLimit = chunk
+		if err := m.LoadWeights(r); err != nil {
+			t.Fatal(err)
+		}
+		check(fmt.Sprintf("LoadWeights (chunk limit %d)", chunk), m)
+	}
+}
