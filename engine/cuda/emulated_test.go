@@ -201,7 +201,7 @@ func TestModelBF16Emulated(t *testing.T) {
 // a fraction of u, not by float32 roundoff: the loss within u/8
 // relative, every gradient and updated weight within 4u of its tensor's
 // largest element. (Measured on the emulator: the loss within 2e-9, the
-// worst element within 5e-6 of its tensor's largest: the two rarely
+// worst element within 2e-7 of its tensor's largest: the two rarely
 // round a value differently. cuBLAS's other order of sums may flip more.)
 const (
 	bf16U              = 1.0 / 256

@@ -55,7 +55,8 @@ type Options struct {
 	// the GEMMs) and the optimizer's moments stay as they were; norm
 	// weights, RMSNorm's and attention's statistics, the logits of each
 	// head chunk, the loss and its gradient stay float32 (workspace.go's
-	// plan says which buffer has which dtype). Training passes and
+	// plan says which buffer has which dtype; the logits' gradient enters
+	// the head's products rounded to bf16, headLoss). Training passes and
 	// forward-only ones (evaluation, scoring) run in BF16 alike; greedy
 	// decoding keeps its float32 activations and KV cache and multiplies
 	// them by the BF16 copies. BF16 is refused with adapters and on grids

@@ -61,6 +61,9 @@ type workspace struct {
 	// head is the LM head's weight block the forward pass used, kept for
 	// the backward pass (Z-gathered on a grid).
 	head *engine.Tensor
+	// dlogits is a training pass's bf16 copy of a head chunk's logits
+	// gradient in mixed precision (headLoss); nil otherwise.
+	dlogits *engine.Tensor
 }
 
 // dims are one rank's share of the model's dimensions: everything on one
@@ -204,7 +207,14 @@ func plan(d dims, B, T int, train, recompute bool) []tensorPlan {
 	}
 	p = append(p, scratchPlan(d, N)...)
 	p = append(p, cePlan(d, N)...)
-	return append(p, loraPlan(d, N, sets, train)...)
+	p = append(p, loraPlan(d, N, sets, train)...)
+	if train && act == engine.BF16 {
+		// The head chunk's float32 logits gradient rounded to bf16 for
+		// its two products (headLoss), which then multiply bf16 by bf16
+		// on tensor cores rather than widen the whole head to float32.
+		add("dlogits", engine.BF16, d.headRows(N), V)
+	}
+	return p
 }
 
 // ActivationBytes is the memory the model's workspace takes for batches of
@@ -282,6 +292,9 @@ func (m *Model) prepare(B, T int, train bool) *workspace {
 			}
 		}
 	}
+	if train && m.d.act == engine.BF16 {
+		ws.dlogits = next()
+	}
 	pos := make([]int32, B*T)
 	for i := range pos {
 		pos[i] = int32(i % T)
@@ -314,6 +327,9 @@ func (ws *workspace) all() []*engine.Tensor {
 	}
 	if g := ws.g; g != nil {
 		ts = append(ts, g.dx, g.dh, g.dln, g.dnorm, g.dq, g.datt, g.dk, g.dv, g.dgate, g.dup, g.dact, g.dlnf)
+	}
+	if ws.dlogits != nil {
+		ts = append(ts, ws.dlogits)
 	}
 	ts = append(ts, ws.sc.tensors()...)
 	return append(ts, ws.ce.tensors()...)
