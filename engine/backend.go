@@ -15,12 +15,26 @@ import "math"
 //
 // Shapes: N is the number of token positions (batch × sequence, flattened),
 // H the hidden size, V the vocabulary, heads/kvHeads and D the attention
-// geometry. Activations, gradients and trained weights are F32 tensors
-// on the CPU backend (the GPU backend may hold BF16 ones); token ids and
-// positions are I32 tensors. Frozen weights may stay BF16 on either: every
-// backend takes BF16 tensors in Alloc, Free, Upload (rounded to nearest
-// even), Download (widened exactly), Fill, Copy (a cast between F32 and
-// BF16), and as Gemm's B operand with A and C F32.
+// geometry. Token ids and positions are I32 tensors; everything else is
+// F32 or BF16. Every backend takes BF16 tensors in Alloc, Free, Upload
+// (rounded to nearest even), Download (widened exactly), Fill, Copy (a
+// cast between F32 and BF16), and as Gemm's B operand with A and C F32
+// (a frozen or bf16-copied weight). Mixed precision (bf16 activations,
+// llama.Options.Activations) needs more, which every backend gives too:
+//
+//   - Gemm of BF16 A and B into an F32 or BF16 C, accumulated in float32
+//     (C rounded once to nearest even when BF16);
+//   - BF16 tensors, mixed freely with F32 ones, in Add, Axpy, Scale,
+//     Embedding (out, table), EmbeddingBackward (dOut), RMSNorm and its
+//     backward (out, x, dOut, dx; w, rstd and dw may be either),
+//     RoPE and its backward, SwiGLU and its backward, Attention and its
+//     backward (q, k, v, out and their gradients; lse stays F32) and
+//     AttentionKV: each reads its operands widened to float32, computes
+//     in float32 (statistics as the F32 kernel does, in float64 where it
+//     does) and rounds each output once to its tensor's dtype.
+//
+// CrossEntropy, Argmax, SumSquares, Sum and AdamW take F32 tensors: the
+// loss, its gradient and the optimizer's state stay float32.
 //
 // Accumulation: kernels whose output is a gradient of a weight
 // (EmbeddingBackward's dTable, RMSNormBackward's dw) add into it, so that
@@ -170,15 +184,21 @@ type Backend interface {
 	// (float32 arithmetic, see ClipCoefficient), every gradient is first
 	// multiplied by c in place, as torch.nn.utils.clip_grad_norm_ does;
 	// then each parameter takes AdamW's update with its own weight decay,
-	// bit for bit as AdamW would with h.WeightDecay set to it. h's
+	// bit for bit as AdamW would with h.WeightDecay set to it, and a
+	// parameter's Copy, when not nil, is set to the updated parameter
+	// rounded to its dtype (a BF16 copy of a float32 master weight). h's
 	// WeightDecay is not used.
 	AdamWStep(ts []AdamWTensors, h AdamWParams, maxNorm float32, ctl *Tensor)
 }
 
 // AdamWTensors are one parameter's tensors in an AdamWStep, all the same
-// length, and its decoupled weight decay.
+// length, and its decoupled weight decay. Copy, if not nil, receives the
+// updated Param rounded to its own dtype (engine.Param.Copy, the BF16
+// weights of a mixed-precision model), in the same pass over the
+// elements, so that the copy costs no launch of its own.
 type AdamWTensors struct {
 	Param, Grad, M, V *Tensor
+	Copy              *Tensor
 	WeightDecay       float32
 }
 

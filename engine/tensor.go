@@ -169,5 +169,11 @@ type Param struct {
 	Shard Shard
 	Value *Tensor
 	Grad  *Tensor
+	// Copy, when not nil, is a BF16 copy of Value that the passes
+	// multiply by (mixed precision): Value stays the float32 master
+	// weight the optimizer updates, and the update refreshes Copy
+	// (AdamWTensors.Copy), so that the two never disagree by more than
+	// Copy's rounding.
+	Copy  *Tensor
 	Decay bool // subject to weight decay (false for norms)
 }

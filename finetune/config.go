@@ -46,6 +46,7 @@ type Config struct {
 	SaveAsync  bool    `yaml:"save_async" help:"write checkpoints in the background: the step's weights and moments are copied to host memory (a copy of each rank's shards, reused) and written while training goes on; the last one and one at a stop are written at once"`
 	Seed       uint64  `yaml:"seed" resume:"same" help:"data order seed"`
 	Recompute  bool    `yaml:"recompute" help:"recompute activations in the backward pass (less memory)"`
+	Precision  string  `yaml:"precision" default:"f32" help:"f32, or bf16: mixed precision (bf16 activations and weight copies; float32 master weights, gradients, moments and loss); not with a lora block, nor on grids that split the model (x·y·z > 1)"`
 	SaveDType  string  `yaml:"save_dtype" default:"f32" help:"weights of the finished run's HF export (RUN/final): f32 or bf16; training checkpoints keep float32"`
 
 	LoRA       LoRA       `yaml:"lora"`
@@ -219,6 +220,9 @@ func (c *Config) Validate() error {
 	case c.SaveDType != "f32" && c.SaveDType != "bf16":
 		return fmt.Errorf("finetune: save_dtype: %q (want f32 or bf16)", c.SaveDType)
 	}
+	if _, err := c.activations(); err != nil {
+		return err
+	}
 	if d := c.Divergence; d.Factor != 0 && (!(d.Factor >= 1) || math.IsInf(d.Factor, 0) || !(d.Margin >= 0) || math.IsInf(d.Margin, 0) || d.Window < 1) {
 		return fmt.Errorf("finetune: divergence: factor %v, margin %v, window %d (want factor ≥ 1, or 0 for off; margin ≥ 0; window ≥ 1)", d.Factor, d.Margin, d.Window)
 	}
@@ -294,4 +298,16 @@ func ReadConfig(file, resume string) (Config, error) {
 		cfg.Out = runDir
 	}
 	return cfg, nil
+}
+
+// activations is the model's activation dtype for the precision key.
+func (c *Config) activations() (engine.DType, error) {
+	p, err := engine.ParsePrecision(c.Precision)
+	if err != nil {
+		return engine.F32, fmt.Errorf("finetune: precision: %w", err)
+	}
+	if p == engine.PrecisionBF16 {
+		return engine.BF16, nil
+	}
+	return engine.F32, nil
 }

@@ -59,7 +59,7 @@ func NewOptimizer(b engine.Backend, params []*engine.Param, cfg OptimizerConfig)
 			o.m = append(o.m, b.Alloc(engine.F32, p.Value.Shape...))
 			o.v = append(o.v, b.Alloc(engine.F32, p.Value.Shape...))
 			o.fused = append(o.fused, engine.AdamWTensors{Param: p.Value, Grad: p.Grad, M: o.m[i], V: o.v[i],
-				WeightDecay: float32(o.weightDecay(p))})
+				Copy: p.Copy, WeightDecay: float32(o.weightDecay(p))})
 		}
 	}
 	return o, nil
@@ -101,6 +101,11 @@ func (o *Optimizer) Update(lr float64) {
 				o.backend.Scale(p.Value, float32(1-lr*wd))
 			}
 			o.backend.Axpy(p.Value, float32(-lr), p.Grad)
+		}
+		// A mixed-precision model multiplies by the bf16 copy: it must
+		// follow the master weight (AdamWStep writes it in its own pass).
+		if p.Copy != nil {
+			o.backend.Copy(p.Copy, p.Value)
 		}
 	}
 }

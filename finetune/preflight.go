@@ -64,8 +64,12 @@ func work(cfg Config, model *checkpoints.Config, store *data.Store, g comm.Grid,
 	if err != nil {
 		return llama.Work{}, err
 	}
+	if err := llama.CheckActivations(opt.Activations, opt.LoRA != nil, g); err != nil {
+		return llama.Work{}, fmt.Errorf("finetune: precision %s: %w", cfg.Precision, err)
+	}
 	w := llama.Work{Grid: g, Overlap: ov, Train: true, Recompute: cfg.Recompute, Micro: cfg.BatchSize / max(1, cfg.MicroBatch),
-		Batch: max(1, cfg.MicroBatch/ranks), SeqLen: store.SeqLen(), LoRA: opt.LoRA, BaseDType: opt.BaseDType}
+		Batch: max(1, cfg.MicroBatch/ranks), SeqLen: store.SeqLen(), LoRA: opt.LoRA, BaseDType: opt.BaseDType,
+		Activations: opt.Activations}
 	if cfg.Optimizer.Name == "adamw" {
 		w.Moments = 2
 	}

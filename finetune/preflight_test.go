@@ -27,6 +27,7 @@ func TestPreflight(t *testing.T) {
 		t.Fatal(err)
 	}
 	oneRank := llama.Memory(mcfg, llama.Work{Train: true, Micro: 2, Moments: 2, Batch: 4, SeqLen: sweepT}).Total()
+	bf16Rank := llama.Memory(mcfg, llama.Work{Train: true, Micro: 2, Moments: 2, Batch: 4, SeqLen: sweepT, Activations: engine.BF16}).Total()
 	tests := []struct {
 		name  string
 		edit  func(c *Config)
@@ -42,6 +43,17 @@ func TestPreflight(t *testing.T) {
 			comm.Grid{}, 1 << 30, "finetune: batch_size 64 is more than the 60 sequences of " + dataset + "'s train split (want at most 60)"},
 		{"in-process ranks share the host", func(c *Config) {}, comm.Grid{Data: 2, X: 1, Y: 1, Z: 1}, oneRank, " for its 2 ranks, but "},
 		{"invalid", func(c *Config) { c.MicroBatch = 3 }, comm.Grid{}, 1 << 30, "micro_batch 3 does not divide batch_size 8"},
+		// Mixed precision: sized by the engine's accounting (half the
+		// activations, the weights' bf16 copies), refused where the
+		// engine cannot compute it, before anything loads.
+		{"bf16 fits", func(c *Config) { c.Precision = "bf16" }, comm.Grid{}, bf16Rank, ""},
+		{"bf16 a byte short", func(c *Config) { c.Precision = "bf16" }, comm.Grid{}, bf16Rank - 1, "not enough memory on host: training "},
+		{"bf16 data-parallel", func(c *Config) { c.Precision = "bf16" }, comm.Grid{Data: 2, X: 1, Y: 1, Z: 1}, 1 << 30, ""},
+		{"bf16 on x = 2", func(c *Config) { c.Precision = "bf16" }, comm.Grid{Data: 1, X: 2, Y: 1, Z: 1}, 1 << 30,
+			"finetune: precision bf16: llama: bf16 activations on a grid that splits the model (X·Y·Z = 2·1·1) are not supported"},
+		{"bf16 with adapters", func(c *Config) { c.Precision, c.LoRA.Rank = "bf16", 2 }, comm.Grid{}, 1 << 30,
+			"finetune: precision bf16: llama: bf16 activations with LoRA adapters are not supported"},
+		{"an unknown precision", func(c *Config) { c.Precision = "fp8" }, comm.Grid{}, 1 << 30, `finetune: precision: engine: unknown precision "fp8" (want f32 or bf16)`},
 	}
 	for _, tt := range tests {
 		cfg := base

@@ -583,10 +583,14 @@ func (r *Run) checkpointPath() string {
 }
 
 // ModelOptions are the model's options for a run on a model of mc: its
-// recomputation, and with a lora block the adapters and the dtype the
+// recomputation and activation dtype (the precision key), and with a lora block the adapters and the dtype the
 // frozen base is held in.
 func (c *Config) ModelOptions(mc *checkpoints.Config) (llama.Options, error) {
-	opt := llama.Options{Recompute: c.Recompute}
+	act, err := c.activations()
+	if err != nil {
+		return llama.Options{}, err
+	}
+	opt := llama.Options{Recompute: c.Recompute, Activations: act}
 	base, err := filepath.Abs(c.Model)
 	if err != nil {
 		base = c.Model

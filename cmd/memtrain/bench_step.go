@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/bench"
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/internal/units"
@@ -19,6 +20,7 @@ type benchStepFlags struct {
 	maxPos    int // 0: the preset's max_position_embeddings
 	steps     int
 	recompute bool
+	precision string
 	engine    engineFlags
 }
 
@@ -42,7 +44,8 @@ engine's memory accounting beside the process's peak RSS. --max-positions
 raises (or lowers) the preset's max_position_embeddings, so that a small
 preset can be measured on long sequences.`,
 		Example: `  memtrain bench step --preset small --batch 4 --seq-len 256
-  memtrain bench step --preset small --batch 1 --seq-len 8192 --max-positions 8192`,
+  memtrain bench step --preset small --batch 1 --seq-len 8192 --max-positions 8192
+  memtrain bench step --device cuda --preset small --batch 4 --seq-len 1024 --precision bf16`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error { return runBenchStep(cmd, f) },
 	}
@@ -53,6 +56,7 @@ preset can be measured on long sequences.`,
 	fl.IntVar(&f.maxPos, "max-positions", 0, "the model's max_position_embeddings (default the preset's)")
 	fl.IntVar(&f.steps, "steps", 5, "timed steps (after one warm-up step); the median is reported")
 	fl.BoolVar(&f.recompute, "recompute", false, "recompute activations in the backward pass")
+	fl.StringVar(&f.precision, "precision", "f32", "f32, or bf16: mixed precision (bf16 activations and weight copies, float32 master weights, gradients and moments)")
 	f.engine.register(fl)
 	return cmd
 }
@@ -89,14 +93,22 @@ func runBenchStep(cmd *cobra.Command, f benchStepFlags) error {
 	if n := cfg.Params().Total; n > maxInitParams {
 		return fmt.Errorf("bench step: %s has %s parameters, too many for a CPU step", f.preset, units.FormatCount(n))
 	}
-	if err := f.engine.preflight("bench step: "+f.preset, cfg, llama.Work{Train: true, Recompute: f.recompute, Moments: 2, Batch: f.batch, SeqLen: f.seqLen, Micro: 1}); err != nil {
+	prec, err := engine.ParsePrecision(f.precision)
+	if err != nil {
+		return fmt.Errorf("bench step: --precision: %w", err)
+	}
+	act := engine.F32
+	if prec == engine.PrecisionBF16 {
+		act = engine.BF16
+	}
+	if err := f.engine.preflight("bench step: "+f.preset, cfg, llama.Work{Train: true, Recompute: f.recompute, Moments: 2, Batch: f.batch, SeqLen: f.seqLen, Micro: 1, Activations: act}); err != nil {
 		return err
 	}
 	b, g, err := f.engine.build()
 	if err != nil {
 		return err
 	}
-	res, err := bench.Step(b, g, cfg, bench.StepOptions{Batch: f.batch, SeqLen: f.seqLen, Steps: f.steps, Recompute: f.recompute})
+	res, err := bench.Step(b, g, cfg, bench.StepOptions{Batch: f.batch, SeqLen: f.seqLen, Steps: f.steps, Recompute: f.recompute, Activations: act})
 	if err != nil {
 		return fmt.Errorf("bench step: %w", err)
 	}

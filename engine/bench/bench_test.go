@@ -25,24 +25,27 @@ func smallConfig(t *testing.T) *checkpoints.Config {
 }
 
 func TestStep(t *testing.T) {
-	cfg := smallConfig(t)
-	g := gemm.New(2)
-	b := cpu.New(cpu.Options{Threads: 2, GEMM: g})
-	r, err := Step(b, g, cfg, StepOptions{Batch: 2, SeqLen: 8, Steps: 2, Recompute: true, GEMM: gemm.Shape{M: 32, N: 32, K: 32}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Params != cfg.Params().Total || r.Batch != 2 || r.SeqLen != 8 || !r.Recompute || r.Threads != 2 || r.GEMM != "go" {
-		t.Errorf("echoed shape: %+v", r)
-	}
-	if !(r.StepMS > 0) || !(r.TokensPerS > 0) || !(r.GEMMGFLOPs > 0) || !(r.Efficiency > 0) {
-		t.Errorf("rates: %+v", r)
-	}
-	if want := engine.ModelFLOPsPerToken(cfg, 8); r.ModelFLOPsPerToken != want {
-		t.Errorf("model FLOPs a token %v, want %v", r.ModelFLOPsPerToken, want)
-	}
-	if r.AchievedGFLOPs != r.TokensPerS*r.ModelFLOPsPerToken/1e9 || r.ActivationBytes <= 0 {
-		t.Errorf("derived fields: %+v", r)
+	for _, act := range []engine.DType{engine.F32, engine.BF16} {
+		cfg := smallConfig(t)
+		g := gemm.New(2)
+		b := cpu.New(cpu.Options{Threads: 2, GEMM: g})
+		r, err := Step(b, g, cfg, StepOptions{Batch: 2, SeqLen: 8, Steps: 2, Recompute: true, Activations: act, GEMM: gemm.Shape{M: 32, N: 32, K: 32}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Params != cfg.Params().Total || r.Batch != 2 || r.SeqLen != 8 || !r.Recompute || r.Threads != 2 || r.GEMM != "go" || r.Precision != act.String() {
+			t.Errorf("echoed shape: %+v", r)
+		}
+		if !(r.StepMS > 0) || !(r.TokensPerS > 0) || !(r.GEMMGFLOPs > 0) || !(r.Efficiency > 0) {
+			t.Errorf("rates: %+v", r)
+		}
+		if want := engine.ModelFLOPsPerToken(cfg, 8); r.ModelFLOPsPerToken != want {
+			t.Errorf("model FLOPs a token %v, want %v", r.ModelFLOPsPerToken, want)
+		}
+		mem := llama.Memory(cfg, llama.Work{Train: true, Recompute: true, Moments: 2, Batch: 2, SeqLen: 8, Micro: 1, Activations: act})
+		if r.AchievedGFLOPs != r.TokensPerS*r.ModelFLOPsPerToken/1e9 || r.EngineBytes != mem.Total() || r.ActivationBytes != mem.Workspace || r.ActivationBytes <= 0 {
+			t.Errorf("derived fields: %+v", r)
+		}
 	}
 }
 
@@ -50,17 +53,19 @@ func TestStep(t *testing.T) {
 // against what the backend allocated over the steps.
 func TestStepMemoryIsTheEngines(t *testing.T) {
 	cfg := smallConfig(t)
-	for _, rec := range []bool{false, true} {
-		g := gemm.New(1)
-		b := cpu.New(cpu.Options{Threads: 1, GEMM: g})
-		r, err := Step(b, g, cfg, StepOptions{Batch: 2, SeqLen: 8, Steps: 1, Recompute: rec, GEMM: gemm.Shape{M: 8, N: 8, K: 8}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The step's scalars (llama.StepSums) included: Micro.
-		want := llama.Memory(cfg, llama.Work{Train: true, Recompute: rec, Micro: 1, Moments: 2, Batch: 2, SeqLen: 8}).Total()
-		if r.EngineBytes != want || r.AllocatedBytes != want {
-			t.Errorf("recompute=%v: accounting %d, allocated %d bytes; llama.Memory %d", rec, r.EngineBytes, r.AllocatedBytes, want)
+	for _, act := range []engine.DType{engine.F32, engine.BF16} {
+		for _, rec := range []bool{false, true} {
+			g := gemm.New(1)
+			b := cpu.New(cpu.Options{Threads: 1, GEMM: g})
+			r, err := Step(b, g, cfg, StepOptions{Batch: 2, SeqLen: 8, Steps: 1, Recompute: rec, Activations: act, GEMM: gemm.Shape{M: 8, N: 8, K: 8}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The step's scalars (llama.StepSums) included: Micro.
+			want := llama.Memory(cfg, llama.Work{Train: true, Recompute: rec, Micro: 1, Moments: 2, Batch: 2, SeqLen: 8, Activations: act}).Total()
+			if r.EngineBytes != want || r.AllocatedBytes != want {
+				t.Errorf("%v recompute=%v: accounting %d, allocated %d bytes; llama.Memory %d", act, rec, r.EngineBytes, r.AllocatedBytes, want)
+			}
 		}
 	}
 }

@@ -26,6 +26,9 @@ type StepOptions struct {
 	Batch, SeqLen int // sequences a step, tokens a sequence
 	Steps         int // timed steps after one warm-up step
 	Recompute     bool
+	// Activations is the model's activation dtype (llama.Options):
+	// F32, or BF16 for mixed precision.
+	Activations engine.DType
 	// GEMM is the product timed for StepResult.GEMMGFLOPs; zero: 2048³.
 	GEMM gemm.Shape
 }
@@ -39,6 +42,7 @@ type StepResult struct {
 	Threads            int     `json:"threads"`
 	GEMM               string  `json:"gemm"`
 	Recompute          bool    `json:"recompute"`
+	Precision          string  `json:"precision"`
 	StepMS             float64 `json:"step_ms_median"`
 	TokensPerS         float64 `json:"tokens_per_s"`
 	ModelFLOPsPerToken float64 `json:"model_flops_per_token"`
@@ -46,8 +50,9 @@ type StepResult struct {
 	GEMMGFLOPs         float64 `json:"gemm_gflops"`
 	Efficiency         float64 `json:"efficiency"`
 	// Memory: the engine's accounting of what the model allocates
-	// (llama.Memory: weights, gradients, AdamW's moments, the workspace),
-	// the workspace alone, and the process's peak resident set.
+	// (llama.Memory: weights, gradients, AdamW's moments, a matrix's bf16
+	// copy in mixed precision, the workspace), the workspace alone, and
+	// the process's peak resident set.
 	EngineBytes int64 `json:"engine_bytes"`
 	// AllocatedBytes is measured: the backend's peak of tensor memory
 	// (MemStats) over the steps, from the model's creation on.
@@ -74,7 +79,7 @@ func Step(b engine.Backend, g gemm.Impl, cfg *checkpoints.Config, o StepOptions)
 		o.GEMM = gemm.Shape{M: 2048, N: 2048, K: 2048}
 	}
 	base := b.MemStats().Allocated
-	m, err := llama.New(b, cfg, llama.Options{Recompute: o.Recompute})
+	m, err := llama.New(b, cfg, llama.Options{Recompute: o.Recompute, Activations: o.Activations})
 	if err != nil {
 		return StepResult{}, err
 	}
@@ -84,7 +89,7 @@ func Step(b engine.Backend, g gemm.Impl, cfg *checkpoints.Config, o StepOptions)
 	}
 	var ts []engine.AdamWTensors
 	for _, p := range m.Params() {
-		ts = append(ts, engine.AdamWTensors{Param: p.Value, Grad: p.Grad,
+		ts = append(ts, engine.AdamWTensors{Param: p.Value, Grad: p.Grad, Copy: p.Copy,
 			M: b.Alloc(engine.F32, p.Value.Shape...), V: b.Alloc(engine.F32, p.Value.Shape...), WeightDecay: 0.1})
 	}
 	defer func() {
@@ -130,19 +135,28 @@ func Step(b engine.Backend, g gemm.Impl, cfg *checkpoints.Config, o StepOptions)
 	med := stats.Median(times)
 	res := StepResult{
 		Params: cfg.Params().Total, Batch: o.Batch, SeqLen: o.SeqLen,
-		Threads: b.Threads(), GEMM: g.Name(), Recompute: o.Recompute,
+		Threads: b.Threads(), GEMM: g.Name(), Recompute: o.Recompute, Precision: precisionName(o.Activations),
 		StepMS:             med * 1e3,
 		TokensPerS:         float64(n) / med,
 		ModelFLOPsPerToken: engine.ModelFLOPsPerToken(cfg, o.SeqLen),
-		ActivationBytes:    llama.ActivationBytes(cfg, o.Batch, o.SeqLen, true, o.Recompute),
 		PeakRSSBytes:       peakRSS(),
 	}
 	res.AllocatedBytes = b.MemStats().Peak - base
-	res.EngineBytes = llama.Memory(cfg, llama.Work{Train: true, Recompute: o.Recompute, Micro: 1, Moments: 2, Batch: o.Batch, SeqLen: o.SeqLen}).Total()
+	mem := llama.Memory(cfg, llama.Work{Train: true, Recompute: o.Recompute, Micro: 1, Moments: 2, Batch: o.Batch, SeqLen: o.SeqLen, Activations: o.Activations})
+	res.EngineBytes, res.ActivationBytes = mem.Total(), mem.Workspace
 	res.AchievedGFLOPs = res.TokensPerS * res.ModelFLOPsPerToken / 1e9
 	res.GEMMGFLOPs = gemm.GFLOPs(g, o.GEMM, 3)
 	res.Efficiency = res.AchievedGFLOPs / res.GEMMGFLOPs
 	return res, nil
+}
+
+// precisionName is the precision a step ran at, as the precision key and
+// --precision spell it.
+func precisionName(act engine.DType) string {
+	if act == engine.BF16 {
+		return "bf16"
+	}
+	return "f32"
 }
 
 // peakRSS reads the process's peak resident set (VmHWM) on Linux; 0

@@ -55,16 +55,17 @@ func adamWCoefficients(h engine.AdamWParams) vec.AdamWStep {
 
 // AdamWStep clips every gradient by engine.ClipCoefficient of ctl[0] and
 // applies AdamW to each parameter with its own weight decay, unless ctl's
-// norm or loss is not finite (see engine.Backend). On the CPU it is AdamW
-// a tensor: the host reads ctl at no cost.
+// norm or loss is not finite (see engine.Backend), and refreshes each
+// parameter's Copy from it. On the CPU it is AdamW a tensor: the host
+// reads ctl at no cost.
 func (b *Backend) AdamWStep(ts []engine.AdamWTensors, h engine.AdamWParams, maxNorm float32, ctl *engine.Tensor) {
 	c := floats("AdamWStep", ctl)
 	check(len(c) == 2, "AdamWStep: control %v, want 2 elements (squared norm, loss)", ctl)
 	check(h.Step >= 1, "AdamWStep: Step = %d, want ≥ 1 (it counts from 1)", h.Step)
 	for i, t := range ts {
 		n := t.Param.Len()
-		check(t.Grad.Len() == n && t.M.Len() == n && t.V.Len() == n,
-			"AdamWStep: tensor %d: param %v, grad %v, m %v and v %v differ in size", i, t.Param, t.Grad, t.M, t.V)
+		check(t.Grad.Len() == n && t.M.Len() == n && t.V.Len() == n && (t.Copy == nil || t.Copy.Len() == n),
+			"AdamWStep: tensor %d: param %v, grad %v, m %v, v %v and copy %v differ in size", i, t.Param, t.Grad, t.M, t.V, t.Copy)
 	}
 	if !engine.StepIsFinite(c[0], c[1]) {
 		return
@@ -76,5 +77,8 @@ func (b *Backend) AdamWStep(ts []engine.AdamWTensors, h engine.AdamWParams, maxN
 		}
 		h.WeightDecay = t.WeightDecay
 		b.AdamW(t.Param, t.Grad, t.M, t.V, h)
+		if t.Copy != nil {
+			b.Copy(t.Copy, t.Param)
+		}
 	}
 }

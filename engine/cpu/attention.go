@@ -130,6 +130,10 @@ func visible(r, group, r0, c0, n int) int { return max(0, min(n, r0+r/group+1-c0
 // independent and each is computed whole by one goroutine, so the result
 // is the same for any thread count.
 func (b *Backend) Attention(out, lse, q, k, v *engine.Tensor) {
+	if hasBF16(out, lse, q, k, v) {
+		b.widened([]*engine.Tensor{out, lse, q, k, v}, 0b11, func(t []*engine.Tensor) { b.Attention(t[0], t[1], t[2], t[3], t[4]) })
+		return
+	}
 	g := attentionShape("Attention", q, k)
 	B, T, H, KV, D, G := g.B, g.T, g.heads, g.kvHeads, g.D, g.group()
 	check(out.Len() == q.Len() && v.Len() == k.Len() && k.Len() == B*T*KV*D,
@@ -226,6 +230,12 @@ func probabilities(s, ls []float32, rows, n, group, r0, c0 int) {
 // not depend on which runs: dq, dk and dv are overwritten, and the result
 // is the same for any thread count.
 func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *engine.Tensor) {
+	if hasBF16(dq, dk, dv, dOut, q, k, v, out, lse) {
+		b.widened([]*engine.Tensor{dq, dk, dv, dOut, q, k, v, out, lse}, 0b111, func(t []*engine.Tensor) {
+			b.AttentionBackward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8])
+		})
+		return
+	}
 	g := attentionShape("AttentionBackward", q, k)
 	B, T, H, KV, D, G := g.B, g.T, g.heads, g.kvHeads, g.D, g.group()
 	check(dq.Len() == q.Len() && dOut.Len() == q.Len() && out.Len() == q.Len() && dk.Len() == k.Len() && dv.Len() == k.Len() &&
@@ -379,6 +389,10 @@ func causalSoftmax(row []float32, i int) {
 // (sequence, head) pairs run in parallel, each computed whole by one
 // goroutine, so the result does not depend on the thread count.
 func (b *Backend) AttentionKV(out, q, kCache, vCache, start *engine.Tensor) {
+	if hasBF16(out, q, kCache, vCache) {
+		b.widened([]*engine.Tensor{out, q, kCache, vCache, start}, 1, func(t []*engine.Tensor) { b.AttentionKV(t[0], t[1], t[2], t[3], t[4]) })
+		return
+	}
 	check(len(q.Shape) == 4 && len(kCache.Shape) == 4,
 		"AttentionKV: q %v and kCache %v must be [B,n,heads,D] and [B,Tmax,kvHeads,D]", q, kCache)
 	B, n, H, D := q.Dim(0), q.Dim(1), q.Dim(2), q.Dim(3)

@@ -122,22 +122,72 @@ func TestBF16Tensors(t *testing.T) {
 }
 
 // TestBF16RefusedByKernels checks that the kernels that take no BF16
-// tensor say so, naming themselves.
+// tensor — the loss, the reductions and the optimizer, which stay
+// float32 in mixed precision — say so, naming themselves; and that the
+// misfits of a Gemm with a BF16 operand are still caught.
 func TestBF16RefusedByKernels(t *testing.T) {
 	b := New(Options{Threads: 1})
 	h := b.Alloc(engine.BF16, 2, 4)
 	f := b.Alloc(engine.F32, 2, 4)
-	w := b.Alloc(engine.F32, 4)
-	rstd := b.Alloc(engine.F32, 2)
-	mustPanic(t, "Add of a bf16 tensor", func() { b.Add(f, f, h) })
-	mustPanic(t, "Scale of a bf16 tensor", func() { b.Scale(h, 2) })
-	mustPanic(t, "RMSNorm of a bf16 tensor", func() { b.RMSNorm(f, rstd, h, w, 1e-5) })
-	mustPanic(t, "SwiGLU of a bf16 tensor", func() { b.SwiGLU(f, h, f) })
+	one := b.Alloc(engine.F32, 1)
+	ids := b.Alloc(engine.I32, 2)
+	mustPanic(t, "CrossEntropy of a bf16 tensor", func() { b.CrossEntropy(b.Alloc(engine.F32, 2), nil, h, ids, b.Alloc(engine.F32, 2), 1) })
+	mustPanic(t, "SumSquares of a bf16 tensor", func() { b.SumSquares(one, h) })
+	mustPanic(t, "Sum of a bf16 tensor", func() { b.Sum(one, h) })
+	mustPanic(t, "AdamW of a bf16 tensor", func() { b.AdamW(h, f, f, f, engine.AdamWParams{Step: 1}) })
 	p := engine.GemmParams{M: 2, N: 2, K: 4, Alpha: 1, LDA: 4, LDB: 4, LDC: 2, TransB: true}
 	c := b.Alloc(engine.F32, 2, 2)
-	mustPanic(t, "Gemm of a bf16 tensor", func() { b.Gemm(p, h, f, c) })
-	mustPanic(t, "Gemm of a bf16 tensor", func() { b.Gemm(p, f, h, b.Alloc(engine.BF16, 2, 2)) })
 	mustPanic(t, "Gemm: B needs", func() { b.Gemm(p, f, h.View(0, 7), c) })
+	mustPanic(t, "Gemm: A needs", func() { b.Gemm(p, h.View(0, 7), f, c) })
+}
+
+// TestBF16InPlace: an in-place kernel on BF16 (RoPE; Add into one of its
+// operands; a backward whose dx is its dOut) reads and writes one
+// stand-in, as the F32 kernel on the same values would.
+func TestBF16InPlace(t *testing.T) {
+	b := New(Options{Threads: 2})
+	rng := rand.New(rand.NewPCG(9, 9))
+	vals := func(n int) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = checkpoints.BF16ToFloat32(checkpoints.Float32ToBF16(float32(rng.NormFloat64())))
+		}
+		return x
+	}
+	get := func(x *engine.Tensor) []float32 {
+		out := make([]float32, x.Len())
+		b.Download(out, x)
+		return out
+	}
+	put := func(dt engine.DType, v []float32, shape ...int) *engine.Tensor {
+		x := b.Alloc(dt, shape...)
+		b.Upload(x, v)
+		return x
+	}
+	round := func(x []float32) []float32 {
+		for i, v := range x {
+			x[i] = checkpoints.BF16ToFloat32(checkpoints.Float32ToBF16(v))
+		}
+		return x
+	}
+	x, y := vals(64), vals(64)
+	hx, fx := put(engine.BF16, x, 64), put(engine.F32, x, 64)
+	b.Add(hx, hx, put(engine.BF16, y, 64))
+	b.Add(fx, fx, put(engine.F32, y, 64))
+	if got, want := get(hx), round(get(fx)); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("Add in place on BF16: %v, want %v", got, want)
+	}
+	// RMSNormBackward with dx = dOut.
+	const n, hd = 4, 16
+	xs, g, w := vals(n*hd), vals(n*hd), vals(hd)
+	rstd, tw := b.Alloc(engine.F32, n), put(engine.F32, w, hd)
+	b.RMSNorm(b.Alloc(engine.F32, n, hd), rstd, put(engine.F32, xs, n, hd), tw, 1e-5)
+	hg, fg := put(engine.BF16, g, n, hd), put(engine.F32, g, n, hd)
+	b.RMSNormBackward(hg, b.Alloc(engine.F32, hd), hg, put(engine.BF16, xs, n, hd), tw, rstd)
+	b.RMSNormBackward(fg, b.Alloc(engine.F32, hd), fg, put(engine.F32, xs, n, hd), tw, rstd)
+	if got, want := get(hg), round(get(fg)); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("RMSNormBackward with dx = dOut on BF16: %v, want %v", got, want)
+	}
 }
 
 // TestGemmBF16B checks that a BF16 B gives the bits of the same Gemm with

@@ -33,7 +33,15 @@
 //     gonum and OpenBLAS multiply a widened copy made for the call);
 //   - BF16s, their elements' bit patterns shared with the caller.
 //
-// Every other kernel panics on a BF16 tensor with a message naming itself.
+// Mixed precision (bf16 activations, llama.Options.Activations) adds the
+// activation kernels: Gemm with BF16 A and C as well (A widened, C
+// computed in float32 and rounded once), Add, Axpy, Scale, Embedding,
+// EmbeddingBackward, RMSNorm, RoPE, SwiGLU, Attention, their backwards
+// and AttentionKV, each on any mix of F32 and BF16 tensors: they run their
+// float32 code on widened stand-ins and round each BF16 output once
+// (mixed.go), as the engine.Backend contract asks. CrossEntropy, Argmax,
+// SumSquares, Sum and AdamW panic on a BF16 tensor with a message naming
+// themselves: the loss, its gradient and the optimizer stay float32.
 package cpu
 
 import (
@@ -224,7 +232,7 @@ func floats(op string, t *engine.Tensor) []float32 {
 	s := storageOf(t)
 	if s.dtype != engine.F32 {
 		if s.dtype == engine.BF16 {
-			panic(fmt.Sprintf("cpu: %s of a bf16 tensor (%v): the CPU backend takes BF16 only in Alloc, Free, Upload, Download, Fill, Copy, BF16s, as Gemm's B operand and as Embedding's table", op, t))
+			panic(fmt.Sprintf("cpu: %s of a bf16 tensor (%v): the loss, its gradient, the reductions and the optimizer's state are F32 (see the package comment for the kernels that take BF16)", op, t))
 		}
 		panic(fmt.Sprintf("cpu: %s of a %v tensor, want F32", op, s.dtype))
 	}

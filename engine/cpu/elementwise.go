@@ -68,6 +68,10 @@ func (b *Backend) Copy(dst, src *engine.Tensor) {
 // Add computes dst = a + b. dst may be a or b itself (the same view), not a
 // partial overlap of one.
 func (b *Backend) Add(dst, x, y *engine.Tensor) {
+	if hasBF16(dst, x, y) {
+		b.widened([]*engine.Tensor{dst, x, y}, 1, func(t []*engine.Tensor) { b.Add(t[0], t[1], t[2]) })
+		return
+	}
 	d, xs, ys := floats("Add", dst), floats("Add", x), floats("Add", y)
 	check(len(d) == len(xs) && len(d) == len(ys), "Add of %v and %v into %v", x, y, dst)
 	b.parallelFor(len(d), elementGrain, func(lo, hi int) {
@@ -79,6 +83,10 @@ func (b *Backend) Add(dst, x, y *engine.Tensor) {
 
 // Axpy computes dst += alpha·x.
 func (b *Backend) Axpy(dst *engine.Tensor, alpha float32, x *engine.Tensor) {
+	if hasBF16(dst, x) {
+		b.widened([]*engine.Tensor{dst, x}, 1, func(t []*engine.Tensor) { b.Axpy(t[0], alpha, t[1]) })
+		return
+	}
 	d, xs := floats("Axpy", dst), floats("Axpy", x)
 	check(len(d) == len(xs), "Axpy of %v into %v", x, dst)
 	b.parallelFor(len(d), elementGrain, func(lo, hi int) {
@@ -93,6 +101,10 @@ func (b *Backend) Axpy(dst *engine.Tensor, alpha float32, x *engine.Tensor) {
 
 // Scale computes t *= alpha.
 func (b *Backend) Scale(t *engine.Tensor, alpha float32) {
+	if hasBF16(t) {
+		b.widened([]*engine.Tensor{t}, 1, func(t []*engine.Tensor) { b.Scale(t[0], alpha) })
+		return
+	}
 	x := floats("Scale", t)
 	b.parallelFor(len(x), elementGrain, func(lo, hi int) {
 		for i := lo; i < hi; i++ {

@@ -25,6 +25,21 @@ func embeddingShape(op string, out, table, ids *engine.Tensor) (n, h, v int) {
 // bf16 embedding), its rows widened exactly.
 func (b *Backend) Embedding(out, table, ids *engine.Tensor) {
 	n, h, _ := embeddingShape("Embedding", out, table, ids)
+	if out.DType() == engine.BF16 {
+		if table.DType() == engine.BF16 {
+			// bf16 rows into a bf16 output: the bits themselves.
+			o, tab, id := BF16s(out), BF16s(table), Int32s(ids)
+			b.parallelFor(n, elementGrain/max(h, 1), func(lo, hi int) {
+				for i := lo; i < hi; i++ {
+					row := int(id[i])
+					copy(o[i*h:(i+1)*h], tab[row*h:(row+1)*h])
+				}
+			})
+			return
+		}
+		b.widened([]*engine.Tensor{out, table, ids}, 1, func(t []*engine.Tensor) { b.Embedding(t[0], t[1], t[2]) })
+		return
+	}
 	if table.DType() == engine.BF16 {
 		o, tab, id := floats("Embedding", out), BF16s(table), Int32s(ids)
 		b.parallelFor(n, elementGrain/max(h, 1), func(lo, hi int) {
@@ -52,6 +67,10 @@ func (b *Backend) Embedding(out, table, ids *engine.Tensor) {
 // or per-thread copies of the table, and the result is the same for any
 // thread count.
 func (b *Backend) EmbeddingBackward(dTable, dOut, ids *engine.Tensor) {
+	if hasBF16(dTable, dOut) {
+		b.widened([]*engine.Tensor{dTable, dOut, ids}, 1, func(t []*engine.Tensor) { b.EmbeddingBackward(t[0], t[1], t[2]) })
+		return
+	}
 	n, h, _ := embeddingShape("EmbeddingBackward", dOut, dTable, ids)
 	dt, do, id := floats("EmbeddingBackward", dTable), floats("EmbeddingBackward", dOut), Int32s(ids)
 	// Give each goroutine at least a cache line of columns, and enough

@@ -17,7 +17,17 @@ import (
 // while the Go GEMM packs them (gemm.BatchedBF16B), so C has the bits of
 // the product with the widened B, with no float32 copy of it; another
 // gemm.Impl (gonum, OpenBLAS) multiplies a widened copy made for the call.
+//
+// A and C may be BF16 too (bf16 activations): A is then widened exactly
+// into a float32 stand-in, and a BF16 C is computed in a float32 one (its
+// old values widened, for Beta) and rounded once to nearest even — the
+// float32-accumulated product of the bf16 operands that a GPU's tensor
+// cores compute, up to the order of the sums.
 func (b *Backend) Gemm(p engine.GemmParams, a, bm, c *engine.Tensor) {
+	if hasBF16(a, c) {
+		b.widened([]*engine.Tensor{a, c}, 0b10, func(t []*engine.Tensor) { b.Gemm(p, t[0], bm, t[1]) })
+		return
+	}
 	batch := max(p.Batch, 1)
 	A, C := floats("Gemm", a), floats("Gemm", c)
 	half := storageOf(bm).dtype == engine.BF16

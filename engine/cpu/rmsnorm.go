@@ -23,6 +23,10 @@ func rmsnormShape(op string, w, rstd *engine.Tensor, xs ...*engine.Tensor) (n, h
 // pass. out, x [N,H]; w [H]; rstd [N]. The mean of squares is accumulated
 // in float64; out may be x itself.
 func (b *Backend) RMSNorm(out, rstd, x, w *engine.Tensor, eps float32) {
+	if hasBF16(out, rstd, x, w) {
+		b.widened([]*engine.Tensor{out, rstd, x, w}, 0b11, func(t []*engine.Tensor) { b.RMSNorm(t[0], t[1], t[2], t[3], eps) })
+		return
+	}
 	n, h := rmsnormShape("RMSNorm", w, rstd, out, x)
 	o, r, xs, ws := floats("RMSNorm", out), floats("RMSNorm", rstd), floats("RMSNorm", x), floats("RMSNorm", w)
 	b.parallelFor(n, elementGrain/h, func(lo, hi int) {
@@ -54,6 +58,10 @@ func (b *Backend) RMSNorm(out, rstd, x, w *engine.Tensor, eps float32) {
 // order, in float64, so dw has one writer per element and is the same for
 // any thread count. dx may be dOut itself.
 func (b *Backend) RMSNormBackward(dx, dw, dOut, x, w, rstd *engine.Tensor) {
+	if hasBF16(dx, dw, dOut, x, w, rstd) {
+		b.widened([]*engine.Tensor{dx, dw, dOut, x, w, rstd}, 0b11, func(t []*engine.Tensor) { b.RMSNormBackward(t[0], t[1], t[2], t[3], t[4], t[5]) })
+		return
+	}
 	n, h := rmsnormShape("RMSNormBackward", w, rstd, dx, dOut, x)
 	check(dw.Len() == h, "RMSNormBackward: dw %v, want %d elements", dw, h)
 	dxs, dws, g, xs, ws, r := floats("RMSNormBackward", dx), floats("RMSNormBackward", dw), floats("RMSNormBackward", dOut), floats("RMSNormBackward", x), floats("RMSNormBackward", w), floats("RMSNormBackward", rstd)

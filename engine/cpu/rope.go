@@ -28,6 +28,10 @@ func (b *Backend) RoPEBackward(dx, pos, invFreq *engine.Tensor) {
 
 // rope rotates by sign·θ.
 func (b *Backend) rope(op string, x, pos, invFreq *engine.Tensor, sign float64) {
+	if hasBF16(x, invFreq) {
+		b.widened([]*engine.Tensor{x, pos, invFreq}, 1, func(t []*engine.Tensor) { b.rope(op, t[0], t[1], t[2], sign) })
+		return
+	}
 	half := invFreq.Len()
 	d := 2 * half
 	n := pos.Len()

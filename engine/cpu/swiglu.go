@@ -12,6 +12,10 @@ import (
 // chunk boundary falls, so the result does not depend on the thread
 // count.
 func (b *Backend) SwiGLU(out, gate, up *engine.Tensor) {
+	if hasBF16(out, gate, up) {
+		b.widened([]*engine.Tensor{out, gate, up}, 1, func(t []*engine.Tensor) { b.SwiGLU(t[0], t[1], t[2]) })
+		return
+	}
 	o, g, u := floats("SwiGLU", out), floats("SwiGLU", gate), floats("SwiGLU", up)
 	check(len(o) == len(g) && len(o) == len(u), "SwiGLU of %v and %v into %v", gate, up, out)
 	b.parallelFor(len(o), elementGrain/2, func(lo, hi int) {
@@ -28,6 +32,10 @@ func (b *Backend) SwiGLU(out, gate, up *engine.Tensor) {
 // dGate may be gate and dUp up (or dOut) itself: each element is read
 // before it is written.
 func (b *Backend) SwiGLUBackward(dGate, dUp, dOut, gate, up *engine.Tensor) {
+	if hasBF16(dGate, dUp, dOut, gate, up) {
+		b.widened([]*engine.Tensor{dGate, dUp, dOut, gate, up}, 0b11, func(t []*engine.Tensor) { b.SwiGLUBackward(t[0], t[1], t[2], t[3], t[4]) })
+		return
+	}
 	dg, du, do, g, u := floats("SwiGLUBackward", dGate), floats("SwiGLUBackward", dUp), floats("SwiGLUBackward", dOut), floats("SwiGLUBackward", gate), floats("SwiGLUBackward", up)
 	n := len(do)
 	check(len(dg) == n && len(du) == n && len(g) == n && len(u) == n,

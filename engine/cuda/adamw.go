@@ -37,7 +37,8 @@ func (b *Backend) AdamW(param, grad, m, v *engine.Tensor, h engine.AdamWParams) 
 // AdamWStep updates every tensor of ts in one launch of adamw_multi, which
 // reads the squared gradient norm and the loss from ctl on the device, so
 // that a training step queues its update without waiting for the host
-// (see engine.Backend). The table of the tensors' addresses is uploaded
+// (see engine.Backend), and writes each parameter's Copy (a bf16 weight
+// copy) in the same pass over its elements. The table of the tensors' addresses is uploaded
 // only when it changes — the same parameters step after step — and kept
 // in a scratch buffer of its own (deviceTable).
 func (b *Backend) AdamWStep(ts []engine.AdamWTensors, h engine.AdamWParams, maxNorm float32, ctl *engine.Tensor) {
@@ -62,8 +63,16 @@ func (b *Backend) AdamWStep(ts []engine.AdamWTensors, h engine.AdamWParams, maxN
 				continue
 			}
 			dts := int64(p.dt()) | int64(g.dt())<<8 | int64(ms.dt())<<16 | int64(vs.dt())<<24
+			var cp devptr
+			if t.Copy != nil {
+				cs := b.floatView("AdamWStep", "copy", t.Copy)
+				if cs.n != n {
+					panic(fmt.Sprintf("cuda: AdamWStep: tensor %d: copy %v of param %v differs in size", i, t.Copy, t.Param))
+				}
+				cp, dts = cs.ptr, dts|int64(cs.dt())<<32
+			}
 			table = append(table, int64(p.ptr), int64(g.ptr), int64(ms.ptr), int64(vs.ptr), int64(n), dts,
-				int64(math.Float32bits(t.WeightDecay)), chunks)
+				int64(math.Float32bits(t.WeightDecay)), chunks, int64(cp))
 			chunks += int64((n + adamWChunk - 1) / adamWChunk)
 		}
 		if chunks == 0 {

@@ -130,6 +130,11 @@ type cublasAPI struct {
 	cublasDestroy    func(handle uintptr) cublasStatus
 	cublasSetStream  func(handle, stream uintptr) cublasStatus
 	cublasGetVersion func(handle uintptr, version *int32) cublasStatus
+	// cublasSetWorkspace gives the handle its workspace: device memory
+	// for the GEMMs' split-K partial sums and the like. Without it
+	// cuBLAS takes its own from cudaMalloc behind the caching allocator's
+	// back (and, in graphs or with several streams, may serialise).
+	cublasSetWorkspace func(handle uintptr, workspace devptr, bytes uint64) cublasStatus
 	// cublasGemmStridedBatchedEx computes, for each of batch problems,
 	// C = alpha·op(A)·op(B) + beta·C in column-major order.
 	cublasGemmStridedBatchedEx func(handle uintptr, transA, transB int32, m, n, k int32, alpha unsafe.Pointer,
@@ -146,6 +151,7 @@ func (c *cublasAPI) symbols() []symbol {
 		{"cublasDestroy_v2", &c.cublasDestroy, true},
 		{"cublasSetStream_v2", &c.cublasSetStream, true},
 		{"cublasGetVersion_v2", &c.cublasGetVersion, true},
+		{"cublasSetWorkspace_v2", &c.cublasSetWorkspace, true},
 		{"cublasGemmStridedBatchedEx", &c.cublasGemmStridedBatchedEx, true},
 	}
 }

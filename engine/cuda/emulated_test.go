@@ -52,7 +52,13 @@ func testConfig() *checkpoints.Config {
 
 func randomModel(t *testing.T, b engine.Backend, cfg *checkpoints.Config) *llama.Model {
 	t.Helper()
-	m, err := llama.New(b, cfg, llama.Options{})
+	return randomModelWith(t, b, cfg, llama.Options{})
+}
+
+// randomModelWith is randomModel with the model's options.
+func randomModelWith(t *testing.T, b engine.Backend, cfg *checkpoints.Config, opt llama.Options) *llama.Model {
+	t.Helper()
+	m, err := llama.New(b, cfg, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,6 +182,116 @@ func testModel(t *testing.T, newBackend maker) {
 			t.Errorf("prompt %d: generated %v, CPU %v", i, got[i], want[i])
 		}
 	}
+}
+
+// TestModelBF16Emulated compares a mixed-precision Llama step on the
+// emulated GPU with the CPU backend's mixed-precision step, then greedy
+// generation after training.
+func TestModelBF16Emulated(t *testing.T) {
+	fakeCUDA(t)
+	testModelBF16(t, newFake)
+}
+
+// Tolerances of the GPU's mixed-precision step against the CPU's, in
+// units of bf16's u = 2⁻⁸. Both round every activation to bf16 once, from
+// float32 values that differ in their last bits (cuBLAS's sums in another
+// order, the emulator's in float64): now and then the two round a value
+// to neighbouring bf16 numbers, a difference of u relative in one
+// element, which then spreads through the layers. So the step differs by
+// a fraction of u, not by float32 roundoff: the loss within u/8
+// relative, every gradient and updated weight within 4u of its tensor's
+// largest element. (Measured on the emulator: the loss within 2e-9, the
+// worst element within 2e-7 of its tensor's largest: the two rarely
+// round a value differently. cuBLAS's other order of sums may flip more.)
+const (
+	bf16U              = 1.0 / 256
+	bf16StepLossTol    = bf16U / 8
+	bf16StepElementTol = 4 * bf16U
+)
+
+func testModelBF16(t *testing.T, newBackend maker) {
+	cfg := testConfig()
+	batch := randomBatch(cfg, 2, 24)
+	opt := llama.Options{Activations: engine.BF16}
+	ref := randomModelWith(t, cpu.New(cpu.Options{Threads: 2}), cfg, opt)
+	refLoss, refOut := trainStep(t, ref, batch)
+	m := randomModelWith(t, newBackend(t, 0, GemmF32), cfg, opt)
+	loss, out := trainStep(t, m, batch)
+	d := math.Abs(loss.Mean()-refLoss.Mean()) / refLoss.Mean()
+	worst, worstName := 0.0, ""
+	for name, want := range refOut {
+		if e := relErr(out[name], want); e > worst {
+			worst, worstName = e, name
+		}
+	}
+	t.Logf("bf16 step: loss %.6f, CPU %.6f (relative %.2g); worst %s at %.3g of its largest element", loss.Mean(), refLoss.Mean(), d, worstName, worst)
+	if d > bf16StepLossTol || loss.Weight != refLoss.Weight {
+		t.Errorf("bf16 loss %v (weight %v), CPU %v (weight %v)", loss.Mean(), loss.Weight, refLoss.Mean(), refLoss.Weight)
+	}
+	if worst > bf16StepElementTol {
+		t.Errorf("bf16 step: %s differs from the CPU's by %.3g of its largest element (tolerance %.3g)", worstName, worst, bf16StepElementTol)
+	}
+
+	// Trained on the batch (its next ids), both backends' models decode
+	// prompts that begin its sequences to the same tokens: they have
+	// learnt those continuations, by margins far above the bf16 noise.
+	// (Thirty steps apart, the two models' weights differ by more than a
+	// single step's: a prompt the batch does not begin with, whose
+	// continuation neither has learnt, may decode differently after a
+	// few tokens.)
+	learn := batch
+	learn.Targets = make([]int32, len(batch.IDs))
+	for i := range learn.Targets {
+		learn.Targets[i] = batch.IDs[(i+1)%len(batch.IDs)]
+		learn.Weights[i] = 1
+	}
+	gpu := randomModelWith(t, newBackend(t, 0, GemmF32), cfg, opt)
+	host := randomModelWith(t, cpu.New(cpu.Options{Threads: 2}), cfg, opt)
+	lg, lh := trainAdamW(t, gpu, learn, 30), trainAdamW(t, host, learn, 30)
+	t.Logf("after 30 bf16 steps: loss %.4f on the GPU, %.4f on the CPU", lg, lh)
+	prompts := [][]int32{batch.IDs[:5], batch.IDs[24:30], batch.IDs[:1]}
+	want, err := host.Generate(prompts, llama.GenerateOptions{MaxNewTokens: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := gpu.Generate(prompts, llama.GenerateOptions{MaxNewTokens: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if !slices.Equal(got[i], want[i]) {
+			t.Errorf("prompt %d: the bf16 model generated %v on the GPU, %v on the CPU", i, got[i], want[i])
+		}
+	}
+}
+
+// trainAdamW trains m for steps fused AdamW steps on batch (the steps
+// refreshing the bf16 weight copies) and returns the last loss.
+func trainAdamW(t *testing.T, m *llama.Model, batch llama.Batch, steps int) float64 {
+	t.Helper()
+	b := m.Backend()
+	var ts []engine.AdamWTensors
+	for _, p := range m.Params() {
+		ts = append(ts, engine.AdamWTensors{Param: p.Value, Grad: p.Grad, Copy: p.Copy,
+			M: b.Alloc(engine.F32, p.Value.Shape...), V: b.Alloc(engine.F32, p.Value.Shape...)})
+	}
+	ctl := b.Alloc(engine.F32, 2)
+	b.Upload(ctl, []float32{1, 1})
+	var loss llama.Loss
+	for s := 1; s <= steps; s++ {
+		m.ZeroGrads()
+		var err error
+		if loss, err = m.ForwardBackward(batch, 1/float32(len(batch.IDs))); err != nil {
+			t.Fatal(err)
+		}
+		b.AdamWStep(ts, engine.AdamWParams{LR: 2e-2, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, Step: s}, 0, ctl)
+	}
+	for _, x := range ts {
+		b.Free(x.M)
+		b.Free(x.V)
+	}
+	b.Free(ctl)
+	return loss.Mean()
 }
 
 // TestBF16Emulated checks the BF16 storage and the kernels' mixed-type
@@ -641,4 +757,40 @@ func testNCCL(t *testing.T, newBackend maker, libDir string, devices int) {
 		}
 		wg.Wait()
 	})
+}
+
+// TestCublasWorkspaceEmulated: cuBLAS gets its workspace once, at the
+// first GEMM, from the caching allocator (the fake checks it is device
+// memory), and later GEMMs allocate nothing.
+func TestCublasWorkspaceEmulated(t *testing.T) {
+	fakeCUDA(t)
+	b := newFake(t, 0, GemmF32)
+	workspace := func() devBuffer {
+		var ws devBuffer
+		if err := b.w.try(func() error { ws = b.scratch[scratchCublas]; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return ws
+	}
+	if ws := workspace(); ws.ptr != 0 {
+		t.Fatalf("a workspace before any GEMM: %+v", ws)
+	}
+	x := b.Alloc(engine.BF16, 8, 8)
+	y := b.Alloc(engine.F32, 8, 8)
+	defer b.Free(x)
+	defer b.Free(y)
+	p := engine.GemmParams{M: 8, N: 8, K: 8, Alpha: 1, LDA: 8, LDB: 8, LDC: 8}
+	b.Gemm(p, x, x, y)
+	ws := workspace()
+	if ws.ptr == 0 || ws.bytes < cublasWorkspaceBytes || !ws.cached {
+		t.Fatalf("after a GEMM, workspace %+v; want %d bytes from the allocator", ws, cublasWorkspaceBytes)
+	}
+	before := b.Counters()
+	b.Gemm(p, x, x, y)
+	if err := b.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if c := b.Counters().Sub(before); c.Allocs != 0 || workspace() != ws {
+		t.Errorf("a second GEMM: %+v, workspace %+v (was %+v)", c, workspace(), ws)
+	}
 }

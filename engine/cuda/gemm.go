@@ -101,6 +101,7 @@ func (b *Backend) gemm(g gemmCall) {
 	if g.bf16B {
 		g = b.widenB(g)
 	}
+	b.cublasWorkspace()
 	c := cublasArgsOf(g, b.gemmMode)
 	alpha, beta := g.alpha, g.beta
 	s := b.libs.blas.cublasGemmStridedBatchedEx(b.blas, c.transA, c.transB, c.m, c.n, c.k, unsafe.Pointer(&alpha),
@@ -109,6 +110,28 @@ func (b *Backend) gemm(g gemmCall) {
 	if s != 0 {
 		panic(fmt.Errorf("cuda: cublasGemmStridedBatchedEx (%d×%d×%d, transA %v, transB %v, ld %d/%d/%d, batch %d, %v·%v→%v): %s",
 			g.m, g.n, g.k, g.transA, g.transB, g.lda, g.ldb, g.ldc, g.batch, g.abType, g.abType, g.cType, cublasStatusString(s)))
+	}
+}
+
+// cublasWorkspaceBytes is cuBLAS's workspace: 32 MiB, what NVIDIA
+// recommends for Hopper (cuBLAS's own default there; 4 MiB suffices before
+// it), so that the bf16 GEMMs' best algorithms, which want split-K or
+// stream-K partial sums, are not ruled out for want of room.
+const cublasWorkspaceBytes = 32 << 20
+
+// cublasWorkspace gives the cuBLAS handle its workspace before the first
+// product, from the caching allocator (a scratch buffer that never grows
+// after), so that cuBLAS allocates nothing of its own and a steady-state
+// step stays free of cuMemAlloc. It is set at the first GEMM rather than
+// at open, so that a backend that multiplies nothing holds none of it. It
+// runs on the worker thread.
+func (b *Backend) cublasWorkspace() {
+	if b.scratch[scratchCublas].ptr != 0 {
+		return
+	}
+	ws := b.scratchBuffer(scratchCublas, cublasWorkspaceBytes)
+	if s := b.libs.blas.cublasSetWorkspace(b.blas, ws, cublasWorkspaceBytes); s != 0 {
+		panic(fmt.Errorf("cuda: cublasSetWorkspace (%d bytes): %s", cublasWorkspaceBytes, cublasStatusString(s)))
 	}
 }
 

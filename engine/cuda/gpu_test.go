@@ -66,9 +66,12 @@ func TestGPUConformance(t *testing.T) {
 	enginetest.Run(t, func() engine.Backend { return newGPU(t, 0, GemmF32) })
 }
 
+// TestGPUModel: a Llama step and greedy decoding against the CPU, in
+// float32 and in mixed precision.
 func TestGPUModel(t *testing.T) {
 	needGPU(t)
 	testModel(t, newGPU)
+	t.Run("bf16 activations", func(t *testing.T) { testModelBF16(t, newGPU) })
 }
 
 func TestGPUBF16(t *testing.T) {
@@ -98,7 +101,9 @@ func TestGPUFreeMemory(t *testing.T) {
 // cuMemAlloc or cuMemFree and at most maxSyncsPerStep synchronisations.
 func TestGPUSteadyState(t *testing.T) {
 	needGPU(t)
-	testSteadyState(t, newGPU, 0, nil)
+	for _, act := range []engine.DType{engine.F32, engine.BF16} {
+		t.Run(act.String(), func(t *testing.T) { testSteadyState(t, newGPU, 0, nil, act) })
+	}
 }
 
 func TestGPUBackend(t *testing.T) {
@@ -287,7 +292,13 @@ func TestGPUBenchStep(t *testing.T) {
 	B := envInts("MEMTRAIN_GPU_BENCH_BATCH", []int{1})[0]
 	T := envInts("MEMTRAIN_GPU_BENCH_SEQ", []int{2048})[0]
 	b := newGPU(t, 0, "")
-	m, err := llama.New(b, cfg, llama.Options{Recompute: os.Getenv("MEMTRAIN_GPU_BENCH_RECOMPUTE") != ""})
+	// MEMTRAIN_GPU_BENCH_PRECISION=bf16 times mixed precision (bf16
+	// activations and weight copies).
+	act, precision := engine.F32, "f32"
+	if os.Getenv("MEMTRAIN_GPU_BENCH_PRECISION") == "bf16" {
+		act, precision = engine.BF16, "bf16"
+	}
+	m, err := llama.New(b, cfg, llama.Options{Recompute: os.Getenv("MEMTRAIN_GPU_BENCH_RECOMPUTE") != "", Activations: act})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,6 +318,9 @@ func TestGPUBenchStep(t *testing.T) {
 			b.Fill(p.Value, 1)
 		} else {
 			fillRandom(b, p.Value, tile)
+		}
+		if p.Copy != nil {
+			b.Copy(p.Copy, p.Value)
 		}
 		state[p] = moments{b.Alloc(engine.F32, p.Value.Shape...), b.Alloc(engine.F32, p.Value.Shape...)}
 	}
@@ -335,12 +349,15 @@ func TestGPUBenchStep(t *testing.T) {
 		for _, p := range m.Params() {
 			s := state[p]
 			b.AdamW(p.Value, p.Grad, s.m, s.v, engine.AdamWParams{LR: 1e-5, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: step})
+			if p.Copy != nil {
+				b.Copy(p.Copy, p.Value)
+			}
 		}
 	})
 	flopsPerToken := engine.ModelFLOPsPerToken(cfg, T)
 	tps := float64(n) / secs
 	res := map[string]any{"bench": "step", "model": spec, "params": cfg.Params().Total, "batch": B, "seq_len": T,
-		"gemm": b.GemmPrecision(), "step_ms": secs * 1e3, "tokens_per_s": tps, "model_flops_per_token": flopsPerToken,
+		"gemm": b.GemmPrecision(), "precision": precision, "step_ms": secs * 1e3, "tokens_per_s": tps, "model_flops_per_token": flopsPerToken,
 		"achieved_tflops": tps * flopsPerToken / 1e12, "loss": loss, "steps": step,
 		"peak_bytes": b.MemStats().Peak, "device": b.Info().Name}
 	if peak := peakBF16(b.Info().Name); peak > 0 {

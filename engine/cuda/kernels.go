@@ -74,7 +74,7 @@ const (
 	faAccumulators      = 16   // FA_ACC in attention.cu
 	adamWThreads        = 256  // ADAMW_THREADS in adamw.cu
 	adamWChunk          = 4096 // ADAMW_CHUNK in adamw.cu
-	adamWFields         = 8    // ADAMW_FIELDS in adamw.cu
+	adamWFields         = 9    // ADAMW_FIELDS in adamw.cu
 )
 
 // kernelFileNames lists the kernel folder's files, in name order.

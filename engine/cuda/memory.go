@@ -425,6 +425,7 @@ const (
 	scratchWiden             // Gemm's bf16 B widened to float32
 	scratchAdamW             // AdamWStep's table of tensors, kept while it is the same
 	scratchSumSquares        // SumSquaresMulti's table of tensors, likewise
+	scratchCublas            // cuBLAS's workspace (cublasSetWorkspace), set once
 	numScratch
 )
 

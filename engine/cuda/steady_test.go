@@ -31,15 +31,21 @@ const maxSyncsPerStep = 1
 func TestSteadyStateEmulated(t *testing.T) {
 	const dev = 7
 	fakeCUDA(t)
-	testSteadyState(t, newFake, dev, func() Counters { return fakeCounters(t, dev) })
+	for _, act := range []engine.DType{engine.F32, engine.BF16} {
+		t.Run(act.String(), func(t *testing.T) {
+			testSteadyState(t, newFake, dev, func() Counters { return fakeCounters(t, dev) }, act)
+		})
+	}
 }
 
-// testSteadyState runs the steady-state check on device dev; lib, when
+// testSteadyState runs the steady-state check on device dev with
+// activations of dtype act (llama.Options.Activations; with BF16 the
+// step also refreshes the weights' bf16 copies, in AdamWStep); lib, when
 // not nil, reads the library's own counts to compare with the backend's.
-func testSteadyState(t *testing.T, newBackend maker, dev int, lib func() Counters) {
+func testSteadyState(t *testing.T, newBackend maker, dev int, lib func() Counters, act engine.DType) {
 	b := newBackend(t, dev, GemmF32)
 	cfg := testConfig()
-	m := randomModel(t, b, cfg)
+	m := randomModelWith(t, b, cfg, llama.Options{Activations: act})
 	o, err := finetune.NewOptimizer(b, m.Params(), finetune.OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
 	if err != nil {
 		t.Fatal(err)

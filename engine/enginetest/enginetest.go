@@ -19,9 +19,12 @@
 // margins hold sentinels that must survive and must not be read), GEMM
 // padding that must not be read or written, Beta = 0 over NaN, weight-0
 // rows with target −1, Argmax ties, and bit-identical reruns. BF16 tensors
-// (frozen weights) are checked where the interface takes them: transfers
-// that round to nearest even and widen exactly, Fill, Copy, and Gemm by a
-// BF16 B with A and C F32.
+// are checked where the interface takes them: transfers that round to
+// nearest even and widen exactly, Fill, Copy, Gemm by a BF16 B with A and
+// C F32 (frozen weights); and mixed precision: Gemm of BF16 A and B into
+// F32 or BF16 C, the activation kernels on BF16 activations, and
+// AdamWStep's refresh of BF16 weight copies. A bf16 output's tolerance
+// is its float32 computation's plus its one rounding, 2⁻⁸ of each element.
 //
 // Tolerances are stated per kernel as a bound on the largest absolute
 // error relative to the largest reference magnitude,
@@ -95,6 +98,9 @@ func RunConfig(t *testing.T, cfg Config) {
 		{"Sum", testSum},
 		{"AdamWStep", testAdamWStep},
 		{"SumSquaresMulti", testSumSquaresMulti},
+		{"GemmBF16", testGemmBF16},
+		{"ActivationsBF16", testActivationsBF16},
+		{"AdamWStepCopyBF16", testAdamWStepCopy},
 	}
 	for i, tc := range tests {
 		if cfg.NoBF16 && strings.Contains(tc.name, "BF16") {

@@ -244,6 +244,14 @@ func refAttentionProbs(q, k, v []float64, g geometry) (out, probs, lse []float64
 // refAttentionBackward returns dq, dk, dv for refAttention, recomputing
 // the probabilities. dk and dv sum over the query heads of each group.
 func refAttentionBackward(dOut, q, k, v []float64, g geometry) (dq, dk, dv []float64) {
+	return refAttentionBackwardOut(dOut, q, k, v, nil, g)
+}
+
+// refAttentionBackwardOut is refAttentionBackward with δ = rowsum(dOut ⊙
+// out) taken from out, the forward's output as a backend stored it (in
+// bf16, say), as the kernels take it; nil is the exact output, where
+// δ = Σ_j P_j·dP_j.
+func refAttentionBackwardOut(dOut, q, k, v, out []float64, g geometry) (dq, dk, dv []float64) {
 	_, probs, _ := refAttentionProbs(q, k, v, g)
 	dq = make([]float64, g.qLen())
 	dk = make([]float64, g.kvLen())
@@ -263,6 +271,12 @@ func refAttentionBackward(dOut, q, k, v []float64, g geometry) (dq, dk, dv []flo
 						dp[j] += dOut[g.qi(b, i, h, d)] * v[g.ki(b, j, kv, d)]
 					}
 					dot += p[j] * dp[j]
+				}
+				if out != nil {
+					dot = 0
+					for d := 0; d < g.D; d++ {
+						dot += dOut[g.qi(b, i, h, d)] * out[g.qi(b, i, h, d)]
+					}
 				}
 				for j := 0; j <= i; j++ {
 					ds := p[j] * (dp[j] - dot) * scale

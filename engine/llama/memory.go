@@ -62,6 +62,10 @@ type Work struct {
 	// held in BaseDType.
 	LoRA      *checkpoints.AdapterConfig
 	BaseDType engine.DType
+	// Activations is Options.Activations: with BF16 the workspace's
+	// activations take 2 bytes an element (the plan's dtypes), and every
+	// weight matrix adds its BF16 copy to Params.
+	Activations engine.DType
 	// Beside is memory a rank holds beside this model's, in bytes, which
 	// Preflight adds, in its suggestions too (another model loaded at
 	// once, such as the reference of a membership-inference attack: its
@@ -75,7 +79,8 @@ type Work struct {
 // transient workspace and the buffers of checkpoint gathers are not in it.
 type RankMemory struct {
 	// Params are this rank's weight shards and their gradients (a model
-	// always allocates both) and the RoPE table.
+	// always allocates both), in mixed precision the matrices' BF16
+	// copies, and the RoPE table.
 	Params int64
 	// Optimizer is the optimizer's moments of those shards.
 	Optimizer int64
@@ -105,7 +110,8 @@ func Memory(cfg *checkpoints.Config, w Work) RankMemory { return Itemize(cfg, w)
 // the same allocation lists, itemized.
 type Items struct {
 	// Weights are the rank's weight shards (a LoRA run's frozen base in
-	// its dtype, and its adapters) and the RoPE table.
+	// its dtype, and its adapters), in mixed precision (Work.Activations
+	// BF16) the matrices' BF16 copies too, and the RoPE table.
 	Weights int64
 	// Gradients are the gradients a model allocates beside them: every
 	// shard's, or with adapters the adapters' and the frozen norms'
@@ -142,6 +148,7 @@ func Itemize(cfg *checkpoints.Config, w Work) Items {
 	if w.Grid != (comm.Grid{}) {
 		d = gridDims(cfg, w.Grid)
 	}
+	d.act = w.Activations
 	local, z := shardElements(cfg, w.Grid, w.Overlap)
 	rope := int64(len(InvFreq(cfg))) * 4
 	moments := int64(max(w.Moments, 0))
@@ -164,6 +171,11 @@ func Itemize(cfg *checkpoints.Config, w Work) Items {
 		return m
 	}
 	m.Weights = engine.SumBytes(engine.MulBytes(local, 4), rope)
+	if w.Activations == engine.BF16 {
+		// The matrices' bf16 copies (New): everything but the norms.
+		norms := int64(2*cfg.NumHiddenLayers+1) * int64(d.H)
+		m.Weights = engine.SumBytes(m.Weights, engine.MulBytes(local-norms, 2))
+	}
 	m.Gradients = engine.MulBytes(local, 4)
 	m.Optimizer = engine.MulBytes(moments, local, 4)
 	m.Activations = engine.SumBytes(passBytes(d, w), stepSumsBytes(cfg, w))

@@ -20,48 +20,54 @@ import (
 // their gradients after New, then the workspace of a training pass, of a
 // forward-only pass, and the decoder of a generation.
 func TestMemoryIsWhatIsAllocated(t *testing.T) {
-	for _, tie := range []bool{false, true} {
-		cfg := testConfig(tie, 2)
-		for _, recompute := range []bool{false, true} {
-			name := fmt.Sprintf("tie=%v/recompute=%v", tie, recompute)
-			b := newBackend(1)
-			m := randomModel(t, b, cfg, Options{Recompute: recompute}, 1)
-			params := Memory(cfg, Work{}).Params
-			if got := b.MemStats().Allocated; got != params {
-				t.Errorf("%s: New allocated %d, accounted %d", name, got, params)
-			}
-			train := Memory(cfg, Work{Train: true, Recompute: recompute, Batch: 2, SeqLen: 5})
-			if _, err := m.ForwardBackward(randomBatch(cfg, 2, 5, 1), 1); err != nil {
-				t.Fatal(err)
-			}
-			if got, want := b.MemStats().Allocated, params+train.Workspace; got != want {
-				t.Errorf("%s: training allocated %d, accounted %d", name, got, want)
-			}
-			// The evaluation's workspace replaces the training one.
-			eval := Memory(cfg, Work{Train: true, Recompute: recompute, Batch: 1, SeqLen: 5, EvalBatch: 3})
-			if _, err := m.Evaluate(randomBatch(cfg, 3, 5, 2)); err != nil {
-				t.Fatal(err)
-			}
-			if got, want := b.MemStats().Allocated, params+eval.Workspace; got != want {
-				t.Errorf("%s: evaluating allocated %d, accounted %d (training batch 1, evaluation batch 3)", name, got, want)
-			}
-			m.Free()
-			if b.MemStats().Allocated != 0 {
-				t.Errorf("%s: leaked %d bytes", name, b.MemStats().Allocated)
-			}
+	for _, act := range []engine.DType{engine.F32, engine.BF16} {
+		for _, tie := range []bool{false, true} {
+			testMemoryIsWhatIsAllocated(t, tie, act)
 		}
-		// Decoding: the peak is the parameters and the decoder, whose
-		// plan sizes equal-length prompts prefilled together.
+	}
+}
+
+func testMemoryIsWhatIsAllocated(t *testing.T, tie bool, act engine.DType) {
+	cfg := testConfig(tie, 2)
+	for _, recompute := range []bool{false, true} {
+		name := fmt.Sprintf("tie=%v/recompute=%v/activations=%v", tie, recompute, act)
 		b := newBackend(1)
-		m := randomModel(t, b, cfg, Options{}, 1)
-		if _, err := m.Generate([][]int32{{1, 2, 3}, {4, 5, 6}}, GenerateOptions{MaxNewTokens: 4}); err != nil {
+		m := randomModel(t, b, cfg, Options{Recompute: recompute, Activations: act}, 1)
+		params := Memory(cfg, Work{Activations: act}).Params
+		if got := b.MemStats().Allocated; got != params {
+			t.Errorf("%s: New allocated %d, accounted %d", name, got, params)
+		}
+		train := Memory(cfg, Work{Train: true, Recompute: recompute, Batch: 2, SeqLen: 5, Activations: act})
+		if _, err := m.ForwardBackward(randomBatch(cfg, 2, 5, 1), 1); err != nil {
 			t.Fatal(err)
 		}
-		if got, want := b.MemStats().Peak, Memory(cfg, Work{Batch: 2, SeqLen: 3, NewTokens: 4}).Total(); got != want {
-			t.Errorf("tie=%v: decoding peaked at %d, accounted %d", tie, got, want)
+		if got, want := b.MemStats().Allocated, params+train.Workspace; got != want {
+			t.Errorf("%s: training allocated %d, accounted %d", name, got, want)
+		}
+		// The evaluation's workspace replaces the training one.
+		eval := Memory(cfg, Work{Train: true, Recompute: recompute, Batch: 1, SeqLen: 5, EvalBatch: 3, Activations: act})
+		if _, err := m.Evaluate(randomBatch(cfg, 3, 5, 2)); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := b.MemStats().Allocated, params+eval.Workspace; got != want {
+			t.Errorf("%s: evaluating allocated %d, accounted %d (training batch 1, evaluation batch 3)", name, got, want)
 		}
 		m.Free()
+		if b.MemStats().Allocated != 0 {
+			t.Errorf("%s: leaked %d bytes", name, b.MemStats().Allocated)
+		}
 	}
+	// Decoding: the peak is the parameters and the decoder, whose plan
+	// sizes equal-length prompts prefilled together.
+	b := newBackend(1)
+	m := randomModel(t, b, cfg, Options{Activations: act}, 1)
+	if _, err := m.Generate([][]int32{{1, 2, 3}, {4, 5, 6}}, GenerateOptions{MaxNewTokens: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := b.MemStats().Peak, Memory(cfg, Work{Batch: 2, SeqLen: 3, NewTokens: 4, Activations: act}).Total(); got != want {
+		t.Errorf("tie=%v/activations=%v: decoding peaked at %d, accounted %d", tie, act, got, want)
+	}
+	m.Free()
 }
 
 // TestMemoryOnAGridIsWhatIsAllocated: on a grid, a rank's shards, the

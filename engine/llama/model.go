@@ -47,6 +47,22 @@ type Options struct {
 	// in half the memory (the backend's GEMM widens them as it packs).
 	// Norm weights stay F32. Without adapters it must be F32.
 	BaseDType engine.DType
+	// Activations is the dtype of the activations and their gradients:
+	// F32 (the zero value), or BF16 for mixed precision. With BF16 every
+	// weight matrix gets a BF16 copy (engine.Param.Copy) that the passes
+	// multiply by, refreshed by the optimizer step, while the float32
+	// master weights, their float32 gradients (accumulated in float32 by
+	// the GEMMs) and the optimizer's moments stay as they were; norm
+	// weights, RMSNorm's and attention's statistics, the logits of each
+	// head chunk, the loss and its gradient stay float32 (workspace.go's
+	// plan says which buffer has which dtype; the logits' gradient enters
+	// the head's products rounded to bf16, headLoss). Training passes and
+	// forward-only ones (evaluation, scoring) run in BF16 alike; greedy
+	// decoding keeps its float32 activations and KV cache and multiplies
+	// them by the BF16 copies. BF16 is refused with adapters and on grids
+	// that split the model (X·Y·Z > 1), whose exchanges and host
+	// statistics are float32: data parallelism alone works.
+	Activations engine.DType
 	// GradientBucketBytes is the size of the buckets in which
 	// ReduceGradients sums the gradients over the data-parallel ranks: a
 	// bucket of consecutive gradients of one group is issued as one
@@ -131,6 +147,9 @@ func New(b engine.Backend, cfg *checkpoints.Config, opt Options) (*Model, error)
 		return nil, err
 	}
 	g := opt.Parallel
+	if err := checkActivations(opt); err != nil {
+		return nil, err
+	}
 	if opt.LoRA != nil && opt.BaseDType == engine.BF16 && g != nil && g.Z.Size() > 1 {
 		return nil, fmt.Errorf("llama: bf16 base weights on a grid with Z = %d: Z-sharding gathers float32 blocks (load the base as f32)", g.Z.Size())
 	}
@@ -140,6 +159,9 @@ func New(b engine.Backend, cfg *checkpoints.Config, opt Options) (*Model, error)
 			return nil, err
 		}
 		m.d = gridDims(cfg, g.Shape())
+	}
+	m.d.act = opt.Activations
+	if g != nil {
 		m.d.v0 = g.At.Y * m.d.V
 		if g.X.Size() > 1 {
 			m.gx = g.X
@@ -167,6 +189,9 @@ func New(b engine.Backend, cfg *checkpoints.Config, opt Options) (*Model, error)
 		}
 		if opt.LoRA == nil {
 			p.Value, p.Grad = b.Alloc(engine.F32, shape...), b.Alloc(engine.F32, shape...)
+			if opt.Activations == engine.BF16 && !s.Norm {
+				p.Copy = b.Alloc(engine.BF16, shape...)
+			}
 		} else if s.Norm {
 			p.Value = b.Alloc(engine.F32, shape...) // frozen, and the norm kernels read F32
 		} else {
@@ -219,6 +244,46 @@ func Load(b engine.Backend, ck *checkpoints.Checkpoint, opt Options) (*Model, er
 	return m, nil
 }
 
+// checkActivations refuses the activation dtypes and combinations the
+// model cannot compute (see Options.Activations), before anything is
+// allocated.
+func checkActivations(opt Options) error {
+	var g comm.Grid
+	if opt.Parallel != nil {
+		g = opt.Parallel.Shape()
+	}
+	return CheckActivations(opt.Activations, opt.LoRA != nil, g)
+}
+
+// CheckActivations says whether a model can compute with activations of
+// dtype act (Options.Activations), with adapters or not, on a grid of
+// shape g (the zero Grid: one rank): nil, or the one-line reason why not.
+// New checks it; a run's preflight checks it before anything loads.
+func CheckActivations(act engine.DType, lora bool, g comm.Grid) error {
+	switch act {
+	case engine.F32:
+		return nil
+	case engine.BF16:
+	default:
+		return fmt.Errorf("llama: activations in %v (want f32 or bf16)", act)
+	}
+	if lora {
+		return errors.New("llama: bf16 activations with LoRA adapters are not supported (train adapters at precision f32)")
+	}
+	if g != (comm.Grid{}) && g.X*g.Y*g.Z > 1 {
+		return fmt.Errorf("llama: bf16 activations on a grid that splits the model (X·Y·Z = %d·%d·%d) are not supported: its exchanges are float32 (use data parallelism alone, or precision f32)", g.X, g.Y, g.Z)
+	}
+	return nil
+}
+
+// refreshCopy sets p's BF16 copy from t after t was written, when t is
+// p's master weight and p has a copy.
+func (m *Model) refreshCopy(p *engine.Param, t *engine.Tensor) {
+	if p.Copy != nil && t == p.Value {
+		m.backend.Copy(p.Copy, p.Value)
+	}
+}
+
 // LoadWeights reads every parameter by HF name from r (a checkpoint's
 // weights), this rank's shard of it.
 func (m *Model) LoadWeights(r parallel.SliceReader) error {
@@ -232,7 +297,16 @@ func (m *Model) LoadWeights(r parallel.SliceReader) error {
 
 // ReadInto reads this rank's part of the full-shape tensor name from r
 // into t, a tensor laid out like p (its value, or an optimizer moment).
+// Into p's value, it refreshes p's BF16 copy too.
 func (m *Model) ReadInto(r parallel.SliceReader, name string, p *engine.Param, t *engine.Tensor) error {
+	if err := m.readInto(r, name, p, t); err != nil {
+		return err
+	}
+	m.refreshCopy(p, t)
+	return nil
+}
+
+func (m *Model) readInto(r parallel.SliceReader, name string, p *engine.Param, t *engine.Tensor) error {
 	var data []float32
 	var err error
 	chunk := loadChunk
@@ -339,7 +413,8 @@ func (m *Model) SetWeights(tensors []checkpoints.Tensor) error {
 }
 
 // Scatter uploads this rank's part of full, the full-shape values of a
-// tensor laid out like p (its value, or an optimizer moment), into t.
+// tensor laid out like p (its value, or an optimizer moment), into t
+// (into p's value: its BF16 copy too).
 func (m *Model) Scatter(p *engine.Param, t *engine.Tensor, full []float32) error {
 	if n := engine.Elements(p.Full); len(full) != n {
 		return fmt.Errorf("llama: weight %q has %d elements, want %d", p.Name, len(full), n)
@@ -348,6 +423,7 @@ func (m *Model) Scatter(p *engine.Param, t *engine.Tensor, full []float32) error
 		full = parallel.Extract(p.Shard, p.Full[len(p.Full)-1], full)
 	}
 	m.backend.Upload(t, full)
+	m.refreshCopy(p, t)
 	return nil
 }
 
@@ -481,6 +557,9 @@ func (m *Model) Free() {
 		m.backend.Free(p.Value)
 		if p.Grad != nil {
 			m.backend.Free(p.Grad)
+		}
+		if p.Copy != nil {
+			m.backend.Free(p.Copy)
 		}
 	}
 	if m.lora != nil {

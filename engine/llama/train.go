@@ -199,9 +199,19 @@ func (m *Model) headLoss(ws *workspace, batch Batch, scale float32, report bool)
 			b.CrossEntropy(losses, logits, logits, targets, weights, scale)
 		}
 		dlnf := g.dlnf.View(r0*H, n, H)
-		m.inputGrad(dlnf, logits, ws.head, false)
+		dlogits := logits
+		if ws.dlogits != nil {
+			// Mixed precision: the gradient, computed in float32, enters
+			// the head's two products rounded to bf16 (as cuBLAS's
+			// bf16 compute mode would round it anyway), so that they
+			// multiply bf16 by bf16 and the float32 head is never
+			// needed; their sums stay float32.
+			dlogits = ws.dlogits.View(0, n, V)
+			b.Copy(dlogits, logits)
+		}
+		m.inputGrad(dlnf, dlogits, ws.head, false)
 		sum := m.startSum(dlnf, m.gy)
-		block = m.headWeightGrad(logits, lnf, block, r0 == 0, r0+n == N)
+		block = m.headWeightGrad(dlogits, lnf, block, r0 == 0, r0+n == N)
 		sum.wait()
 	}
 	return hostLosses, hostReport

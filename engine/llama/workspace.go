@@ -61,6 +61,9 @@ type workspace struct {
 	// head is the LM head's weight block the forward pass used, kept for
 	// the backward pass (Z-gathered on a grid).
 	head *engine.Tensor
+	// dlogits is a training pass's bf16 copy of a head chunk's logits
+	// gradient in mixed precision (headLoss); nil otherwise.
+	dlogits *engine.Tensor
 }
 
 // dims are one rank's share of the model's dimensions: everything on one
@@ -78,6 +81,10 @@ type dims struct {
 	// headRowsLimit, when positive, replaces headRows' rule (the tests
 	// make it small to run the chunked head on tiny shapes).
 	headRowsLimit int
+	// act is the activations' dtype (Options.Activations): the dtype of
+	// the residual stream, every layer's saved activations and the
+	// activation gradients in the workspace plan.
+	act engine.DType
 }
 
 // headChunkElements bounds the logits a training pass holds: one chunk of
@@ -126,11 +133,17 @@ type tensorPlan struct {
 
 // plan lists the workspace's tensors for one rank's dimensions. It is the
 // single source of truth for both the allocation and the memory
-// accounting (ActivationBytes), so the two cannot disagree.
+// accounting (ActivationBytes), so the two cannot disagree, dtype by
+// dtype: the activations and their gradients in d.act (F32, or BF16 in
+// mixed precision), and in F32 whatever the loss and the statistics
+// need — the token weights and losses, RMSNorm's rstd, attention's
+// log-sum-exp, the logits (of a head chunk) and the final norm's output
+// gradient, which their float32 gradient produces.
 func plan(d dims, B, T int, train, recompute bool) []tensorPlan {
 	N := B * T
 	H, Q, KV, I, V := d.H, d.Q, d.KV, d.I, d.V
 	L, heads := d.L, d.heads
+	act := d.act
 	var p []tensorPlan
 	add := func(name string, dt engine.DType, shape ...int) {
 		p = append(p, tensorPlan{name, dt, shape})
@@ -149,30 +162,30 @@ func plan(d dims, B, T int, train, recompute bool) []tensorPlan {
 		inputs = 2 // forward only: ping-pong between two residual buffers
 	}
 	for i := 0; i < inputs; i++ {
-		add("input", engine.F32, N, H)
+		add("input", act, N, H)
 	}
 	sets := L
 	if !train || recompute {
 		sets = 1
 	}
 	for i := 0; i < sets; i++ {
-		add("ln1", engine.F32, N, H)
+		add("ln1", act, N, H)
 		add("rstd1", engine.F32, N)
-		add("q", engine.F32, N, Q)
-		add("k", engine.F32, N, KV)
-		add("v", engine.F32, N, KV)
+		add("q", act, N, Q)
+		add("k", act, N, KV)
+		add("v", act, N, KV)
 		// Attention keeps one log-sum-exp per row, not the T×T
 		// probabilities: its backward recomputes them tile by tile.
 		add("lse", engine.F32, B, heads, T)
-		add("att", engine.F32, N, Q)
-		add("h", engine.F32, N, H)
-		add("ln2", engine.F32, N, H)
+		add("att", act, N, Q)
+		add("h", act, N, H)
+		add("ln2", act, N, H)
 		add("rstd2", engine.F32, N)
-		add("gate", engine.F32, N, I)
-		add("up", engine.F32, N, I)
-		add("act", engine.F32, N, I)
+		add("gate", act, N, I)
+		add("up", act, N, I)
+		add("act", act, N, I)
 	}
-	add("lnf", engine.F32, N, H)
+	add("lnf", act, N, H)
 	add("rstdf", engine.F32, N)
 	if train {
 		add("logits", engine.F32, d.headRows(N), V)
@@ -181,20 +194,27 @@ func plan(d dims, B, T int, train, recompute bool) []tensorPlan {
 	}
 	if train {
 		for _, n := range []string{"dx", "dh", "dln", "dnorm"} {
-			add(n, engine.F32, N, H)
+			add(n, act, N, H)
 		}
-		add("dq", engine.F32, N, Q)
-		add("datt", engine.F32, N, Q)
-		add("dk", engine.F32, N, KV)
-		add("dv", engine.F32, N, KV)
+		add("dq", act, N, Q)
+		add("datt", act, N, Q)
+		add("dk", act, N, KV)
+		add("dv", act, N, KV)
 		for _, n := range []string{"dgate", "dup", "dact"} {
-			add(n, engine.F32, N, I)
+			add(n, act, N, I)
 		}
 		add("dlnf", engine.F32, N, H)
 	}
 	p = append(p, scratchPlan(d, N)...)
 	p = append(p, cePlan(d, N)...)
-	return append(p, loraPlan(d, N, sets, train)...)
+	p = append(p, loraPlan(d, N, sets, train)...)
+	if train && act == engine.BF16 {
+		// The head chunk's float32 logits gradient rounded to bf16 for
+		// its two products (headLoss), which then multiply bf16 by bf16
+		// on tensor cores rather than widen the whole head to float32.
+		add("dlogits", engine.BF16, d.headRows(N), V)
+	}
+	return p
 }
 
 // ActivationBytes is the memory the model's workspace takes for batches of
@@ -272,6 +292,9 @@ func (m *Model) prepare(B, T int, train bool) *workspace {
 			}
 		}
 	}
+	if train && m.d.act == engine.BF16 {
+		ws.dlogits = next()
+	}
 	pos := make([]int32, B*T)
 	for i := range pos {
 		pos[i] = int32(i % T)
@@ -304,6 +327,9 @@ func (ws *workspace) all() []*engine.Tensor {
 	}
 	if g := ws.g; g != nil {
 		ts = append(ts, g.dx, g.dh, g.dln, g.dnorm, g.dq, g.datt, g.dk, g.dv, g.dgate, g.dup, g.dact, g.dlnf)
+	}
+	if ws.dlogits != nil {
+		ts = append(ts, ws.dlogits)
 	}
 	ts = append(ts, ws.sc.tensors()...)
 	return append(ts, ws.ce.tensors()...)

@@ -56,7 +56,8 @@ func (m *Model) beginPass(seq [][]*engine.Param) {
 }
 
 // nextWeights returns the weight blocks of unit, the pass's next one, in
-// its order: the local values, or their Z-gathered copies.
+// its order: the local values (their BF16 copies in mixed precision,
+// Options.Activations), or their Z-gathered copies.
 func (m *Model) nextWeights(unit []*engine.Param) []*engine.Tensor {
 	if m.zw != nil {
 		return m.zw.next(unit)
@@ -64,6 +65,9 @@ func (m *Model) nextWeights(unit []*engine.Param) []*engine.Tensor {
 	ts := make([]*engine.Tensor, len(unit))
 	for i, p := range unit {
 		ts[i] = p.Value
+		if p.Copy != nil {
+			ts[i] = p.Copy
+		}
 	}
 	return ts
 }

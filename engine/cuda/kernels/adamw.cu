@@ -5,16 +5,21 @@
 
 // adamw_element is one element's update from its gradient g (the
 // formula below), shared by adamw and adamw_multi.
-__device__ __forceinline__ void adamw_element(void* param, int pdt, float g, void* m, int mdt, void* v, int vdt, i64 i,
-                                              float decay, float beta1, float one_minus_beta1, float beta2,
-                                              float one_minus_beta2, float step_size, float bc2_sqrt, float eps) {
+// It returns the updated parameter, for adamw_multi's copy.
+__device__ __forceinline__ float adamw_element(void* param, int pdt, float g, void* m, int mdt, void* v, int vdt, i64 i,
+                                               float decay, float beta1, float one_minus_beta1, float beta2,
+                                               float one_minus_beta2, float step_size, float bc2_sqrt, float eps) {
   float p = __fmul_rn(load(param, pdt, i), decay);
   float mi = __fadd_rn(__fmul_rn(load(m, mdt, i), beta1), __fmul_rn(one_minus_beta1, g));
   float vi = __fadd_rn(__fmul_rn(load(v, vdt, i), beta2), __fmul_rn(__fmul_rn(one_minus_beta2, g), g));
   float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
-  store(param, pdt, i, __fadd_rn(p, __fdiv_rn(__fmul_rn(step_size, mi), denom)));
+  p = __fadd_rn(p, __fdiv_rn(__fmul_rn(step_size, mi), denom));
+  store(param, pdt, i, p);
   store(m, mdt, i, mi);
   store(v, vdt, i, vi);
+  // The parameter as stored: rounded to its own dtype first, so that a
+  // copy is the stored parameter converted, as a separate cast would be.
+  return pdt == DT_BF16 ? bf16_to_f32(f32_to_bf16(p)) : p;
 }
 
 // adamw updates param, m and v in place from grad:
@@ -37,9 +42,12 @@ extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) adamw(void* param,
 // adamw_multi is AdamW over many tensors in one launch, clipped and
 // checked on the device (engine.Backend.AdamWStep). table holds
 // ADAMW_FIELDS i64 a tensor: the addresses of param, grad, m and v, the
-// length, the four element types (a byte each, param's lowest), the
-// weight decay's float bits, and the index of the tensor's first chunk of
-// ADAMW_CHUNK elements in the concatenation of every tensor's chunks.
+// length, the element types (a byte each: param's lowest, then grad, m, v
+// and the copy's), the weight decay's float bits, the index of the
+// tensor's first chunk of ADAMW_CHUNK elements in the concatenation of
+// every tensor's chunks, and the address of the parameter's copy (0 for
+// none): a mixed-precision model's bf16 weights, which get the updated
+// parameter rounded in the same pass (engine.AdamWTensors.Copy).
 // ctl[0] is the squared global gradient norm and ctl[1] the loss: when
 // either is not finite the kernel changes nothing, so the host need not
 // look at them before the update. Each block takes chunks in turn and
@@ -52,7 +60,7 @@ extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) adamw(void* param,
 // once, as the host computes it for adamw.
 #define ADAMW_THREADS 256
 #define ADAMW_CHUNK 4096
-#define ADAMW_FIELDS 8
+#define ADAMW_FIELDS 9
 
 __device__ __forceinline__ bool finite_f32(float x) {
   return (__float_as_uint(x) & 0x7f800000u) != 0x7f800000u;
@@ -88,8 +96,10 @@ extern "C" __global__ void __launch_bounds__(ADAMW_THREADS)
     void* m = (void*)t[2];
     void* v = (void*)t[3];
     i64 n = t[4];
-    int dts = (int)t[5];
-    int pdt = dts & 0xff, gdt = (dts >> 8) & 0xff, mdt = (dts >> 16) & 0xff, vdt = (dts >> 24) & 0xff;
+    i64 dts = t[5];
+    int pdt = (int)(dts & 0xff), gdt = (int)((dts >> 8) & 0xff), mdt = (int)((dts >> 16) & 0xff),
+        vdt = (int)((dts >> 24) & 0xff), cdt = (int)((dts >> 32) & 0xff);
+    void* copy = (void*)t[8];
     float wd = __int_as_float((int)t[6]);
     float decay = (float)__dsub_rn(1.0, __dmul_rn((double)lr, (double)wd));
     i64 start = (c - t[7]) * ADAMW_CHUNK, end = min64(n, start + ADAMW_CHUNK);
@@ -99,8 +109,11 @@ extern "C" __global__ void __launch_bounds__(ADAMW_THREADS)
         g = __fmul_rn(g, coef);
         store(grad, gdt, i, g);
       }
-      adamw_element(param, pdt, g, m, mdt, v, vdt, i, decay, beta1, one_minus_beta1, beta2, one_minus_beta2,
-                    step_size, bc2_sqrt, eps);
+      float p = adamw_element(param, pdt, g, m, mdt, v, vdt, i, decay, beta1, one_minus_beta1, beta2,
+                              one_minus_beta2, step_size, bc2_sqrt, eps);
+      if (copy) {
+        store(copy, cdt, i, p);
+      }
     }
   }
 }

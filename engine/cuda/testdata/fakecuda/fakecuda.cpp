@@ -754,6 +754,10 @@ enum { CUBLAS_OK = 0, CUBLAS_NOT_INITIALIZED = 1, CUBLAS_INVALID_VALUE = 7, CUBL
 struct Blas {
   Ctx* ctx;
   Stream* stream;
+  // The workspace cublasSetWorkspace gave, checked to lie in one
+  // allocation of the handle's context (the loop below needs none).
+  void* workspace;
+  size_t workspace_bytes;
 };
 static std::set<void*> blas_handles;
 
@@ -773,7 +777,7 @@ static float to_tf32(float f) {
 
 EXPORT int cublasCreate_v2(void** h) {
   if (!current) return fail(CUBLAS_NOT_INITIALIZED, "cublasCreate: no current context");
-  Blas* b = new Blas{current, nullptr};
+  Blas* b = new Blas{current, nullptr, nullptr, 0};
   std::lock_guard<std::mutex> l(handles_mu);
   blas_handles.insert(b);
   *h = b;
@@ -789,6 +793,14 @@ EXPORT int cublasSetStream_v2(void* h, void* s) {
   if (!known(blas_handles, h)) return CUBLAS_NOT_INITIALIZED;
   if (!known(streams, s)) return CUBLAS_INVALID_VALUE;
   static_cast<Blas*>(h)->stream = static_cast<Stream*>(s);
+  return CUBLAS_OK;
+}
+EXPORT int cublasSetWorkspace_v2(void* h, void* ws, size_t bytes) {
+  if (!known(blas_handles, h)) return CUBLAS_NOT_INITIALIZED;
+  if (bytes > 0 && !in_range((uintptr_t)ws, bytes)) return fail(CUBLAS_INVALID_VALUE, "cublasSetWorkspace: the workspace is not device memory");
+  Blas* b = static_cast<Blas*>(h);
+  b->workspace = ws;
+  b->workspace_bytes = bytes;
   return CUBLAS_OK;
 }
 EXPORT int cublasGetVersion_v2(void* h, int* v) {

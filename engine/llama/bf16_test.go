@@ -1,0 +1,348 @@
+package llama
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/launch"
+	"github.com/memtrain/memtrain/engine/parallel"
+)
+
+// Mixed-precision tolerances, from bf16's unit roundoff u = 2⁻⁸ ≈ 0.0039
+// (enginetest's bf16Unit). On the way from the loss to a weight's
+// gradient a value is rounded to bf16 about k ≈ 30 times (the forward's
+// ten saved activations of each of L = 2 layers, the backward's activation
+// gradients, the weight copies), each a relative error of at most u and
+// about u/√3 in RMS: were they independent, the gradients would be off
+// by √k·u/√3 ≈ 3u in RMS. They are not (the backward reads the forward's
+// rounded values, and the layers feed each other), and on these tiny
+// models (H = 16, weights of scale 0.3) the measured errors are 2–4
+// times that. The tolerances below are about 1.5–2 times the measured
+// worst, in units of u:
+//
+//   - The loss: a mean over many tokens of −log p whose logits' errors
+//     average out: bf16LossTol = u/2 relative (measured 1.3e-4–1.5e-4).
+//   - All gradients together: ‖g − g₃₂‖₂/‖g₃₂‖₂ ≤ bf16GradTotalTol = 16u
+//     ≈ 0.0625 (measured 0.032–0.043, 8–11u).
+//   - Each gradient tensor: ‖g − g₃₂‖₂/‖g₃₂‖₂ ≤ bf16GradL2Tol = 24u ≈
+//     0.094 (measured 0.011–0.074; the worst a norm weight of the tied
+//     model, whose gradient is a sum over tokens that largely cancels),
+//     and max|g − g₃₂|/max|g₃₂| ≤ bf16GradMaxTol = 40u ≈ 0.16 (measured
+//     0.011–0.118, the same tensor; an earlier attempt measured 0.056).
+const (
+	bf16Unit         = 1.0 / 256
+	bf16LossTol      = bf16Unit / 2
+	bf16GradL2Tol    = 24 * bf16Unit
+	bf16GradMaxTol   = 40 * bf16Unit
+	bf16GradTotalTol = 16 * bf16Unit
+)
+
+// gradRelErr is max|a − b| / max|b|, with NaN as infinitely wrong.
+func gradRelErr(a, b []float32) float64 {
+	var num, den float64
+	for i := range a {
+		d := math.Abs(float64(a[i]) - float64(b[i]))
+		if math.IsNaN(d) {
+			return math.Inf(1)
+		}
+		num, den = math.Max(num, d), math.Max(den, math.Abs(float64(b[i])))
+	}
+	return num / math.Max(den, 1e-30)
+}
+
+// TestBF16StepMatchesF32: a training pass with bf16 activations and bf16
+// weight copies gives the float32 pass's loss and gradients within the
+// stated tolerances, tied and untied, with and without recomputation; a
+// forward-only pass the same loss; and the float32 master weights and
+// their gradients stay float32.
+func TestBF16StepMatchesF32(t *testing.T) {
+	for _, tie := range []bool{false, true} {
+		for _, recompute := range []bool{false, true} {
+			cfg := testConfig(tie, 2)
+			batch := randomBatch(cfg, 3, 12, 4)
+			ref := randomModel(t, newBackend(2), cfg, Options{}, 6)
+			half := randomModel(t, newBackend(2), cfg, Options{Activations: engine.BF16, Recompute: recompute}, 6)
+			for _, p := range half.Params() {
+				if p.Value.DType() != engine.F32 || p.Grad.DType() != engine.F32 {
+					t.Fatalf("%s: master %v, gradient %v; want F32", p.Name, p.Value, p.Grad)
+				}
+				if want := len(p.Full) == 2; (p.Copy != nil) != want || (want && p.Copy.DType() != engine.BF16) {
+					t.Fatalf("%s: copy %v", p.Name, p.Copy)
+				}
+			}
+			scale := 1 / float32(len(batch.IDs))
+			l32, err := ref.ForwardBackward(batch, scale)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l16, err := half.ForwardBackward(batch, scale)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lossErr := math.Abs(l16.Mean()-l32.Mean()) / l32.Mean()
+			worstMax, worstL2, maxName, l2Name := 0.0, 0.0, "", ""
+			var num, den float64
+			g32, g16 := gradsOf(ref), gradsOf(half)
+			for name, want := range g32 {
+				if e := gradRelErr(g16[name], want); e > worstMax {
+					worstMax, maxName = e, name
+				}
+				var n, d float64
+				for i := range want {
+					n += math.Pow(float64(g16[name][i])-float64(want[i]), 2)
+					d += math.Pow(float64(want[i]), 2)
+				}
+				if e := math.Sqrt(n / d); !(e <= worstL2) {
+					worstL2, l2Name = e, name
+				}
+				num, den = num+n, den+d
+			}
+			total := math.Sqrt(num / den)
+			what := fmt.Sprintf("tie=%v recompute=%v", tie, recompute)
+			t.Logf("%s: loss %.6f vs %.6f (relative %.2g); gradients: all %.3g (L2), worst %s %.3g (L2), %s %.3g (max)",
+				what, l16.Mean(), l32.Mean(), lossErr, total, l2Name, worstL2, maxName, worstMax)
+			if lossErr > bf16LossTol || l16.Weight != l32.Weight {
+				t.Errorf("%s: bf16 loss %v (weight %v), f32 %v (weight %v)", what, l16.Mean(), l16.Weight, l32.Mean(), l32.Weight)
+			}
+			if worstL2 > bf16GradL2Tol || worstMax > bf16GradMaxTol || total > bf16GradTotalTol {
+				t.Errorf("%s: gradients off by %.3g (all, L2; tolerance %.3g), %s by %.3g (L2; %.3g), %s by %.3g (max; %.3g)",
+					what, total, bf16GradTotalTol, l2Name, worstL2, bf16GradL2Tol, maxName, worstMax, bf16GradMaxTol)
+			}
+			e32, err := ref.Evaluate(batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e16, err := half.Evaluate(batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := math.Abs(e16.Mean()-e32.Mean()) / e32.Mean(); d > bf16LossTol {
+				t.Errorf("tie=%v recompute=%v: bf16 evaluation %v, f32 %v", tie, recompute, e16.Mean(), e32.Mean())
+			}
+			ref.Free()
+			half.Free()
+		}
+	}
+}
+
+// trainSteps trains m for steps AdamW steps (one fused AdamWStep each,
+// refreshing the bf16 copies) on batch, and returns the last loss.
+func trainSteps(t *testing.T, m *Model, batch Batch, steps int) float64 {
+	t.Helper()
+	b := m.Backend()
+	var ts []engine.AdamWTensors
+	for _, p := range m.Params() {
+		ts = append(ts, engine.AdamWTensors{Param: p.Value, Grad: p.Grad, Copy: p.Copy,
+			M: b.Alloc(engine.F32, p.Value.Shape...), V: b.Alloc(engine.F32, p.Value.Shape...)})
+	}
+	defer func() {
+		for _, x := range ts {
+			b.Free(x.M)
+			b.Free(x.V)
+		}
+	}()
+	ctl := b.Alloc(engine.F32, 2)
+	defer b.Free(ctl)
+	b.Upload(ctl, []float32{1, 1})
+	var loss Loss
+	for s := 1; s <= steps; s++ {
+		m.ZeroGrads()
+		var err error
+		if loss, err = m.ForwardBackward(batch, 1/float32(len(batch.IDs))); err != nil {
+			t.Fatal(err)
+		}
+		b.AdamWStep(ts, engine.AdamWParams{LR: 3e-2, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, Step: s}, 0, ctl)
+	}
+	return loss.Mean()
+}
+
+// TestBF16TrainsAndGenerates: trained on one batch, a bf16 model's loss
+// falls as the float32 model's does, its weight copies stay the rounded
+// masters (the step refreshes them), and its greedy continuations of
+// the batch's prompts are the float32 model's.
+func TestBF16TrainsAndGenerates(t *testing.T) {
+	cfg := testConfig(false, 2)
+	batch := randomBatch(cfg, 2, 16, 8)
+	for i := range batch.Weights {
+		batch.Weights[i] = 1
+		batch.Targets[i] = batch.IDs[(i+1)%len(batch.IDs)] // learnable: the next id
+	}
+	ref := randomModel(t, newBackend(2), cfg, Options{}, 2)
+	defer ref.Free()
+	half := randomModel(t, newBackend(2), cfg, Options{Activations: engine.BF16}, 2)
+	defer half.Free()
+	const steps = 40
+	l32, l16 := trainSteps(t, ref, batch, steps), trainSteps(t, half, batch, steps)
+	t.Logf("after %d steps: loss %.4f (bf16), %.4f (f32)", steps, l16, l32)
+	// Both have learned the batch (from ln V ≈ 3.1); bf16's rounding of
+	// the logits leaves its loss above float32's.
+	if limit := 0.05 * math.Log(float64(cfg.VocabSize)); !(l16 < limit) || !(l32 < limit) {
+		t.Errorf("after %d steps: bf16 loss %v, f32 %v", steps, l16, l32)
+	}
+	for _, p := range half.Params() {
+		if p.Copy == nil {
+			continue
+		}
+		want := download(half, p.Value)
+		for i := range want {
+			want[i] = checkpoints.BF16ToFloat32(checkpoints.Float32ToBF16(want[i]))
+		}
+		if got := download(half, p.Copy); !slices.Equal(got, want) {
+			t.Fatalf("%s: the bf16 copy is not the rounded master weight after the steps", p.Name)
+		}
+	}
+	prompts := [][]int32{batch.IDs[:4], batch.IDs[16:20]}
+	g32, err := ref.Generate(prompts, GenerateOptions{MaxNewTokens: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g16, err := half.Generate(prompts, GenerateOptions{MaxNewTokens: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range g32 {
+		if !slices.Equal(g16[i], g32[i]) {
+			t.Errorf("prompt %d: bf16 model generated %v, f32 %v", i, g16[i], g32[i])
+		}
+	}
+}
+
+// TestBF16Refusals: what mixed precision cannot compute is refused when
+// the model is made, with one line saying why.
+func TestBF16Refusals(t *testing.T) {
+	cfg := testConfig(false, 2)
+	for _, tc := range []struct {
+		name string
+		opt  Options
+		want string
+	}{
+		{"adapters", Options{Activations: engine.BF16, LoRA: testAdapter(2, false, 0)}, "bf16 activations with LoRA adapters are not supported"},
+		{"an i32 dtype", Options{Activations: engine.I32}, "activations in i32 (want f32 or bf16)"},
+	} {
+		_, err := New(newBackend(1), cfg, tc.opt)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %v; want one line containing %q", tc.name, err, tc.want)
+		}
+	}
+	// On grids: X·Y·Z > 1 is refused.
+	err := launch.Local(comm.Grid{Data: 1, X: 2, Y: 1, Z: 1}, parallel.Overlap{}, func(g *parallel.Grid) error {
+		m, err := New(newBackend(1), cfg, Options{Activations: engine.BF16, Parallel: g})
+		if err == nil {
+			m.Free()
+		}
+		return err
+	})
+	if want := "X·Y·Z = 2·1·1"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("X = 2: %v; want an error containing %q", err, want)
+	}
+}
+
+// TestBF16DataParallel: data parallelism alone works in mixed precision:
+// two ranks, each with half the batch, sum the gradients of one rank
+// with all of it (the bf16 roundings are per token, so only the order of
+// the weight gradients' float32 sums differs).
+func TestBF16DataParallel(t *testing.T) {
+	cfg := testConfig(false, 2)
+	batch := randomBatch(cfg, 4, 6, 3)
+	w := checkpoints.RandomWeights(cfg, 5)
+	one, err := New(newBackend(1), cfg, Options{Activations: engine.BF16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Free()
+	if err := one.SetWeights(w); err != nil {
+		t.Fatal(err)
+	}
+	scale := 1 / float32(len(batch.IDs))
+	if _, err := one.ForwardBackward(batch, scale); err != nil {
+		t.Fatal(err)
+	}
+	want := gradsOf(one)
+	err = launch.Local(comm.Grid{Data: 2, X: 1, Y: 1, Z: 1}, parallel.AllOverlap(), func(g *parallel.Grid) error {
+		m, err := New(newBackend(1), cfg, Options{Activations: engine.BF16, Parallel: g})
+		if err != nil {
+			return err
+		}
+		defer m.Free()
+		if err := m.SetWeights(w); err != nil {
+			return err
+		}
+		d := g.At.Data
+		if _, err := m.ForwardBackward(sliceBatch(batch, 2*d, 2*d+2), scale); err != nil {
+			return err
+		}
+		if err := m.ReduceGradients(); err != nil {
+			return err
+		}
+		got := gradsOf(m)
+		for name, w := range want {
+			if e := gradRelErr(got[name], w); e > 1e-5 {
+				t.Errorf("rank %d: %s differs from one rank's by %.3g", d, name, e)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sliceReader is a parallel.SliceReader over full-shape tensors in memory.
+type sliceReader map[string]checkpoints.Tensor
+
+func (r sliceReader) ReadFloat32(name string) ([]float32, error) {
+	return append([]float32(nil), r[name].Data...), nil
+}
+
+func (r sliceReader) ReadSlice(name string, r0, r1, c0, c1 int) ([]float32, error) {
+	t := r[name]
+	cols := t.Shape[len(t.Shape)-1]
+	var out []float32
+	for i := r0; i < r1; i++ {
+		out = append(out, t.Data[i*cols+c0:i*cols+c1]...)
+	}
+	return out, nil
+}
+
+// TestBF16CopiesFollowTheMasters: wherever a master weight is written —
+// SetWeights, LoadWeights (whole, or a block of rows at a time, as a
+// checkpoint or a resume loads it) — its bf16 copy is the master rounded
+// to nearest even.
+func TestBF16CopiesFollowTheMasters(t *testing.T) {
+	cfg := testConfig(false, 2)
+	check := func(what string, m *Model) {
+		t.Helper()
+		for _, p := range m.Params() {
+			if p.Copy == nil {
+				continue
+			}
+			want := download(m, p.Value)
+			for i := range want {
+				want[i] = checkpoints.BF16ToFloat32(checkpoints.Float32ToBF16(want[i]))
+			}
+			if !slices.Equal(download(m, p.Copy), want) {
+				t.Errorf("%s: %s's bf16 copy is not its master rounded", what, p.Name)
+			}
+		}
+	}
+	m := randomModel(t, newBackend(1), cfg, Options{Activations: engine.BF16}, 3)
+	defer m.Free()
+	check("SetWeights", m)
+	r := sliceReader{}
+	for _, w := range checkpoints.RandomWeights(cfg, 11) {
+		r[w.Name] = w
+	}
+	for _, chunk := range []int{0, 7} {
+		m.loadChunkLimit = chunk
+		if err := m.LoadWeights(r); err != nil {
+			t.Fatal(err)
+		}
+		check(fmt.Sprintf("LoadWeights (chunk limit %d)", chunk), m)
+	}
+}
