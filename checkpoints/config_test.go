@@ -408,3 +408,16 @@ func TestReshape(t *testing.T) {
 		t.Errorf("special tokens %v %v", c.BOSTokenIDs, c.EOSTokenIDs)
 	}
 }
+
+// TestTensorCount: the count without names is the list's length.
+func TestTensorCount(t *testing.T) {
+	for _, p := range Presets() {
+		for _, tied := range []bool{false, true} {
+			c := p.Config()
+			c.TieWordEmbeddings = tied
+			if got, want := c.TensorCount(), len(c.TensorSpecs()); got != want {
+				t.Errorf("%s tied=%v: %d tensors, the list has %d", p.Name, tied, got, want)
+			}
+		}
+	}
+}

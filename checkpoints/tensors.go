@@ -34,6 +34,16 @@ const (
 	LMHeadName      = "lm_head.weight"
 )
 
+// TensorCount is len(c.TensorSpecs()), counted without naming them: nine
+// a layer, the embedding and the final norm, and an untied LM head.
+func (c *Config) TensorCount() int {
+	n := 9*max(c.NumHiddenLayers, 0) + 2
+	if !c.TieWordEmbeddings {
+		n++
+	}
+	return n
+}
+
 // TensorSpecs lists every weight the configuration implies, in the order
 // HuggingFace's state dict has them. lm_head.weight is absent when the
 // embeddings are tied.

@@ -306,8 +306,5 @@ func (c *Config) activations() (engine.DType, error) {
 	if err != nil {
 		return engine.F32, fmt.Errorf("finetune: precision: %w", err)
 	}
-	if p == engine.PrecisionBF16 {
-		return engine.BF16, nil
-	}
-	return engine.F32, nil
+	return p.Activations(), nil
 }

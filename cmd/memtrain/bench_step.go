@@ -97,10 +97,7 @@ func runBenchStep(cmd *cobra.Command, f benchStepFlags) error {
 	if err != nil {
 		return fmt.Errorf("bench step: --precision: %w", err)
 	}
-	act := engine.F32
-	if prec == engine.PrecisionBF16 {
-		act = engine.BF16
-	}
+	act := prec.Activations()
 	if err := f.engine.preflight("bench step: "+f.preset, cfg, llama.Work{Train: true, Recompute: f.recompute, Moments: 2, Batch: f.batch, SeqLen: f.seqLen, Micro: 1, Activations: act}); err != nil {
 		return err
 	}

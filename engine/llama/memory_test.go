@@ -114,29 +114,6 @@ func TestMemoryOnAGridIsWhatIsAllocated(t *testing.T) {
 	}
 }
 
-// TestMemoryIsWhatInspectPrints: the preflight's need for an AdamW step
-// is inspect's fine-tuning total (EstimateTrainingMemory in float32, the
-// precision the engine trains in) plus the RoPE table.
-func TestMemoryIsWhatInspectPrints(t *testing.T) {
-	for _, name := range []string{"tiny", "llama3.1-8b", "llama3.1-405b"} {
-		p, err := checkpoints.LookupPreset(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := p.Config()
-		est := EstimateTrainingMemory(cfg, 2, 512, engine.PrecisionF32)
-		rope := int64(len(InvFreq(cfg))) * 4
-		for _, rec := range []bool{false, true} {
-			want := est.Total()
-			if rec {
-				want = est.TotalRecompute()
-			}
-			if got := Memory(cfg, Work{Train: true, Recompute: rec, Moments: 2, Batch: 2, SeqLen: 512}).Total(); got != want+rope {
-				t.Errorf("%s recompute=%v: %d, inspect's %d + %d", name, rec, got, want, rope)
-			}
-		}
-	}
-}
 
 // TestMemorySaturates: shapes no device could hold count as
 // math.MaxInt64 rather than wrapping around into a size that fits.
@@ -288,6 +265,38 @@ func TestWorkDescribesOne(t *testing.T) {
 		s := describe(cfg, w)
 		if strings.Contains(s, "1 sequences") || strings.Contains(s, "1 tokens") || strings.Contains(s, "1 prompts") || strings.Contains(s, "1 new tokens") {
 			t.Errorf("%+v: %q", w, s)
+		}
+	}
+}
+
+// TestLayerBytesIsThePlans: sizing a plan from its one- and two-layer
+// plans gives the size of its whole list, for training with and without
+// recomputation, forward passes, decoding, adapters, grids and bf16.
+func TestLayerBytesIsThePlans(t *testing.T) {
+	cfg := gridConfig(false)
+	cfg.NumHiddenLayers = 7
+	lora := &checkpoints.AdapterConfig{R: 2, LoRAAlpha: 4, TargetModules: []string{"q_proj", "down_proj"}}
+	for _, g := range []comm.Grid{{}, {Data: 1, X: 2, Y: 2, Z: 1}} {
+		for _, act := range []engine.DType{engine.F32, engine.BF16} {
+			d := fullDims(cfg)
+			if g != (comm.Grid{}) {
+				d = gridDims(cfg, g)
+			}
+			d.act = act
+			for _, a := range []*checkpoints.AdapterConfig{nil, lora} {
+				d.lora = a
+				lists := map[string]func(dims) []tensorPlan{
+					"train":     func(d dims) []tensorPlan { return plan(d, 2, 5, true, false) },
+					"recompute": func(d dims) []tensorPlan { return plan(d, 2, 5, true, true) },
+					"forward":   func(d dims) []tensorPlan { return plan(d, 3, 5, false, false) },
+					"decode":    func(d dims) []tensorPlan { return decoderPlan(d, 2, 9, 6) },
+				}
+				for name, list := range lists {
+					if got, want := layerBytes(d, list), planBytes(list(d)); got != want {
+						t.Errorf("%v %v lora=%v %s: %d bytes, the list's %d", g, act, a != nil, name, got, want)
+					}
+				}
+			}
 		}
 	}
 }

@@ -73,7 +73,7 @@ func stepSumsBytes(cfg *checkpoints.Config, w Work) int64 {
 	if !w.Train || w.Micro <= 0 {
 		return 0
 	}
-	tensors := int64(len(cfg.TensorSpecs()))
+	tensors := int64(cfg.TensorCount())
 	if w.LoRA != nil {
 		tensors = int64(len(cfg.AdapterTensorSpecs(w.LoRA)))
 	}

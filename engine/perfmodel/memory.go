@@ -1,6 +1,8 @@
 package perfmodel
 
 import (
+	"fmt"
+
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/comm"
@@ -56,6 +58,9 @@ func EstimateMemory(cfg *checkpoints.Config, s Step, o Options) (Memory, error) 
 	if err := s.validate(cfg); err != nil {
 		return Memory{}, err
 	}
+	if err := s.computes(o); err != nil {
+		return Memory{}, err
+	}
 	return estimateMemory(cfg, s, o), nil
 }
 
@@ -69,7 +74,18 @@ func (s Step) Work(o Options) llama.Work {
 	}
 	g := s.Grid
 	return llama.Work{Grid: comm.Grid{Data: g.Data, X: g.X, Y: g.Y, Z: g.Z}, Overlap: ov, Train: true,
-		Recompute: s.Recompute, Moments: 2, Batch: s.MicroBatch, SeqLen: s.SeqLen, Micro: s.MicroBatches}
+		Recompute: s.Recompute, Moments: 2, Batch: s.MicroBatch, SeqLen: s.SeqLen, Micro: s.MicroBatches,
+		Activations: o.Precision.Activations()}
+}
+
+// computes says whether the engine computes step s at o's precision on
+// its grid (llama.CheckActivations): nil, or why not.
+func (s Step) computes(o Options) error {
+	g := s.Grid
+	if err := llama.CheckActivations(o.Precision.Activations(), false, comm.Grid{Data: g.Data, X: g.X, Y: g.Y, Z: g.Z}); err != nil {
+		return fmt.Errorf("perfmodel: %w", err)
+	}
+	return nil
 }
 
 func estimateMemory(cfg *checkpoints.Config, s Step, o Options) Memory {

@@ -11,10 +11,16 @@ import (
 	"github.com/memtrain/memtrain/internal/units"
 )
 
-// adamBytesPerParam is the memory traffic of the fused AdamW update
+// adamBytes is the memory traffic of the fused AdamW update
 // (Backend.AdamWStep) per parameter: read the fp32 weight, gradient and
-// two moments (16 bytes), write the weight and the moments (12).
-const adamBytesPerParam = 28
+// two moments (16 bytes), write the weight and the moments (12), and in
+// mixed precision the weight's bf16 copy (2).
+func (o Options) adamBytes() float64 {
+	if o.Precision == engine.PrecisionBF16 {
+		return 30
+	}
+	return 28
+}
 
 // A Step is the shape of one optimizer step on a grid.
 type Step struct {
@@ -76,6 +82,10 @@ func ParseRecompute(s string) (Recompute, error) {
 
 // Options are the planner's assumptions; the zero value is the default.
 type Options struct {
+	// Precision is the engine's: float32 (the zero value), or mixed
+	// precision, which the engine computes on data-parallel grids alone
+	// (llama.CheckActivations), so that Search tries only those.
+	Precision engine.Precision
 	// Recompute restricts Search's recomputation choice.
 	Recompute Recompute
 	// NoOverlap serialises communication and compute; by default the
@@ -158,7 +168,7 @@ type Plan struct {
 //
 //	compute   = rank FLOPs ÷ (peak × efficiency)
 //	comm(c)   = c.SentBytes() ÷ bandwidth of the link c's group spans
-//	optimizer = ShardParams × 28 bytes ÷ HBM bandwidth
+//	optimizer = ShardParams × 28 bytes (30 in bf16) ÷ HBM bandwidth
 //
 // Without overlap the step is compute + optimizer + Σ comm. With overlap,
 // Blocking calls add their time, HiddenByCompute calls add only what
@@ -171,6 +181,9 @@ func Estimate(cfg *checkpoints.Config, dev Device, s Step, o Options) (Plan, err
 		return Plan{}, err
 	}
 	if err := s.validate(cfg); err != nil {
+		return Plan{}, err
+	}
+	if err := s.computes(o); err != nil {
 		return Plan{}, err
 	}
 	return estimate(newShape(cfg, s.SeqLen), dev, s, o, estimateMemory(cfg, s, o)), nil
@@ -210,7 +223,7 @@ func estimate(sh *shape, dev Device, s Step, o Options, mem Memory) Plan {
 	p.ComputeSeconds = tokens*(3*fwd+rec)/rate + lossSeconds(cfg, dev, g, tokens)
 	lastBackward := tokens / float64(s.MicroBatches) * (2*fwd + rec) / rate
 	shard := ShardParams(cfg, g)
-	p.OptimizerSeconds = float64(shard) * adamBytesPerParam / (dev.HBMBandwidth / share)
+	p.OptimizerSeconds = float64(shard) * o.adamBytes() / (dev.HBMBandwidth / share)
 	p.Checkpoint = checkpointCost(cfg, g, shard, dev, o)
 
 	var byClass [3]float64
@@ -356,7 +369,12 @@ func Search(j Job, o Options) ([]Plan, error) {
 	var plans []Plan
 	var smallest *Plan
 	candidates := 0
+	refused := 0
 	for _, g := range Grids(cfg, j.GPUs) {
+		if (Step{Grid: g}).computes(o) != nil {
+			refused++
+			continue
+		}
 		dz := int64(g.Data) * int64(g.Z)
 		if seqs%dz != 0 {
 			continue
@@ -396,6 +414,9 @@ func Search(j Job, o Options) ([]Plan, error) {
 		}
 	}
 	if candidates == 0 {
+		if refused > 0 && o.Precision == engine.PrecisionBF16 {
+			return nil, fmt.Errorf("perfmodel: mixed precision runs on data-parallel grids alone, and none of %d ranks divides the global batch's %d sequences", j.GPUs, seqs)
+		}
 		if o.MicroBatch > 0 {
 			return nil, fmt.Errorf("perfmodel: no grid of %d ranks divides the model's dimensions and a micro-batch of %d of the global batch's %d sequences over data×z", j.GPUs, o.MicroBatch, seqs)
 		}
