@@ -126,7 +126,7 @@ Presets:
 	fl.StringVar(&f.preset, "preset", "", "inspect a preset shape instead of a checkpoint folder")
 	fl.IntVar(&f.batch, "batch", 1, "sequences per step for the activation estimate")
 	fl.IntVar(&f.seqLen, "seq-len", 0, "tokens per sequence for the activation estimate (default min(2048, max_position_embeddings))")
-	fl.StringVar(&f.precision, "precision", "f32", "training precision: f32 (CPU) or bf16 (mixed, fp32 master weights and moments)")
+	fl.StringVar(&f.precision, "precision", "f32", "training precision: f32, or bf16 (mixed: bf16 activations and weight copies, fp32 master weights, gradients and moments)")
 	fl.BoolVar(&f.json, "json", false, "print one JSON object instead of a table")
 	fl.BoolVar(&f.verify, "verify", false, "check a training checkpoint's files against its checkpoint.json")
 	fl.IntVar(&f.lora, "lora", 0, "also size a LoRA fine-tune of this rank (the base frozen in its stored dtype), as finetune's preflight does")
@@ -230,13 +230,7 @@ func runInspect(cmd *cobra.Command, args []string, f inspectFlags) error {
 	if seq > cfg.MaxPositionEmbeddings {
 		return fmt.Errorf("inspect: --seq-len %d exceeds %s's max_position_embeddings %d", seq, rep.Source, cfg.MaxPositionEmbeddings)
 	}
-	m := llama.EstimateTrainingMemory(cfg, f.batch, seq, precision)
-	rep.Training = trainingReport{
-		Optimizer: "AdamW", Precision: precision.String(), Batch: f.batch, SeqLen: seq,
-		Weights: m.Weights, Gradients: m.Gradients, OptimizerState: m.Optimizer,
-		Activations: m.Activation, ActivationsRecompute: m.ActivationRecompute,
-		Total: m.Total(), TotalRecompute: m.TotalRecompute(),
-	}
+	rep.Training = trainingMemory(cfg, f.batch, seq, precision)
 	if f.lora != 0 {
 		if rep.LoRA, err = loraMemory(rep, f, seq); err != nil {
 			return fmt.Errorf("inspect: %w", err)
@@ -316,6 +310,23 @@ func printInspect(w io.Writer, r inspectReport) error {
 		row("  total", "%s", engine.FormatNeed(l.Total))
 	}
 	return tw.Flush()
+}
+
+// trainingMemory is a full AdamW fine-tune of cfg on one rank, batch
+// sequences of seq tokens at precision p, with and without activation
+// recomputation, by the engine's own accounting (llama.Itemize: what
+// finetune's preflight checks, and what New and the passes allocate).
+func trainingMemory(cfg *checkpoints.Config, batch, seq int, p engine.Precision) trainingReport {
+	w := llama.Work{Train: true, Moments: 2, Batch: batch, SeqLen: seq, Micro: 1, Activations: p.Activations()}
+	it := llama.Itemize(cfg, w)
+	w.Recompute = true
+	rec := llama.Itemize(cfg, w)
+	return trainingReport{
+		Optimizer: "AdamW", Precision: p.String(), Batch: batch, SeqLen: seq,
+		Weights: it.Weights, Gradients: it.Gradients, OptimizerState: it.Optimizer,
+		Activations: it.Activations, ActivationsRecompute: rec.Activations,
+		Total: it.Total(), TotalRecompute: rec.Total(),
+	}
 }
 
 // loraMemory sizes the LoRA fine-tune of f on the report's model: the

@@ -39,6 +39,7 @@ type planFlags struct {
 	latencySet  bool    // --latency given (0 is a latency)
 	microBatch  int
 	fsBandwidth float64 // GB/s
+	precision   string
 }
 
 // planReport is what `plan --json` prints.
@@ -54,6 +55,7 @@ type planReport struct {
 	GlobalBatchTokens int64            `json:"global_batch_tokens"`
 	Overlap           bool             `json:"overlap"`
 	Recompute         string           `json:"recompute"`
+	Precision         string           `json:"precision"`
 	FSBandwidth       float64          `json:"fs_bandwidth"` // bytes/s
 	// Sources say which numbers are the device's (Device.Sources),
 	// which the engine's accounting and which the model's predictions.
@@ -74,10 +76,18 @@ type planSources struct {
 
 // The sources of the numbers plan computes rather than reads.
 const (
-	memoryPerGPUSource = "the engine's accounting of what a rank allocates (llama.Memory; float32 weights, gradients, AdamW moments and activations, flash attention), checked against the CPU backend's allocations by tests; not measured on a GPU"
-	usableSource       = "assumed: headroom for the CUDA context, NCCL's buffers, the allocator's fragmentation and kernels' transient workspace"
-	predictedSource    = "step time, tokens/s, MFU, communication and checkpoint times: predicted by the performance model from the device's numbers, not measured"
+	usableSource    = "assumed: headroom for the CUDA context, NCCL's buffers, the allocator's fragmentation and kernels' transient workspace"
+	predictedSource = "step time, tokens/s, MFU, communication and checkpoint times: predicted by the performance model from the device's numbers, not measured"
 )
+
+// memoryPerGPUSource is the memory columns' source at precision p.
+func memoryPerGPUSource(p engine.Precision) string {
+	layout := "float32 weights, gradients, AdamW moments and activations"
+	if p == engine.PrecisionBF16 {
+		layout = "float32 master weights, gradients and AdamW moments, bf16 weight copies and activations"
+	}
+	return "the engine's accounting of what a rank allocates (llama.Memory; " + layout + ", flash attention), checked against the backends' allocations by tests; not measured on a GPU"
+}
 
 // planRow is one ranked grid.
 type planRow struct {
@@ -141,6 +151,7 @@ Devices:
 	fl.Float64Var(&f.latency, "latency", 0, "override the device's latency of a collective call, µs (0 or more)")
 	fl.Float64Var(&f.fsBandwidth, "fs-bandwidth", perfmodel.DefaultFSBandwidth/1e9, "the shared filesystem's aggregate write bandwidth, GB/s, for the checkpoint's save time")
 	fl.IntVar(&f.microBatch, "micro-batch", 0, "sequences per micro-batch over the whole grid, as finetune's micro_batch (default: try every size)")
+	fl.StringVar(&f.precision, "precision", "f32", "the engine's precision, as finetune's precision: f32, or bf16 (mixed; data-parallel grids alone)")
 	return cmd
 }
 
@@ -210,6 +221,10 @@ func runPlan(out io.Writer, f planFlags) error {
 	if err != nil {
 		return fmt.Errorf("plan: --recompute: %w", err)
 	}
+	prec, err := engine.ParsePrecision(f.precision)
+	if err != nil {
+		return fmt.Errorf("plan: --precision: %w", err)
+	}
 	cfg, err := checkpoints.LookupConfig(f.model)
 	if err != nil {
 		return fmt.Errorf("plan: --model: %w", err)
@@ -225,16 +240,20 @@ func runPlan(out io.Writer, f planFlags) error {
 	if batch == 0 {
 		batch = int64(f.gpus) * int64(seq)
 	}
-	opt := perfmodel.Options{Recompute: rec, NoOverlap: !f.overlap, Efficiency: f.efficiency, TopK: f.top, MicroBatch: f.microBatch, FSBandwidth: f.fsBandwidth * 1e9}
+	opt := perfmodel.Options{Precision: prec, Recompute: rec, NoOverlap: !f.overlap, Efficiency: f.efficiency, TopK: f.top, MicroBatch: f.microBatch, FSBandwidth: f.fsBandwidth * 1e9}
 	plans, err := perfmodel.Search(perfmodel.Job{Config: cfg, Device: dev, GPUs: f.gpus, SeqLen: seq, GlobalBatchTokens: batch}, opt)
+	var nofit *perfmodel.NoFitError
+	if errors.As(err, &nofit) && prec == engine.PrecisionBF16 {
+		return fmt.Errorf("plan: %s on %d %s: %w (bf16 trains on data-parallel grids alone, each rank holding the whole model; --precision f32 shards it over x, y and z)", f.model, f.gpus, dev.Name, err)
+	}
 	if err != nil {
 		return fmt.Errorf("plan: %s on %d %s: %w", f.model, f.gpus, dev.Name, err)
 	}
 	rep := planReport{
 		Model: f.model, Params: cfg.Params().Total, ModelFLOPsPerTok: engine.ModelFLOPsPerToken(cfg, seq),
 		GPUs: f.gpus, Device: dev, Efficiency: opt.ComputeEfficiency(dev), UsableMemory: opt.UsableMemory(dev, f.gpus),
-		SeqLen: seq, GlobalBatchTokens: batch, Overlap: opt.Overlaps(dev), Recompute: rec.String(), FSBandwidth: opt.FSBandwidth,
-		Sources: planSources{Sources: dev.Sources, MemoryPerGPU: memoryPerGPUSource, Usable: usableSource, Predicted: predictedSource},
+		SeqLen: seq, GlobalBatchTokens: batch, Overlap: opt.Overlaps(dev), Recompute: rec.String(), Precision: prec.String(), FSBandwidth: opt.FSBandwidth,
+		Sources: planSources{Sources: dev.Sources, MemoryPerGPU: memoryPerGPUSource(prec), Usable: usableSource, Predicted: predictedSource},
 	}
 	for _, p := range plans {
 		rep.Plans = append(rep.Plans, planRow{Plan: p, MemoryTotal: p.Memory.Total()})
@@ -272,8 +291,8 @@ func printPlan(w io.Writer, r planReport) error {
 	case !r.Overlap:
 		overlap = "serial"
 	}
-	fmt.Fprintf(w, "batch   %d tokens a step: %d sequences of %d; communication %s; recompute %s\n",
-		r.GlobalBatchTokens, r.GlobalBatchTokens/int64(r.SeqLen), r.SeqLen, overlap, r.Recompute)
+	fmt.Fprintf(w, "batch   %d tokens a step: %d sequences of %d; communication %s; recompute %s; precision %s\n",
+		r.GlobalBatchTokens, r.GlobalBatchTokens/int64(r.SeqLen), r.SeqLen, overlap, r.Recompute, r.Precision)
 	if len(r.Plans) > 0 {
 		fmt.Fprintf(w, "ckpt    %s (float32 weights and AdamW moments), each (x, y, z) position's rank writing its own; filesystem %.0f GB/s\n",
 			units.FormatBytes(r.Plans[0].Checkpoint.Bytes), r.FSBandwidth/1e9)

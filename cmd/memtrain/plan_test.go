@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/comm"
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/engine/parallel"
@@ -286,5 +287,37 @@ func TestPlanIsTheEngines(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("plan's table lacks %q:\n%s", want, text)
 		}
+	}
+}
+
+// TestPlanBF16: at precision bf16 the planner ranks the data-parallel
+// grids alone, the engine computing mixed precision on no other, with the
+// engine's bf16 accounting; where no such grid fits it says why.
+func TestPlanBF16(t *testing.T) {
+	r := runPlanJSON(t, "--model", "llama3.2-1b", "--gpus", "8", "--gpu", "h200", "--seq-len", "4096", "--precision", "bf16", "--top", "0")
+	p, err := checkpoints.LookupPreset("llama3.2-1b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Plans) == 0 {
+		t.Fatal("no plan")
+	}
+	for _, pl := range r.Plans {
+		g := pl.Grid
+		if g.X*g.Y*g.Z != 1 {
+			t.Errorf("bf16 on %+v", g)
+		}
+		w := llama.Work{Grid: comm.Grid{Data: g.Data, X: 1, Y: 1, Z: 1}, Overlap: parallel.AllOverlap(), Train: true, Recompute: pl.Recompute,
+			Moments: 2, Batch: pl.MicroBatch, SeqLen: 4096, Micro: pl.MicroBatches, Activations: engine.BF16}
+		if want := llama.Memory(p.Config(), w).Total(); pl.MemoryTotal != want {
+			t.Errorf("%+v: %d bytes, the engine's %d", g, pl.MemoryTotal, want)
+		}
+	}
+	_, errs, code := memtrain(t, "", "plan", "--model", "llama3.1-8b", "--gpus", "2", "--gpu", "h200", "--seq-len", "8192", "--precision", "bf16")
+	if code == 0 || !strings.Contains(errs, "no grid of 2 h200 fits") || !strings.Contains(errs, "data-parallel grids alone") {
+		t.Errorf("8B in bf16 on two H200 (%d): %s", code, errs)
+	}
+	if _, errs, code := memtrain(t, "", "plan", "--model", "tiny", "--gpus", "2", "--precision", "fp8"); code == 0 || !strings.Contains(errs, "--precision") {
+		t.Errorf("fp8 (%d): %s", code, errs)
 	}
 }

@@ -114,7 +114,6 @@ func TestMemoryOnAGridIsWhatIsAllocated(t *testing.T) {
 	}
 }
 
-
 // TestMemorySaturates: shapes no device could hold count as
 // math.MaxInt64 rather than wrapping around into a size that fits.
 func TestMemorySaturates(t *testing.T) {
