@@ -103,3 +103,36 @@ func TestBadOptions(t *testing.T) {
 
 func stepErr(_ StepResult, err error) error     { return err }
 func decodeErr(_ DecodeResult, err error) error { return err }
+
+// TestTrainer: a step's loss is the model's mean loss on the batch before
+// the update, and the update changes it.
+func TestTrainer(t *testing.T) {
+	cfg := smallConfig(t)
+	b := cpu.New(cpu.Options{Threads: 1})
+	m, err := llama.New(b, cfg, llama.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Free()
+	if err := m.SetWeights(checkpoints.RandomWeights(cfg, 1)); err != nil {
+		t.Fatal(err)
+	}
+	batch := llama.Batch{B: 2, T: 4, IDs: []int32{1, 2, 3, 4, 5, 6, 7, 8}, Targets: []int32{2, 3, 4, 5, 6, 7, 8, 9}}
+	before, err := m.Evaluate(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := NewTrainer(b, m)
+	defer tr.Free()
+	loss, err := tr.Step(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := loss - before.Mean(); d > 1e-5*before.Mean() || d < -1e-5*before.Mean() {
+		t.Errorf("step loss %v, the model's %v", loss, before.Mean())
+	}
+	after, _ := m.Evaluate(batch)
+	if !(after.Mean() < before.Mean()) {
+		t.Errorf("loss %v after a step, %v before", after.Mean(), before.Mean())
+	}
+}

@@ -87,17 +87,8 @@ func Step(b engine.Backend, g gemm.Impl, cfg *checkpoints.Config, o StepOptions)
 	if err := m.SetWeights(checkpoints.RandomWeights(cfg, 1)); err != nil {
 		return StepResult{}, err
 	}
-	var ts []engine.AdamWTensors
-	for _, p := range m.Params() {
-		ts = append(ts, engine.AdamWTensors{Param: p.Value, Grad: p.Grad, Copy: p.Copy,
-			M: b.Alloc(engine.F32, p.Value.Shape...), V: b.Alloc(engine.F32, p.Value.Shape...), WeightDecay: 0.1})
-	}
-	defer func() {
-		for _, t := range ts {
-			b.Free(t.M)
-			b.Free(t.V)
-		}
-	}()
+	tr := NewTrainer(b, m)
+	defer tr.Free()
 	r := rand.New(rand.NewPCG(1, 2))
 	n := o.Batch * o.SeqLen
 	batch := llama.Batch{B: o.Batch, T: o.SeqLen, IDs: make([]int32, n), Targets: make([]int32, n)}
@@ -105,29 +96,17 @@ func Step(b engine.Backend, g gemm.Impl, cfg *checkpoints.Config, o StepOptions)
 		batch.IDs[i] = int32(r.IntN(cfg.VocabSize))
 		batch.Targets[i] = int32(r.IntN(cfg.VocabSize))
 	}
-	// A training step as finetune.TrainStep takes it: the loss and the
-	// gradient norm kept on the device, one fused AdamW clipped at 1 and
-	// checked there, the sums read once after it.
-	step := func(t int) error {
-		m.ZeroGrads()
-		sums := m.StepSums(1)
-		if err := m.ForwardBackwardSum(batch, float32(1)/float32(n), sums, 0); err != nil {
-			return err
-		}
-		if err := m.FinishStep(sums, 1); err != nil {
-			return err
-		}
-		b.AdamWStep(ts, engine.AdamWParams{LR: 1e-4, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, Step: t}, 1, sums.Control())
-		sums.Read()
-		return b.Synchronize()
+	step := func() error {
+		_, err := tr.Step(batch)
+		return err
 	}
-	if err := step(1); err != nil {
+	if err := step(); err != nil {
 		return StepResult{}, err
 	}
 	times := make([]float64, o.Steps)
 	for i := range times {
 		start := time.Now()
-		if err := step(i + 2); err != nil {
+		if err := step(); err != nil {
 			return StepResult{}, err
 		}
 		times[i] = time.Since(start).Seconds()
@@ -178,4 +157,53 @@ func peakRSS() int64 {
 		}
 	}
 	return 0
+}
+
+// Trainer is one rank's training step as finetune.TrainStep takes it: the
+// loss and the gradient norm kept on the device (llama.StepSums), one
+// fused AdamW (Backend.AdamWStep, refreshing any bf16 weight copies)
+// clipped at 1 and checked there, and the sums read once after it — the
+// step's one host synchronisation. Step times it; engine/cuda's GPU
+// benchmark runs it on a GPU, so both measure the step that trains.
+type Trainer struct {
+	m    *llama.Model
+	b    engine.Backend
+	ts   []engine.AdamWTensors
+	step int
+}
+
+// NewTrainer allocates AdamW's moments for m's parameters on b.
+func NewTrainer(b engine.Backend, m *llama.Model) *Trainer {
+	t := &Trainer{m: m, b: b}
+	for _, p := range m.Params() {
+		t.ts = append(t.ts, engine.AdamWTensors{Param: p.Value, Grad: p.Grad, Copy: p.Copy,
+			M: b.Alloc(engine.F32, p.Value.Shape...), V: b.Alloc(engine.F32, p.Value.Shape...), WeightDecay: 0.1})
+	}
+	return t
+}
+
+// Step trains on batch, every token weighted alike, and returns the
+// step's mean loss.
+func (t *Trainer) Step(batch llama.Batch) (float64, error) {
+	t.step++
+	t.m.ZeroGrads()
+	sums := t.m.StepSums(1)
+	if err := t.m.ForwardBackwardSum(batch, 1/float32(batch.B*batch.T), sums, 0); err != nil {
+		return 0, err
+	}
+	if err := t.m.FinishStep(sums, 1); err != nil {
+		return 0, err
+	}
+	t.b.AdamWStep(t.ts, engine.AdamWParams{LR: 1e-4, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, Step: t.step}, 1, sums.Control())
+	v := sums.Read()
+	return v.Loss / float64(batch.B*batch.T), t.b.Synchronize()
+}
+
+// Free releases the moments.
+func (t *Trainer) Free() {
+	for _, x := range t.ts {
+		t.b.Free(x.M)
+		t.b.Free(x.V)
+	}
+	t.ts = nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
+	enginebench "github.com/memtrain/memtrain/engine/bench"
 	"github.com/memtrain/memtrain/engine/enginetest"
 	"github.com/memtrain/memtrain/engine/llama"
 )
@@ -311,8 +312,6 @@ func TestGPUBenchStep(t *testing.T) {
 		vals[i] = 0.02 * float32(r.NormFloat64())
 	}
 	b.Upload(tile, vals)
-	type moments struct{ m, v *engine.Tensor }
-	state := map[*engine.Param]moments{}
 	for _, p := range m.Params() {
 		if len(p.Full) == 1 {
 			b.Fill(p.Value, 1)
@@ -322,14 +321,11 @@ func TestGPUBenchStep(t *testing.T) {
 		if p.Copy != nil {
 			b.Copy(p.Copy, p.Value)
 		}
-		state[p] = moments{b.Alloc(engine.F32, p.Value.Shape...), b.Alloc(engine.F32, p.Value.Shape...)}
 	}
-	defer func() {
-		for _, s := range state {
-			b.Free(s.m)
-			b.Free(s.v)
-		}
-	}()
+	// The step that trains (engine/bench.Trainer, as finetune.TrainStep takes
+	// it: sums on the device, one fused AdamW, one synchronisation).
+	tr := enginebench.NewTrainer(b, m)
+	defer tr.Free()
 	n := B * T
 	batch := llama.Batch{B: B, T: T, IDs: make([]int32, n), Targets: make([]int32, n)}
 	for i := range batch.IDs {
@@ -340,18 +336,9 @@ func TestGPUBenchStep(t *testing.T) {
 	var loss float64
 	secs := timeIt(t, b, func() {
 		step++
-		m.ZeroGrads()
-		l, err := m.ForwardBackward(batch, 1/float32(n))
-		if err != nil {
+		var err error
+		if loss, err = tr.Step(batch); err != nil {
 			t.Fatal(err)
-		}
-		loss = l.Mean()
-		for _, p := range m.Params() {
-			s := state[p]
-			b.AdamW(p.Value, p.Grad, s.m, s.v, engine.AdamWParams{LR: 1e-5, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: step})
-			if p.Copy != nil {
-				b.Copy(p.Copy, p.Value)
-			}
 		}
 	})
 	flopsPerToken := engine.ModelFLOPsPerToken(cfg, T)
