@@ -168,8 +168,14 @@ func testModel(t *testing.T, newBackend maker) {
 
 	gpu := randomModel(t, newBackend(t, 0, GemmF32), cfg)
 	cpuModel := randomModel(t, cpu.New(cpu.Options{Threads: 2}), cfg)
-	prompts := [][]int32{{1, 2, 3}, {4, 5, 6, 7, 8, 9, 10}, {11}}
-	want, err := cpuModel.Generate(prompts, llama.GenerateOptions{MaxNewTokens: 8})
+	sameGenerations(t, gpu, cpuModel, [][]int32{{1, 2, 3}, {4, 5, 6, 7, 8, 9, 10}, {11}}, "the model")
+}
+
+// sameGenerations checks that gpu's greedy tokens after prompts are
+// host's.
+func sameGenerations(t *testing.T, gpu, host *llama.Model, prompts [][]int32, what string) {
+	t.Helper()
+	want, err := host.Generate(prompts, llama.GenerateOptions{MaxNewTokens: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +185,7 @@ func testModel(t *testing.T, newBackend maker) {
 	}
 	for i := range want {
 		if !slices.Equal(got[i], want[i]) {
-			t.Errorf("prompt %d: generated %v, CPU %v", i, got[i], want[i])
+			t.Errorf("prompt %d: %s generated %v on the GPU, %v on the CPU", i, what, got[i], want[i])
 		}
 	}
 }
@@ -249,20 +255,7 @@ func testModelBF16(t *testing.T, newBackend maker) {
 	host := randomModelWith(t, cpu.New(cpu.Options{Threads: 2}), cfg, opt)
 	lg, lh := trainAdamW(t, gpu, learn, 30), trainAdamW(t, host, learn, 30)
 	t.Logf("after 30 bf16 steps: loss %.4f on the GPU, %.4f on the CPU", lg, lh)
-	prompts := [][]int32{batch.IDs[:5], batch.IDs[24:30], batch.IDs[:1]}
-	want, err := host.Generate(prompts, llama.GenerateOptions{MaxNewTokens: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := gpu.Generate(prompts, llama.GenerateOptions{MaxNewTokens: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range want {
-		if !slices.Equal(got[i], want[i]) {
-			t.Errorf("prompt %d: the bf16 model generated %v on the GPU, %v on the CPU", i, got[i], want[i])
-		}
-	}
+	sameGenerations(t, gpu, host, [][]int32{batch.IDs[:5], batch.IDs[24:30], batch.IDs[:1]}, "the bf16 model")
 }
 
 // trainAdamW trains m for steps fused AdamW steps on batch (the steps

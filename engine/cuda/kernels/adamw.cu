@@ -81,16 +81,7 @@ extern "C" __global__ void __launch_bounds__(ADAMW_THREADS)
     }
   }
   for (i64 c = blockIdx.x; c < nchunks; c += gridDim.x) {
-    int lo = 0, hi = ntensors - 1;  // the last tensor whose first chunk is ≤ c
-    while (lo < hi) {
-      int mid = (lo + hi + 1) / 2;
-      if (table[(i64)mid * ADAMW_FIELDS + 7] <= c) {
-        lo = mid;
-      } else {
-        hi = mid - 1;
-      }
-    }
-    const i64* t = table + (i64)lo * ADAMW_FIELDS;
+    const i64* t = table + (i64)table_entry(table, ntensors, ADAMW_FIELDS, 7, c) * ADAMW_FIELDS;
     void* param = (void*)t[0];
     void* grad = (void*)t[1];
     void* m = (void*)t[2];

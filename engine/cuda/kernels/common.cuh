@@ -72,6 +72,24 @@ __device__ __forceinline__ void store(void* p, int dt, i64 i, float v) {
 
 __device__ __forceinline__ i64 min64(i64 a, i64 b) { return a < b ? a : b; }
 
+// table_entry is the multi-tensor kernels' lookup (adamw_multi's chunks,
+// sum_squares_multi_partial's blocks): the last of the n entries of a
+// table of fields i64 each whose first unit, column col, is ≤ c — the
+// tensor that unit c of the concatenation of every tensor's units belongs
+// to — by bisection.
+__device__ __forceinline__ int table_entry(const i64* table, int n, int fields, int col, i64 c) {
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (table[(i64)mid * fields + col] <= c) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
 // The index of this thread in a one-dimensional grid, and the number of
 // threads in it, for grid-stride loops.
 __device__ __forceinline__ i64 global_thread() {

@@ -114,16 +114,7 @@ extern "C" __global__ void __launch_bounds__(SUMSQ_THREADS) sum_squares_final(vo
 extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS)
     sum_squares_multi_partial(double* partial, const i64* table, int ntensors, i64 nparts) {
   for (i64 c = blockIdx.x; c < nparts; c += gridDim.x) {
-    int lo = 0, hi = ntensors - 1;  // the last tensor whose first block is ≤ c
-    while (lo < hi) {
-      int mid = (lo + hi + 1) / 2;
-      if (table[(i64)mid * SUMSQ_FIELDS + 3] <= c) {
-        lo = mid;
-      } else {
-        hi = mid - 1;
-      }
-    }
-    const i64* t = table + (i64)lo * SUMSQ_FIELDS;
+    const i64* t = table + (i64)table_entry(table, ntensors, SUMSQ_FIELDS, 3, c) * SUMSQ_FIELDS;
     const void* x = (const void*)t[0];
     i64 n = t[1];
     int dt = (int)t[2];
