@@ -178,7 +178,8 @@ func TestInspect(t *testing.T) {
 	if rep.Params.Total != wantTotal || rep.Params.Embedding != 32000*32 {
 		t.Errorf("params %+v, want total %d", rep.Params, wantTotal)
 	}
-	if rep.Training.Weights != 4*wantTotal || rep.Training.OptimizerState != 8*wantTotal {
+	// The weights as the engine holds them: with the RoPE table, head_dim/2 = 4 floats.
+	if rep.Training.Weights != 4*wantTotal+4*4 || rep.Training.Gradients != 4*wantTotal || rep.Training.OptimizerState != 8*wantTotal {
 		t.Errorf("training memory %+v", rep.Training)
 	}
 	if rep.Stored == nil || rep.Stored.Bytes["F32"] != 4*wantTotal || len(rep.Stored.Files) != 1 {
