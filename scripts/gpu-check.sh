@@ -246,7 +246,9 @@ if stage "3. Fine-tuning: CPU against GPU"; then
     tol=1e-3
     [ $mode != f32 ] && tol=3e-2
     note ""
-    note "GPU with $mode GEMMs (mixed: precision bf16, bf16 activations) against the CPU:"
+    what="$mode GEMMs"
+    [ $mode = mixed ] && what="precision bf16 (bf16 activations and weight copies)"
+    note "GPU with $what against the CPU:"
     note ""
     "$PY" scripts/gpu/compare_losses.py "$W/cpu/metrics.jsonl" "$W/gpu-$mode/metrics.jsonl" --rtol $tol >>"$MD" 2>&1
     verdict "losses of the $mode GPU run within $tol of the CPU's" $?
