@@ -197,18 +197,23 @@ func TestBF16TrainsAndGenerates(t *testing.T) {
 			t.Fatalf("%s: the bf16 copy is not the rounded master weight after the steps", p.Name)
 		}
 	}
-	prompts := [][]int32{batch.IDs[:4], batch.IDs[16:20]}
-	g32, err := ref.Generate(prompts, GenerateOptions{MaxNewTokens: 6})
+	sameGreedy(t, half, ref, [][]int32{batch.IDs[:4], batch.IDs[16:20]}, 6, "the bf16 model", "the f32 one")
+}
+
+// sameGreedy checks that a's greedy tokens after prompts are b's.
+func sameGreedy(t *testing.T, a, b *Model, prompts [][]int32, n int, aName, bName string) {
+	t.Helper()
+	ga, err := a.Generate(prompts, GenerateOptions{MaxNewTokens: n})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g16, err := half.Generate(prompts, GenerateOptions{MaxNewTokens: 6})
+	gb, err := b.Generate(prompts, GenerateOptions{MaxNewTokens: n})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range g32 {
-		if !slices.Equal(g16[i], g32[i]) {
-			t.Errorf("prompt %d: bf16 model generated %v, f32 %v", i, g16[i], g32[i])
+	for i := range gb {
+		if !slices.Equal(ga[i], gb[i]) {
+			t.Errorf("prompt %d: %s generated %v, %s %v", i, aName, ga[i], bName, gb[i])
 		}
 	}
 }
