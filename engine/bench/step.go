@@ -195,8 +195,10 @@ func (t *Trainer) Step(batch llama.Batch) (float64, error) {
 		return 0, err
 	}
 	t.b.AdamWStep(t.ts, engine.AdamWParams{LR: 1e-4, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, Step: t.step}, 1, sums.Control())
+	// Read is the step's synchronisation, as in finetune.TrainStep: its
+	// download waits for everything issued before it.
 	v := sums.Read()
-	return v.Loss / float64(batch.B*batch.T), t.b.Synchronize()
+	return v.Loss / float64(batch.B*batch.T), nil
 }
 
 // Free releases the moments.

@@ -196,21 +196,7 @@ const bf16Unit = 1.0 / 256
 // it, as close bounds it).
 func (h *harness) closeBF16(what string, got []float32, want []float64, tol, floor float64) {
 	h.t.Helper()
-	if len(got) != len(want) {
-		h.t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
-	}
-	scale := floor
-	for _, w := range want {
-		scale = math.Max(scale, math.Abs(w))
-	}
-	for i, g := range got {
-		bound := (bf16Unit*math.Abs(want[i]) + tol*scale) * h.tol
-		if e := math.Abs(float64(g) - want[i]); !(e <= bound) {
-			h.t.Errorf("%s: error %.3g at %d (got %g, want %g) exceeds %.3g (2⁻⁸·|ref| + %.3g × max|ref| %.3g)",
-				what, e, i, g, want[i], bound, tol*h.tol, scale)
-			return
-		}
-	}
+	h.within(what, got, want, bf16Unit, tol, floor)
 }
 
 // rounded returns x rounded to bf16 (and widened back): the values a BF16

@@ -212,6 +212,17 @@ func (h *harness) close(what string, got []float32, want []float64, tol float64)
 // the size of the terms whose rounding remains.
 func (h *harness) closeFloor(what string, got []float32, want []float64, tol, floor float64) {
 	h.t.Helper()
+	h.within(what, got, want, 0, tol, floor)
+}
+
+// within checks each element of got against the float64 reference within
+// (rel·|want_i| + tol·max(max|want|, floor)) × the harness's scale: rel is
+// a rounding of each element of its own (a bf16 output's, closeBF16), tol
+// the float32 computation's error relative to the largest reference. It
+// reports the element that exceeds its bound by the largest factor (a NaN
+// first).
+func (h *harness) within(what string, got []float32, want []float64, rel, tol, floor float64) {
+	h.t.Helper()
 	if len(got) != len(want) {
 		h.t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
 	}
@@ -219,20 +230,21 @@ func (h *harness) closeFloor(what string, got []float32, want []float64, tol, fl
 	for _, w := range want {
 		scale = math.Max(scale, math.Abs(w))
 	}
-	bound := tol * h.tol * scale
-	worst, at := 0.0, -1
+	worst, at, bound := 0.0, -1, 0.0
 	for i, g := range got {
+		b := (rel*math.Abs(want[i]) + tol*scale) * h.tol
 		e := math.Abs(float64(g) - want[i])
-		if !(e <= worst) { // NaN counts as worst
-			worst, at = e, i
-		}
 		if e != e {
+			at, bound = i, b
 			break
 		}
+		if r := e / b; r > worst {
+			worst, at, bound = r, i, b
+		}
 	}
-	if !(worst <= bound) {
-		h.t.Errorf("%s: max error %.3g at %d (got %g, want %g) exceeds %.3g (tol %.3g × max|ref| %.3g)",
-			what, worst, at, got[at], want[at], bound, tol*h.tol, scale)
+	if at >= 0 && !(math.Abs(float64(got[at])-want[at]) <= bound) {
+		h.t.Errorf("%s: error %.3g at %d (got %g, want %g) exceeds %.3g (%.3g·|ref| + tol %.3g × max|ref| %.3g)",
+			what, math.Abs(float64(got[at])-want[at]), at, got[at], want[at], bound, rel*h.tol, tol*h.tol, scale)
 	}
 }
 

@@ -52,19 +52,11 @@ func testGradientBuckets(t *testing.T, lora bool, shape comm.Grid) {
 		err := launch.Local(shape, ov, func(g *parallel.Grid) error {
 			o := opts
 			o.Parallel, o.GradientBucketBytes, o.ReduceAfterBackward = g, bucket, after
-			m, err := New(newBackend(1), cfg, o)
+			m, err := loadedModel(newBackend(1), cfg, o, w, ad, lora)
 			if err != nil {
 				return err
 			}
 			defer m.Free()
-			if err := m.SetWeights(w); err != nil {
-				return err
-			}
-			if lora {
-				if err := m.LoadAdapters(tensorReader(ad)); err != nil {
-					return err
-				}
-			}
 			_, grads, err := oneStep(m, global)
 			if err != nil {
 				return err
@@ -237,19 +229,11 @@ func testReadiness(t *testing.T, tie, lora bool, shape comm.Grid, ov parallel.Ov
 			l := &logs[g.Rank()]
 			o := opts
 			o.Parallel, o.GradientBucketBytes, o.ReduceAfterBackward = recordedGrid(g, b, &l.log), 1000, after
-			m, err := New(b, cfg, o)
+			m, err := loadedModel(b, cfg, o, w, ad, lora)
 			if err != nil {
 				return err
 			}
 			defer m.Free()
-			if err := m.SetWeights(w); err != nil {
-				return err
-			}
-			if lora {
-				if err := m.LoadAdapters(tensorReader(ad)); err != nil {
-					return err
-				}
-			}
 			l.names = map[*engine.Tensor]string{}
 			for _, p := range m.Trainable() {
 				l.names[p.Grad] = p.Name
@@ -383,4 +367,24 @@ func testReadiness(t *testing.T, tie, lora bool, shape comm.Grid, ov parallel.Ov
 			}
 		}
 	}
+}
+
+// loadedModel is a rank's model of cfg with weights w and, with lora,
+// the adapters ad.
+func loadedModel(b engine.Backend, cfg *checkpoints.Config, o Options, w, ad []checkpoints.Tensor, lora bool) (*Model, error) {
+	m, err := New(b, cfg, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.SetWeights(w); err != nil {
+		m.Free()
+		return nil, err
+	}
+	if lora {
+		if err := m.LoadAdapters(tensorReader(ad)); err != nil {
+			m.Free()
+			return nil, err
+		}
+	}
+	return m, nil
 }
