@@ -136,3 +136,43 @@ func TestTrainer(t *testing.T) {
 		t.Errorf("loss %v after a step, %v before", after.Mean(), before.Mean())
 	}
 }
+
+// BenchmarkStep times the training step issue 13 measures against
+// PyTorch (peer-tiny, batch 8, 256 tokens, two threads), for profiling:
+//
+//	go test ./engine/bench -run - -bench Step -cpuprofile cpu.out
+func BenchmarkStep(b *testing.B) {
+	p, err := checkpoints.LookupPreset("peer-tiny")
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := p.Config()
+	g := gemm.New(2)
+	be := cpu.New(cpu.Options{Threads: 2, GEMM: g})
+	m, err := llama.New(be, cfg, llama.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Free()
+	if err := m.SetWeights(checkpoints.RandomWeights(cfg, 1)); err != nil {
+		b.Fatal(err)
+	}
+	tr := NewTrainer(be, m)
+	defer tr.Free()
+	const batch, seq = 8, 256
+	bt := llama.Batch{B: batch, T: seq, IDs: make([]int32, batch*seq), Targets: make([]int32, batch*seq)}
+	for i := range bt.IDs {
+		bt.IDs[i] = int32(i * 7919 % cfg.VocabSize)
+		bt.Targets[i] = int32(i * 104729 % cfg.VocabSize)
+	}
+	if _, err := tr.Step(bt); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := tr.Step(bt); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*batch*seq)/b.Elapsed().Seconds(), "tokens/s")
+}

@@ -276,7 +276,11 @@ func TestSplit(t *testing.T) {
 		{1200, 1200, 2, 1, 2}, // equal areas: the squarer rectangles
 		{12, 6400, 2, 1, 2},   // one tile row: split the columns
 		{12, 32, 4, 1, 1},     // one tile: nothing to split
-		{2048, 2048, 4, 1, 4}, // 2052×512 beats 1032×1024 on tile-padded area
+		{2048, 2048, 4, 2, 2}, // 1032×1024 packs less than 2052×512 for about the same area
+		{2048, 2048, 2, 1, 2}, // 2052×1024: less padding than 1032×2048
+		{2048, 256, 2, 2, 1},  // thin: split the rows, or each would pack all of A
+		{32000, 256, 2, 2, 1},
+		{2048, 32000, 2, 1, 2}, // wide: split the columns
 		{2048, 2048, 7, 7, 1},
 		{24, 64, 7, 2, 2}, // 2×2 tiles: only four rectangles
 	} {
