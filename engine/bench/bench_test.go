@@ -109,14 +109,7 @@ func decodeErr(_ DecodeResult, err error) error { return err }
 func TestTrainer(t *testing.T) {
 	cfg := smallConfig(t)
 	b := cpu.New(cpu.Options{Threads: 1})
-	m, err := llama.New(b, cfg, llama.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Free()
-	if err := m.SetWeights(checkpoints.RandomWeights(cfg, 1)); err != nil {
-		t.Fatal(err)
-	}
+	m := randomModel(t, b, cfg)
 	batch := llama.Batch{B: 2, T: 4, IDs: []int32{1, 2, 3, 4, 5, 6, 7, 8}, Targets: []int32{2, 3, 4, 5, 6, 7, 8, 9}}
 	before, err := m.Evaluate(batch)
 	if err != nil {
@@ -149,14 +142,7 @@ func BenchmarkStep(b *testing.B) {
 	cfg := p.Config()
 	g := gemm.New(2)
 	be := cpu.New(cpu.Options{Threads: 2, GEMM: g})
-	m, err := llama.New(be, cfg, llama.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer m.Free()
-	if err := m.SetWeights(checkpoints.RandomWeights(cfg, 1)); err != nil {
-		b.Fatal(err)
-	}
+	m := randomModel(b, be, cfg)
 	tr := NewTrainer(be, m)
 	defer tr.Free()
 	const batch, seq = 8, 256
@@ -175,4 +161,19 @@ func BenchmarkStep(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*batch*seq)/b.Elapsed().Seconds(), "tokens/s")
+}
+
+// randomModel is a model of cfg on backend b with random weights, freed
+// when the test ends.
+func randomModel(tb testing.TB, b engine.Backend, cfg *checkpoints.Config) *llama.Model {
+	tb.Helper()
+	m, err := llama.New(b, cfg, llama.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(m.Free)
+	if err := m.SetWeights(checkpoints.RandomWeights(cfg, 1)); err != nil {
+		tb.Fatal(err)
+	}
+	return m
 }
