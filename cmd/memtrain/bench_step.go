@@ -39,8 +39,9 @@ func newBenchStepCmd() *cobra.Command {
 		Long: `bench step times training steps of a randomly initialised preset on random
 tokens and prints one JSON line: tokens/s, model FLOPs per token
 (6·N + 12·L·heads·D·T), the achieved GFLOP/s, memtrain's own float32 GEMM at
-2048³ measured in the same run, and their ratio (efficiency), with the
-engine's memory accounting beside the process's peak RSS. --max-positions
+2048³ timed once after each step (so that both see the same machine
+load), and their ratio (efficiency), with the engine's memory accounting
+beside the process's peak RSS (which includes the GEMM's 48 MiB). --max-positions
 raises (or lowers) the preset's max_position_embeddings, so that a small
 preset can be measured on long sequences.`,
 		Example: `  memtrain bench step --preset small --batch 4 --seq-len 256

@@ -52,7 +52,8 @@ type StepResult struct {
 	// Memory: the engine's accounting of what the model allocates
 	// (llama.Memory: weights, gradients, AdamW's moments, a matrix's bf16
 	// copy in mixed precision, the workspace), the workspace alone, and
-	// the process's peak resident set.
+	// the process's peak resident set, which includes the matrices of the
+	// GEMM timed beside the steps, 4·(M·K + K·N + M·N) bytes.
 	EngineBytes int64 `json:"engine_bytes"`
 	// AllocatedBytes is measured: the backend's peak of tensor memory
 	// (MemStats) over the steps, from the model's creation on.
@@ -66,7 +67,7 @@ type StepResult struct {
 // warm-up step, then the median of o.Steps. It reports tokens/s, model
 // FLOPs per token (engine.ModelFLOPsPerToken) and the GFLOP/s they make,
 // and their ratio (Efficiency) to the GFLOP/s of g, the backend's matrix
-// multiply, on o.GEMM measured in the same run, with the engine's memory
+// multiply, on o.GEMM, timed once after each step (the median), with the engine's memory
 // accounting and the process's peak RSS (Linux; 0 elsewhere).
 func Step(b engine.Backend, g gemm.Impl, cfg *checkpoints.Config, o StepOptions) (StepResult, error) {
 	if o.Batch < 1 || o.SeqLen < 1 || o.Steps < 1 {
@@ -103,13 +104,17 @@ func Step(b engine.Backend, g gemm.Impl, cfg *checkpoints.Config, o StepOptions)
 	if err := step(); err != nil {
 		return StepResult{}, err
 	}
-	times := make([]float64, o.Steps)
+	// Each step is followed by one run of the GEMM, so that the two see
+	// the same machine state and Efficiency holds on a loaded machine.
+	probe := gemm.NewProbe(g, o.GEMM)
+	times, gemmTimes := make([]float64, o.Steps), make([]float64, o.Steps)
 	for i := range times {
 		start := time.Now()
 		if err := step(); err != nil {
 			return StepResult{}, err
 		}
 		times[i] = time.Since(start).Seconds()
+		gemmTimes[i] = probe.Seconds()
 	}
 	med := stats.Median(times)
 	res := StepResult{
@@ -124,7 +129,7 @@ func Step(b engine.Backend, g gemm.Impl, cfg *checkpoints.Config, o StepOptions)
 	mem := llama.Memory(cfg, llama.Work{Train: true, Recompute: o.Recompute, Micro: 1, Moments: 2, Batch: o.Batch, SeqLen: o.SeqLen, Activations: o.Activations})
 	res.EngineBytes, res.ActivationBytes = mem.Total(), mem.Workspace
 	res.AchievedGFLOPs = res.TokensPerS * res.ModelFLOPsPerToken / 1e9
-	res.GEMMGFLOPs = gemm.GFLOPs(g, o.GEMM, 3)
+	res.GEMMGFLOPs = o.GEMM.Flops() / stats.Median(gemmTimes) / 1e9
 	res.Efficiency = res.AchievedGFLOPs / res.GEMMGFLOPs
 	return res, nil
 }

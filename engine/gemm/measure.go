@@ -56,6 +56,50 @@ func ParseShapes(s string) ([]Shape, error) {
 	return shapes, nil
 }
 
+// Flops is the floating-point operations of a product of shape s, 2·M·N·K.
+func (s Shape) Flops() float64 { return 2 * float64(s.M) * float64(s.N) * float64(s.K) }
+
+// A Probe times one Impl on products of one shape, one run at a time, on
+// the same random matrices, so that its runs can be interleaved with other
+// work — another Impl's runs (Compare), a training step — that then sees
+// the same machine state.
+type Probe struct {
+	g       Impl
+	s       Shape
+	a, b, c []float32
+}
+
+// NewProbe makes s's random matrices and runs g on them once, to warm up.
+func NewProbe(g Impl, s Shape) *Probe {
+	m, n, k := s.M, s.N, s.K
+	rng := rand.New(rand.NewPCG(uint64(m), uint64(n)<<32|uint64(k)))
+	fill := func(xs []float32) {
+		for i := range xs {
+			xs[i] = 2*rng.Float32() - 1
+		}
+	}
+	p := &Probe{g: g, s: s, a: make([]float32, m*k), b: make([]float32, k*n), c: make([]float32, m*n)}
+	fill(p.a)
+	fill(p.b)
+	p.Seconds()
+	return p
+}
+
+// on returns a Probe of g on p's matrices, warmed up.
+func (p *Probe) on(g Impl) *Probe {
+	q := &Probe{g: g, s: p.s, a: p.a, b: p.b, c: p.c}
+	q.Seconds()
+	return q
+}
+
+// Seconds runs the product once and returns how long it took.
+func (p *Probe) Seconds() float64 {
+	m, n, k := p.s.M, p.s.N, p.s.K
+	start := time.Now()
+	p.g.Sgemm(false, false, m, n, k, 1, p.a, k, p.b, n, 0, p.c, n)
+	return time.Since(start).Seconds()
+}
+
 // switchPause is Compare's wait between runs of different Impls.
 const switchPause = 200 * time.Millisecond
 
@@ -72,33 +116,25 @@ func GFLOPs(g Impl, s Shape, repeat int) float64 { return Compare([]Impl{g}, s, 
 // 0.1 s after a call (and the Go path's team polls briefly), and would
 // otherwise take the cores from whichever runs next.
 func Compare(impls []Impl, s Shape, repeat int) []float64 {
-	m, n, k := s.M, s.N, s.K
-	rng := rand.New(rand.NewPCG(uint64(m), uint64(n)<<32|uint64(k)))
-	fill := func(xs []float32) {
-		for i := range xs {
-			xs[i] = 2*rng.Float32() - 1
-		}
+	if len(impls) == 0 {
+		return nil
 	}
-	a, b, c := make([]float32, m*k), make([]float32, k*n), make([]float32, m*n)
-	fill(a)
-	fill(b)
-	for _, g := range impls {
-		g.Sgemm(false, false, m, n, k, 1, a, k, b, n, 0, c, n)
+	probes := []*Probe{NewProbe(impls[0], s)}
+	for _, g := range impls[1:] {
+		probes = append(probes, probes[0].on(g))
 	}
 	secs := make([][]float64, len(impls))
 	for range max(1, repeat) {
-		for j, g := range impls {
+		for j, p := range probes {
 			if len(impls) > 1 {
 				time.Sleep(switchPause)
 			}
-			start := time.Now()
-			g.Sgemm(false, false, m, n, k, 1, a, k, b, n, 0, c, n)
-			secs[j] = append(secs[j], time.Since(start).Seconds())
+			secs[j] = append(secs[j], p.Seconds())
 		}
 	}
 	out := make([]float64, len(impls))
 	for j := range impls {
-		out[j] = 2 * float64(m) * float64(n) * float64(k) / stats.Median(secs[j]) / 1e9
+		out[j] = s.Flops() / stats.Median(secs[j]) / 1e9
 	}
 	return out
 }
