@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -206,6 +208,70 @@ func TestSgemmThreadsBitIdentical(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestSgemmSharedPacking checks that a row or column of rectangles whose
+// goroutines share the packing of one operand gives the bits of one
+// goroutine, on shapes with several blocks of every kind: rows past two
+// A blocks a goroutine (4820 on 2), columns past two B blocks, and more
+// than one k slice.
+func TestSgemmSharedPacking(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	kern := cpuKernels[0]
+	for _, s := range []struct{ m, n, k, threads int }{
+		{4820, 1300, 70, 2}, // rows: two A blocks each
+		{2500, 1500, 70, 2}, // columns: two A blocks, two B blocks each
+		{250, 900, 600, 3},
+		{600, 400, 300, 7},
+	} {
+		for ti := 0; ti < 4; ti++ {
+			p := newProblem(rng, ti&1 != 0, ti&2 != 0, s.m, s.n, s.k, 0.5, 0.25, 1)
+			want := p.run(newGo(1, kern))
+			g := newGo(s.threads, kern)
+			tm, tn := split(s.m, s.n, kern.mr, kern.nr, g.workers(s.m, s.n, s.k))
+			if !g.shares(s.m, s.n, tm, tn) {
+				t.Fatalf("%v: %d threads (%d×%d) do not share packing", p, s.threads, tm, tn)
+			}
+			if got := p.run(g); !bitsEqual(got, want) {
+				t.Errorf("%s: %v: %d threads (%d×%d), shared packing: result differs from 1 thread", kern.name, p, s.threads, tm, tn)
+			}
+			g.noShare = true
+			if got := p.run(g); !bitsEqual(got, want) {
+				t.Errorf("%s: %v: %d threads, packing apart: result differs from 1 thread", kern.name, p, s.threads)
+			}
+		}
+	}
+}
+
+func TestBarrier(t *testing.T) {
+	// Each of n goroutines adds to its slot of round r only after all
+	// have finished round r−1; a goroutine that skipped a barrier would
+	// see a slot of the round before still unfinished.
+	const n, rounds = 3, 2000
+	b := newBarrier(n)
+	var done [n]atomic.Int64
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failure string
+	for w := range n {
+		wg.Go(func() {
+			for r := int64(1); r <= rounds; r++ {
+				for v := range n {
+					if got := done[v].Load(); got < r-1 {
+						mu.Lock()
+						failure = fmt.Sprintf("goroutine %d in round %d saw goroutine %d at round %d", w, r, v, got)
+						mu.Unlock()
+					}
+				}
+				done[w].Store(r)
+				b.wait()
+			}
+		})
+	}
+	wg.Wait()
+	if failure != "" {
+		t.Fatal(failure)
 	}
 }
 

@@ -114,7 +114,12 @@ func GFLOPs(g Impl, s Shape, repeat int) float64 { return Compare([]Impl{g}, s, 
 // and their ratio means something. Before each run of one Impl after
 // another, Compare waits switchPause: OpenBLAS's threads spin for about
 // 0.1 s after a call (and the Go path's team polls briefly), and would
-// otherwise take the cores from whichever runs next.
+// otherwise take the cores from whichever runs next. After the pause each
+// Impl makes one untimed run before its timed one, so that what is timed
+// is a product among others, as in a training step, and not the waking of
+// idle threads and cores (which, measured on a 2-vCPU virtual machine,
+// took 0.1–2 ms and slowed the first 1024³ product after a pause by up to
+// half).
 func Compare(impls []Impl, s Shape, repeat int) []float64 {
 	if len(impls) == 0 {
 		return nil
@@ -128,6 +133,7 @@ func Compare(impls []Impl, s Shape, repeat int) []float64 {
 		for j, p := range probes {
 			if len(impls) > 1 {
 				time.Sleep(switchPause)
+				p.Seconds()
 			}
 			secs[j] = append(secs[j], p.Seconds())
 		}

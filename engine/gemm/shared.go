@@ -1,0 +1,171 @@
+package gemm
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// When sgemm splits C into a row of rectangles or a column of them, every
+// goroutine needs the whole of one operand: all of op(B) when they split
+// the rows, all of op(A) when they split the columns. Packed by each, that
+// operand is packed t times. rowsShared and colsShared pack it once, in
+// blocks shared by the t goroutines: each packs its share of a block's
+// panels into a buffer all of them read, waits at a barrier for the
+// others' shares, and runs its own rectangle against the whole block. Two
+// buffers alternate, so one barrier a block suffices: a goroutine that
+// packs block s+2 into block s's buffer has passed barrier s+1, which none
+// passes before it is done with block s.
+//
+// The blocks, the k slices and the kernels are those of region, so the
+// result is bit-identical to it and to any thread count.
+
+// rowsShared computes C on t goroutines that split its rows on kn's tile
+// grid, sharing the packing of op(B).
+func (g *goGEMM) rowsShared(kn *microKernel, t int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b operandB, ldb int, beta float32, c []float32, ldc int) {
+	mr, nr := kn.mr, kn.nr
+	mt := ceilDiv(m, mr)
+	hmax := ceilDiv(mt, t) * mr
+	kcMax := evenBlock(k, kn.kc, 1)
+	mcMax := evenBlock(hmax, kn.mc, mr)
+	ncMax := evenBlock(n, kn.nc, nr)
+	size := ncMax * kcMax
+	sh := g.workspace(0, 2*size, 0)
+	defer g.pool.Put(sh)
+	bar := newBarrier(t)
+	g.parallel(t, func(w int) {
+		i0, i1 := min(w*mt/t*mr, m), min((w+1)*mt/t*mr, m)
+		ws := g.workspace(mcMax*kcMax, 0, mr*nr)
+		defer g.pool.Put(ws)
+		step := 0
+		// Every goroutine takes the same steps, as many as the tallest
+		// rectangle needs, so that all meet at every barrier.
+		for ic := i0; ic < i0+hmax; ic += mcMax {
+			mc := max(0, min(mcMax, i1-ic))
+			for pc := 0; pc < k; pc += kcMax {
+				kc := min(kcMax, k-pc)
+				if mc > 0 {
+					packA(ws.a, mr, transA, a, lda, ic, pc, mc, kc, alpha)
+				}
+				bet := beta
+				if pc > 0 {
+					bet = 1
+				}
+				for jc := 0; jc < n; jc += ncMax {
+					nc := min(ncMax, n-jc)
+					buf := sh.b[step%2*size : step%2*size+size]
+					step++
+					if j0, j1 := share(w, t, nc, nr); j1 > j0 {
+						b.pack(buf[j0*kc:], nr, transB, ldb, pc, jc+j0, kc, j1-j0)
+					}
+					bar.wait()
+					if mc > 0 {
+						macro(kn, ws.tile, ws.a, buf, ic, mc, jc, nc, kc, c, ldc, bet)
+					}
+				}
+			}
+		}
+	})
+}
+
+// colsShared computes C on t goroutines that split its columns on kn's
+// tile grid, sharing the packing of op(A).
+func (g *goGEMM) colsShared(kn *microKernel, t int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b operandB, ldb int, beta float32, c []float32, ldc int) {
+	mr, nr := kn.mr, kn.nr
+	nt := ceilDiv(n, nr)
+	kcMax := evenBlock(k, kn.kc, 1)
+	mcMax := evenBlock(m, kn.mc, mr)
+	ncMax := evenBlock(ceilDiv(nt, t)*nr, kn.nc, nr)
+	size := mcMax * kcMax
+	sh := g.workspace(0, 2*size, 0)
+	defer g.pool.Put(sh)
+	bar := newBarrier(t)
+	g.parallel(t, func(w int) {
+		j0, j1 := min(w*nt/t*nr, n), min((w+1)*nt/t*nr, n)
+		ws := g.workspace(0, ncMax*kcMax, mr*nr)
+		defer g.pool.Put(ws)
+		step := 0
+		for ic := 0; ic < m; ic += mcMax {
+			mc := min(mcMax, m-ic)
+			for pc := 0; pc < k; pc += kcMax {
+				kc := min(kcMax, k-pc)
+				buf := sh.b[step%2*size : step%2*size+size]
+				step++
+				if r0, r1 := share(w, t, mc, mr); r1 > r0 {
+					packA(buf[r0*kc:], mr, transA, a, lda, ic+r0, pc, r1-r0, kc, alpha)
+				}
+				bar.wait()
+				bet := beta
+				if pc > 0 {
+					bet = 1
+				}
+				for jc := j0; jc < j1; jc += ncMax {
+					nc := min(ncMax, j1-jc)
+					b.pack(ws.b, nr, transB, ldb, pc, jc, kc, nc)
+					macro(kn, ws.tile, buf, ws.b, ic, mc, jc, nc, kc, c, ldc, bet)
+				}
+			}
+		}
+	})
+}
+
+// share returns goroutine w's part [lo, hi) of n values cut into panels of
+// width p, whole panels each, among t goroutines.
+func share(w, t, n, p int) (lo, hi int) {
+	np := ceilDiv(n, p)
+	return min(w*np/t*p, n), min((w+1)*np/t*p, n)
+}
+
+// barrierSpin is how long a goroutine polls at a barrier before it blocks.
+// Longer than a team's spinFor: the others are at work on the same product
+// and due soon, while a blocked goroutine, woken on a virtual machine,
+// costs the hypervisor's wake-up (measured: up to 2 ms) at every barrier
+// that one goroutine reaches a little late.
+const barrierSpin = 20 * time.Millisecond
+
+// A barrier holds each of n goroutines at wait until all n have arrived.
+// It polls, yielding to other goroutines, for barrierSpin, then blocks.
+type barrier struct {
+	n       int32
+	arrived atomic.Int32
+	phase   atomic.Uint32
+	mu      sync.Mutex
+	cond    sync.Cond
+}
+
+func newBarrier(n int) *barrier {
+	b := &barrier{n: int32(n)}
+	b.cond.L = &b.mu
+	return b
+}
+
+// wait returns once all n goroutines have called it in this phase.
+func (b *barrier) wait() {
+	ph := b.phase.Load()
+	if b.arrived.Add(1) == b.n {
+		// The last to arrive resets the count before it opens the
+		// phase, so that none counts itself into the next one early.
+		b.arrived.Store(0)
+		b.mu.Lock()
+		b.phase.Add(1)
+		b.mu.Unlock()
+		b.cond.Broadcast()
+		return
+	}
+	start := time.Now()
+	for i := 0; b.phase.Load() == ph; i++ {
+		if i%yieldEvery != yieldEvery-1 {
+			continue
+		}
+		if time.Since(start) > barrierSpin {
+			b.mu.Lock()
+			for b.phase.Load() == ph {
+				b.cond.Wait()
+			}
+			b.mu.Unlock()
+			return
+		}
+		runtime.Gosched()
+	}
+}
