@@ -39,9 +39,12 @@ median time of --repeat runs after one warm-up run.
 
 It measures memtrain's Go kernels ("go") and, when the library loads, OpenBLAS
 ("openblas"; see $MEMTRAIN_OPENBLAS and $OPENBLAS_CORETYPE), and with
---reference also gonum's pure-Go blas32 on one thread ("gonum"). OpenBLAS runs
-last, because its idle threads keep polling for a while after each call and
-would slow whatever ran next. A size is N for an N³ product or MxNxK.`,
+--reference also gonum's pure-Go blas32 on one thread ("gonum"). Their timed
+runs are interleaved, run i of each before run i+1 of any, so that a shared
+machine's load falls on all alike; before each, a pause (OpenBLAS's idle
+threads keep polling for a while after a call and would slow whatever ran
+next) and one untimed run (so that waking idle threads is not what is
+timed). A size is N for an N³ product or MxNxK.`,
 		Example: `  memtrain bench gemm
   memtrain bench gemm --sizes 1024,4096x1024x384 --threads 2 --repeat 9
   OPENBLAS_CORETYPE=SkylakeX memtrain bench gemm --sizes 2048 --reference`,
