@@ -210,17 +210,29 @@ func (g *goGEMM) region(kn *microKernel, transA, transB bool, i0, i1, j0, j1, k 
 		for pc := 0; pc < k; pc += kcMax {
 			kc := min(kcMax, k-pc)
 			packA(ws.a, mr, transA, a, lda, ic, pc, mc, kc, alpha)
-			bet := beta
-			if pc > 0 {
-				bet = 1
-			}
-			for jc := j0; jc < j1; jc += ncMax {
-				nc := min(ncMax, j1-jc)
-				b.pack(ws.b, nr, transB, ldb, pc, jc, kc, nc)
-				macro(kn, ws.tile, ws.a, ws.b, ic, mc, jc, nc, kc, c, ldc, bet)
-			}
+			sweepB(kn, ws, ws.a, transB, b, ldb, pc, kc, ic, mc, j0, j1, ncMax, sliceBeta(beta, pc), c, ldc)
 		}
 	}
+}
+
+// sweepB runs a packed mc×kc block of op(A), ap, against columns [j0, j1)
+// of op(B)'s k slice [pc, pc+kc), packing it into ws.b ncMax columns at a
+// time: C's rows [ic, ic+mc) of those columns get bet·C + the product.
+func sweepB(kn *microKernel, ws *workspace, ap []float32, transB bool, b operandB, ldb, pc, kc, ic, mc, j0, j1, ncMax int, bet float32, c []float32, ldc int) {
+	for jc := j0; jc < j1; jc += ncMax {
+		nc := min(ncMax, j1-jc)
+		b.pack(ws.b, kn.nr, transB, ldb, pc, jc, kc, nc)
+		macro(kn, ws.tile, ap, ws.b, ic, mc, jc, nc, kc, c, ldc, bet)
+	}
+}
+
+// sliceBeta is the beta of the k slice starting at pc: beta for the
+// first, which scales C, and 1 for the others, which add to it.
+func sliceBeta(beta float32, pc int) float32 {
+	if pc > 0 {
+		return 1
+	}
+	return beta
 }
 
 // macro runs kn over a packed mc×kc block of op(A), ap, and kc×nc block

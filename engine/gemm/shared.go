@@ -48,10 +48,7 @@ func (g *goGEMM) rowsShared(kn *microKernel, t int, transA, transB bool, m, n, k
 				if mc > 0 {
 					packA(ws.a, mr, transA, a, lda, ic, pc, mc, kc, alpha)
 				}
-				bet := beta
-				if pc > 0 {
-					bet = 1
-				}
+				bet := sliceBeta(beta, pc)
 				for jc := 0; jc < n; jc += ncMax {
 					nc := min(ncMax, n-jc)
 					buf := sh.b[step%2*size : step%2*size+size]
@@ -96,15 +93,7 @@ func (g *goGEMM) colsShared(kn *microKernel, t int, transA, transB bool, m, n, k
 					packA(buf[r0*kc:], mr, transA, a, lda, ic+r0, pc, r1-r0, kc, alpha)
 				}
 				bar.wait()
-				bet := beta
-				if pc > 0 {
-					bet = 1
-				}
-				for jc := j0; jc < j1; jc += ncMax {
-					nc := min(ncMax, j1-jc)
-					b.pack(ws.b, nr, transB, ldb, pc, jc, kc, nc)
-					macro(kn, ws.tile, buf, ws.b, ic, mc, jc, nc, kc, c, ldc, bet)
-				}
+				sweepB(kn, ws, buf, transB, b, ldb, pc, kc, ic, mc, j0, j1, ncMax, sliceBeta(beta, pc), c, ldc)
 			}
 		}
 	})
