@@ -54,18 +54,21 @@ type inspectReport struct {
 // engine's own accounting (llama.Memory: what the preflight checks and
 // New and the passes allocate).
 type loraReport struct {
-	Rank           int      `json:"r"`
-	Alpha          float64  `json:"lora_alpha"`
-	Targets        []string `json:"target_modules"`
-	AdapterParams  int64    `json:"adapter_params"`
-	BaseDType      string   `json:"base_dtype"`
-	Batch          int      `json:"batch"`
-	SeqLen         int      `json:"seq_len"`
-	Recompute      bool     `json:"recompute"`
-	Params         int64    `json:"params"`
-	OptimizerState int64    `json:"optimizer_state"`
-	Workspace      int64    `json:"workspace"`
-	Total          int64    `json:"total"`
+	Rank          int      `json:"r"`
+	Alpha         float64  `json:"lora_alpha"`
+	Targets       []string `json:"target_modules"`
+	AdapterParams int64    `json:"adapter_params"`
+	BaseDType     string   `json:"base_dtype"`
+	// Precision is always f32: finetune runs no lora block in bf16,
+	// whatever --precision sizes the full fine-tune at.
+	Precision      string `json:"precision"`
+	Batch          int    `json:"batch"`
+	SeqLen         int    `json:"seq_len"`
+	Recompute      bool   `json:"recompute"`
+	Params         int64  `json:"params"`
+	OptimizerState int64  `json:"optimizer_state"`
+	Workspace      int64  `json:"workspace"`
+	Total          int64  `json:"total"`
 }
 
 type paramsReport struct {
@@ -302,7 +305,11 @@ func printInspect(w io.Writer, r inspectReport) error {
 		if l.Recompute {
 			recompute = ", recomputation"
 		}
-		row("LoRA fine-tune", "r %d, alpha %g on %s, AdamW, batch %d × %d tokens%s (one CPU rank)", l.Rank, l.Alpha, strings.Join(l.Targets, ","), l.Batch, l.SeqLen, recompute)
+		precision := l.Precision
+		if t.Precision != l.Precision {
+			precision += " (a lora block trains in f32 only)"
+		}
+		row("LoRA fine-tune", "r %d, alpha %g on %s, AdamW, %s, batch %d × %d tokens%s (one CPU rank)", l.Rank, l.Alpha, strings.Join(l.Targets, ","), precision, l.Batch, l.SeqLen, recompute)
 		row("  adapters", "%s parameters", units.FormatCount(l.AdapterParams))
 		row("  weights", "%s (base frozen in %s, no gradients; adapters f32 with gradients)", units.FormatBytes(l.Params), l.BaseDType)
 		row("  optimizer (2 moments)", "%s", units.FormatBytes(l.OptimizerState))
@@ -347,6 +354,6 @@ func loraMemory(rep inspectReport, f inspectFlags, seq int) (*loraReport, error)
 	w := llama.Work{Train: true, Recompute: f.recompute, Moments: 2, Batch: f.batch, SeqLen: seq, Micro: 1, LoRA: a, BaseDType: opt.BaseDType}
 	m := llama.Memory(rep.Config, w)
 	return &loraReport{Rank: a.R, Alpha: a.LoRAAlpha, Targets: a.TargetModules, AdapterParams: rep.Config.AdapterParams(a),
-		BaseDType: opt.BaseDType.String(), Batch: f.batch, SeqLen: seq, Recompute: f.recompute,
+		BaseDType: opt.BaseDType.String(), Precision: engine.PrecisionF32.String(), Batch: f.batch, SeqLen: seq, Recompute: f.recompute,
 		Params: m.Params, OptimizerState: m.Optimizer, Workspace: m.Workspace, Total: m.Total()}, nil
 }

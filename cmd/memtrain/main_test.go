@@ -216,6 +216,30 @@ func TestInspectPresets(t *testing.T) {
 	}
 }
 
+// TestInspectLoRAPrecision: a LoRA fine-tune is sized, and said to be
+// sized, at f32 whatever --precision sizes the full fine-tune at, since
+// finetune trains no lora block in bf16.
+func TestInspectLoRAPrecision(t *testing.T) {
+	for _, p := range []string{"f32", "bf16"} {
+		out, errs, code := memtrain(t, "", "inspect", "--preset", "small", "--lora", "8", "--precision", p, "--json")
+		if code != 0 {
+			t.Fatal(errs)
+		}
+		var rep inspectReport
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatal(err)
+		}
+		if rep.LoRA == nil || rep.LoRA.Precision != "f32" || !strings.HasPrefix(rep.Training.Precision, p) {
+			t.Errorf("--precision %s: LoRA %+v, full fine-tune at %q", p, rep.LoRA, rep.Training.Precision)
+		}
+		out, errs, code = memtrain(t, "", "inspect", "--preset", "small", "--lora", "8", "--precision", p)
+		note := strings.Contains(out, "f32 (a lora block trains in f32 only)")
+		if code != 0 || !strings.Contains(out, "AdamW, f32") || note != (p == "bf16") {
+			t.Errorf("--precision %s: table (%d, %s):\n%s", p, code, errs, out)
+		}
+	}
+}
+
 // TestInspectIsTheEngines: inspect's fine-tuning memory, at both
 // precisions and with and without recomputation, is the engine's
 // accounting of what one rank allocates (llama.Itemize), which the llama
