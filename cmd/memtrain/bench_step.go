@@ -40,8 +40,11 @@ func newBenchStepCmd() *cobra.Command {
 tokens and prints one JSON line: tokens/s, model FLOPs per token
 (6·N + 12·L·heads·D·T), the achieved GFLOP/s, memtrain's own float32 GEMM at
 2048³ timed once after each step (so that both see the same machine
-load), and their ratio (efficiency), with the engine's memory accounting
-beside the process's peak RSS (which includes the GEMM's 48 MiB). --max-positions
+load), and their ratio (efficiency); with the Go GEMM also its micro-kernel
+alone on every thread (kernel_peak_gflops, the rate no step can beat on this
+CPU) and the achieved rate's share of it (peak_fraction); and the engine's
+memory accounting beside the process's peak RSS (which includes the GEMM's
+48 MiB). --max-positions
 raises (or lowers) the preset's max_position_embeddings, so that a small
 preset can be measured on long sequences.`,
 		Example: `  memtrain bench step --preset small --batch 4 --seq-len 256

@@ -36,7 +36,7 @@ func TestStep(t *testing.T) {
 		if r.Params != cfg.Params().Total || r.Batch != 2 || r.SeqLen != 8 || !r.Recompute || r.Threads != 2 || r.GEMM != "go" || r.Precision != act.String() {
 			t.Errorf("echoed shape: %+v", r)
 		}
-		if !(r.StepMS > 0) || !(r.TokensPerS > 0) || !(r.GEMMGFLOPs > 0) || !(r.Efficiency > 0) {
+		if !(r.StepMS > 0) || !(r.TokensPerS > 0) || !(r.GEMMGFLOPs > 0) || !(r.Efficiency > 0) || !(r.KernelPeakGFLOPs > 0) || r.PeakFraction != r.AchievedGFLOPs/r.KernelPeakGFLOPs {
 			t.Errorf("rates: %+v", r)
 		}
 		if want := engine.ModelFLOPsPerToken(cfg, 8); r.ModelFLOPsPerToken != want {

@@ -49,6 +49,12 @@ type StepResult struct {
 	AchievedGFLOPs     float64 `json:"achieved_gflops"`
 	GEMMGFLOPs         float64 `json:"gemm_gflops"`
 	Efficiency         float64 `json:"efficiency"`
+	// KernelPeakGFLOPs is the GEMM's micro-kernel alone on every thread
+	// (gemm.KernelPeak), the rate no step can beat on this CPU, and
+	// PeakFraction the achieved rate's share of it; both 0 (and left
+	// out) when the GEMM is not the Go path.
+	KernelPeakGFLOPs float64 `json:"kernel_peak_gflops,omitempty"`
+	PeakFraction     float64 `json:"peak_fraction,omitempty"`
 	// Memory: the engine's accounting of what the model allocates
 	// (llama.Memory: weights, gradients, AdamW's moments, a matrix's bf16
 	// copy in mixed precision, the workspace), the workspace alone, and
@@ -131,8 +137,14 @@ func Step(b engine.Backend, g gemm.Impl, cfg *checkpoints.Config, o StepOptions)
 	res.AchievedGFLOPs = res.TokensPerS * res.ModelFLOPsPerToken / 1e9
 	res.GEMMGFLOPs = o.GEMM.Flops() / stats.Median(gemmTimes) / 1e9
 	res.Efficiency = res.AchievedGFLOPs / res.GEMMGFLOPs
+	if peak, ok := gemm.KernelPeak(g, kernelPeakTime); ok {
+		res.KernelPeakGFLOPs, res.PeakFraction = peak, res.AchievedGFLOPs/peak
+	}
 	return res, nil
 }
+
+// kernelPeakTime is how long Step times the GEMM's micro-kernel alone.
+const kernelPeakTime = 300 * time.Millisecond
 
 // precisionName is the precision a step ran at, as the precision key and
 // --precision spell it.

@@ -3,7 +3,7 @@ package gemm
 import (
 	"fmt"
 	"math/rand/v2"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -138,48 +138,31 @@ func BenchmarkKernel(b *testing.B) {
 	}
 	for _, kn := range kernels {
 		b.Run(kn.name, func(b *testing.B) {
-			const kc = 256
-			const ncols = 384
-			ap := alignedFloats(kn.mr * kc)
-			bp := alignedFloats(kc * ncols)
-			for i := range ap {
-				ap[i] = 1e-3
-			}
-			for i := range bp {
-				bp[i] = 1e-3
-			}
-			ldc := ncols
-			c := alignedFloats(kn.mr * ldc)
-			b.ResetTimer()
+			kb := newKernelBench(kn)
+			var flops float64
 			for range b.N {
-				for jr := 0; jr+kn.nr <= ncols; jr += kn.nr {
-					kn.fn(kc, &ap[0], &bp[jr*kc], &c[jr], ldc, 1)
-				}
+				flops += kb.sweep()
 			}
-			flops := 2 * float64(kn.mr) * float64(ncols/kn.nr*kn.nr) * kc * float64(b.N)
 			b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOPS")
 		})
 	}
 }
 
-// BenchmarkKernelParallel runs the kernel benchmark on every thread at once.
+// BenchmarkKernelParallel runs the kernel benchmark on every thread at
+// once: the rate KernelPeak measures.
 func BenchmarkKernelParallel(b *testing.B) {
-	kn := cpuKernels[0]
-	const kc = 256
-	const ncols = 384
-	var calls atomic.Int64
+	var mu sync.Mutex
+	var flops float64
 	b.RunParallel(func(pb *testing.PB) {
-		ap := alignedFloats(kn.mr * kc)
-		bp := alignedFloats(kc * ncols)
-		c := alignedFloats(kn.mr * ncols)
+		kb := newKernelBench(cpuKernels[0])
+		var f float64
 		for pb.Next() {
-			for jr := 0; jr+kn.nr <= ncols; jr += kn.nr {
-				kn.fn(kc, &ap[0], &bp[jr*kc], &c[jr], ncols, 1)
-				calls.Add(1)
-			}
+			f += kb.sweep()
 		}
+		mu.Lock()
+		flops += f
+		mu.Unlock()
 	})
-	flops := 2 * float64(kn.mr*kn.nr*kc) * float64(calls.Load())
 	b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOPS")
 }
 

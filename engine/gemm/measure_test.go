@@ -1,8 +1,10 @@
 package gemm
 
 import (
+	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseShapes(t *testing.T) {
@@ -38,6 +40,32 @@ func TestGFLOPs(t *testing.T) {
 	for _, g := range []Impl{New(1), Reference{}} {
 		if r := GFLOPs(g, Shape{M: 8, N: 12, K: 16}, 2); !(r > 0) {
 			t.Errorf("%s: GFLOPs = %v, want a positive rate", g.Name(), r)
+		}
+	}
+}
+
+func TestKernelPeak(t *testing.T) {
+	if r, ok := KernelPeak(New(2), 20*time.Millisecond); !ok || !(r > 0) {
+		t.Errorf("Go path: KernelPeak = %v, %v; want a positive rate", r, ok)
+	}
+	if _, ok := KernelPeak(Reference{}, time.Millisecond); ok {
+		t.Error("gonum: KernelPeak ok, want not (it has no micro-kernel)")
+	}
+}
+
+// TestKernelBenchSweep: one sweep adds A's panel times every panel of the
+// B block to C, so every element of C's tile row gets kc·(1e-3)².
+func TestKernelBenchSweep(t *testing.T) {
+	for _, kn := range cpuKernels {
+		kb := newKernelBench(kn)
+		flops := kb.sweep()
+		if want := 2 * float64(kn.mr*kb.ncols*kb.kc); flops != want {
+			t.Errorf("%s: sweep counts %v flops, want %v", kn.name, flops, want)
+		}
+		for i, v := range kb.c {
+			if math.Abs(float64(v)-float64(kb.kc)*1e-6) > 1e-9 {
+				t.Fatalf("%s: C[%d] = %v after one sweep, want %v", kn.name, i, v, float64(kb.kc)*1e-6)
+			}
 		}
 	}
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # compare_torch.sh — memtrain's training step against PyTorch's on this CPU,
 # same model, batch and threads, run side by side (alternating, so that both
-# see the same machine state), and the ratio of the median tokens/s.
+# see the same machine state), and the ratio of the median tokens/s; then
+# torch's GFLOP/s and the ratio a step at memtrain's kernel peak
+# (kernel_peak_gflops) would reach: the ceiling of the first ratio here.
 #
 #   scripts/bench/compare_torch.sh [preset] [batch] [seq_len] [threads] [rounds]
 #
@@ -16,19 +18,26 @@ case "$preset" in
 esac
 bin=$(mktemp -d)/memtrain
 go build -o "$bin" ./cmd/memtrain
-ours=() theirs=()
+ours=() theirs=() peaks=() flops=()
 for r in $(seq "$rounds"); do
   o=$("$bin" bench step --preset "$preset" --batch "$batch" --seq-len "$seq" --threads "$threads" --steps 5)
   t=$(/usr/bin/python3 scripts/bench/torch_train_step.py "${shape[@]}" --batch "$batch" --seq-len "$seq" --threads "$threads" --steps 5 --warmup 2)
   echo "memtrain: $o"
   echo "torch:    $t"
   ours+=("$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["tokens_per_s"])' "$o")")
+  peaks+=("$(python3 -c 'import json,sys; print(json.loads(sys.argv[1]).get("kernel_peak_gflops", 0))' "$o")")
+  flops=("$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["model_flops_per_token"])' "$o")")
   theirs+=("$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["tokens_per_s"])' "$t")")
 done
-python3 - "${ours[*]}" "${theirs[*]}" <<'PY'
+python3 - "${ours[*]}" "${theirs[*]}" "${peaks[*]}" "${flops[0]}" <<'PY'
 import statistics, sys
 o = [float(x) for x in sys.argv[1].split()]
 t = [float(x) for x in sys.argv[2].split()]
 mo, mt = statistics.median(o), statistics.median(t)
 print(f"median tokens/s: memtrain {mo:.1f}, torch {mt:.1f}, ratio memtrain/torch {mo/mt:.2f}")
+# The ceiling: a step at the micro-kernel's peak on every FLOP.
+peak, fpt = statistics.median(float(x) for x in sys.argv[3].split()), float(sys.argv[4])
+if peak > 0:
+    tg = mt * fpt / 1e9
+    print(f"torch's step runs at {tg:.1f} GFLOP/s; memtrain's kernel peak {peak:.1f} GFLOP/s would be {peak/tg:.2f}× it")
 PY
