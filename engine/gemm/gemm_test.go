@@ -218,27 +218,33 @@ func TestSgemmThreadsBitIdentical(t *testing.T) {
 // than one k slice.
 func TestSgemmSharedPacking(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	kern := cpuKernels[0]
-	for _, s := range []struct{ m, n, k, threads int }{
+	shapes := []struct{ m, n, k, threads int }{
 		{4820, 1300, 70, 2}, // rows: two A blocks each
 		{2500, 1500, 70, 2}, // columns: two A blocks, two B blocks each
 		{250, 900, 600, 3},
 		{600, 400, 300, 7},
-	} {
-		for ti := 0; ti < 4; ti++ {
-			p := newProblem(rng, ti&1 != 0, ti&2 != 0, s.m, s.n, s.k, 0.5, 0.25, 1)
-			want := p.run(newGo(1, kern))
-			g := newGo(s.threads, kern)
-			tm, tn := split(s.m, s.n, kern.mr, kern.nr, g.workers(s.m, s.n, s.k))
-			if !g.shares(s.m, s.n, tm, tn) {
-				t.Fatalf("%v: %d threads (%d×%d) do not share packing", p, s.threads, tm, tn)
-			}
-			if got := p.run(g); !bitsEqual(got, want) {
-				t.Errorf("%s: %v: %d threads (%d×%d), shared packing: result differs from 1 thread", kern.name, p, s.threads, tm, tn)
-			}
-			g.noShare = true
-			if got := p.run(g); !bitsEqual(got, want) {
-				t.Errorf("%s: %v: %d threads, packing apart: result differs from 1 thread", kern.name, p, s.threads)
+	}
+	for i, kern := range cpuKernels {
+		todo := shapes
+		if i > 0 {
+			todo = shapes[2:] // the slower kernels: the smaller shapes
+		}
+		for _, s := range todo {
+			for ti := 0; ti < 4; ti++ {
+				p := newProblem(rng, ti&1 != 0, ti&2 != 0, s.m, s.n, s.k, 0.5, 0.25, 1)
+				want := p.run(newGo(1, kern))
+				g := newGo(s.threads, kern)
+				tm, tn := split(s.m, s.n, kern.mr, kern.nr, g.workers(s.m, s.n, s.k))
+				if !g.shares(s.m, s.n, tm, tn) {
+					t.Fatalf("%s: %v: %d threads (%d×%d) do not share packing", kern.name, p, s.threads, tm, tn)
+				}
+				if got := p.run(g); !bitsEqual(got, want) {
+					t.Errorf("%s: %v: %d threads (%d×%d), shared packing: result differs from 1 thread", kern.name, p, s.threads, tm, tn)
+				}
+				g.noShare = true
+				if got := p.run(g); !bitsEqual(got, want) {
+					t.Errorf("%s: %v: %d threads, packing apart: result differs from 1 thread", kern.name, p, s.threads)
+				}
 			}
 		}
 	}
