@@ -90,11 +90,17 @@ func runBenchGemm(cmd *cobra.Command, f benchGemmFlags) error {
 	} else {
 		return fmt.Errorf("bench gemm: %w", err)
 	}
+	var tick func()
+	if errw := cmd.ErrOrStderr(); isTerminal(errw) {
+		bar := newBar(errw, len(shapes)*f.repeat, "bench gemm")
+		defer bar.Finish()
+		tick = func() { bar.Add(1) }
+	}
 	enc := json.NewEncoder(cmd.OutOrStdout())
 	// Each shape's implementations are timed in turn, run by run
 	// (gemm.Compare), so their ratio holds on a loaded machine.
 	for _, s := range shapes {
-		for j, gf := range gemm.Compare(impls, s, f.repeat) {
+		for j, gf := range gemm.Compare(impls, s, f.repeat, tick) {
 			g := impls[j]
 			res := benchGemmResult{Impl: g.Name(), M: s.M, N: s.N, K: s.K, Threads: g.Threads(), GFLOPs: math.Round(gf*10) / 10}
 			if err := enc.Encode(res); err != nil {

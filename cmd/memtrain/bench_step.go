@@ -109,7 +109,13 @@ func runBenchStep(cmd *cobra.Command, f benchStepFlags) error {
 	if err != nil {
 		return err
 	}
-	res, err := bench.Step(b, g, cfg, bench.StepOptions{Batch: f.batch, SeqLen: f.seqLen, Steps: f.steps, Recompute: f.recompute, Activations: act})
+	o := bench.StepOptions{Batch: f.batch, SeqLen: f.seqLen, Steps: f.steps, Recompute: f.recompute, Activations: act}
+	if errw := cmd.ErrOrStderr(); isTerminal(errw) {
+		bar := newBar(errw, f.steps+1, "bench step")
+		defer bar.Finish()
+		o.Progress = func() { bar.Add(1) }
+	}
+	res, err := bench.Step(b, g, cfg, o)
 	if err != nil {
 		return fmt.Errorf("bench step: %w", err)
 	}

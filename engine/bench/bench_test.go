@@ -29,9 +29,13 @@ func TestStep(t *testing.T) {
 		cfg := smallConfig(t)
 		g := gemm.New(2)
 		b := cpu.New(cpu.Options{Threads: 2, GEMM: g})
-		r, err := Step(b, g, cfg, StepOptions{Batch: 2, SeqLen: 8, Steps: 2, Recompute: true, Activations: act, GEMM: gemm.Shape{M: 32, N: 32, K: 32}})
+		ticks := 0
+		r, err := Step(b, g, cfg, StepOptions{Batch: 2, SeqLen: 8, Steps: 2, Recompute: true, Activations: act, GEMM: gemm.Shape{M: 32, N: 32, K: 32}, Progress: func() { ticks++ }})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if ticks != 3 {
+			t.Errorf("progress called %d times, want 3 (a warm-up and 2 timed steps)", ticks)
 		}
 		if r.Params != cfg.Params().Total || r.Batch != 2 || r.SeqLen != 8 || !r.Recompute || r.Threads != 2 || r.GEMM != "go" || r.Precision != act.String() {
 			t.Errorf("echoed shape: %+v", r)

@@ -31,6 +31,8 @@ type StepOptions struct {
 	Activations engine.DType
 	// GEMM is the product timed for StepResult.GEMMGFLOPs; zero: 2048³.
 	GEMM gemm.Shape
+	// Progress, if not nil, is called after each of the Steps+1 steps.
+	Progress func()
 }
 
 // StepResult is a Step measurement, a JSON line of `memtrain bench step`
@@ -105,6 +107,9 @@ func Step(b engine.Backend, g gemm.Impl, cfg *checkpoints.Config, o StepOptions)
 	}
 	step := func() error {
 		_, err := tr.Step(batch)
+		if err == nil && o.Progress != nil {
+			o.Progress()
+		}
 		return err
 	}
 	if err := step(); err != nil {

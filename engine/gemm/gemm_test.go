@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -217,6 +218,9 @@ func TestSgemmThreadsBitIdentical(t *testing.T) {
 // A blocks a goroutine (4820 on 2), columns past two B blocks, and more
 // than one k slice.
 func TestSgemmSharedPacking(t *testing.T) {
+	// Goroutines share packing only up to GOMAXPROCS of them: allow the
+	// 7 tried here on a machine with fewer cores.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(7, runtime.GOMAXPROCS(0))))
 	rng := rand.New(rand.NewPCG(7, 8))
 	shapes := []struct{ m, n, k, threads int }{
 		{4820, 1300, 70, 2}, // rows: two A blocks each
@@ -480,5 +484,17 @@ func TestNewThreads(t *testing.T) {
 	}
 	if s := New(4).(Serialer).Serial(); s.Threads() != 1 || s.Name() != "go" {
 		t.Errorf("Serial() = %s with %d threads", s.Name(), s.Threads())
+	}
+}
+
+// TestSharesNotOversubscribed: more goroutines than GOMAXPROCS pack apart.
+func TestSharesNotOversubscribed(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	g := newGo(3, cpuKernels[0])
+	if g.shares(1200, 1200, 3, 1) {
+		t.Error("3 goroutines on GOMAXPROCS 2 share packing")
+	}
+	if !g.shares(1200, 1200, 2, 1) {
+		t.Error("2 goroutines on GOMAXPROCS 2 do not share packing")
 	}
 }

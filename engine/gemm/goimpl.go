@@ -155,14 +155,15 @@ func (g *goGEMM) sgemm(transA, transB bool, m, n, k int, alpha float32, a []floa
 		kn = kn.narrow
 	}
 	tm, tn := split(m, n, kn.mr, kn.nr, g.workers(m, n, k))
+	shared := g.shares(m, n, tm, tn)
 	switch {
 	case tm*tn == 1:
 		g.region(kn, transA, transB, 0, m, 0, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
-	case g.shares(m, n, tm, tn) && tn == 1:
+	case shared && tn == 1:
 		g.rowsShared(kn, tm, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
-	case g.shares(m, n, tm, tn):
+	case shared:
 		g.colsShared(kn, tn, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
@@ -270,13 +271,18 @@ func macro(kn *microKernel, tile, ap, bp []float32, ic, mc, jc, nc, kc int, c []
 // shares reports whether the tm×tn rectangles of an m×n product share the
 // packing of one operand (rowsShared, colsShared): a row of rectangles
 // shares op(B) and a column op(A), when that operand is at least half as
-// wide (tall) as a rectangle, so that each goroutine packs at least a
-// third less. Thinner, the saving is less than the barriers cost
-// (measured on the LM head's 2048×256×32000 and 32000×256×2048 products
-// on 2 threads: 1–4% slower).
+// wide (tall) as a rectangle h rows high (w wide): each goroutine then
+// packs h + n/t values a k step instead of h + n, at least a sixth less on
+// 2 threads. Thinner, the saving is less than the barriers cost (measured
+// on the LM head's 2048×256×32000 and 32000×256×2048 products on 2
+// threads, interleaved against packing apart: 0–8% slower).
+//
+// Nor do more goroutines than GOMAXPROCS share: those that run must wait
+// at each barrier for those that cannot (measured: 517×301×413 on 3
+// goroutines and 2 cores, 35 GFLOP/s shared against 61 apart).
 func (g *goGEMM) shares(m, n, tm, tn int) bool {
 	switch {
-	case g.noShare || tm*tn == 1:
+	case g.noShare || tm*tn == 1 || tm*tn > runtime.GOMAXPROCS(0):
 		return false
 	case tn == 1:
 		return 2*n >= ceilDiv(m, tm)

@@ -106,7 +106,7 @@ const switchPause = 200 * time.Millisecond
 // GFLOPs measures g on a product of shape s on random matrices: one
 // warm-up run, then 2·M·N·K over the median of repeat timed runs
 // (repeat ≥ 1), in GFLOP/s.
-func GFLOPs(g Impl, s Shape, repeat int) float64 { return Compare([]Impl{g}, s, repeat)[0] }
+func GFLOPs(g Impl, s Shape, repeat int) float64 { return Compare([]Impl{g}, s, repeat, nil)[0] }
 
 // Compare measures each of impls as GFLOPs does, on the same matrices, with
 // their timed runs interleaved — run i of every Impl before run i+1 of any
@@ -119,8 +119,8 @@ func GFLOPs(g Impl, s Shape, repeat int) float64 { return Compare([]Impl{g}, s, 
 // is a product among others, as in a training step, and not the waking of
 // idle threads and cores (which, measured on a 2-vCPU virtual machine,
 // took 0.1–2 ms and slowed the first 1024³ product after a pause by up to
-// half).
-func Compare(impls []Impl, s Shape, repeat int) []float64 {
+// half). progress, if not nil, is called after each round of timed runs.
+func Compare(impls []Impl, s Shape, repeat int, progress func()) []float64 {
 	if len(impls) == 0 {
 		return nil
 	}
@@ -136,6 +136,9 @@ func Compare(impls []Impl, s Shape, repeat int) []float64 {
 				p.Seconds()
 			}
 			secs[j] = append(secs[j], p.Seconds())
+		}
+		if progress != nil {
+			progress()
 		}
 	}
 	out := make([]float64, len(impls))

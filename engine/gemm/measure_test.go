@@ -44,6 +44,14 @@ func TestGFLOPs(t *testing.T) {
 	}
 }
 
+func TestCompareProgress(t *testing.T) {
+	ticks := 0
+	r := Compare([]Impl{New(1), Reference{}}, Shape{M: 8, N: 12, K: 16}, 3, func() { ticks++ })
+	if len(r) != 2 || !(r[0] > 0) || !(r[1] > 0) || ticks != 3 {
+		t.Errorf("Compare = %v with %d progress calls, want 2 positive rates and 3 calls", r, ticks)
+	}
+}
+
 func TestKernelPeak(t *testing.T) {
 	if r, ok := KernelPeak(New(2), 20*time.Millisecond); !ok || !(r > 0) {
 		t.Errorf("Go path: KernelPeak = %v, %v; want a positive rate", r, ok)

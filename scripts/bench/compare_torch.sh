@@ -18,7 +18,7 @@ case "$preset" in
 esac
 bin=$(mktemp -d)/memtrain
 go build -o "$bin" ./cmd/memtrain
-ours=() theirs=() peaks=() flops=()
+ours=() theirs=() peaks=() fpt=0
 for r in $(seq "$rounds"); do
   o=$("$bin" bench step --preset "$preset" --batch "$batch" --seq-len "$seq" --threads "$threads" --steps 5)
   t=$(/usr/bin/python3 scripts/bench/torch_train_step.py "${shape[@]}" --batch "$batch" --seq-len "$seq" --threads "$threads" --steps 5 --warmup 2)
@@ -26,10 +26,10 @@ for r in $(seq "$rounds"); do
   echo "torch:    $t"
   ours+=("$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["tokens_per_s"])' "$o")")
   peaks+=("$(python3 -c 'import json,sys; print(json.loads(sys.argv[1]).get("kernel_peak_gflops", 0))' "$o")")
-  flops=("$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["model_flops_per_token"])' "$o")")
+  fpt=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["model_flops_per_token"])' "$o")
   theirs+=("$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["tokens_per_s"])' "$t")")
 done
-python3 - "${ours[*]}" "${theirs[*]}" "${peaks[*]}" "${flops[0]}" <<'PY'
+python3 - "${ours[*]}" "${theirs[*]}" "${peaks[*]}" "$fpt" <<'PY'
 import statistics, sys
 o = [float(x) for x in sys.argv[1].split()]
 t = [float(x) for x in sys.argv[2].split()]
