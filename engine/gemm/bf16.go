@@ -99,31 +99,27 @@ func widenBF16(dst []float32, src []uint16) {
 	}
 }
 
-// operandB is the B operand of the Go path: float32 values, or (half) bf16
-// bit patterns, which packing widens.
+// operandB is the B operand of the Go path: float32 values, bf16 ones
+// (half) widened as they are packed, or bf16 ones (pairs) packed in pairs
+// of k steps for a pair kernel, k being then the product's depth in values
+// (see operandA).
 type operandB struct {
-	f32  []float32
-	bf16 []uint16
-	half bool
+	f32         []float32
+	bf16        []uint16
+	half, pairs bool
+	k           int
 }
 
-// pack is packB for either type of B: the same panels, bf16 values widened.
+// pack is packB for any operandB: the kc×nc block of op(B) at k step p0
+// (pairs for a pair operand) and column j0 into dst's ⌈nc/nr⌉ panels.
 func (o operandB) pack(dst []float32, nr int, transB bool, ldb, p0, j0, kc, nc int) {
-	if !o.half {
+	switch {
+	case o.pairs:
+		packPairs(dst, nr, transB, o.bf16, ldb, j0, p0, kc, nc, o.k)
+	case o.half:
+		packPanelsBF16(dst, nr, transB, o.bf16, ldb, j0, p0, kc, nc)
+	default:
 		packB(dst, nr, transB, o.f32, ldb, p0, j0, kc, nc)
-		return
-	}
-	if !transB {
-		packRowsBF16(dst, nr, o.bf16[p0*ldb+j0:], ldb, kc, nc)
-		return
-	}
-	for jr := 0; jr < nc; jr += nr {
-		cols := min(nr, nc-jr)
-		panel := dst[jr*kc : jr*kc+nr*kc]
-		if cols < nr {
-			clear(panel)
-		}
-		packColsBF16(panel, nr, o.bf16[(j0+jr)*ldb+p0:], ldb, kc, cols)
 	}
 }
 

@@ -40,12 +40,19 @@ type kernel struct {
 	// prefetchB is the distance in bytes ahead of the B pointer to prefetch
 	// into L1 once per k step, 0 for none.
 	prefetchB int
+	// dot makes a bf16 kernel: each 32-bit value of the panels holds a
+	// pair of bf16 values, two consecutive k steps (the first in the low
+	// half), and each step multiplies pairs by VDPBF16PS (AVX512_BF16),
+	// which adds the two exact products to the float32 accumulator one at
+	// a time, the second of the pair first.
+	dot bool
 }
 
 var kernels = []kernel{
 	{name: "sgemmKernelAVX512", isa: "avx512", mr: 12, nr: 32, unroll: 4, prefetchB: 1024},
 	{name: "sgemmKernelAVX512Narrow", isa: "avx512", mr: 24, nr: 16, unroll: 4, bcastMem: true, prefetchB: 512},
 	{name: "sgemmKernelAVX2", isa: "avx2", mr: 6, nr: 16, unroll: 4, prefetchB: 512},
+	{name: "bf16KernelAVX512", isa: "avx512", mr: 12, nr: 32, unroll: 4, prefetchB: 1024, dot: true},
 }
 
 func main() {
@@ -363,8 +370,15 @@ func gen(w *bytes.Buffer, k kernel) {
 	bStep := 4 * k.nr
 	prefix := k.name
 
+	if k.dot && (k.isa != "avx512" || k.bcastMem) {
+		log.Fatalf("%s: a dot kernel is avx512 with a broadcast register", k.name)
+	}
 	fmt.Fprintf(w, "\n// func %s(k int, a, b, c *float32, ldc int, beta float32)\n", k.name)
-	fmt.Fprintf(w, "// %d×%d tile, %s, k unrolled by %d.\n", k.mr, k.nr, k.isa, k.unroll)
+	if k.dot {
+		fmt.Fprintf(w, "// %d×%d tile of bf16 pairs, avx512_bf16, k pairs unrolled by %d.\n", k.mr, k.nr, k.unroll)
+	} else {
+		fmt.Fprintf(w, "// %d×%d tile, %s, k unrolled by %d.\n", k.mr, k.nr, k.isa, k.unroll)
+	}
 	fmt.Fprintf(w, "TEXT ·%s(SB), NOSPLIT, $0-44\n", k.name)
 	p("MOVQ k+0(FP), CX")
 	p("MOVQ a+8(FP), AX")
@@ -409,6 +423,10 @@ func gen(w *bytes.Buffer, k kernel) {
 			}
 			p("VBROADCASTSS %d(AX), %s", ao+4*r, bc(r))
 			for v := 0; v < vecs; v++ {
+				if k.dot {
+					vdpbf16ps(p, r*vecs+v, nacc+v, nacc+vecs+r%free)
+					continue
+				}
 				p("VFMADD231PS %s, %s, %s", bReg(v), bc(r), acc(r, v))
 			}
 		}
@@ -478,6 +496,35 @@ func gen(w *bytes.Buffer, k kernel) {
 	}
 	p("VZEROUPPER")
 	p("RET")
+}
+
+// vdpbf16ps writes VDPBF16PS Z(src2), Z(src1), Z(dst) — Z(dst) += the
+// pairwise products of Z(src1) and Z(src2) — as bytes, since the Go
+// assembler does not know AVX512_BF16. The encoding is EVEX.512.F3.0F38.W0
+// 52 /r with dst in ModRM.reg, src1 in EVEX.vvvv and src2 in ModRM.rm;
+// the high bits of the register numbers go inverted into R̄ and R̄' (dst),
+// B̄ and X̄ (src2), and V̄' (src1). Checked against GNU as.
+func vdpbf16ps(p func(string, ...any), dst, src1, src2 int) {
+	p0 := 0x02 // map 0F38
+	if dst&8 == 0 {
+		p0 |= 0x80
+	}
+	if src2&16 == 0 {
+		p0 |= 0x40
+	}
+	if src2&8 == 0 {
+		p0 |= 0x20
+	}
+	if dst&16 == 0 {
+		p0 |= 0x10
+	}
+	p1 := (^src1&15)<<3 | 0x04 | 0x02 // W0, vvvv, 1, prefix F3
+	p2 := 0x40                        // 512 bits, no mask
+	if src1&16 == 0 {
+		p2 |= 0x08
+	}
+	modrm := 0xC0 | (dst&7)<<3 | src2&7
+	p("BYTE $0x62; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x52; BYTE $0x%02x // VDPBF16PS Z%d, Z%d, Z%d", p0, p1, p2, modrm, src2, src1, dst)
 }
 
 func log2(n int) int {

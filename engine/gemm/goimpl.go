@@ -25,6 +25,9 @@ const minThreadFlops = 1 << 18
 type goGEMM struct {
 	threads int
 	kern    *microKernel
+	// pairs, if not nil, is the kernel of GemmBF16: bf16 operands packed
+	// in pairs of k steps (see pairs.go).
+	pairs *microKernel
 	// pool holds *workspace values: packing buffers sized for kern.
 	pool *sync.Pool
 
@@ -65,7 +68,7 @@ func newGo(threads int, k *microKernel) *goGEMM {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	return &goGEMM{threads: threads, kern: k, pool: new(sync.Pool)}
+	return &goGEMM{threads: threads, kern: k, pairs: cpuPairKernel, pool: new(sync.Pool)}
 }
 
 // parallel calls f(w) for w = 0, …, n−1, n ≤ g.threads, f(0) on the calling
@@ -112,7 +115,7 @@ func (g *goGEMM) Serial() Impl {
 	if g.threads == 1 {
 		return g
 	}
-	return &goGEMM{threads: 1, kern: g.kern, pool: g.pool, noSkinny: g.noSkinny, skinnyAny: g.skinnyAny, noShare: g.noShare}
+	return &goGEMM{threads: 1, kern: g.kern, pairs: g.pairs, pool: g.pool, noSkinny: g.noSkinny, skinnyAny: g.skinnyAny, noShare: g.noShare}
 }
 
 // runner is implemented by Impls with their own way to run goroutines side
@@ -125,7 +128,7 @@ type runner interface {
 // Sgemm computes C = alpha·op(A)·op(B) + beta·C; see Impl.
 func (g *goGEMM) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	checkArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
-	g.sgemm(transA, transB, m, n, k, alpha, a, lda, operandB{f32: b}, ldb, beta, c, ldc)
+	g.sgemm(transA, transB, m, n, k, alpha, operandA{f32: a}, lda, operandB{f32: b}, ldb, beta, c, ldc)
 }
 
 // SgemmBF16B computes C = alpha·op(A)·op(B) + beta·C for a B of bfloat16
@@ -135,11 +138,12 @@ func (g *goGEMM) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []floa
 // Sgemm with the widened B.
 func (g *goGEMM) SgemmBF16B(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
 	checkSizes(transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
-	g.sgemm(transA, transB, m, n, k, alpha, a, lda, operandB{bf16: b, half: true}, ldb, beta, c, ldc)
+	g.sgemm(transA, transB, m, n, k, alpha, operandA{f32: a}, lda, operandB{bf16: b, half: true}, ldb, beta, c, ldc)
 }
 
-// sgemm is Sgemm and SgemmBF16B after their checks.
-func (g *goGEMM) sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b operandB, ldb int, beta float32, c []float32, ldc int) {
+// sgemm is Sgemm, SgemmBF16B and GemmBF16's widening path after their
+// checks. Only a float32 A takes the skinny path.
+func (g *goGEMM) sgemm(transA, transB bool, m, n, k int, alpha float32, a operandA, lda int, b operandB, ldb int, beta float32, c []float32, ldc int) {
 	if m == 0 || n == 0 {
 		return
 	}
@@ -147,13 +151,20 @@ func (g *goGEMM) sgemm(transA, transB bool, m, n, k int, alpha float32, a []floa
 		scale(m, n, beta, c, ldc)
 		return
 	}
-	if g.skinnyB(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) {
+	if !a.half && g.skinnyB(transA, transB, m, n, k, alpha, a.f32, lda, b, ldb, beta, c, ldc) {
 		return
 	}
 	kn := g.kern
 	if kn.narrow != nil && n <= kn.narrow.nr {
 		kn = kn.narrow
 	}
+	g.blocked(kn, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// blocked computes C = alpha·op(A)·op(B) + beta·C with kernel kn on the
+// blocked path, m, n, k > 0, C split among the threads; k counts the
+// kernel's steps (pairs of k values for a pair kernel).
+func (g *goGEMM) blocked(kn *microKernel, transA, transB bool, m, n, k int, alpha float32, a operandA, lda int, b operandB, ldb int, beta float32, c []float32, ldc int) {
 	tm, tn := split(m, n, kn.mr, kn.nr, g.workers(m, n, k))
 	shared := g.shares(m, n, tm, tn)
 	switch {
@@ -199,7 +210,7 @@ func (g *goGEMM) workers(m, n, k int) int {
 // The block sizes are the kernel's, evened out so that no block is much
 // smaller than the others. The k slices depend on k alone, so every
 // element of C sums its products in the same order in any region.
-func (g *goGEMM) region(kn *microKernel, transA, transB bool, i0, i1, j0, j1, k int, alpha float32, a []float32, lda int, b operandB, ldb int, beta float32, c []float32, ldc int) {
+func (g *goGEMM) region(kn *microKernel, transA, transB bool, i0, i1, j0, j1, k int, alpha float32, a operandA, lda int, b operandB, ldb int, beta float32, c []float32, ldc int) {
 	mr, nr := kn.mr, kn.nr
 	kcMax := evenBlock(k, kn.kc, 1)
 	mcMax := evenBlock(i1-i0, kn.mc, mr)
@@ -210,7 +221,7 @@ func (g *goGEMM) region(kn *microKernel, transA, transB bool, i0, i1, j0, j1, k 
 		mc := min(mcMax, i1-ic)
 		for pc := 0; pc < k; pc += kcMax {
 			kc := min(kcMax, k-pc)
-			packA(ws.a, mr, transA, a, lda, ic, pc, mc, kc, alpha)
+			a.pack(ws.a, mr, transA, lda, ic, pc, mc, kc, alpha)
 			sweepB(kn, ws, ws.a, transB, b, ldb, pc, kc, ic, mc, j0, j1, ncMax, sliceBeta(beta, pc), c, ldc)
 		}
 	}

@@ -26,6 +26,13 @@ func sgemmKernelAVX512Narrow(k int, a, b, c *float32, ldc int, beta float32)
 //go:noescape
 func sgemmKernelAVX2(k int, a, b, c *float32, ldc int, beta float32)
 
+// bf16KernelAVX512 is the 12×32 AVX512_BF16 pair kernel: the AVX-512
+// kernel's registers and steps, each step a pair of k values multiplied by
+// VDPBF16PS (see pairs.go).
+//
+//go:noescape
+func bf16KernelAVX512(k int, a, b, c *float32, ldc int, beta float32)
+
 var (
 	// Blocking for cores with 48 KiB of L1d and 2 MiB of L2 (Sapphire
 	// Rapids and later): the 12×256 A panel takes 12 KiB of L1, the
@@ -56,6 +63,22 @@ var (
 		dot: &avx2Dot,
 	}
 )
+
+// The pair kernel's blocks hold as many 32-bit words as the AVX-512
+// kernel's, each word two bf16 values: a 256-pair k slice is 512 values.
+var bf16AVX512Kernel = microKernel{
+	name: "avx512-bf16", mr: 12, nr: 32,
+	kc: 256, nc: 384, mc: 2400,
+	fn: bf16KernelAVX512,
+}
+
+// cpuPairKernel is the pair kernel this CPU runs, nil without AVX512_BF16.
+var cpuPairKernel = func() *microKernel {
+	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16 {
+		return &bf16AVX512Kernel
+	}
+	return nil
+}()
 
 // cpuKernels lists the micro-kernels this CPU runs, fastest first. It is
 // computed once from the CPU's features and never changes.

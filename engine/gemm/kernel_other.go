@@ -5,6 +5,9 @@ package gemm
 // cpuKernels lists the micro-kernels this build runs: only the portable one.
 var cpuKernels = []*microKernel{&genericKernel}
 
+// cpuPairKernel is nil: this build has no pair kernel (GemmBF16 widens).
+var cpuPairKernel *microKernel
+
 // packColsFast reports false: this build has no faster packCols.
 func packColsFast(panel []float32, w int, src []float32, ld, kc, n int, alpha float32) bool {
 	return false

@@ -23,7 +23,7 @@ import (
 
 // rowsShared computes C on t goroutines that split its rows on kn's tile
 // grid, sharing the packing of op(B).
-func (g *goGEMM) rowsShared(kn *microKernel, t int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b operandB, ldb int, beta float32, c []float32, ldc int) {
+func (g *goGEMM) rowsShared(kn *microKernel, t int, transA, transB bool, m, n, k int, alpha float32, a operandA, lda int, b operandB, ldb int, beta float32, c []float32, ldc int) {
 	mr, nr := kn.mr, kn.nr
 	mt := ceilDiv(m, mr)
 	hmax := ceilDiv(mt, t) * mr
@@ -46,7 +46,7 @@ func (g *goGEMM) rowsShared(kn *microKernel, t int, transA, transB bool, m, n, k
 			for pc := 0; pc < k; pc += kcMax {
 				kc := min(kcMax, k-pc)
 				if mc > 0 {
-					packA(ws.a, mr, transA, a, lda, ic, pc, mc, kc, alpha)
+					a.pack(ws.a, mr, transA, lda, ic, pc, mc, kc, alpha)
 				}
 				bet := sliceBeta(beta, pc)
 				for jc := 0; jc < n; jc += ncMax {
@@ -68,7 +68,7 @@ func (g *goGEMM) rowsShared(kn *microKernel, t int, transA, transB bool, m, n, k
 
 // colsShared computes C on t goroutines that split its columns on kn's
 // tile grid, sharing the packing of op(A).
-func (g *goGEMM) colsShared(kn *microKernel, t int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b operandB, ldb int, beta float32, c []float32, ldc int) {
+func (g *goGEMM) colsShared(kn *microKernel, t int, transA, transB bool, m, n, k int, alpha float32, a operandA, lda int, b operandB, ldb int, beta float32, c []float32, ldc int) {
 	mr, nr := kn.mr, kn.nr
 	nt := ceilDiv(n, nr)
 	kcMax := evenBlock(k, kn.kc, 1)
@@ -90,7 +90,7 @@ func (g *goGEMM) colsShared(kn *microKernel, t int, transA, transB bool, m, n, k
 				buf := sh.b[step%2*size : step%2*size+size]
 				step++
 				if r0, r1 := share(w, t, mc, mr); r1 > r0 {
-					packA(buf[r0*kc:], mr, transA, a, lda, ic+r0, pc, r1-r0, kc, alpha)
+					a.pack(buf[r0*kc:], mr, transA, lda, ic+r0, pc, r1-r0, kc, alpha)
 				}
 				bar.wait()
 				sweepB(kn, ws, buf, transB, b, ldb, pc, kc, ic, mc, j0, j1, ncMax, sliceBeta(beta, pc), c, ldc)
