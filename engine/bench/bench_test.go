@@ -113,7 +113,7 @@ func decodeErr(_ DecodeResult, err error) error { return err }
 func TestTrainer(t *testing.T) {
 	cfg := smallConfig(t)
 	b := cpu.New(cpu.Options{Threads: 1})
-	m := randomModel(t, b, cfg)
+	m := randomModel(t, b, cfg, llama.Options{})
 	batch := llama.Batch{B: 2, T: 4, IDs: []int32{1, 2, 3, 4, 5, 6, 7, 8}, Targets: []int32{2, 3, 4, 5, 6, 7, 8, 9}}
 	before, err := m.Evaluate(batch)
 	if err != nil {
@@ -135,43 +135,48 @@ func TestTrainer(t *testing.T) {
 }
 
 // BenchmarkStep times the training step issue 13 measures against
-// PyTorch (peer-tiny, batch 8, 256 tokens, two threads), for profiling:
+// PyTorch (peer-tiny, batch 8, 256 tokens, two threads), in float32 and in
+// bf16 mixed precision, for profiling:
 //
-//	go test ./engine/bench -run - -bench Step -cpuprofile cpu.out
+//	go test ./engine/bench -run - -bench Step/bf16 -cpuprofile cpu.out
 func BenchmarkStep(b *testing.B) {
 	p, err := checkpoints.LookupPreset("peer-tiny")
 	if err != nil {
 		b.Fatal(err)
 	}
 	cfg := p.Config()
-	g := gemm.New(2)
-	be := cpu.New(cpu.Options{Threads: 2, GEMM: g})
-	m := randomModel(b, be, cfg)
-	tr := NewTrainer(be, m)
-	defer tr.Free()
-	const batch, seq = 8, 256
-	bt := llama.Batch{B: batch, T: seq, IDs: make([]int32, batch*seq), Targets: make([]int32, batch*seq)}
-	for i := range bt.IDs {
-		bt.IDs[i] = int32(i * 7919 % cfg.VocabSize)
-		bt.Targets[i] = int32(i * 104729 % cfg.VocabSize)
+	for _, act := range []engine.DType{engine.F32, engine.BF16} {
+		b.Run(act.String(), func(b *testing.B) {
+			g := gemm.New(2)
+			be := cpu.New(cpu.Options{Threads: 2, GEMM: g})
+			m := randomModel(b, be, cfg, llama.Options{Activations: act})
+			tr := NewTrainer(be, m)
+			defer tr.Free()
+			const batch, seq = 8, 256
+			bt := llama.Batch{B: batch, T: seq, IDs: make([]int32, batch*seq), Targets: make([]int32, batch*seq)}
+			for i := range bt.IDs {
+				bt.IDs[i] = int32(i * 7919 % cfg.VocabSize)
+				bt.Targets[i] = int32(i * 104729 % cfg.VocabSize)
+			}
+			if _, err := tr.Step(bt); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := tr.Step(bt); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*batch*seq)/b.Elapsed().Seconds(), "tokens/s")
+		})
 	}
-	if _, err := tr.Step(bt); err != nil {
-		b.Fatal(err)
-	}
-	b.ResetTimer()
-	for b.Loop() {
-		if _, err := tr.Step(bt); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(b.N*batch*seq)/b.Elapsed().Seconds(), "tokens/s")
 }
 
-// randomModel is a model of cfg on backend b with random weights, freed
+// randomModel is a model of cfg with options opt on backend b with random weights, freed
 // when the test ends.
-func randomModel(tb testing.TB, b engine.Backend, cfg *checkpoints.Config) *llama.Model {
+func randomModel(tb testing.TB, b engine.Backend, cfg *checkpoints.Config, opt llama.Options) *llama.Model {
 	tb.Helper()
-	m, err := llama.New(b, cfg, llama.Options{})
+	m, err := llama.New(b, cfg, opt)
 	if err != nil {
 		tb.Fatal(err)
 	}

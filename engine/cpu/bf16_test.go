@@ -294,6 +294,93 @@ func TestGemmBF16BModel(t *testing.T) {
 	}
 }
 
+// TestGemmBF16Activations checks a Gemm of a BF16 A by a BF16 B (bf16
+// activations by a weight's bf16 copy, or by bf16 activations) into a F32
+// C: the bits of gemm.GemmBF16 on the same bit patterns, problem by
+// problem of a batch, on 1 and 2 threads alike; within float32 rounding of
+// the F32 product on the widened values; into a BF16 C, that result
+// rounded once; and a BF16 A by a F32 B, the F32 product with A widened.
+func TestGemmBF16Activations(t *testing.T) {
+	type shape struct{ m, n, k, batch int }
+	var first [][]float32
+	for _, threads := range []int{1, 2} {
+		rng := rand.New(rand.NewPCG(7, 8)) // the same operands on each
+		b := New(Options{Threads: threads})
+		for si, s := range []shape{{40, 70, 33, 1}, {97, 130, 257, 2}, {200, 48, 515, 1}, {17, 300, 64, 3}, {8, 20, 9, 1}} {
+			for tr := 0; tr < 4; tr++ {
+				tA, tB := tr&1 != 0, tr&2 != 0
+				ar, ac, br, bc := s.m, s.k, s.k, s.n
+				if tA {
+					ar, ac = ac, ar
+				}
+				if tB {
+					br, bc = bc, br
+				}
+				beta := []float32{0, 1, 0.5}[(si+tr)%3]
+				p := engine.GemmParams{TransA: tA, TransB: tB, M: s.m, N: s.n, K: s.k, Alpha: 1, Beta: beta,
+					LDA: ac + tr%2, LDB: bc + si%2, LDC: s.n + 1, Batch: s.batch}
+				p.StrideA, p.StrideB, p.StrideC = ar*p.LDA+1, br*p.LDB, s.m*p.LDC
+				na, nb := s.batch*p.StrideA, s.batch*p.StrideB
+				a16, b16 := b.Alloc(engine.BF16, na), b.Alloc(engine.BF16, nb)
+				b.Upload(a16, randn(rng, na))
+				b.Upload(b16, randn(rng, nb))
+				a32, b32 := b.Alloc(engine.F32, na), b.Alloc(engine.F32, nb)
+				b.Copy(a32, a16)
+				b.Copy(b32, b16)
+				c0 := randn(rng, s.batch*p.StrideC)
+				got := upload(b, c0, len(c0))
+				b.Gemm(p, a16, b16, got)
+				want := append([]float32(nil), c0...)
+				for i := 0; i < s.batch; i++ {
+					gemm.GemmBF16(b.gemm, tA, tB, s.m, s.n, s.k, 1, BF16s(a16)[i*p.StrideA:], p.LDA,
+						BF16s(b16)[i*p.StrideB:], p.LDB, beta, want[i*p.StrideC:], p.LDC)
+				}
+				name := fmt.Sprintf("threads %d, %+v", threads, p)
+				if !bitsEqual(Float32s(got), want) {
+					t.Errorf("%s: BF16 A·B differs from gemm.GemmBF16", name)
+				}
+				if threads == 1 {
+					first = append(first, Float32s(got))
+				} else if !bitsEqual(Float32s(got), first[0]) {
+					t.Errorf("%s: 2 threads differ from 1", name)
+				}
+				if threads == 2 {
+					first = first[1:]
+				}
+				ref := upload(b, c0, len(c0))
+				b.Gemm(p, a32, b32, ref)
+				for i, v := range Float32s(ref) {
+					if d := math.Abs(float64(v - Float32s(got)[i])); d > 1e-4*(1+math.Abs(float64(v))) {
+						t.Fatalf("%s: C[%d] = %g, the F32 product %g", name, i, Float32s(got)[i], v)
+					}
+				}
+				// Into a BF16 C: the F32 result rounded once.
+				c16 := b.Alloc(engine.BF16, len(c0))
+				b.Upload(c16, c0)
+				wide := b.Alloc(engine.F32, len(c0))
+				b.Copy(wide, c16)
+				b.Gemm(p, a16, b16, wide)
+				b.Gemm(p, a16, b16, c16)
+				for i, v := range Float32s(wide) {
+					if BF16s(c16)[i] != checkpoints.Float32ToBF16(v) {
+						t.Fatalf("%s: BF16 C[%d] = %#04x, want %g rounded", name, i, BF16s(c16)[i], v)
+					}
+				}
+				// A BF16 A by a F32 B: A widened.
+				mixed, plain := upload(b, c0, len(c0)), upload(b, c0, len(c0))
+				b.Gemm(p, a16, b32, mixed)
+				b.Gemm(p, a32, b32, plain)
+				if !bitsEqual(Float32s(mixed), Float32s(plain)) {
+					t.Errorf("%s: BF16 A by F32 B differs from the widened A", name)
+				}
+				for _, x := range []*engine.Tensor{a16, b16, a32, b32, got, ref, c16, wide, mixed, plain} {
+					b.Free(x)
+				}
+			}
+		}
+	}
+}
+
 func bitsEqual(x, y []float32) bool {
 	if len(x) != len(y) {
 		return false

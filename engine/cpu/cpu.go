@@ -34,8 +34,10 @@
 //   - BF16s, their elements' bit patterns shared with the caller.
 //
 // Mixed precision (bf16 activations, llama.Options.Activations) adds the
-// activation kernels: Gemm with BF16 A and C as well (A widened, C
-// computed in float32 and rounded once), Add, Axpy, Scale, Embedding,
+// activation kernels: Gemm with BF16 A and C as well (BF16 A and B
+// multiplied as gemm.GemmBF16 does — natively on a CPU with AVX512_BF16 —
+// a BF16 A by a F32 B widened, C computed in float32 and rounded once),
+// Add, Axpy, Scale, Embedding,
 // EmbeddingBackward, RMSNorm, RoPE, SwiGLU, Attention, their backwards
 // and AttentionKV, each on any mix of F32 and BF16 tensors: they run their
 // float32 code on widened stand-ins and round each BF16 output once
@@ -74,6 +76,8 @@ type Backend struct {
 	// parallel over their own work items (attention's per-head products),
 	// so it must not start threads of its own.
 	inner gemm.Impl
+	// scratch holds the float32 stand-ins of mixed precision (mixed.go).
+	scratch scratch
 
 	allocated atomic.Int64 // bytes of live tensors
 	peak      atomic.Int64 // high-water mark of allocated
@@ -274,12 +278,7 @@ func (b *Backend) Upload(t *engine.Tensor, src []float32) {
 			dst[i] = int32(v)
 		}
 	case engine.BF16:
-		dst := BF16s(t)
-		b.parallelFor(len(dst), elementGrain, func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				dst[i] = checkpoints.Float32ToBF16(src[i])
-			}
-		})
+		roundBF16(b, BF16s(t), src)
 	default:
 		copy(floats("Upload", t), src)
 	}

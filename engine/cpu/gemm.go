@@ -18,26 +18,46 @@ import (
 // the product with the widened B, with no float32 copy of it; another
 // gemm.Impl (gonum, OpenBLAS) multiplies a widened copy made for the call.
 //
-// A and C may be BF16 too (bf16 activations): A is then widened exactly
-// into a float32 stand-in, and a BF16 C is computed in a float32 one (its
-// old values widened, for Beta) and rounded once to nearest even — the
-// float32-accumulated product of the bf16 operands that a GPU's tensor
-// cores compute, up to the order of the sums.
+// A and C may be BF16 too (bf16 activations). With A and B both BF16 the
+// product is gemm.BatchedBF16's: the exact products of the bf16 values
+// summed in float32 — on a CPU with AVX512_BF16 by its bf16 dot-product
+// instruction, at about twice the float32 rate, elsewhere on the values
+// widened as they are packed — which is what a GPU's tensor cores compute,
+// up to the order of the sums. A BF16 A by a F32 B is widened into a
+// float32 stand-in. A BF16 C is computed in a float32 one (its old values
+// widened, for Beta) and rounded once to nearest even.
 func (b *Backend) Gemm(p engine.GemmParams, a, bm, c *engine.Tensor) {
-	if hasBF16(a, c) {
-		b.widened([]*engine.Tensor{a, c}, 0b10, func(t []*engine.Tensor) { b.Gemm(p, t[0], bm, t[1]) })
+	half := storageOf(bm).dtype == engine.BF16
+	pairs := half && a.DType() == engine.BF16
+	switch {
+	case c.DType() == engine.BF16:
+		var writeOnly uint
+		batch := max(p.Batch, 1)
+		if p.Beta == 0 && p.LDC == p.N && (batch == 1 || p.StrideC == p.M*p.N) && c.Len() == batch*p.M*p.N {
+			// The product writes every element of C and reads none.
+			writeOnly = 0b1
+		}
+		b.widenedOut([]*engine.Tensor{c}, 0b1, writeOnly, func(t []*engine.Tensor) { b.Gemm(p, a, bm, t[0]) })
+		return
+	case a.DType() == engine.BF16 && !pairs:
+		b.widened([]*engine.Tensor{a}, 0, func(t []*engine.Tensor) { b.Gemm(p, t[0], bm, c) })
 		return
 	}
 	batch := max(p.Batch, 1)
-	A, C := floats("Gemm", a), floats("Gemm", c)
-	half := storageOf(bm).dtype == engine.BF16
-	var B []float32
-	var B16 []uint16
+	C := floats("Gemm", c)
+	var A, B []float32
+	var A16, B16 []uint16
+	if pairs {
+		A16 = BF16s(a)
+	} else {
+		A = floats("Gemm", a)
+	}
 	if half {
 		B16 = BF16s(bm)
 	} else {
 		B = floats("Gemm", bm)
 	}
+	na := len(A) + len(A16)
 	nb := len(B) + len(B16)
 	check(p.M >= 0 && p.N >= 0 && p.K >= 0, "Gemm with negative size %d×%d×%d", p.M, p.N, p.K)
 	if p.M == 0 || p.N == 0 {
@@ -52,7 +72,7 @@ func (b *Backend) Gemm(p engine.GemmParams, a, bm, c *engine.Tensor) {
 	if p.TransB {
 		br, bc = p.N, p.K
 	}
-	checkMatrix("A", len(A), batch, p.StrideA, ar, ac, p.LDA, p.K > 0)
+	checkMatrix("A", na, batch, p.StrideA, ar, ac, p.LDA, p.K > 0)
 	checkMatrix("B", nb, batch, p.StrideB, br, bc, p.LDB, p.K > 0)
 	checkMatrix("C", len(C), batch, p.StrideC, p.M, p.N, p.LDC, true)
 	strideA, strideB := p.StrideA, p.StrideB
@@ -60,7 +80,12 @@ func (b *Backend) Gemm(p engine.GemmParams, a, bm, c *engine.Tensor) {
 		// A and B are not read, and may be too small for their strides.
 		strideA, strideB = 0, 0
 	}
-	if half {
+	switch {
+	case pairs:
+		gemm.BatchedBF16(b.gemm, batch, p.TransA, p.TransB, p.M, p.N, p.K, p.Alpha,
+			A16, max(p.LDA, 1), strideA, B16, max(p.LDB, 1), strideB, p.Beta, C, p.LDC, p.StrideC)
+		return
+	case half:
 		gemm.BatchedBF16B(b.gemm, batch, p.TransA, p.TransB, p.M, p.N, p.K, p.Alpha,
 			A, max(p.LDA, 1), strideA, B16, max(p.LDB, 1), strideB, p.Beta, C, p.LDC, p.StrideC)
 		return

@@ -2,8 +2,9 @@ package cpu
 
 import (
 	"math"
+	"math/bits"
+	"sync"
 
-	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 )
 
@@ -18,7 +19,10 @@ import (
 // output once), so the CPU stays the reference for the GPU's bf16 kernels,
 // which load and store through the same conversions; and it needs no
 // second copy of every kernel. The stand-ins are a kernel's transient
-// workspace, ordinary Go memory not counted in MemStats.
+// workspace, ordinary Go memory not counted in MemStats, taken from a pool
+// (scratch) rather than allocated each time: fresh memory is zeroed and
+// faulted in page by page, which cost more than the widening itself
+// (measured: half of a bf16 peer-tiny step).
 
 // hasBF16 reports whether any of ts is a BF16 tensor.
 func hasBF16(ts ...*engine.Tensor) bool {
@@ -37,11 +41,19 @@ func hasBF16(ts ...*engine.Tensor) bool {
 // share a stand-in; partial overlaps are not allowed, as in the F32
 // kernels.
 func (b *Backend) widened(ts []*engine.Tensor, outputs uint, kernel func(ts []*engine.Tensor)) {
+	b.widenedOut(ts, outputs, 0, kernel)
+}
+
+// widenedOut is widened for a kernel that only writes the tensors whose
+// bits are set in writeOnly (outputs too): their stand-ins are not
+// widened from them first.
+func (b *Backend) widenedOut(ts []*engine.Tensor, outputs, writeOnly uint, kernel func(ts []*engine.Tensor)) {
 	type key struct {
 		s      *Storage
 		off, n int
 	}
 	stand := make([]*engine.Tensor, len(ts))
+	var held [][]float32
 	seen := map[key]*engine.Tensor{}
 	for i, t := range ts {
 		if t == nil || t.DType() != engine.BF16 {
@@ -53,8 +65,11 @@ func (b *Backend) widened(ts []*engine.Tensor, outputs uint, kernel func(ts []*e
 			stand[i] = s
 			continue
 		}
-		wide := make([]float32, t.Len())
-		widenBF16(b, wide, BF16s(t))
+		wide := b.scratch.get(t.Len())
+		held = append(held, wide)
+		if writeOnly&(1<<i) == 0 {
+			widenBF16(b, wide, BF16s(t))
+		}
 		s := &engine.Tensor{Storage: &Storage{dtype: engine.F32, f32: wide, n: len(wide)}, Shape: append([]int(nil), t.Shape...)}
 		seen[k], stand[i] = s, s
 	}
@@ -65,6 +80,34 @@ func (b *Backend) widened(ts []*engine.Tensor, outputs uint, kernel func(ts []*e
 		}
 		roundBF16(b, BF16s(t), Float32s(stand[i]))
 	}
+	for _, w := range held {
+		b.scratch.put(w)
+	}
+}
+
+// A scratch is a pool of float32 buffers for transient stand-ins, in size
+// classes of powers of two so that a buffer serves any request it holds.
+// Its zero value is ready; it is safe for concurrent use.
+type scratch struct {
+	classes [64]sync.Pool // class c holds *[]float32 of capacity 2^c
+}
+
+// get returns n float32s of unspecified contents.
+func (s *scratch) get(n int) []float32 {
+	c := bits.Len(uint(max(n, 1) - 1))
+	if p, ok := s.classes[c].Get().(*[]float32); ok {
+		return (*p)[:n]
+	}
+	return make([]float32, n, 1<<c)
+}
+
+// put returns a buffer from get to the pool.
+func (s *scratch) put(x []float32) {
+	c := bits.Len(uint(cap(x)) - 1)
+	if cap(x) != 1<<c {
+		return
+	}
+	s.classes[c].Put(&x)
 }
 
 // widenBF16 writes src's values, widened exactly, into dst.
@@ -78,9 +121,20 @@ func widenBF16(b *Backend, dst []float32, src []uint16) {
 
 // roundBF16 writes src's values rounded to nearest even into dst.
 func roundBF16(b *Backend, dst []uint16, src []float32) {
-	b.parallelFor(len(src), elementGrain, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			dst[i] = checkpoints.Float32ToBF16(src[i])
+	b.parallelFor(len(src), elementGrain, func(lo, hi int) { roundBF16Range(dst[lo:hi], src[lo:hi]) })
+}
+
+// roundBF16Range sets dst[i] to src[i] rounded to the nearest bfloat16,
+// ties to even, NaNs kept NaN: checkpoints.Float32ToBF16 (which a test
+// compares), in a loop the compiler keeps free of calls.
+func roundBF16Range(dst []uint16, src []float32) {
+	dst = dst[:len(src)]
+	for i, v := range src {
+		x := math.Float32bits(v)
+		if x&0x7fffffff > 0x7f800000 {
+			dst[i] = uint16(x>>16) | 0x0040
+			continue
 		}
-	})
+		dst[i] = uint16((x + 0x7fff + (x>>16)&1) >> 16)
+	}
 }
