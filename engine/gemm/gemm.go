@@ -50,6 +50,18 @@
 // on the widened B. The other Impls get a widened float32 copy of B, made
 // for the call.
 //
+// # Two bfloat16 operands
+//
+// GemmBF16 and BatchedBF16 multiply a bf16 A by a bf16 B into a float32 C,
+// the products of bf16 mixed precision: the exact products of the bf16
+// values summed in float32. On a CPU with AVX512_BF16 (Zen 4, Cooper Lake,
+// Sapphire Rapids) the Go path (a BF16Impl) packs both operands in pairs of
+// k steps, two bf16 values to a 32-bit word, and a 12×32 pair kernel
+// multiplies them by VDPBF16PS, twice the multiply-adds an instruction of
+// the float32 kernel does, through the same blocked driver (pairs.go);
+// subnormals count as zero there. Elsewhere it widens the values as it
+// packs them. The other Impls get float32 copies of both.
+//
 // # Choosing an implementation
 //
 // Select maps the names of $MEMTRAIN_BLAS (EnvBLAS) to implementations.
