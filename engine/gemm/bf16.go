@@ -41,12 +41,7 @@ func SgemmBF16B(g Impl, transA, transB bool, m, n, k int, alpha float32, a []flo
 	checkSizes(transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
 	var wide []float32
 	if m > 0 && n > 0 && k > 0 {
-		br, bc := k, n
-		if transB {
-			br, bc = n, k
-		}
-		wide = make([]float32, (br-1)*ldb+bc)
-		widenBF16(wide, b)
+		wide = widenedMatrix(b, transB, k, n, ldb)
 	}
 	g.Sgemm(transA, transB, m, n, k, alpha, a, lda, wide, ldb, beta, c, ldc)
 }

@@ -22,14 +22,24 @@ func packA(dst []float32, mr int, transA bool, a []float32, lda, i0, p0, mc, kc 
 		packRows(dst, mr, a[p0*lda+i0:], lda, kc, mc, alpha)
 		return
 	}
-	for ir := 0; ir < mc; ir += mr {
-		rows := min(mr, mc-ir)
-		panel := dst[ir*kc : ir*kc+mr*kc]
-		if rows < mr {
-			clear(panel)
-		}
+	eachPanel(dst, mr, kc, mc, func(panel []float32, ir, rows int) {
 		// Row i of op(A) is contiguous in A.
 		packCols(panel, mr, a[(i0+ir)*lda+p0:], lda, kc, rows, alpha)
+	})
+}
+
+// eachPanel calls f for each of the ⌈n/w⌉ panels of dst, kc steps of w
+// values each, with the panel, its first line and its number of lines
+// (w but for the last), the panel cleared first when it has fewer than w,
+// so that its padding is zero.
+func eachPanel(dst []float32, w, kc, n int, f func(panel []float32, r, lines int)) {
+	for r := 0; r < n; r += w {
+		lines := min(w, n-r)
+		panel := dst[r*kc : r*kc+w*kc]
+		if lines < w {
+			clear(panel)
+		}
+		f(panel, r, lines)
 	}
 }
 
@@ -45,14 +55,9 @@ func packB(dst []float32, nr int, transB bool, b []float32, ldb, p0, j0, kc, nc 
 		packRows(dst, nr, b[p0*ldb+j0:], ldb, kc, nc, 1)
 		return
 	}
-	for jr := 0; jr < nc; jr += nr {
-		cols := min(nr, nc-jr)
-		panel := dst[jr*kc : jr*kc+nr*kc]
-		if cols < nr {
-			clear(panel)
-		}
+	eachPanel(dst, nr, kc, nc, func(panel []float32, jr, cols int) {
 		packCols(panel, nr, b[(j0+jr)*ldb+p0:], ldb, kc, cols, 1)
-	}
+	})
 }
 
 // packRows packs kc source rows of stride ld, n values each, into

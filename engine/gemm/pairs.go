@@ -147,14 +147,9 @@ func packPanelsBF16(dst []float32, w int, alongK bool, src []uint16, ld, l0, p0,
 		packRowsBF16(dst, w, src[p0*ld+l0:], ld, kc, n)
 		return
 	}
-	for r := 0; r < n; r += w {
-		lines := min(w, n-r)
-		panel := dst[r*kc : r*kc+w*kc]
-		if lines < w {
-			clear(panel)
-		}
+	eachPanel(dst, w, kc, n, func(panel []float32, r, lines int) {
 		packColsBF16(panel, w, src[(l0+r)*ld+p0:], ld, kc, lines)
-	}
+	})
 }
 
 // packPairs is packPanelsBF16 for a pair kernel: kc steps from pair p0,
@@ -162,21 +157,21 @@ func packPanelsBF16(dst []float32, w int, alongK bool, src []uint16, ld, l0, p0,
 // in the low half), of a product k values deep; the high half of a pair
 // reaching past k is zero.
 func packPairs(dst []float32, w int, alongK bool, src []uint16, ld, l0, p0, kc, n, k int) {
-	words := unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(dst))), len(dst))
 	e0 := 2 * p0
 	kv := min(k-e0, 2*kc) // values in the slice: kc = ⌈kv/2⌉
 	if !alongK {
-		pairsDown(words, w, src[e0*ld+l0:], ld, kc, n, kv)
+		pairsDown(asWords(dst), w, src[e0*ld+l0:], ld, kc, n, kv)
 		return
 	}
-	for r := 0; r < n; r += w {
-		lines := min(w, n-r)
-		panel := words[r*kc : r*kc+w*kc]
-		if lines < w {
-			clear(panel)
-		}
-		pairsAlong(panel, w, src[(l0+r)*ld+e0:], ld, lines, kv)
-	}
+	eachPanel(dst, w, kc, n, func(panel []float32, r, lines int) {
+		pairsAlong(asWords(panel), w, src[(l0+r)*ld+e0:], ld, lines, kv)
+	})
+}
+
+// asWords is x's memory as 32-bit words: a packed panel of bf16 pairs
+// lives in the float32 buffers of the float32 panels.
+func asWords(x []float32) []uint32 {
+	return unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(x))), len(x))
 }
 
 // pairsAlong fills panel (⌈kv/2⌉ steps of w words) from n ≤ w lines of
@@ -273,8 +268,7 @@ var genericPairKernel = microKernel{
 // products are exact, such as powers of two).
 func kernelPairs4x4(k int, ap, bp, cp *float32, ldc int, beta float32) {
 	const mr, nr = 4, 4
-	a := unsafe.Slice((*uint32)(unsafe.Pointer(ap)), k*mr)
-	b := unsafe.Slice((*uint32)(unsafe.Pointer(bp)), k*nr)
+	a, b := asWords(unsafe.Slice(ap, k*mr)), asWords(unsafe.Slice(bp, k*nr))
 	var acc [mr][nr]float32
 	for p := 0; p < k; p++ {
 		for i := 0; i < mr; i++ {
