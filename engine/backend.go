@@ -213,6 +213,19 @@ type GemmParams struct {
 	StrideC          int
 }
 
+// Stored returns the shapes A and B are stored in, rows × columns: op(A)
+// is M×K, so A is stored K×M when TransA is set, and likewise op(B) is K×N.
+func (p GemmParams) Stored() (ar, ac, br, bc int) {
+	ar, ac, br, bc = p.M, p.K, p.K, p.N
+	if p.TransA {
+		ar, ac = ac, ar
+	}
+	if p.TransB {
+		br, bc = bc, br
+	}
+	return ar, ac, br, bc
+}
+
 // AdamWParams are one AdamW step's hyper-parameters. Step counts from 1
 // and sets the bias corrections.
 type AdamWParams struct {

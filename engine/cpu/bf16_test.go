@@ -220,13 +220,7 @@ func TestGemmBF16B(t *testing.T) {
 					tA, tB := tr&1 != 0, tr&2 != 0
 					shareB := (si+tr)%3 == 0 && s.batch > 1
 					alpha, beta := []float32{1, 0.5, -2}[(si+tr)%3], []float32{0, 1, 0.25}[(si+2*tr)%3]
-					ar, ac, br, bc := s.m, s.k, s.k, s.n
-					if tA {
-						ar, ac = ac, ar
-					}
-					if tB {
-						br, bc = bc, br
-					}
+					ar, ac, br, bc := engine.GemmParams{TransA: tA, TransB: tB, M: s.m, N: s.n, K: s.k}.Stored()
 					p := engine.GemmParams{TransA: tA, TransB: tB, M: s.m, N: s.n, K: s.k, Alpha: alpha, Beta: beta,
 						LDA: ac + tr, LDB: bc + si%3, LDC: s.n + 1, Batch: s.batch}
 					p.StrideA, p.StrideB, p.StrideC = ar*p.LDA+1, br*p.LDB+2, s.m*p.LDC
@@ -309,13 +303,7 @@ func TestGemmBF16Activations(t *testing.T) {
 		for si, s := range []shape{{40, 70, 33, 1}, {97, 130, 257, 2}, {200, 48, 515, 1}, {17, 300, 64, 3}, {8, 20, 9, 1}} {
 			for tr := 0; tr < 4; tr++ {
 				tA, tB := tr&1 != 0, tr&2 != 0
-				ar, ac, br, bc := s.m, s.k, s.k, s.n
-				if tA {
-					ar, ac = ac, ar
-				}
-				if tB {
-					br, bc = bc, br
-				}
+				ar, ac, br, bc := engine.GemmParams{TransA: tA, TransB: tB, M: s.m, N: s.n, K: s.k}.Stored()
 				beta := []float32{0, 1, 0.5}[(si+tr)%3]
 				p := engine.GemmParams{TransA: tA, TransB: tB, M: s.m, N: s.n, K: s.k, Alpha: 1, Beta: beta,
 					LDA: ac + tr%2, LDB: bc + si%2, LDC: s.n + 1, Batch: s.batch}

@@ -63,15 +63,7 @@ func (b *Backend) Gemm(p engine.GemmParams, a, bm, c *engine.Tensor) {
 	if p.M == 0 || p.N == 0 {
 		return
 	}
-	// Stored shapes: op(A) is M×K, so A is stored K×M when transposed.
-	ar, ac := p.M, p.K
-	if p.TransA {
-		ar, ac = p.K, p.M
-	}
-	br, bc := p.K, p.N
-	if p.TransB {
-		br, bc = p.N, p.K
-	}
+	ar, ac, br, bc := p.Stored()
 	checkMatrix("A", na, batch, p.StrideA, ar, ac, p.LDA, p.K > 0)
 	checkMatrix("B", nb, batch, p.StrideB, br, bc, p.LDB, p.K > 0)
 	checkMatrix("C", len(C), batch, p.StrideC, p.M, p.N, p.LDC, true)

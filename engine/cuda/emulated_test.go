@@ -464,13 +464,7 @@ func TestGemmBF16BEmulated(t *testing.T) {
 	for i, s := range []struct{ m, n, k, batch int }{{3, 5, 7, 1}, {17, 9, 33, 3}, {40, 70, 300, 2}, {5, 6, 4, 4}} {
 		for tr := 0; tr < 4; tr++ {
 			tA, tB := tr&1 != 0, tr&2 != 0
-			ar, ac, br, bc := s.m, s.k, s.k, s.n
-			if tA {
-				ar, ac = ac, ar
-			}
-			if tB {
-				br, bc = bc, br
-			}
+			ar, ac, br, bc := engine.GemmParams{TransA: tA, TransB: tB, M: s.m, N: s.n, K: s.k}.Stored()
 			p := engine.GemmParams{TransA: tA, TransB: tB, M: s.m, N: s.n, K: s.k, Alpha: 0.5, Beta: 0.25,
 				LDA: ac + 1, LDB: bc + tr%3, LDC: s.n + 2, Batch: s.batch}
 			p.StrideA, p.StrideB, p.StrideC = ar*p.LDA+3, br*p.LDB+1, s.m*p.LDC+1
