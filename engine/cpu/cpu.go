@@ -51,7 +51,6 @@ import (
 	"runtime"
 	"sync/atomic"
 
-	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/gemm"
 )
@@ -300,12 +299,7 @@ func (b *Backend) Download(dst []float32, t *engine.Tensor) {
 			dst[i] = float32(v)
 		}
 	case engine.BF16:
-		src := BF16s(t)
-		b.parallelFor(len(src), elementGrain, func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				dst[i] = checkpoints.BF16ToFloat32(src[i])
-			}
-		})
+		widenBF16(b, dst, BF16s(t))
 	default:
 		copy(dst, floats("Download", t))
 	}

@@ -1,11 +1,11 @@
 package cpu
 
 import (
-	"math"
 	"math/bits"
 	"sync"
 
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/cpu/vec"
 )
 
 // Mixed precision on the CPU: the kernels compute in float32 on F32
@@ -112,29 +112,12 @@ func (s *scratch) put(x []float32) {
 
 // widenBF16 writes src's values, widened exactly, into dst.
 func widenBF16(b *Backend, dst []float32, src []uint16) {
-	b.parallelFor(len(src), elementGrain, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			dst[i] = math.Float32frombits(uint32(src[i]) << 16)
-		}
-	})
+	b.parallelFor(len(src), elementGrain, func(lo, hi int) { vec.WidenBF16(dst[lo:hi], src[lo:hi]) })
 }
 
-// roundBF16 writes src's values rounded to nearest even into dst.
+// roundBF16 writes src's values rounded to nearest even into dst
+// (vec.RoundBF16: checkpoints.Float32ToBF16's rounding, which a test
+// compares).
 func roundBF16(b *Backend, dst []uint16, src []float32) {
-	b.parallelFor(len(src), elementGrain, func(lo, hi int) { roundBF16Range(dst[lo:hi], src[lo:hi]) })
-}
-
-// roundBF16Range sets dst[i] to src[i] rounded to the nearest bfloat16,
-// ties to even, NaNs kept NaN: checkpoints.Float32ToBF16 (which a test
-// compares), in a loop the compiler keeps free of calls.
-func roundBF16Range(dst []uint16, src []float32) {
-	dst = dst[:len(src)]
-	for i, v := range src {
-		x := math.Float32bits(v)
-		if x&0x7fffffff > 0x7f800000 {
-			dst[i] = uint16(x>>16) | 0x0040
-			continue
-		}
-		dst[i] = uint16((x + 0x7fff + (x>>16)&1) >> 16)
-	}
+	b.parallelFor(len(src), elementGrain, func(lo, hi int) { vec.RoundBF16(dst[lo:hi], src[lo:hi]) })
 }

@@ -124,6 +124,12 @@ func maxKernel(x *float32, n int) float32 {
 func expAVX512(dst, src *float32, n int)
 
 //go:noescape
+func widenBF16AVX512(dst *float32, src *uint16, n int)
+
+//go:noescape
+func roundBF16AVX512(dst *uint16, src *float32, n int)
+
+//go:noescape
 func expSumAVX512(dst, src *float32, n int, shift float32, acc *[block]float64)
 
 //go:noescape

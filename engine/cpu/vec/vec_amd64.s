@@ -763,3 +763,57 @@ nan:
 	MOVL $0x7fc00000, AX
 	MOVL AX, ret+16(FP)
 	RET
+
+// func widenBF16AVX512(dst *float32, src *uint16, n int)
+// n a positive multiple of 16: each dst[i] = src[i] << 16.
+TEXT ·widenBF16AVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+
+widen:
+	VPMOVZXWD (SI), Z0
+	VPSLLD    $16, Z0, Z0
+	VMOVDQU32 Z0, (DI)
+	ADDQ      $32, SI
+	ADDQ      $64, DI
+	SUBQ      $16, CX
+	JNZ       widen
+	VZEROUPPER
+	RET
+
+// func roundBF16AVX512(dst *uint16, src *float32, n int)
+// n a positive multiple of 16: each dst[i] = (x + 0x7fff + (x>>16 & 1)) >> 16
+// for x the bits of src[i], or (x >> 16) | 0x40 where src[i] is a NaN.
+TEXT ·roundBF16AVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVL $1, AX
+	VPBROADCASTD AX, Z10
+	MOVL $0x7fff, AX
+	VPBROADCASTD AX, Z11
+	MOVL $0x7fffffff, AX
+	VPBROADCASTD AX, Z12
+	MOVL $0x7f800000, AX
+	VPBROADCASTD AX, Z13
+	MOVL $0x40, AX
+	VPBROADCASTD AX, Z14
+
+round:
+	VMOVDQU32 (SI), Z0
+	VPSRLD    $16, Z0, Z1
+	VPANDD    Z10, Z1, Z2  // the kept half's last bit
+	VPADDD    Z11, Z0, Z3
+	VPADDD    Z2, Z3, Z3
+	VPSRLD    $16, Z3, Z3  // rounded
+	VPANDD    Z12, Z0, Z4
+	VPCMPGTD  Z13, Z4, K1  // NaN: |x| above the infinity's bits
+	VPORD     Z14, Z1, K1, Z3
+	VPMOVDW   Z3, (DI)
+	ADDQ      $64, SI
+	ADDQ      $32, DI
+	SUBQ      $16, CX
+	JNZ       round
+	VZEROUPPER
+	RET

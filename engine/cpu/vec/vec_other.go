@@ -20,6 +20,9 @@ func scaleKernel(alpha float32, x *float32, n int)                              
 func subMulKernel(d *float32, s float32, p *float32, n int)                     { unreachable() }
 func maxKernel(x *float32, n int) float32                                       { unreachable(); return 0 }
 
+func widenBF16AVX512(dst *float32, src *uint16, n int) { unreachable() }
+func roundBF16AVX512(dst *uint16, src *float32, n int) { unreachable() }
+
 func unreachable() { panic("vec: assembly kernel called in a build without assembly") }
 
 func adamwKernel(p, g, m, v *float32, n int, c *AdamWStep) { unreachable() }
