@@ -2,7 +2,11 @@
 
 package gemm
 
-import "golang.org/x/sys/cpu"
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
 
 //go:generate go run gen_kernels.go
 //go:generate go run gen_skinny.go
@@ -113,6 +117,43 @@ func packRowsAVX512(dst, src *float32, ld, kc, n, w int, alpha float32)
 //
 //go:noescape
 func packRows4AVX512(dst, src *float32, ld, kc, w, ps int, alpha float32)
+
+// interleaveStepAVX512 packs one k step of pair panels from two source
+// rows of n values: for panel q of w ≤ 32 lines, ps words apart,
+// dst[q·ps+i] = lo[q·w+i] | hi[q·w+i]<<16 for i < min(w, n−q·w); n ≥ 1.
+//
+//go:noescape
+func interleaveStepAVX512(dst *uint32, lo, hi *uint16, n, w, ps int)
+
+// pairsDownFast does pairsDown's step q from rows lo and hi with AVX-512
+// when the CPU has it, and reports whether it did.
+func pairsDownFast(dst []uint32, w int, lo, hi []uint16, kc, q, n int) bool {
+	if !hasAVX512Pack || w > 32 || n < 1 {
+		return false
+	}
+	_ = dst[(n-1)/w*w*kc+q*w+(n-1)%w] // the last word written
+	_, _ = lo[n-1], hi[n-1]
+	interleaveStepAVX512(&dst[q*w], &lo[0], &hi[0], n, w, w*kc)
+	return true
+}
+
+// pairsAlongFast does pairsAlong's full pairs (the first ⌊kv/2⌋ steps)
+// with the AVX-512 transpose when the CPU has it and the pairs are words
+// (an even stride from a 4-byte boundary), and reports whether it did.
+// alpha 1 makes the transpose a pure shuffle of the 32-bit patterns.
+func pairsAlongFast(panel []uint32, w int, src []uint16, ld, n, kv int) bool {
+	full := kv / 2
+	if !hasAVX512Pack || w > 32 || n < 1 || full < 1 || ld%2 != 0 || uintptr(unsafe.Pointer(&src[0]))%4 != 0 {
+		return false
+	}
+	_ = panel[(full-1)*w+w-1]   // every step is written
+	_ = src[(n-1)*ld+2*full-1] // and every line read up to its last pair.
+	for g := 0; 16*g < n; g++ {
+		transposeAVX512((*float32)(unsafe.Pointer(&panel[16*g])), (*float32)(unsafe.Pointer(&src[16*g*ld])),
+			ld/2, full, min(16, n-16*g), min(16, w-16*g), w, 1)
+	}
+	return true
+}
 
 // hasAVX512Pack reports whether the CPU runs the AVX-512 packing routines
 // (which also use BMI2 for their masks).

@@ -27,3 +27,9 @@ func packRowsBF16Fast(dst []float32, w int, src []uint16, ld, kc, n int) bool {
 func packColsBF16Fast(panel []float32, w int, src []uint16, ld, kc, n int) bool {
 	return false
 }
+
+// pairsDownFast reports false: this build has no faster pairsDown.
+func pairsDownFast(dst []uint32, w int, lo, hi []uint16, kc, q, n int) bool { return false }
+
+// pairsAlongFast reports false: this build has no faster pairsAlong.
+func pairsAlongFast(panel []uint32, w int, src []uint16, ld, n, kv int) bool { return false }

@@ -179,6 +179,14 @@ func asWords(x []float32) []uint32 {
 // and 2q+1 of the line. Its last w−n words a step must be zero already.
 func pairsAlong(panel []uint32, w int, src []uint16, ld, n, kv int) {
 	full := kv / 2
+	if pairsAlongFast(panel, w, src, ld, n, kv) {
+		if kv%2 == 1 {
+			for i := 0; i < n; i++ {
+				panel[full*w+i] = uint32(src[i*ld+kv-1])
+			}
+		}
+		return
+	}
 	// Four lines at a time, a block of 8 steps each: four source runs
 	// read with unit stride, the writes to 8 consecutive steps.
 	const bk = 8
@@ -230,6 +238,9 @@ func pairsDown(dst []uint32, w int, src []uint16, ld, kc, n, kv int) {
 		var hi []uint16
 		if 2*q+1 < kv {
 			hi = src[(2*q+1)*ld : (2*q+1)*ld+n]
+			if pairsDownFast(dst, w, lo, hi, kc, q, n) {
+				continue
+			}
 		}
 		for j := 0; j < n; j += w {
 			cols := min(w, n-j)
