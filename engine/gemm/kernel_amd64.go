@@ -146,7 +146,7 @@ func pairsAlongFast(panel []uint32, w int, src []uint16, ld, n, kv int) bool {
 	if !hasAVX512Pack || w > 32 || n < 1 || full < 1 || ld%2 != 0 || uintptr(unsafe.Pointer(&src[0]))%4 != 0 {
 		return false
 	}
-	_ = panel[(full-1)*w+w-1]   // every step is written
+	_ = panel[(full-1)*w+w-1]  // every step is written
 	_ = src[(n-1)*ld+2*full-1] // and every line read up to its last pair.
 	for g := 0; 16*g < n; g++ {
 		transposeAVX512((*float32)(unsafe.Pointer(&panel[16*g])), (*float32)(unsafe.Pointer(&src[16*g*ld])),
