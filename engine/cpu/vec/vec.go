@@ -1,6 +1,7 @@
 // Package vec is the float32 vector math under the CPU backend's kernels:
 // the exponential and what is built on it (softmax numerators with their
-// sum, SwiGLU and its gradient), dot products, axpy, scaling and maxima.
+// sum, SwiGLU and its gradient), dot products, axpy, scaling and maxima,
+// and the conversions between float32 and bfloat16 (bf16.go).
 //
 // On amd64 the loops run in AVX-512 or AVX2+FMA assembly, chosen once at
 // start-up from the CPU's features; elsewhere, or built with the purego
