@@ -38,11 +38,13 @@ func newBenchStepCmd() *cobra.Command {
 		Short: "Measure a full training step (forward, backward, AdamW)",
 		Long: `bench step times training steps of a randomly initialised preset on random
 tokens and prints one JSON line: tokens/s, model FLOPs per token
-(6·N + 12·L·heads·D·T), the achieved GFLOP/s, memtrain's own float32 GEMM at
-2048³ timed once after each step (so that both see the same machine
-load), and their ratio (efficiency); with the Go GEMM also its micro-kernel
-alone on every thread (kernel_peak_gflops, the rate no step can beat on this
-CPU) and the achieved rate's share of it (peak_fraction); and the engine's
+(6·N + 12·L·heads·D·T), the achieved GFLOP/s, memtrain's own GEMM at
+2048³ in the step's precision (float32, or bf16 by bf16 for --precision
+bf16) timed once after each step (so that both see the same machine
+load), and their ratio (efficiency); with the Go GEMM also that product's
+micro-kernel alone on every thread (kernel_peak_gflops, the rate no step
+can beat on this CPU) and the achieved rate's share of it (peak_fraction);
+and the engine's
 memory accounting beside the process's peak RSS (which includes the GEMM's
 48 MiB). --max-positions
 raises (or lowers) the preset's max_position_embeddings, so that a small

@@ -30,6 +30,9 @@ type StepOptions struct {
 	// F32, or BF16 for mixed precision.
 	Activations engine.DType
 	// GEMM is the product timed for StepResult.GEMMGFLOPs; zero: 2048³.
+	// With BF16 activations it is the product of bf16 operands
+	// (gemm.GemmBF16) that the step's own products are, and the kernel
+	// peak that product's kernel's.
 	GEMM gemm.Shape
 	// Progress, if not nil, is called after each of the Steps+1 steps.
 	Progress func()
@@ -117,7 +120,11 @@ func Step(b engine.Backend, g gemm.Impl, cfg *checkpoints.Config, o StepOptions)
 	}
 	// Each step is followed by one run of the GEMM, so that the two see
 	// the same machine state and Efficiency holds on a loaded machine.
+	half := o.Activations == engine.BF16
 	probe := gemm.NewProbe(g, o.GEMM)
+	if half {
+		probe = gemm.NewProbeBF16(g, o.GEMM)
+	}
 	times, gemmTimes := make([]float64, o.Steps), make([]float64, o.Steps)
 	for i := range times {
 		start := time.Now()
@@ -142,7 +149,7 @@ func Step(b engine.Backend, g gemm.Impl, cfg *checkpoints.Config, o StepOptions)
 	res.AchievedGFLOPs = res.TokensPerS * res.ModelFLOPsPerToken / 1e9
 	res.GEMMGFLOPs = o.GEMM.Flops() / stats.Median(gemmTimes) / 1e9
 	res.Efficiency = res.AchievedGFLOPs / res.GEMMGFLOPs
-	if peak, ok := gemm.KernelPeak(g, kernelPeakTime); ok {
+	if peak, ok := gemm.KernelPeak(g, kernelPeakTime, half); ok {
 		res.KernelPeakGFLOPs, res.PeakFraction = peak, res.AchievedGFLOPs/peak
 	}
 	return res, nil

@@ -25,6 +25,9 @@ type microKernel struct {
 	// mc is the height of a packed A block, mc×kc, which streams from L3.
 	mc int
 	fn kernelFunc
+	// pairs marks a pair kernel (pairs.go): each k step of its panels is
+	// a pair of bf16 values, two multiply-adds.
+	pairs bool
 	// narrow, if set, is a kernel with nr at most half this one's for
 	// products no wider than its nr, which would waste at least half of
 	// each of this kernel's tiles.

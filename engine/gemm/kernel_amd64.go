@@ -73,7 +73,7 @@ var (
 var bf16AVX512Kernel = microKernel{
 	name: "avx512-bf16", mr: 12, nr: 32,
 	kc: 256, nc: 384, mc: 2400,
-	fn: bf16KernelAVX512,
+	fn: bf16KernelAVX512, pairs: true,
 }
 
 // cpuPairKernel is the pair kernel this CPU runs, nil without AVX512_BF16.

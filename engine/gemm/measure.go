@@ -3,6 +3,7 @@ package gemm
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -64,9 +65,10 @@ func (s Shape) Flops() float64 { return 2 * float64(s.M) * float64(s.N) * float6
 // work — another Impl's runs (Compare), a training step — that then sees
 // the same machine state.
 type Probe struct {
-	g       Impl
-	s       Shape
-	a, b, c []float32
+	g        Impl
+	s        Shape
+	a, b, c  []float32
+	a16, b16 []uint16 // a bf16 probe's operands (GemmBF16)
 }
 
 // NewProbe makes s's random matrices and runs g on them once, to warm up.
@@ -85,9 +87,26 @@ func NewProbe(g Impl, s Shape) *Probe {
 	return p
 }
 
+// NewProbeBF16 is NewProbe for GemmBF16: the product of bf16 operands that
+// mixed precision multiplies, their values NewProbe's rounded to bf16.
+func NewProbeBF16(g Impl, s Shape) *Probe {
+	p := NewProbe(g, s)
+	round := func(xs []float32) []uint16 {
+		h := make([]uint16, len(xs))
+		for i, v := range xs {
+			h[i] = uint16((math.Float32bits(v) + 0x8000) >> 16) // finite, |v| < 1
+		}
+		return h
+	}
+	p.a16, p.b16 = round(p.a), round(p.b)
+	p.a, p.b = nil, nil
+	p.Seconds()
+	return p
+}
+
 // on returns a Probe of g on p's matrices, warmed up.
 func (p *Probe) on(g Impl) *Probe {
-	q := &Probe{g: g, s: p.s, a: p.a, b: p.b, c: p.c}
+	q := &Probe{g: g, s: p.s, a: p.a, b: p.b, c: p.c, a16: p.a16, b16: p.b16}
 	q.Seconds()
 	return q
 }
@@ -96,7 +115,11 @@ func (p *Probe) on(g Impl) *Probe {
 func (p *Probe) Seconds() float64 {
 	m, n, k := p.s.M, p.s.N, p.s.K
 	start := time.Now()
-	p.g.Sgemm(false, false, m, n, k, 1, p.a, k, p.b, n, 0, p.c, n)
+	if p.a16 != nil {
+		GemmBF16(p.g, false, false, m, n, k, 1, p.a16, k, p.b16, n, 0, p.c, n)
+	} else {
+		p.g.Sgemm(false, false, m, n, k, 1, p.a, k, p.b, n, 0, p.c, n)
+	}
 	return time.Since(start).Seconds()
 }
 

@@ -53,26 +53,50 @@ func TestCompareProgress(t *testing.T) {
 }
 
 func TestKernelPeak(t *testing.T) {
-	if r, ok := KernelPeak(New(2), 20*time.Millisecond); !ok || !(r > 0) {
-		t.Errorf("Go path: KernelPeak = %v, %v; want a positive rate", r, ok)
+	for _, bf16 := range []bool{false, true} {
+		if r, ok := KernelPeak(New(2), 20*time.Millisecond, bf16); !ok || !(r > 0) {
+			t.Errorf("Go path (bf16 %v): KernelPeak = %v, %v; want a positive rate", bf16, r, ok)
+		}
 	}
-	if _, ok := KernelPeak(Reference{}, time.Millisecond); ok {
+	if _, ok := KernelPeak(Reference{}, time.Millisecond, false); ok {
 		t.Error("gonum: KernelPeak ok, want not (it has no micro-kernel)")
+	}
+}
+
+// TestProbeBF16: a bf16 probe computes GemmBF16 of the rounded operands.
+func TestProbeBF16(t *testing.T) {
+	s := Shape{M: 40, N: 50, K: 30}
+	p := NewProbeBF16(New(1), s)
+	if !(p.Seconds() > 0) {
+		t.Fatal("no time")
+	}
+	want := make([]float32, s.M*s.N)
+	GemmBF16(Reference{}, false, false, s.M, s.N, s.K, 1, p.a16, s.K, p.b16, s.N, 0, want, s.N)
+	for i, v := range want {
+		if d := math.Abs(float64(v - p.c[i])); d > 1e-5 {
+			t.Fatalf("C[%d] = %g, want %g", i, p.c[i], v)
+		}
 	}
 }
 
 // TestKernelBenchSweep: one sweep adds A's panel times every panel of the
 // B block to C, so every element of C's tile row gets kc·(1e-3)².
 func TestKernelBenchSweep(t *testing.T) {
-	for _, kn := range cpuKernels {
+	for _, kn := range append(append([]*microKernel(nil), cpuKernels...), pairKernels()...) {
 		kb := newKernelBench(kn)
 		flops := kb.sweep()
-		if want := 2 * float64(kn.mr*kb.ncols*kb.kc); flops != want {
+		want, each := 2*float64(kn.mr*kb.ncols*kb.kc), 1e-6
+		if kn.pairs {
+			// Two products a step, of 1e-3 rounded to bf16.
+			h := float64(math.Float32frombits((math.Float32bits(1e-3) + 0x8000) &^ 0xffff))
+			want, each = 2*want, 2*h*h
+		}
+		if flops != want {
 			t.Errorf("%s: sweep counts %v flops, want %v", kn.name, flops, want)
 		}
 		for i, v := range kb.c {
-			if math.Abs(float64(v)-float64(kb.kc)*1e-6) > 1e-9 {
-				t.Fatalf("%s: C[%d] = %v after one sweep, want %v", kn.name, i, v, float64(kb.kc)*1e-6)
+			if math.Abs(float64(v)-float64(kb.kc)*each) > 1e-9 {
+				t.Fatalf("%s: C[%d] = %v after one sweep, want %v", kn.name, i, v, float64(kb.kc)*each)
 			}
 		}
 	}

@@ -267,7 +267,7 @@ func pairsDown(dst []uint32, w int, src []uint16, ld, kc, n, kv int) {
 var genericPairKernel = microKernel{
 	name: "generic-bf16", mr: 4, nr: 4,
 	kc: 256, nc: 512, mc: 512,
-	fn: kernelPairs4x4,
+	fn: kernelPairs4x4, pairs: true,
 }
 
 // kernelPairs4x4 is the pure-Go 4×4 pair kernel: C = A·B + beta·C from

@@ -1,6 +1,7 @@
 package gemm
 
 import (
+	"math"
 	"sync"
 	"time"
 )
@@ -22,11 +23,17 @@ func newKernelBench(kn *microKernel) *kernelBench {
 	kb := &kernelBench{kn: kn, kc: kc, ncols: ncols, panels: ncols / kn.nr,
 		a: alignedFloats(kn.mr * kc), b: alignedFloats(kc * ncols), c: alignedFloats(kn.mr * ncols)}
 	// Small values: a long run of accumulations stays finite and normal.
+	// A pair kernel's words hold two bf16 values, each 1e-3 rounded.
+	v := float32(1e-3)
+	if kn.pairs {
+		h := uint32(math.Float32bits(v)+0x8000) >> 16
+		v = math.Float32frombits(h | h<<16)
+	}
 	for i := range kb.a {
-		kb.a[i] = 1e-3
+		kb.a[i] = v
 	}
 	for i := range kb.b {
-		kb.b[i] = 1e-3
+		kb.b[i] = v
 	}
 	return kb
 }
@@ -38,25 +45,36 @@ func (kb *kernelBench) sweep() float64 {
 	for q := range kb.panels {
 		kn.fn(kb.kc, &kb.a[0], &kb.b[q*kn.nr*kb.kc], &kb.c[q*kn.nr], kb.ncols, 1)
 	}
-	return 2 * float64(kn.mr*kn.nr*kb.kc*kb.panels)
+	flops := 2 * float64(kn.mr*kn.nr*kb.kc*kb.panels)
+	if kn.pairs {
+		flops *= 2
+	}
+	return flops
 }
 
 // KernelPeak measures the micro-kernel of g, the Go path, alone on each of
 // its threads at once for about d, on operands that stay in L1 and L2: the
 // rate no product can beat on this CPU, in GFLOP/s (measured on a Zen 4
 // core: 105.5, against 105.4 for a C loop of independent AVX-512 FMAs).
-// ok is false when g is not the Go path.
-func KernelPeak(g Impl, d time.Duration) (gflops float64, ok bool) {
+// With bf16 it measures the kernel of GemmBF16 instead: the pair kernel
+// where the CPU has one (on 2 Zen 4 cores: about twice the float32 one),
+// else the float32 kernel that multiplies the widened values. ok is false
+// when g is not the Go path.
+func KernelPeak(g Impl, d time.Duration, bf16 bool) (gflops float64, ok bool) {
 	gg, ok := g.(*goGEMM)
 	if !ok {
 		return 0, false
+	}
+	kn := gg.kern
+	if bf16 && gg.pairs != nil {
+		kn = gg.pairs
 	}
 	flops := make([]float64, gg.threads)
 	var wg sync.WaitGroup
 	start := time.Now()
 	for w := range gg.threads {
 		wg.Go(func() {
-			kb := newKernelBench(gg.kern)
+			kb := newKernelBench(kn)
 			var f float64 // local: the goroutines' slots share cache lines
 			for time.Since(start) < d {
 				for range 16 {
