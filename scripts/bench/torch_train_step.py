@@ -3,7 +3,8 @@
 
 Trains a Llama of the given shape (HF LlamaForCausalLM architecture: RMSNorm,
 RoPE in the rotate_half layout, causal grouped-query attention, SwiGLU MLP,
-LM head untied or, with --tie, tied) in float32 on the CPU with AdamW, on random token batches,
+LM head untied or, with --tie, tied) in float32 (or, with --precision bf16,
+under torch.autocast's bf16) on the CPU with AdamW, on random token batches,
 and prints one JSON line:
 
     {"impl": "torch", "tokens_per_s": ..., "step_ms_median": ..., "threads": ...,
@@ -150,6 +151,9 @@ def main():
     ap.add_argument("--eps", type=float, default=1e-5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tie", action="store_true", help="tie the LM head to the embedding (memtrain's small presets do)")
+    ap.add_argument("--precision", choices=("f32", "bf16"), default="f32",
+                    help="bf16: the forward and the loss under torch.autocast('cpu', torch.bfloat16), "
+                         "PyTorch's CPU mixed precision (float32 weights, gradients and AdamW)")
     a = ap.parse_args()
     if a.kv_heads is None:
         a.kv_heads = a.heads
@@ -173,7 +177,8 @@ def main():
         weights = torch.ones(a.batch, a.seq_len)
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = weighted_ce(model(inputs), targets, weights)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = weighted_ce(model(inputs), targets, weights)
         loss.backward()
         opt.step()
         losses.append(loss.item())
@@ -188,6 +193,7 @@ def main():
         "step_ms_median": round(med * 1e3, 2),
         "step_ms_min": round(min(times) * 1e3, 2),
         "threads": a.threads,
+        "precision": a.precision,
         "params": params,
         "torch_version": torch.__version__,
         "shape": {"hidden": a.hidden, "layers": a.layers, "heads": a.heads, "kv_heads": a.kv_heads,
