@@ -61,11 +61,21 @@ func gradRelErr(a, b []float32) float64 {
 // stated tolerances, tied and untied, with and without recomputation; a
 // forward-only pass the same loss; and the float32 master weights and
 // their gradients stay float32.
+//
+// The wide case's products all exceed the skinny path and half of the
+// pair kernel's tile (hidden 64, MLP 96, vocabulary 80, 48 tokens), so on
+// a CPU with AVX512_BF16 they run on it (gemm.GemmBF16), as a real
+// model's do; the tiny one's mostly widen.
 func TestBF16StepMatchesF32(t *testing.T) {
+	wide := testConfig(false, 2)
+	wide.HiddenSize, wide.IntermediateSize, wide.VocabSize = 64, 96, 80
+	wide.InitializerRange = 0.15 // the tiny one's activations: 0.3·√(16/64)
 	for _, tie := range []bool{false, true} {
 		for _, recompute := range []bool{false, true} {
-			cfg := testConfig(tie, 2)
-			batch := randomBatch(cfg, 3, 12, 4)
+			cfg, batch := testConfig(tie, 2), randomBatch(testConfig(tie, 2), 3, 12, 4)
+			if !tie && recompute {
+				cfg, batch = wide, randomBatch(wide, 2, 24, 4)
+			}
 			ref := randomModel(t, newBackend(2), cfg, Options{}, 6)
 			half := randomModel(t, newBackend(2), cfg, Options{Activations: engine.BF16, Recompute: recompute}, 6)
 			for _, p := range half.Params() {
@@ -104,7 +114,7 @@ func TestBF16StepMatchesF32(t *testing.T) {
 				num, den = num+n, den+d
 			}
 			total := math.Sqrt(num / den)
-			what := fmt.Sprintf("tie=%v recompute=%v", tie, recompute)
+			what := fmt.Sprintf("tie=%v recompute=%v hidden=%d", tie, recompute, cfg.HiddenSize)
 			t.Logf("%s: loss %.6f vs %.6f (relative %.2g); gradients: all %.3g (L2), worst %s %.3g (L2), %s %.3g (max)",
 				what, l16.Mean(), l32.Mean(), lossErr, total, l2Name, worstL2, maxName, worstMax)
 			if lossErr > bf16LossTol || l16.Weight != l32.Weight {
