@@ -43,7 +43,7 @@ const bigBatchItem = 1 << 25
 // Impl whose results do not depend on its thread count, like the Go path,
 // gives the same bits both ways.
 func Batched(g Impl, batch int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda, strideA int, b []float32, ldb, strideB int, beta float32, c []float32, ldc, strideC int) {
-	checkBatch(batch, m, n, strideA, strideB, ldc, strideC)
+	checkBatch(batch, transA, transB, m, n, k, len(a), lda, strideA, len(b), ldb, strideB, len(c), ldc, strideC)
 	if batch == 0 || m == 0 || n == 0 {
 		return
 	}
@@ -60,15 +60,39 @@ func Batched(g Impl, batch int, transA, transB bool, m, n, k int, alpha float32,
 	})
 }
 
-// checkBatch panics on a negative batch or stride, or blocks of C that
-// overlap.
-func checkBatch(batch, m, n, strideA, strideB, ldc, strideC int) {
+// checkBatch panics on a negative batch or stride, blocks of C that
+// overlap, or operands too short for the batch: na, nb and nc are the
+// lengths of a, b and c (A and B are not read when k is 0).
+func checkBatch(batch int, transA, transB bool, m, n, k, na, lda, strideA, nb, ldb, strideB, nc, ldc, strideC int) {
 	if batch < 0 || strideA < 0 || strideB < 0 || strideC < 0 {
 		panic(fmt.Sprintf("gemm: negative batch %d or stride (%d, %d, %d)", batch, strideA, strideB, strideC))
 	}
-	if batch > 1 && m > 0 && n > 0 && strideC < (m-1)*ldc+n {
+	if batch == 0 || m == 0 || n == 0 {
+		return
+	}
+	if batch > 1 && strideC < (m-1)*ldc+n {
 		panic(fmt.Sprintf("gemm: strideC = %d makes the %d×%d blocks of C (ldc %d) overlap", strideC, m, n, ldc))
 	}
+	batchSpan("c", nc, batch, strideC, m, n, ldc)
+	if k > 0 {
+		ar, ac, br, bc := storedShapes(transA, transB, m, n, k)
+		batchSpan("a", na, batch, strideA, ar, ac, lda)
+		batchSpan("b", nb, batch, strideB, br, bc, ldb)
+	}
+}
+
+// batchSpan returns how many elements batch rows×cols matrices, stride
+// apart with row stride ld, reach, and panics, naming the operand, when
+// ld is shorter than a row or the operand holds fewer elements.
+func batchSpan(name string, have, batch, stride, rows, cols, ld int) int {
+	if ld < max(1, cols) {
+		panic(fmt.Sprintf("gemm: ld%s = %d is less than the %d columns of %s", name, ld, cols, name))
+	}
+	need := (batch-1)*stride + (rows-1)*ld + cols
+	if have < need {
+		panic(fmt.Sprintf("gemm: %s has %d elements, too few for %d %d×%d matrices %d apart with stride %d", name, have, batch, rows, cols, stride, ld))
+	}
+	return need
 }
 
 // spread runs problems 0, …, batch−1 of m×n×k, run(impl, i) computing

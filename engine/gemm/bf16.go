@@ -1,7 +1,6 @@
 package gemm
 
 import (
-	"fmt"
 	"math"
 )
 
@@ -53,20 +52,13 @@ func SgemmBF16B(g Impl, transA, transB bool, m, n, k int, alpha float32, a []flo
 // element to the last, is widened once into a temporary float32 copy with
 // the same strides, for Batched.
 func BatchedBF16B(g Impl, batch int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda, strideA int, b []uint16, ldb, strideB int, beta float32, c []float32, ldc, strideC int) {
-	checkBatch(batch, m, n, strideA, strideB, ldc, strideC)
+	checkBatch(batch, transA, transB, m, n, k, len(a), lda, strideA, len(b), ldb, strideB, len(c), ldc, strideC)
 	if batch == 0 || m == 0 || n == 0 {
 		return
 	}
 	if _, ok := g.(BF16BImpl); !ok && k > 0 {
-		br, bc := k, n
-		if transB {
-			br, bc = n, k
-		}
-		span := (batch-1)*strideB + (br-1)*ldb + bc
-		if ldb < bc || len(b) < span {
-			panic(fmt.Sprintf("gemm: b has %d elements, too few for %d %d×%d matrices %d apart with stride %d", len(b), batch, br, bc, strideB, ldb))
-		}
-		wide := make([]float32, span)
+		_, _, br, bc := storedShapes(transA, transB, m, n, k)
+		wide := make([]float32, batchSpan("b", len(b), batch, strideB, br, bc, ldb))
 		widenBF16(wide, b)
 		Batched(g, batch, transA, transB, m, n, k, alpha, a, lda, strideA, wide, ldb, strideB, beta, c, ldc, strideC)
 		return

@@ -415,14 +415,7 @@ func checkSizes(transA, transB bool, m, n, k int, na, lda, nb, ldb, nc, ldc int)
 	if m < 0 || n < 0 || k < 0 {
 		panic(fmt.Sprintf("gemm: negative dimension m=%d n=%d k=%d", m, n, k))
 	}
-	ar, ac := m, k
-	if transA {
-		ar, ac = k, m
-	}
-	br, bc := k, n
-	if transB {
-		br, bc = n, k
-	}
+	ar, ac, br, bc := storedShapes(transA, transB, m, n, k)
 	check := func(name string, size, rows, cols, ld int) {
 		if ld < max(1, cols) {
 			panic(fmt.Sprintf("gemm: ld%s = %d is less than the %d columns of %s", name, ld, cols, name))
@@ -436,6 +429,19 @@ func checkSizes(transA, transB bool, m, n, k int, na, lda, nb, ldb, nc, ldc int)
 		check("b", nb, br, bc, ldb)
 	}
 	check("c", nc, m, n, ldc)
+}
+
+// storedShapes returns the rows and columns A and B are stored in: op(A)
+// is m×k, so A is stored k×m when transposed, and op(B) is k×n.
+func storedShapes(transA, transB bool, m, n, k int) (ar, ac, br, bc int) {
+	ar, ac, br, bc = m, k, k, n
+	if transA {
+		ar, ac = ac, ar
+	}
+	if transB {
+		br, bc = bc, br
+	}
+	return ar, ac, br, bc
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }

@@ -87,8 +87,8 @@ func TestKernelBenchSweep(t *testing.T) {
 		flops := kb.sweep()
 		want, each := 2*float64(kn.mr*kb.ncols*kb.kc), 1e-6
 		if kn.pairs {
-			// Two products a step, of 1e-3 rounded to bf16.
-			h := float64(math.Float32frombits((math.Float32bits(1e-3) + 0x8000) &^ 0xffff))
+			// Two products a step, of 1e-3's upper half.
+			h := float64(math.Float32frombits(math.Float32bits(1e-3) &^ 0xffff))
 			want, each = 2*want, 2*h*h
 		}
 		if flops != want {

@@ -68,7 +68,7 @@ func widenedMatrix(x []uint16, trans bool, r, c, ld int) []float32 {
 // BatchedBF16 is Batched for A and B of bf16 bit patterns: each problem is
 // computed by GemmBF16, spread over the threads as Batched spreads them.
 func BatchedBF16(g Impl, batch int, transA, transB bool, m, n, k int, alpha float32, a []uint16, lda, strideA int, b []uint16, ldb, strideB int, beta float32, c []float32, ldc, strideC int) {
-	checkBatch(batch, m, n, strideA, strideB, ldc, strideC)
+	checkBatch(batch, transA, transB, m, n, k, len(a), lda, strideA, len(b), ldb, strideB, len(c), ldc, strideC)
 	if batch == 0 || m == 0 || n == 0 {
 		return
 	}
@@ -178,41 +178,9 @@ func asWords(x []float32) []uint32 {
 // stride ld whose kv values are contiguous: step q of line i gets values 2q
 // and 2q+1 of the line. Its last w−n words a step must be zero already.
 func pairsAlong(panel []uint32, w int, src []uint16, ld, n, kv int) {
-	full := kv / 2
+	full, q := kv/2, 0
 	if pairsAlongFast(panel, w, src, ld, n, kv) {
-		if kv%2 == 1 {
-			for i := 0; i < n; i++ {
-				panel[full*w+i] = uint32(src[i*ld+kv-1])
-			}
-		}
-		return
-	}
-	// Four lines at a time, a block of 8 steps each: four source runs
-	// read with unit stride, the writes to 8 consecutive steps.
-	const bk = 8
-	q := 0
-	for ; q+bk <= full; q += bk {
-		d := panel[q*w : (q+bk)*w]
-		i := 0
-		for ; i+4 <= n; i += 4 {
-			s0 := (*[2 * bk]uint16)(src[i*ld+2*q:])
-			s1 := (*[2 * bk]uint16)(src[(i+1)*ld+2*q:])
-			s2 := (*[2 * bk]uint16)(src[(i+2)*ld+2*q:])
-			s3 := (*[2 * bk]uint16)(src[(i+3)*ld+2*q:])
-			for t := 0; t < bk; t++ {
-				o := (*[4]uint32)(d[t*w+i:])
-				o[0] = uint32(s0[2*t]) | uint32(s0[2*t+1])<<16
-				o[1] = uint32(s1[2*t]) | uint32(s1[2*t+1])<<16
-				o[2] = uint32(s2[2*t]) | uint32(s2[2*t+1])<<16
-				o[3] = uint32(s3[2*t]) | uint32(s3[2*t+1])<<16
-			}
-		}
-		for ; i < n; i++ {
-			s := (*[2 * bk]uint16)(src[i*ld+2*q:])
-			for t := 0; t < bk; t++ {
-				d[t*w+i] = uint32(s[2*t]) | uint32(s[2*t+1])<<16
-			}
-		}
+		q = full // the full pairs are packed: only an odd last value is left
 	}
 	for i := 0; i < n; i++ {
 		line := src[i*ld : i*ld+kv]

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -323,6 +324,44 @@ func TestPairKernelSubnormals(t *testing.T) {
 		}
 		if c[nr] != 1 {
 			t.Errorf("%s: 1·1 + 1·0 = %g, want 1", pk.name, c[nr])
+		}
+	}
+}
+
+// TestGemmBF16Panics: operands too short for their shapes, strides or
+// batch panic with a message naming the operand, on every Impl, rather
+// than with a slice bound deep in the packing.
+func TestGemmBF16Panics(t *testing.T) {
+	for _, g := range []Impl{New(1), New(2), Reference{}} {
+		for _, tc := range []struct {
+			name, want string
+			f          func()
+		}{
+			{"short a", "a has 3 elements", func() {
+				GemmBF16(g, false, false, 20, 20, 2, 1, make([]uint16, 3), 2, make([]uint16, 40), 20, 0, make([]float32, 400), 20)
+			}},
+			{"short b", "b has 39 elements", func() {
+				GemmBF16(g, false, false, 20, 20, 2, 1, make([]uint16, 40), 2, make([]uint16, 39), 20, 0, make([]float32, 400), 20)
+			}},
+			{"lda", "lda = 1", func() {
+				GemmBF16(g, false, false, 20, 20, 2, 1, make([]uint16, 40), 1, make([]uint16, 40), 20, 0, make([]float32, 400), 20)
+			}},
+			{"batched b past its end", "b has 40 elements, too few for 3", func() {
+				BatchedBF16(g, 3, false, false, 20, 20, 2, 1, make([]uint16, 120), 2, 40, make([]uint16, 40), 20, 40, 0, make([]float32, 1200), 20, 400)
+			}},
+			{"batched short c", "c has 799 elements", func() {
+				BatchedBF16(g, 2, false, false, 20, 20, 2, 1, make([]uint16, 80), 2, 40, make([]uint16, 40), 20, 0, 0, make([]float32, 799), 20, 400)
+			}},
+		} {
+			t.Run(fmt.Sprintf("%s-%d/%s", g.Name(), g.Threads(), tc.name), func(t *testing.T) {
+				defer func() {
+					r := recover()
+					if s := fmt.Sprint(r); r == nil || !strings.Contains(s, tc.want) {
+						t.Errorf("panic %v, want one containing %q", r, tc.want)
+					}
+				}()
+				tc.f()
+			})
 		}
 	}
 }

@@ -23,10 +23,10 @@ func newKernelBench(kn *microKernel) *kernelBench {
 	kb := &kernelBench{kn: kn, kc: kc, ncols: ncols, panels: ncols / kn.nr,
 		a: alignedFloats(kn.mr * kc), b: alignedFloats(kc * ncols), c: alignedFloats(kn.mr * ncols)}
 	// Small values: a long run of accumulations stays finite and normal.
-	// A pair kernel's words hold two bf16 values, each 1e-3 rounded.
+	// A pair kernel's words hold two bf16 values, each 1e-3's upper half.
 	v := float32(1e-3)
 	if kn.pairs {
-		h := uint32(math.Float32bits(v)+0x8000) >> 16
+		h := math.Float32bits(v) >> 16
 		v = math.Float32frombits(h | h<<16)
 	}
 	for i := range kb.a {
