@@ -332,16 +332,20 @@ func TestSgemmPanics(t *testing.T) {
 			g.Sgemm(true, false, 2, 2, 2, 1, make([]float32, 4), 1, make([]float32, 4), 2, 0, make([]float32, 4), 2)
 		}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			defer func() {
-				r := recover()
-				if s, _ := r.(string); !strings.Contains(s, tc.want) {
-					t.Errorf("panic %v, want one containing %q", r, tc.want)
-				}
-			}()
-			tc.f()
-		})
+		t.Run(tc.name, func(t *testing.T) { mustPanicWith(t, tc.want, tc.f) })
 	}
+}
+
+// mustPanicWith checks that f panics with a message containing want.
+func mustPanicWith(t *testing.T, want string, f func()) {
+	t.Helper()
+	defer func() {
+		r := recover()
+		if s := fmt.Sprint(r); r == nil || !strings.Contains(s, want) {
+			t.Errorf("panic %v, want one containing %q", r, want)
+		}
+	}()
+	f()
 }
 
 func TestSplit(t *testing.T) {
