@@ -41,9 +41,11 @@
 // EmbeddingBackward, RMSNorm, RoPE, SwiGLU, Attention, their backwards
 // and AttentionKV, each on any mix of F32 and BF16 tensors: they run their
 // float32 code on widened stand-ins and round each BF16 output once
-// (mixed.go), as the engine.Backend contract asks. CrossEntropy, Argmax,
-// SumSquares, Sum and AdamW panic on a BF16 tensor with a message naming
-// themselves: the loss, its gradient and the optimizer stay float32.
+// (mixed.go), as the engine.Backend contract asks; and CrossEntropy's
+// dLogits, each row rounded once from float32 scratch. Otherwise
+// CrossEntropy, Argmax, SumSquares, Sum and AdamW panic on a BF16 tensor
+// with a message naming themselves: the loss and the optimizer stay
+// float32.
 package cpu
 
 import (
@@ -53,6 +55,7 @@ import (
 
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/gemm"
+	"github.com/memtrain/memtrain/internal/team"
 )
 
 // Options configure a Backend.
@@ -77,6 +80,10 @@ type Backend struct {
 	inner gemm.Impl
 	// scratch holds the float32 stand-ins of mixed precision (mixed.go).
 	scratch scratch
+	// team runs parallelFor's chunks: the GEMM's own team when it lends
+	// one big enough (gemm.Teamer), so that kernels and products keep the
+	// same workers awake, else the backend's.
+	team *team.Team
 
 	allocated atomic.Int64 // bytes of live tensors
 	peak      atomic.Int64 // high-water mark of allocated
@@ -94,7 +101,15 @@ func New(opts Options) *Backend {
 	if g == nil {
 		g = defaultGemm(threads)
 	}
-	return &Backend{threads: threads, gemm: g, inner: serial(g)}
+	b := &Backend{threads: threads, gemm: g, inner: serial(g)}
+	if t, ok := g.(gemm.Teamer); ok && t.Team().Workers() >= threads-1 {
+		b.team = t.Team()
+	} else {
+		b.team = team.New(threads - 1)
+		// The workers do not refer to b: stop them when b goes.
+		runtime.AddCleanup(b, (*team.Team).Close, b.team)
+	}
+	return b
 }
 
 // defaultGemm is the GEMM a backend uses when Options.GEMM is nil: the

@@ -12,6 +12,13 @@ import "sync"
 // bits for any thread count. grain is the least number of items worth a
 // goroutine: below it the work is cheaper than the hand-off.
 //
+// The chunks run on the backend's team of workers (package team), awake
+// for a while after each kernel, rather than on goroutines started for
+// each call: a short kernel on two threads took twice as long as on one
+// when its second chunk waited for the runtime to start a goroutine on an
+// idle core (measured on a 2-vCPU VM: 139–222 µs against 73–109 µs for
+// rounding 2048×256 values to bf16).
+//
 // A panic in fn is re-raised on the calling goroutine once all chunks are
 // done, so a kernel's argument checks behave the same with one thread or
 // many.
@@ -28,11 +35,11 @@ func (b *Backend) parallelFor(n, grain int, fn func(lo, hi int)) {
 		return
 	}
 	var (
-		wg      sync.WaitGroup
 		mu      sync.Mutex
 		failure any
 	)
-	run := func(lo, hi int) {
+	// Chunk 0 runs here, the others on the team's workers.
+	b.team.Parallel(k, func(c int) {
 		defer func() {
 			if r := recover(); r != nil {
 				mu.Lock()
@@ -42,18 +49,8 @@ func (b *Backend) parallelFor(n, grain int, fn func(lo, hi int)) {
 				mu.Unlock()
 			}
 		}()
-		fn(lo, hi)
-	}
-	// Chunks 1..k−1 get goroutines; chunk 0 runs here.
-	for c := 1; c < k; c++ {
-		wg.Add(1)
-		go func(lo, hi int) {
-			defer wg.Done()
-			run(lo, hi)
-		}(c*n/k, (c+1)*n/k)
-	}
-	run(0, n/k)
-	wg.Wait()
+		fn(c*n/k, (c+1)*n/k)
+	})
 	if failure != nil {
 		panic(failure)
 	}

@@ -3,6 +3,8 @@ package gemm
 import (
 	"fmt"
 	"sync"
+
+	"github.com/memtrain/memtrain/internal/team"
 )
 
 // Serialer is implemented by an Impl that can give a single-threaded
@@ -16,6 +18,15 @@ import (
 // concurrent use.
 type Serialer interface {
 	Serial() Impl
+}
+
+// Teamer is implemented by an Impl that runs its products on a team of
+// worker goroutines that others may borrow between products (see
+// team.Team.Parallel): the CPU backend runs its element-wise kernels on its
+// GEMM's team, so that the workers a product leaves polling are the ones
+// the next kernel wakes, not goroutines the runtime must start.
+type Teamer interface {
+	Team() *team.Team
 }
 
 // Serial returns r: the reference already runs on one goroutine.

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"sync"
 	"unsafe"
+
+	"github.com/memtrain/memtrain/internal/team"
 )
 
 // minThreadFlops is the least work, in floating-point operations, worth
@@ -41,7 +43,7 @@ type goGEMM struct {
 	noShare bool
 
 	teamOnce sync.Once
-	team     *team // threads−1 workers, started by the first parallel call
+	team     *team.Team // threads−1 workers, started by the first parallel call
 }
 
 // New returns the pure-Go GEMM running on up to threads goroutines
@@ -58,7 +60,7 @@ type goGEMM struct {
 // Products at most skinnyMaxM (16) rows high take the skinny path, which
 // does not pack B (see skinny).
 //
-// The returned Impl also implements Serialer. Its results depend only on
+// The returned Impl also implements Serialer and Teamer. Its results depend only on
 // the operands and the CPU's micro-kernel, not on the thread count.
 func New(threads int) Impl {
 	return newGo(threads, cpuKernels[0])
@@ -79,24 +81,17 @@ func (g *goGEMM) parallel(n int, f func(w int)) {
 		f(0)
 		return
 	}
+	g.Team().Parallel(n, f)
+}
+
+// Team returns g's team of threads−1 workers, starting it on first use.
+func (g *goGEMM) Team() *team.Team {
 	g.teamOnce.Do(func() {
-		g.team = newTeam(g.threads - 1)
+		g.team = team.New(g.threads - 1)
 		// The workers do not refer to g: stop them when g goes.
-		runtime.AddCleanup(g, (*team).close, g.team)
+		runtime.AddCleanup(g, (*team.Team).Close, g.team)
 	})
-	if g.team.run(func(w int) {
-		if w < n {
-			f(w)
-		}
-	}) {
-		return
-	}
-	var wg sync.WaitGroup
-	for w := 1; w < n; w++ {
-		wg.Go(func() { f(w) })
-	}
-	f(0)
-	wg.Wait()
+	return g.team
 }
 
 // Name returns "go".

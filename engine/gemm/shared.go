@@ -1,11 +1,6 @@
 package gemm
 
-import (
-	"runtime"
-	"sync"
-	"sync/atomic"
-	"time"
-)
+import "github.com/memtrain/memtrain/internal/team"
 
 // When sgemm splits C into a row of rectangles or a column of them, every
 // goroutine needs the whole of one operand: all of op(B) when they split
@@ -33,7 +28,7 @@ func (g *goGEMM) rowsShared(kn *microKernel, t int, transA, transB bool, m, n, k
 	size := ncMax * kcMax
 	sh := g.workspace(0, 2*size, 0)
 	defer g.pool.Put(sh)
-	bar := newBarrier(t)
+	bar := team.NewBarrier(t)
 	g.parallel(t, func(w int) {
 		i0, i1 := min(w*mt/t*mr, m), min((w+1)*mt/t*mr, m)
 		ws := g.workspace(mcMax*kcMax, 0, mr*nr)
@@ -56,7 +51,7 @@ func (g *goGEMM) rowsShared(kn *microKernel, t int, transA, transB bool, m, n, k
 					if j0, j1 := share(w, t, nc, nr); j1 > j0 {
 						b.pack(buf[j0*kc:], nr, transB, ldb, pc, jc+j0, kc, j1-j0)
 					}
-					bar.wait()
+					bar.Wait()
 					if mc > 0 {
 						macro(kn, ws.tile, ws.a, buf, ic, mc, jc, nc, kc, c, ldc, bet)
 					}
@@ -77,7 +72,7 @@ func (g *goGEMM) colsShared(kn *microKernel, t int, transA, transB bool, m, n, k
 	size := mcMax * kcMax
 	sh := g.workspace(0, 2*size, 0)
 	defer g.pool.Put(sh)
-	bar := newBarrier(t)
+	bar := team.NewBarrier(t)
 	g.parallel(t, func(w int) {
 		j0, j1 := min(w*nt/t*nr, n), min((w+1)*nt/t*nr, n)
 		ws := g.workspace(0, ncMax*kcMax, mr*nr)
@@ -92,7 +87,7 @@ func (g *goGEMM) colsShared(kn *microKernel, t int, transA, transB bool, m, n, k
 				if r0, r1 := share(w, t, mc, mr); r1 > r0 {
 					a.pack(buf[r0*kc:], mr, transA, lda, ic+r0, pc, r1-r0, kc, alpha)
 				}
-				bar.wait()
+				bar.Wait()
 				sweepB(kn, ws, buf, transB, b, ldb, pc, kc, ic, mc, j0, j1, ncMax, sliceBeta(beta, pc), c, ldc)
 			}
 		}
@@ -104,57 +99,4 @@ func (g *goGEMM) colsShared(kn *microKernel, t int, transA, transB bool, m, n, k
 func share(w, t, n, p int) (lo, hi int) {
 	np := ceilDiv(n, p)
 	return min(w*np/t*p, n), min((w+1)*np/t*p, n)
-}
-
-// barrierSpin is how long a goroutine polls at a barrier before it blocks.
-// Longer than a team's spinFor: the others are at work on the same product
-// and due soon, while a blocked goroutine, woken on a virtual machine,
-// costs the hypervisor's wake-up (measured: up to 2 ms) at every barrier
-// that one goroutine reaches a little late.
-const barrierSpin = 20 * time.Millisecond
-
-// A barrier holds each of n goroutines at wait until all n have arrived.
-// It polls, yielding to other goroutines, for barrierSpin, then blocks.
-type barrier struct {
-	n       int32
-	arrived atomic.Int32
-	phase   atomic.Uint32
-	mu      sync.Mutex
-	cond    sync.Cond
-}
-
-func newBarrier(n int) *barrier {
-	b := &barrier{n: int32(n)}
-	b.cond.L = &b.mu
-	return b
-}
-
-// wait returns once all n goroutines have called it in this phase.
-func (b *barrier) wait() {
-	ph := b.phase.Load()
-	if b.arrived.Add(1) == b.n {
-		// The last to arrive resets the count before it opens the
-		// phase, so that none counts itself into the next one early.
-		b.arrived.Store(0)
-		b.mu.Lock()
-		b.phase.Add(1)
-		b.mu.Unlock()
-		b.cond.Broadcast()
-		return
-	}
-	start := time.Now()
-	for i := 0; b.phase.Load() == ph; i++ {
-		if i%yieldEvery != yieldEvery-1 {
-			continue
-		}
-		if time.Since(start) > barrierSpin {
-			b.mu.Lock()
-			for b.phase.Load() == ph {
-				b.cond.Wait()
-			}
-			b.mu.Unlock()
-			return
-		}
-		runtime.Gosched()
-	}
 }

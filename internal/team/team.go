@@ -1,4 +1,9 @@
-package gemm
+// Package team owns a fixed set of worker goroutines that take one
+// parallel job at a time, for the compute kernels that are too short to
+// start goroutines of their own: the GEMM's rectangles and the CPU
+// backend's per-element loops share one team, so that between one kernel
+// and the next its workers are still awake.
+package team
 
 import (
 	"runtime"
@@ -22,12 +27,14 @@ const spinFor = 200 * time.Microsecond
 // sleep, which is what polling is meant to avoid.
 const yieldEvery = 256
 
-// team is a fixed set of worker goroutines that run one job at a time,
-// each calling job(w) with its own index w, 1 ≤ w ≤ workers; the caller
-// takes index 0. Between jobs the workers poll for spinFor, then block.
-type team struct {
+// A Team is a fixed set of worker goroutines that run one job at a time,
+// each calling job(w) with its own index w, 1 ≤ w ≤ Workers(); the caller
+// takes index 0. Between jobs the workers poll for 200 µs, then block.
+// It is safe for concurrent use: a call made while another caller's job
+// is in flight runs on fresh goroutines instead (see Parallel).
+type Team struct {
 	workers int
-	busy    sync.Mutex // held by the caller of run while a job is in flight
+	busy    sync.Mutex // held by the caller of Run while a job is in flight
 
 	job     func(w int)
 	seq     atomic.Uint64 // incremented for each job; workers wait for a change
@@ -42,9 +49,11 @@ type team struct {
 	done         chan struct{}
 }
 
-// newTeam starts workers goroutines.
-func newTeam(workers int) *team {
-	t := &team{
+// New starts a team of workers goroutines (none when workers ≤ 0). They
+// run until Close.
+func New(workers int) *Team {
+	workers = max(workers, 0)
+	t := &Team{
 		workers: workers,
 		parked:  make([]atomic.Bool, workers+1),
 		wake:    make([]chan struct{}, workers+1),
@@ -57,8 +66,12 @@ func newTeam(workers int) *team {
 	return t
 }
 
-// close stops the workers once they finish the job in flight, if any.
-func (t *team) close() {
+// Workers is the number of worker goroutines, the caller not counted.
+func (t *Team) Workers() int { return t.workers }
+
+// Close stops the workers once they finish the job in flight, if any.
+// Parallel still works after Close, on fresh goroutines.
+func (t *Team) Close() {
 	t.quit.Store(true)
 	for w := 1; w <= t.workers; w++ {
 		select {
@@ -68,11 +81,36 @@ func (t *team) close() {
 	}
 }
 
-// run calls job(w) for w = 0, …, workers, job(0) on the calling goroutine
-// and the others on the team, and returns when all have returned. It
-// returns false without running anything if the team is running another
-// caller's job.
-func (t *team) run(job func(w int)) bool {
+// Parallel calls f(w) for w = 0, …, n−1, f(0) on the calling goroutine and
+// the others on the team's workers — or, if n−1 is more than the team has
+// or the team is running another caller's job, on fresh goroutines — and
+// returns when all have returned. A panic in f must be recovered by f: a
+// worker's would end the process.
+func (t *Team) Parallel(n int, f func(w int)) {
+	if n <= 1 {
+		f(0)
+		return
+	}
+	if n-1 <= t.workers && !t.quit.Load() && t.Run(func(w int) {
+		if w < n {
+			f(w)
+		}
+	}) {
+		return
+	}
+	var wg sync.WaitGroup
+	for w := 1; w < n; w++ {
+		wg.Go(func() { f(w) })
+	}
+	f(0)
+	wg.Wait()
+}
+
+// Run calls job(w) for w = 0, …, Workers(), job(0) on the calling
+// goroutine and the others on the team, and returns when all have
+// returned. It returns false without running anything if the team is
+// running another caller's job.
+func (t *Team) Run(job func(w int)) bool {
 	if !t.busy.TryLock() {
 		return false
 	}
@@ -116,7 +154,7 @@ func (t *team) run(job func(w int)) bool {
 }
 
 // work is worker w's loop.
-func (t *team) work(w int) {
+func (t *Team) work(w int) {
 	var last uint64 // the team starts at job 0, perhaps before w runs
 	for {
 		start := time.Now()
