@@ -34,7 +34,9 @@ import "math"
 //     does) and rounds each output once to its tensor's dtype.
 //
 // CrossEntropy, Argmax, SumSquares, Sum and AdamW take F32 tensors: the
-// loss, its gradient and the optimizer's state stay float32.
+// loss and the optimizer's state stay float32. The one exception is
+// CrossEntropy's dLogits, which may be BF16: the gradient computed in
+// float32 and rounded once, as the head's bf16 products take it.
 //
 // Accumulation: kernels whose output is a gradient of a weight
 // (EmbeddingBackward's dTable, RMSNormBackward's dw) add into it, so that
@@ -164,7 +166,8 @@ type Backend interface {
 	// and, if dLogits is not nil, dLogits[i] = scale·w[i]·(softmax(logits[i]) − onehot(t[i])).
 	// Rows with weight 0 get zero loss and zero gradient (their target
 	// may be out of range, e.g. padding). dLogits may be logits itself: the
-	// gradient then replaces the logits in place.
+	// gradient then replaces the logits in place. A BF16 dLogits gets the
+	// float32 gradient rounded once to nearest even.
 	CrossEntropy(losses, dLogits, logits, targets, weights *Tensor, scale float32)
 	// Argmax writes, for each row of logits [N,V], the index of the
 	// largest value, the lowest index on ties, into out I32 [N]. A NaN

@@ -39,16 +39,25 @@ func logitsShape(op string, logits *engine.Tensor, n int) int {
 //
 // dLogits may be logits itself: the gradient then replaces the logits in
 // place, which saves the N×V buffer that dominates a small model's
-// activations.
+// activations. It may also be BF16 (mixed precision's head gradient): each
+// row is then computed in float32 as above, in a row of scratch, and
+// rounded once to nearest even — the same bits as an F32 dLogits copied
+// into bf16, without writing and reading the float32 gradient of the whole
+// chunk.
 func (b *Backend) CrossEntropy(losses, dLogits, logits, targets, weights *engine.Tensor, scale float32) {
 	n := targets.Len()
 	v := logitsShape("CrossEntropy", logits, n)
 	ls, xs, ts, ws := floats("CrossEntropy", losses), floats("CrossEntropy", logits), Int32s(targets), floats("CrossEntropy", weights)
 	check(len(ls) == n && len(ws) == n, "CrossEntropy: losses %v and weights %v for %d rows", losses, weights, n)
 	var ds []float32
+	var dh []uint16 // a BF16 dLogits
 	if dLogits != nil {
-		ds = floats("CrossEntropy", dLogits)
-		check(len(ds) == n*v, "CrossEntropy: dLogits %v for logits %v", dLogits, logits)
+		if dLogits.DType() == engine.BF16 {
+			dh = BF16s(dLogits)
+		} else {
+			ds = floats("CrossEntropy", dLogits)
+		}
+		check(max(len(ds), len(dh)) == n*v, "CrossEntropy: dLogits %v for logits %v", dLogits, logits)
 	}
 	for i, t := range ts {
 		check(ws[i] == 0 || (t >= 0 && int(t) < v),
@@ -58,17 +67,28 @@ func (b *Backend) CrossEntropy(losses, dLogits, logits, targets, weights *engine
 	// A row costs a few passes over V floats: one goroutine per
 	// elementGrain/2 elements at least.
 	b.parallelFor(n, max(1, elementGrain/2/v), func(lo, hi int) {
-		var scratch []float32 // the exponentials when there is no d to hold them
+		// scratch holds the exponentials when there is no F32 d to hold
+		// them: a row's worth, in cache until its bf16 row is written.
+		var scratch []float32
+		if ds == nil {
+			scratch = b.scratch.get(v)
+			defer b.scratch.put(scratch)
+		}
 		for i := lo; i < hi; i++ {
 			x := xs[i*v : (i+1)*v]
 			var d []float32
-			if ds != nil {
+			var dr []uint16 // the row of a BF16 dLogits
+			switch {
+			case ds != nil:
 				d = ds[i*v : (i+1)*v]
+			case dh != nil:
+				d, dr = scratch, dh[i*v:(i+1)*v]
 			}
 			w := float64(ws[i])
 			if w == 0 {
 				ls[i] = 0
 				clear(d)
+				clear(dr)
 				continue
 			}
 			t := int(ts[i])
@@ -78,9 +98,6 @@ func (b *Backend) CrossEntropy(losses, dLogits, logits, targets, weights *engine
 			zt := float64(x[t]) - float64(m)
 			e := d
 			if e == nil {
-				if scratch == nil {
-					scratch = make([]float32, v)
-				}
 				e = scratch
 			}
 			sum := vec.ExpSum(e, x, m)
@@ -91,6 +108,9 @@ func (b *Backend) CrossEntropy(losses, dLogits, logits, targets, weights *engine
 			c := float64(scale) * w / sum
 			vec.Scale(float32(c), d)
 			d[t] = float32(math.Exp(zt)*c - float64(scale)*w)
+			if dr != nil {
+				vec.RoundBF16(dr, d)
+			}
 		}
 	})
 }

@@ -469,3 +469,46 @@ func testAdamWStepCopy(h *harness) {
 		}
 	}
 }
+
+// testCrossEntropyBF16 checks CrossEntropy into a BF16 dLogits (mixed
+// precision's head gradient): the gradient computed in float32 and
+// rounded once, so bit for bit the F32 dLogits of the same call rounded
+// to bf16 — weight-0 rows zero, and the losses unchanged.
+func testCrossEntropyBF16(h *harness) {
+	for _, c := range []struct {
+		n, v    int
+		weights []float32
+		scale   float32
+	}{
+		{6, 11, []float32{1, 0, 0.5, 2, 0, 1}, 0.25},
+		{3, 5003, []float32{1, 1, 1}, 1},
+		{5, 32000, []float32{0.5, 1, 0, 1, 3}, 1.0 / 4096},
+	} {
+		name := fmt.Sprintf("N=%d V=%d", c.n, c.v)
+		logits := h.randn(c.n*c.v, 3)
+		targets := h.ints(c.n, c.v)
+		for i, w := range c.weights {
+			if w == 0 {
+				targets[i] = -1 // padding
+			}
+		}
+		tl, tt, tw := h.f32(logits, c.n, c.v), h.i32(targets, c.n), h.f32(c.weights, c.n)
+		lossF, dF := h.nan(c.n), h.nan(c.n, c.v)
+		h.be.CrossEntropy(lossF, dF, tl, tt, tw, c.scale)
+		lossH, dH := h.nan(c.n), h.bf16(fill(c.n*c.v, float32(math.NaN())), c.n, c.v)
+		h.be.CrossEntropy(lossH, dH, tl, tt, tw, c.scale)
+		want, got := rounded(h.get(dF)), h.get(dH)
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				h.t.Errorf("CrossEntropy %s: bf16 dLogits[%d] = %g, want %g (the float32 gradient rounded)", name, i, got[i], want[i])
+				break
+			}
+		}
+		gl, wl := h.get(lossH), h.get(lossF)
+		for i := range wl {
+			if math.Float32bits(gl[i]) != math.Float32bits(wl[i]) {
+				h.t.Errorf("CrossEntropy %s: loss[%d] = %g with a bf16 dLogits, %g with F32", name, i, gl[i], wl[i])
+			}
+		}
+	}
+}

@@ -101,6 +101,7 @@ func RunConfig(t *testing.T, cfg Config) {
 		{"GemmBF16", testGemmBF16},
 		{"ActivationsBF16", testActivationsBF16},
 		{"AdamWStepCopyBF16", testAdamWStepCopy},
+		{"CrossEntropyBF16", testCrossEntropyBF16},
 	}
 	for i, tc := range tests {
 		if cfg.NoBF16 && strings.Contains(tc.name, "BF16") {

@@ -185,30 +185,33 @@ func (m *Model) headLoss(ws *workspace, batch Batch, scale float32, report bool)
 		n := min(rows, N-r0)
 		logits, lnf := ws.logits.View(0, n, V), ws.lnf.View(r0*H, n, H)
 		m.linear(logits, lnf, ws.head, m.gx)
+		// Mixed precision: the gradient, computed in float32, enters the
+		// head's two products rounded to bf16 (as cuBLAS's bf16 compute
+		// mode would round it anyway), so that they multiply bf16 by
+		// bf16 and the float32 head is never needed; their sums stay
+		// float32. Otherwise it replaces the logits in place.
+		dlogits := logits
+		if ws.dlogits != nil {
+			dlogits = ws.dlogits.View(0, n, V)
+		}
 		if ws.ce != nil {
 			var rep []float32
 			if report {
 				rep = batch.ReportWeights
 			}
 			hostLosses, hostReport = m.vocabCrossEntropy(ws, m.trainWeights(batch), rep, scale, true)
+			if dlogits != logits {
+				b.Copy(dlogits, logits)
+			}
 		} else {
 			targets, weights, losses := ws.targets.View(r0, n), ws.weights.View(r0, n), ws.losses.View(r0, n)
 			if report {
 				b.CrossEntropy(ws.reportLosses.View(r0, n), nil, logits, targets, ws.reportWeights.View(r0, n), 0)
 			}
-			b.CrossEntropy(losses, logits, logits, targets, weights, scale)
+			// CrossEntropy rounds a bf16 gradient row by row.
+			b.CrossEntropy(losses, dlogits, logits, targets, weights, scale)
 		}
 		dlnf := g.dlnf.View(r0*H, n, H)
-		dlogits := logits
-		if ws.dlogits != nil {
-			// Mixed precision: the gradient, computed in float32, enters
-			// the head's two products rounded to bf16 (as cuBLAS's
-			// bf16 compute mode would round it anyway), so that they
-			// multiply bf16 by bf16 and the float32 head is never
-			// needed; their sums stay float32.
-			dlogits = ws.dlogits.View(0, n, V)
-			b.Copy(dlogits, logits)
-		}
 		m.inputGrad(dlnf, dlogits, ws.head, false)
 		sum := m.startSum(dlnf, m.gy)
 		block = m.headWeightGrad(dlogits, lnf, block, r0 == 0, r0+n == N)

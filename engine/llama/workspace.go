@@ -61,8 +61,9 @@ type workspace struct {
 	// head is the LM head's weight block the forward pass used, kept for
 	// the backward pass (Z-gathered on a grid).
 	head *engine.Tensor
-	// dlogits is a training pass's bf16 copy of a head chunk's logits
-	// gradient in mixed precision (headLoss); nil otherwise.
+	// dlogits is a training pass's bf16 gradient of a head chunk's logits
+	// in mixed precision, written by CrossEntropy (headLoss); nil
+	// otherwise.
 	dlogits *engine.Tensor
 }
 
