@@ -116,6 +116,20 @@ func BenchmarkCrossEntropy(b *testing.B) {
 			be.CrossEntropy(losses, dLogits, logits, targets, weights, 1.0/N)
 		}
 	})
+	dBF16 := be.Alloc(engine.BF16, N, V)
+	b.Run("loss+bf16grad/N=256,V=32000", func(b *testing.B) {
+		b.SetBytes(N * V * 4)
+		for b.Loop() {
+			be.CrossEntropy(losses, dBF16, logits, targets, weights, 1.0/N)
+		}
+	})
+	b.Run("loss+grad+copy/N=256,V=32000", func(b *testing.B) {
+		b.SetBytes(N * V * 4)
+		for b.Loop() {
+			be.CrossEntropy(losses, dLogits, logits, targets, weights, 1.0/N)
+			be.Copy(dBF16, dLogits)
+		}
+	})
 	b.Run("loss/N=256,V=32000", func(b *testing.B) {
 		b.SetBytes(N * V * 4)
 		for b.Loop() {
