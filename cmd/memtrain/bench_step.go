@@ -44,11 +44,10 @@ bf16) timed once after each step (so that both see the same machine
 load), and their ratio (efficiency); with the Go GEMM also that product's
 micro-kernel alone on every thread (kernel_peak_gflops, the rate no step
 can beat on this CPU) and the achieved rate's share of it (peak_fraction);
-and the engine's
-memory accounting beside the process's peak RSS (which includes the GEMM's
-48 MiB). --max-positions
-raises (or lowers) the preset's max_position_embeddings, so that a small
-preset can be measured on long sequences.`,
+and the engine's memory accounting beside the process's peak RSS (which
+includes the GEMM's 48 MiB). --max-positions raises (or lowers) the
+preset's max_position_embeddings, so that a small preset can be measured
+on long sequences.`,
 		Example: `  memtrain bench step --preset small --batch 4 --seq-len 256
   memtrain bench step --preset small --batch 1 --seq-len 8192 --max-positions 8192
   memtrain bench step --device cuda --preset small --batch 4 --seq-len 1024 --precision bf16`,
