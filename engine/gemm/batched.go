@@ -2,7 +2,6 @@ package gemm
 
 import (
 	"fmt"
-	"sync"
 
 	"github.com/memtrain/memtrain/internal/team"
 )
@@ -124,16 +123,11 @@ func spread(g Impl, batch, m, n, k int, run func(impl Impl, i int)) {
 			run(serial, i)
 		}
 	}
-	if r, ok := g.(runner); ok {
-		r.parallel(workers, share)
-		return
+	var t *team.Team // fresh goroutines unless g lends its team
+	if tm, ok := g.(Teamer); ok {
+		t = tm.Team()
 	}
-	var wg sync.WaitGroup
-	for w := 1; w < workers; w++ {
-		wg.Go(func() { share(w) })
-	}
-	share(0)
-	wg.Wait()
+	t.Parallel(workers, share)
 }
 
 // batchParallel reports whether a batch of problems of the given size runs

@@ -113,13 +113,6 @@ func (g *goGEMM) Serial() Impl {
 	return &goGEMM{threads: 1, kern: g.kern, pairs: g.pairs, pool: g.pool, noSkinny: g.noSkinny, skinnyAny: g.skinnyAny, noShare: g.noShare}
 }
 
-// runner is implemented by Impls with their own way to run goroutines side
-// by side; Batched uses it.
-type runner interface {
-	// parallel calls f(w) for w = 0, …, n−1 side by side, n ≤ Threads().
-	parallel(n int, f func(w int))
-}
-
 // Sgemm computes C = alpha·op(A)·op(B) + beta·C; see Impl.
 func (g *goGEMM) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	checkArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)

@@ -84,14 +84,15 @@ func (t *Team) Close() {
 // Parallel calls f(w) for w = 0, …, n−1, f(0) on the calling goroutine and
 // the others on the team's workers — or, if n−1 is more than the team has
 // or the team is running another caller's job, on fresh goroutines — and
-// returns when all have returned. A panic in f must be recovered by f: a
-// worker's would end the process.
+// returns when all have returned. A nil Team runs them on fresh
+// goroutines. A panic in f must be recovered by f: a worker's would end the
+// process.
 func (t *Team) Parallel(n int, f func(w int)) {
 	if n <= 1 {
 		f(0)
 		return
 	}
-	if n-1 <= t.workers && !t.quit.Load() && t.Run(func(w int) {
+	if t != nil && n-1 <= t.workers && !t.quit.Load() && t.Run(func(w int) {
 		if w < n {
 			f(w)
 		}

@@ -82,3 +82,18 @@ func TestNoWorkers(t *testing.T) {
 		t.Errorf("sum of indices+1 = %d, want 6", s)
 	}
 }
+
+// TestNilTeam checks that a nil Team's Parallel runs every index, on fresh
+// goroutines, as Batched relies on for an Impl with no team.
+func TestNilTeam(t *testing.T) {
+	var tm *Team
+	for _, n := range []int{1, 2, 5} {
+		seen := make([]atomic.Int32, n)
+		tm.Parallel(n, func(w int) { seen[w].Add(1) })
+		for w := range seen {
+			if got := seen[w].Load(); got != 1 {
+				t.Errorf("n=%d: f(%d) ran %d times, want 1", n, w, got)
+			}
+		}
+	}
+}
