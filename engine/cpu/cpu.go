@@ -80,6 +80,8 @@ type Backend struct {
 	inner gemm.Impl
 	// scratch holds the float32 stand-ins of mixed precision (mixed.go).
 	scratch scratch
+	// angles holds RoPE's cos and sin by position (rope.go).
+	angles angleTable
 	// team runs parallelFor's chunks: the GEMM's own team when it lends
 	// one big enough (gemm.Teamer), so that kernels and products keep the
 	// same workers awake, else the backend's.

@@ -2,6 +2,8 @@ package cpu
 
 import (
 	"math"
+	"slices"
+	"sync"
 
 	"github.com/memtrain/memtrain/engine"
 )
@@ -27,7 +29,7 @@ func (b *Backend) RoPEBackward(dx, pos, invFreq *engine.Tensor) {
 }
 
 // rope rotates by sign·θ.
-func (b *Backend) rope(op string, x, pos, invFreq *engine.Tensor, sign float64) {
+func (b *Backend) rope(op string, x, pos, invFreq *engine.Tensor, sign float32) {
 	if hasBF16(x, invFreq) {
 		b.widened([]*engine.Tensor{x, pos, invFreq}, 1, func(t []*engine.Tensor) { b.rope(op, t[0], t[1], t[2], sign) })
 		return
@@ -39,17 +41,24 @@ func (b *Backend) rope(op string, x, pos, invFreq *engine.Tensor, sign float64) 
 	check(n > 0 && x.Len()%(n*d) == 0, "%s: %v is not [%d, heads, %d]", op, x, n, d)
 	heads := x.Len() / (n * d)
 	xs, ps, fs := floats(op, x), Int32s(pos), floats(op, invFreq)
+	cosT, sinT := b.angles.rows(b, fs, ps)
 	b.parallelFor(n, max(1, elementGrain/(heads*d)), func(lo, hi int) {
 		cos := make([]float32, half)
 		sin := make([]float32, half)
 		for i := lo; i < hi; i++ {
-			// The angles depend on the row's position only: compute them
-			// once for all its heads.
-			p := float32(ps[i])
-			for j := range half {
-				theta := float64(float32(p * fs[j]))
-				s, c := math.Sincos(theta)
-				cos[j], sin[j] = float32(c), float32(sign*s)
+			// The angles depend on the row's position only: one row of
+			// the table, or computed once for all its heads.
+			if cosT != nil {
+				p := int(ps[i]) * half
+				copy(cos, cosT[p:p+half])
+				copy(sin, sinT[p:p+half])
+			} else {
+				angleRow(cos, sin, ps[i], fs)
+			}
+			if sign < 0 {
+				for j := range sin {
+					sin[j] = -sin[j] // exact: the products below round the same
+				}
 			}
 			for hd := range heads {
 				v := xs[(i*heads+hd)*d : (i*heads+hd+1)*d]
@@ -62,3 +71,65 @@ func (b *Backend) rope(op string, x, pos, invFreq *engine.Tensor, sign float64) 
 		}
 	})
 }
+
+// angleRow sets cos[j] and sin[j] to those of θ = float32(p·fs[j]),
+// evaluated in float64 and rounded.
+func angleRow(cos, sin []float32, p int32, fs []float32) {
+	pf := float32(p)
+	for j := range fs {
+		s, c := math.Sincos(float64(float32(pf * fs[j])))
+		cos[j], sin[j] = float32(c), float32(s)
+	}
+}
+
+// maxAngleRows bounds the angle table: 2^16 positions of 64 frequencies
+// are 32 MiB. Positions past it are evaluated per call.
+const maxAngleRows = 1 << 16
+
+// An angleTable caches the rows of angleRow for positions 0, 1, … of the
+// last invFreq seen: every layer's RoPE and RoPEBackward of a step, and
+// every step, rotate by the same angles, and evaluating sin and cos per
+// call was a visible share of a small model's step. Its zero value is
+// ready; it is safe for concurrent use.
+type angleTable struct {
+	mu       sync.Mutex
+	freq     []float32 // the invFreq of cos and sin
+	cos, sin []float32 // [positions, len(freq)]; replaced, never written, once published
+}
+
+// rows returns tables whose row p holds angleRow(p, fs) for every position
+// in ps, or nil ones if a position is negative or past maxAngleRows.
+func (a *angleTable) rows(b *Backend, fs []float32, ps []int32) (cos, sin []float32) {
+	top := int32(-1)
+	for _, p := range ps {
+		if p < 0 || p >= maxAngleRows {
+			return nil, nil
+		}
+		top = max(top, p)
+	}
+	half := len(fs)
+	need := int(top) + 1
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !slices.EqualFunc(a.freq, fs, sameBits) {
+		a.freq, a.cos, a.sin = slices.Clone(fs), nil, nil
+	}
+	have := len(a.cos) / half
+	if need > have {
+		rows := min(max(need, 2*have, 1024), maxAngleRows)
+		cos, sin := make([]float32, rows*half), make([]float32, rows*half)
+		copy(cos, a.cos)
+		copy(sin, a.sin)
+		b.parallelFor(rows-have, max(1, elementGrain/(8*half)), func(lo, hi int) {
+			for p := have + lo; p < have+hi; p++ {
+				angleRow(cos[p*half:(p+1)*half], sin[p*half:(p+1)*half], int32(p), fs)
+			}
+		})
+		a.cos, a.sin = cos, sin
+	}
+	return a.cos, a.sin
+}
+
+// sameBits reports whether x and y are the same float32, bit for bit (a
+// NaN is itself, −0 is not +0: either would change the angles' bits).
+func sameBits(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) }
