@@ -61,15 +61,21 @@ func (b *Backend) rope(op string, x, pos, invFreq *engine.Tensor, sign float32) 
 				}
 			}
 			for hd := range heads {
-				v := xs[(i*heads+hd)*d : (i*heads+hd+1)*d]
-				for j := range half {
-					x0, x1 := v[j], v[j+half]
-					v[j] = float32(x0*cos[j]) - float32(x1*sin[j])
-					v[j+half] = float32(x1*cos[j]) + float32(x0*sin[j])
-				}
+				rotate(xs[(i*heads+hd)*d:(i*heads+hd+1)*d], cos, sin)
 			}
 		}
 	})
+}
+
+// rotate rotates one head's vector v, 2·len(cos) values, by the angles
+// whose cosines and sines are cos and sin, in the rotate-half layout.
+func rotate(v, cos, sin []float32) {
+	half := len(cos)
+	for j := range half {
+		x0, x1 := v[j], v[j+half]
+		v[j] = float32(x0*cos[j]) - float32(x1*sin[j])
+		v[j+half] = float32(x1*cos[j]) + float32(x0*sin[j])
+	}
 }
 
 // angleRow sets cos[j] and sin[j] to those of θ = float32(p·fs[j]),

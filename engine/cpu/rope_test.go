@@ -9,7 +9,9 @@ import (
 )
 
 // ropeDirect is RoPE by sign·θ with the angles evaluated row by row, as
-// before the angle table: the reference the table must equal bit for bit.
+// before the angle table (sign applied to the sine before it is rounded):
+// the reference the table must equal bit for bit. The rotation is rope's
+// own; the conformance suite checks it.
 func ropeDirect(x []float32, ps []int32, fs []float32, sign float32) []float32 {
 	half := len(fs)
 	d := 2 * half
@@ -23,12 +25,7 @@ func ropeDirect(x []float32, ps []int32, fs []float32, sign float32) []float32 {
 			cos[j], sin[j] = float32(c), float32(float64(sign)*s)
 		}
 		for h := range heads {
-			v := out[(i*heads+h)*d : (i*heads+h+1)*d]
-			for j := range half {
-				x0, x1 := v[j], v[j+half]
-				v[j] = float32(x0*cos[j]) - float32(x1*sin[j])
-				v[j+half] = float32(x1*cos[j]) + float32(x0*sin[j])
-			}
+			rotate(out[(i*heads+h)*d:(i*heads+h+1)*d], cos, sin)
 		}
 	}
 	return out
