@@ -46,7 +46,7 @@ type Config struct {
 	SaveAsync  bool    `yaml:"save_async" help:"write checkpoints in the background: the step's weights and moments are copied to host memory (a copy of each rank's shards, reused) and written while training goes on; the last one and one at a stop are written at once"`
 	Seed       uint64  `yaml:"seed" resume:"same" help:"data order seed"`
 	Recompute  bool    `yaml:"recompute" help:"recompute activations in the backward pass (less memory)"`
-	Precision  string  `yaml:"precision" default:"f32" help:"f32, or bf16: mixed precision (bf16 activations and weight copies; float32 master weights, gradients, moments and loss); not with a lora block, nor on grids that split the model (x·y·z > 1)"`
+	Precision  string  `yaml:"precision" default:"f32" help:"f32, or bf16: mixed precision (bf16 activations and weight copies; float32 master weights, gradients, moments and loss); not on grids that split the model (x·y·z > 1)"`
 	SaveDType  string  `yaml:"save_dtype" default:"f32" help:"weights of the finished run's HF export (RUN/final): f32 or bf16; training checkpoints keep float32"`
 
 	LoRA       LoRA       `yaml:"lora"`
@@ -66,7 +66,7 @@ type LoRA struct {
 	RSLoRA    bool    `yaml:"rslora" resume:"same" help:"rank-stabilised scaling, alpha/√r instead of alpha/r"`
 	Targets   string  `yaml:"targets" default:"q_proj,k_proj,v_proj,o_proj" resume:"same" help:"projections to adapt, comma-separated: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, or all-linear"`
 	Init      string  `yaml:"init" resume:"same" help:"start from this PEFT adapter folder (its rank, alpha and targets must match) instead of PEFT's initialisation"`
-	BaseDType string  `yaml:"base_dtype" default:"auto" help:"the frozen base's dtype in memory: auto (the checkpoint's: bf16 stays bf16), f32 or bf16"`
+	BaseDType string  `yaml:"base_dtype" default:"auto" help:"the frozen base's dtype in memory: auto (the checkpoint's: bf16 stays bf16; bf16 with precision bf16), f32 (not with precision bf16) or bf16"`
 }
 
 // Adapter is the PEFT adapter configuration the block describes on the
@@ -100,15 +100,19 @@ func (l LoRA) Adapter(base string) (*checkpoints.AdapterConfig, error) {
 }
 
 // baseDType is the dtype the frozen base is held in for a checkpoint
-// stored as stored.
-func (l LoRA) baseDType(stored checkpoints.DType) (engine.DType, error) {
+// stored as stored and activations of dtype act: bf16 activations
+// multiply the base in bf16, so it is held in bf16 then.
+func (l LoRA) baseDType(stored checkpoints.DType, act engine.DType) (engine.DType, error) {
 	switch l.BaseDType {
 	case "auto", "":
-		if stored == checkpoints.DTypeBF16 {
+		if stored == checkpoints.DTypeBF16 || act == engine.BF16 {
 			return engine.BF16, nil
 		}
 		return engine.F32, nil
 	case "f32":
+		if act == engine.BF16 {
+			return 0, errors.New("finetune: lora.base_dtype f32 with precision bf16: bf16 activations multiply the frozen base in bf16 (want auto or bf16)")
+		}
 		return engine.F32, nil
 	case "bf16":
 		return engine.BF16, nil
@@ -243,7 +247,11 @@ func (c *Config) Validate() error {
 	if _, err := c.LoRA.Adapter(""); err != nil {
 		return err
 	}
-	if _, err := c.LoRA.baseDType(checkpoints.DTypeF32); err != nil {
+	act := engine.F32 // the lora block's base_dtype is checked against the precision it trains at
+	if c.LoRA.Rank > 0 {
+		act, _ = c.activations() // checked above
+	}
+	if _, err := c.LoRA.baseDType(checkpoints.DTypeF32, act); err != nil {
 		return err
 	}
 	if c.LoRA.Rank == 0 && c.LoRA.Init != "" {

@@ -64,7 +64,7 @@ func work(cfg Config, model *checkpoints.Config, store *data.Store, g comm.Grid,
 	if err != nil {
 		return llama.Work{}, err
 	}
-	if err := llama.CheckActivations(opt.Activations, opt.LoRA != nil, g); err != nil {
+	if err := llama.CheckActivations(opt.Activations, g); err != nil {
 		return llama.Work{}, fmt.Errorf("finetune: precision %s: %w", cfg.Precision, err)
 	}
 	w := llama.Work{Grid: g, Overlap: ov, Train: true, Recompute: cfg.Recompute, Micro: cfg.BatchSize / max(1, cfg.MicroBatch),

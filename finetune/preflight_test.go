@@ -51,8 +51,9 @@ func TestPreflight(t *testing.T) {
 		{"bf16 data-parallel", func(c *Config) { c.Precision = "bf16" }, comm.Grid{Data: 2, X: 1, Y: 1, Z: 1}, 1 << 30, ""},
 		{"bf16 on x = 2", func(c *Config) { c.Precision = "bf16" }, comm.Grid{Data: 1, X: 2, Y: 1, Z: 1}, 1 << 30,
 			"finetune: precision bf16: llama: bf16 activations on a grid that splits the model (X·Y·Z = 2·1·1) are not supported"},
-		{"bf16 with adapters", func(c *Config) { c.Precision, c.LoRA.Rank = "bf16", 2 }, comm.Grid{}, 1 << 30,
-			"finetune: precision bf16: llama: bf16 activations with LoRA adapters are not supported"},
+		{"bf16 with adapters", func(c *Config) { c.Precision, c.LoRA.Rank = "bf16", 2 }, comm.Grid{}, 1 << 30, ""},
+		{"bf16 with adapters on a float32 base", func(c *Config) { c.Precision, c.LoRA.Rank, c.LoRA.BaseDType = "bf16", 2, "f32" }, comm.Grid{}, 1 << 30,
+			"finetune: lora.base_dtype f32 with precision bf16: bf16 activations multiply the frozen base in bf16 (want auto or bf16)"},
 		{"an unknown precision", func(c *Config) { c.Precision = "fp8" }, comm.Grid{}, 1 << 30, `finetune: precision: engine: unknown precision "fp8" (want f32 or bf16)`},
 	}
 	for _, tt := range tests {

@@ -108,7 +108,8 @@ func ResolveAdapted(model, adapter string) (ref ModelRef, note string, err error
 // rank's shards, with opt.Parallel) and, when ref has one, its LoRA
 // adapter on top (opt.LoRA is set from the adapter's configuration; a
 // bf16 base stays bf16 in memory, as training held it, unless Z-sharded:
-// the weights are the same values either way).
+// the weights are the same values either way; with bf16 activations the
+// base is held in bf16, which they multiply it in).
 func LoadModel(b engine.Backend, ref ModelRef, opt llama.Options) (*llama.Model, error) {
 	ck, err := checkpoints.Open(ref.Dir)
 	if err != nil {
@@ -122,7 +123,8 @@ func LoadModel(b engine.Backend, ref ModelRef, opt llama.Options) (*llama.Model,
 		}
 		defer ad.Close()
 		opt.LoRA = ad.Config
-		if d, err := checkpoints.ParseDType(ck.Config.TorchDType); err == nil && d == checkpoints.DTypeBF16 &&
+		d, err := checkpoints.ParseDType(ck.Config.TorchDType)
+		if (err == nil && d == checkpoints.DTypeBF16 || opt.Activations == engine.BF16) &&
 			(opt.Parallel == nil || opt.Parallel.Z.Size() == 1) {
 			opt.BaseDType = engine.BF16
 		}

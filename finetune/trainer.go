@@ -602,7 +602,7 @@ func (c *Config) ModelOptions(mc *checkpoints.Config) (llama.Options, error) {
 	if d, err := checkpoints.ParseDType(mc.TorchDType); err == nil {
 		stored = d
 	}
-	opt.BaseDType, err = c.LoRA.baseDType(stored)
+	opt.BaseDType, err = c.LoRA.baseDType(stored, act)
 	return opt, err
 }
 

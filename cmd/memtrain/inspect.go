@@ -59,8 +59,8 @@ type loraReport struct {
 	Targets       []string `json:"target_modules"`
 	AdapterParams int64    `json:"adapter_params"`
 	BaseDType     string   `json:"base_dtype"`
-	// Precision is always f32: finetune runs no lora block in bf16,
-	// whatever --precision sizes the full fine-tune at.
+	// Precision is --precision's, as for the full fine-tune (with bf16
+	// the base is held in bf16 and the adapters get bf16 copies).
 	Precision      string `json:"precision"`
 	Batch          int    `json:"batch"`
 	SeqLen         int    `json:"seq_len"`
@@ -235,7 +235,7 @@ func runInspect(cmd *cobra.Command, args []string, f inspectFlags) error {
 	}
 	rep.Training = trainingMemory(cfg, f.batch, seq, precision)
 	if f.lora != 0 {
-		if rep.LoRA, err = loraMemory(rep, f, seq); err != nil {
+		if rep.LoRA, err = loraMemory(rep, f, seq, precision); err != nil {
 			return fmt.Errorf("inspect: %w", err)
 		}
 	}
@@ -305,13 +305,13 @@ func printInspect(w io.Writer, r inspectReport) error {
 		if l.Recompute {
 			recompute = ", recomputation"
 		}
-		precision := l.Precision
-		if t.Precision != l.Precision {
-			precision += " (a lora block trains in f32 only)"
-		}
-		row("LoRA fine-tune", "r %d, alpha %g on %s, AdamW, %s, batch %d × %d tokens%s (one CPU rank)", l.Rank, l.Alpha, strings.Join(l.Targets, ","), precision, l.Batch, l.SeqLen, recompute)
+		row("LoRA fine-tune", "r %d, alpha %g on %s, AdamW, %s, batch %d × %d tokens%s (one CPU rank)", l.Rank, l.Alpha, strings.Join(l.Targets, ","), l.Precision, l.Batch, l.SeqLen, recompute)
 		row("  adapters", "%s parameters", units.FormatCount(l.AdapterParams))
-		row("  weights", "%s (base frozen in %s, no gradients; adapters f32 with gradients)", units.FormatBytes(l.Params), l.BaseDType)
+		copies := ""
+		if l.Precision == engine.PrecisionBF16.String() {
+			copies = " and bf16 copies"
+		}
+		row("  weights", "%s (base frozen in %s, no gradients; adapters f32 with gradients%s)", units.FormatBytes(l.Params), l.BaseDType, copies)
 		row("  optimizer (2 moments)", "%s", units.FormatBytes(l.OptimizerState))
 		row("  workspace", "%s (activations, the engine's plan)", engine.FormatNeed(l.Workspace))
 		row("  total", "%s", engine.FormatNeed(l.Total))
@@ -336,13 +336,14 @@ func trainingMemory(cfg *checkpoints.Config, batch, seq int, p engine.Precision)
 	}
 }
 
-// loraMemory sizes the LoRA fine-tune of f on the report's model: the
-// base held in its stored dtype (as lora.base_dtype auto holds it), by
-// llama.Memory, the accounting finetune's preflight checks.
-func loraMemory(rep inspectReport, f inspectFlags, seq int) (*loraReport, error) {
+// loraMemory sizes the LoRA fine-tune of f on the report's model at
+// precision p: the base held as lora.base_dtype auto holds it (its stored
+// dtype, bf16 with bf16 activations), by llama.Memory, the accounting
+// finetune's preflight checks.
+func loraMemory(rep inspectReport, f inspectFlags, seq int, p engine.Precision) (*loraReport, error) {
 	lc := finetune.LoRA{Rank: f.lora, Alpha: f.loraAlpha, RSLoRA: f.loraRSLoRA, Targets: f.loraTargets, BaseDType: "auto"}
 	cfg := finetune.DefaultConfig()
-	cfg.LoRA, cfg.Recompute = lc, f.recompute
+	cfg.LoRA, cfg.Recompute, cfg.Precision = lc, f.recompute, p.String()
 	a, err := lc.Adapter("")
 	if err != nil {
 		return nil, fmt.Errorf("--lora: %w", err)
@@ -351,9 +352,9 @@ func loraMemory(rep inspectReport, f inspectFlags, seq int) (*loraReport, error)
 	if err != nil {
 		return nil, err
 	}
-	w := llama.Work{Train: true, Recompute: f.recompute, Moments: 2, Batch: f.batch, SeqLen: seq, Micro: 1, LoRA: a, BaseDType: opt.BaseDType}
+	w := llama.Work{Train: true, Recompute: f.recompute, Moments: 2, Batch: f.batch, SeqLen: seq, Micro: 1, LoRA: a, BaseDType: opt.BaseDType, Activations: opt.Activations}
 	m := llama.Memory(rep.Config, w)
 	return &loraReport{Rank: a.R, Alpha: a.LoRAAlpha, Targets: a.TargetModules, AdapterParams: rep.Config.AdapterParams(a),
-		BaseDType: opt.BaseDType.String(), Precision: engine.PrecisionF32.String(), Batch: f.batch, SeqLen: seq, Recompute: f.recompute,
+		BaseDType: opt.BaseDType.String(), Precision: p.String(), Batch: f.batch, SeqLen: seq, Recompute: f.recompute,
 		Params: m.Params, OptimizerState: m.Optimizer, Workspace: m.Workspace, Total: m.Total()}, nil
 }

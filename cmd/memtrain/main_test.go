@@ -217,10 +217,12 @@ func TestInspectPresets(t *testing.T) {
 }
 
 // TestInspectLoRAPrecision: a LoRA fine-tune is sized, and said to be
-// sized, at f32 whatever --precision sizes the full fine-tune at, since
-// finetune trains no lora block in bf16.
+// sized, at --precision, as the full fine-tune is: with bf16 the base is
+// held in bf16 (the small preset is stored in f32) and the adapters have
+// bf16 copies, as llama.Memory counts them.
 func TestInspectLoRAPrecision(t *testing.T) {
-	for _, p := range []string{"f32", "bf16"} {
+	var params [2]int64
+	for i, p := range []string{"f32", "bf16"} {
 		out, errs, code := memtrain(t, "", "inspect", "--preset", "small", "--lora", "8", "--precision", p, "--json")
 		if code != 0 {
 			t.Fatal(errs)
@@ -229,14 +231,18 @@ func TestInspectLoRAPrecision(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatal(err)
 		}
-		if rep.LoRA == nil || rep.LoRA.Precision != "f32" || !strings.HasPrefix(rep.Training.Precision, p) {
-			t.Errorf("--precision %s: LoRA %+v, full fine-tune at %q", p, rep.LoRA, rep.Training.Precision)
+		if rep.LoRA == nil || !strings.HasPrefix(rep.LoRA.Precision, p) || rep.LoRA.Precision != rep.Training.Precision || rep.LoRA.BaseDType != p {
+			t.Fatalf("--precision %s: LoRA %+v, full fine-tune at %q", p, rep.LoRA, rep.Training.Precision)
 		}
+		params[i] = rep.LoRA.Params
 		out, errs, code = memtrain(t, "", "inspect", "--preset", "small", "--lora", "8", "--precision", p)
-		note := strings.Contains(out, "f32 (a lora block trains in f32 only)")
-		if code != 0 || !strings.Contains(out, "AdamW, f32") || note != (p == "bf16") {
+		copies := strings.Contains(out, "adapters f32 with gradients and bf16 copies")
+		if code != 0 || !strings.Contains(out, "AdamW, "+rep.LoRA.Precision) || copies != (p == "bf16") {
 			t.Errorf("--precision %s: table (%d, %s):\n%s", p, code, errs, out)
 		}
+	}
+	if !(params[1] < params[0]) {
+		t.Errorf("LoRA weights: %d bytes in bf16, %d in f32; want the bf16 base smaller", params[1], params[0])
 	}
 }
 

@@ -116,7 +116,7 @@ func trainStep(t *testing.T, m *llama.Model, batch llama.Batch) (llama.Loss, map
 		t.Fatal(err)
 	}
 	out := map[string][]float32{}
-	for _, p := range m.Params() {
+	for _, p := range m.Trainable() {
 		g := make([]float32, p.Grad.Len())
 		b.Download(g, p.Grad)
 		out["grad "+p.Name] = g
@@ -259,12 +259,74 @@ func testModelBF16(t *testing.T, newBackend maker) {
 }
 
 // trainAdamW trains m for steps fused AdamW steps on batch (the steps
+// TestModelBF16LoRAEmulated: LoRA in mixed precision (a bf16 base, bf16
+// activations and adapter copies, with dropout) on the emulated GPU:
+// a step's loss, adapter gradients and updated adapters are the CPU's
+// within the bf16 step tolerances above.
+func TestModelBF16LoRAEmulated(t *testing.T) {
+	fakeCUDA(t)
+	cfg := testConfig()
+	batch := randomBatch(cfg, 2, 24)
+	batch.Keys = []uint64{3, 8}
+	a := &checkpoints.AdapterConfig{PEFTType: "LORA", TaskType: "CAUSAL_LM", R: 4, LoRAAlpha: 8, LoRADropout: 0.1,
+		TargetModules: checkpoints.LoRAModules(), Bias: "none"}
+	opt := llama.Options{Activations: engine.BF16, LoRA: a, BaseDType: engine.BF16}
+	adapters := func(m *llama.Model) *llama.Model {
+		r := rand.New(rand.NewPCG(9, 4))
+		ts := adapterReader{}
+		for i, p := range m.Trainable() {
+			sd := float32(0.3)
+			if i%2 == 1 {
+				sd = 0.03 // B: a fine-tune under way
+			}
+			v := make([]float32, p.Value.Len())
+			for j := range v {
+				v[j] = sd * float32(r.NormFloat64())
+			}
+			ts[p.Name] = v
+		}
+		if err := m.LoadAdapters(ts); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	ref := adapters(randomModelWith(t, cpu.New(cpu.Options{Threads: 2}), cfg, opt))
+	refLoss, refOut := trainStep(t, ref, batch)
+	m := adapters(randomModelWith(t, newFake(t, 0, GemmF32), cfg, opt))
+	loss, out := trainStep(t, m, batch)
+	d := math.Abs(loss.Mean()-refLoss.Mean()) / refLoss.Mean()
+	worst, worstName := 0.0, ""
+	for name, want := range refOut {
+		if e := relErr(out[name], want); e > worst {
+			worst, worstName = e, name
+		}
+	}
+	t.Logf("bf16 LoRA step: loss %.6f, CPU %.6f (relative %.2g); worst %s at %.3g of its largest element", loss.Mean(), refLoss.Mean(), d, worstName, worst)
+	if d > bf16StepLossTol || loss.Weight != refLoss.Weight {
+		t.Errorf("bf16 LoRA loss %v (weight %v), CPU %v (weight %v)", loss.Mean(), loss.Weight, refLoss.Mean(), refLoss.Weight)
+	}
+	if worst > bf16StepElementTol {
+		t.Errorf("bf16 LoRA step: %s differs from the CPU's by %.3g of its largest element (tolerance %.3g)", worstName, worst, bf16StepElementTol)
+	}
+}
+
+// adapterReader serves adapter matrices by name to LoadAdapters.
+type adapterReader map[string][]float32
+
+func (r adapterReader) ReadFloat32(name string) ([]float32, error) {
+	v, ok := r[name]
+	if !ok {
+		return nil, fmt.Errorf("no tensor %q", name)
+	}
+	return v, nil
+}
+
 // refreshing the bf16 weight copies) and returns the last loss.
 func trainAdamW(t *testing.T, m *llama.Model, batch llama.Batch, steps int) float64 {
 	t.Helper()
 	b := m.Backend()
 	var ts []engine.AdamWTensors
-	for _, p := range m.Params() {
+	for _, p := range m.Trainable() {
 		ts = append(ts, engine.AdamWTensors{Param: p.Value, Grad: p.Grad, Copy: p.Copy,
 			M: b.Alloc(engine.F32, p.Value.Shape...), V: b.Alloc(engine.F32, p.Value.Shape...)})
 	}

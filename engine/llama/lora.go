@@ -105,6 +105,9 @@ func checkLoRA(cfg *checkpoints.Config, opt Options) error {
 	if opt.BaseDType != engine.F32 && opt.BaseDType != engine.BF16 {
 		return fmt.Errorf("llama: base weights in %v: want f32 or bf16", opt.BaseDType)
 	}
+	if opt.Activations == engine.BF16 && opt.BaseDType != engine.BF16 {
+		return fmt.Errorf("llama: bf16 activations multiply the frozen base in bf16: hold it in bf16, not %v", opt.BaseDType)
+	}
 	return nil
 }
 
@@ -121,12 +124,16 @@ func (m *Model) newAdapters() {
 				continue
 			}
 			mk := func(s checkpoints.TensorSpec) *engine.Param {
-				return &engine.Param{
+				p := &engine.Param{
 					Name: s.Name, Full: append([]int(nil), s.Shape...),
 					Shard: engine.WholeShard(s.Shape[0], s.Shape[1]),
 					Value: b.Alloc(engine.F32, s.Shape...), Grad: b.Alloc(engine.F32, s.Shape...),
 					Decay: true, // as PEFT trains them: every non-bias, non-norm weight decays
 				}
+				if m.d.act == engine.BF16 {
+					p.Copy = b.Alloc(engine.BF16, s.Shape...) // the passes multiply by it
+				}
+				return p
 			}
 			sh := base[p].Shard
 			ad := &Adapter{A: mk(specs[i]), B: mk(specs[i+1]), r0: sh.Row0, r1: sh.Row1, c0: sh.Col0, c1: sh.Col1, in: m.gx, out: m.gy}
@@ -180,6 +187,7 @@ func (m *Model) InitAdapters(seed uint64) {
 			}
 		}
 		m.backend.Upload(p.Value, v)
+		m.refreshCopy(p, p.Value)
 	}
 }
 
@@ -200,6 +208,7 @@ func (m *Model) LoadAdapters(r interface {
 			return fmt.Errorf("llama: adapter tensor %q has %d elements, want %d", p.Name, len(v), p.Value.Len())
 		}
 		m.backend.Upload(p.Value, v)
+		m.refreshCopy(p, p.Value)
 	}
 	return nil
 }
@@ -232,7 +241,7 @@ func (m *Model) loraForward(l, p int, z, x, out *engine.Tensor, s *loraScratch) 
 	m.loraZ(l, p, z, x, s)
 	r, n := m.lora.cfg.R, x.Dim(0)
 	m.backend.Gemm(engine.GemmParams{TransB: true, M: n, N: ad.r1 - ad.r0, K: r, Alpha: m.lora.scale, Beta: 1, LDA: r, LDB: r, LDC: out.Dim(1)},
-		z, ad.bBlock(ad.B.Value), out)
+		z, ad.bBlock(passWeight(ad.B)), out)
 }
 
 // loraZ computes projection p's z = drop(x)·Aᵀ alone: this rank's
@@ -242,7 +251,7 @@ func (m *Model) loraZ(l, p int, z, x *engine.Tensor, s *loraScratch) {
 	r, n := m.lora.cfg.R, x.Dim(0)
 	x = m.dropped(l, p, x, s)
 	m.backend.Gemm(engine.GemmParams{TransB: true, M: n, N: r, K: ad.c1 - ad.c0, Alpha: 1, LDA: x.Dim(1), LDB: ad.A.Full[1], LDC: r},
-		x, ad.aBlock(ad.A.Value), z)
+		x, ad.aBlock(passWeight(ad.A)), z)
 	allReduce(z, ad.in)
 }
 
@@ -266,12 +275,13 @@ func (m *Model) loraBackward(l, p int, z, x, dy, din *engine.Tensor, s *loraScra
 	cols := ad.c1 - ad.c0
 	dz := s.dz.View(0, n, r)
 	b.Gemm(engine.GemmParams{TransA: true, M: rows, N: r, K: n, Alpha: sc, Beta: 1, LDA: dy.Dim(1), LDB: r, LDC: r}, dy, z, ad.bBlock(ad.B.Grad))
-	b.Gemm(engine.GemmParams{M: n, N: r, K: rows, Alpha: sc, LDA: dy.Dim(1), LDB: r, LDC: r}, dy, ad.bBlock(ad.B.Value), dz)
+	bw, aw := ad.bBlock(passWeight(ad.B)), ad.aBlock(passWeight(ad.A))
+	b.Gemm(engine.GemmParams{M: n, N: r, K: rows, Alpha: sc, LDA: dy.Dim(1), LDB: r, LDC: r}, dy, bw, dz)
 	if m.lora.cfg.LoRADropout == 0 {
-		b.Gemm(engine.GemmParams{M: n, N: cols, K: r, Alpha: 1, Beta: 1, LDA: r, LDB: inW, LDC: din.Dim(1)}, dz, ad.aBlock(ad.A.Value), din)
+		b.Gemm(engine.GemmParams{M: n, N: cols, K: r, Alpha: 1, Beta: 1, LDA: r, LDB: inW, LDC: din.Dim(1)}, dz, aw, din)
 	} else {
 		dxd := s.xd.View(0, n, cols)
-		b.Gemm(engine.GemmParams{M: n, N: cols, K: r, Alpha: 1, LDA: r, LDB: inW, LDC: cols}, dz, ad.aBlock(ad.A.Value), dxd)
+		b.Gemm(engine.GemmParams{M: n, N: cols, K: r, Alpha: 1, LDA: r, LDB: inW, LDC: cols}, dz, aw, dxd)
 		m.applyDropout(l, p, dxd, dxd)
 		b.Axpy(din, 1, dxd)
 	}
@@ -360,12 +370,12 @@ func loraPlan(d dims, N, sets int, train bool) []tensorPlan {
 		}
 	}
 	for i := 0; i < sets*n; i++ {
-		p = append(p, tensorPlan{"lora_z", engine.F32, []int{N, a.R}})
+		p = append(p, tensorPlan{"lora_z", d.act, []int{N, a.R}})
 	}
 	if train {
-		p = append(p, tensorPlan{"lora_dz", engine.F32, []int{N, a.R}})
+		p = append(p, tensorPlan{"lora_dz", d.act, []int{N, a.R}})
 		if a.LoRADropout > 0 {
-			p = append(p, tensorPlan{"lora_xd", engine.F32, []int{N, max(d.H, d.Q, d.I)}})
+			p = append(p, tensorPlan{"lora_xd", d.act, []int{N, max(d.H, d.Q, d.I)}})
 		}
 	}
 	return p

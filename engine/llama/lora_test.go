@@ -24,17 +24,30 @@ func testAdapter(r int, rslora bool, dropout float64, targets ...string) *checkp
 }
 
 // loraModel is randomModel with adapters whose A and B are both random,
-// so that every adapter gradient is non-zero.
+// so that every adapter gradient is non-zero (and their bf16 copies, in
+// mixed precision, the values rounded).
 func loraModel(t *testing.T, b engine.Backend, cfg *checkpoints.Config, opt Options, seed uint64) *Model {
+	t.Helper()
+	return scaledLoRAModel(t, b, cfg, opt, seed, 0.3, 0.3)
+}
+
+// scaledLoRAModel is loraModel with A's values of standard deviation sa
+// and B's of sb.
+func scaledLoRAModel(t *testing.T, b engine.Backend, cfg *checkpoints.Config, opt Options, seed uint64, sa, sb float32) *Model {
 	t.Helper()
 	m := randomModel(t, b, cfg, opt, seed)
 	r := rand.New(rand.NewPCG(seed, 7))
-	for _, p := range m.Trainable() {
+	for i, p := range m.Trainable() {
+		sd := sa
+		if i%2 == 1 { // B
+			sd = sb
+		}
 		v := make([]float32, p.Value.Len())
 		for i := range v {
-			v[i] = 0.3 * float32(r.NormFloat64())
+			v[i] = sd * float32(r.NormFloat64())
 		}
 		b.Upload(p.Value, v)
+		m.refreshCopy(p, p.Value)
 	}
 	return m
 }
@@ -229,18 +242,22 @@ func TestLoRAMemoryIsWhatIsAllocated(t *testing.T) {
 	for _, tc := range []struct {
 		recompute bool
 		dropout   float64
-		base      engine.DType
-	}{{false, 0, engine.F32}, {true, 0, engine.F32}, {false, 0.1, engine.F32}, {true, 0.1, engine.BF16}, {false, 0, engine.BF16}} {
+		base, act engine.DType
+	}{
+		{false, 0, engine.F32, engine.F32}, {true, 0, engine.F32, engine.F32}, {false, 0.1, engine.F32, engine.F32},
+		{true, 0.1, engine.BF16, engine.F32}, {false, 0, engine.BF16, engine.F32},
+		{false, 0, engine.BF16, engine.BF16}, {true, 0.1, engine.BF16, engine.BF16}, {false, 0.1, engine.BF16, engine.BF16},
+	} {
 		cfg := testConfig(true, 2)
 		a := testAdapter(3, false, tc.dropout, "q_proj", "o_proj", "down_proj")
-		name := fmt.Sprintf("recompute=%v/dropout=%v/base=%v", tc.recompute, tc.dropout, tc.base)
+		name := fmt.Sprintf("recompute=%v/dropout=%v/base=%v/activations=%v", tc.recompute, tc.dropout, tc.base, tc.act)
 		b := newBackend(1)
-		m := loraModel(t, b, cfg, Options{LoRA: a, Recompute: tc.recompute, BaseDType: tc.base}, 1)
-		params := Memory(cfg, Work{LoRA: a, BaseDType: tc.base}).Params
+		m := loraModel(t, b, cfg, Options{LoRA: a, Recompute: tc.recompute, BaseDType: tc.base, Activations: tc.act}, 1)
+		params := Memory(cfg, Work{LoRA: a, BaseDType: tc.base, Activations: tc.act}).Params
 		if got := b.MemStats().Allocated; got != params {
 			t.Errorf("%s: New allocated %d, accounted %d", name, got, params)
 		}
-		train := Memory(cfg, Work{LoRA: a, BaseDType: tc.base, Train: true, Recompute: tc.recompute, Batch: 2, SeqLen: 5})
+		train := Memory(cfg, Work{LoRA: a, BaseDType: tc.base, Activations: tc.act, Train: true, Recompute: tc.recompute, Batch: 2, SeqLen: 5})
 		if _, err := m.ForwardBackward(randomBatch(cfg, 2, 5, 1), 1); err != nil {
 			t.Fatal(err)
 		}

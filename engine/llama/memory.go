@@ -47,7 +47,7 @@ type Work struct {
 	Snapshot bool
 	// LoRA and BaseDType are Options.LoRA and Options.BaseDType: with
 	// adapters the base weights have no gradients or moments, and are
-	// held in BaseDType.
+	// held in BaseDType (BF16 with BF16 activations).
 	LoRA      *checkpoints.AdapterConfig
 	BaseDType engine.DType
 	// Activations is Options.Activations: with BF16 the workspace's
@@ -149,6 +149,9 @@ func Itemize(cfg *checkpoints.Config, w Work) Items {
 		base := engine.SumBytes(engine.MulBytes(local-norms, int64(w.BaseDType.Size())), engine.MulBytes(norms, 4))
 		ad := cfg.AdapterParams(a)
 		m.Weights = engine.SumBytes(base, engine.MulBytes(ad, 4), rope)
+		if w.Activations == engine.BF16 {
+			m.Weights = engine.SumBytes(m.Weights, engine.MulBytes(ad, 2)) // the adapters' bf16 copies
+		}
 		m.Gradients = engine.SumBytes(engine.MulBytes(ad, 4), int64(d.H)*4)
 		m.Optimizer = engine.MulBytes(moments, ad, 4)
 		m.Activations = engine.SumBytes(passBytes(d, w), stepSumsBytes(cfg, w))

@@ -45,7 +45,8 @@ type Options struct {
 	// BaseDType is the dtype the frozen base matrices are held in with
 	// adapters: F32 (the zero value), or BF16 to keep a bf16 checkpoint
 	// in half the memory (the backend's GEMM widens them as it packs).
-	// Norm weights stay F32. Without adapters it must be F32.
+	// Norm weights stay F32. Without adapters it must be F32; with BF16
+	// activations it must be BF16 (the passes multiply the base in bf16).
 	BaseDType engine.DType
 	// Activations is the dtype of the activations and their gradients:
 	// F32 (the zero value), or BF16 for mixed precision. With BF16 every
@@ -59,9 +60,12 @@ type Options struct {
 	// the head's products rounded to bf16, headLoss). Training passes and
 	// forward-only ones (evaluation, scoring) run in BF16 alike; greedy
 	// decoding keeps its float32 activations and KV cache and multiplies
-	// them by the BF16 copies. BF16 is refused with adapters and on grids
-	// that split the model (X·Y·Z > 1), whose exchanges and host
-	// statistics are float32: data parallelism alone works.
+	// them by the BF16 copies. With adapters the frozen base is held in
+	// bf16 (BaseDType) and the adapters get BF16 copies as the full
+	// model's weights do; their rank-r activations z are bf16 too, as
+	// under PyTorch's autocast. BF16 is refused on grids that split the
+	// model (X·Y·Z > 1), whose exchanges and host statistics are float32:
+	// data parallelism alone works.
 	Activations engine.DType
 	// GradientBucketBytes is the size of the buckets in which
 	// ReduceGradients sums the gradients over the data-parallel ranks: a
@@ -252,14 +256,14 @@ func checkActivations(opt Options) error {
 	if opt.Parallel != nil {
 		g = opt.Parallel.Shape()
 	}
-	return CheckActivations(opt.Activations, opt.LoRA != nil, g)
+	return CheckActivations(opt.Activations, g)
 }
 
 // CheckActivations says whether a model can compute with activations of
-// dtype act (Options.Activations), with adapters or not, on a grid of
-// shape g (the zero Grid: one rank): nil, or the one-line reason why not.
-// New checks it; a run's preflight checks it before anything loads.
-func CheckActivations(act engine.DType, lora bool, g comm.Grid) error {
+// dtype act (Options.Activations) on a grid of shape g (the zero Grid:
+// one rank): nil, or the one-line reason why not. New checks it; a run's
+// preflight checks it before anything loads.
+func CheckActivations(act engine.DType, g comm.Grid) error {
 	switch act {
 	case engine.F32:
 		return nil
@@ -267,13 +271,19 @@ func CheckActivations(act engine.DType, lora bool, g comm.Grid) error {
 	default:
 		return fmt.Errorf("llama: activations in %v (want f32 or bf16)", act)
 	}
-	if lora {
-		return errors.New("llama: bf16 activations with LoRA adapters are not supported (train adapters at precision f32)")
-	}
 	if g != (comm.Grid{}) && g.X*g.Y*g.Z > 1 {
 		return fmt.Errorf("llama: bf16 activations on a grid that splits the model (X·Y·Z = %d·%d·%d) are not supported: its exchanges are float32 (use data parallelism alone, or precision f32)", g.X, g.Y, g.Z)
 	}
 	return nil
+}
+
+// passWeight is the tensor the passes multiply by for p: its BF16 copy in
+// mixed precision, else its value.
+func passWeight(p *engine.Param) *engine.Tensor {
+	if p.Copy != nil {
+		return p.Copy
+	}
+	return p.Value
 }
 
 // refreshCopy sets p's BF16 copy from t after t was written, when t is
@@ -566,6 +576,9 @@ func (m *Model) Free() {
 		for _, p := range m.lora.params {
 			m.backend.Free(p.Value)
 			m.backend.Free(p.Grad)
+			if p.Copy != nil {
+				m.backend.Free(p.Copy)
+			}
 		}
 		m.backend.Free(m.lora.frozenDW)
 	}

@@ -64,10 +64,7 @@ func (m *Model) nextWeights(unit []*engine.Param) []*engine.Tensor {
 	}
 	ts := make([]*engine.Tensor, len(unit))
 	for i, p := range unit {
-		ts[i] = p.Value
-		if p.Copy != nil {
-			ts[i] = p.Copy
-		}
+		ts[i] = passWeight(p)
 	}
 	return ts
 }

@@ -82,7 +82,7 @@ func (s Step) Work(o Options) llama.Work {
 // its grid (llama.CheckActivations): nil, or why not.
 func (s Step) computes(o Options) error {
 	g := s.Grid
-	if err := llama.CheckActivations(o.Precision.Activations(), false, comm.Grid{Data: g.Data, X: g.X, Y: g.Y, Z: g.Z}); err != nil {
+	if err := llama.CheckActivations(o.Precision.Activations(), comm.Grid{Data: g.Data, X: g.X, Y: g.Y, Z: g.Z}); err != nil {
 		return fmt.Errorf("perfmodel: %w", err)
 	}
 	return nil
