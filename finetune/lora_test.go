@@ -111,12 +111,7 @@ func TestLoRARunResumes(t *testing.T) {
 // order move a master weight's last bits, and now and then its copy
 // rounds to the neighbouring bf16 value.
 func TestLoRARunBF16(t *testing.T) {
-	model, dataset := sweepFolders(t)
-	cfg := DefaultConfig()
-	cfg.Model, cfg.Data = model, dataset
-	cfg.BatchSize, cfg.MicroBatch, cfg.MaxSteps = 8, 4, 4
-	cfg.EvalEvery, cfg.SaveEvery = 2, 2
-	cfg.Schedule.LR = 1e-2
+	cfg := shortRun(t)
 	cfg.LoRA = LoRA{Rank: 4, Alpha: 8, Dropout: 0.1, Targets: "q_proj,v_proj,down_proj", BaseDType: "auto"}
 	root := t.TempDir()
 	cfg.Out = filepath.Join(root, "f32")

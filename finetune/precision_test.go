@@ -8,6 +8,19 @@ import (
 	"github.com/memtrain/memtrain/engine/comm"
 )
 
+// shortRun is a run of 4 steps of 8 sequences in micro-batches of 4 on
+// the sweep's model and dataset, evaluated and saved every 2 steps.
+func shortRun(t *testing.T) Config {
+	t.Helper()
+	model, dataset := sweepFolders(t)
+	cfg := DefaultConfig()
+	cfg.Model, cfg.Data = model, dataset
+	cfg.BatchSize, cfg.MicroBatch, cfg.MaxSteps = 8, 4, 4
+	cfg.EvalEvery, cfg.SaveEvery = 2, 2
+	cfg.Schedule.LR = 1e-2
+	return cfg
+}
+
 // TestBF16RunResumes: a run at precision bf16 follows the f32 run's
 // losses within bf16's rounding (2⁻⁸ relative), and stopped after a
 // checkpoint — on a data-parallel grid of two ranks — and resumed on one
@@ -15,12 +28,7 @@ import (
 // float32 masters and moments, and loading them refreshes the bf16
 // weight copies.
 func TestBF16RunResumes(t *testing.T) {
-	model, dataset := sweepFolders(t)
-	cfg := DefaultConfig()
-	cfg.Model, cfg.Data = model, dataset
-	cfg.BatchSize, cfg.MicroBatch, cfg.MaxSteps = 8, 4, 4
-	cfg.EvalEvery, cfg.SaveEvery = 2, 2
-	cfg.Schedule.LR = 1e-2
+	cfg := shortRun(t)
 	root := t.TempDir()
 
 	cfg.Out = filepath.Join(root, "f32")

@@ -223,20 +223,7 @@ func testModelBF16(t *testing.T, newBackend maker) {
 	refLoss, refOut := trainStep(t, ref, batch)
 	m := randomModelWith(t, newBackend(t, 0, GemmF32), cfg, opt)
 	loss, out := trainStep(t, m, batch)
-	d := math.Abs(loss.Mean()-refLoss.Mean()) / refLoss.Mean()
-	worst, worstName := 0.0, ""
-	for name, want := range refOut {
-		if e := relErr(out[name], want); e > worst {
-			worst, worstName = e, name
-		}
-	}
-	t.Logf("bf16 step: loss %.6f, CPU %.6f (relative %.2g); worst %s at %.3g of its largest element", loss.Mean(), refLoss.Mean(), d, worstName, worst)
-	if d > bf16StepLossTol || loss.Weight != refLoss.Weight {
-		t.Errorf("bf16 loss %v (weight %v), CPU %v (weight %v)", loss.Mean(), loss.Weight, refLoss.Mean(), refLoss.Weight)
-	}
-	if worst > bf16StepElementTol {
-		t.Errorf("bf16 step: %s differs from the CPU's by %.3g of its largest element (tolerance %.3g)", worstName, worst, bf16StepElementTol)
-	}
+	checkBF16Step(t, "bf16 step", loss, refLoss, out, refOut)
 
 	// Trained on the batch (its next ids), both backends' models decode
 	// prompts that begin its sequences to the same tokens: they have
@@ -294,6 +281,13 @@ func TestModelBF16LoRAEmulated(t *testing.T) {
 	refLoss, refOut := trainStep(t, ref, batch)
 	m := adapters(randomModelWith(t, newFake(t, 0, GemmF32), cfg, opt))
 	loss, out := trainStep(t, m, batch)
+	checkBF16Step(t, "bf16 LoRA step", loss, refLoss, out, refOut)
+}
+
+// checkBF16Step checks a bf16 step's loss and tensors (trainStep's) on the
+// emulated GPU against the CPU's within the bf16 step tolerances.
+func checkBF16Step(t *testing.T, what string, loss, refLoss llama.Loss, out, refOut map[string][]float32) {
+	t.Helper()
 	d := math.Abs(loss.Mean()-refLoss.Mean()) / refLoss.Mean()
 	worst, worstName := 0.0, ""
 	for name, want := range refOut {
@@ -301,12 +295,12 @@ func TestModelBF16LoRAEmulated(t *testing.T) {
 			worst, worstName = e, name
 		}
 	}
-	t.Logf("bf16 LoRA step: loss %.6f, CPU %.6f (relative %.2g); worst %s at %.3g of its largest element", loss.Mean(), refLoss.Mean(), d, worstName, worst)
+	t.Logf("%s: loss %.6f, CPU %.6f (relative %.2g); worst %s at %.3g of its largest element", what, loss.Mean(), refLoss.Mean(), d, worstName, worst)
 	if d > bf16StepLossTol || loss.Weight != refLoss.Weight {
-		t.Errorf("bf16 LoRA loss %v (weight %v), CPU %v (weight %v)", loss.Mean(), loss.Weight, refLoss.Mean(), refLoss.Weight)
+		t.Errorf("%s: loss %v (weight %v), CPU %v (weight %v)", what, loss.Mean(), loss.Weight, refLoss.Mean(), refLoss.Weight)
 	}
 	if worst > bf16StepElementTol {
-		t.Errorf("bf16 LoRA step: %s differs from the CPU's by %.3g of its largest element (tolerance %.3g)", worstName, worst, bf16StepElementTol)
+		t.Errorf("%s: %s differs from the CPU's by %.3g of its largest element (tolerance %.3g)", what, worstName, worst, bf16StepElementTol)
 	}
 }
 
