@@ -107,7 +107,7 @@ func (j *jsonlReader) next() (Document, error) {
 			}
 			continue
 		}
-		line = bytes.TrimSpace(line)
+		line = trimJSONSpace(line)
 		if len(line) == 0 {
 			continue
 		}

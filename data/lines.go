@@ -40,7 +40,7 @@ func ReadLines(r io.Reader, max int, fn func(line []byte, n int64) error) error 
 		if tooLong {
 			return &LineTooLongError{Line: lr.line, Max: max}
 		}
-		line = bytes.TrimSpace(line)
+		line = trimJSONSpace(line)
 		if len(line) == 0 {
 			continue
 		}
@@ -62,7 +62,7 @@ func ParseIDsOrText(line []byte, field string) (ids []int32, text string, isText
 	// reader of such records for every command.
 	opt := &ReadOptions{IDsOrText: true, Field: field}
 	j := &jsonlReader{opt: opt, field: opt.field()}
-	line = bytes.TrimSpace(line)
+	line = trimJSONSpace(line)
 	if len(line) == 0 {
 		return nil, "", false, errors.New("invalid JSON: an empty line")
 	}
@@ -75,3 +75,8 @@ func ParseIDsOrText(line []byte, field string) (ids []int32, text string, isText
 	}
 	return nil, doc.Text, true, nil
 }
+
+// trimJSONSpace trims JSON's whitespace (space, tab, CR, LF) from both ends
+// of a record: no more, so that a line that encoding/json would refuse
+// (one that begins with a vertical tab, say) is reported, not read.
+func trimJSONSpace(b []byte) []byte { return bytes.Trim(b, " \t\r\n") }
