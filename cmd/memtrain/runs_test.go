@@ -10,10 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/memtrain/memtrain/finetune"
 )
 
 // child starts memtrain in a child process (this test binary, as the CLI).
@@ -190,11 +193,12 @@ func TestFinetuneKillLoop(t *testing.T) {
 		t.Skip("needs SIGKILL")
 	}
 	base, ds := finetuneFixture(t, "builtin:llama2")
+	const steps = 240
 	for _, mode := range []string{"f32", "bf16", "async"} {
 		t.Run(mode, func(t *testing.T) {
 			runs := t.TempDir()
 			args := func(out string) []string {
-				a := []string{"finetune", "--model", base, "--data", ds, "--out", out, "--max-steps", "120", "--batch-size", "4", "--micro-batch", "2",
+				a := []string{"finetune", "--model", base, "--data", ds, "--out", out, "--max-steps", strconv.Itoa(steps), "--batch-size", "4", "--micro-batch", "2",
 					"--loss", "goldfish", "--goldfish.h", "4", "--schedule.lr", "1e-3", "--save-every", "7", "--eval-every", "11", "--keep", "2"}
 				if mode == "async" {
 					return append(a, "--save-async")
@@ -214,7 +218,10 @@ func TestFinetuneKillLoop(t *testing.T) {
 				}
 				// The kill lands at a random moment once the run trains
 				// (start-up takes longer on a busy machine): a moment in a
-				// step, an evaluation, a save or a commit.
+				// step, an evaluation, a save or a commit. The run is long
+				// enough (steps) that ten kills land before it ends on
+				// a fast machine too: up to 300 ms of this tiny model's
+				// steps is some 25 of them an attempt.
 				before := metricsLines(b)
 				cmd, out := child(t, a...)
 				for deadline := time.Now().Add(30 * time.Second); metricsLines(b) <= before && cmd.ProcessState == nil && time.Now().Before(deadline); {
@@ -254,8 +261,8 @@ func TestFinetuneKillLoop(t *testing.T) {
 				}
 			}
 			for _, f := range []string{"model.safetensors", "optimizer.safetensors"} {
-				x, _ := os.ReadFile(filepath.Join(a, "checkpoints", "step-00000120", f))
-				y, _ := os.ReadFile(filepath.Join(b, "checkpoints", "step-00000120", f))
+				x, _ := os.ReadFile(filepath.Join(a, "checkpoints", finetune.StepName(steps), f))
+				y, _ := os.ReadFile(filepath.Join(b, "checkpoints", finetune.StepName(steps), f))
 				if len(x) == 0 || !bytes.Equal(x, y) {
 					t.Errorf("%s: after %d kills the final checkpoint differs from the uninterrupted run's", f, kills)
 				}
