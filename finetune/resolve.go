@@ -124,8 +124,8 @@ func LoadModel(b engine.Backend, ref ModelRef, opt llama.Options) (*llama.Model,
 		defer ad.Close()
 		opt.LoRA = ad.Config
 		d, err := checkpoints.ParseDType(ck.Config.TorchDType)
-		if (err == nil && d == checkpoints.DTypeBF16 || opt.Activations == engine.BF16) &&
-			(opt.Parallel == nil || opt.Parallel.Z.Size() == 1) {
+		storedBF16 := err == nil && d == checkpoints.DTypeBF16
+		if (storedBF16 || opt.Activations == engine.BF16) && (opt.Parallel == nil || opt.Parallel.Z.Size() == 1) {
 			opt.BaseDType = engine.BF16
 		}
 	}

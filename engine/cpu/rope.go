@@ -43,22 +43,24 @@ func (b *Backend) rope(op string, x, pos, invFreq *engine.Tensor, sign float32) 
 	xs, ps, fs := floats(op, x), Int32s(pos), floats(op, invFreq)
 	cosT, sinT := b.angles.rows(b, fs, ps)
 	b.parallelFor(n, max(1, elementGrain/(heads*d)), func(lo, hi int) {
-		cos := make([]float32, half)
-		sin := make([]float32, half)
+		row := make([]float32, 2*half) // a row's cos and sin, when not the table's
 		for i := lo; i < hi; i++ {
 			// The angles depend on the row's position only: one row of
 			// the table, or computed once for all its heads.
+			cos, sin := row[:half], row[half:]
 			if cosT != nil {
 				p := int(ps[i]) * half
-				copy(cos, cosT[p:p+half])
-				copy(sin, sinT[p:p+half])
+				cos, sin = cosT[p:p+half], sinT[p:p+half]
 			} else {
 				angleRow(cos, sin, ps[i], fs)
 			}
 			if sign < 0 {
-				for j := range sin {
-					sin[j] = -sin[j] // exact: the products below round the same
+				// Exact: x·(−s) rounds to −(x·s), and a − (−b) is a + b.
+				neg := row[half:]
+				for j, s := range sin {
+					neg[j] = -s
 				}
+				sin = neg
 			}
 			for hd := range heads {
 				rotate(xs[(i*heads+hd)*d:(i*heads+hd+1)*d], cos, sin)

@@ -225,18 +225,7 @@ func TestBF16TrainsAndGenerates(t *testing.T) {
 	if limit := 0.05 * math.Log(float64(cfg.VocabSize)); !(l16 < limit) || !(l32 < limit) {
 		t.Errorf("after %d steps: bf16 loss %v, f32 %v", steps, l16, l32)
 	}
-	for _, p := range half.Params() {
-		if p.Copy == nil {
-			continue
-		}
-		want := download(half, p.Value)
-		for i := range want {
-			want[i] = checkpoints.BF16ToFloat32(checkpoints.Float32ToBF16(want[i]))
-		}
-		if got := download(half, p.Copy); !slices.Equal(got, want) {
-			t.Fatalf("%s: the bf16 copy is not the rounded master weight after the steps", p.Name)
-		}
-	}
+	checkCopiesRounded(t, "after the steps", half, half.Params())
 	sameGreedy(t, half, ref, [][]int32{batch.IDs[:4], batch.IDs[16:20]}, 6, "the bf16 model", "the f32 one")
 }
 
@@ -326,14 +315,11 @@ func TestBF16LoRATrainsAndGenerates(t *testing.T) {
 	copiesRounded := func(what string) {
 		t.Helper()
 		for _, p := range half.Trainable() {
-			want := download(half, p.Value)
-			for i := range want {
-				want[i] = checkpoints.BF16ToFloat32(checkpoints.Float32ToBF16(want[i]))
-			}
-			if got := download(half, p.Copy); !slices.Equal(got, want) {
-				t.Fatalf("%s: %s's bf16 copy is not the rounded master", what, p.Name)
+			if p.Copy == nil {
+				t.Fatalf("%s: adapter %s has no bf16 copy", what, p.Name)
 			}
 		}
+		checkCopiesRounded(t, what, half, half.Trainable())
 	}
 	ref.InitAdapters(3)
 	half.InitAdapters(3)
@@ -388,16 +374,19 @@ func TestBF16Refusals(t *testing.T) {
 			t.Errorf("%s: %v; want one line containing %q", tc.name, err, tc.want)
 		}
 	}
-	// On grids: X·Y·Z > 1 is refused.
-	err := launch.Local(comm.Grid{Data: 1, X: 2, Y: 1, Z: 1}, parallel.Overlap{}, func(g *parallel.Grid) error {
-		m, err := New(newBackend(1), cfg, Options{Activations: engine.BF16, Parallel: g})
-		if err == nil {
-			m.Free()
+	// On grids: X·Y·Z > 1 is refused, with adapters too (that reason
+	// first, not the base's dtype).
+	for _, lora := range []*checkpoints.AdapterConfig{nil, testAdapter(2, false, 0)} {
+		err := launch.Local(comm.Grid{Data: 1, X: 2, Y: 1, Z: 1}, parallel.Overlap{}, func(g *parallel.Grid) error {
+			m, err := New(newBackend(1), cfg, Options{Activations: engine.BF16, Parallel: g, LoRA: lora})
+			if err == nil {
+				m.Free()
+			}
+			return err
+		})
+		if want := "X·Y·Z = 2·1·1"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("X = 2, adapters %v: %v; want an error containing %q", lora != nil, err, want)
 		}
-		return err
-	})
-	if want := "X·Y·Z = 2·1·1"; err == nil || !strings.Contains(err.Error(), want) {
-		t.Errorf("X = 2: %v; want an error containing %q", err, want)
 	}
 }
 
@@ -468,6 +457,24 @@ func (r sliceReader) ReadSlice(name string, r0, r1, c0, c1 int) ([]float32, erro
 	return out, nil
 }
 
+// checkCopiesRounded checks that every parameter of params with a bf16
+// copy holds its master rounded to nearest even.
+func checkCopiesRounded(t *testing.T, what string, m *Model, params []*engine.Param) {
+	t.Helper()
+	for _, p := range params {
+		if p.Copy == nil {
+			continue
+		}
+		want := download(m, p.Value)
+		for i := range want {
+			want[i] = checkpoints.BF16ToFloat32(checkpoints.Float32ToBF16(want[i]))
+		}
+		if !slices.Equal(download(m, p.Copy), want) {
+			t.Errorf("%s: %s's bf16 copy is not its master rounded", what, p.Name)
+		}
+	}
+}
+
 // TestBF16CopiesFollowTheMasters: wherever a master weight is written —
 // SetWeights, LoadWeights (whole, or a block of rows at a time, as a
 // checkpoint or a resume loads it) — its bf16 copy is the master rounded
@@ -476,18 +483,7 @@ func TestBF16CopiesFollowTheMasters(t *testing.T) {
 	cfg := testConfig(false, 2)
 	check := func(what string, m *Model) {
 		t.Helper()
-		for _, p := range m.Params() {
-			if p.Copy == nil {
-				continue
-			}
-			want := download(m, p.Value)
-			for i := range want {
-				want[i] = checkpoints.BF16ToFloat32(checkpoints.Float32ToBF16(want[i]))
-			}
-			if !slices.Equal(download(m, p.Copy), want) {
-				t.Errorf("%s: %s's bf16 copy is not its master rounded", what, p.Name)
-			}
-		}
+		checkCopiesRounded(t, what, m, m.Params())
 	}
 	m := randomModel(t, newBackend(1), cfg, Options{Activations: engine.BF16}, 3)
 	defer m.Free()

@@ -147,13 +147,15 @@ func New(b engine.Backend, cfg *checkpoints.Config, opt Options) (*Model, error)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// The activations first: on a grid that cannot take bf16 at all, that
+	// is the reason, not the base's dtype.
+	if err := checkActivations(opt); err != nil {
+		return nil, err
+	}
 	if err := checkLoRA(cfg, opt); err != nil {
 		return nil, err
 	}
 	g := opt.Parallel
-	if err := checkActivations(opt); err != nil {
-		return nil, err
-	}
 	if opt.LoRA != nil && opt.BaseDType == engine.BF16 && g != nil && g.Z.Size() > 1 {
 		return nil, fmt.Errorf("llama: bf16 base weights on a grid with Z = %d: Z-sharding gathers float32 blocks (load the base as f32)", g.Z.Size())
 	}
