@@ -200,11 +200,11 @@ if stage "2. Training step: $STEP_MODEL (Llama-3.1-8B shape, 4 layers), sequence
   # Mixed precision first (the headline, as torch's bf16 autocast step),
   # then float32 activations.
   MEMTRAIN_GPU_BENCH=1 MEMTRAIN_GPU_BENCH_MODEL=$STEP_MODEL MEMTRAIN_GPU_BENCH_SEQ=$SEQ MEMTRAIN_GPU_BENCH_PRECISION=bf16 \
-    run "$L" 120 "$CT" -test.run '^TestGPUBenchStep$' -test.v -test.count=1
+    run "$L" 120 "$CT" -test.run '^$' -test.bench '^BenchmarkGPUStep$' -test.benchtime 1x -test.v -test.count=1
   noskip "$L" $?
   rc=$?
   MEMTRAIN_GPU_BENCH=1 MEMTRAIN_GPU_BENCH_MODEL=$STEP_MODEL MEMTRAIN_GPU_BENCH_SEQ=$SEQ \
-    run "$L" 90 "$CT" -test.run '^TestGPUBenchStep$' -test.v -test.count=1
+    run "$L" 90 "$CT" -test.run '^$' -test.bench '^BenchmarkGPUStep$' -test.benchtime 1x -test.v -test.count=1
   noskip "$L" $?
   rc=$((rc | $?))
   for attn in sdpa eager; do
@@ -266,7 +266,7 @@ fi
 # ---------------------------------------------------------------------------
 if stage "4. GEMM at ${GEMM}³"; then
   L="$LOGS/stage4-gemm.log"
-  MEMTRAIN_GPU_BENCH=1 MEMTRAIN_GPU_BENCH_GEMM=$GEMM run "$L" 120 "$CT" -test.run '^TestGPUBenchGemm$' -test.v -test.count=1
+  MEMTRAIN_GPU_BENCH=1 MEMTRAIN_GPU_BENCH_GEMM=$GEMM run "$L" 120 "$CT" -test.run '^$' -test.bench '^BenchmarkGPUGemm$' -test.benchtime 1x -test.v -test.count=1
   noskip "$L" $?
   rc=$?
   run "$LOGS/stage4-torch.log" 90 "$PY" scripts/gpu/torch_gemm.py --sizes $GEMM
@@ -280,7 +280,7 @@ fi
 if stage "5. Full fine-tuning step: $ONE_B (Llama-3.2-1B shape), sequence $SEQ"; then
   L="$LOGS/stage5-1b.log"
   MEMTRAIN_GPU_BENCH=1 MEMTRAIN_GPU_BENCH_MODEL=$ONE_B MEMTRAIN_GPU_BENCH_SEQ=$SEQ MEMTRAIN_GPU_BENCH_PRECISION=bf16 \
-    run "$L" 150 "$CT" -test.run '^TestGPUBenchStep$' -test.v -test.count=1
+    run "$L" 150 "$CT" -test.run '^$' -test.bench '^BenchmarkGPUStep$' -test.benchtime 1x -test.v -test.count=1
   noskip "$L" $?
   rc=$?
   run "$LOGS/stage5-torch.log" 100 "$PY" scripts/gpu/torch_step.py --model $ONE_B --seq-len $SEQ --attn sdpa

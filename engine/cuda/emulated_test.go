@@ -1,7 +1,9 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -18,6 +20,7 @@ import (
 	"github.com/memtrain/memtrain/engine/cpu"
 	"github.com/memtrain/memtrain/engine/enginetest"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 // These tests run on the fake CUDA libraries (fake_test.go): the kernels'
@@ -95,16 +98,6 @@ func randomBatch(cfg *checkpoints.Config, B, T int) llama.Batch {
 	return batch
 }
 
-// relErr is max|a−b| / max|b|.
-func relErr(a, b []float32) float64 {
-	var num, den float64
-	for i := range a {
-		num = math.Max(num, math.Abs(float64(a[i])-float64(b[i])))
-		den = math.Max(den, math.Abs(float64(b[i])))
-	}
-	return num / math.Max(den, 1e-30)
-}
-
 // trainStep runs a forward and backward pass and an AdamW step, and returns
 // the loss and every parameter's gradient and new value.
 func trainStep(t *testing.T, m *llama.Model, batch llama.Batch) (llama.Loss, map[string][]float32) {
@@ -155,13 +148,11 @@ func testModel(t *testing.T, newBackend maker) {
 			if mode == GemmBF16 {
 				tol = 3e-2 // products of bf16-rounded inputs
 			}
-			if d := math.Abs(loss.Mean()-refLoss.Mean()) / refLoss.Mean(); d > tol || loss.Weight != refLoss.Weight {
-				t.Errorf("loss %v (weight %v), CPU %v (weight %v)", loss.Mean(), loss.Weight, refLoss.Mean(), refLoss.Weight)
+			if err := numtest.Scalar(loss.Mean(), refLoss.Mean(), numtest.Tol{Rel: tol}); err != nil || loss.Weight != refLoss.Weight {
+				t.Errorf("loss (weight %v) against the CPU's (weight %v): %v", loss.Weight, refLoss.Weight, err)
 			}
-			for name, want := range refOut {
-				if e := relErr(out[name], want); e > tol*10 {
-					t.Errorf("%s differs from the CPU's by %.2g (relative)", name, e)
-				}
+			if err := numtest.EachClose(out, refOut, numtest.Tol{Max: tol * 10}); err != nil {
+				t.Errorf("against the CPU's: %v", err)
 			}
 		})
 	}
@@ -182,6 +173,9 @@ func sameGenerations(t *testing.T, gpu, host *llama.Model, prompts [][]int32, wh
 	got, err := gpu.Generate(prompts, llama.GenerateOptions{MaxNewTokens: 8})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d generations on the GPU, %d on the CPU", what, len(got), len(want))
 	}
 	for i := range want {
 		if !slices.Equal(got[i], want[i]) {
@@ -288,19 +282,18 @@ func TestModelBF16LoRAEmulated(t *testing.T) {
 // emulated GPU against the CPU's within the bf16 step tolerances.
 func checkBF16Step(t *testing.T, what string, loss, refLoss llama.Loss, out, refOut map[string][]float32) {
 	t.Helper()
-	d := math.Abs(loss.Mean()-refLoss.Mean()) / refLoss.Mean()
 	worst, worstName := 0.0, ""
-	for name, want := range refOut {
-		if e := relErr(out[name], want); e > worst {
-			worst, worstName = e, name
+	for _, name := range slices.Sorted(maps.Keys(refOut)) {
+		if d, err := numtest.Measure(out[name], refOut[name]); err == nil && d.MaxRel > worst {
+			worst, worstName = d.MaxRel, name
 		}
 	}
-	t.Logf("%s: loss %.6f, CPU %.6f (relative %.2g); worst %s at %.3g of its largest element", what, loss.Mean(), refLoss.Mean(), d, worstName, worst)
-	if d > bf16StepLossTol || loss.Weight != refLoss.Weight {
-		t.Errorf("%s: loss %v (weight %v), CPU %v (weight %v)", what, loss.Mean(), loss.Weight, refLoss.Mean(), refLoss.Weight)
+	t.Logf("%s: loss %.6f, CPU %.6f; worst %s at %.3g of its largest element", what, loss.Mean(), refLoss.Mean(), worstName, worst)
+	if err := numtest.Scalar(loss.Mean(), refLoss.Mean(), numtest.Tol{Rel: bf16StepLossTol}); err != nil || loss.Weight != refLoss.Weight {
+		t.Errorf("%s: loss (weight %v) against the CPU's (weight %v): %v", what, loss.Weight, refLoss.Weight, err)
 	}
-	if worst > bf16StepElementTol {
-		t.Errorf("%s: %s differs from the CPU's by %.3g of its largest element (tolerance %.3g)", what, worstName, worst, bf16StepElementTol)
+	if err := numtest.EachClose(out, refOut, numtest.Tol{Max: bf16StepElementTol}); err != nil {
+		t.Errorf("%s: against the CPU's: %v", what, err)
 	}
 }
 
@@ -383,20 +376,20 @@ func testBF16(t *testing.T, newBackend maker) {
 	x := randn(n)
 	x[0], x[1] = float32(math.Inf(-1)), 1+1.0/256 // a tie, rounded to even
 	xb := put(engine.BF16, x, n)
-	if got, want := get(xb), round(x); !slices.Equal(got, want) {
-		t.Errorf("BF16 upload/download is not the host's rounding")
+	if err := numtest.Equal(get(xb), round(x)); err != nil {
+		t.Errorf("BF16 upload/download is not the host's rounding: %v", err)
 	}
 	// Casts both ways, through Copy.
 	xf := put(engine.F32, x, n)
 	cast := put(engine.BF16, nil2(n), n)
 	b.Copy(cast, xf)
-	if got := get(cast); !slices.Equal(got, round(x)) {
-		t.Errorf("F32→BF16 cast differs from the host's rounding")
+	if err := numtest.Equal(get(cast), round(x)); err != nil {
+		t.Errorf("F32→BF16 cast differs from the host's rounding: %v", err)
 	}
 	back := put(engine.F32, nil2(n), n)
 	b.Copy(back, cast)
-	if got := get(back); !slices.Equal(got, round(x)) {
-		t.Errorf("BF16→F32 cast is not exact")
+	if err := numtest.Equal(get(back), round(x)); err != nil {
+		t.Errorf("BF16→F32 cast is not exact: %v", err)
 	}
 	b.Fill(cast, 0.1)
 	if got := get(cast); got[7] != checkpoints.BF16ToFloat32(checkpoints.Float32ToBF16(0.1)) {
@@ -411,8 +404,8 @@ func testBF16(t *testing.T, newBackend maker) {
 	for i := range want {
 		want[i] = round(y)[i] + y[i]
 	}
-	if e := relErr(get(sum), want); e > 1e-7 {
-		t.Errorf("mixed Add off by %g", e)
+	if err := numtest.CloseMax(get(sum), want, 1e-7); err != nil {
+		t.Errorf("mixed Add: %v", err)
 	}
 
 	// GEMMs of BF16 operands into F32 and BF16, against float64.
@@ -436,8 +429,8 @@ func testBF16(t *testing.T, newBackend maker) {
 		if cdt == engine.BF16 {
 			tol = 1.0 / 128
 		}
-		if e := relErr(get(c), ref); e > tol {
-			t.Errorf("BF16 GEMM into %v off by %g", cdt, e)
+		if err := numtest.CloseMax(get(c), ref, tol); err != nil {
+			t.Errorf("BF16 GEMM into %v: %v", cdt, err)
 		}
 	}
 
@@ -450,15 +443,15 @@ func testBF16(t *testing.T, newBackend maker) {
 	b.RMSNorm(outB, rstdB, put(engine.BF16, xs, rows, h), put(engine.F32, w, h), 1e-5)
 	outF, rstdF := put(engine.F32, nil2(rows*h), rows, h), put(engine.F32, nil2(rows), rows)
 	b.RMSNorm(outF, rstdF, put(engine.F32, xs, rows, h), put(engine.F32, w, h), 1e-5)
-	if !slices.Equal(get(outB), round(get(outF))) || !slices.Equal(get(rstdB), get(rstdF)) {
-		t.Errorf("BF16 RMSNorm is not the F32 one rounded")
+	if err := errors.Join(numtest.Equal(get(outB), round(get(outF))), numtest.Equal(get(rstdB), get(rstdF))); err != nil {
+		t.Errorf("BF16 RMSNorm is not the F32 one rounded: %v", err)
 	}
 	g, u := round(randn(n)), round(randn(n))
 	sB, sF := put(engine.BF16, nil2(n), n), put(engine.F32, nil2(n), n)
 	b.SwiGLU(sB, put(engine.BF16, g, n), put(engine.BF16, u, n))
 	b.SwiGLU(sF, put(engine.F32, g, n), put(engine.F32, u, n))
-	if !slices.Equal(get(sB), round(get(sF))) {
-		t.Errorf("BF16 SwiGLU is not the F32 one rounded")
+	if err := numtest.Equal(get(sB), round(get(sF))); err != nil {
+		t.Errorf("BF16 SwiGLU is not the F32 one rounded: %v", err)
 	}
 
 	// An F32 A by a BF16 B (a frozen weight) is the F32 product with B
@@ -478,8 +471,8 @@ func testBF16(t *testing.T, newBackend maker) {
 		mixed, wide := put(engine.F32, nil2(M*N), M, N), put(engine.F32, nil2(M*N), M, N)
 		b.Gemm(q, put(engine.F32, a, M, K), put(engine.BF16, bt, len(bt)), mixed)
 		b.Gemm(q, put(engine.F32, a, M, K), put(engine.F32, bt, len(bt)), wide)
-		if got, want := get(mixed), get(wide); !slices.Equal(got, want) {
-			t.Errorf("F32·BF16 GEMM (transB %v) differs from the F32 GEMM on the widened B", tB)
+		if err := numtest.Equal(get(mixed), get(wide)); err != nil {
+			t.Errorf("F32·BF16 GEMM (transB %v) differs from the F32 GEMM on the widened B: %v", tB, err)
 		}
 	}
 
@@ -540,8 +533,8 @@ func TestGemmBF16BEmulated(t *testing.T) {
 			g, w := make([]float32, len(c0)), make([]float32, len(c0))
 			b.Download(g, got)
 			b.Download(w, want)
-			if !slices.Equal(g, w) {
-				t.Errorf("%+v: F32·BF16 differs from F32·(widened B)", p)
+			if err := numtest.Equal(g, w); err != nil {
+				t.Errorf("%+v: F32·BF16 differs from F32·(widened B): %v", p, err)
 			}
 		}
 	}
@@ -712,8 +705,8 @@ func testBackend(t *testing.T, newBackend maker) {
 	b.Copy(s.View(1, 4), s.View(0, 4))
 	all := make([]float32, 6)
 	b.Download(all, s)
-	if !slices.Equal(all, []float32{1, 1, 2, 3, 4, 6}) {
-		t.Errorf("overlapping Copy gave %v", all)
+	if err := numtest.Equal(all, []float32{1, 1, 2, 3, 4, 6}); err != nil {
+		t.Errorf("overlapping Copy: %v", err)
 	}
 
 	c := newBackend(t, 0, GemmF32)

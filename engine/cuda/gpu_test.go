@@ -142,7 +142,7 @@ func TestGPUNCCL(t *testing.T) {
 }
 
 // bench reports one measurement as a JSON line.
-func bench(t *testing.T, v map[string]any) {
+func bench(t testing.TB, v map[string]any) {
 	line, err := json.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +150,7 @@ func bench(t *testing.T, v map[string]any) {
 	fmt.Printf("BENCH %s\n", line)
 }
 
-func needBench(t *testing.T) {
+func needBench(t testing.TB) {
 	if os.Getenv("MEMTRAIN_GPU_BENCH") == "" {
 		t.Skip("set MEMTRAIN_GPU_BENCH=1 to run the GPU benchmarks")
 	}
@@ -174,7 +174,7 @@ func envInts(name string, def []int) []int {
 
 // timeIt runs f once to warm up, then repeatedly for at least half a
 // second (and at least 3 times), and returns the median seconds of a run.
-func timeIt(t *testing.T, b *Backend, f func()) float64 {
+func timeIt(t testing.TB, b *Backend, f func()) float64 {
 	f()
 	if err := b.Synchronize(); err != nil {
 		t.Fatal(err)
@@ -205,11 +205,14 @@ func fillRandom(b *Backend, t *engine.Tensor, tile *engine.Tensor) {
 	}
 }
 
-// TestGPUBenchGemm measures the GEMM at each size of
+// BenchmarkGPUGemm measures the GEMM at each size of
 // $MEMTRAIN_GPU_BENCH_GEMM (default 8192): bf16 operands into bf16 and
-// float32, and float32 operands at each precision.
-func TestGPUBenchGemm(t *testing.T) {
-	needBench(t)
+// float32, and float32 operands at each precision. Each case is timed by
+// timeIt's protocol (the median of at least half a second of runs) and
+// printed as a BENCH line; run it once, with -test.benchtime 1x, as
+// scripts/gpu-check.sh does.
+func BenchmarkGPUGemm(tb *testing.B) {
+	needBench(tb)
 	for _, size := range envInts("MEMTRAIN_GPU_BENCH_GEMM", []int{8192}) {
 		for _, c := range []struct {
 			name     string
@@ -222,7 +225,7 @@ func TestGPUBenchGemm(t *testing.T) {
 			{"f32 (tf32)", GemmTF32, engine.F32, engine.F32},
 			{"f32", GemmF32, engine.F32, engine.F32},
 		} {
-			b := newGPU(t, 0, c.mode)
+			b := newGPU(tb, 0, c.mode)
 			a, bm, out := b.Alloc(c.ab, size, size), b.Alloc(c.ab, size, size), b.Alloc(c.cOut, size, size)
 			tile := b.Alloc(engine.F32, 1<<20)
 			r := rand.New(rand.NewPCG(1, 2))
@@ -234,8 +237,8 @@ func TestGPUBenchGemm(t *testing.T) {
 			fillRandom(b, a, tile)
 			fillRandom(b, bm, tile)
 			p := engine.GemmParams{M: size, N: size, K: size, Alpha: 1, LDA: size, LDB: size, LDC: size}
-			secs := timeIt(t, b, func() { b.Gemm(p, a, bm, out) })
-			bench(t, map[string]any{"bench": "gemm", "case": c.name, "m": size, "n": size, "k": size,
+			secs := timeIt(tb, b, func() { b.Gemm(p, a, bm, out) })
+			bench(tb, map[string]any{"bench": "gemm", "case": c.name, "m": size, "n": size, "k": size,
 				"ms": secs * 1e3, "tflops": 2 * float64(size) * float64(size) * float64(size) / secs / 1e12, "device": b.Info().Name})
 			for _, x := range []*engine.Tensor{a, bm, out, tile} {
 				b.Free(x)
@@ -261,7 +264,7 @@ func peakBF16(name string) float64 {
 
 // benchConfig is the model of $MEMTRAIN_GPU_BENCH_MODEL, "preset" or
 // "preset:layers" (default llama3.1-8b cut to 4 layers).
-func benchConfig(t *testing.T, spec string) *checkpoints.Config {
+func benchConfig(t testing.TB, spec string) *checkpoints.Config {
 	name, layers, _ := strings.Cut(spec, ":")
 	p, err := checkpoints.LookupPreset(name)
 	if err != nil {
@@ -278,21 +281,22 @@ func benchConfig(t *testing.T, spec string) *checkpoints.Config {
 	return cfg
 }
 
-// TestGPUBenchStep measures full training steps (forward, backward, AdamW
+// BenchmarkGPUStep measures full training steps (forward, backward, AdamW
 // on every parameter) of $MEMTRAIN_GPU_BENCH_MODEL at batch
 // $MEMTRAIN_GPU_BENCH_BATCH × $MEMTRAIN_GPU_BENCH_SEQ (default 1 × 2048),
 // at the GEMM precision $MEMTRAIN_CUDA_GEMM (default bf16): tokens/s, model
-// FLOP/s and MFU against the device's bf16 peak.
-func TestGPUBenchStep(t *testing.T) {
-	needBench(t)
+// FLOP/s and MFU against the device's bf16 peak, timed as BenchmarkGPUGemm
+// is (run it once, with -test.benchtime 1x).
+func BenchmarkGPUStep(tb *testing.B) {
+	needBench(tb)
 	spec := os.Getenv("MEMTRAIN_GPU_BENCH_MODEL")
 	if spec == "" {
 		spec = "llama3.1-8b:4"
 	}
-	cfg := benchConfig(t, spec)
+	cfg := benchConfig(tb, spec)
 	B := envInts("MEMTRAIN_GPU_BENCH_BATCH", []int{1})[0]
 	T := envInts("MEMTRAIN_GPU_BENCH_SEQ", []int{2048})[0]
-	b := newGPU(t, 0, "")
+	b := newGPU(tb, 0, "")
 	// MEMTRAIN_GPU_BENCH_PRECISION=bf16 times mixed precision (bf16
 	// activations and weight copies).
 	act, precision := engine.F32, "f32"
@@ -301,7 +305,7 @@ func TestGPUBenchStep(t *testing.T) {
 	}
 	m, err := llama.New(b, cfg, llama.Options{Recompute: os.Getenv("MEMTRAIN_GPU_BENCH_RECOMPUTE") != "", Activations: act})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer m.Free()
 	tile := b.Alloc(engine.F32, 1<<20)
@@ -334,11 +338,11 @@ func TestGPUBenchStep(t *testing.T) {
 	}
 	step := 0
 	var loss float64
-	secs := timeIt(t, b, func() {
+	secs := timeIt(tb, b, func() {
 		step++
 		var err error
 		if loss, err = tr.Step(batch); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 	})
 	flopsPerToken := engine.ModelFLOPsPerToken(cfg, T)
@@ -351,5 +355,5 @@ func TestGPUBenchStep(t *testing.T) {
 		res["peak_tflops"] = peak / 1e12
 		res["mfu"] = tps * flopsPerToken / peak
 	}
-	bench(t, res)
+	bench(tb, res)
 }

@@ -4,7 +4,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"unsafe"
 
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 // launchedKernels reads the package's Go files for the constants of type
@@ -380,10 +380,8 @@ func TestCublasArgsOf(t *testing.T) {
 		c := cublasArgsOf(g, GemmF32)
 		// cuBLAS's first operand is our B, its second our A.
 		colMajorGemm(c, 0.5, 0.25, B, A, C, 0, 0, 0)
-		for i := range C {
-			if math.Abs(C[i]-want[i]) > 1e-12 {
-				t.Fatalf("trial %d (%+v): element %d is %g, want %g", trial, g, i, C[i], want[i])
-			}
+		if err := numtest.Close(C, want, numtest.Tol{Abs: 1e-12}); err != nil {
+			t.Fatalf("trial %d (%+v): %v", trial, g, err)
 		}
 		if c.compute != cublasCompute32F || c.aType != cudaR32F || c.cType != cudaR32F {
 			t.Errorf("types %+v", c)

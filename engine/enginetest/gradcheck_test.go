@@ -2,6 +2,7 @@ package enginetest
 
 import (
 	"fmt"
+	"github.com/memtrain/memtrain/internal/numtest"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -18,10 +19,7 @@ import (
 func gradCheck(t *testing.T, name string, x, grad []float64, f func() float64) {
 	t.Helper()
 	const step, tol = 1e-5, 1e-6
-	scale := 1.0
-	for _, g := range grad {
-		scale = math.Max(scale, math.Abs(g))
-	}
+	fd := make([]float64, len(x))
 	for i := range x {
 		orig := x[i]
 		x[i] = orig + step
@@ -29,11 +27,11 @@ func gradCheck(t *testing.T, name string, x, grad []float64, f func() float64) {
 		x[i] = orig - step
 		down := f()
 		x[i] = orig
-		fd := (up - down) / (2 * step)
-		if math.Abs(fd-grad[i]) > tol*scale {
-			t.Errorf("%s: d/dx[%d] is %.9g analytically, %.9g by finite differences", name, i, grad[i], fd)
-			return
-		}
+		fd[i] = (up - down) / (2 * step)
+	}
+	// Within tol of the largest partial derivative, or of 1.
+	if err := numtest.Close(grad, fd, numtest.Tol{Max: tol, Floor: 1}); err != nil {
+		t.Errorf("%s: analytic gradient against finite differences: %v", name, err)
 	}
 }
 
@@ -173,10 +171,8 @@ func TestRefAttentionKV(t *testing.T) {
 	q, k, v := randVec(rng, g.qLen(), 1), randVec(rng, g.kvLen(), 1), randVec(rng, g.kvLen(), 1)
 	want, _ := refAttention(q, k, v, g)
 	prefill := refAttentionKV(q, k, v, []int32{0, 0}, g.B, g.T, g.T, g.heads, g.kvHeads, g.D)
-	for i := range want {
-		if math.Abs(prefill[i]-want[i]) > 1e-12 {
-			t.Fatalf("prefill element %d = %g, causal attention %g", i, prefill[i], want[i])
-		}
+	if err := numtest.Close(prefill, want, numtest.Tol{Abs: 1e-12}); err != nil {
+		t.Fatalf("prefill against causal attention: %v", err)
 	}
 	row := g.heads * g.D
 	for pos := 0; pos < g.T; pos++ {
@@ -186,10 +182,9 @@ func TestRefAttentionKV(t *testing.T) {
 		}
 		out := refAttentionKV(qs, k, v, []int32{int32(pos), int32(pos)}, g.B, 1, g.T, g.heads, g.kvHeads, g.D)
 		for b := 0; b < g.B; b++ {
-			for i := 0; i < row; i++ {
-				if w := want[(b*g.T+pos)*row+i]; math.Abs(out[b*row+i]-w) > 1e-12 {
-					t.Fatalf("decode at %d, sequence %d, element %d = %g, causal attention %g", pos, b, i, out[b*row+i], w)
-				}
+			w := want[(b*g.T+pos)*row : (b*g.T+pos+1)*row]
+			if err := numtest.Close(out[b*row:(b+1)*row], w, numtest.Tol{Abs: 1e-12}); err != nil {
+				t.Fatalf("decode at %d, sequence %d, against causal attention: %v", pos, b, err)
 			}
 		}
 	}
@@ -207,10 +202,8 @@ func TestRefAdamWFirstStep(t *testing.T) {
 		want[i] = p[i]*(1-h.lr*h.wd) - h.lr*g[i]/(math.Abs(g[i])+h.eps)
 	}
 	refAdamW(p, g, m, v, h)
-	for i := range p {
-		if math.Abs(p[i]-want[i]) > 1e-12 {
-			t.Errorf("p[%d] = %.15g, want %.15g", i, p[i], want[i])
-		}
+	if err := numtest.Close(p, want, numtest.Tol{Abs: 1e-12}); err != nil {
+		t.Errorf("p: %v", err)
 	}
 }
 
@@ -223,12 +216,10 @@ func TestRefRoPEInverse(t *testing.T) {
 	x := randVec(rng, 3*2*8, 1)
 	y := refRoPE(x, pos, inv, 2, 1)
 	back := refRoPE(y, pos, inv, 2, -1)
-	for i := range x {
-		if math.Abs(back[i]-x[i]) > 1e-12 {
-			t.Fatalf("element %d: %g after rotating there and back, want %g", i, back[i], x[i])
-		}
+	if err := numtest.Close(back, x, numtest.Tol{Abs: 1e-12}); err != nil {
+		t.Fatalf("rotated there and back: %v", err)
 	}
-	if nx, ny := dot(x, x), dot(y, y); math.Abs(nx-ny) > 1e-12*nx {
-		t.Errorf("|x|² = %g, |RoPE(x)|² = %g", nx, ny)
+	if err := numtest.Scalar(dot(y, y), dot(x, x), numtest.Tol{Rel: 1e-12}); err != nil {
+		t.Errorf("|RoPE(x)|² against |x|²: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 func testEmbedding(h *harness) {
@@ -379,8 +380,8 @@ func testSum(h *harness) {
 		for _, v := range x {
 			mag += math.Abs(float64(v))
 		}
-		if got := float64(h.get(dst)[0]); math.Abs(got-want) > 1e-6*mag {
-			h.t.Errorf("Sum n=%d = %v, want %v", n, got, want)
+		if err := numtest.Scalar(float64(h.get(dst)[0]), want, numtest.Tol{Abs: 1e-6 * mag}); err != nil {
+			h.t.Errorf("Sum n=%d: %v", n, err)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package llama
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/memtrain/memtrain/engine/comm"
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/parallel"
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 // Mixed-precision tolerances, from bf16's unit roundoff u = 2⁻⁸ ≈ 0.0039
@@ -52,19 +54,6 @@ const (
 	bf16LoRAGradL2Tol  = 40 * bf16Unit
 	bf16LoRAGradMaxTol = 64 * bf16Unit
 )
-
-// gradRelErr is max|a − b| / max|b|, with NaN as infinitely wrong.
-func gradRelErr(a, b []float32) float64 {
-	var num, den float64
-	for i := range a {
-		d := math.Abs(float64(a[i]) - float64(b[i]))
-		if math.IsNaN(d) {
-			return math.Inf(1)
-		}
-		num, den = math.Max(num, d), math.Max(den, math.Abs(float64(b[i])))
-	}
-	return num / math.Max(den, 1e-30)
-}
 
 // TestBF16StepMatchesF32: a training pass with bf16 activations and bf16
 // weight copies gives the float32 pass's loss and gradients within the
@@ -121,34 +110,41 @@ func checkBF16Pass(t *testing.T, what string, ref, half *Model, batch Batch, l2T
 	if err != nil {
 		t.Fatal(err)
 	}
-	lossErr := math.Abs(l16.Mean()-l32.Mean()) / l32.Mean()
-	worstMax, worstL2, maxName, l2Name := 0.0, 0.0, "", ""
-	var num, den float64
+	if err := numtest.Scalar(l16.Mean(), l32.Mean(), numtest.Tol{Rel: bf16LossTol}); err != nil || l16.Weight != l32.Weight {
+		t.Errorf("%s: bf16 loss (weight %v) against f32 (weight %v): %v", what, l16.Weight, l32.Weight, err)
+	}
+	// Each tensor within l2Tol in L2 and maxTol of its largest element, and
+	// all of them together within bf16GradTotalTol; the worst are logged.
 	g32, g16 := trainableGrads(ref), trainableGrads(half)
-	for name, want := range g32 {
-		if e := gradRelErr(g16[name], want); e > worstMax {
-			worstMax, maxName = e, name
+	if err := numtest.Each(g16, g32, func(g, w []float32) error {
+		if err := numtest.CloseL2(g, w, l2Tol); err != nil {
+			return fmt.Errorf("L2: %w", err)
 		}
-		var n, d float64
-		for i := range want {
-			n += math.Pow(float64(g16[name][i])-float64(want[i]), 2)
-			d += math.Pow(float64(want[i]), 2)
+		return numtest.CloseMax(g, w, maxTol)
+	}); err != nil {
+		t.Errorf("%s: gradients: %v", what, err)
+	}
+	worstMax, worstL2, maxName, l2Name := 0.0, 0.0, "", ""
+	var all16, all32 []float32
+	for _, name := range slices.Sorted(maps.Keys(g32)) {
+		d, err := numtest.Measure(g16[name], g32[name])
+		if err != nil {
+			continue // reported above
 		}
-		if e := math.Sqrt(n / d); !(e <= worstL2) {
-			worstL2, l2Name = e, name
+		if d.MaxRel > worstMax {
+			worstMax, maxName = d.MaxRel, name
 		}
-		num, den = num+n, den+d
+		if d.L2 > worstL2 {
+			worstL2, l2Name = d.L2, name
+		}
+		all16, all32 = append(all16, g16[name]...), append(all32, g32[name]...)
 	}
-	total := math.Sqrt(num / den)
-	t.Logf("%s: loss %.6f vs %.6f (relative %.2g); gradients: all %.3g (L2), worst %s %.3g (L2), %s %.3g (max)",
-		what, l16.Mean(), l32.Mean(), lossErr, total, l2Name, worstL2, maxName, worstMax)
-	if lossErr > bf16LossTol || l16.Weight != l32.Weight {
-		t.Errorf("%s: bf16 loss %v (weight %v), f32 %v (weight %v)", what, l16.Mean(), l16.Weight, l32.Mean(), l32.Weight)
+	if err := numtest.CloseL2(all16, all32, bf16GradTotalTol); err != nil {
+		t.Errorf("%s: all gradients together: %v", what, err)
 	}
-	if worstL2 > l2Tol || worstMax > maxTol || total > bf16GradTotalTol {
-		t.Errorf("%s: gradients off by %.3g (all, L2; tolerance %.3g), %s by %.3g (L2; %.3g), %s by %.3g (max; %.3g)",
-			what, total, bf16GradTotalTol, l2Name, worstL2, l2Tol, maxName, worstMax, maxTol)
-	}
+	total, _ := numtest.Measure(all16, all32)
+	t.Logf("%s: loss %.6f vs %.6f; gradients: all %.3g (L2), worst %s %.3g (L2), %s %.3g (max)",
+		what, l16.Mean(), l32.Mean(), total.L2, l2Name, worstL2, maxName, worstMax)
 	e32, err := ref.Evaluate(batch)
 	if err != nil {
 		t.Fatal(err)
@@ -157,8 +153,8 @@ func checkBF16Pass(t *testing.T, what string, ref, half *Model, batch Batch, l2T
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := math.Abs(e16.Mean()-e32.Mean()) / e32.Mean(); d > bf16LossTol {
-		t.Errorf("%s: bf16 evaluation %v, f32 %v", what, e16.Mean(), e32.Mean())
+	if err := numtest.Scalar(e16.Mean(), e32.Mean(), numtest.Tol{Rel: bf16LossTol}); err != nil {
+		t.Errorf("%s: bf16 evaluation against f32: %v", what, err)
 	}
 }
 
@@ -336,8 +332,8 @@ func TestBF16LoRATrainsAndGenerates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(got, want) {
-		t.Error("initialised adapters on a bf16 base changed the bf16 model's logits")
+	if err := numtest.Equal(got, want); err != nil {
+		t.Errorf("initialised adapters on a bf16 base changed the bf16 model's logits: %v", err)
 	}
 	const steps = 40
 	l0, err := half.Evaluate(batch)
@@ -346,8 +342,11 @@ func TestBF16LoRATrainsAndGenerates(t *testing.T) {
 	}
 	l32, l16 := trainSteps(t, ref, batch, steps), trainSteps(t, half, batch, steps)
 	t.Logf("after %d steps: loss %.4f (bf16), %.4f (f32), from %.4f", steps, l16, l32, l0.Mean())
-	if !(l16 < 0.5*l0.Mean()) || !(l32 < 0.5*l0.Mean()) || math.Abs(l16-l32) > 0.1*l32+0.05 {
-		t.Errorf("after %d steps: bf16 loss %v, f32 %v, from %v", steps, l16, l32, l0.Mean())
+	if !(l16 < 0.5*l0.Mean()) || !(l32 < 0.5*l0.Mean()) {
+		t.Errorf("after %d steps: bf16 loss %v, f32 %v, from %v: want both below half", steps, l16, l32, l0.Mean())
+	}
+	if err := numtest.Scalar(l16, l32, numtest.Tol{Abs: 0.05, Rel: 0.1}); err != nil {
+		t.Errorf("after %d steps: bf16 loss against f32: %v", steps, err)
 	}
 	copiesRounded("the steps")
 	sameGreedy(t, half, ref, [][]int32{batch.IDs[:4], batch.IDs[16:20]}, 6, "the bf16 LoRA model", "the f32 one")
@@ -428,10 +427,8 @@ func TestBF16DataParallel(t *testing.T) {
 			return err
 		}
 		got := gradsOf(m)
-		for name, w := range want {
-			if e := gradRelErr(got[name], w); e > 1e-5 {
-				t.Errorf("rank %d: %s differs from one rank's by %.3g", d, name, e)
-			}
+		if err := numtest.EachClose(got, want, numtest.Tol{Max: 1e-5}); err != nil {
+			t.Errorf("rank %d: gradients against one rank's: %v", d, err)
 		}
 		return nil
 	})
@@ -469,8 +466,8 @@ func checkCopiesRounded(t *testing.T, what string, m *Model, params []*engine.Pa
 		for i := range want {
 			want[i] = checkpoints.BF16ToFloat32(checkpoints.Float32ToBF16(want[i]))
 		}
-		if !slices.Equal(download(m, p.Copy), want) {
-			t.Errorf("%s: %s's bf16 copy is not its master rounded", what, p.Name)
+		if err := numtest.Equal(download(m, p.Copy), want); err != nil {
+			t.Errorf("%s: %s's bf16 copy is not its master rounded: %v", what, p.Name, err)
 		}
 	}
 }

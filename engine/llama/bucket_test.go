@@ -2,7 +2,6 @@ package llama
 
 import (
 	"fmt"
-	"math"
 	"reflect"
 	"sync"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/memtrain/memtrain/engine/comm"
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/parallel"
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 // TestGradientBucketsExact: whatever the gradient bucket size, and
@@ -95,14 +95,8 @@ func testGradientBuckets(t *testing.T, lora bool, shape comm.Grid) {
 					if !reflect.DeepEqual(got[r].stats, want[r].stats) {
 						t.Errorf("rank %d: counts %+v, want %+v", r, got[r].stats, want[r].stats)
 					}
-					for name, v := range want[r].grads {
-						g := got[r].grads[name]
-						for i := range v {
-							if math.Float32bits(g[i]) != math.Float32bits(v[i]) {
-								t.Errorf("rank %d: %s[%d] = %v, want %v", r, name, i, g[i], v[i])
-								break
-							}
-						}
+					if err := numtest.Each(got[r].grads, want[r].grads, numtest.Equal[float32]); err != nil {
+						t.Errorf("rank %d: gradients: %v", r, err)
 					}
 				}
 			})
@@ -290,14 +284,8 @@ func testReadiness(t *testing.T, tie, lora bool, shape comm.Grid, ov parallel.Ov
 		if !reflect.DeepEqual(gotN, wantN) {
 			t.Errorf("%v rank %d: sums per gradient %v, after the backward %v", ov, r, gotN, wantN)
 		}
-		for name, v := range wantSnap {
-			s := gotSnap[name]
-			for i := range v {
-				if math.Float32bits(s[i]) != math.Float32bits(v[i]) {
-					t.Errorf("%v rank %d: %s's sum started from %v at [%d], after the backward from %v: issued before its last write", ov, r, name, s[i], i, v[i])
-					break
-				}
-			}
+		if err := numtest.Each(gotSnap, wantSnap, numtest.Equal[float32]); err != nil {
+			t.Errorf("%v rank %d: a sum issued before its gradient's last write: %v", ov, r, err)
 		}
 		// The same collectives, in another order.
 		key := func(l rankLog) map[string]int {

@@ -2,13 +2,14 @@ package llama
 
 import (
 	"encoding/json"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 // goldenCases are the fixtures scripts/fixtures/make_llama_golden.py wrote
@@ -55,27 +56,9 @@ func loadGolden(t *testing.T, name string, opt Options) (*Model, Batch, *checkpo
 	return m, batch, exp
 }
 
-// closeTo checks |got − want| ≤ tol·max|want| elementwise, the issue's
-// per-tensor bar.
-func closeTo(t *testing.T, what string, got, want []float32, tol float64) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
-	}
-	scale := 0.0
-	for _, w := range want {
-		scale = math.Max(scale, math.Abs(float64(w)))
-	}
-	worst, at := 0.0, 0
-	for i := range got {
-		if d := math.Abs(float64(got[i]) - float64(want[i])); d > worst || math.IsNaN(d) {
-			worst, at = d, i
-		}
-	}
-	if !(worst <= tol*scale) {
-		t.Errorf("%s: max |Δ| = %.3g at %d (got %g, want %g) > %.0e·max|want| = %.3g", what, worst, at, got[at], want[at], tol, tol*scale)
-	}
-}
+// goldenTol is the per-tensor bar against PyTorch: |got − want|
+// ≤ 1e-4·max|want| elementwise.
+var goldenTol = numtest.Tol{Max: 1e-4}
 
 func TestGoldenAgainstPyTorch(t *testing.T) {
 	for _, name := range goldenCases {
@@ -91,7 +74,9 @@ func TestGoldenAgainstPyTorch(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				closeTo(t, "logits", logits, want, 1e-4)
+				if err := numtest.Close(logits, want, goldenTol); err != nil {
+					t.Errorf("logits: %v", err)
+				}
 
 				checkGoldenStep(t, m, batch, exp)
 			})
@@ -143,20 +128,32 @@ func checkGoldenStep(t *testing.T, m *Model, batch Batch, exp *checkpoints.File)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := loss.Mean(); math.Abs(got-float64(wantLoss[0])) > 1e-5*math.Abs(float64(wantLoss[0])) {
-		t.Errorf("loss = %.8g, want %.8g", got, wantLoss[0])
+	if err := numtest.Scalar(loss.Mean(), float64(wantLoss[0]), numtest.Tol{Rel: 1e-5}); err != nil {
+		t.Errorf("loss: %v", err)
 	}
 	// The fixture's gradients are of the mean loss; ours of the sum
-	// scaled by 1: divide by the total weight.
+	// scaled by 1: divide by the total weight. The fixture's set of
+	// gradients and the model's trainable parameters must be the same.
+	got, want := map[string][]float32{}, map[string][]float32{}
 	for _, p := range m.Trainable() {
-		got := download(m, p.Grad)
-		for i := range got {
-			got[i] /= float32(loss.Weight)
+		g := download(m, p.Grad)
+		for i := range g {
+			g[i] /= float32(loss.Weight)
 		}
-		want, err := exp.ReadFloat32("grad/" + p.Name)
+		got[p.Name] = g
+	}
+	for _, ti := range exp.Tensors() {
+		name, ok := strings.CutPrefix(ti.Name, "grad/")
+		if !ok {
+			continue
+		}
+		w, err := exp.ReadFloat32(ti.Name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		closeTo(t, "grad "+p.Name, got, want, 1e-4)
+		want[name] = w
+	}
+	if err := numtest.EachClose(got, want, goldenTol); err != nil {
+		t.Errorf("gradients: %v", err)
 	}
 }

@@ -2,8 +2,6 @@ package llama
 
 import (
 	"fmt"
-	"math"
-	"slices"
 	"sync"
 	"testing"
 
@@ -11,6 +9,7 @@ import (
 	"github.com/memtrain/memtrain/engine/comm"
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/parallel"
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 // gridConfig is small but splits over X, Y and Z up to 4: hidden 32,
@@ -122,33 +121,21 @@ func oneStep(m *Model, global Batch) (Loss, map[string][]float32, error) {
 }
 
 // checkStepResult compares oneStep's loss sums (within tol, relative) and,
-// with withGrads, its gradients (within 1e-5, relative) with the
+// with withGrads, its gradients (within 1e-5 in relative L2) with the
 // reference's.
 func checkStepResult(t *testing.T, name string, got, want Loss, tol float64, grads, wantGrads map[string][]float32, withGrads bool) {
 	t.Helper()
-	if d := math.Abs(got.Sum-want.Sum) / want.Sum; d > tol || got.Weight != want.Weight {
-		t.Errorf("%s: loss %v/%v, want %v/%v", name, got.Sum, got.Weight, want.Sum, want.Weight)
+	if err := numtest.Scalar(got.Sum, want.Sum, numtest.Tol{Rel: tol}); err != nil || got.Weight != want.Weight {
+		t.Errorf("%s: loss %v/%v, want %v/%v: %v", name, got.Sum, got.Weight, want.Sum, want.Weight, err)
 	}
-	if d := math.Abs(got.ReportSum-want.ReportSum) / want.ReportSum; d > tol {
-		t.Errorf("%s: report loss %v, want %v", name, got.ReportSum, want.ReportSum)
+	if err := numtest.Scalar(got.ReportSum, want.ReportSum, numtest.Tol{Rel: tol}); err != nil {
+		t.Errorf("%s: report loss: %v", name, err)
 	}
 	if withGrads {
-		for n, v := range wantGrads {
-			if d := relDiff(grads[n], v); d > 1e-5 {
-				t.Errorf("%s: %s gradient off by %.3g", name, n, d)
-			}
+		if err := numtest.EachL2(grads, wantGrads, 1e-5); err != nil {
+			t.Errorf("%s: gradients: %v", name, err)
 		}
 	}
-}
-
-func relDiff(a, b []float32) float64 {
-	var num, den float64
-	for i := range a {
-		d := float64(a[i]) - float64(b[i])
-		num += d * d
-		den += float64(b[i]) * float64(b[i])
-	}
-	return math.Sqrt(num / math.Max(den, 1e-30))
 }
 
 // TestGridGradients: one step's loss and every gradient on grids of
@@ -239,14 +226,14 @@ func TestGridInference(t *testing.T) {
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			if d := math.Abs(l.Sum-wantLoss.Sum) / wantLoss.Sum; d > 1e-5 {
-				t.Errorf("%v rank %d: loss %v, want %v", shape, g.Rank(), l.Sum, wantLoss.Sum)
+			if err := numtest.Scalar(l.Sum, wantLoss.Sum, numtest.Tol{Rel: 1e-5}); err != nil {
+				t.Errorf("%v rank %d: loss: %v", shape, g.Rank(), err)
 			}
-			if d := relDiff(tok, wantTok); d > 1e-5 {
-				t.Errorf("%v rank %d: token losses off by %.3g", shape, g.Rank(), d)
+			if err := numtest.CloseL2(tok, wantTok, 1e-5); err != nil {
+				t.Errorf("%v rank %d: token losses: %v", shape, g.Rank(), err)
 			}
-			if d := relDiff(logits, wantLogits); d > 1e-5 {
-				t.Errorf("%v rank %d: logits off by %.3g", shape, g.Rank(), d)
+			if err := numtest.CloseL2(logits, wantLogits, 1e-5); err != nil {
+				t.Errorf("%v rank %d: logits: %v", shape, g.Rank(), err)
 			}
 			if fmt.Sprint(gen) != fmt.Sprint(wantGen) {
 				t.Errorf("%v rank %d: generated %v, want %v", shape, g.Rank(), gen, wantGen)
@@ -305,9 +292,7 @@ func TestVocabParallelChunks(t *testing.T) {
 	if fmt.Sprint(whole.loss) != fmt.Sprint(chunked.loss) || whole.gen != chunked.gen {
 		t.Errorf("chunked: loss %+v, generated %s; unchunked %+v, %s", chunked.loss, chunked.gen, whole.loss, whole.gen)
 	}
-	for name, g := range whole.grads {
-		if !slices.Equal(g, chunked.grads[name]) {
-			t.Errorf("%s: chunked gradient differs", name)
-		}
+	if err := numtest.Each(chunked.grads, whole.grads, numtest.Equal[float32]); err != nil {
+		t.Errorf("chunked gradients: %v", err)
 	}
 }

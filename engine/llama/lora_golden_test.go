@@ -2,14 +2,13 @@ package llama
 
 import (
 	"fmt"
-	"math"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 // loraGoldenCases are the adapters scripts/fixtures/make_lora_golden.py
@@ -62,7 +61,9 @@ func TestLoRAGoldenAgainstPyTorch(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				closeTo(t, "logits", logits, want, 1e-4)
+				if err := numtest.Close(logits, want, goldenTol); err != nil {
+					t.Errorf("logits: %v", err)
+				}
 				if len(m.Trainable()) != len(ad.Weights.Tensors()) {
 					t.Fatalf("%d trainable tensors, the adapter has %d", len(m.Trainable()), len(ad.Weights.Tensors()))
 				}
@@ -120,10 +121,8 @@ func TestLoRAMergeGolden(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					for i := range got {
-						if got[i] != want[i] {
-							t.Fatalf("%s[%d]: %v, the base's %v (not adapted: unchanged)", s.Name, i, got[i], want[i])
-						}
+					if err := numtest.Equal(got, want); err != nil {
+						t.Fatalf("%s, not adapted, against the base's: %v", s.Name, err)
 					}
 					continue
 				}
@@ -132,10 +131,14 @@ func TestLoRAMergeGolden(t *testing.T) {
 					t.Fatal(err)
 				}
 				adapted++
-				for i := range got {
-					if d := ulps(got[i], want[i], dtype); d > 1 {
-						t.Fatalf("%s[%d]: merged %v, reference %v: %d ulps", s.Name, i, got[i], want[i], d)
-					}
+				// One ulp of the stored dtype: a float32 ulp, or a bf16 one
+				// (2¹⁶ float32 ulps).
+				maxULP := 1.0
+				if dtype == checkpoints.DTypeBF16 {
+					maxULP = 1 << 16
+				}
+				if err := numtest.CloseULP(got, want, maxULP); err != nil {
+					t.Fatalf("%s merged against the reference: %v", s.Name, err)
 				}
 			}
 			if adapted != len(ad.Weights.Tensors())/2 {
@@ -143,26 +146,6 @@ func TestLoRAMergeGolden(t *testing.T) {
 			}
 		})
 	}
-}
-
-// ulps is the distance of a and b in units in the last place of dtype
-// (both are values of dtype, widened to float32).
-func ulps(a, b float32, dtype checkpoints.DType) int64 {
-	ia, ib := int64(math.Float32bits(a)), int64(math.Float32bits(b))
-	if a < 0 {
-		ia = -(ia &^ (1 << 31))
-	}
-	if b < 0 {
-		ib = -(ib &^ (1 << 31))
-	}
-	d := ia - ib
-	if d < 0 {
-		d = -d
-	}
-	if dtype == checkpoints.DTypeBF16 {
-		d >>= 16
-	}
-	return d
 }
 
 // TestLoadInBlocks: a model loaded a few rows at a time (as large
@@ -189,8 +172,8 @@ func TestLoadInBlocks(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, p := range whole.Params() {
-			if a, b := download(whole, p.Value), download(blocks, blocks.Params()[i].Value); !slices.Equal(a, b) {
-				t.Errorf("%v: %s loaded in blocks differs", opt.BaseDType, p.Name)
+			if err := numtest.Equal(download(blocks, blocks.Params()[i].Value), download(whole, p.Value)); err != nil {
+				t.Errorf("%v: %s loaded in blocks: %v", opt.BaseDType, p.Name, err)
 			}
 		}
 		whole.Free()

@@ -13,6 +13,7 @@ import (
 	"github.com/memtrain/memtrain/engine/comm"
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/parallel"
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 func testAdapter(r int, rslora bool, dropout float64, targets ...string) *checkpoints.AdapterConfig {
@@ -117,7 +118,9 @@ func TestLoRAEqualsMergedModel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			closeTo(t, "logits", got, want, 1e-5)
+			if err := numtest.CloseMax(got, want, 1e-5); err != nil {
+				t.Errorf("logits: %v", err)
+			}
 			sameGreedy(t, m, plain, [][]int32{{1, 2, 3}, {4, 5}}, 6, "the adapted model", "the merged one")
 		})
 	}
@@ -169,14 +172,7 @@ func TestLoRARecomputeAndDropout(t *testing.T) {
 		}
 		return out
 	}
-	equal := func(a, b map[string][]float32) bool {
-		for k := range a {
-			if !slices.Equal(a[k], b[k]) {
-				return false
-			}
-		}
-		return true
-	}
+	equal := func(a, b map[string][]float32) bool { return numtest.Each(a, b, numtest.Equal[float32]) == nil }
 	for _, dropout := range []float64{0, 0.3} {
 		if !equal(run(false, dropout, 1), run(true, dropout, 1)) {
 			t.Errorf("dropout %v: recomputation changed the gradients", dropout)
@@ -215,8 +211,8 @@ func TestLoRAInit(t *testing.T) {
 	batch := randomBatch(cfg, 2, 7, 1)
 	got, _ := m.Logits(batch)
 	want, _ := base.Logits(batch)
-	if !slices.Equal(got, want) {
-		t.Error("initialised adapters changed the logits")
+	if err := numtest.Equal(got, want); err != nil {
+		t.Errorf("initialised adapters changed the logits: %v", err)
 	}
 	for i, p := range m.Trainable() {
 		v := download(m, p.Value)
@@ -298,8 +294,8 @@ func TestLoRADropoutFollowsTheSequence(t *testing.T) {
 	}
 	whole := grads(batch)
 	halves := grads(sliceBatch(batch, 2, 4), sliceBatch(batch, 0, 2))
-	for name, w := range whole {
-		closeTo(t, name, halves[name], w, 1e-4)
+	if err := numtest.EachClose(halves, whole, numtest.Tol{Max: 1e-4}); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -370,19 +366,17 @@ func TestLoRAOnGrids(t *testing.T) {
 					}
 					mu.Lock()
 					defer mu.Unlock()
-					if d := math.Abs(got.Sum-want.Sum) / want.Sum; d > 1e-5 || got.Weight != want.Weight {
-						t.Errorf("%s rank %d: loss %v/%v, want %v/%v", name, g.Rank(), got.Sum, got.Weight, want.Sum, want.Weight)
+					if err := numtest.Scalar(got.Sum, want.Sum, numtest.Tol{Rel: 1e-5}); err != nil || got.Weight != want.Weight {
+						t.Errorf("%s rank %d: loss %v/%v, want %v/%v: %v", name, g.Rank(), got.Sum, got.Weight, want.Sum, want.Weight, err)
 					}
-					if math.Abs(norm-wantNorm) > 1e-5*wantNorm {
-						t.Errorf("%s rank %d: grad norm %v, want %v", name, g.Rank(), norm, wantNorm)
+					if err := numtest.Scalar(norm, wantNorm, numtest.Tol{Rel: 1e-5}); err != nil {
+						t.Errorf("%s rank %d: grad norm: %v", name, g.Rank(), err)
 					}
-					for _, p := range m.Trainable() {
-						if d := relDiff(grads[p.Name], wantGrads[p.Name]); d > 1e-5 {
-							t.Errorf("%s rank %d: %s gradient off by %.3g", name, g.Rank(), p.Name, d)
-						}
+					if err := numtest.EachL2(grads, wantGrads, 1e-5); err != nil {
+						t.Errorf("%s rank %d: gradients: %v", name, g.Rank(), err)
 					}
-					if d := relDiff(logits, wantLogits); d > 1e-5 {
-						t.Errorf("%s rank %d: logits off by %.3g", name, g.Rank(), d)
+					if err := numtest.CloseL2(logits, wantLogits, 1e-5); err != nil {
+						t.Errorf("%s rank %d: logits: %v", name, g.Rank(), err)
 					}
 					for i := range gen {
 						if !slices.Equal(gen[i], wantGen[i]) {

@@ -10,6 +10,7 @@ import (
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/cpu"
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 func newBackend(threads int) engine.Backend { return cpu.New(cpu.Options{Threads: threads}) }
@@ -122,8 +123,8 @@ func checkFiniteDifferences(t *testing.T, m *Model, batch Batch, l0 Loss, params
 			m.Backend().Upload(p.Value, val)
 			fd := (up - down) / (2 * h)
 			an := float64(grad[i]) / l0.Weight
-			if math.Abs(fd-an) > 2e-3+0.02*math.Abs(fd) {
-				t.Errorf("%s[%d]: analytic %.6g, finite difference %.6g", p.Name, i, an, fd)
+			if err := numtest.Scalar(an, fd, numtest.Tol{Abs: 2e-3, Rel: 0.02}); err != nil {
+				t.Errorf("%s[%d]: analytic against finite difference: %v", p.Name, i, err)
 			}
 		}
 	}
@@ -154,10 +155,8 @@ func TestRecomputeIsExact(t *testing.T) {
 			ref = g
 			continue
 		}
-		for name, v := range ref {
-			if !slices.Equal(v, g[name]) {
-				t.Errorf("%s differs with recomputation", name)
-			}
+		if err := numtest.Each(g, ref, numtest.Equal[float32]); err != nil {
+			t.Errorf("gradients with recomputation: %v", err)
 		}
 	}
 }
@@ -193,12 +192,12 @@ func TestAccumulationEqualsOneBatch(t *testing.T) {
 		sum.Weight += l.Weight
 	}
 	two := gradsOf(m)
-	for name, v := range one {
-		closeTo(t, name, two[name], v, 1e-5)
+	if err := numtest.EachClose(two, one, numtest.Tol{Max: 1e-5}); err != nil {
+		t.Errorf("accumulated gradients: %v", err)
 	}
 	lb, _ := m.Evaluate(big)
-	if math.Abs(lb.Mean()-sum.Mean()) > 1e-6 {
-		t.Errorf("loss %v vs accumulated %v", lb.Mean(), sum.Mean())
+	if err := numtest.Scalar(sum.Mean(), lb.Mean(), numtest.Tol{Abs: 1e-6}); err != nil {
+		t.Errorf("accumulated loss: %v", err)
 	}
 }
 
@@ -341,10 +340,8 @@ func TestReportWeights(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, v := range gradsOf(m) {
-		if !slices.Equal(v, g1[name]) {
-			t.Errorf("%s: gradient changed by the report weights", name)
-		}
+	if err := numtest.Each(gradsOf(m), g1, numtest.Equal[float32]); err != nil {
+		t.Errorf("gradients with report weights: %v", err)
 	}
 	if rep.Sum != plain.Sum || rep.ReportWeight != float64(len(all)) {
 		t.Errorf("trained loss %v (was %v), report weight %v", rep.Sum, plain.Sum, rep.ReportWeight)
@@ -353,8 +350,8 @@ func TestReportWeights(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if math.Abs(ev.Sum-rep.ReportSum) > 1e-4*math.Abs(ev.Sum) {
-		t.Errorf("report loss %v, evaluated %v", rep.ReportSum, ev.Sum)
+	if err := numtest.Scalar(rep.ReportSum, ev.Sum, numtest.Tol{Rel: 1e-4}); err != nil {
+		t.Errorf("report loss against the evaluated: %v", err)
 	}
 }
 
@@ -378,14 +375,15 @@ func TestTokenLosses(t *testing.T) {
 		}
 		sum += float64(v)
 	}
-	if math.Abs(sum-l.Sum) > 1e-5*math.Abs(l.Sum) {
-		t.Errorf("token losses sum to %v, Evaluate gives %v", sum, l.Sum)
+	if err := numtest.Scalar(sum, l.Sum, numtest.Tol{Rel: 1e-5}); err != nil {
+		t.Errorf("token losses' sum against Evaluate: %v", err)
 	}
 	// Against the logits: −log softmax at the target.
 	logits, err := m.Logits(batch)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var got, want []float64
 	for i := range per {
 		if batch.Weights[i] == 0 {
 			continue
@@ -399,9 +397,10 @@ func TestTokenLosses(t *testing.T) {
 		for _, v := range row {
 			z += math.Exp(float64(v) - mx)
 		}
-		want := mx + math.Log(z) - float64(row[batch.Targets[i]])
-		if math.Abs(float64(per[i])-want) > 1e-4 {
-			t.Errorf("position %d: %v, want %v", i, per[i], want)
-		}
+		got = append(got, float64(per[i]))
+		want = append(want, mx+math.Log(z)-float64(row[batch.Targets[i]]))
+	}
+	if err := numtest.Close(got, want, numtest.Tol{Abs: 1e-4}); err != nil {
+		t.Errorf("token losses against the logits (weighted positions): %v", err)
 	}
 }

@@ -2,13 +2,13 @@ package llama
 
 import (
 	"fmt"
-	"math"
 	"sync"
 	"testing"
 
 	"github.com/memtrain/memtrain/engine/comm"
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/parallel"
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 // TestStepSums: the device-side sums of a step — ForwardBackwardSum over
@@ -74,8 +74,8 @@ func TestStepSums(t *testing.T) {
 				{"reported loss", got.Report, want.ReportSum},
 				{"squared gradient norm", got.NormSquared, wantNorm * wantNorm},
 			} {
-				if d := math.Abs(c.got-c.want) / c.want; !(d <= 2e-6) {
-					t.Errorf("%s rank %d: %s %v, want %v (relative difference %.2g)", name, g.Rank(), c.what, c.got, c.want, d)
+				if err := numtest.Scalar(c.got, c.want, numtest.Tol{Rel: 2e-6}); err != nil {
+					t.Errorf("%s rank %d: %s: %v", name, g.Rank(), c.what, err)
 				}
 			}
 			return nil

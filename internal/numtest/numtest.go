@@ -268,6 +268,16 @@ func Each[G, W Float](got map[string][]G, want map[string][]W, cmp func(got []G,
 	return tagged(errors.Join(errs...), mode())
 }
 
+// EachClose is Each with Close at tol.
+func EachClose[G, W Float](got map[string][]G, want map[string][]W, tol Tol) error {
+	return Each(got, want, func(g []G, w []W) error { return Close(g, w, tol) })
+}
+
+// EachL2 is Each with CloseL2 at tol.
+func EachL2[G, W Float](got map[string][]G, want map[string][]W, tol float64) error {
+	return Each(got, want, func(g []G, w []W) error { return CloseL2(g, w, tol) })
+}
+
 // shapes refuses nil, empty and unequal slices.
 func shapes[G, W Float](got []G, want []W) error {
 	switch {

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """torch.matmul's rate, the peer of memtrain's GEMM benchmark
-(gpu-bin/cuda.test -test.run TestGPUBenchGemm): one JSON line per case,
+(gpu-bin/cuda.test -test.bench BenchmarkGPUGemm): one JSON line per case,
 {"impl", "case", "m", "n", "k", "ms", "tflops"}, the median of timed runs after
 warm-up.
 

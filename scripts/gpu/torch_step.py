@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The PyTorch peer of memtrain's GPU training-step benchmark
-(gpu-bin/cuda.test -test.run TestGPUBenchStep).
+(gpu-bin/cuda.test -test.bench BenchmarkGPUStep).
 
 Trains a Llama of the given shape on random tokens for a few steps and prints
 one JSON line: {"impl", "model", "batch", "seq_len", "step_ms", "tokens_per_s",
