@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 // toBF16 rounds float32 values to bf16 bit patterns as checkpoints do.
@@ -31,10 +32,12 @@ func widened(h []uint16) []float32 {
 }
 
 func TestBF16ToFloat32(t *testing.T) {
-	for h := 0; h < 1<<16; h++ {
-		if got, want := math.Float32bits(bf16ToFloat32(uint16(h))), math.Float32bits(checkpoints.BF16ToFloat32(uint16(h))); got != want {
-			t.Fatalf("bf16ToFloat32(%#04x) = %#08x, want %#08x", h, got, want)
-		}
+	got, want := make([]float32, 1<<16), make([]float32, 1<<16)
+	for h := range got {
+		got[h], want[h] = bf16ToFloat32(uint16(h)), checkpoints.BF16ToFloat32(uint16(h))
+	}
+	if err := numtest.Equal(got, want); err != nil {
+		t.Errorf("bf16ToFloat32 (element = bf16 bit pattern): %v", err)
 	}
 }
 
@@ -62,7 +65,9 @@ func TestPackBF16(t *testing.T) {
 						got[i] = float32(math.NaN()) // padding must be written
 					}
 					f(got, w, src, ld, kc, n)
-					checkPacked(t, fmt.Sprintf("%s(w=%d, kc=%d, n=%d)", name, w, kc, n), got, want)
+					if err := numtest.Equal(got, want); err != nil {
+						t.Errorf("%s(w=%d, kc=%d, n=%d): %v", name, w, kc, n, err)
+					}
 				}
 			}
 			// Columns: n ≤ w source rows of kc values.
@@ -78,7 +83,9 @@ func TestPackBF16(t *testing.T) {
 				for name, f := range map[string]rowsFunc{"packColsBF16": packColsBF16, "packColsBF16Go": packColsBF16Go} {
 					got := make([]float32, len(want)) // cleared, as callers do
 					f(got, w, src, ld, kc, n)
-					checkPacked(t, fmt.Sprintf("%s(w=%d, kc=%d, n=%d)", name, w, kc, n), got, want)
+					if err := numtest.Equal(got, want); err != nil {
+						t.Errorf("%s(w=%d, kc=%d, n=%d): %v", name, w, kc, n, err)
+					}
 				}
 			}
 		}
@@ -162,9 +169,12 @@ func TestSgemmBF16B(t *testing.T) {
 				if _, ok := g.(*goGEMM); !ok && m*n*k > 1<<22 {
 					continue // the reference is slow
 				}
-				want := p.run(g)
-				if got := p.runBF16(g, b16); !bitsEqual(got, want) {
-					t.Errorf("%s: %v: bf16 B differs from the widened float32 B", name(g), p)
+				want, got := p.run(g), p.runBF16(g, b16)
+				if len(p.c) == 0 {
+					continue // no C: nothing to compare
+				}
+				if err := numtest.Equal(got, want); err != nil {
+					t.Errorf("%s: %v: bf16 B differs from the widened float32 B: %v", name(g), p, err)
 				}
 			}
 		}
@@ -188,16 +198,16 @@ func TestSgemmBF16BModelShapes(t *testing.T) {
 		want := make([]float32, rows*o)
 		SgemmBF16B(g, false, true, rows, o, k, 1, x, k, w, ldw, 0, out, o)
 		g.Sgemm(false, true, rows, o, k, 1, x, k, ww, ldw, 0, want, o)
-		if !bitsEqual(out, want) {
-			t.Errorf("threads %d: forward in·Wᵀ differs from the widened W", th)
+		if err := numtest.Equal(out, want); err != nil {
+			t.Errorf("threads %d: forward in·Wᵀ differs from the widened W: %v", th, err)
 		}
 		dy, _ := randMatrix(rng, rows, o, 0, 1)
 		din := make([]float32, rows*k)
 		want = make([]float32, rows*k)
 		SgemmBF16B(g, false, false, rows, k, o, 1, dy, o, w, ldw, 0, din, k)
 		g.Sgemm(false, false, rows, k, o, 1, dy, o, ww, ldw, 0, want, k)
-		if !bitsEqual(din, want) {
-			t.Errorf("threads %d: input gradient dout·W differs from the widened W", th)
+		if err := numtest.Equal(din, want); err != nil {
+			t.Errorf("threads %d: input gradient dout·W differs from the widened W: %v", th, err)
 		}
 	}
 }
@@ -241,8 +251,8 @@ func TestBatchedBF16B(t *testing.T) {
 			Batched(g, tc.batch, tc.transA, tc.transB, tc.m, tc.n, tc.k, 0.5, a, lda, strideA, widened(b), ldb, strideB, 0.25, want, ldc, strideC)
 			got := append([]float32(nil), c...)
 			BatchedBF16B(g, tc.batch, tc.transA, tc.transB, tc.m, tc.n, tc.k, 0.5, a, lda, strideA, b, ldb, strideB, 0.25, got, ldc, strideC)
-			if !bitsEqual(got, want) {
-				t.Errorf("%s/%s: BatchedBF16B differs from Batched with the widened B", name, g.Name())
+			if err := numtest.Equal(got, want); err != nil {
+				t.Errorf("%s/%s: BatchedBF16B differs from Batched with the widened B: %v", name, g.Name(), err)
 			}
 		}
 	}
@@ -318,11 +328,11 @@ func TestSkinnyAxpyBF16B(t *testing.T) {
 				if !g.skinnyB(p.transA, false, p.m, p.n, p.k, p.alpha, p.a, p.lda, operandB{bf16: b16, half: true}, p.ldb, p.beta, c, p.ldc) {
 					t.Fatalf("%v: skinny path declined a bf16 B", p)
 				}
-				if !bitsEqual(c, want) {
-					t.Errorf("threads %d: %v: bf16 B differs from the widened float32 B", th, p)
+				if err := numtest.Equal(c, want); err != nil {
+					t.Errorf("threads %d: %v: bf16 B differs from the widened float32 B: %v", th, p, err)
 				}
-				if got := p.runBF16(g, b16); !bitsEqual(got, want) {
-					t.Errorf("threads %d: %v: SgemmBF16B differs from the widened float32 B", th, p)
+				if err := numtest.Equal(p.runBF16(g, b16), want); err != nil {
+					t.Errorf("threads %d: %v: SgemmBF16B differs from the widened float32 B: %v", th, p, err)
 				}
 			}
 		}

@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 // TestSgemmConcurrent runs one Go GEMM from several goroutines at once:
@@ -18,8 +20,8 @@ func TestSgemmConcurrent(t *testing.T) {
 	for range 4 {
 		wg.Go(func() {
 			for range 20 {
-				if got := p.run(g); !bitsEqual(got, want) {
-					t.Error("concurrent call differs from the one-thread result")
+				if err := numtest.Equal(p.run(g), want); err != nil {
+					t.Errorf("concurrent call differs from the one-thread result: %v", err)
 					return
 				}
 			}

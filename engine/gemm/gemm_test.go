@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 // problem is one set of GEMM operands. The matrices are stored with row
@@ -107,29 +109,42 @@ func (p *problem) want() (c, bound []float32) {
 	return c, bound
 }
 
-// check compares got with want element by element and checks that the
-// padding of C was left alone.
+// check compares got with want element by element, each within its
+// bound, and checks that the padding of C was left alone.
 func (p *problem) check(t *testing.T, name string, got, want, bound []float32) {
 	t.Helper()
-	bad := 0
-	for i := range got {
-		r, col := i/p.ldc, i%p.ldc
-		if col >= p.n {
-			if math.Float32bits(got[i]) != math.Float32bits(p.c[i]) {
-				t.Errorf("%s: %v: padding C[%d][%d] changed from %v to %v", name, p, r, col, p.c[i], got[i])
-				return
-			}
-			continue
-		}
-		if d := math.Abs(float64(got[i] - want[i])); !(d <= float64(bound[i])+1e-30) {
-			if bad++; bad <= 3 {
-				t.Errorf("%s: %v: C[%d][%d] = %v, want %v ± %v", name, p, r, col, got[i], want[i], bound[i])
-			}
+	if len(got) != len(p.c) || len(want) != len(p.c) || len(bound) != len(p.c) {
+		t.Errorf("%s: %v: C has %d elements, want %d (bound %d), before %d", name, p, len(got), len(want), len(bound), len(p.c))
+		return
+	}
+	values, padding := p.parts(got)
+	wantValues, _ := p.parts(want)
+	_, padBefore := p.parts(p.c)
+	bounds, _ := p.parts(bound)
+	if len(wantValues) > 0 { // an m = 0 or n = 0 product has none
+		if err := numtest.CloseBounds(values, wantValues, bounds); err != nil {
+			t.Errorf("%s: %v: C (row-major m×n): %v", name, p, err)
 		}
 	}
-	if bad > 3 {
-		t.Errorf("%s: %v: %d elements wrong in all", name, p, bad)
+	if padding != nil || padBefore != nil {
+		if err := numtest.Equal(padding, padBefore); err != nil {
+			t.Errorf("%s: %v: padding of C changed: %v", name, p, err)
+		}
 	}
+}
+
+// parts returns C's m×n values and its padding, each in order, to be
+// compared apart: a change to a value is not hidden among the padding's
+// NaN.
+func (p *problem) parts(c []float32) (values, padding []float32) {
+	for i, v := range c {
+		if i%p.ldc < p.n {
+			values = append(values, v)
+		} else {
+			padding = append(padding, v)
+		}
+	}
+	return values, padding
 }
 
 // testSizes are the m×n×k shapes tried: empty, tiny, primes, exact tiles
@@ -200,8 +215,8 @@ func TestSgemmThreadsBitIdentical(t *testing.T) {
 				for _, th := range []int{1, 2, 3, 4, 7} {
 					g := newGo(th, kern)
 					for rep := 0; rep < 2; rep++ {
-						if got := p.run(g); !bitsEqual(got, first) {
-							t.Fatalf("%s: %v: %d threads, call %d: result differs from 1 thread", kern.name, p, th, rep)
+						if err := numtest.Equal(p.run(g), first); err != nil {
+							t.Fatalf("%s: %v: %d threads, call %d: result differs from 1 thread: %v", kern.name, p, th, rep, err)
 						}
 					}
 				}
@@ -234,34 +249,24 @@ func TestSgemmSharedPacking(t *testing.T) {
 		for _, s := range todo {
 			for ti := 0; ti < 4; ti++ {
 				p := newProblem(rng, ti&1 != 0, ti&2 != 0, s.m, s.n, s.k, 0.5, 0.25, 1)
-				want := p.run(newGo(1, kern))
+				wantV, wantP := p.parts(p.run(newGo(1, kern)))
 				g := newGo(s.threads, kern)
 				tm, tn := split(s.m, s.n, kern.mr, kern.nr, g.workers(s.m, s.n, s.k))
 				if !g.shares(s.m, s.n, tm, tn) {
 					t.Fatalf("%s: %v: %d threads (%d×%d) do not share packing", kern.name, p, s.threads, tm, tn)
 				}
-				if got := p.run(g); !bitsEqual(got, want) {
-					t.Errorf("%s: %v: %d threads (%d×%d), shared packing: result differs from 1 thread", kern.name, p, s.threads, tm, tn)
+				gotV, gotP := p.parts(p.run(g))
+				if err := errors.Join(numtest.Equal(gotV, wantV), numtest.Equal(gotP, wantP)); err != nil {
+					t.Errorf("%s: %v: %d threads (%d×%d), shared packing: result differs from 1 thread: %v", kern.name, p, s.threads, tm, tn, err)
 				}
 				g.noShare = true
-				if got := p.run(g); !bitsEqual(got, want) {
-					t.Errorf("%s: %v: %d threads, packing apart: result differs from 1 thread", kern.name, p, s.threads)
+				gotV, gotP = p.parts(p.run(g))
+				if err := errors.Join(numtest.Equal(gotV, wantV), numtest.Equal(gotP, wantP)); err != nil {
+					t.Errorf("%s: %v: %d threads, packing apart: result differs from 1 thread: %v", kern.name, p, s.threads, err)
 				}
 			}
 		}
 	}
-}
-
-func bitsEqual(x, y []float32) bool {
-	if len(x) != len(y) {
-		return false
-	}
-	for i := range x {
-		if math.Float32bits(x[i]) != math.Float32bits(y[i]) {
-			return false
-		}
-	}
-	return true
 }
 
 func TestSgemmNaNOperands(t *testing.T) {
@@ -272,13 +277,14 @@ func TestSgemmNaNOperands(t *testing.T) {
 	b := []float32{1, 2, 3, 4}
 	c := make([]float32, 4)
 	g.Sgemm(false, false, 2, 2, 2, 1, a, 2, b, 2, 0, c, 2)
-	if !math.IsNaN(float64(c[0])) || !math.IsNaN(float64(c[1])) || math.IsNaN(float64(c[2])) {
-		t.Errorf("NaN in A: C = %v", c)
+	nan := float32(math.NaN())
+	if err := numtest.Close(c, []float32{nan, nan, 15, 22}, numtest.Tol{NonFinite: true}); err != nil {
+		t.Errorf("NaN in A: C = %v: %v", c, err)
 	}
 	c = []float32{1, 2, 3, 4}
 	g.Sgemm(false, false, 2, 2, 2, 0, a, 2, b, 2, 0.5, c, 2)
-	if want := []float32{0.5, 1, 1.5, 2}; !bitsEqual(c, want) {
-		t.Errorf("alpha 0: C = %v, want %v", c, want)
+	if err := numtest.Equal(c, []float32{0.5, 1, 1.5, 2}); err != nil {
+		t.Errorf("alpha 0: %v", err)
 	}
 }
 
@@ -382,16 +388,17 @@ func TestBatched(t *testing.T) {
 				want, bound := p.want()
 				gi := got[i*strideC : i*strideC+len(p.c)]
 				p.check(t, name+"/"+g.Name(), gi, want, bound)
-				if g.Name() == "go" && !bitsEqual(gi, p.run(newGo(1, cpuKernels[0]))) {
-					t.Errorf("%s: problem %d differs from a lone one-thread Sgemm", name, i)
+				if g.Name() != "go" {
+					continue
+				}
+				if err := numtest.Equal(gi, p.run(newGo(1, cpuKernels[0]))); err != nil {
+					t.Errorf("%s: problem %d differs from a lone one-thread Sgemm: %v", name, i, err)
 				}
 			}
 			for i := range ps {
 				gap := got[i*strideC+len(p0.c) : (i+1)*strideC]
-				for _, v := range gap {
-					if v != 0 {
-						t.Fatalf("%s: %s wrote between the blocks of C", name, g.Name())
-					}
+				if err := numtest.Equal(gap, make([]float32, len(gap))); err != nil {
+					t.Fatalf("%s: %s wrote between the blocks of C: %v", name, g.Name(), err)
 				}
 			}
 		}
@@ -404,8 +411,8 @@ func TestBatchedEmptyK(t *testing.T) {
 	for _, g := range []Impl{New(2), Reference{}} {
 		c := []float32{1, 2, 3, 4, 5, 6, float32(math.NaN()), 8}
 		Batched(g, 2, false, false, 2, 2, 0, 1, nil, 1, 100, nil, 2, 100, 0.5, c, 2, 4)
-		if want := []float32{0.5, 1, 1.5, 2, 2.5, 3, float32(math.NaN()), 4}; fmt.Sprint(c) != fmt.Sprint(want) {
-			t.Errorf("%s: C = %v, want %v", g.Name(), c, want)
+		if err := numtest.Equal(c, []float32{0.5, 1, 1.5, 2, 2.5, 3, float32(math.NaN()), 4}); err != nil {
+			t.Errorf("%s: %v", g.Name(), err)
 		}
 	}
 }

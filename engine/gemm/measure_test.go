@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 func TestParseShapes(t *testing.T) {
@@ -72,10 +74,8 @@ func TestProbeBF16(t *testing.T) {
 	}
 	want := make([]float32, s.M*s.N)
 	GemmBF16(Reference{}, false, false, s.M, s.N, s.K, 1, p.a16, s.K, p.b16, s.N, 0, want, s.N)
-	for i, v := range want {
-		if d := math.Abs(float64(v - p.c[i])); d > 1e-5 {
-			t.Fatalf("C[%d] = %g, want %g", i, p.c[i], v)
-		}
+	if err := numtest.Close(p.c, want, numtest.Tol{Abs: 1e-5}); err != nil {
+		t.Fatalf("C: %v", err)
 	}
 }
 
@@ -91,13 +91,15 @@ func TestKernelBenchSweep(t *testing.T) {
 			h := float64(math.Float32frombits(math.Float32bits(1e-3) &^ 0xffff))
 			want, each = 2*want, 2*h*h
 		}
-		if flops != want {
-			t.Errorf("%s: sweep counts %v flops, want %v", kn.name, flops, want)
+		if err := numtest.Scalar(flops, want, numtest.Tol{}); err != nil {
+			t.Errorf("%s: flops counted by a sweep: %v", kn.name, err)
 		}
-		for i, v := range kb.c {
-			if math.Abs(float64(v)-float64(kb.kc)*each) > 1e-9 {
-				t.Fatalf("%s: C[%d] = %v after one sweep, want %v", kn.name, i, v, float64(kb.kc)*each)
-			}
+		wantC := make([]float64, len(kb.c))
+		for i := range wantC {
+			wantC[i] = float64(kb.kc) * each
+		}
+		if err := numtest.Close(kb.c, wantC, numtest.Tol{Abs: 1e-9}); err != nil {
+			t.Fatalf("%s: C after one sweep: %v", kn.name, err)
 		}
 	}
 }

@@ -1,10 +1,11 @@
 package gemm
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 // TestPack checks the packing routines, the portable ones and those this
@@ -36,7 +37,9 @@ func TestPack(t *testing.T) {
 							got[i] = float32(math.NaN()) // padding must be written
 						}
 						f(got, w, src, ld, kc, n, alpha)
-						checkPacked(t, fmt.Sprintf("%s(w=%d, kc=%d, n=%d, alpha=%g)", name, w, kc, n, alpha), got, want)
+						if err := numtest.Equal(got, want); err != nil {
+							t.Errorf("%s(w=%d, kc=%d, n=%d, alpha=%g): %v", name, w, kc, n, alpha, err)
+						}
 					}
 				}
 				// Columns: n ≤ w source rows of kc values.
@@ -55,20 +58,12 @@ func TestPack(t *testing.T) {
 					for name, f := range map[string]packFunc{"packCols": packCols, "packColsGo": packColsGo} {
 						got := make([]float32, len(want)) // cleared, as callers do
 						f(got, w, src[:(n-1)*ld+kc], ld, kc, n, alpha)
-						checkPacked(t, fmt.Sprintf("%s(w=%d, kc=%d, n=%d, alpha=%g)", name, w, kc, n, alpha), got, want)
+						if err := numtest.Equal(got, want); err != nil {
+							t.Errorf("%s(w=%d, kc=%d, n=%d, alpha=%g): %v", name, w, kc, n, alpha, err)
+						}
 					}
 				}
 			}
-		}
-	}
-}
-
-func checkPacked(t *testing.T, name string, got, want []float32) {
-	t.Helper()
-	for i := range want {
-		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-			t.Errorf("%s: element %d = %v, want %v", name, i, got[i], want[i])
-			return
 		}
 	}
 }

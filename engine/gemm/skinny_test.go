@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 // skinnyFamilies returns the kernels whose skinny path is tested: every
@@ -110,8 +112,8 @@ func TestSkinnyDeterministic(t *testing.T) {
 				for _, th := range []int{2, 3, 4, 7} {
 					g := newGo(th, kn)
 					for rep := 0; rep < 2; rep++ {
-						if got := p.runSkinny(t, g); !bitsEqual(got, first) {
-							t.Fatalf("%s: %v: %d threads, call %d: result differs from 1 thread", kn.name, p, th, rep)
+						if err := numtest.Equal(p.runSkinny(t, g), first); err != nil {
+							t.Fatalf("%s: %v: %d threads, call %d: result differs from 1 thread: %v", kn.name, p, th, rep, err)
 						}
 					}
 				}
@@ -122,8 +124,8 @@ func TestSkinnyDeterministic(t *testing.T) {
 					q.m = 1
 					q.a = p.a[i*p.lda:]
 					q.c = p.c[i*p.ldc : i*p.ldc+n]
-					if got := q.runSkinny(t, g); !bitsEqual(got, first[i*p.ldc:i*p.ldc+n]) {
-						t.Fatalf("%s: %v: row %d alone differs from the whole product", kn.name, p, i)
+					if err := numtest.Equal(q.runSkinny(t, g), first[i*p.ldc:i*p.ldc+n]); err != nil {
+						t.Fatalf("%s: %v: row %d alone differs from the whole product: %v", kn.name, p, i, err)
 					}
 				}
 			}

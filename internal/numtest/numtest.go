@@ -135,6 +135,47 @@ func closeTo[G, W Float](got []G, want []W, tol Tol) error {
 		at, len(got), g, w, math.Abs(g-w), bound, tol, scale)
 }
 
+// CloseBounds checks |got_i − want_i| ≤ bound_i for every element, for an
+// error analysis that bounds each element on its own (a GEMM's
+// γ_k·Σ|a||b|). A bound must be finite and not negative; it reports the
+// element that exceeds its bound by the largest factor.
+func CloseBounds[G, W, B Float](got []G, want []W, bound []B) error {
+	got, tag := mutate(got, want)
+	if err := shapes(got, want); err != nil {
+		return tagged(err, tag)
+	}
+	if len(bound) != len(want) {
+		return tagged(fmt.Errorf("%d bounds for %d values", len(bound), len(want)), tag)
+	}
+	if err := finite(got, want, false); err != nil {
+		return tagged(err, tag)
+	}
+	worst, at := 0.0, -1
+	for i := range got {
+		b := float64(bound[i])
+		if !(b >= 0) || math.IsInf(b, 0) {
+			return tagged(fmt.Errorf("element %d: bound %g, want a finite bound ≥ 0", i, b), tag)
+		}
+		e := math.Abs(float64(got[i]) - float64(want[i]))
+		if e <= b {
+			continue
+		}
+		r := math.Inf(1)
+		if b > 0 {
+			r = e / b
+		}
+		if at < 0 || r > worst {
+			worst, at = r, i
+		}
+	}
+	if at < 0 {
+		return nil
+	}
+	g, w := float64(got[at]), float64(want[at])
+	return tagged(fmt.Errorf("element %d of %d: got %.9g, want %.9g: |Δ| %.3g exceeds its bound %.3g",
+		at, len(got), g, w, math.Abs(g-w), float64(bound[at])), tag)
+}
+
 // CloseL2 checks the relative L2 error ‖got − want‖₂ / ‖want‖₂ ≤ tol, the
 // measure of a whole gradient: a reference of norm zero needs got zero.
 func CloseL2[G, W Float](got []G, want []W, tol float64) error {

@@ -98,6 +98,30 @@ func TestCloseL2(t *testing.T) {
 	}
 }
 
+func TestCloseBounds(t *testing.T) {
+	t.Setenv(MutateEnv, "")
+	want := []float64{1, 2, 3}
+	for _, c := range []struct {
+		name  string
+		got   []float64
+		bound []float64
+		err   string
+	}{
+		{"within", []float64{1.1, 2, 2.5}, []float64{0.2, 0, 0.5}, ""},
+		{"beyond", []float64{1.1, 2, 2.4}, []float64{0.2, 0, 0.5}, "element 2 of 3: got 2.4, want 3"},
+		{"a zero bound", []float64{1, 2.001, 3}, []float64{1, 0, 1}, "element 1 of 3"},
+		{"NaN got", []float64{1, nan, 3}, []float64{1, 1, 1}, "not finite"},
+		{"NaN bound", []float64{1, 2, 3}, []float64{1, nan, 1}, "bound NaN"},
+		{"negative bound", []float64{1, 2, 3}, []float64{1, -1, 1}, "bound -1"},
+		{"infinite bound", []float64{1, 2, 3}, []float64{1, inf, 1}, "bound +Inf"},
+		{"short bounds", []float64{1, 2, 3}, []float64{1, 1}, "2 bounds for 3 values"},
+		{"short got", []float64{1, 2}, []float64{1, 1, 1}, "got 2 values, want 3"},
+		{"nil got", nil, []float64{1, 1, 1}, "got is nil"},
+	} {
+		wantErr(t, c.name, CloseBounds(c.got, want, c.bound), c.err)
+	}
+}
+
 func TestCloseMax(t *testing.T) {
 	t.Setenv(MutateEnv, "")
 	wantErr(t, "within", CloseMax([]float32{10, 1.05}, []float32{10, 1}, 0.01), "")
@@ -181,10 +205,11 @@ func TestMutations(t *testing.T) {
 			want := []float32{1, 2, 3, 4}
 			loose := Tol{Abs: 1, Rel: 1, Max: 1}
 			errs := map[string]error{
-				"Close":   Close(got, want, loose),
-				"CloseL2": CloseL2(got, want, 1),
-				"Equal":   Equal(got, want),
-				"Scalar":  Scalar(2, 2, loose),
+				"Close":       Close(got, want, loose),
+				"CloseL2":     CloseL2(got, want, 1),
+				"Equal":       Equal(got, want),
+				"CloseBounds": CloseBounds(got, want, []float32{1, 1, 1, 1}),
+				"Scalar":      Scalar(2, 2, loose),
 				"Each": Each(map[string][]float32{"a": got, "b": got}, map[string][]float32{"a": want, "b": want},
 					func(g, w []float32) error { return Close(g, w, loose) }),
 			}

@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 // TestWidenBF16 widens every bf16 bit pattern, at every offset into a
@@ -13,14 +15,16 @@ func TestWidenBF16(t *testing.T) {
 	for i := range src {
 		src[i] = uint16(i)
 	}
+	want := make([]float32, len(src))
+	for i, h := range src {
+		want[i] = math.Float32frombits(uint32(h) << 16)
+	}
 	eachLevel(t, func(t *testing.T) {
 		for _, off := range []int{0, 5, 16} {
 			dst := make([]float32, len(src))
 			WidenBF16(dst[off:], src[off:])
-			for i := off; i < len(src); i++ {
-				if got, want := math.Float32bits(dst[i]), uint32(src[i])<<16; got != want {
-					t.Fatalf("offset %d: widened %#04x = %#08x, want %#08x", off, src[i], got, want)
-				}
+			if err := numtest.Equal(dst[off:], want[off:]); err != nil {
+				t.Fatalf("offset %d (element i: the bf16 pattern %d+i): %v", off, off, err)
 			}
 		}
 	})

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"testing"
+
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 // eachLevel runs f once per implementation this machine can run (the Go
@@ -25,70 +27,74 @@ var (
 	maxF32 = float32(math.MaxFloat32)
 )
 
-// ulpErr is |got − want| in units of the float32 spacing at want (want
-// exact, in float64). +Inf counts as 2¹²⁸, the float after MaxFloat32.
-func ulpErr(got float32, want float64) float64 {
-	g := float64(got)
-	if math.IsInf(g, 1) {
-		g = 0x1p128
-	}
-	if want == 0 {
-		if g == 0 {
-			return 0
-		}
-		return math.Inf(1)
-	}
-	_, e := math.Frexp(want) // want = f·2^e, f in [0.5, 1)
-	e = max(e, -125)         // subnormal spacing below 2⁻¹²⁶
-	return math.Abs(g-want) / math.Ldexp(1, e-24)
-}
-
-// checkExp checks Exp's contract for one input and result. It returns
-// the ulp error where the result is a rounded e^x, and a description of
-// the violation if there is one.
-func checkExp(x, got float32) (ulps float64, bad string) {
+// expWant is Exp's contract for x: NaN for a NaN, +0 below ExpFlush,
+// +Inf where e^x is past 2¹²⁸ (where even a 2-ulp error rounds to +Inf),
+// and otherwise e^x within a few float32 ulps, at least 2⁻¹²⁶. It returns
+// e^x exactly (in float64) with ulps true where the result is measured in
+// ulps of it, or with ulps false the value the result must be.
+func expWant(x float32) (want float64, ulps bool) {
 	switch {
 	case x != x:
-		if got == got {
-			return 0, "want NaN"
-		}
-		return 0, ""
+		return math.NaN(), false
 	case x < ExpFlush:
-		if got != 0 || math.Signbit(float64(got)) {
-			return 0, "want +0 (flushed below ExpFlush)"
-		}
-		return 0, ""
+		return 0, false
 	}
-	want := math.Exp(float64(x))
+	want = math.Exp(float64(x))
 	if want > 0x1p128 {
-		// Past 2¹²⁸ even a 2-ulp error still rounds to +Inf.
-		if !math.IsInf(float64(got), 1) {
-			return 0, "want +Inf"
-		}
-		return 0, ""
+		return math.Inf(1), false
 	}
-	if got < 0x1p-126 {
-		return 0, "subnormal or zero, want at least 2⁻¹²⁶"
-	}
-	return ulpErr(got, want), ""
+	return want, true
 }
 
 // sweepExp checks Exp over every stride-th float32 bit pattern (all of
-// them with stride 1), in chunks, and returns the largest ulp error and
-// where it occurred.
-func sweepExp(t *testing.T, stride uint64) (worst float64, at float32) {
+// them with stride 1), in chunks, against its contract (expWant), within
+// maxULP ulps where the result is a rounded e^x, and returns the largest
+// ulp error and where it occurred.
+func sweepExp(t *testing.T, stride uint64, maxULP float64) (worst float64, at float32) {
 	const chunk = 1 << 14
 	src := make([]float32, 0, chunk)
 	dst := make([]float32, chunk)
+	var xs, got, nanGot, nanWant, exactGot, exactWant []float32
+	var want []float64
 	flush := func() {
 		Exp(dst, src)
+		xs, got, want = xs[:0], got[:0], want[:0]
+		nanGot, nanWant, exactGot, exactWant = nanGot[:0], nanWant[:0], exactGot[:0], exactWant[:0]
 		for i, x := range src {
-			e, bad := checkExp(x, dst[i])
-			if bad != "" {
-				t.Fatalf("Exp(%g) = %g: %s", x, dst[i], bad)
+			w, ulps := expWant(x)
+			switch {
+			case ulps:
+				if !(dst[i] >= 0x1p-126) {
+					t.Fatalf("Exp(%g) = %g, want at least 2⁻¹²⁶", x, dst[i])
+				}
+				xs, got, want = append(xs, x), append(got, dst[i]), append(want, w)
+			case w != w:
+				nanGot, nanWant = append(nanGot, dst[i]), append(nanWant, nan)
+			default:
+				exactGot, exactWant = append(exactGot, dst[i]), append(exactWant, float32(w))
 			}
-			if e > worst {
-				worst, at = e, x
+		}
+		if len(want) > 0 {
+			d, err := numtest.MeasureULP(got, want)
+			if err != nil {
+				t.Fatalf("Exp of %d inputs from %g: %v", len(xs), xs[0], err)
+			}
+			if err := numtest.CloseULP(got, want, maxULP); err != nil {
+				t.Fatalf("Exp(%g): %v", xs[d.Worst], err)
+			}
+			if d.Max > worst {
+				worst, at = d.Max, xs[d.Worst]
+			}
+		}
+		if len(nanWant) > 0 {
+			if err := numtest.Close(nanGot, nanWant, numtest.Tol{NonFinite: true}); err != nil {
+				t.Fatalf("Exp of NaN inputs, want NaN: %v", err)
+			}
+		}
+		if len(exactWant) > 0 {
+			// +0 (flushed below ExpFlush) and +Inf, bit for bit.
+			if err := numtest.Equal(exactGot, exactWant); err != nil {
+				t.Fatalf("Exp of inputs that flush to +0 or overflow to +Inf: %v", err)
 			}
 		}
 		src = src[:0]
@@ -115,11 +121,8 @@ func TestExpAccuracy(t *testing.T) {
 		stride = 4099
 	}
 	eachLevel(t, func(t *testing.T) {
-		worst, at := sweepExp(t, stride)
+		worst, at := sweepExp(t, stride, 2)
 		t.Logf("%s: max error %.4f ulp (at x = %g) over every %d-th float32", Impl(), worst, at, stride)
-		if worst > 2 {
-			t.Errorf("max error %.3f ulp at x = %g exceeds 2 ulp", worst, at)
-		}
 	})
 }
 
@@ -151,20 +154,22 @@ func TestExpSpecialValues(t *testing.T) {
 		for _, c := range cases {
 			got := make([]float32, 1)
 			Exp(got, []float32{c.x})
-			ok := got[0] == c.want
+			// Within an ulp of a finite, nonzero result; +0 and +Inf bit
+			// for bit.
+			err := numtest.Equal(got, []float32{c.want})
 			if !math.IsInf(float64(c.want), 0) && c.want != 0 {
-				ok = ulpErr(got[0], float64(c.want)) <= 1
+				err = numtest.CloseULP(got, []float32{c.want}, 1)
 			}
-			if !ok || math.Signbit(float64(got[0])) {
-				t.Errorf("Exp(%g) = %g, want %g", c.x, got[0], c.want)
+			if err != nil {
+				t.Errorf("Exp(%g): %v", c.x, err)
 			}
 		}
 		got := make([]float32, 3)
 		Exp(got, []float32{nan, float32(math.Float32frombits(0xffc00001)), ExpFlush})
-		if got[0] == got[0] || got[1] == got[1] {
-			t.Errorf("Exp(NaN) = %g, %g, want NaN", got[0], got[1])
+		if err := numtest.Close(got[:2], []float32{nan, nan}, numtest.Tol{NonFinite: true}); err != nil {
+			t.Errorf("Exp(NaN), want NaN: %v", err)
 		}
-		if got[2] < 0x1p-126 || got[2] > 0x1.0001p-126 {
+		if !(got[2] >= 0x1p-126 && got[2] <= 0x1.0001p-126) {
 			t.Errorf("Exp(ExpFlush) = %g, want 2⁻¹²⁶ (the smallest normal)", got[2])
 		}
 	})
@@ -233,17 +238,34 @@ func TestExpMatchesModel(t *testing.T) {
 	for bits := uint64(0); bits < 1<<32; bits += 2003 {
 		src = append(src, math.Float32frombits(uint32(bits)))
 	}
+	// The model's numbers bit for bit; where it gives NaN, any NaN.
+	var num, nans []int
+	var want, nanWant []float32
+	for i, x := range src {
+		if w := expModel(x); w == w {
+			num, want = append(num, i), append(want, w)
+		} else {
+			nans, nanWant = append(nans, i), append(nanWant, w)
+		}
+	}
 	dst := make([]float32, len(src))
 	eachLevel(t, func(t *testing.T) {
 		if level == levelGo {
 			t.Skip("the Go path rounds math.Exp instead")
 		}
 		Exp(dst, src)
-		for i, x := range src {
-			want := expModel(x)
-			if math.Float32bits(dst[i]) != math.Float32bits(want) && !(want != want && dst[i] != dst[i]) {
-				t.Fatalf("Exp(%g) = %g (%#x), the model gives %g (%#x)", x, dst[i], math.Float32bits(dst[i]), want, math.Float32bits(want))
-			}
+		got, gotNaN := make([]float32, len(num)), make([]float32, len(nans))
+		for j, i := range num {
+			got[j] = dst[i]
+		}
+		for j, i := range nans {
+			gotNaN[j] = dst[i]
+		}
+		if err := numtest.Equal(got, want); err != nil {
+			t.Fatalf("Exp of every 2003rd bit pattern (not NaN) against the model: %v", err)
+		}
+		if err := numtest.Close(gotNaN, nanWant, numtest.Tol{NonFinite: true}); err != nil {
+			t.Fatalf("Exp of every 2003rd bit pattern that is NaN: %v", err)
 		}
 	})
 }
@@ -263,10 +285,6 @@ func randInputs(rng *rand.Rand, n int, lo, hi float32) []float32 {
 	return x
 }
 
-func sameBits(a, b float32) bool {
-	return math.Float32bits(a) == math.Float32bits(b) || (a != a && b != b)
-}
-
 // TestExpTails checks lengths 0..67 at unaligned offsets: every element
 // gets the same bits as in one long call, whether it falls in the vector
 // body or in the padded tail, and dst past the length is not touched.
@@ -283,24 +301,23 @@ func TestExpTails(t *testing.T) {
 					dst[i] = -7
 				}
 				Exp(dst[off:], src[off:off+n])
-				for i := range dst {
-					want := float32(-7)
+				want := make([]float32, len(dst))
+				for i := range want {
+					want[i] = -7
 					if i >= off && i < off+n {
-						want = whole[i]
+						want[i] = whole[i]
 					}
-					if !sameBits(dst[i], want) {
-						t.Fatalf("n=%d off=%d: dst[%d] = %g, want %g", n, off, i, dst[i], want)
-					}
+				}
+				if err := numtest.Equal(dst, want); err != nil {
+					t.Fatalf("n=%d off=%d: %v", n, off, err)
 				}
 			}
 		}
 		// In place.
 		x := append([]float32(nil), src[3:70]...)
 		Exp(x, x)
-		for i, v := range x {
-			if !sameBits(v, whole[3+i]) {
-				t.Fatalf("in place: element %d = %g, want %g", i, v, whole[3+i])
-			}
+		if err := numtest.Equal(x, whole[3:70]); err != nil {
+			t.Fatalf("in place: %v", err)
 		}
 	})
 }
@@ -329,29 +346,29 @@ func TestExpSum(t *testing.T) {
 				var lanes [16]float64
 				exact := 0.0
 				for i, e := range want {
-					if !sameBits(dst[i], e) {
-						t.Fatalf("n=%d: dst[%d] = %g, Exp gives %g", n, i, dst[i], e)
-					}
 					lanes[i%16] += float64(e)
 					exact += math.Exp(float64(src[i]) - shift)
 				}
-				if dst[n] != -7 {
-					t.Fatalf("n=%d: dst[n] overwritten", n)
+				// dst[n], past the length, keeps its −7.
+				if err := numtest.Equal(dst, append(want, -7)); err != nil {
+					t.Fatalf("n=%d: dst against Exp of the differences: %v", n, err)
 				}
-				if ws := sumLanes(&lanes); ws != sum {
-					t.Fatalf("n=%d: sum %v, the lane order gives %v", n, sum, ws)
+				if err := numtest.Scalar(sum, sumLanes(&lanes), numtest.Tol{}); err != nil {
+					t.Fatalf("n=%d: sum against the lane order: %v", n, err)
 				}
-				if math.Abs(sum-exact) > 2e-7*exact {
-					t.Fatalf("n=%d: sum %v, exactly %v", n, sum, exact)
+				if err := numtest.Scalar(sum, exact, numtest.Tol{Rel: 2e-7}); err != nil {
+					t.Fatalf("n=%d: sum against the exact sum: %v", n, err)
 				}
 			}
 		}
 		// In place, and a flushed tail.
 		x := []float32{0, -200, 1, -90, 2}
 		sum := ExpSum(x, x, 2)
-		want := math.Exp(-2) + math.Exp(-1) + 1
-		if math.Abs(sum-want) > 1e-7*want || x[1] != 0 || x[3] != 0 || x[4] != 1 {
-			t.Errorf("ExpSum in place: %v, sum %v, want sum %v", x, sum, want)
+		if err := numtest.Scalar(sum, math.Exp(-2)+math.Exp(-1)+1, numtest.Tol{Rel: 1e-7}); err != nil {
+			t.Errorf("ExpSum in place: %v: sum: %v", x, err)
+		}
+		if err := numtest.Equal([]float32{x[1], x[3], x[4]}, []float32{0, 0, 1}); err != nil {
+			t.Errorf("ExpSum in place: %v: elements 1, 3 and 4: %v", x, err)
 		}
 	})
 }
@@ -391,15 +408,28 @@ func TestSwiGLU(t *testing.T) {
 		dg, du := make([]float32, n), make([]float32, n)
 		SwiGLU(out, gate, up)
 		SwiGLUBackward(dg, du, dOut, gate, up)
+		// Within 6 float32 ulps of the result, or 1e-35 absolutely: below
+		// a gate of −88.7, e^−g overflows and σ is flushed to zero where
+		// it would be a subnormal float32.
+		const ulps, floor = 6 * 0x1p-24, 1e-35
+		wantOut, wantDU := make([]float64, n), make([]float64, n)
 		for i := range gate {
 			g, u, d := float64(gate[i]), float64(up[i]), float64(dOut[i])
 			s := 1 / (1 + math.Exp(-g))
-			checkRel(t, "SwiGLU", gate[i], out[i], g*s*u, math.Abs(g*s*u))
-			checkRel(t, "SwiGLUBackward dUp", gate[i], du[i], d*g*s, math.Abs(d*g*s))
-			wantG := d * u * s * (1 + g*(1-s))
+			wantOut[i], wantDU[i] = g*s*u, d*g*s
 			// The derivative's factor 1 + g(1−s) cancels near g = −1.28:
 			// bound the error by the terms' size, not the result's.
-			checkRel(t, "SwiGLUBackward dGate", gate[i], dg[i], wantG, math.Abs(d*u*s)*(1+math.Abs(g*(1-s))))
+			wantG := d * u * s * (1 + g*(1-s))
+			scale := math.Abs(d*u*s) * (1 + math.Abs(g*(1-s)))
+			if err := numtest.Scalar(float64(dg[i]), wantG, numtest.Tol{Abs: ulps*scale + floor}); err != nil {
+				t.Fatalf("SwiGLUBackward dGate(gate %g): %v", gate[i], err)
+			}
+		}
+		if err := numtest.Close(out, wantOut, numtest.Tol{Rel: ulps, Abs: floor}); err != nil {
+			t.Fatalf("SwiGLU: %v", err)
+		}
+		if err := numtest.Close(du, wantDU, numtest.Tol{Rel: ulps, Abs: floor}); err != nil {
+			t.Fatalf("SwiGLUBackward dUp: %v", err)
 		}
 		for m := 0; m <= 67; m++ {
 			for off := 0; off < 3; off++ {
@@ -407,9 +437,15 @@ func TestSwiGLU(t *testing.T) {
 				SwiGLU(o, gate[off:off+m], up[off:off+m])
 				g2, u2 := make([]float32, m), make([]float32, m)
 				SwiGLUBackward(g2, u2, dOut[off:off+m], gate[off:off+m], up[off:off+m])
-				for i := range m {
-					if !sameBits(o[i], out[off+i]) || !sameBits(g2[i], dg[off+i]) || !sameBits(u2[i], du[off+i]) {
-						t.Fatalf("n=%d off=%d: element %d differs from the whole call", m, off, i)
+				if m == 0 {
+					continue // nothing to compare
+				}
+				for _, c := range []struct {
+					name      string
+					got, want []float32
+				}{{"SwiGLU", o, out[off : off+m]}, {"dGate", g2, dg[off : off+m]}, {"dUp", u2, du[off : off+m]}} {
+					if err := numtest.Equal(c.got, c.want); err != nil {
+						t.Fatalf("n=%d off=%d: %s differs from the whole call: %v", m, off, c.name, err)
 					}
 				}
 			}
@@ -419,22 +455,15 @@ func TestSwiGLU(t *testing.T) {
 		SwiGLU(a, a, up)
 		b, c := append([]float32(nil), gate...), append([]float32(nil), dOut...)
 		SwiGLUBackward(b, c, c, b, up)
-		for i := range a {
-			if !sameBits(a[i], out[i]) || !sameBits(b[i], dg[i]) || !sameBits(c[i], du[i]) {
-				t.Fatalf("aliased: element %d differs", i)
+		for _, r := range []struct {
+			name      string
+			got, want []float32
+		}{{"SwiGLU", a, out}, {"dGate", b, dg}, {"dUp", c, du}} {
+			if err := numtest.Equal(r.got, r.want); err != nil {
+				t.Fatalf("aliased: %s differs: %v", r.name, err)
 			}
 		}
 	})
-}
-
-// checkRel checks got against want to 6 float32 ulps of scale, or 1e-35
-// absolutely: below a gate of −88.7, e^−g overflows and σ is flushed to
-// zero where it would be a subnormal float32.
-func checkRel(t *testing.T, what string, x, got float32, want, scale float64) {
-	t.Helper()
-	if math.Abs(float64(got)-want) > 6*0x1p-24*scale+1e-35 {
-		t.Fatalf("%s(gate %g) = %g, want %g", what, x, got, want)
-	}
 }
 
 func TestSwiGLUSaturated(t *testing.T) {
@@ -459,8 +488,8 @@ func TestSwiGLUSaturated(t *testing.T) {
 				{"dUp", float64(du[i]), -0.5 * x * s},
 				{"dGate", float64(dg[i]), -0.75 * s * (1 + x*(1-s))},
 			} {
-				if math.IsNaN(c.got) || math.Abs(c.got-c.want) > 1e-6*math.Abs(c.want)+1e-30 {
-					t.Errorf("%s(gate %g) = %g, want %g", c.what, g, c.got, c.want)
+				if err := numtest.Scalar(c.got, c.want, numtest.Tol{Rel: 1e-6, Abs: 1e-30}); err != nil {
+					t.Errorf("%s(gate %g): %v", c.what, g, err)
 				}
 			}
 		}
@@ -492,21 +521,21 @@ func TestDot(t *testing.T) {
 			for off := 0; off < 3; off++ {
 				x, y := a[off:off+n], b[1+off:1+off+n]
 				got := Dot(x, y)
-				if want := dotRef(x, y); !sameBits(got, want) {
-					t.Fatalf("n=%d off=%d: Dot = %v, the documented order gives %v", n, off, got, want)
+				if err := numtest.Equal([]float32{got}, []float32{dotRef(x, y)}); err != nil {
+					t.Fatalf("n=%d off=%d: Dot against the documented order: %v", n, off, err)
 				}
 				var exact, mag float64
 				for i := range x {
 					exact += float64(x[i]) * float64(y[i])
 					mag += math.Abs(float64(x[i]) * float64(y[i]))
 				}
-				if math.Abs(float64(got)-exact) > 1e-6*mag {
-					t.Fatalf("n=%d: Dot = %v, exactly %v", n, got, exact)
+				if err := numtest.Scalar(float64(got), exact, numtest.Tol{Abs: 1e-6 * mag}); err != nil {
+					t.Fatalf("n=%d: Dot against the exact sum: %v", n, err)
 				}
 			}
 		}
-		if got := Dot([]float32{1, nan}, []float32{1, 1}); got == got {
-			t.Errorf("Dot with NaN = %g", got)
+		if err := numtest.Scalar(float64(Dot([]float32{1, nan}, []float32{1, 1})), math.NaN(), numtest.Tol{NonFinite: true}); err != nil {
+			t.Errorf("Dot with NaN, want NaN: %v", err)
 		}
 	})
 }
@@ -524,16 +553,18 @@ func TestAxpyScaleSubMul(t *testing.T) {
 				Scale(alpha, xx[off:off+n])
 				dd := append([]float32(nil), y...)
 				SubMul(dd[off:off+n], s, p[off:])
-				for i := range y {
-					wy, wx, wd := y[i], x[i], y[i]
-					if i >= off && i < off+n {
-						wy = y[i] + float32(alpha*x[i])
-						wx = x[i] * alpha
-						wd = (y[i] - s) * p[i]
-					}
-					if !sameBits(yy[i], wy) || !sameBits(xx[i], wx) || !sameBits(dd[i], wd) {
-						t.Fatalf("n=%d off=%d element %d: Axpy %g (want %g), Scale %g (want %g), SubMul %g (want %g)",
-							n, off, i, yy[i], wy, xx[i], wx, dd[i], wd)
+				wy, wx, wd := append([]float32(nil), y...), append([]float32(nil), x...), append([]float32(nil), y...)
+				for i := off; i < off+n; i++ {
+					wy[i] = y[i] + float32(alpha*x[i])
+					wx[i] = x[i] * alpha
+					wd[i] = (y[i] - s) * p[i]
+				}
+				for _, c := range []struct {
+					name      string
+					got, want []float32
+				}{{"Axpy", yy, wy}, {"Scale", xx, wx}, {"SubMul", dd, wd}} {
+					if err := numtest.Equal(c.got, c.want); err != nil {
+						t.Fatalf("n=%d off=%d: %s: %v", n, off, c.name, err)
 					}
 				}
 			}
@@ -544,8 +575,8 @@ func TestAxpyScaleSubMul(t *testing.T) {
 func TestMax(t *testing.T) {
 	rng := rand.New(rand.NewPCG(6, 6))
 	eachLevel(t, func(t *testing.T) {
-		if m := Max(nil); !math.IsInf(float64(m), -1) {
-			t.Errorf("Max(empty) = %g, want -Inf", m)
+		if err := numtest.Scalar(float64(Max(nil)), math.Inf(-1), numtest.Tol{NonFinite: true}); err != nil {
+			t.Errorf("Max(empty), want -Inf: %v", err)
 		}
 		for _, n := range append(seq(1, 67), 100, 1000, 32000) {
 			x := make([]float32, n+2)
@@ -558,26 +589,24 @@ func TestMax(t *testing.T) {
 				for _, e := range v {
 					want = max(want, e)
 				}
-				if got := Max(v); got != want {
-					t.Fatalf("n=%d: Max = %g, want %g", n, got, want)
+				if err := numtest.Scalar(float64(Max(v)), float64(want), numtest.Tol{}); err != nil {
+					t.Fatalf("n=%d: Max: %v", n, err)
 				}
 				for _, at := range []int{0, n / 2, n - 1} {
 					saved := v[at]
-					v[at] = nan
-					if got := Max(v); got == got {
-						t.Fatalf("n=%d: Max with NaN at %d = %g, want NaN", n, at, got)
-					}
-					v[at] = inf
-					if got := Max(v); got != inf {
-						t.Fatalf("n=%d: Max with +Inf at %d = %g", n, at, got)
+					for _, special := range []float32{nan, inf} {
+						v[at] = special
+						if err := numtest.Scalar(float64(Max(v)), float64(special), numtest.Tol{NonFinite: true}); err != nil {
+							t.Fatalf("n=%d: Max with %g at %d: %v", n, special, at, err)
+						}
 					}
 					v[at] = saved
 				}
 			}
 		}
 		allNegInf := []float32{-inf, -inf, -inf}
-		if m := Max(allNegInf); !math.IsInf(float64(m), -1) {
-			t.Errorf("Max(-Inf…) = %g", m)
+		if err := numtest.Scalar(float64(Max(allNegInf)), math.Inf(-1), numtest.Tol{NonFinite: true}); err != nil {
+			t.Errorf("Max(-Inf…): %v", err)
 		}
 	})
 }
@@ -605,10 +634,8 @@ func TestLevelsAgree(t *testing.T) {
 	}
 	a, b := run(levelAVX512), run(levelAVX2)
 	for k := range a {
-		for i := range a[k] {
-			if !sameBits(a[k][i], b[k][i]) {
-				t.Fatalf("result %d element %d: AVX-512 %g, AVX2 %g", k, i, a[k][i], b[k][i])
-			}
+		if err := numtest.Equal(b[k], a[k]); err != nil {
+			t.Fatalf("result %d: AVX2 against AVX-512: %v", k, err)
 		}
 	}
 }
