@@ -45,6 +45,21 @@ import "math"
 //
 // Determinism: for a fixed backend, thread count and input, every kernel
 // gives bit-identical results (reductions run in a fixed order).
+//
+// Misuse: arguments that break a method's contract are a programming
+// error, not an input error (shapes come from the engine's own
+// arithmetic), so a method refuses them by panicking with a *Misuse whose
+// Op names the method and whose Class says what is wrong: MisuseShape
+// (sizes that do not fit), MisuseDType, MisuseAlias (an overlap the
+// method forbids: Gemm's C with A or B, Attention's out with q, k or v, a
+// partial overlap of Add's dst with a or b or of CrossEntropy's dLogits
+// with logits), MisuseRange (ids, targets of a weighted row, start,
+// Step, negative sizes, ld below the columns) or MisuseTensor (a nil,
+// freed or foreign tensor, a view past its storage). Every backend
+// refuses the same misuse with the same Class and Op, checked before
+// anything is computed, and works on after a refusal
+// (enginetest's Misuse cases). Failures of the device or its libraries
+// are not misuse: they panic with an error of their own.
 type Backend interface {
 	Name() string
 	Device() Device

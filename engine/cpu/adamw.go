@@ -29,8 +29,8 @@ func (b *Backend) AdamW(param, grad, m, v *engine.Tensor, h engine.AdamWParams) 
 	p, g, ms, vs := floats("AdamW", param), floats("AdamW", grad), floats("AdamW", m), floats("AdamW", v)
 	n := len(p)
 	check(len(g) == n && len(ms) == n && len(vs) == n,
-		"AdamW: param %v, grad %v, m %v and v %v differ in size", param, grad, m, v)
-	check(h.Step >= 1, "AdamW: Step = %d, want ≥ 1 (it counts from 1)", h.Step)
+		"AdamW", engine.MisuseShape, "param %v, grad %v, m %v and v %v differ in size", param, grad, m, v)
+	check(h.Step >= 1, "AdamW", engine.MisuseRange, "Step = %d, want ≥ 1 (it counts from 1)", h.Step)
 	c := adamWCoefficients(h)
 	b.parallelFor(n, elementGrain/4, func(lo, hi int) {
 		vec.AdamW(p[lo:hi], g[lo:hi], ms[lo:hi], vs[lo:hi], &c)
@@ -60,12 +60,19 @@ func adamWCoefficients(h engine.AdamWParams) vec.AdamWStep {
 // reads ctl at no cost.
 func (b *Backend) AdamWStep(ts []engine.AdamWTensors, h engine.AdamWParams, maxNorm float32, ctl *engine.Tensor) {
 	c := floats("AdamWStep", ctl)
-	check(len(c) == 2, "AdamWStep: control %v, want 2 elements (squared norm, loss)", ctl)
-	check(h.Step >= 1, "AdamWStep: Step = %d, want ≥ 1 (it counts from 1)", h.Step)
+	check(len(c) == 2, "AdamWStep", engine.MisuseShape, "control %v, want 2 elements (squared norm, loss)", ctl)
+	check(h.Step >= 1, "AdamWStep", engine.MisuseRange, "Step = %d, want ≥ 1 (it counts from 1)", h.Step)
+	// Every tensor is checked before any is updated, in the names of
+	// AdamWStep rather than of the AdamW, Scale and Copy it runs.
 	for i, t := range ts {
-		n := t.Param.Len()
-		check(t.Grad.Len() == n && t.M.Len() == n && t.V.Len() == n && (t.Copy == nil || t.Copy.Len() == n),
-			"AdamWStep: tensor %d: param %v, grad %v, m %v, v %v and copy %v differ in size", i, t.Param, t.Grad, t.M, t.V, t.Copy)
+		n := len(floats("AdamWStep", t.Param))
+		check(len(floats("AdamWStep", t.Grad)) == n && len(floats("AdamWStep", t.M)) == n && len(floats("AdamWStep", t.V)) == n,
+			"AdamWStep", engine.MisuseShape, "tensor %d: param %v, grad %v, m %v and v %v differ in size", i, t.Param, t.Grad, t.M, t.V)
+		if t.Copy != nil {
+			cs := storageOf("AdamWStep", t.Copy)
+			check(cs.dtype != engine.I32, "AdamWStep", engine.MisuseDType, "tensor %d: copy %v, want F32 or BF16", i, t.Copy)
+			check(t.Copy.Len() == n, "AdamWStep", engine.MisuseShape, "tensor %d: copy %v of param %v differs in size", i, t.Copy, t.Param)
+		}
 	}
 	if !engine.StepIsFinite(c[0], c[1]) {
 		return

@@ -31,11 +31,31 @@ func (g attentionGeometry) tiles() int { return (g.T + attnTile - 1) / attnTile 
 // attentionShape reads the geometry from q [B,T,heads,D] and k
 // [B,T,kvHeads,D] and checks that the others agree.
 func attentionShape(op string, q, k *engine.Tensor) attentionGeometry {
-	check(len(q.Shape) == 4 && len(k.Shape) == 4, "%s: q %v and k %v must be [B,T,heads,D] and [B,T,kvHeads,D]", op, q, k)
+	check(q != nil && k != nil, op, engine.MisuseTensor, "nil tensor")
+	check(len(q.Shape) == 4 && len(k.Shape) == 4, op, engine.MisuseShape, "q %v and k %v must be [B,T,heads,D] and [B,T,kvHeads,D]", q, k)
 	g := attentionGeometry{B: q.Dim(0), T: q.Dim(1), heads: q.Dim(2), kvHeads: k.Dim(2), D: q.Dim(3)}
-	check(g.kvHeads > 0 && g.heads%g.kvHeads == 0, "%s: %d query heads cannot share %d key/value heads", op, g.heads, g.kvHeads)
-	check(k.Dim(3) == g.D, "%s: q %v and k %v differ in head size", op, q, k)
+	check(g.kvHeads > 0 && g.heads%g.kvHeads == 0, op, engine.MisuseShape, "%d query heads cannot share %d key/value heads", g.heads, g.kvHeads)
+	check(k.Dim(3) == g.D, op, engine.MisuseShape, "q %v and k %v differ in head size", q, k)
 	return g
+}
+
+// checkAttentionAlias refuses an out that overlaps q, k or v
+// (MisuseAlias): the kernel reads them all while it writes out.
+func checkAttentionAlias(out, q, k, v *engine.Tensor) {
+	for i, in := range [3]*engine.Tensor{q, k, v} {
+		if same, partial := engine.Overlap(out, in); same || partial {
+			misuse("Attention", engine.MisuseAlias, "out %v at offset %d overlaps %s %v at offset %d",
+				out, out.Offset, [3]string{"q", "k", "v"}[i], in, in.Offset)
+		}
+	}
+}
+
+// checkLSE refuses an lse that is not F32 (MisuseDType): the statistics
+// stay float32 in mixed precision too.
+func checkLSE(op string, lse *engine.Tensor) {
+	if s := storageOf(op, lse); s.dtype != engine.F32 {
+		misuse(op, engine.MisuseDType, "lse is %v, want F32", lse)
+	}
 }
 
 // A work item of attention is one key/value head kv of sequence b and a
@@ -130,15 +150,18 @@ func visible(r, group, r0, c0, n int) int { return max(0, min(n, r0+r/group+1-c0
 // independent and each is computed whole by one goroutine, so the result
 // is the same for any thread count.
 func (b *Backend) Attention(out, lse, q, k, v *engine.Tensor) {
+	// Before the stand-ins of mixed precision, which would hide them.
+	checkAttentionAlias(out, q, k, v)
+	checkLSE("Attention", lse)
 	if hasBF16(out, lse, q, k, v) {
-		b.widened([]*engine.Tensor{out, lse, q, k, v}, 0b11, func(t []*engine.Tensor) { b.Attention(t[0], t[1], t[2], t[3], t[4]) })
+		b.widened("Attention", []*engine.Tensor{out, lse, q, k, v}, 0b11, func(t []*engine.Tensor) { b.Attention(t[0], t[1], t[2], t[3], t[4]) })
 		return
 	}
 	g := attentionShape("Attention", q, k)
 	B, T, H, KV, D, G := g.B, g.T, g.heads, g.kvHeads, g.D, g.group()
 	check(out.Len() == q.Len() && v.Len() == k.Len() && k.Len() == B*T*KV*D,
-		"Attention: out %v, q %v, k %v, v %v do not agree", out, q, k, v)
-	check(lse.Len() == B*H*T, "Attention: lse %v, want [%d,%d,%d]", lse, B, H, T)
+		"Attention", engine.MisuseShape, "out %v, q %v, k %v, v %v do not agree", out, q, k, v)
+	check(lse.Len() == B*H*T, "Attention", engine.MisuseShape, "lse %v, want [%d,%d,%d]", lse, B, H, T)
 	O, Ls, Q, K, V := floats("Attention", out), floats("Attention", lse), floats("Attention", q), floats("Attention", k), floats("Attention", v)
 	ldk := KV * D
 	scale := g.scale()
@@ -230,8 +253,9 @@ func probabilities(s, ls []float32, rows, n, group, r0, c0 int) {
 // not depend on which runs: dq, dk and dv are overwritten, and the result
 // is the same for any thread count.
 func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *engine.Tensor) {
+	checkLSE("AttentionBackward", lse)
 	if hasBF16(dq, dk, dv, dOut, q, k, v, out, lse) {
-		b.widened([]*engine.Tensor{dq, dk, dv, dOut, q, k, v, out, lse}, 0b111, func(t []*engine.Tensor) {
+		b.widened("AttentionBackward", []*engine.Tensor{dq, dk, dv, dOut, q, k, v, out, lse}, 0b111, func(t []*engine.Tensor) {
 			b.AttentionBackward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8])
 		})
 		return
@@ -240,8 +264,8 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *engine.
 	B, T, H, KV, D, G := g.B, g.T, g.heads, g.kvHeads, g.D, g.group()
 	check(dq.Len() == q.Len() && dOut.Len() == q.Len() && out.Len() == q.Len() && dk.Len() == k.Len() && dv.Len() == k.Len() &&
 		v.Len() == k.Len() && k.Len() == B*T*KV*D,
-		"AttentionBackward: dq %v, dk %v, dv %v, dOut %v, out %v, q %v, k %v, v %v do not agree", dq, dk, dv, dOut, out, q, k, v)
-	check(lse.Len() == B*H*T, "AttentionBackward: lse %v, want [%d,%d,%d]", lse, B, H, T)
+		"AttentionBackward", engine.MisuseShape, "dq %v, dk %v, dv %v, dOut %v, out %v, q %v, k %v, v %v do not agree", dq, dk, dv, dOut, out, q, k, v)
+	check(lse.Len() == B*H*T, "AttentionBackward", engine.MisuseShape, "lse %v, want [%d,%d,%d]", lse, B, H, T)
 	dQ, dK, dV, dO := floats("AttentionBackward", dq), floats("AttentionBackward", dk), floats("AttentionBackward", dv), floats("AttentionBackward", dOut)
 	Q, K, V, O, Ls := floats("AttentionBackward", q), floats("AttentionBackward", k), floats("AttentionBackward", v), floats("AttentionBackward", out), floats("AttentionBackward", lse)
 	ldk := KV * D
@@ -390,20 +414,21 @@ func causalSoftmax(row []float32, i int) {
 // goroutine, so the result does not depend on the thread count.
 func (b *Backend) AttentionKV(out, q, kCache, vCache, start *engine.Tensor) {
 	if hasBF16(out, q, kCache, vCache) {
-		b.widened([]*engine.Tensor{out, q, kCache, vCache, start}, 1, func(t []*engine.Tensor) { b.AttentionKV(t[0], t[1], t[2], t[3], t[4]) })
+		b.widened("AttentionKV", []*engine.Tensor{out, q, kCache, vCache, start}, 1, func(t []*engine.Tensor) { b.AttentionKV(t[0], t[1], t[2], t[3], t[4]) })
 		return
 	}
+	check(q != nil && kCache != nil, "AttentionKV", engine.MisuseTensor, "nil tensor")
 	check(len(q.Shape) == 4 && len(kCache.Shape) == 4,
-		"AttentionKV: q %v and kCache %v must be [B,n,heads,D] and [B,Tmax,kvHeads,D]", q, kCache)
+		"AttentionKV", engine.MisuseShape, "q %v and kCache %v must be [B,n,heads,D] and [B,Tmax,kvHeads,D]", q, kCache)
 	B, n, H, D := q.Dim(0), q.Dim(1), q.Dim(2), q.Dim(3)
 	Tmax, KV := kCache.Dim(1), kCache.Dim(2)
 	check(kCache.Dim(0) == B && kCache.Dim(3) == D && KV > 0 && H%KV == 0,
-		"AttentionKV: q %v does not fit kCache %v", q, kCache)
+		"AttentionKV", engine.MisuseShape, "q %v does not fit kCache %v", q, kCache)
 	check(out.Len() == q.Len() && vCache.Len() == kCache.Len() && start.Len() == B,
-		"AttentionKV: out %v, vCache %v, start %v do not fit q %v, kCache %v", out, vCache, start, q, kCache)
-	O, Q, K, V, S := floats("AttentionKV", out), floats("AttentionKV", q), floats("AttentionKV", kCache), floats("AttentionKV", vCache), Int32s(start)
+		"AttentionKV", engine.MisuseShape, "out %v, vCache %v, start %v do not fit q %v, kCache %v", out, vCache, start, q, kCache)
+	O, Q, K, V, S := floats("AttentionKV", out), floats("AttentionKV", q), floats("AttentionKV", kCache), floats("AttentionKV", vCache), ints("AttentionKV", start)
 	for bi, s := range S {
-		check(s >= 0 && int(s)+n <= Tmax, "AttentionKV: start[%d] = %d with %d queries overruns the cache of %d", bi, s, n, Tmax)
+		check(s >= 0 && int(s)+n <= Tmax, "AttentionKV", engine.MisuseRange, "start[%d] = %d with %d queries overruns the cache of %d", bi, s, n, Tmax)
 	}
 	group := H / KV
 	scale := float32(1 / math.Sqrt(float64(D)))

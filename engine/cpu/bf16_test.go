@@ -9,6 +9,7 @@ import (
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/gemm"
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 // bf16Values are float32s whose rounding to bf16 matters: ties to even
@@ -38,10 +39,8 @@ func TestBF16Tensors(t *testing.T) {
 	}
 	out := make([]float32, 21)
 	b.Download(out, x)
-	for i, v := range out {
-		if math.Float32bits(v) != 0 {
-			t.Fatalf("Alloc'd BF16 element %d = %g, want +0", i, v)
-		}
+	if err := numtest.Equal(out, make([]float32, len(out))); err != nil {
+		t.Fatalf("Alloc'd BF16, want +0: %v", err)
 	}
 
 	// Upload rounds as checkpoints.Float32ToBF16, Download widens exactly,
@@ -55,20 +54,22 @@ func TestBF16Tensors(t *testing.T) {
 	b.Upload(x, src)
 	b.Download(out, x)
 	bits := BF16s(x)
+	widened := make([]float32, len(src))
 	for i, v := range src {
 		h := checkpoints.Float32ToBF16(v)
 		if bits[i] != h {
 			t.Errorf("Upload(%g): bits %#04x, want %#04x", v, bits[i], h)
 		}
-		if got, want := math.Float32bits(out[i]), math.Float32bits(checkpoints.BF16ToFloat32(h)); got != want {
-			t.Errorf("Download of %#04x = %#08x, want %#08x", h, got, want)
-		}
+		widened[i] = checkpoints.BF16ToFloat32(h)
+	}
+	if err := numtest.Equal(out, widened); err != nil {
+		t.Errorf("Download, against checkpoints.BF16ToFloat32: %v", err)
 	}
 	row := x.Row(1)
 	BF16s(row)[2] = 0x4040 // 3
 	b.Download(out, x)
-	if out[9] != 3 {
-		t.Errorf("a write through BF16s of a row did not reach the tensor: %v", out[7:14])
+	if err := numtest.Scalar(float64(out[9]), 3, numtest.Tol{}); err != nil {
+		t.Errorf("a write through BF16s of a row did not reach the tensor: %v: %v", out[7:14], err)
 	}
 	if s := BF16s(row); len(s) != 7 || cap(s) != 7 {
 		t.Errorf("BF16s of a row: len %d cap %d, want 7 and 7", len(s), cap(s))
@@ -77,10 +78,8 @@ func TestBF16Tensors(t *testing.T) {
 	// Fill rounds its value.
 	b.Fill(row, 1.00390625) // 1 + 2⁻⁸, a tie: rounds to 1
 	b.Download(out[:7], row)
-	for i, v := range out[:7] {
-		if v != 1 {
-			t.Fatalf("Fill(1+2⁻⁸) element %d = %g, want 1", i, v)
-		}
+	if err := numtest.Equal(out[:7], []float32{1, 1, 1, 1, 1, 1, 1}); err != nil {
+		t.Fatalf("Fill(1+2⁻⁸), want 1: %v", err)
 	}
 
 	// Copy: BF16 to BF16 (overlapping views of one storage too), and
@@ -98,8 +97,8 @@ func TestBF16Tensors(t *testing.T) {
 	f := b.Alloc(engine.F32, 21)
 	b.Copy(f, x)
 	b.Download(out, x)
-	if fmt.Sprint(Float32s(f)) != fmt.Sprint(out) {
-		t.Errorf("Copy BF16 → F32 = %v, want %v", Float32s(f), out)
+	if err := numtest.Equal(Float32s(f), out); err != nil {
+		t.Errorf("Copy BF16 → F32: %v", err)
 	}
 	b.Upload(f, src)
 	b.Copy(y, f)
@@ -110,7 +109,7 @@ func TestBF16Tensors(t *testing.T) {
 	}
 	ids := b.Alloc(engine.I32, 21)
 	mustPanic(t, "I32", func() { b.Copy(ids, x) })
-	mustPanic(t, "BF16s of a f32", func() { BF16s(f) })
+	mustPanic(t, "BF16s: dtype: a f32", func() { BF16s(f) })
 
 	for _, tt := range []*engine.Tensor{x, y, f, ids} {
 		b.Free(tt)
@@ -131,14 +130,14 @@ func TestBF16RefusedByKernels(t *testing.T) {
 	f := b.Alloc(engine.F32, 2, 4)
 	one := b.Alloc(engine.F32, 1)
 	ids := b.Alloc(engine.I32, 2)
-	mustPanic(t, "CrossEntropy of a bf16 tensor", func() { b.CrossEntropy(b.Alloc(engine.F32, 2), nil, h, ids, b.Alloc(engine.F32, 2), 1) })
-	mustPanic(t, "SumSquares of a bf16 tensor", func() { b.SumSquares(one, h) })
-	mustPanic(t, "Sum of a bf16 tensor", func() { b.Sum(one, h) })
-	mustPanic(t, "AdamW of a bf16 tensor", func() { b.AdamW(h, f, f, f, engine.AdamWParams{Step: 1}) })
+	mustPanic(t, "CrossEntropy: dtype: a bf16 tensor", func() { b.CrossEntropy(b.Alloc(engine.F32, 2), nil, h, ids, b.Alloc(engine.F32, 2), 1) })
+	mustPanic(t, "SumSquares: dtype: a bf16 tensor", func() { b.SumSquares(one, h) })
+	mustPanic(t, "Sum: dtype: a bf16 tensor", func() { b.Sum(one, h) })
+	mustPanic(t, "AdamW: dtype: a bf16 tensor", func() { b.AdamW(h, f, f, f, engine.AdamWParams{Step: 1}) })
 	p := engine.GemmParams{M: 2, N: 2, K: 4, Alpha: 1, LDA: 4, LDB: 4, LDC: 2, TransB: true}
 	c := b.Alloc(engine.F32, 2, 2)
-	mustPanic(t, "Gemm: B needs", func() { b.Gemm(p, f, h.View(0, 7), c) })
-	mustPanic(t, "Gemm: A needs", func() { b.Gemm(p, h.View(0, 7), f, c) })
+	mustPanic(t, "Gemm: shape: B needs", func() { b.Gemm(p, f, h.View(0, 7), c) })
+	mustPanic(t, "Gemm: shape: A needs", func() { b.Gemm(p, h.View(0, 7), f, c) })
 }
 
 // TestBF16InPlace: an in-place kernel on BF16 (RoPE; Add into one of its
@@ -174,8 +173,8 @@ func TestBF16InPlace(t *testing.T) {
 	hx, fx := put(engine.BF16, x, 64), put(engine.F32, x, 64)
 	b.Add(hx, hx, put(engine.BF16, y, 64))
 	b.Add(fx, fx, put(engine.F32, y, 64))
-	if got, want := get(hx), round(get(fx)); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("Add in place on BF16: %v, want %v", got, want)
+	if err := numtest.Equal(get(hx), round(get(fx))); err != nil {
+		t.Errorf("Add in place on BF16: %v", err)
 	}
 	// RMSNormBackward with dx = dOut.
 	const n, hd = 4, 16
@@ -185,8 +184,8 @@ func TestBF16InPlace(t *testing.T) {
 	hg, fg := put(engine.BF16, g, n, hd), put(engine.F32, g, n, hd)
 	b.RMSNormBackward(hg, b.Alloc(engine.F32, hd), hg, put(engine.BF16, xs, n, hd), tw, rstd)
 	b.RMSNormBackward(fg, b.Alloc(engine.F32, hd), fg, put(engine.F32, xs, n, hd), tw, rstd)
-	if got, want := get(hg), round(get(fg)); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("RMSNormBackward with dx = dOut on BF16: %v, want %v", got, want)
+	if err := numtest.Equal(get(hg), round(get(fg))); err != nil {
+		t.Errorf("RMSNormBackward with dx = dOut on BF16: %v", err)
 	}
 }
 
@@ -237,8 +236,8 @@ func TestGemmBF16B(t *testing.T) {
 					want, got := upload(b, c0, len(c0)), upload(b, c0, len(c0))
 					b.Gemm(p, a, b32, want)
 					b.Gemm(p, a, b16, got)
-					if !bitsEqual(Float32s(got), Float32s(want)) {
-						t.Errorf("%s/threads=%d: %+v: BF16 B differs from the widened F32 B", name, threads, p)
+					if err := numtest.Equal(Float32s(got), Float32s(want)); err != nil {
+						t.Errorf("%s/threads=%d: %+v: BF16 B differs from the widened F32 B: %v", name, threads, p, err)
 					}
 					for _, x := range []*engine.Tensor{a, b16, b32, want, got} {
 						b.Free(x)
@@ -275,13 +274,13 @@ func TestGemmBF16BModel(t *testing.T) {
 			want, got := b.Alloc(engine.F32, n, c.cols), b.Alloc(engine.F32, n, c.cols)
 			b.Gemm(c.p, c.a, w32, want)
 			b.Gemm(c.p, c.a, w16, got)
-			if !bitsEqual(Float32s(got), Float32s(want)) {
-				t.Errorf("threads %d: %s: BF16 W differs from the widened F32 W", threads, c.single)
+			if err := numtest.Equal(Float32s(got), Float32s(want)); err != nil {
+				t.Errorf("threads %d: %s: BF16 W differs from the widened F32 W: %v", threads, c.single, err)
 			}
 			if threads == 1 {
 				first[i] = Float32s(got)
-			} else if !bitsEqual(Float32s(got), first[i]) {
-				t.Errorf("%s: 2 threads differ from 1", c.single)
+			} else if err := numtest.Equal(Float32s(got), first[i]); err != nil {
+				t.Errorf("%s: 2 threads differ from 1: %v", c.single, err)
 			}
 		}
 		rng = rand.New(rand.NewPCG(5, 6))
@@ -324,23 +323,21 @@ func TestGemmBF16Activations(t *testing.T) {
 						BF16s(b16)[i*p.StrideB:], p.LDB, beta, want[i*p.StrideC:], p.LDC)
 				}
 				name := fmt.Sprintf("threads %d, %+v", threads, p)
-				if !bitsEqual(Float32s(got), want) {
-					t.Errorf("%s: BF16 A·B differs from gemm.GemmBF16", name)
+				if err := numtest.Equal(Float32s(got), want); err != nil {
+					t.Errorf("%s: BF16 A·B differs from gemm.GemmBF16: %v", name, err)
 				}
 				if threads == 1 {
 					first = append(first, Float32s(got))
-				} else if !bitsEqual(Float32s(got), first[0]) {
-					t.Errorf("%s: 2 threads differ from 1", name)
+				} else if err := numtest.Equal(Float32s(got), first[0]); err != nil {
+					t.Errorf("%s: 2 threads differ from 1: %v", name, err)
 				}
 				if threads == 2 {
 					first = first[1:]
 				}
 				ref := upload(b, c0, len(c0))
 				b.Gemm(p, a32, b32, ref)
-				for i, v := range Float32s(ref) {
-					if d := math.Abs(float64(v - Float32s(got)[i])); d > 1e-4*(1+math.Abs(float64(v))) {
-						t.Fatalf("%s: C[%d] = %g, the F32 product %g", name, i, Float32s(got)[i], v)
-					}
+				if err := numtest.Close(Float32s(got), Float32s(ref), numtest.Tol{Abs: 1e-4, Rel: 1e-4}); err != nil {
+					t.Fatalf("%s: C against the F32 product: %v", name, err)
 				}
 				// Into a BF16 C: the F32 result rounded once.
 				c16 := b.Alloc(engine.BF16, len(c0))
@@ -358,8 +355,8 @@ func TestGemmBF16Activations(t *testing.T) {
 				mixed, plain := upload(b, c0, len(c0)), upload(b, c0, len(c0))
 				b.Gemm(p, a16, b32, mixed)
 				b.Gemm(p, a32, b32, plain)
-				if !bitsEqual(Float32s(mixed), Float32s(plain)) {
-					t.Errorf("%s: BF16 A by F32 B differs from the widened A", name)
+				if err := numtest.Equal(Float32s(mixed), Float32s(plain)); err != nil {
+					t.Errorf("%s: BF16 A by F32 B differs from the widened A: %v", name, err)
 				}
 				for _, x := range []*engine.Tensor{a16, b16, a32, b32, got, ref, c16, wide, mixed, plain} {
 					b.Free(x)
@@ -367,16 +364,4 @@ func TestGemmBF16Activations(t *testing.T) {
 			}
 		}
 	}
-}
-
-func bitsEqual(x, y []float32) bool {
-	if len(x) != len(y) {
-		return false
-	}
-	for i := range x {
-		if math.Float32bits(x[i]) != math.Float32bits(y[i]) {
-			return false
-		}
-	}
-	return true
 }

@@ -46,10 +46,15 @@
 // CrossEntropy, Argmax, SumSquares, Sum and AdamW panic on a BF16 tensor
 // with a message naming themselves: the loss and the optimizer stay
 // float32.
+//
+// Misuse — arguments that do not fit together, a dtype a kernel does not
+// take, a forbidden overlap, an id out of range, a freed or foreign
+// tensor — panics with an *engine.Misuse naming the method and the
+// class of the fault (see engine.Backend), before the kernel computes
+// anything.
 package cpu
 
 import (
-	"fmt"
 	"runtime"
 	"sync/atomic"
 
@@ -170,9 +175,7 @@ func (s *Storage) Len() int { return s.n }
 func (b *Backend) Alloc(dtype engine.DType, shape ...int) *engine.Tensor {
 	n := 1
 	for _, d := range shape {
-		if d < 0 {
-			panic(fmt.Sprintf("cpu: Alloc with negative dimension in shape %v", shape))
-		}
+		check(d >= 0, "Alloc", engine.MisuseRange, "negative dimension in shape %v", shape)
 		n *= d
 	}
 	s := &Storage{dtype: dtype, n: n}
@@ -184,7 +187,7 @@ func (b *Backend) Alloc(dtype engine.DType, shape ...int) *engine.Tensor {
 	case engine.BF16:
 		s.bf16 = make([]uint16, n)
 	default:
-		panic(fmt.Sprintf("cpu: Alloc of unknown dtype %v", dtype))
+		misuse("Alloc", engine.MisuseDType, "unknown dtype %v", dtype)
 	}
 	bytes := int64(n) * int64(dtype.Size())
 	now := b.allocated.Add(bytes)
@@ -201,13 +204,10 @@ func (b *Backend) Alloc(dtype engine.DType, shape ...int) *engine.Tensor {
 // freeing a storage twice panics. Free takes the whole storage, whatever
 // part of it t views.
 func (b *Backend) Free(t *engine.Tensor) {
+	check(t != nil, "Free", engine.MisuseTensor, "nil tensor")
 	s, ok := t.Storage.(*Storage)
-	if !ok {
-		panic(fmt.Sprintf("cpu: Free of %v, which is not a CPU tensor", t))
-	}
-	if s.freed {
-		panic("cpu: Free of a tensor that was already freed")
-	}
+	check(ok, "Free", engine.MisuseTensor, "%v is not a CPU tensor (storage %T)", t, t.Storage)
+	check(!s.freed, "Free", engine.MisuseTensor, "a tensor that was already freed")
 	s.freed = true
 	s.f32, s.bf16, s.i32 = nil, nil, nil
 	b.allocated.Add(-int64(s.n) * int64(s.dtype.Size()))
@@ -220,21 +220,26 @@ func (b *Backend) MemStats() engine.MemStats {
 	return engine.MemStats{Allocated: b.allocated.Load(), Peak: b.peak.Load()}
 }
 
-// storageOf returns t's CPU storage, panicking with a clear message for a
-// tensor of another backend or one already freed.
-func storageOf(t *engine.Tensor) *Storage {
+// storageOf returns t's CPU storage, panicking with an *engine.Misuse of
+// operation op (MisuseTensor) for a nil tensor, a tensor of another
+// backend, one already freed, or a view that overruns its storage.
+//
+// It and the accessors below test with if rather than check, whose
+// arguments would be boxed on every call: they run for every tensor of
+// every kernel.
+func storageOf(op string, t *engine.Tensor) *Storage {
 	if t == nil {
-		panic("cpu: nil tensor")
+		misuse(op, engine.MisuseTensor, "nil tensor")
 	}
 	s, ok := t.Storage.(*Storage)
 	if !ok {
-		panic(fmt.Sprintf("cpu: tensor %v is not a CPU tensor (storage %T)", t, t.Storage))
+		misuse(op, engine.MisuseTensor, "tensor %v is not a CPU tensor (storage %T)", t, t.Storage)
 	}
 	if s.freed {
-		panic("cpu: use of a freed tensor")
+		misuse(op, engine.MisuseTensor, "use of a freed tensor")
 	}
-	if t.Offset < 0 || t.Offset+t.Len() > s.n {
-		panic(fmt.Sprintf("cpu: view of %v elements at offset %d overruns its storage of %d", t.Len(), t.Offset, s.n))
+	if n := t.Len(); t.Offset < 0 || t.Offset+n > s.n {
+		misuse(op, engine.MisuseTensor, "view of %v elements at offset %d overruns its storage of %d", n, t.Offset, s.n)
 	}
 	return s
 }
@@ -249,12 +254,12 @@ func Float32s(t *engine.Tensor) []float32 { return floats("Float32s", t) }
 // the kernels compute in float32, and a BF16 tensor reaches only the
 // operations the package comment lists.
 func floats(op string, t *engine.Tensor) []float32 {
-	s := storageOf(t)
+	s := storageOf(op, t)
 	if s.dtype != engine.F32 {
 		if s.dtype == engine.BF16 {
-			panic(fmt.Sprintf("cpu: %s of a bf16 tensor (%v): the loss, its gradient, the reductions and the optimizer's state are F32 (see the package comment for the kernels that take BF16)", op, t))
+			misuse(op, engine.MisuseDType, "a bf16 tensor (%v): the loss, its gradient, the reductions and the optimizer's state are F32 (see the package comment for the kernels that take BF16)", t)
 		}
-		panic(fmt.Sprintf("cpu: %s of a %v tensor, want F32", op, s.dtype))
+		misuse(op, engine.MisuseDType, "a %v tensor (%v), want F32", s.dtype, t)
 	}
 	end := t.Offset + t.Len()
 	return s.f32[t.Offset:end:end]
@@ -263,20 +268,26 @@ func floats(op string, t *engine.Tensor) []float32 {
 // BF16s is Float32s for BF16 tensors: their elements' bit patterns, the
 // upper halves of float32s (checkpoints.BF16ToFloat32 widens one), shared
 // with the tensor, so that bf16 weights can be read into it directly.
-func BF16s(t *engine.Tensor) []uint16 {
-	s := storageOf(t)
+func BF16s(t *engine.Tensor) []uint16 { return bf16s("BF16s", t) }
+
+// bf16s is BF16s for operation op, which it names when t is not BF16.
+func bf16s(op string, t *engine.Tensor) []uint16 {
+	s := storageOf(op, t)
 	if s.dtype != engine.BF16 {
-		panic(fmt.Sprintf("cpu: BF16s of a %v tensor", s.dtype))
+		misuse(op, engine.MisuseDType, "a %v tensor (%v), want BF16", s.dtype, t)
 	}
 	end := t.Offset + t.Len()
 	return s.bf16[t.Offset:end:end]
 }
 
 // Int32s is Float32s for I32 tensors.
-func Int32s(t *engine.Tensor) []int32 {
-	s := storageOf(t)
+func Int32s(t *engine.Tensor) []int32 { return ints("Int32s", t) }
+
+// ints is Int32s for operation op, which it names when t is not I32.
+func ints(op string, t *engine.Tensor) []int32 {
+	s := storageOf(op, t)
 	if s.dtype != engine.I32 {
-		panic(fmt.Sprintf("cpu: Int32s of a %v tensor", s.dtype))
+		misuse(op, engine.MisuseDType, "a %v tensor (%v), want I32", s.dtype, t)
 	}
 	end := t.Offset + t.Len()
 	return s.i32[t.Offset:end:end]
@@ -286,15 +297,15 @@ func Int32s(t *engine.Tensor) []int32 {
 // to int32 (truncated toward zero), a BF16 one the values rounded to the
 // nearest bfloat16, ties to even (checkpoints.Float32ToBF16).
 func (b *Backend) Upload(t *engine.Tensor, src []float32) {
-	checkLen("Upload", len(src), t.Len())
-	switch t.DType() {
+	checkLen("Upload", len(src), t)
+	switch storageOf("Upload", t).dtype {
 	case engine.I32:
-		dst := Int32s(t)
+		dst := ints("Upload", t)
 		for i, v := range src {
 			dst[i] = int32(v)
 		}
 	case engine.BF16:
-		roundBF16(b, BF16s(t), src)
+		roundBF16(b, bf16s("Upload", t), src)
 	default:
 		copy(floats("Upload", t), src)
 	}
@@ -302,21 +313,21 @@ func (b *Backend) Upload(t *engine.Tensor, src []float32) {
 
 // UploadInt32 copies src into the I32 tensor t.
 func (b *Backend) UploadInt32(t *engine.Tensor, src []int32) {
-	checkLen("UploadInt32", len(src), t.Len())
-	copy(Int32s(t), src)
+	checkLen("UploadInt32", len(src), t)
+	copy(ints("UploadInt32", t), src)
 }
 
 // Download copies t into dst, converting int32 elements to float32 and
 // widening bfloat16 ones (exactly).
 func (b *Backend) Download(dst []float32, t *engine.Tensor) {
-	checkLen("Download", len(dst), t.Len())
-	switch t.DType() {
+	checkLen("Download", len(dst), t)
+	switch storageOf("Download", t).dtype {
 	case engine.I32:
-		for i, v := range Int32s(t) {
+		for i, v := range ints("Download", t) {
 			dst[i] = float32(v)
 		}
 	case engine.BF16:
-		widenBF16(b, dst, BF16s(t))
+		widenBF16(b, dst, bf16s("Download", t))
 	default:
 		copy(dst, floats("Download", t))
 	}
@@ -324,21 +335,32 @@ func (b *Backend) Download(dst []float32, t *engine.Tensor) {
 
 // DownloadInt32 copies the I32 tensor t into dst.
 func (b *Backend) DownloadInt32(dst []int32, t *engine.Tensor) {
-	checkLen("DownloadInt32", len(dst), t.Len())
-	copy(dst, Int32s(t))
+	checkLen("DownloadInt32", len(dst), t)
+	copy(dst, ints("DownloadInt32", t))
 }
 
-func checkLen(op string, got, want int) {
-	if got != want {
-		panic(fmt.Sprintf("cpu: %s of %d elements into a tensor of %d", op, got, want))
+// checkLen refuses a transfer of got host elements to or from t (of
+// operation op) unless t holds as many.
+func checkLen(op string, got int, t *engine.Tensor) {
+	if t == nil {
+		misuse(op, engine.MisuseTensor, "nil tensor")
+	}
+	if got != t.Len() {
+		misuse(op, engine.MisuseShape, "%d host elements for a tensor of %d (%v)", got, t.Len(), t)
 	}
 }
 
-// check panics with a formatted message when a kernel's arguments do not
-// fit together. Shapes come from the engine's own arithmetic, so a misfit
-// is a programming error, not an input error.
-func check(ok bool, format string, args ...any) {
+// check panics with an *engine.Misuse of operation op and class class,
+// its detail formatted, when a kernel's arguments break its contract.
+// Shapes come from the engine's own arithmetic, so a misfit is a
+// programming error, not an input error.
+func check(ok bool, op string, class engine.MisuseClass, format string, args ...any) {
 	if !ok {
-		panic(fmt.Sprintf("cpu: "+format, args...))
+		misuse(op, class, format, args...)
 	}
+}
+
+// misuse panics with an *engine.Misuse of operation op.
+func misuse(op string, class engine.MisuseClass, format string, args ...any) {
+	panic(engine.Misusef("cpu", op, class, format, args...))
 }

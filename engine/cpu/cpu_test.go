@@ -10,6 +10,7 @@ import (
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/enginetest"
 	"github.com/memtrain/memtrain/engine/gemm"
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 func TestConformance(t *testing.T) {
@@ -88,15 +89,15 @@ func TestFloat32sIsZeroCopy(t *testing.T) {
 	s[2] = 7
 	got := make([]float32, 10)
 	b.Download(got, x)
-	if got[7] != 7 {
-		t.Errorf("write through Float32s did not reach the tensor: %v", got)
+	if err := numtest.Scalar(float64(got[7]), 7, numtest.Tol{}); err != nil {
+		t.Errorf("write through Float32s did not reach the tensor: %v: %v", got, err)
 	}
 	ids := b.Alloc(engine.I32, 3)
 	Int32s(ids)[1] = 42
 	if v := Int32s(ids.View(1, 1))[0]; v != 42 {
 		t.Errorf("Int32s of a view = %d, want 42", v)
 	}
-	mustPanic(t, "Float32s of a i32", func() { Float32s(ids) })
+	mustPanic(t, "Float32s: dtype: a i32", func() { Float32s(ids) })
 }
 
 func TestCrossEntropyPanicsOnBadTarget(t *testing.T) {
@@ -132,15 +133,11 @@ func TestCrossEntropyInPlace(t *testing.T) {
 	b.CrossEntropy(sepLoss, sep, upload(b, x, N, V), targets, weights, 0.5)
 	logits, loss := upload(b, x, N, V), b.Alloc(engine.F32, N)
 	b.CrossEntropy(loss, logits, logits, targets, weights, 0.5)
-	for i, v := range Float32s(sep) {
-		if Float32s(logits)[i] != v {
-			t.Fatalf("in-place gradient element %d = %g, separate %g", i, Float32s(logits)[i], v)
-		}
+	if err := numtest.Equal(Float32s(logits), Float32s(sep)); err != nil {
+		t.Errorf("in-place gradient against separate: %v", err)
 	}
-	for i, v := range Float32s(sepLoss) {
-		if Float32s(loss)[i] != v {
-			t.Fatalf("in-place loss %d = %g, separate %g", i, Float32s(loss)[i], v)
-		}
+	if err := numtest.Equal(Float32s(loss), Float32s(sepLoss)); err != nil {
+		t.Errorf("in-place loss against separate: %v", err)
 	}
 }
 
@@ -181,10 +178,12 @@ func TestAdamWTorchFloat32(t *testing.T) {
 			denom := float32(float32(math.Sqrt(float64(wv[i])))/float32(math.Sqrt(bc2))) + hp.Eps
 			wp[i] = wp[i] + float32(float32(float32(-lr/bc1)*wm[i])/denom)
 		}
-		for i := range wp {
-			if Float32s(p)[i] != wp[i] || Float32s(m)[i] != wm[i] || Float32s(v)[i] != wv[i] {
-				t.Fatalf("step %d element %d: p, m, v = %g, %g, %g; torch's float32 arithmetic gives %g, %g, %g",
-					step, i, Float32s(p)[i], Float32s(m)[i], Float32s(v)[i], wp[i], wm[i], wv[i])
+		for _, c := range []struct {
+			name      string
+			got, want []float32
+		}{{"p", Float32s(p), wp}, {"m", Float32s(m), wm}, {"v", Float32s(v), wv}} {
+			if err := numtest.Equal(c.got, c.want); err != nil {
+				t.Fatalf("step %d: %s against torch's float32 arithmetic: %v", step, c.name, err)
 			}
 		}
 	}
@@ -247,11 +246,12 @@ func TestThreadCountIndependence(t *testing.T) {
 	want := run(1)
 	for _, threads := range []int{2, 3, 8} {
 		got := run(threads)
+		if len(got) != len(want) {
+			t.Fatalf("threads=%d: %d results, with one thread %d", threads, len(got), len(want))
+		}
 		for i := range want {
-			for j := range want[i] {
-				if math.Float32bits(got[i][j]) != math.Float32bits(want[i][j]) {
-					t.Fatalf("threads=%d: result %d element %d = %g, with one thread %g", threads, i, j, got[i][j], want[i][j])
-				}
+			if err := numtest.Equal(got[i], want[i]); err != nil {
+				t.Fatalf("threads=%d: result %d against one thread: %v", threads, i, err)
 			}
 		}
 	}

@@ -10,7 +10,7 @@ import (
 // logitsShape returns N and V for per-row kernels over logits [N,V] with
 // n rows.
 func logitsShape(op string, logits *engine.Tensor, n int) int {
-	check(n > 0 && logits.Len()%n == 0 && logits.Len() > 0, "%s: %v does not hold %d rows", op, logits, n)
+	check(n > 0 && logits.Len()%n == 0 && logits.Len() > 0, op, engine.MisuseShape, "%v does not hold %d rows", logits, n)
 	return logits.Len() / n
 }
 
@@ -43,25 +43,29 @@ func logitsShape(op string, logits *engine.Tensor, n int) int {
 // row is then computed in float32 as above, in a row of scratch, and
 // rounded once to nearest even — the same bits as an F32 dLogits copied
 // into bf16, without writing and reading the float32 gradient of the whole
-// chunk.
+// chunk. A dLogits that overlaps logits otherwise than as the same view
+// is refused (engine.MisuseAlias).
 func (b *Backend) CrossEntropy(losses, dLogits, logits, targets, weights *engine.Tensor, scale float32) {
-	n := targets.Len()
+	ts := ints("CrossEntropy", targets)
+	n := len(ts)
 	v := logitsShape("CrossEntropy", logits, n)
-	ls, xs, ts, ws := floats("CrossEntropy", losses), floats("CrossEntropy", logits), Int32s(targets), floats("CrossEntropy", weights)
-	check(len(ls) == n && len(ws) == n, "CrossEntropy: losses %v and weights %v for %d rows", losses, weights, n)
+	ls, xs, ws := floats("CrossEntropy", losses), floats("CrossEntropy", logits), floats("CrossEntropy", weights)
+	check(len(ls) == n && len(ws) == n, "CrossEntropy", engine.MisuseShape, "losses %v and weights %v for %d rows", losses, weights, n)
 	var ds []float32
 	var dh []uint16 // a BF16 dLogits
 	if dLogits != nil {
-		if dLogits.DType() == engine.BF16 {
-			dh = BF16s(dLogits)
+		if storageOf("CrossEntropy", dLogits).dtype == engine.BF16 {
+			dh = bf16s("CrossEntropy", dLogits)
 		} else {
 			ds = floats("CrossEntropy", dLogits)
 		}
-		check(max(len(ds), len(dh)) == n*v, "CrossEntropy: dLogits %v for logits %v", dLogits, logits)
+		check(max(len(ds), len(dh)) == n*v, "CrossEntropy", engine.MisuseShape, "dLogits %v for logits %v", dLogits, logits)
+		checkPartial("CrossEntropy", dLogits, "dLogits", logits, "logits")
 	}
 	for i, t := range ts {
-		check(ws[i] == 0 || (t >= 0 && int(t) < v),
-			"CrossEntropy: targets[%d] = %d is outside the vocabulary of %d on a row of weight %g", i, t, v, ws[i])
+		if ws[i] != 0 && (t < 0 || int(t) >= v) {
+			misuse("CrossEntropy", engine.MisuseRange, "targets[%d] = %d is outside the vocabulary of %d on a row of weight %g", i, t, v, ws[i])
+		}
 	}
 
 	// A row costs a few passes over V floats: one goroutine per
@@ -121,7 +125,7 @@ func (b *Backend) CrossEntropy(losses, dLogits, logits, targets, weights *engine
 // first NaN, as torch.argmax does: a diverged model shows up as such
 // rather than as a plausible token.
 func (b *Backend) Argmax(out, logits *engine.Tensor) {
-	o := Int32s(out)
+	o := ints("Argmax", out)
 	n := len(o)
 	v := logitsShape("Argmax", logits, n)
 	xs := floats("Argmax", logits)

@@ -1,8 +1,6 @@
 package cpu
 
 import (
-	"fmt"
-
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 )
@@ -15,15 +13,15 @@ const elementGrain = 1 << 15
 // Fill sets every element of t to v (converted to int32 for I32 tensors,
 // rounded to the nearest bfloat16 for BF16 ones).
 func (b *Backend) Fill(t *engine.Tensor, v float32) {
-	switch t.DType() {
+	switch storageOf("Fill", t).dtype {
 	case engine.I32:
-		x := Int32s(t)
+		x := ints("Fill", t)
 		for i := range x {
 			x[i] = int32(v)
 		}
 		return
 	case engine.BF16:
-		x, h := BF16s(t), checkpoints.Float32ToBF16(v)
+		x, h := bf16s("Fill", t), checkpoints.Float32ToBF16(v)
 		b.parallelFor(len(x), elementGrain, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
 				x[i] = h
@@ -45,13 +43,13 @@ func (b *Backend) Fill(t *engine.Tensor, v float32) {
 // Overlapping views of one storage are copied as if through a temporary
 // (they share a dtype).
 func (b *Backend) Copy(dst, src *engine.Tensor) {
-	check(dst.Len() == src.Len(), "Copy of %v into %v", src, dst)
-	dt, st := dst.DType(), src.DType()
+	dt, st := storageOf("Copy", dst).dtype, storageOf("Copy", src).dtype
+	check(dst.Len() == src.Len(), "Copy", engine.MisuseShape, "%v into %v", src, dst)
 	switch {
 	case dt == st && dt == engine.I32:
-		copy(Int32s(dst), Int32s(src))
+		copy(ints("Copy", dst), ints("Copy", src))
 	case dt == st && dt == engine.BF16:
-		copy(BF16s(dst), BF16s(src))
+		copy(bf16s("Copy", dst), bf16s("Copy", src))
 	case dt == st:
 		// One memmove: it handles overlap, and a single core nearly
 		// saturates memory bandwidth on a copy anyway.
@@ -61,19 +59,21 @@ func (b *Backend) Copy(dst, src *engine.Tensor) {
 	case dt == engine.F32 && st == engine.BF16:
 		b.Download(floats("Copy", dst), src)
 	default:
-		panic(fmt.Sprintf("cpu: Copy of %v into %v: an I32 tensor copies only into an I32 tensor", src, dst))
+		misuse("Copy", engine.MisuseDType, "%v into %v: an I32 tensor copies only into an I32 tensor", src, dst)
 	}
 }
 
 // Add computes dst = a + b. dst may be a or b itself (the same view), not a
 // partial overlap of one.
 func (b *Backend) Add(dst, x, y *engine.Tensor) {
+	checkPartial("Add", dst, "dst", x, "a")
+	checkPartial("Add", dst, "dst", y, "b")
 	if hasBF16(dst, x, y) {
-		b.widened([]*engine.Tensor{dst, x, y}, 1, func(t []*engine.Tensor) { b.Add(t[0], t[1], t[2]) })
+		b.widened("Add", []*engine.Tensor{dst, x, y}, 1, func(t []*engine.Tensor) { b.Add(t[0], t[1], t[2]) })
 		return
 	}
 	d, xs, ys := floats("Add", dst), floats("Add", x), floats("Add", y)
-	check(len(d) == len(xs) && len(d) == len(ys), "Add of %v and %v into %v", x, y, dst)
+	check(len(d) == len(xs) && len(d) == len(ys), "Add", engine.MisuseShape, "%v and %v into %v", x, y, dst)
 	b.parallelFor(len(d), elementGrain, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			d[i] = xs[i] + ys[i]
@@ -84,11 +84,11 @@ func (b *Backend) Add(dst, x, y *engine.Tensor) {
 // Axpy computes dst += alpha·x.
 func (b *Backend) Axpy(dst *engine.Tensor, alpha float32, x *engine.Tensor) {
 	if hasBF16(dst, x) {
-		b.widened([]*engine.Tensor{dst, x}, 1, func(t []*engine.Tensor) { b.Axpy(t[0], alpha, t[1]) })
+		b.widened("Axpy", []*engine.Tensor{dst, x}, 1, func(t []*engine.Tensor) { b.Axpy(t[0], alpha, t[1]) })
 		return
 	}
 	d, xs := floats("Axpy", dst), floats("Axpy", x)
-	check(len(d) == len(xs), "Axpy of %v into %v", x, dst)
+	check(len(d) == len(xs), "Axpy", engine.MisuseShape, "%v into %v", x, dst)
 	b.parallelFor(len(d), elementGrain, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			// The explicit conversion rounds the product, so that a
@@ -102,7 +102,7 @@ func (b *Backend) Axpy(dst *engine.Tensor, alpha float32, x *engine.Tensor) {
 // Scale computes t *= alpha.
 func (b *Backend) Scale(t *engine.Tensor, alpha float32) {
 	if hasBF16(t) {
-		b.widened([]*engine.Tensor{t}, 1, func(t []*engine.Tensor) { b.Scale(t[0], alpha) })
+		b.widened("Scale", []*engine.Tensor{t}, 1, func(t []*engine.Tensor) { b.Scale(t[0], alpha) })
 		return
 	}
 	x := floats("Scale", t)
@@ -123,7 +123,7 @@ const sumSquaresBlock = 1 << 14
 // then added in order, also in float64.
 func (b *Backend) SumSquares(dst, x *engine.Tensor) {
 	out, xs := floats("SumSquares", dst), floats("SumSquares", x)
-	check(len(out) == 1, "SumSquares into %v, want one element", dst)
+	check(len(out) == 1, "SumSquares", engine.MisuseShape, "into %v, want one element", dst)
 	out[0] = b.blockSum(xs, true)
 }
 
@@ -132,7 +132,7 @@ func (b *Backend) SumSquares(dst, x *engine.Tensor) {
 // tensor's block sums added in order and rounded once.
 func (b *Backend) SumSquaresMulti(dst *engine.Tensor, xs []*engine.Tensor) {
 	out := floats("SumSquaresMulti", dst)
-	check(len(out) == len(xs), "SumSquaresMulti of %d tensors into %v, want %d elements", len(xs), dst, len(xs))
+	check(len(out) == len(xs), "SumSquaresMulti", engine.MisuseShape, "%d tensors into %v, want %d elements", len(xs), dst, len(xs))
 	vals := make([][]float32, len(xs))
 	first := make([]int, len(xs)+1) // tensor i's blocks are [first[i], first[i+1])
 	for i, x := range xs {
@@ -166,8 +166,19 @@ func (b *Backend) SumSquaresMulti(dst *engine.Tensor, xs []*engine.Tensor) {
 // Sum writes Σ x into the one-element tensor dst, in SumSquares' blocks.
 func (b *Backend) Sum(dst, x *engine.Tensor) {
 	out, xs := floats("Sum", dst), floats("Sum", x)
-	check(len(out) == 1, "Sum into %v, want one element", dst)
+	check(len(out) == 1, "Sum", engine.MisuseShape, "into %v, want one element", dst)
 	out[0] = b.blockSum(xs, false)
+}
+
+// checkPartial refuses (MisuseAlias) an output out that shares some
+// elements with an input in without being the same view: a kernel that
+// may run in place (out = in) still cannot read elements it has already
+// overwritten.
+func checkPartial(op string, out *engine.Tensor, outName string, in *engine.Tensor, inName string) {
+	if _, partial := engine.Overlap(out, in); partial {
+		misuse(op, engine.MisuseAlias, "%s %v at offset %d partially overlaps %s %v at offset %d (only the same view is allowed)",
+			outName, out, out.Offset, inName, in, in.Offset)
+	}
 }
 
 // blockSum is Σ x (or Σ x²) in float64, block by block in parallel and the

@@ -9,13 +9,18 @@ import (
 // embeddingShape returns N, H and V for an embedding of ids into out from
 // table, and checks that every id names a row of the table.
 func embeddingShape(op string, out, table, ids *engine.Tensor) (n, h, v int) {
+	id := ints(op, ids)
+	storageOf(op, out)
+	storageOf(op, table)
+	check(len(table.Shape) > 0 && table.Dim(-1) > 0, op, engine.MisuseShape, "table %v has no columns", table)
 	h = table.Dim(-1)
-	check(h > 0, "%s: table %v has no columns", op, table)
 	v = table.Len() / h
-	n = ids.Len()
-	check(out.Len() == n*h, "%s: %v for %d ids of width %d", op, out, n, h)
-	for i, id := range Int32s(ids) {
-		check(id >= 0 && int(id) < v, "%s: ids[%d] = %d is outside the table's %d rows", op, i, id, v)
+	n = len(id)
+	check(out.Len() == n*h, op, engine.MisuseShape, "%v for %d ids of width %d", out, n, h)
+	for i, x := range id {
+		if x < 0 || int(x) >= v {
+			misuse(op, engine.MisuseRange, "ids[%d] = %d is outside the table's %d rows", i, x, v)
+		}
 	}
 	return n, h, v
 }
@@ -28,7 +33,7 @@ func (b *Backend) Embedding(out, table, ids *engine.Tensor) {
 	if out.DType() == engine.BF16 {
 		if table.DType() == engine.BF16 {
 			// bf16 rows into a bf16 output: the bits themselves.
-			o, tab, id := BF16s(out), BF16s(table), Int32s(ids)
+			o, tab, id := bf16s("Embedding", out), bf16s("Embedding", table), ints("Embedding", ids)
 			b.parallelFor(n, elementGrain/max(h, 1), func(lo, hi int) {
 				for i := lo; i < hi; i++ {
 					row := int(id[i])
@@ -37,11 +42,11 @@ func (b *Backend) Embedding(out, table, ids *engine.Tensor) {
 			})
 			return
 		}
-		b.widened([]*engine.Tensor{out, table, ids}, 1, func(t []*engine.Tensor) { b.Embedding(t[0], t[1], t[2]) })
+		b.widened("Embedding", []*engine.Tensor{out, table, ids}, 1, func(t []*engine.Tensor) { b.Embedding(t[0], t[1], t[2]) })
 		return
 	}
 	if table.DType() == engine.BF16 {
-		o, tab, id := floats("Embedding", out), BF16s(table), Int32s(ids)
+		o, tab, id := floats("Embedding", out), bf16s("Embedding", table), ints("Embedding", ids)
 		b.parallelFor(n, elementGrain/max(h, 1), func(lo, hi int) {
 			for i := lo; i < hi; i++ {
 				row := int(id[i])
@@ -52,7 +57,7 @@ func (b *Backend) Embedding(out, table, ids *engine.Tensor) {
 		})
 		return
 	}
-	o, tab, id := floats("Embedding", out), floats("Embedding", table), Int32s(ids)
+	o, tab, id := floats("Embedding", out), floats("Embedding", table), ints("Embedding", ids)
 	b.parallelFor(n, elementGrain/max(h, 1), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			row := int(id[i])
@@ -68,11 +73,11 @@ func (b *Backend) Embedding(out, table, ids *engine.Tensor) {
 // thread count.
 func (b *Backend) EmbeddingBackward(dTable, dOut, ids *engine.Tensor) {
 	if hasBF16(dTable, dOut) {
-		b.widened([]*engine.Tensor{dTable, dOut, ids}, 1, func(t []*engine.Tensor) { b.EmbeddingBackward(t[0], t[1], t[2]) })
+		b.widened("EmbeddingBackward", []*engine.Tensor{dTable, dOut, ids}, 1, func(t []*engine.Tensor) { b.EmbeddingBackward(t[0], t[1], t[2]) })
 		return
 	}
 	n, h, _ := embeddingShape("EmbeddingBackward", dOut, dTable, ids)
-	dt, do, id := floats("EmbeddingBackward", dTable), floats("EmbeddingBackward", dOut), Int32s(ids)
+	dt, do, id := floats("EmbeddingBackward", dTable), floats("EmbeddingBackward", dOut), ints("EmbeddingBackward", ids)
 	// Give each goroutine at least a cache line of columns, and enough
 	// rows × columns to be worth it.
 	grain := max(16, elementGrain/max(n, 1))

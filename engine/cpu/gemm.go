@@ -27,20 +27,27 @@ import (
 // float32 stand-in. A BF16 C is computed in a float32 one (its old values
 // widened, for Beta) and rounded once to nearest even.
 func (b *Backend) Gemm(p engine.GemmParams, a, bm, c *engine.Tensor) {
-	half := storageOf(bm).dtype == engine.BF16
-	pairs := half && a.DType() == engine.BF16
+	sa, sb, sc := storageOf("Gemm", a), storageOf("Gemm", bm), storageOf("Gemm", c)
+	check(p.M >= 0 && p.N >= 0 && p.K >= 0, "Gemm", engine.MisuseRange, "negative size %d×%d×%d", p.M, p.N, p.K)
+	if p.M > 0 && p.N > 0 && p.K > 0 {
+		// The stand-ins of BF16 operands would hide an overlap: check
+		// the tensors themselves.
+		checkGemmAlias(a, bm, c)
+	}
+	half := sb.dtype == engine.BF16
+	pairs := half && sa.dtype == engine.BF16
 	switch {
-	case c.DType() == engine.BF16:
+	case sc.dtype == engine.BF16:
 		var writeOnly uint
 		batch := max(p.Batch, 1)
 		if p.Beta == 0 && p.LDC == p.N && (batch == 1 || p.StrideC == p.M*p.N) && c.Len() == batch*p.M*p.N {
 			// The product writes every element of C and reads none.
 			writeOnly = 0b1
 		}
-		b.widenedOut([]*engine.Tensor{c}, 0b1, writeOnly, func(t []*engine.Tensor) { b.Gemm(p, a, bm, t[0]) })
+		b.widenedOut("Gemm", []*engine.Tensor{c}, 0b1, writeOnly, func(t []*engine.Tensor) { b.Gemm(p, a, bm, t[0]) })
 		return
-	case a.DType() == engine.BF16 && !pairs:
-		b.widened([]*engine.Tensor{a}, 0, func(t []*engine.Tensor) { b.Gemm(p, t[0], bm, c) })
+	case sa.dtype == engine.BF16 && !pairs:
+		b.widened("Gemm", []*engine.Tensor{a}, 0, func(t []*engine.Tensor) { b.Gemm(p, t[0], bm, c) })
 		return
 	}
 	batch := max(p.Batch, 1)
@@ -48,18 +55,17 @@ func (b *Backend) Gemm(p engine.GemmParams, a, bm, c *engine.Tensor) {
 	var A, B []float32
 	var A16, B16 []uint16
 	if pairs {
-		A16 = BF16s(a)
+		A16 = bf16s("Gemm", a)
 	} else {
 		A = floats("Gemm", a)
 	}
 	if half {
-		B16 = BF16s(bm)
+		B16 = bf16s("Gemm", bm)
 	} else {
 		B = floats("Gemm", bm)
 	}
 	na := len(A) + len(A16)
 	nb := len(B) + len(B16)
-	check(p.M >= 0 && p.N >= 0 && p.K >= 0, "Gemm with negative size %d×%d×%d", p.M, p.N, p.K)
 	if p.M == 0 || p.N == 0 {
 		return
 	}
@@ -67,6 +73,8 @@ func (b *Backend) Gemm(p engine.GemmParams, a, bm, c *engine.Tensor) {
 	checkMatrix("A", na, batch, p.StrideA, ar, ac, p.LDA, p.K > 0)
 	checkMatrix("B", nb, batch, p.StrideB, br, bc, p.LDB, p.K > 0)
 	checkMatrix("C", len(C), batch, p.StrideC, p.M, p.N, p.LDC, true)
+	check(batch == 1 || p.StrideC >= (p.M-1)*p.LDC+p.N, "Gemm", engine.MisuseAlias,
+		"StrideC = %d makes the %d×%d blocks of C (LDC %d) overlap", p.StrideC, p.M, p.N, p.LDC)
 	strideA, strideB := p.StrideA, p.StrideB
 	if p.K == 0 {
 		// A and B are not read, and may be too small for their strides.
@@ -93,9 +101,20 @@ func checkMatrix(name string, n, batch, stride, rows, cols, ld int, read bool) {
 	if !read || rows == 0 || cols == 0 {
 		return
 	}
-	check(ld >= cols, "Gemm: LD%s = %d is less than the %d columns stored", name, ld, cols)
-	check(stride >= 0, "Gemm: negative Stride%s", name)
+	check(ld >= cols, "Gemm", engine.MisuseRange, "LD%s = %d is less than the %d columns stored", name, ld, cols)
+	check(stride >= 0, "Gemm", engine.MisuseRange, "negative Stride%s", name)
 	last := (batch-1)*stride + (rows-1)*ld + cols
-	check(last <= n, "Gemm: %s needs %d elements (batch %d, stride %d, %d×%d, ld %d) but its tensor has %d",
+	check(last <= n, "Gemm", engine.MisuseShape, "%s needs %d elements (batch %d, stride %d, %d×%d, ld %d) but its tensor has %d",
 		name, last, batch, stride, rows, cols, ld, n)
+}
+
+// checkGemmAlias refuses a C that overlaps A or B (MisuseAlias): the
+// product reads them while it writes C.
+func checkGemmAlias(a, bm, c *engine.Tensor) {
+	if same, partial := engine.Overlap(c, a); same || partial {
+		misuse("Gemm", engine.MisuseAlias, "C %v at offset %d overlaps A %v at offset %d", c, c.Offset, a, a.Offset)
+	}
+	if same, partial := engine.Overlap(c, bm); same || partial {
+		misuse("Gemm", engine.MisuseAlias, "C %v at offset %d overlaps B %v at offset %d", c, c.Offset, bm, bm.Offset)
+	}
 }

@@ -39,15 +39,16 @@ func hasBF16(ts ...*engine.Tensor) bool {
 // whose index is set in outputs (bit i for ts[i]) back into them. A nil
 // tensor stays nil. Two arguments that are the same view of one storage
 // share a stand-in; partial overlaps are not allowed, as in the F32
-// kernels.
-func (b *Backend) widened(ts []*engine.Tensor, outputs uint, kernel func(ts []*engine.Tensor)) {
-	b.widenedOut(ts, outputs, 0, kernel)
+// kernels. op names the kernel in the panic of a tensor that is not
+// usable (see storageOf).
+func (b *Backend) widened(op string, ts []*engine.Tensor, outputs uint, kernel func(ts []*engine.Tensor)) {
+	b.widenedOut(op, ts, outputs, 0, kernel)
 }
 
 // widenedOut is widened for a kernel that only writes the tensors whose
 // bits are set in writeOnly (outputs too): their stand-ins are not
 // widened from them first.
-func (b *Backend) widenedOut(ts []*engine.Tensor, outputs, writeOnly uint, kernel func(ts []*engine.Tensor)) {
+func (b *Backend) widenedOut(op string, ts []*engine.Tensor, outputs, writeOnly uint, kernel func(ts []*engine.Tensor)) {
 	type key struct {
 		s      *Storage
 		off, n int
@@ -60,7 +61,7 @@ func (b *Backend) widenedOut(ts []*engine.Tensor, outputs, writeOnly uint, kerne
 			stand[i] = t
 			continue
 		}
-		k := key{storageOf(t), t.Offset, t.Len()}
+		k := key{storageOf(op, t), t.Offset, t.Len()}
 		if s, ok := seen[k]; ok {
 			stand[i] = s
 			continue
@@ -68,7 +69,7 @@ func (b *Backend) widenedOut(ts []*engine.Tensor, outputs, writeOnly uint, kerne
 		wide := b.scratch.get(t.Len())
 		held = append(held, wide)
 		if writeOnly&(1<<i) == 0 {
-			widenBF16(b, wide, BF16s(t))
+			widenBF16(b, wide, bf16s(op, t))
 		}
 		s := &engine.Tensor{Storage: &Storage{dtype: engine.F32, f32: wide, n: len(wide)}, Shape: append([]int(nil), t.Shape...)}
 		seen[k], stand[i] = s, s
@@ -78,7 +79,7 @@ func (b *Backend) widenedOut(ts []*engine.Tensor, outputs, writeOnly uint, kerne
 		if outputs&(1<<i) == 0 || t == nil || t.DType() != engine.BF16 {
 			continue
 		}
-		roundBF16(b, BF16s(t), Float32s(stand[i]))
+		roundBF16(b, bf16s(op, t), Float32s(stand[i]))
 	}
 	for _, w := range held {
 		b.scratch.put(w)

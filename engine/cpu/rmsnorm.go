@@ -10,10 +10,10 @@ import (
 // and checks the other tensors against them.
 func rmsnormShape(op string, w, rstd *engine.Tensor, xs ...*engine.Tensor) (n, h int) {
 	h = w.Len()
-	check(h > 0, "%s: empty weight", op)
+	check(h > 0, op, engine.MisuseShape, "empty weight")
 	n = rstd.Len()
 	for _, x := range xs {
-		check(x.Len() == n*h, "%s: %v does not hold %d rows of %d", op, x, n, h)
+		check(x.Len() == n*h, op, engine.MisuseShape, "%v does not hold %d rows of %d", x, n, h)
 	}
 	return n, h
 }
@@ -24,7 +24,7 @@ func rmsnormShape(op string, w, rstd *engine.Tensor, xs ...*engine.Tensor) (n, h
 // in float64; out may be x itself.
 func (b *Backend) RMSNorm(out, rstd, x, w *engine.Tensor, eps float32) {
 	if hasBF16(out, rstd, x, w) {
-		b.widened([]*engine.Tensor{out, rstd, x, w}, 0b11, func(t []*engine.Tensor) { b.RMSNorm(t[0], t[1], t[2], t[3], eps) })
+		b.widened("RMSNorm", []*engine.Tensor{out, rstd, x, w}, 0b11, func(t []*engine.Tensor) { b.RMSNorm(t[0], t[1], t[2], t[3], eps) })
 		return
 	}
 	n, h := rmsnormShape("RMSNorm", w, rstd, out, x)
@@ -59,11 +59,11 @@ func (b *Backend) RMSNorm(out, rstd, x, w *engine.Tensor, eps float32) {
 // any thread count. dx may be dOut itself.
 func (b *Backend) RMSNormBackward(dx, dw, dOut, x, w, rstd *engine.Tensor) {
 	if hasBF16(dx, dw, dOut, x, w, rstd) {
-		b.widened([]*engine.Tensor{dx, dw, dOut, x, w, rstd}, 0b11, func(t []*engine.Tensor) { b.RMSNormBackward(t[0], t[1], t[2], t[3], t[4], t[5]) })
+		b.widened("RMSNormBackward", []*engine.Tensor{dx, dw, dOut, x, w, rstd}, 0b11, func(t []*engine.Tensor) { b.RMSNormBackward(t[0], t[1], t[2], t[3], t[4], t[5]) })
 		return
 	}
 	n, h := rmsnormShape("RMSNormBackward", w, rstd, dx, dOut, x)
-	check(dw.Len() == h, "RMSNormBackward: dw %v, want %d elements", dw, h)
+	check(dw.Len() == h, "RMSNormBackward", engine.MisuseShape, "dw %v, want %d elements", dw, h)
 	dxs, dws, g, xs, ws, r := floats("RMSNormBackward", dx), floats("RMSNormBackward", dw), floats("RMSNormBackward", dOut), floats("RMSNormBackward", x), floats("RMSNormBackward", w), floats("RMSNormBackward", rstd)
 
 	// dw first: dx may overwrite dOut.

@@ -31,16 +31,16 @@ func (b *Backend) RoPEBackward(dx, pos, invFreq *engine.Tensor) {
 // rope rotates by sign·θ.
 func (b *Backend) rope(op string, x, pos, invFreq *engine.Tensor, sign float32) {
 	if hasBF16(x, invFreq) {
-		b.widened([]*engine.Tensor{x, pos, invFreq}, 1, func(t []*engine.Tensor) { b.rope(op, t[0], t[1], t[2], sign) })
+		b.widened(op, []*engine.Tensor{x, pos, invFreq}, 1, func(t []*engine.Tensor) { b.rope(op, t[0], t[1], t[2], sign) })
 		return
 	}
 	half := invFreq.Len()
 	d := 2 * half
 	n := pos.Len()
-	check(half > 0, "%s: empty invFreq", op)
-	check(n > 0 && x.Len()%(n*d) == 0, "%s: %v is not [%d, heads, %d]", op, x, n, d)
+	check(half > 0, op, engine.MisuseShape, "empty invFreq")
+	check(n > 0 && x.Len()%(n*d) == 0, op, engine.MisuseShape, "%v is not [%d, heads, %d]", x, n, d)
 	heads := x.Len() / (n * d)
-	xs, ps, fs := floats(op, x), Int32s(pos), floats(op, invFreq)
+	xs, ps, fs := floats(op, x), ints(op, pos), floats(op, invFreq)
 	cosT, sinT := b.angles.rows(b, fs, ps)
 	b.parallelFor(n, max(1, elementGrain/(heads*d)), func(lo, hi int) {
 		row := make([]float32, 2*half) // a row's cos and sin, when not the table's

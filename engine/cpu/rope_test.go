@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 // ropeDirect is RoPE by sign·θ with the angles evaluated row by row, as
@@ -87,12 +89,8 @@ func TestRoPEAngleTable(t *testing.T) {
 				} else {
 					be.RoPEBackward(xt, pos, fs)
 				}
-				want := ropeDirect(x, tc.ps, tc.fs, sign)
-				got := Float32s(xt)
-				for i := range want {
-					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-						t.Fatalf("threads %d, %s, sign %v: element %d = %v, want %v", threads, tc.name, sign, i, got[i], want[i])
-					}
+				if err := numtest.Equal(Float32s(xt), ropeDirect(x, tc.ps, tc.fs, sign)); err != nil {
+					t.Fatalf("threads %d, %s, sign %v: %v", threads, tc.name, sign, err)
 				}
 				be.Free(xt)
 				be.Free(pos)
@@ -122,12 +120,12 @@ func TestRoPEConcurrent(t *testing.T) {
 				xt := upload(be, x, len(ps), 2, 2*len(fs))
 				pos, ft := uploadInt(be, ps, len(ps)), upload(be, fs, len(fs))
 				be.RoPE(xt, pos, ft)
-				ok := slices.Equal(Float32s(xt), ropeDirect(x, ps, fs, 1))
+				err := numtest.Equal(Float32s(xt), ropeDirect(x, ps, fs, 1))
 				be.Free(xt)
 				be.Free(pos)
 				be.Free(ft)
-				if !ok {
-					t.Errorf("goroutine %d, call %d: RoPE differs from the direct rotation", g, it)
+				if err != nil {
+					t.Errorf("goroutine %d, call %d: RoPE differs from the direct rotation: %v", g, it, err)
 					return
 				}
 			}

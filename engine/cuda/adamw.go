@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"fmt"
 	"math"
 
 	"github.com/memtrain/memtrain/engine"
@@ -11,18 +10,19 @@ import (
 // adamw), exactly as the CPU backend does (see engine/cpu.AdamW): the
 // scalar coefficients are computed here in float64 and rounded to
 // float32, and the kernel rounds each elementwise operation to float32 in
-// PyTorch's order. The tensors may be F32 or BF16 (master weights and
-// moments are F32 in memtrain).
+// PyTorch's order. The tensors are F32, as engine.Backend asks (the
+// kernel would take BF16 ones, but the optimizer's state stays float32
+// and the CPU backend refuses them too).
 func (b *Backend) AdamW(param, grad, m, v *engine.Tensor, h engine.AdamWParams) {
 	b.do(func() {
-		p, g := b.floatView("AdamW", "param", param), b.floatView("AdamW", "grad", grad)
-		ms, vs := b.floatView("AdamW", "m", m), b.floatView("AdamW", "v", v)
+		p, g := b.f32View("AdamW", "param", param), b.f32View("AdamW", "grad", grad)
+		ms, vs := b.f32View("AdamW", "m", m), b.f32View("AdamW", "v", v)
 		n := p.n
 		if g.n != n || ms.n != n || vs.n != n {
-			panic(fmt.Sprintf("cuda: AdamW: param %v, grad %v, m %v and v %v differ in size", param, grad, m, v))
+			misuse("AdamW", engine.MisuseShape, "param %v, grad %v, m %v and v %v differ in size", param, grad, m, v)
 		}
 		if h.Step < 1 {
-			panic(fmt.Sprintf("cuda: AdamW: Step = %d, want ≥ 1 (it counts from 1)", h.Step))
+			misuse("AdamW", engine.MisuseRange, "Step = %d, want ≥ 1 (it counts from 1)", h.Step)
 		}
 		lr, wd := float64(h.LR), float64(h.WeightDecay)
 		beta1, beta2 := float64(h.Beta1), float64(h.Beta2)
@@ -43,21 +43,21 @@ func (b *Backend) AdamW(param, grad, m, v *engine.Tensor, h engine.AdamWParams) 
 // in a scratch buffer of its own (deviceTable).
 func (b *Backend) AdamWStep(ts []engine.AdamWTensors, h engine.AdamWParams, maxNorm float32, ctl *engine.Tensor) {
 	b.do(func() {
-		c := b.floatView("AdamWStep", "ctl", ctl)
-		if c.n != 2 || c.dtype != engine.F32 {
-			panic(fmt.Sprintf("cuda: AdamWStep: control %v, want 2 F32 elements (squared norm, loss)", ctl))
+		c := b.f32View("AdamWStep", "ctl", ctl)
+		if c.n != 2 {
+			misuse("AdamWStep", engine.MisuseShape, "control %v, want 2 elements (squared norm, loss)", ctl)
 		}
 		if h.Step < 1 {
-			panic(fmt.Sprintf("cuda: AdamWStep: Step = %d, want ≥ 1 (it counts from 1)", h.Step))
+			misuse("AdamWStep", engine.MisuseRange, "Step = %d, want ≥ 1 (it counts from 1)", h.Step)
 		}
 		table := b.adamTable.reset()
 		chunks := int64(0)
 		for i, t := range ts {
-			p, g := b.floatView("AdamWStep", "param", t.Param), b.floatView("AdamWStep", "grad", t.Grad)
-			ms, vs := b.floatView("AdamWStep", "m", t.M), b.floatView("AdamWStep", "v", t.V)
+			p, g := b.f32View("AdamWStep", "param", t.Param), b.f32View("AdamWStep", "grad", t.Grad)
+			ms, vs := b.f32View("AdamWStep", "m", t.M), b.f32View("AdamWStep", "v", t.V)
 			n := p.n
 			if g.n != n || ms.n != n || vs.n != n {
-				panic(fmt.Sprintf("cuda: AdamWStep: tensor %d: param %v, grad %v, m %v and v %v differ in size", i, t.Param, t.Grad, t.M, t.V))
+				misuse("AdamWStep", engine.MisuseShape, "tensor %d: param %v, grad %v, m %v and v %v differ in size", i, t.Param, t.Grad, t.M, t.V)
 			}
 			if n == 0 {
 				continue
@@ -67,7 +67,7 @@ func (b *Backend) AdamWStep(ts []engine.AdamWTensors, h engine.AdamWParams, maxN
 			if t.Copy != nil {
 				cs := b.floatView("AdamWStep", "copy", t.Copy)
 				if cs.n != n {
-					panic(fmt.Sprintf("cuda: AdamWStep: tensor %d: copy %v of param %v differs in size", i, t.Copy, t.Param))
+					misuse("AdamWStep", engine.MisuseShape, "tensor %d: copy %v of param %v differs in size", i, t.Copy, t.Param)
 				}
 				cp, dts = cs.ptr, dts|int64(cs.dt())<<32
 			}

@@ -23,15 +23,18 @@ func (g attentionGeometry) scale() float32 { return float32(1 / math.Sqrt(float6
 // attentionShape reads the geometry from q [B,T,heads,D] and k
 // [B,T,kvHeads,D].
 func attentionShape(op string, q, k *engine.Tensor) attentionGeometry {
+	if q == nil || k == nil {
+		misuse(op, engine.MisuseTensor, "nil tensor")
+	}
 	if len(q.Shape) != 4 || len(k.Shape) != 4 {
-		panic(fmt.Sprintf("cuda: %s: q %v and k %v must be [B,T,heads,D] and [B,T,kvHeads,D]", op, q, k))
+		misuse(op, engine.MisuseShape, "q %v and k %v must be [B,T,heads,D] and [B,T,kvHeads,D]", q, k)
 	}
 	g := attentionGeometry{B: q.Dim(0), T: q.Dim(1), heads: q.Dim(2), kvHeads: k.Dim(2), D: q.Dim(3)}
 	if g.kvHeads <= 0 || g.heads%g.kvHeads != 0 {
-		panic(fmt.Sprintf("cuda: %s: %d query heads cannot share %d key/value heads", op, g.heads, g.kvHeads))
+		misuse(op, engine.MisuseShape, "%d query heads cannot share %d key/value heads", g.heads, g.kvHeads)
 	}
 	if k.Dim(3) != g.D {
-		panic(fmt.Sprintf("cuda: %s: q %v and k %v differ in head size", op, q, k))
+		misuse(op, engine.MisuseShape, "q %v and k %v differ in head size", q, k)
 	}
 	return g
 }
@@ -39,7 +42,9 @@ func attentionShape(op string, q, k *engine.Tensor) attentionGeometry {
 // attentionRows is how many packed query rows (or, in the dk/dv pass,
 // keys) one block of the flash-attention kernels accumulates: FA_ROWS,
 // fewer for head sizes whose rows would overflow the FA_ACC
-// accumulators each of the FA_THREADS threads holds.
+// accumulators each of the FA_THREADS threads holds. A head size beyond
+// them is a limit of the kernels, not a misuse of the interface, and
+// panics with a plain message.
 func attentionRows(op string, D int) int {
 	if D > faThreads*faAccumulators {
 		panic(fmt.Sprintf("cuda: %s: head size %d exceeds the kernels' %d", op, D, faThreads*faAccumulators))
@@ -69,14 +74,17 @@ func (b *Backend) Attention(out, lse, q, k, v *engine.Tensor) {
 	b.do(func() {
 		g := attentionShape("Attention", q, k)
 		B, T, H, KV, D, G := g.B, g.T, g.heads, g.kvHeads, g.D, g.group()
-		O, L := b.floatView("Attention", "out", out), b.viewOf(lse)
+		O, L := b.floatView("Attention", "out", out), b.f32View("Attention", "lse", lse)
 		Q, K, V := b.floatView("Attention", "q", q), b.floatView("Attention", "k", k), b.floatView("Attention", "v", v)
 		if O.n != Q.n || V.n != K.n || K.n != B*T*KV*D {
-			panic(fmt.Sprintf("cuda: Attention: out %v, q %v, k %v, v %v do not agree", out, q, k, v))
+			misuse("Attention", engine.MisuseShape, "out %v, q %v, k %v, v %v do not agree", out, q, k, v)
 		}
-		if L.dtype != engine.F32 || L.n != B*H*T {
-			panic(fmt.Sprintf("cuda: Attention: lse %v, want F32 [%d,%d,%d]", lse, B, H, T))
+		if L.n != B*H*T {
+			misuse("Attention", engine.MisuseShape, "lse %v, want [%d,%d,%d]", lse, B, H, T)
 		}
+		checkDisjoint("Attention", out, "out", q, "q")
+		checkDisjoint("Attention", out, "out", k, "k")
+		checkDisjoint("Attention", out, "out", v, "v")
 		if Q.n == 0 {
 			return
 		}
@@ -106,13 +114,13 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *engine.
 		g := attentionShape(op, q, k)
 		B, T, H, KV, D, G := g.B, g.T, g.heads, g.kvHeads, g.D, g.group()
 		dQ, dK, dV := b.floatView(op, "dq", dq), b.floatView(op, "dk", dk), b.floatView(op, "dv", dv)
-		dO, O, L := b.floatView(op, "dOut", dOut), b.floatView(op, "out", out), b.viewOf(lse)
+		dO, O, L := b.floatView(op, "dOut", dOut), b.floatView(op, "out", out), b.f32View(op, "lse", lse)
 		Q, K, V := b.floatView(op, "q", q), b.floatView(op, "k", k), b.floatView(op, "v", v)
 		if dQ.n != Q.n || dO.n != Q.n || O.n != Q.n || dK.n != K.n || dV.n != K.n || V.n != K.n || K.n != B*T*KV*D {
-			panic(fmt.Sprintf("cuda: AttentionBackward: dq %v, dk %v, dv %v, dOut %v, out %v, q %v, k %v, v %v do not agree", dq, dk, dv, dOut, out, q, k, v))
+			misuse(op, engine.MisuseShape, "dq %v, dk %v, dv %v, dOut %v, out %v, q %v, k %v, v %v do not agree", dq, dk, dv, dOut, out, q, k, v)
 		}
-		if L.dtype != engine.F32 || L.n != B*H*T {
-			panic(fmt.Sprintf("cuda: AttentionBackward: lse %v, want F32 [%d,%d,%d]", lse, B, H, T))
+		if L.n != B*H*T {
+			misuse(op, engine.MisuseShape, "lse %v, want [%d,%d,%d]", lse, B, H, T)
 		}
 		if Q.n == 0 {
 			return
@@ -138,23 +146,26 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *engine.
 // start I32 [B], checked on the host against Tmax.
 func (b *Backend) AttentionKV(out, q, kCache, vCache, start *engine.Tensor) {
 	b.do(func() {
+		if q == nil || kCache == nil {
+			misuse("AttentionKV", engine.MisuseTensor, "nil tensor")
+		}
 		if len(q.Shape) != 4 || len(kCache.Shape) != 4 {
-			panic(fmt.Sprintf("cuda: AttentionKV: q %v and kCache %v must be [B,n,heads,D] and [B,Tmax,kvHeads,D]", q, kCache))
+			misuse("AttentionKV", engine.MisuseShape, "q %v and kCache %v must be [B,n,heads,D] and [B,Tmax,kvHeads,D]", q, kCache)
 		}
 		B, n, H, D := q.Dim(0), q.Dim(1), q.Dim(2), q.Dim(3)
 		Tmax, KV := kCache.Dim(1), kCache.Dim(2)
 		if kCache.Dim(0) != B || kCache.Dim(3) != D || KV <= 0 || H%KV != 0 {
-			panic(fmt.Sprintf("cuda: AttentionKV: q %v does not fit kCache %v", q, kCache))
+			misuse("AttentionKV", engine.MisuseShape, "q %v does not fit kCache %v", q, kCache)
 		}
 		O, Q := b.floatView("AttentionKV", "out", out), b.floatView("AttentionKV", "q", q)
 		Kc, Vc := b.floatView("AttentionKV", "kCache", kCache), b.floatView("AttentionKV", "vCache", vCache)
 		S := b.intView("AttentionKV", "start", start)
 		if O.n != Q.n || Vc.n != Kc.n || S.n != B {
-			panic(fmt.Sprintf("cuda: AttentionKV: out %v, vCache %v, start %v do not fit q %v, kCache %v", out, vCache, start, q, kCache))
+			misuse("AttentionKV", engine.MisuseShape, "out %v, vCache %v, start %v do not fit q %v, kCache %v", out, vCache, start, q, kCache)
 		}
 		for bi, s := range b.hostInts(S) {
 			if s < 0 || int(s)+n > Tmax {
-				panic(fmt.Sprintf("cuda: AttentionKV: start[%d] = %d with %d queries overruns the cache of %d", bi, s, n, Tmax))
+				misuse("AttentionKV", engine.MisuseRange, "start[%d] = %d with %d queries overruns the cache of %d", bi, s, n, Tmax)
 			}
 		}
 		items := B * n * H

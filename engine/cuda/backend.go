@@ -58,8 +58,12 @@ type Options struct {
 //
 // Errors: the interface has no error results, so a failing driver call
 // panics with an error naming the call and the driver's reason, except in
-// Synchronize, which returns it. Arguments that do not fit together panic
-// as in the CPU backend: they are programming errors.
+// Synchronize, which returns it. Arguments that break a method's contract
+// panic with an *engine.Misuse, checked on the host before anything is
+// issued, as in the CPU backend: they are programming errors. Limits of
+// the kernels or of cuBLAS (a head size beyond the attention kernels', a
+// grid too large, sizes beyond 32 bits) and use of a closed backend panic
+// with a plain message.
 type Backend struct {
 	libs     *libraries
 	cu       *driverAPI

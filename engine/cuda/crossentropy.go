@@ -1,15 +1,13 @@
 package cuda
 
 import (
-	"fmt"
-
 	"github.com/memtrain/memtrain/engine"
 )
 
 // logitsDims returns V for per-row kernels over logits [N,V] with n rows.
 func logitsDims(op string, logits view, n int) int {
 	if n <= 0 || logits.n%n != 0 || logits.n == 0 {
-		panic(fmt.Sprintf("cuda: %s: %d logits do not make %d rows", op, logits.n, n))
+		misuse(op, engine.MisuseShape, "%d logits do not make %d rows", logits.n, n)
 	}
 	return logits.n / n
 }
@@ -18,29 +16,56 @@ func logitsDims(op string, logits view, n int) int {
 // nil, its gradient, in one kernel (cross_entropy, one block per row) that
 // follows the CPU backend's arithmetic: see engine/cpu.CrossEntropy. Rows
 // of weight 0 get zero loss and gradient whatever their target. dLogits
-// may be logits itself. A weighted row whose target is outside [0, V)
-// gets NaN (the CPU backend panics; here the weights are on the device).
+// may be logits itself, not a partial overlap of it. losses, logits and
+// weights are F32; dLogits may be BF16. A weighted row whose target is
+// outside [0, V) is refused, as on the CPU: the targets are checked on
+// the host (their host copy, see Storage), and only when one is out of
+// range are the weights read back to see whether its row counts — a
+// synchronisation that a caller who gives weight-0 rows a valid id
+// (llama does) never pays.
 func (b *Backend) CrossEntropy(losses, dLogits, logits, targets, weights *engine.Tensor, scale float32) {
 	b.do(func() {
 		t := b.intView("CrossEntropy", "targets", targets)
-		x := b.floatView("CrossEntropy", "logits", logits)
-		l, w := b.floatView("CrossEntropy", "losses", losses), b.floatView("CrossEntropy", "weights", weights)
+		x := b.f32View("CrossEntropy", "logits", logits)
+		l, w := b.f32View("CrossEntropy", "losses", losses), b.f32View("CrossEntropy", "weights", weights)
 		n := t.n
 		v := logitsDims("CrossEntropy", x, n)
 		if l.n != n || w.n != n {
-			panic(fmt.Sprintf("cuda: CrossEntropy: losses %v and weights %v for %d rows", losses, weights, n))
+			misuse("CrossEntropy", engine.MisuseShape, "losses %v and weights %v for %d rows", losses, weights, n)
 		}
 		d, ddt := devptr(0), int32(engine.F32)
 		if dLogits != nil {
 			dv := b.floatView("CrossEntropy", "dLogits", dLogits)
 			if dv.n != n*v {
-				panic(fmt.Sprintf("cuda: CrossEntropy: dLogits %v for logits %v", dLogits, logits))
+				misuse("CrossEntropy", engine.MisuseShape, "dLogits %v for logits %v", dLogits, logits)
 			}
+			checkPartial("CrossEntropy", dLogits, "dLogits", logits, "logits")
 			d, ddt = dv.ptr, dv.dt()
 		}
+		b.checkTargets(b.hostInts(t), w, v)
 		b.launch(kCrossEntropy, grid1(n), rowThreads(v, crossEntropyThreads),
 			l.ptr, l.dt(), d, ddt, x.ptr, x.dt(), t.ptr, w.ptr, w.dt(), int32(v), scale)
 	})
+}
+
+// checkTargets refuses (MisuseRange) a target outside [0, v) on a row of
+// nonzero weight. The weights are read back, which waits for the
+// kernels issued so far, only when some target is out of range. It runs
+// on the worker thread.
+func (b *Backend) checkTargets(ts []int32, w view, v int) {
+	var ws []float32
+	for i, t := range ts {
+		if t >= 0 && int(t) < v {
+			continue
+		}
+		if ws == nil {
+			ws = make([]float32, w.n)
+			b.copyToHost(pointerTo(ws), w.ptr, w.bytes())
+		}
+		if ws[i] != 0 {
+			misuse("CrossEntropy", engine.MisuseRange, "targets[%d] = %d is outside the vocabulary of %d on a row of weight %g", i, t, v, ws[i])
+		}
+	}
 }
 
 // Argmax writes, for each row of logits [N,V], the index of the largest
@@ -48,7 +73,7 @@ func (b *Backend) CrossEntropy(losses, dLogits, logits, targets, weights *engine
 // there is one (kernel argmax, one block per row).
 func (b *Backend) Argmax(out, logits *engine.Tensor) {
 	b.do(func() {
-		o, x := b.intView("Argmax", "out", out), b.floatView("Argmax", "logits", logits)
+		o, x := b.intView("Argmax", "out", out), b.f32View("Argmax", "logits", logits)
 		v := logitsDims("Argmax", x, o.n)
 		b.launch(kArgmax, grid1(o.n), block1(argmaxThreads), o.ptr, x.ptr, x.dt(), int32(v))
 		o.deviceWroteInts()

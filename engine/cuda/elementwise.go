@@ -1,18 +1,19 @@
 package cuda
 
 import (
-	"fmt"
-
 	"github.com/memtrain/memtrain/engine"
 )
 
-// Add computes dst = a + b elementwise (kernel add); dst may be a or b.
+// Add computes dst = a + b elementwise (kernel add); dst may be a or b,
+// not a partial overlap of one.
 func (b *Backend) Add(dst, x, y *engine.Tensor) {
 	b.do(func() {
 		d, xs, ys := b.floatView("Add", "dst", dst), b.floatView("Add", "a", x), b.floatView("Add", "b", y)
 		if d.n != xs.n || d.n != ys.n {
-			panic(fmt.Sprintf("cuda: Add of %v and %v into %v", x, y, dst))
+			misuse("Add", engine.MisuseShape, "%v and %v into %v", x, y, dst)
 		}
+		checkPartial("Add", dst, "dst", x, "a")
+		checkPartial("Add", dst, "dst", y, "b")
 		b.launch(kAdd, elementGrid(d.n), block1(elementThreads), d.ptr, d.dt(), xs.ptr, xs.dt(), ys.ptr, ys.dt(), int64(d.n))
 	})
 }
@@ -22,7 +23,7 @@ func (b *Backend) Axpy(dst *engine.Tensor, alpha float32, x *engine.Tensor) {
 	b.do(func() {
 		d, xs := b.floatView("Axpy", "dst", dst), b.floatView("Axpy", "x", x)
 		if d.n != xs.n {
-			panic(fmt.Sprintf("cuda: Axpy of %v into %v", x, dst))
+			misuse("Axpy", engine.MisuseShape, "%v into %v", x, dst)
 		}
 		b.launch(kAxpy, elementGrid(d.n), block1(elementThreads), d.ptr, d.dt(), alpha, xs.ptr, xs.dt(), int64(d.n))
 	})
@@ -47,9 +48,9 @@ func (b *Backend) Sum(dst, x *engine.Tensor) { b.sum("Sum", dst, x, 0) }
 
 func (b *Backend) sum(op string, dst, x *engine.Tensor, squares int32) {
 	b.do(func() {
-		d, xs := b.floatView(op, "dst", dst), b.floatView(op, "x", x)
+		d, xs := b.f32View(op, "dst", dst), b.f32View(op, "x", x)
 		if d.n != 1 {
-			panic(fmt.Sprintf("cuda: %s into %v, want one element", op, dst))
+			misuse(op, engine.MisuseShape, "into %v, want one element", dst)
 		}
 		parts := max(1, (xs.n+sumSquaresBlock-1)/sumSquaresBlock)
 		partial := b.scratchBuffer(scratchReduce, uint64(parts)*8)
@@ -69,9 +70,9 @@ func (b *Backend) sum(op string, dst, x *engine.Tensor, squares int32) {
 // already, the same gradients step after step.
 func (b *Backend) SumSquaresMulti(dst *engine.Tensor, xs []*engine.Tensor) {
 	b.do(func() {
-		d := b.floatView("SumSquaresMulti", "dst", dst)
+		d := b.f32View("SumSquaresMulti", "dst", dst)
 		if d.n != len(xs) {
-			panic(fmt.Sprintf("cuda: SumSquaresMulti of %d tensors into %v, want %d elements", len(xs), dst, len(xs)))
+			misuse("SumSquaresMulti", engine.MisuseShape, "%d tensors into %v, want %d elements", len(xs), dst, len(xs))
 		}
 		if len(xs) == 0 {
 			return
@@ -79,7 +80,7 @@ func (b *Backend) SumSquaresMulti(dst *engine.Tensor, xs []*engine.Tensor) {
 		table := b.sumSqTable.reset()
 		parts := int64(0)
 		for _, x := range xs {
-			v := b.floatView("SumSquaresMulti", "x", x)
+			v := b.f32View("SumSquaresMulti", "x", x)
 			table = append(table, int64(v.ptr), int64(v.n), int64(v.dt()), parts)
 			parts += int64(max(1, (v.n+sumSquaresBlock-1)/sumSquaresBlock))
 		}

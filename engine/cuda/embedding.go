@@ -42,7 +42,7 @@ func (b *Backend) EmbeddingBackward(dTable, dOut, ids *engine.Tensor) {
 		segments := len(seg) - 1
 		cols := (h + 255) / 256
 		if cols > maxGridYZ {
-			panic(fmt.Sprintf("cuda: EmbeddingBackward: %d columns are too many", h))
+			panic(fmt.Sprintf("cuda: EmbeddingBackward: %d columns are too many", h)) // a limit of the grid, not misuse
 		}
 		b.launch(kEmbeddingBackward, dim3{uint32(segments), uint32(cols), 1}, block1(256),
 			t.ptr, t.dt(), o.ptr, o.dt(), id.ptr, buf, buf+devptr(4*n), int32(h))
@@ -51,14 +51,14 @@ func (b *Backend) EmbeddingBackward(dTable, dOut, ids *engine.Tensor) {
 
 // embeddingDims returns N, H and V and checks that the shapes agree.
 func embeddingDims(op string, out, table, ids *engine.Tensor) (n, h, v int) {
-	h = table.Dim(-1)
-	if h <= 0 {
-		panic(fmt.Sprintf("cuda: %s: table %v has no columns", op, table))
+	if len(table.Shape) == 0 || table.Dim(-1) <= 0 {
+		misuse(op, engine.MisuseShape, "table %v has no columns", table)
 	}
+	h = table.Dim(-1)
 	v = table.Len() / h
 	n = ids.Len()
 	if out.Len() != n*h {
-		panic(fmt.Sprintf("cuda: %s: %v for %d ids of width %d", op, out, n, h))
+		misuse(op, engine.MisuseShape, "%v for %d ids of width %d", out, n, h)
 	}
 	return n, h, v
 }
@@ -66,7 +66,7 @@ func embeddingDims(op string, out, table, ids *engine.Tensor) (n, h, v int) {
 func checkIDs(op string, ids []int32, v int) {
 	for i, id := range ids {
 		if id < 0 || int(id) >= v {
-			panic(fmt.Sprintf("cuda: %s: ids[%d] = %d is outside the table's %d rows", op, i, id, v))
+			misuse(op, engine.MisuseRange, "ids[%d] = %d is outside the table's %d rows", i, id, v)
 		}
 	}
 }

@@ -174,19 +174,27 @@ func (b *Backend) Gemm(p engine.GemmParams, a, bm, c *engine.Tensor) {
 		A, B, C := b.floatView("Gemm", "A", a), b.floatView("Gemm", "B", bm), b.floatView("Gemm", "C", c)
 		batch := max(p.Batch, 1)
 		if p.M < 0 || p.N < 0 || p.K < 0 {
-			panic(fmt.Sprintf("cuda: Gemm with negative size %d×%d×%d", p.M, p.N, p.K))
+			misuse("Gemm", engine.MisuseRange, "negative size %d×%d×%d", p.M, p.N, p.K)
 		}
 		bf16B := A.dtype == engine.F32 && B.dtype == engine.BF16 && C.dtype == engine.F32
 		if !bf16B && (A.dtype != B.dtype || (A.dtype == engine.F32 && C.dtype != engine.F32)) {
-			panic(fmt.Sprintf("cuda: Gemm of %v by %v into %v: A and B must share a dtype (or be F32 by BF16, into F32), and float32 products go into float32", a, bm, c))
+			misuse("Gemm", engine.MisuseDType, "%v by %v into %v: A and B must share a dtype (or be F32 by BF16, into F32), and float32 products go into float32", a, bm, c)
 		}
 		if p.M == 0 || p.N == 0 {
 			return
+		}
+		if p.K > 0 {
+			// The product reads A and B while it writes C.
+			checkDisjoint("Gemm", c, "C", a, "A")
+			checkDisjoint("Gemm", c, "C", bm, "B")
 		}
 		ar, ac, br, bc := p.Stored()
 		checkMatrix("A", A.n, batch, p.StrideA, ar, ac, p.LDA, p.K > 0)
 		checkMatrix("B", B.n, batch, p.StrideB, br, bc, p.LDB, p.K > 0)
 		checkMatrix("C", C.n, batch, p.StrideC, p.M, p.N, p.LDC, true)
+		if batch > 1 && p.StrideC < (p.M-1)*p.LDC+p.N {
+			misuse("Gemm", engine.MisuseAlias, "StrideC = %d makes the %d×%d blocks of C (LDC %d) overlap", p.StrideC, p.M, p.N, p.LDC)
+		}
 		b.gemm(gemmCall{
 			transA: p.TransA, transB: p.TransB, m: p.M, n: p.N, k: p.K, alpha: p.Alpha, beta: p.Beta,
 			a: A.ptr, b: B.ptr, c: C.ptr, lda: p.LDA, ldb: p.LDB, ldc: p.LDC,
@@ -204,13 +212,13 @@ func checkMatrix(name string, n, batch, stride, rows, cols, ld int, read bool) {
 		return
 	}
 	if ld < cols {
-		panic(fmt.Sprintf("cuda: Gemm: LD%s = %d is less than the %d columns stored", name, ld, cols))
+		misuse("Gemm", engine.MisuseRange, "LD%s = %d is less than the %d columns stored", name, ld, cols)
 	}
 	if stride < 0 {
-		panic(fmt.Sprintf("cuda: Gemm: negative Stride%s", name))
+		misuse("Gemm", engine.MisuseRange, "negative Stride%s", name)
 	}
 	if last := (batch-1)*stride + (rows-1)*ld + cols; last > n {
-		panic(fmt.Sprintf("cuda: Gemm: %s needs %d elements (batch %d, stride %d, %d×%d, ld %d) but its tensor has %d",
-			name, last, batch, stride, rows, cols, ld, n))
+		misuse("Gemm", engine.MisuseShape, "%s needs %d elements (batch %d, stride %d, %d×%d, ld %d) but its tensor has %d",
+			name, last, batch, stride, rows, cols, ld, n)
 	}
 }

@@ -47,14 +47,14 @@ func (b *Backend) Alloc(dtype engine.DType, shape ...int) *engine.Tensor {
 	n := 1
 	for _, d := range shape {
 		if d < 0 {
-			panic(fmt.Sprintf("cuda: Alloc with negative dimension in shape %v", shape))
+			misuse("Alloc", engine.MisuseRange, "negative dimension in shape %v", shape)
 		}
 		n *= d
 	}
 	switch dtype {
 	case engine.F32, engine.BF16, engine.I32:
 	default:
-		panic(fmt.Sprintf("cuda: Alloc of unknown dtype %v", dtype))
+		misuse("Alloc", engine.MisuseDType, "unknown dtype %v", dtype)
 	}
 	s := &Storage{b: b, dtype: dtype, n: n}
 	bytes := int64(n) * int64(dtype.Size())
@@ -89,12 +89,15 @@ func (b *Backend) Alloc(dtype engine.DType, shape ...int) *engine.Tensor {
 // memory, runs after the work issued so far, which may still read it.
 // Freeing a storage twice panics.
 func (b *Backend) Free(t *engine.Tensor) {
+	if t == nil {
+		misuse("Free", engine.MisuseTensor, "nil tensor")
+	}
 	s, ok := t.Storage.(*Storage)
 	if !ok || s.b != b {
-		panic(fmt.Sprintf("cuda: Free of %v, which is not a tensor of this backend", t))
+		misuse("Free", engine.MisuseTensor, "%v is not a tensor of this backend (storage %T)", t, t.Storage)
 	}
 	if s.freed {
-		panic("cuda: Free of a tensor that was already freed")
+		misuse("Free", engine.MisuseTensor, "a tensor that was already freed")
 	}
 	s.freed = true
 	b.do(func() {
@@ -186,46 +189,81 @@ func (v view) bytes() uint64 { return uint64(v.n) * uint64(v.dtype.Size()) }
 // at is the address of element i of the view.
 func (v view) at(i int) devptr { return v.ptr + devptr(i*v.dtype.Size()) }
 
-// viewOf resolves t, panicking with a clear message for a tensor of
-// another backend, one already freed, or a view that overruns its
-// storage.
-func (b *Backend) viewOf(t *engine.Tensor) view {
+// viewOf resolves t for operation op, panicking with an *engine.Misuse
+// (MisuseTensor) for a nil tensor, a tensor of another backend, one
+// already freed, or a view that overruns its storage.
+func (b *Backend) viewOf(op string, t *engine.Tensor) view {
 	if t == nil {
-		panic("cuda: nil tensor")
+		misuse(op, engine.MisuseTensor, "nil tensor")
 	}
 	s, ok := t.Storage.(*Storage)
 	if !ok {
-		panic(fmt.Sprintf("cuda: tensor %v is not a CUDA tensor (storage %T)", t, t.Storage))
+		misuse(op, engine.MisuseTensor, "tensor %v is not a CUDA tensor (storage %T)", t, t.Storage)
 	}
 	if s.b != b {
-		panic(fmt.Sprintf("cuda: tensor %v belongs to another backend", t))
+		misuse(op, engine.MisuseTensor, "tensor %v belongs to another backend", t)
 	}
 	if s.freed {
-		panic("cuda: use of a freed tensor")
+		misuse(op, engine.MisuseTensor, "use of a freed tensor")
 	}
 	n := t.Len()
 	if t.Offset < 0 || t.Offset+n > s.n {
-		panic(fmt.Sprintf("cuda: view of %d elements at offset %d overruns its storage of %d", n, t.Offset, s.n))
+		misuse(op, engine.MisuseTensor, "view of %d elements at offset %d overruns its storage of %d", n, t.Offset, s.n)
 	}
 	return view{s: s, ptr: s.ptr + devptr(t.Offset*s.dtype.Size()), n: n, dtype: s.dtype, off: t.Offset}
 }
 
 // floatView is viewOf for an F32 or BF16 tensor.
 func (b *Backend) floatView(op, name string, t *engine.Tensor) view {
-	v := b.viewOf(t)
+	v := b.viewOf(op, t)
 	if v.dtype != engine.F32 && v.dtype != engine.BF16 {
-		panic(fmt.Sprintf("cuda: %s: %s is %v, want F32 or BF16", op, name, t))
+		misuse(op, engine.MisuseDType, "%s is %v, want F32 or BF16", name, t)
+	}
+	return v
+}
+
+// f32View is viewOf for an F32 tensor: the loss's (see engine.Backend).
+func (b *Backend) f32View(op, name string, t *engine.Tensor) view {
+	v := b.viewOf(op, t)
+	if v.dtype != engine.F32 {
+		misuse(op, engine.MisuseDType, "%s is %v, want F32", name, t)
 	}
 	return v
 }
 
 // intView is viewOf for an I32 tensor.
 func (b *Backend) intView(op, name string, t *engine.Tensor) view {
-	v := b.viewOf(t)
+	v := b.viewOf(op, t)
 	if v.dtype != engine.I32 {
-		panic(fmt.Sprintf("cuda: %s: %s is %v, want I32", op, name, t))
+		misuse(op, engine.MisuseDType, "%s is %v, want I32", name, t)
 	}
 	return v
+}
+
+// misuse panics with an *engine.Misuse of operation op (see
+// engine.Backend): arguments that break its contract.
+func misuse(op string, class engine.MisuseClass, format string, args ...any) {
+	panic(engine.Misusef("cuda", op, class, format, args...))
+}
+
+// checkPartial refuses (MisuseAlias) an output out that shares some
+// elements with an input in without being the same view: a kernel that
+// may run in place (out = in) cannot have its threads read elements that
+// others have already overwritten.
+func checkPartial(op string, out *engine.Tensor, outName string, in *engine.Tensor, inName string) {
+	if _, partial := engine.Overlap(out, in); partial {
+		misuse(op, engine.MisuseAlias, "%s %v at offset %d partially overlaps %s %v at offset %d (only the same view is allowed)",
+			outName, out, out.Offset, inName, in, in.Offset)
+	}
+}
+
+// checkDisjoint refuses (MisuseAlias) an output out that shares any
+// element with an input in.
+func checkDisjoint(op string, out *engine.Tensor, outName string, in *engine.Tensor, inName string) {
+	if same, partial := engine.Overlap(out, in); same || partial {
+		misuse(op, engine.MisuseAlias, "%s %v at offset %d overlaps %s %v at offset %d",
+			outName, out, out.Offset, inName, in, in.Offset)
+	}
 }
 
 // hostInts returns the host copy of an I32 view's contents, downloading it
@@ -246,9 +284,11 @@ func (v view) deviceWroteInts() {
 	}
 }
 
+// checkLen refuses a transfer of got host elements to or from a view of
+// want (MisuseShape).
 func checkLen(op string, got, want int) {
 	if got != want {
-		panic(fmt.Sprintf("cuda: %s of %d elements into a tensor of %d", op, got, want))
+		misuse(op, engine.MisuseShape, "%d host elements for a tensor of %d", got, want)
 	}
 }
 
@@ -256,7 +296,7 @@ func checkLen(op string, got, want int) {
 // even for BF16, truncated toward zero for I32 (as the CPU backend).
 func (b *Backend) Upload(t *engine.Tensor, src []float32) {
 	b.do(func() {
-		v := b.viewOf(t)
+		v := b.viewOf("Upload", t)
 		checkLen("Upload", len(src), v.n)
 		if v.n == 0 {
 			return
@@ -296,7 +336,7 @@ func (b *Backend) UploadInt32(t *engine.Tensor, src []int32) {
 // Download copies t into dst as float32, after every kernel issued so far.
 func (b *Backend) Download(dst []float32, t *engine.Tensor) {
 	b.do(func() {
-		v := b.viewOf(t)
+		v := b.viewOf("Download", t)
 		checkLen("Download", len(dst), v.n)
 		if v.n == 0 {
 			return
@@ -356,7 +396,7 @@ func pointerTo[T any](s []T) unsafe.Pointer {
 // rounded for BF16), with the driver's memset.
 func (b *Backend) Fill(t *engine.Tensor, x float32) {
 	b.do(func() {
-		v := b.viewOf(t)
+		v := b.viewOf("Fill", t)
 		if v.n == 0 {
 			return
 		}
@@ -383,16 +423,16 @@ func (b *Backend) Fill(t *engine.Tensor, x float32) {
 // if through a temporary.
 func (b *Backend) Copy(dst, src *engine.Tensor) {
 	b.do(func() {
-		d, s := b.viewOf(dst), b.viewOf(src)
+		d, s := b.viewOf("Copy", dst), b.viewOf("Copy", src)
 		if d.n != s.n {
-			panic(fmt.Sprintf("cuda: Copy of %v into %v", src, dst))
+			misuse("Copy", engine.MisuseShape, "%v into %v", src, dst)
 		}
 		if d.n == 0 || (d.s == s.s && d.off == s.off) {
 			return
 		}
 		if d.dtype != s.dtype {
 			if d.dtype == engine.I32 || s.dtype == engine.I32 {
-				panic(fmt.Sprintf("cuda: Copy of %v into %v", src, dst))
+				misuse("Copy", engine.MisuseDType, "%v into %v: an I32 tensor copies only into an I32 tensor", src, dst)
 			}
 			b.launch(kCast, elementGrid(d.n), block1(elementThreads), d.ptr, d.dt(), s.ptr, s.dt(), int64(d.n))
 			return

@@ -371,7 +371,7 @@ func (c *ncclComm) viewOf(name string, t *engine.Tensor) (v view, err error) {
 			err = fmt.Errorf("%s: %v", name, p)
 		}
 	}()
-	return c.b.viewOf(t), nil
+	return c.b.viewOf("collective", t), nil
 }
 
 // doneEvent returns an event to record after a collective: one from the

@@ -1,8 +1,6 @@
 package cuda
 
 import (
-	"fmt"
-
 	"github.com/memtrain/memtrain/engine"
 )
 
@@ -11,11 +9,11 @@ import (
 func rmsnormDims(op string, w, rstd view, xs ...view) (n, h int) {
 	h, n = w.n, rstd.n
 	if h <= 0 {
-		panic(fmt.Sprintf("cuda: %s: empty weight", op))
+		misuse(op, engine.MisuseShape, "empty weight")
 	}
 	for _, x := range xs {
 		if x.n != n*h {
-			panic(fmt.Sprintf("cuda: %s: a tensor of %d elements does not hold %d rows of %d", op, x.n, n, h))
+			misuse(op, engine.MisuseShape, "a tensor of %d elements does not hold %d rows of %d", x.n, n, h)
 		}
 	}
 	return n, h
@@ -51,7 +49,7 @@ func (b *Backend) RMSNormBackward(dx, dw, dOut, x, w, rstd *engine.Tensor) {
 		ws, r := b.floatView("RMSNormBackward", "w", w), b.floatView("RMSNormBackward", "rstd", rstd)
 		n, h := rmsnormDims("RMSNormBackward", ws, r, dxs, g, xs)
 		if dws.n != h {
-			panic(fmt.Sprintf("cuda: RMSNormBackward: dw %v, want %d elements", dw, h))
+			misuse("RMSNormBackward", engine.MisuseShape, "dw %v, want %d elements", dw, h)
 		}
 		if n == 0 {
 			return

@@ -1,8 +1,6 @@
 package cuda
 
 import (
-	"fmt"
-
 	"github.com/memtrain/memtrain/engine"
 )
 
@@ -24,8 +22,11 @@ func (b *Backend) rope(op string, x, pos, invFreq *engine.Tensor, sign float32) 
 		half := fs.n
 		d := 2 * half
 		n := ps.n
-		if half == 0 || n == 0 || xs.n%(n*d) != 0 {
-			panic(fmt.Sprintf("cuda: %s: %v is not [%d, heads, %d]", op, x, n, d))
+		if half == 0 {
+			misuse(op, engine.MisuseShape, "empty invFreq")
+		}
+		if n == 0 || xs.n%(n*d) != 0 {
+			misuse(op, engine.MisuseShape, "%v is not [%d, heads, %d]", x, n, d)
 		}
 		heads := xs.n / (n * d)
 		b.launch(kRoPE, grid1(n), rowThreads(heads*half, 256),

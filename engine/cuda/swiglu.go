@@ -1,8 +1,6 @@
 package cuda
 
 import (
-	"fmt"
-
 	"github.com/memtrain/memtrain/engine"
 )
 
@@ -12,7 +10,7 @@ func (b *Backend) SwiGLU(out, gate, up *engine.Tensor) {
 	b.do(func() {
 		o, g, u := b.floatView("SwiGLU", "out", out), b.floatView("SwiGLU", "gate", gate), b.floatView("SwiGLU", "up", up)
 		if o.n != g.n || o.n != u.n {
-			panic(fmt.Sprintf("cuda: SwiGLU of %v and %v into %v", gate, up, out))
+			misuse("SwiGLU", engine.MisuseShape, "%v and %v into %v", gate, up, out)
 		}
 		b.launch(kSwiGLU, elementGrid(o.n), block1(elementThreads), o.ptr, o.dt(), g.ptr, g.dt(), u.ptr, u.dt(), int64(o.n))
 	})
@@ -27,7 +25,7 @@ func (b *Backend) SwiGLUBackward(dGate, dUp, dOut, gate, up *engine.Tensor) {
 		g, u := b.floatView("SwiGLUBackward", "gate", gate), b.floatView("SwiGLUBackward", "up", up)
 		n := do.n
 		if dg.n != n || du.n != n || g.n != n || u.n != n {
-			panic(fmt.Sprintf("cuda: SwiGLUBackward: %v, %v, %v, %v, %v differ in size", dGate, dUp, dOut, gate, up))
+			misuse("SwiGLUBackward", engine.MisuseShape, "%v, %v, %v, %v, %v differ in size", dGate, dUp, dOut, gate, up)
 		}
 		b.launch(kSwiGLUBackward, elementGrid(n), block1(elementThreads),
 			dg.ptr, dg.dt(), du.ptr, du.dt(), do.ptr, do.dt(), g.ptr, g.dt(), u.ptr, u.dt(), int64(n))

@@ -18,7 +18,9 @@
 // nonzero offsets (every tensor is a view into a larger allocation whose
 // margins hold sentinels that must survive and must not be read), GEMM
 // padding that must not be read or written, Beta = 0 over NaN, weight-0
-// rows with target −1, Argmax ties, and bit-identical reruns. BF16 tensors
+// rows with target −1, Argmax ties, bit-identical reruns, and misuse
+// (misuse.go): bad arguments refused with an *engine.Misuse of the
+// right method and class, the backend working on. BF16 tensors
 // are checked where the interface takes them: transfers that round to
 // nearest even and widen exactly, Fill, Copy, Gemm by a BF16 B with A and
 // C F32 (frozen weights); and mixed precision: Gemm of BF16 A and B into
@@ -111,4 +113,7 @@ func RunConfig(t *testing.T, cfg Config) {
 			tc.fn(newHarness(t, cfg, cfg.Seed+uint64(i)))
 		})
 	}
+	// Bad arguments are part of the contract: each case of misuse.go on
+	// a backend of its own, as Misuse/<case>.
+	t.Run("Misuse", func(t *testing.T) { testMisuses(t, cfg, cfg.Seed+uint64(len(tests))) })
 }

@@ -245,7 +245,9 @@ func (h *harness) equal(what string, got, want []float32) {
 // emptyTensors reports whether got and want are both the values of empty
 // tensors, which the suite's kernels must handle (AdamWStep's sizes, say)
 // and numtest refuses to compare as nothing.
-func emptyTensors[W float32 | float64](got []float32, want []W) bool { return len(got) == 0 && len(want) == 0 }
+func emptyTensors[W float32 | float64](got []float32, want []W) bool {
+	return len(got) == 0 && len(want) == 0
+}
 
 // equalInt checks two int32 slices for equality.
 func (h *harness) equalInt(what string, got, want []int32) {
