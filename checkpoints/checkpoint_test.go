@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/memtrain/memtrain/data/tokenizer"
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 func tinyConfig(tie bool) *Config {
@@ -58,15 +59,19 @@ func TestSaveOpenRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if len(got) != len(weights) {
+				t.Fatalf("%d tensors read, %d saved", len(got), len(weights))
+			}
 			for i, w := range weights {
-				for j, v := range w.Data {
-					want := v
-					if tc.dtype == DTypeBF16 {
-						want = BF16ToFloat32(Float32ToBF16(v))
+				want := w.Data
+				if tc.dtype == DTypeBF16 {
+					want = make([]float32, len(w.Data))
+					for j, v := range w.Data {
+						want[j] = BF16ToFloat32(Float32ToBF16(v))
 					}
-					if got[i].Data[j] != want {
-						t.Fatalf("%s[%d] = %v, want %v", w.Name, j, got[i].Data[j], want)
-					}
+				}
+				if err := numtest.Equal(got[i].Data, want); err != nil {
+					t.Fatalf("%s: %v", w.Name, err)
 				}
 			}
 		})
@@ -76,15 +81,17 @@ func TestSaveOpenRoundTrip(t *testing.T) {
 func TestRandomWeightsDeterministic(t *testing.T) {
 	cfg := tinyConfig(false)
 	a, b, c := RandomWeights(cfg, 1), RandomWeights(cfg, 1), RandomWeights(cfg, 2)
-	same, differ := true, false
+	differ := false
 	for i := range a {
+		if err := numtest.Equal(b[i].Data, a[i].Data); err != nil {
+			t.Errorf("%s: the same seed gives other weights: %v", a[i].Name, err)
+		}
 		for j := range a[i].Data {
-			same = same && a[i].Data[j] == b[i].Data[j]
 			differ = differ || a[i].Data[j] != c[i].Data[j]
 		}
 	}
-	if !same || !differ {
-		t.Errorf("same seed equal: %v; other seed differs: %v", same, differ)
+	if !differ {
+		t.Error("another seed gives the same weights")
 	}
 }
 
@@ -193,10 +200,12 @@ func TestOpenTorchCheckpoints(t *testing.T) {
 		t.Fatalf("%d tensors", len(a))
 	}
 	for i := range a {
+		want := make([]float32, len(a[i].Data))
 		for j, v := range a[i].Data {
-			if want := BF16ToFloat32(Float32ToBF16(v)); b[i].Data[j] != want {
-				t.Fatalf("%s[%d]: torch bf16 %v, our rounding of %v gives %v", a[i].Name, j, b[i].Data[j], v, want)
-			}
+			want[j] = BF16ToFloat32(Float32ToBF16(v))
+		}
+		if err := numtest.Equal(b[i].Data, want); err != nil {
+			t.Fatalf("%s: torch's bf16 against our rounding of its float32: %v", a[i].Name, err)
 		}
 	}
 }

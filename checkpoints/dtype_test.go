@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 func TestParseDType(t *testing.T) {
@@ -314,10 +316,12 @@ func TestDecodeEncode(t *testing.T) {
 		if err := d.Decode(got, buf); err != nil {
 			t.Fatalf("%v.Decode: %v", d, err)
 		}
+		want := make([]float32, len(vals))
 		for i, v := range vals {
-			if want := roundTo(d, v); math.Float32bits(got[i]) != math.Float32bits(want) {
-				t.Errorf("%v: value %d: got %g, want %g", d, i, got[i], want)
-			}
+			want[i] = roundTo(d, v)
+		}
+		if err := numtest.Equal(got, want); err != nil {
+			t.Errorf("%v: %v", d, err)
 		}
 		if err := d.Decode(got, buf[1:]); err == nil {
 			t.Errorf("%v.Decode accepted a short source", d)

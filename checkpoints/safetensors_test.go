@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 // stDTypes are the dtypes every read and write test covers.
@@ -84,16 +86,19 @@ func stTestTensors(rng *rand.Rand) []Tensor {
 	}
 }
 
-// stBits compares float32 slices bit for bit.
+// stBits checks a tensor's values read back bit for bit (numtest.Equal).
+// An empty tensor or slice is data here, not a comparison of nothing: it
+// must read back empty.
 func stBits(t *testing.T, what string, got, want []float32) {
 	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: got %d values, want %d", what, len(got), len(want))
-	}
-	for i := range got {
-		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-			t.Fatalf("%s: value %d = %g (%#08x), want %g (%#08x)", what, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+	if len(want) == 0 {
+		if len(got) != 0 {
+			t.Fatalf("%s: got %d values, want none", what, len(got))
 		}
+		return
+	}
+	if err := numtest.Equal(got, want); err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 func TestWriteFileLayout(t *testing.T) {
@@ -79,10 +81,12 @@ func TestWriteLargeTensorStreams(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := range data {
-			if got[i] != roundTo(d, data[i]) {
-				t.Fatalf("%v: value %d = %g, want %g", d, i, got[i], roundTo(d, data[i]))
-			}
+		want := make([]float32, len(data))
+		for i, v := range data {
+			want[i] = roundTo(d, v)
+		}
+		if err := numtest.Equal(got, want); err != nil {
+			t.Fatalf("%v: %v", d, err)
 		}
 		if x, _ := f.ReadFloat32("x"); len(x) != 1 || x[0] != 5 {
 			t.Errorf("%v: x = %v", d, x)

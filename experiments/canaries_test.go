@@ -211,7 +211,7 @@ func TestRunnerCanaries(t *testing.T) {
 		t.Fatalf("%d results, %v", len(results), err)
 	}
 	r := results[0]
-	if !slices.Equal(r.TargetRepetitions, []int{1, 1, 3, 3, 6, 6}) || r.FillerHeldout != 3 || r.FillerHeldoutLoss <= 0 || r.BaseFillerHeldoutLoss <= 0 {
+	if !slices.Equal(r.TargetRepetitions, []int{1, 1, 3, 3, 6, 6}) || r.FillerHeldout != 3 || !(r.FillerHeldoutLoss > 0) || !(r.BaseFillerHeldoutLoss > 0) {
 		t.Errorf("result: repetitions %v, %d held-out filler documents, loss %g against the base's %g",
 			r.TargetRepetitions, r.FillerHeldout, r.FillerHeldoutLoss, r.BaseFillerHeldoutLoss)
 	}

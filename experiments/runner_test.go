@@ -115,14 +115,14 @@ func TestRunner(t *testing.T) {
 	if gf.Arm != "goldfish-k2" || gf.K != 2 || gf.H != 3 || gf.Strategy != "hash-table" || gf.Steps != 4 || gf.Targets != 3 {
 		t.Errorf("goldfish result %+v", gf)
 	}
-	if gf.Params <= 0 || gf.HeldoutLoss <= 0 || gf.FinalTrainLoss <= 0 || len(gf.Evals) != 1 || gf.BaseHeldoutLoss <= 0 || gf.BaseHeldoutLoss != results[1].BaseHeldoutLoss {
+	if gf.Params <= 0 || !(gf.HeldoutLoss > 0) || !(gf.FinalTrainLoss > 0) || len(gf.Evals) != 1 || !(gf.BaseHeldoutLoss > 0) || gf.BaseHeldoutLoss != results[1].BaseHeldoutLoss {
 		t.Errorf("goldfish result %+v", gf)
 	}
 	if s := gf.Evals[0].Summary; s.Members != 3 || s.NonMembers != 3 || s.Prefixes[0].K != 8 {
 		t.Errorf("summary %+v", s)
 	}
 	// The base model is the reference of the reference-model attack.
-	if m := gf.Evals[0].Summary.MIA; !m.Reference || m.RefAUC <= 0 || m.RefAUC > 1 {
+	if m := gf.Evals[0].Summary.MIA; !m.Reference || !(m.RefAUC > 0 && m.RefAUC <= 1) {
 		t.Errorf("reference attack %+v", m)
 	}
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/cpu"
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 func TestSchedule(t *testing.T) {
@@ -27,8 +28,8 @@ func TestSchedule(t *testing.T) {
 		if err := tt.s.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		if got := tt.s.At(tt.step); math.Abs(got-tt.want) > 1e-12 {
-			t.Errorf("%+v at %d = %v, want %v", tt.s, tt.step, got, tt.want)
+		if err := numtest.Scalar(tt.s.At(tt.step), tt.want, numtest.Tol{Abs: 1e-12}); err != nil {
+			t.Errorf("%+v at %d: %v", tt.s, tt.step, err)
 		}
 	}
 	for _, bad := range []Schedule{{Kind: "step", LR: 1}, {Kind: "constant", LR: 0}, {Kind: "cosine", LR: 1, Warmup: 5, Total: 5}, {Kind: "linear", LR: 1, MinLR: 2, Total: 3}} {
@@ -85,11 +86,8 @@ func TestAdamWMatchesFloat64(t *testing.T) {
 		}
 	}
 	for i, p := range []*engine.Param{w, n} {
-		got := values(b, p.Value)
-		for j := range got {
-			if math.Abs(float64(got[j])-refs[i].p[j]) > 1e-6 {
-				t.Errorf("%s[%d] = %v, want %v", p.Name, j, got[j], refs[i].p[j])
-			}
+		if err := numtest.Close(values(b, p.Value), refs[i].p, numtest.Tol{Abs: 1e-6}); err != nil {
+			t.Errorf("%s: %v", p.Name, err)
 		}
 	}
 }
@@ -99,20 +97,21 @@ func TestSGDAndClipping(t *testing.T) {
 	p := newParam(b, "w", true, []float32{1, 2}, []float32{3, 4})
 	q := newParam(b, "v", true, []float32{0}, []float32{12})
 	params := []*engine.Param{p, q}
-	if norm := GradNorm(b, params); math.Abs(norm-13) > 1e-6 {
-		t.Fatalf("norm %v, want 13", norm)
+	if err := numtest.Scalar(GradNorm(b, params), 13, numtest.Tol{Abs: 1e-6}); err != nil {
+		t.Fatalf("norm: %v", err)
 	}
-	if norm, clipped := ClipGradNorm(b, params, 1); math.Abs(norm-13) > 1e-6 || !clipped {
-		t.Fatalf("clip returned %v %v", norm, clipped)
+	norm, clipped := ClipGradNorm(b, params, 1)
+	if err := numtest.Scalar(norm, 13, numtest.Tol{Abs: 1e-6}); err != nil || !clipped {
+		t.Fatalf("clip returned %v %v: %v", norm, clipped, err)
 	}
 	coef := 1 / (13 + 1e-6)
-	if g := values(b, p.Grad); math.Abs(float64(g[0])-3*coef) > 1e-7 || math.Abs(float64(g[1])-4*coef) > 1e-7 {
-		t.Errorf("clipped grads %v", g)
+	if err := numtest.Close(values(b, p.Grad), []float64{3 * coef, 4 * coef}, numtest.Tol{Abs: 1e-7}); err != nil {
+		t.Errorf("clipped grads: %v", err)
 	}
 	o, _ := NewOptimizer(b, params, OptimizerConfig{Name: "sgd"})
 	o.Update(0.5)
-	if v := values(b, p.Value); math.Abs(float64(v[0])-(1-0.5*3*coef)) > 1e-6 {
-		t.Errorf("sgd step %v", v)
+	if err := numtest.Scalar(float64(values(b, p.Value)[0]), 1-0.5*3*coef, numtest.Tol{Abs: 1e-6}); err != nil {
+		t.Errorf("sgd step: %v", err)
 	}
 	// A norm under the limit is left alone.
 	r := newParam(b, "r", true, []float32{0}, []float32{0.5})

@@ -2,7 +2,6 @@ package finetune
 
 import (
 	"encoding/json"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +11,7 @@ import (
 	"github.com/memtrain/memtrain/engine/cpu"
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/goldfish"
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 // goldenRun is steps.json of scripts/fixtures/make_train_golden.py.
@@ -122,8 +122,8 @@ func TestTrainStepsMatchPyTorch(t *testing.T) {
 				lr := rec.LR
 				if g.Schedule != nil {
 					sc := Schedule{Kind: g.Schedule.Kind, LR: g.Schedule.LR, MinLR: g.Schedule.MinLR, Warmup: g.Schedule.Warmup, Total: g.Schedule.Total}
-					if got := sc.At(s); math.Abs(got-rec.LR) > 1e-12*rec.LR {
-						t.Errorf("step %d: schedule gives lr %v, reference %v", s, got, rec.LR)
+					if err := numtest.Scalar(sc.At(s), rec.LR, numtest.Tol{Rel: 1e-12}); err != nil {
+						t.Errorf("step %d: schedule's lr: %v", s, err)
 					}
 					lr = sc.At(s)
 				}
@@ -150,11 +150,14 @@ func TestTrainStepsMatchPyTorch(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if math.Abs(res.Loss-rec.Loss) > 1e-5*math.Abs(rec.Loss) {
-					t.Errorf("step %d: loss %.9g, want %.9g", s, res.Loss, rec.Loss)
+				if err := numtest.Scalar(res.Loss, rec.Loss, numtest.Tol{Rel: 1e-5}); err != nil {
+					t.Errorf("step %d: loss: %v", s, err)
 				}
-				if math.Abs(res.GradNorm-rec.GradNorm) > 1e-4*rec.GradNorm || (g.MaxGradNorm > 0 && res.Clipped != rec.Clipped) {
-					t.Errorf("step %d: grad norm %v (clipped %v), want %v (%v)", s, res.GradNorm, res.Clipped, rec.GradNorm, rec.Clipped)
+				if err := numtest.Scalar(res.GradNorm, rec.GradNorm, numtest.Tol{Rel: 1e-4}); err != nil {
+					t.Errorf("step %d: grad norm: %v", s, err)
+				}
+				if g.MaxGradNorm > 0 && res.Clipped != rec.Clipped {
+					t.Errorf("step %d: clipped %v, want %v", s, res.Clipped, rec.Clipped)
 				}
 			}
 			final, err := checkpoints.OpenFile(filepath.Join(root, run, "final.safetensors"))
@@ -167,13 +170,8 @@ func TestTrainStepsMatchPyTorch(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				scale, worst := 0.0, 0.0
-				for i := range want {
-					scale = math.Max(scale, math.Abs(float64(want[i])))
-					worst = math.Max(worst, math.Abs(float64(got[i])-float64(want[i])))
-				}
-				if !(worst <= 1e-4*scale) {
-					t.Errorf("%s: max |Δ| %.3g > 1e-4·%.3g", name, worst, scale)
+				if err := numtest.CloseMax(got, want, 1e-4); err != nil {
+					t.Errorf("%s: %v", name, err)
 				}
 			}
 			trained := m.Weights()

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 // The fixtures are written by scripts/fixtures/make_goldfish_fixtures.py from
@@ -115,8 +117,8 @@ func TestDropTable(t *testing.T) {
 			}
 		}
 		if k <= 100 {
-			if f := float64(n) / TableSize; math.Abs(f-1/float64(k)) > 0.003 {
-				t.Errorf("k=%d: %.4f of the table below 1/k", k, f)
+			if err := numtest.Scalar(float64(n)/TableSize, 1/float64(k), numtest.Tol{Abs: 0.003}); err != nil {
+				t.Errorf("k=%d: the fraction of the table below 1/k: %v", k, err)
 			}
 		}
 	}

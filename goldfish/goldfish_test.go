@@ -13,6 +13,7 @@ import (
 
 	"github.com/memtrain/memtrain/data/assets"
 	"github.com/memtrain/memtrain/data/tokenizer"
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 func mustNew(t testing.TB, c Config) *Masker {
@@ -474,8 +475,8 @@ func TestDropRateOnText(t *testing.T) {
 					eligible += max(0, len(d)-(h-1))
 				}
 				rate := float64(dropped) / float64(eligible)
-				if math.Abs(rate-1/float64(k)) > 0.02 {
-					t.Errorf("%v: drop rate %.4f on %d targets, want %.4f ± 0.02", c, rate, eligible, 1/float64(k))
+				if err := numtest.Scalar(rate, 1/float64(k), numtest.Tol{Abs: 0.02}); err != nil {
+					t.Errorf("%v: drop rate on %d targets against 1/k: %v", c, eligible, err)
 				} else {
 					t.Logf("%v: drop rate %.4f (1/k = %.4f) on %d targets", c, rate, 1/float64(k), eligible)
 				}

@@ -11,6 +11,7 @@ import (
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine/cpu"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 func tinyModel(t *testing.T) *llama.Model {
@@ -78,14 +79,14 @@ func TestEvaluate(t *testing.T) {
 	if non.Documents != 6 || non.Exact.Mean != 0 {
 		t.Errorf("non-members %+v, want nothing extracted", non)
 	}
-	if !(non.Loss.Mean > mem.Loss.Mean) || sum.MIA.LossAUC < 0.9 {
+	if !(non.Loss.Mean > mem.Loss.Mean) || !(sum.MIA.LossAUC >= 0.9) {
 		t.Errorf("member loss %v, non-member %v, AUC %v", mem.Loss, non.Loss, sum.MIA.LossAUC)
 	}
-	if math.Abs(mem.Perplexity-math.Exp(mem.Loss.Mean)) > 1e-12 {
-		t.Errorf("perplexity %v, loss %v", mem.Perplexity, mem.Loss.Mean)
+	if err := numtest.Scalar(mem.Perplexity, math.Exp(mem.Loss.Mean), numtest.Tol{Abs: 1e-12}); err != nil {
+		t.Errorf("perplexity against exp(loss %v): %v", mem.Loss.Mean, err)
 	}
 	for i, r := range res[:12] {
-		if len(r.Probes) != 1 || math.IsNaN(r.Loss) || r.Loss <= 0 || r.MinK > 0 {
+		if len(r.Probes) != 1 || !(r.Loss > 0) || !(r.MinK <= 0) {
 			t.Errorf("doc %d: %+v", i, r)
 		}
 		if r.Probes[0].Doc != r.Doc {
@@ -104,8 +105,8 @@ func TestEvaluate(t *testing.T) {
 		want += float64(l)
 	}
 	want /= float64(T)
-	if got := res[7].Loss; math.Abs(got-want) > 1e-5*want {
-		t.Errorf("document loss %v, want %v", got, want)
+	if err := numtest.Scalar(res[7].Loss, want, numtest.Tol{Rel: 1e-5}); err != nil {
+		t.Errorf("document loss: %v", err)
 	}
 
 	// Strict mode rejects the short document before decoding anything.

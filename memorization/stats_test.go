@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"sort"
 	"testing"
+
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 func TestMean(t *testing.T) {
@@ -39,11 +41,8 @@ func TestMeanSD(t *testing.T) {
 		{nil, math.NaN(), math.NaN()},
 	} {
 		m, sd := MeanSD(c.in)
-		same := func(got, want float64) bool {
-			return math.IsNaN(got) && math.IsNaN(want) || math.Abs(got-want) < 1e-12
-		}
-		if !same(m, c.mean) || !same(sd, c.sd) {
-			t.Errorf("MeanSD(%v) = %v, %v; want %v, %v", c.in, m, sd, c.mean, c.sd)
+		if err := numtest.Close([]float64{m, sd}, []float64{c.mean, c.sd}, numtest.Tol{Abs: 1e-12, NonFinite: true}); err != nil {
+			t.Errorf("MeanSD(%v) (mean, sd): %v", c.in, err)
 		}
 	}
 }
@@ -68,8 +67,8 @@ func TestROCAUC(t *testing.T) {
 		{"hand example with ties, lower is member", []float64{3, 5}, []float64{1, 3, 5}, false, 2.0 / 6},
 	}
 	for _, tt := range tests {
-		if got := ROCAUC(tt.members, tt.non, tt.higherIsMember); !near(got, tt.want) {
-			t.Errorf("%s: ROCAUC = %v, want %v", tt.name, got, tt.want)
+		if err := numtest.Scalar(ROCAUC(tt.members, tt.non, tt.higherIsMember), tt.want, numtest.Tol{Abs: 1e-4}); err != nil {
+			t.Errorf("%s: ROCAUC: %v", tt.name, err)
 		}
 	}
 }
@@ -101,12 +100,12 @@ func TestROCAUCMatchesPairCount(t *testing.T) {
 		for i := range n {
 			n[i] = float64(rng.IntN(8)) - 1
 		}
-		got, want := ROCAUC(m, n, true), bruteAUC(m, n)
-		if math.Abs(got-want) > 1e-12 {
-			t.Fatalf("trial %d: ROCAUC = %v, pair count = %v", trial, got, want)
+		want := bruteAUC(m, n)
+		if err := numtest.Scalar(ROCAUC(m, n, true), want, numtest.Tol{Abs: 1e-12}); err != nil {
+			t.Fatalf("trial %d: ROCAUC against the pair count: %v", trial, err)
 		}
-		if got2 := ROCAUC(m, n, false); math.Abs(got2-(1-want)) > 1e-12 {
-			t.Fatalf("trial %d: ROCAUC(lower) = %v, want %v", trial, got2, 1-want)
+		if err := numtest.Scalar(ROCAUC(m, n, false), 1-want, numtest.Tol{Abs: 1e-12}); err != nil {
+			t.Fatalf("trial %d: ROCAUC(lower): %v", trial, err)
 		}
 	}
 }
@@ -167,8 +166,8 @@ func TestBootstrapCICoverage(t *testing.T) {
 	}
 	// Its width should be near 2·2.576·sd/√n.
 	want := 2 * 2.576 * sd / math.Sqrt(float64(len(vals)))
-	if w := hi - lo; w < 0.8*want || w > 1.2*want {
-		t.Errorf("CI width %v, want about %v", w, want)
+	if err := numtest.Scalar(hi-lo, want, numtest.Tol{Rel: 0.2}); err != nil {
+		t.Errorf("CI width: %v", err)
 	}
 }
 
@@ -180,13 +179,11 @@ func TestBootstrapCIOtherStat(t *testing.T) {
 	vals := []float64{5, 1, 4, 2, 3}
 	orig := append([]float64(nil), vals...)
 	lo, hi := BootstrapCI(vals, median, 200, 3, 0.9)
-	if lo < 1 || hi > 5 || lo > hi {
+	if !(lo >= 1 && hi <= 5 && lo <= hi) {
 		t.Errorf("median CI (%v, %v) outside the data range", lo, hi)
 	}
-	for i := range vals {
-		if vals[i] != orig[i] {
-			t.Fatalf("BootstrapCI modified its input: %v", vals)
-		}
+	if err := numtest.Equal(vals, orig); err != nil {
+		t.Fatalf("BootstrapCI modified its input: %v", err)
 	}
 }
 
@@ -196,8 +193,8 @@ func TestQuantile(t *testing.T) {
 		{0, 1}, {1, 5}, {0.5, 3}, {0.25, 2}, {0.1, 1.4}, {0.975, 4.9},
 	}
 	for _, tt := range tests {
-		if got := quantile(s, tt.q); !near(got, tt.want) {
-			t.Errorf("quantile(%v) = %v, want %v", tt.q, got, tt.want)
+		if err := numtest.Scalar(quantile(s, tt.q), tt.want, numtest.Tol{Abs: 1e-4}); err != nil {
+			t.Errorf("quantile(%v): %v", tt.q, err)
 		}
 	}
 }
@@ -232,8 +229,8 @@ func TestTPRAtFPR(t *testing.T) {
 		// 300 non-members at 1%: three false positives allowed.
 		{"rounding", []float64{0.5}, append([]float64{1, 1, 1}, make([]float64, 297)...), true, 0.01, 1},
 	} {
-		if got := TPRAtFPR(tc.mem, tc.non, tc.higher, tc.alpha); math.Abs(got-tc.want) > 1e-12 {
-			t.Errorf("%s: TPR %v, want %v", tc.name, got, tc.want)
+		if err := numtest.Scalar(TPRAtFPR(tc.mem, tc.non, tc.higher, tc.alpha), tc.want, numtest.Tol{Abs: 1e-12}); err != nil {
+			t.Errorf("%s: TPR: %v", tc.name, err)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/memtrain/memtrain/engine/comm/commbench"
 	"github.com/memtrain/memtrain/engine/perfmodel"
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 func TestParseByteSizes(t *testing.T) {
@@ -57,8 +57,12 @@ func TestBenchComm(t *testing.T) {
 		if r.Iters != 3 || !(r.TimeUS > 0) || r.Groups != 4/r.Ranks {
 			t.Errorf("%q: want 3 iterations, a time, and 4/ranks groups", line)
 		}
-		if want := r.AlgBW * 2 * float64(r.Ranks-1) / float64(r.Ranks); r.Op == "all-reduce" && math.Abs(r.BusBW-want) > 0.02*want { // each rounded to 3 digits
-			t.Errorf("%q: busbw ≠ algbw × 2(p−1)/p", line)
+		if r.Op != "all-reduce" {
+			continue
+		}
+		// Each rounded to 3 digits.
+		if err := numtest.Scalar(r.BusBW, r.AlgBW*2*float64(r.Ranks-1)/float64(r.Ranks), numtest.Tol{Rel: 0.02}); err != nil {
+			t.Errorf("%q: busbw against algbw × 2(p−1)/p: %v", line, err)
 		}
 	}
 	if cases != 2*3*2 || fits != 2 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/engine/launch"
+	"github.com/memtrain/memtrain/internal/numtest"
 	"github.com/memtrain/memtrain/memorization"
 )
 
@@ -50,11 +51,16 @@ func TestEvalLoss(t *testing.T) {
 		t.Fatalf("report %+v", r)
 	}
 	// A freshly initialised model is close to uniform over 32000 tokens.
-	if math.Abs(r.Loss-math.Log(32000)) > 0.05 || math.Abs(r.Perplexity-math.Exp(r.Loss)) > 1e-9*r.Perplexity {
-		t.Errorf("loss %v perplexity %v, want ≈ ln 32000", r.Loss, r.Perplexity)
+	if err := numtest.Scalar(r.Loss, math.Log(32000), numtest.Tol{Abs: 0.05}); err != nil {
+		t.Errorf("loss against ln 32000: %v", err)
 	}
-	if b := reports[1]; b.Tokens != r.Tokens || math.Abs(b.Loss-r.Loss) > 1e-5 {
-		t.Errorf("batch 1 gives %v, batch 8 %v", b.Loss, r.Loss)
+	if err := numtest.Scalar(r.Perplexity, math.Exp(r.Loss), numtest.Tol{Rel: 1e-9}); err != nil {
+		t.Errorf("perplexity against exp(loss %v): %v", r.Loss, err)
+	}
+	if b := reports[1]; b.Tokens != r.Tokens {
+		t.Errorf("batch 1 scores %d tokens, batch 8 %d", b.Tokens, r.Tokens)
+	} else if err := numtest.Scalar(b.Loss, r.Loss, numtest.Tol{Abs: 1e-5}); err != nil {
+		t.Errorf("batch 1's loss against batch 8's: %v", err)
 	}
 	if w := reports[2]; w.Tokens != r.Tokens || w.PerDoc[1].Tokens != 9 || w.Loss == r.Loss {
 		t.Errorf("windowed evaluation %+v (whole: %+v)", w, r)
@@ -149,7 +155,7 @@ func TestBenchStep(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatal(err)
 	}
-	if r.TokensPerS <= 0 || r.ModelFLOPsPerToken <= 0 || r.GEMMGFLOPs <= 0 || r.Efficiency <= 0 || r.EngineBytes <= 16*r.Params {
+	if !(r.TokensPerS > 0) || !(r.ModelFLOPsPerToken > 0) || !(r.GEMMGFLOPs > 0) || !(r.Efficiency > 0) || r.EngineBytes <= 16*r.Params {
 		t.Errorf("result %+v", r)
 	}
 	// 6N + 12·L·heads·D·T for tiny (tied, so N is every parameter).
@@ -177,7 +183,7 @@ func TestBenchStepMaxPositions(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatal(err)
 	}
-	if r.MaxPositions != 64 || r.SeqLen != 16 || r.TokensPerS <= 0 {
+	if r.MaxPositions != 64 || r.SeqLen != 16 || !(r.TokensPerS > 0) {
 		t.Errorf("result %+v", r)
 	}
 
@@ -199,7 +205,7 @@ func TestBenchDecode(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatal(err)
 	}
-	if r.TokensPerS <= 0 || r.Batch != 2 || r.NewTokens != 4 {
+	if !(r.TokensPerS > 0) || r.Batch != 2 || r.NewTokens != 4 {
 		t.Errorf("result %+v", r)
 	}
 }
@@ -300,7 +306,10 @@ func TestEvalLossIsTheRunsHeldOutLoss(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatal(err)
 	}
-	if !(logged > 0) || math.Abs(rep.Loss-logged) > 1e-5*logged {
-		t.Errorf("eval loss %v, the run's held-out loss at its last step %v", rep.Loss, logged)
+	if !(logged > 0) {
+		t.Fatalf("the run's held-out loss at its last step: %v", ms[len(ms)-1]["eval_loss"])
+	}
+	if err := numtest.Scalar(rep.Loss, logged, numtest.Tol{Rel: 1e-5}); err != nil {
+		t.Errorf("eval loss against the run's held-out loss at its last step: %v", err)
 	}
 }

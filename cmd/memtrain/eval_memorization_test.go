@@ -11,6 +11,7 @@ import (
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/internal/numtest"
 	"github.com/memtrain/memtrain/memorization"
 )
 
@@ -44,7 +45,7 @@ func TestEvalMemorization(t *testing.T) {
 		t.Fatalf("%d lines in docs.jsonl", len(lines))
 	}
 	var d memorization.DocResult
-	if err := json.Unmarshal([]byte(lines[0]), &d); err != nil || len(d.Probes) != 1 || len(d.Probes[0].Suffix) != 8 || d.Loss <= 0 {
+	if err := json.Unmarshal([]byte(lines[0]), &d); err != nil || len(d.Probes) != 1 || len(d.Probes[0].Suffix) != 8 || !(d.Loss > 0) {
 		t.Errorf("first document %+v (%v)", d, err)
 	}
 
@@ -114,8 +115,8 @@ func TestEvalMemorizationParallel(t *testing.T) {
 	if pa.Members.Sampled == nil || pb.Members.Sampled == nil || *pa.Members.Sampled != *pb.Members.Sampled || *pa.NonMembers.Sampled != *pb.NonMembers.Sampled {
 		t.Errorf("sampled extraction differs on the grid:\n%+v\n%+v", pa.Members.Sampled, pb.Members.Sampled)
 	}
-	if d := pa.Members.Loss.Mean - pb.Members.Loss.Mean; d > 1e-4*pa.Members.Loss.Mean || -d > 1e-4*pa.Members.Loss.Mean {
-		t.Errorf("member loss %v on one rank, %v on the grid", pa.Members.Loss.Mean, pb.Members.Loss.Mean)
+	if err := numtest.Scalar(pb.Members.Loss.Mean, pa.Members.Loss.Mean, numtest.Tol{Rel: 1e-4}); err != nil {
+		t.Errorf("member loss on the grid against one rank: %v", err)
 	}
 	if _, errs, code := memtrain(t, "", append(args, "--out", grid, "--parallel", "x=3")...); code != 1 || !strings.Contains(errs, "--parallel") {
 		t.Errorf("bad grid: exit %d %q", code, errs)
@@ -145,7 +146,7 @@ func TestEvalMemorizationReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !s.MIA.Reference || s.MIA.RefAUC <= 0 || s.MIA.RefAUC > 1 {
+	if !s.MIA.Reference || !(s.MIA.RefAUC > 0 && s.MIA.RefAUC <= 1) {
 		t.Errorf("MIA %+v", s.MIA)
 	}
 	raw, err := os.ReadFile(filepath.Join(out, "docs.jsonl"))
@@ -153,7 +154,7 @@ func TestEvalMemorizationReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	var d memorization.DocResult
-	if err := json.Unmarshal([]byte(strings.SplitN(string(raw), "\n", 2)[0]), &d); err != nil || d.RefLoss == nil || *d.RefLoss <= 0 {
+	if err := json.Unmarshal([]byte(strings.SplitN(string(raw), "\n", 2)[0]), &d); err != nil || d.RefLoss == nil || !(*d.RefLoss > 0) {
 		t.Errorf("first document %+v (%v): want a reference loss", d, err)
 	}
 	// The reference attack is the members' loss against the reference's:
@@ -427,7 +428,7 @@ func TestEvalMemorizationChat(t *testing.T) {
 		}
 		for j, pr := range d.Probes {
 			if pr.Answer != j+1+d.ShortAnswers && pr.Answer != j+1 || pr.K <= 3 || len(pr.Suffix) == 0 || len(pr.Suffix) > 8 || len(pr.Pred) > len(pr.Suffix) ||
-				pr.TokenMatch < 0 || pr.TokenMatch > 1 || pr.RougeLIDs < 0 || pr.RougeLIDs > 1 {
+				!(pr.TokenMatch >= 0 && pr.TokenMatch <= 1) || !(pr.RougeLIDs >= 0 && pr.RougeLIDs <= 1) {
 				t.Errorf("document %d probe %d: %+v", i, j, pr)
 			}
 			if j > 0 && pr.K <= d.Probes[j-1].K {

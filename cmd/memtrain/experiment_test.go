@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -10,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/memtrain/memtrain/internal/numtest"
 	"github.com/memtrain/memtrain/memorization"
 
 	"github.com/memtrain/memtrain/experiments"
@@ -45,7 +45,7 @@ func TestDemoQuick(t *testing.T) {
 		exact[r.Loss] = p.Members.Exact.Mean
 		t.Logf("%s: exact match %v, held-out loss %.3f", r.Arm, p.Members.Exact, r.HeldoutLoss)
 	}
-	if exact["standard"] < 0.5 || exact["goldfish"] > 0.1 {
+	if !(exact["standard"] >= 0.5) || !(exact["goldfish"] <= 0.1) {
 		t.Errorf("exact match: standard %.3f (want ≥ 0.5), goldfish %.3f (want ≤ 0.1)", exact["standard"], exact["goldfish"])
 	}
 	for _, f := range []string{"report.md", "results.csv", "plots/training-loss.png"} {
@@ -143,7 +143,6 @@ func TestExperimentParallel(t *testing.T) {
 		}
 		results[grid] = res
 	}
-	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-5*math.Max(math.Abs(a), math.Abs(b)) }
 	for i, want := range results[""] {
 		got := results["dp=2,z=2"][i]
 		for _, c := range []struct {
@@ -154,11 +153,17 @@ func TestExperimentParallel(t *testing.T) {
 			{"base held-out loss", got.BaseHeldoutLoss, want.BaseHeldoutLoss},
 			{"final training loss", got.FinalTrainLoss, want.FinalTrainLoss},
 		} {
-			if !near(c.g, c.w) || c.w == 0 {
-				t.Errorf("%s: %s %v on the grid, %v on one rank", want.Arm, c.name, c.g, c.w)
+			if c.w == 0 {
+				t.Errorf("%s: %s 0 on one rank", want.Arm, c.name)
+			}
+			if err := numtest.Scalar(c.g, c.w, numtest.Tol{Rel: 1e-5}); err != nil {
+				t.Errorf("%s: %s on the grid against one rank: %v", want.Arm, c.name, err)
 			}
 		}
 		gs, ws := got.Evals[0].Summary, want.Evals[0].Summary
+		if len(gs.Prefixes) != len(ws.Prefixes) {
+			t.Fatalf("%s: %d prefixes on the grid, %d on one rank", want.Arm, len(gs.Prefixes), len(ws.Prefixes))
+		}
 		for k := range ws.Prefixes {
 			for _, side := range []struct {
 				name string
@@ -168,13 +173,13 @@ func TestExperimentParallel(t *testing.T) {
 				if g.Exact != w.Exact || g.TokenMatch != w.TokenMatch || g.PrefixMatch != w.PrefixMatch || g.RougeLTokens != w.RougeLTokens {
 					t.Errorf("%s %s: extraction %+v on the grid, %+v on one rank", want.Arm, side.name, g, w)
 				}
-				if !near(g.Loss.Mean, w.Loss.Mean) {
-					t.Errorf("%s %s: loss %v on the grid, %v on one rank", want.Arm, side.name, g.Loss.Mean, w.Loss.Mean)
+				if err := numtest.Scalar(g.Loss.Mean, w.Loss.Mean, numtest.Tol{Rel: 1e-5}); err != nil {
+					t.Errorf("%s %s: loss on the grid against one rank: %v", want.Arm, side.name, err)
 				}
 			}
 		}
-		if !near(gs.MIA.LossAUC, ws.MIA.LossAUC) {
-			t.Errorf("%s: loss AUC %v on the grid, %v on one rank", want.Arm, gs.MIA.LossAUC, ws.MIA.LossAUC)
+		if err := numtest.Scalar(gs.MIA.LossAUC, ws.MIA.LossAUC, numtest.Tol{Rel: 1e-5}); err != nil {
+			t.Errorf("%s: loss AUC on the grid against one rank: %v", want.Arm, err)
 		}
 		t.Logf("%s: exact match %.3f, token match %.3f, held-out loss %.5f (grid %.5f)", want.Arm,
 			ws.Prefixes[0].Members.Exact.Mean, ws.Prefixes[0].Members.TokenMatch.Mean, want.HeldoutLoss, got.HeldoutLoss)

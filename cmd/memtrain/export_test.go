@@ -1,7 +1,6 @@
 package main
 
 import (
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 // TestExport: `memtrain export` of a run trained on a grid (its latest
@@ -107,13 +107,8 @@ func compareExports(t *testing.T, want, exported string) {
 		}
 		x, _ := a.Weights.ReadFloat32(spec.Name)
 		y, _ := b.Weights.ReadFloat32(spec.Name)
-		var num, den float64
-		for i := range x {
-			d := float64(y[i]) - float64(x[i])
-			num, den = num+d*d, den+float64(x[i])*float64(x[i])
-		}
-		if d := math.Sqrt(num / den); d > 1e-5 {
-			t.Errorf("%s: %s: the grid run's export differs by %.3g from the one-rank run's", exported, spec.Name, d)
+		if err := numtest.CloseL2(y, x, 1e-5); err != nil {
+			t.Errorf("%s: %s: the grid run's export against the one-rank run's: %v", exported, spec.Name, err)
 		}
 	}
 }

@@ -150,7 +150,7 @@ func TestInitDeterministic(t *testing.T) {
 	}
 	mean := sum / float64(len(emb))
 	std := (sq/float64(len(emb)) - mean*mean)
-	if mean > 1e-3 || mean < -1e-3 || std < 0.0195*0.0195 || std > 0.0205*0.0205 {
+	if !(mean >= -1e-3 && mean <= 1e-3) || !(std >= 0.0195*0.0195 && std <= 0.0205*0.0205) {
 		t.Errorf("embedding mean %g variance %g, want 0 and 0.02²", mean, std)
 	}
 }

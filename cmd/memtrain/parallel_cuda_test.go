@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"github.com/memtrain/memtrain/data/assets"
 	"github.com/memtrain/memtrain/engine/cuda"
 	"github.com/memtrain/memtrain/engine/cuda/cudatest"
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 // The grid on GPUs runs here on engine/cuda's fake CUDA libraries
@@ -137,13 +137,9 @@ func TestParallelCUDAFinetuneEmulated(t *testing.T) {
 		if len(got) != len(want) {
 			t.Fatalf("%v: %d metrics lines, want %d", extra, len(got), len(want))
 		}
-		for i := range want {
-			for _, k := range []string{"loss", "loss_all", "grad_norm", "eval_loss", "kept_tokens"} {
-				w, _ := want[i][k].(float64)
-				g, _ := got[i][k].(float64)
-				if math.Abs(g-w) > 1e-5*math.Abs(w) {
-					t.Errorf("%v step %d %s: %v, one CPU rank %v", extra, i+1, k, g, w)
-				}
+		for _, k := range []string{"loss", "loss_all", "grad_norm", "eval_loss", "kept_tokens"} {
+			if err := numtest.Close(metricsColumn(got, k), metricsColumn(want, k), numtest.Tol{Rel: 1e-5}); err != nil {
+				t.Errorf("%v: %s per step against one CPU rank: %v", extra, k, err)
 			}
 		}
 	}
@@ -176,13 +172,9 @@ func TestParallelCUDAFinetuneEmulated(t *testing.T) {
 		if len(got) != len(want) {
 			t.Fatalf("lora %s: %d metrics lines, want %d", name, len(got), len(want))
 		}
-		for i := range want {
-			for _, k := range []string{"loss", "grad_norm", "eval_loss"} {
-				w, _ := want[i][k].(float64)
-				g, _ := got[i][k].(float64)
-				if math.Abs(g-w) > 1e-5*math.Abs(w) {
-					t.Errorf("lora %s step %d %s: %v, one CPU rank %v", name, i+1, k, g, w)
-				}
+		for _, k := range []string{"loss", "grad_norm", "eval_loss"} {
+			if err := numtest.Close(metricsColumn(got, k), metricsColumn(want, k), numtest.Tol{Rel: 1e-5}); err != nil {
+				t.Errorf("lora %s: %s per step against one CPU rank: %v", name, k, err)
 			}
 		}
 		if _, err := os.Stat(filepath.Join(out, "final", "adapter_model.safetensors")); err != nil {

@@ -1,8 +1,9 @@
 package perfmodel
 
 import (
-	"math"
 	"testing"
+
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 func TestRingFactor(t *testing.T) {
@@ -305,11 +306,11 @@ func TestCollectivesScale(t *testing.T) {
 	one := sum(Step{Grid: g, SeqLen: 4096, MicroBatch: 4, MicroBatches: 1})
 	four := sum(Step{Grid: g, SeqLen: 4096, MicroBatch: 1, MicroBatches: 4})
 	for _, grp := range []string{GroupX, GroupY, GroupData, GroupDataZ} {
-		if math.Abs(one[grp]-four[grp]) > 1e-9*one[grp] {
-			t.Errorf("%s: %g bytes in one micro-batch, %g in four", grp, one[grp], four[grp])
+		if err := numtest.Scalar(four[grp], one[grp], numtest.Tol{Rel: 1e-9}); err != nil {
+			t.Errorf("%s: bytes in four micro-batches against one: %v", grp, err)
 		}
 	}
-	if r := four[GroupZ] / one[GroupZ]; math.Abs(r-4) > 1e-9 {
-		t.Errorf("z traffic ×%g with 4× the micro-batches", r)
+	if err := numtest.Scalar(four[GroupZ]/one[GroupZ], 4, numtest.Tol{Abs: 1e-9}); err != nil {
+		t.Errorf("z traffic with 4× the micro-batches, in one's: %v", err)
 	}
 }

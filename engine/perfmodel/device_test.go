@@ -1,11 +1,12 @@
 package perfmodel
 
 import (
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 func TestMeasuredDevice(t *testing.T) {
@@ -68,8 +69,11 @@ func TestCallSeconds(t *testing.T) {
 		{OpReduceScatter, 4, 1000, 0, false},
 	} {
 		got, ok := d.CallSeconds(c.op, c.p, c.bytes)
-		if ok != c.ok || math.Abs(got-c.want) > 1e-15 {
+		if ok != c.ok {
 			t.Errorf("CallSeconds(%s, %d, %g) = %g, %v; want %g, %v", c.op, c.p, c.bytes, got, ok, c.want, c.ok)
+		}
+		if err := numtest.Scalar(got, c.want, numtest.Tol{Abs: 1e-15}); err != nil {
+			t.Errorf("CallSeconds(%s, %d, %g): %v", c.op, c.p, c.bytes, err)
 		}
 	}
 }
@@ -97,11 +101,11 @@ func TestSharedNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := ps.ComputeSeconds / pa.ComputeSeconds; math.Abs(r-4) > 1e-12 {
-		t.Errorf("compute on a node shared by 4 ranks is %g× one rank's, want 4", r)
+	if err := numtest.Scalar(ps.ComputeSeconds/pa.ComputeSeconds, 4, numtest.Tol{Abs: 1e-12}); err != nil {
+		t.Errorf("compute on a node shared by 4 ranks, in one rank's: %v", err)
 	}
-	if r := ps.OptimizerSeconds / pa.OptimizerSeconds; math.Abs(r-4) > 1e-12 {
-		t.Errorf("optimizer on a node shared by 4 ranks is %g× one rank's, want 4", r)
+	if err := numtest.Scalar(ps.OptimizerSeconds/pa.OptimizerSeconds, 4, numtest.Tol{Abs: 1e-12}); err != nil {
+		t.Errorf("optimizer on a node shared by 4 ranks, in one rank's: %v", err)
 	}
 	var want float64
 	for _, c := range ps.Collectives {
@@ -112,8 +116,11 @@ func TestSharedNode(t *testing.T) {
 		want += c.SentElements()*float64(b)/(4e9/4) + float64(c.Calls)*1e-4
 	}
 	got := ps.Comm.X + ps.Comm.Y + ps.Comm.Z + ps.Comm.Data + ps.Comm.DataZ
-	if math.Abs(got-want) > 1e-12*want || ps.ExposedCommSeconds != got {
-		t.Errorf("comm %g s (exposed %g), want %g, all exposed", got, ps.ExposedCommSeconds, want)
+	if err := numtest.Scalar(got, want, numtest.Tol{Rel: 1e-12}); err != nil {
+		t.Errorf("comm seconds: %v", err)
+	}
+	if ps.ExposedCommSeconds != got {
+		t.Errorf("comm %g s, exposed %g: want all exposed", got, ps.ExposedCommSeconds)
 	}
 	// Memory: a rank may use 90% of a quarter of the node.
 	if got, want := (Options{}).usable(shared, s.Grid), int64(0.9*4e9/4); got != want {
@@ -123,8 +130,8 @@ func TestSharedNode(t *testing.T) {
 	s2 := Step{Grid: Grid{Data: 2, X: 1, Y: 1, Z: 1}, SeqLen: 8, MicroBatch: 1, MicroBatches: 1}
 	p2, _ := Estimate(cfg, shared, s2, Options{})
 	a2, _ := Estimate(cfg, alone, s2, Options{})
-	if r := p2.ComputeSeconds / a2.ComputeSeconds; math.Abs(r-2) > 1e-12 {
-		t.Errorf("2 ranks on a node: compute %g× one rank's, want 2", r)
+	if err := numtest.Scalar(p2.ComputeSeconds/a2.ComputeSeconds, 2, numtest.Tol{Abs: 1e-12}); err != nil {
+		t.Errorf("2 ranks on a node: compute in one rank's: %v", err)
 	}
 }
 
@@ -150,8 +157,8 @@ func TestSharedNodeTimings(t *testing.T) {
 		}
 		want += float64(c.Calls) * float64(c.Elements) * float64(b) * perByte[c.Op] * 2 / 4
 	}
-	if got := p.Comm.Z + p.Comm.DataZ; math.Abs(got-want) > 1e-12*want {
-		t.Errorf("comm %g s, want %g", got, want)
+	if err := numtest.Scalar(p.Comm.Z+p.Comm.DataZ, want, numtest.Tol{Rel: 1e-12}); err != nil {
+		t.Errorf("comm seconds: %v", err)
 	}
 }
 
@@ -172,8 +179,8 @@ func TestLossSeconds(t *testing.T) {
 		{Grid{1, 2, 2, 1}, 0.5 * (4 - 0.5)},
 	} {
 		want := tokens * 256 * c.extraV * 8 / (1e11 / 4)
-		if got := lossSeconds(cfg, dev, c.g, tokens); math.Abs(got-want) > 1e-15 {
-			t.Errorf("%v: %g s, want %g", c.g, got, want)
+		if err := numtest.Scalar(lossSeconds(cfg, dev, c.g, tokens), want, numtest.Tol{Abs: 1e-15}); err != nil {
+			t.Errorf("%v: loss seconds: %v", c.g, err)
 		}
 	}
 	dev.LogitBytes = 0

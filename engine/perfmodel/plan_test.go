@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/internal/numtest"
 	"github.com/memtrain/memtrain/internal/units"
 )
 
@@ -75,8 +76,8 @@ func TestEstimateTime(t *testing.T) {
 		dataZBytes := 1.5 * 5 * 32 * 4 // norm gradients over 4 ranks spanning 2 nodes
 		want := GroupSeconds{X: xBytes / 1e9, Z: zBytes / 1e9, Data: dataBytes / 1e8, DataZ: dataZBytes / 1e8}
 		for _, grp := range Groups() {
-			if got := p.Comm.Of(grp); math.Abs(got-want.Of(grp)) > 1e-15 {
-				t.Errorf("%+v: %s comm %g s, want %g", o, grp, got, want.Of(grp))
+			if err := numtest.Scalar(p.Comm.Of(grp), want.Of(grp), numtest.Tol{Abs: 1e-15}); err != nil {
+				t.Errorf("%+v: %s comm seconds: %v", o, grp, err)
 			}
 		}
 		eff := 0.5
@@ -88,15 +89,17 @@ func TestEstimateTime(t *testing.T) {
 		L, heads, D, T := 2.0, 4.0, 16.0, 8.0
 		matmul := float64(engine.MatmulParams(cfg))
 		fwd := 2*matmul/2 + 4*L*heads*D*T
-		if got, want := p.ComputeSeconds, 16*3*fwd/(1e12*eff); math.Abs(got-want) > 1e-9*want {
-			t.Errorf("%+v: compute %g s, want %g", o, got, want)
+		if err := numtest.Scalar(p.ComputeSeconds, 16*3*fwd/(1e12*eff), numtest.Tol{Rel: 1e-9}); err != nil {
+			t.Errorf("%+v: compute seconds: %v", o, err)
 		}
-		if got, want := p.OptimizerSeconds, 26784*28/1e11; math.Abs(got-want) > 1e-18 {
-			t.Errorf("optimizer %g s, want %g", got, want)
+		if err := numtest.Scalar(p.OptimizerSeconds, 26784*28/1e11, numtest.Tol{Abs: 1e-18}); err != nil {
+			t.Errorf("optimizer seconds: %v", err)
 		}
 		total := p.Comm.X + p.Comm.Y + p.Comm.Z + p.Comm.Data + p.Comm.DataZ
-		if o.NoOverlap && math.Abs(p.ExposedCommSeconds-total) > 1e-15 {
-			t.Errorf("no overlap: exposed %g, all %g", p.ExposedCommSeconds, total)
+		if o.NoOverlap {
+			if err := numtest.Scalar(p.ExposedCommSeconds, total, numtest.Tol{Abs: 1e-15}); err != nil {
+				t.Errorf("no overlap: exposed against all comm seconds: %v", err)
+			}
 		}
 		if !o.NoOverlap && !(p.ExposedCommSeconds < total) {
 			t.Errorf("overlap hides nothing: exposed %g of %g", p.ExposedCommSeconds, total)
@@ -104,11 +107,11 @@ func TestEstimateTime(t *testing.T) {
 		if got := p.ComputeSeconds + p.OptimizerSeconds + p.ExposedCommSeconds; got != p.StepSeconds {
 			t.Errorf("step %g ≠ %g", p.StepSeconds, got)
 		}
-		if tps := 64 / p.StepSeconds / 8; math.Abs(p.TokensPerSecondPerGPU-tps) > 1e-9*tps {
-			t.Errorf("tokens/s/GPU %g, want %g", p.TokensPerSecondPerGPU, tps)
+		if err := numtest.Scalar(p.TokensPerSecondPerGPU, 64/p.StepSeconds/8, numtest.Tol{Rel: 1e-9}); err != nil {
+			t.Errorf("tokens/s/GPU: %v", err)
 		}
-		if mfu := p.TokensPerSecondPerGPU * engine.ModelFLOPsPerToken(cfg, 8) / 1e12; math.Abs(p.MFU-mfu) > 1e-12 {
-			t.Errorf("MFU %g, want %g", p.MFU, mfu)
+		if err := numtest.Scalar(p.MFU, p.TokensPerSecondPerGPU*engine.ModelFLOPsPerToken(cfg, 8)/1e12, numtest.Tol{Abs: 1e-12}); err != nil {
+			t.Errorf("MFU: %v", err)
 		}
 	}
 }
@@ -127,11 +130,14 @@ func TestComputeIsModelFLOPs(t *testing.T) {
 	}
 	tokens := 2.0 * 4096 * 3
 	want := tokens * engine.ModelFLOPsPerToken(cfg, 4096) / (989e12 * DefaultEfficiency)
-	if math.Abs(p.ComputeSeconds-want) > 1e-12*want || p.ExposedCommSeconds != 0 || len(p.Collectives) != 0 {
-		t.Errorf("compute %g s, want %g; comm %g", p.ComputeSeconds, want, p.ExposedCommSeconds)
+	if err := numtest.Scalar(p.ComputeSeconds, want, numtest.Tol{Rel: 1e-12}); err != nil {
+		t.Errorf("compute seconds: %v", err)
 	}
-	if r := p.MFU / DefaultEfficiency; math.Abs(r-p.ComputeSeconds/p.StepSeconds) > 1e-12 {
-		t.Errorf("MFU %g with compute share %g", p.MFU, p.ComputeSeconds/p.StepSeconds)
+	if p.ExposedCommSeconds != 0 || len(p.Collectives) != 0 {
+		t.Errorf("comm %g s, %d collectives on one rank", p.ExposedCommSeconds, len(p.Collectives))
+	}
+	if err := numtest.Scalar(p.MFU/DefaultEfficiency, p.ComputeSeconds/p.StepSeconds, numtest.Tol{Abs: 1e-12}); err != nil {
+		t.Errorf("MFU %g / efficiency against the compute share: %v", p.MFU, err)
 	}
 	s.Recompute = true
 	pr, _ := Estimate(cfg, dev, s, Options{})
@@ -139,8 +145,8 @@ func TestComputeIsModelFLOPs(t *testing.T) {
 	blocks := float64(n.NonEmbedding) - float64(2*cfg.NumHiddenLayers+1)*float64(cfg.HiddenSize) // linears only
 	attn := 4.0 * 32 * 32 * 128 * 4096
 	extra := tokens * (2*blocks + attn) / (989e12 * DefaultEfficiency)
-	if got := pr.ComputeSeconds - p.ComputeSeconds; math.Abs(got-extra) > 1e-9*extra {
-		t.Errorf("recomputation adds %g s, want %g", got, extra)
+	if err := numtest.Scalar(pr.ComputeSeconds-p.ComputeSeconds, extra, numtest.Tol{Rel: 1e-9}); err != nil {
+		t.Errorf("seconds recomputation adds: %v", err)
 	}
 }
 
@@ -154,8 +160,8 @@ func TestCalibrationTorchtitan(t *testing.T) {
 	cfg := preset(t, "llama3.1-8b")
 	dev, _ := LookupDevice("h100")
 	measured := 5762 * engine.ModelFLOPsPerToken(cfg, 8192) / 989e12
-	if math.Abs(measured-0.34) > 0.005 {
-		t.Fatalf("torchtitan's MFU by our FLOPs count is %.3f", measured)
+	if err := numtest.Scalar(measured, 0.34, numtest.Tol{Abs: 0.005}); err != nil {
+		t.Fatalf("torchtitan's MFU by our FLOPs count: %v", err)
 	}
 	plans, err := Search(Job{Config: cfg, Device: dev, GPUs: 8, SeqLen: 8192, GlobalBatchTokens: 8 * 8192}, Options{})
 	if err != nil {
@@ -178,7 +184,7 @@ func TestCalibrationTorchtitan(t *testing.T) {
 		r := p.MFU / 0.34
 		t.Logf("%v micro-batch %d recompute %v: %.0f tokens/s/GPU, MFU %.3f (%.2f× torchtitan's), %s per GPU",
 			p.Grid, p.MicroBatch, p.Recompute, p.TokensPerSecondPerGPU, p.MFU, r, units.FormatBytes(p.Memory.Total()))
-		if r < 0.7 || r > 1.3 {
+		if !(r >= 0.7 && r <= 1.3) {
 			t.Errorf("%v: predicted MFU %.3f is %.2f× torchtitan's 34%%", p.Grid, p.MFU, r)
 		}
 	}
@@ -210,7 +216,7 @@ func Test405B(t *testing.T) {
 		if m := p.Memory.Total(); m > int64(DefaultMemoryFraction*80e9) {
 			t.Errorf("%v needs %s", p.Grid, units.FormatBytes(m))
 		}
-		if p.MFU <= 0 || p.MFU > DefaultEfficiency {
+		if !(p.MFU > 0 && p.MFU <= DefaultEfficiency) {
 			t.Errorf("%v: MFU %g", p.Grid, p.MFU)
 		}
 	}
@@ -254,7 +260,7 @@ func TestSearchChoices(t *testing.T) {
 	// Overlap never loses.
 	for _, p := range plans {
 		q, _ := Estimate(cfg, dev, p.Step, Options{NoOverlap: true})
-		if q.StepSeconds < p.StepSeconds {
+		if !(q.StepSeconds >= p.StepSeconds) {
 			t.Errorf("%v: %g s without overlap, %g with", p.Grid, q.StepSeconds, p.StepSeconds)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 
 	"github.com/memtrain/memtrain/finetune"
+	"github.com/memtrain/memtrain/internal/numtest"
 	"github.com/memtrain/memtrain/memorization"
 )
 
@@ -299,8 +300,11 @@ func TestWriteReportSweep(t *testing.T) {
 		r := find(c.arm, c.seed, c.proto, c.k, c.group)
 		for name, want := range c.want {
 			got, err := strconv.ParseFloat(r[col[name]], 64)
-			if err != nil || math.Abs(got-want) > 1e-12 {
-				t.Errorf("%s %s %s %s %s: %s = %q, want %g", c.arm, c.seed, c.proto, c.k, c.group, name, r[col[name]], want)
+			if err == nil {
+				err = numtest.Scalar(got, want, numtest.Tol{Abs: 1e-12})
+			}
+			if err != nil {
+				t.Errorf("%s %s %s %s %s: %s = %q: %v", c.arm, c.seed, c.proto, c.k, c.group, name, r[col[name]], err)
 			}
 		}
 	}
@@ -452,8 +456,12 @@ func TestReportFormatting(t *testing.T) {
 	if s := statOfValues([]float64{0.25}); !math.IsNaN(s.SD) || s.Mean != 0.25 || s.Seeds != 1 {
 		t.Errorf("one seed: %+v, want mean 0.25 and SD NaN", s)
 	}
-	if s := statOfValues([]float64{1, 2, 3, 6}); math.Abs(s.SD-math.Sqrt(14.0/3)) > 1e-12 || s.Lo != s.Mean-s.SD || s.Hi != s.Mean+s.SD {
-		t.Errorf("four seeds: %+v, want SD √(14/3) and [Lo, Hi] = mean ∓ SD", s)
+	s := statOfValues([]float64{1, 2, 3, 6})
+	if s.Lo != s.Mean-s.SD || s.Hi != s.Mean+s.SD {
+		t.Errorf("four seeds: %+v, want [Lo, Hi] = mean ∓ SD", s)
+	}
+	if err := numtest.Scalar(s.SD, math.Sqrt(14.0/3), numtest.Tol{Abs: 1e-12}); err != nil {
+		t.Errorf("four seeds: SD: %v", err)
 	}
 }
 

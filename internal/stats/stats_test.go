@@ -3,6 +3,8 @@ package stats
 import (
 	"math"
 	"testing"
+
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 func TestMedian(t *testing.T) {
@@ -21,11 +23,8 @@ func TestMedian(t *testing.T) {
 		if got := Median(c.xs); got != c.want {
 			t.Errorf("Median(%v) = %v, want %v", in, got, c.want)
 		}
-		for i := range in {
-			if in[i] != c.xs[i] {
-				t.Errorf("Median(%v) reordered its input to %v", in, c.xs)
-				break
-			}
+		if err := numtest.Equal(c.xs, in); err != nil {
+			t.Errorf("Median(%v) reordered its input to %v: %v", in, c.xs, err)
 		}
 	}
 	if got := Median(nil); !math.IsNaN(got) {

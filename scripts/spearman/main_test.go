@@ -1,17 +1,16 @@
 package main
 
 import (
-	"math"
 	"testing"
+
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 func TestRanks(t *testing.T) {
 	got := ranks([]float64{3, 1, 2, 2})
 	want := []float64{4, 1, 2.5, 2.5}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("ranks = %v, want %v", got, want)
-		}
+	if err := numtest.Equal(got, want); err != nil {
+		t.Fatalf("ranks = %v: %v", got, err)
 	}
 }
 
@@ -27,8 +26,8 @@ func TestSpearman(t *testing.T) {
 		{[]float64{1, 2, 3, 4}, []float64{4, 3, 2, 1}, -1},
 		{[]float64{1, 2, 3, 4}, []float64{0.1, 0.3, 0.2, 0.4}, 0.8},
 	} {
-		if got := pearson(ranks(c.a), ranks(c.b)); math.Abs(got-c.want) > 1e-12 {
-			t.Errorf("spearman(%v, %v) = %g, want %g", c.a, c.b, got, c.want)
+		if err := numtest.Scalar(pearson(ranks(c.a), ranks(c.b)), c.want, numtest.Tol{Abs: 1e-12}); err != nil {
+			t.Errorf("spearman(%v, %v): %v", c.a, c.b, err)
 		}
 	}
 }

@@ -2,10 +2,11 @@ package commbench
 
 import (
 	"errors"
-	"math"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 // TestCases: the order is group size, operation, size; groups larger
@@ -91,7 +92,7 @@ func TestRun(t *testing.T) {
 		}
 	}
 	for i, f := range fits {
-		if f.Transport != Local || f.Op != "fit" || f.Ranks != []int{2, 4}[i] || f.Groups != 1 || !(f.BusBW > 0) || f.LatencyUS < 0 {
+		if f.Transport != Local || f.Op != "fit" || f.Ranks != []int{2, 4}[i] || f.Groups != 1 || !(f.BusBW > 0) || !(f.LatencyUS >= 0) {
 			t.Errorf("fit %+v", f)
 		}
 	}
@@ -107,8 +108,14 @@ func TestFits(t *testing.T) {
 		rs = append(rs, Result{Op: "all-reduce", Ranks: 2, Bytes: b, TimeUS: secs * 1e6, BusBW: float64(b) / secs / 1e9})
 	}
 	f := Fits(rs)
-	if len(f) != 1 || math.Abs(f[0].BusBW-2) > 0.01 || math.Abs(f[0].LatencyUS-50) > 0.5 {
-		t.Errorf("fit %+v, want 2 GB/s and 50 µs", f)
+	if len(f) != 1 {
+		t.Fatalf("fits %+v, want one", f)
+	}
+	if err := numtest.Scalar(f[0].BusBW, 2, numtest.Tol{Abs: 0.01}); err != nil {
+		t.Errorf("fit %+v: bus bandwidth against 2 GB/s: %v", f[0], err)
+	}
+	if err := numtest.Scalar(f[0].LatencyUS, 50, numtest.Tol{Abs: 0.5}); err != nil {
+		t.Errorf("fit %+v: latency against 50 µs: %v", f[0], err)
 	}
 	rs[2].TimeUS = 10
 	rs[2].BusBW = 1.5
@@ -133,8 +140,11 @@ func TestMeasuredDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	if d.Name != "cpu-4" || !d.SharedNode || d.NodeSize != 4 || d.PeakFLOPs != 100e9 || d.Efficiency != 0.5 ||
-		d.MemoryBytes != 64<<30 || d.IntraNodeBandwidth != 8e9 || math.Abs(d.Latency-40e-6) > 1e-12 || len(d.Timings) != 2 || d.Timings[1].Seconds != 400e-6 {
+		d.MemoryBytes != 64<<30 || d.IntraNodeBandwidth != 8e9 || len(d.Timings) != 2 || d.Timings[1].Seconds != 400e-6 {
 		t.Errorf("device %+v", d)
+	}
+	if err := numtest.Scalar(d.Latency, 40e-6, numtest.Tol{Abs: 1e-12}); err != nil {
+		t.Errorf("device latency: %v", err)
 	}
 	if _, err := measuredDevice(results, fits, 4, 100e9, 0.5, 0); err == nil || !strings.Contains(err.Error(), "memory") {
 		t.Errorf("no memory size: %v", err)

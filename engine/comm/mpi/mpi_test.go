@@ -13,6 +13,7 @@ import (
 	"github.com/memtrain/memtrain/engine/comm/commtest"
 	"github.com/memtrain/memtrain/engine/comm/mpi"
 	"github.com/memtrain/memtrain/engine/cpu"
+	"github.com/memtrain/memtrain/internal/numtest"
 )
 
 // world is this process's rank of the job, for the tests: MPI can be
@@ -60,8 +61,8 @@ func TestWorld(t *testing.T) {
 	}
 	p := float32(world.Size())
 	got := cpu.Float32s(x)
-	if want := []float32{p, p * (p - 1) / 2, 2 * p}; got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
-		t.Errorf("rank %d: all-reduce over the world gave %v, want %v", world.Rank(), got, want)
+	if err := numtest.Equal(got, []float32{p, p * (p - 1) / 2, 2 * p}); err != nil {
+		t.Errorf("rank %d: all-reduce over the world: %v", world.Rank(), err)
 	}
 	after := world.Stats().Get("world", comm.AllReduce)
 	if world.Size() > 1 && (after.Total.Calls-before.Total.Calls != 1 || after.Total.Elements-before.Total.Elements != 3) {
