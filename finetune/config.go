@@ -280,7 +280,9 @@ func (c *Config) resumeHash() string { return options.Digest(c) }
 // ReadConfig is the configuration a run starts from: the defaults, then
 // the YAML file, or, without one, the configuration of the run that
 // resume names (its config.yaml: resuming a run alone continues it as it
-// was configured), with the run's folder as out. Errors name the file,
+// was configured), with the run's folder as out (always: the out a
+// config.yaml recorded is where the run was, not where it is). Errors
+// name the file,
 // line and key.
 func ReadConfig(file, resume string) (Config, error) {
 	cfg := DefaultConfig()
@@ -302,7 +304,10 @@ func ReadConfig(file, resume string) (Config, error) {
 			return cfg, fmt.Errorf("finetune: %w", err)
 		}
 	}
-	if cfg.Out == "" {
+	if resume != "" {
+		// A resumed run stays in the folder the user named, whatever
+		// out its config.yaml recorded: a copied or moved run continues
+		// where it is, never in the folder it was copied from.
 		cfg.Out = runDir
 	}
 	return cfg, nil

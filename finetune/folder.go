@@ -10,6 +10,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -30,10 +32,12 @@ const (
 )
 
 // OpenFolder prepares the run's folder, Config.Out, for training from
-// the run's current step: it writes the effective configuration, drops
-// the metrics lines of steps after the current one (a run stopped after
-// its last checkpoint redoes them), and opens the metrics file for
-// appending. It is the one writer of a run folder (the CLI's finetune
+// the run's current step: it records the start in the run's history
+// (HistoryFile: the settings changed since the last start), writes the
+// effective configuration with its paths absolute, recovers the metrics
+// line by line up to the current step (recoverMetrics: a run stopped
+// after its last checkpoint redoes the later steps), and opens the
+// metrics file for appending. Warnings go to r.Warnings. It is the one writer of a run folder (the CLI's finetune
 // and the experiment runner both call it); on a grid only the rank that
 // writes (rank 0) calls it.
 func (r *Run) OpenFolder() (*os.File, error) {
@@ -41,7 +45,19 @@ func (r *Run) OpenFolder() (*os.File, error) {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return nil, fmt.Errorf("finetune: %w", err)
 	}
-	eff, err := yaml.Marshal(r.Config)
+	rec := r.Config.withAbsolutePaths()
+	if r.legacyIdentity {
+		// Its checkpoints' digest covers the paths as written.
+		rec = r.Config
+	}
+	warn, err := recordHistory(out, r.Step, previousConfig(out), &rec)
+	if err != nil {
+		return nil, err
+	}
+	if warn != "" {
+		r.Warnings = append(r.Warnings, warn)
+	}
+	eff, err := yaml.Marshal(rec)
 	if err != nil {
 		return nil, fmt.Errorf("finetune: %w", err)
 	}
@@ -49,41 +65,127 @@ func (r *Run) OpenFolder() (*os.File, error) {
 		return nil, err
 	}
 	path := filepath.Join(out, MetricsFile)
-	if err := trimMetrics(path, r.Step); err != nil {
+	warnings, err := recoverMetrics(path, r.Step)
+	if err != nil {
 		return nil, err
 	}
-	mf, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	r.Warnings = append(r.Warnings, warnings...)
+	mf, err := openNoFollow(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("finetune: %w", err)
 	}
 	return mf, nil
 }
 
-// trimMetrics drops metrics lines of steps after step, and a torn last
-// line.
-func trimMetrics(path string, step int) error {
+// DroppedMetricsFile keeps the lines recoverMetrics could not read, so
+// that a garbled metrics file loses nothing.
+const DroppedMetricsFile = MetricsFile + ".dropped"
+
+// recoverMetrics keeps, line by line, the metrics of the steps up to step
+// (those of later steps are redone): a line that is not a metrics line
+// (garbled, or torn by a kill mid-write) is dropped and appended to
+// DroppedMetricsFile, and the valid lines after it are kept. Each thing
+// it drops or finds missing is a warning: the lines it dropped, and the
+// steps up to step that no line logs.
+func recoverMetrics(path string, step int) (warnings []string, err error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("finetune: %w", err)
+		return nil, fmt.Errorf("finetune: %w", err)
 	}
-	var keep bytes.Buffer
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 1<<20), 1<<26)
-	for sc.Scan() {
-		var m struct{ Step int }
-		if json.Unmarshal(sc.Bytes(), &m) != nil || m.Step > step {
-			break // a torn last line, or the redone steps
+	var keep, dropped bytes.Buffer
+	var bad []string
+	var later []int
+	logged := map[int]bool{}
+	lines := bytes.SplitAfter(b, []byte("\n"))
+	for n, line := range lines {
+		text := bytes.TrimRight(line, "\r\n")
+		if len(bytes.TrimSpace(text)) == 0 {
+			continue
 		}
-		keep.Write(sc.Bytes())
+		var m struct {
+			Step *int `json:"step"`
+		}
+		if json.Unmarshal(text, &m) != nil || m.Step == nil || *m.Step < 1 {
+			what := "garbled"
+			if n == len(lines)-1 && !bytes.HasSuffix(line, []byte("\n")) {
+				what = "torn"
+			}
+			bad = append(bad, fmt.Sprintf("line %d (%s)", n+1, what))
+			dropped.Write(text)
+			dropped.WriteByte('\n')
+			continue
+		}
+		if *m.Step > step {
+			later = append(later, *m.Step)
+			continue
+		}
+		logged[*m.Step] = true
+		keep.Write(text)
 		keep.WriteByte('\n')
 	}
-	if keep.Len() == len(b) {
-		return nil
+	if len(bad) > 0 {
+		warnings = append(warnings, fmt.Sprintf("finetune: %s: %s not a metrics line: dropped, kept in %s", path, strings.Join(bad, ", "), DroppedMetricsFile))
+		df, err := openNoFollow(filepath.Join(filepath.Dir(path), DroppedMetricsFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("finetune: %w", err)
+		}
+		_, err = df.Write(dropped.Bytes())
+		if cerr := df.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, fmt.Errorf("finetune: %w", err)
+		}
 	}
-	return atomicfile.WriteFile(path, keep.Bytes())
+	if len(later) > 0 {
+		from := fmt.Sprintf("the checkpoint of step %d", step)
+		if step == 0 {
+			from = "the start"
+		}
+		warnings = append(warnings, fmt.Sprintf("finetune: %s: dropped the metrics of %s, redone from %s", path, stepRanges(later), from))
+	}
+	var missing []int
+	if len(logged) > 0 {
+		for s := 1; s <= step; s++ {
+			if !logged[s] {
+				missing = append(missing, s)
+			}
+		}
+	}
+	if len(missing) > 0 {
+		warnings = append(warnings, fmt.Sprintf("finetune: %s: no metrics line for %s", path, stepRanges(missing)))
+	}
+	if keep.Len() == len(b) {
+		return warnings, nil
+	}
+	return warnings, atomicfile.WriteFile(path, keep.Bytes())
+}
+
+// stepRanges writes sorted steps as "step 3" or "steps 3–5, 9".
+func stepRanges(steps []int) string {
+	steps = slices.Clone(steps)
+	slices.Sort(steps)
+	steps = slices.Compact(steps)
+	var parts []string
+	for i := 0; i < len(steps); {
+		j := i
+		for j+1 < len(steps) && steps[j+1] == steps[j]+1 {
+			j++
+		}
+		if i == j {
+			parts = append(parts, strconv.Itoa(steps[i]))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d–%d", steps[i], steps[j]))
+		}
+		i = j + 1
+	}
+	if len(steps) == 1 {
+		return "step " + parts[0]
+	}
+	return "steps " + strings.Join(parts, ", ")
 }
 
 // RunFolder is the run folder of a resume path: the path itself, or the
@@ -157,9 +259,17 @@ func existingRun(dir string) *ExistingRunError {
 }
 
 // replaceRun removes the run that folder dir holds: its checkpoints,
-// metrics and configuration (other files are the user's).
+// metrics and configuration (other files are the user's). Only a run
+// folder's names are removed, and only in a run folder (isRunFolder).
 func replaceRun(dir string) error {
-	for _, name := range []string{"checkpoints", MetricsFile, ConfigFile, FinalDir} {
+	if !isRunFolder(dir) {
+		names, err := foreignNames(dir)
+		if err != nil {
+			return err
+		}
+		return &ForeignFilesError{Dir: dir, Names: names}
+	}
+	for _, name := range runNames() {
 		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
 			return fmt.Errorf("finetune: replacing the run in %s: %w", dir, err)
 		}
@@ -203,11 +313,18 @@ type Result struct {
 // failed), and all train to the end or to a stop.
 func TrainRank(cfg Config, b engine.Backend, g *parallel.Grid, h Hooks) (Result, error) {
 	lead := g == nil || g.Rank() == 0
+	restart := ""
 	if h.Resume != "" && RunFolder(h.Resume) == h.Resume {
-		if _, err := os.Stat(filepath.Join(h.Resume, "checkpoints", LatestFile)); errors.Is(err, fs.ErrNotExist) && existingRun(h.Resume) != nil {
-			// A run stopped before its first checkpoint has nothing to
-			// continue from: it starts over.
-			h.Resume, h.Replace = "", true
+		if _, _, cerr := resumeCandidates(filepath.Join(h.Resume, CheckpointsDir)); cerr != nil {
+			if e := existingRun(h.Resume); e != nil {
+				// A run stopped before its first checkpoint has nothing to
+				// continue from: it starts over in place. Nothing is
+				// removed first: config.yaml is rewritten whole and the
+				// metrics trimmed (OpenFolder), so a kill at any point
+				// leaves the run's command line and lines.
+				h.Resume = ""
+				restart = fmt.Sprintf("finetune: %s has no checkpoint to continue from (%v): starting over from step 1", e.Dir, cerr)
+			}
 		}
 	}
 	var err error
@@ -215,12 +332,15 @@ func TrainRank(cfg Config, b engine.Backend, g *parallel.Grid, h Hooks) (Result,
 		var unlock func()
 		if unlock, err = Lock(cfg.Out); err == nil {
 			defer unlock()
-			if h.Resume == "" {
+			if h.Resume == "" && restart == "" {
 				if e := existingRun(cfg.Out); e != nil && !h.Replace {
 					err = e
 				} else if e != nil {
 					err = replaceRun(cfg.Out)
 				}
+			}
+			if err == nil {
+				err = claimRunFolder(cfg.Out)
 			}
 		}
 	}
@@ -251,6 +371,9 @@ func TrainRank(cfg Config, b engine.Backend, g *parallel.Grid, h Hooks) (Result,
 		return Result{}, err
 	}
 	defer run.Close()
+	if restart != "" && lead {
+		run.Warnings = append([]string{restart}, run.Warnings...)
+	}
 	run.StopAfter, run.BeforeCommit, run.Stop = h.StopAfter, h.BeforeCommit, h.Stop
 	res := Result{Step: run.Step, Steps: run.Steps, Done: run.Step >= run.Steps}
 	var w io.Writer = io.Discard

@@ -36,8 +36,15 @@ func Lock(dir string) (unlock func(), err error) {
 		return nil, fmt.Errorf("finetune: %w", err)
 	}
 	path := filepath.Join(dir, LockFile)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := openNoFollow(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
+		return nil, fmt.Errorf("finetune: %w", err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		if err == nil {
+			err = fmt.Errorf("%s is not a regular file (remove it)", path)
+		}
 		return nil, fmt.Errorf("finetune: %w", err)
 	}
 	held, err := flock(f)

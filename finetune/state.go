@@ -43,6 +43,10 @@ type TrainerState struct {
 	TokensSeen     int64   `json:"tokens_seen"`     // input tokens of the steps done: batch_size × sequence length a step, padding included, as tokens_per_s counts them
 	LastLoss       float64 `json:"last_loss"`       // the last step's loss (of the last one with targets)
 	ConfigHash     string  `json:"config_hash"`     // of the settings that must not change on resume
+	// Identity is what a resume must share with this checkpoint, setting
+	// by setting (identity.go); checkpoints saved before it have only
+	// ConfigHash, which resume compares instead.
+	Identity map[string]string `json:"identity,omitempty"`
 
 	Divergence *DivergenceState `json:"divergence,omitempty"` // the divergence watch's state (none when it is off)
 }
@@ -515,8 +519,15 @@ func (r *Run) resume(from string) error {
 	if err != nil {
 		return err
 	}
-	if st.ConfigHash != r.Config.resumeHash() {
-		return fmt.Errorf("finetune: %s was saved by a run with other model, data, loss, batch size, seed or schedule settings; resume needs the same", path)
+	if st.Identity != nil {
+		if err := checkIdentity(path, st.Identity, r.ident); err != nil {
+			return err
+		}
+	} else if st.ConfigHash != r.Config.resumeHash() {
+		// Saved before identities: only the digest of the settings.
+		return fmt.Errorf("finetune: %s was saved by a run with other model or data paths, loss, batch size, max_steps, seed or schedule settings (it records only their digest, so which is not known); resume needs the same", path)
+	} else {
+		r.legacyIdentity = true
 	}
 	if err := r.Loader.SetPosition(st.LoaderPosition); err != nil {
 		return err

@@ -99,14 +99,20 @@ type Run struct {
 	// Warnings are one-line messages for the user from opening the run:
 	// a damaged checkpoint passed over on resume, or one resumed
 	// unverified. On a grid only rank 0 has them.
-	Warnings  []string
-	masker    *goldfish.Masker
-	perEpoch  int                  // optimizer steps of one pass over the training data
-	files     map[string][]byte    // tokenizer files carried into checkpoints
-	sampleTok *tokenizer.Tokenizer // Config.Samples' prompts' tokenizer
-	sampleIDs [][]int32            // and their tokens
-	extract   *extraction          // Config.Extraction's documents, prepared
-	metrics   io.Writer
+	Warnings []string
+	masker   *goldfish.Masker
+	perEpoch int               // optimizer steps of one pass over the training data
+	files    map[string][]byte // tokenizer files carried into checkpoints
+	// ident is the run's identity, saved in its checkpoints (identity.go);
+	// legacyIdentity says it resumed a checkpoint saved before identities,
+	// whose digest covers the paths as config.yaml gave them, so that
+	// config.yaml keeps them as they were.
+	ident          map[string]string
+	legacyIdentity bool
+	sampleTok      *tokenizer.Tokenizer // Config.Samples' prompts' tokenizer
+	sampleIDs      [][]int32            // and their tokens
+	extract        *extraction          // Config.Extraction's documents, prepared
+	metrics        io.Writer
 
 	tokensSeen int64   // input tokens of the steps done, as tokens_per_s counts them
 	lastLoss   float64 // the loss of the last step that had one
@@ -220,6 +226,9 @@ func OpenParallel(cfg Config, b engine.Backend, grid *parallel.Grid, resume stri
 		}
 	}
 	if r.Opt, err = NewOptimizer(b, r.Model.Trainable(), cfg.Optimizer); err != nil {
+		return fail(err)
+	}
+	if r.ident, err = r.identity(); err != nil {
 		return fail(err)
 	}
 	if resume != "" {
@@ -382,7 +391,7 @@ func (r *Run) save(async bool) (string, error) {
 		return "", err
 	}
 	st := TrainerState{Step: r.Step, OptimizerStep: r.Opt.Step, LoaderPosition: r.Loader.Position(), TokensSeen: r.tokensSeen, LastLoss: r.lastLoss,
-		ConfigHash: r.Config.resumeHash(), Divergence: r.divergenceState()}
+		ConfigHash: r.Config.resumeHash(), Identity: r.ident, Divergence: r.divergenceState()}
 	dir, name := filepath.Dir(r.checkpointPath()), filepath.Base(r.checkpointPath())
 	opt := SaveOptions{Files: r.files, Keep: r.Config.Keep, Protect: r.protected(dir)}
 	if r.BeforeCommit != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -69,8 +70,12 @@ grid; 'memtrain export' makes an HF checkpoint of one.`,
 				return err
 			}
 			// Flags the user set override the file.
+			runDir := cfg.Out
 			if err := options.Apply(cmd.Flags(), &cfg); err != nil {
 				return fmt.Errorf("finetune: %w", err)
+			}
+			if resume != "" && !samePath(cfg.Out, runDir) {
+				return fmt.Errorf("finetune: --out %s and --resume %s name different folders: a run continues in its own folder (copy it first to continue it elsewhere)", cfg.Out, resume)
 			}
 			if force && resume != "" {
 				return errors.New("finetune: --force starts over and --resume continues: give one")
@@ -260,4 +265,17 @@ func extractionLine(step, steps int, e *memorization.ExtractionSummary) string {
 		line += fmt.Sprintf("; non-members %.1f%%, %.1f%%", 100*n.Exact, 100*n.Token)
 	}
 	return line
+}
+
+// samePath reports whether two paths name the same folder: equal once
+// made absolute and clean, or the same file by os.SameFile.
+func samePath(a, b string) bool {
+	aa, err1 := filepath.Abs(a)
+	ab, err2 := filepath.Abs(b)
+	if err1 == nil && err2 == nil && aa == ab {
+		return true
+	}
+	fa, err1 := os.Stat(a)
+	fb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
 }

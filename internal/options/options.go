@@ -222,6 +222,24 @@ func SetDefaults(v any) {
 	}
 }
 
+// A Value is one field of a configuration as Values reports it.
+type Value struct {
+	Key    string // the key path, "schedule.lr"
+	Value  string // as a flag prints it
+	Resume bool   // tagged resume:"same"
+}
+
+// Values returns every field of v with its value as a flag prints it, in
+// declaration order: what a run records of its configuration and compares
+// with what it used before.
+func Values(v any) []Value {
+	var out []Value
+	for _, f := range Fields(v) {
+		out = append(out, Value{Key: f.Key, Value: stringOf(f.value(v)), Resume: f.Resume})
+	}
+	return out
+}
+
 // Digest identifies the values of the fields tagged resume:"same": a
 // resumed run must have the same digest as the run it continues.
 func Digest(v any) string {
