@@ -2,8 +2,10 @@ package experiments
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +70,72 @@ func TestRunnerBaseCache(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(cache, "bases")); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestDamagedCachedBase (issue 32, item 7): a cached base whose weights
+// changed after it was made is not reused: the study says so and makes
+// it again, and its numbers are those of the intact base.
+func TestDamagedCachedBase(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv(CacheEnv, cache)
+	oneArm := strings.Replace(tinyStudy, "  - {name: goldfish-k2, loss: goldfish, goldfish: {k: 2, h: 3}}\n", "", 1)
+	oneArm = strings.Replace(oneArm, "max_steps: 4,", "max_steps: 2,", 1)
+	run := func() (string, []byte) {
+		t.Helper()
+		s, err := ParseSpec([]byte(oneArm), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var log bytes.Buffer
+		out := filepath.Join(t.TempDir(), "study")
+		r := &Runner{Spec: s, Out: out, Launch: launch.Spec{Threads: 2}, Log: &log, Version: "v1"}
+		if _, err := r.Run(); err != nil {
+			t.Fatalf("%v\n%s", err, log.String())
+		}
+		// Every result.json of the study, in path order.
+		var res []byte
+		filepath.WalkDir(out, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.Name() == "result.json" {
+				b, _ := os.ReadFile(p)
+				rel, _ := filepath.Rel(out, p)
+				res = append(append(res, rel+"\n"...), b...)
+			}
+			return err
+		})
+		if len(res) == 0 {
+			t.Fatalf("no result.json in %s", out)
+		}
+		return log.String(), res
+	}
+	_, want := run()
+	recs, _ := filepath.Glob(filepath.Join(cache, "bases", "*", "base.json"))
+	if len(recs) != 1 {
+		t.Fatalf("%d cached bases", len(recs))
+	}
+	var rec struct{ Model string }
+	if b, err := os.ReadFile(recs[0]); err != nil || json.Unmarshal(b, &rec) != nil || rec.Model == "" {
+		t.Fatalf("%s: %v", recs[0], err)
+	}
+	weights, _ := filepath.Glob(filepath.Join(filepath.Dir(recs[0]), rec.Model, "*.safetensors"))
+	if len(weights) == 0 {
+		t.Fatal("no cached weights")
+	}
+	f, err := os.OpenFile(weights[0], os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 1)
+	f.ReadAt(b, 4096)
+	b[0] ^= 0x10
+	f.WriteAt(b, 4096)
+	f.Close()
+	log, got := run()
+	if !strings.Contains(log, "damaged:") || !strings.Contains(log, "SHA-256 differs") || strings.Contains(log, "reused from the cache") {
+		t.Errorf("the damaged base was not remade:\n%s", log)
+	}
+	if !bytes.Equal(stripTimes(got), stripTimes(want)) {
+		t.Errorf("the study on the remade base differs from the first:\n%s\n%s", got, want)
 	}
 }
 
@@ -144,4 +212,10 @@ func TestRunnerSeedPerRun(t *testing.T) {
 	if _, err := ParseSpec([]byte(bad), ""); err == nil || !strings.Contains(err.Error(), "seed_per_run: only a preset base") {
 		t.Errorf("a checkpoint base with seed_per_run: %v", err)
 	}
+}
+
+// stripTimes drops the wall times ("seconds") from a result.json, the
+// one thing two runs of a study may differ in.
+func stripTimes(b []byte) []byte {
+	return regexp.MustCompile(`"seconds":\s*[0-9.e+-]+`).ReplaceAll(b, []byte(`"seconds":0`))
 }

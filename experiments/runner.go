@@ -581,7 +581,10 @@ func (r *Runner) baseModel(b Base) (string, error) {
 		}
 	}
 	dir := filepath.Join(cache, "bases", name)
-	model, err := r.cachedBase(dir)
+	// A cached base is checked against the sums recorded when it was made
+	// (every file read once, about a second a GB) before a study uses it;
+	// one found damaged is made again.
+	model, err := r.verifiedBase(dir, false)
 	if err != nil {
 		return "", err
 	}
@@ -597,7 +600,7 @@ func (r *Runner) baseModel(b Base) (string, error) {
 			return "", err
 		}
 		defer unlock()
-		if model, err = r.cachedBase(dir); err != nil {
+		if model, err = r.verifiedBase(dir, true); err != nil {
 			return "", err
 		}
 		if model == "" {
@@ -641,20 +644,95 @@ func CacheDir() (string, error) {
 	return filepath.Join(base, "memtrain"), nil
 }
 
-// cachedBase is the checkpoint of the finished base in dir, or "".
-func (r *Runner) cachedBase(dir string) (string, error) {
+// baseRecord is a cached base's base.json: the model folder, relative to
+// the base's folder, and the sums of its files when it was made.
+type baseRecord struct {
+	Model string
+	Files map[string]checkpoints.FileSum `json:",omitempty"`
+}
+
+// cachedBase reads the record of the finished base in dir (a zero record
+// when there is none, or it is damaged: the base is made again).
+func (r *Runner) cachedBase(dir string) (baseRecord, error) {
+	var rec baseRecord
 	raw, err := inputfile.ReadFile(filepath.Join(dir, "base.json"))
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", nil
+		return rec, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("experiments: %w", err)
+		return rec, fmt.Errorf("experiments: %w", err)
 	}
-	var d struct{ Model string }
-	if err := json.Unmarshal(raw, &d); err != nil || d.Model == "" {
-		return "", nil // a damaged record: make the base again
+	if err := json.Unmarshal(raw, &rec); err != nil || rec.Model == "" || !filepath.IsLocal(rec.Model) {
+		return baseRecord{}, nil // a damaged record: make the base again
 	}
-	return filepath.Join(dir, d.Model), nil
+	return rec, nil
+}
+
+// verifiedBase is the checkpoint of the finished base in dir, checked
+// against its recorded sums, or "" when there is none or it is damaged:
+// everything the base's folder holds is removed (all of it the cache's
+// own, made by makeBase), to be made again: deterministically, the same
+// base. A base recorded before sums were gets them recorded now.
+//
+// Only with locked (the caller holds the base's lock) does it change the
+// folder: without, a damaged or unrecorded base is "", for the caller to
+// take the lock and look again.
+func (r *Runner) verifiedBase(dir string, locked bool) (string, error) {
+	rec, err := r.cachedBase(dir)
+	if err != nil || rec.Model == "" {
+		return "", err
+	}
+	model := filepath.Join(dir, rec.Model)
+	if rec.Files == nil {
+		if !locked {
+			return "", nil
+		}
+		if rec.Files, err = checkpoints.SumFolder(model); err != nil {
+			return "", err
+		}
+		r.logf("base %s: recorded the sums of its files (made before they were)", dir)
+		return model, writeBaseRecord(dir, rec)
+	}
+	if err := checkpoints.CheckSums(model, rec.Files); err != nil {
+		if !locked {
+			return "", nil
+		}
+		r.logf("base %s: damaged: %v: making it again", dir, err)
+		return "", clearBase(dir)
+	}
+	return model, nil
+}
+
+// clearBase removes what a cached base's folder holds, its record first
+// (so that a kill part way leaves an incomplete base, made again), but
+// its lock, which the caller may hold.
+func clearBase(dir string) error {
+	if err := os.Remove(filepath.Join(dir, "base.json")); err != nil {
+		return fmt.Errorf("experiments: %w", err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("experiments: %w", err)
+	}
+	for _, e := range entries {
+		if e.Name() == finetune.LockFile {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("experiments: %w", err)
+		}
+	}
+	return nil
+}
+
+// writeBaseRecord writes dir's base.json, atomically: the base is
+// complete once it is there.
+func writeBaseRecord(dir string, rec baseRecord) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("experiments: %w", err)
+	}
+	return atomicfile.WriteFile(filepath.Join(dir, "base.json"), b)
 }
 
 // lockBase takes the lock of a cached base's folder, waiting while another
@@ -680,7 +758,6 @@ func (r *Runner) lockBase(dir string) (func(), error) {
 
 // makeBase initialises the base in dir, pretrains it, and records it.
 func (r *Runner) makeBase(b Base, dir string) (string, error) {
-	done := filepath.Join(dir, "base.json")
 	initDir := filepath.Join(dir, "init")
 	if _, err := os.Stat(filepath.Join(initDir, checkpoints.ConfigFile)); err != nil {
 		cfg, err := r.baseConfig(b)
@@ -700,8 +777,11 @@ func (r *Runner) makeBase(b Base, dir string) (string, error) {
 		}
 		model, _ = filepath.Rel(dir, final)
 	}
-	b2, _ := json.Marshal(struct{ Model string }{model})
-	if err := atomicfile.WriteFile(done, b2); err != nil {
+	sums, err := checkpoints.SumFolder(filepath.Join(dir, model))
+	if err != nil {
+		return "", err
+	}
+	if err := writeBaseRecord(dir, baseRecord{Model: model, Files: sums}); err != nil {
 		return "", err
 	}
 	return filepath.Join(dir, model), nil

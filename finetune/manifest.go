@@ -3,7 +3,6 @@ package finetune
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -234,7 +233,7 @@ func verifyShare(path string, rank, ranks int) (Manifest, error) {
 		}
 	}
 	for _, name := range names {
-		sum, err := hashFile(filepath.Join(path, name))
+		sum, err := checkpoints.SumFile(filepath.Join(path, name))
 		if err != nil {
 			return bad(name, err)
 		}
@@ -278,21 +277,6 @@ func verifyOn(g *parallel.Grid, b engine.Backend, path string) (Manifest, error)
 		rerr = ErrNoManifest
 	}
 	return Manifest{}, &CheckpointError{Path: path, File: file, Err: rerr}
-}
-
-// hashFile is the FileSum of the file at path, read through once.
-func hashFile(path string) (checkpoints.FileSum, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return checkpoints.FileSum{}, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return checkpoints.FileSum{}, err
-	}
-	return checkpoints.FileSum{Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
 
 // checkResumable is VerifyCheckpoint for a resume: a checkpoint saved

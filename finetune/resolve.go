@@ -1,6 +1,7 @@
 package finetune
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,7 +21,37 @@ const CheckpointsDir = "checkpoints"
 // resolved says whether dir differs from path (a run folder or a latest
 // file), so that a caller can say which checkpoint it chose. A path that is
 // none of these is an error that names it and the three accepted forms.
+//
+// A training checkpoint (one with a manifest, whichever way it was named)
+// is verified against its manifest before it is returned
+// (VerifyCheckpoint: every file's size and SHA-256, a read of the whole
+// checkpoint, about a second a GB): a damaged one is an error naming the
+// file, and, for a run folder, the newest intact checkpoint to use
+// instead. Whoever loads a run's weights — fine-tuning from them, an
+// export, an evaluation — loads verified bytes.
 func ResolveModel(path string) (dir string, resolved bool, err error) {
+	dir, resolved, err = resolveModel(path)
+	if err != nil || !isFile(filepath.Join(dir, ManifestFile)) {
+		return dir, resolved, err
+	}
+	if _, verr := VerifyCheckpoint(dir); verr != nil {
+		var ce *CheckpointError
+		if errors.As(verr, &ce) {
+			verr = fmt.Errorf("%s: %s", ce.Path, ce.short())
+		}
+		if resolved {
+			ckdir := filepath.Dir(dir)
+			if ok, _, lerr := LatestVerified(ckdir); lerr == nil {
+				return "", false, fmt.Errorf("finetune: model %s: its latest checkpoint is damaged: %w; the newest intact one is %s: name it as the model to use it", path, verr, ok)
+			}
+		}
+		return "", false, fmt.Errorf("finetune: model %s: %w", path, verr)
+	}
+	return dir, resolved, nil
+}
+
+// resolveModel is ResolveModel without the verification.
+func resolveModel(path string) (dir string, resolved bool, err error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		return "", false, fmt.Errorf("finetune: model %w", err)

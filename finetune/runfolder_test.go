@@ -376,3 +376,32 @@ func TestResumeBeforeFirstCheckpointKeepsFiles(t *testing.T) {
 		t.Errorf("warnings %q: want the restart and the dropped line", all)
 	}
 }
+
+// TestModelFromRunIsVerified (item 6): a run's checkpoint reached as a
+// model (its folder, its latest file or the checkpoint itself) is
+// verified: a flipped bit is refused, naming the file, and for the run
+// folder the newest intact checkpoint.
+func TestModelFromRunIsVerified(t *testing.T) {
+	cfg := shortRun(t)
+	cfg.Out = filepath.Join(t.TempDir(), "run")
+	if _, _, err := trainFolder(cfg, Hooks{}); err != nil {
+		t.Fatal(err)
+	}
+	latest := filepath.Join(cfg.Out, CheckpointsDir, StepName(4))
+	if dir, _, err := ResolveModel(cfg.Out); err != nil || dir != latest {
+		t.Fatalf("intact run: %q, %v", dir, err)
+	}
+	if err := flipBit(filepath.Join(latest, "model.safetensors"), 4096); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{cfg.Out, filepath.Join(cfg.Out, CheckpointsDir, LatestFile), latest} {
+		_, _, err := ResolveModel(path)
+		if err == nil || !strings.Contains(err.Error(), "model.safetensors: SHA-256 differs") {
+			t.Errorf("ResolveModel(%s) of a damaged checkpoint: %v", path, err)
+		}
+	}
+	_, _, err := ResolveModel(cfg.Out)
+	if want := "the newest intact one is " + filepath.Join(cfg.Out, CheckpointsDir, StepName(2)); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("ResolveModel(run): %v, want it to name %s", err, want)
+	}
+}
