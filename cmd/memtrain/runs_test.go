@@ -194,14 +194,19 @@ func TestFinetuneKillLoop(t *testing.T) {
 	}
 	base, ds := finetuneFixture(t, "builtin:llama2")
 	const steps = 240
-	for _, mode := range []string{"f32", "bf16", "async"} {
+	// Modes: the checkpoint's export dtype, and background saves on a
+	// grid of in-process ranks (each writing its own pieces of every
+	// checkpoint, Z-sharded; one rank's background save is the same code
+	// with one writer).
+	for _, mode := range []string{"f32", "bf16", "grid-async"} {
 		t.Run(mode, func(t *testing.T) {
 			runs := t.TempDir()
 			args := func(out string) []string {
 				a := []string{"finetune", "--model", base, "--data", ds, "--out", out, "--max-steps", strconv.Itoa(steps), "--batch-size", "4", "--micro-batch", "2",
 					"--loss", "goldfish", "--goldfish.h", "4", "--schedule.lr", "1e-3", "--save-every", "7", "--eval-every", "11", "--keep", "2"}
-				if mode == "async" {
-					return append(a, "--save-async")
+				switch mode {
+				case "grid-async":
+					return append(a, "--save-async", "--parallel", "dp=1,x=1,y=1,z=2")
 				}
 				return append(a, "--save-dtype", mode)
 			}
@@ -260,8 +265,15 @@ func TestFinetuneKillLoop(t *testing.T) {
 					t.Errorf("after %d kills, %d metrics lines, want %d", kills, len(gl)-1, len(wl)-1)
 				}
 			}
-			for _, f := range []string{"model.safetensors", "optimizer.safetensors"} {
-				x, _ := os.ReadFile(filepath.Join(a, "checkpoints", finetune.StepName(steps), f))
+			// Every weight and moment file (on a grid, each position's
+			// pieces) bit for bit.
+			files, _ := filepath.Glob(filepath.Join(a, "checkpoints", finetune.StepName(steps), "*.safetensors"))
+			if len(files) < 2 {
+				t.Fatalf("the uninterrupted run's final checkpoint holds %d .safetensors files", len(files))
+			}
+			for _, path := range files {
+				f := filepath.Base(path)
+				x, _ := os.ReadFile(path)
 				y, _ := os.ReadFile(filepath.Join(b, "checkpoints", finetune.StepName(steps), f))
 				if len(x) == 0 || !bytes.Equal(x, y) {
 					t.Errorf("%s: after %d kills the final checkpoint differs from the uninterrupted run's", f, kills)
