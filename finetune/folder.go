@@ -81,10 +81,11 @@ func (r *Run) OpenFolder() (*os.File, error) {
 // that a garbled metrics file loses nothing.
 const DroppedMetricsFile = MetricsFile + ".dropped"
 
-// recoverMetrics keeps, line by line, the metrics of the steps up to step
-// (those of later steps are redone): a line that is not a metrics line
-// (garbled, or torn by a kill mid-write) is dropped and appended to
-// DroppedMetricsFile, and the valid lines after it are kept. Each thing
+// recoverMetrics keeps, line by line, the metrics of the steps up to step:
+// a line that is not a metrics line (garbled, or torn by a kill
+// mid-write), and the lines of later steps (redone from the checkpoint),
+// are dropped and appended to DroppedMetricsFile, so that no line is
+// lost; the valid lines after a bad one are kept. Each thing
 // it drops or finds missing is a warning: the lines it dropped, and the
 // steps up to step that no line logs.
 func recoverMetrics(path string, step int) (warnings []string, err error) {
@@ -120,6 +121,8 @@ func recoverMetrics(path string, step int) (warnings []string, err error) {
 		}
 		if *m.Step > step {
 			later = append(later, *m.Step)
+			dropped.Write(text)
+			dropped.WriteByte('\n')
 			continue
 		}
 		logged[*m.Step] = true
@@ -128,6 +131,8 @@ func recoverMetrics(path string, step int) (warnings []string, err error) {
 	}
 	if len(bad) > 0 {
 		warnings = append(warnings, fmt.Sprintf("finetune: %s: %s not a metrics line: dropped, kept in %s", path, strings.Join(bad, ", "), DroppedMetricsFile))
+	}
+	if dropped.Len() > 0 {
 		df, err := openNoFollow(filepath.Join(filepath.Dir(path), DroppedMetricsFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 		if err != nil {
 			return nil, fmt.Errorf("finetune: %w", err)
@@ -145,7 +150,7 @@ func recoverMetrics(path string, step int) (warnings []string, err error) {
 		if step == 0 {
 			from = "the start"
 		}
-		warnings = append(warnings, fmt.Sprintf("finetune: %s: dropped the metrics of %s, redone from %s", path, stepRanges(later), from))
+		warnings = append(warnings, fmt.Sprintf("finetune: %s: dropped the metrics of %s, redone from %s (kept in %s)", path, stepRanges(later), from, DroppedMetricsFile))
 	}
 	var missing []int
 	if len(logged) > 0 {
@@ -277,6 +282,25 @@ func replaceRun(dir string) error {
 	return nil
 }
 
+// prepareFolder readies run folder dir, which the caller has locked, for
+// a run that continues the one it holds (cont) or a new one: a run it
+// holds is then an *ExistingRunError unless replace removes it. Either
+// way the folder becomes (or stays) a run folder; one holding a run's
+// names that no run wrote is a *ForeignFilesError, and nothing in it
+// changes.
+func prepareFolder(dir string, cont, replace bool) error {
+	if !cont {
+		if e := existingRun(dir); e != nil && !replace {
+			return e
+		} else if e != nil {
+			if err := replaceRun(dir); err != nil {
+				return err
+			}
+		}
+	}
+	return claimRunFolder(dir)
+}
+
 // Hooks are what a caller of TrainRank sees of the run and sets on it.
 type Hooks struct {
 	Resume string // a run folder or checkpoint to continue ("": start)
@@ -332,16 +356,7 @@ func TrainRank(cfg Config, b engine.Backend, g *parallel.Grid, h Hooks) (Result,
 		var unlock func()
 		if unlock, err = Lock(cfg.Out); err == nil {
 			defer unlock()
-			if h.Resume == "" && restart == "" {
-				if e := existingRun(cfg.Out); e != nil && !h.Replace {
-					err = e
-				} else if e != nil {
-					err = replaceRun(cfg.Out)
-				}
-			}
-			if err == nil {
-				err = claimRunFolder(cfg.Out)
-			}
+			err = prepareFolder(cfg.Out, h.Resume != "" || restart != "", h.Replace)
 		}
 	}
 	if g != nil {

@@ -267,7 +267,7 @@ func TestRecoverMetrics(t *testing.T) {
 		}
 	}
 	dropped, err := os.ReadFile(filepath.Join(dir, DroppedMetricsFile))
-	if err != nil || string(dropped) != "garbage}{\n{\"step\":7,\"lo\n" {
+	if err != nil || string(dropped) != "garbage}{\n{\"step\":6,\"loss\":2.5}\n{\"step\":7,\"lo\n" {
 		t.Errorf("%s: %q, %v", DroppedMetricsFile, dropped, err)
 	}
 	// A clean file is left as it is, without warnings.

@@ -416,7 +416,7 @@ func TestFinetuneResumeSkipsDamagedCheckpoint(t *testing.T) {
 			want := "memtrain: warning: finetune: " + bad + ": " + tc.file + ": "
 			// The damaged checkpoint's warning, then the metrics of steps
 			// 3 and 4, redone from step 2, said to be dropped.
-			redone := "memtrain: warning: finetune: " + filepath.Join(b, "metrics.jsonl") + ": dropped the metrics of steps 3–4, redone from the checkpoint of step 2\n"
+			redone := "memtrain: warning: finetune: " + filepath.Join(b, "metrics.jsonl") + ": dropped the metrics of steps 3–4, redone from the checkpoint of step 2 (kept in metrics.jsonl.dropped)\n"
 			if !strings.HasPrefix(errs, want) || !strings.Contains(errs, tc.want) || !strings.Contains(errs, "resuming from step-00000002") || strings.Count(errs, "\n") != 2 || !strings.HasSuffix(errs, redone) {
 				t.Errorf("stderr %q, want the warning line %q… and %q", errs, want, redone)
 			}
