@@ -321,6 +321,11 @@ func resumeCandidates(dir string) (names []string, warning string, err error) {
 	slices.Sort(steps)
 	slices.Reverse(steps)
 	latest, lerr := LatestCheckpoint(dir)
+	if lerr == nil && !isStepName(filepath.Base(latest)) {
+		// Not a name a save writes: the pointer is damaged, and the
+		// step folders are what is left to go by.
+		lerr = fmt.Errorf("finetune: %s: %s names %q, not a checkpoint of a run", dir, LatestFile, filepath.Base(latest))
+	}
 	if lerr != nil {
 		if len(steps) == 0 {
 			return nil, "", lerr
@@ -335,6 +340,21 @@ func resumeCandidates(dir string) (names []string, warning string, err error) {
 		}
 	}
 	return names, "", nil
+}
+
+// isStepName reports whether name is StepName's: "step-" and eight or
+// more digits.
+func isStepName(name string) bool {
+	digits, ok := strings.CutPrefix(name, "step-")
+	if !ok || len(digits) < 8 {
+		return false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // LatestVerified is LatestCheckpoint that verifies: it returns the newest

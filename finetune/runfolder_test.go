@@ -117,6 +117,19 @@ func TestResumeWithoutLatest(t *testing.T) {
 	if err := os.Remove(filepath.Join(cfg.Out, CheckpointsDir, LatestFile)); err != nil {
 		t.Fatal(err)
 	}
+	// And a latest holding garbage, which sorts before the step folders.
+	garbled := filepath.Join(t.TempDir(), "garbled")
+	if err := os.CopyFS(garbled, os.DirFS(cfg.Out)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(garbled, CheckpointsDir, LatestFile), []byte("a\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := cfg
+	g.Out, g.MaxSteps = garbled, 6
+	if res, _, err := trainFolder(g, Hooks{Resume: garbled}); err != nil || res.Step != 6 {
+		t.Errorf("a run whose latest holds garbage: step %d, %v", res.Step, err)
+	}
 	cfg.MaxSteps = 6
 	res, warnings, err := trainFolder(cfg, Hooks{Resume: cfg.Out})
 	if err != nil {
