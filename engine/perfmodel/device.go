@@ -132,8 +132,10 @@ type Timing struct {
 //     directions); DGX H100 has one 400 Gb/s ConnectX-7 NDR port per GPU =
 //     50 GB/s.
 //   - H200 SXM: the same compute and fabric as H100 (NVIDIA H200 datasheet:
-//     989 TFLOP/s dense bf16), 141 GB HBM3e at 4.8 TB/s; HGX H200 systems
-//     pair each GPU with a 400 Gb/s NIC.
+//     989 TFLOP/s dense bf16), HBM3e at 4.8 TB/s; HGX H200 systems pair each
+//     GPU with a 400 Gb/s NIC. Memory as the device reports it, not the
+//     datasheet's rounded "141 GB": 143,771 MiB (cuMemGetInfo's total and
+//     nvidia-smi on an H200 SXM), 140.4 GiB.
 //   - A100 SXM4 80 GB: 312 TFLOP/s dense bf16, 2.039 TB/s; NVLink 3 is 12
 //     links × 25 GB/s per direction = 300 GB/s; DGX A100 has one 200 Gb/s
 //     ConnectX-6 HDR port per GPU = 25 GB/s.
@@ -156,9 +158,9 @@ var devices = []Device{
 	},
 	{
 		Name: "h200", Description: "NVIDIA H200 SXM 141 GB, NVLink 4 + 400 Gb/s InfiniBand per GPU",
-		PeakFLOPs: 989e12, MemoryBytes: 141e9, HBMBandwidth: 4.8e12,
+		PeakFLOPs: 989e12, MemoryBytes: 143771 << 20, HBMBandwidth: 4.8e12,
 		NodeSize: 8, IntraNodeBandwidth: 450e9, InterNodeBandwidth: 50e9, Efficiency: DefaultEfficiency,
-		Sources: datasheet,
+		Sources: Sources{Peak: "datasheet", Memory: "as the device reports it (143,771 MiB)", Links: "datasheet", Efficiency: AssumedEfficiency},
 	},
 	{
 		Name: "a100", Description: "NVIDIA A100 SXM4 80 GB, NVLink 3 + 200 Gb/s InfiniBand per GPU",

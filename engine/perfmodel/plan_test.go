@@ -19,7 +19,7 @@ func TestDevices(t *testing.T) {
 		peak   float64
 		memory int64
 	}{
-		{"h100", 989e12, 80e9}, {"H200", 989e12, 141e9}, {"a100", 312e12, 80e9}, {"mi250x", 191.5e12, 64e9},
+		{"h100", 989e12, 80e9}, {"H200", 989e12, 143771 << 20}, {"a100", 312e12, 80e9}, {"mi250x", 191.5e12, 64e9},
 	} {
 		d, err := LookupDevice(c.name)
 		if err != nil {
