@@ -41,18 +41,36 @@ func (t *textReader) next() (Document, error) {
 		return Document{}, io.EOF
 	}
 	t.done = true
-	b, err := io.ReadAll(t.rc)
+	// The file is one document, which cannot be split: it is bounded as a
+	// line is, and one longer is not read into memory, only to its end for
+	// its SHA-256.
+	limit := t.opt.maxLine()
+	var sb strings.Builder
+	if hf, ok := t.rc.(*hashedFile); ok {
+		if st, err := hf.f.Stat(); err == nil && st.Size() > 0 {
+			sb.Grow(int(min(st.Size(), int64(limit))))
+		}
+	}
+	n, err := io.Copy(&sb, io.LimitReader(t.rc, int64(limit)+1))
+	if err == nil && n > int64(limit) {
+		sb = strings.Builder{}
+		if _, err = io.Copy(io.Discard, t.rc); err == nil {
+			return t.skip(0, LineTooLong, fmt.Sprintf("file longer than %d bytes, the most that one document may have "+
+				"(split it, or read a document a paragraph)", limit))
+		}
+	}
 	if err != nil {
 		return Document{}, fmt.Errorf("data: %s: %w", t.name, err)
 	}
-	if off := invalidUTF8(b); off >= 0 {
-		line := int64(bytes.Count(b[:off], []byte("\n"))) + 1
+	text := sb.String()
+	if off := invalidUTF8String(text); off >= 0 {
+		line := int64(strings.Count(text[:off], "\n")) + 1
 		return t.skip(line, InvalidUTF8, fmt.Sprintf("invalid UTF-8 at byte %d of the file", off))
 	}
-	if len(bytes.TrimSpace(b)) == 0 {
+	if len(strings.TrimSpace(text)) == 0 {
 		return t.skip(0, EmptyText, "empty file")
 	}
-	return Document{Source: t.name, Line: 1, Text: string(b)}, nil
+	return Document{Source: t.name, Line: 1, Text: text}, nil
 }
 
 // skip reports a problem and then ends the file, or returns the strict
@@ -117,6 +135,11 @@ func (t *textReader) paragraph() (Document, error) {
 		case invalidUTF8(line) >= 0:
 			bad = &Problem{Source: t.name, Line: n, Kind: InvalidUTF8,
 				Detail: fmt.Sprintf("invalid UTF-8 at byte %d of the line", invalidUTF8(line))}
+		case sb.Len()+min(sb.Len(), 1)+len(line) > t.lines.max:
+			// A paragraph of many lines is bounded as one line is.
+			bad = &Problem{Source: t.name, Line: first, Kind: LineTooLong,
+				Detail: fmt.Sprintf("paragraph longer than %d bytes", t.lines.max)}
+			sb = strings.Builder{}
 		default:
 			if sb.Len() > 0 {
 				sb.WriteByte('\n')
@@ -124,6 +147,21 @@ func (t *textReader) paragraph() (Document, error) {
 			sb.Write(line)
 		}
 	}
+}
+
+// invalidUTF8String is invalidUTF8 of a string.
+func invalidUTF8String(s string) int {
+	if utf8.ValidString(s) {
+		return -1
+	}
+	for i, r := range s {
+		if r == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(s[i:]); size == 1 {
+				return i
+			}
+		}
+	}
+	return -1
 }
 
 // invalidUTF8 returns the offset of the first byte of b that is not valid

@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"bytes"
 	"math"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -180,7 +181,11 @@ func (m *bpe) mergeWord(st *encState, dst []int32, w []byte) []int32 {
 	} else {
 		ids = m.mergeLarge(st, ids)
 	}
-	return append(dst, ids...)
+	dst = append(dst, ids...)
+	if cap(st.ids) > maxKeptSymbols {
+		st.ids = nil // not held by a pooled state
+	}
+	return dst
 }
 
 // initialSymbols splits w into characters and maps them to tokens, with
@@ -188,6 +193,12 @@ func (m *bpe) mergeWord(st *encState, dst []int32, w []byte) []int32 {
 // result is in st.ids.
 func (m *bpe) initialSymbols(st *encState, w []byte) []int32 {
 	ids := st.ids[:0]
+	if n := utf8.RuneCount(w); cap(ids) < n {
+		// A symbol a character (byte fallback may add more), allocated
+		// at once, as growing a long word's symbols would copy them over
+		// and over.
+		ids = make([]int32, 0, n)
+	}
 	pendingUnk := false
 	for i := 0; i < len(w); {
 		r, n := utf8.DecodeRune(w[i:])
@@ -301,53 +312,78 @@ func (m *bpe) mergeSmall(st *encState, ids []int32) []int32 {
 	return ids
 }
 
-// mergeLarge applies the merges to ids like mergeSmall, in O(n log n), with
-// a doubly linked list of symbols and a priority queue of candidate merges,
-// as HF's Word::merge_all.
+// mergeLarge applies the merges to ids like mergeSmall, in O(n log n), as
+// HF's Word::merge_all: a linked list of symbols over ids and a heap of
+// candidate merges keyed by (rank, position), each a uint64. An entry is
+// valid while the pair at its position still has its rank; stale entries
+// are skipped when popped, and dropped when the heap is full. So a word of n
+// symbols needs 8 bytes a symbol for the list and at most 10 for the heap,
+// however long it is (a 100 MB word is one word to HF too). (HF keeps an
+// entry while the pair merges into the same token, which is the same test
+// unless the vocabulary gives two tokens one id; mergeSmall's is this one.)
+//
+// A symbol that starts at position s spans s to next[s]-1 of ids; the
+// others of its span are dead, below 0. The last of a longer span holds
+// -2-s, which leads from the following symbol back to s: the list needs no
+// array of previous symbols.
 func (m *bpe) mergeLarge(st *encState, ids []int32) []int32 {
 	n := len(ids)
-	prev := growInt32(st.prev, n)
 	next := growInt32(st.next, n)
 	for k := range n {
-		prev[k] = int32(k - 1)
 		next[k] = int32(k + 1)
 	}
-	next[n-1] = -1
 	h := st.heap[:0]
+	if limit := n + n/4; cap(h) < limit {
+		h = make(mergeHeap, 0, limit)
+	}
 	for k := 0; k+1 < n; k++ {
 		if mg := m.mergeOf(ids[k], ids[k+1]); mg.id >= 0 {
-			h = append(h, candidate{mg.rank, int32(k), mg.id})
+			h = append(h, heapKey(mg.rank, int32(k)))
 		}
 	}
 	h.init()
+	push := func(rank, pos int32) {
+		if len(h) == cap(h) {
+			h = m.dropStale(h, ids, next)
+		}
+		h.push(heapKey(rank, pos))
+	}
+	last := int32(n) // next of the last symbol
 	for len(h) > 0 {
-		top := h.pop()
-		pos := top.pos
-		if ids[pos] < 0 || next[pos] < 0 {
+		rank, pos := h.pop()
+		right := next[pos]
+		if ids[pos] < 0 || right == last {
 			continue // removed, or the last symbol
 		}
-		right := next[pos]
-		if m.mergeOf(ids[pos], ids[right]).id != top.id {
+		mg := m.mergeOf(ids[pos], ids[right])
+		if mg.rank != rank {
 			continue // stale
 		}
-		ids[pos] = top.id
+		ids[pos] = mg.id
+		end := next[right] - 1 // the last of the merged span
 		ids[right] = -1
+		ids[end] = -2 - pos
 		next[pos] = next[right]
-		if nr := next[right]; nr >= 0 {
-			prev[nr] = pos
-		}
-		if p := prev[pos]; p >= 0 {
+		if pos > 0 {
+			p := pos - 1 // the previous symbol, or the last of its span
+			if ids[p] < 0 {
+				p = -2 - ids[p]
+			}
 			if mg := m.mergeOf(ids[p], ids[pos]); mg.id >= 0 {
-				h.push(candidate{mg.rank, p, mg.id})
+				push(mg.rank, p)
 			}
 		}
-		if nx := next[pos]; nx >= 0 {
+		if nx := next[pos]; nx != last {
 			if mg := m.mergeOf(ids[pos], ids[nx]); mg.id >= 0 {
-				h.push(candidate{mg.rank, pos, mg.id})
+				push(mg.rank, pos)
 			}
 		}
 	}
-	st.prev, st.next, st.heap = prev, next, h
+	if n <= maxKeptSymbols {
+		st.next, st.heap = next, h
+	} else {
+		st.next, st.heap = nil, nil // not held by a pooled state
+	}
 	out := ids[:0]
 	for _, id := range ids {
 		if id >= 0 {
@@ -357,6 +393,31 @@ func (m *bpe) mergeLarge(st *encState, ids []int32) []int32 {
 	return out
 }
 
+// maxKeptSymbols bounds the scratch space, in symbols, that an encoder state
+// keeps between words.
+const maxKeptSymbols = 1 << 16
+
+// dropStale removes the entries of a full heap whose pair no longer has
+// their rank. A live symbol has one valid entry (or, with odd vocabularies,
+// copies of it), so this frees at least the quarter of the heap that
+// mergeLarge allows beyond the symbols, and does so a few times a word;
+// should it free less, the heap grows instead.
+func (m *bpe) dropStale(h mergeHeap, ids, next []int32) mergeHeap {
+	kept := h[:0]
+	for _, e := range h {
+		rank, pos := e.split()
+		if ids[pos] < 0 || int(next[pos]) == len(ids) || m.mergeOf(ids[pos], ids[next[pos]]).rank != rank {
+			continue
+		}
+		kept = append(kept, e)
+	}
+	kept.init()
+	if len(kept) > cap(kept)*3/4 {
+		kept = slices.Grow(kept, cap(kept)/4)
+	}
+	return kept
+}
+
 func growInt32(s []int32, n int) []int32 {
 	if cap(s) < n {
 		return make([]int32, n)
@@ -364,33 +425,31 @@ func growInt32(s []int32, n int) []int32 {
 	return s[:n]
 }
 
-// candidate is a possible merge of the symbol at pos with the next one.
-type candidate struct {
-	rank int32
-	pos  int32
-	id   int32
-}
+// heapEntry is a candidate merge of the symbol at a position with the next
+// one: the merge's rank in the high half, the position in the low half, so
+// that entries order by rank and then position, as HF's.
+type heapEntry uint64
 
-func (a candidate) less(b candidate) bool {
-	return a.rank < b.rank || a.rank == b.rank && a.pos < b.pos
-}
+func heapKey(rank, pos int32) heapEntry { return heapEntry(uint32(rank))<<32 | heapEntry(uint32(pos)) }
 
-// candidates is a binary min-heap ordered by (rank, pos).
-type candidates []candidate
+func (e heapEntry) split() (rank, pos int32) { return int32(e >> 32), int32(uint32(e)) }
 
-func (h candidates) init() {
+// mergeHeap is a binary min-heap of candidate merges.
+type mergeHeap []heapEntry
+
+func (h mergeHeap) init() {
 	for i := len(h)/2 - 1; i >= 0; i-- {
 		h.down(i)
 	}
 }
 
-func (h *candidates) push(c candidate) {
-	*h = append(*h, c)
+func (h *mergeHeap) push(e heapEntry) {
+	*h = append(*h, e)
 	s := *h
 	i := len(s) - 1
 	for i > 0 {
 		p := (i - 1) / 2
-		if !s[i].less(s[p]) {
+		if s[i] >= s[p] {
 			break
 		}
 		s[i], s[p] = s[p], s[i]
@@ -398,17 +457,17 @@ func (h *candidates) push(c candidate) {
 	}
 }
 
-func (h *candidates) pop() candidate {
+func (h *mergeHeap) pop() (rank, pos int32) {
 	s := *h
 	top := s[0]
 	last := len(s) - 1
 	s[0] = s[last]
 	*h = s[:last]
 	h.down(0)
-	return top
+	return top.split()
 }
 
-func (h candidates) down(i int) {
+func (h mergeHeap) down(i int) {
 	n := len(h)
 	for {
 		l := 2*i + 1
@@ -416,10 +475,10 @@ func (h candidates) down(i int) {
 			return
 		}
 		j := l
-		if r := l + 1; r < n && h[r].less(h[l]) {
+		if r := l + 1; r < n && h[r] < h[l] {
 			j = r
 		}
-		if !h[j].less(h[i]) {
+		if h[j] >= h[i] {
 			return
 		}
 		h[i], h[j] = h[j], h[i]

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -8,30 +9,35 @@ import (
 
 // A decoder turns token strings back into text, as HF's Decoder::decode_chain:
 // each maps the list of tokens to a new list, and the final list is joined.
+// Only Replace can lengthen the tokens, by at most its bound (see growth),
+// and none over limit bytes in all; Replace alone can fail.
 type decoder interface {
-	decodeChain(tokens []string) []string
+	decodeChain(tokens []string, limit int) ([]string, error)
 }
 
 // decoderSeq applies decoders in order (HF "Sequence").
 type decoderSeq []decoder
 
-func (q decoderSeq) decodeChain(tokens []string) []string {
+func (q decoderSeq) decodeChain(tokens []string, limit int) ([]string, error) {
 	for _, d := range q {
-		tokens = d.decodeChain(tokens)
+		var err error
+		if tokens, err = d.decodeChain(tokens, limit); err != nil {
+			return nil, err
+		}
 	}
-	return tokens
+	return tokens, nil
 }
 
 // byteLevelDecoder maps byte-level characters back to bytes and the whole
 // to text, with each ill-formed UTF-8 sequence as U+FFFD (HF "ByteLevel").
 type byteLevelDecoder struct{}
 
-func (byteLevelDecoder) decodeChain(tokens []string) []string {
+func (byteLevelDecoder) decodeChain(tokens []string, _ int) ([]string, error) {
 	var b []byte
 	for _, t := range tokens {
 		b = appendByteLevelDecoded(b, t)
 	}
-	return []string{lossyString(b)}
+	return []string{lossyString(b)}, nil
 }
 
 func lossyString(b []byte) string {
@@ -45,13 +51,28 @@ func lossyString(b []byte) string {
 type replaceDecoder struct {
 	pattern pattern
 	content string
+	where   string // "tokenizer: FILE: FIELD", for errors
 }
 
-func (r replaceDecoder) decodeChain(tokens []string) []string {
-	for i, t := range tokens {
-		tokens[i] = r.pattern.replaceAll(t, r.content)
+func (r replaceDecoder) decodeChain(tokens []string, limit int) ([]string, error) {
+	in := 0
+	for _, t := range tokens {
+		in += len(t)
 	}
-	return tokens
+	lim := min(limit, bound(in, growth))
+	left := lim // for all the tokens
+	for i, t := range tokens {
+		out, err := r.pattern.replaceAll(t, r.content, left)
+		if err != nil {
+			if tl := (*tooLongError)(nil); errors.As(err, &tl) {
+				return nil, tooLong(r.where, int64(lim-left)+tl.size, in, lim)
+			}
+			return nil, err
+		}
+		tokens[i] = out
+		left -= len(out)
+	}
+	return tokens, nil
 }
 
 // byteFallbackDecoder turns runs of <0xXX> tokens into the text of their
@@ -59,7 +80,7 @@ func (r replaceDecoder) decodeChain(tokens []string) []string {
 // "ByteFallback").
 type byteFallbackDecoder struct{}
 
-func (byteFallbackDecoder) decodeChain(tokens []string) []string {
+func (byteFallbackDecoder) decodeChain(tokens []string, _ int) ([]string, error) {
 	out := tokens[:0:0]
 	var pending []byte
 	flush := func() {
@@ -84,7 +105,7 @@ func (byteFallbackDecoder) decodeChain(tokens []string) []string {
 		out = append(out, t)
 	}
 	flush()
-	return out
+	return out, nil
 }
 
 // fallbackByte parses a byte-fallback token "<0xXX>" as HF does (which, with
@@ -107,8 +128,8 @@ func fallbackByte(t string) (byte, bool) {
 // fuseDecoder joins all tokens into one (HF "Fuse").
 type fuseDecoder struct{}
 
-func (fuseDecoder) decodeChain(tokens []string) []string {
-	return []string{strings.Join(tokens, "")}
+func (fuseDecoder) decodeChain(tokens []string, _ int) ([]string, error) {
+	return []string{strings.Join(tokens, "")}, nil
 }
 
 // stripDecoder removes up to start leading and stop trailing copies of a
@@ -118,7 +139,7 @@ type stripDecoder struct {
 	start, stop int
 }
 
-func (d stripDecoder) decodeChain(tokens []string) []string {
+func (d stripDecoder) decodeChain(tokens []string, _ int) ([]string, error) {
 	for i, t := range tokens {
 		for k := 0; k < d.start; k++ {
 			r, n := utf8.DecodeRuneInString(t)
@@ -136,7 +157,7 @@ func (d stripDecoder) decodeChain(tokens []string) []string {
 		}
 		tokens[i] = t
 	}
-	return tokens
+	return tokens, nil
 }
 
 // metaspaceDecoder turns the replacement character back into spaces, and
@@ -147,7 +168,7 @@ type metaspaceDecoder struct {
 	prepend     prependScheme
 }
 
-func (d metaspaceDecoder) decodeChain(tokens []string) []string {
+func (d metaspaceDecoder) decodeChain(tokens []string, _ int) ([]string, error) {
 	for i, t := range tokens {
 		var b strings.Builder
 		for _, r := range t {
@@ -161,5 +182,5 @@ func (d metaspaceDecoder) decodeChain(tokens []string) []string {
 		}
 		tokens[i] = b.String()
 	}
-	return tokens
+	return tokens, nil
 }

@@ -30,12 +30,27 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
+// checkNamesFile checks that an error of encoding or decoding names the
+// file of FuzzParse, when there is one.
+func checkNamesFile(t *testing.T, err error) {
+	t.Helper()
+	if err != nil && !strings.HasPrefix(err.Error(), "tokenizer: fuzz.json: ") {
+		t.Errorf("error %q does not name the file", err)
+	}
+}
+
 // exercise runs the methods of tok on a few texts and some ids.
 func exercise(t *testing.T, tok *Tokenizer, extra string) {
 	texts := []string{"", " ", "hello world", "<s> a</s>", "a\xffb", "héllo  wörld!\n\t42", extra}
 	for _, s := range texts {
 		for _, opt := range []EncodeOptions{{}, {AddSpecial: true}, {SplitSpecial: true}} {
-			ids := tok.Encode(s, opt)
+			ids, err := tok.EncodeChecked(s, opt)
+			checkNamesFile(t, err)
+			if ids == nil && err == nil {
+				t.Errorf("EncodeChecked(%q) = nil, nil", s)
+			}
+			_, err = tok.DecodeChecked(ids, false)
+			checkNamesFile(t, err)
 			tok.Decode(ids)
 			tok.DecodeSkipSpecial(ids)
 		}

@@ -1,6 +1,10 @@
 package tokenizer
 
 import (
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
 	"strings"
 	"unicode"
 
@@ -9,48 +13,104 @@ import (
 
 // A normalizer rewrites a piece of text before pre-tokenization.
 type normalizer interface {
-	normalize(s string) string
+	// normalize returns s normalized, or an error if that would take more
+	// than limit bytes or a regular expression fails.
+	normalize(s string, limit int) (string, error)
+}
+
+// Bounds on rewritten text, against expansion bombs: each Replace can
+// multiply the length of the text, and a chain of them its power. A
+// normalizer or a Replace decoder may write at most growth times its input
+// and all the normalizers (or decoders) together chainGrowth times the
+// text, each plus slack bytes. Real tokenizers stay far below: Llama 2's
+// Prepend("▁") and Replace(" ", "▁") write at most 3·n+3 bytes for n.
+const (
+	growth      = 8
+	chainGrowth = 16
+	slack       = 4 << 10
+)
+
+// bound returns k·n + slack, saturated.
+func bound(n, k int) int {
+	if n > (math.MaxInt-slack)/k {
+		return math.MaxInt
+	}
+	return k*n + slack
+}
+
+// tooLongError is the error of a Replace whose output would be too long;
+// the caller names the component.
+type tooLongError struct{ size int64 }
+
+func (e *tooLongError) Error() string { return fmt.Sprintf("output of %d bytes too long", e.size) }
+
+// tooLong is the error of a normalizer or decoder at where whose output
+// of size bytes from in would pass limit.
+func tooLong(where string, size int64, in, limit int) error {
+	return fmt.Errorf("%s: would write %d bytes from %d, past its bound of %d bytes "+
+		"(%d× its input and %d× the text, plus %d): an expansion bomb?",
+		where, size, in, limit, growth, chainGrowth, slack)
 }
 
 // normalizerSeq applies normalizers in order (HF "Sequence").
 type normalizerSeq []normalizer
 
-func (q normalizerSeq) normalize(s string) string {
+func (q normalizerSeq) normalize(s string, limit int) (string, error) {
 	for _, n := range q {
-		s = n.normalize(s)
+		var err error
+		if s, err = n.normalize(s, limit); err != nil {
+			return "", err
+		}
 	}
-	return s
+	return s, nil
 }
 
 // prepend puts a prefix before non-empty text (HF "Prepend").
-type prepend struct{ prefix string }
+type prepend struct {
+	prefix string
+	where  string // "tokenizer: FILE: FIELD", for errors
+}
 
-func (p prepend) normalize(s string) string {
+func (p prepend) normalize(s string, limit int) (string, error) {
 	if s == "" {
-		return s
+		return s, nil
 	}
-	return p.prefix + s
+	if lim := min(limit, bound(len(s), growth)); len(p.prefix) > lim-len(s) {
+		return "", tooLong(p.where, int64(len(p.prefix))+int64(len(s)), len(s), lim)
+	}
+	return p.prefix + s, nil
 }
 
 // replace replaces every match of a pattern with content (HF "Replace").
 type replace struct {
 	pattern pattern
 	content string
+	where   string
 }
 
-func (r replace) normalize(s string) string { return r.pattern.replaceAll(s, r.content) }
+func (r replace) normalize(s string, limit int) (string, error) {
+	lim := min(limit, bound(len(s), growth))
+	out, err := r.pattern.replaceAll(s, r.content, lim)
+	if err != nil {
+		if tl := (*tooLongError)(nil); errors.As(err, &tl) {
+			return "", tooLong(r.where, tl.size, len(s), lim)
+		}
+		return "", err
+	}
+	return out, nil
+}
 
 // strip removes white space from the ends of the text (HF "Strip").
 type strip struct{ left, right bool }
 
-func (p strip) normalize(s string) string {
+func (p strip) normalize(s string, _ int) (string, error) {
 	if p.left {
 		s = strings.TrimLeftFunc(s, unicode.IsSpace)
 	}
 	if p.right {
 		s = strings.TrimRightFunc(s, unicode.IsSpace)
 	}
-	return s
+	return s, nil
 }
 
 // A pattern is HF's pattern of Replace and Split: a literal string or a
@@ -58,6 +118,10 @@ func (p strip) normalize(s string) string {
 type pattern struct {
 	literal string
 	re      *regexp2.Regexp // nil for a literal
+	linear  *regexp.Regexp  // re on Go's regexp, if that means the same (see linearRegexp)
+	endZ    bool            // linear's \z is re's $, which also matches before a final "\n"
+	budget  budget          // of a search on re
+	where   string          // "tokenizer: FILE: FIELD", for errors
 	llama3  bool            // the Llama 3 pattern, matched by llama3Next
 }
 
@@ -65,9 +129,9 @@ type pattern struct {
 type match struct{ start, end int }
 
 // appendMatches appends to dst the non-overlapping matches of p in s, in
-// order. A regular expression that fails (by exceeding regexp2's
-// backtracking limit) reports the matches found before the failure.
-func (p *pattern) appendMatches(dst []match, s string) []match {
+// order. A regular expression that regexp2 must match fails with an error
+// that names the pattern when a search runs past its budget.
+func (p *pattern) appendMatches(dst []match, s string) ([]match, error) {
 	switch {
 	case p.llama3:
 		for i := 0; i < len(s); {
@@ -75,12 +139,12 @@ func (p *pattern) appendMatches(dst []match, s string) []match {
 			dst = append(dst, match{i, j})
 			i = j
 		}
-	case p.re != nil:
-		runes, offsets := decodeRunes(s)
-		idx, _ := p.re.FindAllRunesIndex(runes, -1)
-		for _, m := range idx {
-			dst = append(dst, match{offsets[m[0]], offsets[m[1]]})
+	case p.linear != nil && !(p.endZ && strings.HasSuffix(s, "\n")):
+		for _, m := range p.linear.FindAllStringIndex(s, -1) {
+			dst = append(dst, match{m[0], m[1]})
 		}
+	case p.re != nil:
+		return p.regexpMatches(dst, s)
 	case p.literal != "":
 		for i := 0; ; {
 			k := strings.Index(s[i:], p.literal)
@@ -91,22 +155,39 @@ func (p *pattern) appendMatches(dst []match, s string) []match {
 			i += k + len(p.literal)
 		}
 	}
-	return dst
+	return dst, nil
 }
 
-// replaceAll replaces the matches of p in s with content, literally.
-func (p *pattern) replaceAll(s, content string) string {
+// replaceAll replaces the matches of p in s with content, literally, or
+// fails with a *tooLongError if the result would be longer than limit
+// bytes, before writing it.
+func (p *pattern) replaceAll(s, content string, limit int) (string, error) {
 	if p.re == nil && !p.llama3 {
 		if p.literal == "" {
-			return s
+			return s, nil
 		}
-		return strings.ReplaceAll(s, p.literal, content)
+		n := strings.Count(s, p.literal)
+		if n == 0 {
+			return s, nil
+		}
+		if size := int64(len(s)) + int64(n)*int64(len(content)-len(p.literal)); size > int64(limit) {
+			return "", &tooLongError{size}
+		}
+		return strings.ReplaceAll(s, p.literal, content), nil
 	}
-	ms := p.appendMatches(nil, s)
-	if len(ms) == 0 {
-		return s
+	ms, err := p.appendMatches(nil, s)
+	if err != nil || len(ms) == 0 {
+		return s, err
+	}
+	size := int64(len(s))
+	for _, m := range ms {
+		size += int64(len(content) - (m.end - m.start))
+	}
+	if size > int64(limit) {
+		return "", &tooLongError{size}
 	}
 	var b strings.Builder
+	b.Grow(int(size))
 	last := 0
 	for _, m := range ms {
 		b.WriteString(s[last:m.start])
@@ -114,7 +195,7 @@ func (p *pattern) replaceAll(s, content string) string {
 		last = m.end
 	}
 	b.WriteString(s[last:])
-	return b.String()
+	return b.String(), nil
 }
 
 // decodeRunes returns the runes of s as regexp2 sees them, each invalid

@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/dlclark/regexp2/v2"
 )
 
 // parser builds a Tokenizer from tokenizer.json and reports errors that name
@@ -413,7 +411,11 @@ func (p *parser) addedTokens(raw json.RawMessage) error {
 		a = byID[byContent[a.content]]
 		if a.normalized {
 			if t.normalizer != nil {
-				a.content = t.normalizer.normalize(a.content)
+				s, err := t.normalize(a.content)
+				if err != nil {
+					return fmt.Errorf("%w (normalizing added token %q)", err, clip([]byte(a.content)))
+				}
+				a.content = s
 			}
 			normTokens = append(normTokens, a)
 		} else {
@@ -443,12 +445,15 @@ func (p *parser) regex(field, expr string) (pattern, error) {
 	if expr == llama3Pattern {
 		return pattern{llama3: true}, nil
 	}
-	re, err := regexp2.Compile(expr, regexp2.None)
+	pat, err := compileRegex(expr, p.where(field))
 	if err != nil {
 		return pattern{}, p.errorf(field, "%v", err)
 	}
-	return pattern{re: re}, nil
+	return pat, nil
 }
+
+// where names a field of the file, for the errors of encoding.
+func (p *parser) where(field string) string { return fmt.Sprintf("tokenizer: %s: %s", p.name, field) }
 
 func (p *parser) normalizer(raw json.RawMessage) error {
 	n, err := p.normalizerAt("normalizer", raw)
@@ -499,7 +504,7 @@ func (p *parser) normalizerAt(field string, raw json.RawMessage) (normalizer, er
 		if err := p.unmarshal(field, raw, &v); err != nil {
 			return nil, err
 		}
-		return prepend{v.Prepend}, nil
+		return prepend{v.Prepend, p.where(field)}, nil
 	case "Replace":
 		var v struct {
 			Pattern json.RawMessage `json:"pattern"`
@@ -512,7 +517,7 @@ func (p *parser) normalizerAt(field string, raw json.RawMessage) (normalizer, er
 		if err != nil {
 			return nil, err
 		}
-		return replace{pat, v.Content}, nil
+		return replace{pat, v.Content, p.where(field)}, nil
 	case "Strip":
 		var v struct {
 			Left  bool `json:"strip_left"`
@@ -719,7 +724,7 @@ func (p *parser) decoderAt(field string, raw json.RawMessage) (decoder, error) {
 		if err != nil {
 			return nil, err
 		}
-		return replaceDecoder{pat, v.Content}, nil
+		return replaceDecoder{pat, v.Content, p.where(field)}, nil
 	case "ByteFallback":
 		return byteFallbackDecoder{}, nil
 	case "Fuse":

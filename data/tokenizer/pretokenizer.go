@@ -12,7 +12,7 @@ type piece struct {
 // pre-tokenizers. The byte-level mapping of ByteLevel is not done here but
 // on each final piece (see Tokenizer.byteLevel).
 type preTokenizer interface {
-	split(dst []piece, p piece, st *encState) []piece
+	split(dst []piece, p piece, st *encState) ([]piece, error)
 }
 
 // splitBehavior is HF's SplitDelimiterBehavior: what becomes of the matches.
@@ -42,7 +42,7 @@ type splitPre struct {
 }
 
 // split is HF's NormalizedString::split.
-func (sp *splitPre) split(dst []piece, p piece, st *encState) []piece {
+func (sp *splitPre) split(dst []piece, p piece, st *encState) ([]piece, error) {
 	s := p.s
 	if sp.pattern.llama3 && sp.behavior == splitIsolated && !sp.invert {
 		// The fast path of Llama 3: every character is in some match.
@@ -51,9 +51,12 @@ func (sp *splitPre) split(dst []piece, p piece, st *encState) []piece {
 			dst = append(dst, piece{s[i:j], p.start && i == 0})
 			i = j
 		}
-		return dst
+		return dst, nil
 	}
-	st.matches = sp.pattern.appendMatches(st.matches[:0], s)
+	var err error
+	if st.matches, err = sp.pattern.appendMatches(st.matches[:0], s); err != nil {
+		return dst, err
+	}
 	// All of s as ranges, each flagged as match or not (HF's find_matches).
 	ranges := st.ranges[:0]
 	last := 0
@@ -119,7 +122,7 @@ func (sp *splitPre) split(dst []piece, p piece, st *encState) []piece {
 			emit(out[i])
 		}
 	}
-	return dst
+	return dst, nil
 }
 
 type flagged struct {
@@ -136,12 +139,12 @@ type byteLevelPre struct {
 	regex          *splitPre // nil unless use_regex
 }
 
-func (b *byteLevelPre) split(dst []piece, p piece, st *encState) []piece {
+func (b *byteLevelPre) split(dst []piece, p piece, st *encState) ([]piece, error) {
 	if b.addPrefixSpace && !strings.HasPrefix(p.s, " ") {
 		p.s = " " + p.s
 	}
 	if b.regex == nil {
-		return append(dst, p)
+		return append(dst, p), nil
 	}
 	return b.regex.split(dst, p, st)
 }
@@ -163,7 +166,7 @@ const (
 	prependNever
 )
 
-func (m *metaspacePre) split(dst []piece, p piece, st *encState) []piece {
+func (m *metaspacePre) split(dst []piece, p piece, st *encState) ([]piece, error) {
 	s := strings.ReplaceAll(p.s, " ", m.replacement)
 	if !strings.HasPrefix(s, m.replacement) &&
 		(m.prepend == prependAlways || m.prepend == prependFirst && p.start) {
@@ -171,7 +174,7 @@ func (m *metaspacePre) split(dst []piece, p piece, st *encState) []piece {
 	}
 	p.s = s
 	if m.split_ == nil {
-		return append(dst, p)
+		return append(dst, p), nil
 	}
 	return m.split_.split(dst, p, st)
 }
@@ -180,7 +183,7 @@ func (m *metaspacePre) split(dst []piece, p piece, st *encState) []piece {
 // parser flattens nested sequences and leaves out those of one member.
 type preTokenizerSeq []preTokenizer
 
-func (q preTokenizerSeq) split(dst []piece, p piece, st *encState) []piece {
+func (q preTokenizerSeq) split(dst []piece, p piece, st *encState) ([]piece, error) {
 	cur := []piece{p}
 	for i, pt := range q {
 		var next []piece
@@ -188,12 +191,15 @@ func (q preTokenizerSeq) split(dst []piece, p piece, st *encState) []piece {
 			next = dst
 		}
 		for _, c := range cur {
-			next = pt.split(next, c, st)
+			var err error
+			if next, err = pt.split(next, c, st); err != nil {
+				return dst, err
+			}
 		}
 		cur = next
 	}
 	if len(q) == 0 {
-		return append(dst, p)
+		return append(dst, p), nil
 	}
-	return cur
+	return cur, nil
 }

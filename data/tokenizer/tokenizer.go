@@ -15,10 +15,20 @@
 // Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip and Metaspace; and
 // the post-processors TemplateProcessing, BertProcessing, RobertaProcessing,
 // ByteLevel and Sequence. Anything else is an error that names the file and
-// the field. Split patterns other than the Llama 3 one run on regexp2, whose
-// syntax and semantics are close to, but not exactly, those of Oniguruma,
-// HF's engine. The truncation and padding settings are ignored: Encode
-// returns all the tokens of the text.
+// the field. Regular expressions other than the Llama 3 pattern are read by
+// regexp2, whose syntax and semantics are close to, but not exactly, those
+// of Oniguruma, HF's engine; those that need no backtracking run on Go's
+// regexp, in linear time, and the others (look-around, back-references,
+// atomic groups) on regexp2, each search within a time budget. The
+// truncation and padding settings are ignored: Encode returns all the
+// tokens of the text.
+//
+// A hostile tokenizer.json cannot make encoding or decoding hang or exhaust
+// memory: a search past its budget, or normalizers or decoders that would
+// write more than a bounded multiple of their input (see growth), fail with
+// an error that names the file and the component, which EncodeChecked and
+// DecodeChecked return. The memory of BPE is linear in the longest word,
+// about 20 bytes a character.
 //
 // # Added tokens
 //
@@ -57,6 +67,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -119,9 +130,8 @@ type encState struct {
 	buf      []byte
 	ids      []int32
 	pairs    []merge
-	prev     []int32
 	next     []int32
-	heap     candidates
+	heap     mergeHeap
 	cache    map[string]span
 	arena    []int32
 }
@@ -167,14 +177,53 @@ func (t *Tokenizer) getState() *encState {
 }
 
 // Encode returns the token ids of text. It takes any string, valid UTF-8 or
-// not (see the package documentation).
+// not (see the package documentation). On a text that the tokenizer fails
+// to encode, which only a hostile tokenizer.json can make happen (a regular
+// expression that backtracks without end, normalizers that blow the text
+// up), it returns nil; EncodeChecked says why.
 func (t *Tokenizer) Encode(text string, opt EncodeOptions) []int32 {
+	ids, _ := t.EncodeChecked(text, opt)
+	return ids
+}
+
+// EncodeChecked is Encode with its error: one that names the tokenizer file
+// and the component (such as normalizer.normalizers[2]) that failed.
+func (t *Tokenizer) EncodeChecked(text string, opt EncodeOptions) ([]int32, error) {
 	st := t.getState()
-	defer t.states.Put(st)
+	defer t.putState(st)
 	return t.encode(st, text, opt)
 }
 
-func (t *Tokenizer) encode(st *encState, text string, opt EncodeOptions) []int32 {
+// putState returns st to the pool without the scratch space that a long
+// text made it grow, which the pool would otherwise hold.
+func (t *Tokenizer) putState(st *encState) {
+	const most = maxKeptSymbols
+	if cap(st.segments) > most {
+		st.segments = nil
+	}
+	if cap(st.pieces) > most {
+		st.pieces = nil
+	}
+	if cap(st.matches) > most {
+		st.matches = nil
+	}
+	if cap(st.ranges) > most {
+		st.ranges = nil
+	}
+	if cap(st.buf) > 4*most {
+		st.buf = nil
+	}
+	t.states.Put(st)
+}
+
+// maxText bounds the bytes of a text to encode, so that positions within
+// it fit the int32 of the BPE merge.
+const maxText = math.MaxInt32
+
+func (t *Tokenizer) encode(st *encState, text string, opt EncodeOptions) ([]int32, error) {
+	if len(text) > maxText {
+		return nil, fmt.Errorf("tokenizer: a text of %d bytes is longer than the %d that can be encoded at once", len(text), maxText)
+	}
 	ids := make([]int32, 0, len(text)/4+len(t.prefix)+len(t.suffix)+1)
 	if opt.AddSpecial {
 		ids = append(ids, t.prefix...)
@@ -186,12 +235,17 @@ func (t *Tokenizer) encode(st *encState, text string, opt EncodeOptions) []int32
 			ids = append(ids, seg.id)
 			continue
 		}
-		s := seg.text
-		if t.normalizer != nil {
-			s = t.normalizer.normalize(s)
+		s, err := t.normalize(seg.text)
+		if err != nil {
+			return nil, err
+		}
+		if len(s) > maxText {
+			return nil, fmt.Errorf("tokenizer: a text normalized to %d bytes is longer than the %d that can be encoded at once", len(s), maxText)
 		}
 		if t.normAdded.empty() {
-			ids = t.encodePiece(st, ids, piece{s, seg.start})
+			if ids, err = t.encodePiece(st, ids, piece{s, seg.start}); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		// Added tokens that match normalized text. The segments are
@@ -199,30 +253,41 @@ func (t *Tokenizer) encode(st *encState, text string, opt EncodeOptions) []int32
 		for _, sub := range t.normAdded.split(nil, s, opt.SplitSpecial, seg.start) {
 			if sub.id >= 0 {
 				ids = append(ids, sub.id)
-			} else {
-				ids = t.encodePiece(st, ids, piece{sub.text, sub.start})
+			} else if ids, err = t.encodePiece(st, ids, piece{sub.text, sub.start}); err != nil {
+				return nil, err
 			}
 		}
 	}
 	if opt.AddSpecial {
 		ids = append(ids, t.suffix...)
 	}
-	return ids
+	return ids, nil
+}
+
+// normalize applies the normalizer to s, within the bound of chainGrowth.
+func (t *Tokenizer) normalize(s string) (string, error) {
+	if t.normalizer == nil {
+		return s, nil
+	}
+	return t.normalizer.normalize(s, bound(len(s), chainGrowth))
 }
 
 // encodePiece pre-tokenizes normalized text and appends the tokens of its words.
-func (t *Tokenizer) encodePiece(st *encState, ids []int32, p piece) []int32 {
+func (t *Tokenizer) encodePiece(st *encState, ids []int32, p piece) ([]int32, error) {
 	if p.s == "" {
-		return ids
+		return ids, nil
 	}
 	if t.pre == nil {
-		return t.encodeWord(st, ids, p.s)
+		return t.encodeWord(st, ids, p.s), nil
 	}
-	st.pieces = t.pre.split(st.pieces[:0], p, st)
+	var err error
+	if st.pieces, err = t.pre.split(st.pieces[:0], p, st); err != nil {
+		return nil, err
+	}
 	for _, w := range st.pieces {
 		ids = t.encodeWord(st, ids, w.s)
 	}
-	return ids
+	return ids, nil
 }
 
 func (t *Tokenizer) encodeWord(st *encState, ids []int32, w string) []int32 {
@@ -236,9 +301,37 @@ func (t *Tokenizer) encodeWord(st *encState, ids []int32, w string) []int32 {
 
 // EncodeBatch encodes texts on threads goroutines (0 means GOMAXPROCS) and
 // returns their token ids in the order of texts. The result does not depend
-// on threads.
+// on threads. A text that fails to encode (see Encode) has nil ids;
+// EncodeBatchChecked says why.
 func (t *Tokenizer) EncodeBatch(texts []string, opt EncodeOptions, threads int) [][]int32 {
-	out := make([][]int32, len(texts))
+	out, _ := t.encodeBatch(texts, opt, threads)
+	return out
+}
+
+// EncodeBatchChecked is EncodeBatch with the error of the first text (in the
+// order of texts) that failed to encode, with its index.
+func (t *Tokenizer) EncodeBatchChecked(texts []string, opt EncodeOptions, threads int) ([][]int32, error) {
+	out, errs := t.encodeBatch(texts, opt, threads)
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("text %d of %d: %w", i, len(texts), err)
+		}
+	}
+	return out, nil
+}
+
+// encodeBatch encodes texts, with each one's error, or nil errs if none.
+func (t *Tokenizer) encodeBatch(texts []string, opt EncodeOptions, threads int) (out [][]int32, errs []error) {
+	out = make([][]int32, len(texts))
+	var mu sync.Mutex
+	fail := func(i int, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if errs == nil {
+			errs = make([]error, len(texts))
+		}
+		errs[i] = err
+	}
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
@@ -246,40 +339,55 @@ func (t *Tokenizer) EncodeBatch(texts []string, opt EncodeOptions, threads int) 
 	if threads <= 1 {
 		st := t.getState()
 		for i, s := range texts {
-			out[i] = t.encode(st, s, opt)
+			var err error
+			if out[i], err = t.encode(st, s, opt); err != nil {
+				fail(i, err)
+			}
 		}
-		t.states.Put(st)
-		return out
+		t.putState(st)
+		return out, errs
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range threads {
 		wg.Go(func() {
 			st := t.getState()
-			defer t.states.Put(st)
+			defer t.putState(st)
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= len(texts) {
 					return
 				}
-				out[i] = t.encode(st, texts[i], opt)
+				var err error
+				if out[i], err = t.encode(st, texts[i], opt); err != nil {
+					fail(i, err)
+				}
 			}
 		})
 	}
 	wg.Wait()
-	return out
+	return out, errs
 }
 
 // Decode returns the text of ids, special tokens included, as HF's
 // decode(ids, skip_special_tokens=False). Ids that name no token are skipped,
-// as in HF.
-func (t *Tokenizer) Decode(ids []int32) string { return t.decode(ids, false) }
+// as in HF. If the decoder fails, which only a hostile tokenizer.json can
+// make happen (see Encode), it returns ""; DecodeChecked says why.
+func (t *Tokenizer) Decode(ids []int32) string {
+	s, _ := t.DecodeChecked(ids, false)
+	return s
+}
 
 // DecodeSkipSpecial is Decode without the special tokens, as HF's
 // decode(ids, skip_special_tokens=True).
-func (t *Tokenizer) DecodeSkipSpecial(ids []int32) string { return t.decode(ids, true) }
+func (t *Tokenizer) DecodeSkipSpecial(ids []int32) string {
+	s, _ := t.DecodeChecked(ids, true)
+	return s
+}
 
-func (t *Tokenizer) decode(ids []int32, skipSpecial bool) string {
+// DecodeChecked is Decode, or DecodeSkipSpecial if skipSpecial, with its
+// error: one that names the tokenizer file and the decoder that failed.
+func (t *Tokenizer) DecodeChecked(ids []int32, skipSpecial bool) (string, error) {
 	if t.byteLevelOnly {
 		var b []byte
 		for _, id := range ids {
@@ -287,18 +395,24 @@ func (t *Tokenizer) decode(ids []int32, skipSpecial bool) string {
 				b = appendByteLevelDecoded(b, t.tokens[id])
 			}
 		}
-		return lossyString(b)
+		return lossyString(b), nil
 	}
 	tokens := make([]string, 0, len(ids))
+	n := 0
 	for _, id := range ids {
 		if t.has(id) && !(skipSpecial && t.special[id]) {
 			tokens = append(tokens, t.tokens[id])
+			n += len(t.tokens[id])
 		}
 	}
 	if t.decoder == nil {
-		return strings.Join(tokens, " ")
+		return strings.Join(tokens, " "), nil
 	}
-	return strings.Join(t.decoder.decodeChain(tokens), "")
+	tokens, err := t.decoder.decodeChain(tokens, bound(n, chainGrowth))
+	if err != nil {
+		return "", err
+	}
+	return strings.Join(tokens, ""), nil
 }
 
 func (t *Tokenizer) has(id int32) bool { return id >= 0 && int(id) < len(t.known) && t.known[id] }
