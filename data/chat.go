@@ -414,7 +414,9 @@ func (t *ChatTemplate) Encode(tok *tokenizer.Tokenizer, msgs []Message) (ids []i
 	if err != nil {
 		return nil, nil, err
 	}
-	ids = tok.Encode(full, opt)
+	if ids, err = tok.EncodeChecked(full, opt); err != nil {
+		return nil, nil, err
+	}
 	mask = make([]uint8, len(ids))
 	prefix := func(k int, gen bool) (int, error) {
 		s, err := t.Render(msgs[:k], gen)
@@ -427,7 +429,10 @@ func (t *ChatTemplate) Encode(tok *tokenizer.Tokenizer, msgs []Message) (ids []i
 		if !strings.HasPrefix(full, s) {
 			return 0, fmt.Errorf("chat template (%s): the rendering of the first %d messages is not a prefix of the conversation's", t.Name, k)
 		}
-		p := tok.Encode(s, opt)
+		p, err := tok.EncodeChecked(s, opt)
+		if err != nil {
+			return 0, err
+		}
 		if len(p) > len(ids) || !slices.Equal(p, ids[:len(p)]) {
 			return 0, fmt.Errorf("chat template (%s): the tokens of the first %d messages are not a prefix of the conversation's", t.Name, k)
 		}

@@ -180,13 +180,18 @@ func Prepare(out string, inputs []string, tok *tokenizer.Tokenizer, cfg PrepareC
 					texts = append(texts, d.Text)
 				}
 			}
-			ids := tok.EncodeBatch(texts, opt, cfg.Threads)
+			ids, errs := tok.EncodeBatchEach(texts, opt, cfg.Threads)
+			k := 0
 			for i := range chunk {
 				if chunk[i].IDs == nil {
-					chunk[i].IDs, ids = ids[0], ids[1:]
+					chunk[i].IDs = ids[k]
+					if errs != nil && errs[k] != nil {
+						chunk[i].encodeErr = strings.ReplaceAll(errs[k].Error(), "\n", " ")
+					}
 					if chunk[i].IDs == nil {
 						chunk[i].IDs = []int32{}
 					}
+					k++
 				}
 			}
 			if !send(encoded, chunk) {
@@ -215,6 +220,9 @@ func Prepare(out string, inputs []string, tok *tokenizer.Tokenizer, cfg PrepareC
 			if len(doc.IDs) == 0 {
 				p := Problem{Source: doc.Source, Line: doc.Line, Row: parquetFiles[doc.Source],
 					Kind: EmptyText, Detail: "the text encodes to no tokens"}
+				if doc.encodeErr != "" {
+					p.Kind, p.Detail = EncodeFailed, doc.encodeErr
+				}
 				encProblems.Add(p)
 				perSource[doc.Source]++
 				if ropt.Strict {

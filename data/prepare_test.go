@@ -183,3 +183,35 @@ func TestPreparePretokenized(t *testing.T) {
 		t.Errorf("manifest %+v", m)
 	}
 }
+
+// TestPrepareReportsEncodeFailures: a document the tokenizer refuses (a
+// normalizer past its output bound) is an encode-failed problem naming
+// the tokenizer's field, not "encodes to no tokens", and the others are
+// kept; in strict mode it stops the preparation.
+func TestPrepareReportsEncodeFailures(t *testing.T) {
+	rs := `{"type": "Replace", "pattern": {"String": "a"}, "content": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"}`
+	tj := `{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}, "normalizer": {"type": "Sequence", "normalizers": [` +
+		rs + `, ` + rs + `, ` + rs + `]}}`
+	tok, err := tokenizer.Parse("bomb.json", []byte(tj), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	in := writeFile(t, dir, "in.jsonl", `{"text": "bbb"}`+"\n"+`{"text": "aaaa"}`+"\n"+`{"text": "bb"}`+"\n")
+	m, err := Prepare(filepath.Join(dir, "out"), []string{in}, tok, PrepareConfig{SeqLen: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Counts.Documents != 2 {
+		t.Errorf("%d documents kept, want 2", m.Counts.Documents)
+	}
+	ex := m.Problems.Examples
+	if len(ex) != 1 || ex[0].Kind != EncodeFailed || ex[0].Line != 2 || !strings.Contains(ex[0].Detail, "bomb.json: normalizer.normalizers[") {
+		t.Errorf("problems %+v, want one encode-failed on line 2 naming the normalizer", m.Problems)
+	}
+	_, err = Prepare(filepath.Join(dir, "strict"), []string{in}, tok, PrepareConfig{SeqLen: 4, Read: ReadOptions{Strict: true}})
+	var re *RecordError
+	if !errors.As(err, &re) || re.Problem.Kind != EncodeFailed {
+		t.Errorf("strict: %v, want a RecordError of kind %s", err, EncodeFailed)
+	}
+}

@@ -20,6 +20,7 @@ const (
 	EmptyText    ProblemKind = "empty"         // the text is empty or white space, or the list is empty
 	BadToken     ProblemKind = "bad-token"     // a pre-tokenized id outside the vocabulary
 	LineTooLong  ProblemKind = "too-long"      // a line longer than ReadOptions.MaxLineBytes
+	EncodeFailed ProblemKind = "encode-failed" // the tokenizer refused the text (a regular expression over its time budget, a normalizer past its output bound)
 	SkippedFile  ProblemKind = "skipped-file"  // a file in a folder whose extension names no format, or not a regular file
 )
 

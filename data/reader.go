@@ -40,8 +40,9 @@ type Document struct {
 	// Mask is the loss mask of a chat document's IDs: 1 for a token of an
 	// assistant turn, 0 for the prompt. nil for other documents.
 	Mask []uint8
-	// chatErr is why Prepare could not render Messages.
-	chatErr string
+	// chatErr is why Prepare could not render Messages; encodeErr why the
+	// tokenizer could not encode Text.
+	chatErr, encodeErr string
 }
 
 // A Format is an input file format.

@@ -12,6 +12,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/memtrain/memtrain/internal/atomicfile"
 )
@@ -26,7 +28,8 @@ type StoreWriter struct {
 	w         *bufio.Writer
 	mf        *os.File // mask.bin, for a chat dataset (Settings.Chat)
 	mw        *bufio.Writer
-	mask      []uint8 // the mask of every token, kept for the counts
+	lock      *os.File // tempLockFile in tmp, locked while the writer writes
+	mask      []uint8  // the mask of every token, kept for the counts
 	tokens    int64
 	recs      []record
 	srcIndex  map[string]uint32
@@ -66,12 +69,21 @@ func CreateStore(dir string, tok TokenizerInfo, set Settings) (*StoreWriter, err
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return nil, fmt.Errorf("data: %w", err)
 	}
+	// A writer killed before it committed or aborted left its temporary
+	// folder: those of this dataset that no live writer holds go first.
+	removeStaleTemps(parent, base)
 	tmp, err := os.MkdirTemp(parent, "."+base+".tmp-*")
 	if err != nil {
 		return nil, fmt.Errorf("data: %w", err)
 	}
+	lock, err := lockTemp(tmp)
+	if err != nil {
+		os.RemoveAll(tmp)
+		return nil, fmt.Errorf("data: %w", err)
+	}
 	f, err := os.Create(filepath.Join(tmp, TokensFile))
 	if err != nil {
+		lock.Close()
 		os.RemoveAll(tmp)
 		return nil, fmt.Errorf("data: %w", err)
 	}
@@ -81,12 +93,13 @@ func CreateStore(dir string, tok TokenizerInfo, set Settings) (*StoreWriter, err
 		version = MaskedVersion
 		if mf, err = os.Create(filepath.Join(tmp, MaskFile)); err != nil {
 			f.Close()
+			lock.Close()
 			os.RemoveAll(tmp)
 			return nil, fmt.Errorf("data: %w", err)
 		}
 	}
 	w := &StoreWriter{
-		dir: dir, tmp: tmp, f: f, w: bufio.NewWriterSize(f, 1<<20),
+		dir: dir, tmp: tmp, lock: lock, f: f, w: bufio.NewWriterSize(f, 1<<20),
 		srcIndex: map[string]uint32{},
 		m: Manifest{
 			Format: manifestFormat, Version: version, DType: "uint32",
@@ -345,6 +358,11 @@ func (w *StoreWriter) commit(sources []Source, problems *Problems) (*Manifest, e
 	if err := writeSynced(filepath.Join(w.tmp, ManifestFile), append(js, '\n')); err != nil {
 		return nil, err
 	}
+	// The lock file is no part of the dataset: it goes before the folder
+	// is synced and renamed (its lock held until the rename is done).
+	if err := os.Remove(filepath.Join(w.tmp, tempLockFile)); err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
 	if err := atomicfile.SyncDir(w.tmp); err != nil {
 		return nil, err
 	}
@@ -359,6 +377,8 @@ func (w *StoreWriter) commit(sources []Source, problems *Problems) (*Manifest, e
 		return nil, fmt.Errorf("data: %w", err)
 	}
 	w.tmp = ""
+	w.lock.Close()
+	w.lock = nil
 	parent := filepath.Dir(filepath.Clean(w.dir))
 	if err := atomicfile.SyncDir(parent); err != nil {
 		return nil, err
@@ -411,7 +431,80 @@ func (w *StoreWriter) Abort() error {
 	}
 	err := os.RemoveAll(w.tmp)
 	w.tmp = ""
+	if w.lock != nil {
+		w.lock.Close()
+		w.lock = nil
+	}
 	return err
+}
+
+// tempLockFile is the lock file in a dataset's temporary folder: a writer
+// holds an advisory lock on it (flock, released by the kernel however
+// the writer ends) from the folder's making to its rename, so that a
+// later writer of the same dataset tells a live writer's temporary folder
+// from one that a killed writer left behind.
+const tempLockFile = ".writer.lock"
+
+// lockTemp creates and locks the lock file of the temporary folder tmp.
+func lockTemp(tmp string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(tmp, tempLockFile), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if held, err := tryLock(f); err != nil && !errors.Is(err, errNoLocks) || held {
+		f.Close()
+		if err == nil {
+			err = fmt.Errorf("%s is locked by another process", f.Name())
+		}
+		return nil, err
+	}
+	return f, nil
+}
+
+// staleAge is how old a temporary folder without a lock file must be to
+// be stale: a live writer locks its folder at once; older releases did
+// not lock theirs.
+const staleAge = time.Minute
+
+// removeStaleTemps removes, from the folder parent, the temporary folders
+// of the dataset base that their writers left (killed before they
+// committed or aborted): only folders named as CreateStore names them,
+// .BASE.tmp-DIGITS, and only those whose lock no live process holds (or,
+// without a lock file, older than staleAge). Where locks cannot be taken
+// it removes nothing. A folder it cannot read or remove stays.
+func removeStaleTemps(parent, base string) {
+	entries, err := os.ReadDir(parent)
+	if err != nil {
+		return
+	}
+	prefix := "." + base + ".tmp-"
+	for _, e := range entries {
+		name := e.Name()
+		digits := strings.TrimPrefix(name, prefix)
+		if !e.IsDir() || len(digits) == len(name) || digits == "" || strings.Trim(digits, "0123456789") != "" {
+			continue // not a folder (a link is not one), or not a temporary's name
+		}
+		path := filepath.Join(parent, name)
+		if !staleTemp(path) {
+			continue
+		}
+		os.RemoveAll(path)
+	}
+}
+
+// staleTemp says whether the temporary folder path is no live writer's.
+func staleTemp(path string) bool {
+	f, err := os.OpenFile(filepath.Join(path, tempLockFile), os.O_RDWR, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		fi, err := os.Lstat(path)
+		return err == nil && time.Since(fi.ModTime()) > staleAge
+	}
+	if err != nil {
+		return false
+	}
+	defer f.Close() // releases the lock taken
+	held, err := tryLock(f)
+	return err == nil && !held
 }
 
 // writeSynced creates the file at path with data and syncs it.

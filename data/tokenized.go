@@ -47,7 +47,12 @@ func ReadTokenized(paths []string, tok *tokenizer.Tokenizer, bos bool, opt ReadO
 		docs = append(docs, d)
 	}
 	if len(texts) > 0 {
-		for i, ids := range tok.EncodeBatch(texts, tokenizer.EncodeOptions{AddSpecial: bos}, 0) {
+		enc, errs := tok.EncodeBatchEach(texts, tokenizer.EncodeOptions{AddSpecial: bos}, 0)
+		for i, ids := range enc {
+			if errs != nil && errs[i] != nil {
+				d := docs[slots[i]]
+				return nil, nil, fmt.Errorf("data: %s:%d: %w", d.Source, d.Line, errs[i])
+			}
 			docs[slots[i]].IDs, docs[slots[i]].Text = ids, ""
 		}
 	}

@@ -308,6 +308,13 @@ func (t *Tokenizer) EncodeBatch(texts []string, opt EncodeOptions, threads int) 
 	return out
 }
 
+// EncodeBatchEach is EncodeBatch with each text's error: errs is nil when
+// every text encoded, else errs[i] is text i's (nil ids), so that a caller
+// can report the texts that failed and keep the others.
+func (t *Tokenizer) EncodeBatchEach(texts []string, opt EncodeOptions, threads int) (ids [][]int32, errs []error) {
+	return t.encodeBatch(texts, opt, threads)
+}
+
 // EncodeBatchChecked is EncodeBatch with the error of the first text (in the
 // order of texts) that failed to encode, with its index.
 func (t *Tokenizer) EncodeBatchChecked(texts []string, opt EncodeOptions, threads int) ([][]int32, error) {
