@@ -38,6 +38,8 @@ func TestParseErrors(t *testing.T) {
 		{minimal(`{"type": "BPE", "merges": []}`), `model.vocab: missing`},
 		{minimal(`{"type": "BPE", "vocab": null}`), `model.vocab: missing`},
 		{minimal(`{"type": "BPE", "vocab": ["a"]}`), `model.vocab: got JSON array, want object`},
+		{minimal(`{"type": "BPE", "vocab": {"b": 0, "c": 1, "a": 0}, "merges": []}`), `model.vocab: tokens "a" and "b" have the same id 0 (want one id a token)`},
+		{minimal(`{"type": "BPE", "vocab": {"a": 0, "a": 1}, "merges": []}`), `model.vocab: token "a" appears twice`},
 		{minimal(`{"type": "BPE", "vocab": {"a": "x"}}`), `model.vocab: token "a" has id "x", want an integer in [0, 2³¹)`},
 		{minimal(`{"type": "BPE", "vocab": {"a": -1}}`), `model.vocab: token "a" has id -1, want an integer in [0, 2³¹)`},
 		{minimal(`{"type": "BPE", "vocab": {"a": 1.5}}`), `model.vocab: token "a" has id 1.5, want an integer in [0, 2³¹)`},

@@ -114,6 +114,9 @@ func fastVocab(b []byte) (map[string]int32, bool) {
 		if !ok {
 			return nil, false
 		}
+		if _, dup := m[k]; dup {
+			return nil, false // the slow path names the duplicate
+		}
 		m[k] = v
 		if s.consume(',') {
 			continue

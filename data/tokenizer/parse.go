@@ -185,6 +185,29 @@ func (p *parser) model(raw json.RawMessage) error {
 	for _, id := range m.vocab {
 		maxID = max(maxID, id)
 	}
+	if int(maxID) < 2*len(m.vocab)+maxSparseIDs {
+		// Two tokens with one id would make decoding depend on which one
+		// the table keeps: refused, naming both (in sorted order, so that
+		// the message does not depend on map order).
+		owner := make([]string, maxID+1)
+		taken := make([]bool, maxID+1)
+		var dup []string
+		var dupID int32
+		for tok, id := range m.vocab {
+			if taken[id] {
+				if cand := []string{min(owner[id], tok), max(owner[id], tok)}; dup == nil || cand[0] < dup[0] {
+					dup, dupID = cand, id
+				}
+			}
+			if !taken[id] || tok < owner[id] {
+				owner[id] = tok
+			}
+			taken[id] = true
+		}
+		if dup != nil {
+			return p.errorf("model.vocab", "tokens %q and %q have the same id %d (want one id a token)", dup[0], dup[1], dupID)
+		}
+	}
 	if int(maxID) >= 2*len(m.vocab)+maxSparseIDs {
 		return p.errorf("model.vocab", "ids up to %d for %d tokens are too sparse", maxID, len(m.vocab))
 	}
@@ -212,11 +235,7 @@ func (p *parser) model(raw json.RawMessage) error {
 	t.tokens = make([]string, maxID+1)
 	t.known = make([]bool, maxID+1)
 	for tok, id := range m.vocab {
-		// Two tokens with one id: keep the smaller, so that the table
-		// does not depend on map order.
-		if !t.known[id] || tok < t.tokens[id] {
-			t.tokens[id] = tok
-		}
+		t.tokens[id] = tok // one token an id: checked above
 		t.known[id] = true
 	}
 	t.vocab = make(map[string]int32, len(m.vocab))
@@ -231,6 +250,9 @@ func (p *parser) vocab(m *bpe, raw json.RawMessage) error {
 	var entries map[string]json.RawMessage
 	if err := p.unmarshal("model.vocab", raw, &entries); err != nil {
 		return err
+	}
+	if k, ok := duplicateKey(raw); ok {
+		return p.errorf("model.vocab", "token %q appears twice", k)
 	}
 	m.vocab = make(map[string]int32, len(entries))
 	for _, tok := range slices.Sorted(maps.Keys(entries)) {
@@ -1027,4 +1049,30 @@ func usesMetaspace(t *Tokenizer) bool {
 		}
 	}
 	return false
+}
+
+// duplicateKey returns the first key that a JSON object (already known to
+// parse) holds twice: encoding/json keeps the last silently.
+func duplicateKey(raw []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return "", false
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		k, _ := t.(string)
+		if seen[k] {
+			return k, true
+		}
+		seen[k] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return "", false
+		}
+	}
+	return "", false
 }
