@@ -275,3 +275,24 @@ func TestMergeLargeRandom(t *testing.T) {
 		}
 	}
 }
+
+// TestWordBounded: a word past MaxWordBytes is refused, saying why,
+// before its merge allocates; one at the bound still encodes.
+func TestWordBounded(t *testing.T) {
+	tok, err := Parse("t.json", []byte(minimal(okModel)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("ab", MaxWordBytes/2+1)
+	var ids []int32
+	n := allocated(func() { ids, err = tok.EncodeChecked(long, EncodeOptions{}) })
+	if err == nil || !strings.Contains(err.Error(), "is longer than the 16777216 one can be") {
+		t.Errorf("a word of %d bytes: %d ids, %v", len(long), len(ids), err)
+	}
+	if n > 64<<20 {
+		t.Errorf("refusing it allocated %d bytes", n)
+	}
+	if ids, err := tok.EncodeChecked(long[:MaxWordBytes], EncodeOptions{}); err != nil || len(ids) != MaxWordBytes/2 {
+		t.Errorf("a word at the bound: %d ids, %v", len(ids), err)
+	}
+}

@@ -264,6 +264,18 @@ func (t *Tokenizer) encode(st *encState, text string, opt EncodeOptions) ([]int3
 	return ids, nil
 }
 
+// MaxWordBytes bounds one pre-tokenized word, the unit BPE merges: its
+// merge holds about 22 bytes a byte of the word (TestBPELongWordMemory),
+// so a word of this size takes some 370 MB; a longer one (a text with no
+// break the pre-tokenizer splits at, tens of megabytes of it) is refused
+// rather than tokenized differently from Hugging Face's tokenizers, which
+// have no bound.
+const MaxWordBytes = 16 << 20
+
+func wordTooLong(n int) error {
+	return fmt.Errorf("tokenizer: a word of %d bytes (no break the pre-tokenizer splits at) is longer than the %d one can be", n, MaxWordBytes)
+}
+
 // normalize applies the normalizer to s, within the bound of chainGrowth.
 func (t *Tokenizer) normalize(s string) (string, error) {
 	if t.normalizer == nil {
@@ -278,6 +290,9 @@ func (t *Tokenizer) encodePiece(st *encState, ids []int32, p piece) ([]int32, er
 		return ids, nil
 	}
 	if t.pre == nil {
+		if len(p.s) > MaxWordBytes {
+			return nil, wordTooLong(len(p.s))
+		}
 		return t.encodeWord(st, ids, p.s), nil
 	}
 	var err error
@@ -285,6 +300,9 @@ func (t *Tokenizer) encodePiece(st *encState, ids []int32, p piece) ([]int32, er
 		return nil, err
 	}
 	for _, w := range st.pieces {
+		if len(w.s) > MaxWordBytes {
+			return nil, wordTooLong(len(w.s))
+		}
 		ids = t.encodeWord(st, ids, w.s)
 	}
 	return ids, nil
