@@ -100,6 +100,13 @@ func ParseConfig(name string, b []byte) (*Config, error) {
 	if dec.More() {
 		return nil, fail("", "trailing data after the JSON object")
 	}
+	// encoding/json keeps the last of a key given twice, silently: which
+	// one a reader takes is not for it to choose.
+	if key, twice := duplicateKey(b); twice && key == "" {
+		return nil, fail("", `the empty key "" given twice (want each key once)`)
+	} else if twice {
+		return nil, fail(key, "given twice (want each key once)")
+	}
 	p := fieldParser{raw: raw, fail: fail}
 	c := &Config{}
 	c.Architectures = p.strings("architectures")
@@ -147,6 +154,74 @@ func ParseConfig(name string, b []byte) (*Config, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// duplicateKey is the first key of a JSON document (already decoded, so
+// well formed) that an object gives twice, dotted after the keys of the
+// objects around it ("rope_scaling.factor"); twice is false when there
+// is none.
+func duplicateKey(b []byte) (key string, twice bool) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	type object struct {
+		path    string
+		array   bool // an array: its values have no keys
+		seen    map[string]bool
+		key     string // the last key read
+		wantKey bool   // the next token is a key (or the object's end)
+	}
+	var stack []*object // the open objects and arrays
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		var top *object
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if s, ok := tok.(string); ok && top != nil && top.wantKey {
+			if top.seen[s] {
+				return joinKey(top.path, s), true
+			}
+			top.seen[s] = true
+			top.key, top.wantKey = s, false
+			continue
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			path := ""
+			if top != nil {
+				path = top.path
+				if !top.array {
+					path = joinKey(top.path, top.key)
+				}
+			}
+			o := &object{path: path, array: tok == json.Delim('[')}
+			if !o.array {
+				o.seen, o.wantKey = map[string]bool{}, true
+			}
+			stack = append(stack, o)
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+			if len(stack) > 0 {
+				top = stack[len(stack)-1]
+			} else {
+				top = nil
+			}
+		}
+		if top != nil && !top.array {
+			top.wantKey = true // a value ends its key's pair
+		}
+	}
+}
+
+// joinKey is a key inside the object at path.
+func joinKey(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
 }
 
 // Size limits of a configuration. Every size is checked against them

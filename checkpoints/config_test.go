@@ -3,6 +3,7 @@ package checkpoints
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -210,6 +211,38 @@ func TestParseConfigNotJSON(t *testing.T) {
 	}
 }
 
+// TestParseConfigDuplicateKeys: a key given twice in config.json — at the
+// top or in a nested object — is refused naming the file and the key,
+// where encoding/json kept the last one silently; a key repeated in
+// another object, or a value equal to a key, is no duplicate.
+func TestParseConfigDuplicateKeys(t *testing.T) {
+	for _, tc := range []struct{ in, key string }{
+		{strings.Replace(base, `"hidden_size":64,`, `"hidden_size":64,"hidden_size":4096,`, 1), "hidden_size"},
+		{strings.Replace(base, `"vocab_size":100,`, `"vocab_size":100,"num_hidden_layers":2,`, 1), "num_hidden_layers"},
+		{strings.Replace(base, `"torch_dtype":"float32"`, `"torch_dtype":"float32","rope_scaling":{"rope_type":"llama3","factor":8,"factor":2}`, 1), "rope_scaling.factor"},
+		{strings.Replace(base, `"torch_dtype":"float32"`, `"torch_dtype":"float32","x":[{"a":1,"a":2}]`, 1), "x.a"},
+		{strings.Replace(base, `"torch_dtype":"float32"`, `"torch_dtype":"float32","":1,"":"x"`, 1), ""},
+	} {
+		_, err := ParseConfig("c.json", []byte(tc.in))
+		want := fmt.Sprintf(`checkpoints: c.json: field %q: given twice (want each key once)`, tc.key)
+		if tc.key == "" {
+			want = `checkpoints: c.json: the empty key "" given twice (want each key once)`
+		}
+		if err == nil || err.Error() != want {
+			t.Errorf("%s: error %v, want %q", tc.in, err, want)
+		}
+	}
+	for _, in := range []string{
+		base,
+		strings.Replace(base, `"torch_dtype":"float32"`, `"torch_dtype":"float32","a":{"factor":1},"b":{"factor":2},"factor":[{"factor":1},{"factor":2}]`, 1),
+		strings.Replace(base, `"torch_dtype":"float32"`, `"torch_dtype":"torch_dtype","":"","x":{"":{"":1}}`, 1),
+	} {
+		if _, err := ParseConfig("c.json", []byte(in)); err != nil && strings.Contains(err.Error(), "twice") {
+			t.Errorf("%s: %v", in, err)
+		}
+	}
+}
+
 func TestReadConfigFolderAndMissingFile(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := ReadConfig(dir); err == nil || !strings.Contains(err.Error(), "config.json") {
@@ -352,6 +385,8 @@ func FuzzConfig(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte(`{"hidden_size":1e400}`))
+	f.Add([]byte(strings.Replace(base, `"hidden_size":64,`, `"hidden_size":64,"hidden_size":4096,`, 1)))
+	f.Add([]byte(`{"rope_scaling":{"factor":1,"factor":2},"x":[{"a":1,"a":2}],"":1,"":2}`))
 	f.Add([]byte(`{"rope_scaling":{"rope_type":"llama3","factor":"x"}}`))
 	for _, edit := range []string{`"num_hidden_layers":1000000000`, `"num_hidden_layers":1024`, `"hidden_size":1099511627776,"head_dim":16`, `"vocab_size":4194304`} {
 		f.Add([]byte(strings.Replace(base, `"num_hidden_layers":2`, edit, 1)))

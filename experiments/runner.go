@@ -23,6 +23,7 @@ import (
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/data/assets"
 	"github.com/memtrain/memtrain/data/tokenizer"
+	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/experiments/report"
@@ -110,6 +111,12 @@ func (r *Runner) progress(p Progress) {
 // training starts.
 func (r *Runner) Run() (*report.Written, error) {
 	s := r.Spec
+	// The checks before any work take a time of their own per arm and per
+	// distinct base model, never per run: an arm's configuration differs
+	// between its seeds by the seed alone. Stop is polled throughout.
+	if r.stopped() {
+		return nil, &StoppedError{Phase: preRunCheck}
+	}
 	var runs []armRun
 	for i := range s.Arms {
 		a := &s.Arms[i]
@@ -117,12 +124,16 @@ func (r *Runner) Run() (*report.Written, error) {
 		if err != nil {
 			return nil, err
 		}
+		cfg, err := s.armConfig(a, s.Seeds[0])
+		if err != nil {
+			return nil, fmt.Errorf("experiments: arm %s: %w", a.Name, err)
+		}
 		for _, seed := range s.Seeds {
-			cfg, err := s.armConfig(a, seed)
-			if err != nil {
-				return nil, fmt.Errorf("experiments: arm %s: %w", a.Name, err)
-			}
+			cfg.Seed = seed
 			runs = append(runs, armRun{arm: a, seed: seed, base: base, cfg: cfg})
+		}
+		if r.stopped() {
+			return nil, &StoppedError{Phase: preRunCheck}
 		}
 	}
 	// One process at a time runs a study in its folder.
@@ -142,6 +153,9 @@ func (r *Runner) Run() (*report.Written, error) {
 	}
 	if err := r.checkLaunch(runs); err != nil {
 		return nil, err
+	}
+	if r.stopped() {
+		return nil, &StoppedError{Phase: preRunCheck}
 	}
 	if err := r.prepareData(); err != nil {
 		return nil, err
@@ -221,9 +235,14 @@ func (r *Runner) openTokenizer(runs []armRun) error {
 		return fmt.Errorf("experiments: tokenizer: %w", err)
 	}
 	r.tok, r.tokFiles = tok, files
+	checked := map[string]bool{} // each base checkpoint's tokenizer once
 	for _, ar := range runs {
-		if ar.base.Model == "" {
+		if ar.base.Model == "" || checked[ar.base.Model] {
 			continue
+		}
+		checked[ar.base.Model] = true
+		if r.stopped() {
+			return &StoppedError{Phase: preRunCheck}
 		}
 		dir := r.models[ar.base.Model]
 		t, _, err := data.OpenTokenizer(dir)
@@ -247,11 +266,21 @@ type StoppedError struct {
 }
 
 func (e *StoppedError) Error() string {
+	if e.Phase == preRunCheck {
+		return "experiments: stopped in " + e.Phase
+	}
 	if e.Step == 0 {
 		return fmt.Sprintf("experiments: stopped before %s", e.Phase)
 	}
 	return fmt.Sprintf("experiments: stopped in %s after step %d of %d; checkpoint %s", e.Phase, e.Step, e.Steps, e.Checkpoint)
 }
+
+// preRunCheck names the checks before any work in a StoppedError and in
+// progress.
+const preRunCheck = "the pre-run check"
+
+// stopped polls Stop.
+func (r *Runner) stopped() bool { return r.Stop != nil && r.Stop() }
 
 // checkLaunch checks, before any work, that the study's launch can run:
 // in this process (the runner starts each phase's ranks itself), and on a
@@ -264,7 +293,19 @@ func (r *Runner) checkLaunch(runs []armRun) error {
 	if l.MPI() {
 		return errors.New("experiments: a study runs its grids in one process; under mpirun or srun, run finetune and eval memorization for each arm instead")
 	}
-	for _, ar := range runs {
+	// Each arm's base once (an arm's runs share it: SeedPerRun changes
+	// its seed alone, not its shape).
+	var bases []armRun
+	for i, ar := range runs {
+		if i == 0 || ar.arm != runs[i-1].arm {
+			bases = append(bases, ar)
+		}
+	}
+	for i, ar := range bases {
+		if r.stopped() {
+			return &StoppedError{Phase: preRunCheck}
+		}
+		r.progress(Progress{Phase: preRunCheck, Done: i, Total: len(bases)})
 		var cfg *checkpoints.Config
 		if ar.base.Model != "" {
 			cfg, err = checkpoints.ReadConfig(r.models[ar.base.Model])
@@ -386,6 +427,9 @@ func (r *Runner) prepareData() error {
 	if _, err := os.Stat(filepath.Join(r.trainDir(), "manifest.json")); err == nil {
 		return nil
 	}
+	if err := r.checkDataMemory(len(filler)); err != nil {
+		return err
+	}
 	os.RemoveAll(r.trainDir()) // an interrupted write
 	w, err := data.CreateStore(r.trainDir(), data.TokenizerInfoOf(r.tok),
 		data.Settings{Mode: data.ModeDocument, SeqLen: t.MaxTokens - 1, BOS: false})
@@ -439,6 +483,36 @@ func (r *Runner) prepareData() error {
 		r.trainDir(), m.Splits.Train.Documents, what, m.Splits.Holdout.Documents, m.Settings.SeqLen)
 	if len(fillerHeld) > 0 {
 		r.logf("filler: %d documents held out for utility (%s)", len(fillerHeld), r.fillerHeldoutFile())
+	}
+	return nil
+}
+
+// storeDocBytes is what the dataset writer holds of each document until
+// it commits (its record, grown by appends, and its index entry), about.
+const storeDocBytes = 128
+
+// checkDataMemory checks, before the training dataset is written, that
+// the writer's records of its documents — each target as many times as
+// it is repeated, the filler and the held-out controls — fit the host's
+// free memory (launch.Launcher.Memory, which MEMTRAIN_MEMORY_LIMIT
+// overrides).
+func (r *Runner) checkDataMemory(filler int) error {
+	t := &r.Spec.Targets
+	docs := int64(filler + len(r.sel.Holdout))
+	for i := range r.sel.Targets {
+		docs += int64(t.copies(i))
+	}
+	l, err := launch.New(launch.Spec{})
+	if err != nil {
+		return nil // the host is unknown: nothing to check against
+	}
+	have, err := l.Memory()
+	if err != nil || len(have) == 0 || have[0].Free < 0 {
+		return nil
+	}
+	if need := engine.MulBytes(docs, storeDocBytes); need > have[0].Free {
+		return fmt.Errorf("experiments: targets: the training data's %d documents (%d targets, each repeated, %d filler and %d held out) need about %s of memory to write, but %s is free (%s)",
+			docs, len(r.sel.Targets), filler, len(r.sel.Holdout), engine.FormatNeed(need), units.FormatBytes(have[0].Free), have[0].Source)
 	}
 	return nil
 }
@@ -860,7 +934,7 @@ func (r *Runner) finetune(cfg finetune.Config, phase, shown string) (string, err
 		resume = cfg.Out
 	}
 	if cfg.EvalEvery == 0 {
-		cfg.EvalEvery = math.MaxInt32 // evaluate once, at the end
+		cfg.EvalEvery = units.MaxCount // evaluate once, at the end (no run is longer; a configuration's bound)
 	}
 	if r.Stop != nil && r.Stop() {
 		return "", &StoppedError{Phase: phase}

@@ -16,6 +16,7 @@ import (
 	"github.com/memtrain/memtrain/goldfish"
 	"github.com/memtrain/memtrain/internal/inputfile"
 	"github.com/memtrain/memtrain/internal/options"
+	"github.com/memtrain/memtrain/internal/units"
 	"github.com/memtrain/memtrain/memorization"
 )
 
@@ -157,11 +158,53 @@ type Filler struct {
 }
 
 // Limits of a canary design: each count and the copies of all canaries
-// together (their sum sizes the training data).
+// together (their sum sizes the training data). A plain study's repeat
+// and its targets × repeat copies have the same bounds.
 const (
 	maxCanaryRepetitions = 1 << 20
 	maxCanaryCopies      = 1 << 24
 )
+
+// Limits of a study's size: its seeds, and its runs (arms × seeds).
+const (
+	maxSeeds = 10_000
+	maxRuns  = 100_000
+)
+
+// A bound is a key, its value and the most it may be (the lower bound,
+// 0, is the caller's to have checked, with its own message).
+type bound struct {
+	key   string
+	v, hi int
+}
+
+// checkBounds checks bounds in order: "targets: count
+// 9223372036854775807 (want at most 16777216)".
+func checkBounds(section string, bs ...bound) error {
+	for _, b := range bs {
+		if b.v > b.hi {
+			return fmt.Errorf("%s%s %d (want at most %d)", section, b.key, b.v, b.hi)
+		}
+	}
+	return nil
+}
+
+// checkCounts bounds the targets' counts and lengths, and the copies of
+// a plain study's targets (count × repeat), which size its training data
+// as a canary design's do.
+func (t *Targets) checkCounts() error {
+	if err := checkBounds("targets: ", bound{"count", t.Count, maxCanaryCopies}, bound{"holdout", t.Holdout, maxCanaryCopies},
+		bound{"min_tokens", t.MinTokens, checkpoints.MaxPositions}, bound{"max_tokens", t.MaxTokens, checkpoints.MaxPositions},
+		bound{"overlap", t.Overlap, checkpoints.MaxPositions}); err != nil {
+		return err
+	}
+	if t.Canaries == nil {
+		if copies, ok := units.MulInt(int64(t.Count), int64(t.Repeat)); !ok || copies > maxCanaryCopies {
+			return fmt.Errorf("targets: count %d × repeat %d is more than %d documents of training data", t.Count, t.Repeat, maxCanaryCopies)
+		}
+	}
+	return nil
+}
 
 // copies is how many times target i (in selection order) is in the
 // training data: its canary count, or Repeat.
@@ -261,6 +304,19 @@ func (s *Spec) check() error {
 	if len(s.Seeds) == 0 {
 		s.Seeds = []uint64{1}
 	}
+	if len(s.Seeds) > maxSeeds {
+		return fmt.Errorf("seeds: %d of them (want 1 to %d)", len(s.Seeds), maxSeeds)
+	}
+	if runs, ok := units.MulInt(int64(len(s.Arms)), int64(len(s.Seeds))); !ok || runs > maxRuns {
+		return fmt.Errorf("arms and seeds: %d arms × %d seeds (want at most %d runs)", len(s.Arms), len(s.Seeds), maxRuns)
+	}
+	seedAt := make(map[uint64]int, len(s.Seeds))
+	for i, seed := range s.Seeds {
+		if j, ok := seedAt[seed]; ok {
+			return fmt.Errorf("seeds[%d]: %d given twice (first as seeds[%d])", i, seed, j)
+		}
+		seedAt[seed] = i
+	}
 	seen := map[string]bool{}
 	for i := range s.Arms {
 		a := &s.Arms[i]
@@ -293,11 +349,14 @@ func (s *Spec) check() error {
 		return fmt.Errorf("targets: count %d and holdout %d (want count > 0, holdout ≥ 0)", t.Count, t.Holdout)
 	case t.MinTokens < 2 || t.MaxTokens < t.MinTokens:
 		return fmt.Errorf("targets: min_tokens %d and max_tokens %d (want 2 ≤ min_tokens ≤ max_tokens)", t.MinTokens, t.MaxTokens)
-	case t.Repeat < 0:
-		return fmt.Errorf("targets: repeat %d (want ≥ 1)", t.Repeat)
+	case t.Repeat < 0 || t.Repeat > maxCanaryRepetitions:
+		return fmt.Errorf("targets: repeat %d (want 1 to %d)", t.Repeat, maxCanaryRepetitions)
 	}
 	if t.Repeat == 0 {
 		t.Repeat = 1
+	}
+	if err := t.checkCounts(); err != nil {
+		return err
 	}
 	if t.Overlap == 0 {
 		t.Overlap = 50
@@ -311,6 +370,9 @@ func (s *Spec) check() error {
 		}
 		if f.Skip < 0 || f.Documents < 0 || f.Holdout < 0 {
 			return fmt.Errorf("targets: filler: skip %d, documents %d and holdout %d (want ≥ 0)", f.Skip, f.Documents, f.Holdout)
+		}
+		if err := checkBounds("targets: filler: ", bound{"skip", f.Skip, units.MaxCount}, bound{"documents", f.Documents, units.MaxCount}, bound{"holdout", f.Holdout, units.MaxCount}); err != nil {
+			return err
 		}
 		if f.Documents > 0 && f.Holdout >= f.Documents {
 			return fmt.Errorf("targets: filler: holdout %d of %d documents leaves none to train on", f.Holdout, f.Documents)
@@ -338,6 +400,9 @@ func (s *Spec) check() error {
 	}
 	if s.Eval.Batch < 0 || s.Eval.Resamples < 0 {
 		return fmt.Errorf("eval: batch %d and resamples %d (want ≥ 0)", s.Eval.Batch, s.Eval.Resamples)
+	}
+	if err := checkBounds("eval: ", bound{"batch", s.Eval.Batch, units.MaxCount}, bound{"resamples", s.Eval.Resamples, memorization.MaxResamples}); err != nil {
+		return err
 	}
 	if s.Eval.MinK != 0 {
 		if err := memorization.CheckMinKPercent(s.Eval.MinK); err != nil {
@@ -512,6 +577,9 @@ func (s *Spec) checkBase(b Base) error {
 		}
 		if p.SeqLen < 0 || p.Documents < 0 {
 			return errors.New("pretrain: seq_len and documents must not be negative")
+		}
+		if err := checkBounds("pretrain: ", bound{"seq_len", p.SeqLen, checkpoints.MaxPositions}, bound{"documents", p.Documents, units.MaxCount}); err != nil {
+			return err
 		}
 		if err := s.checkFiles("pretrain: data", p.Data); err != nil {
 			return err

@@ -3,6 +3,7 @@ package experiments
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -181,6 +182,75 @@ func TestSpecFiles(t *testing.T) {
 	for _, p := range paths {
 		if _, err := ReadSpec(p); err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// TestSpecCountBounds: every count a spec gives — each integer key, the
+// seeds and their number — is refused beyond what it can mean, naming
+// the key and the value (and, beyond the key's type, the file and line),
+// when the spec is read: a seed of 2⁶⁴ ran as seed 2⁶³, repeat: 10⁹
+// filled the memory and the disk, resamples: 10⁹ asked for 8 GB.
+func TestSpecCountBounds(t *testing.T) {
+	dir := t.TempDir()
+	seeds := func(n int) string {
+		s := make([]string, n)
+		for i := range s {
+			s[i] = strconv.Itoa(i + 1)
+		}
+		return "name: test\nseeds: [" + strings.Join(s, ", ") + "]"
+	}
+	const huge = "9223372036854775807"
+	targets := "count: 2, holdout: 2, min_tokens: 20, max_tokens: 40, passages: true}"
+	for _, tc := range []struct {
+		name, from, to, want string
+	}{
+		{"seed beyond 64 bits", "name: test", "name: test\nseeds: [18446744073709551616]",
+			"spec.yaml:3:9: seeds[0]: 18446744073709551616 is out of range (want an integer from 0 to 18446744073709551615)"},
+		{"second seed beyond 64 bits", "name: test", "name: test\nseeds: [1, 99999999999999999999999]", "spec.yaml:3:12: seeds[1]: 99999999999999999999999 is out of range"},
+		{"largest seed", "name: test", "name: test\nseeds: [18446744073709551615]", ""},
+		{"count beyond 63 bits", "count: 2,", "count: 9223372036854775808,", "spec.yaml:5:40: targets.count: 9223372036854775808 is out of range"},
+		{"too many seeds", "name: test", seeds(10_001), "seeds: 10001 of them (want 1 to 10000)"},
+		{"a seed twice", "name: test", "name: test\nseeds: [3, 1, 3]", "seeds[2]: 3 given twice (first as seeds[0])"},
+		{"repeat", "passages: true}", "passages: true, repeat: 1000000000}", "targets: repeat 1000000000 (want 1 to 1048576)"},
+		{"repeat × count", "count: 2,", "count: 100, repeat: 1000000,", "targets: count 100 × repeat 1000000 is more than 16777216 documents"},
+		{"count", "count: 2,", "count: " + huge + ",", "targets: count " + huge + " (want at most 16777216)"},
+		{"holdout", "holdout: 2,", "holdout: " + huge + ",", "targets: holdout " + huge + " (want at most 16777216)"},
+		{"max_tokens", "max_tokens: 40,", "max_tokens: " + huge + ",", "targets: max_tokens " + huge + " (want at most 16777216)"},
+		{"min_tokens", targets, "count: 2, holdout: 2, min_tokens: " + huge + ", max_tokens: " + huge + ", passages: true}", "targets: min_tokens " + huge},
+		{"overlap", "passages: true}", "passages: true, overlap: " + huge + "}", "targets: overlap " + huge + " (want at most 16777216)"},
+		{"per_count", "passages: true}", "passages: true, canaries: {repetitions: [1], per_count: " + huge + "}, filler: {data: [builtin:austen]}}", "targets: canaries: per_count " + huge},
+		{"repetitions", "passages: true}", "passages: true, canaries: {repetitions: [" + huge + "], per_count: 1}, filler: {data: [builtin:austen]}}", "targets: canaries: repetitions[0]: " + huge},
+		{"filler skip", "passages: true}", "passages: true, filler: {data: [builtin:austen], skip: " + huge + "}}", "targets: filler: skip " + huge + " (want at most 1000000000)"},
+		{"filler documents", "passages: true}", "passages: true, filler: {data: [builtin:austen], documents: " + huge + "}}", "targets: filler: documents " + huge},
+		{"filler holdout", "passages: true}", "passages: true, filler: {data: [builtin:austen], holdout: " + huge + "}}", "targets: filler: holdout " + huge},
+		{"eval batch", "suffix: 8}]", "suffix: 8}]\n  batch: " + huge, "eval: batch " + huge + " (want at most 1000000000)"},
+		{"eval resamples", "suffix: 8}]", "suffix: 8}]\n  resamples: 1000000000", "eval: resamples 1000000000 (want at most 100000)"},
+		{"protocol suffix", "suffix: 8}", "suffix: " + huge + "}", "eval: protocols[0]: memorization: pythia protocol: suffix length " + huge + " (want 1 to 16777216)"},
+		{"protocol prefix", "prefix: [8]", "prefix: [" + huge + "]", "eval: protocols[0]: memorization: pythia protocol: prefix length " + huge},
+		{"base shape", "hidden: 16,", "hidden: " + huge + ",", "base: hidden: " + huge},
+		{"pretrain documents", "max_positions: 128}", "max_positions: 128, pretrain: {data: [builtin:austen], documents: " + huge + "}}", "pretrain: documents " + huge},
+		{"pretrain seq_len", "max_positions: 128}", "max_positions: 128, pretrain: {data: [builtin:austen], seq_len: " + huge + "}}", "pretrain: seq_len " + huge},
+		{"train epochs", "max_steps: 3,", "max_steps: 0, epochs: 4611686018427387905,", "arms[0] (standard): finetune: epochs: 4611686018427387905 (want 0 to 1000000000)"},
+		{"train max_new_tokens", "max_steps: 3,", "max_steps: 3, samples: {max_new_tokens: " + huge + "},", "samples.max_new_tokens: " + huge},
+		{"an arm's train key beyond 63 bits", "train: {schedule: {lr: 2.0e-3}}", "train: {schedule: {warmup: 9223372036854775808}}", "arms[1] (goldfish-k3): train: schedule.warmup: 9223372036854775808 is out of range"},
+		{"an arm's warm-up", "train: {schedule: {lr: 2.0e-3}}", "train: {schedule: {warmup: " + huge + "}}", "schedule.warmup: " + huge + " (want 0 to 1000000000)"},
+	} {
+		spec := strings.Replace(validSpec, tc.from, tc.to, 1)
+		if spec == validSpec {
+			t.Fatalf("%s: %q not in the spec", tc.name, tc.from)
+		}
+		path := filepath.Join(dir, "spec.yaml")
+		os.WriteFile(path, []byte(spec), 0o644)
+		_, err := ReadSpec(path)
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), path) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: error %v, want one line naming %s and %q", tc.name, err, path, tc.want)
 		}
 	}
 }

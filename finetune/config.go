@@ -230,6 +230,9 @@ func (c *Config) Validate() error {
 	if d := c.Divergence; d.Factor != 0 && (!(d.Factor >= 1) || math.IsInf(d.Factor, 0) || !(d.Margin >= 0) || math.IsInf(d.Margin, 0) || d.Window < 1) {
 		return fmt.Errorf("finetune: divergence: factor %v, margin %v, window %d (want factor ≥ 1, or 0 for off; margin ≥ 0; window ≥ 1)", d.Factor, d.Margin, d.Window)
 	}
+	if n := c.Samples.MaxNewTokens; n > checkpoints.MaxPositions {
+		return fmt.Errorf("finetune: samples.max_new_tokens: %d (want 0 to %d: no model has more positions)", n, checkpoints.MaxPositions)
+	}
 	if c.Samples.Every > 0 && len(c.Samples.Prompts) == 0 {
 		return errors.New("finetune: samples: every is set but prompts is empty (a list of prompt texts)")
 	}

@@ -30,11 +30,14 @@ const CheckpointsDir = "checkpoints"
 // instead. Whoever loads a run's weights — fine-tuning from them, an
 // export, an evaluation — loads verified bytes.
 func ResolveModel(path string) (dir string, resolved bool, err error) {
-	dir, resolved, err = resolveModel(path)
+	dir, resolved, err = ResolvePath(path)
 	if err != nil || !isFile(filepath.Join(dir, ManifestFile)) {
 		return dir, resolved, err
 	}
 	if _, verr := VerifyCheckpoint(dir); verr != nil {
+		if !resolved {
+			return "", false, verr // "finetune: DIR: FILE: why", as inspect --verify says it
+		}
 		var ce *CheckpointError
 		if errors.As(verr, &ce) {
 			verr = fmt.Errorf("%s: %s", ce.Path, ce.short())
@@ -50,8 +53,9 @@ func ResolveModel(path string) (dir string, resolved bool, err error) {
 	return dir, resolved, nil
 }
 
-// resolveModel is ResolveModel without the verification.
-func resolveModel(path string) (dir string, resolved bool, err error) {
+// ResolvePath is ResolveModel without the verification, for a reader of a
+// checkpoint's metadata alone (inspect, which verifies on request).
+func ResolvePath(path string) (dir string, resolved bool, err error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		return "", false, fmt.Errorf("finetune: model %w", err)

@@ -33,7 +33,7 @@ func (r *Run) prepareSamples(maxPositions int) error {
 		switch {
 		case len(ids[i]) == 0:
 			return fmt.Errorf("finetune: samples: prompt %d (%q) has no tokens", i+1, p)
-		case len(ids[i])+s.MaxNewTokens > maxPositions:
+		case s.MaxNewTokens > maxPositions-len(ids[i]): // len+max_new_tokens, which can overflow
 			return fmt.Errorf("finetune: samples: prompt %d has %d tokens; with max_new_tokens %d that exceeds the model's max_position_embeddings %d",
 				i+1, len(ids[i]), s.MaxNewTokens, maxPositions)
 		}

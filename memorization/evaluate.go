@@ -22,6 +22,11 @@ type Document struct {
 	Mask []uint8
 }
 
+// MaxResamples bounds Bootstrap.Resamples: each interval keeps a value a
+// resample (800 KB at the bound) and costs a pass over the documents a
+// resample.
+const MaxResamples = 100_000
+
 // Bootstrap sets the confidence intervals of a summary.
 type Bootstrap struct {
 	Resamples int     // 1,000 by default
@@ -61,6 +66,8 @@ func (c *EvalConfig) check() error {
 		return fmt.Errorf("memorization: batch %d: want 0 (8) or more", c.Batch)
 	case c.Bootstrap.Resamples < 0:
 		return fmt.Errorf("memorization: resamples %d: want 0 (1,000) or more", c.Bootstrap.Resamples)
+	case c.Bootstrap.Resamples > MaxResamples:
+		return fmt.Errorf("memorization: resamples %d: want 0 (1,000) to %d", c.Bootstrap.Resamples, MaxResamples)
 	case c.MinKPercent != 0:
 		if err := CheckMinKPercent(c.MinKPercent); err != nil {
 			return fmt.Errorf("memorization: min_k_percent %w", err)

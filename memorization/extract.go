@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/internal/units"
 )
 
 // Result is one probe's outcome.
@@ -34,6 +35,10 @@ func (r *Result) ExtractionProb() float64 {
 	return float64(r.SampleHits) / float64(r.Samples)
 }
 
+// MaxSamples bounds SampleConfig.Samples, the sampled continuations a
+// probe: each is a decoding of the probe's suffix.
+const MaxSamples = 100_000
+
 // SampleConfig is probabilistic extraction: Samples continuations of every
 // probe drawn at Temperature from the TopK most likely tokens (0: all),
 // seeded. A probe's samples depend on Seed, the probe (its document id,
@@ -51,6 +56,9 @@ type SampleConfig struct {
 func (c SampleConfig) Check() error {
 	if c.Samples < 0 {
 		return fmt.Errorf("samples %d: want 0 (greedy only) or more", c.Samples)
+	}
+	if c.Samples > MaxSamples {
+		return fmt.Errorf("samples %d: want 0 (greedy only) to %d", c.Samples, MaxSamples)
 	}
 	if c.Samples == 0 {
 		return nil
@@ -138,30 +146,33 @@ func Extract(m *llama.Model, probes []Probe, opt ExtractOptions) ([]Result, erro
 // those that reproduce the suffix.
 func sampleExtract(m *llama.Model, probes []Probe, res []Result, opt ExtractOptions) error {
 	sc := opt.Sampling
-	type copyOf struct{ probe, n int }
-	var all []copyOf
 	for k := range probes {
-		for n := 0; n < sc.Samples; n++ {
-			all = append(all, copyOf{k, n})
-		}
 		res[k].Samples, res[k].SampleHits = sc.Samples, 0
 	}
-	for i := 0; i < len(all); i += opt.Batch {
-		chunk := all[i:min(i+opt.Batch, len(all))]
-		prompts := make([][]int32, len(chunk))
-		seeds := make([]uint64, len(chunk))
-		for c, cp := range chunk {
-			prompts[c] = probes[cp.probe].Prefix
-			seeds[c] = sampleSeed(sc.Seed, probes[cp.probe], cp.n)
+	// Copy i is sample i mod Samples of probe i / Samples: the copies are
+	// counted, never listed (len(probes) × Samples of them).
+	total, ok := units.MulInt(int64(len(probes)), int64(sc.Samples))
+	if !ok {
+		return fmt.Errorf("memorization: %d probes × %d samples overflows", len(probes), sc.Samples)
+	}
+	for i := int64(0); i < total; i += int64(opt.Batch) {
+		n := int(min(int64(opt.Batch), total-i))
+		prompts := make([][]int32, n)
+		seeds := make([]uint64, n)
+		for c := range n {
+			k, s := int((i+int64(c))/int64(sc.Samples)), int((i+int64(c))%int64(sc.Samples))
+			prompts[c] = probes[k].Prefix
+			seeds[c] = sampleSeed(sc.Seed, probes[k], s)
 		}
 		gen, err := m.Generate(prompts, llama.GenerateOptions{MaxNewTokens: len(probes[0].Suffix), StopIDs: opt.StopIDs,
 			Sampling: &llama.Sampling{Temperature: sc.Temperature, TopK: sc.TopK, Seeds: seeds}})
 		if err != nil {
-			return fmt.Errorf("memorization: sampling document %d: %w", probes[chunk[0].probe].Doc, err)
+			return fmt.Errorf("memorization: sampling document %d: %w", probes[int(i/int64(sc.Samples))].Doc, err)
 		}
-		for c, cp := range chunk {
-			if ExactMatch(gen[c], probes[cp.probe].Suffix) {
-				res[cp.probe].SampleHits++
+		for c := range n {
+			k := int((i + int64(c)) / int64(sc.Samples))
+			if ExactMatch(gen[c], probes[k].Suffix) {
+				res[k].SampleHits++
 			}
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"strings"
+
+	"github.com/memtrain/memtrain/checkpoints"
 )
 
 // A Protocol says how a document becomes extraction probes: which tokens
@@ -68,9 +70,22 @@ func Chat(answerPrefix, suffixLen int) Protocol {
 }
 
 // Validate checks the protocol's lengths.
+// MaxLength bounds a protocol's prefix and suffix lengths: no model has
+// more positions (checkpoints.MaxPositions), and a probe's length, their
+// sum, is then no overflow.
+const MaxLength = checkpoints.MaxPositions
+
 func (p Protocol) Validate() error {
 	if p.SuffixLen <= 0 {
 		return fmt.Errorf("memorization: %s protocol: suffix length %d (want > 0)", p.Name, p.SuffixLen)
+	}
+	if p.SuffixLen > MaxLength {
+		return fmt.Errorf("memorization: %s protocol: suffix length %d (want 1 to %d)", p.Name, p.SuffixLen, MaxLength)
+	}
+	for _, k := range p.PrefixLens {
+		if k > MaxLength {
+			return fmt.Errorf("memorization: %s protocol: prefix length %d (want at most %d)", p.Name, k, MaxLength)
+		}
 	}
 	switch p.Name {
 	case "goldfish":

@@ -2,6 +2,8 @@ package main
 
 import (
 	"github.com/spf13/cobra"
+
+	"github.com/memtrain/memtrain/engine/bench"
 )
 
 // newBenchCmd returns `memtrain bench`, which groups the speed
@@ -23,3 +25,10 @@ scripts to collect.`,
 	)
 	return cmd
 }
+
+// Bounds of the benchmarks' counts: each timed run (or step) keeps its
+// time, and each rank of bench comm is a goroutine with its buffers.
+const (
+	maxBenchRuns  = bench.MaxRuns
+	maxBenchRanks = 4096
+)

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 
 	"github.com/spf13/cobra"
 
+	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/comm/commbench"
 	"github.com/memtrain/memtrain/internal/atomicfile"
 	"github.com/memtrain/memtrain/internal/units"
@@ -98,8 +100,10 @@ func runBenchComm(cmd *cobra.Command, f benchCommFlags) error {
 	switch {
 	case f.iters < 0:
 		return fmt.Errorf("bench comm: --iters %d: want 0 (automatic) or more", f.iters)
-	case f.world < 0:
-		return fmt.Errorf("bench comm: --world %d: want 0 (the largest of --ranks) or more", f.world)
+	case f.iters > commbench.MaxIters:
+		return fmt.Errorf("bench comm: --iters %d: want 0 (automatic) to %d", f.iters, commbench.MaxIters)
+	case f.world < 0 || f.world > commbench.MaxRanks:
+		return fmt.Errorf("bench comm: --world %d: want 0 (the largest of --ranks) to %d", f.world, commbench.MaxRanks)
 	case f.device == "" && (f.peak != 0 || f.eff != 0):
 		return errors.New("bench comm: --peak and --efficiency go with --device (the device file they describe)")
 	case f.device != "" && !(f.peak > 0 && !math.IsInf(f.peak, 1)):
@@ -112,6 +116,16 @@ func runBenchComm(cmd *cobra.Command, f benchCommFlags) error {
 		return fmt.Errorf("bench comm: --ranks %s: %w", f.ranks, err)
 	} else if err != nil {
 		return fmt.Errorf("bench comm: %w", err)
+	}
+	// The in-process ranks and their buffers fit the host before any is
+	// made.
+	if need, free := b.HostBytes(), hostFree(); free >= 0 && need > free {
+		inProcess := b.World
+		if b.Transport == commbench.MPI {
+			inProcess = 1
+		}
+		return fmt.Errorf("bench comm: %d ranks in this process with buffers of up to %s need about %s of host memory, but %s is free (want a smaller --world or --ranks, or smaller --sizes)",
+			inProcess, units.FormatBytes(slices.Max(sizes)), engine.FormatNeed(need), units.FormatBytes(free))
 	}
 	for _, p := range b.Skipped {
 		fmt.Fprintf(cmd.ErrOrStderr(), "bench comm: skipping groups of %d: the world has %d ranks\n", p, b.World)
@@ -164,9 +178,10 @@ func printBenchCommSummary(w io.Writer, transport string, world int, fits []comm
 	}
 }
 
-// parseCounts parses a comma-separated list of positive integers.
+// parseCounts parses a comma-separated list of group sizes, 1 to
+// commbench.MaxRanks.
 func parseCounts(s string) ([]int, error) {
-	ns, err := units.ParseInts(s, 1, math.MaxInt32)
+	ns, err := units.ParseInts(s, 1, commbench.MaxRanks)
 	out := make([]int, len(ns))
 	for i, n := range ns {
 		out[i] = int(n)

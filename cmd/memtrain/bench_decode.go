@@ -59,6 +59,20 @@ func runBenchDecode(cmd *cobra.Command, f benchDecodeFlags) error {
 		return err
 	}
 	cfg := p.Config()
+	// Every count has its bound before anything is sized from it: the
+	// prompts and their continuations within the model's positions (the
+	// KV cache), the batch by the preflight below.
+	maxPos := cfg.MaxPositionEmbeddings
+	switch {
+	case f.batch > units.MaxCount:
+		return fmt.Errorf("bench decode: --batch %d: want 1 to %d", f.batch, units.MaxCount)
+	case f.repeat > maxBenchRuns:
+		return fmt.Errorf("bench decode: --repeat %d: want 1 to %d", f.repeat, maxBenchRuns)
+	case f.promptLen >= maxPos:
+		return fmt.Errorf("bench decode: --prompt-len %d: want 1 to %d (%s's max_position_embeddings %d, less a new token)", f.promptLen, maxPos-1, f.preset, maxPos)
+	case f.newTokens > maxPos-f.promptLen:
+		return fmt.Errorf("bench decode: --new-tokens %d: want 1 to %d (--prompt-len %d and the new tokens within %s's max_position_embeddings %d)", f.newTokens, maxPos-f.promptLen, f.promptLen, f.preset, maxPos)
+	}
 	if n := cfg.Params().Total; n > maxInitParams {
 		return fmt.Errorf("bench decode: %s has %s parameters, too many for a CPU benchmark", f.preset, units.FormatCount(n))
 	}

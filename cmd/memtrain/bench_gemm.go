@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memtrain/memtrain/engine/gemm"
+	"github.com/memtrain/memtrain/internal/units"
 )
 
 type benchGemmFlags struct {
@@ -67,8 +68,11 @@ func runBenchGemm(cmd *cobra.Command, f benchGemmFlags) error {
 	if f.repeat < 1 {
 		return fmt.Errorf("bench gemm: --repeat %d: want at least 1", f.repeat)
 	}
-	if f.threads < 0 {
-		return fmt.Errorf("bench gemm: --threads %d: want 0 (all cores) or more", f.threads)
+	if err := units.CheckCount("--repeat", int64(f.repeat), 1, maxBenchRuns); err != nil {
+		return fmt.Errorf("bench gemm: %w", err)
+	}
+	if err := checkThreads(f.threads); err != nil {
+		return fmt.Errorf("bench gemm: %w", err)
 	}
 	impls := []gemm.Impl{gemm.New(f.threads)}
 	if k, ok := impls[0].(interface{ Kernel() string }); ok {

@@ -72,6 +72,10 @@ func runBenchStep(cmd *cobra.Command, f benchStepFlags) error {
 		return fmt.Errorf("bench step: --batch %d: want 1 or more", f.batch)
 	case f.steps <= 0:
 		return fmt.Errorf("bench step: --steps %d: want 1 or more", f.steps)
+	case f.steps > maxBenchRuns:
+		return fmt.Errorf("bench step: --steps %d: want 1 to %d", f.steps, maxBenchRuns)
+	case f.batch > units.MaxCount:
+		return fmt.Errorf("bench step: --batch %d: want 1 to %d", f.batch, units.MaxCount)
 	case f.seqLen < 0:
 		return fmt.Errorf("bench step: --seq-len %d: want 1 or more (0: the default)", f.seqLen)
 	}

@@ -19,7 +19,6 @@ import (
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/data/tokenizer"
-	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/internal/inputfile"
 	"github.com/memtrain/memtrain/internal/units"
 )
@@ -126,8 +125,8 @@ func runDataPrepare(cmd *cobra.Command, f dataPrepareFlags) error {
 	if len(f.inputs) == 0 {
 		return errors.New("data prepare: no input (use --input)")
 	}
-	if err := launch.CheckThreads(f.threads); err != nil {
-		return fmt.Errorf("data prepare: --threads %w", err)
+	if err := checkThreads(f.threads); err != nil {
+		return fmt.Errorf("data prepare: %w", err)
 	}
 	format, err := data.ParseFormat(f.format)
 	if err != nil {
@@ -147,6 +146,9 @@ func runDataPrepare(cmd *cobra.Command, f dataPrepareFlags) error {
 	}
 	if f.seqLen < 0 {
 		return fmt.Errorf("data prepare: --seq-len %d: want 1 or more (0: the default)", f.seqLen)
+	}
+	if f.seqLen > checkpoints.MaxPositions {
+		return fmt.Errorf("data prepare: --seq-len %d: want 1 to %d (0: the default; no model has more positions)", f.seqLen, checkpoints.MaxPositions)
 	}
 	if f.seqLen == 0 {
 		if f.seqLen, err = preparedSeqLen(f.tokenizer); err != nil {
@@ -342,6 +344,9 @@ as token ids.`,
 func runDataInspect(cmd *cobra.Command, dir string, f dataInspectFlags) error {
 	if f.samples < 0 {
 		return fmt.Errorf("data inspect: --samples %d: want 0 or more", f.samples)
+	}
+	if err := units.CheckCount("--samples", int64(f.samples), 0, units.MaxCount); err != nil {
+		return fmt.Errorf("data inspect: %w", err)
 	}
 	var tok *tokenizer.Tokenizer
 	if f.tokenizer != "" {

@@ -33,10 +33,25 @@ func (f *engineFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.device, "device", "cpu", "compute on cpu, or on GPU N with cuda:N (cuda means cuda:0; CUDA is loaded at run time, and $MEMTRAIN_CUDA_GEMM sets its matrix-multiply precision: bf16, tf32 or f32)")
 }
 
+// maxThreads bounds every --threads: each thread is a worker made up
+// front, and no machine has more cores.
+const maxThreads = 4096
+
+// checkThreads checks a --threads flag: 0 (all cores) to maxThreads.
+func checkThreads(n int) error {
+	if err := launch.CheckThreads(n); err != nil {
+		return fmt.Errorf("--threads %w", err)
+	}
+	if n > maxThreads {
+		return fmt.Errorf("--threads %d: want 0 (all cores) to %d", n, maxThreads)
+	}
+	return nil
+}
+
 // spec is the launch spec of one rank on the chosen backend.
 func (f engineFlags) spec() (launch.Spec, error) {
-	if err := launch.CheckThreads(f.threads); err != nil {
-		return launch.Spec{}, fmt.Errorf("--threads %w", err)
+	if err := checkThreads(f.threads); err != nil {
+		return launch.Spec{}, err
 	}
 	dev, err := launch.ParseDevice(f.device)
 	if err != nil {
@@ -76,6 +91,23 @@ func (f engineFlags) preflight(what string, cfg *checkpoints.Config, w llama.Wor
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
+}
+
+// hostFree is what the host has free for this process, as every memory
+// check reads it (launch.Launcher.Memory: MEMTRAIN_MEMORY_LIMIT, else
+// internal/sysmem), for the checks of what a command allocates on the
+// host from a user's number; -1 when it cannot be known (the check is
+// then skipped).
+func hostFree() int64 {
+	l, err := launch.New(launch.Spec{})
+	if err != nil {
+		return -1
+	}
+	devs, err := l.Memory()
+	if err != nil || len(devs) == 0 {
+		return -1
+	}
+	return devs[0].Free
 }
 
 // preflight checks, before any rank of l starts, that what each will

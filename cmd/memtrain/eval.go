@@ -14,6 +14,7 @@ import (
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/finetune"
+	"github.com/memtrain/memtrain/internal/units"
 	"github.com/memtrain/memtrain/memorization"
 )
 
@@ -104,6 +105,10 @@ func runEvalLoss(cmd *cobra.Command, f evalLossFlags) error {
 		return fmt.Errorf("eval loss: --batch %d: want 1 or more", f.batch)
 	case f.seqLen < 0:
 		return fmt.Errorf("eval loss: --seq-len %d: want 1 or more (0: the default)", f.seqLen)
+	case f.batch > units.MaxCount:
+		return fmt.Errorf("eval loss: --batch %d: want 1 to %d", f.batch, units.MaxCount)
+	case f.seqLen > checkpoints.MaxPositions:
+		return fmt.Errorf("eval loss: --seq-len %d: want 1 to %d (0: the default; no model has more positions)", f.seqLen, checkpoints.MaxPositions)
 	}
 	l, ref, err := launcher(cmd.ErrOrStderr(), f.engine, f.parallel, f.model, f.adapter)
 	if err != nil {
@@ -195,6 +200,9 @@ func evalLoss(cmd *cobra.Command, f evalLossFlags, lm *loadedModel, lead bool) e
 		rep.PerDoc = append(rep.PerDoc, docLoss{Index: d, Line: line, Tokens: int(sc.Weight[d]), Loss: sc.DocMean(d)})
 	}
 	rep.Loss = sc.Mean()
+	if math.IsNaN(rep.Loss) || math.IsInf(rep.Loss, 0) {
+		return fmt.Errorf("eval loss: %s: %w: the loss over %d tokens is %v", f.model, errNotFinite, rep.Tokens, rep.Loss)
+	}
 	rep.Perplexity = math.Exp(rep.Loss)
 	return printEvalLoss(cmd.OutOrStdout(), rep, f.json)
 }

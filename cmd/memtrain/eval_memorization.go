@@ -10,6 +10,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/internal/units"
@@ -146,6 +147,21 @@ func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
 		return fmt.Errorf("eval memorization: --temperature %v: want a number above 0", f.temperature)
 	case f.topK < 0:
 		return fmt.Errorf("eval memorization: --top-k %d: want 0 (the whole vocabulary) or more", f.topK)
+	}
+	// The upper bounds, before anything is sized from a count: the
+	// bootstrap keeps a value a resample, sampling decodes every probe
+	// --samples times, and a probe is at most a model's positions long.
+	for _, c := range []struct {
+		flag       string
+		v, lo, max int64
+	}{
+		{"--batch", int64(f.batch), 1, units.MaxCount}, {"--limit", int64(f.limit), 0, units.MaxCount},
+		{"--resamples", int64(f.resamples), 0, memorization.MaxResamples}, {"--suffix", int64(f.suffix), 0, memorization.MaxLength},
+		{"--samples", int64(f.samples), 0, memorization.MaxSamples}, {"--top-k", int64(f.topK), 0, checkpoints.MaxVocabSize},
+	} {
+		if err := units.CheckCount(c.flag, c.v, c.lo, c.max); err != nil {
+			return fmt.Errorf("eval memorization: %w", err)
+		}
 	}
 	if err := memorization.CheckMinKPercent(f.minK); err != nil {
 		return fmt.Errorf("eval memorization: --min-k %w", err)

@@ -55,6 +55,10 @@ See experiments/specs/ for examples (demo.yaml; size-study.yaml, the
 		Example: `  memtrain experiment run experiments/specs/size-study.yaml --out size-study`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// The flags are checked before the spec is read.
+			if _, err := launchSpec(ef, pf); err != nil {
+				return fmt.Errorf("experiment: %w", err)
+			}
 			spec, err := experiments.ReadSpec(args[0])
 			if err != nil {
 				return err

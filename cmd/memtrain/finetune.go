@@ -11,10 +11,13 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/memtrain/memtrain/data"
+	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/internal/options"
 	"github.com/memtrain/memtrain/internal/stopsignal"
+	"github.com/memtrain/memtrain/internal/units"
 	"github.com/memtrain/memtrain/memorization"
 )
 
@@ -98,9 +101,15 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 	if h.StopAfter < 0 {
 		return fmt.Errorf("finetune: --stop-after %d: want a step of 1 or more (0: no stop)", h.StopAfter)
 	}
+	if h.StopAfter > units.MaxCount {
+		return fmt.Errorf("finetune: --stop-after %d: want a step of 1 to %d (0: no stop)", h.StopAfter, units.MaxCount)
+	}
 	// The configuration is checked before anything starts (every rank
 	// checks it again when it opens the run).
 	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if err := checkRunFolder(cfg.Out); err != nil {
 		return err
 	}
 	l, ref, err := launcher(cmd.ErrOrStderr(), ef, pf, cfg.Model, "")
@@ -119,6 +128,9 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 		return fmt.Errorf("finetune: %w", err)
 	}
 	if err := finetune.Preflight(cfg, l.Spec().Grid, l.Spec().Overlap, have); err != nil {
+		return evalBatchMemory(err, cfg, l, have)
+	}
+	if err := checkRunSteps(cfg); err != nil {
 		return err
 	}
 	kill, err := killHook()
@@ -221,6 +233,65 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 			last.Step, last.Loss, 100*last.DroppedFrac, last.TokensPerS, last.CheckpointDir)
 	}
 	return nil
+}
+
+// checkRunFolder refuses a run folder that is the filesystem root or the
+// user's home folder itself: a run writes and, with --force, removes its
+// files there, beside everything else the folder holds.
+func checkRunFolder(out string) error {
+	abs, err := filepath.Abs(out)
+	if err != nil {
+		return fmt.Errorf("finetune: out: %w", err)
+	}
+	what := ""
+	if abs == filepath.VolumeName(abs)+string(filepath.Separator) {
+		what = "the filesystem root"
+	} else if home, err := os.UserHomeDir(); err == nil && home != "" && samePath(abs, home) {
+		what = "your home folder"
+	}
+	if what != "" {
+		return fmt.Errorf("finetune: out: %s is %s itself (want a run folder of its own, such as %s)", out, what, filepath.Join(abs, "run"))
+	}
+	return nil
+}
+
+// checkRunSteps refuses epochs whose steps — epochs × the steps of an
+// epoch, multiplied without overflow — are more than any run's
+// (units.MaxCount), as max_steps is.
+func checkRunSteps(cfg finetune.Config) error {
+	if cfg.MaxSteps > 0 {
+		return nil
+	}
+	store, err := data.OpenStore(cfg.Data)
+	if err != nil {
+		return fmt.Errorf("finetune: %w", err)
+	}
+	n := store.NumSequences(data.Train)
+	store.Close()
+	perEpoch := (int64(n) + int64(cfg.BatchSize) - 1) / int64(cfg.BatchSize)
+	if steps, ok := units.MulInt(int64(cfg.Epochs), perEpoch); !ok || steps > units.MaxCount {
+		return fmt.Errorf("finetune: epochs %d of %d steps each is more than %d steps (want at most %d epochs, or max_steps)",
+			cfg.Epochs, perEpoch, units.MaxCount, units.MaxCount/max(perEpoch, 1))
+	}
+	return nil
+}
+
+// evalBatchMemory names eval_batch in a preflight's memory error that
+// the held-out evaluation's passes alone cause (the run fits with
+// eval_batch 0, micro_batch's), instead of the training batch the
+// engine's message describes; other errors pass through.
+func evalBatchMemory(err error, cfg finetune.Config, l *launch.Launcher, have []engine.DeviceMemory) error {
+	var me *engine.MemoryError
+	if !errors.As(err, &me) || cfg.EvalEvery <= 0 || cfg.EvalBatch <= cfg.MicroBatch {
+		return err
+	}
+	alt := cfg
+	alt.EvalBatch = 0
+	if finetune.Preflight(alt, l.Spec().Grid, l.Spec().Overlap, have) != nil {
+		return err
+	}
+	return fmt.Errorf("finetune: eval_batch %d: the held-out evaluation's passes of %d sequences need %s on %s, but %s is free (want a smaller eval_batch; 0 takes micro_batch's %d)",
+		cfg.EvalBatch, cfg.EvalBatch, engine.FormatNeed(me.Need), me.Device, units.FormatBytes(me.Have), cfg.MicroBatch)
 }
 
 // killHook is the crash-safety tests' hook (killInSaveEnv): die by SIGKILL

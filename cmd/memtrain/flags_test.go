@@ -1,11 +1,15 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/internal/options"
@@ -190,6 +194,21 @@ func TestNumericFlags(t *testing.T) {
 		{plan("--micro-batch", "-1"), "plan: --micro-batch must be positive, got -1"},
 		// tokenize
 		{[]string{"tokenize", "--tokenizer", "builtin:llama2", "--threads", "-1"}, "tokenize: --threads -1: want 0 (all cores) or more"},
+		// Counts beyond what they can mean, the prober's cases (every
+		// integer flag's overflow follows, in "overflow"): products that
+		// wrapped, allocations that panicked or ran out of memory.
+		{finetuneArgs("--epochs", "4611686018427387905"), "finetune: epochs: 4611686018427387905 (want 0 to 1000000000)"},
+		{finetuneArgs("--schedule.warmup", "9223372036854775807"), "finetune: schedule.warmup: 9223372036854775807 (want 0 to 1000000000)"},
+		{finetuneArgs("--eval-batch", "9223372036854775807"), "finetune: eval_batch: 9223372036854775807 (want 0 to 1000000000)"},
+		{finetuneArgs("--samples.max-new-tokens", "16777217"), "finetune: samples.max_new_tokens: 16777217 (want 0 to 16777216"},
+		{[]string{"generate", "--model", "m", "--prompt-ids", "1", "--max-new-tokens", "9223372036854775807"}, "generate: --max-new-tokens 9223372036854775807: want 0 to 16777216"},
+		{[]string{"bench", "decode", "--new-tokens", "9223372036854775807"}, "bench decode: --new-tokens 9223372036854775807: want 1 to 2016"},
+		{[]string{"bench", "decode", "--prompt-len", "9223372036854775807"}, "bench decode: --prompt-len 9223372036854775807: want 1 to 2047"},
+		{[]string{"bench", "step", "--steps", "9223372036854775807"}, "bench step: --steps 9223372036854775807: want 1 to 1000000"},
+		{[]string{"bench", "comm", "--ranks", "100000"}, `bench comm: --ranks: "100000": want an integer in [1, 4096]`},
+		{evalMem("--resamples", "9223372036854775807"), "eval memorization: --resamples 9223372036854775807: want 0 to 100000"},
+		{evalMem("--resamples", "1000000000"), "eval memorization: --resamples 1000000000: want 0 to 100000"},
+		{evalMem("--samples", "9223372036854775807", "--limit", "2"), "eval memorization: --samples 9223372036854775807: want 0 to 100000"},
 		// experiment run and demo: the engine's flags
 		{[]string{"demo", "--out", out(), "--threads", "-1"}, "--threads -1: want 0 (all cores) or more"},
 	}
@@ -214,4 +233,145 @@ func TestNumericFlags(t *testing.T) {
 			wantError(t, c.args, c.want)
 		})
 	}
+	t.Run("overflow", countFlagsOverflow)
+	t.Run("overflow in a config file", configKeysOverflow)
+}
+
+// configKeysOverflow: every integer key of finetune's configuration,
+// given in a --config file beyond what it can mean, is refused naming
+// the key (and, beyond the key's type, the file and line): 2⁶³−1 is more
+// than any count, 2⁶³ (2⁶⁴ for a seed) no integer of its type, which
+// YAML decoding used to wrap or saturate.
+func configKeysOverflow(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range options.Fields(&finetune.Config{}) {
+		if f.Type.PkgPath() != "" {
+			continue
+		}
+		var values []string
+		switch f.Type.Kind() {
+		case reflect.Int:
+			values = []string{"9223372036854775807", "9223372036854775808"}
+		case reflect.Uint64:
+			values = []string{"18446744073709551616"}
+		default:
+			continue
+		}
+		for _, v := range values {
+			// The key nested as its path is: goldfish.k is k under goldfish.
+			parts := strings.Split(f.Key, ".")
+			var yaml strings.Builder
+			for i, p := range parts {
+				yaml.WriteString(strings.Repeat("  ", i) + p + ":")
+				if i < len(parts)-1 {
+					yaml.WriteString("\n")
+				}
+			}
+			yaml.WriteString(" " + v + "\n")
+			file := filepath.Join(dir, strings.ReplaceAll(f.Key, ".", "-")+"-"+v+".yaml")
+			os.WriteFile(file, []byte(yaml.String()), 0o644)
+			want := f.Key + ": " + v + " (want 0 to 1000000000)"
+			if v != "9223372036854775807" {
+				last := parts[len(parts)-1]
+				want = fmt.Sprintf("%s:%d:%d: %s: %s is out of range", file, len(parts), len(last)+2*len(parts)+1, f.Key, v)
+			}
+			t.Run(f.Key+"="+v, func(t *testing.T) {
+				wantError(t, []string{"finetune", "--config", file, "--model", "m", "--data", "d", "--out", filepath.Join(dir, "out")}, want)
+			})
+		}
+	}
+}
+
+// countBaseArgs are, for every command with an integer flag, the
+// arguments it needs to get as far as checking its flags (paths that need
+// not exist: a count is checked before anything is read).
+func countBaseArgs(t *testing.T) map[string][]string {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.jsonl")
+	os.WriteFile(in, []byte(`{"text": "It is a truth universally acknowledged."}`+"\n"), 0o644)
+	spec := filepath.Join(dir, "spec.yaml")
+	os.WriteFile(spec, []byte("arms: [{name: standard, loss: standard}]\n"), 0o644)
+	out := filepath.Join(dir, "out")
+	return map[string][]string{
+		"memtrain bench comm":        nil,
+		"memtrain bench decode":      nil,
+		"memtrain bench gemm":        nil,
+		"memtrain bench step":        nil,
+		"memtrain data prepare":      {"--input", in, "--tokenizer", "builtin:llama2", "--out", out},
+		"memtrain data inspect":      {filepath.Join(dir, "nowhere")},
+		"memtrain eval loss":         {"--model", "m", "--data", "d"},
+		"memtrain eval memorization": {"--model", "m", "--data", "d", "--out", out},
+		"memtrain finetune":          {"--model", "m", "--data", "d", "--out", out},
+		"memtrain generate":          {"--model", "m", "--prompt-ids", "1"},
+		"memtrain goldfish":          {"--input", in},
+		"memtrain init":              {"--tokenizer", "builtin:llama2", "--out", out},
+		"memtrain inspect":           {"--preset", "tiny"},
+		"memtrain plan":              {"--model", "tiny", "--gpus", "2"},
+		"memtrain tokenize":          {"--tokenizer", "builtin:llama2"},
+		"memtrain experiment run":    {spec, "--out", out},
+		"memtrain demo":              {"--out", out},
+	}
+}
+
+// countFlagsOverflow (TestNumericFlags' overflow cases): every integer
+// flag of every command — found by walking the commands, so that a new
+// one is covered — refuses a value beyond what it can mean,
+// 9223372036854775807 (and, beyond an int, 9223372036854775808), with
+// exit code 1 and one line naming the flag (or the configuration key it
+// sets) and the value, before anything runs: no panic, no allocation
+// sized from it, no overflow into a wrong number.
+func countFlagsOverflow(t *testing.T) {
+	base := countBaseArgs(t)
+	var walk func(c *cobra.Command)
+	seen := 0
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+		if !c.Runnable() {
+			return
+		}
+		path := c.CommandPath()
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			if typ := f.Value.Type(); typ != "int" && typ != "int64" {
+				return // seeds (uint64) take any value; lists are checked by their own tests
+			}
+			args, ok := base[path]
+			if !ok {
+				t.Errorf("%s --%s: no base arguments for the command in countBaseArgs", path, f.Name)
+				return
+			}
+			key := strings.ReplaceAll(f.Name, "-", "_")
+			for _, v := range []string{"9223372036854775807", "9223372036854775808"} {
+				cl := append(append(strings.Fields(path)[1:], args...), "--"+f.Name, v)
+				seen++
+				t.Run(caseName(cl), func(t *testing.T) {
+					out, errs, code := safeMemtrain(t, cl...)
+					if code != 1 || strings.Count(errs, "\n") != 1 || !strings.HasPrefix(errs, "memtrain: ") {
+						t.Fatalf("exit code %d, stdout %q, stderr %q; want 1 and one line", code, out, errs)
+					}
+					if !strings.Contains(errs, v) || !strings.Contains(errs, "--"+f.Name) && !strings.Contains(errs, key) {
+						t.Errorf("stderr %q names neither --%s (or %s) nor %s", errs, f.Name, key, v)
+					}
+				})
+			}
+		})
+	}
+	walk(newRootCmd())
+	if seen < 100 {
+		t.Errorf("only %d cases: the walk missed commands", seen)
+	}
+}
+
+// safeMemtrain is memtrain that turns a panic of the command into a
+// failure of the test (exit code 2, its message), so that one case does
+// not end the others.
+func safeMemtrain(t *testing.T, args ...string) (out, errs string, code int) {
+	t.Helper()
+	defer func() {
+		if p := recover(); p != nil {
+			out, errs, code = "", fmt.Sprintf("panic: %v", p), 2
+		}
+	}()
+	return memtrain(t, "", args...)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/data/tokenizer"
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
@@ -86,6 +87,9 @@ func runGenerate(cmd *cobra.Command, f generateFlags) error {
 	if f.maxNew < 0 {
 		return fmt.Errorf("generate: --max-new-tokens %d: want 0 or more", f.maxNew)
 	}
+	if f.maxNew > checkpoints.MaxPositions {
+		return fmt.Errorf("generate: --max-new-tokens %d: want 0 to %d (no model has more positions)", f.maxNew, checkpoints.MaxPositions)
+	}
 	// The id prompts are read before anything loads.
 	var idPrompts [][]int32
 	for _, s := range f.promptIDs {
@@ -100,9 +104,30 @@ func runGenerate(cmd *cobra.Command, f generateFlags) error {
 		return fmt.Errorf("generate: %w", err)
 	}
 	f.model, f.adapter = ref.Dir, ref.Adapter
-	// Text prompts are tokenized on the ranks, so their KV cache is sized
-	// there: the model's own memory is checked before it loads.
-	if _, err := modelPreflight(l, f.model, llama.Work{}); err != nil {
+	// The prompts and their continuations fit the model's positions, and
+	// its KV cache the device, before it loads. Text prompts are tokenized
+	// on the ranks: their length is bounded by their bytes (a token is
+	// at least one byte, BOS and a leading space aside).
+	cfg, err := checkpoints.ReadConfig(f.model)
+	if err != nil {
+		return fmt.Errorf("generate: %w", err)
+	}
+	longest := 1 // a prompt has a token
+	for _, p := range idPrompts {
+		longest = max(longest, len(p))
+	}
+	if maxPos := cfg.MaxPositionEmbeddings; f.maxNew > maxPos-longest {
+		return fmt.Errorf("generate: --max-new-tokens %d: want 0 to %d (the new tokens and the longest prompt's %d within %s's max_position_embeddings %d)",
+			f.maxNew, max(0, maxPos-longest), longest, f.model, maxPos)
+	}
+	for _, p := range f.prompts {
+		longest = max(longest, min(len(p)+4, cfg.MaxPositionEmbeddings-f.maxNew))
+	}
+	w := llama.Work{}
+	if f.maxNew > 0 {
+		w = llama.Work{Batch: len(idPrompts) + len(f.prompts), SeqLen: longest, NewTokens: f.maxNew}
+	}
+	if _, err := modelPreflight(l, f.model, w); err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}
 	return l.Run(func(r launch.Rank) error {
@@ -113,6 +138,27 @@ func runGenerate(cmd *cobra.Command, f generateFlags) error {
 		defer lm.model.Free()
 		return generate(cmd, f, idPrompts, lm)
 	})
+}
+
+// errNotFinite is the error of a model whose outputs are not finite.
+var errNotFinite = errors.New("the model's outputs are not finite (its weights hold NaN or infinite values, or make them)")
+
+// checkFinite scores ids, a prompt and its continuation, with m (on every
+// rank of a grid alike): a greedy continuation of logits that are NaN is
+// the lowest id, <unk>, again and again, so a generation whose loss is
+// not finite came from such a model and is refused rather than printed.
+func checkFinite(m *llama.Model, ids []int32) error {
+	if len(ids) < 2 {
+		return nil // nothing to score
+	}
+	sc, err := m.Score(llama.NewWindows([][]int32{ids}, m.Config.MaxPositionEmbeddings), llama.ScoreOptions{Docs: 1})
+	if err != nil {
+		return err
+	}
+	if l := sc.Mean(); math.IsNaN(l) || math.IsInf(l, 0) {
+		return fmt.Errorf("%w: the loss of the first prompt and its continuation is %v", errNotFinite, l)
+	}
+	return nil
 }
 
 // generate decodes the prompts (idPrompts, then the text prompts of f)
@@ -133,6 +179,9 @@ func generate(cmd *cobra.Command, f generateFlags, idPrompts [][]int32, lm *load
 	outs, err := m.Generate(prompts, llama.GenerateOptions{MaxNewTokens: f.maxNew, StopIDs: stop})
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
+	}
+	if err := checkFinite(m, append(slices.Clone(prompts[0]), outs[0]...)); err != nil {
+		return fmt.Errorf("generate: %s: %w", lm.dir, err)
 	}
 	if g := m.Grid(); g != nil && g.Rank() != 0 {
 		return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/memtrain/memtrain/data/tokenizer"
 	"github.com/memtrain/memtrain/goldfish"
 	"github.com/memtrain/memtrain/internal/inputfile"
+	"github.com/memtrain/memtrain/internal/units"
 )
 
 type goldfishFlags struct {
@@ -74,6 +75,14 @@ standard error. Blank lines are skipped.`,
 }
 
 func runGoldfish(cmd *cobra.Command, f goldfishFlags) error {
+	for _, c := range []struct {
+		flag string
+		v    int
+	}{{"--k", f.k}, {"--h", f.h}, {"--start", f.start}} {
+		if c.v > units.MaxCount {
+			return fmt.Errorf("goldfish: %s %d: want at most %d", c.flag, c.v, units.MaxCount)
+		}
+	}
 	strategy, err := goldfish.ParseStrategy(f.strategy)
 	if err != nil {
 		return err

@@ -163,9 +163,13 @@ func runInspect(cmd *cobra.Command, args []string, f inspectFlags) error {
 		}
 		args = []string{ref.Dir}
 	} else if len(args) == 1 {
-		dir, err := resolveModel(cmd.ErrOrStderr(), args[0])
+		// Inspect reads a checkpoint's metadata; --verify checks its bytes.
+		dir, resolved, err := finetune.ResolvePath(args[0])
 		if err != nil {
 			return fmt.Errorf("inspect: %w", err)
+		}
+		if resolved {
+			fmt.Fprintf(cmd.ErrOrStderr(), "memtrain: model: %s → %s\n", args[0], dir)
 		}
 		args = []string{dir}
 	}
@@ -188,6 +192,9 @@ func runInspect(cmd *cobra.Command, args []string, f inspectFlags) error {
 	}
 	if f.batch > maxInspectBatch {
 		return fmt.Errorf("inspect: --batch %d: want at most %d sequences", f.batch, maxInspectBatch)
+	}
+	if f.lora < 0 || f.lora > checkpoints.MaxLoRARank {
+		return fmt.Errorf("inspect: --lora %d: want a rank of 1 to %d (0: none)", f.lora, checkpoints.MaxLoRARank)
 	}
 	precision, err := engine.ParsePrecision(f.precision)
 	if err != nil {

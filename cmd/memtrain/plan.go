@@ -21,6 +21,10 @@ import (
 // clusters, so that the grid search stays a search.
 const maxPlanGPUs = 1 << 20
 
+// maxPlanBatchTokens bounds --global-batch-tokens: 2⁴⁰, some 65,000 times
+// the largest batches trained (16M tokens).
+const maxPlanBatchTokens = 1 << 40
+
 type planFlags struct {
 	model       string
 	gpus        int
@@ -212,6 +216,14 @@ func runPlan(out io.Writer, f planFlags) error {
 		return fmt.Errorf("plan: --latency must be 0 or more µs, got %g", f.latency)
 	case f.microBatch < 0:
 		return fmt.Errorf("plan: --micro-batch must be positive, got %d", f.microBatch)
+	case f.seqLen > checkpoints.MaxPositions:
+		return fmt.Errorf("plan: --seq-len %d: want 1 to %d (0: the default; no model has more positions)", f.seqLen, checkpoints.MaxPositions)
+	case f.batchTokens > maxPlanBatchTokens:
+		return fmt.Errorf("plan: --global-batch-tokens %d: want 1 to %d", f.batchTokens, int64(maxPlanBatchTokens))
+	case f.top > units.MaxCount:
+		return fmt.Errorf("plan: --top %d: want 0 (all) to %d", f.top, units.MaxCount)
+	case f.microBatch > units.MaxCount:
+		return fmt.Errorf("plan: --micro-batch %d: want 1 to %d", f.microBatch, units.MaxCount)
 	}
 	dev, err := planDevice(f)
 	if err != nil {

@@ -273,7 +273,7 @@ func TestPlanIsTheEngines(t *testing.T) {
 			t.Errorf("%+v: plan's memory %d %v, the engine's %+v", g, pl.MemoryTotal, pl.Memory, it)
 		}
 	}
-	for k, prefix := range map[string]string{"peak": "datasheet", "memory": "datasheet", "links": "datasheet", "efficiency": "assumed",
+	for k, prefix := range map[string]string{"peak": "datasheet", "memory": "as the device reports it (143,771 MiB)", "links": "datasheet", "efficiency": "assumed",
 		"memory_per_gpu": "the engine's accounting", "predicted": "step time, tokens/s, MFU"} {
 		if !strings.HasPrefix(r.Sources[k], prefix) {
 			t.Errorf("source of %s: %q, want %q…", k, r.Sources[k], prefix)

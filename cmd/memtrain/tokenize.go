@@ -13,7 +13,6 @@ import (
 
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/data/tokenizer"
-	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/internal/inputfile"
 )
 
@@ -62,8 +61,8 @@ special tokens (BOS). Decoding (--decode) reads {"ids": [...]} (or
 }
 
 func runTokenize(cmd *cobra.Command, f tokenizeFlags) error {
-	if err := launch.CheckThreads(f.threads); err != nil {
-		return fmt.Errorf("tokenize: --threads %w", err)
+	if err := checkThreads(f.threads); err != nil {
+		return fmt.Errorf("tokenize: %w", err)
 	}
 	tok, _, err := openTokenizer(f.tokenizer)
 	if err != nil {

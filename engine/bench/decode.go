@@ -38,6 +38,15 @@ func Decode(b engine.Backend, cfg *checkpoints.Config, o DecodeOptions) (DecodeR
 	if o.Batch < 1 || o.PromptLen < 1 || o.NewTokens < 1 || o.Repeat < 1 {
 		return DecodeResult{}, fmt.Errorf("bench: want a positive batch, prompt length, new tokens and repeat count (got %d, %d, %d, %d)", o.Batch, o.PromptLen, o.NewTokens, o.Repeat)
 	}
+	// The prompts are made, and the times kept, before the model sees
+	// them: their sizes are bounded first (overflow-safe: o.PromptLen +
+	// o.NewTokens is not formed).
+	if maxPos := cfg.MaxPositionEmbeddings; o.PromptLen > maxPos || o.NewTokens > maxPos-o.PromptLen {
+		return DecodeResult{}, fmt.Errorf("bench: prompts of %d tokens and %d new exceed max_position_embeddings %d", o.PromptLen, o.NewTokens, maxPos)
+	}
+	if o.Repeat > MaxRuns {
+		return DecodeResult{}, fmt.Errorf("bench: %d timed runs (want at most %d)", o.Repeat, MaxRuns)
+	}
 	m, err := llama.New(b, cfg, llama.Options{})
 	if err != nil {
 		return DecodeResult{}, err
@@ -69,6 +78,6 @@ func Decode(b engine.Backend, cfg *checkpoints.Config, o DecodeOptions) (DecodeR
 	med := stats.Median(times)
 	return DecodeResult{
 		Batch: o.Batch, PromptLen: o.PromptLen, NewTokens: o.NewTokens, Threads: b.Threads(),
-		Seconds: med, TokensPerS: float64(o.Batch*o.NewTokens) / med,
+		Seconds: med, TokensPerS: float64(o.Batch) * float64(o.NewTokens) / med,
 	}, nil
 }

@@ -19,7 +19,12 @@ import (
 	"github.com/memtrain/memtrain/engine/gemm"
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/internal/stats"
+	"github.com/memtrain/memtrain/internal/units"
 )
+
+// MaxRuns bounds the timed runs of a measurement (Step's steps,
+// Decode's runs), whose times are kept.
+const MaxRuns = 1_000_000
 
 // StepOptions are the shape of a Step measurement.
 type StepOptions struct {
@@ -86,6 +91,12 @@ func Step(b engine.Backend, g gemm.Impl, cfg *checkpoints.Config, o StepOptions)
 	}
 	if o.SeqLen > cfg.MaxPositionEmbeddings {
 		return StepResult{}, fmt.Errorf("bench: sequences of %d tokens exceed max_position_embeddings %d", o.SeqLen, cfg.MaxPositionEmbeddings)
+	}
+	if o.Steps > MaxRuns {
+		return StepResult{}, fmt.Errorf("bench: %d timed steps (want at most %d)", o.Steps, MaxRuns)
+	}
+	if _, ok := units.MulInt(int64(o.Batch), int64(o.SeqLen)); !ok {
+		return StepResult{}, fmt.Errorf("bench: a batch of %d sequences of %d tokens overflows", o.Batch, o.SeqLen)
 	}
 	if o.GEMM == (gemm.Shape{}) {
 		o.GEMM = gemm.Shape{M: 2048, N: 2048, K: 2048}

@@ -438,7 +438,7 @@ func (m *Model) Generate(prompts [][]int32, opt GenerateOptions) (out [][]int32,
 		}
 		longest = max(longest, len(p))
 	}
-	if longest+opt.MaxNewTokens > cfg.MaxPositionEmbeddings {
+	if opt.MaxNewTokens > cfg.MaxPositionEmbeddings-longest { // longest+MaxNewTokens, which can overflow
 		return nil, fmt.Errorf("llama: prompt of %d tokens plus %d new exceeds max_position_embeddings %d", longest, opt.MaxNewTokens, cfg.MaxPositionEmbeddings)
 	}
 	B := len(prompts)

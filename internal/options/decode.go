@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/big"
 	"reflect"
 	"regexp"
 	"strings"
@@ -153,30 +154,53 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) error {
 	return nil
 }
 
-// checkInteger refuses a number with a fraction (or, for an unsigned
-// field, a negative one) for an integer field: go-yaml would truncate 1.5
-// to 1, and wrap -1.5 around to the largest uint64.
+// checkInteger refuses, for an integer field, a number with a fraction
+// (go-yaml would truncate 1.5 to 1, and wrap -1.5 around to the largest
+// uint64), a negative one for an unsigned field, and one beyond the
+// field's range (go-yaml would wrap 18446744073709551616 around, or
+// saturate it, into a uint64 or an int64): the error names the key, the
+// value and the range.
 func (d *decoder) checkInteger(n *yaml.Node, v reflect.Value, path string) error {
-	if reflect.PointerTo(v.Type()).Implements(textUnmarshaler) || n.ShortTag() != "!!float" {
+	tag := n.ShortTag()
+	if reflect.PointerTo(v.Type()).Implements(textUnmarshaler) || tag != "!!float" && tag != "!!int" {
 		return nil
 	}
+	lo, hi := new(big.Int), new(big.Int)
 	var unsigned bool
 	switch v.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		bits := uint(v.Type().Bits())
+		hi.Lsh(big.NewInt(1), bits-1)
+		lo.Neg(hi)
+		hi.Sub(hi, big.NewInt(1))
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
 		unsigned = true
+		hi.Lsh(big.NewInt(1), uint(v.Type().Bits()))
+		hi.Sub(hi, big.NewInt(1))
 	default:
 		return nil
 	}
-	var x float64
-	if err := n.Decode(&x); err != nil {
-		return d.errorf(n, path, "%s", yamlMessage(err))
+	// The exact value: an integer as written (go-yaml's integer forms:
+	// a sign, 0x, 0o, 0b, underscores), else an integral float.
+	val, exact := new(big.Int).SetString(strings.TrimPrefix(n.Value, "+"), 0)
+	if !exact {
+		if tag != "!!float" {
+			return nil
+		}
+		var x float64
+		if err := n.Decode(&x); err != nil {
+			return d.errorf(n, path, "%s", yamlMessage(err))
+		}
+		if x != math.Trunc(x) || math.IsInf(x, 0) {
+			return d.errorf(n, path, "%s is not an integer", n.Value)
+		}
+		val, _ = big.NewFloat(x).Int(nil)
 	}
 	switch {
-	case x != math.Trunc(x) || math.IsInf(x, 0):
-		return d.errorf(n, path, "%s is not an integer", n.Value)
-	case unsigned && x < 0:
+	case unsigned && val.Sign() < 0:
 		return d.errorf(n, path, "%s is not a non-negative integer", n.Value)
+	case val.Cmp(lo) < 0 || val.Cmp(hi) > 0:
+		return d.errorf(n, path, "%s is out of range (want an integer from %s to %s)", n.Value, lo, hi)
 	}
 	return nil
 }

@@ -32,11 +32,14 @@ import (
 	"encoding"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
 	"strconv"
 	"strings"
+
+	"github.com/memtrain/memtrain/internal/units"
 )
 
 // A Field is one leaf of a configuration.
@@ -146,12 +149,18 @@ func setString(v reflect.Value, s string) error {
 		v.SetBool(b)
 	case reflect.Int, reflect.Int64:
 		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || v.OverflowInt(n) {
+		if errors.Is(err, strconv.ErrRange) || err == nil && v.OverflowInt(n) {
+			return fmt.Errorf("%q is out of range (want an integer from %d to %d)", s, minInt(v), -(minInt(v) + 1))
+		}
+		if err != nil {
 			return fmt.Errorf("%q is not an integer", s)
 		}
 		v.SetInt(n)
 	case reflect.Uint64:
 		n, err := strconv.ParseUint(s, 10, 64)
+		if errors.Is(err, strconv.ErrRange) {
+			return fmt.Errorf("%q is out of range (want an integer from 0 to %d)", s, uint64(math.MaxUint64))
+		}
 		if err != nil {
 			return fmt.Errorf("%q is not a non-negative integer", s)
 		}
@@ -168,6 +177,9 @@ func setString(v reflect.Value, s string) error {
 	return nil
 }
 
+// minInt is the smallest value of a signed integer leaf.
+func minInt(v reflect.Value) int64 { return -1 << (v.Type().Bits() - 1) }
+
 // stringOf is a leaf's text form.
 func stringOf(v reflect.Value) string {
 	if m, ok := v.Interface().(encoding.TextMarshaler); ok {
@@ -182,12 +194,19 @@ func stringOf(v reflect.Value) string {
 	return fmt.Sprint(v.Interface())
 }
 
+// MaxInt is the largest integer leaf of a configuration (CheckNumbers):
+// units.MaxCount, 10⁹ — a count, size or step beyond any run, which a
+// product of two of them cannot overflow.
+const MaxInt = units.MaxCount
+
 // CheckNumbers refuses what no number of a configuration may be: a float
-// leaf that is NaN or infinite, and an integer leaf below zero (counts,
-// sizes and steps, 0 meaning "none" or "the default"). The error names
-// the first such field by its key path: "schedule.min_lr: NaN (want a
-// finite number)", "max_steps: -3 (want 0 or more)". Rules of a field's
-// own (a positive batch size, a rate below 1) are its owner's to check.
+// leaf that is NaN or infinite, and an integer leaf below zero or above
+// MaxInt (counts, sizes and steps, 0 meaning "none" or "the default"). The
+// error names the first such field by its key path: "schedule.min_lr: NaN
+// (want a finite number)", "max_steps: -3 (want 0 or more)", "epochs:
+// 4611686018427387905 (want 0 to 1000000000)". Rules of a field's own (a
+// positive batch size, a rate below 1, a tighter bound) are its owner's
+// to check.
 func CheckNumbers(v any) error {
 	for _, f := range Fields(v) {
 		fv := f.value(v)
@@ -202,6 +221,8 @@ func CheckNumbers(v any) error {
 		case reflect.Int, reflect.Int64:
 			if n := fv.Int(); n < 0 {
 				return fmt.Errorf("%s: %d (want 0 or more)", f.Key, n)
+			} else if n > MaxInt {
+				return fmt.Errorf("%s: %d (want 0 to %d)", f.Key, n, MaxInt)
 			}
 		}
 	}

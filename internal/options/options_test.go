@@ -97,6 +97,16 @@ func TestFlags(t *testing.T) {
 	if err := fl.Parse([]string{"--inner.color", "green"}); err == nil || !strings.Contains(err.Error(), `unknown color "green"`) {
 		t.Errorf("--inner.color green: %v", err)
 	}
+	// Integers beyond the field's range are named as such, not wrapped.
+	for _, tc := range [][2]string{
+		{"--max-steps=9223372036854775808", `"9223372036854775808" is out of range (want an integer from -9223372036854775808 to 9223372036854775807)`},
+		{"--seed=18446744073709551616", `"18446744073709551616" is out of range (want an integer from 0 to 18446744073709551615)`},
+		{"--max-steps=x", `"x" is not an integer`},
+	} {
+		if err := fl.Parse([]string{tc[0]}); err == nil || !strings.Contains(err.Error(), tc[1]) {
+			t.Errorf("%s: %v, want %q", tc[0], err, tc[1])
+		}
+	}
 }
 
 func TestDecode(t *testing.T) {
@@ -114,7 +124,16 @@ func TestDecode(t *testing.T) {
 		{"bad enum", "inner: {color: green}\n", `f.yaml:1:16: inner.color: unknown color "green"`},
 		{"list for a value", "seed: [1, 2]\n", "f.yaml:1:7: seed: want a single value, not a list"},
 		{"value for a mapping", "inner: 3\n", "f.yaml:1:8: inner: want a mapping of keys, not a value"},
-		{"negative uint", "seed: -1\n", "f.yaml:1:7: seed: cannot unmarshal !!int `-1` into uint64"},
+		{"negative uint", "seed: -1\n", "f.yaml:1:7: seed: -1 is not a non-negative integer"},
+		// Integers beyond the field's range, which go-yaml would wrap or
+		// saturate (2^64 into a uint64 was 2^63).
+		{"uint beyond 64 bits", "seed: 18446744073709551616\n", "f.yaml:1:7: seed: 18446744073709551616 is out of range (want an integer from 0 to 18446744073709551615)"},
+		{"largest uint", "seed: 18446744073709551615\n", "{ 10 18446744073709551615 true {0.5 1}}"},
+		{"int beyond 63 bits", "max_steps: 9223372036854775808\n", "f.yaml:1:12: max_steps: 9223372036854775808 is out of range (want an integer from -9223372036854775808 to 9223372036854775807)"},
+		{"int below -2^63", "max_steps: -9223372036854775809\n", "f.yaml:1:12: max_steps: -9223372036854775809 is out of range"},
+		{"int far beyond", "max_steps: 1000000000000000000000000000000\n", "max_steps: 1000000000000000000000000000000 is out of range"},
+		{"float beyond an int", "max_steps: 1e30\n", "f.yaml:1:12: max_steps: 1e30 is out of range"},
+		{"uint beyond 64 bits in a list", "seeds: [1, 18446744073709551616]\n", "f.yaml:1:12: seeds[1]: 18446744073709551616 is out of range"},
 		{"fraction for an int", "max_steps: 1.5\n", "f.yaml:1:12: max_steps: 1.5 is not an integer"},
 		{"fraction for a uint", "seed: 2.5\n", "f.yaml:1:7: seed: 2.5 is not an integer"},
 		{"negative fraction for a uint", "seed: -1.5\n", "f.yaml:1:7: seed: -1.5 is not an integer"},
@@ -213,6 +232,8 @@ func TestCheckNumbers(t *testing.T) {
 		{"infinity", func(c *config) { c.Inner.Rate = math.Inf(1) }, "inner.rate: +Inf (want a finite number)"},
 		{"minus infinity", func(c *config) { c.Inner.Rate = math.Inf(-1) }, "inner.rate: -Inf (want a finite number)"},
 		{"negative count", func(c *config) { c.MaxSteps = -3 }, "max_steps: -3 (want 0 or more)"},
+		{"largest count", func(c *config) { c.MaxSteps = MaxInt }, ""},
+		{"huge count", func(c *config) { c.MaxSteps = math.MaxInt64 }, "max_steps: 9223372036854775807 (want 0 to 1000000000)"},
 		{"negative rate", func(c *config) { c.Inner.Rate = -1 }, ""}, // its owner's rule
 	} {
 		var c config

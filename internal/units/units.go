@@ -30,6 +30,12 @@
 // comma-separated items, spaces around each trimmed, none of them empty
 // ("1,,2" and "1,2," are mistakes, not the list 1, 2).
 //
+// Counts a user gives (a flag, a configuration key) are checked by
+// [CheckCount] against a stated range — [MaxCount] where nothing smaller
+// applies — before anything is sized or multiplied from them, and their
+// products and sums by [MulInt] and [AddInt], which report an overflow
+// instead of wrapping.
+//
 // The package imports nothing of memtrain.
 package units
 
@@ -256,4 +262,42 @@ func FormatPerplexity(v float64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.2fe%d", m, exp)
+}
+
+// MaxCount is the largest count a user may give (a flag or a key: steps,
+// iterations, documents, resamples) where no smaller bound of its own
+// applies: 10⁹, far beyond any run, and small enough that a product of
+// such a count and another one in range does not overflow an int64.
+const MaxCount = 1_000_000_000
+
+// CheckCount refuses a count v outside [lo, hi], naming it as the user
+// wrote it (a flag, "--steps", or a key, "eval.resamples"):
+// "--steps 9223372036854775807: want 1 to 1000000000".
+func CheckCount(name string, v, lo, hi int64) error {
+	if v < lo || v > hi {
+		return fmt.Errorf("%s %d: want %d to %d", name, v, lo, hi)
+	}
+	return nil
+}
+
+// MulInt is a·b for counts (a, b ≥ 0), and false when the product
+// overflows an int64 (or either is negative): the product of two counts a
+// user gives, such as epochs × steps a epoch, checked before it is used.
+func MulInt(a, b int64) (int64, bool) {
+	if a < 0 || b < 0 {
+		return 0, false
+	}
+	if a != 0 && b > math.MaxInt64/a {
+		return 0, false
+	}
+	return a * b, true
+}
+
+// AddInt is a+b for counts (a, b ≥ 0), and false when the sum overflows
+// an int64 (or either is negative).
+func AddInt(a, b int64) (int64, bool) {
+	if a < 0 || b < 0 || a > math.MaxInt64-b {
+		return 0, false
+	}
+	return a + b, true
 }

@@ -237,3 +237,47 @@ func TestFormatPerplexity(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckCount(t *testing.T) {
+	if err := CheckCount("--steps", 5, 1, MaxCount); err != nil {
+		t.Error(err)
+	}
+	for _, c := range []struct {
+		v, lo, hi int64
+		want      string
+	}{
+		{math.MaxInt64, 1, MaxCount, "--steps 9223372036854775807: want 1 to 1000000000"},
+		{0, 1, 10, "--steps 0: want 1 to 10"},
+		{math.MinInt64, 0, 10, "--steps -9223372036854775808: want 0 to 10"},
+	} {
+		err := CheckCount("--steps", c.v, c.lo, c.hi)
+		if err == nil || err.Error() != c.want {
+			t.Errorf("CheckCount(%d, %d, %d) = %v, want %q", c.v, c.lo, c.hi, err, c.want)
+		}
+	}
+}
+
+func TestMulAddInt(t *testing.T) {
+	for _, c := range []struct {
+		a, b, want int64
+		ok         bool
+	}{
+		{3, 4, 12, true}, {0, math.MaxInt64, 0, true}, {math.MaxInt64, 1, math.MaxInt64, true},
+		{4611686018427387905, 4, 0, false}, {math.MaxInt64, 2, 0, false}, {-1, 2, 0, false},
+		{1 << 32, 1 << 31, 0, false},
+	} {
+		got, ok := MulInt(c.a, c.b)
+		if ok != c.ok || ok && got != c.want {
+			t.Errorf("MulInt(%d, %d) = %d, %v; want %d, %v", c.a, c.b, got, ok, c.want, c.ok)
+		}
+	}
+	if s, ok := AddInt(math.MaxInt64-1, 1); !ok || s != math.MaxInt64 {
+		t.Errorf("AddInt(max-1, 1) = %d, %v", s, ok)
+	}
+	if _, ok := AddInt(math.MaxInt64, 1); ok {
+		t.Error("AddInt(max, 1) did not overflow")
+	}
+	if _, ok := AddInt(-1, 1); ok {
+		t.Error("AddInt(-1, 1) took a negative count")
+	}
+}

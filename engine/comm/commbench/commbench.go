@@ -92,6 +92,14 @@ type Case struct {
 	Iters int
 }
 
+// MaxRanks bounds the group sizes and the in-process world: every
+// in-process rank is goroutines, a backend and its slot of every rank's
+// time (HostBytes). MaxIters bounds the timed calls of a case.
+const (
+	MaxRanks = 4096
+	MaxIters = 1_000_000
+)
+
 // ErrNoGroup is the error of Cases and New when no group size fits in
 // the world.
 var ErrNoGroup = errors.New("no group fits in the world")
@@ -111,14 +119,14 @@ func Cases(ranks []int, sizes []int64, ops []string, iters, world int) (cases []
 	switch {
 	case len(ranks) == 0 || len(sizes) == 0 || len(ops) == 0:
 		return nil, nil, fmt.Errorf("want group sizes, buffer sizes and collectives (got %d, %d and %d)", len(ranks), len(sizes), len(ops))
-	case iters < 0:
-		return nil, nil, fmt.Errorf("%d timed calls: want 0 (automatic) or more", iters)
+	case iters < 0 || iters > MaxIters:
+		return nil, nil, fmt.Errorf("%d timed calls: want 0 (automatic) to %d", iters, MaxIters)
 	case world < 1:
 		return nil, nil, fmt.Errorf("a world of %d ranks: want at least one", world)
 	}
 	for _, p := range ranks {
-		if p < 1 {
-			return nil, nil, fmt.Errorf("groups of %d ranks: want at least one", p)
+		if p < 1 || p > MaxRanks {
+			return nil, nil, fmt.Errorf("groups of %d ranks: want 1 to %d", p, MaxRanks)
 		}
 	}
 	for _, b := range sizes {
@@ -190,11 +198,32 @@ func New(opts Options) (*Bench, error) {
 		b.Transport, b.World = MPI, procs
 	} else if b.World == 0 && len(opts.Ranks) > 0 {
 		b.World = slices.Max(opts.Ranks)
+	} else if b.World > MaxRanks {
+		return nil, fmt.Errorf("a world of %d in-process ranks: want 1 to %d", b.World, MaxRanks)
 	}
 	if b.Cases, b.Skipped, err = Cases(opts.Ranks, opts.Sizes, opts.Ops, opts.Iters, b.World); err != nil {
 		return nil, err
 	}
 	return b, nil
+}
+
+// HostBytes is about what the ranks of this process allocate at the most,
+// for a check against the host's free memory before Run: each rank's
+// largest buffer and its chunk, its copy of every rank's time, and a
+// MiB of its own (a backend, its goroutines, its communicators' state);
+// every rank of the world in process, one under MPI. It saturates at
+// math.MaxInt64 (engine.MulBytes) rather than overflow.
+func (b *Bench) HostBytes() int64 {
+	ranks := int64(b.World)
+	if b.Transport == MPI {
+		ranks = 1
+	}
+	var largest int64
+	for _, c := range b.Cases {
+		largest = max(largest, c.Bytes)
+	}
+	perRank := engine.SumBytes(engine.MulBytes(2, largest), engine.MulBytes(8, int64(b.World)), 1<<20)
+	return engine.MulBytes(ranks, perRank)
 }
 
 // Run makes the measurements and returns every case's result and each

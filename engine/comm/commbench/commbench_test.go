@@ -2,6 +2,7 @@ package commbench
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -154,5 +155,35 @@ func TestMeasuredDevice(t *testing.T) {
 	}
 	if _, err := MeasuredDevice(results, fits, 4, 0, 0.5); err == nil {
 		t.Error("no peak: no error")
+	}
+}
+
+// TestBounds: worlds, group sizes and timed calls beyond the bounds are
+// refused before anything is made (a world of 100,000 in-process ranks
+// ran out of memory in seconds), and HostBytes, what a world's ranks
+// allocate, grows with the world and the largest buffer without
+// overflowing.
+func TestBounds(t *testing.T) {
+	for _, o := range []Options{
+		{Ranks: []int{2}, World: 100_000},
+		{Ranks: []int{100_000}},
+		{Ranks: []int{2}, Iters: MaxIters + 1},
+	} {
+		o.Sizes, o.Ops = []int64{4096}, Ops()
+		if b, err := New(o); err == nil {
+			t.Errorf("%+v: world %d accepted", o, b.World)
+		}
+	}
+	b, err := New(Options{Ranks: []int{2, 8}, Sizes: []int64{4096, 64 << 20}, Ops: Ops()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := b.HostBytes(), int64(8*(2*(64<<20)+8*8+1<<20)); got != want {
+		t.Errorf("HostBytes of 8 ranks of 64 MiB buffers = %d, want %d", got, want)
+	}
+	b.World = MaxRanks
+	b.Cases = append(b.Cases, Case{Op: "all-reduce", Ranks: 2, Bytes: 1 << 62})
+	if got := b.HostBytes(); got != math.MaxInt64 {
+		t.Errorf("HostBytes of %d ranks of 4 EiB buffers = %d, want it saturated", MaxRanks, got)
 	}
 }
