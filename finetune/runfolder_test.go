@@ -418,3 +418,14 @@ func TestModelFromRunIsVerified(t *testing.T) {
 		t.Errorf("ResolveModel(run): %v, want it to name %s", err, want)
 	}
 }
+
+// TestEpochsOverflow (issue 32, item 9): epochs × steps an epoch beyond
+// units.MaxCount is refused, not wrapped into a count of one epoch.
+func TestEpochsOverflow(t *testing.T) {
+	cfg := shortRun(t)
+	cfg.MaxSteps, cfg.Epochs = 0, 1_000_000_000
+	_, err := Open(cfg, cpu.New(cpu.Options{Threads: 1}), "")
+	if err == nil || !strings.Contains(err.Error(), "epochs 1000000000 × ") {
+		t.Errorf("Open with 10⁹ epochs: %v", err)
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/engine/parallel"
 	"github.com/memtrain/memtrain/goldfish"
+	"github.com/memtrain/memtrain/internal/units"
 	"github.com/memtrain/memtrain/memorization"
 )
 
@@ -204,7 +205,11 @@ func OpenParallel(cfg Config, b engine.Backend, grid *parallel.Grid, resume stri
 	r.perEpoch = int((r.Loader.NumSequences() + int64(cfg.BatchSize) - 1) / int64(cfg.BatchSize))
 	r.Steps = cfg.MaxSteps
 	if r.Steps <= 0 {
-		r.Steps = r.perEpoch * cfg.Epochs
+		steps, ok := units.MulInt(int64(r.perEpoch), int64(cfg.Epochs))
+		if !ok || steps > units.MaxCount {
+			return fail(fmt.Errorf("finetune: epochs %d × %d steps an epoch is more than %d steps", cfg.Epochs, r.perEpoch, units.MaxCount))
+		}
+		r.Steps = int(steps)
 	}
 	if r.Config.Schedule.Total == 0 {
 		r.Config.Schedule.Total = r.Steps
