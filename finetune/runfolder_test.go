@@ -423,7 +423,7 @@ func TestModelFromRunIsVerified(t *testing.T) {
 // units.MaxCount is refused, not wrapped into a count of one epoch.
 func TestEpochsOverflow(t *testing.T) {
 	cfg := shortRun(t)
-	cfg.MaxSteps, cfg.Epochs = 0, 1_000_000_000
+	cfg.MaxSteps, cfg.Epochs, cfg.Out = 0, 1_000_000_000, t.TempDir()
 	_, err := Open(cfg, cpu.New(cpu.Options{Threads: 1}), "")
 	if err == nil || !strings.Contains(err.Error(), "epochs 1000000000 × ") {
 		t.Errorf("Open with 10⁹ epochs: %v", err)
