@@ -112,7 +112,10 @@ func Inspect(s *Store, opt InspectOptions) (*Inspection, error) {
 		}
 		sm := Sample{Split: split, Sequence: i, Document: doc, Source: info.Source, Line: info.Line, Targets: kept, Masked: n - kept, IDs: window}
 		if opt.Tokenizer != nil {
-			text := opt.Tokenizer.Decode(window)
+			text, err := opt.Tokenizer.DecodeChecked(window, false)
+			if err != nil {
+				return nil, fmt.Errorf("data: sequence %d: %w", i, err)
+			}
 			sm.Text = &text
 		}
 		in.Samples = append(in.Samples, sm)

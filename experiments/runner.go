@@ -538,8 +538,11 @@ func (r *Runner) readFiller(f *Filler) (train, held []Passage, err error) {
 	for _, i := range rng.Perm(n)[:f.Holdout] {
 		isHeld[i] = true
 	}
-	enc := r.tok.EncodeBatch(docs.texts, tokenizer.EncodeOptions{AddSpecial: true}, 0)
+	enc, errs := r.tok.EncodeBatchEach(docs.texts, tokenizer.EncodeOptions{AddSpecial: true}, 0)
 	for i, ids := range enc {
+		if errs != nil && errs[i] != nil {
+			return nil, nil, fmt.Errorf("experiments: %s:%d: %w", docs.docs[i].Source, docs.docs[i].Line, errs[i])
+		}
 		p := Passage{Source: docs.docs[i].Source, Line: docs.docs[i].Line, Text: docs.texts[i], IDs: ids}
 		if isHeld[i] {
 			held = append(held, p)

@@ -65,9 +65,12 @@ func SelectTargets(t *Targets, paths []string, tok *tokenizer.Tokenizer) (*Selec
 			where = append(where, Passage{Source: d.Source, Line: d.Line, Text: p})
 		}
 	}
-	enc := tok.EncodeBatch(texts, tokenizer.EncodeOptions{AddSpecial: true}, 0)
+	enc, errs := tok.EncodeBatchEach(texts, tokenizer.EncodeOptions{AddSpecial: true}, 0)
 	var cands []Passage
 	for i, ids := range enc {
+		if errs != nil && errs[i] != nil {
+			continue // a passage the tokenizer refuses is no candidate
+		}
 		if len(ids) >= t.MinTokens && len(ids) <= t.MaxTokens {
 			p := where[i]
 			p.IDs = ids

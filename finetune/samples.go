@@ -29,7 +29,9 @@ func (r *Run) prepareSamples(maxPositions int) error {
 	}
 	ids := make([][]int32, len(s.Prompts))
 	for i, p := range s.Prompts {
-		ids[i] = tok.Encode(p, tokenizer.EncodeOptions{AddSpecial: true})
+		if ids[i], err = tok.EncodeChecked(p, tokenizer.EncodeOptions{AddSpecial: true}); err != nil {
+			return fmt.Errorf("finetune: samples: prompt %d: %w", i+1, err)
+		}
 		switch {
 		case len(ids[i]) == 0:
 			return fmt.Errorf("finetune: samples: prompt %d (%q) has no tokens", i+1, p)

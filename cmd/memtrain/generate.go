@@ -168,7 +168,11 @@ func generate(cmd *cobra.Command, f generateFlags, idPrompts [][]int32, lm *load
 	m := lm.model
 	prompts := slices.Clone(idPrompts)
 	if len(f.prompts) > 0 {
-		prompts = append(prompts, lm.tok.EncodeBatch(f.prompts, tokenizer.EncodeOptions{AddSpecial: f.bos}, 0)...)
+		enc, err := lm.tok.EncodeBatchChecked(f.prompts, tokenizer.EncodeOptions{AddSpecial: f.bos}, 0)
+		if err != nil {
+			return fmt.Errorf("generate: prompt: %w", err)
+		}
+		prompts = append(prompts, enc...)
 	}
 	var stop []int32
 	if f.stopAtEOS {
@@ -195,7 +199,10 @@ func generate(cmd *cobra.Command, f generateFlags, idPrompts [][]int32, lm *load
 			g.IDs = []int32{}
 		}
 		if lm.tok != nil {
-			g.Text = lm.tok.Decode(ids)
+			var err error
+			if g.Text, err = lm.tok.DecodeChecked(ids, false); err != nil {
+				return fmt.Errorf("generate: output %d: %w", i+1, err)
+			}
 		}
 		if f.json {
 			if err := enc.Encode(g); err != nil {

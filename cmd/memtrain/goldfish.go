@@ -181,7 +181,11 @@ func goldfishIDs(line []byte, name string, n int64, f goldfishFlags, tok *tokeni
 	if tok == nil {
 		return nil, fmt.Errorf("goldfish: %s:%d: a text line needs --tokenizer", name, n)
 	}
-	return tok.Encode(text, tokenizer.EncodeOptions{AddSpecial: f.bos}), nil
+	ids, err = tok.EncodeChecked(text, tokenizer.EncodeOptions{AddSpecial: f.bos})
+	if err != nil {
+		return nil, fmt.Errorf("goldfish: %s:%d: %w", name, n, err)
+	}
+	return ids, nil
 }
 
 // appendGoldfishJSON appends the JSON line of one sequence's drops.

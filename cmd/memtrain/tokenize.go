@@ -101,13 +101,18 @@ func runTokenize(cmd *cobra.Command, f tokenizeFlags) error {
 func encodeLines(tok *tokenizer.Tokenizer, in io.Reader, name string, w *bufio.Writer, f tokenizeFlags) error {
 	opt := tokenizer.EncodeOptions{AddSpecial: f.special, SplitSpecial: f.splitSpecial}
 	texts := make([]string, 0, tokenizeBatch)
+	lines := make([]int64, 0, tokenizeBatch)
 	flush := func() error {
-		for _, ids := range tok.EncodeBatch(texts, opt, f.threads) {
+		enc, errs := tok.EncodeBatchEach(texts, opt, f.threads)
+		for i, ids := range enc {
+			if errs != nil && errs[i] != nil {
+				return fmt.Errorf("tokenize: %s:%d: %w", name, lines[i], errs[i])
+			}
 			if err := writeIDs(w, ids); err != nil {
 				return err
 			}
 		}
-		texts = texts[:0]
+		texts, lines = texts[:0], lines[:0]
 		return nil
 	}
 	err := data.ReadLines(in, 0, func(line []byte, n int64) error {
@@ -123,7 +128,7 @@ func encodeLines(tok *tokenizer.Tokenizer, in io.Reader, name string, w *bufio.W
 		if err := json.Unmarshal(raw, &text); err != nil {
 			return fmt.Errorf("tokenize: %s:%d: field %q: want a string", name, n, f.field)
 		}
-		texts = append(texts, text)
+		texts, lines = append(texts, text), append(lines, n)
 		if len(texts) == tokenizeBatch {
 			return flush()
 		}
@@ -175,9 +180,9 @@ func decodeLines(tok *tokenizer.Tokenizer, in io.Reader, name string, w *bufio.W
 			}
 			ids[i] = int32(id)
 		}
-		text := tok.Decode(ids)
-		if skipSpecial {
-			text = tok.DecodeSkipSpecial(ids)
+		text, err := tok.DecodeChecked(ids, skipSpecial)
+		if err != nil {
+			return fmt.Errorf("tokenize: %s:%d: %w", name, n, err)
 		}
 		return enc.Encode(struct {
 			Text string `json:"text"`
