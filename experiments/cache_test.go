@@ -14,27 +14,42 @@ import (
 	"github.com/memtrain/memtrain/finetune"
 )
 
+// oneArmStudy is tinyStudy with one arm and two steps of pretraining and
+// training: the smallest study that makes and uses a cached base.
+func oneArmStudy() string {
+	s := strings.Replace(tinyStudy, "  - {name: goldfish-k2, loss: goldfish, goldfish: {k: 2, h: 3}}\n", "", 1)
+	return strings.Replace(s, "max_steps: 4,", "max_steps: 2,", 1)
+}
+
+// runVersion runs spec at version (the cache key's) into a new folder and returns the folder
+// and the runner's log.
+func runVersion(t *testing.T, spec, version string) (out, log string) {
+	t.Helper()
+	s, err := ParseSpec([]byte(spec), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	out = filepath.Join(t.TempDir(), "study")
+	r := &Runner{Spec: s, Out: out, Launch: launch.Spec{Threads: 2}, Log: &buf, Version: version}
+	if _, err := r.Run(); err != nil {
+		t.Fatalf("%v\n%s", err, buf.String())
+	}
+	return out, buf.String()
+}
+
 // TestRunnerBaseCache: studies share a cached base made from the same
 // settings, tokenizer, pretraining and version; any change makes another.
 func TestRunnerBaseCache(t *testing.T) {
 	cache := t.TempDir()
 	t.Setenv(CacheEnv, cache)
-	oneArm := strings.Replace(tinyStudy, "  - {name: goldfish-k2, loss: goldfish, goldfish: {k: 2, h: 3}}\n", "", 1)
-	oneArm = strings.Replace(oneArm, "max_steps: 4,", "max_steps: 2,", 1)
+	oneArm := oneArmStudy()
 	var out string
 	run := func(spec, version string) string {
 		t.Helper()
-		s, err := ParseSpec([]byte(spec), "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var log bytes.Buffer
-		out = filepath.Join(t.TempDir(), "study")
-		r := &Runner{Spec: s, Out: out, Launch: launch.Spec{Threads: 2}, Log: &log, Version: version}
-		if _, err := r.Run(); err != nil {
-			t.Fatalf("%v\n%s", err, log.String())
-		}
-		return log.String()
+		var log string
+		out, log = runVersion(t, spec, version)
+		return log
 	}
 	first := run(oneArm, "v1")
 	if !strings.Contains(first, "pretrain: 2 steps") || !strings.Contains(first, "made in the cache "+filepath.Join(cache, "bases")) {
@@ -79,20 +94,9 @@ func TestRunnerBaseCache(t *testing.T) {
 func TestDamagedCachedBase(t *testing.T) {
 	cache := t.TempDir()
 	t.Setenv(CacheEnv, cache)
-	oneArm := strings.Replace(tinyStudy, "  - {name: goldfish-k2, loss: goldfish, goldfish: {k: 2, h: 3}}\n", "", 1)
-	oneArm = strings.Replace(oneArm, "max_steps: 4,", "max_steps: 2,", 1)
 	run := func() (string, []byte) {
 		t.Helper()
-		s, err := ParseSpec([]byte(oneArm), "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var log bytes.Buffer
-		out := filepath.Join(t.TempDir(), "study")
-		r := &Runner{Spec: s, Out: out, Launch: launch.Spec{Threads: 2}, Log: &log, Version: "v1"}
-		if _, err := r.Run(); err != nil {
-			t.Fatalf("%v\n%s", err, log.String())
-		}
+		out, log := runVersion(t, oneArmStudy(), "v1")
 		// Every result.json of the study, in path order.
 		var res []byte
 		filepath.WalkDir(out, func(p string, d os.DirEntry, err error) error {
@@ -106,7 +110,7 @@ func TestDamagedCachedBase(t *testing.T) {
 		if len(res) == 0 {
 			t.Fatalf("no result.json in %s", out)
 		}
-		return log.String(), res
+		return log, res
 	}
 	_, want := run()
 	recs, _ := filepath.Glob(filepath.Join(cache, "bases", "*", "base.json"))
@@ -178,21 +182,10 @@ func TestLockBase(t *testing.T) {
 func TestRunnerSeedPerRun(t *testing.T) {
 	cache := t.TempDir()
 	t.Setenv(CacheEnv, cache)
-	oneArm := strings.Replace(tinyStudy, "  - {name: goldfish-k2, loss: goldfish, goldfish: {k: 2, h: 3}}\n", "", 1)
-	oneArm = strings.Replace(oneArm, "max_steps: 4,", "max_steps: 2,", 1)
+	oneArm := oneArmStudy()
 	run := func(spec string) (string, string) {
 		t.Helper()
-		s, err := ParseSpec([]byte(spec), "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var log bytes.Buffer
-		out := filepath.Join(t.TempDir(), "study")
-		r := &Runner{Spec: s, Out: out, Launch: launch.Spec{Threads: 2}, Log: &log, Version: "v1"}
-		if _, err := r.Run(); err != nil {
-			t.Fatalf("%v\n%s", err, log.String())
-		}
-		return out, log.String()
+		return runVersion(t, spec, "v1")
 	}
 	perRun := strings.Replace(oneArm, "  seed: 2\n", "  seed: 2\n  seed_per_run: true\n", 1) + "seeds: [1, 3]\n"
 	out, log := run(perRun)

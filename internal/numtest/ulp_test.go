@@ -6,19 +6,6 @@ import (
 	"testing"
 )
 
-// checkULPErr checks err against a wanted substring: "" means no error.
-func checkULPErr(t *testing.T, name string, err error, want string) {
-	t.Helper()
-	switch {
-	case want == "" && err != nil:
-		t.Errorf("%s: unexpected error: %v", name, err)
-	case want != "" && err == nil:
-		t.Errorf("%s: passed, want an error containing %q", name, want)
-	case want != "" && !strings.Contains(err.Error(), want):
-		t.Errorf("%s: error %q, want it to contain %q", name, err, want)
-	}
-}
-
 func TestULP(t *testing.T) {
 	for _, c := range []struct{ w, want float64 }{
 		{1, 0x1p-23},
@@ -69,14 +56,14 @@ func TestCloseULP(t *testing.T) {
 		{"long got", []float32{1, 2, 3, 4}, []float64{1, 2, 3}, 1, "got 4 values, want 3"},
 		{"NaN bound", []float32{1}, []float64{1}, nan64, "exceeds NaN"},
 	} {
-		checkULPErr(t, c.name, CloseULP(c.got, c.want, c.max), c.err)
+		wantErr(t, c.name, CloseULP(c.got, c.want, c.max), c.err)
 		// MeasureULP refuses what CloseULP refuses, and measures the rest.
 		refused := c.err
 		if strings.Contains(c.err, "exceeds") {
 			refused = ""
 		}
 		_, err := MeasureULP(c.got, c.want)
-		checkULPErr(t, "MeasureULP "+c.name, err, refused)
+		wantErr(t, "MeasureULP "+c.name, err, refused)
 	}
 	if err := CloseULP([]float64{1 + 0x1p-30}, []float32{1}, 0.1); err != nil {
 		t.Errorf("float64 got, float32 want: %v", err)
