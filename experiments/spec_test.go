@@ -129,13 +129,7 @@ func TestSpecErrors(t *testing.T) {
 			"targets: filler: skip -1, documents 0 and holdout 0 (want ≥ 0)"},
 		{"fractional train step count", "max_steps: 3,", "max_steps: 2.5,", "spec.yaml:6:20: arms[0] (standard): train: max_steps: 2.5 is not an integer"},
 	} {
-		spec := strings.Replace(validSpec, tc.from, tc.to, 1)
-		if spec == validSpec {
-			t.Fatalf("%s: %q not in the spec", tc.name, tc.from)
-		}
-		path := filepath.Join(dir, "spec.yaml")
-		os.WriteFile(path, []byte(spec), 0o644)
-		_, err := ReadSpec(path)
+		path, err := readEditedSpec(t, dir, tc.name, tc.from, tc.to)
 		if tc.want == "" {
 			if err != nil {
 				t.Errorf("%s: %v", tc.name, err)
@@ -236,13 +230,7 @@ func TestSpecCountBounds(t *testing.T) {
 		{"an arm's train key beyond 63 bits", "train: {schedule: {lr: 2.0e-3}}", "train: {schedule: {warmup: 9223372036854775808}}", "arms[1] (goldfish-k3): train: schedule.warmup: 9223372036854775808 is out of range"},
 		{"an arm's warm-up", "train: {schedule: {lr: 2.0e-3}}", "train: {schedule: {warmup: " + huge + "}}", "schedule.warmup: " + huge + " (want 0 to 1000000000)"},
 	} {
-		spec := strings.Replace(validSpec, tc.from, tc.to, 1)
-		if spec == validSpec {
-			t.Fatalf("%s: %q not in the spec", tc.name, tc.from)
-		}
-		path := filepath.Join(dir, "spec.yaml")
-		os.WriteFile(path, []byte(spec), 0o644)
-		_, err := ReadSpec(path)
+		path, err := readEditedSpec(t, dir, tc.name, tc.from, tc.to)
 		if tc.want == "" {
 			if err != nil {
 				t.Errorf("%s: %v", tc.name, err)
@@ -253,4 +241,20 @@ func TestSpecCountBounds(t *testing.T) {
 			t.Errorf("%s: error %v, want one line naming %s and %q", tc.name, err, path, tc.want)
 		}
 	}
+}
+
+// readEditedSpec writes validSpec with from replaced by to into dir and
+// reads it back, returning its path and ReadSpec's error.
+func readEditedSpec(t *testing.T, dir, name, from, to string) (string, error) {
+	t.Helper()
+	spec := strings.Replace(validSpec, from, to, 1)
+	if spec == validSpec {
+		t.Fatalf("%s: %q not in the spec", name, from)
+	}
+	path := filepath.Join(dir, "spec.yaml")
+	if err := os.WriteFile(path, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := ReadSpec(path)
+	return path, err
 }

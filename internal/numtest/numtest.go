@@ -108,31 +108,41 @@ func closeTo[G, W Float](got []G, want []W, tol Tol) error {
 			scale = a
 		}
 	}
-	worst, at, bound := 0.0, -1, 0.0
+	x := excess{at: -1}
 	for i := range got {
 		g, w := float64(got[i]), float64(want[i])
 		if tol.NonFinite && (isNonFinite(g) || isNonFinite(w)) {
 			continue // matched by finite
 		}
-		b := tol.Abs + tol.Rel*math.Abs(w) + tol.Max*scale
-		e := math.Abs(g - w)
-		if e <= b {
-			continue
-		}
-		r := math.Inf(1)
-		if b > 0 {
-			r = e / b
-		}
-		if at < 0 || r > worst {
-			worst, at, bound = r, i, b
-		}
+		x.add(i, math.Abs(g-w), tol.Abs+tol.Rel*math.Abs(w)+tol.Max*scale)
 	}
-	if at < 0 {
+	if x.at < 0 {
 		return nil
 	}
-	g, w := float64(got[at]), float64(want[at])
+	g, w := float64(got[x.at]), float64(want[x.at])
 	return fmt.Errorf("element %d of %d: got %.9g, want %.9g: |Δ| %.3g exceeds %.3g (%v, max|want| %.3g)",
-		at, len(got), g, w, math.Abs(g-w), bound, tol, scale)
+		x.at, len(got), g, w, math.Abs(g-w), x.bound, tol, scale)
+}
+
+// excess tracks the element that exceeds its bound by the largest factor
+// (at −1 while none does).
+type excess struct {
+	ratio, bound float64
+	at           int
+}
+
+// add considers element i, off by e where b is allowed.
+func (x *excess) add(i int, e, b float64) {
+	if e <= b {
+		return
+	}
+	r := math.Inf(1)
+	if b > 0 {
+		r = e / b
+	}
+	if x.at < 0 || r > x.ratio {
+		x.ratio, x.bound, x.at = r, b, i
+	}
 }
 
 // CloseBounds checks |got_i − want_i| ≤ bound_i for every element, for an
@@ -150,30 +160,20 @@ func CloseBounds[G, W, B Float](got []G, want []W, bound []B) error {
 	if err := finite(got, want, false); err != nil {
 		return tagged(err, tag)
 	}
-	worst, at := 0.0, -1
+	x := excess{at: -1}
 	for i := range got {
 		b := float64(bound[i])
 		if !(b >= 0) || math.IsInf(b, 0) {
 			return tagged(fmt.Errorf("element %d: bound %g, want a finite bound ≥ 0", i, b), tag)
 		}
-		e := math.Abs(float64(got[i]) - float64(want[i]))
-		if e <= b {
-			continue
-		}
-		r := math.Inf(1)
-		if b > 0 {
-			r = e / b
-		}
-		if at < 0 || r > worst {
-			worst, at = r, i
-		}
+		x.add(i, math.Abs(float64(got[i])-float64(want[i])), b)
 	}
-	if at < 0 {
+	if x.at < 0 {
 		return nil
 	}
-	g, w := float64(got[at]), float64(want[at])
+	g, w := float64(got[x.at]), float64(want[x.at])
 	return tagged(fmt.Errorf("element %d of %d: got %.9g, want %.9g: |Δ| %.3g exceeds its bound %.3g",
-		at, len(got), g, w, math.Abs(g-w), float64(bound[at])), tag)
+		x.at, len(got), g, w, math.Abs(g-w), x.bound), tag)
 }
 
 // CloseL2 checks the relative L2 error ‖got − want‖₂ / ‖want‖₂ ≤ tol, the
