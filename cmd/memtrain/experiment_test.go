@@ -220,3 +220,32 @@ func TestExperimentSignal(t *testing.T) {
 		t.Errorf("after continuing: %d results, %v", len(res), err)
 	}
 }
+
+// TestResumeCommand: the line that continues a study runs as printed:
+// boolean flags without a value word (issue 33, item 1: "--quick true"
+// gave unknown command "true"), words with spaces or quotes quoted.
+func TestResumeCommand(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"demo", "--quick", "--out", "q"}, "memtrain demo --quick --out quick"},
+		{[]string{"demo", "--quick=false", "--out", "q"}, "memtrain demo --quick=false --out quick"},
+		{[]string{"experiment", "run", "my study.yaml", "--strict", "--threads", "2", "--out", "q"}, "memtrain experiment run --strict --threads 2 'my study.yaml' --out quick"},
+		{[]string{"experiment", "run", "it's.yaml", "--out", "q"}, `memtrain experiment run 'it'\''s.yaml' --out quick`},
+	} {
+		cmd, rest, err := newRootCmd().Find(c.args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.ParseFlags(rest); err != nil {
+			t.Fatal(err)
+		}
+		if got := resumeCommand(cmd, "quick"); got != c.want {
+			t.Errorf("%v: %q, want %q", c.args, got, c.want)
+		}
+	}
+	if got := shellQuote(""); got != "''" {
+		t.Errorf("shellQuote(\"\") = %q", got)
+	}
+}
