@@ -53,9 +53,15 @@ func TestDemoQuick(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	// The report can be rewritten from the folder alone.
+	// The report can be rewritten from the folder alone, under the
+	// study's own title (issue 33, item 2).
+	before, _ := os.ReadFile(filepath.Join(out, "report.md"))
 	if stdout, errs, code := memtrain(t, "", "experiment", "report", out); code != 0 || !strings.Contains(stdout, "2 runs of 2 arms") {
 		t.Errorf("experiment report: exit %d, %s %s", code, stdout, errs)
+	}
+	after, _ := os.ReadFile(filepath.Join(out, "report.md"))
+	if title, _, _ := strings.Cut(string(before), "\n"); !strings.HasPrefix(string(after), title+"\n") || strings.Contains(title, "Memorization experiment: ") {
+		t.Errorf("the rewritten report's title: %q, the run's %q", strings.SplitN(string(after), "\n", 2)[0], title)
 	}
 }
 
