@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/engine/cpu"
 )
 
@@ -427,5 +428,36 @@ func TestEpochsOverflow(t *testing.T) {
 	_, err := Open(cfg, cpu.New(cpu.Options{Threads: 1}), "")
 	if err == nil || !strings.Contains(err.Error(), "epochs 1000000000 × ") {
 		t.Errorf("Open with 10⁹ epochs: %v", err)
+	}
+}
+
+// TestEvalEveryWithoutHoldout (issue 33, item 5): eval_every on a dataset
+// without a holdout split says that no held-out loss will be measured,
+// rather than being ignored in silence.
+func TestEvalEveryWithoutHoldout(t *testing.T) {
+	cfg := shortRun(t)
+	dir := t.TempDir()
+	ds := filepath.Join(dir, "train-only")
+	w, err := data.CreateStore(ds, data.TokenizerInfo{SHA256: "none", VocabSize: sweepConfig().VocabSize, BOS: -1, EOS: -1},
+		data.Settings{Mode: data.ModeDocument, SeqLen: sweepT})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 16 {
+		if _, err := w.Add(data.Document{Source: "d", Line: int64(i + 1), IDs: []int32{1, 2, 3, 4, 5}, Split: data.Train}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.Commit(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Data, cfg.Out = ds, filepath.Join(dir, "run")
+	r, err := Open(cfg, cpu.New(cpu.Options{Threads: 1}), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if all := strings.Join(r.Warnings, "\n"); !strings.Contains(all, "eval_every 2: "+ds+" has no holdout split") {
+		t.Errorf("warnings %q", all)
 	}
 }

@@ -236,6 +236,9 @@ func OpenParallel(cfg Config, b engine.Backend, grid *parallel.Grid, resume stri
 	if r.ident, err = r.identity(); err != nil {
 		return fail(err)
 	}
+	if cfg.EvalEvery > 0 && store.NumSequences(data.Holdout) == 0 {
+		r.Warnings = append(r.Warnings, fmt.Sprintf("finetune: eval_every %d: %s has no holdout split, so no held-out loss is measured (prepare the data with a holdout fraction, e.g. data prepare --holdout 0.05)", cfg.EvalEvery, cfg.Data))
+	}
 	if resume != "" {
 		if err := r.resume(resume); err != nil {
 			return fail(err)
