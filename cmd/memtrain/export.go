@@ -134,7 +134,7 @@ func runExport(cmd *cobra.Command, what string, ref finetune.ModelRef, f exportF
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	if ref.Adapter != "" {
-		fmt.Fprintf(cmd.OutOrStdout(), "merged %s into %s: %s (%s)\n", ref.Adapter, dir, f.out, dtype)
+		fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (%s): the base %s with the adapter %s merged in; the base is unchanged\n", f.out, dtype, dir, ref.Adapter)
 		return nil
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "exported %s to %s (%s)\n", dir, f.out, dtype)

@@ -39,8 +39,10 @@ func TestMerge(t *testing.T) {
 	}
 	merged := filepath.Join(dir, "merged")
 	out, errs, code := memtrain(t, "", "merge", "--adapter", filepath.Join(run, "final"), "--out", merged)
-	if code != 0 || !strings.Contains(out, "merged ") {
-		t.Fatalf("merge: exit %d, %s%s", code, out, errs)
+	// Issue 33, item 9: the line names what was written, not the base as
+	// the thing merged into.
+	if want := "wrote " + merged + " (F32): the base "; code != 0 || !strings.HasPrefix(out, want) || !strings.Contains(out, "; the base is unchanged\n") {
+		t.Fatalf("merge: exit %d, %q%s, want %q…", code, out, errs, want)
 	}
 	if got := loss(merged); got != adapted {
 		t.Errorf("merged model: loss %s, the adapter on its base %s", got, adapted)
