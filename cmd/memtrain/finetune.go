@@ -157,6 +157,11 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 				for _, w := range run.Warnings {
 					fmt.Fprintln(cmd.ErrOrStderr(), "memtrain: warning: "+oneLine(w))
 				}
+				if run.Step > 0 && run.Step < run.Steps {
+					// Said whether or not a progress bar follows: a log
+					// shows where the run picked up.
+					fmt.Fprintf(cmd.ErrOrStderr(), "memtrain: resuming %s from step %d of %d\n", cfg.Out, run.Step, run.Steps)
+				}
 				if isTerminal(cmd.ErrOrStderr()) && run.Step < run.Steps {
 					bar = newBar(cmd.ErrOrStderr(), run.Steps, "finetune")
 					bar.Set(run.Step)
@@ -219,20 +224,30 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 	case res.Done:
 		fmt.Fprintf(w, "%s already finished (step %d of %d): nothing to train\n", cfg.Out, res.Step, res.Steps)
 	case res.Stopped && stops.Signal() != nil:
-		resume := "memtrain finetune --resume " + cfg.Out
-		if pf.grid != "" {
-			resume += " --parallel " + pf.grid
-		}
-		if ef.device != "cpu" {
-			resume += " --device " + ef.device
-		}
 		return &exitError{code: stopsignal.Exit(stops.Signal()), msg: fmt.Sprintf("finetune: stopped by %v after step %d of %d; checkpoint %s; resume with: %s",
-			stops.Signal(), res.Step, res.Steps, last.CheckpointDir, resume)}
+			stops.Signal(), res.Step, res.Steps, last.CheckpointDir, resumeFinetune(cfg.Out, ef, pf))}
+	case res.Step < res.Steps:
+		// --stop-after: stopped as asked, and unfinished.
+		fmt.Fprintf(w, "stopped after step %d of %d (--stop-after): loss %.4f; checkpoint %s; unfinished: resume with: %s\n",
+			res.Step, res.Steps, last.Loss, last.CheckpointDir, resumeFinetune(cfg.Out, ef, pf))
 	default:
 		fmt.Fprintf(w, "trained %d steps: loss %.4f, dropped %.1f%%, %.0f tokens/s; checkpoint %s\n",
 			last.Step, last.Loss, 100*last.DroppedFrac, last.TokensPerS, last.CheckpointDir)
 	}
 	return nil
+}
+
+// resumeFinetune is the command that continues the run in out on the
+// same grid and device.
+func resumeFinetune(out string, ef engineFlags, pf parallelFlags) string {
+	resume := "memtrain finetune --resume " + shellQuote(out)
+	if pf.grid != "" {
+		resume += " --parallel " + shellQuote(pf.grid)
+	}
+	if ef.device != "cpu" {
+		resume += " --device " + shellQuote(ef.device)
+	}
+	return resume
 }
 
 // checkRunFolder refuses a run folder that is the filesystem root or the

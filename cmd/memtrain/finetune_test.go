@@ -54,11 +54,18 @@ func TestFinetuneResumeIsBitIdentical(t *testing.T) {
 	if _, errs, code := memtrain(t, "", args(a)...); code != 0 {
 		t.Fatal(errs)
 	}
-	if _, errs, code := memtrain(t, "", args(b, "--stop-after", "3")...); code != 0 {
+	// Stopped as asked, the run says it is unfinished and how to go on;
+	// resumed (stderr not a terminal), it says where it picks up (issue
+	// 33, item 7).
+	out, errs, code := memtrain(t, "", args(b, "--stop-after", "3")...)
+	if code != 0 {
 		t.Fatal(errs)
 	}
-	if _, errs, code := memtrain(t, "", args(b, "--resume", b)...); code != 0 {
-		t.Fatal(errs)
+	if want := "unfinished: resume with: memtrain finetune --resume " + b + "\n"; !strings.HasPrefix(out, "stopped after step 3 of 6 (--stop-after)") || !strings.HasSuffix(out, want) {
+		t.Errorf("--stop-after: %q, want the stop and %q", out, want)
+	}
+	if _, errs, code = memtrain(t, "", args(b, "--resume", b)...); code != 0 || !strings.Contains(errs, "memtrain: resuming "+b+" from step 3 of 6\n") {
+		t.Fatalf("resume: exit %d, stderr %q", code, errs)
 	}
 	for _, f := range []string{"model.safetensors", "optimizer.safetensors"} {
 		x, err := os.ReadFile(filepath.Join(a, "checkpoints", "step-00000006", f))
@@ -415,9 +422,11 @@ func TestFinetuneResumeSkipsDamagedCheckpoint(t *testing.T) {
 			}
 			want := "memtrain: warning: finetune: " + bad + ": " + tc.file + ": "
 			// The damaged checkpoint's warning, then the metrics of steps
-			// 3 and 4, redone from step 2, said to be dropped.
-			redone := "memtrain: warning: finetune: " + filepath.Join(b, "metrics.jsonl") + ": dropped the metrics of steps 3–4, redone from the checkpoint of step 2 (kept in metrics.jsonl.dropped)\n"
-			if !strings.HasPrefix(errs, want) || !strings.Contains(errs, tc.want) || !strings.Contains(errs, "resuming from step-00000002") || strings.Count(errs, "\n") != 2 || !strings.HasSuffix(errs, redone) {
+			// 3 and 4, redone from step 2, said to be dropped, and where
+			// the run picks up.
+			redone := "memtrain: warning: finetune: " + filepath.Join(b, "metrics.jsonl") + ": dropped the metrics of steps 3–4, redone from the checkpoint of step 2 (kept in metrics.jsonl.dropped)\n" +
+				"memtrain: resuming " + b + " from step 2 of 6\n"
+			if !strings.HasPrefix(errs, want) || !strings.Contains(errs, tc.want) || !strings.Contains(errs, "resuming from step-00000002") || strings.Count(errs, "\n") != 3 || !strings.HasSuffix(errs, redone) {
 				t.Errorf("stderr %q, want the warning line %q… and %q", errs, want, redone)
 			}
 			for _, f := range []string{"model.safetensors", "optimizer.safetensors"} {
