@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -410,6 +412,14 @@ type Store struct {
 // documents tile the tokens, that every token is in the vocabulary and that
 // the counts agree with the manifest. Errors name the file at fault.
 func OpenStore(dir string) (*Store, error) {
+	// A file or a missing path named as a dataset: say what a dataset is
+	// rather than that dir/manifest.json is "not a directory".
+	switch fi, err := os.Stat(dir); {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("data: dataset %s: no such folder (a dataset is the folder data prepare makes from input files)", dir)
+	case err == nil && !fi.IsDir():
+		return nil, fmt.Errorf("data: dataset %s is a file, not a dataset folder: prepare a dataset from it with data prepare and give that folder", dir)
+	}
 	s := &Store{dir: dir}
 	if err := s.open(); err != nil {
 		s.Close()

@@ -296,8 +296,19 @@ func TestStoreCorruption(t *testing.T) {
 			}
 		})
 	}
-	if _, err := OpenStore(filepath.Join(t.TempDir(), "none")); err == nil || !strings.Contains(err.Error(), "manifest.json") {
+	if _, err := OpenStore(filepath.Join(t.TempDir(), "none")); err == nil || !strings.Contains(err.Error(), "none: no such folder (a dataset is the folder data prepare makes") {
 		t.Errorf("missing store: %v", err)
+	}
+	// A JSONL file given as a dataset (issue 33, item 4) is told what a
+	// dataset is, not that file/manifest.json is "not a directory".
+	file := filepath.Join(t.TempDir(), "austen.jsonl")
+	os.WriteFile(file, []byte(`{"text": "x"}`+"\n"), 0o644)
+	if _, err := OpenStore(file); err == nil || !strings.Contains(err.Error(), "austen.jsonl is a file, not a dataset folder: prepare a dataset from it with data prepare") {
+		t.Errorf("a file as a store: %v", err)
+	}
+	// An empty folder still names the manifest it lacks.
+	if _, err := OpenStore(t.TempDir()); err == nil || !strings.Contains(err.Error(), "manifest.json") {
+		t.Errorf("an empty folder as a store: %v", err)
 	}
 }
 

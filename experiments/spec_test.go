@@ -91,7 +91,7 @@ func TestSpecErrors(t *testing.T) {
 		{"micro batch", "micro_batch: 1,", "micro_batch: 3,", "micro_batch 3 does not divide batch_size 2"},
 		{"no base", "preset: tiny,", "", "model or preset: missing"},
 		{"bad preset", "preset: tiny,", "preset: huge,", "huge"},
-		{"missing base folder", "preset: tiny,", "model: nowhere,", filepath.Join(dir, "nowhere") + ": no such file or directory"},
+		{"missing base folder", "preset: tiny,", "model: nowhere,", filepath.Join(dir, "nowhere") + ": no such file or folder"},
 		{"base folder of neither kind", "preset: tiny,", "model: .,", "not a checkpoint folder (with config.json), a run folder (with checkpoints/latest) or a checkpoints/latest file"},
 		{"base from a run folder", "preset: tiny,", "model: run,", ""},
 		{"base from a latest file", "preset: tiny,", "model: run/checkpoints/latest,", ""},

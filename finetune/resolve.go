@@ -3,6 +3,7 @@ package finetune
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -57,6 +58,9 @@ func ResolveModel(path string) (dir string, resolved bool, err error) {
 // checkpoint's metadata alone (inspect, which verifies on request).
 func ResolvePath(path string) (dir string, resolved bool, err error) {
 	info, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", false, fmt.Errorf("finetune: model %s: no such file or folder (want a checkpoint folder, a run folder or its %s file)", path, filepath.Join(CheckpointsDir, LatestFile))
+	}
 	if err != nil {
 		return "", false, fmt.Errorf("finetune: model %w", err)
 	}

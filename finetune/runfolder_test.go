@@ -461,3 +461,12 @@ func TestEvalEveryWithoutHoldout(t *testing.T) {
 		t.Errorf("warnings %q", all)
 	}
 }
+
+// TestResolveMissingModel (issue 33, item 4): a model path that does not
+// exist says so and what a model path may be, not "stat …".
+func TestResolveMissingModel(t *testing.T) {
+	_, _, err := ResolveModel("nosuch")
+	if err == nil || err.Error() != "finetune: model nosuch: no such file or folder (want a checkpoint folder, a run folder or its checkpoints/latest file)" {
+		t.Errorf("ResolveModel(nosuch): %v", err)
+	}
+}
