@@ -170,7 +170,7 @@ func TestDataErrors(t *testing.T) {
 		}, []string{"no EOS token"}},
 		{"inspect missing", func(t *testing.T) []string {
 			return []string{"data", "inspect", filepath.Join(t.TempDir(), "none")}
-		}, []string{"manifest.json"}},
+		}, []string{"none: no such folder (a dataset is the folder data prepare makes"}},
 		{"inspect corrupt", func(t *testing.T) []string {
 			d := filepath.Join(t.TempDir(), "ds")
 			os.MkdirAll(d, 0o755)
