@@ -132,7 +132,7 @@ func checkEmptyDir(dir string) error {
 		return fmt.Errorf("data: %w", err)
 	}
 	if len(entries) > 0 {
-		return fmt.Errorf("data: %s already exists and is not empty", dir)
+		return fmt.Errorf("data: %s already exists and is not empty: give a new folder, or remove it first", dir)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 
@@ -36,6 +37,7 @@ type evalMemFlags struct {
 	topK             int
 	strict           bool
 	out              string
+	force            bool
 	engine           engineFlags
 	parallel         parallelFlags
 }
@@ -118,6 +120,7 @@ same probes and rank 0 writes the results, which equal one rank's.`,
 	fl.IntVar(&f.topK, "top-k", 0, "sample from the k most likely tokens (0: the whole vocabulary)")
 	fl.BoolVar(&f.strict, "strict", false, "fail on documents (chat: answers) too short for the protocol instead of skipping them")
 	fl.StringVar(&f.out, "out", "", "folder for summary.json and docs.jsonl")
+	fl.BoolVar(&f.force, "force", false, "replace an earlier result in --out")
 	f.engine.register(fl)
 	f.parallel.register(fl)
 	cmd.MarkFlagRequired("model")
@@ -127,6 +130,15 @@ same probes and rank 0 writes the results, which equal one rank's.`,
 }
 
 func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
+	// An earlier result is not replaced in silence, and the refusal comes
+	// before the evaluation, not after it.
+	if !f.force {
+		for _, name := range []string{memorization.SummaryFileName, memorization.DocsFileName} {
+			if _, err := os.Lstat(filepath.Join(f.out, name)); err == nil {
+				return fmt.Errorf("eval memorization: %s holds an earlier result (%s): give another --out, or --force to replace it", f.out, name)
+			}
+		}
+	}
 	for flag, paths := range map[string][]string{"data": f.data, "non-members": f.nonMembers} {
 		if i := slices.Index(paths, ""); i >= 0 {
 			return fmt.Errorf("eval memorization: --%s: item %d of %d is empty (want paths, comma-separated)", flag, i+1, len(paths))

@@ -49,6 +49,17 @@ func TestEvalMemorization(t *testing.T) {
 		t.Errorf("first document %+v (%v)", d, err)
 	}
 
+	// An earlier result is not replaced in silence (issue 33, item 6).
+	again := []string{"eval", "memorization", "--model", base, "--data", ds, "--protocol", "pythia",
+		"--prefix", "8", "--suffix", "8", "--limit", "4", "--out", out, "--threads", "2"}
+	_, errs, code = memtrain(t, "", again...)
+	if want := "memtrain: eval memorization: " + out + " holds an earlier result (summary.json): give another --out, or --force to replace it\n"; code != 1 || errs != want {
+		t.Errorf("a second run into %s: exit %d, %q; want %q", out, code, errs, want)
+	}
+	if _, errs, code = memtrain(t, "", append(again, "--force")...); code != 0 {
+		t.Errorf("--force: exit %d, %s", code, errs)
+	}
+
 	// Input files: members and non-members from JSONL.
 	dir := t.TempDir()
 	mem := writeFile(t, "m.jsonl", `{"text":"It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife."}`+"\n")
@@ -118,7 +129,7 @@ func TestEvalMemorizationParallel(t *testing.T) {
 	if err := numtest.Scalar(pb.Members.Loss.Mean, pa.Members.Loss.Mean, numtest.Tol{Rel: 1e-4}); err != nil {
 		t.Errorf("member loss on the grid against one rank: %v", err)
 	}
-	if _, errs, code := memtrain(t, "", append(args, "--out", grid, "--parallel", "x=3")...); code != 1 || !strings.Contains(errs, "--parallel") {
+	if _, errs, code := memtrain(t, "", append(args, "--out", grid, "--force", "--parallel", "x=3")...); code != 1 || !strings.Contains(errs, "--parallel") {
 		t.Errorf("bad grid: exit %d %q", code, errs)
 	}
 }
@@ -197,7 +208,7 @@ func TestEvalMemorizationReference(t *testing.T) {
 		{other, "vocabulary of 128256 tokens, the model's 32000: want the same tokenizer"},
 		{edited, "tokenizer.json differs from the model's"},
 	} {
-		_, errs, code := memtrain(t, "", append(args, "--out", out, "--reference-model", tc.ref)...)
+		_, errs, code := memtrain(t, "", append(args, "--out", out, "--force", "--reference-model", tc.ref)...)
 		if code != 1 || !strings.Contains(errs, tc.want) || strings.Count(strings.TrimSpace(errs), "\n") > 0 {
 			t.Errorf("reference %s: exit %d, %q; want one line with %q", tc.ref, code, errs, tc.want)
 		}
