@@ -548,7 +548,9 @@ func (s *Spec) checkBase(b Base) error {
 		if b.SeedPerRun {
 			return errors.New("seed_per_run: only a preset base is initialised (a checkpoint has its weights)")
 		}
-		if _, _, err := finetune.ResolveModel(s.path(b.Model)); err != nil {
+		// That it resolves; the runner verifies its bytes once, when it
+		// resolves the models to use (Runner.resolveModels).
+		if _, _, err := finetune.ResolvePath(s.path(b.Model)); err != nil {
 			return fmt.Errorf("model: %w", err)
 		}
 		return nil

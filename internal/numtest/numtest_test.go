@@ -210,6 +210,7 @@ func TestMutations(t *testing.T) {
 				"Equal":       Equal(got, want),
 				"CloseBounds": CloseBounds(got, want, []float32{1, 1, 1, 1}),
 				"Scalar":      Scalar(2, 2, loose),
+				"CloseULP":    CloseULP(got, []float64{1, 2, 3, 4}, 1e6),
 				"Each": Each(map[string][]float32{"a": got, "b": got}, map[string][]float32{"a": want, "b": want},
 					func(g, w []float32) error { return Close(g, w, loose) }),
 			}
@@ -218,6 +219,11 @@ func TestMutations(t *testing.T) {
 				err = fmt.Errorf("relative L2 error %g [numtest mutation %s]", d.L2, m)
 			}
 			errs["Measure"] = err
+			du, err := MeasureULP(got, []float64{1, 2, 3, 4})
+			if err == nil && du.Max > 1e6 {
+				err = fmt.Errorf("%g ulp [numtest mutation %s]", du.Max, m)
+			}
+			errs["MeasureULP"] = err
 			for name, err := range errs {
 				if err == nil {
 					t.Errorf("%s passed under mutation %s", name, m)
