@@ -3,6 +3,7 @@ package data
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -213,5 +214,42 @@ func TestPrepareReportsEncodeFailures(t *testing.T) {
 	var re *RecordError
 	if !errors.As(err, &re) || re.Problem.Kind != EncodeFailed {
 		t.Errorf("strict: %v, want a RecordError of kind %s", err, EncodeFailed)
+	}
+}
+
+// A pretokenized record that already starts with BOS gets a second one
+// only when BOS is asked for, and then Prepare says so through Warn.
+func TestPreparePretokenizedBOS(t *testing.T) {
+	tok := tiny(t)
+	bos, ok := tok.BOS()
+	if !ok {
+		t.Fatal("the test tokenizer has no BOS")
+	}
+	dir := t.TempDir()
+	in := writeFile(t, dir, "ids.jsonl", fmt.Sprintf("{\"input_ids\": [%d, 20, 21]}\n{\"input_ids\": [20, 22]}\n", bos))
+	for _, c := range []struct {
+		bos    bool
+		tokens int64
+		warn   string
+	}{
+		{false, 5, ""},
+		{true, 7, "1 of 2 pretokenized documents already start with BOS"},
+	} {
+		var warnings []string
+		out := filepath.Join(dir, fmt.Sprintf("ds-%v", c.bos))
+		m, err := Prepare(out, []string{in}, tok, PrepareConfig{SeqLen: 8, BOS: c.bos, Read: ReadOptions{Pretokenized: true},
+			Warn: func(msg string) { warnings = append(warnings, msg) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Counts.Tokens != c.tokens {
+			t.Errorf("bos %v: %d tokens, want %d", c.bos, m.Counts.Tokens, c.tokens)
+		}
+		switch {
+		case c.warn == "" && len(warnings) != 0:
+			t.Errorf("bos %v: warnings %q, want none", c.bos, warnings)
+		case c.warn != "" && (len(warnings) != 1 || !strings.Contains(warnings[0], c.warn)):
+			t.Errorf("bos %v: warnings %q, want one containing %q", c.bos, warnings, c.warn)
+		}
 	}
 }
