@@ -180,12 +180,8 @@ func ExportTemp(out string) (string, error) {
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return "", fmt.Errorf("checkpoints: %w", err)
 	}
-	tmp, err := os.MkdirTemp(parent, ".tmp-"+filepath.Base(out)+"-")
+	tmp, err := atomicfile.TempDir(parent, ".tmp-"+filepath.Base(out)+"-")
 	if err != nil {
-		return "", fmt.Errorf("checkpoints: %w", err)
-	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		os.RemoveAll(tmp)
 		return "", fmt.Errorf("checkpoints: %w", err)
 	}
 	return tmp, nil

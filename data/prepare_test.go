@@ -245,6 +245,13 @@ func TestPreparePretokenizedBOS(t *testing.T) {
 		if m.Counts.Tokens != c.tokens {
 			t.Errorf("bos %v: %d tokens, want %d", c.bos, m.Counts.Tokens, c.tokens)
 		}
+		// A dataset is read like every other output: 0755, not
+		// os.MkdirTemp's 0700.
+		if st, err := os.Stat(out); err != nil {
+			t.Error(err)
+		} else if st.Mode().Perm() != 0o755 {
+			t.Errorf("%s: mode %v, want a 0755 folder", out, st.Mode())
+		}
 		switch {
 		case c.warn == "" && len(warnings) != 0:
 			t.Errorf("bos %v: warnings %q, want none", c.bos, warnings)

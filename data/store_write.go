@@ -72,7 +72,7 @@ func CreateStore(dir string, tok TokenizerInfo, set Settings) (*StoreWriter, err
 	// A writer killed before it committed or aborted left its temporary
 	// folder: those of this dataset that no live writer holds go first.
 	removeStaleTemps(parent, base)
-	tmp, err := os.MkdirTemp(parent, "."+base+".tmp-*")
+	tmp, err := atomicfile.TempDir(parent, "."+base+".tmp-*")
 	if err != nil {
 		return nil, fmt.Errorf("data: %w", err)
 	}

@@ -236,14 +236,8 @@ func makeTemp(dir, name string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("finetune: %w", err)
 	}
-	tmp, err := os.MkdirTemp(dir, ".tmp-"+name+"-")
+	tmp, err := atomicfile.TempDir(dir, ".tmp-"+name+"-")
 	if err != nil {
-		return "", fmt.Errorf("finetune: %w", err)
-	}
-	// MkdirTemp makes the folder 0700; a checkpoint is read like every
-	// other output (files are 0644).
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		os.RemoveAll(tmp)
 		return "", fmt.Errorf("finetune: %w", err)
 	}
 	return tmp, nil
