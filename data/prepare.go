@@ -35,6 +35,10 @@ type PrepareConfig struct {
 	// ChunkBytes is about how much text is encoded at a time, spread over
 	// the threads (0: 1 MiB, or 256 KiB per thread if more).
 	ChunkBytes int
+	// TokenizerFiles, when set, are tok's files (tokenizer.json, and
+	// tokenizer_config.json if it has one), stored in the dataset so that
+	// it decodes its own tokens (Store.Tokenizer).
+	TokenizerFiles map[string][]byte
 	// Warn, when set, is told what Prepare kept but a user should know:
 	// pretokenized documents that already start with the BOS it adds (a
 	// second BOS each).
@@ -101,6 +105,13 @@ func Prepare(out string, inputs []string, tok *tokenizer.Tokenizer, cfg PrepareC
 	if err != nil {
 		r.Close()
 		return nil, err
+	}
+	if cfg.TokenizerFiles != nil {
+		if err := w.AddTokenizer(cfg.TokenizerFiles); err != nil {
+			w.Abort()
+			r.Close()
+			return nil, err
+		}
 	}
 	chunkBytes := cfg.ChunkBytes
 	if chunkBytes <= 0 {

@@ -260,3 +260,52 @@ func TestPreparePretokenizedBOS(t *testing.T) {
 		}
 	}
 }
+
+// A dataset carries the tokenizer it was made with when given its files:
+// Store.Tokenizer decodes its tokens, refuses a replaced file, and is nil
+// for a dataset made without one.
+func TestStoreTokenizer(t *testing.T) {
+	tok, files, err := OpenTokenizer("testdata/tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	in := writeFile(t, dir, "in.jsonl", "{\"text\": \"ab ba\"}\n")
+	with, without := filepath.Join(dir, "with"), filepath.Join(dir, "without")
+	if _, err := Prepare(with, []string{in}, tok, PrepareConfig{SeqLen: 8, TokenizerFiles: files}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Prepare(without, []string{in}, tok, PrepareConfig{SeqLen: 8}); err != nil {
+		t.Fatal(err)
+	}
+	open := func(ds string) (*tokenizer.Tokenizer, error) {
+		t.Helper()
+		s, err := OpenStore(ds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		return s.Tokenizer()
+	}
+	got, err := open(with)
+	if err != nil || got == nil || got.Hash() != tok.Hash() {
+		t.Fatalf("Tokenizer of %s: %v, %v; want the preparing tokenizer", with, got, err)
+	}
+	if got, err := open(without); got != nil || err != nil {
+		t.Errorf("Tokenizer of a dataset without one: %v, %v; want nil, nil", got, err)
+	}
+	// Another tokenizer's file in its place is refused by its checksum.
+	other := filepath.Join(with, tokenizer.FileName)
+	b, _ := os.ReadFile(other)
+	if err := os.WriteFile(other, append(b, ' '), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open(with); err == nil || !strings.Contains(err.Error(), "tokenizer.json") {
+		t.Errorf("a replaced tokenizer.json: %v, want an error naming it", err)
+	}
+	// Files that are not the tokens' tokenizer are not stored.
+	bad := map[string][]byte{tokenizer.FileName: append(files[tokenizer.FileName], '\n')}
+	if _, err := Prepare(filepath.Join(dir, "bad"), []string{in}, tok, PrepareConfig{SeqLen: 8, TokenizerFiles: bad}); err == nil {
+		t.Error("Prepare stored another tokenizer's file")
+	}
+}

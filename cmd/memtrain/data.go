@@ -167,7 +167,7 @@ func runDataPrepare(cmd *cobra.Command, f dataPrepareFlags) error {
 		},
 		Mode: mode, SeqLen: f.seqLen, BOS: f.bos, EOS: f.eos,
 		Holdout: f.holdout, Seed: f.seed, SplitSpecial: f.splitSpecial, Threads: f.threads,
-		Chat: chat,
+		Chat: chat, TokenizerFiles: files,
 		Warn: func(msg string) { fmt.Fprintf(cmd.ErrOrStderr(), "warning: data prepare: %s (--bos=false)\n", msg) },
 	}
 	var bar *progressbar.ProgressBar
@@ -329,8 +329,9 @@ func newDataInspectCmd() *cobra.Command {
 		Long: `inspect opens a dataset folder (verifying its checksums) and prints its
 tokenizer, settings, sources, counts per split, bad records, histograms of the
 document lengths and of the targets per sequence, and the first --samples
-training sequences: decoded with --tokenizer (which must be the dataset's), or
-as token ids.`,
+training sequences, decoded with the tokenizer the dataset carries (data
+prepare stores it in the folder) or --tokenizer (which must be the
+dataset's), else as token ids.`,
 		Example: `  memtrain data inspect austen-ds --tokenizer builtin:llama3 --samples 2`,
 		Args:    cobra.ExactArgs(1),
 		RunE:    func(cmd *cobra.Command, args []string) error { return runDataInspect(cmd, args[0], f) },
@@ -338,7 +339,7 @@ as token ids.`,
 	fl := cmd.Flags()
 	fl.IntVar(&f.samples, "samples", 3, "sequences to show")
 	fl.BoolVar(&f.json, "json", false, "print a JSON report")
-	fl.StringVar(&f.tokenizer, "tokenizer", "", tokenizerFlagHelp+"; decodes the samples")
+	fl.StringVar(&f.tokenizer, "tokenizer", "", tokenizerFlagHelp+"; decodes the samples of a dataset that carries no tokenizer")
 	return cmd
 }
 
@@ -364,6 +365,13 @@ func runDataInspect(cmd *cobra.Command, dir string, f dataInspectFlags) error {
 	m := s.Manifest()
 	if tok != nil && tok.Hash() != m.Tokenizer.SHA256 {
 		return fmt.Errorf("data inspect: tokenizer %s (sha256 %s) is not the dataset's (sha256 %s)", f.tokenizer, tok.Hash(), m.Tokenizer.SHA256)
+	}
+	if tok == nil {
+		// The dataset's own tokenizer, when it carries one (data
+		// prepare stores it); else the samples are shown as ids.
+		if tok, err = s.Tokenizer(); err != nil {
+			return fmt.Errorf("data inspect: %w", err)
+		}
 	}
 	rep, err := data.Inspect(s, data.InspectOptions{Samples: f.samples, Tokenizer: tok})
 	if err != nil {
