@@ -172,7 +172,9 @@ func CommitFolder(tmp, out string) error {
 // out must not exist, or be an empty folder.
 func ExportTemp(out string) (string, error) {
 	if entries, err := os.ReadDir(out); err == nil && len(entries) > 0 {
-		return "", fmt.Errorf("checkpoints: %s exists and is not empty: export into a new folder", out)
+		// About the caller's own path: no package prefix, as os's
+		// errors name a path.
+		return "", fmt.Errorf("%s exists and is not empty: export into a new folder", out)
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return "", fmt.Errorf("checkpoints: %w", err)
 	}

@@ -294,16 +294,26 @@ func commit(dir, name, tmp string, man Manifest, opt SaveOptions) error {
 // LatestCheckpoint returns the path of the newest complete checkpoint in
 // dir, following its latest pointer.
 func LatestCheckpoint(dir string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(dir, LatestFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("finetune: %s: no checkpoint (no %s file)", dir, LatestFile)
-	}
+	path, err := latestCheckpoint(dir)
 	if err != nil {
 		return "", fmt.Errorf("finetune: %w", err)
 	}
+	return path, nil
+}
+
+// latestCheckpoint is LatestCheckpoint with errors that name dir but no
+// package, for ResolvePath's ResolveError.
+func latestCheckpoint(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, LatestFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("%s: no checkpoint (no %s file)", dir, LatestFile)
+	}
+	if err != nil {
+		return "", err
+	}
 	name := strings.TrimSpace(string(b))
 	if name == "" || name != filepath.Base(name) || strings.HasPrefix(name, ".") {
-		return "", fmt.Errorf("finetune: %s: %s holds %q, not a checkpoint name", dir, LatestFile, name)
+		return "", fmt.Errorf("%s: %s holds %q, not a checkpoint name", dir, LatestFile, name)
 	}
 	return filepath.Join(dir, name), nil
 }

@@ -135,3 +135,23 @@ func TestREADMESynopses(t *testing.T) {
 		t.Errorf("checked only %d optional flags in the README's synopses", checked)
 	}
 }
+
+// TestLineErrorsNamedOnce: an input line's error names the command, the
+// file and the line exactly once, in both line-reading commands.
+func TestLineErrorsNamedOnce(t *testing.T) {
+	in := writeFile(t, "lines.jsonl", "{\"text\": \"fine\"}\n{oops\n")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"tokenize", "--tokenizer", "builtin:llama2", "--input", in},
+			"memtrain: tokenize: " + in + ":2: invalid JSON: "},
+		{[]string{"goldfish", "--tokenizer", "builtin:llama2", "--input", in, "--k", "4"},
+			"memtrain: goldfish: " + in + ":2: "},
+	} {
+		_, errs, code := memtrain(t, "", c.args...)
+		if code != 1 || !strings.HasPrefix(errs, c.want) || strings.Count(errs, in) != 1 || strings.Count(errs, "\n") != 1 {
+			t.Errorf("%v: exit %d, stderr %q, want one line starting %q", c.args, code, errs, c.want)
+		}
+	}
+}
