@@ -65,11 +65,13 @@ func attentionBlocks(op string, pairs, n, per int) int {
 // Attention is causal grouped-query self-attention: q [B,T,heads,D], k and
 // v [B,T,kvHeads,D], out [B,T,heads,D], lse [B,heads,T] (F32).
 //
-// One kernel, flash_attention (kernels/attention.cu), FlashAttention-2's
-// forward: a block per key/value head of a sequence and tile of its
-// group's packed query rows (the group's heads share each key/value
-// tile), an online softmax over the key tiles up to the diagonal, and only
-// each row's log-sum-exp stored.
+// One kernel, FlashAttention-2's forward: a block per key/value head of a
+// sequence and tile of its group's packed query rows (the group's heads
+// share each key/value tile), an online softmax over the key tiles up to
+// the diagonal, and only each row's log-sum-exp stored. BF16 tensors of
+// head size 64 or 128 on sm_80 and newer take the tensor-core kernels of
+// kernels/flash.cu (tensorCoreAttention); the rest flash_attention of
+// kernels/attention.cu, on the CUDA cores in float32.
 func (b *Backend) Attention(out, lse, q, k, v *engine.Tensor) {
 	b.do(func() {
 		g := attentionShape("Attention", q, k)
@@ -86,6 +88,10 @@ func (b *Backend) Attention(out, lse, q, k, v *engine.Tensor) {
 		checkDisjoint("Attention", out, "out", k, "k")
 		checkDisjoint("Attention", out, "out", v, "v")
 		if Q.n == 0 {
+			return
+		}
+		if b.tensorCoreAttention(D, O, Q, K, V) {
+			launchFlashMMAForward(b, g, O, L, Q, K, V)
 			return
 		}
 		R := attentionRows("Attention", D)
@@ -181,4 +187,45 @@ func (b *Backend) AttentionKV(out, q, kCache, vCache, start *engine.Tensor) {
 				int64(item0), int32(n), int32(H), int32(KV), int32(D), int32(Tmax), scale)
 		}
 	})
+}
+
+// The tensor-core attention kernels (kernels/flash.cu).
+const (
+	kFlashMMAForward64  kernel = "flash_mma_forward_d64"
+	kFlashMMAForward128 kernel = "flash_mma_forward_d128"
+)
+
+// Geometry the Go code shares with kernels/flash.cu (a test compares).
+const (
+	fmThreads = 128 // FM_THREADS
+	fmRows    = 64  // FM_ROWS: the forward's packed query rows per block
+	fmKeys    = 32  // FM_KEYS: the forward's keys per tile
+)
+
+// tensorCoreAttention reports whether an attention call on these views
+// takes the tensor-core kernels: every tensor BF16, head size 64 or 128, a
+// device of compute capability 8.0 or newer (mma.sync with bf16, cp.async),
+// and every base address 16-byte aligned, as cp.async's copies of 16
+// bytes need (rows are then aligned too: D·2 bytes is a multiple of 16).
+func (b *Backend) tensorCoreAttention(D int, vs ...view) bool {
+	if D != 64 && D != 128 || b.info.Major < 8 {
+		return false
+	}
+	for _, v := range vs {
+		if v.dtype != engine.BF16 || v.ptr%16 != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// launchFlashMMAForward runs flash_mma_forward_d64 or _d128: a block of
+// fmThreads per pair (b, kv) and fmRows packed query rows.
+func launchFlashMMAForward(b *Backend, g attentionGeometry, O, L, Q, K, V view) {
+	k := kFlashMMAForward64
+	if g.D == 128 {
+		k = kFlashMMAForward128
+	}
+	b.launch(k, grid1(attentionBlocks("Attention", g.B*g.kvHeads, g.T*g.group(), fmRows)), block1(fmThreads),
+		O.ptr, L.ptr, Q.ptr, K.ptr, V.ptr, int32(g.T), int32(g.heads), int32(g.kvHeads), g.scale())
 }

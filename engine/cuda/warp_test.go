@@ -215,4 +215,3 @@ func TestWarpMisuseEmulated(t *testing.T) {
 		}
 	}
 }
-

@@ -1,0 +1,298 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/internal/numtest"
+)
+
+// These tests run the tensor-core attention (kernels/flash.cu, on the
+// emulated warp collectives of kernels/warp.cuh) on the fake GPU against a
+// float64 reference of causal grouped-query attention.
+
+// flashCase is one attention geometry on the tensor-core path.
+type flashCase struct{ B, T, heads, kvHeads, D int }
+
+func (c flashCase) String() string {
+	return fmt.Sprintf("B%d T%d H%d KV%d D%d", c.B, c.T, c.heads, c.kvHeads, c.D)
+}
+
+// flashCases cover ragged lengths around the tiles (the forward's 64
+// packed rows and 32 keys, the backward's 64 keys and 32 or 16
+// rows), GQA groups of 1, 2, 4 and 8, and both head sizes; B and the
+// heads are small, as the emulator runs every GPU thread as a fiber.
+func flashCases() []flashCase {
+	var cs []flashCase
+	for i, T := range []int{1, 2, 15, 16, 17, 63, 64, 65, 127, 129, 200, 255, 300} {
+		G := []int{1, 2, 4, 8}[i%4]
+		D := []int{64, 128}[i%2]
+		if T > 64 && G > 2 {
+			G = 2 // keeps the packed rows, and the run time, down
+		}
+		cs = append(cs, flashCase{B: 1, T: T, heads: G, kvHeads: 1, D: D})
+	}
+	// Two sequences and two key/value heads of groups of 4 and 8.
+	cs = append(cs, flashCase{B: 2, T: 33, heads: 8, kvHeads: 2, D: 64}, flashCase{B: 1, T: 40, heads: 16, kvHeads: 2, D: 128})
+	return cs
+}
+
+// flashInputs are bf16-rounded q, k, v and dOut of a case: scores of a
+// standard deviation near 2, so that the softmax is far from uniform and
+// a key wrongly masked or let through moves the output.
+type flashInputs struct {
+	q, k, v, dOut []float32
+}
+
+func newFlashInputs(c flashCase, seed uint64) flashInputs {
+	r := rand.New(rand.NewPCG(seed, uint64(c.T)))
+	randn := func(n int, sd float64) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = checkpoints.BF16ToFloat32(checkpoints.Float32ToBF16(float32(sd * r.NormFloat64())))
+		}
+		return x
+	}
+	nq, nkv := c.B*c.T*c.heads*c.D, c.B*c.T*c.kvHeads*c.D
+	return flashInputs{q: randn(nq, 1.5), k: randn(nkv, 1.5), v: randn(nkv, 1), dOut: randn(nq, 1)}
+}
+
+// flashRef is the float64 reference: out, lse and the gradients, with
+// each element's error bound for the tensor-core kernels (flashBounds).
+type flashRef struct {
+	out, lse, dq, dk, dv      []float64
+	outB, lseB, dqB, dkB, dvB []float64
+}
+
+// bf16Unit is bf16's unit roundoff, 2⁻⁸.
+const bf16Unit = 1.0 / 256
+
+// flashBound is an element's bound: its own rounding to bf16 (2⁻⁸ of
+// itself), the bf16 rounding of the probabilities (forward: P before P·V;
+// backward: P before Pᵀ·dOut and dS before dSᵀ·q and dS·k), each term off
+// by at most 2⁻⁸ of itself, so at most 2⁻⁸ of mag, the sum of the terms'
+// magnitudes (with a tenth more for the second-order terms and the
+// float32 sums, each over at most a few hundred products: ~10⁻⁵ relative),
+// and 10⁻⁶ of the tensor's largest magnitude for results that cancel.
+func flashBound(want, mag, maxMag float64) float64 {
+	return bf16Unit*math.Abs(want) + 1.1*bf16Unit*mag + 1e-6*maxMag
+}
+
+// reference computes flashRef from the inputs, with δ = rowsum(dOut ⊙
+// out) from out as the kernel stored it (outStored), as the backward does.
+func (in flashInputs) reference(c flashCase, outStored []float32) flashRef {
+	G, D := c.heads/c.kvHeads, c.D
+	scale := 1 / math.Sqrt(float64(D))
+	nq, nkv := c.B*c.T*c.heads*D, c.B*c.T*c.kvHeads*D
+	r := flashRef{out: make([]float64, nq), lse: make([]float64, c.B*c.heads*c.T), dq: make([]float64, nq),
+		dk: make([]float64, nkv), dv: make([]float64, nkv)}
+	outMag, dqMag, dkMag, dvMag := make([]float64, nq), make([]float64, nq), make([]float64, nkv), make([]float64, nkv)
+	qi := func(b, t, h int) int { return ((b*c.T+t)*c.heads + h) * D }
+	ki := func(b, t, kv int) int { return ((b*c.T+t)*c.kvHeads + kv) * D }
+	p := make([]float64, c.T)
+	ds := make([]float64, c.T)
+	for b := range c.B {
+		for h := range c.heads {
+			kv := h / G
+			for t := range c.T {
+				m := math.Inf(-1)
+				for j := 0; j <= t; j++ {
+					s := 0.0
+					for d := range D {
+						s += float64(in.q[qi(b, t, h)+d]) * float64(in.k[ki(b, j, kv)+d])
+					}
+					p[j] = s * scale
+					m = math.Max(m, p[j])
+				}
+				l := 0.0
+				for j := 0; j <= t; j++ {
+					p[j] = math.Exp(p[j] - m)
+					l += p[j]
+				}
+				r.lse[(b*c.heads+h)*c.T+t] = m + math.Log(l)
+				delta := 0.0
+				for d := range D {
+					delta += float64(in.dOut[qi(b, t, h)+d]) * float64(outStored[qi(b, t, h)+d])
+				}
+				for j := 0; j <= t; j++ {
+					p[j] /= l
+					dp := 0.0
+					for d := range D {
+						dp += float64(in.dOut[qi(b, t, h)+d]) * float64(in.v[ki(b, j, kv)+d])
+					}
+					ds[j] = p[j] * (dp - delta)
+				}
+				for d := range D {
+					o, om, dq, dqm := 0.0, 0.0, 0.0, 0.0
+					for j := 0; j <= t; j++ {
+						vv, kk := float64(in.v[ki(b, j, kv)+d]), float64(in.k[ki(b, j, kv)+d])
+						o += p[j] * vv
+						om += p[j] * math.Abs(vv)
+						dq += ds[j] * kk
+						dqm += math.Abs(ds[j] * kk)
+					}
+					r.out[qi(b, t, h)+d], outMag[qi(b, t, h)+d] = o, om
+					r.dq[qi(b, t, h)+d], dqMag[qi(b, t, h)+d] = dq*scale, dqm*scale
+				}
+				for j := 0; j <= t; j++ {
+					for d := range D {
+						qq, g := float64(in.q[qi(b, t, h)+d]), float64(in.dOut[qi(b, t, h)+d])
+						r.dk[ki(b, j, kv)+d] += ds[j] * qq * scale
+						dkMag[ki(b, j, kv)+d] += math.Abs(ds[j]*qq) * scale
+						r.dv[ki(b, j, kv)+d] += p[j] * g
+						dvMag[ki(b, j, kv)+d] += p[j] * math.Abs(g)
+					}
+				}
+			}
+		}
+	}
+	bounds := func(want, mag []float64) []float64 {
+		mx := 0.0
+		for _, x := range mag {
+			mx = math.Max(mx, x)
+		}
+		out := make([]float64, len(want))
+		for i := range want {
+			out[i] = flashBound(want[i], mag[i], mx)
+		}
+		return out
+	}
+	r.outB, r.dqB, r.dkB, r.dvB = bounds(r.out, outMag), bounds(r.dq, dqMag), bounds(r.dk, dkMag), bounds(r.dv, dvMag)
+	// lse: the scores' float32 sums of exact bf16 products over D ≤ 128
+	// terms and the float32 sum of the row's probabilities are good to
+	// ~10⁻⁵ relative; 3·10⁻⁵ of max(1, |lse|) bounds them.
+	r.lseB = make([]float64, len(r.lse))
+	for i, x := range r.lse {
+		r.lseB[i] = 3e-5 * math.Max(1, math.Abs(x))
+	}
+	return r
+}
+
+// flashRun is what the backend computed for a case.
+type flashRun struct {
+	out, lse, dq, dk, dv []float32
+}
+
+// runFlash runs Attention and AttentionBackward on b with BF16 tensors.
+func runFlash(t *testing.T, b *Backend, c flashCase, in flashInputs, backward bool) flashRun {
+	t.Helper()
+	put := func(x []float32, shape ...int) *engine.Tensor {
+		tt := b.Alloc(engine.BF16, shape...)
+		t.Cleanup(func() { b.Free(tt) })
+		if x != nil {
+			b.Upload(tt, x)
+		}
+		return tt
+	}
+	get := func(x *engine.Tensor) []float32 {
+		out := make([]float32, x.Len())
+		b.Download(out, x)
+		return out
+	}
+	qs, kvs := []int{c.B, c.T, c.heads, c.D}, []int{c.B, c.T, c.kvHeads, c.D}
+	q, k, v := put(in.q, qs...), put(in.k, kvs...), put(in.v, kvs...)
+	out := put(nil, qs...)
+	lse := b.Alloc(engine.F32, c.B, c.heads, c.T)
+	t.Cleanup(func() { b.Free(lse) })
+	b.Attention(out, lse, q, k, v)
+	r := flashRun{out: get(out), lse: get(lse)}
+	if backward {
+		dq, dk, dv := put(nil, qs...), put(nil, kvs...), put(nil, kvs...)
+		b.AttentionBackward(dq, dk, dv, put(in.dOut, qs...), q, k, v, out, lse)
+		r.dq, r.dk, r.dv = get(dq), get(dk), get(dv)
+	}
+	if err := b.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// checkFlash compares a run with the reference, returning the first
+// failing comparison.
+func checkFlash(got flashRun, want flashRef, backward bool) error {
+	type cmp struct {
+		name       string
+		got        []float32
+		want, bnds []float64
+	}
+	cs := []cmp{{"out", got.out, want.out, want.outB}, {"lse", got.lse, want.lse, want.lseB}}
+	if backward {
+		cs = append(cs, cmp{"dq", got.dq, want.dq, want.dqB}, cmp{"dk", got.dk, want.dk, want.dkB}, cmp{"dv", got.dv, want.dv, want.dvB})
+	}
+	for _, c := range cs {
+		if err := numtest.CloseBounds(c.got, c.want, c.bnds); err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+	}
+	return nil
+}
+
+// TestFlashAttentionEmulated checks the tensor-core forward and backward
+// against the float64 reference within the bounds of flashBound, on
+// ragged lengths from 1 to 300, groups of 1 to 8, head sizes 64 and 128.
+func TestFlashAttentionEmulated(t *testing.T) {
+	fakeCUDA(t)
+	b := newFake(t, 0, GemmF32)
+	for _, c := range flashCases() {
+		t.Run(c.String(), func(t *testing.T) {
+			in := newFlashInputs(c, 1)
+			got := runFlash(t, b, c, in, flashBackward)
+			if err := checkFlash(got, in.reference(c, got.out), flashBackward); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// flashBackward says whether the tests run the backward too.
+const flashBackward = false
+
+// TestFlashAttentionLayoutEmulated runs the tensor-core attention with the
+// emulator's mma fragment layout permuted (fakecuda_set_mma_permuted: A's
+// row halves swapped) and requires the comparison to fail — the kernels
+// depend on the real layout, and the tests see it — and to pass again
+// with the real layout.
+func TestFlashAttentionLayoutEmulated(t *testing.T) {
+	f := newWarpFake(t)
+	b := newFake(t, 0, GemmF32)
+	c := flashCase{B: 1, T: 40, heads: 2, kvHeads: 1, D: 64}
+	in := newFlashInputs(c, 2)
+	f.setPermute(1)
+	got := runFlash(t, b, c, in, flashBackward)
+	f.setPermute(0)
+	if err := checkFlash(got, in.reference(c, got.out), flashBackward); err == nil {
+		t.Error("attention with a permuted mma fragment layout matches the reference")
+	} else {
+		t.Logf("with the layout permuted: %v", err)
+	}
+	got = runFlash(t, b, c, in, flashBackward)
+	if err := checkFlash(got, in.reference(c, got.out), flashBackward); err != nil {
+		t.Errorf("with the real layout: %v", err)
+	}
+}
+
+// TestFlashSharedConstants: the geometry the Go code launches with is the
+// kernels'.
+func TestFlashSharedConstants(t *testing.T) {
+	src, _ := kernelSource()
+	for name, want := range map[string]int{
+		"FM_THREADS": fmThreads,
+		"FM_ROWS":    fmRows,
+		"FM_KEYS":    fmKeys,
+	} {
+		m := regexp.MustCompile(`#define ` + name + ` (\d+)`).FindStringSubmatch(src)
+		if m == nil {
+			t.Errorf("no #define %s in the sources", name)
+			continue
+		}
+		if got, _ := strconv.Atoi(m[1]); got != want {
+			t.Errorf("#define %s %d, the Go code uses %d", name, got, want)
+		}
+	}
+}
