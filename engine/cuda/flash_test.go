@@ -25,22 +25,21 @@ func (c flashCase) String() string {
 }
 
 // flashCases cover ragged lengths around the tiles (the forward's 64
-// packed rows and 32 keys, the backward's 64 keys and 32 or 16
-// rows), GQA groups of 1, 2, 4 and 8, and both head sizes; B and the
-// heads are small, as the emulator runs every GPU thread as a fiber.
+// packed rows and 32 keys, the backward's 64 keys and 32 or 16 rows) from
+// 1 to 300, GQA groups of 1, 2, 4 and 8 and both head sizes, every
+// combination; B and the heads are small, as the emulator runs every GPU
+// thread as a fiber. Two more cases have two sequences and two key/value
+// heads.
 func flashCases() []flashCase {
 	var cs []flashCase
-	for i, T := range []int{1, 2, 15, 16, 17, 63, 64, 65, 127, 129, 200, 255, 300} {
-		G := []int{1, 2, 4, 8}[i%4]
-		D := []int{64, 128}[i%2]
-		if T > 64 && G > 2 {
-			G = 2 // keeps the packed rows, and the run time, down
+	for _, T := range []int{1, 2, 15, 16, 17, 63, 64, 65, 127, 129, 200, 255, 300} {
+		for _, G := range []int{1, 2, 4, 8} {
+			for _, D := range []int{64, 128} {
+				cs = append(cs, flashCase{B: 1, T: T, heads: G, kvHeads: 1, D: D})
+			}
 		}
-		cs = append(cs, flashCase{B: 1, T: T, heads: G, kvHeads: 1, D: D})
 	}
-	// Two sequences and two key/value heads of groups of 4 and 8.
-	cs = append(cs, flashCase{B: 2, T: 33, heads: 8, kvHeads: 2, D: 64}, flashCase{B: 1, T: 40, heads: 16, kvHeads: 2, D: 128})
-	return cs
+	return append(cs, flashCase{B: 2, T: 33, heads: 8, kvHeads: 2, D: 64}, flashCase{B: 2, T: 40, heads: 4, kvHeads: 2, D: 128})
 }
 
 // flashInputs are bf16-rounded q, k, v and dOut of a case: scores of a
@@ -79,9 +78,11 @@ const bf16Unit = 1.0 / 256
 // by at most 2⁻⁸ of itself, so at most 2⁻⁸ of mag, the sum of the terms'
 // magnitudes (with a tenth more for the second-order terms and the
 // float32 sums, each over at most a few hundred products: ~10⁻⁵ relative),
-// and 10⁻⁶ of the tensor's largest magnitude for results that cancel.
-func flashBound(want, mag, maxMag float64) float64 {
-	return bf16Unit*math.Abs(want) + 1.1*bf16Unit*mag + 1e-6*maxMag
+// 10⁻⁶ of the tensor's largest magnitude for results that cancel, and
+// extra, the float32 error of dS carried into dq and dk (which a dS that
+// cancels to 0, as at T = 1, leaves alone: flashRef's dsErr).
+func flashBound(want, mag, maxMag, extra float64) float64 {
+	return bf16Unit*math.Abs(want) + 1.1*bf16Unit*mag + 1e-6*maxMag + extra
 }
 
 // reference computes flashRef from the inputs, with δ = rowsum(dOut ⊙
@@ -93,10 +94,11 @@ func (in flashInputs) reference(c flashCase, outStored []float32) flashRef {
 	r := flashRef{out: make([]float64, nq), lse: make([]float64, c.B*c.heads*c.T), dq: make([]float64, nq),
 		dk: make([]float64, nkv), dv: make([]float64, nkv)}
 	outMag, dqMag, dkMag, dvMag := make([]float64, nq), make([]float64, nq), make([]float64, nkv), make([]float64, nkv)
+	dqErr, dkErr := make([]float64, nq), make([]float64, nkv)
 	qi := func(b, t, h int) int { return ((b*c.T+t)*c.heads + h) * D }
 	ki := func(b, t, kv int) int { return ((b*c.T+t)*c.kvHeads + kv) * D }
 	p := make([]float64, c.T)
-	ds := make([]float64, c.T)
+	ds, dsErr := make([]float64, c.T), make([]float64, c.T)
 	for b := range c.B {
 		for h := range c.heads {
 			kv := h / G
@@ -116,35 +118,45 @@ func (in flashInputs) reference(c flashCase, outStored []float32) flashRef {
 					l += p[j]
 				}
 				r.lse[(b*c.heads+h)*c.T+t] = m + math.Log(l)
-				delta := 0.0
+				delta, deltaAbs := 0.0, 0.0
 				for d := range D {
-					delta += float64(in.dOut[qi(b, t, h)+d]) * float64(outStored[qi(b, t, h)+d])
+					x := float64(in.dOut[qi(b, t, h)+d]) * float64(outStored[qi(b, t, h)+d])
+					delta += x
+					deltaAbs += math.Abs(x)
 				}
 				for j := 0; j <= t; j++ {
 					p[j] /= l
-					dp := 0.0
+					dp, dpAbs := 0.0, 0.0
 					for d := range D {
-						dp += float64(in.dOut[qi(b, t, h)+d]) * float64(in.v[ki(b, j, kv)+d])
+						x := float64(in.dOut[qi(b, t, h)+d]) * float64(in.v[ki(b, j, kv)+d])
+						dp += x
+						dpAbs += math.Abs(x)
 					}
 					ds[j] = p[j] * (dp - delta)
+					// dP and δ are float32 sums of D exact products:
+					// each off by at most D·2⁻²⁴ of its terms' magnitudes;
+					// twice that bounds dS's error with p's own.
+					dsErr[j] = 2 * p[j] * float64(D) * math.Pow(2, -24) * (dpAbs + deltaAbs)
 				}
 				for d := range D {
-					o, om, dq, dqm := 0.0, 0.0, 0.0, 0.0
+					o, om, dq, dqm, dqe := 0.0, 0.0, 0.0, 0.0, 0.0
 					for j := 0; j <= t; j++ {
 						vv, kk := float64(in.v[ki(b, j, kv)+d]), float64(in.k[ki(b, j, kv)+d])
 						o += p[j] * vv
 						om += p[j] * math.Abs(vv)
 						dq += ds[j] * kk
 						dqm += math.Abs(ds[j] * kk)
+						dqe += dsErr[j] * math.Abs(kk)
 					}
 					r.out[qi(b, t, h)+d], outMag[qi(b, t, h)+d] = o, om
-					r.dq[qi(b, t, h)+d], dqMag[qi(b, t, h)+d] = dq*scale, dqm*scale
+					r.dq[qi(b, t, h)+d], dqMag[qi(b, t, h)+d], dqErr[qi(b, t, h)+d] = dq*scale, dqm*scale, dqe*scale
 				}
 				for j := 0; j <= t; j++ {
 					for d := range D {
 						qq, g := float64(in.q[qi(b, t, h)+d]), float64(in.dOut[qi(b, t, h)+d])
 						r.dk[ki(b, j, kv)+d] += ds[j] * qq * scale
 						dkMag[ki(b, j, kv)+d] += math.Abs(ds[j]*qq) * scale
+						dkErr[ki(b, j, kv)+d] += dsErr[j] * math.Abs(qq) * scale
 						r.dv[ki(b, j, kv)+d] += p[j] * g
 						dvMag[ki(b, j, kv)+d] += p[j] * math.Abs(g)
 					}
@@ -152,18 +164,22 @@ func (in flashInputs) reference(c flashCase, outStored []float32) flashRef {
 			}
 		}
 	}
-	bounds := func(want, mag []float64) []float64 {
+	bounds := func(want, mag, extra []float64) []float64 {
 		mx := 0.0
 		for _, x := range mag {
 			mx = math.Max(mx, x)
 		}
 		out := make([]float64, len(want))
 		for i := range want {
-			out[i] = flashBound(want[i], mag[i], mx)
+			e := 0.0
+			if extra != nil {
+				e = extra[i]
+			}
+			out[i] = flashBound(want[i], mag[i], mx, e)
 		}
 		return out
 	}
-	r.outB, r.dqB, r.dkB, r.dvB = bounds(r.out, outMag), bounds(r.dq, dqMag), bounds(r.dk, dkMag), bounds(r.dv, dvMag)
+	r.outB, r.dqB, r.dkB, r.dvB = bounds(r.out, outMag, nil), bounds(r.dq, dqMag, dqErr), bounds(r.dk, dkMag, dkErr), bounds(r.dv, dvMag, nil)
 	// lse: the scores' float32 sums of exact bf16 products over D ≤ 128
 	// terms and the float32 sum of the row's probabilities are good to
 	// ~10⁻⁵ relative; 3·10⁻⁵ of max(1, |lse|) bounds them.
@@ -251,7 +267,28 @@ func TestFlashAttentionEmulated(t *testing.T) {
 }
 
 // flashBackward says whether the tests run the backward too.
-const flashBackward = false
+const flashBackward = true
+
+// TestFlashAttentionDeterministicEmulated runs the tensor-core attention
+// twice on inputs whose query tiles take their dq from several key tiles
+// each, and requires bit-identical results: the dq sums follow a fixed
+// order (no atomics).
+func TestFlashAttentionDeterministicEmulated(t *testing.T) {
+	fakeCUDA(t)
+	b := newFake(t, 0, GemmF32)
+	for _, c := range []flashCase{{B: 1, T: 300, heads: 2, kvHeads: 1, D: 128}, {B: 2, T: 150, heads: 8, kvHeads: 2, D: 64}} {
+		in := newFlashInputs(c, 3)
+		first, second := runFlash(t, b, c, in, true), runFlash(t, b, c, in, true)
+		for _, x := range []struct {
+			name      string
+			got, want []float32
+		}{{"out", second.out, first.out}, {"lse", second.lse, first.lse}, {"dq", second.dq, first.dq}, {"dk", second.dk, first.dk}, {"dv", second.dv, first.dv}} {
+			if err := numtest.Equal(x.got, x.want); err != nil {
+				t.Errorf("%v: %s differs between two runs: %v", c, x.name, err)
+			}
+		}
+	}
+}
 
 // TestFlashAttentionLayoutEmulated runs the tensor-core attention with the
 // emulator's mma fragment layout permuted (fakecuda_set_mma_permuted: A's
@@ -282,9 +319,11 @@ func TestFlashAttentionLayoutEmulated(t *testing.T) {
 func TestFlashSharedConstants(t *testing.T) {
 	src, _ := kernelSource()
 	for name, want := range map[string]int{
-		"FM_THREADS": fmThreads,
-		"FM_ROWS":    fmRows,
-		"FM_KEYS":    fmKeys,
+		"FM_THREADS":     fmThreads,
+		"FM_ROWS":        fmRows,
+		"FM_KEYS":        fmKeys,
+		"FB_KEYS":        fbKeys,
+		"FB_QTILE_ELEMS": fbQTile,
 	} {
 		m := regexp.MustCompile(`#define ` + name + ` (\d+)`).FindStringSubmatch(src)
 		if m == nil {

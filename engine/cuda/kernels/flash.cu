@@ -282,3 +282,234 @@ extern "C" __global__ void __launch_bounds__(FM_THREADS)
   flash_mma_forward<128>(out, lse, q, k, v, T, H, KV, scale);
 }
 
+// flash_mma_backward is FlashAttention-2's backward in one pass. Block
+// blockIdx.x = pair·ktiles + j (ktiles = ⌈T/FB_KEYS⌉) holds keys [k0, k0 +
+// FB_KEYS), k0 = j·FB_KEYS, of the pair (b, kv) in shared memory; warp w
+// owns keys k0 + 16w … + 15. It walks the pair's packed query rows in
+// tiles of BQ = FB_QTILE_ELEMS/D from the first row that sees k0 to the
+// end, and for each tile I:
+//
+//	Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ           (the warp's keys × the tile's rows)
+//	Pᵀ = e^(Sᵀ·scale − lse), 0 where a key follows the row's position
+//	dSᵀ = Pᵀ ⊙ (dPᵀ − δ)             (δ = rowsum(dO ⊙ O): attention_row_dot)
+//	dV += Pᵀ·dO, dK += dSᵀ·Q         (in registers, over every tile)
+//	dQ_I += dS·K                     (dS through shared memory, bf16)
+//
+// dQ is summed over the key tiles without atomics, in a fixed order: tile
+// I's float32 accumulator (dq_acc, BQ × D per tile of each pair) takes
+// block j's contribution only once blocks 0 … j−1 have added theirs — block
+// j waits for the tile's counter (counters, zeroed by the host) to reach
+// j, adds, and raises it to j+1 (acquire/release at GPU scope). Block 0
+// writes instead of adding, and the tile's last contributor, the key tile
+// of the tile's last position, converts the sum to bf16 into dq instead
+// of storing it. Blocks of lower j have lower indices and are started
+// first, so the blocks waited for are running or done: no deadlock. The
+// cost is the accumulator's read and write per (key tile, query tile),
+// BQ·D·8 bytes, mostly in L2, and the waits of a block for its
+// predecessors, which run the same tiles a step ahead. The sums are in
+// the same order every run: the results are bit-identical run to run.
+// dK (×scale) and dV, summed over the group's heads, are written at the
+// end.
+template <int D>
+__device__ __forceinline__ void flash_mma_backward(bf16* dq, bf16* dk, bf16* dv, float* dq_acc, int* counters,
+                                                   const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
+                                                   const float* lse, const float* delta, int T, int H, int KV,
+                                                   float scale) {
+  const int BQ = FB_QTILE_ELEMS / D, LD = D + FM_PAD, KD = D / 16, DT = D / 8, NR = BQ / 8;
+  const int LDS = FB_KEYS + FM_PAD;
+  const int WC = 4 / (BQ / 16), QC = D / WC, QT = QC / 8;  // dQ: warps of rows × columns, QC columns a warp
+  __shared__ __align__(16) bf16 ks[FB_KEYS * (D + FM_PAD)];
+  __shared__ __align__(16) bf16 vs[FB_KEYS * (D + FM_PAD)];
+  __shared__ __align__(16) bf16 qs[FB_QTILE_ELEMS / D * (D + FM_PAD)];
+  __shared__ __align__(16) bf16 dos[FB_QTILE_ELEMS / D * (D + FM_PAD)];
+  __shared__ __align__(16) bf16 dss[FB_QTILE_ELEMS / D * (FB_KEYS + FM_PAD)];
+  __shared__ float lse_s[FB_QTILE_ELEMS / D], delta_s[FB_QTILE_ELEMS / D];
+  __shared__ int pos_s[FB_QTILE_ELEMS / D];
+  int G = H / KV;
+  i64 rows = (i64)T * G;
+  int ktiles = (T + FB_KEYS - 1) / FB_KEYS;
+  i64 qtiles = (rows + BQ - 1) / BQ;
+  i64 pair = blockIdx.x / ktiles;
+  int j = (int)(blockIdx.x % ktiles);
+  i64 b = pair / KV;
+  int kv = (int)(pair % KV);
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  i64 ldkv = (i64)KV * D, kvoff = b * T * ldkv + (i64)kv * D;
+  int k0 = j * FB_KEYS;
+  fm_load_keys<D>(ks, LD, FB_KEYS, k + kvoff, ldkv, k0, T);
+  fm_load_keys<D>(vs, LD, FB_KEYS, v + kvoff, ldkv, k0, T);
+  cp_async_commit();  // waited for with the first query tile's group
+
+  float dka[DT][4], dva[DT][4];
+  MT_UNROLL
+  for (int dt = 0; dt < DT; dt++) {
+    dka[dt][0] = dka[dt][1] = dka[dt][2] = dka[dt][3] = 0.0f;
+    dva[dt][0] = dva[dt][1] = dva[dt][2] = dva[dt][3] = 0.0f;
+  }
+  // This lane's keys, rows g and g + 8 of the warp's in Sᵀ's layout.
+  int key0 = k0 + warp * 16 + (lane >> 2), key1 = key0 + 8;
+  int rb = warp / WC, cb = warp % WC;  // this warp's dQ rows and columns
+  for (i64 I = (i64)k0 * G / BQ; I < qtiles; I++) {
+    i64 r0 = I * BQ;
+    fm_load_packed<D>(qs, LD, BQ, q, b, kv, r0, rows, T, H, G);
+    fm_load_packed<D>(dos, LD, BQ, dout, b, kv, r0, rows, T, H, G);
+    cp_async_commit();
+    if ((int)threadIdx.x < BQ) {
+      i64 p = r0 + threadIdx.x;
+      bool in = p < rows;
+      i64 si = in ? fm_stat_index(b, kv, p, T, H, G) : 0;
+      pos_s[threadIdx.x] = in ? (int)(p / G) : -1;
+      lse_s[threadIdx.x] = in ? lse[si] : 0.0f;
+      delta_s[threadIdx.x] = in ? delta[si] : 0.0f;
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    // Sᵀ and dPᵀ: A the warp's keys of K or V, B the tile's rows of Q or dO.
+    float st[NR][4], dpt[NR][4];
+    MT_UNROLL
+    for (int nr = 0; nr < NR; nr++) {
+      st[nr][0] = st[nr][1] = st[nr][2] = st[nr][3] = 0.0f;
+      dpt[nr][0] = dpt[nr][1] = dpt[nr][2] = dpt[nr][3] = 0.0f;
+    }
+    MT_UNROLL
+    for (int kk = 0; kk < KD; kk++) {
+      unsigned ka[4], va[4];
+      ldmatrix_x4(ka, ks + (warp * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
+      ldmatrix_x4(va, vs + (warp * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
+      MT_UNROLL
+      for (int n2 = 0; n2 < NR / 2; n2++) {
+        unsigned qb[4], ob[4];
+        int at = (n2 * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD + kk * 16 + ((lane >> 3) & 1) * 8;
+        ldmatrix_x4(qb, qs + at);
+        ldmatrix_x4(ob, dos + at);
+        mma_bf16(st[2 * n2], ka, qb);
+        mma_bf16(st[2 * n2 + 1], ka, qb + 2);
+        mma_bf16(dpt[2 * n2], va, ob);
+        mma_bf16(dpt[2 * n2 + 1], va, ob + 2);
+      }
+    }
+    // Pᵀ into st, dSᵀ into dpt and, transposed, into dss for dQ.
+    MT_UNROLL
+    for (int nr = 0; nr < NR; nr++) {
+      MT_UNROLL
+      for (int e = 0; e < 4; e++) {
+        int row = nr * 8 + 2 * (lane & 3) + (e & 1);
+        int key = e < 2 ? key0 : key1;
+        float p = key <= pos_s[row] ? expf(st[nr][e] * scale - lse_s[row]) : 0.0f;
+        float ds = p * (dpt[nr][e] - delta_s[row]);
+        st[nr][e] = p;
+        dpt[nr][e] = ds;
+        dss[row * LDS + warp * 16 + (lane >> 2) + (e < 2 ? 0 : 8)] = f32_to_bf16(ds);
+      }
+    }
+    // dV += Pᵀ·dO and dK += dSᵀ·Q: A from the accumulators (two row n-tiles
+    // of 8 make a k-step of 16), B the rows of dO or Q transposed.
+    MT_UNROLL
+    for (int kr = 0; kr < BQ / 16; kr++) {
+      unsigned pa[4] = {pack_bf16x2(st[2 * kr][0], st[2 * kr][1]), pack_bf16x2(st[2 * kr][2], st[2 * kr][3]),
+                        pack_bf16x2(st[2 * kr + 1][0], st[2 * kr + 1][1]),
+                        pack_bf16x2(st[2 * kr + 1][2], st[2 * kr + 1][3])};
+      unsigned sa[4] = {pack_bf16x2(dpt[2 * kr][0], dpt[2 * kr][1]), pack_bf16x2(dpt[2 * kr][2], dpt[2 * kr][3]),
+                        pack_bf16x2(dpt[2 * kr + 1][0], dpt[2 * kr + 1][1]),
+                        pack_bf16x2(dpt[2 * kr + 1][2], dpt[2 * kr + 1][3])};
+      MT_UNROLL
+      for (int d2 = 0; d2 < DT / 2; d2++) {
+        unsigned ob[4], qb[4];
+        int at = (kr * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + d2 * 16 + (lane >> 4) * 8;
+        ldmatrix_x4_t(ob, dos + at);
+        ldmatrix_x4_t(qb, qs + at);
+        mma_bf16(dva[2 * d2], pa, ob);
+        mma_bf16(dva[2 * d2 + 1], pa, ob + 2);
+        mma_bf16(dka[2 * d2], sa, qb);
+        mma_bf16(dka[2 * d2 + 1], sa, qb + 2);
+      }
+    }
+    __syncthreads();  // dS is whole in shared memory
+
+    // This block's dQ of the tile: the warp's 16 rows and QC columns of
+    // dS·K, A dS's rows, B the keys of K transposed.
+    float dqp[QT][4];
+    MT_UNROLL
+    for (int c = 0; c < QT; c++) {
+      dqp[c][0] = dqp[c][1] = dqp[c][2] = dqp[c][3] = 0.0f;
+    }
+    MT_UNROLL
+    for (int kc = 0; kc < FB_KEYS / 16; kc++) {
+      unsigned sa[4];
+      ldmatrix_x4(sa, dss + (rb * 16 + (lane & 15)) * LDS + kc * 16 + (lane >> 4) * 8);
+      MT_UNROLL
+      for (int c2 = 0; c2 < QT / 2; c2++) {
+        unsigned kb4[4];
+        ldmatrix_x4_t(kb4, ks + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + cb * QC + c2 * 16 + (lane >> 4) * 8);
+        mma_bf16(dqp[2 * c2], sa, kb4);
+        mma_bf16(dqp[2 * c2 + 1], sa, kb4 + 2);
+      }
+    }
+    // Add it to the tile's sum in key-tile order (see above).
+    int jlast = (int)((min64(r0 + BQ, rows) - 1) / G) / FB_KEYS;
+    int* ctr = counters + pair * qtiles + I;
+    float* acc = dq_acc + (pair * qtiles + I) * BQ * D;
+    if (threadIdx.x == 0) {
+      counter_wait(ctr, j);
+    }
+    __syncthreads();
+    MT_UNROLL
+    for (int c = 0; c < QT; c++) {
+      MT_UNROLL
+      for (int half = 0; half < 2; half++) {
+        int row = rb * 16 + (lane >> 2) + 8 * half, col = cb * QC + c * 8 + 2 * (lane & 3);
+        float x0 = dqp[c][2 * half], x1 = dqp[c][2 * half + 1];
+        float* a = acc + row * D + col;
+        if (j > 0) {
+          x0 += a[0];
+          x1 += a[1];
+        }
+        if (j < jlast) {
+          a[0] = x0;
+          a[1] = x1;
+        } else if (r0 + row < rows) {
+          *(unsigned*)(dq + fm_row_offset(b, kv, r0 + row, T, H, G, D) + col) = pack_bf16x2(x0 * scale, x1 * scale);
+        }
+      }
+    }
+    __syncthreads();  // every thread's sum is written; the tile's buffers are free
+    if (threadIdx.x == 0 && j < jlast) {
+      counter_release(ctr, j + 1);
+    }
+  }
+
+  int col = 2 * (lane & 3);
+  if (key0 < T) {
+    unsigned* pk = (unsigned*)(dk + kvoff + key0 * ldkv + col);
+    unsigned* pv = (unsigned*)(dv + kvoff + key0 * ldkv + col);
+    MT_UNROLL
+    for (int dt = 0; dt < DT; dt++) {
+      pk[dt * 4] = pack_bf16x2(dka[dt][0] * scale, dka[dt][1] * scale);
+      pv[dt * 4] = pack_bf16x2(dva[dt][0], dva[dt][1]);
+    }
+  }
+  if (key1 < T) {
+    unsigned* pk = (unsigned*)(dk + kvoff + key1 * ldkv + col);
+    unsigned* pv = (unsigned*)(dv + kvoff + key1 * ldkv + col);
+    MT_UNROLL
+    for (int dt = 0; dt < DT; dt++) {
+      pk[dt * 4] = pack_bf16x2(dka[dt][2] * scale, dka[dt][3] * scale);
+      pv[dt * 4] = pack_bf16x2(dva[dt][2], dva[dt][3]);
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(FM_THREADS)
+    flash_mma_backward_d64(bf16* dq, bf16* dk, bf16* dv, float* dq_acc, int* counters, const bf16* dout,
+                           const bf16* q, const bf16* k, const bf16* v, const float* lse, const float* delta, int T,
+                           int H, int KV, float scale) {
+  flash_mma_backward<64>(dq, dk, dv, dq_acc, counters, dout, q, k, v, lse, delta, T, H, KV, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(FM_THREADS)
+    flash_mma_backward_d128(bf16* dq, bf16* dk, bf16* dv, float* dq_acc, int* counters, const bf16* dout,
+                            const bf16* q, const bf16* k, const bf16* v, const float* lse, const float* delta, int T,
+                            int H, int KV, float scale) {
+  flash_mma_backward<128>(dq, dk, dv, dq_acc, counters, dout, q, k, v, lse, delta, T, H, KV, scale);
+}
