@@ -2,14 +2,18 @@ package cuda
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strconv"
 	"testing"
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/cpu"
+	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/internal/numtest"
 )
 
@@ -333,5 +337,68 @@ func TestFlashSharedConstants(t *testing.T) {
 		if got, _ := strconv.Atoi(m[1]); got != want {
 			t.Errorf("#define %s %d, the Go code uses %d", name, got, want)
 		}
+	}
+}
+
+// Tolerances of a mixed-precision Llama step whose attention takes the
+// tensor-core kernels, against the CPU's, in units of bf16's u = 2⁻⁸.
+// Unlike the float32 kernels, which round each attention output once from
+// nearly the CPU's value (TestModelBF16Emulated's tolerances), these round
+// P (and dS) to bf16 as the operand of a tensor-core product, as
+// FlashAttention-2 does: every attention output moves by up to u of its
+// terms' magnitudes, and then rounds to a neighbouring bf16 value of the
+// CPU's in a good fraction of the elements, not now and then. Through two
+// layers and the backward that makes every gradient differ by about u in
+// relative L2 (measured on the emulator: at most 1.9%, 5u, for head sizes
+// 64 and 128), and each updated weight — AdamW's first step moves each by
+// about its learning rate, in the direction of its gradient's sign, which
+// a gradient near zero may flip — by at most 1.1% (2.8u) in relative L2.
+// So: the loss within u/8 relative (measured at most 3.3·10⁻⁴ = u/12),
+// every gradient and updated weight within 8u in relative L2.
+const (
+	flashStepLossTol = bf16U / 8
+	flashStepL2Tol   = 8 * bf16U
+)
+
+// TestModelBF16FlashEmulated runs a mixed-precision Llama whose heads are
+// 64 and 128 wide, so that its bf16 attention takes the tensor-core
+// kernels, on the emulated GPU and on the CPU: greedy generations of the
+// random model are the same, and a training step's loss, gradients and
+// AdamW-updated weights are the CPU's within the tolerances above.
+// (TestModelBF16Emulated's model, with heads of 8, takes the float32
+// kernels.) The initial weights' spread shrinks as 1/√hidden, so that the
+// logits are as large as testConfig's.
+func TestModelBF16FlashEmulated(t *testing.T) {
+	fakeCUDA(t)
+	for _, D := range []int{64, 128} {
+		t.Run(fmt.Sprintf("D%d", D), func(t *testing.T) {
+			cfg := testConfig()
+			cfg.HiddenSize, cfg.NumAttentionHeads, cfg.NumKeyValueHeads = 2*D, 2, 1
+			cfg.InitializerRange = 0.3 * math.Sqrt(32/float64(cfg.HiddenSize))
+			if err := cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			batch := randomBatch(cfg, 2, 24)
+			opt := llama.Options{Activations: engine.BF16}
+			host := randomModelWith(t, cpu.New(cpu.Options{Threads: 2}), cfg, opt)
+			gpu := randomModelWith(t, newFake(t, 0, GemmF32), cfg, opt)
+			sameGenerations(t, gpu, host, [][]int32{batch.IDs[:5], batch.IDs[24:30], batch.IDs[:1]}, "the bf16 model")
+
+			refLoss, refOut := trainStep(t, host, batch)
+			loss, out := trainStep(t, gpu, batch)
+			worst, worstName := 0.0, ""
+			for _, name := range slices.Sorted(maps.Keys(refOut)) {
+				if d, err := numtest.Measure(out[name], refOut[name]); err == nil && d.L2 > worst {
+					worst, worstName = d.L2, name
+				}
+			}
+			t.Logf("loss %.6f, CPU %.6f; worst %s at relative L2 %.3g", loss.Mean(), refLoss.Mean(), worstName, worst)
+			if err := numtest.Scalar(loss.Mean(), refLoss.Mean(), numtest.Tol{Rel: flashStepLossTol}); err != nil || loss.Weight != refLoss.Weight {
+				t.Errorf("loss (weight %v) against the CPU's (weight %v): %v", loss.Weight, refLoss.Weight, err)
+			}
+			if err := numtest.EachL2(out, refOut, flashStepL2Tol); err != nil {
+				t.Errorf("against the CPU's: %v", err)
+			}
+		})
 	}
 }
