@@ -258,7 +258,20 @@ func checkFlash(got flashRun, want flashRef, backward bool) error {
 // ragged lengths from 1 to 300, groups of 1 to 8, head sizes 64 and 128.
 func TestFlashAttentionEmulated(t *testing.T) {
 	fakeCUDA(t)
-	b := newFake(t, 0, GemmF32)
+	testFlashAttention(t, newFake)
+}
+
+// TestFlashAttentionGPU is TestFlashAttentionEmulated and
+// TestFlashAttentionDeterministicEmulated on a GPU: the same bounds hold
+// for the hardware's sums.
+func TestFlashAttentionGPU(t *testing.T) {
+	needGPU(t)
+	testFlashAttention(t, newGPU)
+	testFlashDeterministic(t, newGPU)
+}
+
+func testFlashAttention(t *testing.T, newBackend maker) {
+	b := newBackend(t, 0, GemmF32)
 	for _, c := range flashCases() {
 		t.Run(c.String(), func(t *testing.T) {
 			in := newFlashInputs(c, 1)
@@ -279,7 +292,11 @@ const flashBackward = true
 // order (no atomics).
 func TestFlashAttentionDeterministicEmulated(t *testing.T) {
 	fakeCUDA(t)
-	b := newFake(t, 0, GemmF32)
+	testFlashDeterministic(t, newFake)
+}
+
+func testFlashDeterministic(t *testing.T, newBackend maker) {
+	b := newBackend(t, 0, GemmF32)
 	for _, c := range []flashCase{{B: 1, T: 300, heads: 2, kvHeads: 1, D: 128}, {B: 2, T: 150, heads: 8, kvHeads: 2, D: 64}} {
 		in := newFlashInputs(c, 3)
 		first, second := runFlash(t, b, c, in, true), runFlash(t, b, c, in, true)
@@ -399,6 +416,45 @@ func TestModelBF16FlashEmulated(t *testing.T) {
 			if err := numtest.EachL2(out, refOut, flashStepL2Tol); err != nil {
 				t.Errorf("against the CPU's: %v", err)
 			}
+		})
+	}
+}
+
+// BenchmarkFlashAttentionGPU times the tensor-core attention, forward and
+// forward + backward, on a GPU at a Llama-8B-like shape (32 query heads
+// sharing 8 key/value heads of 128, 2048 positions), reporting TFLOP/s of
+// the causal products (forward 2·2·B·H·T²·D/2, backward 2.5 times that).
+func BenchmarkFlashAttentionGPU(tb *testing.B) {
+	needGPU(tb)
+	b := newGPU(tb, 0, GemmF32)
+	c := flashCase{B: 2, T: 2048, heads: 32, kvHeads: 8, D: 128}
+	qs, kvs := []int{c.B, c.T, c.heads, c.D}, []int{c.B, c.T, c.kvHeads, c.D}
+	alloc := func(dt engine.DType, shape ...int) *engine.Tensor {
+		x := b.Alloc(dt, shape...)
+		tb.Cleanup(func() { b.Free(x) })
+		b.Fill(x, 0.01)
+		return x
+	}
+	q, k, v, dOut := alloc(engine.BF16, qs...), alloc(engine.BF16, kvs...), alloc(engine.BF16, kvs...), alloc(engine.BF16, qs...)
+	out, lse := alloc(engine.BF16, qs...), alloc(engine.F32, c.B, c.heads, c.T)
+	dq, dk, dv := alloc(engine.BF16, qs...), alloc(engine.BF16, kvs...), alloc(engine.BF16, kvs...)
+	flops := 2 * 2 * float64(c.B*c.heads) * float64(c.T) * float64(c.T) * float64(c.D) / 2
+	for _, backward := range []bool{false, true} {
+		tb.Run(fmt.Sprintf("backward=%v", backward), func(tb *testing.B) {
+			for tb.Loop() {
+				b.Attention(out, lse, q, k, v)
+				if backward {
+					b.AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse)
+				}
+			}
+			if err := b.Synchronize(); err != nil {
+				tb.Fatal(err)
+			}
+			f := flops
+			if backward {
+				f *= 3.5
+			}
+			tb.ReportMetric(f*float64(tb.N)/tb.Elapsed().Seconds()/1e12, "TFLOP/s")
 		})
 	}
 }
