@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/internal/numtest"
 )
 
@@ -23,6 +24,7 @@ type warpFake struct {
 	ldmatrix   func(n, trans int32, mem *uint16, rows *int32, out *uint32) int32
 	mma        func(a, b *uint32, c, d *float32) int32
 	misuse     func(which int32) int32
+	wait       func(p uintptr, want int32) int32
 	setPermute func(on int32)
 	errString  func(r int32, s **byte) int32
 }
@@ -35,11 +37,12 @@ func newWarpFake(t *testing.T) *warpFake {
 	}
 	f := &warpFake{}
 	for name, fn := range map[string]any{
-		"fakecuda_test_ldmatrix":    &f.ldmatrix,
-		"fakecuda_test_mma":         &f.mma,
-		"fakecuda_test_misuse":      &f.misuse,
-		"fakecuda_set_mma_permuted": &f.setPermute,
-		"cuGetErrorString":          &f.errString,
+		"fakecuda_test_ldmatrix":     &f.ldmatrix,
+		"fakecuda_test_mma":          &f.mma,
+		"fakecuda_test_misuse":       &f.misuse,
+		"fakecuda_test_counter_wait": &f.wait,
+		"fakecuda_set_mma_permuted":  &f.setPermute,
+		"cuGetErrorString":           &f.errString,
 	} {
 		sym, err := dlsym(h, name)
 		if err != nil {
@@ -213,5 +216,31 @@ func TestWarpMisuseEmulated(t *testing.T) {
 		if why := f.why(rc); !strings.Contains(why, want) {
 			t.Errorf("misuse %d: %q, want it to say %q", i, why, want)
 		}
+	}
+}
+
+// TestCounterWaitEmulated: a block's wait for a counter that earlier
+// blocks raised passes; one for a value no earlier block reached fails at
+// once (the emulator runs blocks in order: on a GPU it would spin for
+// ever), naming the values.
+func TestCounterWaitEmulated(t *testing.T) {
+	f := newWarpFake(t)
+	b := newFake(t, 0, GemmF32)
+	c := b.Alloc(engine.I32, 1)
+	defer b.Free(c)
+	b.Upload(c, []float32{3})
+	if err := b.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	p := uintptr(b.viewOf("test", c).ptr)
+	if rc := f.wait(p, 3); rc != 0 {
+		t.Errorf("wait for 3 with the counter at 3: %s", f.why(rc))
+	}
+	rc := f.wait(p, 4)
+	if rc == 0 {
+		t.Fatal("wait for 4 with the counter at 3 returned")
+	}
+	if why := f.why(rc); !strings.Contains(why, "counter at 3 to reach 4") {
+		t.Errorf("wait for 4 with the counter at 3: %q", why)
 	}
 }

@@ -8,7 +8,9 @@
 // key/value head's group form one sequence of rows of the pair (b, kv) —
 // packed row p is query head kv·G + p mod G at position p / G — so that a
 // block's rows of every head of the group share each key/value tile it
-// loads. Shared memory rows are padded by FM_PAD elements, so that the
+// loads (rather than a block per head re-reading the tiles G times), and
+// the backward's block of keys sums dK and dV over the whole group in its
+// registers, with no reduction across blocks. Shared memory rows are padded by FM_PAD elements, so that the
 // eight rows of an ldmatrix matrix fall in different banks.
 #include "common.cuh"
 #include "warp.cuh"

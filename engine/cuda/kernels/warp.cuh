@@ -41,6 +41,12 @@
 #define MT_TRAP() asm volatile("trap;")
 #endif
 
+// __align__ is NVRTC's; clang's CUDA front end without the CUDA headers
+// (TestKernelsCompileWithClang) and the emulator's C++ spell it so.
+#ifndef __align__
+#define __align__(n) __attribute__((aligned(n)))
+#endif
+
 #ifdef MT_GPU
 // smem_u32 is p's address in the shared window, as the .shared state
 // space instructions take it.

@@ -28,8 +28,6 @@ struct emu_dim3 {
 // The scheduler sets these before switching to a fiber.
 extern emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
 
-#define __align__(n) __attribute__((aligned(n)))
-
 // Barriers: every thread of the block, or of the calling thread's warp.
 void __syncthreads();
 void emu_warp_exchange(uint64_t* value, int lane_mask, unsigned mask);

@@ -1015,6 +1015,13 @@ EXPORT int fakecuda_test_misuse(int which) {
     }
   });
 }
+// fakecuda_test_counter_wait runs one thread's counter_wait for the
+// counter at p (device memory) to reach want.
+EXPORT int fakecuda_test_counter_wait(const int* p, int want) {
+  return run_test_warp("fakecuda_test_counter_wait", [p, want] {
+    if (threadIdx.x == 0) emu_counter_wait(p, want);
+  });
+}
 // --- Warp primitive tests (end) ----------------------------------------------
 
 // ---------------------------------------------------------------------------
