@@ -261,10 +261,10 @@ func TestFlashAttentionEmulated(t *testing.T) {
 	testFlashAttention(t, newFake)
 }
 
-// TestFlashAttentionGPU is TestFlashAttentionEmulated and
+// TestGPUFlashAttention is TestFlashAttentionEmulated and
 // TestFlashAttentionDeterministicEmulated on a GPU: the same bounds hold
 // for the hardware's sums.
-func TestFlashAttentionGPU(t *testing.T) {
+func TestGPUFlashAttention(t *testing.T) {
 	needGPU(t)
 	testFlashAttention(t, newGPU)
 	testFlashDeterministic(t, newGPU)
@@ -420,11 +420,11 @@ func TestModelBF16FlashEmulated(t *testing.T) {
 	}
 }
 
-// BenchmarkFlashAttentionGPU times the tensor-core attention, forward and
+// BenchmarkGPUFlashAttention times the tensor-core attention, forward and
 // forward + backward, on a GPU at a Llama-8B-like shape (32 query heads
 // sharing 8 key/value heads of 128, 2048 positions), reporting TFLOP/s of
 // the causal products (forward 2·2·B·H·T²·D/2, backward 2.5 times that).
-func BenchmarkFlashAttentionGPU(tb *testing.B) {
+func BenchmarkGPUFlashAttention(tb *testing.B) {
 	needGPU(tb)
 	b := newGPU(tb, 0, GemmF32)
 	c := flashCase{B: 2, T: 2048, heads: 32, kvHeads: 8, D: 128}
