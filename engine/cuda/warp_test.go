@@ -207,6 +207,7 @@ func TestWarpMisuseEmulated(t *testing.T) {
 		"cp.async.wait_group 1 with 0 groups in flight",
 		"copies not committed",
 		"returned with cp.async copies never waited for",
+		"ldmatrix of different shapes",
 	} {
 		rc := f.misuse(int32(i))
 		if rc == 0 {

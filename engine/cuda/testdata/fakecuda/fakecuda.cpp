@@ -621,6 +621,7 @@ void emu_warp_exchange(uint64_t* value, int lane_mask, unsigned mask) {
 static uint32_t mma_a[kMaxThreads / 32][32][4];
 static uint32_t mma_b[kMaxThreads / 32][32][2];
 static uintptr_t ldm_rows[kMaxThreads / 32][32];
+static int ldm_shape[kMaxThreads / 32][32];  // each lane's 2n + trans
 
 // mma_permute_requested is set by fakecuda_set_mma_permuted (a test's
 // switch); each launch copies it into mma_permuted, which swaps the row
@@ -686,7 +687,9 @@ void emu_ldmatrix(unsigned* r, const void* row, int n, bool trans) {
     if (in_device_memory(row)) kernel_fail("ldmatrix row address " + hex((uintptr_t)row) + " is in global memory, not shared");
   }
   ldm_rows[w][lane] = (uintptr_t)row;
+  ldm_shape[w][lane] = 2 * n + trans;
   warp_barrier(w, what);
+  if (ldm_shape[w][0] != 2 * n + trans) kernel_fail("lanes of a warp at ldmatrix of different shapes");
   unsigned out[4];
   for (int i = 0; i < n; i++) {
     const uintptr_t* rows = ldm_rows[w] + 8 * i;
@@ -983,7 +986,8 @@ EXPORT int fakecuda_test_mma(const uint32_t* a, const uint32_t* b, const float* 
 // fakecuda_test_misuse runs one misuse of the primitives, which must fail:
 // 0 a lane returns before an mma, 1 half a warp at a shuffle and half at
 // an mma, 2 cp.async.wait_group 1 with no group in flight, 3 a wait with
-// copies not committed, 4 a thread that returns with a group in flight.
+// copies not committed, 4 a thread that returns with a group in flight, 5
+// lanes at ldmatrix .x4 and .x2.
 EXPORT int fakecuda_test_misuse(int which) {
   return run_test_warp("fakecuda_test_misuse", [which] {
     int lane = threadIdx.x;
@@ -1012,6 +1016,11 @@ EXPORT int fakecuda_test_misuse(int which) {
         cp_open[cur_fiber].push_back(CopyOp{test_smem, test_smem});
         emu_cp_async_commit();
         break;
+      case 5: {
+        unsigned r[4];
+        emu_ldmatrix(r, test_smem + 8 * (lane % 16), lane < 16 ? 4 : 2, false);
+        break;
+      }
     }
   });
 }
