@@ -265,50 +265,81 @@ func TestKernelsAreWhatTheStepLaunches(t *testing.T) {
 	}
 }
 
-// TestKernelsOnADataParallelGrid holds the first replica's calls on an
-// in-process grid of two data-parallel ranks equal to the list: the
-// same compute as one rank, the norm weights' squares apart in the
-// step's sums.
-func TestKernelsOnADataParallelGrid(t *testing.T) {
-	cfg := testConfig(false, 2)
-	shape := comm.Grid{Data: 2, X: 1, Y: 1, Z: 1}
-	w := checkpoints.RandomWeights(cfg, 5)
-	for _, act := range []engine.DType{engine.F32, engine.BF16} {
-		var got []engine.Kernel
-		err := launch.Local(shape, parallel.AllOverlap(), func(g *parallel.Grid) error {
-			r := &recorder{b: newBackend(1)}
-			m, err := New(r, cfg, Options{Parallel: g, Activations: act})
+// TestKernelsOnGrids holds the calls of rank 0 of in-process grids
+// equal to the list: data parallelism (the same compute as one rank, the
+// norm weights' squares apart in the step's sums), X (the norms'
+// statistics over the host, rows rescaled), Y (the vocabulary-parallel
+// loss, in chunks of the flattened logits when flatRows is small; the
+// masked embedding) and both.
+func TestKernelsOnGrids(t *testing.T) {
+	cases := []struct {
+		shape     comm.Grid
+		act       engine.DType
+		recompute bool
+		flatRows  int
+		tie       bool
+		serial    bool // no overlap: Z's reduce-scatters and their adds at once
+		headRows  int  // dims.headRowsLimit: a head in chunks (X = Y = 1)
+	}{
+		{shape: comm.Grid{Data: 2, X: 1, Y: 1, Z: 1}, act: engine.F32},
+		{shape: comm.Grid{Data: 2, X: 1, Y: 1, Z: 1}, act: engine.BF16, recompute: true},
+		{shape: comm.Grid{Data: 1, X: 2, Y: 1, Z: 1}, act: engine.F32},
+		{shape: comm.Grid{Data: 1, X: 1, Y: 2, Z: 1}, act: engine.F32, flatRows: 3},
+		{shape: comm.Grid{Data: 2, X: 2, Y: 2, Z: 1}, act: engine.F32, recompute: true},
+		{shape: comm.Grid{Data: 1, X: 1, Y: 1, Z: 2}, act: engine.F32},
+		{shape: comm.Grid{Data: 1, X: 1, Y: 1, Z: 2}, act: engine.F32, tie: true, headRows: 4},
+		{shape: comm.Grid{Data: 2, X: 1, Y: 1, Z: 2}, act: engine.F32, headRows: 3},
+		{shape: comm.Grid{Data: 1, X: 1, Y: 1, Z: 2}, act: engine.F32, serial: true, tie: true},
+		{shape: comm.Grid{Data: 1, X: 2, Y: 2, Z: 2}, act: engine.F32, recompute: true},
+		{shape: comm.Grid{Data: 1, X: 1, Y: 2, Z: 2}, act: engine.F32, serial: true},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("%v %v recompute %v tied %v serial %v head rows %d", c.shape, c.act, c.recompute, c.tie, c.serial, c.headRows), func(t *testing.T) {
+			cfg := gridConfig(c.tie)
+			w := checkpoints.RandomWeights(cfg, 5)
+			ov := parallel.AllOverlap()
+			if c.serial {
+				ov = parallel.Overlap{}
+			}
+			var got []engine.Kernel
+			err := launch.Local(c.shape, ov, func(g *parallel.Grid) error {
+				r := &recorder{b: newBackend(1)}
+				m, err := New(r, cfg, Options{Parallel: g, Activations: c.act, Recompute: c.recompute})
+				if err != nil {
+					return err
+				}
+				defer m.Free()
+				m.flatRowsLimit = c.flatRows
+				m.d.headRowsLimit = c.headRows
+				if err := m.SetWeights(w); err != nil {
+					return err
+				}
+				batch := []Batch{randomBatch(cfg, 2, 5, uint64(3+g.BatchRank()))}
+				s := newKernelStep(m)
+				if err := s.run(batch); err != nil {
+					return err
+				}
+				r.start()
+				if err := s.run(batch); err != nil {
+					return err
+				}
+				if g.World.Rank() == 0 {
+					got = r.calls
+				}
+				return nil
+			})
 			if err != nil {
-				return err
+				t.Fatal(err)
 			}
-			defer m.Free()
-			if err := m.SetWeights(w); err != nil {
-				return err
+			wk := Work{Grid: c.shape, Overlap: ov, Train: true, Recompute: c.recompute, Micro: 1, Moments: 2, Batch: 2, SeqLen: 5, Activations: c.act}
+			k := newKernelList(cfg, wk)
+			k.flatRows = c.flatRows
+			k.d.headRowsLimit = c.headRows
+			k.step(wk)
+			if d := firstDifference(got, k.list); d != "" {
+				t.Fatal(d)
 			}
-			batch := []Batch{randomBatch(cfg, 2, 5, uint64(3+g.At.Data))}
-			s := newKernelStep(m)
-			if err := s.run(batch); err != nil {
-				return err
-			}
-			r.start()
-			if err := s.run(batch); err != nil {
-				return err
-			}
-			if g.At.Data == 0 {
-				got = r.calls
-			}
-			return nil
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := Kernels(cfg, Work{Grid: shape, Train: true, Micro: 1, Moments: 2, Batch: 2, SeqLen: 5, Activations: act})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d := firstDifference(got, want); d != "" {
-			t.Errorf("%v: %s", act, d)
-		}
 	}
 }
 
@@ -320,11 +351,11 @@ func TestKernelsRefuse(t *testing.T) {
 		t.Fatalf("a one-rank step: %v", err)
 	}
 	for name, w := range map[string]Work{
-		"forward only": {Micro: 1, Moments: 2, Batch: 1, SeqLen: 4},
-		"no tokens":    {Train: true, Micro: 1, Moments: 2, Batch: 1},
-		"sgd":          {Train: true, Micro: 1, Batch: 1, SeqLen: 4},
-		"adapters":     {Train: true, Micro: 1, Moments: 2, Batch: 1, SeqLen: 4, LoRA: testAdapter(2, false, 0, "q_proj")},
-		"x grid":       {Grid: comm.Grid{Data: 1, X: 2, Y: 1, Z: 1}, Train: true, Micro: 1, Moments: 2, Batch: 1, SeqLen: 4},
+		"forward only":  {Micro: 1, Moments: 2, Batch: 1, SeqLen: 4},
+		"no tokens":     {Train: true, Micro: 1, Moments: 2, Batch: 1},
+		"sgd":           {Train: true, Micro: 1, Batch: 1, SeqLen: 4},
+		"adapters":      {Train: true, Micro: 1, Moments: 2, Batch: 1, SeqLen: 4, LoRA: testAdapter(2, false, 0, "q_proj")},
+		"x indivisible": {Grid: comm.Grid{Data: 1, X: 3, Y: 1, Z: 1}, Train: true, Micro: 1, Moments: 2, Batch: 1, SeqLen: 4},
 	} {
 		if _, err := Kernels(cfg, w); err == nil {
 			t.Errorf("%s: no error", name)
