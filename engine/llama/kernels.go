@@ -35,31 +35,53 @@ import (
 // without report weights (Batch.ReportWeights), as the benchmark and a
 // run without a goldfish loss make them.
 func Kernels(cfg *checkpoints.Config, w Work) ([]engine.Kernel, error) {
+	s, err := StepKernelsOf(cfg, w)
+	return s.List, err
+}
+
+// checkKernelWork refuses what the kernel list does not cover.
+func checkKernelWork(cfg *checkpoints.Config, w Work) error {
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return err
 	}
 	g := w.Grid
 	switch {
 	case !w.Train || w.NewTokens > 0:
-		return nil, errors.New("llama: the kernel list is of a training step")
+		return errors.New("llama: the kernel list is of a training step")
 	case w.Batch < 1 || w.SeqLen < 1 || w.Micro < 1:
-		return nil, fmt.Errorf("llama: kernel list of %d micro-batches of %d sequences of %d tokens: want positive counts", w.Micro, w.Batch, w.SeqLen)
+		return fmt.Errorf("llama: kernel list of %d micro-batches of %d sequences of %d tokens: want positive counts", w.Micro, w.Batch, w.SeqLen)
 	case w.LoRA != nil:
-		return nil, errors.New("llama: the kernel list does not cover adapters")
+		return errors.New("llama: the kernel list does not cover adapters")
 	case w.Moments != 2:
-		return nil, fmt.Errorf("llama: the kernel list is of an AdamW step (2 moments), not %d", w.Moments)
+		return fmt.Errorf("llama: the kernel list is of an AdamW step (2 moments), not %d", w.Moments)
 	}
 	if g != (comm.Grid{}) {
 		if err := parallel.Check(cfg, g); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if err := CheckActivations(w.Activations, g); err != nil {
-		return nil, err
+	return CheckActivations(w.Activations, g)
+}
+
+// StepKernels are Kernels' list with where each micro-batch's passes lie
+// in it, for a model that times one pass apart (the last micro-batch's
+// backward, which the gradients' reduction overlaps).
+type StepKernels struct {
+	List []engine.Kernel
+	// Passes holds, for each micro-batch, the indices in List where its
+	// calls start, where its forward pass (with the batch's upload) ends
+	// and its head, loss and backward begin, and where they end.
+	Passes [][3]int
+}
+
+// StepKernelsOf is Kernels with the passes' bounds.
+func StepKernelsOf(cfg *checkpoints.Config, w Work) (StepKernels, error) {
+	if err := checkKernelWork(cfg, w); err != nil {
+		return StepKernels{}, err
 	}
 	k := newKernelList(cfg, w)
 	k.step(w)
-	return k.list, nil
+	return StepKernels{List: k.list, Passes: k.passes}, nil
 }
 
 func newKernelList(cfg *checkpoints.Config, w Work) *kernelList {
@@ -94,6 +116,7 @@ type kernelList struct {
 	// embedding's buffer.
 	pending []zPending
 	ps      kparams
+	passes  [][3]int // StepKernels.Passes
 	// flatRows, when positive, replaces flatRows' int32 bound (the
 	// model's flatRowsLimit, which the tests set).
 	flatRows int
@@ -189,7 +212,9 @@ func (k *kernelList) step(w Work) {
 		k.add("Fill", k.f32(p.shape...))
 	}
 	for i := 0; i < w.Micro; i++ {
+		start := len(k.list)
 		k.forwardBackwardSum(w.Batch, w.SeqLen)
+		k.passes[len(k.passes)-1][0] = start
 	}
 	k.finishStep(ps, w.Micro)
 	// AdamWStep: each parameter's value, gradient, moments and copy.
@@ -218,6 +243,7 @@ func (k *kernelList) forwardBackwardSum(B, T int) {
 	k.add("UploadInt32", k.i32(N)) // targets
 	k.add("Upload", k.f32(N))      // weights
 	k.forward(B, T)
+	k.passes = append(k.passes, [3]int{0, len(k.list), 0})
 	if k.headLoss(N) { // the vocabulary-parallel loss's sums, from the host
 		k.add("Upload", k.f32(1))
 		k.add("Upload", k.f32(1))
@@ -226,6 +252,7 @@ func (k *kernelList) forwardBackwardSum(B, T int) {
 		k.add("Sum", k.f32(1), k.f32(N)) // the micro-batch's loss sum
 	}
 	k.backward(B, T)
+	k.passes[len(k.passes)-1][2] = len(k.list)
 }
 
 func (k *kernelList) forward(B, T int) {

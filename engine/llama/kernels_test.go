@@ -410,3 +410,34 @@ func TestKernelFLOPsAreTheModelFLOPs(t *testing.T) {
 		}
 	}
 }
+
+// TestStepKernelsPasses checks the passes' bounds: each micro-batch's
+// calls start with the ids' upload, its backward part with the head's
+// first product (into F32 logits), the passes follow each other, and
+// the step's sums follow the last.
+func TestStepKernelsPasses(t *testing.T) {
+	cfg := testConfig(false, 2)
+	s, err := StepKernelsOf(cfg, Work{Train: true, Micro: 3, Moments: 2, Batch: 2, SeqLen: 4, Activations: engine.BF16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Passes) != 3 {
+		t.Fatalf("%d passes", len(s.Passes))
+	}
+	k := newKernelList(cfg, Work{})
+	zero := len(k.params().list(k)) // ZeroGrads' fills
+	for i, p := range s.Passes {
+		if i == 0 && p[0] != zero || i > 0 && p[0] != s.Passes[i-1][2] {
+			t.Errorf("pass %d starts at %d", i, p[0])
+		}
+		if op := s.List[p[0]].Op; op != "UploadInt32" {
+			t.Errorf("pass %d starts with %s", i, op)
+		}
+		if h := s.List[p[1]]; h.Op != "Gemm" || h.Operands[2].DType != engine.F32 || h.Gemm.N != cfg.VocabSize {
+			t.Errorf("pass %d's backward part starts with %v", i, h)
+		}
+	}
+	if k := s.List[s.Passes[2][2]]; k.Op != "Sum" {
+		t.Errorf("the step's sums start with %v", k)
+	}
+}
