@@ -172,10 +172,12 @@ type GEMMShape struct {
 }
 
 // AttentionShape is a flash attention call's geometry: B sequences of T
-// tokens, Heads query and KVHeads key/value heads of D, causal.
+// tokens, Heads query and KVHeads key/value heads of D, causal; the
+// dtype of q (BF16 runs on tensor cores, F32 on scalar FMA kernels).
 type AttentionShape struct {
 	B, T, Heads, KVHeads, D int
 	Backward                bool
+	DType                   DType
 }
 
 // Pairs is the (query, key) pairs a causal attention visits:
@@ -242,11 +244,11 @@ func (k Kernel) Cost() Cost {
 			GEMM: GEMMShape{M: p.M, N: p.N, K: p.K, Batch: batch, A: a, B: b, C: c}}
 	case "Attention": // out, lse, q, k, v
 		q, kk := o[2].Shape, o[3].Shape
-		a := AttentionShape{B: q[0], T: q[1], Heads: q[2], KVHeads: kk[2], D: q[3]}
+		a := AttentionShape{B: q[0], T: q[1], Heads: q[2], KVHeads: kk[2], D: q[3], DType: o[2].DType}
 		return Cost{Class: ClassAttention, FLOPs: 4 * float64(a.D) * a.Pairs(), Bytes: sum(o...), Attention: a}
 	case "AttentionBackward": // dq, dk, dv, dOut, q, k, v, out, lse
 		q, kk := o[4].Shape, o[5].Shape
-		a := AttentionShape{B: q[0], T: q[1], Heads: q[2], KVHeads: kk[2], D: q[3], Backward: true}
+		a := AttentionShape{B: q[0], T: q[1], Heads: q[2], KVHeads: kk[2], D: q[3], Backward: true, DType: o[4].DType}
 		return Cost{Class: ClassAttention, FLOPs: 10 * float64(a.D) * a.Pairs(), Bytes: sum(o...), Attention: a}
 	case "AttentionKV", "Add", "Copy", "SwiGLU", "SwiGLUBackward", "Fill", "RMSNorm", "AdamW", "Sum", "SumSquares", "SumSquaresMulti", "Argmax":
 		b := sum(o...)
