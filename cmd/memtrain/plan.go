@@ -48,11 +48,11 @@ type planFlags struct {
 
 // planReport is what `plan --json` prints.
 type planReport struct {
-	Model             string           `json:"model"`
-	Params            int64            `json:"params"`
-	ModelFLOPsPerTok  float64          `json:"model_flops_per_token"`
-	GPUs              int              `json:"gpus"`
-	Device            perfmodel.Device `json:"device"`
+	Model            string           `json:"model"`
+	Params           int64            `json:"params"`
+	ModelFLOPsPerTok float64          `json:"model_flops_per_token"`
+	GPUs             int              `json:"gpus"`
+	Device           perfmodel.Device `json:"device"`
 	// Efficiency is --efficiency when given (the large GEMMs' share of
 	// the peak, or a measured device's step efficiency), else the
 	// device's measured step efficiency; 0 when its kernel rates alone
@@ -61,14 +61,14 @@ type planReport struct {
 	// Attention is the bf16 flash attention kernel's modelled share of
 	// the peak at the plan's sequence length, forward and backward (0
 	// without kernel rates).
-	Attention [2]float64 `json:"attention_efficiency,omitempty"`
-	UsableMemory      int64            `json:"usable_memory_bytes"`
-	SeqLen            int              `json:"seq_len"`
-	GlobalBatchTokens int64            `json:"global_batch_tokens"`
-	Overlap           bool             `json:"overlap"`
-	Recompute         string           `json:"recompute"`
-	Precision         string           `json:"precision"`
-	FSBandwidth       float64          `json:"fs_bandwidth"` // bytes/s
+	Attention         [2]float64 `json:"attention_efficiency,omitempty"`
+	UsableMemory      int64      `json:"usable_memory_bytes"`
+	SeqLen            int        `json:"seq_len"`
+	GlobalBatchTokens int64      `json:"global_batch_tokens"`
+	Overlap           bool       `json:"overlap"`
+	Recompute         string     `json:"recompute"`
+	Precision         string     `json:"precision"`
+	FSBandwidth       float64    `json:"fs_bandwidth"` // bytes/s
 	// Sources say which numbers are the device's (Device.Sources),
 	// which the engine's accounting and which the model's predictions.
 	Sources planSources `json:"sources"`
