@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -44,6 +45,7 @@ type planFlags struct {
 	microBatch  int
 	fsBandwidth float64 // GB/s
 	precision   string
+	measured    string // bench step JSON lines
 }
 
 // planReport is what `plan --json` prints.
@@ -141,6 +143,11 @@ compute and bandwidth, and communication hides behind nothing). --peak,
 per-call latency. --micro-batch fixes the sequences per micro-batch over the
 whole grid, as finetune's micro_batch, instead of trying every size.
 
+--measured FILE reads ` + "`memtrain bench step --device cuda`" + `'s JSON lines: a step whose
+rank does what one of them measured (a model of that size, a grid that splits
+nothing of it, that micro-batch, sequence length, recomputation and precision)
+takes the measured time instead of the modelled one, labelled measured.
+
 Devices:
 ` + strings.Join(devices, "\n"),
 		Example: `  memtrain plan --model llama3.1-405b --gpus 8192 --gpu h100
@@ -171,6 +178,7 @@ Devices:
 	fl.Float64Var(&f.fsBandwidth, "fs-bandwidth", perfmodel.DefaultFSBandwidth/1e9, "the shared filesystem's aggregate write bandwidth, GB/s, for the checkpoint's save time")
 	fl.IntVar(&f.microBatch, "micro-batch", 0, "sequences per micro-batch over the whole grid, as finetune's micro_batch (default: try every size)")
 	fl.StringVar(&f.precision, "precision", "f32", "the engine's precision, as finetune's precision: f32, or bf16 (mixed; data-parallel grids alone)")
+	fl.StringVar(&f.measured, "measured", "", "'memtrain bench step' results (JSON lines) whose measured steps replace the modelled ones they match")
 	return cmd
 }
 
@@ -272,6 +280,11 @@ func runPlan(out io.Writer, f planFlags) error {
 		batch = int64(f.gpus) * int64(seq)
 	}
 	opt := perfmodel.Options{Precision: prec, Recompute: rec, NoOverlap: !f.overlap, Efficiency: f.efficiency, TopK: f.top, MicroBatch: f.microBatch, FSBandwidth: f.fsBandwidth * 1e9}
+	if f.measured != "" {
+		if opt.Measured, err = perfmodel.ReadMeasurements(f.measured); err != nil {
+			return fmt.Errorf("plan: --measured: %w", err)
+		}
+	}
 	plans, err := perfmodel.Search(perfmodel.Job{Config: cfg, Device: dev, GPUs: f.gpus, SeqLen: seq, GlobalBatchTokens: batch}, opt)
 	var nofit *perfmodel.NoFitError
 	if errors.As(err, &nofit) && prec == engine.PrecisionBF16 {
@@ -380,16 +393,24 @@ func printPlan(w io.Writer, r planReport) error {
 		return err
 	}
 	if len(r.Plans) > 0 {
-		fmt.Fprintf(w, "\nstep time by kernel class, seconds a step on a rank (%s):\n", r.Plans[0].Source)
+		fmt.Fprintln(w, "\nstep time by kernel class, seconds a step on a rank:")
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "#\tstep\tgemm\tattention\tmemory\thost\tcomm\tMFU\t")
+		fmt.Fprintln(tw, "#\tstep\tgemm\tattention\tmemory\thost\tcomm\tMFU\tsource\t")
+		var sources []string
 		for i, p := range r.Plans {
 			k := p.Kernels
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f%%\t\n", i+1, seconds(p.StepSeconds), seconds(k.GEMM), seconds(k.Attention),
-				seconds(k.Memory), seconds(k.Host), seconds(k.Collective), 100*p.MFU)
+			kind, _, _ := strings.Cut(p.Source, ":")
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f%%\t%s\t\n", i+1, seconds(p.StepSeconds), seconds(k.GEMM), seconds(k.Attention),
+				seconds(k.Memory), seconds(k.Host), seconds(k.Collective), 100*p.MFU, kind)
+			if !slices.Contains(sources, p.Source) {
+				sources = append(sources, p.Source)
+			}
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		for _, src := range sources {
+			fmt.Fprintf(w, "  %s\n", src)
 		}
 	}
 	_, err := fmt.Fprintln(w, "\nmb×n: sequences per micro-batch on each (data, z) rank × micro-batches a step. Memory in GiB;\n"+

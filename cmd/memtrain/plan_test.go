@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -93,7 +94,8 @@ func TestPlanTable(t *testing.T) {
 	for _, want := range []string{
 		"peak    989.0 TFLOP/s dense bf16; 67.0 float32 FMA",
 		"kernels GEMM 0.72 of peak (large shapes; 712 TFLOP/s), flash attention bf16",
-		"step time by kernel class, seconds a step on a rank (modelled: the step's kernel list",
+		"step time by kernel class, seconds a step on a rank:",
+		"  modelled: the step's kernel list, each kernel at its class's modelled rate",
 		"8 × h100",
 		"16384 tokens a step: 8 sequences of 2048",
 		"tok/s/GPU", "MFU", "mem/GPU", "comm x", "exposed",
@@ -104,7 +106,7 @@ func TestPlanTable(t *testing.T) {
 	}
 	// The grids' table, then the step's breakdown by kernel class: 3
 	// rows each, MFU in the grids' 11th field ("1.21 s" takes two) and
-	// the breakdown's last.
+	// the breakdown's next to last, before its source.
 	rows, breakdown := 0, 0
 	second := false
 	for _, line := range strings.Split(out, "\n") {
@@ -114,7 +116,10 @@ func TestPlanTable(t *testing.T) {
 			col := f[10]
 			if second {
 				breakdown++
-				col = f[len(f)-1]
+				col = f[len(f)-2]
+				if f[len(f)-1] != "modelled" {
+					t.Errorf("row %q: source %q", line, f[len(f)-1])
+				}
 			} else {
 				rows++
 			}
@@ -335,5 +340,36 @@ func TestPlanBF16(t *testing.T) {
 	}
 	if _, errs, code := memtrain(t, "", "plan", "--model", "tiny", "--gpus", "2", "--precision", "fp8"); code == 0 || !strings.Contains(errs, "--precision") {
 		t.Errorf("fp8 (%d): %s", code, errs)
+	}
+}
+
+// TestPlanMeasured: --measured replaces the modelled step of the grids
+// whose rank's work a bench step line measured, and says so.
+func TestPlanMeasured(t *testing.T) {
+	p, err := checkpoints.LookupPreset("llama3.2-1b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "step.jsonl")
+	line := fmt.Sprintf(`{"preset":"llama3.2-1b","params":%d,"batch":1,"seq_len":4096,"recompute":false,"precision":"bf16","step_ms_median":2000}`, p.Config().Params().Total)
+	if err := os.WriteFile(path, []byte(line+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--model", "llama3.2-1b", "--gpus", "2", "--gpu", "h200", "--seq-len", "4096", "--precision", "bf16", "--recompute", "off", "--measured", path}
+	r := runPlanJSON(t, args...)
+	if len(r.Plans) != 1 || r.Plans[0].Grid.Data != 2 || r.Plans[0].MicroBatch != 1 {
+		t.Fatalf("plans: %+v", r.Plans)
+	}
+	// dp=2: each rank's step is the measured one (to rounding), plus
+	// whatever of the gradients' all-reduce its backward does not hide.
+	if got := r.Plans[0].StepSeconds; !(got > 1.999999 && got < 2.1) {
+		t.Errorf("step %g s, want the measured 2 s and any exposed communication", got)
+	}
+	out, errs, code := memtrain(t, "", append([]string{"plan"}, args...)...)
+	if code != 0 || !strings.Contains(out, "measured: bench step ("+path+":1)") || !strings.Contains(out, "%  measured") {
+		t.Errorf("table (%d): %s%s", code, out, errs)
+	}
+	if _, errs, code := memtrain(t, "", "plan", "--model", "tiny", "--gpus", "1", "--measured", filepath.Join(t.TempDir(), "none")); code == 0 || !strings.Contains(errs, "plan: --measured") {
+		t.Errorf("a missing file: status %d, %s", code, errs)
 	}
 }

@@ -1,6 +1,8 @@
 package perfmodel
 
 import (
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -145,5 +147,54 @@ func TestKernelRatesByHand(t *testing.T) {
 	d.Kernels = nil
 	if err := d.Validate(); err == nil || !strings.Contains(err.Error(), "neither kernel rates") {
 		t.Errorf("a device with neither kernel rates nor an efficiency: %v", err)
+	}
+}
+
+// TestMeasuredStep: a bench step measurement of a step's rank work
+// replaces its modelled kernel time (one micro-batch: the measured step
+// itself), labelled measured; a step it did not measure keeps the model.
+func TestMeasuredStep(t *testing.T) {
+	cfg := preset(t, "llama3.2-1b")
+	path := t.TempDir() + "/step.jsonl"
+	line := `{"preset":"llama3.2-1b","params":` + strconv.FormatInt(cfg.Params().Total, 10) +
+		`,"batch":2,"seq_len":4096,"recompute":false,"precision":"bf16","step_ms_median":1234.5,"tokens_per_s":6636}` + "\n\n"
+	if err := os.WriteFile(path, []byte(line), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := ReadMeasurements(path)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("ReadMeasurements: %v, %v", ms, err)
+	}
+	dev, _ := LookupDevice("h200")
+	o := Options{Precision: engine.PrecisionBF16, Measured: ms}
+	for _, c := range []struct {
+		s        Step
+		measured bool
+	}{
+		{Step{Grid: Grid{1, 1, 1, 1}, SeqLen: 4096, MicroBatch: 2, MicroBatches: 1}, true},
+		{Step{Grid: Grid{4, 1, 1, 1}, SeqLen: 4096, MicroBatch: 2, MicroBatches: 1}, true}, // replicas compute one rank's step
+		{Step{Grid: Grid{1, 1, 1, 1}, SeqLen: 2048, MicroBatch: 2, MicroBatches: 1}, false},
+		{Step{Grid: Grid{1, 1, 1, 1}, SeqLen: 4096, MicroBatch: 2, MicroBatches: 1, Recompute: true}, false},
+	} {
+		p, err := Estimate(cfg, dev, c.s, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := strings.HasPrefix(p.Source, "measured: bench step ("+path+":1)")
+		if got != c.measured {
+			t.Errorf("%+v: source %q", c.s, p.Source)
+		}
+		if c.measured {
+			if err := numtest.Scalar(p.Kernels.Total(), 1.2345, numtest.Tol{Rel: 1e-12}); err != nil {
+				t.Errorf("%+v: kernel seconds against the measured step: %v", c.s, err)
+			}
+		}
+	}
+	bad := t.TempDir() + "/bad.jsonl"
+	if err := os.WriteFile(bad, []byte(`{"params": 5, "batch": 1, "seq_len": 8, "precision": "fp8", "step_ms_median": 1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadMeasurements(bad); err == nil || !strings.Contains(err.Error(), "bad.jsonl:1") {
+		t.Errorf("a bad precision: %v", err)
 	}
 }

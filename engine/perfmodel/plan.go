@@ -84,6 +84,11 @@ type Options struct {
 	// efficiency (KernelRates.GEMM; the smaller GEMMs scale with it), or
 	// on a device described by a measured step efficiency that one.
 	Efficiency float64
+	// Measured are steps measured on the device (ReadMeasurements, from
+	// `memtrain bench step --device cuda`): on a device with kernel
+	// rates, a step whose rank's work one of them measured (see
+	// measured) takes its time instead of the kernel list's modelled one.
+	Measured []Measurement
 	// MemoryFraction overrides DefaultMemoryFraction when positive.
 	MemoryFraction float64
 	// TopK keeps only the K fastest grids in Search; 0 keeps all.
@@ -196,6 +201,9 @@ func estimate(sh *shape, dev Device, s Step, o Options, mem Memory) (Plan, error
 	st, err := stepTime(cfg, dev, s, o, share)
 	if err != nil {
 		return Plan{}, err
+	}
+	if m, ok := o.measured(cfg, s); ok && dev.Kernels != nil {
+		st = st.applyMeasured(m, s.MicroBatches)
 	}
 	p.Kernels, p.Source = st.byClass, st.source
 	p.OptimizerSeconds = st.optimizer
