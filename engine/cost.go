@@ -250,7 +250,8 @@ func (k Kernel) Cost() Cost {
 		q, kk := o[4].Shape, o[5].Shape
 		a := AttentionShape{B: q[0], T: q[1], Heads: q[2], KVHeads: kk[2], D: q[3], Backward: true, DType: o[4].DType}
 		return Cost{Class: ClassAttention, FLOPs: 10 * float64(a.D) * a.Pairs(), Bytes: sum(o...), Attention: a}
-	case "AttentionKV", "Add", "Copy", "SwiGLU", "SwiGLUBackward", "Fill", "RMSNorm", "AdamW", "Sum", "SumSquares", "SumSquaresMulti", "Argmax":
+	case "AttentionKV", "Add", "Copy", "SwiGLU", "SwiGLUBackward", "Fill", "RMSNorm", "AdamW", "Sum", "SumSquares", "SumSquaresMulti", "Argmax",
+		"AddRMSNorm": // a fused residual add and norm: each operand read or written once
 		b := sum(o...)
 		if k.Op == "AdamW" { // param, grad, m, v: three written back
 			b += sum(o[0], o[2], o[3])
