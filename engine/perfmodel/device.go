@@ -71,14 +71,15 @@ type Device struct {
 	// LogitBytes, when positive, adds the loss work that a grid adds to
 	// one rank's (lossSeconds): the bytes of memory traffic of one pass
 	// of the cross-entropy kernel over one logit element, at HBMBandwidth.
-	// The GPU table leaves it zero: there the fused loss kernels stream
-	// the logits at TB/s, a fraction of a percent of a step, inside the
-	// efficiency constant. On a CPU they are a tenth of a one-rank step,
+	// It applies to a device described by its measured step efficiency
+	// (no Kernels): the kernel list's loss kernels are timed on a GPU,
+	// and the efficiency measured on one rank leaves out what a grid
+	// adds. On a CPU they are a tenth of a one-rank step,
 	// and a grid can multiply them (MeasuredDevice sets 8: a float32 read
 	// and written).
 	LogitBytes float64 `json:"logit_bytes,omitempty"`
 	// Sources say where the numbers above come from (plan prints them):
-	// a table device's are its datasheet's and an assumed efficiency.
+	// a table device's are its datasheet's, its kernel rates' in Kernels.
 	Sources Sources `json:"sources"`
 	// Timings, when present, are measured collective calls (`memtrain
 	// bench comm --device`) that replace the bandwidths and Latency for
