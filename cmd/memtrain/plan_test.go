@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,7 +63,7 @@ func TestPlan405B(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("plan took %v", d)
 	}
-	if r.Device.Name != "h100" || r.Device.PeakFLOPs != 989e12 || r.Efficiency != 0.40 || r.SeqLen != 8192 || r.GlobalBatchTokens != 8192*8192 {
+	if r.Device.Name != "h100" || r.Device.PeakFLOPs != 989e12 || r.Efficiency != 0 || r.SeqLen != 8192 || r.GlobalBatchTokens != 8192*8192 {
 		t.Errorf("header: %+v", r)
 	}
 	if len(r.Plans) != 10 {
@@ -91,7 +92,10 @@ func TestPlanTable(t *testing.T) {
 		t.Fatalf("plan failed (%d): %s", code, errs)
 	}
 	for _, want := range []string{
-		"peak    989.0 TFLOP/s dense bf16 × efficiency 0.40",
+		"peak    989.0 TFLOP/s dense bf16; 67.0 float32 FMA",
+		"kernels GEMM 0.72 of peak (large shapes; 712 TFLOP/s), flash attention bf16",
+		"step time by kernel class, seconds a step on a rank:",
+		"  modelled: the step's kernel list, each kernel at its class's modelled rate",
 		"8 × h100",
 		"16384 tokens a step: 8 sequences of 2048",
 		"tok/s/GPU", "MFU", "mem/GPU", "comm x", "exposed",
@@ -100,18 +104,32 @@ func TestPlanTable(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	rows := 0
+	// The grids' table, then the step's breakdown by kernel class: 3
+	// rows each, MFU in the grids' 11th field ("1.21 s" takes two) and
+	// the breakdown's next to last, before its source.
+	rows, breakdown := 0, 0
+	second := false
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
+		second = second || strings.HasPrefix(line, "step time by kernel class")
 		if len(f) > 5 && (f[0] == "1" || f[0] == "2" || f[0] == "3") {
-			rows++
-			if !strings.HasSuffix(f[10], "%") { // "1.21 s" takes two fields
-				t.Errorf("row %q: MFU column %q", line, f[10])
+			col := f[10]
+			if second {
+				breakdown++
+				col = f[len(f)-2]
+				if f[len(f)-1] != "modelled" {
+					t.Errorf("row %q: source %q", line, f[len(f)-1])
+				}
+			} else {
+				rows++
+			}
+			if !strings.HasSuffix(col, "%") {
+				t.Errorf("row %q: MFU column %q", line, col)
 			}
 		}
 	}
-	if rows != 3 {
-		t.Errorf("%d rows, want 3:\n%s", rows, out)
+	if rows != 3 || breakdown != 3 {
+		t.Errorf("%d rows and %d of breakdown, want 3 of each:\n%s", rows, breakdown, out)
 	}
 }
 
@@ -188,7 +206,7 @@ func TestPlanDeviceJSON(t *testing.T) {
 		t.Errorf("--peak 1000: %g FLOP/s, best step %g s (was %g)", faster.Device.PeakFLOPs, faster.Plans[0].StepSeconds, r.Plans[0].StepSeconds)
 	}
 	out, errs, code := memtrain(t, "", append([]string{"plan"}, args...)...)
-	if code != 0 || !strings.Contains(out, "a node × efficiency 0.50") || !strings.Contains(out, "200 µs a call") {
+	if code != 0 || !strings.Contains(out, "a node × step efficiency 0.50") || !strings.Contains(out, "200 µs a call") {
 		t.Errorf("table (%d): %s%s", code, out, errs)
 	}
 	if err := os.WriteFile(path, []byte(`{"name": "box", "peek_flops": 1}`), 0o644); err != nil {
@@ -273,7 +291,7 @@ func TestPlanIsTheEngines(t *testing.T) {
 			t.Errorf("%+v: plan's memory %d %v, the engine's %+v", g, pl.MemoryTotal, pl.Memory, it)
 		}
 	}
-	for k, prefix := range map[string]string{"peak": "datasheet", "memory": "as the device reports it (143,771 MiB)", "links": "datasheet", "efficiency": "assumed",
+	for k, prefix := range map[string]string{"peak": "datasheet", "memory": "as the device reports it (143,771 MiB)", "links": "datasheet",
 		"memory_per_gpu": "the engine's accounting", "predicted": "step time, tokens/s, MFU"} {
 		if !strings.HasPrefix(r.Sources[k], prefix) {
 			t.Errorf("source of %s: %q, want %q…", k, r.Sources[k], prefix)
@@ -283,7 +301,10 @@ func TestPlanIsTheEngines(t *testing.T) {
 	if code != 0 {
 		t.Fatal("plan failed")
 	}
-	for _, want := range []string{"peak: given (--peak)", "efficiency 0.30: given (--efficiency)", "predicted by the performance model", "memory per GPU: the engine's accounting"} {
+	if _, ok := r.Sources["efficiency"]; ok {
+		t.Errorf("a table GPU's sources name a step efficiency: %q", r.Sources["efficiency"])
+	}
+	for _, want := range []string{"peak: given (--peak)", "kernels: GEMM given (--efficiency) for large GEMMs", "attention modelled: FlashAttention-2", "predicted by the performance model", "memory per GPU: the engine's accounting"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("plan's table lacks %q:\n%s", want, text)
 		}
@@ -319,5 +340,36 @@ func TestPlanBF16(t *testing.T) {
 	}
 	if _, errs, code := memtrain(t, "", "plan", "--model", "tiny", "--gpus", "2", "--precision", "fp8"); code == 0 || !strings.Contains(errs, "--precision") {
 		t.Errorf("fp8 (%d): %s", code, errs)
+	}
+}
+
+// TestPlanMeasured: --measured replaces the modelled step of the grids
+// whose rank's work a bench step line measured, and says so.
+func TestPlanMeasured(t *testing.T) {
+	p, err := checkpoints.LookupPreset("llama3.2-1b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "step.jsonl")
+	line := fmt.Sprintf(`{"preset":"llama3.2-1b","params":%d,"batch":1,"seq_len":4096,"recompute":false,"precision":"bf16","step_ms_median":2000}`, p.Config().Params().Total)
+	if err := os.WriteFile(path, []byte(line+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--model", "llama3.2-1b", "--gpus", "2", "--gpu", "h200", "--seq-len", "4096", "--precision", "bf16", "--recompute", "off", "--measured", path}
+	r := runPlanJSON(t, args...)
+	if len(r.Plans) != 1 || r.Plans[0].Grid.Data != 2 || r.Plans[0].MicroBatch != 1 {
+		t.Fatalf("plans: %+v", r.Plans)
+	}
+	// dp=2: each rank's step is the measured one (to rounding), plus
+	// whatever of the gradients' all-reduce its backward does not hide.
+	if got := r.Plans[0].StepSeconds; !(got > 1.999999 && got < 2.1) {
+		t.Errorf("step %g s, want the measured 2 s and any exposed communication", got)
+	}
+	out, errs, code := memtrain(t, "", append([]string{"plan"}, args...)...)
+	if code != 0 || !strings.Contains(out, "measured: bench step ("+path+":1)") || !strings.Contains(out, "%  measured") {
+		t.Errorf("table (%d): %s%s", code, out, errs)
+	}
+	if _, errs, code := memtrain(t, "", "plan", "--model", "tiny", "--gpus", "1", "--measured", filepath.Join(t.TempDir(), "none")); code == 0 || !strings.Contains(errs, "plan: --measured") {
+		t.Errorf("a missing file: status %d, %s", code, errs)
 	}
 }
