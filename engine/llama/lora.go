@@ -108,6 +108,11 @@ func checkLoRA(cfg *checkpoints.Config, opt Options) error {
 	if opt.Activations == engine.BF16 && opt.BaseDType != engine.BF16 {
 		return fmt.Errorf("llama: bf16 activations multiply the frozen base in bf16: hold it in bf16, not %v", opt.BaseDType)
 	}
+	if g := opt.Parallel; g != nil && opt.Activations == engine.BF16 && a.LoRADropout > 0 && g.X.Size()*g.Y.Size() > 1 {
+		// The dropped input gradient drop'(dz·A) would be a third
+		// float32 partial sum beside the input gradient's and dz's.
+		return fmt.Errorf("llama: bf16 adapters with dropout on a grid with X·Y = %d·%d are not supported (lora dropout 0, or precision f32)", g.X.Size(), g.Y.Size())
+	}
 	return nil
 }
 
@@ -250,9 +255,10 @@ func (m *Model) loraZ(l, p int, z, x *engine.Tensor, s *loraScratch) {
 	ad := m.Layers[l].LoRA[p]
 	r, n := m.lora.cfg.R, x.Dim(0)
 	x = m.dropped(l, p, x, s)
+	acc := m.partial(z) // a bf16 z summed in float32 and rounded once
 	m.backend.Gemm(engine.GemmParams{TransB: true, M: n, N: r, K: ad.c1 - ad.c0, Alpha: 1, LDA: x.Dim(1), LDB: ad.A.Full[1], LDC: r},
-		x, ad.aBlock(passWeight(ad.A)), z)
-	allReduce(z, ad.in)
+		x, ad.aBlock(passWeight(ad.A)), acc)
+	m.roundSum(z, acc, ad.in)
 }
 
 // loraBackward is loraForward's backward: from dy, the gradient of the
@@ -277,6 +283,7 @@ func (m *Model) loraBackward(l, p int, z, x, dy, din *engine.Tensor, s *loraScra
 	b.Gemm(engine.GemmParams{TransA: true, M: rows, N: r, K: n, Alpha: sc, Beta: 1, LDA: dy.Dim(1), LDB: r, LDC: r}, dy, z, ad.bBlock(ad.B.Grad))
 	bw, aw := ad.bBlock(passWeight(ad.B)), ad.aBlock(passWeight(ad.A))
 	b.Gemm(engine.GemmParams{M: n, N: r, K: rows, Alpha: sc, LDA: dy.Dim(1), LDB: r, LDC: r}, dy, bw, dz)
+	din = m.partial(din) // where the base's input gradient accumulates
 	if m.lora.cfg.LoRADropout == 0 {
 		b.Gemm(engine.GemmParams{M: n, N: cols, K: r, Alpha: 1, Beta: 1, LDA: r, LDB: inW, LDC: din.Dim(1)}, dz, aw, din)
 	} else {
@@ -373,7 +380,14 @@ func loraPlan(d dims, N, sets int, train bool) []tensorPlan {
 		p = append(p, tensorPlan{"lora_z", d.act, []int{N, a.R}})
 	}
 	if train {
-		p = append(p, tensorPlan{"lora_dz", d.act, []int{N, a.R}})
+		// dz is summed over the ranks that split the output after its
+		// partial product feeds the input gradient: on such grids it
+		// stays float32 and is never rounded (grid.go, partial).
+		dz := d.act
+		if d.x > 1 || d.y > 1 {
+			dz = engine.F32
+		}
+		p = append(p, tensorPlan{"lora_dz", dz, []int{N, a.R}})
 		if a.LoRADropout > 0 {
 			p = append(p, tensorPlan{"lora_xd", d.act, []int{N, max(d.H, d.Q, d.I)}})
 		}
