@@ -8,6 +8,7 @@ import (
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/comm/local"
 	"github.com/memtrain/memtrain/engine/cpu"
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/engine/parallel"
@@ -199,6 +200,105 @@ func testGrid(t *testing.T, newBackend maker, devices int) {
 				worst = max(worst, dl.MaxRel, dg.MaxRel)
 			}
 			t.Logf("largest difference from one CPU rank, relative to the largest value: %.2g", worst)
+		})
+	}
+}
+
+// TestGridBF16Emulated: mixed precision on grids of four fake GPUs —
+// the Z all-gathers of bf16 weight copies, the X and Y sums of float32
+// partial products rounded once, the vocabulary-parallel loss, over NCCL
+// (ncclBfloat16 and ncclFloat32) — trains as the same grid of CPU ranks
+// over in-process communicators does: every rank's step losses and
+// gradient norms within the bf16 step tolerance of the loss, u/8
+// relative (bf16StepLossTol: the two round the same float32 values,
+// summed in other orders, and only now and then to neighbouring bf16
+// numbers; measured: at most 1.8e-5). The steps are bf16's: their losses differ
+// from a float32 rank's by more than float32 rounding, and the Z
+// all-gathers are of bf16 (and only they: every sum is float32). Every
+// rank's NCCL calls keep NCCL's order rules (checkNCCLOrder,
+// checkNCCLStreams).
+func TestGridBF16Emulated(t *testing.T) {
+	log := fakeNCCLLog(t)
+	cfg := gridConfig()
+	weights := checkpoints.RandomWeights(cfg, 5)
+	// Two steps: the second's loss and gradients are of weights the
+	// first updated. A third adds nothing the test needs and drifts: at
+	// AdamW's ε = 1e-8 an update is about lr·sign(g), so a gradient
+	// element near zero whose sign a rounding flipped moves its weight
+	// by 2·lr, and such differences grow with the steps (measured 3.4e-4
+	// at a third step).
+	batches := gridBatches(cfg)[:2]
+	f32, err := gridTrain(cpu.New(cpu.Options{Threads: 1}), cfg, weights, batches, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f32Loss, _ := stepSeries(f32)
+	backends := make([]*Backend, 4)
+	for i := range backends {
+		backends[i] = newFake(t, i, GemmF32)
+	}
+	for _, shape := range []comm.Grid{{Data: 1, X: 2, Y: 1, Z: 2}, {Data: 1, X: 1, Y: 2, Z: 2}} {
+		t.Run(fmt.Sprintf("dp=%d,x=%d,y=%d,z=%d", shape.Data, shape.X, shape.Y, shape.Z), func(t *testing.T) {
+			run := func(worlds []comm.Comm, backend func(rank int) engine.Backend) [][]finetune.StepResult {
+				got := make([][]finetune.StepResult, shape.Size())
+				err := parallel.LaunchWorlds(worlds, shape, parallel.AllOverlap(), func(g *parallel.Grid) error {
+					res, err := gridTrainWith(backend(g.Rank()), cfg, weights, batches, llama.Options{Parallel: g, Activations: engine.BF16})
+					got[g.Rank()] = res
+					return err
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return got
+			}
+			want := run(local.New(shape.Size()), func(int) engine.Backend { return cpu.New(cpu.Options{Threads: 1}) })
+			log.start()
+			worlds, err := NewNCCLGroup(backends)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := run(worlds, func(r int) engine.Backend { return backends[r] })
+			seqs := make([][]ncclOp, len(backends))
+			for d := range seqs {
+				seqs[d] = log.sequence(t, d)
+				gathers := 0
+				for _, o := range seqs[d] {
+					switch {
+					case o.DType == ncclBfloat16 && o.Op != "all-gather":
+						t.Errorf("device %d: a bf16 %s (only the Z all-gathers move bf16): %v", d, o.Op, o)
+					case o.DType == ncclBfloat16:
+						gathers++
+					}
+				}
+				if gathers == 0 {
+					t.Errorf("device %d: no bf16 all-gather", d)
+				}
+			}
+			if err := checkNCCLOrder(seqs); err != nil {
+				t.Error(err)
+			}
+			if err := checkNCCLStreams(seqs); err != nil {
+				t.Error(err)
+			}
+			var worst float64
+			for r := range got {
+				loss, norm := stepSeries(got[r])
+				wantLoss, wantNorm := stepSeries(want[r])
+				if err := numtest.Close(loss, wantLoss, numtest.Tol{Rel: bf16StepLossTol}); err != nil {
+					t.Errorf("rank %d: step losses against the CPU grid's: %v", r, err)
+				}
+				if err := numtest.Close(norm, wantNorm, numtest.Tol{Rel: bf16StepLossTol}); err != nil {
+					t.Errorf("rank %d: gradient norms against the CPU grid's: %v", r, err)
+				}
+				dl, _ := numtest.Measure(loss, wantLoss)
+				dg, _ := numtest.Measure(norm, wantNorm)
+				worst = max(worst, dl.MaxRel, dg.MaxRel)
+			}
+			wantLoss, _ := stepSeries(want[0])
+			if numtest.Close(wantLoss, f32Loss, numtest.Tol{Rel: 1e-5}) == nil {
+				t.Errorf("bf16 step losses %v are float32's %v", wantLoss, f32Loss)
+			}
+			t.Logf("largest difference from the CPU grid, relative to the largest value: %.2g", worst)
 		})
 	}
 }
