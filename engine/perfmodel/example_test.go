@@ -27,9 +27,9 @@ func ExampleSearch() {
 			pl.Grid, pl.MicroBatch, pl.MicroBatches, pl.Recompute, pl.StepSeconds, pl.TokensPerSecondPerGPU, 100*pl.MFU, units.FormatBytes(pl.Memory.Total()))
 	}
 	// Output:
-	// dp=1 x=1 y=2 z=4 micro-batch 1×2 recompute false: 1.25 s, 6572 tokens/s/GPU, MFU 38.5%, 63.7 GiB
-	// dp=1 x=1 y=4 z=2 micro-batch 1×4 recompute false: 1.32 s, 6187 tokens/s/GPU, MFU 36.2%, 47.8 GiB
-	// dp=2 x=1 y=4 z=1 micro-batch 1×4 recompute false: 1.33 s, 6148 tokens/s/GPU, MFU 36.0%, 61.3 GiB
+	// dp=1 x=1 y=2 z=4 micro-batch 1×2 recompute false: 1.25 s, 6572 tokens/s/GPU, MFU 38.5%, 62.0 GiB
+	// dp=1 x=1 y=4 z=2 micro-batch 1×4 recompute false: 1.32 s, 6187 tokens/s/GPU, MFU 36.2%, 47.1 GiB
+	// dp=2 x=1 y=4 z=1 micro-batch 1×4 recompute false: 1.33 s, 6148 tokens/s/GPU, MFU 36.0%, 60.6 GiB
 }
 
 // Count what one rank sends over each group in a step.
