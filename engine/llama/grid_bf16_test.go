@@ -377,3 +377,72 @@ func TestLoRABF16OnGrids(t *testing.T) {
 		}
 	}
 }
+
+// TestGridBF16Inference: forward-only passes in mixed precision on grids
+// — evaluation, per-token losses and greedy decoding (float32
+// activations by the bf16 copies, gathered over Z in bf16) — give one
+// bf16 rank's: the losses within the first step's u/64 (grid_bf16_test's
+// tolerances), the same greedy tokens.
+func TestGridBF16Inference(t *testing.T) {
+	cfg := gridConfig(false)
+	opt := Options{Activations: engine.BF16}
+	ref := randomModel(t, newBackend(1), cfg, opt, 11)
+	defer ref.Free()
+	w := ref.Weights()
+	batch := randomBatch(cfg, 3, 7, 5)
+	wantLoss, err := ref.Evaluate(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantTok, err := ref.TokenLosses(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompts := [][]int32{{1, 2, 3}, {4, 5, 6, 7, 8}, {9}, {10, 11, 12}}
+	wantGen, err := ref.Generate(prompts, GenerateOptions{MaxNewTokens: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, shape := range []comm.Grid{{Data: 2, X: 2, Y: 2, Z: 1}, {Data: 1, X: 1, Y: 4, Z: 2}, {Data: 1, X: 4, Y: 1, Z: 4}} {
+		var mu sync.Mutex
+		err := launch.Local(shape, parallel.AllOverlap(), func(g *parallel.Grid) error {
+			o := opt
+			o.Parallel = g
+			m, err := New(newBackend(1), cfg, o)
+			if err != nil {
+				return err
+			}
+			defer m.Free()
+			if err := m.SetWeights(w); err != nil {
+				return err
+			}
+			l, err := m.Evaluate(batch)
+			if err != nil {
+				return err
+			}
+			tok, err := m.TokenLosses(batch)
+			if err != nil {
+				return err
+			}
+			gen, err := m.Generate(prompts, GenerateOptions{MaxNewTokens: 6})
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err := numtest.Scalar(l.Sum, wantLoss.Sum, numtest.Tol{Rel: bf16FirstLossTol}); err != nil {
+				t.Errorf("%v rank %d: loss: %v", shape, g.Rank(), err)
+			}
+			if err := numtest.CloseL2(tok, wantTok, bf16FirstLossTol); err != nil {
+				t.Errorf("%v rank %d: token losses: %v", shape, g.Rank(), err)
+			}
+			if fmt.Sprint(gen) != fmt.Sprint(wantGen) {
+				t.Errorf("%v rank %d: generated %v, want %v", shape, g.Rank(), gen, wantGen)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%v: %v", shape, err)
+		}
+	}
+}
