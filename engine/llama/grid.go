@@ -285,9 +285,8 @@ func (m *Model) rmsnormBackward(dx *engine.Tensor, w *engine.Param, dy, x, y, rs
 	b.Copy(sum, local)
 	allReduce(sum, m.gx)
 	// A bf16 dx is rounded once, after the row scaling below.
-	out := dx
-	dx = m.partial(out)
-	b.RMSNormBackward(dx, dw, dy, x, w.Value, rstd)
+	acc := m.partial(dx)
+	b.RMSNormBackward(acc, dw, dy, x, w.Value, rstd)
 	hs, hl, hr := s.h1[:n], s.h2[:n], s.h3[:n]
 	b.Download(hs, sum)
 	b.Download(hl, local)
@@ -298,8 +297,8 @@ func (m *Model) rmsnormBackward(dx *engine.Tensor, w *engine.Param, dy, x, y, rs
 		hl[i] = float32(r * r * (float64(hl[i])/hx - float64(hs[i])/h))
 	}
 	b.Upload(local, hl)
-	m.scaleRows(dx, x, local, 1)
-	m.roundSum(out, dx, nil)
+	m.scaleRows(acc, x, local, 1)
+	m.roundSum(dx, acc, nil)
 }
 
 // embed looks up the rows of ids (uploaded with vocabSlice on Y ranks)

@@ -264,7 +264,8 @@ func checkActivations(opt Options) error {
 // dtype act (Options.Activations) on a grid of shape g (the zero Grid:
 // one rank): nil, or the one-line reason why not. New checks it; a run's
 // preflight checks it before anything loads. F32 and BF16 run on every
-// grid (grid.go says how bf16 sums over ranks are rounded once).
+// grid, g whatever it is (grid.go says how bf16 sums over ranks are
+// rounded once); g stays for the callers, which ask per grid.
 func CheckActivations(act engine.DType, g comm.Grid) error {
 	switch act {
 	case engine.F32, engine.BF16:

@@ -71,9 +71,10 @@ func (m *Model) nextWeights(unit []*engine.Param) []*engine.Tensor {
 
 // zWeights all-gathers the Z-sharded weight blocks of a pass, unit by
 // unit, as the passes multiply by them (bf16 copies in mixed precision:
-// half the bytes of the float32 masters), into one buffer of the largest unit, or two with OAG: then unit
-// i+1 is gathered into the other buffer while unit i computes, so a
-// unit's blocks stay valid until the next unit is asked for.
+// half the bytes of the float32 masters), into one buffer of the largest
+// unit, or two with OAG: then unit i+1 is gathered into the other buffer
+// while unit i computes, so a unit's blocks stay valid until the next
+// unit is asked for.
 type zWeights struct {
 	z        comm.Comm
 	prefetch bool
