@@ -373,19 +373,15 @@ func TestBF16Refusals(t *testing.T) {
 			t.Errorf("%s: %v; want one line containing %q", tc.name, err, tc.want)
 		}
 	}
-	// On grids every shape is accepted (TestGridBF16Training), but
-	// adapters with dropout on X or Y ranks are refused.
-	drop := testAdapter(2, false, 0)
-	drop.LoRADropout = 0.1
+	// On grids every shape is accepted, with adapters (and their dropout)
+	// too (TestGridBF16Training, TestLoRABF16OnGrids).
 	for _, tc := range []struct {
 		shape comm.Grid
 		lora  *checkpoints.AdapterConfig
 		want  string
 	}{
-		{comm.Grid{Data: 1, X: 2, Y: 1, Z: 1}, drop, "bf16 adapters with dropout on a grid with X·Y = 2·1 are not supported"},
-		{comm.Grid{Data: 1, X: 1, Y: 2, Z: 1}, drop, "bf16 adapters with dropout on a grid with X·Y = 1·2 are not supported"},
-		{comm.Grid{Data: 1, X: 1, Y: 1, Z: 2}, drop, ""},
-		{comm.Grid{Data: 1, X: 2, Y: 1, Z: 1}, testAdapter(2, false, 0), ""},
+		{comm.Grid{Data: 1, X: 2, Y: 1, Z: 1}, testAdapter(2, false, 0.1), ""},
+		{comm.Grid{Data: 1, X: 1, Y: 1, Z: 2}, testAdapter(2, false, 0.1), ""},
 		{comm.Grid{Data: 1, X: 2, Y: 1, Z: 2}, nil, ""},
 	} {
 		err := launch.Local(tc.shape, parallel.Overlap{}, func(g *parallel.Grid) error {

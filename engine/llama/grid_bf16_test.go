@@ -289,9 +289,10 @@ func TestGridBF16Training(t *testing.T) {
 // step's loss and adapter gradients equal one bf16 rank's: within the
 // float32 tolerance, 1e-5, where only data and Z split the work (the
 // base is gathered over Z in bf16 as one rank holds it, and the sums
-// over ranks are of float32 gradients), with dropout too; within the
-// bf16 grid tolerances above where X or Y split it (the loss of a first
-// step within u/64).
+// over ranks are of float32 gradients); within the bf16 grid tolerances
+// above where X or Y split it (the loss of a first step within u/64; the
+// adapters' dz and dropped inputs stay float32 there); with dropout and
+// without.
 func TestLoRABF16OnGrids(t *testing.T) {
 	cfg := gridConfig(false)
 	for _, tc := range []struct {
@@ -304,6 +305,9 @@ func TestLoRABF16OnGrids(t *testing.T) {
 		{comm.Grid{Data: 1, X: 2, Y: 1, Z: 2}, 0},
 		{comm.Grid{Data: 1, X: 1, Y: 2, Z: 2}, 0},
 		{comm.Grid{Data: 2, X: 2, Y: 2, Z: 2}, 0},
+		{comm.Grid{Data: 1, X: 2, Y: 1, Z: 1}, 0.2},
+		{comm.Grid{Data: 1, X: 1, Y: 2, Z: 2}, 0.2},
+		{comm.Grid{Data: 2, X: 2, Y: 2, Z: 2}, 0.2},
 	} {
 		a := testAdapter(3, false, tc.dropout)
 		opt := Options{LoRA: a, BaseDType: engine.BF16, Activations: engine.BF16}

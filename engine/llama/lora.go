@@ -108,11 +108,6 @@ func checkLoRA(cfg *checkpoints.Config, opt Options) error {
 	if opt.Activations == engine.BF16 && opt.BaseDType != engine.BF16 {
 		return fmt.Errorf("llama: bf16 activations multiply the frozen base in bf16: hold it in bf16, not %v", opt.BaseDType)
 	}
-	if g := opt.Parallel; g != nil && opt.Activations == engine.BF16 && a.LoRADropout > 0 && g.X.Size()*g.Y.Size() > 1 {
-		// The dropped input gradient drop'(dz·A) would be a third
-		// float32 partial sum beside the input gradient's and dz's.
-		return fmt.Errorf("llama: bf16 adapters with dropout on a grid with X·Y = %d·%d are not supported (lora dropout 0, or precision f32)", g.X.Size(), g.Y.Size())
-	}
 	return nil
 }
 
@@ -326,6 +321,9 @@ func (m *Model) applyDropout(l, p int, dst, src *engine.Tensor) {
 	c0 := uint64(m.Layers[l].LoRA[p].c0) // the features' global index, whatever the grid
 	T := m.ws.T
 	keep := float32(1 / (1 - q))
+	// drop(x) of a bf16 x is a bf16 activation, rounded as one rank's
+	// bf16 xd holds it even where a grid keeps xd float32 (loraPlan).
+	half := src.DType() == engine.BF16
 	threshold := uint64(q * (1 << 53))
 	site := uint64(l)<<8 | uint64(p)
 	for row := 0; row < n; row++ {
@@ -339,8 +337,8 @@ func (m *Model) applyDropout(l, p int, dst, src *engine.Tensor) {
 		for j := range vr {
 			if mix(base^(c0+uint64(j)))>>11 < threshold {
 				vr[j] = 0
-			} else {
-				vr[j] *= keep
+			} else if vr[j] *= keep; half {
+				vr[j] = checkpoints.BF16ToFloat32(checkpoints.Float32ToBF16(vr[j]))
 			}
 		}
 	}
@@ -381,15 +379,17 @@ func loraPlan(d dims, N, sets int, train bool) []tensorPlan {
 	}
 	if train {
 		// dz is summed over the ranks that split the output after its
-		// partial product feeds the input gradient: on such grids it
-		// stays float32 and is never rounded (grid.go, partial).
-		dz := d.act
+		// partial product feeds the input gradient, and with dropout
+		// drop'(dz·A) joins that float32 partial sum from xd: on such
+		// grids both stay float32 and are never rounded (grid.go,
+		// partial).
+		dt := d.act
 		if d.x > 1 || d.y > 1 {
-			dz = engine.F32
+			dt = engine.F32
 		}
-		p = append(p, tensorPlan{"lora_dz", dz, []int{N, a.R}})
+		p = append(p, tensorPlan{"lora_dz", dt, []int{N, a.R}})
 		if a.LoRADropout > 0 {
-			p = append(p, tensorPlan{"lora_xd", d.act, []int{N, max(d.H, d.Q, d.I)}})
+			p = append(p, tensorPlan{"lora_xd", dt, []int{N, max(d.H, d.Q, d.I)}})
 		}
 	}
 	return p

@@ -75,7 +75,7 @@ func testMemoryIsWhatIsAllocated(t *testing.T, tie bool, act engine.DType) {
 // allocates.
 func TestMemoryOnAGridIsWhatIsAllocated(t *testing.T) {
 	grids := []comm.Grid{{Data: 2, X: 1, Y: 1, Z: 1}, {Data: 1, X: 2, Y: 2, Z: 1}, {Data: 1, X: 1, Y: 2, Z: 2}, {Data: 1, X: 2, Y: 1, Z: 4}}
-	adapter := testAdapter(2, false, 0, "q_proj", "down_proj")
+	adapter := testAdapter(2, false, 0.1, "q_proj", "down_proj") // with dropout: lora_xd
 	for _, tie := range []bool{false, true} {
 		cfg := gridConfig(tie)
 		for _, shape := range grids {

@@ -66,8 +66,9 @@ type Options struct {
 	// under PyTorch's autocast. BF16 runs on every grid: the Z
 	// all-gathers move the BF16 copies, the weight gradients are
 	// reduce-scattered in float32, and the X and Y sums of partial
-	// products are formed in float32 and rounded to bf16 once (grid.go);
-	// only adapters with dropout are refused on X·Y > 1 (checkLoRA).
+	// products are formed in float32 and rounded to bf16 once (grid.go;
+	// the adapters' too, their dz and dropped input staying float32 on X
+	// and Y grids).
 	Activations engine.DType
 	// GradientBucketBytes is the size of the buckets in which
 	// ReduceGradients sums the gradients over the data-parallel ranks: a
