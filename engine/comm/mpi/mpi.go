@@ -521,7 +521,8 @@ func (m *mpiComm) reduceBF16(r *request, op comm.Op, step int, src, dst buffer) 
 	if op == comm.ReduceScatter {
 		_, mine = comm.Chunk(n, p, m.rank)
 	}
-	// Rank q's copy of the elements [off, off+mine) lands at recv[q·mine:].
+	// Rank q's copy of the mine elements this rank sums (its chunk, or the
+	// whole tensor) lands at recv[q·mine:].
 	recv := make([]uint16, max(p*mine, 1))
 	var counts, displs, rcounts, rdispls cInts
 	if op == comm.ReduceScatter {
