@@ -177,7 +177,7 @@ Devices:
 	fl.Float64Var(&f.latency, "latency", 0, "override the device's latency of a collective call, µs (0 or more)")
 	fl.Float64Var(&f.fsBandwidth, "fs-bandwidth", perfmodel.DefaultFSBandwidth/1e9, "the shared filesystem's aggregate write bandwidth, GB/s, for the checkpoint's save time")
 	fl.IntVar(&f.microBatch, "micro-batch", 0, "sequences per micro-batch over the whole grid, as finetune's micro_batch (default: try every size)")
-	fl.StringVar(&f.precision, "precision", "f32", "the engine's precision, as finetune's precision: f32, or bf16 (mixed; data-parallel grids alone)")
+	fl.StringVar(&f.precision, "precision", "f32", "the engine's precision, as finetune's precision: f32, or bf16 (mixed)")
 	fl.StringVar(&f.measured, "measured", "", "'memtrain bench step' results (JSON lines) whose measured steps replace the modelled ones they match")
 	return cmd
 }
@@ -286,10 +286,6 @@ func runPlan(out io.Writer, f planFlags) error {
 		}
 	}
 	plans, err := perfmodel.Search(perfmodel.Job{Config: cfg, Device: dev, GPUs: f.gpus, SeqLen: seq, GlobalBatchTokens: batch}, opt)
-	var nofit *perfmodel.NoFitError
-	if errors.As(err, &nofit) && prec == engine.PrecisionBF16 {
-		return fmt.Errorf("plan: %s on %d %s: %w (bf16 trains on data-parallel grids alone, each rank holding the whole model; --precision f32 shards it over x, y and z)", f.model, f.gpus, dev.Name, err)
-	}
 	if err != nil {
 		return fmt.Errorf("plan: %s on %d %s: %w", f.model, f.gpus, dev.Name, err)
 	}

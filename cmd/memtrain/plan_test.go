@@ -311,32 +311,41 @@ func TestPlanIsTheEngines(t *testing.T) {
 	}
 }
 
-// TestPlanBF16: at precision bf16 the planner ranks the data-parallel
-// grids alone, the engine computing mixed precision on no other, with the
-// engine's bf16 accounting; where no such grid fits it says why.
+// TestPlanBF16: at precision bf16 the planner ranks every grid the engine
+// computes mixed precision on (all of them), with the engine's bf16
+// accounting: grids that shard the model over x, y and z among them, so
+// that a model whose bf16 run does not fit a GPU whole (8B on two H200 at
+// 8K tokens) is planned sharded.
 func TestPlanBF16(t *testing.T) {
-	r := runPlanJSON(t, "--model", "llama3.2-1b", "--gpus", "8", "--gpu", "h200", "--seq-len", "4096", "--precision", "bf16", "--top", "0")
-	p, err := checkpoints.LookupPreset("llama3.2-1b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(r.Plans) == 0 {
-		t.Fatal("no plan")
-	}
-	for _, pl := range r.Plans {
-		g := pl.Grid
-		if g.X*g.Y*g.Z != 1 {
-			t.Errorf("bf16 on %+v", g)
+	for _, c := range []struct {
+		args   []string
+		preset string
+		seq    int
+	}{
+		{[]string{"--model", "llama3.2-1b", "--gpus", "8", "--gpu", "h200", "--seq-len", "4096", "--precision", "bf16", "--top", "0"}, "llama3.2-1b", 4096},
+		{[]string{"--model", "llama3.1-8b", "--gpus", "2", "--gpu", "h200", "--seq-len", "8192", "--precision", "bf16", "--top", "0"}, "llama3.1-8b", 8192},
+	} {
+		r := runPlanJSON(t, c.args...)
+		p, err := checkpoints.LookupPreset(c.preset)
+		if err != nil {
+			t.Fatal(err)
 		}
-		w := llama.Work{Grid: comm.Grid{Data: g.Data, X: 1, Y: 1, Z: 1}, Overlap: parallel.AllOverlap(), Train: true, Recompute: pl.Recompute,
-			Moments: 2, Batch: pl.MicroBatch, SeqLen: 4096, Micro: pl.MicroBatches, Activations: engine.BF16}
-		if want := llama.Memory(p.Config(), w).Total(); pl.MemoryTotal != want {
-			t.Errorf("%+v: %d bytes, the engine's %d", g, pl.MemoryTotal, want)
+		if len(r.Plans) == 0 {
+			t.Fatalf("%s: no plan", c.preset)
 		}
-	}
-	_, errs, code := memtrain(t, "", "plan", "--model", "llama3.1-8b", "--gpus", "2", "--gpu", "h200", "--seq-len", "8192", "--precision", "bf16")
-	if code == 0 || !strings.Contains(errs, "no grid of 2 h200 fits") || !strings.Contains(errs, "data-parallel grids alone") {
-		t.Errorf("8B in bf16 on two H200 (%d): %s", code, errs)
+		split := false
+		for _, pl := range r.Plans {
+			g := pl.Grid
+			split = split || g.X*g.Y*g.Z > 1
+			w := llama.Work{Grid: comm.Grid{Data: g.Data, X: g.X, Y: g.Y, Z: g.Z}, Overlap: parallel.AllOverlap(), Train: true, Recompute: pl.Recompute,
+				Moments: 2, Batch: pl.MicroBatch, SeqLen: c.seq, Micro: pl.MicroBatches, Activations: engine.BF16}
+			if want := llama.Memory(p.Config(), w).Total(); pl.MemoryTotal != want {
+				t.Errorf("%s %+v: %d bytes, the engine's %d", c.preset, g, pl.MemoryTotal, want)
+			}
+		}
+		if !split {
+			t.Errorf("%s: no bf16 plan splits the model", c.preset)
+		}
 	}
 	if _, errs, code := memtrain(t, "", "plan", "--model", "tiny", "--gpus", "2", "--precision", "fp8"); code == 0 || !strings.Contains(errs, "--precision") {
 		t.Errorf("fp8 (%d): %s", code, errs)
@@ -357,13 +366,26 @@ func TestPlanMeasured(t *testing.T) {
 	}
 	args := []string{"--model", "llama3.2-1b", "--gpus", "2", "--gpu", "h200", "--seq-len", "4096", "--precision", "bf16", "--recompute", "off", "--measured", path}
 	r := runPlanJSON(t, args...)
-	if len(r.Plans) != 1 || r.Plans[0].Grid.Data != 2 || r.Plans[0].MicroBatch != 1 {
-		t.Fatalf("plans: %+v", r.Plans)
+	// bf16 plans split the model too; only dp=2's rank does the measured
+	// work (the whole model, one sequence of 4096).
+	dp := -1
+	for i, pl := range r.Plans {
+		if pl.Grid.Data == 2 && pl.MicroBatch == 1 {
+			dp = i
+		}
+	}
+	if dp < 0 {
+		t.Fatalf("no dp=2 plan: %+v", r.Plans)
 	}
 	// dp=2: each rank's step is the measured one (to rounding), plus
 	// whatever of the gradients' all-reduce its backward does not hide.
-	if got := r.Plans[0].StepSeconds; !(got > 1.999999 && got < 2.1) {
+	if got := r.Plans[dp].StepSeconds; !(got > 1.999999 && got < 2.1) {
 		t.Errorf("step %g s, want the measured 2 s and any exposed communication", got)
+	}
+	for i, pl := range r.Plans {
+		if i != dp && pl.StepSeconds > 1.5 {
+			t.Errorf("plan %+v: step %g s, the measured dp=2 step's; want its own modelled one", pl.Grid, pl.StepSeconds)
+		}
 	}
 	out, errs, code := memtrain(t, "", append([]string{"plan"}, args...)...)
 	if code != 0 || !strings.Contains(out, "measured: bench step ("+path+":1)") || !strings.Contains(out, "%  measured") {

@@ -31,9 +31,9 @@ func ExampleSearch() {
 			pl.Grid, pl.MicroBatch, pl.MicroBatches, pl.Recompute, pl.StepSeconds, pl.TokensPerSecondPerGPU, 100*pl.MFU, units.FormatBytes(pl.Memory.Total()))
 	}
 	// Output:
-	// dp=1 x=1 y=2 z=4 micro-batch 1×2 recompute false: 9.93 s, 825 tokens/s/GPU, MFU 4.8%, 63.7 GiB
-	// dp=2 x=1 y=4 z=1 micro-batch 1×4 recompute false: 10.12 s, 809 tokens/s/GPU, MFU 4.7%, 61.3 GiB
-	// dp=1 x=1 y=4 z=2 micro-batch 1×4 recompute false: 10.13 s, 809 tokens/s/GPU, MFU 4.7%, 47.8 GiB
+	// dp=1 x=1 y=2 z=4 micro-batch 1×2 recompute false: 9.94 s, 824 tokens/s/GPU, MFU 4.8%, 62.0 GiB
+	// dp=2 x=1 y=4 z=1 micro-batch 1×4 recompute false: 10.13 s, 809 tokens/s/GPU, MFU 4.7%, 60.6 GiB
+	// dp=1 x=1 y=4 z=2 micro-batch 1×4 recompute false: 10.14 s, 808 tokens/s/GPU, MFU 4.7%, 47.1 GiB
 }
 
 // Count what one rank sends over each group in a step.

@@ -72,8 +72,9 @@ func ParseRecompute(s string) (Recompute, error) {
 // Options are the planner's assumptions; the zero value is the default.
 type Options struct {
 	// Precision is the engine's: float32 (the zero value), or mixed
-	// precision, which the engine computes on data-parallel grids alone
-	// (llama.CheckActivations), so that Search tries only those.
+	// precision, which the engine computes on the grids that
+	// llama.CheckActivations accepts (every one), so that Search tries
+	// only those.
 	Precision engine.Precision
 	// Recompute restricts Search's recomputation choice.
 	Recompute Recompute
