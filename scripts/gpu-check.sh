@@ -22,7 +22,8 @@
 #   0. nvidia-smi, the libraries memtrain finds (and torch's), versions;
 #      the kernels compiled by the device's own NVRTC for sm_80 and sm_90
 #      (the register, thread and stack-frame table of each kernel);
-#   1. the conformance suite on the GPU against the float64 references, a
+#   1. the conformance suite on the GPU against the float64 references, the
+#      tensor-core attention on ragged lengths, head sizes and groups, a
 #      small Llama's training step and generations against the CPU backend,
 #      bf16 storage, the backend's contracts, a steady-state step with no
 #      allocation (the counters), NCCL, a small Llama trained on a
@@ -239,7 +240,7 @@ verdict "the device's NVRTC compiles every kernel (register and frame table in s
 # ---------------------------------------------------------------------------
 if stage "1. Conformance on the GPU"; then
   L="$LOGS/stage1-conformance.log"
-  run "$L" 180 "$CT" -test.run '^TestGPU(Conformance|Model|BF16|Backend|SteadyState|NCCL|Grid)$' -test.v -test.count=1 -test.timeout 170s
+  run "$L" 180 "$CT" -test.run '^TestGPU(Conformance|Model|BF16|Backend|SteadyState|NCCL|Grid|GridBF16|FlashAttention)$' -test.v -test.count=1 -test.timeout 170s
   noskip "$L" $?
   rc=$?
   note '```'
