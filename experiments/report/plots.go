@@ -71,12 +71,12 @@ type reportFigure struct {
 }
 
 // plotFigure is a plot with its legend kept apart, so that the legend is drawn
-// beside the data, never over it.
+// under the data, never over it.
 type plotFigure struct {
 	p       *plot.Plot
-	legend  plot.Legend
 	entries int
-	names   []string // the legend's entries, in order
+	names   []string             // the legend's entries, in order
+	thumbs  [][]plot.Thumbnailer // and each entry's samples
 	// logX draws x on a log scale by plotting log x on a linear axis:
 	// gonum's LogScale centres the axis label at the arithmetic mean of
 	// the range, which pushes it off the plot.
@@ -115,17 +115,31 @@ func newPlotFigure(title, xLabel, yLabel string) *plotFigure {
 	grid.Vertical.Color = color.Gray{0xE0}
 	grid.Horizontal.Color = color.Gray{0xE0}
 	p.Add(grid)
-	leg := plot.NewLegend()
-	leg.TextStyle.Font = font.From(plotFont, 10)
-	leg.Top, leg.Left = true, true
-	leg.Padding = vg.Points(3)
-	return &plotFigure{p: p, legend: leg}
+	return &plotFigure{p: p}
 }
 
 func (f *plotFigure) addLegend(name string, thumbs ...plot.Thumbnailer) {
-	f.legend.Add(name, thumbs...)
 	f.entries++
 	f.names = append(f.names, name)
+	f.thumbs = append(f.thumbs, thumbs)
+}
+
+// legendColumns lays the legend's entries out in n columns (filled down,
+// then across) at the given font size.
+func (f *plotFigure) legendColumns(n int, size vg.Length) []plot.Legend {
+	rows := (f.entries + n - 1) / n
+	cols := make([]plot.Legend, 0, n)
+	for c := 0; c*rows < f.entries; c++ {
+		leg := plot.NewLegend()
+		leg.TextStyle.Font = font.From(plotFont, size)
+		leg.Top, leg.Left = true, true
+		leg.Padding = vg.Points(3)
+		for i := c * rows; i < min((c+1)*rows, f.entries); i++ {
+			leg.Add(f.names[i], f.thumbs[i]...)
+		}
+		cols = append(cols, leg)
+	}
+	return cols
 }
 
 // percentAxis fixes the y axis to 0–100 %, so that plots of a sweep share
@@ -137,8 +151,8 @@ func (f *plotFigure) percentAxis() {
 }
 
 // render draws the figure as a PNG and as an SVG (for a paper: it scales):
-// the plot on the left and, when it has entries, the legend in a column on
-// the right (where it hides no data), its font shrunk until it fits.
+// the plot above and, when it has entries, the legend in columns under it
+// (where it hides no data and takes no width from the plot).
 func (f *plotFigure) render() (png, svg []byte, err error) {
 	c := vgimg.NewWith(vgimg.UseWH(plotWidth, plotHeight), vgimg.UseDPI(plotDPI))
 	f.draw(draw.New(c))
@@ -155,29 +169,43 @@ func (f *plotFigure) render() (png, svg []byte, err error) {
 	return b.Bytes(), sb.Bytes(), nil
 }
 
-// draw draws the figure on dc.
+// draw draws the figure on dc: the legend under the plot in as few rows
+// as fit the width (up to four columns; the font shrunk down to 8 points
+// before a column is given up).
 func (f *plotFigure) draw(dc draw.Canvas) {
 	dc.SetColor(color.White)
 	dc.Fill(dc.Rectangle.Path())
-	area := dc
-	if f.entries > 0 {
-		pad := vg.Points(8)
-		titleH := f.p.Title.TextStyle.Rectangle(f.p.Title.Text).Size().Y + f.p.Title.Padding
-		avail := dc.Size().Y - titleH - 2*pad
-		var w vg.Length
-		for size := 10.0; ; size-- {
-			f.legend.TextStyle.Font = font.From(plotFont, vg.Points(size))
-			r := f.legend.Rectangle(dc).Size()
-			w = r.X
-			if size <= 6 || (r.Y <= avail && r.X <= 0.4*dc.Size().X) {
-				break
+	if f.entries == 0 {
+		f.p.Draw(dc)
+		return
+	}
+	pad := vg.Points(6)
+	width := dc.Size().X - 2*pad
+	var cols []plot.Legend
+	var widths []vg.Length
+	var height vg.Length
+layout:
+	for n := min(4, f.entries); n >= 1; n-- {
+		for _, size := range []float64{10, 9, 8} {
+			cols = f.legendColumns(n, vg.Points(size))
+			widths, height = widths[:0], 0
+			var total vg.Length
+			for _, leg := range cols {
+				r := leg.Rectangle(dc).Size()
+				widths = append(widths, r.X)
+				total += r.X + pad
+				height = max(height, r.Y)
+			}
+			if total <= width {
+				break layout
 			}
 		}
-		area = draw.Crop(dc, 0, -(w + 2*pad), 0, 0)
-		f.p.Draw(area)
-		f.legend.Draw(draw.Crop(dc, dc.Max.X-w-pad, -pad, pad, -(titleH + pad)))
-	} else {
-		f.p.Draw(area)
+	}
+	f.p.Draw(draw.Crop(dc, 0, 0, height+2*pad, 0))
+	x := dc.Min.X + pad
+	for i, leg := range cols {
+		leg.Draw(draw.Crop(dc, x-dc.Min.X, -(dc.Max.X - x - widths[i]), pad, -(dc.Size().Y - height - 2*pad)))
+		x += widths[i] + pad
 	}
 }
 
@@ -456,9 +484,17 @@ func plotMemorizationVsK(dir string, arms []*reportArm, p *reportProtocol) ([]re
 			// model size (sizes.go, plotMemorizationVsParams) do not.
 			continue
 		}
+		if len(ks) == 1 {
+			// One k: a figure against k would have one x value. The arms
+			// side by side say what it would.
+			fig, err := plotMemorizationByArm(dir, model, std, used, p, len(models) > 1)
+			if err != nil {
+				return nil, err
+			}
+			figs = append(figs, fig)
+			continue
+		}
 		switch lo, hi := ks[0], ks[len(ks)-1]; {
-		case len(ks) == 1:
-			f.p.X.Min, f.p.X.Max = lo-1, hi+1
 		case lo > 0 && hi/lo >= 4:
 			// k sweeps are usually geometric (2, 4, 8, … 128): a log axis
 			// spaces them evenly.
@@ -541,6 +577,76 @@ func plotMemorizationVsK(dir string, arms []*reportArm, p *reportProtocol) ([]re
 				model, p.prefixNote(), ref, intervalNote(used, p))})
 	}
 	return figs, nil
+}
+
+// plotMemorizationByArm draws, for a study of one goldfish k, each arm's
+// members memorized (exact match, ROUGE-L) as bars side by side, the
+// standard arm first, with the held-out floor.
+func plotMemorizationByArm(dir, model string, std *reportArm, gold []*reportArm, p *reportProtocol, several bool) (reportFigure, error) {
+	k := p.plotK()
+	rouge, unit := p.rougeOf()
+	arms := gold
+	if std != nil {
+		arms = append([]*reportArm{std}, gold...)
+	}
+	title := "Memorization by arm (" + p.Key + ")"
+	if several {
+		title = "Memorization by arm: " + plotModelName(model) + " (" + p.Key + ")"
+	}
+	f := newPlotFigure(title, "", "members memorized (%)")
+	f.percentAxis()
+	names := make([]string, len(arms))
+	for i, a := range arms {
+		names[i] = a.Arm
+	}
+	f.p.NominalX(names...)
+	f.p.X.Min, f.p.X.Max = -0.7, float64(len(arms))-0.3
+	metrics := []struct {
+		label string
+		get   func(*memorization.Group) memorization.Interval
+	}{{"exact match (% of targets)", exactOf}, {"ROUGE-L F1, " + unit + " (%)", rouge}}
+	width := vg.Points(28)
+	for mi, m := range metrics {
+		vals := make(plotter.Values, len(arms))
+		for i, a := range arms {
+			vals[i] = 100 * groupStat(a.groups(p.Key, k, true), m.get).Mean
+		}
+		bars, err := plotter.NewBarChart(vals, width)
+		if err != nil {
+			return reportFigure{}, fmt.Errorf("report: plot %s: %w", title, err)
+		}
+		bars.Color, bars.LineStyle.Width = paletteColor(mi), 0
+		bars.Offset = vg.Length(float64(mi)-0.5) * width
+		f.p.Add(bars)
+		f.addLegend(m.label, bars)
+	}
+	floor, n := 0.0, 0
+	for _, a := range arms {
+		if held := a.groups(p.Key, k, false); len(held) > 0 {
+			floor += groupStat(held, rouge).Mean
+			n++
+		}
+	}
+	if n > 0 {
+		f.addReference("held-out floor: ROUGE-L", 100*floor/float64(n), color.Gray{0x99}, vg.Points(1.2), 2)
+	}
+	file := "memorization-by-arm-" + plotSlug(p.Key)
+	if several {
+		file += "-" + plotSlug(plotModelName(model))
+	}
+	file = filepath.Join(PlotsDir, file+".png")
+	if err := f.save(dir, file); err != nil {
+		return reportFigure{}, err
+	}
+	caption := fmt.Sprintf("Targets memorized by each arm, model %s, goldfish k = %d (%s); bars: the mean over seeds",
+		model, gold[0].K, p.prefixNote())
+	if std == nil {
+		caption += "; no standard arm of this model to compare with"
+	}
+	if n > 0 {
+		caption += "; grey: the held-out floor, the ROUGE-L of never-trained documents"
+	}
+	return reportFigure{File: file, Alt: title, Caption: caption + "."}, nil
 }
 
 // plotMemorizationVsParams draws the members' exact match against the base
@@ -650,6 +756,7 @@ func plotRougeDistribution(dir string, arms []*reportArm, p *reportProtocol, doc
 	f := newPlotFigure(title, "arm", "ROUGE-L F1 per document, "+unit+" (%)")
 	f.percentAxis()
 	f.p.NominalX(names...)
+	f.p.X.Min, f.p.X.Max = -0.7, float64(len(arms))-0.3
 	f.p.X.Min, f.p.X.Max = -0.5, float64(len(names))-0.5
 	f.p.X.Label.Text = ""
 	// Rotate the arm names when they would not fit side by side.
@@ -734,7 +841,10 @@ func plotTrainingLoss(dir string, arms []*reportArm, warnings *[]string) (*repor
 				return nil, fmt.Errorf("report: plot %s: %w", title, err)
 			}
 			clr := paletteColor(ai)
-			line.Color, line.Width = clr, vg.Points(1.5)
+			// Each arm's line narrower than the one drawn before it, so
+			// that arms whose curves coincide (a goldfish arm tracks the
+			// standard one closely) all stay visible.
+			line.Color, line.Width = clr, vg.Points(max(1, 3.5-float64(ai)))
 			line.Dashes = plotDashes[(si+ai/len(plotPalette))%len(plotDashes)]
 			f.p.Add(line)
 			thumbs := []plot.Thumbnailer{line}

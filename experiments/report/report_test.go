@@ -367,7 +367,8 @@ func TestWriteReportModelSizes(t *testing.T) {
 	})
 }
 
-// TestWriteReportSingleK: one goldfish k still gets its plot, and without
+// TestWriteReportSingleK: one goldfish k gets the arms side by side (a plot
+// against k would have one x value), and without
 // a standard arm there is no reference line to draw.
 func TestWriteReportSingleK(t *testing.T) {
 	dir := t.TempDir()
@@ -381,8 +382,8 @@ func TestWriteReportSingleK(t *testing.T) {
 		t.Error("the caption does not say there is no standard arm")
 	}
 	checkPlots(t, dir, rep, []string{
-		"plots/memorization-vs-k-goldfish-50.png",
-		"plots/memorization-vs-k-carlini-50.png",
+		"plots/memorization-by-arm-goldfish-50.png",
+		"plots/memorization-by-arm-carlini-50.png",
 		"plots/rougeL-distribution-goldfish-50.png",
 		"plots/rougeL-distribution-carlini-50.png",
 		"plots/training-loss.png",
@@ -682,7 +683,7 @@ func TestWriteReportExtractionCurves(t *testing.T) {
 	if curve == "" {
 		t.Fatalf("no memorization-vs-step figure among %q", rep.Plots)
 	}
-	checkPlots(t, dir, rep, []string{"plots/memorization-vs-k-goldfish-50.png", "plots/memorization-vs-k-carlini-50.png",
+	checkPlots(t, dir, rep, []string{"plots/memorization-by-arm-goldfish-50.png", "plots/memorization-by-arm-carlini-50.png",
 		"plots/rougeL-distribution-goldfish-50.png", "plots/rougeL-distribution-carlini-50.png", "plots/training-loss.png", "plots/memorization-vs-step.png"})
 	md := readReportFile(t, rep.Markdown)
 	for _, want := range []string{
@@ -875,7 +876,7 @@ func TestWriteReportCanaries(t *testing.T) {
 			t.Errorf("report.md lacks %q", want)
 		}
 	}
-	checkPlots(t, dir, rep, []string{"plots/memorization-vs-repetitions-goldfish-50.png", "plots/memorization-vs-k-goldfish-50.png",
+	checkPlots(t, dir, rep, []string{"plots/memorization-vs-repetitions-goldfish-50.png", "plots/memorization-by-arm-goldfish-50.png",
 		"plots/rougeL-distribution-goldfish-50.png", "plots/training-loss.png"})
 	// The figure's series: each arm's counts, in order.
 	arms := groupArms(mustLoad(t, dir))
