@@ -1,13 +1,13 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/memtrain/memtrain/experiments"
 )
@@ -60,44 +60,67 @@ func TestExperimentConsoleMatchesReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The across-seeds tables (the per-seed ones have a seed column):
+	// extraction and loss, then membership inference, each led by the arm.
+	type cell struct{ label, value string }
+	cells := map[string][]cell{}
+	var arms []string
 	var header []string
-	var rows [][]string
 	for _, line := range strings.Split(string(md), "\n") {
 		if !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, "| ---") {
+			if !strings.HasPrefix(line, "| ---") {
+				header = nil
+			}
 			continue
 		}
-		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		row := strings.Split(strings.Trim(line, "| "), " | ")
 		switch {
-		case cells[0] == "arm" && len(cells) > 1 && cells[1] == "documents (members / held-out)":
-			header = cells
-		case header != nil && len(cells) == len(header):
-			rows = append(rows, cells)
+		case row[0] == "arm" && len(row) > 1 && (row[1] == "documents (members / held-out)" || row[1] == "MIA AUC loss"):
+			header = row
+		case header != nil && len(row) == len(header):
+			if !slices.Contains(arms, row[0]) {
+				arms = append(arms, row[0])
+			}
+			for i := 1; i < len(row); i++ {
+				cells[row[0]] = append(cells[row[0]], cell{header[i], row[i]})
+			}
 		}
 	}
-	if len(rows) != 2 || rows[0][0] != "standard" {
-		t.Fatalf("report rows %q", rows)
+	if len(arms) != 2 || arms[0] != "standard" || len(cells["standard"]) < 17 {
+		t.Fatalf("report arms %q, cells %q", arms, cells)
 	}
 	last := -1
-	for _, row := range rows {
-		at := strings.Index(stdout, "\n"+row[0]+" (")
+	for _, arm := range arms {
+		at := strings.Index(stdout, "\n"+arm+" (")
 		if at < 0 {
-			t.Errorf("arm %s not on the console:\n%s", row[0], stdout)
+			t.Errorf("arm %s not on the console:\n%s", arm, stdout)
 			continue
 		}
 		if at < last {
-			t.Errorf("arm %s printed out of the report's order:\n%s", row[0], stdout)
+			t.Errorf("arm %s printed out of the report's order:\n%s", arm, stdout)
 		}
 		last = at
 		block := stdout[at:]
-		for i := 1; i < len(row); i++ {
-			if want := fmt.Sprintf("  %-32s %s\n", header[i], row[i]); !strings.Contains(block, want) {
-				t.Errorf("%s: console lacks %q:\n%s", row[0], want, block)
+		ftl, column := "", -1
+		for _, c := range cells[arm] {
+			line := regexp.MustCompile(`(?m)^  ` + regexp.QuoteMeta(c.label) + ` +` + regexp.QuoteMeta(c.value) + `$`).FindString(block)
+			if line == "" {
+				t.Errorf("%s: console lacks %q, %q:\n%s", arm, c.label, c.value, block)
+				continue
+			}
+			// Every value starts in one column: no label overflows it.
+			at := utf8.RuneCountInString(line) - utf8.RuneCountInString(c.value)
+			if column >= 0 && at != column {
+				t.Errorf("%s: %q starts its value at column %d, the others at %d", arm, line, at, column)
+			}
+			column = at
+			if c.label == "final train loss" {
+				ftl, _, _ = strings.Cut(c.value, " ± ")
 			}
 		}
 		// The cell is the mean over seeds ± their spread ("± —" with one).
-		ftl, _, _ := strings.Cut(row[slices.Index(header, "final train loss")], " ± ")
-		if want := "train " + row[0] + "-s1: done"; !regexp.MustCompile(regexp.QuoteMeta(want) + `[^\n]*final training loss ` + regexp.QuoteMeta(ftl)).MatchString(errs) {
-			t.Errorf("%s: the log's final training loss is not the report's %s:\n%s", row[0], ftl, errs)
+		if want := "train " + arm + "-s1: done"; !regexp.MustCompile(regexp.QuoteMeta(want) + `[^\n]*final training loss ` + regexp.QuoteMeta(ftl)).MatchString(errs) {
+			t.Errorf("%s: the log's final training loss is not the report's %s:\n%s", arm, ftl, errs)
 		}
 	}
 	if long := regexp.MustCompile(`\d{5,}\.\d\d`).FindString(stdout); long != "" {

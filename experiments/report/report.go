@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/memtrain/memtrain/internal/atomicfile"
 	"github.com/memtrain/memtrain/internal/units"
@@ -545,13 +546,13 @@ func renderMarkdown(title string, arms []*reportArm, protos []*reportProtocol, c
 		fmt.Fprintf(&b, "## Protocol %s: %s\n\n", p.Key, p.Desc)
 		for _, k := range p.Ks {
 			fmt.Fprintf(&b, "### %s\n\n", p.prefixTitle(k))
-			mdHeader(&b, tableHeader...)
+			var rows [][]string
 			for _, a := range arms {
 				if row := tableRow(a, p, k, acrossSeeds); row != nil {
-					mdRow(&b, row...)
+					rows = append(rows, row)
 				}
 			}
-			b.WriteString("\n")
+			splitTables(&b, tableHeader, rows, 1)
 		}
 	}
 	curveTable(&b, curves)
@@ -593,24 +594,42 @@ func seedTables(b *bytes.Buffer, arms []*reportArm, protos []*reportProtocol) {
 	for _, p := range protos {
 		for _, k := range p.Ks {
 			fmt.Fprintf(b, "### %s: %s\n\n", p.Key, p.prefixTitle(k))
-			mdHeader(b, seedHeader...)
+			var rows [][]string
 			for _, a := range arms {
-				for _, row := range seedRows(a, p, k) {
-					mdRow(b, row...)
-				}
+				rows = append(rows, seedRows(a, p, k)...)
 			}
-			b.WriteString("\n")
+			splitTables(b, seedHeader, rows, 2)
 		}
 	}
 }
 
 func exactOf(g *memorization.Group) memorization.Interval { return g.Exact }
 
+// miaColumn is the first of tableHeader's columns that report.md puts in
+// a table of their own (membership inference), so that neither table is
+// 19 columns wide.
+const miaColumn = 10
+
+// splitTables writes rows under header as two tables: extraction and
+// loss, then membership inference, each led by the first lead columns
+// (the arm, and the seed of a per-seed table).
+func splitTables(b *bytes.Buffer, header []string, rows [][]string, lead int) {
+	cut := lead + miaColumn - 1
+	for _, part := range [][2]int{{lead, cut}, {cut, len(header)}} {
+		cols := func(r []string) []string { return append(append([]string(nil), r[:lead]...), r[part[0]:part[1]]...) }
+		mdHeader(b, cols(header)...)
+		for _, r := range rows {
+			mdRow(b, cols(r)...)
+		}
+		b.WriteString("\n")
+	}
+}
+
 // tableHeader names the columns of a protocol's table, in report.md and
 // on the console (WriteConsole).
 var tableHeader = []string{"arm", "documents (members / held-out)", "exact match", "token match",
-	"ROUGE-L (tokens)", "ROUGE-L (words)", "held-out exact match", "held-out loss",
-	"held-out perplexity", "final train loss", "MIA AUC loss", "MIA AUC zlib", "MIA AUC min-k%",
+	"ROUGE-L (tokens)", "ROUGE-L (words)", "held-out exact match", "held-out documents' loss",
+	"held-out documents' perplexity", "final train loss", "MIA AUC loss", "MIA AUC zlib", "MIA AUC min-k%",
 	"MIA TPR at 1% / 0.1% FPR loss", "MIA TPR at 1% / 0.1% FPR zlib", "MIA TPR at 1% / 0.1% FPR min-k%",
 	"MIA AUC reference", "MIA TPR at 1% / 0.1% FPR reference"}
 
@@ -706,6 +725,15 @@ func tprCell(a *reportArm, key string, st statStyle, has func(*memorization.Summ
 // show them — the same arms in the same order, the same cells (the mean
 // over seeds ± their standard deviation) — one "column: value" line each,
 // for a terminal.
+// consoleLabelWidth aligns WriteConsole's values: its longest label.
+var consoleLabelWidth = func() int {
+	n := utf8.RuneCountInString("utility: held-out filler loss ÷ base's")
+	for _, h := range tableHeader {
+		n = max(n, utf8.RuneCountInString(h))
+	}
+	return n
+}()
+
 func WriteConsole(w io.Writer, results []ArmResult) error {
 	arms := groupArms(results)
 	var b bytes.Buffer
@@ -719,7 +747,11 @@ func WriteConsole(w io.Writer, results []ArmResult) error {
 				}
 				fmt.Fprintf(&b, "%s (%s loss):\n", row[0], a.Loss)
 				for i := 1; i < len(row); i++ {
-					fmt.Fprintf(&b, "  %-32s %s\n", tableHeader[i], row[i])
+					fmt.Fprintf(&b, "  %-*s %s\n", consoleLabelWidth, tableHeader[i], row[i])
+				}
+				if u, ok := a.utility(); ok {
+					fmt.Fprintf(&b, "  %-*s %s (%s)\n", consoleLabelWidth, "utility: held-out filler loss ÷ base's",
+						statOfValues(u.ratios).num(acrossSeeds, 3), u.verdict())
 				}
 			}
 		}

@@ -208,14 +208,18 @@ func TestWriteReportSweep(t *testing.T) {
 		"### prefix 16 tokens, suffix 50 tokens",
 		"### prefix 32 tokens, suffix 50 tokens",
 		// One seed: the mean, no spread over seeds ("± —", not ± 0) …
-		"| goldfish-k4 | 8 / 8 | 25.0% ± — | 45.0% ± — | 50.0% ± — | 55.0% ± — | 2.5% ± — | 2.400 ± — | 11.02 ± — | 0.250 ± — | 0.850 ± — | 0.840 ± — | 0.830 ± — | 35.0% ± — / 0.0% ± — | 25.0% ± — / 15.0% ± — | 12.5% ± — / 0.0% ± — | — | — |",
+		"| goldfish-k4 | 8 / 8 | 25.0% ± — | 45.0% ± — | 50.0% ± — | 55.0% ± — | 2.5% ± — | 2.400 ± — | 11.02 ± — | 0.250 ± — |\n",
+		"| goldfish-k4 | 0.850 ± — | 0.840 ± — | 0.830 ± — | 35.0% ± — / 0.0% ± — | 25.0% ± — / 15.0% ± — | 12.5% ± — / 0.0% ± — | — | — |\n",
 		// … and in the per-seed table its bootstrap intervals. exact 0.25
 		// [0.15, 0.30]; token match 0.45 [0.35, 0.55]; ROUGE-L tokens 0.50
 		// [0.40, 0.60], words 0.55 [0.45, 0.65]; held-out exact 0.025 [0,
 		// 0.075].
 		"## Per-seed results",
 		"| arm | seed | documents (members / held-out) | exact match |",
-		"| goldfish-k4 | 1 | 8 / 8 | 25.0% [15.0, 30.0] | 45.0% [35.0, 55.0] | 50.0% [40.0, 60.0] | 55.0% [45.0, 65.0] | 2.5% [0.0, 7.5] | 2.400 | 11.02 | 0.250 | 0.850 | 0.840 | 0.830 | 35.0% / 0.0% | 25.0% / 15.0% | 12.5% / 0.0% | — | — |",
+		"| goldfish-k4 | 1 | 8 / 8 | 25.0% [15.0, 30.0] | 45.0% [35.0, 55.0] | 50.0% [40.0, 60.0] | 55.0% [45.0, 65.0] | 2.5% [0.0, 7.5] | 2.400 | 11.02 | 0.250 |\n",
+		// Membership inference in a table of its own.
+		"| arm | seed | MIA AUC loss | MIA AUC zlib |",
+		"| goldfish-k4 | 1 | 0.850 | 0.840 | 0.830 | 35.0% / 0.0% | 25.0% / 15.0% | 12.5% / 0.0% | — | — |\n",
 		// The two seeds of the standard arm, each with its intervals:
 		// exact 0.8 [0.7, 0.85] and 0.9 [0.8, 0.95].
 		"| standard | 1 | 8 / 8 | 80.0% [70.0, 85.0] |",
@@ -226,8 +230,10 @@ func TestWriteReportSweep(t *testing.T) {
 		// held-out exact 0.08, 0.09: 8.5 ± 0.7; held-out loss 2.0, 2.2:
 		// 2.100 ± 0.141; perplexity e² = 7.389, e^2.2 = 9.025: 8.21 ± 1.16; final 0.10,
 		// 0.12: 0.110 ± 0.014; AUCs 0.95, 0.97: 0.960 ± 0.014 …
-		"| standard | 8 / 8 | 85.0% ± 7.1 | 82.5% ± 3.5 | 87.5% ± 3.5 | 92.5% ± 3.5 | 8.5% ± 0.7 | 2.100 ± 0.141 | 8.21 ± 1.16 | 0.110 ± 0.014 | 0.960 ± 0.014 | 0.950 ± 0.014 | 0.940 ± 0.014 | 46.0% ± 1.4 / 0.0% ± 0.0 |",
+		"| standard | 8 / 8 | 85.0% ± 7.1 | 82.5% ± 3.5 | 87.5% ± 3.5 | 92.5% ± 3.5 | 8.5% ± 0.7 | 2.100 ± 0.141 | 8.21 ± 1.16 | 0.110 ± 0.014 |\n",
+		"| standard | 0.960 ± 0.014 | 0.950 ± 0.014 | 0.940 ± 0.014 | 46.0% ± 1.4 / 0.0% ± 0.0 |",
 		"![Memorization against goldfish k (goldfish-50)](plots/memorization-vs-k-goldfish-50.png)",
+		"| arm | documents (members / held-out) | exact match | token match | ROUGE-L (tokens) | ROUGE-L (words) | held-out exact match | held-out documents' loss | held-out documents' perplexity | final train loss |\n",
 		"*Figure 1. Targets memorized against goldfish k, model tiny (protocol goldfish-50: each document's last 50 tokens decoded from the rest); dotted: the standard arm standard; grey: the held-out floor, the ROUGE-L of never-trained documents; bars: 95% bootstrap CIs over documents.*",
 		"(plots/training-loss.png)",
 	} {
