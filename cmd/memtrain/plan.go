@@ -369,28 +369,49 @@ func printPlan(w io.Writer, r planReport) error {
 	fmt.Fprintf(w, "        %s\n", src.Predicted)
 	fmt.Fprintln(w)
 
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "#\tdp\tx\ty\tz\tmb×n\trecomp\tstep\ttok/s/GPU\tMFU\tmem/GPU\tweights\tgrads\toptim\tacts\twspace\tcomm x\ty\tz\tdata\texposed\tckpt/rank\tfiles\tsave\t")
-	for i, p := range r.Plans {
+	// Three narrow tables rather than one of 24 columns: the plans, their
+	// memory, their communication and checkpoint, each row numbered.
+	table := func(title, header string, row func(i int, p planRow) string) error {
+		if title != "" {
+			fmt.Fprintf(w, "\n%s\n", title)
+		}
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, header)
+		for i, p := range r.Plans {
+			fmt.Fprintln(tw, row(i, p))
+		}
+		return tw.Flush()
+	}
+	err := table("", "#\tdp\tx\ty\tz\tmb×n\trecompute\tstep\ttokens/s/GPU\tMFU\tGiB/GPU\t", func(i int, p planRow) string {
 		rec := "off"
 		if p.Recompute {
 			rec = "on"
 		}
-		g, m := p.Grid, p.Memory
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d×%d\t%s\t%s\t%.0f\t%.1f%%\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t\n",
-			i+1, g.Data, g.X, g.Y, g.Z, p.MicroBatch, p.MicroBatches, rec,
-			seconds(p.StepSeconds), p.TokensPerSecondPerGPU, 100*p.MFU,
-			gib(m.Total()), gib(m.Weights), gib(m.Gradients), gib(m.Optimizer), gib(m.Activations), gib(m.Workspace),
-			commSeconds(g.X, p.Comm.X), commSeconds(g.Y, p.Comm.Y), commSeconds(g.Z, p.Comm.Z),
-			commSeconds(g.Data*g.Z, p.Comm.Data+p.Comm.DataZ), seconds(p.ExposedCommSeconds),
-			gib(p.Checkpoint.BytesPerRank), p.Checkpoint.Files, seconds(p.Checkpoint.SaveSeconds))
+		g := p.Grid
+		return fmt.Sprintf("%d\t%d\t%d\t%d\t%d\t%d×%d\t%s\t%s\t%.0f\t%.1f%%\t%s\t", i+1, g.Data, g.X, g.Y, g.Z, p.MicroBatch, p.MicroBatches, rec,
+			seconds(p.StepSeconds), p.TokensPerSecondPerGPU, 100*p.MFU, gib(p.Memory.Total()))
+	})
+	if err == nil && len(r.Plans) > 0 {
+		err = table("memory per GPU, GiB:", "#\ttotal\tweights\tgradients\toptimizer\tactivations\tworkspace\t", func(i int, p planRow) string {
+			m := p.Memory
+			return fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t", i+1, gib(m.Total()), gib(m.Weights), gib(m.Gradients), gib(m.Optimizer), gib(m.Activations), gib(m.Workspace))
+		})
 	}
-	if err := tw.Flush(); err != nil {
+	if err == nil && len(r.Plans) > 0 {
+		err = table("communication, seconds a step before overlap, and the checkpoint:", "#\tx\ty\tz\tdata\texposed\tckpt GiB/rank\tfiles\tsave\t", func(i int, p planRow) string {
+			g := p.Grid
+			return fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t", i+1,
+				commSeconds(g.X, p.Comm.X), commSeconds(g.Y, p.Comm.Y), commSeconds(g.Z, p.Comm.Z),
+				commSeconds(g.Data*g.Z, p.Comm.Data+p.Comm.DataZ), seconds(p.ExposedCommSeconds),
+				gib(p.Checkpoint.BytesPerRank), p.Checkpoint.Files, seconds(p.Checkpoint.SaveSeconds))
+		})
+	}
+	if err != nil {
 		return err
 	}
 	if len(r.Plans) > 0 {
 		fmt.Fprintln(w, "\nstep time by kernel class, seconds a step on a rank:")
-		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "#\tstep\tgemm\tattention\tmemory\thost\tcomm\tMFU\tsource\t")
 		var sources []string
 		for i, p := range r.Plans {
@@ -409,9 +430,9 @@ func printPlan(w io.Writer, r planReport) error {
 			fmt.Fprintf(w, "  %s\n", src)
 		}
 	}
-	_, err := fmt.Fprintln(w, "\nmb×n: sequences per micro-batch on each (data, z) rank × micro-batches a step. Memory in GiB;\n"+
-		"comm: each group's total time a step before overlap (data includes the norm gradients' data-z\n"+
-		"all-reduce); exposed: what compute does not hide. ckpt/rank: what each writing rank saves (GiB);\n"+
+	_, err = fmt.Fprintln(w, "\nmb×n: sequences per micro-batch on each (data, z) rank × micro-batches a step.\n"+
+		"communication: each group's total time a step before overlap (data includes the norm gradients'\n"+
+		"data-z all-reduce); exposed: what compute does not hide. ckpt GiB/rank: what a writing rank saves;\n"+
 		"files: piece files; save: the checkpoint's write time at the filesystem's bandwidth or a writer's\n"+
 		"network link, whichever is slower. By kernel class: memory includes the optimizer's update; comm is\n"+
 		"the communication compute does not hide.")

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
@@ -98,38 +99,56 @@ func TestPlanTable(t *testing.T) {
 		"  modelled: the step's kernel list, each kernel at its class's modelled rate",
 		"8 × h100",
 		"16384 tokens a step: 8 sequences of 2048",
-		"tok/s/GPU", "MFU", "mem/GPU", "comm x", "exposed",
+		"tokens/s/GPU", "MFU", "GiB/GPU", "memory per GPU, GiB:", "communication, seconds a step before overlap",
+		"exposed", "ckpt GiB/rank",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	// The grids' table, then the step's breakdown by kernel class: 3
-	// rows each, MFU in the grids' 11th field ("1.21 s" takes two) and
-	// the breakdown's next to last, before its source.
-	rows, breakdown := 0, 0
-	second := false
+	// Four tables of 3 numbered rows each — the grids (MFU in the 11th
+	// field, "1.21 s" taking two), memory, communication and the step by
+	// kernel class (MFU next to last, before its source) —, none wider
+	// than a terminal of 100 columns.
+	tables := map[string]int{}
+	title := "grids"
 	for _, line := range strings.Split(out, "\n") {
+		if n := utf8.RuneCountInString(line); n > 100 && strings.HasPrefix(strings.TrimSpace(line), "#") || n > 100 && len(strings.Fields(line)) > 5 && strings.Fields(line)[0] == "1" {
+			t.Errorf("a table line of %d columns: %q", n, line)
+		}
+		switch {
+		case strings.HasPrefix(line, "memory per GPU"):
+			title = "memory"
+		case strings.HasPrefix(line, "communication,"):
+			title = "comm"
+		case strings.HasPrefix(line, "step time by kernel class"):
+			title = "kernels"
+		}
 		f := strings.Fields(line)
-		second = second || strings.HasPrefix(line, "step time by kernel class")
-		if len(f) > 5 && (f[0] == "1" || f[0] == "2" || f[0] == "3") {
-			col := f[10]
-			if second {
-				breakdown++
-				col = f[len(f)-2]
-				if f[len(f)-1] != "modelled" {
-					t.Errorf("row %q: source %q", line, f[len(f)-1])
-				}
-			} else {
-				rows++
+		if len(f) < 5 || (f[0] != "1" && f[0] != "2" && f[0] != "3") {
+			continue
+		}
+		tables[title]++
+		col := ""
+		switch title {
+		case "grids":
+			col = f[10]
+		case "kernels":
+			col = f[len(f)-2]
+			if f[len(f)-1] != "modelled" {
+				t.Errorf("row %q: source %q", line, f[len(f)-1])
 			}
-			if !strings.HasSuffix(col, "%") {
-				t.Errorf("row %q: MFU column %q", line, col)
-			}
+		default:
+			continue
+		}
+		if !strings.HasSuffix(col, "%") {
+			t.Errorf("row %q: MFU column %q", line, col)
 		}
 	}
-	if rows != 3 || breakdown != 3 {
-		t.Errorf("%d rows and %d of breakdown, want 3 of each:\n%s", rows, breakdown, out)
+	for _, name := range []string{"grids", "memory", "comm", "kernels"} {
+		if tables[name] != 3 {
+			t.Errorf("%d rows in the %s table, want 3:\n%s", tables[name], name, out)
+		}
 	}
 }
 
@@ -253,7 +272,7 @@ func TestPlanCheckpointColumns(t *testing.T) {
 		t.Errorf("--fs-bandwidth 0: exit %d, %q", code, errs)
 	}
 	text, _, _ := memtrain(t, "", "plan", "--model", "llama3.1-405b", "--gpus", "8192", "--gpu", "h100", "--top", "1")
-	if !strings.Contains(text, "ckpt/rank") || !strings.Contains(text, "filesystem 100 GB/s") {
+	if !strings.Contains(text, "ckpt GiB/rank") || !strings.Contains(text, "filesystem 100 GB/s") {
 		t.Errorf("table without the checkpoint columns:\n%s", text)
 	}
 }
