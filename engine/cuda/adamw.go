@@ -27,7 +27,7 @@ func (b *Backend) AdamW(param, grad, m, v *engine.Tensor, h engine.AdamWParams) 
 		lr, wd := float64(h.LR), float64(h.WeightDecay)
 		beta1, beta2 := float64(h.Beta1), float64(h.Beta2)
 		step := float64(h.Step)
-		b.launch(kAdamW, elementGrid(n), block1(elementThreads),
+		b.launch(kAdamW, vecGrid(n), block1(elementThreads),
 			p.ptr, p.dt(), g.ptr, g.dt(), ms.ptr, ms.dt(), vs.ptr, vs.dt(), int64(n),
 			float32(1-lr*wd), float32(beta1), float32(1-beta1), float32(beta2), float32(1-beta2),
 			float32(-(lr / (1 - math.Pow(beta1, step)))), float32(math.Sqrt(1-math.Pow(beta2, step))), h.Eps)

@@ -43,7 +43,7 @@ func (b *Backend) CrossEntropy(losses, dLogits, logits, targets, weights *engine
 			d, ddt = dv.ptr, dv.dt()
 		}
 		b.checkTargets(b.hostInts(t), w, v)
-		b.launch(kCrossEntropy, grid1(n), rowThreads(v, crossEntropyThreads),
+		b.launch(kCrossEntropy, grid1(n), rowThreads((v+vecElems-1)/vecElems, crossEntropyThreads),
 			l.ptr, l.dt(), d, ddt, x.ptr, x.dt(), t.ptr, w.ptr, w.dt(), int32(v), scale)
 	})
 }

@@ -4,6 +4,11 @@ import (
 	"github.com/memtrain/memtrain/engine"
 )
 
+// vecGrid is the grid of a grid-stride loop over n elements taken
+// vecElems at a time (the elementwise kernels' chunks; see load8 in
+// common.cuh).
+func vecGrid(n int) dim3 { return elementGrid((n + vecElems - 1) / vecElems) }
+
 // Add computes dst = a + b elementwise (kernel add); dst may be a or b,
 // not a partial overlap of one.
 func (b *Backend) Add(dst, x, y *engine.Tensor) {
@@ -14,7 +19,7 @@ func (b *Backend) Add(dst, x, y *engine.Tensor) {
 		}
 		checkPartial("Add", dst, "dst", x, "a")
 		checkPartial("Add", dst, "dst", y, "b")
-		b.launch(kAdd, elementGrid(d.n), block1(elementThreads), d.ptr, d.dt(), xs.ptr, xs.dt(), ys.ptr, ys.dt(), int64(d.n))
+		b.launch(kAdd, vecGrid(d.n), block1(elementThreads), d.ptr, d.dt(), xs.ptr, xs.dt(), ys.ptr, ys.dt(), int64(d.n))
 	})
 }
 
@@ -25,7 +30,7 @@ func (b *Backend) Axpy(dst *engine.Tensor, alpha float32, x *engine.Tensor) {
 		if d.n != xs.n {
 			misuse("Axpy", engine.MisuseShape, "%v into %v", x, dst)
 		}
-		b.launch(kAxpy, elementGrid(d.n), block1(elementThreads), d.ptr, d.dt(), alpha, xs.ptr, xs.dt(), int64(d.n))
+		b.launch(kAxpy, vecGrid(d.n), block1(elementThreads), d.ptr, d.dt(), alpha, xs.ptr, xs.dt(), int64(d.n))
 	})
 }
 
@@ -33,7 +38,7 @@ func (b *Backend) Axpy(dst *engine.Tensor, alpha float32, x *engine.Tensor) {
 func (b *Backend) Scale(t *engine.Tensor, alpha float32) {
 	b.do(func() {
 		x := b.floatView("Scale", "t", t)
-		b.launch(kScale, elementGrid(x.n), block1(elementThreads), x.ptr, x.dt(), alpha, int64(x.n))
+		b.launch(kScale, vecGrid(x.n), block1(elementThreads), x.ptr, x.dt(), alpha, int64(x.n))
 	})
 }
 

@@ -15,7 +15,7 @@ func (b *Backend) Embedding(out, table, ids *engine.Tensor) {
 		o, t, id := b.floatView("Embedding", "out", out), b.floatView("Embedding", "table", table), b.intView("Embedding", "ids", ids)
 		n, h, v := embeddingDims("Embedding", out, table, ids)
 		checkIDs("Embedding", b.hostInts(id), v)
-		b.launch(kEmbedding, grid1(n), rowThreads(h, 256), o.ptr, o.dt(), t.ptr, t.dt(), id.ptr, int32(h), int32(v))
+		b.launch(kEmbedding, grid1(n), rowThreads((h+vecElems-1)/vecElems, 256), o.ptr, o.dt(), t.ptr, t.dt(), id.ptr, int32(h), int32(v))
 	})
 }
 

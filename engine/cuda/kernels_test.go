@@ -128,6 +128,7 @@ func TestSharedConstants(t *testing.T) {
 		"DT_F32":          int(engine.F32),
 		"DT_BF16":         int(engine.BF16),
 		"SUMSQ_BLOCK":     sumSquaresBlock,
+		"VEC":             vecElems,
 		"SUMSQ_FIELDS":    sumSquaresFields,
 		"ARGMAX_THREADS":  argmaxThreads,
 		"CE_THREADS":      crossEntropyThreads,

@@ -434,7 +434,7 @@ func (b *Backend) Copy(dst, src *engine.Tensor) {
 			if d.dtype == engine.I32 || s.dtype == engine.I32 {
 				misuse("Copy", engine.MisuseDType, "%v into %v: an I32 tensor copies only into an I32 tensor", src, dst)
 			}
-			b.launch(kCast, elementGrid(d.n), block1(elementThreads), d.ptr, d.dt(), s.ptr, s.dt(), int64(d.n))
+			b.launch(kCast, vecGrid(d.n), block1(elementThreads), d.ptr, d.dt(), s.ptr, s.dt(), int64(d.n))
 			return
 		}
 		if d.s == s.s && d.off < s.off+s.n && s.off < d.off+d.n {
@@ -466,6 +466,7 @@ const (
 	scratchAdamW             // AdamWStep's table of tensors, kept while it is the same
 	scratchSumSquares        // SumSquaresMulti's table of tensors, likewise
 	scratchCublas            // cuBLAS's workspace (cublasSetWorkspace), set once
+	scratchRoPE              // RoPE's table of cos θ and sin θ
 	numScratch
 )
 

@@ -12,7 +12,7 @@ import (
 // knownFrames are the stack frames NVRTC 11.8 gives kernels today, in
 // bytes by architecture, each a known exception to "no frame" with its
 // reason; a kernel whose frame grows past its entry fails the test.
-//   - rope: double-precision sincos, whose argument reduction for huge
+//   - rope_table: double-precision sincos, whose argument reduction for huge
 //     angles (Payne–Hanek) keeps a table on the stack; the fast path that
 //     every position below 2^20 takes does not touch it.
 //   - the attention backward kernels keep a few accumulators in local
@@ -20,8 +20,8 @@ import (
 //     (MT_UNROLL): 24 bytes of dq's on sm_80, 64 of dk/dv's on sm_90.
 //     Measured here without a GPU, so what they cost is not known.
 var knownFrames = map[int]map[string]int{
-	80: {"rope": 48, "flash_attention_backward_dq": 24},
-	90: {"rope": 48, "flash_attention_backward_dkv": 64},
+	80: {"rope_table": 48, "flash_attention_backward_dq": 24},
+	90: {"rope_table": 48, "flash_attention_backward_dkv": 64},
 }
 
 // TestKernelsCompileWithNVRTC compiles the kernels with the real NVRTC,

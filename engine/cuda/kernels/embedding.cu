@@ -2,14 +2,25 @@
 #include "common.cuh"
 
 // embedding gathers out[i] = table[ids[i]]: one block per token, threads
-// over the h columns. An id outside [0, v) gives a row of NaN (the host
+// over the h columns, VEC at a time. An id outside [0, v) gives a row of NaN (the host
 // checks ids it knows; this is the guard for ids it does not).
 extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) embedding(void* out, int odt, const void* table, int tdt, const int* ids, int h, int v) {
   i64 row = blockIdx.x;
   int id = ids[row];
   bool ok = id >= 0 && id < v;
-  for (int c = threadIdx.x; c < h; c += blockDim.x) {
-    store(out, odt, row * h + c, ok ? load(table, tdt, (i64)id * h + c) : MT_NAN);
+  i64 src = (i64)(ok ? id : 0) * h, dst = row * h;
+  bool vec = h % VEC == 0 && vec_at(out, odt, dst) && vec_at(table, tdt, src);
+  for (int c = threadIdx.x * VEC; c < h; c += blockDim.x * VEC) {
+    float x[VEC];
+    if (ok) {
+      load8(x, table, tdt, src + c, src + h, vec);
+    } else {
+      MT_UNROLL
+      for (int k = 0; k < VEC; k++) {
+        x[k] = MT_NAN;
+      }
+    }
+    store8(out, odt, dst + c, dst + h, x, vec);
   }
 }
 
