@@ -1,6 +1,9 @@
 package engine
 
-import "math"
+import (
+	"math"
+	"os"
+)
 
 // Backend runs the engine's kernels on one device. The set is small on
 // purpose: a strided, batched GEMM plus a dozen fused kernels, each with its
@@ -70,6 +73,14 @@ type Backend interface {
 	// tensor returned by Alloc (with every view of it); a tensor must not
 	// be used after Free.
 	Alloc(dtype DType, shape ...int) *Tensor
+	// Empty returns a tensor whose contents are undefined, to be freed as
+	// Alloc's are: for a tensor whose every element is written before it
+	// is read (an activation, a kernel's output), it saves Alloc's
+	// zero-fill, a write of the whole tensor. A tensor that is added into
+	// (a gradient) needs Alloc, or a Fill. When poisoning is on (Poison),
+	// every element of it is NaN (I32: −1) instead, so that a read before
+	// the first write shows in the results.
+	Empty(dtype DType, shape ...int) *Tensor
 	Free(t *Tensor)
 	// MemStats reports the bytes of tensors allocated now and at peak.
 	// Kernels may use transient workspace (e.g. AttentionBackward's
@@ -133,6 +144,12 @@ type Backend interface {
 	// rms = sqrt(mean(x²) + eps), and saves rstd[i] = 1/rms for the
 	// backward pass. out, x [N,H]; w [H]; rstd [N].
 	RMSNorm(out, rstd, x, w *Tensor, eps float32)
+	// AddRMSNorm adds residual into x, the residual stream (x += residual,
+	// rounded to x's dtype), then normalises the sum as RMSNorm does:
+	// out[i] = x[i]·rstd[i] ⊙ w. Its results are those of Add(x, x,
+	// residual) then RMSNorm(out, rstd, x, w, eps), bit for bit, in one
+	// pass over x on a GPU. out may be x; residual may overlap neither.
+	AddRMSNorm(out, rstd, x, residual, w *Tensor, eps float32)
 	// RMSNormBackward writes dx and adds into dw.
 	RMSNormBackward(dx, dw, dOut, x, w, rstd *Tensor)
 
@@ -208,6 +225,16 @@ type Backend interface {
 	// WeightDecay is not used.
 	AdamWStep(ts []AdamWTensors, h AdamWParams, maxNorm float32, ctl *Tensor)
 }
+
+// PoisonEnv is the environment variable that turns poisoning on for the
+// backends created while it is "1" (Poison): tests set it to prove that
+// nothing reads an Empty tensor before writing it.
+const PoisonEnv = "MEMTRAIN_POISON"
+
+// Poison reports whether $MEMTRAIN_POISON asks the backends for
+// poisoning: every backend's New reads it once (besides an option of its
+// own), and fills each tensor Empty returns with NaN.
+func Poison() bool { return os.Getenv(PoisonEnv) == "1" }
 
 // AdamWTensors are one parameter's tensors in an AdamWStep, all the same
 // length, and its decoupled weight decay. Copy, if not nil, receives the

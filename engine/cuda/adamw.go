@@ -88,3 +88,20 @@ func (b *Backend) AdamWStep(ts []engine.AdamWTensors, h engine.AdamWParams, maxN
 			float32(-(lr / (1 - math.Pow(beta1, step)))), float32(math.Sqrt(1-math.Pow(beta2, step))), h.Eps)
 	})
 }
+
+// adamWTraffic is AdamW, or one tensor's share of AdamWStep, of n
+// elements (kernels adamw, adamw_multi): param, m and v read and written,
+// grad read (and written when clipped), the copy written when there is
+// one (hasCopy, of dtype cp); the update's 12 operations an element, one
+// more for the clipping's product.
+func adamWTraffic(n int, param, grad, m, v engine.DType, clipped, hasCopy bool, cp engine.DType) traffic {
+	t := traffic{bytes: moved(n, param, param, grad, m, m, v, v), flops: 12 * float64(n)}
+	if clipped {
+		t.bytes += moved(n, grad)
+		t.flops += float64(n)
+	}
+	if hasCopy {
+		t.bytes += moved(n, cp)
+	}
+	return t
+}

@@ -95,3 +95,27 @@ func (b *Backend) SumSquaresMulti(dst *engine.Tensor, xs []*engine.Tensor) {
 		b.launch(kSumSquaresMultiFinal, grid1(len(xs)), block1(sumSquaresThreads), d.ptr, d.dt(), dev, partial)
 	})
 }
+
+// castTraffic is Copy's cast of n elements from src to dst (kernel cast):
+// a read and a write, no arithmetic but the rounding.
+func castTraffic(n int, dst, src engine.DType) traffic {
+	return traffic{bytes: moved(n, dst, src)}
+}
+
+// addTraffic is Add of n elements (kernel add): two reads, a write, an
+// addition each.
+func addTraffic(n int, dst, a, b engine.DType) traffic {
+	return traffic{bytes: moved(n, dst, a, b), flops: float64(n)}
+}
+
+// axpyTraffic is Axpy of n elements (kernel axpy): dst read and written,
+// x read; a multiply and an add each.
+func axpyTraffic(n int, dst, x engine.DType) traffic {
+	return traffic{bytes: moved(n, dst, dst, x), flops: 2 * float64(n)}
+}
+
+// scaleTraffic is Scale of n elements (kernel scale): read and written in
+// place, a multiply each.
+func scaleTraffic(n int, dt engine.DType) traffic {
+	return traffic{bytes: moved(n, dt, dt), flops: float64(n)}
+}

@@ -87,3 +87,10 @@ func segmentsByID(ids []int32) (order, seg []int32) {
 	}
 	return order, append(seg, int32(len(order)))
 }
+
+// embeddingTraffic is Embedding of n rows of h (kernel embedding): the
+// ids read, n table rows read (once each, repeats included: an upper
+// bound), out written; no arithmetic.
+func embeddingTraffic(n, h int, out, table engine.DType) traffic {
+	return traffic{bytes: moved(n, engine.I32) + moved(n*h, out, table)}
+}

@@ -86,3 +86,37 @@ func (b *Backend) RMSNormBackward(dx, dw, dOut, x, w, rstd *engine.Tensor) {
 			dxs.ptr, dxs.dt(), g.ptr, g.dt(), xs.ptr, xs.dt(), ws.ptr, ws.dt(), r.ptr, r.dt(), int32(h))
 	})
 }
+
+// rmsnormTraffic is RMSNorm of rows rows of h (kernel rmsnorm): x read
+// (once: its second pass is the block's own row, from the caches), w read
+// (once: every block reads the same h elements), out written, rstd
+// written; a square and a sum per element, then the normalisation's two
+// products.
+func rmsnormTraffic(rows, h int, out, rstd, x, w engine.DType) traffic {
+	return traffic{bytes: moved(rows*h, out, x) + moved(h, w) + moved(rows, rstd), flops: 4 * float64(rows) * float64(h)}
+}
+
+// addRMSNormTraffic is AddRMSNorm (kernel add_rmsnorm): RMSNorm's, plus
+// the residual read and the sum written back into x, an addition each.
+func addRMSNormTraffic(rows, h int, out, rstd, x, residual, w engine.DType) traffic {
+	t := rmsnormTraffic(rows, h, out, rstd, x, w)
+	return traffic{bytes: t.bytes + moved(rows*h, residual, x), flops: t.flops + float64(rows)*float64(h)}
+}
+
+// rmsnormBackwardTraffic is RMSNormBackward of rows rows of h: dw's
+// partial sums (kernel rmsnorm_backward_dw_partial: dOut, x and rstd
+// read, a float32 partial sum of each column for each chunk of rows
+// written), their totals (rmsnorm_backward_dw_final: the partials read,
+// dw read and written) and dx (rmsnorm_backward_dx: w, dOut, x and rstd
+// read — its second pass over the row from the caches — dx written).
+// Flops: dw's three a element (two products and the sum), dx's dot
+// product (three) and its five.
+func rmsnormBackwardTraffic(rows, h int, dx, dw, dOut, x, w, rstd engine.DType) traffic {
+	chunks := (rows + rmsnormRowsPerChunk(rows) - 1) / rmsnormRowsPerChunk(rows)
+	partial := moved(chunks*h, engine.F32)
+	elems := float64(rows) * float64(h)
+	dwPart := traffic{bytes: moved(rows*h, dOut, x) + moved(rows, rstd) + partial, flops: 3 * elems}
+	dwFinal := traffic{bytes: partial + moved(h, dw, dw), flops: float64(chunks) * float64(h)}
+	dxs := traffic{bytes: moved(rows*h, dOut, x, dx) + moved(h, w) + moved(rows, rstd), flops: 8 * elems}
+	return dwPart.plus(dwFinal).plus(dxs)
+}

@@ -68,3 +68,28 @@ func ropeTableRows(ps []int32) (rows int, byPos bool) {
 	}
 	return len(ps), false
 }
+
+// ropeTraffic is RoPE or RoPEBackward of x [n, heads, 2·half] with an
+// angle table of tableRows rows (ropeTableRows): rope_table reads the
+// positions it is indexed by (none when by position) and invFreq and
+// writes the table (two float32 a row and frequency; its sincos counted
+// as two operations and the angle's product as one); rope reads each
+// token's position and its table row (a table row is read by every
+// token at that position: counted once a token, an upper bound the
+// caches lower) and reads and writes x in place, six operations a pair
+// of elements.
+func ropeTraffic(n, heads, half, tableRows int, byPos bool, x, invFreq engine.DType) traffic {
+	tablePos := 0
+	if !byPos {
+		tablePos = tableRows
+	}
+	table := traffic{
+		bytes: moved(tablePos, engine.I32) + moved(half, invFreq) + moved(2*tableRows*half, engine.F32),
+		flops: 3 * float64(tableRows) * float64(half),
+	}
+	rot := traffic{
+		bytes: moved(n, engine.I32) + moved(2*n*half, engine.F32) + moved(2*n*heads*half, x, x),
+		flops: 6 * float64(n) * float64(heads) * float64(half),
+	}
+	return table.plus(rot)
+}

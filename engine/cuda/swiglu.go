@@ -31,3 +31,17 @@ func (b *Backend) SwiGLUBackward(dGate, dUp, dOut, gate, up *engine.Tensor) {
 			dg.ptr, dg.dt(), du.ptr, du.dt(), do.ptr, do.dt(), g.ptr, g.dt(), u.ptr, u.dt(), int64(n))
 	})
 }
+
+// swigluTraffic is SwiGLU of n elements (kernel swiglu): gate and up
+// read, out written; σ (a negation, an exponential, an addition and a
+// division) and two products each.
+func swigluTraffic(n int, out, gate, up engine.DType) traffic {
+	return traffic{bytes: moved(n, out, gate, up), flops: 6 * float64(n)}
+}
+
+// swigluBackwardTraffic is SwiGLUBackward of n elements (kernel
+// swiglu_backward): dOut, gate and up read, dGate and dUp written; σ
+// (4) and the two gradients' 9 operations each.
+func swigluBackwardTraffic(n int, dGate, dUp, dOut, gate, up engine.DType) traffic {
+	return traffic{bytes: moved(n, dGate, dUp, dOut, gate, up), flops: 13 * float64(n)}
+}
