@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -24,28 +25,10 @@ var knownFrames = map[int]map[string]int{
 	90: {"rope_table": 48, "flash_attention_backward_dkv": 64},
 }
 
-// TestKernelsCompileWithNVRTC compiles the kernels with the real NVRTC,
-// when the machine has one (no GPU needed; Debian: apt-get install
-// libnvrtc11.2 libnvrtc-builtins11.8 from non-free), for the
-// architectures memtrain targets, with the options the backend uses: what
-// neither the g++ emulator nor clang can vouch for. With
-// MEMTRAIN_REQUIRE_NVRTC=1 (.ci/run sets it) a missing NVRTC fails the
-// test instead of skipping it.
-//
-// For sm_80 and sm_90 it compiles machine code (CUBIN), reads each
-// kernel's registers, launch bounds and stack frame from the ELF's
-// .nv.info sections, prints them as a table, and fails when
-//   - a kernel is missing, or its compiled bound differs from the
-//     __launch_bounds__ that launch enforces (kernelBounds);
-//   - registers, rounded up to the allocation unit of 8, times the bound
-//     exceed the 65,536 registers of a multiprocessor: a block of that
-//     many threads could not launch;
-//   - a kernel has a stack frame (local memory: registers spilled), but
-//     for the known ones listed in knownFrames.
-//
-// Both the exact options (--fmad=false, for f32 GEMMs) and the fast ones
-// are compiled.
-func TestKernelsCompileWithNVRTC(t *testing.T) {
+// loadNVRTC binds the machine's NVRTC for a compile test, skipping the
+// test where there is none (failing it under MEMTRAIN_REQUIRE_NVRTC=1).
+func loadNVRTC(t *testing.T) *nvrtcAPI {
+	t.Helper()
 	required := os.Getenv("MEMTRAIN_REQUIRE_NVRTC") == "1"
 	if !canLoad {
 		if required {
@@ -73,6 +56,32 @@ func TestKernelsCompileWithNVRTC(t *testing.T) {
 	if rtc.nvrtcGetCUBIN == nil || rtc.nvrtcGetCUBINSize == nil {
 		t.Fatalf("NVRTC %d.%d cannot emit CUBIN (nvrtcGetCUBIN is 11.1 and later)", major, minor)
 	}
+	return rtc
+}
+
+// TestKernelsCompileWithNVRTC compiles the kernels with the real NVRTC,
+// when the machine has one (no GPU needed; Debian: apt-get install
+// libnvrtc11.2 libnvrtc-builtins11.8 from non-free), for the
+// architectures memtrain targets, with the options the backend uses: what
+// neither the g++ emulator nor clang can vouch for. With
+// MEMTRAIN_REQUIRE_NVRTC=1 (.ci/run sets it) a missing NVRTC fails the
+// test instead of skipping it.
+//
+// For sm_80 and sm_90 it compiles machine code (CUBIN), reads each
+// kernel's registers, launch bounds and stack frame from the ELF's
+// .nv.info sections, prints them as a table, and fails when
+//   - a kernel is missing, or its compiled bound differs from the
+//     __launch_bounds__ that launch enforces (kernelBounds);
+//   - registers, rounded up to the allocation unit of 8, times the bound
+//     exceed the 65,536 registers of a multiprocessor: a block of that
+//     many threads could not launch;
+//   - a kernel has a stack frame (local memory: registers spilled), but
+//     for the known ones listed in knownFrames.
+//
+// Both the exact options (--fmad=false, for f32 GEMMs) and the fast ones
+// are compiled.
+func TestKernelsCompileWithNVRTC(t *testing.T) {
+	rtc := loadNVRTC(t)
 	src, headers := kernelSource()
 	names := make([]string, 0, len(kernelSignatures))
 	for k := range kernelSignatures {
@@ -115,5 +124,48 @@ func TestKernelsCompileWithNVRTC(t *testing.T) {
 			}
 		}
 		t.Log(table.String())
+	}
+}
+
+// vectorKernels are the kernels that move 16 bytes a thread at a time
+// (common.cuh's load8 and store8) on their aligned path.
+var vectorKernels = []string{
+	"cast", "add", "axpy", "scale", "swiglu", "swiglu_backward", "rmsnorm", "add_rmsnorm", "rmsnorm_backward_dx",
+	"rmsnorm_backward_dw_partial", "rope", "cross_entropy", "embedding", "adamw", "adamw_multi",
+}
+
+// vectorLoad and vectorStore match PTX's 128-bit accesses of four 32-bit
+// values (global or generic).
+var (
+	vectorLoad  = regexp.MustCompile(`\bld\.(global\.)?(nc\.)?v4\.(u32|b32|f32)\b`)
+	vectorStore = regexp.MustCompile(`\bst\.(global\.)?v4\.(u32|b32|f32)\b`)
+)
+
+// TestVectorAccessesNVRTC compiles the kernels to PTX with the real NVRTC
+// and checks that each of vectorKernels loads and stores with 128-bit
+// vector instructions (ld.v4 / st.v4 of mt_v16's four words): what the
+// emulator, which runs the same source as C++, cannot tell.
+func TestVectorAccessesNVRTC(t *testing.T) {
+	rtc := loadNVRTC(t)
+	src, headers := kernelSource()
+	target := kernelTarget{arch: 90}
+	img, err := compileKernels(rtc, src, headers, nvrtcOptions(target, false), target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ptx := string(img)
+	for _, name := range vectorKernels {
+		start := strings.Index(ptx, ".entry "+name+"(")
+		if start < 0 {
+			t.Errorf("kernel %s is not in the PTX", name)
+			continue
+		}
+		body := ptx[start:]
+		if end := strings.Index(body[1:], ".entry "); end >= 0 {
+			body = body[:end+1]
+		}
+		if !vectorLoad.MatchString(body) || !vectorStore.MatchString(body) {
+			t.Errorf("kernel %s has no 128-bit vector load and store in its PTX", name)
+		}
 	}
 }
