@@ -455,3 +455,26 @@ func TestParseBounds(t *testing.T) {
 		}
 	}
 }
+
+// The angle table is indexed by position when the positions are
+// non-negative and the table by position is no longer than one a token;
+// by token otherwise.
+func TestRoPETableRows(t *testing.T) {
+	for _, c := range []struct {
+		pos   []int32
+		rows  int
+		byPos bool
+	}{
+		{[]int32{0, 1, 2, 0, 1, 2}, 3, true}, // a batch of two sequences
+		{[]int32{5}, 1, false},               // decoding at position 5
+		{[]int32{0}, 1, true},
+		{[]int32{3, 2, 1, 0}, 4, true},
+		{[]int32{0, 1, 4}, 3, false}, // the table by position would be longer
+		{[]int32{0, -1, 1}, 3, false},
+	} {
+		rows, byPos := ropeTableRows(c.pos)
+		if rows != c.rows || byPos != c.byPos {
+			t.Errorf("ropeTableRows(%v) = %d, %v; want %d, %v", c.pos, rows, byPos, c.rows, c.byPos)
+		}
+	}
+}
