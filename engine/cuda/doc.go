@@ -77,7 +77,7 @@
 // The sums of the hot paths — RMSNorm's, its backward's, cross-entropy's
 // sum of exponentials — are float32 where the CPU's are float64: each
 // thread's share compensated (Kahan), then a fixed tree, within about
-// 12 units of float32's rounding of the sum whatever its length (the
+// 15 units of float32's rounding of the sum whatever its length (the
 // bounds are in rmsnorm.cu and crossentropy.cu); SumSquares, a gradient
 // norm's, stays float64. RoPE takes cos and sin from a table that
 // rope_table computes once a (position, frequency), in float64 rounded,

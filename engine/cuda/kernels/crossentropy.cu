@@ -16,10 +16,13 @@
 // summed in float32 where the CPU sums in float64: each thread's share
 // (VEC consecutive logits, then the next VEC a block further on) with
 // compensation (kahan_add), then block_sum's fixed tree — reproducible,
-// and within (2 + log2(CE_THREADS))·u = 12u ≈ 7.2e-7 of the exact sum
-// whatever V (all terms positive; u = 2⁻²⁴), which moves the loss by at
-// most that much absolutely and each gradient by that much relatively:
-// the conformance suite's tolElem. Rows of weight 0 get a zero loss and
+// and within about (2 + 2 + log2(CE_THREADS) + 1)·u = 15u ≈ 9e-7 of the
+// exact sum of the exact exponentials whatever V (all terms positive;
+// u = 2⁻²⁴: expf's 2 ulp a term, a share's 2u, the tree's 10 levels, the
+// share's s − c), which moves the loss by at most that much absolutely
+// and each gradient by that much relatively, within the conformance
+// suite's tolElem (1e-6); the CPU's float64 sum of its float32
+// exponentials is off by their 1 ulp. Rows of weight 0 get a zero loss and
 // gradient whatever their target; a target outside [0, V) on a weighted
 // row gives NaN. dlogits may be logits: every thread reads x_t before the
 // first barrier, and rewrites only its own elements after it.

@@ -8,12 +8,15 @@
 // so the result is reproducible and the same for F32 and BF16 tensors of
 // the same values. Against the CPU backend's float64 sums, a sum of
 // squares of H terms (all positive) is off by at most about
-// (2 + log2(RMSNORM_THREADS))·u = 11u ≈ 6.6e-7 of itself (u = 2⁻²⁴),
-// whatever H (the compensated shares do not grow with H: 2u each, then 9
-// levels of the tree, 1u each), so rstd by at most half that plus its own
-// rounding, under 1e-6 relative: the conformance suite's tolElem. The
-// backward's dot product Σ w·g·x is off by the same bound relative to
-// Σ|w·g·x|, plus the rounding of each product (2u), within its
+// (1 + 2 + log2(RMSNORM_THREADS) + 1)·u = 13u ≈ 7.7e-7 of itself
+// (u = 2⁻²⁴) whatever H — each square's rounding, a compensated share's
+// 2u (which does not grow with the share's length, H/RMSNORM_THREADS up
+// to 32 terms for H = 16384), the tree's 9 levels and the share's final
+// s − c, 1u each — so rstd by at most half that plus its own rounding,
+// about 4.5e-7: within the conformance suite's tolElem (1e-6). A plain
+// float32 sum of H = 16384 terms in this order would allow (32 + 9)u ≈
+// 2.4e-6. The backward's dot product Σ w·g·x is off by the same bound
+// relative to Σ|w·g·x|, plus each product's two roundings, within its
 // √H·tolSum.
 #include "common.cuh"
 
