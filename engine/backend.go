@@ -19,7 +19,7 @@ import (
 // Shapes: N is the number of token positions (batch × sequence, flattened),
 // H the hidden size, V the vocabulary, heads/kvHeads and D the attention
 // geometry. Token ids and positions are I32 tensors; everything else is
-// F32 or BF16. Every backend takes BF16 tensors in Alloc, Free, Upload
+// F32 or BF16. Every backend takes BF16 tensors in Alloc, Empty, Free, Upload
 // (rounded to nearest even), Download (widened exactly), Fill, Copy (a
 // cast between F32 and BF16), and as Gemm's B operand with A and C F32
 // (a frozen or bf16-copied weight). Mixed precision (bf16 activations,
@@ -30,11 +30,18 @@ import (
 //   - BF16 tensors, mixed freely with F32 ones, in Add, Axpy, Scale,
 //     Embedding (out, table), EmbeddingBackward (dOut), RMSNorm and its
 //     backward (out, x, dOut, dx; w, rstd and dw may be either),
+//     AddRMSNorm (out, x, residual; w and rstd may be either),
 //     RoPE and its backward, SwiGLU and its backward, Attention and its
 //     backward (q, k, v, out and their gradients; lse stays F32) and
 //     AttentionKV: each reads its operands widened to float32, computes
-//     in float32 (statistics as the F32 kernel does, in float64 where it
-//     does) and rounds each output once to its tensor's dtype.
+//     in float32 (statistics as the F32 kernel does) and rounds each
+//     output once to its tensor's dtype.
+//
+// Statistics (RMSNorm's mean of squares and its backward's dot products,
+// cross-entropy's sum of exponentials) are accumulated in float64 or in
+// compensated float32, as a backend documents: within a few units of
+// float32's rounding of the exact sum, whatever its length. SumSquares
+// and Sum accumulate in float64.
 //
 // CrossEntropy, Argmax, SumSquares, Sum and AdamW take F32 tensors: the
 // loss and the optimizer's state stay float32. The one exception is
