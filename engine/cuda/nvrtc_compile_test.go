@@ -131,7 +131,7 @@ func TestKernelsCompileWithNVRTC(t *testing.T) {
 // (common.cuh's load8 and store8) on their aligned path.
 var vectorKernels = []string{
 	"cast", "add", "axpy", "scale", "swiglu", "swiglu_backward", "rmsnorm", "add_rmsnorm", "rmsnorm_backward_dx",
-	"rmsnorm_backward_dw_partial", "rope", "cross_entropy", "embedding", "adamw", "adamw_multi",
+	"rmsnorm_backward_dw_partial", "rope", "cross_entropy", "embedding", "embedding_backward", "adamw", "adamw_multi",
 }
 
 // vectorLoad and vectorStore match PTX's 128-bit accesses of four 32-bit

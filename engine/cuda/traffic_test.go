@@ -47,6 +47,11 @@ func TestTraffic(t *testing.T) {
 		{"cross entropy, no gradient", crossEntropyTraffic(5, 97, F, false, F), 5*97*f + 5*(i+f+f), 4 * 5 * 97},
 		{"cross entropy, bf16 gradient", crossEntropyTraffic(5, 97, F, true, B), 5*97*(f+b) + 5*(i+f+f), 7 * 5 * 97},
 		{"embedding 9 of 32, bf16 table", embeddingTraffic(9, 32, F, B), 9*i + 9*32*(f+b), 0},
+		// 9 rows of 32 into 4 distinct rows of a bf16 table: the 9
+		// positions and 5 bounds uploaded and read, 4 ids read, dOut read,
+		// 4 table rows read and written.
+		{"embedding backward 9 into 4 rows", embeddingBackwardTraffic(9, 32, 4, B, F),
+			2*(9+5)*i + 4*i + 9*32*f + 4*32*2*b, 9 * 32},
 		{"adamw 100", adamWTraffic(100, F, F, F, F, false, false, B), 100 * 7 * f, 12 * 100},
 		{"adamw 100 clipped with a bf16 copy", adamWTraffic(100, F, F, F, F, true, true, B), 100 * (8*f + b), 13 * 100},
 	} {

@@ -136,12 +136,14 @@ func TestVectorPathsEmulated(t *testing.T) {
 				b.CrossEntropy(l, d, put(engine.F32, logits, tok, v), tt, put(engine.F32, []float32{1, 1, 0.5, 0, 1, 2}, tok), 0.25)
 				return get(l, d)
 			}},
-			{"Embedding", func(put placer) []float32 {
+			{"Embedding and its backward", func(put placer) []float32 {
 				ids := aligned(engine.I32, nil, 4)
 				b.UploadInt32(ids, []int32{4, 0, 4, 2})
 				out := put(dt, make([]float32, 4*h), 4, h)
 				b.Embedding(out, put(dt, rowsX, rows, h), ids)
-				return get(out)
+				dTable := put(engine.F32, rowsR, rows, h)
+				b.EmbeddingBackward(dTable, put(dt, rowsG[:4*h], 4, h), ids)
+				return get(out, dTable)
 			}},
 			{"AdamW", func(put placer) []float32 {
 				p, m, vv := put(engine.F32, xs, n), put(engine.F32, zs, n), put(engine.F32, make([]float32, n), n)

@@ -27,21 +27,29 @@ extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) embedding(void* ou
 // embedding_backward adds dOut[i] into dTable[ids[i]] for every token i.
 // The host sorts the token positions by id (stably): order lists them, and
 // segment s, order[seg[s] : seg[s+1]], holds the positions of one id. A
-// block owns one segment and a range of columns, and adds the segment's
-// rows in position order: no two threads write the same element, no
-// atomics, and the sums are the CPU backend's, bit for bit.
+// block owns one segment and a range of columns, VEC a thread, and adds
+// the segment's rows in position order: no two threads write the same
+// element, no atomics, and the sums are the CPU backend's, bit for bit.
 extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) embedding_backward(void* dtable, int tdt, const void* dout, int odt, const int* ids,
                                               const int* order, const int* seg, int h) {
   int s = blockIdx.x;
-  int c = blockIdx.y * blockDim.x + threadIdx.x;
+  int c = (blockIdx.y * blockDim.x + threadIdx.x) * VEC;
   if (c >= h) {
     return;
   }
   int lo = seg[s], hi = seg[s + 1];
-  i64 dst = (i64)ids[order[lo]] * h + c;
-  float acc = load(dtable, tdt, dst);
+  i64 dst = (i64)ids[order[lo]] * h;
+  bool vec = h % VEC == 0 && vec_at(dtable, tdt, 0) && vec_at(dout, odt, 0);
+  float acc[VEC];
+  load8(acc, dtable, tdt, dst + c, dst + h, vec);
   for (int k = lo; k < hi; k++) {
-    acc = __fadd_rn(acc, load(dout, odt, (i64)order[k] * h + c));
+    i64 src = (i64)order[k] * h;
+    float g[VEC];
+    load8(g, dout, odt, src + c, src + h, vec);
+    MT_UNROLL
+    for (int q = 0; q < VEC; q++) {
+      acc[q] = __fadd_rn(acc[q], g[q]);
+    }
   }
-  store(dtable, tdt, dst, acc);
+  store8(dtable, tdt, dst + c, dst + h, acc, vec);
 }
