@@ -12,8 +12,8 @@ import (
 // Storage is device memory holding F32, BF16 or I32 elements.
 //
 // An I32 storage also keeps a host copy of its contents while the host
-// knows them (after Alloc, UploadInt32, Fill, or a Copy from a storage
-// whose copy is valid), since token ids and positions are written by the
+// knows them (after Alloc, a poisoned Empty, UploadInt32, Fill, or a Copy
+// from a storage whose copy is valid), since token ids and positions are written by the
 // host: EmbeddingBackward sorts the ids on the host, and the kernels that
 // take ids or positions check them there, without a round trip to the
 // device. A kernel that writes an I32 tensor (Argmax) invalidates it.

@@ -25,7 +25,10 @@ type placer func(dt engine.DType, data []float32, shape ...int) *engine.Tensor
 // the scalar one's, which the suite checks against its references.
 func TestVectorPathsEmulated(t *testing.T) {
 	fakeCUDA(t)
-	b := newFake(t, 0, GemmF32)
+	testVectorPaths(t, newFake(t, 0, GemmF32))
+}
+
+func testVectorPaths(t *testing.T, b *Backend) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	randn := func(n int, scale float64) []float32 {
 		x := make([]float32, n)
@@ -178,7 +181,10 @@ func TestVectorPathsEmulated(t *testing.T) {
 // 2e-6 asked, for the float32 exponentials' own ulp on the CPU too).
 func TestLongRowsEmulated(t *testing.T) {
 	fakeCUDA(t)
-	gpu := newFake(t, 0, GemmF32)
+	testLongRows(t, newFake(t, 0, GemmF32))
+}
+
+func testLongRows(t *testing.T, gpu *Backend) {
 	host := cpu.New(cpu.Options{Threads: 2})
 	rng := rand.New(rand.NewPCG(11, 12))
 	randn := func(n int, mean, scale float64) []float32 {
