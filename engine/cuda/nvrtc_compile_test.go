@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -124,48 +123,5 @@ func TestKernelsCompileWithNVRTC(t *testing.T) {
 			}
 		}
 		t.Log(table.String())
-	}
-}
-
-// vectorKernels are the kernels that move 16 bytes a thread at a time
-// (common.cuh's load8 and store8) on their aligned path.
-var vectorKernels = []string{
-	"cast", "add", "axpy", "scale", "swiglu", "swiglu_backward", "rmsnorm", "add_rmsnorm", "rmsnorm_backward_dx",
-	"rmsnorm_backward_dw_partial", "rope", "cross_entropy", "embedding", "embedding_backward", "adamw", "adamw_multi",
-}
-
-// vectorLoad and vectorStore match PTX's 128-bit accesses of four 32-bit
-// values (global or generic).
-var (
-	vectorLoad  = regexp.MustCompile(`\bld\.(global\.)?(nc\.)?v4\.(u32|b32|f32)\b`)
-	vectorStore = regexp.MustCompile(`\bst\.(global\.)?v4\.(u32|b32|f32)\b`)
-)
-
-// TestVectorAccessesNVRTC compiles the kernels to PTX with the real NVRTC
-// and checks that each of vectorKernels loads and stores with 128-bit
-// vector instructions (ld.v4 / st.v4 of mt_v16's four words): what the
-// emulator, which runs the same source as C++, cannot tell.
-func TestVectorAccessesNVRTC(t *testing.T) {
-	rtc := loadNVRTC(t)
-	src, headers := kernelSource()
-	target := kernelTarget{arch: 90}
-	img, err := compileKernels(rtc, src, headers, nvrtcOptions(target, false), target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ptx := string(img)
-	for _, name := range vectorKernels {
-		start := strings.Index(ptx, ".entry "+name+"(")
-		if start < 0 {
-			t.Errorf("kernel %s is not in the PTX", name)
-			continue
-		}
-		body := ptx[start:]
-		if end := strings.Index(body[1:], ".entry "); end >= 0 {
-			body = body[:end+1]
-		}
-		if !vectorLoad.MatchString(body) || !vectorStore.MatchString(body) {
-			t.Errorf("kernel %s has no 128-bit vector load and store in its PTX", name)
-		}
 	}
 }
