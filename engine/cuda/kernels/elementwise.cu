@@ -11,14 +11,14 @@
 // last, partial chunk and unaligned views go element by element. Each
 // element's arithmetic is the same on either path.
 
-// chunks is the number of VEC-element chunks of n elements.
-__device__ __forceinline__ i64 chunks(i64 n) { return (n + VEC - 1) / VEC; }
+// vec_chunks is the number of VEC-element chunks of n elements.
+__device__ __forceinline__ i64 vec_chunks(i64 n) { return (n + VEC - 1) / VEC; }
 
 // cast converts n elements between F32 and BF16 (either direction, or a
 // plain copy when the types agree).
 extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) cast(void* dst, int ddt, const void* src, int sdt, i64 n) {
   bool vec = vec_at(dst, ddt, 0) && vec_at(src, sdt, 0);
-  for (i64 c = global_thread(); c < chunks(n); c += grid_threads()) {
+  for (i64 c = global_thread(); c < vec_chunks(n); c += grid_threads()) {
     i64 i = c * VEC;
     bool full = vec && i + VEC <= n;
     float v[VEC];
@@ -30,7 +30,7 @@ extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) cast(void* dst, in
 // add computes dst = a + b; dst may be a or b.
 extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) add(void* dst, int ddt, const void* a, int adt, const void* b, int bdt, i64 n) {
   bool vec = vec_at(dst, ddt, 0) && vec_at(a, adt, 0) && vec_at(b, bdt, 0);
-  for (i64 c = global_thread(); c < chunks(n); c += grid_threads()) {
+  for (i64 c = global_thread(); c < vec_chunks(n); c += grid_threads()) {
     i64 i = c * VEC;
     bool full = vec && i + VEC <= n;
     float x[VEC], y[VEC];
@@ -47,7 +47,7 @@ extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) add(void* dst, int
 // axpy computes dst += alpha·x, the product rounded before the sum.
 extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) axpy(void* dst, int ddt, float alpha, const void* x, int xdt, i64 n) {
   bool vec = vec_at(dst, ddt, 0) && vec_at(x, xdt, 0);
-  for (i64 c = global_thread(); c < chunks(n); c += grid_threads()) {
+  for (i64 c = global_thread(); c < vec_chunks(n); c += grid_threads()) {
     i64 i = c * VEC;
     bool full = vec && i + VEC <= n;
     float d[VEC], v[VEC];
@@ -64,7 +64,7 @@ extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) axpy(void* dst, in
 // scale computes x *= alpha.
 extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) scale(void* x, int dt, float alpha, i64 n) {
   bool vec = vec_at(x, dt, 0);
-  for (i64 c = global_thread(); c < chunks(n); c += grid_threads()) {
+  for (i64 c = global_thread(); c < vec_chunks(n); c += grid_threads()) {
     i64 i = c * VEC;
     bool full = vec && i + VEC <= n;
     float v[VEC];
