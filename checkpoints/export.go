@@ -172,7 +172,9 @@ func CommitFolder(tmp, out string) error {
 // out must not exist, or be an empty folder.
 func ExportTemp(out string) (string, error) {
 	if entries, err := os.ReadDir(out); err == nil && len(entries) > 0 {
-		return "", fmt.Errorf("checkpoints: %s exists and is not empty: export into a new folder", out)
+		// About the caller's own path: no package prefix, as os's
+		// errors name a path.
+		return "", fmt.Errorf("%s exists and is not empty: export into a new folder", out)
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return "", fmt.Errorf("checkpoints: %w", err)
 	}
@@ -180,12 +182,8 @@ func ExportTemp(out string) (string, error) {
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return "", fmt.Errorf("checkpoints: %w", err)
 	}
-	tmp, err := os.MkdirTemp(parent, ".tmp-"+filepath.Base(out)+"-")
+	tmp, err := atomicfile.TempDir(parent, ".tmp-"+filepath.Base(out)+"-")
 	if err != nil {
-		return "", fmt.Errorf("checkpoints: %w", err)
-	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		os.RemoveAll(tmp)
 		return "", fmt.Errorf("checkpoints: %w", err)
 	}
 	return tmp, nil

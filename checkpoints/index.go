@@ -363,8 +363,9 @@ func (s *Set) ReadBlock(name string, r0, r1, c0, c1, flat0, flat1 int) ([]float3
 
 func (s *Set) readBlock(pt *pieceTensor, dst []float32, r0, r1, c0, c1 int, flat0, flat1 int64) error {
 	if err := pt.readBlock(dst, r0, r1, c0, c1, flat0, flat1); err != nil {
-		if strings.HasPrefix(err.Error(), "checkpoints: ") {
-			return err
+		var l located
+		if errors.As(err, &l) {
+			return l.error
 		}
 		return fmt.Errorf("checkpoints: %s: tensor %q: %w", s.dir, pt.name, err)
 	}

@@ -374,12 +374,18 @@ func (pt *pieceTensor) readBlock(dst []float32, r0, r1, c0, c1 int, flat0, flat1
 		n := min(w-int64(c), flat1-f)
 		// The run: row r0+r, columns c0+c … c0+c+n, into dst[f-flat0:].
 		if err := pt.readRun(dst[f-flat0:f-flat0+n], r0+r, c0+c, &scratch); err != nil {
-			return err
+			return located{err}
 		}
 		f += n
 	}
 	return nil
 }
+
+// located marks an error that names its piece file and tensor already (a
+// read's), which the set does not wrap again with its folder.
+type located struct{ error }
+
+func (l located) Unwrap() error { return l.error }
 
 // gridPiece is the piece of a PieceGrid tensor that holds element (r, c)
 // of the tensor, with its file opened and its offset from the header.

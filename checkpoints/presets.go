@@ -5,6 +5,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/memtrain/memtrain/internal/choice"
 )
 
 // A Preset is a named model shape: the small ones for tests and the demo,
@@ -74,7 +76,11 @@ func LookupPreset(name string) (Preset, error) {
 			return p, nil
 		}
 	}
-	return Preset{}, fmt.Errorf("checkpoints: unknown preset %q (want one of %s)", name, presetNames())
+	known := make([]string, len(presets))
+	for i, p := range presets {
+		known[i] = p.Name
+	}
+	return Preset{}, &choice.UnknownError{What: "preset", Name: name, Known: known}
 }
 
 // presetNames lists the presets' names, sorted, for messages.

@@ -134,7 +134,9 @@ func (p *parquetReader) next() (doc Document, err error) {
 	})
 	if err != nil && err != io.EOF {
 		var re *RecordError
-		if !errors.As(err, &re) && !strings.HasPrefix(err.Error(), "data: ") {
+		// A record's problem names its file and row already; read's
+		// other errors (the library's, the file's shape) get both here.
+		if !errors.As(err, &re) {
 			err = fmt.Errorf("data: %s: row group %d: %w", p.name, p.rg+1, err)
 		}
 	}

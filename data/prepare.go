@@ -35,6 +35,14 @@ type PrepareConfig struct {
 	// ChunkBytes is about how much text is encoded at a time, spread over
 	// the threads (0: 1 MiB, or 256 KiB per thread if more).
 	ChunkBytes int
+	// TokenizerFiles, when set, are tok's files (tokenizer.json, and
+	// tokenizer_config.json if it has one), stored in the dataset so that
+	// it decodes its own tokens (Store.Tokenizer).
+	TokenizerFiles map[string][]byte
+	// Warn, when set, is told what Prepare kept but a user should know:
+	// pretokenized documents that already start with the BOS it adds (a
+	// second BOS each).
+	Warn func(msg string)
 	// Chat, when set, reads chat records (ReadOptions.Chat) and renders
 	// each conversation with this template into a document whose loss is
 	// on its assistant turns only (ChatTemplate.Encode): a chat dataset,
@@ -97,6 +105,13 @@ func Prepare(out string, inputs []string, tok *tokenizer.Tokenizer, cfg PrepareC
 	if err != nil {
 		r.Close()
 		return nil, err
+	}
+	if cfg.TokenizerFiles != nil {
+		if err := w.AddTokenizer(cfg.TokenizerFiles); err != nil {
+			w.Abort()
+			r.Close()
+			return nil, err
+		}
 	}
 	chunkBytes := cfg.ChunkBytes
 	if chunkBytes <= 0 {
@@ -175,9 +190,11 @@ func Prepare(out string, inputs []string, tok *tokenizer.Tokenizer, cfg PrepareC
 				continue
 			}
 			var texts []string
-			for _, d := range chunk {
+			for i, d := range chunk {
 				if d.IDs == nil {
 					texts = append(texts, d.Text)
+				} else {
+					chunk[i].pretokenized = true
 				}
 			}
 			ids, errs := tok.EncodeBatchEach(texts, opt, cfg.Threads)
@@ -200,6 +217,8 @@ func Prepare(out string, inputs []string, tok *tokenizer.Tokenizer, cfg PrepareC
 		}
 	})
 	// Write.
+	bos, hasBOS := tok.BOS()
+	var doubleBOS int64
 	var encProblems Problems
 	encProblems.MaxExamples = ropt.MaxExamples
 	perSource := map[string]int64{}
@@ -231,6 +250,9 @@ func Prepare(out string, inputs []string, tok *tokenizer.Tokenizer, cfg PrepareC
 				}
 				continue
 			}
+			if doc.pretokenized && cfg.BOS && hasBOS && doc.IDs[0] == bos {
+				doubleBOS++
+			}
 			if _, err := w.Add(doc); err != nil {
 				w.Abort()
 				return nil, err
@@ -249,6 +271,10 @@ func Prepare(out string, inputs []string, tok *tokenizer.Tokenizer, cfg PrepareC
 	if kept == 0 {
 		w.Abort()
 		return nil, noDocuments(inputs, problems)
+	}
+	if doubleBOS > 0 && cfg.Warn != nil {
+		cfg.Warn(fmt.Sprintf("%d of %d pretokenized documents already start with BOS (id %d) and got a second one; "+
+			"prepare them with BOS off to take their ids as given", doubleBOS, kept, bos))
 	}
 	sources := r.Sources()
 	for i := range sources {

@@ -3,6 +3,7 @@ package data
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -213,5 +214,98 @@ func TestPrepareReportsEncodeFailures(t *testing.T) {
 	var re *RecordError
 	if !errors.As(err, &re) || re.Problem.Kind != EncodeFailed {
 		t.Errorf("strict: %v, want a RecordError of kind %s", err, EncodeFailed)
+	}
+}
+
+// A pretokenized record that already starts with BOS gets a second one
+// only when BOS is asked for, and then Prepare says so through Warn.
+func TestPreparePretokenizedBOS(t *testing.T) {
+	tok := tiny(t)
+	bos, ok := tok.BOS()
+	if !ok {
+		t.Fatal("the test tokenizer has no BOS")
+	}
+	dir := t.TempDir()
+	in := writeFile(t, dir, "ids.jsonl", fmt.Sprintf("{\"input_ids\": [%d, 20, 21]}\n{\"input_ids\": [20, 22]}\n", bos))
+	for _, c := range []struct {
+		bos    bool
+		tokens int64
+		warn   string
+	}{
+		{false, 5, ""},
+		{true, 7, "1 of 2 pretokenized documents already start with BOS"},
+	} {
+		var warnings []string
+		out := filepath.Join(dir, fmt.Sprintf("ds-%v", c.bos))
+		m, err := Prepare(out, []string{in}, tok, PrepareConfig{SeqLen: 8, BOS: c.bos, Read: ReadOptions{Pretokenized: true},
+			Warn: func(msg string) { warnings = append(warnings, msg) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Counts.Tokens != c.tokens {
+			t.Errorf("bos %v: %d tokens, want %d", c.bos, m.Counts.Tokens, c.tokens)
+		}
+		// A dataset is read like every other output: 0755, not
+		// os.MkdirTemp's 0700.
+		if st, err := os.Stat(out); err != nil {
+			t.Error(err)
+		} else if st.Mode().Perm() != 0o755 {
+			t.Errorf("%s: mode %v, want a 0755 folder", out, st.Mode())
+		}
+		switch {
+		case c.warn == "" && len(warnings) != 0:
+			t.Errorf("bos %v: warnings %q, want none", c.bos, warnings)
+		case c.warn != "" && (len(warnings) != 1 || !strings.Contains(warnings[0], c.warn)):
+			t.Errorf("bos %v: warnings %q, want one containing %q", c.bos, warnings, c.warn)
+		}
+	}
+}
+
+// A dataset carries the tokenizer it was made with when given its files:
+// Store.Tokenizer decodes its tokens, refuses a replaced file, and is nil
+// for a dataset made without one.
+func TestStoreTokenizer(t *testing.T) {
+	tok, files, err := OpenTokenizer("testdata/tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	in := writeFile(t, dir, "in.jsonl", "{\"text\": \"ab ba\"}\n")
+	with, without := filepath.Join(dir, "with"), filepath.Join(dir, "without")
+	if _, err := Prepare(with, []string{in}, tok, PrepareConfig{SeqLen: 8, TokenizerFiles: files}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Prepare(without, []string{in}, tok, PrepareConfig{SeqLen: 8}); err != nil {
+		t.Fatal(err)
+	}
+	open := func(ds string) (*tokenizer.Tokenizer, error) {
+		t.Helper()
+		s, err := OpenStore(ds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		return s.Tokenizer()
+	}
+	got, err := open(with)
+	if err != nil || got == nil || got.Hash() != tok.Hash() {
+		t.Fatalf("Tokenizer of %s: %v, %v; want the preparing tokenizer", with, got, err)
+	}
+	if got, err := open(without); got != nil || err != nil {
+		t.Errorf("Tokenizer of a dataset without one: %v, %v; want nil, nil", got, err)
+	}
+	// Another tokenizer's file in its place is refused by its checksum.
+	other := filepath.Join(with, tokenizer.FileName)
+	b, _ := os.ReadFile(other)
+	if err := os.WriteFile(other, append(b, ' '), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open(with); err == nil || !strings.Contains(err.Error(), "tokenizer.json") {
+		t.Errorf("a replaced tokenizer.json: %v, want an error naming it", err)
+	}
+	// Files that are not the tokens' tokenizer are not stored.
+	bad := map[string][]byte{tokenizer.FileName: append(files[tokenizer.FileName], '\n')}
+	if _, err := Prepare(filepath.Join(dir, "bad"), []string{in}, tok, PrepareConfig{SeqLen: 8, TokenizerFiles: bad}); err == nil {
+		t.Error("Prepare stored another tokenizer's file")
 	}
 }

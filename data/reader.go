@@ -43,6 +43,9 @@ type Document struct {
 	// chatErr is why Prepare could not render Messages; encodeErr why the
 	// tokenizer could not encode Text.
 	chatErr, encodeErr string
+	// pretokenized marks, in Prepare, a document whose IDs were read, not
+	// encoded.
+	pretokenized bool
 }
 
 // A Format is an input file format.

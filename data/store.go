@@ -517,6 +517,41 @@ func (s *Store) open() error {
 	return nil
 }
 
+// Tokenizer is the tokenizer the dataset carries (StoreWriter.AddTokenizer:
+// data prepare stores it), checked against the manifest; nil, with no
+// error, for a dataset made without one.
+func (s *Store) Tokenizer() (*tokenizer.Tokenizer, error) {
+	if _, ok := s.m.Files[tokenizer.FileName]; !ok {
+		return nil, nil
+	}
+	read := func(name string) ([]byte, error) {
+		if _, ok := s.m.Files[name]; !ok {
+			return nil, nil
+		}
+		b, err := inputfile.ReadFile(s.path(name))
+		if err != nil {
+			return nil, fmt.Errorf("data: %w", err)
+		}
+		return b, s.checkFile(name, b)
+	}
+	tj, err := read(tokenizer.FileName)
+	if err != nil {
+		return nil, err
+	}
+	cj, err := read(tokenizer.ConfigFileName)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := tokenizer.Parse(s.path(tokenizer.FileName), tj, cj)
+	if err != nil {
+		return nil, err
+	}
+	if tok.Hash() != s.m.Tokenizer.SHA256 {
+		return nil, s.errorf(tokenizer.FileName, "sha256 %s, but the tokens were made with %s", tok.Hash(), s.m.Tokenizer.SHA256)
+	}
+	return tok, nil
+}
+
 // checkFile compares a file's size and checksum with the manifest's.
 func (s *Store) checkFile(name string, b []byte) error {
 	fi, ok := s.m.Files[name]

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/memtrain/memtrain/data/tokenizer"
 	"github.com/memtrain/memtrain/internal/atomicfile"
 )
 
@@ -72,7 +73,7 @@ func CreateStore(dir string, tok TokenizerInfo, set Settings) (*StoreWriter, err
 	// A writer killed before it committed or aborted left its temporary
 	// folder: those of this dataset that no live writer holds go first.
 	removeStaleTemps(parent, base)
-	tmp, err := os.MkdirTemp(parent, "."+base+".tmp-*")
+	tmp, err := atomicfile.TempDir(parent, "."+base+".tmp-*")
 	if err != nil {
 		return nil, fmt.Errorf("data: %w", err)
 	}
@@ -329,7 +330,10 @@ func (w *StoreWriter) commit(sources []Source, problems *Problems) (*Manifest, e
 		return nil, fmt.Errorf("data: %w", err)
 	}
 	w.f = nil
-	m.Files = map[string]FileInfo{TokensFile: {Bytes: size, SHA256: hexSum(h)}}
+	if m.Files == nil {
+		m.Files = map[string]FileInfo{}
+	}
+	m.Files[TokensFile] = FileInfo{Bytes: size, SHA256: hexSum(h)}
 	if w.mw != nil {
 		fi, err := w.commitMask()
 		if err != nil {
@@ -385,6 +389,39 @@ func (w *StoreWriter) commit(sources []Source, problems *Problems) (*Manifest, e
 	}
 	out := *m
 	return &out, nil
+}
+
+// AddTokenizer stores the tokenizer's files in the dataset
+// (tokenizer.json, which must be the one the tokens were made with, and
+// tokenizer_config.json when given), so that the dataset decodes its own
+// tokens: Store.Tokenizer. Each is listed with its checksum.
+func (w *StoreWriter) AddTokenizer(files map[string][]byte) error {
+	if w.err != nil {
+		return w.err
+	}
+	tj, ok := files[tokenizer.FileName]
+	if !ok {
+		return fmt.Errorf("data: no %s to store in the dataset", tokenizer.FileName)
+	}
+	if sum := sha256.Sum256(tj); hex.EncodeToString(sum[:]) != w.m.Tokenizer.SHA256 {
+		return fmt.Errorf("data: %s is not the dataset's tokenizer (sha256 %x, the dataset's %s)", tokenizer.FileName, sum, w.m.Tokenizer.SHA256)
+	}
+	for _, name := range []string{tokenizer.FileName, tokenizer.ConfigFileName} {
+		b, ok := files[name]
+		if !ok {
+			continue
+		}
+		if err := writeSynced(filepath.Join(w.tmp, name), b); err != nil {
+			w.err = err
+			return err
+		}
+		sum := sha256.Sum256(b)
+		if w.m.Files == nil {
+			w.m.Files = map[string]FileInfo{}
+		}
+		w.m.Files[name] = FileInfo{Bytes: int64(len(b)), SHA256: hex.EncodeToString(sum[:])}
+	}
+	return nil
 }
 
 // commitMask completes mask.bin: its header, a sync and its checksum.

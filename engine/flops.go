@@ -2,9 +2,15 @@ package engine
 
 import "github.com/memtrain/memtrain/checkpoints"
 
-// MatmulParams is N in the MFU convention: every parameter that takes part
-// in a matrix multiply, so the embedding lookup is excluded and the LM head
-// included (once, even when tied to the embedding).
+// MatmulParams is N in the MFU convention: the non-embedding parameters
+// and the LM head (once, even when tied to the embedding), so the
+// embedding lookup is excluded; the norm weights, (2L+1)·H of them and no
+// GEMM's, are in, as PaLM counts N.
+//
+// These are model FLOPs, the numerator of MFU, the same whatever the
+// engine executes; what a step executes, call by call (the causal half of
+// attention's scores, recomputation), is Kernel.Cost's (cost.go), and
+// engine/llama's kernel list test ties the two together.
 func MatmulParams(cfg *checkpoints.Config) int64 {
 	n := cfg.Params().NonEmbedding
 	// The head multiplies whether or not it shares the embedding's storage.

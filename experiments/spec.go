@@ -551,7 +551,7 @@ func (s *Spec) checkBase(b Base) error {
 		// That it resolves; the runner verifies its bytes once, when it
 		// resolves the models to use (Runner.resolveModels).
 		if _, _, err := finetune.ResolvePath(s.path(b.Model)); err != nil {
-			return fmt.Errorf("model: %w", err)
+			return err // "model PATH: why"
 		}
 		return nil
 	}

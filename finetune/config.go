@@ -46,7 +46,7 @@ type Config struct {
 	SaveAsync  bool    `yaml:"save_async" help:"write checkpoints in the background: the step's weights and moments are copied to host memory (a copy of each rank's shards, reused) and written while training goes on; the last one and one at a stop are written at once"`
 	Seed       uint64  `yaml:"seed" resume:"same" help:"data order seed"`
 	Recompute  bool    `yaml:"recompute" help:"recompute activations in the backward pass (less memory)"`
-	Precision  string  `yaml:"precision" default:"f32" help:"f32, or bf16: mixed precision (bf16 activations and weight copies; float32 master weights, gradients, moments and loss); not on grids that split the model (x·y·z > 1)"`
+	Precision  string  `yaml:"precision" default:"f32" help:"f32, or bf16: mixed precision (bf16 activations and weight copies; float32 master weights, gradients, moments and loss), on every grid"`
 	SaveDType  string  `yaml:"save_dtype" default:"f32" help:"weights of the finished run's HF export (RUN/final): f32 or bf16; training checkpoints keep float32"`
 
 	LoRA       LoRA       `yaml:"lora"`

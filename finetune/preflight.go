@@ -37,12 +37,30 @@ func Preflight(cfg Config, g comm.Grid, ov parallel.Overlap, have []engine.Devic
 	if err := checkBatch(cfg, store); err != nil {
 		return err
 	}
+	if err := checkDataFits(cfg, store, model); err != nil {
+		return err
+	}
 	w, err := work(cfg, model, store, g, ov)
 	if err != nil {
 		return err
 	}
 	if err := llama.Preflight(model, w, have); err != nil {
 		return fmt.Errorf("finetune: %s: %w", cfg.Model, err)
+	}
+	return nil
+}
+
+// checkDataFits refuses a dataset the model cannot take: more token ids
+// than its vocabulary, longer sequences than its positions. The preflight
+// runs it before a run folder is made, the run again on what it opened.
+func checkDataFits(cfg Config, store *data.Store, model *checkpoints.Config) error {
+	man := store.Manifest()
+	if man.Tokenizer.VocabSize > model.VocabSize {
+		return fmt.Errorf("finetune: %s: vocabulary of %d tokens, the model has %d", cfg.Data, man.Tokenizer.VocabSize, model.VocabSize)
+	}
+	if store.SeqLen() > model.MaxPositionEmbeddings {
+		return fmt.Errorf("finetune: %s: sequence length %d exceeds the model's max_position_embeddings %d (prepare the data with a sequence length of %d or less)",
+			cfg.Data, store.SeqLen(), model.MaxPositionEmbeddings, model.MaxPositionEmbeddings)
 	}
 	return nil
 }

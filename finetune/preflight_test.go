@@ -44,13 +44,12 @@ func TestPreflight(t *testing.T) {
 		{"in-process ranks share the host", func(c *Config) {}, comm.Grid{Data: 2, X: 1, Y: 1, Z: 1}, oneRank, " for its 2 ranks, but "},
 		{"invalid", func(c *Config) { c.MicroBatch = 3 }, comm.Grid{}, 1 << 30, "micro_batch 3 does not divide batch_size 8"},
 		// Mixed precision: sized by the engine's accounting (half the
-		// activations, the weights' bf16 copies), refused where the
-		// engine cannot compute it, before anything loads.
+		// activations, the weights' bf16 copies), on every grid.
 		{"bf16 fits", func(c *Config) { c.Precision = "bf16" }, comm.Grid{}, bf16Rank, ""},
 		{"bf16 a byte short", func(c *Config) { c.Precision = "bf16" }, comm.Grid{}, bf16Rank - 1, "not enough memory on host: training "},
 		{"bf16 data-parallel", func(c *Config) { c.Precision = "bf16" }, comm.Grid{Data: 2, X: 1, Y: 1, Z: 1}, 1 << 30, ""},
-		{"bf16 on x = 2", func(c *Config) { c.Precision = "bf16" }, comm.Grid{Data: 1, X: 2, Y: 1, Z: 1}, 1 << 30,
-			"finetune: precision bf16: llama: bf16 activations on a grid that splits the model (X·Y·Z = 2·1·1) are not supported"},
+		{"bf16 on x = 2", func(c *Config) { c.Precision = "bf16" }, comm.Grid{Data: 1, X: 2, Y: 1, Z: 1}, 1 << 30, ""},
+		{"bf16 on z = 2", func(c *Config) { c.Precision = "bf16" }, comm.Grid{Data: 1, X: 1, Y: 1, Z: 2}, 1 << 30, ""},
 		{"bf16 with adapters", func(c *Config) { c.Precision, c.LoRA.Rank = "bf16", 2 }, comm.Grid{}, 1 << 30, ""},
 		{"bf16 with adapters on a float32 base", func(c *Config) { c.Precision, c.LoRA.Rank, c.LoRA.BaseDType = "bf16", 2, "f32" }, comm.Grid{}, 1 << 30,
 			"finetune: lora.base_dtype f32 with precision bf16: bf16 activations multiply the frozen base in bf16 (want auto or bf16)"},

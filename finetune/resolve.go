@@ -36,9 +36,6 @@ func ResolveModel(path string) (dir string, resolved bool, err error) {
 		return dir, resolved, err
 	}
 	if _, verr := VerifyCheckpoint(dir); verr != nil {
-		if !resolved {
-			return "", false, verr // "finetune: DIR: FILE: why", as inspect --verify says it
-		}
 		var ce *CheckpointError
 		if errors.As(verr, &ce) {
 			verr = fmt.Errorf("%s: %s", ce.Path, ce.short())
@@ -46,23 +43,44 @@ func ResolveModel(path string) (dir string, resolved bool, err error) {
 		if resolved {
 			ckdir := filepath.Dir(dir)
 			if ok, _, lerr := LatestVerified(ckdir); lerr == nil {
-				return "", false, fmt.Errorf("finetune: model %s: its latest checkpoint is damaged: %w; the newest intact one is %s: name it as the model to use it", path, verr, ok)
+				return "", false, &ResolveError{What: "model", Path: path,
+					Err: fmt.Errorf("its latest checkpoint is damaged: %w; the newest intact one is %s: name it as the model to use it", verr, ok)}
 			}
 		}
-		return "", false, fmt.Errorf("finetune: model %s: %w", path, verr)
+		return "", false, &ResolveError{What: "model", Path: path, Err: verr}
 	}
 	return dir, resolved, nil
 }
 
+// ResolveError is a model or adapter path that does not resolve. Its
+// message names the path and what is wrong with it, without a package
+// prefix: it is about the user's input, which each command reports in its
+// own words ("generate: model nosuch: no such file or folder …").
+type ResolveError struct {
+	What string // "model" or "adapter"
+	Path string // as given
+	Err  error
+}
+
+func (e *ResolveError) Error() string { return e.What + " " + e.Path + ": " + e.Err.Error() }
+func (e *ResolveError) Unwrap() error { return e.Err }
+
 // ResolvePath is ResolveModel without the verification, for a reader of a
 // checkpoint's metadata alone (inspect, which verifies on request).
 func ResolvePath(path string) (dir string, resolved bool, err error) {
+	fail := func(format string, args ...any) (string, bool, error) {
+		return "", false, &ResolveError{What: "model", Path: path, Err: fmt.Errorf(format, args...)}
+	}
 	info, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", false, fmt.Errorf("finetune: model %s: no such file or folder (want a checkpoint folder, a run folder or its %s file)", path, filepath.Join(CheckpointsDir, LatestFile))
+		return fail("no such file or folder (want a checkpoint folder, a run folder or its %s file)", filepath.Join(CheckpointsDir, LatestFile))
 	}
 	if err != nil {
-		return "", false, fmt.Errorf("finetune: model %w", err)
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return fail("%w", err)
 	}
 	latest := ""
 	switch {
@@ -73,15 +91,15 @@ func ResolvePath(path string) (dir string, resolved bool, err error) {
 	case info.IsDir() && isFile(filepath.Join(path, CheckpointsDir, LatestFile)):
 		latest = filepath.Join(path, CheckpointsDir)
 	default:
-		return "", false, fmt.Errorf("finetune: model %s: not a checkpoint folder (with %s), a run folder (with %s) or a %s file",
-			path, checkpoints.ConfigFile, filepath.Join(CheckpointsDir, LatestFile), filepath.Join(CheckpointsDir, LatestFile))
+		return fail("not a checkpoint folder (with %s), a run folder (with %s) or a %s file",
+			checkpoints.ConfigFile, filepath.Join(CheckpointsDir, LatestFile), filepath.Join(CheckpointsDir, LatestFile))
 	}
-	dir, err = LatestCheckpoint(latest)
+	dir, err = latestCheckpoint(latest)
 	if err != nil {
-		return "", false, fmt.Errorf("finetune: model %s: %w", path, err)
+		return fail("%w", err)
 	}
 	if !isFile(filepath.Join(dir, checkpoints.ConfigFile)) {
-		return "", false, fmt.Errorf("finetune: model %s: %s names %s, which has no %s", path, filepath.Join(latest, LatestFile), dir, checkpoints.ConfigFile)
+		return fail("%s names %s, which has no %s", filepath.Join(latest, LatestFile), dir, checkpoints.ConfigFile)
 	}
 	return dir, true, nil
 }
@@ -121,14 +139,14 @@ func ResolveAdapted(model, adapter string) (ref ModelRef, note string, err error
 	}
 	if adapterDir != "" {
 		if adapter != "" {
-			return ModelRef{}, "", fmt.Errorf("finetune: model %s is a LoRA adapter already; give its base as the model to add adapter %s", model, adapter)
+			return ModelRef{}, "", &ResolveError{What: "model", Path: model, Err: fmt.Errorf("is a LoRA adapter already; give its base as the model to add adapter %s", adapter)}
 		}
 		base, err := checkpoints.AdapterBase(adapterDir)
 		if err != nil {
 			return ModelRef{}, "", err
 		}
 		if base == "" || !isFile(filepath.Join(base, checkpoints.ConfigFile)) {
-			return ModelRef{}, "", fmt.Errorf("finetune: model %s is a LoRA adapter of %q, which is not a local checkpoint folder: give the base as the model and %s as the adapter", model, base, adapterDir)
+			return ModelRef{}, "", &ResolveError{What: "model", Path: model, Err: fmt.Errorf("is a LoRA adapter of %q, which is not a local checkpoint folder: give the base as the model and %s as the adapter", base, adapterDir)}
 		}
 		return ModelRef{Dir: base, Adapter: adapterDir}, fmt.Sprintf("%s → %s with the LoRA adapter %s", model, base, adapterDir), nil
 	}
@@ -137,7 +155,7 @@ func ResolveAdapted(model, adapter string) (ref ModelRef, note string, err error
 	}
 	if adapter != "" {
 		if !isFile(filepath.Join(adapter, checkpoints.AdapterConfigFile)) {
-			return ModelRef{}, "", fmt.Errorf("finetune: adapter %s: not a PEFT adapter folder (no %s)", adapter, checkpoints.AdapterConfigFile)
+			return ModelRef{}, "", &ResolveError{What: "adapter", Path: adapter, Err: fmt.Errorf("not a PEFT adapter folder (no %s)", checkpoints.AdapterConfigFile)}
 		}
 	}
 	return ModelRef{Dir: dir, Adapter: adapter}, note, nil

@@ -466,7 +466,7 @@ func TestEvalEveryWithoutHoldout(t *testing.T) {
 // exist says so and what a model path may be, not "stat …".
 func TestResolveMissingModel(t *testing.T) {
 	_, _, err := ResolveModel("nosuch")
-	if err == nil || err.Error() != "finetune: model nosuch: no such file or folder (want a checkpoint folder, a run folder or its checkpoints/latest file)" {
+	if err == nil || err.Error() != "model nosuch: no such file or folder (want a checkpoint folder, a run folder or its checkpoints/latest file)" {
 		t.Errorf("ResolveModel(nosuch): %v", err)
 	}
 }

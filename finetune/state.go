@@ -236,14 +236,8 @@ func makeTemp(dir, name string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("finetune: %w", err)
 	}
-	tmp, err := os.MkdirTemp(dir, ".tmp-"+name+"-")
+	tmp, err := atomicfile.TempDir(dir, ".tmp-"+name+"-")
 	if err != nil {
-		return "", fmt.Errorf("finetune: %w", err)
-	}
-	// MkdirTemp makes the folder 0700; a checkpoint is read like every
-	// other output (files are 0644).
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		os.RemoveAll(tmp)
 		return "", fmt.Errorf("finetune: %w", err)
 	}
 	return tmp, nil
@@ -300,16 +294,26 @@ func commit(dir, name, tmp string, man Manifest, opt SaveOptions) error {
 // LatestCheckpoint returns the path of the newest complete checkpoint in
 // dir, following its latest pointer.
 func LatestCheckpoint(dir string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(dir, LatestFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("finetune: %s: no checkpoint (no %s file)", dir, LatestFile)
-	}
+	path, err := latestCheckpoint(dir)
 	if err != nil {
 		return "", fmt.Errorf("finetune: %w", err)
 	}
+	return path, nil
+}
+
+// latestCheckpoint is LatestCheckpoint with errors that name dir but no
+// package, for ResolvePath's ResolveError.
+func latestCheckpoint(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, LatestFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("%s: no checkpoint (no %s file)", dir, LatestFile)
+	}
+	if err != nil {
+		return "", err
+	}
 	name := strings.TrimSpace(string(b))
 	if name == "" || name != filepath.Base(name) || strings.HasPrefix(name, ".") {
-		return "", fmt.Errorf("finetune: %s: %s holds %q, not a checkpoint name", dir, LatestFile, name)
+		return "", fmt.Errorf("%s: %s holds %q, not a checkpoint name", dir, LatestFile, name)
 	}
 	return filepath.Join(dir, name), nil
 }

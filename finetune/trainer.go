@@ -178,11 +178,8 @@ func OpenParallel(cfg Config, b engine.Backend, grid *parallel.Grid, resume stri
 			return fail(fmt.Errorf("finetune: %s was tokenized with another tokenizer than %s's (tokenizer hash %.12s…, the model's %.12s…)", cfg.Data, cfg.Model, man.Tokenizer.SHA256, got))
 		}
 	}
-	if man.Tokenizer.VocabSize > ck.Config.VocabSize {
-		return fail(fmt.Errorf("finetune: %s: vocabulary of %d tokens, the model has %d", cfg.Data, man.Tokenizer.VocabSize, ck.Config.VocabSize))
-	}
-	if store.SeqLen() > ck.Config.MaxPositionEmbeddings {
-		return fail(fmt.Errorf("finetune: %s: sequence length %d exceeds the model's max_position_embeddings %d", cfg.Data, store.SeqLen(), ck.Config.MaxPositionEmbeddings))
+	if err := checkDataFits(cfg, store, ck.Config); err != nil {
+		return fail(err)
 	}
 	if cfg.Samples.Every > 0 {
 		if err := r.prepareSamples(ck.Config.MaxPositionEmbeddings); err != nil {

@@ -5,6 +5,14 @@
 #   bash scripts/gpu-build.sh            # → gpu-bin/memtrain, gpu-bin/cuda.test
 #   OUT=/some/dir bash scripts/gpu-check.sh [BIN]   # on the GPU machine; BIN defaults to gpu-bin
 #
+# What must travel with it: the repository's tracked files (this script,
+# scripts/gpu/*.py, data/assets/austen.jsonl.gz) and the built, git-ignored
+# folder gpu-bin/ (memtrain, cuda.test, COMMIT) — with the device runner,
+# `carry: ["gpu-bin"]`. The GPU machine needs no Go and no network: the
+# CUDA libraries are found where a driver, a toolkit or a pip wheel put them
+# (the CUDA 13 wheels' site-packages/nvidia/cu13/lib and nvidia/nccl/lib
+# included; $PYTHON's site-packages are searched), torch from $PYTHON.
+#
 # Results: exactly two files in $OUT — gpu-check.md, the summary (also
 # printed on stdout at the end), and gpu-check-logs.tar.gz, every stage's
 # logs and measurements — so that they fit a device runner that returns at
@@ -12,11 +20,17 @@
 #
 # Stages, the most important numbers first:
 #   0. nvidia-smi, the libraries memtrain finds (and torch's), versions;
-#   1. the conformance suite on the GPU against the float64 references, a
+#      the kernels compiled by the device's own NVRTC for sm_80 and sm_90
+#      (the register, thread and stack-frame table of each kernel);
+#   1. the conformance suite on the GPU against the float64 references, the
+#      tensor-core attention on ragged lengths, head sizes and groups, a
 #      small Llama's training step and generations against the CPU backend,
 #      bf16 storage, the backend's contracts, a steady-state step with no
 #      allocation (the counters), NCCL, a small Llama trained on a
 #      grid of up to 4 GPUs against the CPU (cuda.test -test.run TestGPU);
+#   1b. bf16 causal attention, forward and backward, at the 8B head shape
+#      (32 heads, 8 key/value heads, 128) and T = 4096, 8192: memtrain's
+#      kernels against torch's flash scaled_dot_product_attention;
 #   2. training-step tokens/s and MFU of Llama-3.1-8B cut to 4 layers at
 #      sequence 2048: memtrain (the step that trains: sums on the device,
 #      one fused AdamW; bf16 activations, then float32), plain torch
@@ -32,6 +46,9 @@
 #      and torch;
 #   6. the checkpoint memtrain saved on the GPU in stage 3, loaded by
 #      transformers (if installed): per-document losses and greedy tokens.
+# The whole run ends within $BUDGET seconds (default 440, under the device
+# runner's eight minutes with the packing): each command's time limit is
+# cut to the time left, and a stage with too little left is skipped.
 # A stage that is skipped — out of time, a test that skips (a library not
 # found), transformers missing — counts as a failure, not a pass.
 # Exit status: 0 when every stage ran and passed, 1 otherwise.
@@ -63,34 +80,50 @@ finish() {
 trap finish EXIT
 # One kernel cache for every stage: NVRTC compiles once, in stage 0.
 export MEMTRAIN_CUDA_CACHE="$WORK/kernel-cache"
+# NCCL on one machine: the loopback interface, whatever else the machine
+# has (a container's interfaces may not route between its own ranks).
+export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
+BUDGET=${BUDGET:-440}
 W="$WORK/ft" # stage 3's runs, which stage 6 reads
 failed=0
 start=$(date +%s)
 if [ -n "${QUICK:-}" ]; then
-  GEMM=64 STEP_MODEL=tiny:2 ONE_B=tiny SEQ=32 FT_STEPS=2 FT_SEQ=16 FT_BATCH=2
+  GEMM=64 STEP_MODEL=tiny:2 ONE_B=tiny SEQ=32 FT_STEPS=2 FT_SEQ=16 FT_BATCH=2 ATTN_SEQ=40 ATTN_HEADS=2,1,64
 else
-  GEMM=8192 STEP_MODEL=llama3.1-8b:4 ONE_B=llama3.2-1b SEQ=2048 FT_STEPS=20 FT_SEQ=128 FT_BATCH=8
+  GEMM=8192 STEP_MODEL=llama3.1-8b:4 ONE_B=llama3.2-1b SEQ=2048 FT_STEPS=20 FT_SEQ=128 FT_BATCH=8 ATTN_SEQ=4096,8192 ATTN_HEADS=32,8,128
 fi
 
 note() { printf '%s\n' "$*" >>"$MD"; }
-# stage TITLE: starts a stage, or returns 1 when the time budget
-# ($BUDGET seconds, default 450) has less than a stage's worth left: a
-# skipped stage is a failure.
+# left: the seconds of the budget still unused.
+left() { echo $((BUDGET - ($(date +%s) - start))); }
+# limit SECONDS: SECONDS, or the time left in the budget when that is less.
+limit() {
+  local rest=$(($(left) - 5))
+  if [ "$rest" -lt "$1" ]; then echo $((rest < 1 ? 1 : rest)); else echo "$1"; fi
+}
+# stage TITLE: starts a stage, or returns 1 when the time budget has less
+# than a stage's worth left: a skipped stage is a failure.
 stage() {
-  local used=$(($(date +%s) - start))
   printf '\n## %s\n\n' "$1" >>"$MD"
-  printf '== %s (%ss)\n' "$1" "$used"
-  if [ $((${BUDGET:-450} - used)) -lt 25 ]; then
-    note "- **FAIL** skipped: out of time (${used} s used of ${BUDGET:-450})"
+  printf '== %s (%ss)\n' "$1" "$(($(date +%s) - start))"
+  if [ "$(left)" -lt 25 ]; then
+    note "- **FAIL** skipped: out of time ($(($(date +%s) - start)) s used of $BUDGET)"
     failed=1
     return 1
   fi
 }
-# run LOG LIMIT CMD...: runs CMD with a time limit, appending to LOG.
+# run LOG LIMIT CMD...: runs CMD with a time limit — LIMIT, or the time
+# left in the budget when that is less — appending to LOG. Out of time,
+# it runs nothing and fails (124, as timeout would).
 run() {
-  local log=$1 limit=$2
+  local log=$1 limit
+  limit=$(limit "$2")
   shift 2
-  echo "\$ $*" >>"$log"
+  echo "\$ $*  (limit ${limit} s)" >>"$log"
+  if [ "$(left)" -lt 6 ]; then
+    echo "[not run: out of time]" >>"$log"
+    return 124
+  fi
   timeout -k 5 "$limit" "$@" >>"$log" 2>&1
   local rc=$?
   echo "[exit $rc]" >>"$log"
@@ -138,7 +171,16 @@ for path in sys.argv[1:]:
             pass
 if not rows:
     raise SystemExit(1)
-if "tflops" in rows[0]:
+if rows[0].get("bench") == "attention" or "seq_len" in rows[0] and "tflops" in rows[0]:
+    print("| impl | case | T | heads (kv) × dim | ms | TFLOP/s | memtrain ÷ torch |\n| --- | --- | ---: | --- | ---: | ---: | ---: |")
+    torch = {(r["case"], r["seq_len"]): r["tflops"] for r in rows if r.get("impl", "").startswith("torch")}
+    for r in rows:
+        ratio = ""
+        if "impl" not in r and (r["case"], r["seq_len"]) in torch:
+            ratio = f"{r['tflops'] / torch[(r['case'], r['seq_len'])]:.2f}×"
+        print(f"| {r.get('impl', 'memtrain')} | {r['case']} | {r['seq_len']} | {r['heads']} ({r['kv_heads']}) × {r['head_dim']} | "
+              f"{r['ms']:.2f} | {r['tflops']:.1f} | {ratio} |")
+elif "tflops" in rows[0]:
     print("| impl | case | size | ms | TFLOP/s |\n| --- | --- | --- | ---: | ---: |")
     for r in rows:
         print(f"| {r.get('impl', 'memtrain')} | {r['case']} | {r['m']}×{r['n']}×{r['k']} | {r['ms']:.2f} | {r['tflops']:.1f} |")
@@ -181,17 +223,44 @@ note '```'
 grep -E "^(torch|transformers) |gpu_test.go:[0-9]+: cuda:|no GPU" "$L" | sed 's/^ *//' >>"$MD"
 note '```'
 verdict "memtrain loads CUDA and compiles its kernels" $rc
+# The device's own NVRTC compiles every kernel for sm_80 and sm_90: the
+# registers, threads and stack frames it gives (CI's NVRTC 11.8 checks the
+# same rules).
+L="$LOGS/stage0-nvrtc.log"
+# (A dry run on the fake libraries compiles with the machine's real NVRTC.)
+nvrtc_env=()
+[ -n "${QUICK:-}" ] && nvrtc_env=(-u MEMTRAIN_CUDA_LIB_DIR)
+MEMTRAIN_REQUIRE_NVRTC=1 run "$L" 120 env "${nvrtc_env[@]}" "$CT" -test.run '^TestKernelsCompileWithNVRTC$' -test.v -test.count=1
+rc=$?
+note '```'
+grep -E "nvrtc_compile_test.go:[0-9]+: NVRTC|^(--- |ok|FAIL)" "$L" | sed 's/^ *//' | head -8 >>"$MD"
+note '```'
+verdict "the device's NVRTC compiles every kernel (register and frame table in stage0-nvrtc.log)" $rc
 
 # ---------------------------------------------------------------------------
 if stage "1. Conformance on the GPU"; then
   L="$LOGS/stage1-conformance.log"
-  run "$L" 180 "$CT" -test.run '^TestGPU(Conformance|Model|BF16|Backend|SteadyState|NCCL|Grid)$' -test.v -test.count=1 -test.timeout 170s
+  run "$L" 180 "$CT" -test.run '^TestGPU(Conformance|Model|BF16|Backend|SteadyState|NCCL|Grid|GridBF16|FlashAttention)$' -test.v -test.count=1 -test.timeout 170s
   noskip "$L" $?
   rc=$?
   note '```'
   grep -E "^(--- |=== RUN|ok|FAIL|PASS)|^    --- FAIL|Error|panic" "$L" | grep -v "=== RUN" | head -60 >>"$MD"
   note '```'
   verdict "conformance suite, model against the CPU, bf16, contracts, NCCL, grid" $rc
+fi
+
+# ---------------------------------------------------------------------------
+if stage "1b. Attention: memtrain against torch's flash SDPA (bf16, causal, heads $ATTN_HEADS, T = $ATTN_SEQ)"; then
+  L="$LOGS/stage1b-attention.log"
+  MEMTRAIN_GPU_BENCH=1 MEMTRAIN_GPU_BENCH_ATTN_SEQ=$ATTN_SEQ MEMTRAIN_GPU_BENCH_ATTN_HEADS=$ATTN_HEADS \
+    run "$L" 120 "$CT" -test.run '^$' -test.bench '^BenchmarkGPUAttention$' -test.benchtime 1x -test.v -test.count=1
+  noskip "$L" $?
+  rc=$?
+  run "$LOGS/stage1b-torch.log" 90 "$PY" scripts/gpu/torch_attention.py --seq-lens $ATTN_SEQ --heads $ATTN_HEADS
+  bench_table "$L" "$LOGS/stage1b-torch.log"
+  verdict "memtrain attention benchmark ran" $rc
+  peer "$LOGS/stage1b-torch.log"
+  verdict "torch's flash SDPA ran beside it" $?
 fi
 
 # ---------------------------------------------------------------------------
@@ -303,12 +372,12 @@ if stage "6. A GPU-saved checkpoint in transformers"; then
       "$PY" -c 'import json, sys; [print(json.dumps({"input_ids": json.loads(l)["ids"][:200]})) for l in sys.stdin]' >"$W/docs.jsonl"
     prompt=$("$PY" -c 'import json, sys; print(",".join(map(str, json.loads(open(sys.argv[1]).readline())["input_ids"][:12])))' "$W/docs.jsonl")
     export MEMTRAIN_CUDA_GEMM=f32
-    timeout -k 5 60 "$MT" eval loss --model "$CK" --data "$W/docs.jsonl" --json --device cuda >"$W/eval.json" 2>>"$L"
-    timeout -k 5 60 "$MT" generate --model "$CK" --prompt-ids "$prompt" --max-new-tokens 16 \
+    timeout -k 5 "$(limit 60)" "$MT" eval loss --model "$CK" --data "$W/docs.jsonl" --json --device cuda >"$W/eval.json" 2>>"$L"
+    timeout -k 5 "$(limit 60)" "$MT" generate --model "$CK" --prompt-ids "$prompt" --max-new-tokens 16 \
       --stop-at-eos=false --json --device cuda >"$W/gen.jsonl" 2>>"$L"
     unset MEMTRAIN_CUDA_GEMM
     cp "$W/eval.json" "$W/gen.jsonl" "$LOGS/" 2>/dev/null
-    timeout -k 5 90 "$PY" scripts/gpu/hf_check.py --model "$CK" --docs "$W/docs.jsonl" \
+    timeout -k 5 "$(limit 90)" "$PY" scripts/gpu/hf_check.py --model "$CK" --docs "$W/docs.jsonl" \
       --memtrain-eval "$W/eval.json" --memtrain-generate "$W/gen.jsonl" >"$LOGS/stage6-compare.md" 2>>"$L"
     rc=$?
     cat "$LOGS/stage6-compare.md" >>"$MD"

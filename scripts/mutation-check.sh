@@ -23,7 +23,7 @@ families=(
   "grid     ./engine/llama  TestGridGradients|TestGridInference|TestHeadChunks|TestVocabParallelChunks|TestStepSums|TestScore"
   "bf16     ./engine/llama  TestBF16StepMatchesF32|TestBF16DataParallel|TestBF16CopiesFollowTheMasters"
   "lora     ./engine/llama  TestLoRAOnGrids|TestLoRAEqualsMergedModel|TestBF16LoRAStepMatchesF32|TestLoRAFiniteDifferences|TestLoRARecomputeAndDropout"
-  "stand-in ./engine/cuda   TestConformanceEmulated|TestModelEmulated|TestModelBF16Emulated|TestModelBF16LoRAEmulated|TestBF16Emulated|TestGridEmulated"
+  "stand-in ./engine/cuda   TestConformanceEmulated|TestModelEmulated|TestModelBF16Emulated|TestModelBF16LoRAEmulated|TestBF16Emulated|TestGridEmulated|TestFlashAttentionEmulated|TestFlashAttentionDeterministicEmulated|TestFlashAttentionLayoutEmulated|TestModelBF16FlashEmulated|TestMMAEmulated"
 )
 mutations=(element nan drop)
 

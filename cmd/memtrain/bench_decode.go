@@ -56,7 +56,7 @@ func runBenchDecode(cmd *cobra.Command, f benchDecodeFlags) error {
 	}
 	p, err := checkpoints.LookupPreset(f.preset)
 	if err != nil {
-		return err
+		return fmt.Errorf("bench decode: --preset: %w", err)
 	}
 	cfg := p.Config()
 	// Every count has its bound before anything is sized from it: the

@@ -81,7 +81,7 @@ func runBenchStep(cmd *cobra.Command, f benchStepFlags) error {
 	}
 	p, err := checkpoints.LookupPreset(f.preset)
 	if err != nil {
-		return err
+		return fmt.Errorf("bench step: --preset: %w", err)
 	}
 	cfg := p.Config()
 	if f.maxPos != 0 {

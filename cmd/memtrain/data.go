@@ -108,7 +108,7 @@ assistant turn or no messages is skipped and counted, as other bad records are.`
 	fl.StringVar(&f.mode, "mode", "pack", "pack (join documents, cut windows) or document (one sequence per document)")
 	fl.Float64Var(&f.holdout, "holdout", 0, "fraction of documents held out, in [0, 1]")
 	fl.Uint64Var(&f.seed, "seed", 0, "seed of the holdout choice")
-	fl.BoolVar(&f.bos, "bos", true, "start each document with the BOS token (--bos=false: none)")
+	fl.BoolVar(&f.bos, "bos", true, "start each document with the BOS token (--bos=false: none; with --pretokenized the ids are taken as given unless --bos is set)")
 	fl.BoolVar(&f.eos, "eos", false, "end each document with the EOS token")
 	fl.BoolVar(&f.splitSpecial, "split-special", false, "treat special-token text in the input as plain text")
 	fl.BoolVar(&f.strict, "strict", false, "fail on the first bad record instead of skipping it")
@@ -150,14 +150,14 @@ func runDataPrepare(cmd *cobra.Command, f dataPrepareFlags) error {
 	if f.seqLen > checkpoints.MaxPositions {
 		return fmt.Errorf("data prepare: --seq-len %d: want 1 to %d (0: the default; no model has more positions)", f.seqLen, checkpoints.MaxPositions)
 	}
-	if f.seqLen == 0 {
-		if f.seqLen, err = preparedSeqLen(f.tokenizer); err != nil {
-			return err
-		}
+	if f.seqLen, err = preparedSeqLen(f.tokenizer, f.seqLen); err != nil {
+		return err
 	}
 	// BOS starts every document, as every command that tokenizes text adds
 	// it, when the tokenizer has one (asked for with --bos, it must).
-	if _, ok := tok.BOS(); (!ok || chat != nil) && !cmd.Flags().Changed("bos") {
+	// Pretokenized ids are taken as given (HF tokenizers already wrote
+	// their BOS) unless --bos asks for one.
+	if _, ok := tok.BOS(); (!ok || chat != nil || f.pretokenized) && !cmd.Flags().Changed("bos") {
 		f.bos = false
 	}
 	cfg := data.PrepareConfig{
@@ -167,7 +167,8 @@ func runDataPrepare(cmd *cobra.Command, f dataPrepareFlags) error {
 		},
 		Mode: mode, SeqLen: f.seqLen, BOS: f.bos, EOS: f.eos,
 		Holdout: f.holdout, Seed: f.seed, SplitSpecial: f.splitSpecial, Threads: f.threads,
-		Chat: chat,
+		Chat: chat, TokenizerFiles: files,
+		Warn: func(msg string) { fmt.Fprintf(cmd.ErrOrStderr(), "warning: data prepare: %s (--bos=false)\n", msg) },
 	}
 	var bar *progressbar.ProgressBar
 	if isTerminal(cmd.ErrOrStderr()) {
@@ -328,8 +329,9 @@ func newDataInspectCmd() *cobra.Command {
 		Long: `inspect opens a dataset folder (verifying its checksums) and prints its
 tokenizer, settings, sources, counts per split, bad records, histograms of the
 document lengths and of the targets per sequence, and the first --samples
-training sequences: decoded with --tokenizer (which must be the dataset's), or
-as token ids.`,
+training sequences, decoded with the tokenizer the dataset carries (data
+prepare stores it in the folder) or --tokenizer (which must be the
+dataset's), else as token ids.`,
 		Example: `  memtrain data inspect austen-ds --tokenizer builtin:llama3 --samples 2`,
 		Args:    cobra.ExactArgs(1),
 		RunE:    func(cmd *cobra.Command, args []string) error { return runDataInspect(cmd, args[0], f) },
@@ -337,7 +339,7 @@ as token ids.`,
 	fl := cmd.Flags()
 	fl.IntVar(&f.samples, "samples", 3, "sequences to show")
 	fl.BoolVar(&f.json, "json", false, "print a JSON report")
-	fl.StringVar(&f.tokenizer, "tokenizer", "", tokenizerFlagHelp+"; decodes the samples")
+	fl.StringVar(&f.tokenizer, "tokenizer", "", tokenizerFlagHelp+"; decodes the samples of a dataset that carries no tokenizer")
 	return cmd
 }
 
@@ -363,6 +365,13 @@ func runDataInspect(cmd *cobra.Command, dir string, f dataInspectFlags) error {
 	m := s.Manifest()
 	if tok != nil && tok.Hash() != m.Tokenizer.SHA256 {
 		return fmt.Errorf("data inspect: tokenizer %s (sha256 %s) is not the dataset's (sha256 %s)", f.tokenizer, tok.Hash(), m.Tokenizer.SHA256)
+	}
+	if tok == nil {
+		// The dataset's own tokenizer, when it carries one (data
+		// prepare stores it); else the samples are shown as ids.
+		if tok, err = s.Tokenizer(); err != nil {
+			return fmt.Errorf("data inspect: %w", err)
+		}
 	}
 	rep, err := data.Inspect(s, data.InspectOptions{Samples: f.samples, Tokenizer: tok})
 	if err != nil {
@@ -460,15 +469,28 @@ func clipText(s string, n int) string {
 // preparedSeqLen is data prepare's default sequence length, memtrain's one
 // rule (checkpoints.Config.DefaultSeqLen) applied to the model whose folder
 // holds the tokenizer; a tokenizer without a model (builtin:, a bare
-// tokenizer.json) gets the cap.
-func preparedSeqLen(tokenizerSpec string) (int, error) {
+// tokenizer.json) gets the cap. A length asked for (asked > 0) is checked
+// against that model's positions.
+func preparedSeqLen(tokenizerSpec string, asked int) (int, error) {
 	path := filepath.Join(tokenizerSpec, checkpoints.ConfigFile)
 	if _, err := os.Stat(path); err != nil {
+		if asked > 0 {
+			return asked, nil
+		}
 		return checkpoints.MaxDefaultSeqLen, nil
 	}
 	cfg, err := checkpoints.ReadConfig(path)
 	if err != nil {
-		return 0, fmt.Errorf("data prepare: the sequence length defaults to the model's: %w", err)
+		return 0, fmt.Errorf("data prepare: the sequence length is checked against the model's: %w", err)
 	}
-	return cfg.DefaultSeqLen(), nil
+	if asked == 0 {
+		return cfg.DefaultSeqLen(), nil
+	}
+	// A length the model cannot take is refused here, not when the
+	// fine-tune that reads the dataset starts.
+	if asked > cfg.MaxPositionEmbeddings {
+		return 0, fmt.Errorf("data prepare: --seq-len %d: the model in %s takes at most %d positions (max_position_embeddings in %s); give --seq-len %d or less",
+			asked, tokenizerSpec, cfg.MaxPositionEmbeddings, path, cfg.MaxPositionEmbeddings)
+	}
+	return asked, nil
 }

@@ -114,9 +114,6 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 	}
 	l, ref, err := launcher(cmd.ErrOrStderr(), ef, pf, cfg.Model, "")
 	if err != nil {
-		if strings.HasPrefix(err.Error(), "finetune: ") {
-			return err // the model's resolution: finetune's own error
-		}
 		return fmt.Errorf("finetune: %w", err)
 	}
 	if ref.Adapter != "" {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
@@ -144,11 +143,8 @@ func runGoldfish(cmd *cobra.Command, f goldfishFlags) error {
 		_, err = out.Write(buf)
 		return err
 	})
-	if err != nil {
-		if strings.HasPrefix(err.Error(), "goldfish: ") {
-			return err
-		}
-		return fmt.Errorf("goldfish: %s: %w", name, err)
+	if err := wrapLineErr("goldfish", err, name); err != nil {
+		return err
 	}
 	if err := out.Flush(); err != nil {
 		return err
@@ -173,17 +169,17 @@ func runGoldfish(cmd *cobra.Command, f goldfishFlags) error {
 func goldfishIDs(line []byte, name string, n int64, f goldfishFlags, tok *tokenizer.Tokenizer) ([]int32, error) {
 	ids, text, isText, err := data.ParseIDsOrText(line, f.field)
 	if err != nil {
-		return nil, fmt.Errorf("goldfish: %s:%d: %v", name, n, err)
+		return nil, lineErrorf("goldfish: %s:%d: %v", name, n, err)
 	}
 	if !isText {
 		return ids, nil
 	}
 	if tok == nil {
-		return nil, fmt.Errorf("goldfish: %s:%d: a text line needs --tokenizer", name, n)
+		return nil, lineErrorf("goldfish: %s:%d: a text line needs --tokenizer", name, n)
 	}
 	ids, err = tok.EncodeChecked(text, tokenizer.EncodeOptions{AddSpecial: f.bos})
 	if err != nil {
-		return nil, fmt.Errorf("goldfish: %s:%d: %w", name, n, err)
+		return nil, lineErrorf("goldfish: %s:%d: %w", name, n, err)
 	}
 	return ids, nil
 }

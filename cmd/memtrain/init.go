@@ -98,7 +98,7 @@ func runInit(cmd *cobra.Command, f initFlags) error {
 		}
 		p, err := checkpoints.LookupPreset(name)
 		if err != nil {
-			return err
+			return fmt.Errorf("init: --preset: %w", err)
 		}
 		cfg, source = p.Config(), "preset "+name
 		cfg.VocabSize = tok.VocabSize()

@@ -204,7 +204,7 @@ func runInspect(cmd *cobra.Command, args []string, f inspectFlags) error {
 	if f.preset != "" {
 		p, err := checkpoints.LookupPreset(f.preset)
 		if err != nil {
-			return err
+			return fmt.Errorf("inspect: --preset: %w", err)
 		}
 		rep.Source, rep.Config = "preset "+p.Name, p.Config()
 	} else {

@@ -395,7 +395,8 @@ func TestErrors(t *testing.T) {
 			os.WriteFile(p, []byte(`{"ids":[1,32000]}`+"\n"), 0o644)
 			return []string{"tokenize", "--tokenizer", "builtin:llama2", "--input", p, "--decode"}
 		}, []string{"ids.jsonl:1", "32000"}},
-		{"unknown preset", func(t *testing.T) []string { return []string{"inspect", "--preset", "gpt5"} }, []string{"gpt5"}},
+		{"unknown preset", func(t *testing.T) []string { return []string{"inspect", "--preset", "tinyy"} },
+			[]string{`memtrain: inspect: --preset: unknown preset "tinyy" (want one of `, `; did you mean "tiny"?)`}},
 		{"unknown flag", func(t *testing.T) []string { return []string{"inspect", "--bogus"} }, []string{"bogus"}},
 		{"bad grid of heads", func(t *testing.T) []string {
 			return []string{"init", "--out", filepath.Join(t.TempDir(), "x"), "--tokenizer", "builtin:llama2", "--heads", "4", "--kv-heads", "3"}

@@ -61,7 +61,7 @@ func TestMerge(t *testing.T) {
 		{[]string{"merge", "--out", filepath.Join(dir, "x")}, "--adapter"},
 		{[]string{"merge", "--model", base, "--out", filepath.Join(dir, "x")}, "no adapter"},
 		{[]string{"merge", "--model", base, "--adapter", ds, "--out", filepath.Join(dir, "x")}, "not a PEFT adapter folder"},
-		{[]string{"merge", "--adapter", filepath.Join(run, "final"), "--out", merged}, "not empty"},
+		{[]string{"merge", "--adapter", filepath.Join(run, "final"), "--out", merged}, "memtrain: merge: " + merged + " exists and is not empty: export into a new folder\n"},
 		{[]string{"merge", "--adapter", filepath.Join(run, "final"), "--out", filepath.Join(dir, "x"), "--dtype", "f16"}, "--dtype"},
 		{[]string{"finetune", "--model", filepath.Join(run, "final"), "--data", ds, "--out", filepath.Join(dir, "r2")}, "lora.init"},
 	} {

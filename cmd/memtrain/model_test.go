@@ -71,11 +71,21 @@ func TestModelFromRunFolder(t *testing.T) {
 				t.Errorf("code %d, stderr %q (want no resolution line)", code, errs)
 			}
 		})
+		// The whole line: the command's name, the model as given, what is
+		// wrong, and no library package's prefix in between.
 		t.Run(c.name+"/neither", func(t *testing.T) {
 			_, errs, code := memtrain(t, "", c.args(neither)...)
-			want := neither + ": not a checkpoint folder (with config.json), a run folder (with checkpoints/latest) or a checkpoints/latest file"
-			if code != 1 || !strings.Contains(errs, want) || strings.Count(errs, "\n") != 1 {
-				t.Errorf("code %d, stderr %q, want one line with %q", code, errs, want)
+			want := "memtrain: " + c.name + ": model " + neither + ": not a checkpoint folder (with config.json), a run folder (with checkpoints/latest) or a checkpoints/latest file\n"
+			if code != 1 || errs != want {
+				t.Errorf("code %d, stderr %q, want %q", code, errs, want)
+			}
+		})
+		t.Run(c.name+"/missing", func(t *testing.T) {
+			missing := filepath.Join(neither, "nosuch")
+			_, errs, code := memtrain(t, "", c.args(missing)...)
+			want := "memtrain: " + c.name + ": model " + missing + ": no such file or folder (want a checkpoint folder, a run folder or its checkpoints/latest file)\n"
+			if code != 1 || errs != want {
+				t.Errorf("code %d, stderr %q, want %q", code, errs, want)
 			}
 		})
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -44,23 +45,32 @@ type planFlags struct {
 	microBatch  int
 	fsBandwidth float64 // GB/s
 	precision   string
+	measured    string // bench step JSON lines
 }
 
 // planReport is what `plan --json` prints.
 type planReport struct {
-	Model             string           `json:"model"`
-	Params            int64            `json:"params"`
-	ModelFLOPsPerTok  float64          `json:"model_flops_per_token"`
-	GPUs              int              `json:"gpus"`
-	Device            perfmodel.Device `json:"device"`
-	Efficiency        float64          `json:"efficiency"`
-	UsableMemory      int64            `json:"usable_memory_bytes"`
-	SeqLen            int              `json:"seq_len"`
-	GlobalBatchTokens int64            `json:"global_batch_tokens"`
-	Overlap           bool             `json:"overlap"`
-	Recompute         string           `json:"recompute"`
-	Precision         string           `json:"precision"`
-	FSBandwidth       float64          `json:"fs_bandwidth"` // bytes/s
+	Model            string           `json:"model"`
+	Params           int64            `json:"params"`
+	ModelFLOPsPerTok float64          `json:"model_flops_per_token"`
+	GPUs             int              `json:"gpus"`
+	Device           perfmodel.Device `json:"device"`
+	// Efficiency is --efficiency when given (the large GEMMs' share of
+	// the peak, or a measured device's step efficiency), else the
+	// device's measured step efficiency; 0 when its kernel rates alone
+	// time the step.
+	Efficiency float64 `json:"efficiency,omitempty"`
+	// Attention is the bf16 flash attention kernel's modelled share of
+	// the peak at the plan's sequence length, forward and backward (0
+	// without kernel rates).
+	Attention         [2]float64 `json:"attention_efficiency,omitempty"`
+	UsableMemory      int64      `json:"usable_memory_bytes"`
+	SeqLen            int        `json:"seq_len"`
+	GlobalBatchTokens int64      `json:"global_batch_tokens"`
+	Overlap           bool       `json:"overlap"`
+	Recompute         string     `json:"recompute"`
+	Precision         string     `json:"precision"`
+	FSBandwidth       float64    `json:"fs_bandwidth"` // bytes/s
 	// Sources say which numbers are the device's (Device.Sources),
 	// which the engine's accounting and which the model's predictions.
 	Sources planSources `json:"sources"`
@@ -81,7 +91,7 @@ type planSources struct {
 // The sources of the numbers plan computes rather than reads.
 const (
 	usableSource    = "assumed: headroom for the CUDA context, NCCL's buffers, the allocator's fragmentation and kernels' transient workspace"
-	predictedSource = "step time, tokens/s, MFU, communication and checkpoint times: predicted by the performance model from the device's numbers, not measured"
+	predictedSource = "step time, tokens/s, MFU, communication and checkpoint times: predicted by the performance model from the device's numbers and the step's kernel list, not measured"
 )
 
 // memoryPerGPUSource is the memory columns' source at precision p.
@@ -113,9 +123,16 @@ model, the memory per GPU (weights, gradients, AdamW state, activations,
 gathered-weight workspace), the communication of each group and the step time,
 drops what does not fit, and prints the fastest grids with their micro-batch
 and activation-recomputation choice, tokens/s per GPU and MFU. The model is
-AxoNN's: compute at the device's dense bf16 peak × one efficiency, ring
-collectives over NVLink inside a node and the network across nodes, with
-communication overlapped (--overlap=false serialises it).
+AxoNN's for communication — ring collectives over NVLink inside a node and
+the network across nodes, overlapped with compute (--overlap=false
+serialises them) — and memtrain's own for compute: the step's kernel list
+(every GEMM, attention, norm, loss and optimizer kernel one rank launches),
+each kernel at its modelled rate on the device — cuBLAS's GEMM efficiency
+with its falloff for small shapes, the flash attention kernel's from the
+GPU's pipes, memory-bound kernels at a share of the HBM bandwidth. A second
+table breaks each plan's step into GEMM, attention, memory-bound and exposed
+communication seconds; --efficiency overrides the large GEMMs' share of the
+peak.
 
 --device-json FILE plans for a device described in JSON (perfmodel.Device's
 fields; ` + "`memtrain bench comm --device FILE`" + ` writes one for this machine from
@@ -125,6 +142,11 @@ compute and bandwidth, and communication hides behind nothing). --peak,
 --bandwidth and --latency override the device's peak, intra-node bandwidth and
 per-call latency. --micro-batch fixes the sequences per micro-batch over the
 whole grid, as finetune's micro_batch, instead of trying every size.
+
+--measured FILE reads ` + "`memtrain bench step --device cuda`" + `'s JSON lines: a step whose
+rank does what one of them measured (a model of that size, a grid that splits
+nothing of it, that micro-batch, sequence length, recomputation and precision)
+takes the measured time instead of the modelled one, labelled measured.
 
 Devices:
 ` + strings.Join(devices, "\n"),
@@ -148,14 +170,15 @@ Devices:
 	fl.BoolVar(&f.json, "json", false, "print one JSON object instead of a table")
 	fl.StringVar(&f.recompute, "recompute", "auto", "activation recomputation: auto (whichever is faster and fits), on or off")
 	fl.BoolVar(&f.overlap, "overlap", true, "overlap communication with compute (AxoNN's OAG, OAR, ORS)")
-	fl.Float64Var(&f.efficiency, "efficiency", 0, fmt.Sprintf("fraction of the peak that compute reaches (default the device's, %.2f)", perfmodel.DefaultEfficiency))
+	fl.Float64Var(&f.efficiency, "efficiency", 0, "fraction of the peak large GEMMs reach, overriding the device's (on a device described by a measured step efficiency: that)")
 	fl.StringVar(&f.deviceJSON, "device-json", "", "plan for the device described in this JSON file (e.g. from 'memtrain bench comm --device') instead of --gpu")
 	fl.Float64Var(&f.peak, "peak", 0, "override the device's dense peak, GFLOP/s (a shared-node device: the node's)")
 	fl.Float64Var(&f.bandwidth, "bandwidth", 0, "override the device's intra-node link bandwidth, GB/s per direction (a shared-node device: the node's total)")
 	fl.Float64Var(&f.latency, "latency", 0, "override the device's latency of a collective call, µs (0 or more)")
 	fl.Float64Var(&f.fsBandwidth, "fs-bandwidth", perfmodel.DefaultFSBandwidth/1e9, "the shared filesystem's aggregate write bandwidth, GB/s, for the checkpoint's save time")
 	fl.IntVar(&f.microBatch, "micro-batch", 0, "sequences per micro-batch over the whole grid, as finetune's micro_batch (default: try every size)")
-	fl.StringVar(&f.precision, "precision", "f32", "the engine's precision, as finetune's precision: f32, or bf16 (mixed; data-parallel grids alone)")
+	fl.StringVar(&f.precision, "precision", "f32", "the engine's precision, as finetune's precision: f32, or bf16 (mixed)")
+	fl.StringVar(&f.measured, "measured", "", "'memtrain bench step' results (JSON lines) whose measured steps replace the modelled ones they match")
 	return cmd
 }
 
@@ -184,7 +207,11 @@ func planDevice(f planFlags) (perfmodel.Device, error) {
 		dev.Sources.Links += "; latency given (--latency)"
 	}
 	if f.efficiency > 0 {
-		dev.Sources.Efficiency = "given (--efficiency)"
+		if dev.Kernels != nil {
+			dev.Kernels.Sources.GEMM = "given (--efficiency) for large GEMMs; tile and wave quantisation below"
+		} else {
+			dev.Sources.Efficiency = "given (--efficiency)"
+		}
 	}
 	if err := dev.Validate(); err != nil {
 		return dev, fmt.Errorf("plan: %w", err)
@@ -253,19 +280,29 @@ func runPlan(out io.Writer, f planFlags) error {
 		batch = int64(f.gpus) * int64(seq)
 	}
 	opt := perfmodel.Options{Precision: prec, Recompute: rec, NoOverlap: !f.overlap, Efficiency: f.efficiency, TopK: f.top, MicroBatch: f.microBatch, FSBandwidth: f.fsBandwidth * 1e9}
-	plans, err := perfmodel.Search(perfmodel.Job{Config: cfg, Device: dev, GPUs: f.gpus, SeqLen: seq, GlobalBatchTokens: batch}, opt)
-	var nofit *perfmodel.NoFitError
-	if errors.As(err, &nofit) && prec == engine.PrecisionBF16 {
-		return fmt.Errorf("plan: %s on %d %s: %w (bf16 trains on data-parallel grids alone, each rank holding the whole model; --precision f32 shards it over x, y and z)", f.model, f.gpus, dev.Name, err)
+	if f.measured != "" {
+		if opt.Measured, err = perfmodel.ReadMeasurements(f.measured); err != nil {
+			return fmt.Errorf("plan: --measured: %w", err)
+		}
 	}
+	plans, err := perfmodel.Search(perfmodel.Job{Config: cfg, Device: dev, GPUs: f.gpus, SeqLen: seq, GlobalBatchTokens: batch}, opt)
 	if err != nil {
 		return fmt.Errorf("plan: %s on %d %s: %w", f.model, f.gpus, dev.Name, err)
 	}
 	rep := planReport{
 		Model: f.model, Params: cfg.Params().Total, ModelFLOPsPerTok: engine.ModelFLOPsPerToken(cfg, seq),
-		GPUs: f.gpus, Device: dev, Efficiency: opt.ComputeEfficiency(dev), UsableMemory: opt.UsableMemory(dev, f.gpus),
+		GPUs: f.gpus, Device: dev, Efficiency: dev.Efficiency, UsableMemory: opt.UsableMemory(dev, f.gpus),
 		SeqLen: seq, GlobalBatchTokens: batch, Overlap: opt.Overlaps(dev), Recompute: rec.String(), Precision: prec.String(), FSBandwidth: opt.FSBandwidth,
 		Sources: planSources{Sources: dev.Sources, MemoryPerGPU: memoryPerGPUSource(prec), Usable: usableSource, Predicted: predictedSource},
+	}
+	if f.efficiency > 0 {
+		rep.Efficiency = f.efficiency
+	}
+	if k := dev.Kernels; k != nil {
+		a := engine.AttentionShape{B: 1, T: seq, Heads: cfg.NumAttentionHeads, KVHeads: cfg.NumKeyValueHeads, D: cfg.HeadDimension(), DType: engine.BF16}
+		rep.Attention[0] = k.AttentionEfficiency(a)
+		a.Backward = true
+		rep.Attention[1] = k.AttentionEfficiency(a)
 	}
 	for _, p := range plans {
 		rep.Plans = append(rep.Plans, planRow{Plan: p, MemoryTotal: p.Memory.Total()})
@@ -284,11 +321,21 @@ func printPlan(w io.Writer, r planReport) error {
 	fmt.Fprintf(w, "gpus    %d × %s (%s)\n", r.GPUs, d.Name, d.Description)
 	if d.SharedNode {
 		// Totals of one node, which its ranks divide among them.
-		fmt.Fprintf(w, "peak    %.1f GFLOP/s a node × efficiency %.2f = %.1f GFLOP/s, shared by its ranks\n", d.PeakFLOPs/1e9, r.Efficiency, d.PeakFLOPs*r.Efficiency/1e9)
+		fmt.Fprintf(w, "peak    %.1f GFLOP/s a node × step efficiency %.2f = %.1f GFLOP/s, shared by its ranks\n", d.PeakFLOPs/1e9, r.Efficiency, d.PeakFLOPs*r.Efficiency/1e9)
 		fmt.Fprintf(w, "memory  %.1f GB a node, %s usable a rank (%.0f%%)\n", float64(d.MemoryBytes)/1e9, units.FormatBytes(r.UsableMemory), 100*perfmodel.DefaultMemoryFraction)
 		fmt.Fprintf(w, "links   %.2f GB/s a node of %d ranks, %.0f µs a call; memory %.0f GB/s\n", d.IntraNodeBandwidth/1e9, d.NodeSize, d.Latency*1e6, d.HBMBandwidth/1e9)
 	} else {
-		fmt.Fprintf(w, "peak    %.1f TFLOP/s dense bf16 × efficiency %.2f = %.1f TFLOP/s\n", d.PeakFLOPs/1e12, r.Efficiency, d.PeakFLOPs*r.Efficiency/1e12)
+		if k := d.Kernels; k != nil {
+			gemm := k.GEMM
+			if r.Efficiency > 0 {
+				gemm = r.Efficiency
+			}
+			fmt.Fprintf(w, "peak    %.1f TFLOP/s dense bf16; %.1f float32 FMA\n", d.PeakFLOPs/1e12, k.FP32FLOPs/1e12)
+			fmt.Fprintf(w, "kernels GEMM %.2f of peak (large shapes; %.0f TFLOP/s), flash attention bf16 %.0f / %.0f TFLOP/s forward / backward at %d tokens, float32 %.1f; memory-bound %.2f of HBM\n",
+				gemm, d.PeakFLOPs*gemm/1e12, d.PeakFLOPs*r.Attention[0]/1e12, d.PeakFLOPs*r.Attention[1]/1e12, r.SeqLen, k.FP32FLOPs*k.F32AttentionEfficiency()/1e12, k.Memory)
+		} else {
+			fmt.Fprintf(w, "peak    %.1f TFLOP/s dense bf16 × step efficiency %.2f = %.1f TFLOP/s\n", d.PeakFLOPs/1e12, r.Efficiency, d.PeakFLOPs*r.Efficiency/1e12)
+		}
 		fmt.Fprintf(w, "memory  %.0f GB a GPU, %s usable (%.0f%%)\n", float64(d.MemoryBytes)/1e9, units.FormatBytes(r.UsableMemory), 100*perfmodel.DefaultMemoryFraction)
 		latency := ""
 		if d.Latency > 0 {
@@ -311,7 +358,12 @@ func printPlan(w io.Writer, r planReport) error {
 	}
 	src := r.Sources
 	fmt.Fprintf(w, "sources peak: %s; memory: %s; links: %s\n", src.Peak, src.Memory, src.Links)
-	fmt.Fprintf(w, "        efficiency %.2f: %s\n", r.Efficiency, src.Efficiency)
+	if k := d.Kernels; k != nil {
+		ks := k.Sources
+		fmt.Fprintf(w, "        kernels: GEMM %s; attention %s; memory-bound %s; host copies %s\n", ks.GEMM, ks.Attention, ks.Memory, ks.Host)
+	} else {
+		fmt.Fprintf(w, "        step efficiency %.2f: %s\n", r.Efficiency, src.Efficiency)
+	}
 	fmt.Fprintf(w, "        memory per GPU: %s\n", src.MemoryPerGPU)
 	fmt.Fprintf(w, "        usable %.0f%%: %s\n", 100*perfmodel.DefaultMemoryFraction, src.Usable)
 	fmt.Fprintf(w, "        %s\n", src.Predicted)
@@ -336,11 +388,33 @@ func printPlan(w io.Writer, r planReport) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if len(r.Plans) > 0 {
+		fmt.Fprintln(w, "\nstep time by kernel class, seconds a step on a rank:")
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "#\tstep\tgemm\tattention\tmemory\thost\tcomm\tMFU\tsource\t")
+		var sources []string
+		for i, p := range r.Plans {
+			k := p.Kernels
+			kind, _, _ := strings.Cut(p.Source, ":")
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f%%\t%s\t\n", i+1, seconds(p.StepSeconds), seconds(k.GEMM), seconds(k.Attention),
+				seconds(k.Memory), seconds(k.Host), seconds(k.Collective), 100*p.MFU, kind)
+			if !slices.Contains(sources, p.Source) {
+				sources = append(sources, p.Source)
+			}
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		for _, src := range sources {
+			fmt.Fprintf(w, "  %s\n", src)
+		}
+	}
 	_, err := fmt.Fprintln(w, "\nmb×n: sequences per micro-batch on each (data, z) rank × micro-batches a step. Memory in GiB;\n"+
 		"comm: each group's total time a step before overlap (data includes the norm gradients' data-z\n"+
 		"all-reduce); exposed: what compute does not hide. ckpt/rank: what each writing rank saves (GiB);\n"+
 		"files: piece files; save: the checkpoint's write time at the filesystem's bandwidth or a writer's\n"+
-		"network link, whichever is slower.")
+		"network link, whichever is slower. By kernel class: memory includes the optimizer's update; comm is\n"+
+		"the communication compute does not hide.")
 	return err
 }
 

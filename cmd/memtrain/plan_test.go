@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,7 +63,7 @@ func TestPlan405B(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("plan took %v", d)
 	}
-	if r.Device.Name != "h100" || r.Device.PeakFLOPs != 989e12 || r.Efficiency != 0.40 || r.SeqLen != 8192 || r.GlobalBatchTokens != 8192*8192 {
+	if r.Device.Name != "h100" || r.Device.PeakFLOPs != 989e12 || r.Efficiency != 0 || r.SeqLen != 8192 || r.GlobalBatchTokens != 8192*8192 {
 		t.Errorf("header: %+v", r)
 	}
 	if len(r.Plans) != 10 {
@@ -91,7 +92,10 @@ func TestPlanTable(t *testing.T) {
 		t.Fatalf("plan failed (%d): %s", code, errs)
 	}
 	for _, want := range []string{
-		"peak    989.0 TFLOP/s dense bf16 × efficiency 0.40",
+		"peak    989.0 TFLOP/s dense bf16; 67.0 float32 FMA",
+		"kernels GEMM 0.72 of peak (large shapes; 712 TFLOP/s), flash attention bf16",
+		"step time by kernel class, seconds a step on a rank:",
+		"  modelled: the step's kernel list, each kernel at its class's modelled rate",
 		"8 × h100",
 		"16384 tokens a step: 8 sequences of 2048",
 		"tok/s/GPU", "MFU", "mem/GPU", "comm x", "exposed",
@@ -100,18 +104,32 @@ func TestPlanTable(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	rows := 0
+	// The grids' table, then the step's breakdown by kernel class: 3
+	// rows each, MFU in the grids' 11th field ("1.21 s" takes two) and
+	// the breakdown's next to last, before its source.
+	rows, breakdown := 0, 0
+	second := false
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
+		second = second || strings.HasPrefix(line, "step time by kernel class")
 		if len(f) > 5 && (f[0] == "1" || f[0] == "2" || f[0] == "3") {
-			rows++
-			if !strings.HasSuffix(f[10], "%") { // "1.21 s" takes two fields
-				t.Errorf("row %q: MFU column %q", line, f[10])
+			col := f[10]
+			if second {
+				breakdown++
+				col = f[len(f)-2]
+				if f[len(f)-1] != "modelled" {
+					t.Errorf("row %q: source %q", line, f[len(f)-1])
+				}
+			} else {
+				rows++
+			}
+			if !strings.HasSuffix(col, "%") {
+				t.Errorf("row %q: MFU column %q", line, col)
 			}
 		}
 	}
-	if rows != 3 {
-		t.Errorf("%d rows, want 3:\n%s", rows, out)
+	if rows != 3 || breakdown != 3 {
+		t.Errorf("%d rows and %d of breakdown, want 3 of each:\n%s", rows, breakdown, out)
 	}
 }
 
@@ -188,7 +206,7 @@ func TestPlanDeviceJSON(t *testing.T) {
 		t.Errorf("--peak 1000: %g FLOP/s, best step %g s (was %g)", faster.Device.PeakFLOPs, faster.Plans[0].StepSeconds, r.Plans[0].StepSeconds)
 	}
 	out, errs, code := memtrain(t, "", append([]string{"plan"}, args...)...)
-	if code != 0 || !strings.Contains(out, "a node × efficiency 0.50") || !strings.Contains(out, "200 µs a call") {
+	if code != 0 || !strings.Contains(out, "a node × step efficiency 0.50") || !strings.Contains(out, "200 µs a call") {
 		t.Errorf("table (%d): %s%s", code, out, errs)
 	}
 	if err := os.WriteFile(path, []byte(`{"name": "box", "peek_flops": 1}`), 0o644); err != nil {
@@ -273,7 +291,7 @@ func TestPlanIsTheEngines(t *testing.T) {
 			t.Errorf("%+v: plan's memory %d %v, the engine's %+v", g, pl.MemoryTotal, pl.Memory, it)
 		}
 	}
-	for k, prefix := range map[string]string{"peak": "datasheet", "memory": "as the device reports it (143,771 MiB)", "links": "datasheet", "efficiency": "assumed",
+	for k, prefix := range map[string]string{"peak": "datasheet", "memory": "as the device reports it (143,771 MiB)", "links": "datasheet",
 		"memory_per_gpu": "the engine's accounting", "predicted": "step time, tokens/s, MFU"} {
 		if !strings.HasPrefix(r.Sources[k], prefix) {
 			t.Errorf("source of %s: %q, want %q…", k, r.Sources[k], prefix)
@@ -283,41 +301,97 @@ func TestPlanIsTheEngines(t *testing.T) {
 	if code != 0 {
 		t.Fatal("plan failed")
 	}
-	for _, want := range []string{"peak: given (--peak)", "efficiency 0.30: given (--efficiency)", "predicted by the performance model", "memory per GPU: the engine's accounting"} {
+	if _, ok := r.Sources["efficiency"]; ok {
+		t.Errorf("a table GPU's sources name a step efficiency: %q", r.Sources["efficiency"])
+	}
+	for _, want := range []string{"peak: given (--peak)", "kernels: GEMM given (--efficiency) for large GEMMs", "attention modelled: FlashAttention-2", "predicted by the performance model", "memory per GPU: the engine's accounting"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("plan's table lacks %q:\n%s", want, text)
 		}
 	}
 }
 
-// TestPlanBF16: at precision bf16 the planner ranks the data-parallel
-// grids alone, the engine computing mixed precision on no other, with the
-// engine's bf16 accounting; where no such grid fits it says why.
+// TestPlanBF16: at precision bf16 the planner ranks every grid the engine
+// computes mixed precision on (all of them), with the engine's bf16
+// accounting: grids that shard the model over x, y and z among them, so
+// that a model whose bf16 run does not fit a GPU whole (8B on two H200 at
+// 8K tokens) is planned sharded.
 func TestPlanBF16(t *testing.T) {
-	r := runPlanJSON(t, "--model", "llama3.2-1b", "--gpus", "8", "--gpu", "h200", "--seq-len", "4096", "--precision", "bf16", "--top", "0")
+	for _, c := range []struct {
+		args   []string
+		preset string
+		seq    int
+	}{
+		{[]string{"--model", "llama3.2-1b", "--gpus", "8", "--gpu", "h200", "--seq-len", "4096", "--precision", "bf16", "--top", "0"}, "llama3.2-1b", 4096},
+		{[]string{"--model", "llama3.1-8b", "--gpus", "2", "--gpu", "h200", "--seq-len", "8192", "--precision", "bf16", "--top", "0"}, "llama3.1-8b", 8192},
+	} {
+		r := runPlanJSON(t, c.args...)
+		p, err := checkpoints.LookupPreset(c.preset)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Plans) == 0 {
+			t.Fatalf("%s: no plan", c.preset)
+		}
+		split := false
+		for _, pl := range r.Plans {
+			g := pl.Grid
+			split = split || g.X*g.Y*g.Z > 1
+			w := llama.Work{Grid: comm.Grid{Data: g.Data, X: g.X, Y: g.Y, Z: g.Z}, Overlap: parallel.AllOverlap(), Train: true, Recompute: pl.Recompute,
+				Moments: 2, Batch: pl.MicroBatch, SeqLen: c.seq, Micro: pl.MicroBatches, Activations: engine.BF16}
+			if want := llama.Memory(p.Config(), w).Total(); pl.MemoryTotal != want {
+				t.Errorf("%s %+v: %d bytes, the engine's %d", c.preset, g, pl.MemoryTotal, want)
+			}
+		}
+		if !split {
+			t.Errorf("%s: no bf16 plan splits the model", c.preset)
+		}
+	}
+	if _, errs, code := memtrain(t, "", "plan", "--model", "tiny", "--gpus", "2", "--precision", "fp8"); code == 0 || !strings.Contains(errs, "--precision") {
+		t.Errorf("fp8 (%d): %s", code, errs)
+	}
+}
+
+// TestPlanMeasured: --measured replaces the modelled step of the grids
+// whose rank's work a bench step line measured, and says so.
+func TestPlanMeasured(t *testing.T) {
 	p, err := checkpoints.LookupPreset("llama3.2-1b")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Plans) == 0 {
-		t.Fatal("no plan")
+	path := filepath.Join(t.TempDir(), "step.jsonl")
+	line := fmt.Sprintf(`{"preset":"llama3.2-1b","params":%d,"batch":1,"seq_len":4096,"recompute":false,"precision":"bf16","step_ms_median":2000}`, p.Config().Params().Total)
+	if err := os.WriteFile(path, []byte(line+"\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	for _, pl := range r.Plans {
-		g := pl.Grid
-		if g.X*g.Y*g.Z != 1 {
-			t.Errorf("bf16 on %+v", g)
+	args := []string{"--model", "llama3.2-1b", "--gpus", "2", "--gpu", "h200", "--seq-len", "4096", "--precision", "bf16", "--recompute", "off", "--measured", path}
+	r := runPlanJSON(t, args...)
+	// bf16 plans split the model too; only dp=2's rank does the measured
+	// work (the whole model, one sequence of 4096).
+	dp := -1
+	for i, pl := range r.Plans {
+		if pl.Grid.Data == 2 && pl.MicroBatch == 1 {
+			dp = i
 		}
-		w := llama.Work{Grid: comm.Grid{Data: g.Data, X: 1, Y: 1, Z: 1}, Overlap: parallel.AllOverlap(), Train: true, Recompute: pl.Recompute,
-			Moments: 2, Batch: pl.MicroBatch, SeqLen: 4096, Micro: pl.MicroBatches, Activations: engine.BF16}
-		if want := llama.Memory(p.Config(), w).Total(); pl.MemoryTotal != want {
-			t.Errorf("%+v: %d bytes, the engine's %d", g, pl.MemoryTotal, want)
+	}
+	if dp < 0 {
+		t.Fatalf("no dp=2 plan: %+v", r.Plans)
+	}
+	// dp=2: each rank's step is the measured one (to rounding), plus
+	// whatever of the gradients' all-reduce its backward does not hide.
+	if got := r.Plans[dp].StepSeconds; !(got > 1.999999 && got < 2.1) {
+		t.Errorf("step %g s, want the measured 2 s and any exposed communication", got)
+	}
+	for i, pl := range r.Plans {
+		if i != dp && pl.StepSeconds > 1.5 {
+			t.Errorf("plan %+v: step %g s, the measured dp=2 step's; want its own modelled one", pl.Grid, pl.StepSeconds)
 		}
 	}
-	_, errs, code := memtrain(t, "", "plan", "--model", "llama3.1-8b", "--gpus", "2", "--gpu", "h200", "--seq-len", "8192", "--precision", "bf16")
-	if code == 0 || !strings.Contains(errs, "no grid of 2 h200 fits") || !strings.Contains(errs, "data-parallel grids alone") {
-		t.Errorf("8B in bf16 on two H200 (%d): %s", code, errs)
+	out, errs, code := memtrain(t, "", append([]string{"plan"}, args...)...)
+	if code != 0 || !strings.Contains(out, "measured: bench step ("+path+":1)") || !strings.Contains(out, "%  measured") {
+		t.Errorf("table (%d): %s%s", code, out, errs)
 	}
-	if _, errs, code := memtrain(t, "", "plan", "--model", "tiny", "--gpus", "2", "--precision", "fp8"); code == 0 || !strings.Contains(errs, "--precision") {
-		t.Errorf("fp8 (%d): %s", code, errs)
+	if _, errs, code := memtrain(t, "", "plan", "--model", "tiny", "--gpus", "1", "--measured", filepath.Join(t.TempDir(), "none")); code == 0 || !strings.Contains(errs, "plan: --measured") {
+		t.Errorf("a missing file: status %d, %s", code, errs)
 	}
 }

@@ -66,21 +66,51 @@ func TestREADMERuns(t *testing.T) {
 	}
 	env := append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 
+	// Each command runs in the folder the one before it left (a cd
+	// holds, as in one shell), read back through pwd.
+	dir, pwd := work, filepath.Join(tmp, "pwd")
 	for _, b := range blocks {
 		for _, c := range b.commands {
+			if m := readmeGoBuild.FindStringSubmatch(c.text); m != nil && m[1] != "" {
+				// The binary the README builds is the test's, where
+				// the README puts it.
+				if err := os.Symlink(exe, filepath.Join(dir, m[1])); err != nil && !os.IsExist(err) {
+					t.Fatal(err)
+				}
+			}
 			line := readmeRewrite(c.text)
 			if line == "" {
 				continue
 			}
 			start := time.Now()
-			cmd := exec.Command("bash", "-e", "-c", line)
-			cmd.Dir = work
+			cmd := exec.Command("bash", "-e", "-c", line+"\npwd >"+pwd)
+			cmd.Dir = dir
 			cmd.Env = env
 			out, err := cmd.CombinedOutput()
-			t.Logf("README.md:%d (%s): %s", c.line, time.Since(start).Round(time.Millisecond), line)
+			t.Logf("README.md:%d (%s, in %s): %s", c.line, time.Since(start).Round(time.Millisecond), dir, line)
 			if err != nil {
 				t.Fatalf("README.md:%d: %s\n(ran as: %s)\n%v\n%s", c.line, c.text, line, err, tail(string(out), 4000))
 			}
+			b, err := os.ReadFile(pwd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dir = strings.TrimSpace(string(b)); !strings.HasPrefix(dir, work) {
+				t.Fatalf("README.md:%d: %s leaves the clone for %s", c.line, c.text, dir)
+			}
+		}
+	}
+	// The walkthrough writes nothing into the clone's own folders: only
+	// what the test put there and the folders git ignores.
+	entries, err := os.ReadDir(work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		switch e.Name() {
+		case "memtrain", "data", "walkthrough", "memtrain-demo", "memtrain-demo-quick":
+		default:
+			t.Errorf("the README's commands wrote %s into the clone's root", e.Name())
 		}
 	}
 }
@@ -159,7 +189,9 @@ func readmeBlocks(t *testing.T, path string) []readmeBlock {
 }
 
 var (
-	readmeGoBuild = regexp.MustCompile(`^go build( -[a-z]+ \S+)* \./cmd/memtrain\b.*$`)
+	// readmeGoBuild matches the README's build of the binary, its -o
+	// output in the first group when it comes first.
+	readmeGoBuild = regexp.MustCompile(`^go build(?: -o (\S+))?(?: -[a-z]+ \S+)* (?:\.\./|\./)cmd/memtrain\b.*$`)
 	readmeGoRun   = regexp.MustCompile(`\bgo run \./cmd/memtrain\b`)
 	readmeDemo    = regexp.MustCompile(`\bmemtrain demo\b`)
 )

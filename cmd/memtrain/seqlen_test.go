@@ -87,6 +87,82 @@ func TestDefaultSeqLen(t *testing.T) {
 			}
 		})
 	}
+
+	// A length the model cannot take is refused by data prepare, naming
+	// the model's limit and where it is set, and nothing is written; the
+	// model's own length is taken.
+	t.Run("data prepare, beyond the model", func(t *testing.T) {
+		out := filepath.Join(t.TempDir(), "ds")
+		_, errs, code := memtrain(t, "", "data", "prepare", "--input", corpus, "--tokenizer", short, "--out", out, "--seq-len", "512")
+		want := "--seq-len 512: the model in " + short + " takes at most 256 positions (max_position_embeddings in " +
+			filepath.Join(short, "config.json") + "); give --seq-len 256 or less"
+		if code == 0 || !strings.Contains(errs, want) {
+			t.Errorf("exit %d, stderr %q, want %q", code, errs, want)
+		}
+		if _, err := os.Stat(out); !os.IsNotExist(err) {
+			t.Errorf("the refused prepare made %s: %v", out, err)
+		}
+		if _, errs, code := memtrain(t, "", "data", "prepare", "--input", corpus, "--tokenizer", short, "--out", out, "--seq-len", "256"); code != 0 {
+			t.Errorf("the model's own length: %s", errs)
+		}
+		// A dataset prepared for another model: finetune refuses it
+		// before it makes a run folder.
+		long := filepath.Join(t.TempDir(), "long")
+		if _, errs, code := memtrain(t, "", "data", "prepare", "--input", corpus, "--tokenizer", "builtin:llama2", "--out", long, "--seq-len", "512"); code != 0 {
+			t.Fatal(errs)
+		}
+		run := filepath.Join(t.TempDir(), "run")
+		_, errs, code = memtrain(t, "", "finetune", "--model", short, "--data", long, "--out", run, "--max-steps", "1", "--batch-size", "1", "--micro-batch", "1")
+		if code == 0 || !strings.Contains(errs, "sequence length 512 exceeds the model's max_position_embeddings 256 (prepare the data with a sequence length of 256 or less)") {
+			t.Errorf("finetune: exit %d, stderr %q", code, errs)
+		}
+		if _, err := os.Stat(run); !os.IsNotExist(err) {
+			t.Errorf("the refused finetune made %s: %v", run, err)
+		}
+	})
+}
+
+// TestPreparePretokenizedBOS: ids prepared with --pretokenized are taken as
+// given (HF tokenizers wrote their BOS), unless --bos asks for one, and a
+// second BOS is warned about.
+func TestPreparePretokenizedBOS(t *testing.T) {
+	ids := writeFile(t, "ids.jsonl", `{"input_ids": [1, 450, 1473]}`+"\n"+`{"input_ids": [1, 450, 1474]}`+"\n")
+	firstDoc := func(t *testing.T, out string) []int32 {
+		t.Helper()
+		s, err := data.OpenStore(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		doc, err := s.DocTokens(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return doc
+	}
+	dir := t.TempDir()
+	given := filepath.Join(dir, "given")
+	_, errs, code := memtrain(t, "", "data", "prepare", "--input", ids, "--pretokenized", "--tokenizer", "builtin:llama2", "--out", given, "--mode", "document", "--seq-len", "8")
+	if code != 0 {
+		t.Fatal(errs)
+	}
+	if got := firstDoc(t, given); len(got) != 3 || got[0] != 1 || got[1] != 450 {
+		t.Errorf("ids taken as given: first document %v, want [1 450 …]", got)
+	}
+	if strings.Contains(errs, "warning") {
+		t.Errorf("warned without a second BOS: %s", errs)
+	}
+	asked := filepath.Join(dir, "asked")
+	_, errs, code = memtrain(t, "", "data", "prepare", "--input", ids, "--pretokenized", "--bos", "--tokenizer", "builtin:llama2", "--out", asked, "--mode", "document", "--seq-len", "8")
+	if code != 0 {
+		t.Fatal(errs)
+	}
+	if got := firstDoc(t, asked); len(got) != 4 || got[0] != 1 || got[1] != 1 {
+		t.Errorf("--bos: first document %v, want [1 1 450 …]", got)
+	}
+	if !strings.Contains(errs, "warning: data prepare: 2 of 2 pretokenized documents already start with BOS (id 1)") {
+		t.Errorf("no warning of the second BOS: %s", errs)
+	}
 }
 
 // setMaxPositions rewrites a checkpoint's max_position_embeddings.

@@ -3,10 +3,10 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -106,7 +106,7 @@ func encodeLines(tok *tokenizer.Tokenizer, in io.Reader, name string, w *bufio.W
 		enc, errs := tok.EncodeBatchEach(texts, opt, f.threads)
 		for i, ids := range enc {
 			if errs != nil && errs[i] != nil {
-				return fmt.Errorf("tokenize: %s:%d: %w", name, lines[i], errs[i])
+				return lineErrorf("tokenize: %s:%d: %w", name, lines[i], errs[i])
 			}
 			if err := writeIDs(w, ids); err != nil {
 				return err
@@ -118,15 +118,15 @@ func encodeLines(tok *tokenizer.Tokenizer, in io.Reader, name string, w *bufio.W
 	err := data.ReadLines(in, 0, func(line []byte, n int64) error {
 		var rec map[string]json.RawMessage
 		if err := json.Unmarshal(line, &rec); err != nil {
-			return fmt.Errorf("tokenize: %s:%d: invalid JSON: %v", name, n, err)
+			return lineErrorf("tokenize: %s:%d: invalid JSON: %v", name, n, err)
 		}
 		raw, ok := rec[f.field]
 		if !ok {
-			return fmt.Errorf("tokenize: %s:%d: missing field %q", name, n, f.field)
+			return lineErrorf("tokenize: %s:%d: missing field %q", name, n, f.field)
 		}
 		var text string
 		if err := json.Unmarshal(raw, &text); err != nil {
-			return fmt.Errorf("tokenize: %s:%d: field %q: want a string", name, n, f.field)
+			return lineErrorf("tokenize: %s:%d: field %q: want a string", name, n, f.field)
 		}
 		texts, lines = append(texts, text), append(lines, n)
 		if len(texts) == tokenizeBatch {
@@ -135,7 +135,7 @@ func encodeLines(tok *tokenizer.Tokenizer, in io.Reader, name string, w *bufio.W
 		return nil
 	})
 	if err != nil {
-		return wrapLineErr(err, name)
+		return wrapLineErr("tokenize", err, name)
 	}
 	return flush()
 }
@@ -164,41 +164,48 @@ func decodeLines(tok *tokenizer.Tokenizer, in io.Reader, name string, w *bufio.W
 			InputIDs *[]int64 `json:"input_ids"`
 		}
 		if err := json.Unmarshal(line, &rec); err != nil {
-			return fmt.Errorf("tokenize: %s:%d: invalid JSON or ids that are not integers: %v", name, n, err)
+			return lineErrorf("tokenize: %s:%d: invalid JSON or ids that are not integers: %v", name, n, err)
 		}
 		src := rec.IDs
 		if src == nil {
 			src = rec.InputIDs
 		}
 		if src == nil {
-			return fmt.Errorf("tokenize: %s:%d: missing field \"ids\" (or \"input_ids\")", name, n)
+			return lineErrorf("tokenize: %s:%d: missing field \"ids\" (or \"input_ids\")", name, n)
 		}
 		ids := make([]int32, len(*src))
 		for i, id := range *src {
 			if id < 0 || id >= int64(vocab) {
-				return fmt.Errorf("tokenize: %s:%d: token id %d outside the vocabulary [0, %d)", name, n, id, vocab)
+				return lineErrorf("tokenize: %s:%d: token id %d outside the vocabulary [0, %d)", name, n, id, vocab)
 			}
 			ids[i] = int32(id)
 		}
 		text, err := tok.DecodeChecked(ids, skipSpecial)
 		if err != nil {
-			return fmt.Errorf("tokenize: %s:%d: %w", name, n, err)
+			return lineErrorf("tokenize: %s:%d: %w", name, n, err)
 		}
 		return enc.Encode(struct {
 			Text string `json:"text"`
 		}{text})
 	})
-	return wrapLineErr(err, name)
+	return wrapLineErr("tokenize", err, name)
 }
 
-// wrapLineErr names the input for errors that the line reader itself
-// produced (I/O errors, over-long lines).
-func wrapLineErr(err error, name string) error {
-	if err == nil {
-		return nil
-	}
-	if strings.HasPrefix(err.Error(), "tokenize: ") {
+// lineError is an error about one line of an input that names the
+// command, the input and the line already (lineErrorf makes one).
+type lineError struct{ error }
+
+func (e lineError) Unwrap() error { return e.error }
+
+func lineErrorf(format string, args ...any) error { return lineError{fmt.Errorf(format, args...)} }
+
+// wrapLineErr names the command and the input for errors that the line
+// reader itself produced (I/O errors, over-long lines); a line's own
+// errors say so already.
+func wrapLineErr(command string, err error, name string) error {
+	var le lineError
+	if err == nil || errors.As(err, &le) {
 		return err
 	}
-	return fmt.Errorf("tokenize: %s: %w", name, err)
+	return fmt.Errorf("%s: %s: %w", command, name, err)
 }

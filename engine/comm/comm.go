@@ -23,9 +23,13 @@
 // time — its rank's — though Stats may be read from anywhere.
 //
 // Collectives work in place on engine tensors of the communicator's
-// device (host F32 tensors for local and MPI; device tensors for NCCL).
-// Elements are summed; the tensors of different ranks must not share
-// memory. A blocking collective returns when its result is ready for the
+// device (host tensors for local and MPI; device tensors for NCCL), F32,
+// BF16 or I32, the same dtype on every rank. Elements are summed; the
+// tensors of different ranks must not share memory. BF16 sums are formed
+// in float32 and rounded to bf16: once, in rank order, by local and MPI
+// (bit-identical on every rank); NCCL's may round at each step of its
+// ring. Callers that need one rounding of a sum of float32 partial
+// products sum them in F32 and round afterwards. A blocking collective returns when its result is ready for the
 // kernels issued after it (on the CPU: when it is in memory; on a GPU: in
 // stream order, so the host sees it after the backend synchronises). A
 // non-blocking one returns a Request at once; its buffers must be left

@@ -290,7 +290,7 @@ func loadLibraries(libDir string) (*libraries, error) {
 			loadErrs[libDir] = err
 			return nil, err
 		}
-		l.paths[x.lib.names[0]] = path
+		l.paths[x.lib.name] = path
 	}
 	loaded[libDir] = l
 	return l, nil

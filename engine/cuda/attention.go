@@ -65,11 +65,13 @@ func attentionBlocks(op string, pairs, n, per int) int {
 // Attention is causal grouped-query self-attention: q [B,T,heads,D], k and
 // v [B,T,kvHeads,D], out [B,T,heads,D], lse [B,heads,T] (F32).
 //
-// One kernel, flash_attention (kernels/attention.cu), FlashAttention-2's
-// forward: a block per key/value head of a sequence and tile of its
-// group's packed query rows (the group's heads share each key/value
-// tile), an online softmax over the key tiles up to the diagonal, and only
-// each row's log-sum-exp stored.
+// One kernel, FlashAttention-2's forward: a block per key/value head of a
+// sequence and tile of its group's packed query rows (the group's heads
+// share each key/value tile), an online softmax over the key tiles up to
+// the diagonal, and only each row's log-sum-exp stored. BF16 tensors of
+// head size 64 or 128 on sm_80 and newer take the tensor-core kernels of
+// kernels/flash.cu (tensorCoreAttention); the rest flash_attention of
+// kernels/attention.cu, on the CUDA cores in float32.
 func (b *Backend) Attention(out, lse, q, k, v *engine.Tensor) {
 	b.do(func() {
 		g := attentionShape("Attention", q, k)
@@ -88,6 +90,10 @@ func (b *Backend) Attention(out, lse, q, k, v *engine.Tensor) {
 		if Q.n == 0 {
 			return
 		}
+		if b.tensorCoreAttention(D, O, Q, K, V) {
+			launchFlashMMAForward(b, g, O, L, Q, K, V)
+			return
+		}
 		R := attentionRows("Attention", D)
 		b.launch(kFlashAttention, grid1(attentionBlocks("Attention", B*KV, T*G, R)), block1(faThreads),
 			O.ptr, O.dt(), L.ptr, Q.ptr, Q.dt(), K.ptr, K.dt(), V.ptr, V.dt(),
@@ -97,7 +103,11 @@ func (b *Backend) Attention(out, lse, q, k, v *engine.Tensor) {
 
 // AttentionBackward writes dq, dk and dv from dOut, the inputs, and the
 // out and lse that Attention saved, recomputing the probabilities tile by
-// tile (kernels/attention.cu):
+// tile. BF16 tensors of head size 64 or 128 on sm_80 and newer
+// (tensorCoreAttention) take attention_row_dot and then one pass on
+// tensor cores, flash_mma_backward (kernels/flash.cu), which writes all
+// three, dq summed in a fixed order without atomics; the rest take
+// (kernels/attention.cu):
 //
 //	attention_row_dot              δ = rowsum(dOut ⊙ out), into scratch
 //	flash_attention_backward_dkv   per key tile: dv = Σ Pᵀ·dOut, dk = Σ dSᵀ·q/√D
@@ -125,11 +135,21 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *engine.
 		if Q.n == 0 {
 			return
 		}
-		R := attentionRows(op, D)
 		rows := B * T * H
-		delta := b.scratchBuffer(scratchAttn, uint64(rows)*4)
+		mma := b.tensorCoreAttention(D, dQ, dK, dV, dO, O, Q, K, V)
+		scratch := uint64(rows) * 4
+		var accOff, ctrOff uint64
+		if mma {
+			accOff, ctrOff, scratch = flashBackwardScratch(g)
+		}
+		delta := b.scratchBuffer(scratchAttn, scratch)
 		b.launch(kAttentionRowDot, grid1((rows+faThreads/32-1)/(faThreads/32)), block1(faThreads),
 			delta, dO.ptr, dO.dt(), O.ptr, O.dt(), int64(rows), int32(T), int32(H), int32(D))
+		if mma {
+			launchFlashMMABackward(b, g, delta, accOff, ctrOff, dQ, dK, dV, dO, Q, K, V, L)
+			return
+		}
+		R := attentionRows(op, D)
 		b.launch(kFlashAttentionDKV, grid1(attentionBlocks(op, B*KV, T, R)), block1(faThreads),
 			dK.ptr, dK.dt(), dV.ptr, dV.dt(), dO.ptr, dO.dt(), Q.ptr, Q.dt(), K.ptr, K.dt(), V.ptr, V.dt(), L.ptr, delta,
 			int32(T), int32(H), int32(KV), int32(D), int32(R), g.scale())
@@ -181,4 +201,84 @@ func (b *Backend) AttentionKV(out, q, kCache, vCache, start *engine.Tensor) {
 				int64(item0), int32(n), int32(H), int32(KV), int32(D), int32(Tmax), scale)
 		}
 	})
+}
+
+// The tensor-core attention kernels (kernels/flash.cu).
+const (
+	kFlashMMAForward64   kernel = "flash_mma_forward_d64"
+	kFlashMMAForward128  kernel = "flash_mma_forward_d128"
+	kFlashMMABackward64  kernel = "flash_mma_backward_d64"
+	kFlashMMABackward128 kernel = "flash_mma_backward_d128"
+)
+
+// Geometry the Go code shares with kernels/flash.cu (a test compares).
+const (
+	fmThreads = 128  // FM_THREADS
+	fmRows    = 64   // FM_ROWS: the forward's packed query rows per block
+	fmKeys    = 32   // FM_KEYS: the forward's keys per tile
+	fbKeys    = 64   // FB_KEYS: the backward's keys per block
+	fbQTile   = 2048 // FB_QTILE_ELEMS: the backward's query tile, rows × D
+)
+
+// tensorCoreAttention reports whether an attention call on these views
+// takes the tensor-core kernels: every tensor BF16, head size 64 or 128, a
+// device of compute capability 8.0 or newer (mma.sync with bf16, cp.async),
+// and every base address 16-byte aligned, as cp.async's copies of 16
+// bytes need (rows are then aligned too: D·2 bytes is a multiple of 16).
+func (b *Backend) tensorCoreAttention(D int, vs ...view) bool {
+	if D != 64 && D != 128 || b.info.Major < 8 {
+		return false
+	}
+	for _, v := range vs {
+		if v.dtype != engine.BF16 || v.ptr%16 != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// launchFlashMMAForward runs flash_mma_forward_d64 or _d128: a block of
+// fmThreads per pair (b, kv) and fmRows packed query rows.
+func launchFlashMMAForward(b *Backend, g attentionGeometry, O, L, Q, K, V view) {
+	k := kFlashMMAForward64
+	if g.D == 128 {
+		k = kFlashMMAForward128
+	}
+	b.launch(k, grid1(attentionBlocks("Attention", g.B*g.kvHeads, g.T*g.group(), fmRows)), block1(fmThreads),
+		O.ptr, L.ptr, Q.ptr, K.ptr, V.ptr, int32(g.T), int32(g.heads), int32(g.kvHeads), g.scale())
+}
+
+// flashBackwardScratch lays out the backward's scratch buffer: δ (float32
+// [B, H, T]), then from accOff the float32 dq accumulators (fbQTile
+// elements for each query tile of each pair (b, kv)), then from ctrOff
+// one int32 counter per tile; bytes is the total.
+func flashBackwardScratch(g attentionGeometry) (accOff, ctrOff, bytes uint64) {
+	align := func(n uint64) uint64 { return (n + 255) &^ 255 }
+	tiles := uint64(g.B*g.kvHeads) * flashQueryTiles(g)
+	accOff = align(uint64(g.B*g.T*g.heads) * 4)
+	ctrOff = align(accOff + tiles*fbQTile*4)
+	return accOff, ctrOff, ctrOff + tiles*4
+}
+
+// flashQueryTiles is the number of the backward's query tiles of a pair:
+// ⌈T·G / (fbQTile/D)⌉.
+func flashQueryTiles(g attentionGeometry) uint64 {
+	per := uint64(fbQTile / g.D)
+	return (uint64(g.T*g.group()) + per - 1) / per
+}
+
+// launchFlashMMABackward zeroes the dq counters and runs
+// flash_mma_backward_d64 or _d128: a block of fmThreads per pair (b, kv)
+// and fbKeys keys, in key-tile order within a pair (the order its dq sums
+// follow).
+func launchFlashMMABackward(b *Backend, g attentionGeometry, scratch devptr, accOff, ctrOff uint64, dQ, dK, dV, dO, Q, K, V, L view) {
+	k := kFlashMMABackward64
+	if g.D == 128 {
+		k = kFlashMMABackward128
+	}
+	tiles := uint64(g.B*g.kvHeads) * flashQueryTiles(g)
+	b.must("cuMemsetD8Async", b.cu.cuMemsetD8Async(scratch+devptr(ctrOff), 0, tiles*4, b.stream))
+	b.launch(k, grid1(attentionBlocks("AttentionBackward", g.B*g.kvHeads, g.T, fbKeys)), block1(fmThreads),
+		dQ.ptr, dK.ptr, dV.ptr, scratch+devptr(accOff), scratch+devptr(ctrOff), dO.ptr, Q.ptr, K.ptr, V.ptr, L.ptr, scratch,
+		int32(g.T), int32(g.heads), int32(g.kvHeads), g.scale())
 }

@@ -164,7 +164,7 @@ func (b *Backend) open(opts Options) error {
 	cu := b.cu
 	if r := cu.cuInit(0); r != cudaSuccess {
 		if r == cudaErrorNoDevice || r == cudaErrorStubLibrary {
-			return &errNoDevice{fmt.Sprintf("cuda: no CUDA device (cuInit: %s; libcuda from %s)", b.describe(r), b.libs.paths[libCUDA.names[0]])}
+			return &errNoDevice{fmt.Sprintf("cuda: no CUDA device (cuInit: %s; libcuda from %s)", b.describe(r), b.libs.paths[libCUDA.name])}
 		}
 		return b.err("cuInit", r)
 	}

@@ -61,6 +61,20 @@
 // launch is checked against the kernel's parameter list, read from the
 // sources at start-up, before it reaches the driver.
 //
+// Attention of BF16 tensors with heads of 64 or 128 on sm_80 and newer
+// runs on tensor cores (kernels/flash.cu): FlashAttention-2's forward —
+// Q in mma fragments, K/V tiles double-buffered into shared memory by
+// cp.async, ldmatrix, an online softmax in registers — and its backward
+// in one pass, dK and dV in registers and dQ summed per query tile in
+// key-tile order through acquire/release counters in global memory, so
+// with no atomics and bit-identical run to run. They are built on
+// kernels/warp.cuh, one header of warp-collective primitives (mma.sync
+// m16n8k16 bf16 into float32, ldmatrix, cp.async, the counters), inline
+// PTX on a GPU and an exact emulation with PTX's fragment layouts in the
+// stand-in. They round P and dS to bf16 as products' operands, as
+// FlashAttention-2 does; float32 attention and other head sizes keep
+// kernels/attention.cu, on the CUDA cores.
+//
 // The arithmetic follows the CPU backend, which is the specification:
 // reductions in float64 where the CPU's are, products rounded before sums
 // (the _rn intrinsics, which the compiler never fuses), the same order of
@@ -123,10 +137,15 @@
 //
 // testdata/fakecuda is a stand-in for libcuda, cuBLAS, NVRTC and NCCL that
 // runs on the CPU: the same kernel sources compiled as C++, each GPU thread
-// a fiber, behind the real C API; its NCCL logs every collective issued. The tests build it with g++ and run the
-// conformance suite, a Llama training step against the CPU backend, bf16
-// paths and the communicator suite through the backend's real bindings. The
-// tests named TestGPU… run the same checks on a real GPU and skip, saying
-// why, where there is none; scripts/gpu-check.sh runs them, with
-// benchmarks against PyTorch, on a GPU machine.
+// a fiber, behind the real C API; its NCCL logs every collective issued;
+// its warp collectives (shuffles, and warp.cuh's mma.sync and ldmatrix)
+// exchange every lane's operands and compute each lane's results by the PTX
+// ISA's layouts, a switch permutes mma's layout for a test that the kernels
+// depend on it, and cp.async copies land only when waited for. The tests
+// build it with g++ and run the conformance suite, a Llama training step
+// against the CPU backend, bf16 paths and the communicator suite through
+// the backend's real bindings. The tests named TestGPU… run the same checks
+// on a real GPU and skip, saying why, where there is none;
+// scripts/gpu-check.sh runs them, with benchmarks against PyTorch, on a GPU
+// machine.
 package cuda

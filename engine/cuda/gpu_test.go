@@ -264,6 +264,62 @@ func BenchmarkGPUGemm(tb *testing.B) {
 	}
 }
 
+// attentionFLOPs is the matmul work of causal attention over B sequences of
+// T tokens, H query heads of size D, as FlashAttention's benchmarks count
+// it: the forward's two products (S = QKᵀ, O = PV) over the causal half,
+// 4·B·H·T²·D / 2; the backward's five (S again, dP, dV, dK, dQ) are 2.5
+// times that.
+func attentionFLOPs(B, T, H, D int) (fwd, bwd float64) {
+	fwd = 2 * float64(B) * float64(H) * float64(T) * float64(T) * float64(D)
+	return fwd, 2.5 * fwd
+}
+
+// BenchmarkGPUAttention measures bf16 causal attention, forward and
+// backward, at each sequence length of $MEMTRAIN_GPU_BENCH_ATTN_SEQ
+// (default 4096,8192) and the head shape $MEMTRAIN_GPU_BENCH_ATTN_HEADS,
+// "heads,kvHeads,headDim" (default Llama 3.1 8B's 32,8,128), batch 1:
+// scripts/gpu/torch_attention.py times torch's flash SDPA on the same
+// shapes. Run it once, with -test.benchtime 1x.
+func BenchmarkGPUAttention(tb *testing.B) {
+	needBench(tb)
+	hs := envInts("MEMTRAIN_GPU_BENCH_ATTN_HEADS", []int{32, 8, 128})
+	if len(hs) != 3 {
+		tb.Fatalf("MEMTRAIN_GPU_BENCH_ATTN_HEADS: want heads,kvHeads,headDim, got %v", hs)
+	}
+	H, KV, D := hs[0], hs[1], hs[2]
+	b := newGPU(tb, 0, "")
+	tile := b.Alloc(engine.F32, 1<<20)
+	r := rand.New(rand.NewPCG(3, 4))
+	vals := make([]float32, tile.Len())
+	for i := range vals {
+		vals[i] = 2*r.Float32() - 1
+	}
+	b.Upload(tile, vals)
+	defer b.Free(tile)
+	for _, T := range envInts("MEMTRAIN_GPU_BENCH_ATTN_SEQ", []int{4096, 8192}) {
+		const B = 1
+		q, out, dOut, dq := b.Alloc(engine.BF16, B, T, H, D), b.Alloc(engine.BF16, B, T, H, D), b.Alloc(engine.BF16, B, T, H, D), b.Alloc(engine.BF16, B, T, H, D)
+		k, v, dk, dv := b.Alloc(engine.BF16, B, T, KV, D), b.Alloc(engine.BF16, B, T, KV, D), b.Alloc(engine.BF16, B, T, KV, D), b.Alloc(engine.BF16, B, T, KV, D)
+		lse := b.Alloc(engine.F32, B, H, T)
+		for _, x := range []*engine.Tensor{q, k, v, dOut} {
+			fillRandom(b, x, tile)
+		}
+		fwdSecs := timeIt(tb, b, func() { b.Attention(out, lse, q, k, v) })
+		bwdSecs := timeIt(tb, b, func() { b.AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse) })
+		fwd, bwd := attentionFLOPs(B, T, H, D)
+		for _, c := range []struct {
+			name        string
+			secs, flops float64
+		}{{"fwd", fwdSecs, fwd}, {"bwd", bwdSecs, bwd}, {"fwd+bwd", fwdSecs + bwdSecs, fwd + bwd}} {
+			bench(tb, map[string]any{"bench": "attention", "case": c.name, "batch": B, "seq_len": T, "heads": H, "kv_heads": KV,
+				"head_dim": D, "ms": c.secs * 1e3, "tflops": c.flops / c.secs / 1e12, "device": b.Info().Name})
+		}
+		for _, x := range []*engine.Tensor{q, out, dOut, dq, k, v, dk, dv, lse} {
+			b.Free(x)
+		}
+	}
+}
+
 // peakBF16 is the dense bf16 tensor-core peak (FLOP/s) of the GPUs memtrain
 // knows, for MFU; 0 for others.
 func peakBF16(name string) float64 {

@@ -8,6 +8,7 @@ import (
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/comm/local"
 	"github.com/memtrain/memtrain/engine/cpu"
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/engine/parallel"
@@ -199,6 +200,133 @@ func testGrid(t *testing.T, newBackend maker, devices int) {
 				worst = max(worst, dl.MaxRel, dg.MaxRel)
 			}
 			t.Logf("largest difference from one CPU rank, relative to the largest value: %.2g", worst)
+		})
+	}
+}
+
+// TestGridBF16Emulated: mixed precision on grids of four fake GPUs —
+// the Z all-gathers of bf16 weight copies, the X and Y sums of float32
+// partial products rounded once, the vocabulary-parallel loss, over NCCL
+// (ncclBfloat16 and ncclFloat32) — trains as the same grid of CPU ranks
+// over in-process communicators does: every rank's step losses and
+// gradient norms within the bf16 step tolerance of the loss, u/8
+// relative (bf16StepLossTol: the two round the same float32 values,
+// summed in other orders, and only now and then to neighbouring bf16
+// numbers; measured: at most 1.8e-5, 8.5e-5 on grids of two). The steps are bf16's: their losses
+// differ from a float32 rank's by more than float32 rounding, and the Z
+// all-gathers are of bf16 (and only they: every sum is float32). Every
+// rank's NCCL calls keep NCCL's order rules (checkNCCLOrder,
+// checkNCCLStreams).
+func TestGridBF16Emulated(t *testing.T) {
+	testGridBF16(t, newFake, 4, fakeNCCLLog(t))
+}
+
+// TestGPUGridBF16 is TestGridBF16Emulated on the machine's GPUs, two or
+// four, without the NCCL log (cuBLAS sums in its own order: the
+// tolerance allows for more neighbouring roundings).
+func TestGPUGridBF16(t *testing.T) {
+	n := needGPU(t)
+	if n < 2 {
+		t.Skip("a grid of bf16 ranks needs two GPUs")
+	}
+	testGridBF16(t, newGPU, min(n, 4), nil)
+}
+
+// testGridBF16 trains in mixed precision on grids of devices ranks (4 or
+// 2), one a GPU, against the same grids of CPU ranks; log, when not nil,
+// is the fake NCCL's, whose calls it checks.
+func testGridBF16(t *testing.T, newBackend maker, devices int, log *ncclLog) {
+	cfg := gridConfig()
+	weights := checkpoints.RandomWeights(cfg, 5)
+	// Two steps: the second's loss and gradients are of weights the
+	// first updated. A third adds nothing the test needs and drifts: at
+	// AdamW's ε = 1e-8 an update is about lr·sign(g), so a gradient
+	// element near zero whose sign a rounding flipped moves its weight
+	// by 2·lr, and such differences grow with the steps (measured 3.4e-4
+	// at a third step).
+	batches := gridBatches(cfg)[:2]
+	f32, err := gridTrain(cpu.New(cpu.Options{Threads: 1}), cfg, weights, batches, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f32Loss, _ := stepSeries(f32)
+	shapes := []comm.Grid{{Data: 1, X: 2, Y: 1, Z: 2}, {Data: 1, X: 1, Y: 2, Z: 2}}
+	if devices < 4 {
+		shapes = []comm.Grid{{Data: 1, X: 2, Y: 1, Z: 1}, {Data: 1, X: 1, Y: 2, Z: 1}, {Data: 1, X: 1, Y: 1, Z: 2}}
+	}
+	backends := make([]*Backend, shapes[0].Size())
+	for i := range backends {
+		backends[i] = newBackend(t, i, GemmF32)
+	}
+	for _, shape := range shapes {
+		t.Run(fmt.Sprintf("dp=%d,x=%d,y=%d,z=%d", shape.Data, shape.X, shape.Y, shape.Z), func(t *testing.T) {
+			run := func(worlds []comm.Comm, backend func(rank int) engine.Backend) [][]finetune.StepResult {
+				got := make([][]finetune.StepResult, shape.Size())
+				err := parallel.LaunchWorlds(worlds, shape, parallel.AllOverlap(), func(g *parallel.Grid) error {
+					res, err := gridTrainWith(backend(g.Rank()), cfg, weights, batches, llama.Options{Parallel: g, Activations: engine.BF16})
+					got[g.Rank()] = res
+					return err
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return got
+			}
+			want := run(local.New(shape.Size()), func(int) engine.Backend { return cpu.New(cpu.Options{Threads: 1}) })
+			if log != nil {
+				log.start()
+			}
+			worlds, err := NewNCCLGroup(backends)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := run(worlds, func(r int) engine.Backend { return backends[r] })
+			seqs := make([][]ncclOp, len(backends))
+			for d := range seqs {
+				if log == nil {
+					break
+				}
+				seqs[d] = log.sequence(t, d)
+				gathers := 0
+				for _, o := range seqs[d] {
+					switch {
+					case o.DType == ncclBfloat16 && o.Op != "all-gather":
+						t.Errorf("device %d: a bf16 %s (only the Z all-gathers move bf16): %v", d, o.Op, o)
+					case o.DType == ncclBfloat16:
+						gathers++
+					}
+				}
+				if shape.Z > 1 && gathers == 0 {
+					t.Errorf("device %d: no bf16 all-gather", d)
+				}
+			}
+			if log != nil {
+				if err := checkNCCLOrder(seqs); err != nil {
+					t.Error(err)
+				}
+				if err := checkNCCLStreams(seqs); err != nil {
+					t.Error(err)
+				}
+			}
+			var worst float64
+			for r := range got {
+				loss, norm := stepSeries(got[r])
+				wantLoss, wantNorm := stepSeries(want[r])
+				if err := numtest.Close(loss, wantLoss, numtest.Tol{Rel: bf16StepLossTol}); err != nil {
+					t.Errorf("rank %d: step losses against the CPU grid's: %v", r, err)
+				}
+				if err := numtest.Close(norm, wantNorm, numtest.Tol{Rel: bf16StepLossTol}); err != nil {
+					t.Errorf("rank %d: gradient norms against the CPU grid's: %v", r, err)
+				}
+				dl, _ := numtest.Measure(loss, wantLoss)
+				dg, _ := numtest.Measure(norm, wantNorm)
+				worst = max(worst, dl.MaxRel, dg.MaxRel)
+			}
+			wantLoss, _ := stepSeries(want[0])
+			if numtest.Close(wantLoss, f32Loss, numtest.Tol{Rel: 1e-5}) == nil {
+				t.Errorf("bf16 step losses %v are float32's %v", wantLoss, f32Loss)
+			}
+			t.Logf("largest difference from the CPU grid, relative to the largest value: %.2g", worst)
 		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -19,10 +20,14 @@ const LibDirEnv = "MEMTRAIN_CUDA_LIB_DIR"
 
 // A library is one of the shared libraries the backend loads at run time.
 type library struct {
-	// names are the file names to look for, in order of preference:
-	// versioned sonames first (what a driver or a pip wheel installs),
-	// then the unversioned development link.
-	names []string
+	// name is the library's usual soname, which messages and the record
+	// of loaded paths use.
+	name string
+	// stem is its unversioned file name. In each folder searched, the
+	// versioned files stem.N[.M…] are tried newest first — a folder that
+	// holds cuBLAS 12 and 13 (a CUDA 13 wheel beside an older toolkit's
+	// link) gives 13 — and then stem itself, the development link.
+	stem string
 	// companions are glob patterns of libraries, in the folder where the
 	// library was found, to load before it: cuBLAS needs cuBLASLt, and
 	// NVRTC opens its builtins library by name at run time. Loading them
@@ -32,17 +37,64 @@ type library struct {
 }
 
 var (
-	libCUDA   = library{names: []string{"libcuda.so.1", "libcuda.so"}}
-	libCUBLAS = library{
-		names:      []string{"libcublas.so.12", "libcublas.so.13", "libcublas.so.11", "libcublas.so"},
-		companions: []string{"libcublasLt.so.*"},
-	}
-	libNVRTC = library{
-		names:      []string{"libnvrtc.so.12", "libnvrtc.so.13", "libnvrtc.so.11.2", "libnvrtc.so"},
-		companions: []string{"libnvrtc-builtins.so.*"},
-	}
-	libNCCL = library{names: []string{"libnccl.so.2", "libnccl.so"}}
+	libCUDA   = library{name: "libcuda.so.1", stem: "libcuda.so"}
+	libCUBLAS = library{name: "libcublas.so", stem: "libcublas.so", companions: []string{"libcublasLt.so.*"}}
+	libNVRTC  = library{name: "libnvrtc.so", stem: "libnvrtc.so", companions: []string{"libnvrtc-builtins.so.*"}}
+	libNCCL   = library{name: "libnccl.so.2", stem: "libnccl.so"}
 )
+
+// candidates lists lib's files in folder d, newest version first, then the
+// unversioned stem. A suffix that is not a dotted version (libcuda.so.bak)
+// is not a candidate.
+func (lib library) candidates(d string, env searchEnv) []string {
+	m, _ := env.glob(filepath.Join(d, lib.stem+".*"))
+	type versioned struct {
+		path string
+		v    []int
+	}
+	var vs []versioned
+	for _, p := range m {
+		if v, ok := parseVersion(strings.TrimPrefix(filepath.Base(p), lib.stem+".")); ok && env.exists(p) {
+			vs = append(vs, versioned{p, v})
+		}
+	}
+	sort.SliceStable(vs, func(i, j int) bool { return compareVersions(vs[i].v, vs[j].v) > 0 })
+	out := make([]string, 0, len(vs)+1)
+	for _, x := range vs {
+		out = append(out, x.path)
+	}
+	if p := filepath.Join(d, lib.stem); env.exists(p) {
+		out = append(out, p)
+	}
+	return out
+}
+
+// parseVersion reads "13", "12.8.4": dot-separated decimal numbers.
+func parseVersion(s string) ([]int, bool) {
+	var v []int
+	for _, f := range strings.Split(s, ".") {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 0 || f == "" || f[0] == '+' {
+			return nil, false
+		}
+		v = append(v, n)
+	}
+	return v, len(v) > 0
+}
+
+// compareVersions orders versions component by component; a longer
+// version after an equal prefix is newer (13.0.88 after 13).
+func compareVersions(a, b []int) int {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if a[i] != b[i] {
+			if a[i] < b[i] {
+				return -1
+			}
+			return 1
+		}
+	}
+	return len(a) - len(b)
+}
 
 // A searchPlace is a group of folders searched together, with the label
 // that names it in error messages.
@@ -120,6 +172,10 @@ func searchPlaces(env searchEnv) (first []searchPlace, python func() searchPlace
 		"/usr/lib/" + triple,
 		"/lib/" + triple,
 		"/usr/lib64",
+		// Where the NVIDIA container toolkit mounts the driver's
+		// libraries.
+		"/usr/local/nvidia/lib64",
+		"/usr/local/nvidia/lib",
 		"/usr/local/cuda/lib64",
 		"/usr/local/cuda/targets/" + target + "/lib",
 		"/usr/lib/wsl/lib",
@@ -203,19 +259,14 @@ func pythonSitePackages() []string {
 }
 
 // findLibrary lists the files that could be lib, in search order: for
-// each place, each folder, each of lib's names that exists there. Python
+// each place, each folder, its versions of lib newest first. Python
 // places are searched only when nothing was found before them. It also
 // returns the places searched, for the error message.
 func findLibrary(lib library, env searchEnv) (found []string, places []searchPlace) {
 	first, python := searchPlaces(env)
 	look := func(p searchPlace) {
 		for _, d := range p.dirs {
-			for _, name := range lib.names {
-				path := filepath.Join(d, name)
-				if env.exists(path) {
-					found = append(found, path)
-				}
-			}
+			found = append(found, lib.candidates(d, env)...)
 		}
 	}
 	for _, p := range first {
@@ -269,7 +320,7 @@ func (e *errLibrary) Is(target error) bool { return target == ErrNoCUDA }
 // finds under lib's names on its own default path (ld.so.cache).
 func loadLibrary(lib library, env searchEnv) (handle uintptr, path string, err error) {
 	found, places := findLibrary(lib, env)
-	e := &errLibrary{name: lib.names[0], places: places, loaderDefault: env.loaderDefault}
+	e := &errLibrary{name: lib.name, places: places, loaderDefault: env.loaderDefault}
 	for _, p := range found {
 		for _, pattern := range lib.companions {
 			m, _ := env.glob(filepath.Join(filepath.Dir(p), pattern))
@@ -287,7 +338,7 @@ func loadLibrary(lib library, env searchEnv) (handle uintptr, path string, err e
 		e.tries = append(e.tries, p+": "+oneLine(err.Error()))
 	}
 	if env.loaderDefault {
-		for _, name := range lib.names {
+		for _, name := range []string{lib.name, lib.stem} {
 			if h, err := dlopen(name); err == nil {
 				return h, name, nil
 			}

@@ -93,6 +93,59 @@ func TestFindLibraryOrder(t *testing.T) {
 	}
 }
 
+// In one folder the newest version comes first, whatever the names'
+// order as text (13 before 12, 12.10 before 12.9), then the development
+// link; a suffix that is no version is no candidate.
+func TestFindLibraryNewestFirst(t *testing.T) {
+	root := t.TempDir()
+	touch(t, root,
+		"/usr/local/nvidia/lib64/libcuda.so.1",
+		"/usr/local/nvidia/lib64/libcuda.so.580.65.06",
+		"/venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublas.so.13",
+		"/venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublasLt.so.13",
+		"/opt/cuda/libcublas.so",
+		"/opt/cuda/libcublas.so.12",
+		"/opt/cuda/libcublas.so.12.9.1",
+		"/opt/cuda/libcublas.so.12.10",
+		"/opt/cuda/libcublas.so.13",
+		"/opt/cuda/libcublas.so.bak",
+		"/opt/cuda/libcublas.so.13.x",
+	)
+	env := rootedEnv(root, map[string]string{LibDirEnv: "/opt/cuda", "VIRTUAL_ENV": "/venv"}, nil)
+	found, _ := findLibrary(libCUBLAS, env)
+	want := []string{"/opt/cuda/libcublas.so.13", "/opt/cuda/libcublas.so.12.10", "/opt/cuda/libcublas.so.12.9.1",
+		"/opt/cuda/libcublas.so.12", "/opt/cuda/libcublas.so"}
+	if !reflect.DeepEqual(found, want) {
+		t.Errorf("found\n%q\nwant\n%q", found, want)
+	}
+	// The container toolkit's driver folder; the pip wheel's CUDA 13
+	// folder when nothing comes before it.
+	found, _ = findLibrary(libCUDA, env)
+	if want := []string{"/usr/local/nvidia/lib64/libcuda.so.580.65.06", "/usr/local/nvidia/lib64/libcuda.so.1"}; !reflect.DeepEqual(found, want) {
+		t.Errorf("libcuda: found %q, want %q", found, want)
+	}
+	env = rootedEnv(root, map[string]string{"VIRTUAL_ENV": "/venv"}, nil)
+	found, _ = findLibrary(libCUBLAS, env)
+	if want := []string{"/venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublas.so.13"}; !reflect.DeepEqual(found, want) {
+		t.Errorf("pip: found %q, want %q", found, want)
+	}
+}
+
+func TestParseVersion(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []int
+	}{
+		{"13", []int{13}}, {"12.8.4", []int{12, 8, 4}}, {"1", []int{1}},
+		{"", nil}, {"bak", nil}, {"13.", nil}, {".13", nil}, {"13.x", nil}, {"+1", nil}, {"-1", nil}, {"1..2", nil},
+	} {
+		got, ok := parseVersion(c.in)
+		if ok != (c.want != nil) || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("parseVersion(%q) = %v, %v; want %v", c.in, got, ok, c.want)
+		}
+	}
+}
+
 func TestSearchPlacesOrder(t *testing.T) {
 	vars := map[string]string{"LD_LIBRARY_PATH": "/a:/b", "CUDA_HOME": "/cuda"}
 	first, python := searchPlaces(rootedEnv(t.TempDir(), vars, nil))
@@ -108,6 +161,8 @@ func TestSearchPlacesOrder(t *testing.T) {
 		"/usr/lib/x86_64-linux-gnu",
 		"/lib/x86_64-linux-gnu",
 		"/usr/lib64",
+		"/usr/local/nvidia/lib64",
+		"/usr/local/nvidia/lib",
 		"/usr/local/cuda/lib64",
 		"/usr/local/cuda/targets/x86_64-linux/lib",
 		"/usr/lib/wsl/lib",
@@ -121,15 +176,15 @@ func TestSearchPlacesOrder(t *testing.T) {
 	env := rootedEnv(t.TempDir(), nil, nil)
 	env.goarch = "arm64"
 	first, _ = searchPlaces(env)
-	if first[2].label != "/usr/lib/aarch64-linux-gnu" || first[6].label != "/usr/local/cuda/targets/sbsa-linux/lib" {
-		t.Errorf("arm64 places start %q … %q", first[2].label, first[6].label)
+	if first[2].label != "/usr/lib/aarch64-linux-gnu" || first[8].label != "/usr/local/cuda/targets/sbsa-linux/lib" {
+		t.Errorf("arm64 places start %q … %q", first[2].label, first[8].label)
 	}
 }
 
 func TestLoadLibraryNotFound(t *testing.T) {
 	env := rootedEnv(t.TempDir(), map[string]string{LibDirEnv: "/x"}, nil)
 	env.loaderDefault = true
-	_, _, err := loadLibrary(library{names: []string{"libmemtrain-nonexistent.so.1"}}, env)
+	_, _, err := loadLibrary(library{name: "libmemtrain-nonexistent.so.1", stem: "libmemtrain-nonexistent.so"}, env)
 	if err == nil {
 		t.Fatal("loaded a library that does not exist")
 	}

@@ -92,7 +92,7 @@ func (l *libraries) loadNCCL() (*ncclAPI, error) {
 		api := &ncclAPI{}
 		if err = bindAll(h, path, api.symbols()); err == nil {
 			l.nccl = api
-			l.paths[libNCCL.names[0]] = path
+			l.paths[libNCCL.name] = path
 		}
 	}
 	l.ncclErr = err

@@ -160,7 +160,7 @@ func (b *Backend) kernelImage(cacheDir string) ([]byte, error) {
 	}
 	img, err := compileKernels(rtc, src, headers, options, target)
 	if err != nil {
-		return nil, fmt.Errorf("%w (NVRTC %s from %s)", err, b.info.NVRTCVersion, b.libs.paths[libNVRTC.names[0]])
+		return nil, fmt.Errorf("%w (NVRTC %s from %s)", err, b.info.NVRTCVersion, b.libs.paths[libNVRTC.name])
 	}
 	if path != "" {
 		writeCache(dir, path, img)

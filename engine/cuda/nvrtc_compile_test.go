@@ -124,4 +124,47 @@ func TestKernelsCompileWithNVRTC(t *testing.T) {
 		}
 		t.Log(table.String())
 	}
+	checkTensorCorePTX(t, rtc, src, headers)
+}
+
+// tensorCoreInstructions are the PTX instructions each tensor-core kernel
+// must hold (kernels/warp.cuh's primitives, inlined): without them it
+// would not run on tensor cores, whatever its results.
+var tensorCoreInstructions = map[kernel][]string{
+	kFlashMMAForward64:   {"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "cp.async.cg.shared.global", "cp.async.wait_group"},
+	kFlashMMAForward128:  {"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "cp.async.cg.shared.global", "cp.async.wait_group"},
+	kFlashMMABackward64:  {"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "cp.async.cg.shared.global", "ld.acquire.gpu", "st.release.gpu"},
+	kFlashMMABackward128: {"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "cp.async.cg.shared.global", "ld.acquire.gpu", "st.release.gpu"},
+}
+
+// checkTensorCorePTX compiles the program once more, to PTX for
+// compute_80, and checks that each tensor-core kernel's body holds its
+// instructions.
+func checkTensorCorePTX(t *testing.T, rtc *nvrtcAPI, src string, headers map[string]string) {
+	target := kernelTarget{arch: 80}
+	img, err := compileKernels(rtc, src, headers, nvrtcOptions(target, false), target)
+	if err != nil {
+		t.Fatalf("%s: %v", target, err)
+	}
+	ptx := string(img)
+	for k, instrs := range tensorCoreInstructions {
+		start := strings.Index(ptx, ".entry "+string(k)+"(")
+		if start < 0 {
+			t.Errorf("%s: no entry %s in the PTX", target, k)
+			continue
+		}
+		body := ptx[start+1:]
+		if end := strings.Index(body, ".entry "); end >= 0 {
+			body = body[:end]
+		}
+		var counts []string
+		for _, in := range instrs {
+			n := strings.Count(body, in)
+			if n == 0 {
+				t.Errorf("%s: kernel %s has no %s", target, k, in)
+			}
+			counts = append(counts, fmt.Sprintf("%s ×%d", in, n))
+		}
+		t.Logf("%s %s: %s", target, k, strings.Join(counts, ", "))
+	}
 }

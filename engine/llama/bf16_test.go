@@ -373,18 +373,33 @@ func TestBF16Refusals(t *testing.T) {
 			t.Errorf("%s: %v; want one line containing %q", tc.name, err, tc.want)
 		}
 	}
-	// On grids: X·Y·Z > 1 is refused, with adapters too (that reason
-	// first, not the base's dtype).
-	for _, lora := range []*checkpoints.AdapterConfig{nil, testAdapter(2, false, 0)} {
-		err := launch.Local(comm.Grid{Data: 1, X: 2, Y: 1, Z: 1}, parallel.Overlap{}, func(g *parallel.Grid) error {
-			m, err := New(newBackend(1), cfg, Options{Activations: engine.BF16, Parallel: g, LoRA: lora})
+	// On grids every shape is accepted, with adapters (and their dropout)
+	// too (TestGridBF16Training, TestLoRABF16OnGrids).
+	for _, tc := range []struct {
+		shape comm.Grid
+		lora  *checkpoints.AdapterConfig
+		want  string
+	}{
+		{comm.Grid{Data: 1, X: 2, Y: 1, Z: 1}, testAdapter(2, false, 0.1), ""},
+		{comm.Grid{Data: 1, X: 1, Y: 1, Z: 2}, testAdapter(2, false, 0.1), ""},
+		{comm.Grid{Data: 1, X: 2, Y: 1, Z: 2}, nil, ""},
+	} {
+		err := launch.Local(tc.shape, parallel.Overlap{}, func(g *parallel.Grid) error {
+			opt := Options{Activations: engine.BF16, Parallel: g, LoRA: tc.lora}
+			if tc.lora != nil {
+				opt.BaseDType = engine.BF16
+			}
+			m, err := New(newBackend(1), cfg, opt)
 			if err == nil {
 				m.Free()
 			}
 			return err
 		})
-		if want := "X·Y·Z = 2·1·1"; err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("X = 2, adapters %v: %v; want an error containing %q", lora != nil, err, want)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v, adapters %v: %v", tc.shape, tc.lora != nil, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%v, adapters with dropout: %v; want an error containing %q", tc.shape, err, tc.want)
 		}
 	}
 }

@@ -28,6 +28,15 @@ package llama
 // Small per-token statistics (a norm's rstd, the cross-entropy's maxima
 // and sums) are combined on the host between kernels, in float64: a few
 // numbers per token, where the backend has no kernel for the scalar math.
+//
+// Mixed precision (bf16 activations): a sum over ranks of partial
+// products is formed in float32 and rounded to bf16 once — each rank's
+// partial product goes into a float32 accumulator (scratch.acc, through
+// partial), the accumulators are all-reduced in float32, and the sum is
+// rounded into the bf16 activation (roundSum) — rather than rounding
+// each partial product and then their sum. The norms' statistics, the
+// logits and the cross-entropy stay float32 as on one rank; the Z
+// all-gathers move the bf16 weight copies (zshard.go).
 
 import (
 	"math"
@@ -65,26 +74,61 @@ func allReduce(t *engine.Tensor, c comm.Comm) {
 	}
 }
 
-// pendingSum is an all-reduce that may still be running.
-type pendingSum struct{ req comm.Request }
+// pendingSum is an all-reduce that may still be running, and the
+// rounding of its float32 sum into a bf16 activation gradient after it.
+type pendingSum struct {
+	m        *Model
+	req      comm.Request
+	out, acc *engine.Tensor
+}
 
 func (p pendingSum) wait() {
 	if p.req != nil {
 		check(p.req.Wait())
 	}
+	if p.acc != p.out {
+		p.m.backend.Copy(p.out, p.acc)
+	}
 }
 
 // startSum all-reduces an input gradient over c: in the background with
-// OAR, so that the weight gradient is computed meanwhile, or at once.
+// OAR, so that the weight gradient is computed meanwhile, or at once. A
+// bf16 gradient t was accumulated in float32 (inputGrad: partial(t)),
+// which is what is summed; wait rounds the sum into t.
 func (m *Model) startSum(t *engine.Tensor, c comm.Comm) pendingSum {
-	if c == nil {
-		return pendingSum{}
+	p := pendingSum{m: m, out: t, acc: m.partial(t)}
+	switch {
+	case c == nil:
+	case m.Options.Parallel.Overlap.AllReduce:
+		p.req = c.IAllReduce(p.acc)
+	default:
+		check(c.AllReduce(p.acc))
 	}
-	if m.Options.Parallel.Overlap.AllReduce {
-		return pendingSum{c.IAllReduce(t)}
+	return p
+}
+
+// partial returns the float32 tensor in which the partial sums of out,
+// a bf16 activation or its gradient on a grid, are formed before they
+// are summed over ranks and rounded once into out (roundSum, startSum):
+// a view of the grid's accumulator shaped as out. Otherwise it returns
+// out itself: a float32 tensor, or one rank's bf16 one, which its kernel
+// rounds once anyway. One accumulator serves every sum, so a sum must be
+// rounded into its output before the next one starts: the passes form
+// and sum them one at a time.
+func (m *Model) partial(out *engine.Tensor) *engine.Tensor {
+	if m.ws == nil || m.ws.sc == nil || m.ws.sc.acc == nil || out.DType() != engine.BF16 {
+		return out
 	}
-	check(c.AllReduce(t))
-	return pendingSum{}
+	return m.ws.sc.acc.View(0, out.Shape...)
+}
+
+// roundSum all-reduces acc (partial(out)) over c, a nil c being a group
+// of one rank, and rounds the float32 sum once into out.
+func (m *Model) roundSum(out, acc *engine.Tensor, c comm.Comm) {
+	allReduce(acc, c)
+	if acc != out {
+		m.backend.Copy(out, acc)
+	}
 }
 
 // rowDots writes dst[i] = Σ_j a[i,j]·b[i,j] for a, b [n,k]: a batch of n
@@ -107,6 +151,7 @@ func (m *Model) scaleRows(dst, src, s *engine.Tensor, beta float32) {
 // token positions, with host copies of the per-token statistics.
 type scratch struct {
 	tmp         *engine.Tensor // [rows, H/X]: RMSNorm's local output, the embedding's looked-up rows
+	acc         *engine.Tensor // F32 [rows·max(H/X, Q/Y, I/Y)] with bf16 activations (partial); else nil
 	stat, stat2 *engine.Tensor // [rows]
 	ids         *engine.Tensor // I32 [rows]: ids within this rank's vocabulary slice, 0 outside it
 	mask        *engine.Tensor // [rows]: 1 for ids in the slice, 0 outside
@@ -120,13 +165,20 @@ func scratchPlan(d dims, n int) []tensorPlan {
 	if d.x == 1 && d.y == 1 {
 		return nil
 	}
-	return []tensorPlan{
+	p := []tensorPlan{
 		{"grid_tmp", engine.F32, []int{n, d.H}},
 		{"grid_stat", engine.F32, []int{n}},
 		{"grid_stat2", engine.F32, []int{n}},
 		{"grid_ids", engine.I32, []int{n}},
 		{"grid_mask", engine.F32, []int{n}},
 	}
+	if d.act == engine.BF16 {
+		// The widest activation summed over ranks: the stream [n, H/X],
+		// the attention's [n, Q/Y] or the MLP's [n, I/Y] (K and V are
+		// narrower than Q).
+		p = append(p, tensorPlan{"grid_acc", engine.F32, []int{n * max(d.H, d.Q, d.I)}})
+	}
+	return p
 }
 
 func newScratch(d dims, n int, next func() *engine.Tensor) *scratch {
@@ -134,6 +186,9 @@ func newScratch(d dims, n int, next func() *engine.Tensor) *scratch {
 		return nil
 	}
 	s := &scratch{tmp: next(), stat: next(), stat2: next(), ids: next(), mask: next()}
+	if d.act == engine.BF16 {
+		s.acc = next()
+	}
 	s.h1, s.h2, s.h3 = make([]float32, n), make([]float32, n), make([]float32, n)
 	s.hids = make([]int32, n)
 	return s
@@ -143,7 +198,11 @@ func (s *scratch) tensors() []*engine.Tensor {
 	if s == nil {
 		return nil
 	}
-	return []*engine.Tensor{s.tmp, s.stat, s.stat2, s.ids, s.mask}
+	ts := []*engine.Tensor{s.tmp, s.stat, s.stat2, s.ids, s.mask}
+	if s.acc != nil {
+		ts = append(ts, s.acc)
+	}
+	return ts
 }
 
 // vocabSlice uploads, for token ids on the host, their ids within this
@@ -194,7 +253,10 @@ func (m *Model) rmsnorm(out, rstd, x *engine.Tensor, w *engine.Param, s *scratch
 	}
 	b.Upload(rstd, hr)
 	b.Upload(ss, hs)
-	m.scaleRows(out, tmp, ss, 0)
+	// A bf16 out is rounded once, from the float32 scaled rows.
+	acc := m.partial(out)
+	m.scaleRows(acc, tmp, ss, 0)
+	m.roundSum(out, acc, nil)
 }
 
 // rmsnormBackward is rmsnorm's backward: it writes dx and adds into w's
@@ -222,7 +284,9 @@ func (m *Model) rmsnormBackward(dx *engine.Tensor, w *engine.Param, dy, x, y, rs
 	m.rowDots(local, dy, y)
 	b.Copy(sum, local)
 	allReduce(sum, m.gx)
-	b.RMSNormBackward(dx, dw, dy, x, w.Value, rstd)
+	// A bf16 dx is rounded once, after the row scaling below.
+	acc := m.partial(dx)
+	b.RMSNormBackward(acc, dw, dy, x, w.Value, rstd)
 	hs, hl, hr := s.h1[:n], s.h2[:n], s.h3[:n]
 	b.Download(hs, sum)
 	b.Download(hl, local)
@@ -233,7 +297,8 @@ func (m *Model) rmsnormBackward(dx *engine.Tensor, w *engine.Param, dy, x, y, rs
 		hl[i] = float32(r * r * (float64(hl[i])/hx - float64(hs[i])/h))
 	}
 	b.Upload(local, hl)
-	m.scaleRows(dx, x, local, 1)
+	m.scaleRows(acc, x, local, 1)
+	m.roundSum(dx, acc, nil)
 }
 
 // embed looks up the rows of ids (uploaded with vocabSlice on Y ranks)
@@ -249,8 +314,9 @@ func (m *Model) embed(out, table, ids *engine.Tensor, s *scratch) {
 	n := out.Dim(0)
 	tmp := s.tmp.View(0, n, m.d.H)
 	b.Embedding(tmp, table, s.ids.View(0, n))
-	m.scaleRows(out, tmp, s.mask.View(0, n), 0)
-	allReduce(out, m.gy)
+	acc := m.partial(out)
+	m.scaleRows(acc, tmp, s.mask.View(0, n), 0)
+	m.roundSum(out, acc, m.gy)
 }
 
 // embedBackward adds the embedding's gradient from dOut, the gradient of
@@ -280,20 +346,22 @@ func (m *Model) embedBackward(dOut, ids *engine.Tensor, s *scratch) {
 // ranks of group sum are partial sums over their slices of the input
 // features, all-reduced into the output.
 func (m *Model) linear(out, in, w *engine.Tensor, sum comm.Comm) {
-	m.gemmLinear(out, in, w, 0)
-	allReduce(out, sum)
+	acc := m.partial(out)
+	m.gemmLinear(acc, in, w, 0)
+	m.roundSum(out, acc, sum)
 }
 
 // linearResidual computes out = res + in·Wᵀ, the residual joining the
 // all-reduce of the partial products over sum on one rank of it.
 func (m *Model) linearResidual(out, in, w, res *engine.Tensor, sum comm.Comm) {
+	acc := m.partial(out)
 	beta := float32(0)
 	if sum == nil || sum.Rank() == 0 {
-		m.backend.Copy(out, res)
+		m.backend.Copy(acc, res)
 		beta = 1
 	}
-	m.gemmLinear(out, in, w, beta)
-	allReduce(out, sum)
+	m.gemmLinear(acc, in, w, beta)
+	m.roundSum(out, acc, sum)
 }
 
 func (m *Model) gemmLinear(out, in, w *engine.Tensor, beta float32) {
@@ -305,7 +373,8 @@ func (m *Model) gemmLinear(out, in, w *engine.Tensor, beta float32) {
 // inputGrad computes din = dout·W (+ din when accumulate), linear's
 // input gradient: on a grid a partial sum over the ranks that split W's
 // output features, which the caller all-reduces (startSum) once for every
-// linear that shares the input.
+// linear that shares the input. A bf16 din is accumulated in float32
+// (partial) until startSum rounds the sum into it.
 func (m *Model) inputGrad(din, dout, w *engine.Tensor, accumulate bool) {
 	n, o, k := dout.Dim(0), w.Dim(0), w.Dim(1)
 	beta := float32(0)
@@ -313,7 +382,7 @@ func (m *Model) inputGrad(din, dout, w *engine.Tensor, accumulate bool) {
 		beta = 1
 	}
 	m.backend.Gemm(engine.GemmParams{M: n, N: k, K: o, Alpha: 1, Beta: beta, LDA: o, LDB: k, LDC: k},
-		dout, w, din)
+		dout, w, m.partial(din))
 }
 
 // weightGrad adds doutᵀ·in, linear's weight gradient, into p's gradient:

@@ -250,9 +250,10 @@ func (m *Model) loraZ(l, p int, z, x *engine.Tensor, s *loraScratch) {
 	ad := m.Layers[l].LoRA[p]
 	r, n := m.lora.cfg.R, x.Dim(0)
 	x = m.dropped(l, p, x, s)
+	acc := m.partial(z) // a bf16 z summed in float32 and rounded once
 	m.backend.Gemm(engine.GemmParams{TransB: true, M: n, N: r, K: ad.c1 - ad.c0, Alpha: 1, LDA: x.Dim(1), LDB: ad.A.Full[1], LDC: r},
-		x, ad.aBlock(passWeight(ad.A)), z)
-	allReduce(z, ad.in)
+		x, ad.aBlock(passWeight(ad.A)), acc)
+	m.roundSum(z, acc, ad.in)
 }
 
 // loraBackward is loraForward's backward: from dy, the gradient of the
@@ -277,6 +278,7 @@ func (m *Model) loraBackward(l, p int, z, x, dy, din *engine.Tensor, s *loraScra
 	b.Gemm(engine.GemmParams{TransA: true, M: rows, N: r, K: n, Alpha: sc, Beta: 1, LDA: dy.Dim(1), LDB: r, LDC: r}, dy, z, ad.bBlock(ad.B.Grad))
 	bw, aw := ad.bBlock(passWeight(ad.B)), ad.aBlock(passWeight(ad.A))
 	b.Gemm(engine.GemmParams{M: n, N: r, K: rows, Alpha: sc, LDA: dy.Dim(1), LDB: r, LDC: r}, dy, bw, dz)
+	din = m.partial(din) // where the base's input gradient accumulates
 	if m.lora.cfg.LoRADropout == 0 {
 		b.Gemm(engine.GemmParams{M: n, N: cols, K: r, Alpha: 1, Beta: 1, LDA: r, LDB: inW, LDC: din.Dim(1)}, dz, aw, din)
 	} else {
@@ -319,6 +321,9 @@ func (m *Model) applyDropout(l, p int, dst, src *engine.Tensor) {
 	c0 := uint64(m.Layers[l].LoRA[p].c0) // the features' global index, whatever the grid
 	T := m.ws.T
 	keep := float32(1 / (1 - q))
+	// drop(x) of a bf16 x is a bf16 activation, rounded as one rank's
+	// bf16 xd holds it even where a grid keeps xd float32 (loraPlan).
+	half := src.DType() == engine.BF16
 	threshold := uint64(q * (1 << 53))
 	site := uint64(l)<<8 | uint64(p)
 	for row := 0; row < n; row++ {
@@ -332,8 +337,8 @@ func (m *Model) applyDropout(l, p int, dst, src *engine.Tensor) {
 		for j := range vr {
 			if mix(base^(c0+uint64(j)))>>11 < threshold {
 				vr[j] = 0
-			} else {
-				vr[j] *= keep
+			} else if vr[j] *= keep; half {
+				vr[j] = checkpoints.BF16ToFloat32(checkpoints.Float32ToBF16(vr[j]))
 			}
 		}
 	}
@@ -373,9 +378,18 @@ func loraPlan(d dims, N, sets int, train bool) []tensorPlan {
 		p = append(p, tensorPlan{"lora_z", d.act, []int{N, a.R}})
 	}
 	if train {
-		p = append(p, tensorPlan{"lora_dz", d.act, []int{N, a.R}})
+		// dz is summed over the ranks that split the output after its
+		// partial product feeds the input gradient, and with dropout
+		// drop'(dz·A) joins that float32 partial sum from xd: on such
+		// grids both stay float32 and are never rounded (grid.go,
+		// partial).
+		dt := d.act
+		if d.x > 1 || d.y > 1 {
+			dt = engine.F32
+		}
+		p = append(p, tensorPlan{"lora_dz", dt, []int{N, a.R}})
 		if a.LoRADropout > 0 {
-			p = append(p, tensorPlan{"lora_xd", d.act, []int{N, max(d.H, d.Q, d.I)}})
+			p = append(p, tensorPlan{"lora_xd", dt, []int{N, max(d.H, d.Q, d.I)}})
 		}
 	}
 	return p

@@ -155,7 +155,7 @@ func Itemize(cfg *checkpoints.Config, w Work) Items {
 		m.Gradients = engine.SumBytes(engine.MulBytes(ad, 4), int64(d.H)*4)
 		m.Optimizer = engine.MulBytes(moments, ad, 4)
 		m.Activations = engine.SumBytes(passBytes(d, w), stepSumsBytes(cfg, w))
-		m.Gathered = engine.MulBytes(z.gather, 4)
+		m.Gathered = engine.MulBytes(z.gather, int64(w.BaseDType.Size())) // the base gathered as held
 		if w.Snapshot {
 			m.Snapshot = engine.MulBytes(1+moments, ad, 4)
 		}
@@ -170,7 +170,13 @@ func Itemize(cfg *checkpoints.Config, w Work) Items {
 	m.Gradients = engine.MulBytes(local, 4)
 	m.Optimizer = engine.MulBytes(moments, local, 4)
 	m.Activations = engine.SumBytes(passBytes(d, w), stepSumsBytes(cfg, w))
-	m.Gathered = engine.MulBytes(z.gather+z.grad, 4)
+	// The gathered blocks are what the passes multiply by (passWeight):
+	// the bf16 copies in mixed precision; the gradient blocks float32.
+	gathered := int64(4)
+	if w.Activations == engine.BF16 {
+		gathered = 2
+	}
+	m.Gathered = engine.SumBytes(engine.MulBytes(z.gather, gathered), engine.MulBytes(z.grad, 4))
 	if w.Snapshot {
 		m.Snapshot = engine.MulBytes(1+moments, local, 4)
 	}

@@ -75,40 +75,86 @@ func testMemoryIsWhatIsAllocated(t *testing.T, tie bool, act engine.DType) {
 // allocates.
 func TestMemoryOnAGridIsWhatIsAllocated(t *testing.T) {
 	grids := []comm.Grid{{Data: 2, X: 1, Y: 1, Z: 1}, {Data: 1, X: 2, Y: 2, Z: 1}, {Data: 1, X: 1, Y: 2, Z: 2}, {Data: 1, X: 2, Y: 1, Z: 4}}
+	adapter := testAdapter(2, false, 0.1, "q_proj", "down_proj") // with dropout: lora_xd
 	for _, tie := range []bool{false, true} {
 		cfg := gridConfig(tie)
 		for _, shape := range grids {
 			for _, ov := range []parallel.Overlap{{}, parallel.AllOverlap()} {
-				name := fmt.Sprintf("tie=%v/%v/%v", tie, shape, ov)
-				w := Work{Grid: shape, Overlap: ov, Train: true, Batch: 2, SeqLen: 6}
-				want := Memory(cfg, w)
-				var mu sync.Mutex
-				err := launch.Local(shape, ov, func(g *parallel.Grid) error {
-					b := newBackend(1)
-					m, err := New(b, cfg, Options{Parallel: g})
-					if err != nil {
-						return err
+				for _, act := range []engine.DType{engine.F32, engine.BF16} {
+					for _, lora := range []*checkpoints.AdapterConfig{nil, adapter} {
+						opt := Options{Activations: act, LoRA: lora}
+						if lora != nil {
+							opt.BaseDType = engine.BF16 // gathered over Z in bf16
+						}
+						name := fmt.Sprintf("tie=%v/%v/%v/%v/lora=%v", tie, shape, ov, act, lora != nil)
+						checkGridMemory(t, name, cfg, shape, ov, opt)
 					}
-					defer m.Free()
-					afterNew := b.MemStats().Allocated
-					batch := randomBatch(cfg, 2, 6, uint64(g.BatchRank()))
-					if _, err := m.ForwardBackward(batch, 1); err != nil {
-						return err
-					}
-					mu.Lock()
-					defer mu.Unlock()
-					noPass := Memory(cfg, Work{Grid: shape, Overlap: ov})
-					if afterNew != noPass.Params+noPass.Workspace {
-						t.Errorf("%s rank %d: New allocated %d, accounted %d (parameters %d, Z buffers %d)", name, g.Rank(), afterNew, noPass.Total(), noPass.Params, noPass.Workspace)
-					}
-					if got := b.MemStats().Allocated; got != want.Total() {
-						t.Errorf("%s rank %d: training allocated %d, accounted %d", name, g.Rank(), got, want.Total())
-					}
-					return nil
-				})
-				if err != nil {
-					t.Fatalf("%s: %v", name, err)
 				}
+			}
+		}
+	}
+}
+
+// checkGridMemory checks on every rank of a grid that New allocates what
+// Memory accounts for the parameters and the Z buffers, and a training
+// pass what it accounts in all.
+func checkGridMemory(t *testing.T, name string, cfg *checkpoints.Config, shape comm.Grid, ov parallel.Overlap, opt Options) {
+	t.Helper()
+	w := Work{Grid: shape, Overlap: ov, Activations: opt.Activations, LoRA: opt.LoRA, BaseDType: opt.BaseDType}
+	noPass := Memory(cfg, w)
+	w.Train, w.Batch, w.SeqLen = true, 2, 6
+	want := Memory(cfg, w)
+	var mu sync.Mutex
+	err := launch.Local(shape, ov, func(g *parallel.Grid) error {
+		b := newBackend(1)
+		o := opt
+		o.Parallel = g
+		m, err := New(b, cfg, o)
+		if err != nil {
+			return err
+		}
+		defer m.Free()
+		afterNew := b.MemStats().Allocated
+		batch := randomBatch(cfg, 2, 6, uint64(g.BatchRank()))
+		if _, err := m.ForwardBackward(batch, 1); err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if afterNew != noPass.Params+noPass.Workspace {
+			t.Errorf("%s rank %d: New allocated %d, accounted %d (parameters %d, Z buffers %d)", name, g.Rank(), afterNew, noPass.Total(), noPass.Params, noPass.Workspace)
+		}
+		if got := b.MemStats().Allocated; got != want.Total() {
+			t.Errorf("%s rank %d: training allocated %d, accounted %d", name, g.Rank(), got, want.Total())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+}
+
+// TestZBuffersBF16: in mixed precision the Z all-gathers' buffers hold
+// bf16 copies, half the bytes of the float32 ones; the gradient blocks
+// stay float32. A frozen bf16 base is gathered in bf16 too.
+func TestZBuffersBF16(t *testing.T) {
+	cfg := gridConfig(false)
+	g := comm.Grid{Data: 1, X: 2, Y: 1, Z: 4}
+	for _, ov := range []parallel.Overlap{{}, parallel.AllOverlap()} {
+		_, z := shardElements(cfg, g, ov)
+		if z.gather == 0 || z.grad == 0 {
+			t.Fatalf("%v: no Z buffers (%+v)", ov, z)
+		}
+		f32 := Itemize(cfg, Work{Grid: g, Overlap: ov}).Gathered
+		bf16 := Itemize(cfg, Work{Grid: g, Overlap: ov, Activations: engine.BF16}).Gathered
+		if f32 != 4*(z.gather+z.grad) || bf16 != 2*z.gather+4*z.grad {
+			t.Errorf("%v: Z buffers %d bytes in f32, %d in bf16; want %d and %d", ov, f32, bf16, 4*(z.gather+z.grad), 2*z.gather+4*z.grad)
+		}
+		a := testAdapter(2, false, 0, "q_proj")
+		for _, base := range []engine.DType{engine.F32, engine.BF16} {
+			got := Itemize(cfg, Work{Grid: g, Overlap: ov, LoRA: a, BaseDType: base}).Gathered
+			if want := int64(base.Size()) * z.gather; got != want {
+				t.Errorf("%v: a %v base's Z buffers: %d bytes, want %d", ov, base, got, want)
 			}
 		}
 	}

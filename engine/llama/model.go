@@ -63,9 +63,12 @@ type Options struct {
 	// them by the BF16 copies. With adapters the frozen base is held in
 	// bf16 (BaseDType) and the adapters get BF16 copies as the full
 	// model's weights do; their rank-r activations z are bf16 too, as
-	// under PyTorch's autocast. BF16 is refused on grids that split the
-	// model (X·Y·Z > 1), whose exchanges and host statistics are float32:
-	// data parallelism alone works.
+	// under PyTorch's autocast. BF16 runs on every grid: the Z
+	// all-gathers move the BF16 copies, the weight gradients are
+	// reduce-scattered in float32, and the X and Y sums of partial
+	// products are formed in float32 and rounded to bf16 once (grid.go;
+	// the adapters' too, their dz and dropped input staying float32 on X
+	// and Y grids).
 	Activations engine.DType
 	// GradientBucketBytes is the size of the buckets in which
 	// ReduceGradients sums the gradients over the data-parallel ranks: a
@@ -156,9 +159,6 @@ func New(b engine.Backend, cfg *checkpoints.Config, opt Options) (*Model, error)
 		return nil, err
 	}
 	g := opt.Parallel
-	if opt.LoRA != nil && opt.BaseDType == engine.BF16 && g != nil && g.Z.Size() > 1 {
-		return nil, fmt.Errorf("llama: bf16 base weights on a grid with Z = %d: Z-sharding gathers float32 blocks (load the base as f32)", g.Z.Size())
-	}
 	m := &Model{Config: cfg.Clone(), Options: opt, backend: b, d: fullDims(cfg)}
 	if g != nil {
 		if err := parallel.Check(cfg, g.Shape()); err != nil {
@@ -264,19 +264,15 @@ func checkActivations(opt Options) error {
 // CheckActivations says whether a model can compute with activations of
 // dtype act (Options.Activations) on a grid of shape g (the zero Grid:
 // one rank): nil, or the one-line reason why not. New checks it; a run's
-// preflight checks it before anything loads.
+// preflight checks it before anything loads. F32 and BF16 run on every
+// grid, g whatever it is (grid.go says how bf16 sums over ranks are
+// rounded once); g stays for the callers, which ask per grid.
 func CheckActivations(act engine.DType, g comm.Grid) error {
 	switch act {
-	case engine.F32:
+	case engine.F32, engine.BF16:
 		return nil
-	case engine.BF16:
-	default:
-		return fmt.Errorf("llama: activations in %v (want f32 or bf16)", act)
 	}
-	if g != (comm.Grid{}) && g.X*g.Y*g.Z > 1 {
-		return fmt.Errorf("llama: bf16 activations on a grid that splits the model (X·Y·Z = %d·%d·%d) are not supported: its exchanges are float32 (use data parallelism alone, or precision f32)", g.X, g.Y, g.Z)
-	}
-	return nil
+	return fmt.Errorf("llama: activations in %v (want f32 or bf16)", act)
 }
 
 // passWeight is the tensor the passes multiply by for p: its BF16 copy in

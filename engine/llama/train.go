@@ -175,7 +175,7 @@ func (m *Model) forward(ws *workspace) {
 // then dlnf's rows and the head's weight gradient from them, so that the
 // logits of the whole batch are never held. The losses are left in
 // ws.losses and ws.reportLosses — or, from the vocabulary-parallel
-// cross-entropy (Y > 1, one chunk), returned on the host.
+// cross-entropy (Y > 1), returned on the host, chunk by chunk.
 func (m *Model) headLoss(ws *workspace, batch Batch, scale float32, report bool) (hostLosses, hostReport []float32) {
 	b, g := m.backend, ws.g
 	N, H, V := ws.B*ws.T, m.d.H, m.d.V
@@ -199,7 +199,17 @@ func (m *Model) headLoss(ws *workspace, batch Batch, scale float32, report bool)
 			if report {
 				rep = batch.ReportWeights
 			}
-			hostLosses, hostReport = m.vocabCrossEntropy(ws, m.trainWeights(batch), rep, scale, true)
+			if hostLosses == nil {
+				hostLosses = make([]float32, N)
+				if report {
+					hostReport = make([]float32, N)
+				}
+			}
+			l, lr := m.vocabCrossEntropy(ws, logits, r0, m.trainWeights(batch), rep, scale, true)
+			copy(hostLosses[r0:], l)
+			if report {
+				copy(hostReport[r0:], lr)
+			}
 			if dlogits != logits {
 				b.Copy(dlogits, logits)
 			}
@@ -225,7 +235,7 @@ func (m *Model) headLoss(ws *workspace, batch Batch, scale float32, report bool)
 // cross-entropy does it (vocab.go).
 func (m *Model) tokenLosses(ws *workspace, batch Batch) []float32 {
 	if ws.ce != nil {
-		losses, _ := m.vocabCrossEntropy(ws, m.trainWeights(batch), nil, 0, false)
+		losses, _ := m.vocabCrossEntropy(ws, ws.logits, 0, m.trainWeights(batch), nil, 0, false)
 		return losses
 	}
 	b := m.backend

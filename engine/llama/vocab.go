@@ -78,12 +78,14 @@ func (m *Model) sliceTargets(c *ceScratch, targets []int32) []int32 {
 	return c.tloc[:len(targets)]
 }
 
-// vocabCrossEntropy is the weighted cross-entropy of the logits [n, V/Y]
-// (ws.logits, this rank's vocabulary slice of every row) against the
-// targets that upload mapped to the slice (ws.targets, ce.tloc): the
-// losses −w·log p(target) on the host, under weights and, if not nil,
-// under report. With grad it also leaves scale·w·(p − onehot), the
-// gradient of scale·Σ w·CE, in ws.logits, as the one-rank kernel does.
+// vocabCrossEntropy is the weighted cross-entropy of logits [n, V/Y]
+// (this rank's vocabulary slice of rows r0 … r0+n−1 of the batch: all of
+// ws.logits, or a training pass's head chunk of them, headLoss) against
+// the targets that upload mapped to the slice (ws.targets, ce.tloc): the
+// losses −w·log p(target) of those rows on the host, under weights and,
+// if not nil, under report (both indexed by the batch's rows). With grad
+// it also leaves scale·w·(p − onehot), the gradient of scale·Σ w·CE, in
+// logits, as the one-rank kernel does.
 //
 // Per row, with M the maximum logit over the whole vocabulary:
 //
@@ -100,84 +102,92 @@ func (m *Model) sliceTargets(c *ceScratch, targets []int32) []int32 {
 // its softmax the global one; the kernel then subtracts w·ρ at the local
 // target (or at id 0 when the target is elsewhere) where w (or nothing)
 // is due, which one element per row, added with an EmbeddingBackward,
-// corrects.
-func (m *Model) vocabCrossEntropy(ws *workspace, weights, report []float32, scale float32, grad bool) (losses, reportLosses []float32) {
+// corrects. The statistics stay float32 (float64 on the host), whatever
+// the activations' dtype: the logits are float32.
+func (m *Model) vocabCrossEntropy(ws *workspace, logits *engine.Tensor, r0 int, weights, report []float32, scale float32, grad bool) (losses, reportLosses []float32) {
 	b, c, Y := m.backend, ws.ce, m.d.y
-	n, V := ws.B*ws.T, m.d.V
+	n, V := logits.Dim(0), m.d.V
 	per := m.flatRows(V)
+	idx, flat, vals, ones, r := c.idx.View(0, n), c.flat.View(0, 2*n), c.vals.View(0, 2*n, 1), c.ones.View(0, n), c.r.View(0, n)
+	stats, corr, all := c.stats.View(0, 2*n), c.corr.View(0, n, 1), c.all.View(0, Y*n)
+	hIdx, hFlat, hVals, hR, hAll := c.hIdx[:n], c.hFlat[:2*n], c.hVals[:2*n], c.hR[:n], c.hAll[:Y*n]
+	hSent, hSum := c.hSent[:2*n], c.hSum[:2*n]
+	tloc, inSlice := c.tloc[r0:r0+n], c.inSlice[r0:r0+n]
+	targets, tw, tl := ws.targets.View(r0, n), ws.weights.View(r0, n), ws.losses.View(r0, n)
 
-	b.Argmax(c.idx, ws.logits)
-	b.DownloadInt32(c.hIdx, c.idx)
+	b.Argmax(idx, logits)
+	b.DownloadInt32(hIdx, idx)
 	for i := 0; i < n; i++ {
 		base := int32((i % per) * V) // within its chunk's flat table
-		c.hFlat[i] = base + c.hIdx[i]
-		c.hFlat[n+i] = base + c.tloc[i]
+		hFlat[i] = base + hIdx[i]
+		hFlat[n+i] = base + tloc[i]
 	}
-	b.UploadInt32(c.flat, c.hFlat)
-	m.eachFlatChunk(ws.logits, n, V, func(r0, r1 int, table *engine.Tensor) {
+	b.UploadInt32(flat, hFlat)
+	m.eachFlatChunk(logits, n, V, func(q0, q1 int, table *engine.Tensor) {
 		for _, part := range [2]int{0, n} { // the argmaxes, then the targets
-			b.Embedding(c.vals.View(part+r0, r1-r0, 1), table, c.flat.View(part+r0, r1-r0))
+			b.Embedding(vals.View(part+q0, q1-q0, 1), table, flat.View(part+q0, q1-q0))
 		}
 	})
-	b.Fill(c.ones, 1)
-	b.CrossEntropy(c.r, nil, ws.logits, c.idx, c.ones, 0)
-	check(m.gy.AllGather(c.all.View(0, Y*n), c.vals.View(0, n)))
-	b.Download(c.hVals, c.vals)
-	b.Download(c.hR, c.r)
-	b.Download(c.hAll[:Y*n], c.all.View(0, Y*n))
+	b.Fill(ones, 1)
+	b.CrossEntropy(r, nil, logits, idx, ones, 0)
+	check(m.gy.AllGather(all, vals.View(0, n)))
+	b.Download(hVals, vals)
+	b.Download(hR, r)
+	b.Download(hAll, all)
 
 	maxOf := make([]float64, n)
 	for i := 0; i < n; i++ {
-		mx := float64(c.hAll[i])
+		mx := float64(hAll[i])
 		for y := 1; y < Y; y++ {
-			mx = math.Max(mx, float64(c.hAll[y*n+i]))
+			mx = math.Max(mx, float64(hAll[y*n+i]))
 		}
 		maxOf[i] = mx
-		c.hSent[i] = float32(math.Exp(float64(c.hVals[i]) - mx + float64(c.hR[i])))
-		c.hSent[n+i] = 0
-		if c.inSlice[i] {
-			c.hSent[n+i] = c.hVals[n+i]
+		hSent[i] = float32(math.Exp(float64(hVals[i]) - mx + float64(hR[i])))
+		hSent[n+i] = 0
+		if inSlice[i] {
+			hSent[n+i] = hVals[n+i]
 		}
 	}
-	b.Upload(c.stats, c.hSent)
-	allReduce(c.stats, m.gy)
-	b.Download(c.hSum, c.stats)
+	b.Upload(stats, hSent)
+	allReduce(stats, m.gy)
+	b.Download(hSum, stats)
 
 	losses = make([]float32, n)
 	if report != nil {
 		reportLosses = make([]float32, n)
 	}
 	for i := 0; i < n; i++ {
-		ce := maxOf[i] + math.Log(float64(c.hSum[i])) - float64(c.hSum[n+i])
-		if w := weights[i]; w != 0 {
+		ce := maxOf[i] + math.Log(float64(hSum[i])) - float64(hSum[n+i])
+		if w := weights[r0+i]; w != 0 {
 			losses[i] = float32(float64(w) * ce)
 		}
-		if report != nil && report[i] != 0 {
-			reportLosses[i] = float32(float64(report[i]) * ce)
+		if report != nil && report[r0+i] != 0 {
+			reportLosses[i] = float32(float64(report[r0+i]) * ce)
 		}
 	}
 	if !grad {
 		return losses, reportLosses
 	}
+	hW, hCorr := c.hW[:n], c.hCorr[:n]
 	for i := 0; i < n; i++ {
-		w := weights[i]
-		c.hW[i], c.hCorr[i] = 0, 0
+		w := weights[r0+i]
+		hW[i], hCorr[i] = 0, 0
 		if w == 0 {
 			continue
 		}
-		rho := float64(c.hSent[i]) / float64(c.hSum[i])
-		c.hW[i] = float32(float64(w) * rho)
+		rho := float64(hSent[i]) / float64(hSum[i])
+		hW[i] = float32(float64(w) * rho)
 		due := 0.0
-		if c.inSlice[i] {
+		if inSlice[i] {
 			due = float64(w)
 		}
-		c.hCorr[i] = float32(float64(scale) * (float64(c.hW[i]) - due))
+		hCorr[i] = float32(float64(scale) * (float64(hW[i]) - due))
 	}
-	b.Upload(ws.weights, c.hW[:n])
-	b.CrossEntropy(ws.losses, ws.logits, ws.logits, ws.targets, ws.weights, scale)
-	b.Upload(c.corr, c.hCorr[:n])
-	m.eachFlatChunk(ws.logits, n, V, func(r0, r1 int, table *engine.Tensor) {
-		b.EmbeddingBackward(table, c.corr.View(r0, r1-r0, 1), c.flat.View(n+r0, r1-r0))
+	b.Upload(tw, hW)
+	b.CrossEntropy(tl, logits, logits, targets, tw, scale)
+	b.Upload(corr, hCorr)
+	m.eachFlatChunk(logits, n, V, func(q0, q1 int, table *engine.Tensor) {
+		b.EmbeddingBackward(table, corr.View(q0, q1-q0, 1), flat.View(n+q0, q1-q0))
 	})
 	return losses, reportLosses
 }

@@ -96,13 +96,10 @@ type dims struct {
 const headChunkElements = 64 << 20
 
 // headRows is how many token positions of N one chunk of the training
-// head takes: all of them when the hidden size or the vocabulary is split
-// over ranks (X or Y > 1), where each chunk would add its own collectives;
-// else as many as fit headChunkElements.
+// head takes: as many as fit headChunkElements of this rank's slice of
+// the vocabulary, on any grid (each chunk then has its own X all-reduce
+// of its logits, and on Y ranks its own vocabulary-parallel loss).
 func (d dims) headRows(N int) int {
-	if d.x > 1 || d.y > 1 {
-		return N
-	}
 	if d.headRowsLimit > 0 {
 		return min(N, d.headRowsLimit)
 	}

@@ -70,9 +70,11 @@ func (m *Model) nextWeights(unit []*engine.Param) []*engine.Tensor {
 }
 
 // zWeights all-gathers the Z-sharded weight blocks of a pass, unit by
-// unit, into one buffer of the largest unit, or two with OAG: then unit
-// i+1 is gathered into the other buffer while unit i computes, so a
-// unit's blocks stay valid until the next unit is asked for.
+// unit, as the passes multiply by them (bf16 copies in mixed precision:
+// half the bytes of the float32 masters), into one buffer of the largest
+// unit, or two with OAG: then unit i+1 is gathered into the other buffer
+// while unit i computes, so a unit's blocks stay valid until the next
+// unit is asked for.
 type zWeights struct {
 	z        comm.Comm
 	prefetch bool
@@ -97,10 +99,14 @@ func newZWeights(m *Model, z comm.Comm, prefetch bool) *zWeights {
 		}
 		largest = max(largest, n)
 	}
+	// The blocks are gathered as the passes multiply by them (passWeight):
+	// the bf16 copies in mixed precision, a frozen base in its BaseDType,
+	// else the float32 values. Every matrix of a model has the same.
+	dtype := passWeight(m.Embed).DType()
 	zw := &zWeights{z: z, prefetch: prefetch}
-	zw.bufs = append(zw.bufs, m.backend.Alloc(engine.F32, largest))
+	zw.bufs = append(zw.bufs, m.backend.Alloc(dtype, largest))
 	if prefetch {
-		zw.bufs = append(zw.bufs, m.backend.Alloc(engine.F32, largest))
+		zw.bufs = append(zw.bufs, m.backend.Alloc(dtype, largest))
 	}
 	return zw
 }
@@ -144,9 +150,9 @@ func (zw *zWeights) gather(i int, async bool) {
 		off += r * c
 		zw.views[k] = append(zw.views[k], v)
 		if async {
-			zw.reqs[k] = append(zw.reqs[k], zw.z.IAllGather(v, p.Value))
+			zw.reqs[k] = append(zw.reqs[k], zw.z.IAllGather(v, passWeight(p)))
 		} else {
-			check(zw.z.AllGather(v, p.Value))
+			check(zw.z.AllGather(v, passWeight(p)))
 		}
 	}
 }

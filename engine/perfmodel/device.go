@@ -11,18 +11,6 @@ import (
 	"github.com/memtrain/memtrain/internal/inputfile"
 )
 
-// DefaultEfficiency is the fraction of the dense bf16 peak that a whole
-// training step's compute reaches: the GEMMs (which alone reach about
-// 0.6–0.75 of peak at these sizes) together with the memory-bound kernels
-// between them (attention softmax, norms, SwiGLU, casts) and launch gaps.
-// It is one constant for every device and model, chosen from published
-// end-to-end measurements rather than fitted to one case: torchtitan's
-// Llama 3.1 8B on 8 H100 (5,762 tokens/s/GPU, 34% MFU), Llama 3 405B
-// training (38–43% MFU) and Megatron-LM on H100 (41–48% MFU) — 0.40 is in
-// the middle. AMD's MI250X reaches less in practice (AxoNN's Frontier run
-// is ≈ 22% of peak); pass an explicit efficiency to model that.
-const DefaultEfficiency = 0.40
-
 // DefaultMemoryFraction is the share of a device's memory the planner lets
 // a rank use: the rest is the CUDA/ROCm context, NCCL/RCCL buffers, the
 // allocator's fragmentation and transient buffers the model does not list
@@ -40,8 +28,8 @@ type Device struct {
 	// MemoryBytes is the device memory as the datasheet prints it
 	// (decimal GB), a little less than the driver reports.
 	MemoryBytes int64 `json:"memory_bytes"`
-	// HBMBandwidth is the memory bandwidth, for the memory-bound AdamW
-	// update.
+	// HBMBandwidth is the memory bandwidth, for the memory-bound
+	// kernels (norms, elementwise, the loss, the AdamW update).
 	HBMBandwidth float64 `json:"hbm_bandwidth"`
 	// NodeSize is the number of devices that share the intra-node fabric.
 	NodeSize int `json:"node_size"`
@@ -51,8 +39,16 @@ type Device struct {
 	// InterNodeBandwidth is one device's share of its node's network
 	// injection bandwidth (InfiniBand; Slingshot).
 	InterNodeBandwidth float64 `json:"inter_node_bandwidth"`
-	// Efficiency is the default compute efficiency (DefaultEfficiency).
-	Efficiency float64 `json:"efficiency"`
+	// Kernels, on a GPU, are what its kernels reach (KernelRates): the
+	// step's time is its kernel list's, each kernel at its class's rate.
+	Kernels *KernelRates `json:"kernels,omitempty"`
+	// Efficiency, for a device without Kernels, is the share of
+	// PeakFLOPs a whole training step reaches as measured there (`memtrain
+	// bench step`: its achieved FLOP/s over `bench gemm`'s): the kernel
+	// list's FLOPs are timed at that rate, its memory-bound kernels
+	// inside it. It is how MeasuredDevice describes a CPU node, whose
+	// kernels no rates model.
+	Efficiency float64 `json:"efficiency,omitempty"`
 	// Latency is what a collective call costs beyond its bytes, in
 	// seconds: the α of time = α + bytes/β. The GPU table leaves it zero
 	// (a large model's calls carry megabytes, and NCCL's few microseconds
@@ -75,14 +71,15 @@ type Device struct {
 	// LogitBytes, when positive, adds the loss work that a grid adds to
 	// one rank's (lossSeconds): the bytes of memory traffic of one pass
 	// of the cross-entropy kernel over one logit element, at HBMBandwidth.
-	// The GPU table leaves it zero: there the fused loss kernels stream
-	// the logits at TB/s, a fraction of a percent of a step, inside the
-	// efficiency constant. On a CPU they are a tenth of a one-rank step,
+	// It applies to a device described by its measured step efficiency
+	// (no Kernels): the kernel list's loss kernels are timed on a GPU,
+	// and the efficiency measured on one rank leaves out what a grid
+	// adds. On a CPU they are a tenth of a one-rank step,
 	// and a grid can multiply them (MeasuredDevice sets 8: a float32 read
 	// and written).
 	LogitBytes float64 `json:"logit_bytes,omitempty"`
 	// Sources say where the numbers above come from (plan prints them):
-	// a table device's are its datasheet's and an assumed efficiency.
+	// a table device's are its datasheet's, its kernel rates' in Kernels.
 	Sources Sources `json:"sources"`
 	// Timings, when present, are measured collective calls (`memtrain
 	// bench comm --device`) that replace the bandwidths and Latency for
@@ -95,8 +92,8 @@ type Device struct {
 }
 
 // Sources say where each of a Device's numbers comes from: "datasheet",
-// "measured …", "given …" or "assumed …", with what measured, gave or
-// assumed it.
+// "measured …", "given …", "modelled …" or "assumed …", with what
+// measured, gave, modelled or assumed it. Kernels carries its own.
 type Sources struct {
 	// Peak is PeakFLOPs'.
 	Peak string `json:"peak"`
@@ -104,16 +101,12 @@ type Sources struct {
 	Memory string `json:"memory"`
 	// Links is the bandwidths', Latency's and Timings'.
 	Links string `json:"links"`
-	// Efficiency is Efficiency's.
-	Efficiency string `json:"efficiency"`
+	// Efficiency is Efficiency's (empty without one).
+	Efficiency string `json:"efficiency,omitempty"`
 }
 
-// AssumedEfficiency is the source of DefaultEfficiency: other engines'
-// published MFUs, not a measurement of memtrain's.
-const AssumedEfficiency = "assumed: other engines' published MFUs (torchtitan, Llama 3, Megatron-LM), not measured on memtrain's CUDA engine (memtrain bench step --device cuda measures its achieved FLOP/s; their ratio to the peak is the efficiency)"
-
-// datasheet are the table's sources.
-var datasheet = Sources{Peak: "datasheet", Memory: "datasheet", Links: "datasheet", Efficiency: AssumedEfficiency}
+// datasheet are the table's sources; the kernels' are in KernelRates.
+var datasheet = Sources{Peak: "datasheet", Memory: "datasheet", Links: "datasheet"}
 
 // A Timing is one measured collective: Seconds a call of Op over Ranks
 // ranks on a buffer of Bytes (the full buffer, as Collective.Elements
@@ -153,37 +146,53 @@ var devices = []Device{
 	{
 		Name: "h100", Description: "NVIDIA H100 SXM5 80 GB, NVLink 4 + 400 Gb/s InfiniBand per GPU",
 		PeakFLOPs: 989e12, MemoryBytes: 80e9, HBMBandwidth: 3.35e12,
-		NodeSize: 8, IntraNodeBandwidth: 450e9, InterNodeBandwidth: 50e9, Efficiency: DefaultEfficiency,
+		NodeSize: 8, IntraNodeBandwidth: 450e9, InterNodeBandwidth: 50e9, Kernels: &hopperRates,
 		Sources: datasheet,
 	},
 	{
 		Name: "h200", Description: "NVIDIA H200 SXM 141 GB, NVLink 4 + 400 Gb/s InfiniBand per GPU",
 		PeakFLOPs: 989e12, MemoryBytes: 143771 << 20, HBMBandwidth: 4.8e12,
-		NodeSize: 8, IntraNodeBandwidth: 450e9, InterNodeBandwidth: 50e9, Efficiency: DefaultEfficiency,
-		Sources: Sources{Peak: "datasheet", Memory: "as the device reports it (143,771 MiB)", Links: "datasheet", Efficiency: AssumedEfficiency},
+		NodeSize: 8, IntraNodeBandwidth: 450e9, InterNodeBandwidth: 50e9, Kernels: &hopperRates,
+		Sources: Sources{Peak: "datasheet", Memory: "as the device reports it (143,771 MiB)", Links: "datasheet"},
 	},
 	{
 		Name: "a100", Description: "NVIDIA A100 SXM4 80 GB, NVLink 3 + 200 Gb/s InfiniBand per GPU",
 		PeakFLOPs: 312e12, MemoryBytes: 80e9, HBMBandwidth: 2.039e12,
-		NodeSize: 8, IntraNodeBandwidth: 300e9, InterNodeBandwidth: 25e9, Efficiency: DefaultEfficiency,
+		NodeSize: 8, IntraNodeBandwidth: 300e9, InterNodeBandwidth: 25e9, Kernels: &ampereRates,
 		Sources: datasheet,
 	},
 	{
 		Name: "mi250x", Description: "AMD MI250X, one GCD (half a card), Infinity Fabric + Slingshot-11 (Frontier node)",
 		PeakFLOPs: 191.5e12, MemoryBytes: 64e9, HBMBandwidth: 1.6384e12,
-		NodeSize: 8, IntraNodeBandwidth: 50e9, InterNodeBandwidth: 12.5e9, Efficiency: DefaultEfficiency,
+		NodeSize: 8, IntraNodeBandwidth: 50e9, InterNodeBandwidth: 12.5e9, Kernels: &cdna2Rates,
 		Sources: datasheet,
 	},
 }
 
 // Devices lists the known devices.
-func Devices() []Device { return append([]Device(nil), devices...) }
+func Devices() []Device {
+	out := append([]Device(nil), devices...)
+	for i := range out {
+		out[i] = out[i].clone()
+	}
+	return out
+}
+
+// clone is d with its own copy of Kernels, so that a caller's changes
+// do not reach the table.
+func (d Device) clone() Device {
+	if d.Kernels != nil {
+		k := *d.Kernels
+		d.Kernels = &k
+	}
+	return d
+}
 
 // LookupDevice returns the named device (case-insensitive).
 func LookupDevice(name string) (Device, error) {
 	for _, d := range devices {
 		if strings.EqualFold(d.Name, name) {
-			return d, nil
+			return d.clone(), nil
 		}
 	}
 	names := make([]string, len(devices))
@@ -214,7 +223,14 @@ func ReadDevice(path string) (Device, error) {
 	}
 	// A hand-written file's numbers are its author's.
 	given := "given in " + path
-	for _, f := range []*string{&d.Sources.Peak, &d.Sources.Memory, &d.Sources.Links, &d.Sources.Efficiency} {
+	fs := []*string{&d.Sources.Peak, &d.Sources.Memory, &d.Sources.Links}
+	if d.Efficiency != 0 {
+		fs = append(fs, &d.Sources.Efficiency)
+	}
+	if k := d.Kernels; k != nil {
+		fs = append(fs, &k.Sources.GEMM, &k.Sources.Attention, &k.Sources.Memory, &k.Sources.Host)
+	}
+	for _, f := range fs {
 		if *f == "" {
 			*f = given
 		}
@@ -235,6 +251,13 @@ func (d Device) Validate() error {
 	}
 	if !(d.Efficiency >= 0 && d.Efficiency <= 1) || !nonNegative(d.Latency) || !nonNegative(d.LogitBytes) {
 		return fmt.Errorf("perfmodel: device %q: efficiency %g outside [0, 1], or negative latency %g or logit bytes %g", d.Name, d.Efficiency, d.Latency, d.LogitBytes)
+	}
+	if d.Kernels != nil {
+		if err := d.Kernels.Validate(); err != nil {
+			return fmt.Errorf("perfmodel: device %q: %w", d.Name, err)
+		}
+	} else if d.Efficiency == 0 {
+		return fmt.Errorf("perfmodel: device %q has neither kernel rates (kernels) nor a measured step efficiency (efficiency): its step time cannot be modelled", d.Name)
 	}
 	if d.WireBytes != 0 && d.WireBytes != 2 && d.WireBytes != 4 {
 		return fmt.Errorf("perfmodel: device %q: wire_bytes %d is neither 2 (bf16) nor 4 (float32)", d.Name, d.WireBytes)

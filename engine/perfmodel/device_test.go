@@ -227,13 +227,28 @@ func TestSearchMicroBatch(t *testing.T) {
 
 // TestTableSources checks that every table device says its numbers are
 // its datasheet's (its memory the datasheet's or as the device reports
-// it) and its efficiency an assumption.
+// it), has no step efficiency and says its kernel rates are modelled.
 func TestTableSources(t *testing.T) {
 	for _, d := range Devices() {
 		memory := d.Sources.Memory == "datasheet" || strings.HasPrefix(d.Sources.Memory, "as the device reports it")
-		if s := d.Sources; s.Peak != "datasheet" || !memory || s.Links != "datasheet" || s.Efficiency != AssumedEfficiency {
-			t.Errorf("%s: sources %+v", d.Name, s)
+		if s := d.Sources; s.Peak != "datasheet" || !memory || s.Links != "datasheet" || s.Efficiency != "" || d.Efficiency != 0 {
+			t.Errorf("%s: sources %+v, efficiency %g", d.Name, s, d.Efficiency)
 		}
+		if d.Kernels == nil {
+			t.Fatalf("%s: no kernel rates", d.Name)
+		}
+		k := d.Kernels.Sources
+		for _, src := range []string{k.GEMM, k.Attention, k.Memory, k.Host} {
+			if !strings.HasPrefix(src, "modelled: ") {
+				t.Errorf("%s: kernel source %q", d.Name, src)
+			}
+		}
+	}
+	// The table is not changed through what Devices or LookupDevice give.
+	d, _ := LookupDevice("h100")
+	d.Kernels.GEMM = 0.1
+	if e, _ := LookupDevice("h100"); e.Kernels.GEMM == 0.1 {
+		t.Error("LookupDevice shares the table's kernel rates")
 	}
 }
 
@@ -255,7 +270,7 @@ func TestReadDevice(t *testing.T) {
 	}
 	// A file's numbers are its author's, unless it says otherwise (as
 	// bench comm's files do).
-	if want := "given in " + filepath.Join(dir, "box.json"); d.Sources != (Sources{want, want, want, want}) {
+	if want := "given in " + filepath.Join(dir, "box.json"); d.Sources != (Sources{want, want, want, ""}) {
 		t.Errorf("sources of a hand-written file: %+v", d.Sources)
 	}
 	d, err = ReadDevice(write("measured.json", `{"peak_flops": 1, "sources": {"links": "measured by memtrain bench comm"}}`))
@@ -279,19 +294,6 @@ func TestOptionsOnDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	shared := Device{MemoryBytes: 4e9, NodeSize: 4, SharedNode: true}
-	for _, c := range []struct {
-		o    Options
-		d    Device
-		want float64
-	}{
-		{Options{}, h100, h100.Efficiency},
-		{Options{Efficiency: 0.25}, h100, 0.25},
-		{Options{}, shared, DefaultEfficiency},
-	} {
-		if got := c.o.ComputeEfficiency(c.d); got != c.want {
-			t.Errorf("%+v on %s: efficiency %g, want %g", c.o, c.d.Name, got, c.want)
-		}
-	}
 	for _, c := range []struct {
 		o     Options
 		d     Device

@@ -41,18 +41,24 @@
 //
 // # Time
 //
-// Compute is the rank's FLOPs at the device's dense bf16 peak times one
-// global efficiency (DefaultEfficiency, an assumption: Device.Sources
-// says so); communication is bytes sent over
-// the per-GPU bandwidth of the link a group spans (NVLink inside a node,
-// the network across nodes; Grid.InterNode); the AdamW update is
-// memory-bound. With overlap (the default) only the communication that
-// compute cannot hide is added. MFU counts engine.ModelFLOPsPerToken.
+// Compute is the rank's kernels, from the engine's own list of what a
+// step launches (llama.StepKernelsOf, held equal to a recorded step by a
+// test), each at its class's modelled rate on the device (kernels.go:
+// KernelRates, each figure with its source): GEMMs at cuBLAS's
+// large-shape efficiency less tile, wave and K quantisation; bf16 flash
+// attention at a rate derived from the GPU's pipes; float32 attention
+// at the scalar kernels' shared-memory bound; memory-bound kernels at a
+// share of the HBM bandwidth. There is no global efficiency; a device
+// described by its measured step efficiency (MeasuredDevice) times the
+// list's FLOPs at that share of its peak. Communication is bytes sent
+// over the per-GPU bandwidth of the link a group spans (NVLink inside a
+// node, the network across nodes; Grid.InterNode). With overlap (the
+// default) only the communication that compute cannot hide is added.
+// MFU counts engine.ModelFLOPsPerToken.
 //
 // The model ignores latency (per-call start-up cost), contention between
-// groups sharing a link, GEMM efficiency falling for small shards, and
-// pipeline bubbles between overlapped phases; it is for ranking grids and
-// sizing runs, not for promising a number.
+// groups sharing a link, and pipeline bubbles between overlapped phases;
+// it is for ranking grids and sizing runs, not for promising a number.
 //
 // # Measured CPU nodes
 //

@@ -10,8 +10,12 @@ import (
 
 // Plan Llama 3.1 8B on one node of 8 H100 with one 8192-token sequence a
 // GPU, as torchtitan's benchmark runs it. The times, tokens/s and MFU are
-// the model's predictions (at the assumed DefaultEfficiency); the memory
-// is the engine's accounting of what each rank allocates.
+// the model's predictions for memtrain's own engine, its step's kernel
+// list each at its modelled rate: in float32 (the default precision; bf16
+// runs on data-parallel grids alone, where 8B does not fit in 80 GB) the
+// GEMMs run on bf16 tensor cores but attention on the scalar float32
+// kernels, which take most of the step at 8192 tokens. The memory is the
+// engine's accounting of what each rank allocates.
 func ExampleSearch() {
 	p, _ := checkpoints.LookupPreset("llama3.1-8b")
 	dev, _ := perfmodel.LookupDevice("h100")
@@ -27,9 +31,9 @@ func ExampleSearch() {
 			pl.Grid, pl.MicroBatch, pl.MicroBatches, pl.Recompute, pl.StepSeconds, pl.TokensPerSecondPerGPU, 100*pl.MFU, units.FormatBytes(pl.Memory.Total()))
 	}
 	// Output:
-	// dp=1 x=1 y=2 z=4 micro-batch 1×2 recompute false: 1.25 s, 6572 tokens/s/GPU, MFU 38.5%, 63.7 GiB
-	// dp=1 x=1 y=4 z=2 micro-batch 1×4 recompute false: 1.32 s, 6187 tokens/s/GPU, MFU 36.2%, 47.8 GiB
-	// dp=2 x=1 y=4 z=1 micro-batch 1×4 recompute false: 1.33 s, 6148 tokens/s/GPU, MFU 36.0%, 61.3 GiB
+	// dp=1 x=1 y=2 z=4 micro-batch 1×2 recompute false: 9.94 s, 824 tokens/s/GPU, MFU 4.8%, 62.0 GiB
+	// dp=2 x=1 y=4 z=1 micro-batch 1×4 recompute false: 10.13 s, 809 tokens/s/GPU, MFU 4.7%, 60.6 GiB
+	// dp=1 x=1 y=4 z=2 micro-batch 1×4 recompute false: 10.14 s, 808 tokens/s/GPU, MFU 4.7%, 47.1 GiB
 }
 
 // Count what one rank sends over each group in a step.

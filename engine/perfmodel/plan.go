@@ -11,17 +11,6 @@ import (
 	"github.com/memtrain/memtrain/internal/units"
 )
 
-// adamBytes is the memory traffic of the fused AdamW update
-// (Backend.AdamWStep) per parameter: read the fp32 weight, gradient and
-// two moments (16 bytes), write the weight and the moments (12), and in
-// mixed precision the weight's bf16 copy (2).
-func (o Options) adamBytes() float64 {
-	if o.Precision == engine.PrecisionBF16 {
-		return 30
-	}
-	return 28
-}
-
 // A Step is the shape of one optimizer step on a grid.
 type Step struct {
 	Grid Grid `json:"grid"`
@@ -83,16 +72,24 @@ func ParseRecompute(s string) (Recompute, error) {
 // Options are the planner's assumptions; the zero value is the default.
 type Options struct {
 	// Precision is the engine's: float32 (the zero value), or mixed
-	// precision, which the engine computes on data-parallel grids alone
-	// (llama.CheckActivations), so that Search tries only those.
+	// precision, which the engine computes on the grids that
+	// llama.CheckActivations accepts (every one), so that Search tries
+	// only those.
 	Precision engine.Precision
 	// Recompute restricts Search's recomputation choice.
 	Recompute Recompute
 	// NoOverlap serialises communication and compute; by default the
 	// engine overlaps them as AxoNN does (OAG, OAR, ORS).
 	NoOverlap bool
-	// Efficiency overrides the device's compute efficiency when positive.
+	// Efficiency, when positive, replaces the device's large-GEMM
+	// efficiency (KernelRates.GEMM; the smaller GEMMs scale with it), or
+	// on a device described by a measured step efficiency that one.
 	Efficiency float64
+	// Measured are steps measured on the device (ReadMeasurements, from
+	// `memtrain bench step --device cuda`): on a device with kernel
+	// rates, a step whose rank's work one of them measured (see
+	// measured) takes its time instead of the kernel list's modelled one.
+	Measured []Measurement
 	// MemoryFraction overrides DefaultMemoryFraction when positive.
 	MemoryFraction float64
 	// TopK keeps only the K fastest grids in Search; 0 keeps all.
@@ -105,18 +102,6 @@ type Options struct {
 	// as finetune's micro_batch); grids it does not split over are left
 	// out. 0 tries every micro-batch.
 	MicroBatch int
-}
-
-// ComputeEfficiency is the fraction of d's peak that compute reaches:
-// o.Efficiency when positive, else the device's, else DefaultEfficiency.
-func (o Options) ComputeEfficiency(d Device) float64 {
-	if o.Efficiency > 0 {
-		return o.Efficiency
-	}
-	if d.Efficiency > 0 {
-		return d.Efficiency
-	}
-	return DefaultEfficiency
 }
 
 // UsableMemory is the memory one rank of a grid of ranks ranks may use on
@@ -142,12 +127,20 @@ func (o Options) Overlaps(d Device) bool { return !o.NoOverlap && !d.SharedNode 
 type Plan struct {
 	Step
 	Memory Memory `json:"memory"`
-	// ComputeSeconds is the rank's FLOPs (recomputation included; attention
-	// and elementwise work replicated over X counted on every X rank) at
-	// peak × efficiency.
+	// ComputeSeconds is the rank's kernels' time but the optimizer's:
+	// the step's kernel list (llama.Kernels) each at its modelled time
+	// (Device.Kernels), or on a device described by a measured step
+	// efficiency the list's FLOPs at that share of the peak.
 	ComputeSeconds float64 `json:"compute_seconds"`
-	// OptimizerSeconds is the AdamW update, memory-bound.
+	// OptimizerSeconds is the fused AdamW update's (AdamWStep), the
+	// list's memory-bound last kernels.
 	OptimizerSeconds float64 `json:"optimizer_seconds"`
+	// Kernels is the list's time by kernel class, the optimizer's
+	// included: ComputeSeconds + OptimizerSeconds in all.
+	Kernels KernelSeconds `json:"kernel_seconds"`
+	// Source says how the step time was found: "modelled: …" from the
+	// kernel list, or "measured: …" (Measured).
+	Source string `json:"step_source"`
 	// Comm is each axis's total communication time, before any overlap.
 	Comm GroupSeconds `json:"comm_seconds"`
 	// ExposedCommSeconds is the communication time that compute does not
@@ -163,12 +156,13 @@ type Plan struct {
 	Collectives []Collective   `json:"-"`
 }
 
-// Estimate predicts step s of model cfg on device dev. Every rank does the
-// same work, so one rank's time is the step's:
+// Estimate predicts step s of model cfg on device dev. Every rank does
+// the same work (rank 0's kernel list stands for all), so one rank's time
+// is the step's:
 //
-//	compute   = rank FLOPs ÷ (peak × efficiency)
-//	comm(c)   = c.SentBytes() ÷ bandwidth of the link c's group spans
-//	optimizer = ShardParams × 28 bytes (30 in bf16) ÷ HBM bandwidth
+//	compute + optimizer = Σ over the step's kernel list (llama.Kernels)
+//	                      of each kernel's modelled time (kernels.go)
+//	comm(c)             = c.SentBytes() ÷ bandwidth of the link c's group spans
 //
 // Without overlap the step is compute + optimizer + Σ comm. With overlap,
 // Blocking calls add their time, HiddenByCompute calls add only what
@@ -186,44 +180,46 @@ func Estimate(cfg *checkpoints.Config, dev Device, s Step, o Options) (Plan, err
 	if err := s.computes(o); err != nil {
 		return Plan{}, err
 	}
-	return estimate(newShape(cfg, s.SeqLen), dev, s, o, estimateMemory(cfg, s, o)), nil
+	return estimate(newShape(cfg, s.SeqLen), dev, s, o, estimateMemory(cfg, s, o))
 }
 
 // shape caches what estimate needs from a configuration that is costly
-// to recompute for every candidate (parameter counts walk every tensor).
+// to recompute for every candidate.
 type shape struct {
 	cfg *checkpoints.Config
-	// matmul is engine.MatmulParams; blocks the decoder layers' share.
-	matmul, blocks float64
 	// modelFLOPs is engine.ModelFLOPsPerToken at the step's length.
 	modelFLOPs float64
 }
 
 func newShape(cfg *checkpoints.Config, seqLen int) *shape {
-	sh := &shape{cfg: cfg, matmul: float64(engine.MatmulParams(cfg)), modelFLOPs: engine.ModelFLOPsPerToken(cfg, seqLen)}
-	for _, w := range weights(cfg) {
-		if w.perLayer {
-			sh.blocks += float64(cfg.NumHiddenLayers) * float64(w.out) * float64(w.in)
-		}
-	}
-	return sh
+	return &shape{cfg: cfg, modelFLOPs: engine.ModelFLOPsPerToken(cfg, seqLen)}
 }
 
-func estimate(sh *shape, dev Device, s Step, o Options, mem Memory) Plan {
+func estimate(sh *shape, dev Device, s Step, o Options, mem Memory) (Plan, error) {
 	cfg, g := sh.cfg, s.Grid
 	p := Plan{Step: s, Memory: mem, Collectives: collectives(cfg, s)}
 	share := dev.share(g)
-	rate := dev.PeakFLOPs * o.ComputeEfficiency(dev) / share
-
-	fwd, rec := sh.rankFLOPsPerToken(g, s.SeqLen)
-	if !s.Recompute {
-		rec = 0
+	st, err := stepTime(cfg, dev, s, o, share)
+	if err != nil {
+		return Plan{}, err
 	}
-	tokens := float64(s.MicroBatch) * float64(s.SeqLen) * float64(s.MicroBatches) // per rank and step
-	p.ComputeSeconds = tokens*(3*fwd+rec)/rate + lossSeconds(cfg, dev, g, tokens)
-	lastBackward := tokens / float64(s.MicroBatches) * (2*fwd + rec) / rate
+	if m, ok := o.measured(cfg, s); ok && dev.Kernels != nil {
+		st = st.applyMeasured(m, s.MicroBatches)
+	}
+	p.Kernels, p.Source = st.byClass, st.source
+	p.OptimizerSeconds = st.optimizer
+	p.ComputeSeconds = st.byClass.Total() - st.optimizer
+	lastBackward := st.lastBackward
+	if dev.Kernels == nil {
+		// The measured efficiency's FLOPs leave out the loss's passes a
+		// grid adds (lossSeconds), as they left out the optimizer's.
+		loss := lossSeconds(cfg, dev, g, float64(s.MicroBatch)*float64(s.SeqLen)*float64(s.MicroBatches))
+		p.ComputeSeconds += loss
+		p.Kernels.Memory += loss
+		p.OptimizerSeconds = float64(ShardParams(cfg, g)) * o.adamBytes() / (dev.HBMBandwidth / share)
+		p.Kernels.Memory += p.OptimizerSeconds
+	}
 	shard := ShardParams(cfg, g)
-	p.OptimizerSeconds = float64(shard) * o.adamBytes() / (dev.HBMBandwidth / share)
 	p.Checkpoint = checkpointCost(cfg, g, shard, dev, o)
 
 	var byClass [3]float64
@@ -243,10 +239,23 @@ func estimate(sh *shape, dev Device, s Step, o Options, mem Memory) Plan {
 			math.Max(0, byClass[HiddenByCompute]-p.ComputeSeconds) +
 			math.Max(0, byClass[HiddenByLastBackward]-lastBackward)
 	}
+	p.Kernels.Collective = p.ExposedCommSeconds
 	p.StepSeconds = p.ComputeSeconds + p.OptimizerSeconds + p.ExposedCommSeconds
 	p.TokensPerSecondPerGPU = float64(s.GlobalBatchTokens()) / p.StepSeconds / float64(g.Size())
 	p.MFU = p.TokensPerSecondPerGPU * sh.modelFLOPs / dev.PeakFLOPs
-	return p
+	return p, nil
+}
+
+// adamBytes is the memory traffic of the fused AdamW update per
+// parameter on a device described by a measured step efficiency, whose
+// FLOPs leave it out: engine.Kernel.Cost's AdamWStep rule — read the
+// fp32 weight, gradient and two moments (16 bytes), write the weight and
+// the moments (12), and in mixed precision the weight's bf16 copy (2).
+func (o Options) adamBytes() float64 {
+	if o.Precision == engine.PrecisionBF16 {
+		return 30
+	}
+	return 28
 }
 
 // vocabParallelLossPasses is what the engine's cross-entropy costs, in
@@ -277,20 +286,6 @@ func lossSeconds(cfg *checkpoints.Config, dev Device, g Grid, tokens float64) fl
 	elements := tokens * float64(cfg.VocabSize) / float64(g.Y)
 	extra := elements * (passes - float64(g.Y)/xy)
 	return extra * dev.LogitBytes / (dev.HBMBandwidth / dev.share(g))
-}
-
-// rankFLOPsPerToken is one rank's share of a token's forward FLOPs and of
-// its recomputation. The linears' 2·N split over X·Y. Attention (4·L·heads·
-// D·T forward, PaLM's count as engine.ModelFLOPsPerToken uses) splits over
-// Y only: its heads are split over Y, and every X rank of a group holds the
-// same queries, keys and values after the X all-reduce and repeats it. The
-// backward is twice the forward; recomputation repeats the decoder layers'
-// forward (not the head's).
-func (sh *shape) rankFLOPsPerToken(g Grid, T int) (fwd, recompute float64) {
-	cfg := sh.cfg
-	xy := float64(g.X * g.Y)
-	attn := 4 * float64(cfg.NumHiddenLayers) * float64(cfg.NumAttentionHeads) * float64(cfg.HeadDimension()) * float64(T) / float64(g.Y)
-	return 2*sh.matmul/xy + attn, 2*sh.blocks/xy + attn
 }
 
 // A Job is what Search plans: a model on GPUs devices of one kind, with a
@@ -403,7 +398,10 @@ func Search(j Job, o Options) ([]Plan, error) {
 					}
 					continue
 				}
-				p := estimate(sh, dev, s, o, mem)
+				p, err := estimate(sh, dev, s, o, mem)
+				if err != nil {
+					return nil, err
+				}
 				if best == nil || p.StepSeconds < best.StepSeconds {
 					best = &p
 				}

@@ -103,3 +103,19 @@ func SyncDir(dir string) error {
 	}
 	return nil
 }
+
+// TempDir makes a new folder in parent, named pattern as os.MkdirTemp
+// names it, that a finished output is renamed from: mode 0755 like every
+// other output folder (os.MkdirTemp's is 0700, which would make a dataset
+// or a checkpoint unreadable to the other users of a shared machine).
+func TempDir(parent, pattern string) (string, error) {
+	tmp, err := os.MkdirTemp(parent, pattern)
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		os.RemoveAll(tmp)
+		return "", err
+	}
+	return tmp, nil
+}

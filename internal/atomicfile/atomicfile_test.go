@@ -155,3 +155,26 @@ func TestSyncDir(t *testing.T) {
 		t.Errorf("SyncDir(missing) = %v, want an error naming it", err)
 	}
 }
+
+// TempDir's folder is readable by others, as the outputs renamed from it
+// must be, and named by the pattern.
+func TestTempDir(t *testing.T) {
+	parent := t.TempDir()
+	tmp, err := TempDir(parent, ".tmp-ds-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.IsDir() || st.Mode().Perm() != 0o755 {
+		t.Errorf("%s: mode %v, want a 0755 folder", tmp, st.Mode())
+	}
+	if filepath.Dir(tmp) != parent || !strings.HasPrefix(filepath.Base(tmp), ".tmp-ds-") {
+		t.Errorf("%s: not in %s under the pattern", tmp, parent)
+	}
+	if _, err := TempDir(filepath.Join(parent, "missing"), "x-*"); err == nil {
+		t.Error("TempDir in a missing folder succeeded")
+	}
+}

@@ -15,6 +15,8 @@ import (
 var cases = []Case{
 	{"AllReduce", checkAllReduce},
 	{"AllReduceInt32", checkAllReduceInt32},
+	{"AllReduceBF16", checkAllReduceBF16},
+	{"ReduceScatterBF16", checkReduceScatterBF16},
 	{"ReduceScatter", checkReduceScatter},
 	{"AllGather", checkAllGather},
 	{"Broadcast", checkBroadcast},
@@ -71,9 +73,14 @@ func gen(seed uint64, rank, n int, k kind) []float32 {
 
 // allInputs returns the inputs of every rank of a group of p.
 func allInputs(seed uint64, p, n int, k kind) [][]float32 {
+	return typedInputs(engine.F32, seed, p, n, k)
+}
+
+// typedInputs is allInputs as tensors of dtype hold them (Round).
+func typedInputs(dtype engine.DType, seed uint64, p, n int, k kind) [][]float32 {
 	in := make([][]float32, p)
 	for q := range in {
-		in[q] = gen(seed, q, n, k)
+		in[q] = Round(dtype, gen(seed, q, n, k))
 	}
 	return in
 }
@@ -91,7 +98,17 @@ func seedOf(parts ...int) uint64 {
 // order when the implementation promises it, else within the bound of a
 // float32 sum of p terms in any order: (p−1)·u·Σ|xᵢ|.
 func (r *R) checkSums(what string, got []float32, inputs [][]float32, lo int, k kind) {
+	r.checkTypedSums(engine.F32, what, got, inputs, lo, k)
+}
+
+// checkTypedSums is checkSums for tensors of dtype. A BF16 sum in rank
+// order is the float32 sum in rank order rounded once to bf16; in any
+// order it may also be rounded to bf16 at each of its p−1 additions (a
+// ring, as NCCL's), each off by at most u = 2⁻⁸ of a partial sum, itself
+// at most Σ|xᵢ|: (p−1)·u·Σ|xᵢ|, and at least one rounding's u·Σ|xᵢ|.
+func (r *R) checkTypedSums(dtype engine.DType, what string, got []float32, inputs [][]float32, lo int, k kind) {
 	bad := 0
+	p := len(inputs)
 	for i, g := range got {
 		j := lo + i
 		var ordered float32
@@ -105,17 +122,23 @@ func (r *R) checkSums(what string, got []float32, inputs [][]float32, lo int, k 
 			ref += float64(in[j])
 			abs += math.Abs(float64(in[j]))
 		}
+		bound := float64(p-1) * 0x1p-24 * abs * 1.0001
+		if dtype == engine.BF16 {
+			ordered = Round(dtype, []float32{ordered})[0]
+			bound = float64(max(p-1, 1)) * 0x1p-8 * abs * 1.0001
+		}
+		rankOrder := r.cfg.RankOrder || (dtype == engine.BF16 && r.cfg.BF16RankOrder)
 		var ok bool
 		switch {
 		case k == integers:
 			ok = float64(g) == ref
-		case r.cfg.RankOrder:
+		case rankOrder:
 			ok = math.Float32bits(g) == math.Float32bits(ordered)
 		default:
-			ok = math.Abs(float64(g)-ref) <= float64(len(inputs)-1)*0x1p-24*abs*1.0001
+			ok = math.Abs(float64(g)-ref) <= bound
 		}
 		if !ok {
-			r.Errorf("%s: element %d is %v, want %v (rank-order float32 sum %v)", what, j, g, ref, ordered)
+			r.Errorf("%s: element %d is %v, want %v (rank-order %v sum %v)", what, j, g, ref, dtype, ordered)
 			if bad++; bad == 3 {
 				return
 			}
@@ -162,21 +185,53 @@ func filled(n int, v float32) []float32 {
 	return x
 }
 
-func checkAllReduce(r *R) {
+func checkAllReduce(r *R) { checkTypedAllReduce(r, engine.F32) }
+
+// checkAllReduceBF16 all-reduces bf16 tensors: summed in float32 and
+// rounded once in rank order (local, MPI), or within the bound of
+// roundings at every addition (checkTypedSums), and the same on every
+// rank. Sums of small integers are exact in bf16 too.
+func checkAllReduceBF16(r *R) { checkTypedAllReduce(r, engine.BF16) }
+
+func checkTypedAllReduce(r *R, dtype engine.DType) {
 	p, rank := r.C.Size(), r.C.Rank()
 	for _, n := range lengths(p) {
 		for _, k := range []kind{integers, randoms} {
-			what := fmt.Sprintf("all-reduce of %d %v", n, k)
-			in := allInputs(seedOf(1, n, int(k)), p, n, k)
-			t := r.F32(in[rank], what)
+			what := fmt.Sprintf("%v all-reduce of %d %v", dtype, n, k)
+			in := typedInputs(dtype, seedOf(1, n, int(k)), p, n, k)
+			t := r.Tensor(dtype, in[rank], what)
 			r.Must(r.C.AllReduce(t), what)
 			got := r.Values(t)
-			r.checkSums(what, got, in, 0, k)
+			r.checkTypedSums(dtype, what, got, in, 0, k)
 			if !r.cfg.RankOrder {
 				r.sameEverywhere(what, got)
 			}
 		}
 	}
+	if dtype == engine.BF16 {
+		r.roundsOnce()
+	}
+}
+
+// roundsOnce all-reduces bf16 values whose sum rounded at each addition
+// differs from the sum rounded once: 1 on rank 0 and 2⁻⁸ — half a bf16
+// ulp of 1 — on every other rank. With p > 2 ranks the exact sum
+// 1 + (p−1)·2⁻⁸ rounds to a value above 1, while rounding 1 + 2⁻⁸ to
+// even at each step stays at 1. Only the rank-order promise (local, MPI)
+// is checked: a ring of bf16 additions (NCCL) may round at each step.
+func (r *R) roundsOnce() {
+	p, rank := r.C.Size(), r.C.Rank()
+	if !(r.cfg.RankOrder || r.cfg.BF16RankOrder) || p < 3 {
+		return
+	}
+	v := float32(0x1p-8)
+	if rank == 0 {
+		v = 1
+	}
+	t := r.Tensor(engine.BF16, filled(5, v), "bf16 all-reduce rounded once")
+	r.Must(r.C.AllReduce(t), "bf16 all-reduce rounded once")
+	want := Round(engine.BF16, []float32{1 + float32(p-1)*0x1p-8})[0]
+	r.equal("bf16 all-reduce of 1 and (p−1)·2⁻⁸, rounded once", r.Values(t), filled(5, want))
 }
 
 func checkAllReduceInt32(r *R) {
@@ -190,32 +245,38 @@ func checkAllReduceInt32(r *R) {
 	}
 }
 
-func checkReduceScatter(r *R) {
+func checkReduceScatter(r *R) { checkTypedReduceScatter(r, engine.F32) }
+
+// checkReduceScatterBF16 is checkReduceScatter for bf16 tensors, summed
+// as checkAllReduceBF16 says.
+func checkReduceScatterBF16(r *R) { checkTypedReduceScatter(r, engine.BF16) }
+
+func checkTypedReduceScatter(r *R, dtype engine.DType) {
 	p, rank := r.C.Size(), r.C.Rank()
 	for _, n := range lengths(p) {
 		off, m := comm.Chunk(n, p, rank)
 		for _, k := range []kind{integers, randoms} {
-			what := fmt.Sprintf("reduce-scatter of %d %v", n, k)
-			in := allInputs(seedOf(3, n, int(k)), p, n, k)
-			src := r.F32(in[rank], what+" src")
-			dst := r.F32(filled(m, -777), what+" dst")
+			what := fmt.Sprintf("%v reduce-scatter of %d %v", dtype, n, k)
+			in := typedInputs(dtype, seedOf(3, n, int(k)), p, n, k)
+			src := r.Tensor(dtype, in[rank], what+" src")
+			dst := r.Tensor(dtype, filled(m, -777), what+" dst")
 			r.Must(r.C.ReduceScatter(dst, src), what)
 			got := r.Values(dst)
-			r.checkSums(what, got, in, off, k)
+			r.checkTypedSums(dtype, what, got, in, off, k)
 			r.equal(what+": src afterwards", r.Values(src), in[rank])
 
 			what += " in place"
-			src = r.F32(in[rank], what)
+			src = r.Tensor(dtype, in[rank], what)
 			dst = src.View(off, m)
 			r.Must(r.C.ReduceScatter(dst, src), what)
-			r.checkSums(what, r.Values(dst), in, off, k)
+			r.checkTypedSums(dtype, what, r.Values(dst), in, off, k)
 		}
 	}
 }
 
 func checkAllGather(r *R) {
 	p, rank := r.C.Size(), r.C.Rank()
-	for _, dtype := range []engine.DType{engine.F32, engine.I32} {
+	for _, dtype := range []engine.DType{engine.F32, engine.BF16, engine.I32} {
 		for _, n := range lengths(p) {
 			what := fmt.Sprintf("%v all-gather of %d", dtype, n)
 			want := make([]float32, 0, n)
@@ -248,7 +309,7 @@ func checkAllGather(r *R) {
 func checkBroadcast(r *R) {
 	p, rank := r.C.Size(), r.C.Rank()
 	for root := 0; root < p; root++ {
-		for _, dtype := range []engine.DType{engine.F32, engine.I32} {
+		for _, dtype := range []engine.DType{engine.F32, engine.BF16, engine.I32} {
 			for _, n := range []int{0, 1, 7, 3000} {
 				what := fmt.Sprintf("%v broadcast of %d from %d", dtype, n, root)
 				k := randoms
@@ -257,7 +318,7 @@ func checkBroadcast(r *R) {
 				}
 				t := r.Tensor(dtype, gen(seedOf(5, n), rank, n, k), what)
 				r.Must(r.C.Broadcast(t, root), what)
-				r.equal(what, r.Values(t), gen(seedOf(5, n), root, n, k))
+				r.equal(what, r.Values(t), Round(dtype, gen(seedOf(5, n), root, n, k)))
 			}
 		}
 	}
@@ -306,8 +367,11 @@ func checkNonBlocking(r *R) {
 	cSrc := r.F32(mineC, "non-blocking all-gather src")
 	cDst := r.F32(filled(nC, -777), "non-blocking all-gather dst")
 	e := r.F32(inE[rank], "blocking all-reduce among non-blocking ones")
+	inF := typedInputs(engine.BF16, seedOf(6, 5), p, 333, randoms)
+	f := r.Tensor(engine.BF16, inF[rank], "non-blocking bf16 all-reduce")
 
 	ra := r.C.IAllReduce(a)
+	rf := r.C.IAllReduce(f)
 	rb := r.C.IReduceScatter(bDst, bSrc)
 	r.Must(r.C.AllReduce(e), "blocking all-reduce issued after two non-blocking ones")
 	rc := r.C.IAllGather(cDst, cSrc)
@@ -315,7 +379,7 @@ func checkNonBlocking(r *R) {
 	reqs := []struct {
 		name string
 		req  comm.Request
-	}{{"all-reduce", ra}, {"reduce-scatter", rb}, {"all-gather", rc}}
+	}{{"all-reduce", ra}, {"bf16 all-reduce", rf}, {"reduce-scatter", rb}, {"all-gather", rc}}
 	if rank%2 == 1 {
 		slices.Reverse(reqs)
 	}
@@ -326,6 +390,7 @@ func checkNonBlocking(r *R) {
 	r.checkSums("non-blocking reduce-scatter", r.Values(bDst), inB, offB, randoms)
 	r.equal("non-blocking all-gather", r.Values(cDst), wantC)
 	r.checkSums("blocking all-reduce among non-blocking ones", r.Values(e), inE, 0, integers)
+	r.checkTypedSums(engine.BF16, "non-blocking bf16 all-reduce", r.Values(f), inF, 0, randoms)
 
 	// Many in flight at once, completed in reverse.
 	const many = 16

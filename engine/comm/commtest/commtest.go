@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/comm"
 	"github.com/memtrain/memtrain/engine/cpu"
@@ -41,6 +42,12 @@ type Config struct {
 	// they must lie within the error bound of a sum in any order of the
 	// float64 reference, and be the same on every rank.
 	RankOrder bool
+	// BF16RankOrder says that BF16 sums are the float32 sums in rank
+	// order of the widened values, rounded once to nearest even, bit for
+	// bit (local.New and MPI promise it; RankOrder implies it).
+	// Otherwise they must lie within the bound of a sum rounded at every
+	// addition (checkTypedSums).
+	BF16RankOrder bool
 	// Sizes are the group sizes to check; nil means 1, 2, 3, 4 and 8.
 	// RunRank checks those that fit in its world, on groups split from it.
 	Sizes []int
@@ -228,6 +235,7 @@ type guarded struct {
 	whole  *engine.Tensor
 	dtype  engine.DType
 	n      int
+	guard  float32 // guard as dtype holds it (a BF16 tensor rounds it)
 	origin string
 }
 
@@ -243,8 +251,22 @@ func (r *R) Tensor(dtype engine.DType, vals []float32, origin string) *engine.Te
 	}
 	copy(init[pad:], vals)
 	r.B.Upload(whole, init)
-	r.guarded = append(r.guarded, guarded{whole: whole, dtype: dtype, n: n, origin: origin})
+	g := Round(dtype, []float32{guard})[0]
+	r.guarded = append(r.guarded, guarded{whole: whole, dtype: dtype, n: n, guard: g, origin: origin})
 	return whole.View(pad, n)
+}
+
+// Round returns vals as a tensor of dtype holds them: rounded to nearest
+// even for BF16 (as every backend's Upload rounds), unchanged otherwise.
+func Round(dtype engine.DType, vals []float32) []float32 {
+	if dtype != engine.BF16 {
+		return vals
+	}
+	out := make([]float32, len(vals))
+	for i, v := range vals {
+		out[i] = checkpoints.BF16ToFloat32(checkpoints.Float32ToBF16(v))
+	}
+	return out
 }
 
 // F32 is Tensor for float32 values.
@@ -263,7 +285,7 @@ func (r *R) checkGuards() {
 	for _, g := range r.guarded {
 		all := r.Values(g.whole)
 		for i, v := range all {
-			if (i < pad || i >= pad+g.n) && v != guard {
+			if (i < pad || i >= pad+g.n) && v != g.guard {
 				r.Errorf("%s: element %d outside the tensor of %d changed to %v", g.origin, i-pad, g.n, v)
 				break
 			}

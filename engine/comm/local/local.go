@@ -14,8 +14,9 @@ import (
 )
 
 // New returns the communicators of n ranks in this process, one per
-// rank, for host tensors of the CPU backend (F32, or I32 for token ids).
-// Each is used by its own goroutine.
+// rank, for host tensors of the CPU backend (F32; BF16 for mixed
+// precision's activations and weight copies; I32 for token ids). Each is
+// used by its own goroutine.
 //
 // Nothing is sent anywhere: when every rank has joined a collective, each
 // rank works on its own chunk (comm.Chunk) of the result directly in the other
@@ -231,12 +232,14 @@ func copyHost(op comm.Op, full, part *engine.Tensor) {
 	switch full.DType() {
 	case engine.F32:
 		copyChunk(op, cpu.Float32s(full), cpu.Float32s(part))
+	case engine.BF16:
+		copyChunk(op, cpu.BF16s(full), cpu.BF16s(part))
 	case engine.I32:
 		copyChunk(op, cpu.Int32s(full), cpu.Int32s(part))
 	}
 }
 
-func copyChunk[T elem](op comm.Op, full, part []T) {
+func copyChunk[T any](op comm.Op, full, part []T) {
 	if op == comm.ReduceScatter {
 		copy(part, full)
 	} else {
@@ -252,8 +255,8 @@ func checkHost(name string, t *engine.Tensor) error {
 	if _, ok := t.Storage.(*cpu.Storage); !ok {
 		return fmt.Errorf("%v is not a tensor of the CPU backend (in-process ranks share host memory)", t)
 	}
-	if d := t.DType(); d != engine.F32 && d != engine.I32 {
-		return fmt.Errorf("%v: only f32 and i32 tensors are supported", t)
+	if d := t.DType(); d != engine.F32 && d != engine.BF16 && d != engine.I32 {
+		return fmt.Errorf("%v: only f32, bf16 and i32 tensors are supported", t)
 	}
 	return nil
 }
@@ -275,9 +278,11 @@ func (c *local) run(k *call) error {
 	}
 	switch s.dtype {
 	case engine.F32:
-		share(s, c.rank, cpu.Float32s)
+		share(s, c.rank, cpu.Float32s, sum[float32])
+	case engine.BF16:
+		share(s, c.rank, cpu.BF16s, sumBF16)
 	case engine.I32:
-		share(s, c.rank, cpu.Int32s)
+		share(s, c.rank, cpu.Int32s, sum[int32])
 	}
 	g.mu.Lock()
 	s.left++
@@ -468,7 +473,8 @@ func (c *local) Split(name string, color, key int) (comm.Comm, error) {
 	return &local{g: res.g, rank: res.rank, counters: c.counters}, nil
 }
 
-// elem is the element types the in-process ranks add up.
+// elem is the element types the in-process ranks add up in their own
+// type (BF16 is added up in float32: sumBF16).
 type elem interface{ ~float32 | ~int32 }
 
 // block is how many elements a rank sums at a time: enough to stream, few
@@ -479,7 +485,8 @@ const block = 2048
 // joined: its chunk of the sums of an all-reduce or reduce-scatter, or its
 // own copies of an all-gather or broadcast. The shares of different ranks
 // touch disjoint elements, so they run at the same time without locks.
-func share[T elem](s *slot, r int, data func(*engine.Tensor) []T) {
+// sum adds up chunks of the buffers (sum or sumBF16).
+func share[T any](s *slot, r int, data func(*engine.Tensor) []T, sum func(bufs [][]T, off, n int, emit func(lo int, acc []T))) {
 	p := len(s.a)
 	switch s.op {
 	case comm.AllReduce:
@@ -533,6 +540,28 @@ func sum[T elem](bufs [][]T, off, n int, emit func(lo int, acc []T)) {
 			add(acc, b[lo:hi])
 		}
 		emit(lo, acc)
+	}
+}
+
+// sumBF16 is sum for bf16 bit patterns: each block is widened to
+// float32, summed there in rank order and rounded once to nearest even
+// (as the CPU backend rounds its bf16 outputs), so that the result is
+// the rank-order float32 sum rounded once, not a sum rounded at every
+// step.
+func sumBF16(bufs [][]uint16, off, n int, emit func(lo int, acc []uint16)) {
+	var acc, x [block]float32
+	var out [block]uint16
+	for lo := off; lo < off+n; lo += block {
+		hi := min(lo+block, off+n)
+		a, w := acc[:hi-lo], x[:hi-lo]
+		vec.WidenBF16(a, bufs[0][lo:hi])
+		for _, b := range bufs[1:] {
+			vec.WidenBF16(w, b[lo:hi])
+			add(a, w)
+		}
+		o := out[:hi-lo]
+		vec.RoundBF16(o, a)
+		emit(lo, o)
 	}
 }
 

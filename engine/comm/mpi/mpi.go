@@ -12,6 +12,7 @@ package mpi
 static MPI_Comm mt_world(void) { return MPI_COMM_WORLD; }
 static MPI_Datatype mt_float(void) { return MPI_FLOAT; }
 static MPI_Datatype mt_int(void) { return MPI_INT; }
+static MPI_Datatype mt_uint16(void) { return MPI_UINT16_T; }
 static MPI_Op mt_sum(void) { return MPI_SUM; }
 static void *mt_in_place(void) { return MPI_IN_PLACE; }
 static int mt_undefined(void) { return MPI_UNDEFINED; }
@@ -52,6 +53,7 @@ import (
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/comm"
 	"github.com/memtrain/memtrain/engine/cpu"
+	"github.com/memtrain/memtrain/engine/cpu/vec"
 )
 
 // Init initialises MPI and returns the world communicator of the job
@@ -315,6 +317,15 @@ type buffer struct {
 	n     int
 	dtype C.MPI_Datatype
 	esize int
+	bf16  bool // bit patterns of bfloat16s, moved as 16-bit integers
+}
+
+// uint16s is b's elements as bf16 bit patterns.
+func (b buffer) uint16s() []uint16 {
+	if b.ptr == nil {
+		return nil
+	}
+	return unsafe.Slice((*uint16)(b.ptr), b.n)
 }
 
 func hostBuffer(name string, t *engine.Tensor) (buffer, error) {
@@ -334,13 +345,18 @@ func hostBuffer(name string, t *engine.Tensor) (buffer, error) {
 		if s := cpu.Float32s(t); len(s) > 0 {
 			b.ptr = unsafe.Pointer(&s[0])
 		}
+	case engine.BF16:
+		b.dtype, b.esize, b.bf16 = C.mt_uint16(), 2, true
+		if s := cpu.BF16s(t); len(s) > 0 {
+			b.ptr = unsafe.Pointer(&s[0])
+		}
 	case engine.I32:
 		b.dtype = C.mt_int()
 		if s := cpu.Int32s(t); len(s) > 0 {
 			b.ptr = unsafe.Pointer(&s[0])
 		}
 	default:
-		return buffer{}, fmt.Errorf("%v: only f32 and i32 tensors are supported", t)
+		return buffer{}, fmt.Errorf("%v: only f32, bf16 and i32 tensors are supported", t)
 	}
 	return b, nil
 }
@@ -407,6 +423,10 @@ func (m *mpiComm) start(op comm.Op, a, b *engine.Tensor, root int) comm.Request 
 	}
 
 	r := &request{done: make(chan struct{})}
+	if bufA.bf16 && (op == comm.AllReduce || op == comm.ReduceScatter) {
+		m.reduceBF16(r, op, step, bufA, bufB)
+		return r
+	}
 	// MPI keeps the tensors' addresses after the posting call returns:
 	// pin them until the collective completes (cgo's pointer rules).
 	var pins runtime.Pinner
@@ -481,6 +501,100 @@ func (m *mpiComm) start(op comm.Op, a, b *engine.Tensor, root int) comm.Request 
 		finish(err)
 	}
 	return r
+}
+
+// reduceBF16 runs a bf16 all-reduce (src is t, dst unused) or
+// reduce-scatter into r. MPI has no bf16 type, and a reduction operator
+// on bf16 pairs would round at every step of MPI's sum, in an order of
+// its choosing. Instead every rank receives every rank's copy of the
+// elements it must sum — its chunk (comm.Chunk) through MPI_Ialltoallv
+// for a reduce-scatter, as many elements as a ring sends; the whole
+// tensor through MPI_Iallgather for an all-reduce, (p−1)·n elements where
+// a ring sends 2(p−1)/p·n, the same bytes as a float32 ring at p = 4 —,
+// sums them in float32 in rank order and rounds once to nearest even, as
+// local.New does, so that every rank holds the same bits. One MPI
+// collective each, posted in the caller's order: a second stage posted on
+// completion could meet other collectives out of order.
+func (m *mpiComm) reduceBF16(r *request, op comm.Op, step int, src, dst buffer) {
+	p, n := m.size, src.n
+	mine := n
+	if op == comm.ReduceScatter {
+		_, mine = comm.Chunk(n, p, m.rank)
+	}
+	// Rank q's copy of the mine elements this rank sums (its chunk, or the
+	// whole tensor) lands at recv[q·mine:].
+	recv := make([]uint16, max(p*mine, 1))
+	var counts, displs, rcounts, rdispls cInts
+	if op == comm.ReduceScatter {
+		counts, displs = newCInts(p), newCInts(p)   // the chunks of src, by rank
+		rcounts, rdispls = newCInts(p), newCInts(p) // this rank's chunk, from each rank
+		cs, ds, rcs, rds := counts.slice(), displs.slice(), rcounts.slice(), rdispls.slice()
+		for q := range p {
+			o, l := comm.Chunk(n, p, q)
+			cs[q], ds[q] = C.int(l), C.int(o)
+			rcs[q], rds[q] = C.int(mine), C.int(q*mine)
+		}
+	}
+	var pins runtime.Pinner
+	pins.Pin(&recv[0])
+	if src.ptr != nil {
+		pins.Pin(src.ptr)
+	}
+	stop := m.watchdog.Watch(m.errorAt(op, step))
+	finish := func(err error) {
+		stop()
+		pins.Unpin()
+		for _, a := range []cInts{counts, displs, rcounts, rdispls} {
+			if a.p != nil {
+				a.free()
+			}
+		}
+		if err == nil {
+			out := dst.uint16s() // in place, src's chunk: its copy was sent already
+			if op == comm.AllReduce {
+				out = src.uint16s()
+			}
+			sumBF16(out, recv, p, mine)
+		} else {
+			err = m.wrap(op, step, err)
+		}
+		r.err = err
+		close(r.done)
+	}
+	err := m.p.post(func() {
+		var req C.MPI_Request
+		var rc C.int
+		if op == comm.ReduceScatter {
+			rc = C.MPI_Ialltoallv(src.ptr, counts.p, displs.p, src.dtype,
+				unsafe.Pointer(&recv[0]), rcounts.p, rdispls.p, src.dtype, m.c, &req)
+		} else {
+			rc = C.MPI_Iallgather(src.ptr, C.int(n), src.dtype, unsafe.Pointer(&recv[0]), C.int(n), src.dtype, m.c, &req)
+		}
+		if rc != C.MPI_SUCCESS {
+			finish(mpiError(rc))
+			return
+		}
+		// The sum runs off the MPI thread, which keeps progressing the
+		// other collectives meanwhile.
+		m.p.add(req, func(err error) { go finish(err) })
+	})
+	if err != nil {
+		finish(err)
+	}
+}
+
+// sumBF16 sets out[i] to the float32 sum in rank order of the p bf16
+// values recv[q·m+i], rounded once to nearest even.
+func sumBF16(out, recv []uint16, p, m int) {
+	acc, x := make([]float32, m), make([]float32, m)
+	vec.WidenBF16(acc, recv[:m])
+	for q := 1; q < p; q++ {
+		vec.WidenBF16(x, recv[q*m:(q+1)*m])
+		for i, v := range x {
+			acc[i] += v
+		}
+	}
+	vec.RoundBF16(out, acc)
 }
 
 func (m *mpiComm) Split(name string, color, key int) (comm.Comm, error) {

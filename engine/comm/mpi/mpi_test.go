@@ -43,7 +43,7 @@ func TestConformance(t *testing.T) {
 	if os.Getenv(sigstopEnv) != "" {
 		t.Skip("watchdog run")
 	}
-	commtest.RunRank(t, world, commtest.Config{})
+	commtest.RunRank(t, world, commtest.Config{BF16RankOrder: true})
 }
 
 // TestWorldAfterSuite checks that the world itself, not only groups split

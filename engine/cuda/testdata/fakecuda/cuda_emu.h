@@ -32,6 +32,16 @@ extern emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
 void __syncthreads();
 void emu_warp_exchange(uint64_t* value, int lane_mask, unsigned mask);
 
+// The warp collectives and asynchronous copies of kernels/warp.cuh, each
+// emulated exactly as the PTX ISA specifies it (fakecuda.cpp says how).
+void emu_mma_bf16(float* d, const unsigned* a, const unsigned* b);
+void emu_ldmatrix(unsigned* r, const void* row, int n, bool trans);
+void emu_cp_async16(void* dst, const void* src);
+void emu_cp_async_commit();
+void emu_cp_async_wait(int n);
+void emu_counter_wait(const int* p, int want);
+void emu_counter_release(int* p, int v);
+
 template <typename T>
 inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
   static_assert(sizeof(T) <= 8, "shuffle of a type wider than 8 bytes");

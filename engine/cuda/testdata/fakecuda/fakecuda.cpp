@@ -516,7 +516,6 @@ static int cur_fiber;
 static int block_threads;
 static const std::function<void()>* block_body;
 static int block_arrived;
-static int warp_arrived[kMaxThreads / 32];
 static uint64_t warp_values[kMaxThreads / 32][32];
 static std::string kernel_error;  // set by a fiber that found misuse
 static const char* kernel_name;
@@ -533,8 +532,17 @@ static void kernel_fail(const std::string& why) {
   for (;;) yield_to_scheduler();  // the scheduler never resumes a failed block
 }
 
+static void cp_async_check_exit();
+static int warp_arrived[kMaxThreads / 32];
+static const char* warp_op[kMaxThreads / 32];
+
 static void fiber_main() {
   (*block_body)();
+  cp_async_check_exit();
+  // Lanes of this warp already waiting at a collective would wait forever.
+  if (block_threads % 32 == 0 && warp_arrived[cur_fiber / 32] > 0) {
+    kernel_fail(std::string(warp_op[cur_fiber / 32]) + " after lane " + std::to_string(cur_fiber % 32) + " returned");
+  }
   fibers[cur_fiber].state = DONE;
   yield_to_scheduler();
   abort();
@@ -563,10 +571,17 @@ void __syncthreads() {
   yield_to_scheduler();
 }
 
-// warp_barrier waits for the 32 lanes of the calling thread's warp.
-static void warp_barrier(int w) {
+// warp_barrier waits for the 32 lanes of the calling thread's warp at the
+// collective what (a string constant naming it): every lane must reach the
+// same collective, none may have returned.
+static void warp_barrier(int w, const char* what) {
   for (int t = w * 32; t < w * 32 + 32; t++) {
-    if (fibers[t].state == DONE) kernel_fail("warp shuffle after lane " + std::to_string(t % 32) + " returned");
+    if (fibers[t].state == DONE) kernel_fail(std::string(what) + " after lane " + std::to_string(t % 32) + " returned");
+  }
+  if (warp_arrived[w] == 0) {
+    warp_op[w] = what;
+  } else if (warp_op[w] != what) {
+    kernel_fail(std::string("lanes of warp ") + std::to_string(w) + " meet at different collectives: " + warp_op[w] + " and " + what);
   }
   fibers[cur_fiber].state = WAIT_WARP;
   if (++warp_arrived[w] == 32) {
@@ -578,17 +593,192 @@ static void warp_barrier(int w) {
   yield_to_scheduler();
 }
 
+// warp_lane checks that the calling thread's block is made of whole warps
+// and returns its warp and lane.
+static void warp_lane(const char* what, int* w, int* lane) {
+  if (block_threads % 32 != 0) kernel_fail(std::string(what) + " in a block of " + std::to_string(block_threads) + " threads");
+  *w = cur_fiber / 32;
+  *lane = cur_fiber % 32;
+}
+
 void emu_warp_exchange(uint64_t* value, int lane_mask, unsigned mask) {
+  static const char what[] = "warp shuffle";
   if (mask != 0xffffffffu) kernel_fail("warp shuffle with a partial mask");
-  if (block_threads % 32 != 0) kernel_fail("warp shuffle in a block of " + std::to_string(block_threads) + " threads");
   if (lane_mask < 0 || lane_mask > 31) kernel_fail("warp shuffle lane mask out of range");
-  int w = cur_fiber / 32, lane = cur_fiber % 32;
+  int w, lane;
+  warp_lane(what, &w, &lane);
   warp_values[w][lane] = *value;
-  warp_barrier(w);
+  warp_barrier(w, what);
   uint64_t v = warp_values[w][lane ^ lane_mask];
-  warp_barrier(w);  // no lane overwrites its value before every lane has read
+  warp_barrier(w, what);  // no lane overwrites its value before every lane has read
   *value = v;
 }
+
+// --- Tensor-core warp collectives (begin) ------------------------------------
+// kernels/warp.cuh's mma.sync, ldmatrix, cp.async and block counters. The
+// warp collectives are exchanges like the shuffle's: each lane leaves its
+// operands in its warp's staging area, the warp meets, each lane computes
+// its own results from every lane's operands by the PTX ISA's layouts, and
+// the warp meets again before the area is reused.
+
+static uint32_t mma_a[kMaxThreads / 32][32][4];
+static uint32_t mma_b[kMaxThreads / 32][32][2];
+static uintptr_t ldm_rows[kMaxThreads / 32][32];
+static int ldm_shape[kMaxThreads / 32][32];  // each lane's 2n + trans
+
+// mma_permute_requested is set by fakecuda_set_mma_permuted (a test's
+// switch); each launch copies it into mma_permuted, which swaps the row
+// halves of mma's A fragments: a[0], a[1] read as rows g+8, g, and a[2],
+// a[3] likewise. Kernels written for the real layout then compute wrong
+// products, which proves the tests depend on the layout.
+static std::atomic<int> mma_permute_requested;
+static bool mma_permuted;
+
+EXPORT void fakecuda_set_mma_permuted(int on) { mma_permute_requested = on; }
+
+static float bf16_bits(uint32_t reg, int half) { return __uint_as_float((half ? reg >> 16 : reg & 0xffffu) << 16); }
+
+// emu_mma_bf16: D = A·B + C for m16n8k16 with bf16 A, B and float C, D.
+// Each product of two bf16 numbers is exact in float32; each lane adds its
+// element's 16 products to C in k order, in float32 (the hardware's order
+// and internal width are unspecified: results may differ from a GPU's in
+// the last bits, which the tests' tolerances allow for).
+void emu_mma_bf16(float* d, const unsigned* a, const unsigned* b) {
+  static const char what[] = "mma.sync";
+  int w, lane;
+  warp_lane(what, &w, &lane);
+  for (int i = 0; i < 4; i++) mma_a[w][lane][i] = a[i];
+  for (int i = 0; i < 2; i++) mma_b[w][lane][i] = b[i];
+  warp_barrier(w, what);
+  int g = lane / 4, c = 2 * (lane % 4);
+  float out[4];
+  for (int i = 0; i < 4; i++) {
+    int row = g + 8 * (i / 2), col = c + (i & 1);
+    float acc = d[i];
+    for (int k = 0; k < 16; k++) {
+      int arow = mma_permuted ? row ^ 8 : row;
+      // A[arow][k]: lane 4·(arow%8) + (k%8)/2, register (arow≥8) + 2·(k≥8).
+      float x = bf16_bits(mma_a[w][4 * (arow % 8) + (k % 8) / 2][(arow >= 8) + 2 * (k >= 8)], k & 1);
+      // B[k][col]: lane 4·col + (k%8)/2, register k≥8.
+      float y = bf16_bits(mma_b[w][4 * col + (k % 8) / 2][k >= 8], k & 1);
+      acc += x * y;
+    }
+    out[i] = acc;
+  }
+  warp_barrier(w, what);
+  for (int i = 0; i < 4; i++) d[i] = out[i];
+}
+
+// in_device_memory reports whether p lies in an allocation of the device
+// (global memory); shared memory is the kernels' static arrays, outside.
+static bool in_device_memory(const void* p) {
+  uintptr_t start;
+  return find_alloc((uintptr_t)p, &start) != nullptr;
+}
+
+// emu_ldmatrix: lanes 8i..8i+7 give the rows of matrix i (16-byte
+// aligned, in shared memory); lane l receives in r[i] row l/4, elements
+// 2(l%4) and 2(l%4)+1 of matrix i, or with trans column l/4, rows 2(l%4)
+// and 2(l%4)+1.
+void emu_ldmatrix(unsigned* r, const void* row, int n, bool trans) {
+  static const char what[] = "ldmatrix";
+  int w, lane;
+  warp_lane(what, &w, &lane);
+  if (n != 1 && n != 2 && n != 4) kernel_fail("ldmatrix of " + std::to_string(n) + " matrices");
+  if (lane < 8 * n) {
+    if ((uintptr_t)row % 16 != 0) kernel_fail("ldmatrix row address " + hex((uintptr_t)row) + " is not 16-byte aligned");
+    if (in_device_memory(row)) kernel_fail("ldmatrix row address " + hex((uintptr_t)row) + " is in global memory, not shared");
+  }
+  ldm_rows[w][lane] = (uintptr_t)row;
+  ldm_shape[w][lane] = 2 * n + trans;
+  warp_barrier(w, what);
+  if (ldm_shape[w][0] != 2 * n + trans) kernel_fail("lanes of a warp at ldmatrix of different shapes");
+  unsigned out[4];
+  for (int i = 0; i < n; i++) {
+    const uintptr_t* rows = ldm_rows[w] + 8 * i;
+    uint16_t lo, hi;
+    if (!trans) {
+      const uint16_t* p = (const uint16_t*)rows[lane / 4];
+      lo = p[2 * (lane % 4)];
+      hi = p[2 * (lane % 4) + 1];
+    } else {
+      lo = ((const uint16_t*)rows[2 * (lane % 4)])[lane / 4];
+      hi = ((const uint16_t*)rows[2 * (lane % 4) + 1])[lane / 4];
+    }
+    out[i] = unsigned(lo) | (unsigned(hi) << 16);
+  }
+  warp_barrier(w, what);
+  for (int i = 0; i < n; i++) r[i] = out[i];
+}
+
+// cp.async: each thread's copies since its last commit, and its committed
+// groups, oldest first. A group's copies are made when a wait retires it
+// (never earlier), so a kernel that reads shared memory before waiting
+// reads what was there before. A wait for more groups than are in flight,
+// a wait with copies not committed (it would not wait for them), and a
+// thread that returns with copies in flight are misuse.
+struct CopyOp {
+  void* dst;
+  const void* src;
+};
+static std::vector<CopyOp> cp_open[kMaxThreads];
+static std::vector<std::vector<CopyOp>> cp_groups[kMaxThreads];
+
+void emu_cp_async16(void* dst, const void* src) {
+  if ((uintptr_t)dst % 16 != 0 || (uintptr_t)src % 16 != 0) {
+    kernel_fail("cp.async of 16 bytes from " + hex((uintptr_t)src) + " to " + hex((uintptr_t)dst) + ": not 16-byte aligned");
+  }
+  if (!in_range((uintptr_t)src, 16)) kernel_fail("cp.async source " + hex((uintptr_t)src) + ": 16 bytes not inside one allocation");
+  if (in_device_memory(dst)) kernel_fail("cp.async destination " + hex((uintptr_t)dst) + " is in global memory, not shared");
+  cp_open[cur_fiber].push_back(CopyOp{dst, src});
+}
+
+void emu_cp_async_commit() {
+  cp_groups[cur_fiber].push_back(std::move(cp_open[cur_fiber]));
+  cp_open[cur_fiber].clear();
+}
+
+void emu_cp_async_wait(int n) {
+  auto& groups = cp_groups[cur_fiber];
+  if (!cp_open[cur_fiber].empty()) kernel_fail("cp.async.wait_group with copies not committed to a group");
+  if (n < 0 || n > (int)groups.size()) {
+    kernel_fail("cp.async.wait_group " + std::to_string(n) + " with " + std::to_string(groups.size()) + " groups in flight");
+  }
+  while ((int)groups.size() > n) {
+    for (const CopyOp& c : groups.front()) memcpy(c.dst, c.src, 16);
+    groups.erase(groups.begin());
+  }
+}
+
+static void cp_async_check_exit() {
+  if (!cp_open[cur_fiber].empty() || !cp_groups[cur_fiber].empty()) {
+    kernel_fail("returned with cp.async copies never waited for");
+  }
+}
+
+static void cp_async_reset(int threads) {
+  for (int t = 0; t < threads; t++) {
+    cp_open[t].clear();
+    cp_groups[t].clear();
+  }
+}
+
+// emu_counter_wait: blocks run one at a time in index order here, so a
+// counter that earlier blocks have not raised far enough will never be:
+// on a GPU the block would spin forever, here the launch fails.
+void emu_counter_wait(const int* p, int want) {
+  if (!in_range((uintptr_t)p, 4)) kernel_fail("counter at " + hex((uintptr_t)p) + " is not in device memory");
+  if (*p < want) {
+    kernel_fail("waits for a counter at " + std::to_string(*p) + " to reach " + std::to_string(want) +
+                ", which no earlier block raised: it would wait forever");
+  }
+}
+
+void emu_counter_release(int* p, int v) {
+  if (!in_range((uintptr_t)p, 4)) kernel_fail("counter at " + hex((uintptr_t)p) + " is not in device memory");
+  *p = v;
+}
+// --- Tensor-core warp collectives (end) --------------------------------------
 
 static std::vector<char*> stack_pool;
 
@@ -598,6 +788,7 @@ static bool run_block(int threads) {
   block_threads = threads;
   block_arrived = 0;
   memset(warp_arrived, 0, sizeof warp_arrived);
+  cp_async_reset(threads);
   for (int t = 0; t < threads; t++) {
     fibers[t].stack = stack_pool[t];
     fibers[t].sp = fresh_stack(fibers[t].stack);
@@ -733,6 +924,7 @@ EXPORT int cuLaunchKernel(const KernelEntry* f, unsigned gx, unsigned gy, unsign
   if (getenv("MEMTRAIN_FAKECUDA_TRACE")) fprintf(stderr, "fakecuda: launch %s grid %u×%u×%u block %u×%u×%u\n", f->name, gx, gy, gz, bx, by, bz);
   kernel_name = f->name;
   kernel_error.clear();
+  mma_permuted = mma_permute_requested.load() != 0;
   block_body = &body;
   gridDim = emu_dim3{gx, gy, gz};
   blockDim = emu_dim3{bx, by, bz};
@@ -746,6 +938,103 @@ EXPORT int cuLaunchKernel(const KernelEntry* f, unsigned gx, unsigned gy, unsign
   }
   return CUDA_SUCCESS;
 }
+
+// --- Warp primitive tests (begin) --------------------------------------------
+// Entry points for engine/cuda's tests of the warp collectives
+// (warp_test.go): each runs one warp of 32 fibers, as a one-block launch
+// would, through the primitive under test, and returns CUDA_SUCCESS or
+// CUDA_ERROR_LAUNCH_FAILED with the misuse found (cuGetErrorString).
+
+static int run_test_warp(const char* name, const std::function<void()>& body) {
+  std::lock_guard<std::mutex> l(launch_mu);
+  kernel_name = name;
+  kernel_error.clear();
+  mma_permuted = mma_permute_requested.load() != 0;
+  block_body = &body;
+  gridDim = emu_dim3{1, 1, 1};
+  blockDim = emu_dim3{32, 1, 1};
+  blockIdx = emu_dim3{0, 0, 0};
+  if (!run_block(32)) return fail(CUDA_ERROR_LAUNCH_FAILED, kernel_error);
+  return CUDA_SUCCESS;
+}
+
+// test_smem stands for shared memory: 64 rows of 8 bf16.
+alignas(16) static uint16_t test_smem[64 * 8];
+
+// fakecuda_test_ldmatrix copies mem (64 rows of 8 bf16) into shared
+// memory and runs ldmatrix .x{n} (.trans when trans) with lane l giving
+// row rows[l]; out[4l+i] is lane l's register i (0 past n).
+EXPORT int fakecuda_test_ldmatrix(int n, int trans, const uint16_t* mem, const int* rows, uint32_t* out) {
+  memcpy(test_smem, mem, sizeof test_smem);
+  return run_test_warp("fakecuda_test_ldmatrix", [&] {
+    int lane = threadIdx.x;
+    unsigned r[4] = {0, 0, 0, 0};
+    emu_ldmatrix(r, test_smem + 8 * rows[lane], n, trans != 0);
+    for (int i = 0; i < 4; i++) out[4 * lane + i] = r[i];
+  });
+}
+
+// fakecuda_test_mma runs mma.sync m16n8k16 with lane l's fragments a[4l..],
+// b[2l..] and c[4l..], its d into d[4l..].
+EXPORT int fakecuda_test_mma(const uint32_t* a, const uint32_t* b, const float* c, float* d) {
+  return run_test_warp("fakecuda_test_mma", [&] {
+    int lane = threadIdx.x;
+    float acc[4];
+    for (int i = 0; i < 4; i++) acc[i] = c[4 * lane + i];
+    emu_mma_bf16(acc, a + 4 * lane, b + 2 * lane);
+    for (int i = 0; i < 4; i++) d[4 * lane + i] = acc[i];
+  });
+}
+
+// fakecuda_test_misuse runs one misuse of the primitives, which must fail:
+// 0 a lane returns before an mma, 1 half a warp at a shuffle and half at
+// an mma, 2 cp.async.wait_group 1 with no group in flight, 3 a wait with
+// copies not committed, 4 a thread that returns with a group in flight, 5
+// lanes at ldmatrix .x4 and .x2.
+EXPORT int fakecuda_test_misuse(int which) {
+  return run_test_warp("fakecuda_test_misuse", [which] {
+    int lane = threadIdx.x;
+    unsigned a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+    float d[4] = {0, 0, 0, 0};
+    switch (which) {
+      case 0:
+        if (lane == 31) return;
+        emu_mma_bf16(d, a, b);
+        break;
+      case 1:
+        if (lane < 16) {
+          __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+        } else {
+          emu_mma_bf16(d, a, b);
+        }
+        break;
+      case 2:
+        emu_cp_async_wait(1);
+        break;
+      case 3:
+        cp_open[cur_fiber].push_back(CopyOp{test_smem, test_smem});
+        emu_cp_async_wait(0);
+        break;
+      case 4:
+        cp_open[cur_fiber].push_back(CopyOp{test_smem, test_smem});
+        emu_cp_async_commit();
+        break;
+      case 5: {
+        unsigned r[4];
+        emu_ldmatrix(r, test_smem + 8 * (lane % 16), lane < 16 ? 4 : 2, false);
+        break;
+      }
+    }
+  });
+}
+// fakecuda_test_counter_wait runs one thread's counter_wait for the
+// counter at p (device memory) to reach want.
+EXPORT int fakecuda_test_counter_wait(const int* p, int want) {
+  return run_test_warp("fakecuda_test_counter_wait", [p, want] {
+    if (threadIdx.x == 0) emu_counter_wait(p, want);
+  });
+}
+// --- Warp primitive tests (end) ----------------------------------------------
 
 // ---------------------------------------------------------------------------
 // cuBLAS: cublasGemmStridedBatchedEx as a loop, with cuBLAS's argument
