@@ -2,12 +2,15 @@ package cuda
 
 import "github.com/memtrain/memtrain/engine"
 
-// traffic is what one call of a memory-bound operation costs the device:
-// the bytes its kernels read from and write to device memory, and the
-// floating-point operations they do. Each operation declares it beside
-// its launcher (addTraffic in elementwise.go, rmsnormTraffic in
-// rmsnorm.go, …), for a planner that models such kernels as bytes ÷
-// bandwidth (engine/perfmodel).
+// traffic is what one call of a memory-bound operation costs this
+// backend's device: the bytes its kernels read from and write to device
+// memory, and the floating-point operations they do. Each operation
+// declares it beside its launcher (addTraffic in elementwise.go,
+// rmsnormTraffic in rmsnorm.go, …), from what its kernels do — scratch
+// included (RMSNormBackward's float32 partial sums of dw, RoPE's angle
+// table). engine.Kernel.Cost is the backend-independent model the
+// planner (engine/perfmodel) uses; BenchmarkGPUBandwidth measures these
+// declarations on a GPU.
 //
 // The bytes count every operand once, read or written (a tensor read and
 // written in place twice), at its dtype's size: what the kernels must
