@@ -1,6 +1,9 @@
 package engine
 
-import "math"
+import (
+	"math"
+	"os"
+)
 
 // Backend runs the engine's kernels on one device. The set is small on
 // purpose: a strided, batched GEMM plus a dozen fused kernels, each with its
@@ -16,7 +19,7 @@ import "math"
 // Shapes: N is the number of token positions (batch × sequence, flattened),
 // H the hidden size, V the vocabulary, heads/kvHeads and D the attention
 // geometry. Token ids and positions are I32 tensors; everything else is
-// F32 or BF16. Every backend takes BF16 tensors in Alloc, Free, Upload
+// F32 or BF16. Every backend takes BF16 tensors in Alloc, Empty, Free, Upload
 // (rounded to nearest even), Download (widened exactly), Fill, Copy (a
 // cast between F32 and BF16), and as Gemm's B operand with A and C F32
 // (a frozen or bf16-copied weight). Mixed precision (bf16 activations,
@@ -27,11 +30,18 @@ import "math"
 //   - BF16 tensors, mixed freely with F32 ones, in Add, Axpy, Scale,
 //     Embedding (out, table), EmbeddingBackward (dOut), RMSNorm and its
 //     backward (out, x, dOut, dx; w, rstd and dw may be either),
+//     AddRMSNorm (out, x, residual; w and rstd may be either),
 //     RoPE and its backward, SwiGLU and its backward, Attention and its
 //     backward (q, k, v, out and their gradients; lse stays F32) and
 //     AttentionKV: each reads its operands widened to float32, computes
-//     in float32 (statistics as the F32 kernel does, in float64 where it
-//     does) and rounds each output once to its tensor's dtype.
+//     in float32 (statistics as the F32 kernel does) and rounds each
+//     output once to its tensor's dtype.
+//
+// Statistics (RMSNorm's mean of squares and its backward's dot products,
+// cross-entropy's sum of exponentials) are accumulated in float64 or in
+// compensated float32, as a backend documents: within a few units of
+// float32's rounding of the exact sum, whatever its length. SumSquares
+// and Sum accumulate in float64.
 //
 // CrossEntropy, Argmax, SumSquares, Sum and AdamW take F32 tensors: the
 // loss and the optimizer's state stay float32. The one exception is
@@ -70,6 +80,14 @@ type Backend interface {
 	// tensor returned by Alloc (with every view of it); a tensor must not
 	// be used after Free.
 	Alloc(dtype DType, shape ...int) *Tensor
+	// Empty returns a tensor whose contents are undefined, to be freed as
+	// Alloc's are: for a tensor whose every element is written before it
+	// is read (an activation, a kernel's output), it saves Alloc's
+	// zero-fill, a write of the whole tensor. A tensor that is added into
+	// (a gradient) needs Alloc, or a Fill. When poisoning is on (Poison),
+	// every element of it is NaN (I32: −1) instead, so that a read before
+	// the first write shows in the results.
+	Empty(dtype DType, shape ...int) *Tensor
 	Free(t *Tensor)
 	// MemStats reports the bytes of tensors allocated now and at peak.
 	// Kernels may use transient workspace (e.g. AttentionBackward's
@@ -133,6 +151,12 @@ type Backend interface {
 	// rms = sqrt(mean(x²) + eps), and saves rstd[i] = 1/rms for the
 	// backward pass. out, x [N,H]; w [H]; rstd [N].
 	RMSNorm(out, rstd, x, w *Tensor, eps float32)
+	// AddRMSNorm adds residual into x, the residual stream (x += residual,
+	// rounded to x's dtype), then normalises the sum as RMSNorm does:
+	// out[i] = x[i]·rstd[i] ⊙ w. Its results are those of Add(x, x,
+	// residual) then RMSNorm(out, rstd, x, w, eps), bit for bit, in one
+	// pass over x on a GPU. out may be x; residual may overlap neither.
+	AddRMSNorm(out, rstd, x, residual, w *Tensor, eps float32)
 	// RMSNormBackward writes dx and adds into dw.
 	RMSNormBackward(dx, dw, dOut, x, w, rstd *Tensor)
 
@@ -208,6 +232,16 @@ type Backend interface {
 	// WeightDecay is not used.
 	AdamWStep(ts []AdamWTensors, h AdamWParams, maxNorm float32, ctl *Tensor)
 }
+
+// PoisonEnv is the environment variable that turns poisoning on for the
+// backends created while it is "1" (Poison): tests set it to prove that
+// nothing reads an Empty tensor before writing it.
+const PoisonEnv = "MEMTRAIN_POISON"
+
+// Poison reports whether $MEMTRAIN_POISON asks the backends for
+// poisoning: every backend's New reads it once (besides an option of its
+// own), and fills each tensor Empty returns with NaN.
+func Poison() bool { return os.Getenv(PoisonEnv) == "1" }
 
 // AdamWTensors are one parameter's tensors in an AdamWStep, all the same
 // length, and its decoupled weight decay. Copy, if not nil, receives the

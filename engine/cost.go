@@ -250,13 +250,14 @@ func (k Kernel) Cost() Cost {
 		q, kk := o[4].Shape, o[5].Shape
 		a := AttentionShape{B: q[0], T: q[1], Heads: q[2], KVHeads: kk[2], D: q[3], Backward: true, DType: o[4].DType}
 		return Cost{Class: ClassAttention, FLOPs: 10 * float64(a.D) * a.Pairs(), Bytes: sum(o...), Attention: a}
-	case "AttentionKV", "Add", "Copy", "SwiGLU", "SwiGLUBackward", "Fill", "RMSNorm", "AdamW", "Sum", "SumSquares", "SumSquaresMulti", "Argmax",
-		"AddRMSNorm": // a fused residual add and norm: each operand read or written once
+	case "AttentionKV", "Add", "Copy", "SwiGLU", "SwiGLUBackward", "Fill", "RMSNorm", "AdamW", "Sum", "SumSquares", "SumSquaresMulti", "Argmax":
 		b := sum(o...)
 		if k.Op == "AdamW" { // param, grad, m, v: three written back
 			b += sum(o[0], o[2], o[3])
 		}
 		return mem(b)
+	case "AddRMSNorm": // out, rstd, x, residual, w: x (the stream) read and written back
+		return mem(sum(o...) + o[2].Bytes())
 	case "Axpy": // dst, x
 		return mem(2*o[0].Bytes() + o[1].Bytes())
 	case "Scale", "RoPE", "RoPEBackward": // the first operand in place

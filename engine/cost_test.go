@@ -46,6 +46,9 @@ func TestCostRules(t *testing.T) {
 		{"rope in place", Kernel{Op: "RoPE", Operands: []Operand{bf16(6, 2, 8), i32(6), f32(4)}}, ClassMemory, 0, 2*6*2*8*2 + 6*4 + 4*4},
 		{"rmsnorm backward", Kernel{Op: "RMSNormBackward", Operands: []Operand{f32(6, 4), f32(4), f32(6, 4), f32(6, 4), f32(4), f32(6)}},
 			ClassMemory, 0, 3*6*4*4 + 2*4*4 + 4*4 + 6*4},
+		// out, rstd, x (read and written: the stream), residual, w.
+		{"add rmsnorm", Kernel{Op: "AddRMSNorm", Operands: []Operand{bf16(6, 4), f32(6), bf16(6, 4), bf16(6, 4), f32(4)}},
+			ClassMemory, 0, 4*6*4*2 + 6*4 + 4*4},
 		{"upload", Kernel{Op: "UploadInt32", Operands: []Operand{i32(7)}}, ClassHost, 0, 28},
 	}
 	for _, c := range cases {
@@ -63,8 +66,8 @@ func TestCostRules(t *testing.T) {
 // TestEveryMethodHasACostRule calls Cost on a call of every Backend
 // method that touches a tensor: one added without a rule panics here.
 func TestEveryMethodHasACostRule(t *testing.T) {
-	// Allocation and the device's description cost no kernel (Empty, an
-	// uninitialised allocation, is another branch's).
+	// Allocation and the device's description cost no kernel (Empty is an
+	// allocation without its zero-fill).
 	none := map[string]bool{"Name": true, "Device": true, "Threads": true, "MemStats": true, "Synchronize": true, "Alloc": true, "Free": true, "Empty": true}
 	bt := reflect.TypeOf((*Backend)(nil)).Elem()
 	tensor := reflect.TypeOf((*Tensor)(nil))

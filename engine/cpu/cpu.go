@@ -55,6 +55,7 @@
 package cpu
 
 import (
+	"math"
 	"runtime"
 	"sync/atomic"
 
@@ -71,6 +72,10 @@ type Options struct {
 	// GEMM multiplies matrices; nil means gemm.New(Threads), the pure-Go
 	// path.
 	GEMM gemm.Impl
+	// Poison fills the tensors Empty returns with NaN (I32: −1), to
+	// catch reads before writes; $MEMTRAIN_POISON=1 (engine.Poison)
+	// turns it on too.
+	Poison bool
 }
 
 // Backend is the CPU implementation of engine.Backend. It is safe for
@@ -78,6 +83,7 @@ type Options struct {
 // ordered by the caller.
 type Backend struct {
 	threads int
+	poison  bool // Options.Poison
 	gemm    gemm.Impl
 	// inner multiplies the small matrices of kernels that are already
 	// parallel over their own work items (attention's per-head products),
@@ -108,7 +114,7 @@ func New(opts Options) *Backend {
 	if g == nil {
 		g = defaultGemm(threads)
 	}
-	b := &Backend{threads: threads, gemm: g, inner: serial(g)}
+	b := &Backend{threads: threads, gemm: g, inner: serial(g), poison: opts.Poison || engine.Poison()}
 	if t, ok := g.(gemm.Teamer); ok && t.Team().Workers() >= threads-1 {
 		b.team = t.Team()
 	} else {
@@ -173,9 +179,34 @@ func (s *Storage) Len() int { return s.n }
 // 2 bytes an element, and only some operations accept it (see the package
 // comment).
 func (b *Backend) Alloc(dtype engine.DType, shape ...int) *engine.Tensor {
+	return b.alloc("Alloc", dtype, shape)
+}
+
+// Empty returns a tensor of undefined contents (see engine.Backend): Go
+// zeroes memory anyway, so it costs what Alloc does, except under
+// poisoning (Options.Poison, engine.Poison), where it is filled with NaN
+// (I32: −1), as the CUDA backend fills its Empty tensors.
+func (b *Backend) Empty(dtype engine.DType, shape ...int) *engine.Tensor {
+	t := b.alloc("Empty", dtype, shape)
+	if b.poison {
+		s := t.Storage.(*Storage)
+		for i := range s.f32 {
+			s.f32[i] = float32(math.NaN())
+		}
+		for i := range s.bf16 {
+			s.bf16[i] = 0xffff // a NaN
+		}
+		for i := range s.i32 {
+			s.i32[i] = -1
+		}
+	}
+	return t
+}
+
+func (b *Backend) alloc(op string, dtype engine.DType, shape []int) *engine.Tensor {
 	n := 1
 	for _, d := range shape {
-		check(d >= 0, "Alloc", engine.MisuseRange, "negative dimension in shape %v", shape)
+		check(d >= 0, op, engine.MisuseRange, "negative dimension in shape %v", shape)
 		n *= d
 	}
 	s := &Storage{dtype: dtype, n: n}
@@ -187,7 +218,7 @@ func (b *Backend) Alloc(dtype engine.DType, shape ...int) *engine.Tensor {
 	case engine.BF16:
 		s.bf16 = make([]uint16, n)
 	default:
-		misuse("Alloc", engine.MisuseDType, "unknown dtype %v", dtype)
+		misuse(op, engine.MisuseDType, "unknown dtype %v", dtype)
 	}
 	bytes := int64(n) * int64(dtype.Size())
 	now := b.allocated.Add(bytes)

@@ -46,6 +46,27 @@ func (b *Backend) RMSNorm(out, rstd, x, w *engine.Tensor, eps float32) {
 	})
 }
 
+// AddRMSNorm adds residual into x, then normalises x into out: Add(x, x,
+// residual) then RMSNorm(out, rstd, x, w, eps), which it is, after
+// checking every argument first (as a GPU's one kernel does). out may be
+// x; residual overlaps neither.
+func (b *Backend) AddRMSNorm(out, rstd, x, residual, w *engine.Tensor, eps float32) {
+	const op = "AddRMSNorm"
+	for _, t := range []*engine.Tensor{out, rstd, x, residual, w} {
+		s := storageOf(op, t)
+		check(s.dtype == engine.F32 || s.dtype == engine.BF16, op, engine.MisuseDType, "%v, want F32 or BF16", t)
+	}
+	rmsnormShape(op, w, rstd, out, x, residual)
+	checkPartial(op, out, "out", x, "x")
+	for _, t := range []*engine.Tensor{x, out} {
+		if same, partial := engine.Overlap(t, residual); same || partial {
+			misuse(op, engine.MisuseAlias, "%v at offset %d overlaps residual %v at offset %d", t, t.Offset, residual, residual.Offset)
+		}
+	}
+	b.Add(x, x, residual)
+	b.RMSNorm(out, rstd, x, w, eps)
+}
+
 // RMSNormBackward writes dx and adds into dw, from dOut, the forward's
 // input x, weight w and saved rstd. With y = x·r ⊙ w and
 // r = (mean(x²)+eps)^(−1/2),

@@ -27,7 +27,7 @@ func (b *Backend) AdamW(param, grad, m, v *engine.Tensor, h engine.AdamWParams) 
 		lr, wd := float64(h.LR), float64(h.WeightDecay)
 		beta1, beta2 := float64(h.Beta1), float64(h.Beta2)
 		step := float64(h.Step)
-		b.launch(kAdamW, elementGrid(n), block1(elementThreads),
+		b.launch(kAdamW, vecGrid(n), block1(elementThreads),
 			p.ptr, p.dt(), g.ptr, g.dt(), ms.ptr, ms.dt(), vs.ptr, vs.dt(), int64(n),
 			float32(1-lr*wd), float32(beta1), float32(1-beta1), float32(beta2), float32(1-beta2),
 			float32(-(lr / (1 - math.Pow(beta1, step)))), float32(math.Sqrt(1-math.Pow(beta2, step))), h.Eps)
@@ -87,4 +87,21 @@ func (b *Backend) AdamWStep(ts []engine.AdamWTensors, h engine.AdamWParams, maxN
 			float32(beta1), float32(1-beta1), float32(beta2), float32(1-beta2),
 			float32(-(lr / (1 - math.Pow(beta1, step)))), float32(math.Sqrt(1-math.Pow(beta2, step))), h.Eps)
 	})
+}
+
+// adamWTraffic is AdamW, or one tensor's share of AdamWStep, of n
+// elements (kernels adamw, adamw_multi): param, m and v read and written,
+// grad read (and written when clipped), the copy written when there is
+// one (hasCopy, of dtype cp); the update's 12 operations an element, one
+// more for the clipping's product.
+func adamWTraffic(n int, param, grad, m, v engine.DType, clipped, hasCopy bool, cp engine.DType) traffic {
+	t := traffic{bytes: moved(n, param, param, grad, m, m, v, v), flops: 12 * float64(n)}
+	if clipped {
+		t.bytes += moved(n, grad)
+		t.flops += float64(n)
+	}
+	if hasCopy {
+		t.bytes += moved(n, cp)
+	}
+	return t
 }

@@ -44,6 +44,10 @@ type Options struct {
 	// CacheDir holds compiled kernels; empty means
 	// $MEMTRAIN_CUDA_CACHE, else os.UserCacheDir()/memtrain/cuda.
 	CacheDir string
+	// Poison fills every tensor Empty returns with NaN (I32: −1), a
+	// memset of its own, to catch reads before writes in tests;
+	// $MEMTRAIN_POISON=1 (engine.Poison) turns it on too.
+	Poison bool
 }
 
 // Backend is the CUDA implementation of engine.Backend on one GPU.
@@ -70,6 +74,7 @@ type Backend struct {
 	w        *worker
 	info     DeviceInfo
 	gemmMode string // GemmF32, GemmTF32 or GemmBF16
+	poison   bool   // Options.Poison
 
 	ctx    uintptr
 	stream uintptr
@@ -136,7 +141,7 @@ func New(opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{libs: libs, gemmMode: mode, fns: map[kernel]uintptr{}, w: newWorker()}
+	b := &Backend{libs: libs, gemmMode: mode, fns: map[kernel]uintptr{}, w: newWorker(), poison: opts.Poison || engine.Poison()}
 	b.cu = libs.cu.counting(&b.count)
 	b.mem = newAllocator(b.cu, b.err)
 	if err := b.w.try(func() error { return b.open(opts) }); err != nil {

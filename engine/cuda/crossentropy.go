@@ -43,7 +43,7 @@ func (b *Backend) CrossEntropy(losses, dLogits, logits, targets, weights *engine
 			d, ddt = dv.ptr, dv.dt()
 		}
 		b.checkTargets(b.hostInts(t), w, v)
-		b.launch(kCrossEntropy, grid1(n), rowThreads(v, crossEntropyThreads),
+		b.launch(kCrossEntropy, grid1(n), rowThreads((v+vecElems-1)/vecElems, crossEntropyThreads),
 			l.ptr, l.dt(), d, ddt, x.ptr, x.dt(), t.ptr, w.ptr, w.dt(), int32(v), scale)
 	})
 }
@@ -78,4 +78,23 @@ func (b *Backend) Argmax(out, logits *engine.Tensor) {
 		b.launch(kArgmax, grid1(o.n), block1(argmaxThreads), o.ptr, x.ptr, x.dt(), int32(v))
 		o.deviceWroteInts()
 	})
+}
+
+// crossEntropyTraffic is CrossEntropy of n rows of v logits (kernel
+// cross_entropy): the logits read, the gradient written when hasD (of
+// dtype d), the targets and weights read and the losses written; a
+// maximum, a subtraction, an exponential and a sum a logit, and with the
+// gradient a subtraction, an exponential and a product more. The kernel
+// passes over each row two times (three with the gradient); the later
+// passes are counted as cache hits, which they are for rows up to some
+// hundred KiB (L1 and L2), not for a 128k vocabulary's 512 KiB of
+// float32, where they read the row from memory again: a planner should
+// count (passes − 1)·n·v·4 bytes more there.
+func crossEntropyTraffic(n, v int, logits engine.DType, hasD bool, d engine.DType) traffic {
+	t := traffic{bytes: moved(n*v, logits) + moved(n, engine.I32, engine.F32, engine.F32), flops: 4 * float64(n) * float64(v)}
+	if hasD {
+		t.bytes += moved(n*v, d)
+		t.flops += 3 * float64(n) * float64(v)
+	}
+	return t
 }

@@ -42,7 +42,11 @@
 // makes no cuMemAlloc or cuMemFree, and its host synchronisations are the
 // host's reads of results. Counters (counters.go) counts those driver
 // calls per backend, at the bindings; the fake libraries count them too,
-// and the tests compare.
+// and the tests compare. Alloc zero-fills (a memset); Empty does not,
+// for the workspace's activations, which their kernels write whole.
+// Options.Poison (or $MEMTRAIN_POISON=1) fills Empty tensors with NaN
+// instead, new and reused blocks alike, and the fake libraries fill new
+// memory so: the tests catch a kernel reading what nothing wrote.
 //
 // # Kernels
 //
@@ -74,10 +78,28 @@
 // The arithmetic follows the CPU backend, which is the specification:
 // reductions in float64 where the CPU's are, products rounded before sums
 // (the _rn intrinsics, which the compiler never fuses), the same order of
-// roundings in AdamW, RMSNorm and RoPE. No kernel uses atomics: reductions
-// over rows are split into chunks fixed by the shape (dw, SumSquares and
-// SumSquaresMulti) and the embedding's backward sorts the tokens by id on
-// the host, so every result is reproducible bit for bit.
+// roundings in AdamW, RMSNorm and RoPE — but for the sums of the hot
+// paths, RMSNorm's, its backward's and cross-entropy's sum of
+// exponentials, which are float32 where the CPU's are float64: each
+// thread's share compensated (Kahan), then a fixed tree, within about 15
+// units of float32's rounding of the sum whatever its length (the bounds
+// are in rmsnorm.cu and crossentropy.cu); SumSquares, a gradient norm's,
+// stays float64. RoPE takes cos and sin from a table that rope_table
+// computes once a (position, frequency), in float64 rounded, not once a
+// head. No kernel uses atomics: reductions over rows are split into
+// chunks fixed by the shape (dw, SumSquares and SumSquaresMulti) and the
+// embedding's backward sorts the tokens by id on the host, so every
+// result is reproducible bit for bit.
+//
+// The memory-bound kernels (elementwise, SwiGLU, RMSNorm, RoPE,
+// cross-entropy, embedding and its backward, AdamW) move 16 bytes a
+// thread at a time — eight bf16, or four f32 twice (common.cuh's load8
+// and store8) — when their operands are 16-byte aligned and the row
+// length a multiple of eight, element by element otherwise (a view at an
+// odd offset, a tail); which thread takes which elements is the same
+// either way, so the two paths agree bit for bit (vector_test.go, which
+// also checks that the real NVRTC emits 128-bit accesses). Each declares
+// the bytes it moves and its flops beside its launcher (traffic.go).
 //
 // # Precision
 //

@@ -4,6 +4,11 @@ import (
 	"github.com/memtrain/memtrain/engine"
 )
 
+// vecGrid is the grid of a grid-stride loop over n elements taken
+// vecElems at a time (the elementwise kernels' chunks; see load8 in
+// common.cuh).
+func vecGrid(n int) dim3 { return elementGrid((n + vecElems - 1) / vecElems) }
+
 // Add computes dst = a + b elementwise (kernel add); dst may be a or b,
 // not a partial overlap of one.
 func (b *Backend) Add(dst, x, y *engine.Tensor) {
@@ -14,7 +19,7 @@ func (b *Backend) Add(dst, x, y *engine.Tensor) {
 		}
 		checkPartial("Add", dst, "dst", x, "a")
 		checkPartial("Add", dst, "dst", y, "b")
-		b.launch(kAdd, elementGrid(d.n), block1(elementThreads), d.ptr, d.dt(), xs.ptr, xs.dt(), ys.ptr, ys.dt(), int64(d.n))
+		b.launch(kAdd, vecGrid(d.n), block1(elementThreads), d.ptr, d.dt(), xs.ptr, xs.dt(), ys.ptr, ys.dt(), int64(d.n))
 	})
 }
 
@@ -25,7 +30,7 @@ func (b *Backend) Axpy(dst *engine.Tensor, alpha float32, x *engine.Tensor) {
 		if d.n != xs.n {
 			misuse("Axpy", engine.MisuseShape, "%v into %v", x, dst)
 		}
-		b.launch(kAxpy, elementGrid(d.n), block1(elementThreads), d.ptr, d.dt(), alpha, xs.ptr, xs.dt(), int64(d.n))
+		b.launch(kAxpy, vecGrid(d.n), block1(elementThreads), d.ptr, d.dt(), alpha, xs.ptr, xs.dt(), int64(d.n))
 	})
 }
 
@@ -33,7 +38,7 @@ func (b *Backend) Axpy(dst *engine.Tensor, alpha float32, x *engine.Tensor) {
 func (b *Backend) Scale(t *engine.Tensor, alpha float32) {
 	b.do(func() {
 		x := b.floatView("Scale", "t", t)
-		b.launch(kScale, elementGrid(x.n), block1(elementThreads), x.ptr, x.dt(), alpha, int64(x.n))
+		b.launch(kScale, vecGrid(x.n), block1(elementThreads), x.ptr, x.dt(), alpha, int64(x.n))
 	})
 }
 
@@ -89,4 +94,28 @@ func (b *Backend) SumSquaresMulti(dst *engine.Tensor, xs []*engine.Tensor) {
 		b.launch(kSumSquaresMultiPartial, grid1(int(min(parts, maxGridX))), block1(256), partial, dev, int32(len(xs)), parts)
 		b.launch(kSumSquaresMultiFinal, grid1(len(xs)), block1(sumSquaresThreads), d.ptr, d.dt(), dev, partial)
 	})
+}
+
+// castTraffic is Copy's cast of n elements from src to dst (kernel cast):
+// a read and a write, no arithmetic but the rounding.
+func castTraffic(n int, dst, src engine.DType) traffic {
+	return traffic{bytes: moved(n, dst, src)}
+}
+
+// addTraffic is Add of n elements (kernel add): two reads, a write, an
+// addition each.
+func addTraffic(n int, dst, a, b engine.DType) traffic {
+	return traffic{bytes: moved(n, dst, a, b), flops: float64(n)}
+}
+
+// axpyTraffic is Axpy of n elements (kernel axpy): dst read and written,
+// x read; a multiply and an add each.
+func axpyTraffic(n int, dst, x engine.DType) traffic {
+	return traffic{bytes: moved(n, dst, dst, x), flops: 2 * float64(n)}
+}
+
+// scaleTraffic is Scale of n elements (kernel scale): read and written in
+// place, a multiply each.
+func scaleTraffic(n int, dt engine.DType) traffic {
+	return traffic{bytes: moved(n, dt, dt), flops: float64(n)}
 }

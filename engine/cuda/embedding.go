@@ -15,16 +15,16 @@ func (b *Backend) Embedding(out, table, ids *engine.Tensor) {
 		o, t, id := b.floatView("Embedding", "out", out), b.floatView("Embedding", "table", table), b.intView("Embedding", "ids", ids)
 		n, h, v := embeddingDims("Embedding", out, table, ids)
 		checkIDs("Embedding", b.hostInts(id), v)
-		b.launch(kEmbedding, grid1(n), rowThreads(h, 256), o.ptr, o.dt(), t.ptr, t.dt(), id.ptr, int32(h), int32(v))
+		b.launch(kEmbedding, grid1(n), rowThreads((h+vecElems-1)/vecElems, 256), o.ptr, o.dt(), t.ptr, t.dt(), id.ptr, int32(h), int32(v))
 	})
 }
 
 // EmbeddingBackward adds dOut[i] into dTable[ids[i]] for every i, in order
 // of i (kernel embedding_backward). The host sorts the positions by id,
 // stably, into segments of equal ids; each block then owns one id's row
-// (a range of its columns) and adds its positions' rows in order, so no
-// two threads write one element and the result is the CPU backend's, bit
-// for bit.
+// (a range of its columns, vecElems a thread) and adds its positions'
+// rows in order, so no two threads write one element and the result is
+// the CPU backend's, bit for bit.
 func (b *Backend) EmbeddingBackward(dTable, dOut, ids *engine.Tensor) {
 	b.do(func() {
 		t, o, id := b.floatView("EmbeddingBackward", "dTable", dTable), b.floatView("EmbeddingBackward", "dOut", dOut),
@@ -40,7 +40,7 @@ func (b *Backend) EmbeddingBackward(dTable, dOut, ids *engine.Tensor) {
 		buf := b.scratchBuffer(scratchIndex, uint64(len(index))*4)
 		b.copyToDevice(buf, pointerTo(index), uint64(len(index))*4)
 		segments := len(seg) - 1
-		cols := (h + 255) / 256
+		cols := (h + 256*vecElems - 1) / (256 * vecElems)
 		if cols > maxGridYZ {
 			panic(fmt.Sprintf("cuda: EmbeddingBackward: %d columns are too many", h)) // a limit of the grid, not misuse
 		}
@@ -86,4 +86,24 @@ func segmentsByID(ids []int32) (order, seg []int32) {
 		}
 	}
 	return order, append(seg, int32(len(order)))
+}
+
+// embeddingTraffic is Embedding of n rows of h (kernel embedding): the
+// ids read, n table rows read (once each, repeats included: an upper
+// bound), out written; no arithmetic.
+func embeddingTraffic(n, h int, out, table engine.DType) traffic {
+	return traffic{bytes: moved(n, engine.I32) + moved(n*h, out, table)}
+}
+
+// embeddingBackwardTraffic is EmbeddingBackward of n rows of h into
+// segments distinct rows of the table (kernel embedding_backward): the
+// sorted positions and segment bounds uploaded and read (n + segments + 1
+// int32, each twice), each segment's id read, dOut read, and each touched
+// table row read and written; an addition an element of dOut.
+func embeddingBackwardTraffic(n, h, segments int, dTable, dOut engine.DType) traffic {
+	index := moved(n+segments+1, engine.I32)
+	return traffic{
+		bytes: 2*index + moved(segments, engine.I32) + moved(n*h, dOut) + moved(segments*h, dTable, dTable),
+		flops: float64(n) * float64(h),
+	}
 }

@@ -44,7 +44,9 @@ func needGPU(t testing.TB) int {
 // newGPU returns a backend on GPU dev, closed when the test ends. Call
 // needGPU first: a failure here is a failure, not a missing GPU.
 func newGPU(t testing.TB, dev int, gemm string) *Backend {
-	b, err := New(Options{Device: dev, GEMM: gemm})
+	// Poisoned, as the emulated tests' backends: an Empty tensor read
+	// before it is written shows as NaN.
+	b, err := New(Options{Device: dev, GEMM: gemm, Poison: true})
 	if err != nil {
 		// Not Fatal: the conformance suite calls this from its subtests.
 		panic(fmt.Sprintf("New on the GPU: %v", err))
@@ -64,7 +66,21 @@ func TestGPUConformance(t *testing.T) {
 	t.Logf("%s: %d SMs, %.1f GiB, driver %d, NVRTC %s (%s, cached %v), cuBLAS %d; libraries %v",
 		b.Name(), info.SMs, float64(info.TotalMemory)/(1<<30), info.DriverVersion, info.NVRTCVersion,
 		info.KernelTarget, info.KernelsCached, info.CUBLASVersion, info.Libraries)
-	enginetest.Run(t, func() engine.Backend { return newGPU(t, 0, GemmF32) })
+	enginetest.RunConfig(t, enginetest.Config{New: func() engine.Backend { return newGPU(t, 0, GemmF32) }, Poisoned: true})
+}
+
+// TestGPUVectorPaths: the 16-byte accesses against element by element,
+// bit for bit (TestVectorPathsEmulated).
+func TestGPUVectorPaths(t *testing.T) {
+	needGPU(t)
+	testVectorPaths(t, newGPU(t, 0, GemmF32))
+}
+
+// TestGPULongRows: the float32 sums at Llama's lengths against the CPU's
+// (TestLongRowsEmulated).
+func TestGPULongRows(t *testing.T) {
+	needGPU(t)
+	testLongRows(t, newGPU(t, 0, GemmF32))
 }
 
 // TestGPUModel: a Llama step and greedy decoding against the CPU, in

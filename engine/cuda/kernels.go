@@ -36,10 +36,12 @@ const (
 	kEmbedding              kernel = "embedding"
 	kEmbeddingBackward      kernel = "embedding_backward"
 	kRMSNorm                kernel = "rmsnorm"
+	kAddRMSNorm             kernel = "add_rmsnorm"
 	kRMSNormBackwardDx      kernel = "rmsnorm_backward_dx"
 	kRMSNormBackwardDwPart  kernel = "rmsnorm_backward_dw_partial"
 	kRMSNormBackwardDwFinal kernel = "rmsnorm_backward_dw_final"
 	kRoPE                   kernel = "rope"
+	kRoPETable              kernel = "rope_table"
 	kFlashAttention         kernel = "flash_attention"
 	kAttentionRowDot        kernel = "attention_row_dot"
 	kFlashAttentionDKV      kernel = "flash_attention_backward_dkv"
@@ -60,6 +62,7 @@ const (
 	// Constants the Go code shares with the sources (a test compares
 	// them with the #defines).
 	sumSquaresBlock  = 16384 // SUMSQ_BLOCK in elementwise.cu
+	vecElems         = 8     // VEC in common.cuh: the elements a thread moves at once
 	sumSquaresFields = 4     // SUMSQ_FIELDS in elementwise.cu
 	argmaxThreads    = 256   // ARGMAX_THREADS in crossentropy.cu
 	// The most threads a block of these kernels launches with: their

@@ -128,6 +128,7 @@ func TestSharedConstants(t *testing.T) {
 		"DT_F32":          int(engine.F32),
 		"DT_BF16":         int(engine.BF16),
 		"SUMSQ_BLOCK":     sumSquaresBlock,
+		"VEC":             vecElems,
 		"SUMSQ_FIELDS":    sumSquaresFields,
 		"ARGMAX_THREADS":  argmaxThreads,
 		"CE_THREADS":      crossEntropyThreads,
@@ -451,6 +452,29 @@ func TestParseBounds(t *testing.T) {
 			t.Errorf("%s: error %v, want one containing %q", c.name, err, c.err)
 		case c.err == "" && (err != nil || b["k"] != c.want):
 			t.Errorf("%s: bounds %v (%v), want %d", c.name, b, err, c.want)
+		}
+	}
+}
+
+// The angle table is indexed by position when the positions are
+// non-negative and the table by position is no longer than one a token;
+// by token otherwise.
+func TestRoPETableRows(t *testing.T) {
+	for _, c := range []struct {
+		pos   []int32
+		rows  int
+		byPos bool
+	}{
+		{[]int32{0, 1, 2, 0, 1, 2}, 3, true}, // a batch of two sequences
+		{[]int32{5}, 1, false},               // decoding at position 5
+		{[]int32{0}, 1, true},
+		{[]int32{3, 2, 1, 0}, 4, true},
+		{[]int32{0, 1, 4}, 3, false}, // the table by position would be longer
+		{[]int32{0, -1, 1}, 3, false},
+	} {
+		rows, byPos := ropeTableRows(c.pos)
+		if rows != c.rows || byPos != c.byPos {
+			t.Errorf("ropeTableRows(%v) = %d, %v; want %d, %v", c.pos, rows, byPos, c.rows, c.byPos)
 		}
 	}
 }

@@ -12,8 +12,8 @@ import (
 // Storage is device memory holding F32, BF16 or I32 elements.
 //
 // An I32 storage also keeps a host copy of its contents while the host
-// knows them (after Alloc, UploadInt32, Fill, or a Copy from a storage
-// whose copy is valid), since token ids and positions are written by the
+// knows them (after Alloc, a poisoned Empty, UploadInt32, Fill, or a Copy
+// from a storage whose copy is valid), since token ids and positions are written by the
 // host: EmbeddingBackward sorts the ids on the host, and the kernels that
 // take ids or positions check them there, without a round trip to the
 // device. A kernel that writes an I32 tensor (Argmax) invalidates it.
@@ -44,17 +44,37 @@ func (s *Storage) Len() int { return s.n }
 // memory even once the cache is emptied, with the sizes asked for and
 // free.
 func (b *Backend) Alloc(dtype engine.DType, shape ...int) *engine.Tensor {
+	return b.alloc("Alloc", dtype, shape, 0)
+}
+
+// Empty is Alloc without the zero-fill (a memset of the whole tensor):
+// its contents are whatever the block held — a freed tensor's, reused
+// from the cache. Under poisoning (Options.Poison, engine.Poison) it is
+// filled with bytes 0xff instead: NaN in F32 and BF16, −1 in I32, on new
+// and reused blocks alike.
+func (b *Backend) Empty(dtype engine.DType, shape ...int) *engine.Tensor {
+	if b.poison {
+		return b.alloc("Empty", dtype, shape, 0xff)
+	}
+	return b.alloc("Empty", dtype, shape, -1)
+}
+
+// alloc is Alloc and Empty: the tensor's bytes are set to fill, or left
+// as they are when fill is −1. An I32 tensor's host copy (Storage) holds
+// what the device does: zeros, or −1 for a poisoned one; an unfilled one
+// has none until the device's contents are read.
+func (b *Backend) alloc(op string, dtype engine.DType, shape []int, fill int) *engine.Tensor {
 	n := 1
 	for _, d := range shape {
 		if d < 0 {
-			misuse("Alloc", engine.MisuseRange, "negative dimension in shape %v", shape)
+			misuse(op, engine.MisuseRange, "negative dimension in shape %v", shape)
 		}
 		n *= d
 	}
 	switch dtype {
 	case engine.F32, engine.BF16, engine.I32:
 	default:
-		misuse("Alloc", engine.MisuseDType, "unknown dtype %v", dtype)
+		misuse(op, engine.MisuseDType, "unknown dtype %v", dtype)
 	}
 	s := &Storage{b: b, dtype: dtype, n: n}
 	bytes := int64(n) * int64(dtype.Size())
@@ -64,15 +84,26 @@ func (b *Backend) Alloc(dtype engine.DType, shape ...int) *engine.Tensor {
 			if err != nil {
 				var free, total uint64
 				b.cu.cuMemGetInfo(&free, &total)
-				panic(fmt.Errorf("cuda: Alloc of %s %s (%d bytes) on %s: %w (%d of %d bytes free)",
-					dtype, shapeString(shape), bytes, b.Device(), err, free, total))
+				panic(fmt.Errorf("cuda: %s of %s %s (%d bytes) on %s: %w (%d of %d bytes free)",
+					op, dtype, shapeString(shape), bytes, b.Device(), err, free, total))
 			}
 			s.block, s.ptr = block, tensorIn(block, size, uint64(bytes))
-			b.must("cuMemsetD8Async", b.cu.cuMemsetD8Async(s.ptr, 0, uint64(bytes), b.stream))
+			if fill >= 0 {
+				b.must("cuMemsetD8Async", b.cu.cuMemsetD8Async(s.ptr, uint8(fill), uint64(bytes), b.stream))
+			}
 		}
 	})
 	if dtype == engine.I32 {
-		s.host, s.hostValid = make([]int32, n), true
+		s.host = make([]int32, n)
+		switch fill {
+		case 0:
+			s.hostValid = true
+		case 0xff:
+			for i := range s.host {
+				s.host[i] = -1
+			}
+			s.hostValid = true
+		}
 	}
 	now := b.allocated.Add(bytes)
 	for {
@@ -434,7 +465,7 @@ func (b *Backend) Copy(dst, src *engine.Tensor) {
 			if d.dtype == engine.I32 || s.dtype == engine.I32 {
 				misuse("Copy", engine.MisuseDType, "%v into %v: an I32 tensor copies only into an I32 tensor", src, dst)
 			}
-			b.launch(kCast, elementGrid(d.n), block1(elementThreads), d.ptr, d.dt(), s.ptr, s.dt(), int64(d.n))
+			b.launch(kCast, vecGrid(d.n), block1(elementThreads), d.ptr, d.dt(), s.ptr, s.dt(), int64(d.n))
 			return
 		}
 		if d.s == s.s && d.off < s.off+s.n && s.off < d.off+d.n {
@@ -466,6 +497,7 @@ const (
 	scratchAdamW             // AdamWStep's table of tensors, kept while it is the same
 	scratchSumSquares        // SumSquaresMulti's table of tensors, likewise
 	scratchCublas            // cuBLAS's workspace (cublasSetWorkspace), set once
+	scratchRoPE              // RoPE's table of cos θ and sin θ
 	numScratch
 )
 

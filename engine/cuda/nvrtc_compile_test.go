@@ -12,7 +12,7 @@ import (
 // knownFrames are the stack frames NVRTC 11.8 gives kernels today, in
 // bytes by architecture, each a known exception to "no frame" with its
 // reason; a kernel whose frame grows past its entry fails the test.
-//   - rope: double-precision sincos, whose argument reduction for huge
+//   - rope_table: double-precision sincos, whose argument reduction for huge
 //     angles (Payne–Hanek) keeps a table on the stack; the fast path that
 //     every position below 2^20 takes does not touch it.
 //   - the attention backward kernels keep a few accumulators in local
@@ -20,32 +20,14 @@ import (
 //     (MT_UNROLL): 24 bytes of dq's on sm_80, 64 of dk/dv's on sm_90.
 //     Measured here without a GPU, so what they cost is not known.
 var knownFrames = map[int]map[string]int{
-	80: {"rope": 48, "flash_attention_backward_dq": 24},
-	90: {"rope": 48, "flash_attention_backward_dkv": 64},
+	80: {"rope_table": 48, "flash_attention_backward_dq": 24},
+	90: {"rope_table": 48, "flash_attention_backward_dkv": 64},
 }
 
-// TestKernelsCompileWithNVRTC compiles the kernels with the real NVRTC,
-// when the machine has one (no GPU needed; Debian: apt-get install
-// libnvrtc11.2 libnvrtc-builtins11.8 from non-free), for the
-// architectures memtrain targets, with the options the backend uses: what
-// neither the g++ emulator nor clang can vouch for. With
-// MEMTRAIN_REQUIRE_NVRTC=1 (.ci/run sets it) a missing NVRTC fails the
-// test instead of skipping it.
-//
-// For sm_80 and sm_90 it compiles machine code (CUBIN), reads each
-// kernel's registers, launch bounds and stack frame from the ELF's
-// .nv.info sections, prints them as a table, and fails when
-//   - a kernel is missing, or its compiled bound differs from the
-//     __launch_bounds__ that launch enforces (kernelBounds);
-//   - registers, rounded up to the allocation unit of 8, times the bound
-//     exceed the 65,536 registers of a multiprocessor: a block of that
-//     many threads could not launch;
-//   - a kernel has a stack frame (local memory: registers spilled), but
-//     for the known ones listed in knownFrames.
-//
-// Both the exact options (--fmad=false, for f32 GEMMs) and the fast ones
-// are compiled.
-func TestKernelsCompileWithNVRTC(t *testing.T) {
+// loadNVRTC binds the machine's NVRTC for a compile test, skipping the
+// test where there is none (failing it under MEMTRAIN_REQUIRE_NVRTC=1).
+func loadNVRTC(t *testing.T) *nvrtcAPI {
+	t.Helper()
 	required := os.Getenv("MEMTRAIN_REQUIRE_NVRTC") == "1"
 	if !canLoad {
 		if required {
@@ -73,6 +55,32 @@ func TestKernelsCompileWithNVRTC(t *testing.T) {
 	if rtc.nvrtcGetCUBIN == nil || rtc.nvrtcGetCUBINSize == nil {
 		t.Fatalf("NVRTC %d.%d cannot emit CUBIN (nvrtcGetCUBIN is 11.1 and later)", major, minor)
 	}
+	return rtc
+}
+
+// TestKernelsCompileWithNVRTC compiles the kernels with the real NVRTC,
+// when the machine has one (no GPU needed; Debian: apt-get install
+// libnvrtc11.2 libnvrtc-builtins11.8 from non-free), for the
+// architectures memtrain targets, with the options the backend uses: what
+// neither the g++ emulator nor clang can vouch for. With
+// MEMTRAIN_REQUIRE_NVRTC=1 (.ci/run sets it) a missing NVRTC fails the
+// test instead of skipping it.
+//
+// For sm_80 and sm_90 it compiles machine code (CUBIN), reads each
+// kernel's registers, launch bounds and stack frame from the ELF's
+// .nv.info sections, prints them as a table, and fails when
+//   - a kernel is missing, or its compiled bound differs from the
+//     __launch_bounds__ that launch enforces (kernelBounds);
+//   - registers, rounded up to the allocation unit of 8, times the bound
+//     exceed the 65,536 registers of a multiprocessor: a block of that
+//     many threads could not launch;
+//   - a kernel has a stack frame (local memory: registers spilled), but
+//     for the known ones listed in knownFrames.
+//
+// Both the exact options (--fmad=false, for f32 GEMMs) and the fast ones
+// are compiled.
+func TestKernelsCompileWithNVRTC(t *testing.T) {
+	rtc := loadNVRTC(t)
 	src, headers := kernelSource()
 	names := make([]string, 0, len(kernelSignatures))
 	for k := range kernelSignatures {

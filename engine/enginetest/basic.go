@@ -300,3 +300,55 @@ func testSumSquaresMulti(h *harness) {
 	}
 	h.be.SumSquaresMulti(h.nan(0), nil)
 }
+
+// testEmpty checks Empty: tensors of the shape and dtype asked for,
+// counted in MemStats as Alloc's are, that hold what is written into
+// them — and, on a poisoned backend (Config.Poisoned), NaN (I32: −1)
+// before that, every element, however many tensors were freed before
+// (a caching allocator's reused blocks are poisoned too).
+func testEmpty(h *harness) {
+	be := h.be
+	for round := range 2 {
+		before := be.MemStats().Allocated
+		ts := []*engine.Tensor{be.Empty(engine.F32, 3, 5), be.Empty(engine.BF16, 17), be.Empty(engine.I32, 7), be.Empty(engine.F32, 0)}
+		if got := be.MemStats().Allocated - before; got != 15*4+17*2+7*4 {
+			h.t.Errorf("round %d: MemStats().Allocated grew by %d for 122 bytes of Empty tensors", round, got)
+		}
+		for i, want := range [][]int{{3, 5}, {17}, {7}, {0}} {
+			if !slices.Equal(ts[i].Shape, want) || ts[i].Device() != be.Device() {
+				h.t.Fatalf("round %d: Empty gave %v on %v, want shape %v on %v", round, ts[i], ts[i].Device(), want, be.Device())
+			}
+		}
+		if h.poisoned {
+			for _, t := range ts[:2] {
+				for i, v := range h.get(t) {
+					if v == v {
+						h.t.Fatalf("round %d: poisoned Empty %v element %d = %g, want NaN", round, t, i, v)
+					}
+				}
+			}
+			for i, v := range h.getInt(ts[2]) {
+				if v != -1 {
+					h.t.Fatalf("round %d: poisoned Empty I32 element %d = %d, want -1", round, i, v)
+				}
+			}
+		}
+		// Written, then read: the values written.
+		x := h.randn(15, 1)
+		be.Upload(ts[0], x)
+		h.equal("Empty F32 after Upload", h.get(ts[0]), x)
+		be.Fill(ts[1], 2.5)
+		h.equal("Empty BF16 after Fill", h.get(ts[1]), fill(17, 2.5))
+		ids := []int32{3, 1, 4, 1, 5, 9, 2}
+		be.UploadInt32(ts[2], ids)
+		h.equalInt("Empty I32 after UploadInt32", h.getInt(ts[2]), ids)
+		// Dirty them and free them: the next round's tensors may reuse
+		// their memory, which must then be poisoned again.
+		for _, t := range ts {
+			be.Free(t)
+		}
+		if got := be.MemStats().Allocated; got != before {
+			h.t.Errorf("round %d: MemStats().Allocated = %d after freeing the Empty tensors, want %d", round, got, before)
+		}
+	}
+}

@@ -57,6 +57,10 @@ type Config struct {
 	// NoBF16 skips the cases of BF16 tensors (Alloc, Upload, Download,
 	// Fill, Copy and a Gemm by a BF16 B), for a backend without them.
 	NoBF16 bool
+	// Poisoned says that the backends New returns poison Empty tensors
+	// (engine.Poison): the suite then checks that they hold NaN (I32:
+	// −1) rather than only that they can be written and read.
+	Poisoned bool
 }
 
 // Run runs the conformance suite against the backends newBackend returns.
@@ -104,6 +108,8 @@ func RunConfig(t *testing.T, cfg Config) {
 		{"ActivationsBF16", testActivationsBF16},
 		{"AdamWStepCopyBF16", testAdamWStepCopy},
 		{"CrossEntropyBF16", testCrossEntropyBF16},
+		{"Empty", testEmpty},
+		{"AddRMSNorm", testAddRMSNorm},
 	}
 	for i, tc := range tests {
 		if cfg.NoBF16 && strings.Contains(tc.name, "BF16") {

@@ -24,12 +24,14 @@ var (
 
 // harness is one subtest's backend, random source and tensors.
 type harness struct {
-	t    *testing.T
-	be   engine.Backend
-	rng  *rand.Rand
-	tol  float64 // Config.Tolerance
-	bufs []*buffer
-	base int64 // MemStats().Allocated before the subtest
+	t   *testing.T
+	be  engine.Backend
+	rng *rand.Rand
+	tol float64 // Config.Tolerance
+	// poisoned is Config.Poisoned: Empty tensors hold NaN (I32: −1).
+	poisoned bool
+	bufs     []*buffer
+	base     int64 // MemStats().Allocated before the subtest
 }
 
 // buffer is one allocation: the view the test uses, placed pad0 elements
@@ -41,7 +43,8 @@ type buffer struct {
 
 func newHarness(t *testing.T, cfg Config, seed uint64) *harness {
 	be := cfg.New()
-	h := &harness{t: t, be: be, rng: rand.New(rand.NewPCG(seed, 0x5eed)), tol: cfg.Tolerance, base: be.MemStats().Allocated}
+	h := &harness{t: t, be: be, rng: rand.New(rand.NewPCG(seed, 0x5eed)), tol: cfg.Tolerance,
+		poisoned: cfg.Poisoned, base: be.MemStats().Allocated}
 	t.Cleanup(h.finish)
 	return h
 }

@@ -62,6 +62,60 @@ func testRMSNorm(h *harness) {
 	}
 }
 
+// testAddRMSNorm checks AddRMSNorm against its definition on the same
+// backend, bit for bit — Add(x, x, residual) then RMSNorm — and against
+// the float64 reference of RMSNorm(x + residual) within RMSNorm's
+// tolerances plus the sum's rounding (tolElem), for F32 and BF16 streams,
+// widths that a GPU's vector accesses take whole (multiples of 8) and
+// that they do not, and out = x (in place).
+func testAddRMSNorm(h *harness) {
+	for _, c := range []struct {
+		N, H    int
+		dt      engine.DType
+		inPlace bool
+	}{{3, 5, engine.F32, false}, {7, 64, engine.F32, true}, {130, 300, engine.F32, false}, {4, 1024, engine.F32, false},
+		{5, 64, engine.BF16, false}, {3, 40, engine.BF16, true}} {
+		name := fmt.Sprintf("N=%d H=%d %v in place %v", c.N, c.H, c.dt, c.inPlace)
+		x, res := h.randn(c.N*c.H, 2), h.randn(c.N*c.H, 1)
+		w := make([]float32, c.H)
+		for j := range w {
+			w[j] = float32(1 + 0.2*h.rng.NormFloat64())
+		}
+		put := h.f32
+		if c.dt == engine.BF16 {
+			put = h.bf16
+		}
+		const eps = 1e-5
+		tw := h.f32(w, c.H)
+		// The definition, on this backend.
+		wx, wr := put(x, c.N, c.H), put(res, c.N, c.H)
+		wantOut, wantRstd := put(nil, c.N, c.H), h.nan(c.N)
+		h.be.Add(wx, wx, wr)
+		h.be.RMSNorm(wantOut, wantRstd, wx, tw, eps)
+
+		tx, tr, rstd := put(x, c.N, c.H), put(res, c.N, c.H), h.nan(c.N)
+		out := tx
+		if !c.inPlace {
+			out = put(fill(c.N*c.H, float32(math.NaN())), c.N, c.H)
+		}
+		h.be.AddRMSNorm(out, rstd, tx, tr, tw, eps)
+		h.equal("AddRMSNorm rstd "+name, h.get(rstd), h.get(wantRstd))
+		h.equal("AddRMSNorm out "+name, h.get(out), h.get(wantOut))
+		if !c.inPlace {
+			h.equal("AddRMSNorm stream "+name, h.get(tx), h.get(wx))
+		}
+		if c.dt == engine.F32 {
+			sum := make([]float64, len(x))
+			for i := range x {
+				sum[i] = float64(x[i]) + float64(res[i])
+			}
+			refOut, refR := refRMSNorm(sum, f64(w), c.N, c.H, eps)
+			h.close("AddRMSNorm out against the reference "+name, h.get(out), refOut, 2*tolElem)
+			h.close("AddRMSNorm rstd against the reference "+name, h.get(rstd), refR, 2*tolElem)
+		}
+	}
+}
+
 // ropeInvFreq returns Llama's inverse frequencies base^(−2j/D), in float32.
 func ropeInvFreq(d int, base float64) []float32 {
 	f := make([]float32, d/2)

@@ -177,6 +177,25 @@ var misuseCases = []misuseCase{
 		h.be.Free(x)
 		h.be.Free(x)
 	}},
+	{"EmptyNegative", "Empty", engine.MisuseRange, false, func(h *harness) {
+		h.be.Empty(engine.F32, -2)
+	}},
+	{"EmptyDType", "Empty", engine.MisuseDType, false, func(h *harness) {
+		h.be.Empty(engine.DType(99), 2)
+	}},
+	{"AddRMSNormResidualSize", "AddRMSNorm", engine.MisuseShape, false, func(h *harness) {
+		h.be.AddRMSNorm(h.f32(nil, 2, 4), h.f32(nil, 2), h.f32(h.randn(8, 1), 2, 4), h.f32(h.randn(6, 1), 2, 3),
+			h.f32(h.randn(4, 1), 4), 1e-5)
+	}},
+	{"AddRMSNormResidualAlias", "AddRMSNorm", engine.MisuseAlias, false, func(h *harness) {
+		// The residual is the stream it is added into.
+		x := h.f32(h.randn(8, 1), 2, 4)
+		h.be.AddRMSNorm(h.f32(nil, 2, 4), h.f32(nil, 2), x, x, h.f32(h.randn(4, 1), 4), 1e-5)
+	}},
+	{"AddRMSNormI32", "AddRMSNorm", engine.MisuseDType, false, func(h *harness) {
+		h.be.AddRMSNorm(h.f32(nil, 2, 4), h.f32(nil, 2), h.f32(h.randn(8, 1), 2, 4), h.i32(make([]int32, 8), 2, 4),
+			h.f32(h.randn(4, 1), 4), 1e-5)
+	}},
 }
 
 // MisuseCases lists the names of the suite's misuse cases, each run as

@@ -34,6 +34,10 @@ func (m *Model) blockForward(l int, w blockWeights, a *layerActs, x, out, pos *e
 	b.RoPE(a.k.Reshape(N, d.kvHeads, D), pos, m.invFreq)
 	b.Attention(a.att.Reshape(B, T, d.heads, D), a.lse,
 		a.q.Reshape(B, T, d.heads, D), a.k.Reshape(B, T, d.kvHeads, D), a.v.Reshape(B, T, d.kvHeads, D))
+	// The residual rides on o_proj's GEMM (β = 1 over a copy of x), not
+	// on engine.Backend.AddRMSNorm: adding it in the norm would round the
+	// bf16 stream twice, and change the order of the sums on a grid and
+	// with an adapter on o_proj.
 	m.linearResidual(a.h, a.att, w.o, x, m.gy)
 	m.loraForward(l, projO, a.z[projO], a.att, a.h, ls)
 

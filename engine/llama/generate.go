@@ -122,7 +122,7 @@ func (m *Model) newDecoder(B, Tmax, rows int) *decoder {
 	d := &decoder{m: m, B: B, Tmax: Tmax}
 	ps := decoderPlan(m.d, B, Tmax, rows)
 	for _, p := range ps {
-		d.all = append(d.all, m.backend.Alloc(p.dtype, p.shape...))
+		d.all = append(d.all, p.alloc(m.backend))
 	}
 	rest := d.all
 	next := func() *engine.Tensor {

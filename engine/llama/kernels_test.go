@@ -17,8 +17,8 @@ import (
 // tensor (as engine.Kernel) and forwards it to b. It forwards rather than
 // embeds, so that a method added to the interface fails to compile here
 // until it is recorded: one line below (and a cost rule in engine/cost.go).
-// Alloc and Free are recorded too, so that a step that allocates differs
-// from the list, which has no allocations.
+// Alloc, Empty and Free are recorded too, so that a step that allocates
+// differs from the list, which has no allocations.
 type recorder struct {
 	b     engine.Backend
 	mu    sync.Mutex
@@ -73,6 +73,10 @@ func (r *recorder) Alloc(dt engine.DType, shape ...int) *engine.Tensor {
 	r.rec(engine.Kernel{Op: "Alloc", Operands: []engine.Operand{engine.Shaped(dt, shape...)}})
 	return r.b.Alloc(dt, shape...)
 }
+func (r *recorder) Empty(dt engine.DType, shape ...int) *engine.Tensor {
+	r.rec(engine.Kernel{Op: "Empty", Operands: []engine.Operand{engine.Shaped(dt, shape...)}})
+	return r.b.Empty(dt, shape...)
+}
 func (r *recorder) Upload(t *engine.Tensor, src []float32) { r.call("Upload", t); r.b.Upload(t, src) }
 func (r *recorder) UploadInt32(t *engine.Tensor, src []int32) {
 	r.call("UploadInt32", t)
@@ -101,6 +105,10 @@ func (r *recorder) SumSquaresMulti(dst *engine.Tensor, xs []*engine.Tensor) {
 func (r *recorder) RMSNorm(out, rstd, x, w *engine.Tensor, eps float32) {
 	r.call("RMSNorm", out, rstd, x, w)
 	r.b.RMSNorm(out, rstd, x, w, eps)
+}
+func (r *recorder) AddRMSNorm(out, rstd, x, residual, w *engine.Tensor, eps float32) {
+	r.call("AddRMSNorm", out, rstd, x, residual, w)
+	r.b.AddRMSNorm(out, rstd, x, residual, w, eps)
 }
 func (r *recorder) RMSNormBackward(dx, dw, dOut, x, w, rstd *engine.Tensor) {
 	r.call("RMSNormBackward", dx, dw, dOut, x, w, rstd)

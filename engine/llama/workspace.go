@@ -129,6 +129,37 @@ type tensorPlan struct {
 	shape []int
 }
 
+// alloc allocates p on b: with Empty, without Alloc's zero-fill, when
+// every element of it is written before it is read (writtenFirst).
+func (p tensorPlan) alloc(b engine.Backend) *engine.Tensor {
+	if p.writtenFirst() {
+		return b.Empty(p.dtype, p.shape...)
+	}
+	return b.Alloc(p.dtype, p.shape...)
+}
+
+// writtenFirst reports whether a pass writes every element of the
+// workspace's or the decoder's tensor p before reading it: the residual
+// stream and the activations (each a kernel's output), the logits and
+// the activation gradients (each written by a kernel, or by a GEMM with
+// β = 0, before anything adds into it). The rest keep Alloc's zeros: the
+// token ids, positions, weights and losses (uploaded), the key and value
+// caches (read up to each sequence's length), and the scratch of the
+// grid, the vocabulary-parallel loss and the adapters, which this list
+// does not vouch for. The tests prove it with poisoning on
+// (engine.Poison), which fills the Empty tensors with NaN.
+func (p tensorPlan) writtenFirst() bool {
+	switch p.name {
+	case "input", "ln1", "rstd1", "q", "k", "v", "lse", "att", "h", "ln2", "rstd2", "gate", "up", "act",
+		"lnf", "rstdf", "logits", "dlogits",
+		"dx", "dh", "dln", "dnorm", "dq", "datt", "dk", "dv", "dgate", "dup", "dact", "dlnf",
+		// The decoder's.
+		"x", "y", "ln", "rstd", "last", "last_norm", "last_rms":
+		return true
+	}
+	return false
+}
+
 // plan lists the workspace's tensors for one rank's dimensions. It is the
 // single source of truth for both the allocation and the memory
 // accounting (ActivationBytes), so the two cannot disagree, dtype by
@@ -235,7 +266,7 @@ func (m *Model) prepare(B, T int, train bool) *workspace {
 	b := m.backend
 	tensors := []*engine.Tensor{}
 	for _, p := range plan(m.d, B, T, train, m.Options.Recompute) {
-		tensors = append(tensors, b.Alloc(p.dtype, p.shape...))
+		tensors = append(tensors, p.alloc(b))
 	}
 	next := func() *engine.Tensor {
 		t := tensors[0]

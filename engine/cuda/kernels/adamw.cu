@@ -3,23 +3,17 @@
 // computed there in float64 and rounded once.
 #include "common.cuh"
 
-// adamw_element is one element's update from its gradient g (the
-// formula below), shared by adamw and adamw_multi.
-// It returns the updated parameter, for adamw_multi's copy.
-__device__ __forceinline__ float adamw_element(void* param, int pdt, float g, void* m, int mdt, void* v, int vdt, i64 i,
-                                               float decay, float beta1, float one_minus_beta1, float beta2,
-                                               float one_minus_beta2, float step_size, float bc2_sqrt, float eps) {
-  float p = __fmul_rn(load(param, pdt, i), decay);
-  float mi = __fadd_rn(__fmul_rn(load(m, mdt, i), beta1), __fmul_rn(one_minus_beta1, g));
-  float vi = __fadd_rn(__fmul_rn(load(v, vdt, i), beta2), __fmul_rn(__fmul_rn(one_minus_beta2, g), g));
-  float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
-  p = __fadd_rn(p, __fdiv_rn(__fmul_rn(step_size, mi), denom));
-  store(param, pdt, i, p);
-  store(m, mdt, i, mi);
-  store(v, vdt, i, vi);
-  // The parameter as stored: rounded to its own dtype first, so that a
-  // copy is the stored parameter converted, as a separate cast would be.
-  return pdt == DT_BF16 ? bf16_to_f32(f32_to_bf16(p)) : p;
+// adamw_element is one element's update (the formula below) of
+// parameter p with gradient g and moments m and v, in place, shared by
+// adamw and adamw_multi.
+__device__ __forceinline__ void adamw_element(float& p, float g, float& m, float& v, float decay, float beta1,
+                                              float one_minus_beta1, float beta2, float one_minus_beta2,
+                                              float step_size, float bc2_sqrt, float eps) {
+  p = __fmul_rn(p, decay);
+  m = __fadd_rn(__fmul_rn(m, beta1), __fmul_rn(one_minus_beta1, g));
+  v = __fadd_rn(__fmul_rn(v, beta2), __fmul_rn(__fmul_rn(one_minus_beta2, g), g));
+  float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), bc2_sqrt), eps);
+  p = __fadd_rn(p, __fdiv_rn(__fmul_rn(step_size, m), denom));
 }
 
 // adamw updates param, m and v in place from grad:
@@ -33,9 +27,23 @@ __device__ __forceinline__ float adamw_element(void* param, int pdt, float g, vo
 extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) adamw(void* param, int pdt, const void* grad, int gdt, void* m, int mdt, void* v, int vdt, i64 n,
                                  float decay, float beta1, float one_minus_beta1, float beta2, float one_minus_beta2,
                                  float step_size, float bc2_sqrt, float eps) {
-  for (i64 i = global_thread(); i < n; i += grid_threads()) {
-    adamw_element(param, pdt, load(grad, gdt, i), m, mdt, v, vdt, i, decay, beta1, one_minus_beta1, beta2,
-                  one_minus_beta2, step_size, bc2_sqrt, eps);
+  bool vec = vec_at(param, pdt, 0) && vec_at(grad, gdt, 0) && vec_at(m, mdt, 0) && vec_at(v, vdt, 0);
+  for (i64 c = global_thread(); c < (n + VEC - 1) / VEC; c += grid_threads()) {
+    i64 i = c * VEC;
+    bool full = vec && i + VEC <= n;
+    float p[VEC], g[VEC], mi[VEC], vi[VEC];
+    load8(p, param, pdt, i, n, full);
+    load8(g, grad, gdt, i, n, full);
+    load8(mi, m, mdt, i, n, full);
+    load8(vi, v, vdt, i, n, full);
+    MT_UNROLL
+    for (int k = 0; k < VEC; k++) {
+      adamw_element(p[k], g[k], mi[k], vi[k], decay, beta1, one_minus_beta1, beta2, one_minus_beta2, step_size,
+                    bc2_sqrt, eps);
+    }
+    store8(param, pdt, i, n, p, full);
+    store8(m, mdt, i, n, mi, full);
+    store8(v, vdt, i, n, vi, full);
   }
 }
 
@@ -94,16 +102,43 @@ extern "C" __global__ void __launch_bounds__(ADAMW_THREADS)
     float wd = __int_as_float((int)t[6]);
     float decay = (float)__dsub_rn(1.0, __dmul_rn((double)lr, (double)wd));
     i64 start = (c - t[7]) * ADAMW_CHUNK, end = min64(n, start + ADAMW_CHUNK);
-    for (i64 i = start + threadIdx.x; i < end; i += blockDim.x) {
-      float g = load(grad, gdt, i);
+    // A chunk starts a multiple of ADAMW_CHUNK elements in: aligned
+    // when its tensors' first elements are.
+    bool vec = vec_at(param, pdt, 0) && vec_at(grad, gdt, 0) && vec_at(m, mdt, 0) && vec_at(v, vdt, 0) &&
+               (!copy || vec_at(copy, cdt, 0));
+    for (i64 i = start + threadIdx.x * VEC; i < end; i += blockDim.x * VEC) {
+      bool full = vec && i + VEC <= end;
+      float p[VEC], g[VEC], mi[VEC], vi[VEC];
+      load8(p, param, pdt, i, end, full);
+      load8(g, grad, gdt, i, end, full);
+      load8(mi, m, mdt, i, end, full);
+      load8(vi, v, vdt, i, end, full);
       if (coef != 1.0f) {
-        g = __fmul_rn(g, coef);
-        store(grad, gdt, i, g);
+        MT_UNROLL
+        for (int k = 0; k < VEC; k++) {
+          g[k] = __fmul_rn(g[k], coef);
+        }
+        store8(grad, gdt, i, end, g, full);
       }
-      float p = adamw_element(param, pdt, g, m, mdt, v, vdt, i, decay, beta1, one_minus_beta1, beta2,
-                              one_minus_beta2, step_size, bc2_sqrt, eps);
+      MT_UNROLL
+      for (int k = 0; k < VEC; k++) {
+        adamw_element(p[k], g[k], mi[k], vi[k], decay, beta1, one_minus_beta1, beta2, one_minus_beta2, step_size,
+                      bc2_sqrt, eps);
+      }
+      store8(param, pdt, i, end, p, full);
+      store8(m, mdt, i, end, mi, full);
+      store8(v, vdt, i, end, vi, full);
       if (copy) {
-        store(copy, cdt, i, p);
+        // The parameter as stored: rounded to its own dtype first, so
+        // that the copy is the stored parameter converted, as a
+        // separate cast would be.
+        if (pdt == DT_BF16) {
+          MT_UNROLL
+          for (int k = 0; k < VEC; k++) {
+            p[k] = bf16_to_f32(f32_to_bf16(p[k]));
+          }
+        }
+        store8(copy, cdt, i, end, p, full);
       }
     }
   }

@@ -72,6 +72,106 @@ __device__ __forceinline__ void store(void* p, int dt, i64 i, float v) {
 
 __device__ __forceinline__ i64 min64(i64 a, i64 b) { return a < b ? a : b; }
 
+// Vector access. The memory-bound kernels move VEC elements a thread at a
+// time: one 16-byte access for bf16, two for f32 — the widest a thread
+// can load in one instruction, which a scalar 2- or 4-byte load reaches
+// only at a fraction of the memory's bandwidth. A thread's VEC elements
+// are consecutive, and which thread gets which elements does not depend
+// on the dtype or on whether the access is vectorised, so a reduction
+// sums in the same order either way (a BF16 tensor's statistics are the
+// F32 one's of the same values, bit for bit).
+#define VEC 8
+
+// mt_v16 is 16 bytes moved in one access (ld.global.v4 / st.global.v4).
+// It is declared here rather than taken from CUDA's uint4, which the
+// emulator's C++ does not have.
+struct __attribute__((aligned(16))) mt_v16 {
+  unsigned u[4];
+};
+
+// vec_at reports whether element i of a tensor of type dt at p starts a
+// 16-byte-aligned address: whether VEC elements from i may be moved by
+// load8 and store8 with vector accesses. The kernels ask it once per row
+// or tensor, the same answer for the whole block.
+__device__ __forceinline__ bool vec_at(const void* p, int dt, i64 i) {
+  return (((unsigned long long)p + (unsigned long long)i * (dt == DT_BF16 ? 2ull : 4ull)) & 15ull) == 0;
+}
+
+// load8 reads elements [i, i+VEC) of a tensor of type dt as float into v:
+// with 16-byte loads when vec (the caller has checked vec_at and that all
+// VEC elements lie below n), else one by one, the elements at or past n
+// as 0.
+__device__ __forceinline__ void load8(float* v, const void* p, int dt, i64 i, i64 n, bool vec) {
+  if (vec && dt == DT_BF16) {
+    mt_v16 w = *(const mt_v16*)((const bf16*)p + i);
+    MT_UNROLL
+    for (int k = 0; k < 4; k++) {
+      v[2 * k] = __uint_as_float(w.u[k] << 16);
+      v[2 * k + 1] = __uint_as_float(w.u[k] & 0xffff0000u);
+    }
+    return;
+  }
+  if (vec) {
+    mt_v16 a = *(const mt_v16*)((const float*)p + i), b = *(const mt_v16*)((const float*)p + i + 4);
+    MT_UNROLL
+    for (int k = 0; k < 4; k++) {
+      v[k] = __uint_as_float(a.u[k]);
+      v[4 + k] = __uint_as_float(b.u[k]);
+    }
+    return;
+  }
+  MT_UNROLL
+  for (int k = 0; k < VEC; k++) {
+    v[k] = i + k < n ? load(p, dt, i + k) : 0.0f;
+  }
+}
+
+// store8 writes v into elements [i, i+VEC) of a tensor of type dt,
+// rounded to it, as load8 reads them: the elements at or past n are not
+// written.
+__device__ __forceinline__ void store8(void* p, int dt, i64 i, i64 n, const float* v, bool vec) {
+  if (vec && dt == DT_BF16) {
+    mt_v16 w;
+    MT_UNROLL
+    for (int k = 0; k < 4; k++) {
+      w.u[k] = (unsigned)f32_to_bf16(v[2 * k]) | (unsigned)f32_to_bf16(v[2 * k + 1]) << 16;
+    }
+    *(mt_v16*)((bf16*)p + i) = w;
+    return;
+  }
+  if (vec) {
+    mt_v16 a, b;
+    MT_UNROLL
+    for (int k = 0; k < 4; k++) {
+      a.u[k] = __float_as_uint(v[k]);
+      b.u[k] = __float_as_uint(v[4 + k]);
+    }
+    *(mt_v16*)((float*)p + i) = a;
+    *(mt_v16*)((float*)p + i + 4) = b;
+    return;
+  }
+  MT_UNROLL
+  for (int k = 0; k < VEC; k++) {
+    if (i + k < n) {
+      store(p, dt, i + k, v[k]);
+    }
+  }
+}
+
+// kahan_add adds x into the compensated float32 sum (s, c), whose value
+// is s − c: the error of a sum of k terms stays within about 2u·Σ|x|
+// (u = 2⁻²⁴) instead of growing as k·u. The reductions of the
+// memory-bound kernels sum in float32 with it, each thread's share in a
+// fixed order, then block_sum's fixed tree: reproducible, and as close to
+// the CPU backend's float64 sums as the tests ask (see rmsnorm.cu). The
+// _rn operations keep the compiler from fusing or reordering them.
+__device__ __forceinline__ void kahan_add(float& s, float& c, float x) {
+  float y = __fsub_rn(x, c);
+  float t = __fadd_rn(s, y);
+  c = __fsub_rn(__fsub_rn(t, s), y);
+  s = t;
+}
+
 // table_entry is the multi-tensor kernels' lookup (adamw_multi's chunks,
 // sum_squares_multi_partial's blocks): the last of the n entries of a
 // table of fields i64 each whose first unit, column col, is ≤ c — the

@@ -9,22 +9,33 @@
 //	dlogits[row] = scale·w·(softmax(x) − onehot(t))   (when dlogits ≠ 0)
 //
 // as the CPU backend does: the row's maximum m is subtracted, the
-// exponentials e_j = e^(x_j−m) are float32 and summed in float64, the
-// logarithm is taken in float64 of x_t − m exactly, and the gradient is
-// e_j·c with c = scale·w/Σe rounded to float32, except at the target, whose
-// p_t − 1 would cancel: it is computed in float64. Rows of weight 0 get a
-// zero loss and gradient whatever their target; a target outside [0, V) on
-// a weighted row gives NaN. dlogits may be logits: every thread reads x_t
-// before the first barrier, and rewrites only its own elements after it.
+// exponentials e_j = e^(x_j−m) are float32, the logarithm is taken in
+// float64 of x_t − m exactly, and the gradient is e_j·c with c =
+// scale·w/Σe rounded to float32, except at the target, whose p_t − 1
+// would cancel: it is computed in float64 (one element a row). Σe is
+// summed in float32 where the CPU sums in float64: each thread's share
+// (VEC consecutive logits, then the next VEC a block further on) with
+// compensation (kahan_add), then block_sum's fixed tree — reproducible,
+// and within about (2 + 2 + log2(CE_THREADS) + 1)·u = 15u ≈ 9e-7 of the
+// exact sum of the exact exponentials whatever V (all terms positive;
+// u = 2⁻²⁴: expf's 2 ulp a term, a share's 2u, the tree's 10 levels, the
+// share's s − c), which moves the loss by at most that much absolutely
+// and each gradient by that much relatively, within the conformance
+// suite's tolElem (1e-6); the CPU's float64 sum of its float32
+// exponentials is off by their 1 ulp. Rows of weight 0 get a zero loss and
+// gradient whatever their target; a target outside [0, V) on a weighted
+// row gives NaN. dlogits may be logits: every thread reads x_t before the
+// first barrier, and rewrites only its own elements after it.
 // CE_THREADS is the most threads a cross_entropy block has (its launch
 // bounds; the host's crossEntropyThreads).
 #define CE_THREADS 1024
 
 extern "C" __global__ void __launch_bounds__(CE_THREADS) cross_entropy(void* losses, int ldt, void* dlogits, int ddt, const void* logits, int xdt,
                                          const int* targets, const void* weights, int wdt, int V, float scale) {
-  i64 row = blockIdx.x, base = row * V;
+  i64 row = blockIdx.x, base = row * V, end = base + V;
   float w = load(weights, wdt, row);
   int t = targets[row];
+  bool vec = V % VEC == 0 && vec_at(logits, xdt, base) && (dlogits == 0 || vec_at(dlogits, ddt, base));
   if (w == 0.0f || t < 0 || t >= V) {
     // The whole block takes this branch: no barrier is skipped by some
     // threads only.
@@ -33,23 +44,43 @@ extern "C" __global__ void __launch_bounds__(CE_THREADS) cross_entropy(void* los
       store(losses, ldt, row, fill);
     }
     if (dlogits != 0) {
-      for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        store(dlogits, ddt, base + j, fill);
+      float f[VEC];
+      MT_UNROLL
+      for (int k = 0; k < VEC; k++) {
+        f[k] = fill;
+      }
+      for (int j = threadIdx.x * VEC; j < V; j += blockDim.x * VEC) {
+        store8(dlogits, ddt, base + j, end, f, vec);
       }
     }
     return;
   }
   float xt = load(logits, xdt, base + t);
   float m = -MT_INF;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) {
-    m = fmaxf(m, load(logits, xdt, base + j));
+  for (int j = threadIdx.x * VEC; j < V; j += blockDim.x * VEC) {
+    float v[VEC];
+    load8(v, logits, xdt, base + j, end, vec);
+    MT_UNROLL
+    for (int k = 0; k < VEC; k++) {
+      // load8's padding past V is 0, which must not raise the maximum.
+      if (j + k < V) {
+        m = fmaxf(m, v[k]);
+      }
+    }
   }
   m = block_max(m);
-  double sum = 0;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) {
-    sum += (double)expf(load(logits, xdt, base + j) - m);
+  float s = 0, c = 0;
+  for (int j = threadIdx.x * VEC; j < V; j += blockDim.x * VEC) {
+    float v[VEC];
+    load8(v, logits, xdt, base + j, end, vec);
+    MT_UNROLL
+    for (int k = 0; k < VEC; k++) {
+      if (j + k < V) {
+        kahan_add(s, c, expf(v[k] - m));
+      }
+    }
   }
-  sum = block_sum(sum);
+  double sum = block_sum(__fsub_rn(s, c));
   double zt = (double)xt - (double)m;
   if (threadIdx.x == 0) {
     store(losses, ldt, row, (float)((double)w * (log(sum) - zt)));
@@ -57,16 +88,19 @@ extern "C" __global__ void __launch_bounds__(CE_THREADS) cross_entropy(void* los
   if (dlogits == 0) {
     return;
   }
-  double c = (double)scale * (double)w / sum;
-  float cf = (float)c;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) {
-    float d;
-    if (j == t) {
-      d = (float)(exp(zt) * c - (double)scale * (double)w);
-    } else {
-      d = __fmul_rn(expf(load(logits, xdt, base + j) - m), cf);
+  double cd = (double)scale * (double)w / sum;
+  float cf = (float)cd;
+  for (int j = threadIdx.x * VEC; j < V; j += blockDim.x * VEC) {
+    float v[VEC];
+    load8(v, logits, xdt, base + j, end, vec);
+    MT_UNROLL
+    for (int k = 0; k < VEC; k++) {
+      v[k] = __fmul_rn(expf(v[k] - m), cf);
+      if (j + k == t) {
+        v[k] = (float)(exp(zt) * cd - (double)scale * (double)w);
+      }
     }
-    store(dlogits, ddt, base + j, d);
+    store8(dlogits, ddt, base + j, end, v, vec);
   }
 }
 

@@ -4,32 +4,76 @@
 // multiply-adds: the results are the CPU backend's, bit for bit.
 #include "common.cuh"
 
+// The elementwise kernels below take VEC elements a thread at a time
+// (grid-stride over chunks of VEC), with 16-byte accesses when every
+// operand is 16-byte aligned (vec_at of element 0: a chunk starts VEC
+// elements, 16 or 32 bytes, after the last) and the chunk is whole; the
+// last, partial chunk and unaligned views go element by element. Each
+// element's arithmetic is the same on either path.
+
+// vec_chunks is the number of VEC-element chunks of n elements.
+__device__ __forceinline__ i64 vec_chunks(i64 n) { return (n + VEC - 1) / VEC; }
+
 // cast converts n elements between F32 and BF16 (either direction, or a
 // plain copy when the types agree).
 extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) cast(void* dst, int ddt, const void* src, int sdt, i64 n) {
-  for (i64 i = global_thread(); i < n; i += grid_threads()) {
-    store(dst, ddt, i, load(src, sdt, i));
+  bool vec = vec_at(dst, ddt, 0) && vec_at(src, sdt, 0);
+  for (i64 c = global_thread(); c < vec_chunks(n); c += grid_threads()) {
+    i64 i = c * VEC;
+    bool full = vec && i + VEC <= n;
+    float v[VEC];
+    load8(v, src, sdt, i, n, full);
+    store8(dst, ddt, i, n, v, full);
   }
 }
 
 // add computes dst = a + b; dst may be a or b.
 extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) add(void* dst, int ddt, const void* a, int adt, const void* b, int bdt, i64 n) {
-  for (i64 i = global_thread(); i < n; i += grid_threads()) {
-    store(dst, ddt, i, __fadd_rn(load(a, adt, i), load(b, bdt, i)));
+  bool vec = vec_at(dst, ddt, 0) && vec_at(a, adt, 0) && vec_at(b, bdt, 0);
+  for (i64 c = global_thread(); c < vec_chunks(n); c += grid_threads()) {
+    i64 i = c * VEC;
+    bool full = vec && i + VEC <= n;
+    float x[VEC], y[VEC];
+    load8(x, a, adt, i, n, full);
+    load8(y, b, bdt, i, n, full);
+    MT_UNROLL
+    for (int k = 0; k < VEC; k++) {
+      x[k] = __fadd_rn(x[k], y[k]);
+    }
+    store8(dst, ddt, i, n, x, full);
   }
 }
 
 // axpy computes dst += alpha·x, the product rounded before the sum.
 extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) axpy(void* dst, int ddt, float alpha, const void* x, int xdt, i64 n) {
-  for (i64 i = global_thread(); i < n; i += grid_threads()) {
-    store(dst, ddt, i, __fadd_rn(load(dst, ddt, i), __fmul_rn(alpha, load(x, xdt, i))));
+  bool vec = vec_at(dst, ddt, 0) && vec_at(x, xdt, 0);
+  for (i64 c = global_thread(); c < vec_chunks(n); c += grid_threads()) {
+    i64 i = c * VEC;
+    bool full = vec && i + VEC <= n;
+    float d[VEC], v[VEC];
+    load8(d, dst, ddt, i, n, full);
+    load8(v, x, xdt, i, n, full);
+    MT_UNROLL
+    for (int k = 0; k < VEC; k++) {
+      d[k] = __fadd_rn(d[k], __fmul_rn(alpha, v[k]));
+    }
+    store8(dst, ddt, i, n, d, full);
   }
 }
 
 // scale computes x *= alpha.
 extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) scale(void* x, int dt, float alpha, i64 n) {
-  for (i64 i = global_thread(); i < n; i += grid_threads()) {
-    store(x, dt, i, __fmul_rn(load(x, dt, i), alpha));
+  bool vec = vec_at(x, dt, 0);
+  for (i64 c = global_thread(); c < vec_chunks(n); c += grid_threads()) {
+    i64 i = c * VEC;
+    bool full = vec && i + VEC <= n;
+    float v[VEC];
+    load8(v, x, dt, i, n, full);
+    MT_UNROLL
+    for (int k = 0; k < VEC; k++) {
+      v[k] = __fmul_rn(v[k], alpha);
+    }
+    store8(x, dt, i, n, v, full);
   }
 }
 

@@ -379,7 +379,10 @@ EXPORT int cuMemAlloc_v2(uintptr_t* p, size_t bytes) {
   if (m == MAP_FAILED) return fail(CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc: mmap failed");
   mprotect(static_cast<char*>(m) + body, page, PROT_NONE);
   uintptr_t user = (uintptr_t)m + body - rounded;
-  memset((void*)user, 0xA5, bytes);  // not zero: Alloc must clear what it promises to
+  // Not zero: Alloc must clear what it promises to. 0xff bytes are NaN
+  // in F32 and BF16 (−1 in I32), so that a kernel reading memory nothing
+  // wrote (an Empty tensor's) fails the tests that compare its results.
+  memset((void*)user, 0xff, bytes);
   std::lock_guard<std::mutex> l(mem_mu);
   allocs[user] = Alloc{(uintptr_t)m, body + page, bytes, current};
   allocated[current->dev] += bytes;

@@ -1,0 +1,102 @@
+package cuda
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/memtrain/memtrain/engine"
+)
+
+// peakBandwidth is the memory bandwidth (bytes/s) of the GPUs memtrain
+// knows, for the fraction of it a kernel reaches; 0 for others.
+func peakBandwidth(name string) float64 {
+	for _, p := range []struct {
+		model string
+		bytes float64
+	}{{"H200", 4.8e12}, {"H100", 3.35e12}, {"A100", 2.0e12}, {"L40S", 0.864e12}} {
+		if strings.Contains(name, p.model) {
+			return p.bytes
+		}
+	}
+	return 0
+}
+
+// BenchmarkGPUBandwidth times the memory-bound operations at a Llama 3 8B
+// layer's shapes — 8192 tokens of hidden size 4096, 14336 intermediate
+// features, 32 heads of 128, a head chunk of 523 rows of a 128256-token
+// vocabulary — on bf16 activations, and prints each as a BENCH line with
+// the bytes its declaration (traffic.go) says it moves, the GB/s that
+// makes and the fraction of the device's bandwidth. Needs
+// MEMTRAIN_GPU_BENCH=1; run once, with -test.benchtime 1x.
+func BenchmarkGPUBandwidth(tb *testing.B) {
+	needBench(tb)
+	b := newGPU(tb, 0, GemmBF16)
+	const (
+		n, h, inter, heads, half = 8192, 4096, 14336, 32, 64
+		rows, vocab              = 523, 128256
+	)
+	B, F := engine.BF16, engine.F32
+	var all []*engine.Tensor
+	tile := b.Alloc(F, 1<<20)
+	r := rand.New(rand.NewPCG(1, 2))
+	vals := make([]float32, tile.Len())
+	for i := range vals {
+		vals[i] = 2*r.Float32() - 1
+	}
+	b.Upload(tile, vals)
+	rnd := func(dt engine.DType, shape ...int) *engine.Tensor {
+		x := b.Alloc(dt, shape...)
+		fillRandom(b, x, tile)
+		all = append(all, x)
+		return x
+	}
+	x, res, out, w, dw := rnd(B, n, h), rnd(B, n, h), rnd(B, n, h), rnd(F, h), rnd(F, h)
+	rstd := rnd(F, n)
+	gate, up, act := rnd(B, n, inter), rnd(B, n, inter), rnd(B, n, inter)
+	q := rnd(B, n, heads, 2*half)
+	pos := b.Alloc(engine.I32, n)
+	all = append(all, pos)
+	ps := make([]int32, n)
+	for i := range ps {
+		ps[i] = int32(i % 4096) // two sequences of 4096
+	}
+	b.UploadInt32(pos, ps)
+	inv := rnd(F, half)
+	logits, dlogits, losses := rnd(F, rows, vocab), rnd(B, rows, vocab), rnd(F, rows)
+	targets := b.Alloc(engine.I32, rows)
+	all = append(all, targets)
+	ones := rnd(F, rows)
+	b.Fill(ones, 1)
+	p, g, m, v := rnd(F, 1<<26), rnd(F, 1<<26), rnd(F, 1<<26), rnd(F, 1<<26)
+	b.Fill(v, 1e-4)
+	tableRows, byPos := ropeTableRows(ps)
+	for _, c := range []struct {
+		name string
+		t    traffic
+		run  func()
+	}{
+		{"add", addTraffic(n*h, B, B, B), func() { b.Add(out, x, res) }},
+		{"rmsnorm", rmsnormTraffic(n, h, B, F, B, F), func() { b.RMSNorm(out, rstd, x, w, 1e-5) }},
+		{"add_rmsnorm", addRMSNormTraffic(n, h, B, F, B, B, F), func() { b.AddRMSNorm(out, rstd, x, res, w, 1e-5) }},
+		{"rmsnorm backward", rmsnormBackwardTraffic(n, h, B, F, B, B, F, F), func() { b.RMSNormBackward(res, dw, out, x, w, rstd) }},
+		{"swiglu", swigluTraffic(n*inter, B, B, B), func() { b.SwiGLU(act, gate, up) }},
+		{"swiglu backward", swigluBackwardTraffic(n*inter, B, B, B, B, B), func() { b.SwiGLUBackward(gate, up, act, gate, up) }},
+		{"rope (q)", ropeTraffic(n, heads, half, tableRows, byPos, B, F), func() { b.RoPE(q, pos, inv) }},
+		{"cross entropy (head chunk, bf16 gradient)", crossEntropyTraffic(rows, vocab, F, true, B),
+			func() { b.CrossEntropy(losses, dlogits, logits, targets, ones, 1) }},
+		{"adamw (2^26 parameters)", adamWTraffic(1<<26, F, F, F, F, false, false, F),
+			func() { b.AdamW(p, g, m, v, engine.AdamWParams{LR: 1e-5, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, Step: 1}) }},
+	} {
+		secs := timeIt(tb, b, c.run)
+		line := map[string]any{"bench": "bandwidth", "case": c.name, "ms": secs * 1e3, "bytes": c.t.bytes,
+			"gbps": c.t.bytes / secs / 1e9, "device": b.Info().Name}
+		if peak := peakBandwidth(b.Info().Name); peak > 0 {
+			line["of_peak"] = c.t.bytes / secs / peak
+		}
+		bench(tb, line)
+	}
+	for _, t := range append(all, tile) {
+		b.Free(t)
+	}
+}
