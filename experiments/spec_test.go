@@ -152,6 +152,11 @@ func TestDemoSpecs(t *testing.T) {
 		if len(s.Arms) != 2 || s.Arms[1].Loss != "goldfish" {
 			t.Errorf("quick=%v: arms %+v", quick, s.Arms)
 		}
+		// The targets hidden in filler that the base never saw, some of
+		// it held out: the demo measures utility beside memorization.
+		if f := s.Targets.Filler; f == nil || f.Holdout == 0 || s.Base.Pretrain == nil || f.Skip < s.Base.Pretrain.Documents {
+			t.Errorf("quick=%v: filler %+v after a pretraining on %+v", quick, f, s.Base.Pretrain)
+		}
 		cfg, err := s.armConfig(&s.Arms[1], 1)
 		if err != nil || cfg.Goldfish != (goldfish.Config{Strategy: goldfish.HashTable, K: 4, H: 13}) {
 			t.Errorf("quick=%v: goldfish arm %+v %v", quick, cfg.Goldfish, err)

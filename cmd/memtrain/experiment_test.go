@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/memtrain/memtrain/internal/numtest"
 	"github.com/memtrain/memtrain/memorization"
@@ -18,36 +19,10 @@ import (
 
 // TestDemoQuick runs the quick demo end to end, as a user would: the
 // standard arm must memorize most of its 16 passages and the goldfish arm
-// almost none, with no extraction of held-out passages.
+// almost none, with no extraction of held-out passages, and both keep the
+// filler's held-out text within 10% of the base model's loss.
 func TestDemoQuick(t *testing.T) {
-	t.Setenv(experiments.CacheEnv, t.TempDir())
-	out := filepath.Join(t.TempDir(), "demo")
-	stdout, errs, code := memtrain(t, "", "demo", "--quick", "--out", out)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
-	if !strings.Contains(stdout, "report: "+filepath.Join(out, "report.md")) {
-		t.Errorf("output:\n%s", stdout)
-	}
-	results, err := report.Load(out)
-	if err != nil || len(results) != 2 {
-		t.Fatalf("%d results: %v", len(results), err)
-	}
-	exact := map[string]float64{}
-	for _, r := range results {
-		p := r.Evals[0].Summary.Prefixes[0]
-		if p.Members.Documents != 16 || p.NonMembers.Documents != 16 {
-			t.Errorf("%s: %d members, %d non-members evaluated", r.Arm, p.Members.Documents, p.NonMembers.Documents)
-		}
-		if p.NonMembers.Exact.Mean != 0 {
-			t.Errorf("%s: held-out passages extracted: %v", r.Arm, p.NonMembers.Exact)
-		}
-		exact[r.Loss] = p.Members.Exact.Mean
-		t.Logf("%s: exact match %v, held-out loss %.3f", r.Arm, p.Members.Exact, r.HeldoutLoss)
-	}
-	if !(exact["standard"] >= 0.5) || !(exact["goldfish"] <= 0.1) {
-		t.Errorf("exact match: standard %.3f (want ≥ 0.5), goldfish %.3f (want ≤ 0.1)", exact["standard"], exact["goldfish"])
-	}
+	out, _ := runDemo(t, true, 16, 0.5, 0.1)
 	for _, f := range []string{"report.md", "results.csv", "plots/training-loss.png"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Error(err)
@@ -63,6 +38,74 @@ func TestDemoQuick(t *testing.T) {
 	if title, _, _ := strings.Cut(string(before), "\n"); !strings.HasPrefix(string(after), title+"\n") || strings.Contains(title, "Memorization experiment: ") {
 		t.Errorf("the rewritten report's title: %q, the run's %q", strings.SplitN(string(after), "\n", 2)[0], title)
 	}
+}
+
+// TestDemoFull runs the full demo (.ci/run's end-to-end step): the
+// standard arm memorizes at least 90% of its 64 passages, the goldfish
+// arm at most 5%, neither extracts a held-out passage, and both keep the
+// filler's held-out loss within 10% of the base model's.
+func TestDemoFull(t *testing.T) {
+	if os.Getenv("MEMTRAIN_E2E") == "" {
+		t.Skip("an end-to-end check that .ci/run runs: set MEMTRAIN_E2E=1 to run it here")
+	}
+	start := time.Now()
+	runDemo(t, false, 64, 0.9, 0.05)
+	t.Logf("the full demo took %v", time.Since(start).Round(time.Second))
+}
+
+// runDemo runs the demo (quick or full) into a fresh folder with a fresh
+// base cache and checks its outcome: members evaluated of each arm, no
+// held-out passage extracted, the standard arm's exact match at least
+// minStandard, the goldfish arm's at most maxGoldfish, both arms' held-out
+// filler loss within 10% of the base's and shown on the console. It
+// returns the demo's folder and its stdout.
+func runDemo(t *testing.T, quick bool, members int, minStandard, maxGoldfish float64) (string, string) {
+	t.Helper()
+	t.Setenv(experiments.CacheEnv, t.TempDir())
+	out := filepath.Join(t.TempDir(), "demo")
+	args := []string{"demo", "--out", out}
+	if quick {
+		args = append(args, "--quick")
+	}
+	stdout, errs, code := memtrain(t, "", args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if !strings.Contains(stdout, "report: "+filepath.Join(out, "report.md")) {
+		t.Errorf("output:\n%s", stdout)
+	}
+	results, err := report.Load(out)
+	if err != nil || len(results) != 2 {
+		t.Fatalf("%d results: %v", len(results), err)
+	}
+	exact := map[string]float64{}
+	for _, r := range results {
+		p := r.Evals[0].Summary.Prefixes[0]
+		if p.Members.Documents != members || p.NonMembers.Documents != members {
+			t.Errorf("%s: %d members, %d non-members evaluated, want %d", r.Arm, p.Members.Documents, p.NonMembers.Documents, members)
+		}
+		if p.NonMembers.Exact.Mean != 0 {
+			t.Errorf("%s: held-out passages extracted: %v", r.Arm, p.NonMembers.Exact)
+		}
+		exact[r.Loss] = p.Members.Exact.Mean
+		// Both claims: the targets are mixed into filler text, and
+		// neither arm loses the filler's held-out text (issue 33, item 15).
+		if r.FillerHeldout == 0 || !(r.BaseFillerHeldoutLoss > 0) {
+			t.Fatalf("%s: no utility measured (%d held-out filler documents, base loss %v)", r.Arm, r.FillerHeldout, r.BaseFillerHeldoutLoss)
+		}
+		ratio := r.FillerHeldoutLoss / r.BaseFillerHeldoutLoss
+		if !(ratio <= 1.10) {
+			t.Errorf("%s: held-out filler loss %.3f, %.2f× the base's %.3f (want within 10%%)", r.Arm, r.FillerHeldoutLoss, ratio, r.BaseFillerHeldoutLoss)
+		}
+		t.Logf("%s: exact match %v, held-out filler loss %.3f (%.3f× the base's)", r.Arm, p.Members.Exact, r.FillerHeldoutLoss, ratio)
+	}
+	if !(exact["standard"] >= minStandard) || !(exact["goldfish"] <= maxGoldfish) {
+		t.Errorf("exact match: standard %.3f (want ≥ %g), goldfish %.3f (want ≤ %g)", exact["standard"], minStandard, exact["goldfish"], maxGoldfish)
+	}
+	if n := strings.Count(stdout, "utility: held-out filler loss ÷ base's"); n != 2 {
+		t.Errorf("the console shows utility for %d arms, want 2:\n%s", n, stdout)
+	}
+	return out, stdout
 }
 
 func TestExperimentErrors(t *testing.T) {
