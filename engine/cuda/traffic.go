@@ -9,7 +9,8 @@ import "github.com/memtrain/memtrain/engine"
 // rmsnormTraffic in rmsnorm.go, …), from what its kernels do — scratch
 // included (RMSNormBackward's float32 partial sums of dw, RoPE's angle
 // table). engine.Kernel.Cost is the backend-independent model the
-// planner (engine/perfmodel) uses; BenchmarkGPUBandwidth measures these
+// planner (engine/perfmodel) uses; TestTrafficIsTheCostModel holds the two
+// equal where the kernels move nothing beyond their operands; BenchmarkGPUBandwidth measures these
 // declarations on a GPU.
 //
 // The bytes count every operand once, read or written (a tensor read and

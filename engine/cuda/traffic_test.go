@@ -60,3 +60,36 @@ func TestTraffic(t *testing.T) {
 		}
 	}
 }
+
+// TestTrafficIsTheCostModel ties the kernels' declarations to
+// engine.Kernel.Cost, the planner's: for the memory-bound operations
+// whose kernels move nothing beyond their operands (no scratch, no
+// re-read the caches miss), both count the same bytes. The others differ
+// by what one of them says: RMSNormBackward's float32 partial sums of dw
+// (scratch, here only), cross-entropy's three passes over a row (there
+// only).
+func TestTrafficIsTheCostModel(t *testing.T) {
+	sh := engine.Shaped
+	for _, dts := range [][2]engine.DType{{engine.F32, engine.F32}, {engine.BF16, engine.F32}, {engine.BF16, engine.BF16}} {
+		a, w := dts[0], dts[1] // activations, weights
+		const rows, h, n = 37, 4096, 37 * 4096
+		for _, c := range []struct {
+			name string
+			k    engine.Kernel
+			ours traffic
+		}{
+			{"Add", engine.Kernel{Op: "Add", Operands: []engine.Operand{sh(a, n), sh(a, n), sh(w, n)}}, addTraffic(n, a, a, w)},
+			{"SwiGLU", engine.Kernel{Op: "SwiGLU", Operands: []engine.Operand{sh(a, n), sh(a, n), sh(a, n)}}, swigluTraffic(n, a, a, a)},
+			{"SwiGLUBackward", engine.Kernel{Op: "SwiGLUBackward", Operands: []engine.Operand{sh(a, n), sh(a, n), sh(a, n), sh(a, n), sh(a, n)}},
+				swigluBackwardTraffic(n, a, a, a, a, a)},
+			{"RMSNorm", engine.Kernel{Op: "RMSNorm", Operands: []engine.Operand{sh(a, rows, h), sh(engine.F32, rows), sh(a, rows, h), sh(w, h)}},
+				rmsnormTraffic(rows, h, a, engine.F32, a, w)},
+			{"AddRMSNorm", engine.Kernel{Op: "AddRMSNorm", Operands: []engine.Operand{sh(a, rows, h), sh(engine.F32, rows), sh(a, rows, h), sh(a, rows, h), sh(w, h)}},
+				addRMSNormTraffic(rows, h, a, engine.F32, a, a, w)},
+		} {
+			if got, want := c.ours.bytes, c.k.Cost().Bytes; got != want {
+				t.Errorf("%s %v: the kernels declare %g bytes, engine.Kernel.Cost %g", c.name, dts, got, want)
+			}
+		}
+	}
+}
