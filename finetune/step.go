@@ -81,7 +81,9 @@ func TrainStep(m *llama.Model, o *Optimizer, micro []llama.Batch, lr, maxNorm fl
 	}
 	fused := o.cfg.Name == "adamw"
 	if fused {
-		o.updateClipped(lr, maxNorm, sums.Control())
+		if err := o.updateClipped(lr, maxNorm, sums.Control()); err != nil {
+			return res, err
+		}
 	}
 	v := sums.Read()
 	res.Loss = v.Loss / res.Weight

@@ -1,0 +1,168 @@
+package finetune
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/cpu"
+	"github.com/memtrain/memtrain/engine/launch"
+	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/engine/parallel"
+	"github.com/memtrain/memtrain/internal/numtest"
+)
+
+// zeroRank is what one rank of a ZeRO test run ends with.
+type zeroRank struct {
+	res     []StepResult
+	weights map[string][]float32 // gathered full weights (rank 0 only)
+	// copies are the rank's bf16 pass weights, widened (mixed precision).
+	copies map[string][]float32
+	// m, v are the moments of the rank's chunk of each parameter: the
+	// whole moments' slice comm.Chunk names under ZeRO 0, the rank's
+	// own under ZeRO 1.
+	m, v map[string][]float32
+}
+
+// zeroRun trains sweepSteps AdamW steps (clipped, with weight decay and
+// gradient accumulation) on one rank of grid g, with the optimizer's
+// moments sharded over the data group or not.
+func zeroRun(cfg *checkpoints.Config, weights []checkpoints.Tensor, batches []llama.Batch, act engine.DType, g *parallel.Grid, zero bool) (zeroRank, error) {
+	var out zeroRank
+	b := cpu.New(cpu.Options{Threads: 1})
+	m, err := llama.New(b, cfg, llama.Options{Parallel: g, Activations: act})
+	if err != nil {
+		return out, err
+	}
+	defer m.Free()
+	if err := m.SetWeights(weights); err != nil {
+		return out, err
+	}
+	oc := OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
+	var o *Optimizer
+	if zero {
+		o, err = NewShardedOptimizer(b, m.Trainable(), oc, g.Data)
+	} else {
+		o, err = NewOptimizer(b, m.Trainable(), oc)
+	}
+	if err != nil {
+		return out, err
+	}
+	defer o.Free()
+	for step, batch := range batches {
+		g.World.SetStep(step + 1)
+		r, err := TrainStep(m, o, shareOf(batch, g.BatchRanks(), g.BatchRank(), sweepMicro), 1e-2, 0.5)
+		if err != nil {
+			return out, err
+		}
+		out.res = append(out.res, r)
+	}
+	// The moments of this rank's chunks, from either optimizer.
+	mv, vv := o.Moments()
+	out.m, out.v, out.copies = map[string][]float32{}, map[string][]float32{}, map[string][]float32{}
+	d := g.Data
+	for i, p := range m.Trainable() {
+		off, n := comm.Chunk(p.Value.Len(), d.Size(), d.Rank())
+		mt, vt := mv[i], vv[i]
+		if n == 0 {
+			continue
+		}
+		if !zero {
+			mt, vt = mt.View(off, n), vt.View(off, n)
+		}
+		out.m[p.Name], out.v[p.Name] = download(b, mt), download(b, vt)
+		if p.Copy != nil {
+			out.copies[p.Name] = download(b, p.Copy)
+		}
+	}
+	if err := o.syncMasters(); err != nil {
+		return out, err
+	}
+	w, err := m.GatherWeights()
+	if err != nil {
+		return out, err
+	}
+	if g.Rank() == 0 {
+		out.weights = tensorsByName(w)
+	}
+	return out, nil
+}
+
+func download(b engine.Backend, t *engine.Tensor) []float32 {
+	h := make([]float32, t.Len())
+	b.Download(h, t)
+	return h
+}
+
+// TestZeROEqualsAllReduce: ZeRO stage 1 (moments sharded over the data
+// ranks, each updating its chunk, the updated chunks all-gathered) is bit
+// for bit the unsharded step on data-parallel grids alone and combined
+// with Z and X, in float32 and in mixed precision: every rank's losses,
+// gradient norms and clipping, the final gathered weights (float32
+// masters), every rank's bf16 pass weights, and each rank's moments
+// against the same chunk of the unsharded moments.
+func TestZeROEqualsAllReduce(t *testing.T) {
+	cfg := sweepConfig()
+	weights := checkpoints.RandomWeights(cfg, 3)
+	batches := sweepBatches(cfg)[:3]
+	grids := []comm.Grid{{Data: 2, X: 1, Y: 1, Z: 1}, {Data: 4, X: 1, Y: 1, Z: 1}, {Data: 2, X: 1, Y: 1, Z: 2}, {Data: 2, X: 2, Y: 1, Z: 1}}
+	for _, shape := range grids {
+		for _, act := range []engine.DType{engine.F32, engine.BF16} {
+			name := fmt.Sprintf("%v/%v", shape, act)
+			runs := [2]map[int]zeroRank{{}, {}}
+			for k, zero := range []bool{false, true} {
+				var mu sync.Mutex
+				err := launch.Local(shape, parallel.AllOverlap(), func(g *parallel.Grid) error {
+					r, err := zeroRun(cfg, weights, batches, act, g, zero)
+					mu.Lock()
+					defer mu.Unlock()
+					runs[k][g.Rank()] = r
+					return err
+				})
+				if err != nil {
+					t.Fatalf("%s zero=%v: %v", name, zero, err)
+				}
+			}
+			want, got := runs[0], runs[1]
+			for rank := range shape.Size() {
+				w, g := want[rank], got[rank]
+				if len(w.res) != len(batches) {
+					t.Fatalf("%s rank %d: %d steps", name, rank, len(w.res))
+				}
+				for _, c := range []struct {
+					what string
+					f    func(StepResult) float64
+				}{
+					{"loss", func(r StepResult) float64 { return r.Loss }},
+					{"gradient norm", func(r StepResult) float64 { return r.GradNorm }},
+					{"clipped", func(r StepResult) float64 { return map[bool]float64{true: 1}[r.Clipped] }},
+				} {
+					if err := numtest.Equal(column(g.res, c.f), column(w.res, c.f)); err != nil {
+						t.Errorf("%s rank %d: %s: %v", name, rank, c.what, err)
+					}
+				}
+				if rank == 0 {
+					if err := numtest.Each(g.weights, w.weights, numtest.Equal[float32]); err != nil {
+						t.Errorf("%s: final weights: %v", name, err)
+					}
+				}
+				if act != engine.BF16 {
+				} else if err := numtest.Each(g.copies, w.copies, numtest.Equal[float32]); err != nil {
+					t.Errorf("%s rank %d: bf16 pass weights: %v", name, rank, err)
+				}
+				if len(g.m) == 0 {
+					t.Errorf("%s rank %d: no moments", name, rank)
+				}
+				for _, mom := range [][2]map[string][]float32{{g.m, w.m}, {g.v, w.v}} {
+					if err := numtest.Each(mom[0], mom[1], numtest.Equal[float32]); err != nil {
+						t.Errorf("%s rank %d: moments: %v", name, rank, err)
+					}
+				}
+			}
+			t.Logf("%s: step losses %v", name, column(got[0].res, func(r StepResult) float64 { return r.Loss }))
+		}
+	}
+}
