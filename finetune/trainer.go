@@ -227,7 +227,7 @@ func OpenParallel(cfg Config, b engine.Backend, grid *parallel.Grid, resume stri
 			return fail(err)
 		}
 	}
-	if r.Opt, err = NewOptimizer(b, r.Model.Trainable(), cfg.Optimizer); err != nil {
+	if r.Opt, err = newRunOptimizer(cfg, r.Model); err != nil {
 		return fail(err)
 	}
 	if r.ident, err = r.identity(); err != nil {
@@ -410,11 +410,16 @@ func (r *Run) save(async bool) (string, error) {
 		r.saved = append(r.saved, savedCheckpoint{step: r.Step, path: r.checkpointPath()})
 		return r.checkpointPath(), nil
 	}
-	sv, err := beginSave(dir, name, r.Model, r.Opt, st, opt)
+	o, release, err := r.Opt.whole() // ZeRO's moments, gathered for the writing rank
 	if err != nil {
 		return "", err
 	}
-	r.snap.take(r.Model, r.Opt)
+	defer release() // once the snapshot holds them
+	sv, err := beginSave(dir, name, r.Model, o, st, opt)
+	if err != nil {
+		return "", err
+	}
+	r.snap.take(r.Model, o)
 	p := &pendingSave{sv: sv, step: r.Step, path: r.checkpointPath(), done: make(chan struct{})}
 	src := r.snap.source()
 	go func() {

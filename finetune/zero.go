@@ -6,6 +6,8 @@ import (
 
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/engine/parallel"
 )
 
 // ZeRO stage 1: AdamW's moments sharded over the data-parallel ranks.
@@ -131,4 +133,100 @@ func (o *Optimizer) syncMasters() error {
 		}
 	}
 	return nil
+}
+
+// whole returns the optimizer as a checkpoint save reads it, and the
+// function that releases what it allocated. Without ZeRO it is o itself.
+// Under ZeRO it is collective over the data group: the masters are made
+// whole (syncMasters), and data rank 0, the replica that writes the
+// grid position's pieces (rankPieces), gets every parameter's moments
+// whole in temporaries, each chunk broadcast from the rank that holds it;
+// the other ranks' moments stay their chunks (a save only asks them
+// whether there are moments). Rank 0 thus holds the whole moments for
+// the save's duration (an asynchronous save: until its host snapshot is
+// taken), the other ranks one chunk's scratch.
+func (o *Optimizer) whole() (*Optimizer, func(), error) {
+	z := o.zero
+	if z == nil {
+		return o, func() {}, nil
+	}
+	if err := o.syncMasters(); err != nil {
+		return nil, nil, err
+	}
+	b, d := o.backend, z.data
+	w := *o
+	w.m, w.v = make([]*engine.Tensor, len(o.m)), make([]*engine.Tensor, len(o.v))
+	var temps []*engine.Tensor
+	release := func() {
+		for _, t := range temps {
+			b.Free(t)
+		}
+		temps = nil
+	}
+	scratch := 0
+	for _, p := range o.params {
+		_, n := comm.Chunk(p.Value.Len(), d.Size(), 0) // the largest chunk
+		scratch = max(scratch, n)
+	}
+	var buf *engine.Tensor
+	if d.Rank() != 0 {
+		buf = b.Alloc(engine.F32, scratch)
+		temps = append(temps, buf)
+	}
+	for i, p := range o.params {
+		for k, own := range [2][]*engine.Tensor{o.m, o.v} {
+			full := own[i]
+			if d.Rank() == 0 {
+				full = b.Alloc(engine.F32, p.Value.Len())
+				temps = append(temps, full)
+				if n := z.n[i]; n > 0 {
+					b.Copy(full.View(0, n), own[i])
+				}
+			}
+			[2][]*engine.Tensor{w.m, w.v}[k][i] = full
+			for r := 1; r < d.Size(); r++ {
+				off, n := comm.Chunk(p.Value.Len(), d.Size(), r)
+				if n == 0 {
+					continue
+				}
+				var t *engine.Tensor
+				switch d.Rank() {
+				case 0:
+					t = full.View(off, n)
+				case r:
+					t = own[i]
+				default:
+					t = buf.View(0, n)
+				}
+				if err := d.Broadcast(t, r); err != nil {
+					release()
+					return nil, nil, fmt.Errorf("finetune: gathering ZeRO's moments for a checkpoint: %w", err)
+				}
+			}
+		}
+	}
+	return &w, release, nil
+}
+
+// readChunk reads parameter i's tensor name from src (its whole shard,
+// as m.ReadInto reads it) and keeps this rank's ZeRO chunk in dst,
+// through a temporary of the shard's size.
+func (o *Optimizer) readChunk(m *llama.Model, src parallel.SliceReader, name string, i int, dst *engine.Tensor) error {
+	p := o.params[i]
+	tmp := o.backend.Alloc(engine.F32, p.Value.Shape...)
+	defer o.backend.Free(tmp)
+	if err := m.ReadInto(src, name, p, tmp); err != nil {
+		return err
+	}
+	o.backend.Copy(dst, o.zero.view(tmp, i))
+	return nil
+}
+
+// newRunOptimizer is the optimizer of a run's model: ZeRO-1 over the
+// grid's data group when cfg asks for it (and there is one).
+func newRunOptimizer(cfg Config, m *llama.Model) (*Optimizer, error) {
+	if g := m.Grid(); cfg.Zero == 1 && g != nil {
+		return NewShardedOptimizer(m.Backend(), m.Trainable(), cfg.Optimizer, g.Data)
+	}
+	return NewOptimizer(m.Backend(), m.Trainable(), cfg.Optimizer)
 }
