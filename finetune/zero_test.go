@@ -244,3 +244,53 @@ func TestZeROCheckpoints(t *testing.T) {
 		}
 	}
 }
+
+// TestZeROMemory: the memory accounting (llama.Itemize) of ZeRO-1 is what
+// NewShardedOptimizer allocates: the moments of each rank's chunks, the
+// first data rank's exactly (the largest, which Itemize counts), no other
+// rank's more; and about 1/Data of the unsharded moments.
+func TestZeROMemory(t *testing.T) {
+	cfg := sweepConfig()
+	oc := OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8}
+	grids := []comm.Grid{{Data: 2, X: 1, Y: 1, Z: 1}, {Data: 4, X: 1, Y: 1, Z: 1}, {Data: 2, X: 1, Y: 1, Z: 2}, {Data: 2, X: 2, Y: 2, Z: 1}, {Data: 3, X: 1, Y: 2, Z: 1}}
+	for _, shape := range grids {
+		for _, act := range []engine.DType{engine.F32, engine.BF16} {
+			name := fmt.Sprintf("%v/%v", shape, act)
+			w := llama.Work{Grid: shape, Moments: 2, Activations: act}
+			whole := llama.Itemize(cfg, w).Optimizer
+			w.Zero = 1
+			want := llama.Itemize(cfg, w).Optimizer
+			if d := int64(shape.Data); want*d < whole || want*d > whole+2*4*d*int64(cfg.TensorCount()) {
+				t.Errorf("%s: ZeRO's moments %d bytes, unsharded %d: not 1/%d of them up to a rounding a tensor", name, want, whole, d)
+			}
+			var mu sync.Mutex
+			err := launch.Local(shape, parallel.Overlap{}, func(g *parallel.Grid) error {
+				b := cpu.New(cpu.Options{Threads: 1})
+				m, err := llama.New(b, cfg, llama.Options{Parallel: g, Activations: act})
+				if err != nil {
+					return err
+				}
+				defer m.Free()
+				before := b.MemStats().Allocated
+				o, err := NewShardedOptimizer(b, m.Trainable(), oc, g.Data)
+				if err != nil {
+					return err
+				}
+				defer o.Free()
+				got := b.MemStats().Allocated - before
+				mu.Lock()
+				defer mu.Unlock()
+				if g.At.Data == 0 && g.At.X == 0 && g.At.Y == 0 && g.At.Z == 0 && got != want {
+					t.Errorf("%s rank %d: ZeRO allocated %d bytes of moments, accounted %d", name, g.Rank(), got, want)
+				}
+				if got > want {
+					t.Errorf("%s rank %d: ZeRO allocated %d bytes of moments, more than the %d accounted", name, g.Rank(), got, want)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		}
+	}
+}
