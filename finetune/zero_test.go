@@ -17,6 +17,7 @@ import (
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/engine/parallel"
+	"github.com/memtrain/memtrain/engine/perfmodel"
 	"github.com/memtrain/memtrain/internal/numtest"
 )
 
@@ -285,6 +286,75 @@ func TestZeROMemory(t *testing.T) {
 				}
 				if got > want {
 					t.Errorf("%s rank %d: ZeRO allocated %d bytes of moments, more than the %d accounted", name, g.Rank(), got, want)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		}
+	}
+}
+
+// TestZeROCountsEqualPerfmodel: the collectives a ZeRO-1 step makes over
+// the data group — the gradients' all-reduces and the updated weights'
+// all-gathers — counted by the communicators, are the performance
+// model's (perfmodel.CollectivesWith, Zero 1), calls and elements.
+func TestZeROCountsEqualPerfmodel(t *testing.T) {
+	cfg := sweepConfig()
+	weights := checkpoints.RandomWeights(cfg, 3)
+	batch := sweepBatches(cfg)[0]
+	oc := OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
+	for _, shape := range []comm.Grid{{Data: 2, X: 1, Y: 1, Z: 1}, {Data: 2, X: 1, Y: 1, Z: 2}, {Data: 2, X: 2, Y: 2, Z: 1}, {Data: 4, X: 1, Y: 2, Z: 1}} {
+		for _, prec := range []engine.Precision{engine.PrecisionF32, engine.PrecisionBF16} {
+			name := fmt.Sprintf("%v/%v", shape, prec)
+			ranks := shape.Data * shape.Z
+			step := perfmodel.Step{Grid: perfmodel.Grid{Data: shape.Data, X: shape.X, Y: shape.Y, Z: shape.Z},
+				SeqLen: sweepT, MicroBatch: sweepMicro / ranks, MicroBatches: sweepBatch / sweepMicro}
+			cs, err := perfmodel.CollectivesWith(cfg, step, perfmodel.Options{Precision: prec, Zero: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string][2]int64{}
+			for _, c := range cs {
+				if c.Group == perfmodel.GroupData {
+					v := want[c.Op]
+					want[c.Op] = [2]int64{v[0] + int64(c.Calls), v[1] + int64(c.Calls)*c.Elements}
+				}
+			}
+			if want[perfmodel.OpAllGather][0] == 0 {
+				t.Fatalf("%s: the model lists no ZeRO all-gather", name)
+			}
+			var mu sync.Mutex
+			err = launch.Local(shape, parallel.AllOverlap(), func(g *parallel.Grid) error {
+				b := cpu.New(cpu.Options{Threads: 1})
+				m, err := llama.New(b, cfg, llama.Options{Parallel: g, Activations: prec.Activations()})
+				if err != nil {
+					return err
+				}
+				defer m.Free()
+				if err := m.SetWeights(weights); err != nil {
+					return err
+				}
+				o, err := NewShardedOptimizer(b, m.Trainable(), oc, g.Data)
+				if err != nil {
+					return err
+				}
+				defer o.Free()
+				g.World.SetStep(1)
+				if _, err := TrainStep(m, o, shareOf(batch, ranks, g.BatchRank(), sweepMicro), 1e-3, 1); err != nil {
+					return err
+				}
+				got := map[string][2]int64{}
+				for _, op := range g.World.Stats().Ops {
+					if op.Group == "data" && op.Step.Calls > 0 {
+						got[op.Op.String()] = [2]int64{op.Step.Calls, op.Step.Elements}
+					}
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("%s rank %d: data group (calls, elements) by operation: counted %v, modelled %v", name, g.Rank(), got, want)
 				}
 				return nil
 			})
