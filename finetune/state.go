@@ -93,16 +93,23 @@ type SaveOptions struct {
 // error); then rank 0 writes the manifest, commits and prunes, and every
 // rank returns its result.
 func SaveCheckpoint(dir, name string, m *llama.Model, o *Optimizer, st TrainerState, opt SaveOptions) error {
-	o, release, err := o.whole() // ZeRO's moments, gathered for the writing rank
-	if err != nil {
-		return err
+	src := deviceSource(m, o)
+	if o.zero != nil {
+		// ZeRO's masters and moments, made whole for the writing ranks.
+		h := hostMoments{}
+		if err := o.syncMasters(); err != nil {
+			return err
+		}
+		if err := o.gatherSaved(m, h); err != nil {
+			return err
+		}
+		src = withMoments(src, h)
 	}
-	defer release()
 	sv, err := beginSave(dir, name, m, o, st, opt)
 	if err != nil {
 		return err
 	}
-	sv.sums, sv.err = sv.write(deviceSource(m, o))
+	sv.sums, sv.err = sv.write(src)
 	return sv.finish()
 }
 

@@ -410,16 +410,14 @@ func (r *Run) save(async bool) (string, error) {
 		r.saved = append(r.saved, savedCheckpoint{step: r.Step, path: r.checkpointPath()})
 		return r.checkpointPath(), nil
 	}
-	o, release, err := r.Opt.whole() // ZeRO's moments, gathered for the writing rank
+	sv, err := beginSave(dir, name, r.Model, r.Opt, st, opt)
 	if err != nil {
 		return "", err
 	}
-	defer release() // once the snapshot holds them
-	sv, err := beginSave(dir, name, r.Model, o, st, opt)
-	if err != nil {
+	if err := r.snap.take(r.Model, r.Opt); err != nil {
+		sv.abandon()
 		return "", err
 	}
-	r.snap.take(r.Model, o)
 	p := &pendingSave{sv: sv, step: r.Step, path: r.checkpointPath(), done: make(chan struct{})}
 	src := r.snap.source()
 	go func() {

@@ -135,77 +135,103 @@ func (o *Optimizer) syncMasters() error {
 	return nil
 }
 
-// whole returns the optimizer as a checkpoint save reads it, and the
-// function that releases what it allocated. Without ZeRO it is o itself.
-// Under ZeRO it is collective over the data group: the masters are made
-// whole (syncMasters), and data rank 0, the replica that writes the
-// grid position's pieces (rankPieces), gets every parameter's moments
-// whole in temporaries, each chunk broadcast from the rank that holds it;
-// the other ranks' moments stay their chunks (a save only asks them
-// whether there are moments). Rank 0 thus holds the whole moments for
-// the save's duration (an asynchronous save: until its host snapshot is
-// taken), the other ranks one chunk's scratch.
-func (o *Optimizer) whole() (*Optimizer, func(), error) {
+// gatherMoments brings the whole moments of every parameter to data
+// rank 0, the replica that writes its grid position's pieces
+// (rankPieces), for a checkpoint save: a collective over the data group
+// under ZeRO, a no-op without. Each parameter's moment is assembled in
+// one device buffer of the largest parameter's size on data rank 0 (its
+// own chunk copied, the others' broadcast from the ranks that hold them;
+// the other ranks pass their chunk or a scratch of the largest chunk's
+// size) and downloaded into dst(kind, param, n) — kind 1 or 2, a host
+// slice of n elements; nil: not wanted here, as on a data rank 0 that
+// writes no moments. So a save holds, beyond the step's memory, one
+// parameter's buffer on the device and the position's moments on the
+// host (where an asynchronous save's snapshot holds them anyway).
+func (o *Optimizer) gatherMoments(dst func(kind, param, n int) []float32) error {
 	z := o.zero
 	if z == nil {
-		return o, func() {}, nil
-	}
-	if err := o.syncMasters(); err != nil {
-		return nil, nil, err
+		return nil
 	}
 	b, d := o.backend, z.data
-	w := *o
-	w.m, w.v = make([]*engine.Tensor, len(o.m)), make([]*engine.Tensor, len(o.v))
-	var temps []*engine.Tensor
-	release := func() {
-		for _, t := range temps {
-			b.Free(t)
-		}
-		temps = nil
-	}
-	scratch := 0
+	size := 0
 	for _, p := range o.params {
-		_, n := comm.Chunk(p.Value.Len(), d.Size(), 0) // the largest chunk
-		scratch = max(scratch, n)
+		if d.Rank() == 0 {
+			size = max(size, p.Value.Len())
+		} else {
+			_, n := comm.Chunk(p.Value.Len(), d.Size(), 0) // the largest chunk
+			size = max(size, n)
+		}
 	}
-	var buf *engine.Tensor
-	if d.Rank() != 0 {
-		buf = b.Alloc(engine.F32, scratch)
-		temps = append(temps, buf)
-	}
+	buf := b.Alloc(engine.F32, size)
+	defer b.Free(buf)
 	for i, p := range o.params {
 		for k, own := range [2][]*engine.Tensor{o.m, o.v} {
-			full := own[i]
+			var full *engine.Tensor // data rank 0's assembled moment
 			if d.Rank() == 0 {
-				full = b.Alloc(engine.F32, p.Value.Len())
-				temps = append(temps, full)
-				if n := z.n[i]; n > 0 {
-					b.Copy(full.View(0, n), own[i])
+				full = buf.View(0, p.Value.Len())
+				if z.n[i] > 0 {
+					b.Copy(full.View(0, z.n[i]), own[i])
 				}
 			}
-			[2][]*engine.Tensor{w.m, w.v}[k][i] = full
 			for r := 1; r < d.Size(); r++ {
 				off, n := comm.Chunk(p.Value.Len(), d.Size(), r)
 				if n == 0 {
 					continue
 				}
-				var t *engine.Tensor
+				t := buf.View(0, n) // a scratch on the ranks that neither send nor receive
 				switch d.Rank() {
 				case 0:
 					t = full.View(off, n)
 				case r:
 					t = own[i]
-				default:
-					t = buf.View(0, n)
 				}
 				if err := d.Broadcast(t, r); err != nil {
-					release()
-					return nil, nil, fmt.Errorf("finetune: gathering ZeRO's moments for a checkpoint: %w", err)
+					return fmt.Errorf("finetune: gathering ZeRO's moments for a checkpoint: %w", err)
+				}
+			}
+			if d.Rank() == 0 {
+				if h := dst(k+1, i, full.Len()); h != nil {
+					b.Download(h, full)
 				}
 			}
 		}
 	}
-	return &w, release, nil
+	return nil
+}
+
+// hostMoments are moments gathered to the host (gatherMoments) by
+// (kind, param), as a snapshot keys its buffers.
+type hostMoments map[[2]int][]float32
+
+// gatherSaved gathers the moments this rank writes in a save of m
+// (none but on a data rank 0 that writes a position's moments) into the
+// host, reusing into's buffers; every rank of the data group calls it.
+func (o *Optimizer) gatherSaved(m *llama.Model, into hostMoments) error {
+	_, ms := rankPieces(m, o)
+	writes := map[int]bool{}
+	for _, p := range ms {
+		writes[p.param] = true
+	}
+	return o.gatherMoments(func(kind, param, n int) []float32 {
+		if !writes[param] {
+			return nil
+		}
+		key := [2]int{kind, param}
+		if len(into[key]) != n {
+			into[key] = make([]float32, n)
+		}
+		return into[key]
+	})
+}
+
+// withMoments reads moment pieces from h, the rest from src.
+func withMoments(src pieceSource, h hostMoments) pieceSource {
+	return func(p shardPiece, put func([]float32) error) error {
+		if p.kind > 0 {
+			return put(h[[2]int{p.kind, p.param}])
+		}
+		return src(p, put)
+	}
 }
 
 // readChunk reads parameter i's tensor name from src (its whole shard,

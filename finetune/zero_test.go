@@ -249,7 +249,8 @@ func TestZeROCheckpoints(t *testing.T) {
 // TestZeROMemory: the memory accounting (llama.Itemize) of ZeRO-1 is what
 // NewShardedOptimizer allocates: the moments of each rank's chunks, the
 // first data rank's exactly (the largest, which Itemize counts), no other
-// rank's more; and about 1/Data of the unsharded moments.
+// rank's more; and about 1/Data of the unsharded moments. Gathering them
+// for a save adds one parameter's buffer on the device, no more.
 func TestZeROMemory(t *testing.T) {
 	cfg := sweepConfig()
 	oc := OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8}
@@ -279,7 +280,21 @@ func TestZeROMemory(t *testing.T) {
 				}
 				defer o.Free()
 				got := b.MemStats().Allocated - before
+				// A save's gather holds one parameter's buffer beyond that
+				// on the device, not the whole moments.
+				largest := 0
+				for _, p := range m.Trainable() {
+					largest = max(largest, p.Value.Len())
+				}
+				st := b.MemStats()
+				if err := o.gatherMoments(func(_, _, n int) []float32 { return make([]float32, n) }); err != nil {
+					return err
+				}
+				peak := b.MemStats().Peak
 				mu.Lock()
+				if limit := max(st.Peak, st.Allocated+4*int64(largest)); peak > limit {
+					t.Errorf("%s rank %d: gathering the moments for a save peaked at %d bytes, above %d (one parameter's buffer)", name, g.Rank(), peak, limit)
+				}
 				defer mu.Unlock()
 				if g.At.Data == 0 && g.At.X == 0 && g.At.Y == 0 && g.At.Z == 0 && got != want {
 					t.Errorf("%s rank %d: ZeRO allocated %d bytes of moments, accounted %d", name, g.Rank(), got, want)
