@@ -180,21 +180,25 @@ func TestZeROEqualsAllReduce(t *testing.T) {
 // goes on bit for bit as the run without ZeRO resumed there does: the
 // same metrics, the same last checkpoint. In float32 and in mixed
 // precision (whose masters ZeRO updates in chunks and gathers for the
-// save), with synchronous and asynchronous saves.
+// save), with synchronous and asynchronous saves, and with adapters
+// (whose moments are sharded alike).
 func TestZeROCheckpoints(t *testing.T) {
 	cases := []struct {
 		precision   string
 		first, then comm.Grid
 		thenZero    int
 		async       bool
+		lora        int
 	}{
-		{"f32", comm.Grid{Data: 2, X: 2, Y: 1, Z: 1}, comm.Grid{Data: 4, X: 1, Y: 1, Z: 1}, 1, false},
-		{"bf16", comm.Grid{Data: 2, X: 1, Y: 1, Z: 2}, comm.Grid{Data: 1, X: 2, Y: 1, Z: 1}, 0, true},
+		{"f32", comm.Grid{Data: 2, X: 2, Y: 1, Z: 1}, comm.Grid{Data: 4, X: 1, Y: 1, Z: 1}, 1, false, 0},
+		{"bf16", comm.Grid{Data: 2, X: 1, Y: 1, Z: 2}, comm.Grid{Data: 1, X: 2, Y: 1, Z: 1}, 0, true, 0},
+		{"f32", comm.Grid{Data: 4, X: 1, Y: 1, Z: 1}, comm.Grid{Data: 2, X: 1, Y: 2, Z: 1}, 1, false, 4},
 	}
 	for _, c := range cases {
-		name := fmt.Sprintf("%s/%v→%v", c.precision, c.first, c.then)
+		name := fmt.Sprintf("%s/%v→%v/lora=%d", c.precision, c.first, c.then, c.lora)
 		cfg := shortRun(t)
 		cfg.Precision, cfg.SaveAsync = c.precision, c.async
+		cfg.LoRA.Rank = c.lora
 		run := func(zero, thenZero int) (string, []Metrics) {
 			r := cfg
 			r.Out = filepath.Join(t.TempDir(), fmt.Sprintf("zero%d", zero))
