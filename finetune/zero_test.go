@@ -2,6 +2,7 @@ package finetune
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -380,6 +381,74 @@ func TestZeROCountsEqualPerfmodel(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
+		}
+	}
+}
+
+// TestZeROSkipsNonFinite: a ZeRO step whose loss is not finite (one
+// target weighted 1e38: its w·CE overflows the float32 loss sum, while
+// the gradient, scaled by 1/Σw, stays finite) changes nothing on any
+// rank — no weight, no bf16 copy, no moment, no optimizer step — as the
+// unsharded step: every rank's AdamWStep skips on the same all-reduced
+// control values, and the all-gather copies the unchanged chunks.
+func TestZeROSkipsNonFinite(t *testing.T) {
+	cfg := sweepConfig()
+	weights := checkpoints.RandomWeights(cfg, 3)
+	batch := sweepBatches(cfg)[0]
+	batch.Weights = append([]float32(nil), batch.Weights...)
+	batch.Weights[1] = 1e38
+	oc := OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
+	for _, act := range []engine.DType{engine.F32, engine.BF16} {
+		shape := comm.Grid{Data: 2, X: 1, Y: 1, Z: 2}
+		err := launch.Local(shape, parallel.AllOverlap(), func(g *parallel.Grid) error {
+			b := cpu.New(cpu.Options{Threads: 1})
+			m, err := llama.New(b, cfg, llama.Options{Parallel: g, Activations: act})
+			if err != nil {
+				return err
+			}
+			defer m.Free()
+			if err := m.SetWeights(weights); err != nil {
+				return err
+			}
+			o, err := NewShardedOptimizer(b, m.Trainable(), oc, g.Data)
+			if err != nil {
+				return err
+			}
+			defer o.Free()
+			pass := func() map[string][]float32 {
+				out := map[string][]float32{}
+				for _, p := range m.Trainable() {
+					out[p.Name] = download(b, passWeight(p))
+					out["master "+p.Name] = download(b, p.Value)
+				}
+				return out
+			}
+			before := pass()
+			_, err = TrainStep(m, o, shareOf(batch, g.BatchRanks(), g.BatchRank(), sweepMicro), 1e-2, 1)
+			if !errors.Is(err, ErrNonFinite) {
+				return fmt.Errorf("%v rank %d: TrainStep: %v, want ErrNonFinite", act, g.Rank(), err)
+			}
+			if o.Step != 0 {
+				return fmt.Errorf("%v rank %d: optimizer step %d after a skipped step", act, g.Rank(), o.Step)
+			}
+			if err := numtest.Each(pass(), before, numtest.Equal[float32]); err != nil {
+				return fmt.Errorf("%v rank %d: weights changed: %w", act, g.Rank(), err)
+			}
+			mv, vv := o.Moments()
+			for i := range mv {
+				for _, t := range []*engine.Tensor{mv[i], vv[i]} {
+					if t == nil {
+						continue
+					}
+					if err := numtest.Equal(download(b, t), make([]float32, t.Len())); err != nil {
+						return fmt.Errorf("%v rank %d: moments changed: %w", act, g.Rank(), err)
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Error(err)
 		}
 	}
 }
