@@ -32,6 +32,7 @@ type Config struct {
 	Goldfish goldfish.Config `yaml:"goldfish"`
 
 	Optimizer OptimizerConfig `yaml:"optimizer"`
+	Zero      int             `yaml:"zero" help:"ZeRO stage over the data-parallel ranks: 0 none; 1 shards AdamW's moments, each data rank updating its 1/data of every tensor and all-gathering the updated weights (bit for bit stage 0's steps; checkpoints and resume on any grid as without); 2 (sharded gradients) is not implemented"`
 	Schedule  Schedule        `yaml:"schedule"`
 
 	BatchSize  int     `yaml:"batch_size" default:"8" resume:"same" help:"sequences per optimizer step (the global batch)"`
@@ -267,6 +268,14 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Optimizer.Validate(); err != nil {
 		return err
+	}
+	switch {
+	case c.Zero == 2:
+		return errors.New("finetune: zero: 2 (gradients sharded over the data ranks) is not implemented; zero: 1 shards the optimizer's moments")
+	case c.Zero < 0 || c.Zero > 2:
+		return fmt.Errorf("finetune: zero: %d (want 0 or 1)", c.Zero)
+	case c.Zero == 1 && c.Optimizer.Name != "adamw":
+		return fmt.Errorf("finetune: zero: 1 shards AdamW's moments; optimizer.name %s has none", c.Optimizer.Name)
 	}
 	s := c.Schedule
 	if s.Total == 0 {

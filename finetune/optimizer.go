@@ -44,6 +44,7 @@ type Optimizer struct {
 	params  []*engine.Param
 	m, v    []*engine.Tensor      // AdamW moments, parallel to params; nil for SGD
 	fused   []engine.AdamWTensors // params with their moments and decay, for AdamWStep
+	zero    *zeroShard            // ZeRO-1's chunks (zero.go); nil without
 	// Step counts the updates done; AdamW's bias correction uses it.
 	Step int
 }
@@ -77,16 +78,29 @@ func (o *Optimizer) weightDecay(p *engine.Param) float64 {
 // updateClipped is AdamW's Update as one fused step on the device,
 // clipping the gradients to maxNorm (≤ 0: no clipping) and skipping the
 // update when ctl's norm or loss is not finite (Backend.AdamWStep).
-func (o *Optimizer) updateClipped(lr, maxNorm float64, ctl *engine.Tensor) {
+func (o *Optimizer) updateClipped(lr, maxNorm float64, ctl *engine.Tensor) error {
 	o.Step++
 	o.backend.AdamWStep(o.fused, engine.AdamWParams{
 		LR: float32(lr), Beta1: float32(o.cfg.Beta1), Beta2: float32(o.cfg.Beta2),
 		Eps: float32(o.cfg.Eps), Step: o.Step,
 	}, float32(maxNorm), ctl)
+	if o.zero != nil {
+		// A step skipped on a non-finite norm or loss left every chunk
+		// as it was; gathering them is harmless.
+		if err := o.zero.gather(o.params, passWeight); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// Update applies one step at learning rate lr to every parameter.
+// Update applies one step at learning rate lr to every parameter. A
+// ZeRO optimizer (NewShardedOptimizer) updates by TrainStep's fused step
+// only: Update panics.
 func (o *Optimizer) Update(lr float64) {
+	if o.zero != nil {
+		panic("finetune: Update on a ZeRO optimizer: its step is TrainStep's fused AdamWStep")
+	}
 	o.Step++
 	for i, p := range o.params {
 		wd := o.weightDecay(p)
@@ -111,14 +125,17 @@ func (o *Optimizer) Update(lr float64) {
 }
 
 // Moments returns AdamW's state tensors (first and second moments),
-// parallel to the parameters; nil for SGD.
+// parallel to the parameters; nil for SGD. Under ZeRO (NewShardedOptimizer)
+// they are this rank's flat chunks (nil for an empty one).
 func (o *Optimizer) Moments() (m, v []*engine.Tensor) { return o.m, o.v }
 
 // Free releases the optimizer's state.
 func (o *Optimizer) Free() {
 	for i := range o.m {
-		o.backend.Free(o.m[i])
-		o.backend.Free(o.v[i])
+		if o.m[i] != nil {
+			o.backend.Free(o.m[i])
+			o.backend.Free(o.v[i])
+		}
 	}
 	o.m, o.v, o.fused = nil, nil, nil
 }

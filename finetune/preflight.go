@@ -91,6 +91,7 @@ func work(cfg Config, model *checkpoints.Config, store *data.Store, g comm.Grid,
 	if cfg.Optimizer.Name == "adamw" {
 		w.Moments = 2
 	}
+	w.Zero = cfg.Zero
 	w.Snapshot = cfg.SaveAsync
 	if cfg.EvalEvery > 0 && store.NumSequences(data.Holdout) > 0 {
 		batch := cfg.EvalBatch

@@ -286,10 +286,21 @@ func snapshotBytes(m *llama.Model, o *Optimizer) int64 {
 }
 
 // take copies this rank's pieces from the backend into the snapshot.
-func (s *snapshot) take(m *llama.Model, o *Optimizer) {
+// Under ZeRO it is collective over the data group: the masters are made
+// whole and the moments gathered to the writing rank (gatherSaved).
+func (s *snapshot) take(m *llama.Model, o *Optimizer) error {
 	ws, ms := rankPieces(m, o)
 	if s.bufs == nil {
 		s.bufs = map[[2]int][]float32{}
+	}
+	if o.zero != nil {
+		if err := o.syncMasters(); err != nil {
+			return err
+		}
+		if err := o.gatherSaved(m, s.bufs); err != nil {
+			return err
+		}
+		ms = nil // gathered
 	}
 	params := m.Trainable()
 	for _, p := range append(ws, ms...) {
@@ -300,6 +311,7 @@ func (s *snapshot) take(m *llama.Model, o *Optimizer) {
 		}
 		m.Backend().Download(s.bufs[key], t)
 	}
+	return nil
 }
 
 // source reads pieces from the snapshot.

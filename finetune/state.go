@@ -93,11 +93,23 @@ type SaveOptions struct {
 // error); then rank 0 writes the manifest, commits and prunes, and every
 // rank returns its result.
 func SaveCheckpoint(dir, name string, m *llama.Model, o *Optimizer, st TrainerState, opt SaveOptions) error {
+	src := deviceSource(m, o)
+	if o.zero != nil {
+		// ZeRO's masters and moments, made whole for the writing ranks.
+		h := hostMoments{}
+		if err := o.syncMasters(); err != nil {
+			return err
+		}
+		if err := o.gatherSaved(m, h); err != nil {
+			return err
+		}
+		src = withMoments(src, h)
+	}
 	sv, err := beginSave(dir, name, m, o, st, opt)
 	if err != nil {
 		return err
 	}
-	sv.sums, sv.err = sv.write(deviceSource(m, o))
+	sv.sums, sv.err = sv.write(src)
 	return sv.finish()
 }
 
@@ -408,7 +420,16 @@ func loadMoments(path string, m *llama.Model, o *Optimizer, moments parallel.Sli
 	if mv, vv := o.Moments(); mv != nil {
 		for i, p := range o.params {
 			for k, t := range []*engine.Tensor{mv[i], vv[i]} {
-				if err := m.ReadInto(moments, momentPrefixes[k]+p.Name, p, t); err != nil {
+				read := m.ReadInto
+				if o.zero != nil {
+					if t == nil {
+						continue // an empty chunk
+					}
+					read = func(src parallel.SliceReader, name string, _ *engine.Param, dst *engine.Tensor) error {
+						return o.readChunk(m, src, name, i, dst)
+					}
+				}
+				if err := read(moments, momentPrefixes[k]+p.Name, p, t); err != nil {
 					return fmt.Errorf("finetune: %s: %w", path, err)
 				}
 			}

@@ -42,6 +42,11 @@ var ErrNonFinite = errors.New("loss or gradient norm is not finite")
 // update, clipped and checked for a non-finite loss or norm there
 // (Backend.AdamWStep), has been issued, and are read after it. SGD reads
 // them before its update, which it clips on the host.
+//
+// With a ZeRO optimizer (NewShardedOptimizer) each data rank updates its
+// chunk of every parameter and the updated chunks are all-gathered before
+// TrainStep returns (zero.go): the result, and every rank's weights, are
+// bit for bit those of the unsharded step.
 func TrainStep(m *llama.Model, o *Optimizer, micro []llama.Batch, lr, maxNorm float64) (StepResult, error) {
 	res := StepResult{LR: lr}
 	var repWeight float64
@@ -81,7 +86,9 @@ func TrainStep(m *llama.Model, o *Optimizer, micro []llama.Batch, lr, maxNorm fl
 	}
 	fused := o.cfg.Name == "adamw"
 	if fused {
-		o.updateClipped(lr, maxNorm, sums.Control())
+		if err := o.updateClipped(lr, maxNorm, sums.Control()); err != nil {
+			return res, err
+		}
 	}
 	v := sums.Read()
 	res.Loss = v.Loss / res.Weight

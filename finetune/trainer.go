@@ -227,7 +227,7 @@ func OpenParallel(cfg Config, b engine.Backend, grid *parallel.Grid, resume stri
 			return fail(err)
 		}
 	}
-	if r.Opt, err = NewOptimizer(b, r.Model.Trainable(), cfg.Optimizer); err != nil {
+	if r.Opt, err = newRunOptimizer(cfg, r.Model); err != nil {
 		return fail(err)
 	}
 	if r.ident, err = r.identity(); err != nil {
@@ -414,7 +414,10 @@ func (r *Run) save(async bool) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	r.snap.take(r.Model, r.Opt)
+	if err := r.snap.take(r.Model, r.Opt); err != nil {
+		sv.abandon()
+		return "", err
+	}
 	p := &pendingSave{sv: sv, step: r.Step, path: r.checkpointPath(), done: make(chan struct{})}
 	src := r.snap.source()
 	go func() {

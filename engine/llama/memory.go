@@ -30,6 +30,11 @@ type Work struct {
 	// Moments are the optimizer's state tensors a parameter (AdamW 2,
 	// SGD 0), shaped like this rank's shards.
 	Moments int
+	// Zero is the ZeRO stage (finetune's NewShardedOptimizer): with 1
+	// and Grid.Data > 1 each data rank holds the moments of its
+	// comm.Chunk of every tensor's elements, the first data rank the
+	// largest (⌈n/Data⌉), which Optimizer counts.
+	Zero int
 	// Batch and SeqLen are one pass on a rank: its sequences and their
 	// tokens. SeqLen 0 sizes the parameters alone.
 	Batch, SeqLen int
@@ -154,6 +159,9 @@ func Itemize(cfg *checkpoints.Config, w Work) Items {
 		}
 		m.Gradients = engine.SumBytes(engine.MulBytes(ad, 4), int64(d.H)*4)
 		m.Optimizer = engine.MulBytes(moments, ad, 4)
+		if zeroShards(w) {
+			m.Optimizer = engine.MulBytes(moments, adapterChunks(cfg, a, w.Grid.Data), 4)
+		}
 		m.Activations = engine.SumBytes(passBytes(d, w), stepSumsBytes(cfg, w))
 		m.Gathered = engine.MulBytes(z.gather, int64(w.BaseDType.Size())) // the base gathered as held
 		if w.Snapshot {
@@ -169,6 +177,9 @@ func Itemize(cfg *checkpoints.Config, w Work) Items {
 	}
 	m.Gradients = engine.MulBytes(local, 4)
 	m.Optimizer = engine.MulBytes(moments, local, 4)
+	if zeroShards(w) {
+		m.Optimizer = engine.MulBytes(moments, shardChunks(cfg, w.Grid), 4)
+	}
 	m.Activations = engine.SumBytes(passBytes(d, w), stepSumsBytes(cfg, w))
 	// The gathered blocks are what the passes multiply by (passWeight):
 	// the bf16 copies in mixed precision; the gradient blocks float32.
@@ -290,6 +301,37 @@ func shardElements(cfg *checkpoints.Config, g comm.Grid, ov parallel.Overlap) (l
 		zbuf.grad += embed
 	}
 	return local, zbuf
+}
+
+// zeroShards reports whether w's moments are sharded over its data ranks.
+func zeroShards(w Work) bool { return w.Zero >= 1 && w.Grid.Data > 1 }
+
+// shardChunks counts the elements of the first data rank's ZeRO chunks
+// (⌈n/Data⌉ of each shard of n elements) of the shards of the rank at
+// x = y = z = 0, as shardElements counts the shards.
+func shardChunks(cfg *checkpoints.Config, g comm.Grid) int64 {
+	layers := int64(cfg.NumHiddenLayers)
+	var n int64
+	for _, s := range oneLayer(cfg).TensorSpecs() {
+		sh := parallel.ShardAt(g, 0, 0, 0, s.Name, s.Shape)
+		_, c := comm.Chunk(engine.Elements(parallel.LocalShape(s.Shape, sh)), g.Data, 0)
+		if isLayer(s.Name) {
+			n += int64(c) * layers
+		} else {
+			n += int64(c)
+		}
+	}
+	return n
+}
+
+// adapterChunks is shardChunks for a's adapters, whole on every rank.
+func adapterChunks(cfg *checkpoints.Config, a *checkpoints.AdapterConfig, data int) int64 {
+	var n int64
+	for _, s := range cfg.AdapterTensorSpecs(a) {
+		_, c := comm.Chunk(engine.Elements(s.Shape), data, 0)
+		n += int64(c)
+	}
+	return n
 }
 
 // zBuffers are the elements of the Z-sharding buffers: newZWeights'

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
 )
 
 // The collective operations, as Collective.Op names them.
@@ -21,14 +22,22 @@ const (
 	wireWeight                 // Z-gathered weights
 	wireStat                   // per-token statistics: RMSNorm's sums, cross-entropy's max, sum of exponentials and target logit
 	wireGrad                   // weight gradients
+	wireNorm                   // norm weights (float32: no bf16 copy), gathered by ZeRO
 )
 
-// bytes is an element's size as the engine sends it: float32 for all —
-// the activations and gathered weights memtrain's backends hold on a
-// tensor-parallel grid, and statistics and gradients as they are
-// accumulated. A Device's WireBytes may replace it for activations and
-// weights, to model an engine that sends them in bf16.
-func (w wire) bytes() int { return 4 }
+// bytes is an element's size as the engine sends it at precision p:
+// float32 for activations (their partial sums are added in float32 and
+// rounded once, in mixed precision too), statistics and gradients (as
+// they are accumulated); weights as the passes hold them, bf16 copies in
+// mixed precision (the Z all-gathers' and ZeRO's). A Device's WireBytes
+// may replace it for activations and weights, to model an engine that
+// sends them otherwise.
+func (w wire) bytes(p engine.Precision) int {
+	if w == wireWeight && p == engine.PrecisionBF16 {
+		return 2
+	}
+	return 4
+}
 
 // payload says whether WireBytes applies.
 func (w wire) payload() bool { return w == wireActivation || w == wireWeight }
@@ -161,14 +170,28 @@ func (c Collective) SentBytes() float64 { return c.SentElements() * float64(c.By
 //
 // Neither the embedding nor the head is recomputed. Calls over a group of
 // size 1 are omitted.
+//
+// Those are a float32 step's without ZeRO; CollectivesWith lists those of
+// o's precision and ZeRO stage.
 func Collectives(cfg *checkpoints.Config, s Step) ([]Collective, error) {
+	return CollectivesWith(cfg, s, Options{})
+}
+
+// CollectivesWith is Collectives at o's precision and ZeRO stage. In
+// mixed precision the Z all-gathers move the weights' bf16 copies (2
+// bytes an element). With ZeRO (o.Zero 1) the gradients are all-reduced
+// over data as without, and then each weight shard's updated elements —
+// the pass weights: bf16 copies in mixed precision, float32 otherwise;
+// the norm weights float32 — are all-gathered over data once a step
+// (finetune's zero.go), before the next forward can start.
+func CollectivesWith(cfg *checkpoints.Config, s Step, o Options) ([]Collective, error) {
 	if err := s.validate(cfg); err != nil {
 		return nil, err
 	}
-	return collectives(cfg, s), nil
+	return collectives(cfg, s, o), nil
 }
 
-func collectives(cfg *checkpoints.Config, s Step) []Collective {
+func collectives(cfg *checkpoints.Config, s Step, o Options) []Collective {
 	g := s.Grid
 	m := int64(s.MicroBatch) * int64(s.SeqLen)
 	n, L := s.MicroBatches, cfg.NumHiddenLayers
@@ -186,7 +209,7 @@ func collectives(cfg *checkpoints.Config, s Step) []Collective {
 			return
 		}
 		cs = append(cs, Collective{Name: name, Group: group, Op: op, GroupSize: p, Elements: elements,
-			Bytes: w.bytes(), payload: w.payload(), Calls: calls, RingFactor: RingFactor(op, p), Overlap: ov})
+			Bytes: w.bytes(o.Precision), payload: w.payload(), Calls: calls, RingFactor: RingFactor(op, p), Overlap: ov})
 	}
 	// zSharded adds the Z and data traffic of one weight (or of every
 	// layer's copy of it: k = L).
@@ -195,11 +218,17 @@ func collectives(cfg *checkpoints.Config, s Step) []Collective {
 		add(name+" weight (backward)", GroupZ, OpAllGather, block, wireWeight, bwdGathers*k*n, HiddenByCompute)
 		add(name+" gradient", GroupZ, OpReduceScatter, block, wireGrad, k*n, HiddenByCompute)
 		add(name+" gradient", GroupData, OpAllReduce, block/int64(g.Z), wireGrad, k, HiddenByLastBackward)
+		if o.Zero >= 1 {
+			add(name+" updated weight (ZeRO)", GroupData, OpAllGather, block/int64(g.Z), wireWeight, k, Blocking)
+		}
 	}
 	norm := func(name string, k, fwdCalls int) {
 		add(name+" sum of squares", GroupX, OpAllReduce, m, wireStat, fwdCalls*k*n, Blocking)
 		add(name+" backward sum", GroupX, OpAllReduce, m, wireStat, k*n, Blocking)
 		add(name+" weight gradient", GroupDataZ, OpAllReduce, hx, wireGrad, k, HiddenByLastBackward)
+		if o.Zero >= 1 {
+			add(name+" updated weight (ZeRO)", GroupData, OpAllGather, hx, wireNorm, k, Blocking)
+		}
 	}
 
 	add("embed_tokens forward output", GroupY, OpAllReduce, m*hx, wireActivation, n, Blocking)

@@ -1,7 +1,10 @@
 package perfmodel
 
 import (
+	"strings"
 	"testing"
+
+	"github.com/memtrain/memtrain/engine"
 
 	"github.com/memtrain/memtrain/internal/numtest"
 )
@@ -312,5 +315,58 @@ func TestCollectivesScale(t *testing.T) {
 	}
 	if err := numtest.Scalar(four[GroupZ]/one[GroupZ], 4, numtest.Tol{Abs: 1e-9}); err != nil {
 		t.Errorf("z traffic with 4× the micro-batches, in one's: %v", err)
+	}
+}
+
+// TestCollectivesBF16AndZeRO: in mixed precision the Z all-gathers move
+// the weights' bf16 copies (2 bytes an element) and nothing else changes
+// size; ZeRO (Zero 1) adds, over data, one all-gather a weight of its
+// updated shard — every element of the rank's shards once (ShardParams),
+// bf16 matrices in mixed precision, float32 norms — leaving the rest as
+// without.
+func TestCollectivesBF16AndZeRO(t *testing.T) {
+	cfg := smallConfig(t)
+	s := Step{Grid: Grid{Data: 2, X: 2, Y: 1, Z: 2}, SeqLen: 16, MicroBatch: 2, MicroBatches: 2}
+	base := func(o Options) map[key]Collective {
+		cs, err := CollectivesWith(cfg, s, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return byKey(t, cs)
+	}
+	f32 := base(Options{})
+	for _, o := range []Options{{Precision: engine.PrecisionBF16}, {Zero: 1}, {Precision: engine.PrecisionBF16, Zero: 1}} {
+		got := base(o)
+		var gathered int64
+		for k, c := range got {
+			ref, ok := f32[k]
+			switch {
+			case k.op == OpAllGather && k.group == GroupData:
+				if ok || o.Zero == 0 || c.Calls == 0 {
+					t.Errorf("%+v: %v: %+v", o, k, c)
+				}
+				gathered += c.Elements * int64(c.Calls)
+				wantBytes := 4
+				if o.Precision == engine.PrecisionBF16 && !strings.Contains(k.name, "norm") {
+					wantBytes = 2
+				}
+				if c.Bytes != wantBytes {
+					t.Errorf("%+v: %v: %d bytes an element, want %d", o, k, c.Bytes, wantBytes)
+				}
+			case !ok:
+				t.Errorf("%+v: unexpected %v", o, k)
+			case k.op == OpAllGather && k.group == GroupZ && o.Precision == engine.PrecisionBF16:
+				if c.Bytes != 2 || ref.Bytes != 4 {
+					t.Errorf("%+v: %v: %d bytes an element (float32 %d), want 2", o, k, c.Bytes, ref.Bytes)
+				}
+			default:
+				if c != ref {
+					t.Errorf("%+v: %v: %+v, want %+v", o, k, c, ref)
+				}
+			}
+		}
+		if o.Zero == 1 && gathered != ShardParams(cfg, s.Grid) {
+			t.Errorf("%+v: ZeRO gathers %d elements, the rank holds %d", o, gathered, ShardParams(cfg, s.Grid))
+		}
 	}
 }

@@ -18,7 +18,8 @@ type Memory struct {
 	Weights int64 `json:"weights"`
 	// Gradients is the shards' gradients.
 	Gradients int64 `json:"gradients"`
-	// Optimizer is AdamW's two moments.
+	// Optimizer is AdamW's two moments (with Options.Zero, the first
+	// data rank's chunks of them).
 	Optimizer int64 `json:"optimizer"`
 	// Activations is the micro-batch's workspace: saved activations,
 	// activation gradients, a chunk of logits, the grid's scratch.
@@ -66,7 +67,8 @@ func EstimateMemory(cfg *checkpoints.Config, s Step, o Options) (Memory, error) 
 
 // Work is the engine's description of step s on a rank: s.MicroBatches
 // micro-batches of s.MicroBatch sequences (each (data, z) coordinate's),
-// AdamW's two moments, the overlap o asks for.
+// AdamW's two moments (ZeRO's chunks of them with o.Zero), the overlap
+// o asks for.
 func (s Step) Work(o Options) llama.Work {
 	ov := parallel.AllOverlap()
 	if o.NoOverlap {
@@ -75,7 +77,7 @@ func (s Step) Work(o Options) llama.Work {
 	g := s.Grid
 	return llama.Work{Grid: comm.Grid{Data: g.Data, X: g.X, Y: g.Y, Z: g.Z}, Overlap: ov, Train: true,
 		Recompute: s.Recompute, Moments: 2, Batch: s.MicroBatch, SeqLen: s.SeqLen, Micro: s.MicroBatches,
-		Activations: o.Precision.Activations()}
+		Activations: o.Precision.Activations(), Zero: o.Zero}
 }
 
 // computes says whether the engine computes step s at o's precision on

@@ -114,3 +114,31 @@ func TestEightBOnH200(t *testing.T) {
 	t.Logf("8B at 8192 tokens: %v, micro-batch %d, recompute %v, %.1f GiB a GPU of %.1f usable (modelled step %.2f s)",
 		best.Grid, best.MicroBatch, best.Recompute, float64(best.Memory.Total())/(1<<30), float64(usable)/(1<<30), best.StepSeconds)
 }
+
+// TestEstimateMemoryZeRO: with ZeRO the moments are 8 bytes an element of
+// the first data rank's chunks: ⌈n/Data⌉ of each of the rank's tensors
+// (here every one divides, so exactly 1/Data of them); nothing else
+// changes.
+func TestEstimateMemoryZeRO(t *testing.T) {
+	cfg := smallConfig(t)
+	for _, g := range []Grid{{2, 1, 1, 1}, {4, 2, 1, 2}, {8, 1, 2, 1}} {
+		s := Step{Grid: g, SeqLen: 16, MicroBatch: 2, MicroBatches: 2}
+		for _, prec := range []engine.Precision{engine.PrecisionF32, engine.PrecisionBF16} {
+			whole, err := EstimateMemory(cfg, s, Options{Precision: prec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			zero, err := EstimateMemory(cfg, s, Options{Precision: prec, Zero: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := 8 * ShardParams(cfg, g) / int64(g.Data); zero.Optimizer != want || whole.Optimizer != 8*ShardParams(cfg, g) {
+				t.Errorf("%v %v: moments %d bytes with ZeRO, %d without; want %d and %d", g, prec, zero.Optimizer, whole.Optimizer, want, 8*ShardParams(cfg, g))
+			}
+			zero.Optimizer = whole.Optimizer
+			if zero != whole {
+				t.Errorf("%v %v: ZeRO changed more than the moments: %+v, without %+v", g, prec, zero, whole)
+			}
+		}
+	}
+}

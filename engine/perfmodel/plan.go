@@ -76,6 +76,10 @@ type Options struct {
 	// llama.CheckActivations accepts (every one), so that Search tries
 	// only those.
 	Precision engine.Precision
+	// Zero is the ZeRO stage (finetune's zero): 1 shards AdamW's moments
+	// over the data ranks, which all-gather the updated weights once a
+	// step (Collectives, EstimateMemory).
+	Zero int
 	// Recompute restricts Search's recomputation choice.
 	Recompute Recompute
 	// NoOverlap serialises communication and compute; by default the
@@ -197,7 +201,7 @@ func newShape(cfg *checkpoints.Config, seqLen int) *shape {
 
 func estimate(sh *shape, dev Device, s Step, o Options, mem Memory) (Plan, error) {
 	cfg, g := sh.cfg, s.Grid
-	p := Plan{Step: s, Memory: mem, Collectives: collectives(cfg, s)}
+	p := Plan{Step: s, Memory: mem, Collectives: collectives(cfg, s, o)}
 	share := dev.share(g)
 	st, err := stepTime(cfg, dev, s, o, share)
 	if err != nil {
