@@ -1,10 +1,13 @@
 package finetune
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/data"
+	"github.com/memtrain/memtrain/data/tokenizer"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/comm"
 	"github.com/memtrain/memtrain/engine/llama"
@@ -37,7 +40,11 @@ func Preflight(cfg Config, g comm.Grid, ov parallel.Overlap, have []engine.Devic
 	if err := checkBatch(cfg, store); err != nil {
 		return err
 	}
-	if err := checkDataFits(cfg, store, model); err != nil {
+	files, err := checkpoints.ReadTokenizerFiles(cfg.Model)
+	if err != nil {
+		return err
+	}
+	if err := checkDataFits(cfg, store, model, files); err != nil {
 		return err
 	}
 	w, err := work(cfg, model, store, g, ov)
@@ -50,11 +57,19 @@ func Preflight(cfg Config, g comm.Grid, ov parallel.Overlap, have []engine.Devic
 	return nil
 }
 
-// checkDataFits refuses a dataset the model cannot take: more token ids
-// than its vocabulary, longer sequences than its positions. The preflight
-// runs it before a run folder is made, the run again on what it opened.
-func checkDataFits(cfg Config, store *data.Store, model *checkpoints.Config) error {
+// checkDataFits refuses a dataset the model cannot take: tokens of another
+// tokenizer than the model's (its files, when it carries them), more token
+// ids than its vocabulary, longer sequences than its positions. The
+// preflight runs it before a run folder is made, the run again on what it
+// opened.
+func checkDataFits(cfg Config, store *data.Store, model *checkpoints.Config, files map[string][]byte) error {
 	man := store.Manifest()
+	if tj, ok := files[tokenizer.FileName]; ok {
+		sum := sha256.Sum256(tj)
+		if got := hex.EncodeToString(sum[:]); got != man.Tokenizer.SHA256 {
+			return fmt.Errorf("finetune: %s was tokenized with another tokenizer than %s's (tokenizer hash %.12s…, the model's %.12s…)", cfg.Data, cfg.Model, man.Tokenizer.SHA256, got)
+		}
+	}
 	if man.Tokenizer.VocabSize > model.VocabSize {
 		return fmt.Errorf("finetune: %s: vocabulary of %d tokens, the model has %d", cfg.Data, man.Tokenizer.VocabSize, model.VocabSize)
 	}

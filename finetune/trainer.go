@@ -1,8 +1,6 @@
 package finetune
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -168,17 +166,11 @@ func OpenParallel(cfg Config, b engine.Backend, grid *parallel.Grid, resume stri
 		r.Close()
 		return nil, err
 	}
-	man := store.Manifest()
+
 	if r.files, err = checkpoints.ReadTokenizerFiles(cfg.Model); err != nil {
 		return fail(err)
 	}
-	if tj, ok := r.files[tokenizer.FileName]; ok {
-		sum := sha256.Sum256(tj)
-		if got := hex.EncodeToString(sum[:]); got != man.Tokenizer.SHA256 {
-			return fail(fmt.Errorf("finetune: %s was tokenized with another tokenizer than %s's (tokenizer hash %.12s…, the model's %.12s…)", cfg.Data, cfg.Model, man.Tokenizer.SHA256, got))
-		}
-	}
-	if err := checkDataFits(cfg, store, ck.Config); err != nil {
+	if err := checkDataFits(cfg, store, ck.Config, r.files); err != nil {
 		return fail(err)
 	}
 	if cfg.Samples.Every > 0 {

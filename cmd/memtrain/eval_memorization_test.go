@@ -204,7 +204,7 @@ func TestEvalMemorizationReference(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct{ ref, want string }{
-		{filepath.Join(t.TempDir(), "none"), "eval memorization: --reference-model: finetune: model"},
+		{filepath.Join(t.TempDir(), "none"), "eval memorization: --reference-model: model "},
 		{other, "vocabulary of 128256 tokens, the model's 32000: want the same tokenizer"},
 		{edited, "tokenizer.json differs from the model's"},
 	} {
