@@ -43,6 +43,7 @@ type planFlags struct {
 	latency     float64 // µs
 	latencySet  bool    // --latency given (0 is a latency)
 	microBatch  int
+	zero        int
 	fsBandwidth float64 // GB/s
 	precision   string
 	measured    string // bench step JSON lines
@@ -177,6 +178,7 @@ Devices:
 	fl.Float64Var(&f.latency, "latency", 0, "override the device's latency of a collective call, µs (0 or more)")
 	fl.Float64Var(&f.fsBandwidth, "fs-bandwidth", perfmodel.DefaultFSBandwidth/1e9, "the shared filesystem's aggregate write bandwidth, GB/s, for the checkpoint's save time")
 	fl.IntVar(&f.microBatch, "micro-batch", 0, "sequences per micro-batch over the whole grid, as finetune's micro_batch (default: try every size)")
+	fl.IntVar(&f.zero, "zero", 0, "the ZeRO stage, as finetune's zero: 0 (none) or 1 (AdamW's moments sharded over the data ranks)")
 	fl.StringVar(&f.precision, "precision", "f32", "the engine's precision, as finetune's precision: f32, or bf16 (mixed)")
 	fl.StringVar(&f.measured, "measured", "", "'memtrain bench step' results (JSON lines) whose measured steps replace the modelled ones they match")
 	return cmd
@@ -249,6 +251,8 @@ func runPlan(out io.Writer, f planFlags) error {
 		return fmt.Errorf("plan: --global-batch-tokens %d: want 1 to %d", f.batchTokens, int64(maxPlanBatchTokens))
 	case f.top > units.MaxCount:
 		return fmt.Errorf("plan: --top %d: want 0 (all) to %d", f.top, units.MaxCount)
+	case f.zero != 0 && f.zero != 1:
+		return fmt.Errorf("plan: --zero %d: want 0 or 1", f.zero)
 	case f.microBatch > units.MaxCount:
 		return fmt.Errorf("plan: --micro-batch %d: want 1 to %d", f.microBatch, units.MaxCount)
 	}
@@ -279,7 +283,7 @@ func runPlan(out io.Writer, f planFlags) error {
 	if batch == 0 {
 		batch = int64(f.gpus) * int64(seq)
 	}
-	opt := perfmodel.Options{Precision: prec, Recompute: rec, NoOverlap: !f.overlap, Efficiency: f.efficiency, TopK: f.top, MicroBatch: f.microBatch, FSBandwidth: f.fsBandwidth * 1e9}
+	opt := perfmodel.Options{Precision: prec, Recompute: rec, NoOverlap: !f.overlap, Efficiency: f.efficiency, TopK: f.top, MicroBatch: f.microBatch, FSBandwidth: f.fsBandwidth * 1e9, Zero: f.zero}
 	if f.measured != "" {
 		if opt.Measured, err = perfmodel.ReadMeasurements(f.measured); err != nil {
 			return fmt.Errorf("plan: --measured: %w", err)

@@ -414,3 +414,36 @@ func TestPlanMeasured(t *testing.T) {
 		t.Errorf("a missing file: status %d, %s", code, errs)
 	}
 }
+
+// TestPlanZeRO: --zero 1 shards AdamW's moments over the data ranks — a
+// data-parallel grid's optimizer memory per GPU shrinks by the data size —
+// and a stage the engine has not is refused.
+func TestPlanZeRO(t *testing.T) {
+	args := []string{"--model", "llama3.1-8b", "--gpus", "8", "--gpu", "h200", "--seq-len", "4096", "--precision", "bf16", "--top", "0"}
+	optimizer := func(r planJSON) map[[4]int]int64 {
+		m := map[[4]int]int64{}
+		for _, p := range r.Plans {
+			g := p.Grid
+			m[[4]int{g.Data, g.X, g.Y, g.Z}] = p.Memory["optimizer"]
+		}
+		return m
+	}
+	without, with := optimizer(runPlanJSON(t, args...)), optimizer(runPlanJSON(t, append(args, "--zero", "1")...))
+	compared := 0
+	for g, b := range without {
+		z, ok := with[g]
+		if !ok || g[0] == 1 {
+			continue
+		}
+		compared++
+		if want := (b + int64(g[0]) - 1) / int64(g[0]); z > want+(1<<20) || z < want-(1<<20) {
+			t.Errorf("grid %v: optimizer %d bytes with --zero 1, want about %d (%d ÷ %d)", g, z, want, b, g[0])
+		}
+	}
+	if compared == 0 {
+		t.Errorf("no data-parallel grid planned both ways: %v, %v", without, with)
+	}
+	if _, errs, code := memtrain(t, "", append([]string{"plan", "--zero", "2"}, args...)...); code != 1 || !strings.Contains(errs, "--zero 2: want 0 or 1") {
+		t.Errorf("--zero 2: exit %d, %q", code, errs)
+	}
+}
