@@ -177,6 +177,17 @@ func (r *Runner) Run() (*report.Written, error) {
 	return rep, nil
 }
 
+// WriteReport writes the report of the study in dir from its finished
+// arms (report.Write), titled, as Run titles it, with the name in the
+// spec.yaml the folder keeps (untitled when that cannot be read).
+func WriteReport(dir string) (*report.Written, error) {
+	opt := report.Options{}
+	if s, err := ReadSpec(filepath.Join(dir, "spec.yaml")); err == nil {
+		opt.Title = s.Name
+	}
+	return report.Write(dir, opt)
+}
+
 // claim creates the output folder and records the spec in it, or checks
 // that the folder holds the same spec (so that resuming never mixes two
 // studies).

@@ -163,6 +163,22 @@ type InspectOptions struct {
 	Recompute bool
 }
 
+// AdapterLoRA is the lora block of the LoRA adapter of ref, as
+// InspectOptions.LoRA sizes it: its rank, alpha, rsLoRA and projections.
+func AdapterLoRA(ref ModelRef) (LoRA, error) {
+	cfg, err := checkpoints.ReadConfig(ref.Dir)
+	if err != nil {
+		return LoRA{}, err
+	}
+	ad, err := checkpoints.OpenAdapter(ref.Adapter, cfg)
+	if err != nil {
+		return LoRA{}, err
+	}
+	defer ad.Close()
+	c := ad.Config
+	return LoRA{Rank: c.R, Alpha: c.LoRAAlpha, RSLoRA: c.UseRSLoRA, Targets: strings.Join(c.TargetModules, ",")}, nil
+}
+
 // InspectModel reports on the model of cfg, named source: a checkpoint's
 // (ck, whose stored weights and tokenizer the report adds) or a preset's
 // (ck nil).

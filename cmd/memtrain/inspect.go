@@ -86,16 +86,11 @@ func runInspect(cmd *cobra.Command, args []string, f inspectFlags) error {
 			return fmt.Errorf("inspect: %w", err)
 		}
 		if ref.Adapter != "" && f.lora == 0 {
-			cfg, err := checkpoints.ReadConfig(ref.Dir)
+			lc, err := finetune.AdapterLoRA(ref)
 			if err != nil {
 				return fmt.Errorf("inspect: %w", err)
 			}
-			ad, err := checkpoints.OpenAdapter(ref.Adapter, cfg)
-			if err != nil {
-				return fmt.Errorf("inspect: %w", err)
-			}
-			f.lora, f.loraTargets, f.loraAlpha, f.loraRSLoRA = ad.Config.R, strings.Join(ad.Config.TargetModules, ","), ad.Config.LoRAAlpha, ad.Config.UseRSLoRA
-			ad.Close()
+			f.lora, f.loraTargets, f.loraAlpha, f.loraRSLoRA = lc.Rank, lc.Targets, lc.Alpha, lc.RSLoRA
 		}
 		args = []string{ref.Dir}
 	} else if len(args) == 1 {
