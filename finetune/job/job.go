@@ -30,11 +30,11 @@ type Job struct {
 }
 
 // New checks that cfg can run on l's ranks: what each will allocate
-// against what its device has free (finetune.Preflight against l.Memory; a memory
-// error that the held-out evaluation's batch alone causes names
-// eval_batch), and that an epochs-long run counts at most units.MaxCount
-// steps. cfg.Model must be a checkpoint folder (finetune.ResolveAdapted's
-// Dir).
+// against what its device has free (finetune.Preflight against
+// l.Memory; a memory error that the held-out evaluation's batch alone
+// causes names eval_batch), and that an epochs-long run counts at most
+// units.MaxCount steps. cfg.Model must be a checkpoint folder
+// (finetune.ResolveAdapted's Dir).
 func New(cfg finetune.Config, l *launch.Launcher) (*Job, error) {
 	have, err := l.Memory()
 	if err != nil {
