@@ -959,7 +959,7 @@ func (r *Runner) finetune(cfg finetune.Config, phase, shown string) (string, err
 	if err != nil {
 		return "", err
 	}
-	la, err := job.New(cfg, l)
+	j, err := job.New(cfg, l)
 	if err != nil {
 		return "", fmt.Errorf("experiments: %s: %w", phase, err)
 	}
@@ -967,7 +967,7 @@ func (r *Runner) finetune(cfg finetune.Config, phase, shown string) (string, err
 	// Without a checkpoint there is nothing to continue: a folder left by
 	// a run killed before its first save starts over.
 	h := finetune.Hooks{Resume: resume, Replace: resume == "", Stop: r.Stop}
-	res, _, err := la.Train(h, job.Report{
+	res, _, err := j.Train(h, job.Report{
 		Warn: func(w string) { r.logf("warning: %s: %s", phase, w) },
 		Started: func(run *finetune.Run) {
 			if run.Step < run.Steps {

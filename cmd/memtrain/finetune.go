@@ -117,7 +117,7 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 		return fmt.Errorf("finetune: model %s is a LoRA adapter on %s: fine-tune the base (model: %s) and start from the adapter with lora.init: %s", cfg.Model, ref.Dir, ref.Dir, ref.Adapter)
 	}
 	cfg.Model = ref.Dir
-	la, err := job.New(cfg, l)
+	j, err := job.New(cfg, l)
 	if err != nil {
 		return err
 	}
@@ -131,7 +131,7 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 	// reports.
 	stderr := cmd.ErrOrStderr()
 	var bar *progressbar.ProgressBar
-	res, lead, err := la.Train(h, job.Report{
+	res, lead, err := j.Train(h, job.Report{
 		Warn: func(w string) { fmt.Fprintln(stderr, "memtrain: warning: "+oneLine(w)) },
 		Started: func(run *finetune.Run) {
 			if run.Step > 0 && run.Step < run.Steps {
