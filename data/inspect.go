@@ -1,10 +1,16 @@
 package data
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"math/bits"
+	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/memtrain/memtrain/data/tokenizer"
+	"github.com/memtrain/memtrain/internal/units"
 )
 
 // InspectOptions says what Inspect samples.
@@ -163,4 +169,143 @@ func (m *Manifest) Where(source string, line int64) string {
 		}
 	}
 	return Problem{Source: source, Line: line, Row: row}.Where()
+}
+
+// WriteText writes the report as `memtrain data inspect` prints it: the
+// manifest's tokenizer, settings, sources, counts per split and bad
+// records, the histograms, and the samples (text or ids, clipped to about
+// 400 bytes).
+func (r *Inspection) WriteText(w io.Writer) error {
+	bw := bufio.NewWriter(w) // keeps the first write error for Flush
+	m := r.Manifest
+	set, tk := m.Settings, m.Tokenizer
+	yes := map[bool]string{true: "yes", false: "no"}
+	fmt.Fprintf(bw, "dataset   %s (%s v%d, %s tokens)\n", r.Dataset, m.Format, m.Version, m.DType)
+	fmt.Fprintf(bw, "tokenizer sha256 %s, vocab %d, bos %d, eos %d\n", tk.SHA256, tk.VocabSize, tk.BOS, tk.EOS)
+	fmt.Fprintf(bw, "settings  %s mode, seq_len %d, bos %s, eos %s, pad %d, holdout %g (seed %d)\n",
+		set.Mode, set.SeqLen, yes[set.BOS], yes[set.EOS], set.PadID, set.Holdout, set.Seed)
+	var bytes int64
+	for _, s := range m.Sources {
+		bytes += s.Bytes
+	}
+	m.writeChat(bw)
+	fmt.Fprintf(bw, "sources   %d, %s\n", len(m.Sources), units.FormatBytes(bytes))
+	for _, s := range m.Sources {
+		fmt.Fprintf(bw, "  %s (%s, %s, sha256 %.12s…): %s documents, %s bad\n",
+			s.Path, s.Format, units.FormatBytes(s.Bytes), s.SHA256, units.Commas(s.Documents), units.Commas(s.Problems))
+	}
+	fmt.Fprintf(bw, "\n%-8s %12s %14s %12s %14s %12s %10s\n", "split", "documents", "tokens", "sequences", "targets", "padding", "truncated")
+	for _, row := range []struct {
+		name string
+		c    Counts
+	}{{"train", m.Splits.Train.Counts}, {"holdout", m.Splits.Holdout.Counts}, {"total", m.Counts}} {
+		fmt.Fprintf(bw, "%-8s %12s %14s %12s %14s %12s %10s\n", row.name, units.Commas(row.c.Documents), units.Commas(row.c.Tokens),
+			units.Commas(row.c.Sequences), units.Commas(row.c.Targets), units.Commas(row.c.Padding), units.Commas(row.c.TruncatedDocuments))
+	}
+	fmt.Fprintln(bw)
+	m.Problems.writeText(bw)
+	if len(r.DocumentLengths) > 0 {
+		fmt.Fprintln(bw)
+		writeHistogram(bw, "document lengths (tokens)", r.DocumentLengths)
+	}
+	if len(r.SequenceTargets) > 0 {
+		fmt.Fprintln(bw)
+		writeHistogram(bw, "targets per sequence", r.SequenceTargets)
+	}
+	for _, s := range r.Samples {
+		masked := ""
+		if m.Settings.Chat != nil {
+			masked = fmt.Sprintf(" (%d prompt targets masked)", s.Masked)
+		}
+		fmt.Fprintf(bw, "\n%s sequence %d: document %d (%s), %d targets%s\n", s.Split, s.Sequence, s.Document,
+			m.Where(s.Source, s.Line), s.Targets, masked)
+		if s.Text != nil {
+			fmt.Fprintf(bw, "  %s\n", clipText(strconv.Quote(*s.Text), 400))
+		} else {
+			fmt.Fprintf(bw, "  ids %s\n", clipText(fmt.Sprint(s.IDs), 400))
+		}
+	}
+	return bw.Flush()
+}
+
+// WriteSummary writes what a dataset holds, as `memtrain data prepare`
+// ends by printing it: its documents, sequences and tokens per split, a
+// chat dataset's template and loss mask, and its bad records.
+func (m *Manifest) WriteSummary(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	c, tr, ho := m.Counts, m.Splits.Train, m.Splits.Holdout
+	set := m.Settings
+	fmt.Fprintf(bw, "documents %s (train %s, holdout %s), tokens %s\n",
+		units.Commas(c.Documents), units.Commas(tr.Documents), units.Commas(ho.Documents), units.Commas(c.Tokens))
+	fmt.Fprintf(bw, "sequences %s (train %s, holdout %s) of %d, %s mode; targets %s, padding %s",
+		units.Commas(c.Sequences), units.Commas(tr.Sequences), units.Commas(ho.Sequences), set.SeqLen, set.Mode,
+		units.Commas(c.Targets), units.Commas(c.Padding))
+	if set.Mode == ModeDocument {
+		fmt.Fprintf(bw, "; truncated %s documents (%s tokens)", units.Commas(c.TruncatedDocuments), units.Commas(c.TruncatedTokens))
+	}
+	fmt.Fprintln(bw)
+	m.writeChat(bw)
+	m.Problems.writeText(bw)
+	return bw.Flush()
+}
+
+// writeChat says, for a chat dataset, where its template came from and
+// how many targets its loss mask leaves out.
+func (m *Manifest) writeChat(w io.Writer) {
+	ch := m.Settings.Chat
+	if ch == nil {
+		return
+	}
+	date := ""
+	if ch.Date != "" {
+		date = ", date " + ch.Date
+	}
+	c := m.Counts
+	all := c.Targets + c.Masked
+	pct := 0.0
+	if all > 0 {
+		pct = 100 * float64(c.Masked) / float64(all)
+	}
+	fmt.Fprintf(w, "chat      template %s (sha256 %.12s…%s); loss on assistant tokens only: %s of %s targets masked (%.1f%%), %s trained\n",
+		ch.Template, ch.TemplateSHA256, date, units.Commas(c.Masked), units.Commas(all), pct, units.Commas(c.Targets))
+}
+
+// writeText writes the counts of bad records and their examples.
+func (ps *Problems) writeText(w io.Writer) {
+	fmt.Fprintf(w, "bad records: %s\n", ps.String())
+	for _, p := range ps.Examples {
+		fmt.Fprintf(w, "  %s\n", p)
+	}
+	if n := ps.Total() - int64(len(ps.Examples)); n > 0 {
+		fmt.Fprintf(w, "  … and %d more\n", n)
+	}
+}
+
+// writeHistogram writes a histogram's buckets as bars of up to 40
+// blocks, the largest count the longest.
+func writeHistogram(w io.Writer, title string, h []Bucket) {
+	fmt.Fprintln(w, title)
+	var most int64
+	for _, b := range h {
+		most = max(most, b.Count)
+	}
+	width := len(strconv.FormatInt(h[len(h)-1].Hi, 10))
+	for _, b := range h {
+		bar := 0
+		if most > 0 {
+			bar = int((b.Count*40 + most - 1) / most)
+		}
+		fmt.Fprintf(w, "  %*d–%-*d %s %s\n", width, b.Lo, width, b.Hi, strings.Repeat("█", bar), units.Commas(b.Count))
+	}
+}
+
+// clipText shortens s to about n bytes, on a rune boundary.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }

@@ -2,6 +2,7 @@ package data
 
 import (
 	"encoding/json"
+	"errors"
 	"math"
 	"path/filepath"
 	"slices"
@@ -170,6 +171,62 @@ func TestManifestWhere(t *testing.T) {
 	} {
 		if got := m.Where(c.source, c.line); got != c.want {
 			t.Errorf("Where(%q, %d) = %q, want %q", c.source, c.line, got, c.want)
+		}
+	}
+}
+
+// TestInspectionWriteText: the text report carries the manifest's
+// counts, each histogram as bars scaled to the largest bucket (40
+// blocks), and each sample, clipped.
+func TestInspectionWriteText(t *testing.T) {
+	s := buildStore(t, Settings{Mode: ModeDocument, SeqLen: 4, BOS: true, EOS: true},
+		[]int32{10, 11, 12}, []int32{20}, []int32{30, 31})
+	in, err := Inspect(s, InspectOptions{Samples: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := in.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	got := b.String()
+	full, half := strings.Repeat("█", 40), strings.Repeat("█", 20)
+	for _, want := range []string{
+		"settings  document mode, seq_len 4, bos yes, eos yes, pad 2, holdout 0 (seed 0)\n",
+		"total               3             12            3              9            3          0\n",
+		"bad records: none\n",
+		"document lengths (tokens)\n  2–3 " + half + " 1\n  4–7 " + full + " 2\n",
+		"targets per sequence\n  2–3 " + full + " 2\n  4–7 " + half + " 1\n",
+		"train sequence 0: document 0 (hand:1), 4 targets\n",
+		"  ids [1 10 11 12 2]\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("report lacks %q:\n%s", want, got)
+		}
+	}
+	// A short writer's error is the report's.
+	if err := in.WriteText(failingWriter{}); err == nil {
+		t.Error("WriteText to a failing writer: no error")
+	}
+}
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+
+func TestClipText(t *testing.T) {
+	for _, c := range []struct {
+		s    string
+		n    int
+		want string
+	}{
+		{"hello", 5, "hello"},
+		{"hello", 3, "hel…"},
+		{"héllo", 2, "h…"}, // not inside é's two bytes
+		{"", 0, ""},
+	} {
+		if got := clipText(c.s, c.n); got != c.want {
+			t.Errorf("clipText(%q, %d) = %q, want %q", c.s, c.n, got, c.want)
 		}
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/experiments/report"
 	"github.com/memtrain/memtrain/finetune"
+	"github.com/memtrain/memtrain/finetune/job"
 	"github.com/memtrain/memtrain/internal/atomicfile"
 	"github.com/memtrain/memtrain/internal/inputfile"
 	"github.com/memtrain/memtrain/internal/units"
@@ -174,6 +175,17 @@ func (r *Runner) Run() (*report.Written, error) {
 	}
 	r.logf("report: %s", rep.Markdown)
 	return rep, nil
+}
+
+// WriteReport writes the report of the study in dir from its finished
+// arms (report.Write), titled, as Run titles it, with the name in the
+// spec.yaml the folder keeps (untitled when that cannot be read).
+func WriteReport(dir string) (*report.Written, error) {
+	opt := report.Options{}
+	if s, err := ReadSpec(filepath.Join(dir, "spec.yaml")); err == nil {
+		opt.Title = s.Name
+	}
+	return report.Write(dir, opt)
 }
 
 // claim creates the output folder and records the spec in it, or checks
@@ -943,61 +955,46 @@ func (r *Runner) finetune(cfg finetune.Config, phase, shown string) (string, err
 		return "", &StoppedError{Phase: phase}
 	}
 	start := time.Now()
-	var last finetune.Metrics
-	var res finetune.Result
-	steps := 0
 	l, err := launch.New(r.Launch)
 	if err != nil {
 		return "", err
 	}
-	have, err := l.Memory()
+	j, err := job.New(cfg, l)
 	if err != nil {
-		return "", err
-	}
-	if err := finetune.Preflight(cfg, r.Launch.Grid, r.Launch.Overlap, have); err != nil {
 		return "", fmt.Errorf("experiments: %s: %w", phase, err)
 	}
-	err = l.Run(func(rk launch.Rank) error {
-		// Without a checkpoint there is nothing to continue: a folder
-		// left by a run killed before its first save starts over.
-		h := finetune.Hooks{Resume: resume, Replace: resume == "", Stop: r.Stop}
-		if rk.Lead() {
-			h.Started = func(run *finetune.Run) {
-				for _, w := range run.Warnings {
-					r.logf("warning: %s: %s", phase, w)
-				}
-				steps = run.Steps
-				if run.Step < run.Steps {
-					r.logf("%s: %d steps from step %d (%s)", phase, run.Steps, run.Step, cfg.Out)
+	var last finetune.Metrics
+	// Without a checkpoint there is nothing to continue: a folder left by
+	// a run killed before its first save starts over.
+	h := finetune.Hooks{Resume: resume, Replace: resume == "", Stop: r.Stop}
+	res, _, err := j.Train(h, job.Report{
+		Warn: func(w string) { r.logf("warning: %s: %s", phase, w) },
+		Started: func(run *finetune.Run) {
+			if run.Step < run.Steps {
+				r.logf("%s: %d steps from step %d (%s)", phase, run.Steps, run.Step, cfg.Out)
+			}
+		},
+		Progress: func(p job.Progress) {
+			last = p.Metrics
+			detail := fmt.Sprintf("loss %.3f, %.0f tokens/s", p.Loss, p.TokensPerS)
+			if p.EvalLoss > 0 {
+				detail += fmt.Sprintf(", held-out %.3f", p.EvalLoss)
+				if p.Step < p.Steps { // the last one is in the phase's done line
+					r.logf("%s: %s", phase, p.EvalLine())
 				}
 			}
-			h.Progress = func(m finetune.Metrics) {
-				last = m
-				detail := fmt.Sprintf("loss %.3f, %.0f tokens/s", m.Loss, m.TokensPerS)
-				if m.EvalLoss > 0 {
-					detail += fmt.Sprintf(", held-out %.3f", m.EvalLoss)
-					if m.Step < steps { // the last one is in the phase's done line
-						r.logf("%s: step %d/%d: held-out loss %.4f, perplexity %.1f", phase, m.Step, steps, m.EvalLoss, m.EvalPerplex)
-					}
-				}
-				for _, smp := range m.Samples {
-					r.logf("%s: step %d/%d: sample %q → %q", phase, m.Step, steps, smp.Prompt, smp.Text)
-				}
-				if e := m.Extraction; e != nil {
-					line := fmt.Sprintf("%s: step %d/%d: extraction %s: exact match %.1f%% of targets", phase, m.Step, steps, e.Protocol, 100*e.Members.Exact)
-					if e.NonMembers != nil {
-						line += fmt.Sprintf(", %.1f%% held out", 100*e.NonMembers.Exact)
-					}
-					r.logf("%s", line)
-				}
-				r.progress(Progress{Phase: shown, Done: m.Step, Total: steps, Detail: detail})
+			for _, line := range p.SampleLines() {
+				r.logf("%s: %s", phase, line)
 			}
-		}
-		out, err := finetune.TrainRank(cfg, rk.Backend, rk.Grid, h)
-		if rk.Lead() {
-			res = out
-		}
-		return err
+			if e := p.Extraction; e != nil {
+				line := fmt.Sprintf("%s: step %d/%d: extraction %s: exact match %.1f%% of targets", phase, p.Step, p.Steps, e.Protocol, 100*e.Members.Exact)
+				if e.NonMembers != nil {
+					line += fmt.Sprintf(", %.1f%% held out", 100*e.NonMembers.Exact)
+				}
+				r.logf("%s", line)
+			}
+			r.progress(Progress{Phase: shown, Done: p.Step, Total: p.Steps, Detail: detail})
+		},
 	})
 	if err != nil {
 		return "", err
@@ -1171,12 +1168,11 @@ func (r *Runner) evaluateArm(rk launch.Rank, final finetune.ModelRef, base, name
 			Decode:    r.tok.DecodeSkipSpecial, Reference: ref}
 		if rk.Lead() {
 			cfg.Progress = func(scored, nDocs, decoded, probes int) {
-				r.progress(Progress{Phase: phase, Done: scored + decoded*nDocs/max(probes, 1), Total: 2 * nDocs})
+				done, total := memorization.EvalProgress(scored, nDocs, decoded, probes)
+				r.progress(Progress{Phase: phase, Done: done, Total: total})
 			}
 		}
-		if eos, ok := r.tok.EOS(); ok {
-			cfg.StopIDs = []int32{eos}
-		}
+		cfg.StopIDs = finetune.StopIDs(r.tok)
 		t0 := time.Now()
 		s, res, err := memorization.Evaluate(m, docs, cfg)
 		if err != nil {
@@ -1271,7 +1267,7 @@ func joinInts(xs []int) string {
 
 // evalLauncher is the study's launch for evaluating the checkpoint in
 // dir with w's passes, once what each rank will allocate is known to fit
-// its device (llama.Preflight).
+// its device (job.PreflightModel).
 func (r *Runner) evalLauncher(dir string, w llama.Work) (*launch.Launcher, error) {
 	l, err := launch.New(r.Launch)
 	if err != nil {
@@ -1281,12 +1277,7 @@ func (r *Runner) evalLauncher(dir string, w llama.Work) (*launch.Launcher, error
 	if err != nil {
 		return nil, err
 	}
-	have, err := l.Memory()
-	if err != nil {
-		return nil, err
-	}
-	w.Grid, w.Overlap = r.Launch.Grid, r.Launch.Overlap
-	if err := llama.Preflight(cfg, w, have); err != nil {
+	if err := job.PreflightModel(l, cfg, w); err != nil {
 		return nil, err
 	}
 	return l, nil

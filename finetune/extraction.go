@@ -95,12 +95,7 @@ func (r *Run) prepareExtraction(maxPositions int) error {
 	if _, _, err := memorization.CheckExtraction(docs, p, maxPositions); err != nil {
 		return fmt.Errorf("finetune: extraction: data %s: %w", e.Data, err)
 	}
-	r.extract = &extraction{docs: docs, cfg: memorization.ExtractionConfig{Protocol: p, Batch: e.Batch}}
-	if tok != nil {
-		if eos, ok := tok.EOS(); ok {
-			r.extract.cfg.StopIDs = []int32{eos}
-		}
-	}
+	r.extract = &extraction{docs: docs, cfg: memorization.ExtractionConfig{Protocol: p, Batch: e.Batch, StopIDs: StopIDs(tok)}}
 	return nil
 }
 

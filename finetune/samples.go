@@ -53,10 +53,7 @@ func (r *Run) Sample() ([]Sample, error) {
 		return nil, nil
 	}
 	tok := r.sampleTok
-	opt := llama.GenerateOptions{MaxNewTokens: r.Config.Samples.MaxNewTokens}
-	if eos, ok := tok.EOS(); ok {
-		opt.StopIDs = []int32{eos}
-	}
+	opt := llama.GenerateOptions{MaxNewTokens: r.Config.Samples.MaxNewTokens, StopIDs: StopIDs(tok)}
 	outs, err := r.Model.Generate(r.sampleIDs, opt)
 	if err != nil {
 		return nil, fmt.Errorf("finetune: samples: %w", err)
@@ -66,4 +63,17 @@ func (r *Run) Sample() ([]Sample, error) {
 		samples[i] = Sample{Prompt: r.Config.Samples.Prompts[i], Text: tok.DecodeSkipSpecial(ids)}
 	}
 	return samples, nil
+}
+
+// StopIDs are the ids that end a generation with tok: its EOS, when it
+// has one (nil for a nil tok). Samples, extraction during training and
+// every evaluation stop by this one rule.
+func StopIDs(tok *tokenizer.Tokenizer) []int32 {
+	if tok == nil {
+		return nil
+	}
+	if eos, ok := tok.EOS(); ok {
+		return []int32{eos}
+	}
+	return nil
 }

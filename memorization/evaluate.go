@@ -58,6 +58,13 @@ type EvalConfig struct {
 	Progress func(scored, docs, decoded, probes int)
 }
 
+// EvalProgress is an evaluation's progress as one count, from
+// EvalConfig.Progress's arguments: scoring is the first half (a document
+// a unit), decoding the second (the probes scaled to the documents).
+func EvalProgress(scored, docs, decoded, probes int) (done, total int) {
+	return scored + decoded*docs/max(probes, 1), 2 * docs
+}
+
 // check refuses settings that defaults would otherwise take for "the
 // default": negative counts, a min-k% outside (0, 100] or NaN.
 func (c *EvalConfig) check() error {

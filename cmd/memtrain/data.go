@@ -8,10 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -268,51 +266,8 @@ func printPrepareSummary(w io.Writer, out string, m *data.Manifest, elapsed time
 	}
 	fmt.Fprintf(w, "read %d %s, %.1f MB, in %.2f s: %.2f MB/s with %d thread%s\n",
 		len(m.Sources), files, float64(bytes)/1e6, secs, float64(bytes)/1e6/max(secs, 1e-9), threads, plural)
-	c, tr, ho := m.Counts, m.Splits.Train, m.Splits.Holdout
-	set := m.Settings
-	fmt.Fprintf(w, "documents %s (train %s, holdout %s), tokens %s\n",
-		units.Commas(c.Documents), units.Commas(tr.Documents), units.Commas(ho.Documents), units.Commas(c.Tokens))
-	fmt.Fprintf(w, "sequences %s (train %s, holdout %s) of %d, %s mode; targets %s, padding %s",
-		units.Commas(c.Sequences), units.Commas(tr.Sequences), units.Commas(ho.Sequences), set.SeqLen, set.Mode,
-		units.Commas(c.Targets), units.Commas(c.Padding))
-	if set.Mode == data.ModeDocument {
-		fmt.Fprintf(w, "; truncated %s documents (%s tokens)", units.Commas(c.TruncatedDocuments), units.Commas(c.TruncatedTokens))
-	}
-	fmt.Fprintln(w)
-	printChat(w, m)
-	printProblems(w, &m.Problems)
+	m.WriteSummary(w)
 	fmt.Fprintf(w, "wrote %s\n", out)
-}
-
-// printChat says, for a chat dataset, where its template came from and how
-// many targets its loss mask leaves out.
-func printChat(w io.Writer, m *data.Manifest) {
-	ch := m.Settings.Chat
-	if ch == nil {
-		return
-	}
-	date := ""
-	if ch.Date != "" {
-		date = ", date " + ch.Date
-	}
-	c := m.Counts
-	all := c.Targets + c.Masked
-	pct := 0.0
-	if all > 0 {
-		pct = 100 * float64(c.Masked) / float64(all)
-	}
-	fmt.Fprintf(w, "chat      template %s (sha256 %.12s…%s); loss on assistant tokens only: %s of %s targets masked (%.1f%%), %s trained\n",
-		ch.Template, ch.TemplateSHA256, date, units.Commas(c.Masked), units.Commas(all), pct, units.Commas(c.Targets))
-}
-
-func printProblems(w io.Writer, ps *data.Problems) {
-	fmt.Fprintf(w, "bad records: %s\n", ps.String())
-	for _, p := range ps.Examples {
-		fmt.Fprintf(w, "  %s\n", p)
-	}
-	if n := ps.Total() - int64(len(ps.Examples)); n > 0 {
-		fmt.Fprintf(w, "  … and %d more\n", n)
-	}
 }
 
 type dataInspectFlags struct {
@@ -384,86 +339,7 @@ func runDataInspect(cmd *cobra.Command, dir string, f dataInspectFlags) error {
 		enc.SetEscapeHTML(false)
 		return enc.Encode(rep)
 	}
-	printDataInspect(out, rep)
-	return nil
-}
-
-func printHistogram(w io.Writer, title string, h []data.Bucket) {
-	fmt.Fprintln(w, title)
-	var most int64
-	for _, b := range h {
-		most = max(most, b.Count)
-	}
-	width := len(strconv.FormatInt(h[len(h)-1].Hi, 10))
-	for _, b := range h {
-		bar := 0
-		if most > 0 {
-			bar = int((b.Count*40 + most - 1) / most)
-		}
-		fmt.Fprintf(w, "  %*d–%-*d %s %s\n", width, b.Lo, width, b.Hi, strings.Repeat("█", bar), units.Commas(b.Count))
-	}
-}
-
-func printDataInspect(w io.Writer, r *data.Inspection) {
-	m := r.Manifest
-	set, tk := m.Settings, m.Tokenizer
-	yes := map[bool]string{true: "yes", false: "no"}
-	fmt.Fprintf(w, "dataset   %s (%s v%d, %s tokens)\n", r.Dataset, m.Format, m.Version, m.DType)
-	fmt.Fprintf(w, "tokenizer sha256 %s, vocab %d, bos %d, eos %d\n", tk.SHA256, tk.VocabSize, tk.BOS, tk.EOS)
-	fmt.Fprintf(w, "settings  %s mode, seq_len %d, bos %s, eos %s, pad %d, holdout %g (seed %d)\n",
-		set.Mode, set.SeqLen, yes[set.BOS], yes[set.EOS], set.PadID, set.Holdout, set.Seed)
-	var bytes int64
-	for _, s := range m.Sources {
-		bytes += s.Bytes
-	}
-	printChat(w, m)
-	fmt.Fprintf(w, "sources   %d, %s\n", len(m.Sources), units.FormatBytes(bytes))
-	for _, s := range m.Sources {
-		fmt.Fprintf(w, "  %s (%s, %s, sha256 %.12s…): %s documents, %s bad\n",
-			s.Path, s.Format, units.FormatBytes(s.Bytes), s.SHA256, units.Commas(s.Documents), units.Commas(s.Problems))
-	}
-	fmt.Fprintf(w, "\n%-8s %12s %14s %12s %14s %12s %10s\n", "split", "documents", "tokens", "sequences", "targets", "padding", "truncated")
-	for _, row := range []struct {
-		name string
-		c    data.Counts
-	}{{"train", m.Splits.Train.Counts}, {"holdout", m.Splits.Holdout.Counts}, {"total", m.Counts}} {
-		fmt.Fprintf(w, "%-8s %12s %14s %12s %14s %12s %10s\n", row.name, units.Commas(row.c.Documents), units.Commas(row.c.Tokens),
-			units.Commas(row.c.Sequences), units.Commas(row.c.Targets), units.Commas(row.c.Padding), units.Commas(row.c.TruncatedDocuments))
-	}
-	fmt.Fprintln(w)
-	printProblems(w, &m.Problems)
-	if len(r.DocumentLengths) > 0 {
-		fmt.Fprintln(w)
-		printHistogram(w, "document lengths (tokens)", r.DocumentLengths)
-	}
-	if len(r.SequenceTargets) > 0 {
-		fmt.Fprintln(w)
-		printHistogram(w, "targets per sequence", r.SequenceTargets)
-	}
-	for _, s := range r.Samples {
-		masked := ""
-		if m.Settings.Chat != nil {
-			masked = fmt.Sprintf(" (%d prompt targets masked)", s.Masked)
-		}
-		fmt.Fprintf(w, "\n%s sequence %d: document %d (%s), %d targets%s\n", s.Split, s.Sequence, s.Document,
-			m.Where(s.Source, s.Line), s.Targets, masked)
-		if s.Text != nil {
-			fmt.Fprintf(w, "  %s\n", clipText(strconv.Quote(*s.Text), 400))
-		} else {
-			fmt.Fprintf(w, "  ids %s\n", clipText(fmt.Sprint(s.IDs), 400))
-		}
-	}
-}
-
-// clipText shortens s to about n bytes, on a rune boundary.
-func clipText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
+	return rep.WriteText(out)
 }
 
 // preparedSeqLen is data prepare's default sequence length, memtrain's one

@@ -8,12 +8,12 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/memtrain/memtrain/checkpoints"
-	"github.com/memtrain/memtrain/data/tokenizer"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/gemm"
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/finetune"
+	"github.com/memtrain/memtrain/finetune/job"
 )
 
 // engineFlags choose the backend a command computes on.
@@ -87,7 +87,7 @@ func (f engineFlags) preflight(what string, cfg *checkpoints.Config, w llama.Wor
 	if err != nil {
 		return err
 	}
-	if err := preflight(l, cfg, w); err != nil {
+	if err := job.PreflightModel(l, cfg, w); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
@@ -110,64 +110,17 @@ func hostFree() int64 {
 	return devs[0].Free
 }
 
-// preflight checks, before any rank of l starts, that what each will
-// allocate for a model of cfg doing w (on l's grid) fits its device
-// (llama.Preflight against launch.Launcher.Memory).
-func preflight(l *launch.Launcher, cfg *checkpoints.Config, w llama.Work) error {
-	have, err := l.Memory()
-	if err != nil {
-		return err
-	}
-	s := l.Spec()
-	w.Grid, w.Overlap = s.Grid, s.Overlap
-	return llama.Preflight(cfg, w, have)
-}
-
-// modelPreflight is preflight for the checkpoint in dir, whose config.json
-// is all it reads.
+// modelPreflight is job.PreflightModel for the checkpoint in dir,
+// whose config.json is all it reads.
 func modelPreflight(l *launch.Launcher, dir string, w llama.Work) (*checkpoints.Config, error) {
 	cfg, err := checkpoints.ReadConfig(dir)
 	if err != nil {
 		return nil, err
 	}
-	if err := preflight(l, cfg, w); err != nil {
+	if err := job.PreflightModel(l, cfg, w); err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	return cfg, nil
-}
-
-// loadedModel is a checkpoint opened on a backend, with its tokenizer when
-// the folder has one.
-type loadedModel struct {
-	model *llama.Model
-	tok   *tokenizer.Tokenizer
-	dir   string
-}
-
-// loadOn opens the checkpoint in dir on backend b: the whole model, or,
-// with opt.Parallel, this rank's shards of it; with adapter (a PEFT
-// adapter folder, or a LoRA run's checkpoint) its LoRA adapter on top.
-func loadOn(dir, adapter string, b engine.Backend, opt llama.Options, needTokenizer bool) (*loadedModel, error) {
-	lm := &loadedModel{dir: dir}
-	if path := checkpoints.TokenizerPathIn(dir); path != "" {
-		var err error
-		if lm.tok, _, err = openTokenizer(path); err != nil {
-			return nil, err
-		}
-	} else if needTokenizer {
-		return nil, errNoTokenizer(dir)
-	}
-	var err error
-	if lm.model, err = finetune.LoadModel(b, finetune.ModelRef{Dir: dir, Adapter: adapter}, opt); err != nil {
-		return nil, err
-	}
-	return lm, nil
-}
-
-type errNoTokenizer string
-
-func (e errNoTokenizer) Error() string {
-	return string(e) + ": no tokenizer.json in the checkpoint folder (needed to read text; give token ids instead)"
 }
 
 // resolveModel turns a --model value (a checkpoint folder, a run folder or

@@ -11,6 +11,7 @@ import (
 
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/engine/launch"
+	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/internal/numtest"
 	"github.com/memtrain/memtrain/memorization"
 )
@@ -30,7 +31,7 @@ func TestEvalLoss(t *testing.T) {
 {"input_ids":[1,306,626,263,1243,4086,310,278,3186,29889]}
 {"input_ids":[5]}
 `)
-	var reports []evalLossReport
+	var reports []finetune.LossReport
 	for _, args := range [][]string{
 		{"--batch", "8"},
 		{"--batch", "1"},                   // batching changes nothing
@@ -40,7 +41,7 @@ func TestEvalLoss(t *testing.T) {
 		if code != 0 {
 			t.Fatal(errs)
 		}
-		var rep evalLossReport
+		var rep finetune.LossReport
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatal(err)
 		}
@@ -250,7 +251,7 @@ func TestEvalLossDataset(t *testing.T) {
 			if code != 0 {
 				t.Fatal(errs)
 			}
-			var rep evalLossReport
+			var rep finetune.LossReport
 			if err := json.Unmarshal([]byte(out), &rep); err != nil {
 				t.Fatal(err)
 			}
@@ -302,7 +303,7 @@ func TestEvalLossIsTheRunsHeldOutLoss(t *testing.T) {
 	if code != 0 {
 		t.Fatal(errs)
 	}
-	var rep evalLossReport
+	var rep finetune.LossReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatal(err)
 	}

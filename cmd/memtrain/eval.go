@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -14,6 +13,7 @@ import (
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/finetune"
+	"github.com/memtrain/memtrain/finetune/job"
 	"github.com/memtrain/memtrain/internal/units"
 	"github.com/memtrain/memtrain/memorization"
 )
@@ -37,27 +37,6 @@ type evalLossFlags struct {
 	bos         bool
 	engine      engineFlags
 	parallel    parallelFlags
-}
-
-// docLoss is one document's result in `eval loss --json`.
-type docLoss struct {
-	Index  int     `json:"index"`
-	Line   int     `json:"line"`
-	Tokens int     `json:"tokens"` // targets scored
-	Loss   float64 `json:"loss"`
-}
-
-type evalLossReport struct {
-	Model      string    `json:"model"`
-	Data       string    `json:"data"`
-	Split      string    `json:"split,omitempty"` // a dataset's split scored
-	SeqLen     int       `json:"seq_len"`         // the window length
-	Documents  int       `json:"documents"`
-	Skipped    int       `json:"skipped"` // documents with fewer than two tokens
-	Tokens     int64     `json:"tokens"`
-	Loss       float64   `json:"loss"`
-	Perplexity float64   `json:"perplexity"`
-	PerDoc     []docLoss `json:"per_document,omitempty"`
 }
 
 func newEvalLossCmd() *cobra.Command {
@@ -147,15 +126,15 @@ func runEvalLoss(cmd *cobra.Command, f evalLossFlags) error {
 	if f.seqLen > cfg.MaxPositionEmbeddings {
 		return fmt.Errorf("eval loss: %s %d exceeds the model's max_position_embeddings %d", what, f.seqLen, cfg.MaxPositionEmbeddings)
 	}
-	if err := preflight(l, cfg, llama.Work{Batch: f.batch, SeqLen: f.seqLen}); err != nil {
+	if err := job.PreflightModel(l, cfg, llama.Work{Batch: f.batch, SeqLen: f.seqLen}); err != nil {
 		return fmt.Errorf("eval loss: %s: %w", f.model, err)
 	}
 	return l.Run(func(r launch.Rank) error {
-		lm, err := loadOn(f.model, f.adapter, r.Backend, llama.Options{Parallel: r.Grid}, f.split != "")
+		lm, err := finetune.LoadWithTokenizer(r.Backend, finetune.ModelRef{Dir: f.model, Adapter: f.adapter}, llama.Options{Parallel: r.Grid}, f.split != "")
 		if err != nil {
 			return err
 		}
-		defer lm.model.Free()
+		defer lm.Model.Free()
 		return evalLoss(cmd, f, lm, r.Lead())
 	})
 }
@@ -163,8 +142,9 @@ func runEvalLoss(cmd *cobra.Command, f evalLossFlags) error {
 // evalLoss scores the documents on one rank, or on one rank of a grid
 // (llama.Model.Score: the data·Z ranks take batches in turn); the lead
 // rank reports.
-func evalLoss(cmd *cobra.Command, f evalLossFlags, lm *loadedModel, lead bool) error {
-	src, docs, done, err := evalLossSource(f, lm)
+func evalLoss(cmd *cobra.Command, f evalLossFlags, lm *finetune.Loaded, lead bool) error {
+	d := finetune.LossData{Data: f.data, Split: f.split, Tokenizer: lm.Tokenizer, BOS: f.bos, VocabSize: lm.Model.Config.VocabSize, SeqLen: f.seqLen}
+	src, docs, done, err := d.Open()
 	if err != nil {
 		return fmt.Errorf("eval loss: %w", err)
 	}
@@ -178,7 +158,7 @@ func evalLoss(cmd *cobra.Command, f evalLossFlags, lm *loadedModel, lead bool) e
 		bar = progressbar.Default(int64(src.Len()), "eval loss")
 		opt.Progress = func(done, _ int) { bar.Set(done) }
 	}
-	sc, err := lm.model.Score(src, opt)
+	sc, err := lm.Model.Score(src, opt)
 	if bar != nil {
 		bar.Finish()
 		fmt.Fprintln(cmd.ErrOrStderr())
@@ -189,75 +169,14 @@ func evalLoss(cmd *cobra.Command, f evalLossFlags, lm *loadedModel, lead bool) e
 	if !lead {
 		return nil
 	}
-	rep := evalLossReport{Model: f.model, Data: f.data, Split: f.split, SeqLen: f.seqLen}
-	for d, line := range docs {
-		if sc.Weight[d] == 0 {
-			rep.Skipped++
-			continue
-		}
-		rep.Documents++
-		rep.Tokens += int64(sc.Weight[d])
-		rep.PerDoc = append(rep.PerDoc, docLoss{Index: d, Line: line, Tokens: int(sc.Weight[d]), Loss: sc.DocMean(d)})
+	rep, err := d.Report(f.model, sc, docs)
+	if err != nil {
+		return fmt.Errorf("eval loss: %w", err)
 	}
-	rep.Loss = sc.Mean()
-	if math.IsNaN(rep.Loss) || math.IsInf(rep.Loss, 0) {
-		return fmt.Errorf("eval loss: %s: %w: the loss over %d tokens is %v", f.model, errNotFinite, rep.Tokens, rep.Loss)
-	}
-	rep.Perplexity = math.Exp(rep.Loss)
 	return printEvalLoss(cmd.OutOrStdout(), rep, f.json)
 }
 
-// evalLossSource is what eval loss scores, with each document's line in its
-// input file: a dataset's split(s) in the dataset's own sequences
-// (finetune.Sequences, the trainer's held-out evaluation), or a file's
-// documents in windows of --seq-len (set and checked by runEvalLoss). done
-// releases the dataset once scored.
-func evalLossSource(f evalLossFlags, lm *loadedModel) (src llama.Source, lines []int, done func(), err error) {
-	if f.split == "" {
-		docs, _, err := data.ReadTokenized([]string{f.data}, lm.tok, f.bos, data.ReadOptions{IDsOrText: true, Strict: true, VocabSize: lm.model.Config.VocabSize})
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		if len(docs) == 0 {
-			return nil, nil, nil, fmt.Errorf("%s: no documents", f.data)
-		}
-		ids, lines := make([][]int32, len(docs)), make([]int, len(docs))
-		for d, doc := range docs {
-			ids[d], lines[d] = doc.IDs, int(doc.Line)
-		}
-		return llama.NewWindows(ids, f.seqLen), lines, func() {}, nil
-	}
-	s, err := data.OpenStore(f.data)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	fail := func(err error) (llama.Source, []int, func(), error) {
-		s.Close()
-		return nil, nil, nil, err
-	}
-	if lm.tok != nil && s.Manifest().Tokenizer.SHA256 != lm.tok.Hash() {
-		return fail(fmt.Errorf("%s was tokenized with another tokenizer than the model's", f.data))
-	}
-	splits := []data.Split{data.Split(f.split)}
-	if f.split == "both" {
-		splits = []data.Split{data.Train, data.Holdout}
-	}
-	seqs, err := finetune.NewSequences(s, splits...)
-	if err != nil {
-		return fail(err)
-	}
-	lines = make([]int, seqs.Docs())
-	for d := range lines {
-		info, err := s.Doc(seqs.DocID(d))
-		if err != nil {
-			return fail(err)
-		}
-		lines[d] = int(info.Line)
-	}
-	return seqs, lines, func() { s.Close() }, nil
-}
-
-func printEvalLoss(w io.Writer, rep evalLossReport, asJSON bool) error {
+func printEvalLoss(w io.Writer, rep *finetune.LossReport, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		return enc.Encode(rep)

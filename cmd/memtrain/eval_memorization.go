@@ -14,6 +14,7 @@ import (
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/internal/units"
 	"github.com/memtrain/memtrain/memorization"
 )
@@ -208,18 +209,18 @@ func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
 		return fmt.Errorf("eval memorization: %w", err)
 	}
 	return l.Run(func(r launch.Rank) error {
-		lm, err := loadOn(f.model, f.adapter, r.Backend, llama.Options{Parallel: r.Grid}, false)
+		lm, err := finetune.LoadWithTokenizer(r.Backend, finetune.ModelRef{Dir: f.model, Adapter: f.adapter}, llama.Options{Parallel: r.Grid}, false)
 		if err != nil {
 			return err
 		}
-		defer lm.model.Free()
-		var ref *loadedModel
+		defer lm.Model.Free()
+		var ref *finetune.Loaded
 		if f.reference != "" {
-			if ref, err = loadOn(f.reference, refAdapter, r.Backend, llama.Options{Parallel: r.Grid}, false); err != nil {
+			if ref, err = finetune.LoadWithTokenizer(r.Backend, finetune.ModelRef{Dir: f.reference, Adapter: refAdapter}, llama.Options{Parallel: r.Grid}, false); err != nil {
 				return fmt.Errorf("eval memorization: --reference-model: %w", err)
 			}
-			defer ref.model.Free()
-			if err := sameTokenizer(lm, ref); err != nil {
+			defer ref.Model.Free()
+			if err := lm.SameTokenizer(ref); err != nil {
 				return fmt.Errorf("eval memorization: --reference-model %s: %w", f.reference, err)
 			}
 		}
@@ -227,28 +228,15 @@ func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
 	})
 }
 
-// sameTokenizer refuses a reference model whose tokenizer differs from the
-// model's: the same vocabulary size, and the same tokenizer.json where both
-// have one.
-func sameTokenizer(lm, ref *loadedModel) error {
-	if a, b := lm.model.Config.VocabSize, ref.model.Config.VocabSize; a != b {
-		return fmt.Errorf("vocabulary of %d tokens, the model's %d: want the same tokenizer", b, a)
-	}
-	if lm.tok != nil && ref.tok != nil && lm.tok.Hash() != ref.tok.Hash() {
-		return fmt.Errorf("tokenizer.json differs from the model's (sha256 %.12s…, %.12s…): want the same tokenizer", ref.tok.Hash(), lm.tok.Hash())
-	}
-	return nil
-}
-
 // evalMemorization evaluates on one rank, or on one rank of a grid: every
 // rank makes the same model calls in the same order (the collectives
 // inside them pair up), and only the leader reports and writes.
-func evalMemorization(cmd *cobra.Command, f evalMemFlags, p memorization.Protocol, lm, ref *loadedModel, leader bool) error {
-	if lm.tok == nil && !isDataset(f.data) {
-		return errNoTokenizer(f.model)
+func evalMemorization(cmd *cobra.Command, f evalMemFlags, p memorization.Protocol, lm, ref *finetune.Loaded, leader bool) error {
+	if lm.Tokenizer == nil && !isDataset(f.data) {
+		return finetune.NoTokenizerError(f.model)
 	}
 	docs, err := memorization.LoadDocuments(memorization.DocumentSource{
-		Data: f.data, NonMembers: f.nonMembers, Split: f.split, Strict: f.strict, Limit: f.limit, Chat: p.Name == "chat"}, lm.tok)
+		Data: f.data, NonMembers: f.nonMembers, Split: f.split, Strict: f.strict, Limit: f.limit, Chat: p.Name == "chat"}, lm.Tokenizer)
 	var ue *memorization.UsageError
 	if errors.As(err, &ue) {
 		return fmt.Errorf("eval memorization: --%s goes with %s", ue.Option, ue.Goes)
@@ -259,26 +247,24 @@ func evalMemorization(cmd *cobra.Command, f evalMemFlags, p memorization.Protoco
 	cfg := memorization.EvalConfig{Protocol: p, Batch: f.batch, MinKPercent: f.minK, Strict: f.strict,
 		Bootstrap: memorization.Bootstrap{Resamples: f.resamples, Seed: f.seed, Level: 0.95}}
 	if ref != nil {
-		cfg.Reference = ref.model
+		cfg.Reference = ref.Model
 	}
 	if f.samples > 0 {
 		cfg.Sampling = memorization.SampleConfig{Samples: f.samples, Temperature: f.temperature, TopK: f.topK, Seed: f.seed}
 	}
-	if lm.tok != nil {
-		cfg.Decode = lm.tok.DecodeSkipSpecial
-		if eos, ok := lm.tok.EOS(); ok {
-			cfg.StopIDs = []int32{eos}
-		}
+	if lm.Tokenizer != nil {
+		cfg.Decode = lm.Tokenizer.DecodeSkipSpecial
+		cfg.StopIDs = finetune.StopIDs(lm.Tokenizer)
 	}
 	var bar *progressbar.ProgressBar
 	if leader && isTerminal(cmd.ErrOrStderr()) {
 		bar = newBar(cmd.ErrOrStderr(), 2*len(docs), "eval memorization")
 		cfg.Progress = func(scored, nDocs, decoded, probes int) {
-			// Scoring is the first half of the bar, decoding the second.
-			bar.Set(scored + decoded*nDocs/max(probes, 1))
+			done, _ := memorization.EvalProgress(scored, nDocs, decoded, probes)
+			bar.Set(done)
 		}
 	}
-	sum, res, err := memorization.Evaluate(lm.model, docs, cfg)
+	sum, res, err := memorization.Evaluate(lm.Model, docs, cfg)
 	if bar != nil {
 		bar.Finish()
 		fmt.Fprintln(cmd.ErrOrStderr())

@@ -11,6 +11,7 @@ import (
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/internal/numtest"
 	"github.com/memtrain/memtrain/memorization"
 )
@@ -317,12 +318,12 @@ func memorizedChat(t *testing.T, base, ds string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lm, err := loadOn(base, "", b, llama.Options{}, true)
+	lm, err := finetune.LoadWithTokenizer(b, finetune.ModelRef{Dir: base}, llama.Options{}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lm.model.Free()
-	eos, _ := lm.tok.EOS()
+	defer lm.Model.Free()
+	eos, _ := lm.Tokenizer.EOS()
 	s, err := data.OpenStore(ds)
 	if err != nil {
 		t.Fatal(err)
@@ -348,7 +349,7 @@ func memorizedChat(t *testing.T, base, ds string) string {
 				}
 				run := ids[a:b]
 				if mask[a] == 1 {
-					gen, err := lm.model.Generate([][]int32{doc.IDs}, llama.GenerateOptions{MaxNewTokens: b - a, StopIDs: []int32{eos}})
+					gen, err := lm.Model.Generate([][]int32{doc.IDs}, llama.GenerateOptions{MaxNewTokens: b - a, StopIDs: []int32{eos}})
 					if err != nil {
 						t.Fatal(err)
 					}

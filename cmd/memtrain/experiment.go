@@ -81,13 +81,7 @@ func newExperimentReportCmd() *cobra.Command {
 		Short: "Write report.md, results.csv, documents.csv and plots/ from a study's finished arms",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			// The study's own title, as `experiment run` gave its report:
-			// the name in the spec the study folder keeps.
-			opt := report.Options{}
-			if s, err := experiments.ReadSpec(filepath.Join(args[0], "spec.yaml")); err == nil {
-				opt.Title = s.Name
-			}
-			rep, err := report.Write(args[0], opt)
+			rep, err := experiments.WriteReport(args[0])
 			if err != nil {
 				return err
 			}

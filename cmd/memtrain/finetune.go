@@ -4,17 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
-	"github.com/memtrain/memtrain/data"
-	"github.com/memtrain/memtrain/engine"
-	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/finetune"
+	"github.com/memtrain/memtrain/finetune/job"
 	"github.com/memtrain/memtrain/internal/options"
 	"github.com/memtrain/memtrain/internal/stopsignal"
 	"github.com/memtrain/memtrain/internal/units"
@@ -77,7 +74,7 @@ grid; 'memtrain export' makes an HF checkpoint of one.`,
 			if err := options.Apply(cmd.Flags(), &cfg); err != nil {
 				return fmt.Errorf("finetune: %w", err)
 			}
-			if resume != "" && !samePath(cfg.Out, runDir) {
+			if resume != "" && !finetune.SamePath(cfg.Out, runDir) {
 				return fmt.Errorf("finetune: --out %s and --resume %s name different folders: a run continues in its own folder (copy it first to continue it elsewhere)", cfg.Out, resume)
 			}
 			if force && resume != "" {
@@ -109,7 +106,7 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	if err := checkRunFolder(cfg.Out); err != nil {
+	if err := finetune.CheckRunFolder(cfg.Out); err != nil {
 		return err
 	}
 	l, ref, err := launcher(cmd.ErrOrStderr(), ef, pf, cfg.Model, "")
@@ -120,18 +117,11 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 		return fmt.Errorf("finetune: model %s is a LoRA adapter on %s: fine-tune the base (model: %s) and start from the adapter with lora.init: %s", cfg.Model, ref.Dir, ref.Dir, ref.Adapter)
 	}
 	cfg.Model = ref.Dir
-	have, err := l.Memory()
+	j, err := job.New(cfg, l)
 	if err != nil {
-		return fmt.Errorf("finetune: %w", err)
-	}
-	if err := finetune.Preflight(cfg, l.Spec().Grid, l.Spec().Overlap, have); err != nil {
-		return evalBatchMemory(err, cfg, l, have)
-	}
-	if err := checkRunSteps(cfg); err != nil {
 		return err
 	}
-	kill, err := killHook()
-	if err != nil {
+	if h.BeforeCommit, err = killHook(); err != nil {
 		return err
 	}
 	stops := stopsignal.Start(cmd.ErrOrStderr())
@@ -139,72 +129,51 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 	h.Stop = stops.Requested
 	// Every rank trains; the lead rank alone writes the run's files and
 	// reports.
-	var (
-		res  finetune.Result
-		lead bool // this process runs the lead rank (under mpirun, only one does)
-	)
-	err = l.Run(func(r launch.Rank) error {
-		h := h
-		var bar *progressbar.ProgressBar
-		steps, heldOut := 0, 0.0
-		if r.Lead() {
-			h.BeforeCommit = kill
-			h.Started = func(run *finetune.Run) {
-				steps = run.Steps
-				for _, w := range run.Warnings {
-					fmt.Fprintln(cmd.ErrOrStderr(), "memtrain: warning: "+oneLine(w))
-				}
-				if run.Step > 0 && run.Step < run.Steps {
-					// Said whether or not a progress bar follows: a log
-					// shows where the run picked up.
-					fmt.Fprintf(cmd.ErrOrStderr(), "memtrain: resuming %s from step %d of %d\n", cfg.Out, run.Step, run.Steps)
-				}
-				if isTerminal(cmd.ErrOrStderr()) && run.Step < run.Steps {
-					bar = newBar(cmd.ErrOrStderr(), run.Steps, "finetune")
-					bar.Set(run.Step)
-				}
+	stderr := cmd.ErrOrStderr()
+	var bar *progressbar.ProgressBar
+	res, lead, err := j.Train(h, job.Report{
+		Warn: func(w string) { fmt.Fprintln(stderr, "memtrain: warning: "+oneLine(w)) },
+		Started: func(run *finetune.Run) {
+			if run.Step > 0 && run.Step < run.Steps {
+				// Said whether or not a progress bar follows: a log
+				// shows where the run picked up.
+				fmt.Fprintf(stderr, "memtrain: resuming %s from step %d of %d\n", cfg.Out, run.Step, run.Steps)
 			}
-			h.Progress = func(m finetune.Metrics) {
-				if m.EvalLoss > 0 {
-					heldOut = m.EvalLoss
-				}
+			if isTerminal(stderr) && run.Step < run.Steps {
+				bar = newBar(stderr, run.Steps, "finetune")
+				bar.Set(run.Step)
+			}
+		},
+		Progress: func(p job.Progress) {
+			if bar != nil {
+				bar.Describe(stepDescription(p))
+				bar.Set(p.Step)
+			}
+			var lines []string
+			if p.EvalLoss > 0 {
+				lines = append(lines, p.EvalLine())
+			}
+			lines = append(lines, p.SampleLines()...)
+			if e := p.Extraction; e != nil {
+				lines = append(lines, extractionLine(p.Step, p.Steps, e))
+			}
+			if len(lines) > 0 {
+				line := strings.Join(lines, "\n")
 				if bar != nil {
-					bar.Describe(stepDescription(m, heldOut))
-					bar.Set(m.Step)
-				}
-				var lines []string
-				if m.EvalLoss > 0 {
-					lines = append(lines, evalLine(m, steps))
-				}
-				for _, smp := range m.Samples {
-					lines = append(lines, fmt.Sprintf("step %d/%d: sample %q → %q", m.Step, steps, smp.Prompt, smp.Text))
-				}
-				if e := m.Extraction; e != nil {
-					lines = append(lines, extractionLine(m.Step, steps, e))
-				}
-				if len(lines) > 0 {
-					line := strings.Join(lines, "\n")
-					if bar != nil {
-						// Above the bar: clear its line, print, redraw.
-						bar.Clear()
-						fmt.Fprintln(cmd.ErrOrStderr(), line)
-						bar.RenderBlank()
-					} else {
-						fmt.Fprintln(cmd.ErrOrStderr(), line)
-					}
+					// Above the bar: clear its line, print, redraw.
+					bar.Clear()
+					fmt.Fprintln(stderr, line)
+					bar.RenderBlank()
+				} else {
+					fmt.Fprintln(stderr, line)
 				}
 			}
-		}
-		out, err := finetune.TrainRank(cfg, r.Backend, r.Grid, h)
-		if bar != nil {
-			bar.Finish()
-			fmt.Fprintln(cmd.ErrOrStderr())
-		}
-		if r.Lead() {
-			res, lead = out, true
-		}
-		return err
+		},
 	})
+	if bar != nil {
+		bar.Finish()
+		fmt.Fprintln(stderr)
+	}
 	var existing *finetune.ExistingRunError
 	if errors.As(err, &existing) {
 		return fmt.Errorf("finetune: %s holds a run%s: continue it with --resume %s, or start over in it with --force",
@@ -247,65 +216,6 @@ func resumeFinetune(out string, ef engineFlags, pf parallelFlags) string {
 	return resume
 }
 
-// checkRunFolder refuses a run folder that is the filesystem root or the
-// user's home folder itself: a run writes and, with --force, removes its
-// files there, beside everything else the folder holds.
-func checkRunFolder(out string) error {
-	abs, err := filepath.Abs(out)
-	if err != nil {
-		return fmt.Errorf("finetune: out: %w", err)
-	}
-	what := ""
-	if abs == filepath.VolumeName(abs)+string(filepath.Separator) {
-		what = "the filesystem root"
-	} else if home, err := os.UserHomeDir(); err == nil && home != "" && samePath(abs, home) {
-		what = "your home folder"
-	}
-	if what != "" {
-		return fmt.Errorf("finetune: out: %s is %s itself (want a run folder of its own, such as %s)", out, what, filepath.Join(abs, "run"))
-	}
-	return nil
-}
-
-// checkRunSteps refuses epochs whose steps — epochs × the steps of an
-// epoch, multiplied without overflow — are more than any run's
-// (units.MaxCount), as max_steps is.
-func checkRunSteps(cfg finetune.Config) error {
-	if cfg.MaxSteps > 0 {
-		return nil
-	}
-	store, err := data.OpenStore(cfg.Data)
-	if err != nil {
-		return fmt.Errorf("finetune: %w", err)
-	}
-	n := store.NumSequences(data.Train)
-	store.Close()
-	perEpoch := (int64(n) + int64(cfg.BatchSize) - 1) / int64(cfg.BatchSize)
-	if steps, ok := units.MulInt(int64(cfg.Epochs), perEpoch); !ok || steps > units.MaxCount {
-		return fmt.Errorf("finetune: epochs %d of %d steps each is more than %d steps (want at most %d epochs, or max_steps)",
-			cfg.Epochs, perEpoch, units.MaxCount, units.MaxCount/max(perEpoch, 1))
-	}
-	return nil
-}
-
-// evalBatchMemory names eval_batch in a preflight's memory error that
-// the held-out evaluation's passes alone cause (the run fits with
-// eval_batch 0, micro_batch's), instead of the training batch the
-// engine's message describes; other errors pass through.
-func evalBatchMemory(err error, cfg finetune.Config, l *launch.Launcher, have []engine.DeviceMemory) error {
-	var me *engine.MemoryError
-	if !errors.As(err, &me) || cfg.EvalEvery <= 0 || cfg.EvalBatch <= cfg.MicroBatch {
-		return err
-	}
-	alt := cfg
-	alt.EvalBatch = 0
-	if finetune.Preflight(alt, l.Spec().Grid, l.Spec().Overlap, have) != nil {
-		return err
-	}
-	return fmt.Errorf("finetune: eval_batch %d: the held-out evaluation's passes of %d sequences need %s on %s, but %s is free (want a smaller eval_batch; 0 takes micro_batch's %d)",
-		cfg.EvalBatch, cfg.EvalBatch, engine.FormatNeed(me.Need), me.Device, units.FormatBytes(me.Have), cfg.MicroBatch)
-}
-
 // killHook is the crash-safety tests' hook (killInSaveEnv): die by SIGKILL
 // in the middle of saving the checkpoint of a step, its files written but
 // not committed.
@@ -327,18 +237,12 @@ func killHook() (func(int, string), error) {
 
 // stepDescription is the progress bar's description after a step: its
 // loss and throughput, and the last held-out loss (0: none yet).
-func stepDescription(m finetune.Metrics, heldOut float64) string {
-	d := fmt.Sprintf("finetune loss %.4f, %.0f tokens/s", m.Loss, m.TokensPerS)
-	if heldOut > 0 {
-		d += fmt.Sprintf(", held-out %.4f", heldOut)
+func stepDescription(p job.Progress) string {
+	d := fmt.Sprintf("finetune loss %.4f, %.0f tokens/s", p.Loss, p.TokensPerS)
+	if p.HeldOut > 0 {
+		d += fmt.Sprintf(", held-out %.4f", p.HeldOut)
 	}
 	return d
-}
-
-// evalLine is the line a held-out evaluation prints: above the bar on a
-// terminal, on its own otherwise.
-func evalLine(m finetune.Metrics, steps int) string {
-	return fmt.Sprintf("step %d/%d: held-out loss %.4f, perplexity %.1f", m.Step, steps, m.EvalLoss, m.EvalPerplex)
 }
 
 // extractionLine is a step's extraction measurement, as stderr shows it.
@@ -348,17 +252,4 @@ func extractionLine(step, steps int, e *memorization.ExtractionSummary) string {
 		line += fmt.Sprintf("; non-members %.1f%%, %.1f%%", 100*n.Exact, 100*n.Token)
 	}
 	return line
-}
-
-// samePath reports whether two paths name the same folder: equal once
-// made absolute and clean, or the same file by os.SameFile.
-func samePath(a, b string) bool {
-	aa, err1 := filepath.Abs(a)
-	ab, err2 := filepath.Abs(b)
-	if err1 == nil && err2 == nil && aa == ab {
-		return true
-	}
-	fa, err1 := os.Stat(a)
-	fb, err2 := os.Stat(b)
-	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/memtrain/memtrain/data/tokenizer"
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/internal/units"
 )
 
@@ -131,44 +132,23 @@ func runGenerate(cmd *cobra.Command, f generateFlags) error {
 		return fmt.Errorf("generate: %w", err)
 	}
 	return l.Run(func(r launch.Rank) error {
-		lm, err := loadOn(f.model, f.adapter, r.Backend, llama.Options{Parallel: r.Grid}, len(f.prompts) > 0)
+		lm, err := finetune.LoadWithTokenizer(r.Backend, finetune.ModelRef{Dir: f.model, Adapter: f.adapter}, llama.Options{Parallel: r.Grid}, len(f.prompts) > 0)
 		if err != nil {
 			return err
 		}
-		defer lm.model.Free()
+		defer lm.Model.Free()
 		return generate(cmd, f, idPrompts, lm)
 	})
-}
-
-// errNotFinite is the error of a model whose outputs are not finite.
-var errNotFinite = errors.New("the model's outputs are not finite (its weights hold NaN or infinite values, or make them)")
-
-// checkFinite scores ids, a prompt and its continuation, with m (on every
-// rank of a grid alike): a greedy continuation of logits that are NaN is
-// the lowest id, <unk>, again and again, so a generation whose loss is
-// not finite came from such a model and is refused rather than printed.
-func checkFinite(m *llama.Model, ids []int32) error {
-	if len(ids) < 2 {
-		return nil // nothing to score
-	}
-	sc, err := m.Score(llama.NewWindows([][]int32{ids}, m.Config.MaxPositionEmbeddings), llama.ScoreOptions{Docs: 1})
-	if err != nil {
-		return err
-	}
-	if l := sc.Mean(); math.IsNaN(l) || math.IsInf(l, 0) {
-		return fmt.Errorf("%w: the loss of the first prompt and its continuation is %v", errNotFinite, l)
-	}
-	return nil
 }
 
 // generate decodes the prompts (idPrompts, then the text prompts of f)
 // on one rank, or on one rank of a grid, where every rank decodes them all
 // and rank 0 prints.
-func generate(cmd *cobra.Command, f generateFlags, idPrompts [][]int32, lm *loadedModel) error {
-	m := lm.model
+func generate(cmd *cobra.Command, f generateFlags, idPrompts [][]int32, lm *finetune.Loaded) error {
+	m := lm.Model
 	prompts := slices.Clone(idPrompts)
 	if len(f.prompts) > 0 {
-		enc, err := lm.tok.EncodeBatchChecked(f.prompts, tokenizer.EncodeOptions{AddSpecial: f.bos}, 0)
+		enc, err := lm.Tokenizer.EncodeBatchChecked(f.prompts, tokenizer.EncodeOptions{AddSpecial: f.bos}, 0)
 		if err != nil {
 			return fmt.Errorf("generate: prompt: %w", err)
 		}
@@ -184,8 +164,8 @@ func generate(cmd *cobra.Command, f generateFlags, idPrompts [][]int32, lm *load
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}
-	if err := checkFinite(m, append(slices.Clone(prompts[0]), outs[0]...)); err != nil {
-		return fmt.Errorf("generate: %s: %w", lm.dir, err)
+	if err := finetune.CheckFinite(m, append(slices.Clone(prompts[0]), outs[0]...)); err != nil {
+		return fmt.Errorf("generate: %s: %w", lm.Dir, err)
 	}
 	if g := m.Grid(); g != nil && g.Rank() != 0 {
 		return nil
@@ -198,9 +178,9 @@ func generate(cmd *cobra.Command, f generateFlags, idPrompts [][]int32, lm *load
 		if ids == nil {
 			g.IDs = []int32{}
 		}
-		if lm.tok != nil {
+		if lm.Tokenizer != nil {
 			var err error
-			if g.Text, err = lm.tok.DecodeChecked(ids, false); err != nil {
+			if g.Text, err = lm.Tokenizer.DecodeChecked(ids, false); err != nil {
 				return fmt.Errorf("generate: output %d: %w", i+1, err)
 			}
 		}
@@ -210,8 +190,8 @@ func generate(cmd *cobra.Command, f generateFlags, idPrompts [][]int32, lm *load
 			}
 			continue
 		}
-		if lm.tok != nil {
-			fmt.Fprintf(w, "%s\u2192%s\n", lm.tok.DecodeSkipSpecial(prompts[i]), g.Text)
+		if lm.Tokenizer != nil {
+			fmt.Fprintf(w, "%s\u2192%s\n", lm.Tokenizer.DecodeSkipSpecial(prompts[i]), g.Text)
 		} else {
 			fmt.Fprintf(w, "%v -> %v\n", prompts[i], ids)
 		}

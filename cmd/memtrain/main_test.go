@@ -14,6 +14,7 @@ import (
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/finetune"
 )
 
 // memtrain runs the CLI in-process and returns stdout, stderr and the exit code.
@@ -169,7 +170,7 @@ func TestInspect(t *testing.T) {
 	if code != 0 {
 		t.Fatal(errs)
 	}
-	var rep inspectReport
+	var rep finetune.ModelReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +200,7 @@ func TestInspectPresets(t *testing.T) {
 	if code != 0 {
 		t.Fatal(errs)
 	}
-	var rep inspectReport
+	var rep finetune.ModelReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func TestInspectLoRAPrecision(t *testing.T) {
 		if code != 0 {
 			t.Fatal(errs)
 		}
-		var rep inspectReport
+		var rep finetune.ModelReport
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatal(err)
 		}
@@ -264,7 +265,7 @@ func TestInspectIsTheEngines(t *testing.T) {
 		if code != 0 {
 			t.Fatal(errs)
 		}
-		var rep inspectReport
+		var rep finetune.ModelReport
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatal(err)
 		}

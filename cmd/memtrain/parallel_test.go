@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/internal/numtest"
 )
 
@@ -81,19 +82,19 @@ func TestParallelEvalAndGenerate(t *testing.T) {
 {"input_ids":[5]}
 {"input_ids":[1,450,3186,338,263]}
 `)
-	var reps []evalLossReport
+	var reps []finetune.LossReport
 	for _, extra := range [][]string{nil, {"--parallel", "dp=2,x=2,y=2,z=2"}, {"--parallel", "dp=4,z=1", "--overlap", "oar"}} {
 		out, errs, code := memtrain(t, "", append([]string{"eval", "loss", "--model", dir, "--data", data, "--json", "--batch", "1"}, extra...)...)
 		if code != 0 {
 			t.Fatal(errs)
 		}
-		var rep evalLossReport
+		var rep finetune.LossReport
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatal(err)
 		}
 		reps = append(reps, rep)
 	}
-	docLosses := func(r evalLossReport) []float64 {
+	docLosses := func(r finetune.LossReport) []float64 {
 		out := make([]float64, len(r.PerDoc))
 		for d, doc := range r.PerDoc {
 			out[d] = doc.Loss

@@ -2,11 +2,9 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -26,9 +24,6 @@ type tokenizeFlags struct {
 	skipSpecial  bool
 	threads      int
 }
-
-// tokenizeBatch is how many lines are encoded together across the threads.
-const tokenizeBatch = 512
 
 func newTokenizeCmd() *cobra.Command {
 	var f tokenizeFlags
@@ -84,11 +79,15 @@ func runTokenize(cmd *cobra.Command, f tokenizeFlags) error {
 	}
 	w := bufio.NewWriterSize(cmd.OutOrStdout(), 1<<20)
 	if f.decode {
-		err = decodeLines(tok, in, name, w, f.skipSpecial)
+		err = data.DecodeLines(tok, in, w, f.skipSpecial)
 	} else {
-		err = encodeLines(tok, in, name, w, f)
+		err = data.EncodeLines(tok, in, w, f.field, tokenizer.EncodeOptions{AddSpecial: f.special, SplitSpecial: f.splitSpecial}, f.threads)
 	}
-	if err != nil {
+	var le *data.LineError
+	if errors.As(err, &le) {
+		return lineErrorf("tokenize: %s:%d: %w", name, le.Line, le.Err)
+	}
+	if err := wrapLineErr("tokenize", err, name); err != nil {
 		return err
 	}
 	if bar != nil {
@@ -96,99 +95,6 @@ func runTokenize(cmd *cobra.Command, f tokenizeFlags) error {
 		fmt.Fprintln(cmd.ErrOrStderr())
 	}
 	return w.Flush()
-}
-
-func encodeLines(tok *tokenizer.Tokenizer, in io.Reader, name string, w *bufio.Writer, f tokenizeFlags) error {
-	opt := tokenizer.EncodeOptions{AddSpecial: f.special, SplitSpecial: f.splitSpecial}
-	texts := make([]string, 0, tokenizeBatch)
-	lines := make([]int64, 0, tokenizeBatch)
-	flush := func() error {
-		enc, errs := tok.EncodeBatchEach(texts, opt, f.threads)
-		for i, ids := range enc {
-			if errs != nil && errs[i] != nil {
-				return lineErrorf("tokenize: %s:%d: %w", name, lines[i], errs[i])
-			}
-			if err := writeIDs(w, ids); err != nil {
-				return err
-			}
-		}
-		texts, lines = texts[:0], lines[:0]
-		return nil
-	}
-	err := data.ReadLines(in, 0, func(line []byte, n int64) error {
-		var rec map[string]json.RawMessage
-		if err := json.Unmarshal(line, &rec); err != nil {
-			return lineErrorf("tokenize: %s:%d: invalid JSON: %v", name, n, err)
-		}
-		raw, ok := rec[f.field]
-		if !ok {
-			return lineErrorf("tokenize: %s:%d: missing field %q", name, n, f.field)
-		}
-		var text string
-		if err := json.Unmarshal(raw, &text); err != nil {
-			return lineErrorf("tokenize: %s:%d: field %q: want a string", name, n, f.field)
-		}
-		texts, lines = append(texts, text), append(lines, n)
-		if len(texts) == tokenizeBatch {
-			return flush()
-		}
-		return nil
-	})
-	if err != nil {
-		return wrapLineErr("tokenize", err, name)
-	}
-	return flush()
-}
-
-func writeIDs(w *bufio.Writer, ids []int32) error {
-	buf := make([]byte, 0, 8+7*len(ids))
-	buf = append(buf, `{"ids":[`...)
-	for i, id := range ids {
-		if i > 0 {
-			buf = append(buf, ',')
-		}
-		buf = strconv.AppendInt(buf, int64(id), 10)
-	}
-	buf = append(buf, "]}\n"...)
-	_, err := w.Write(buf)
-	return err
-}
-
-func decodeLines(tok *tokenizer.Tokenizer, in io.Reader, name string, w *bufio.Writer, skipSpecial bool) error {
-	vocab := tok.VocabSize()
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	err := data.ReadLines(in, 0, func(line []byte, n int64) error {
-		var rec struct {
-			IDs      *[]int64 `json:"ids"`
-			InputIDs *[]int64 `json:"input_ids"`
-		}
-		if err := json.Unmarshal(line, &rec); err != nil {
-			return lineErrorf("tokenize: %s:%d: invalid JSON or ids that are not integers: %v", name, n, err)
-		}
-		src := rec.IDs
-		if src == nil {
-			src = rec.InputIDs
-		}
-		if src == nil {
-			return lineErrorf("tokenize: %s:%d: missing field \"ids\" (or \"input_ids\")", name, n)
-		}
-		ids := make([]int32, len(*src))
-		for i, id := range *src {
-			if id < 0 || id >= int64(vocab) {
-				return lineErrorf("tokenize: %s:%d: token id %d outside the vocabulary [0, %d)", name, n, id, vocab)
-			}
-			ids[i] = int32(id)
-		}
-		text, err := tok.DecodeChecked(ids, skipSpecial)
-		if err != nil {
-			return lineErrorf("tokenize: %s:%d: %w", name, n, err)
-		}
-		return enc.Encode(struct {
-			Text string `json:"text"`
-		}{text})
-	})
-	return wrapLineErr("tokenize", err, name)
 }
 
 // lineError is an error about one line of an input that names the
