@@ -1008,7 +1008,13 @@ func (r *Runner) finetune(cfg finetune.Config, phase, shown string) (string, err
 		if ms, err := report.ReadMetrics(filepath.Join(cfg.Out, report.MetricsFile)); err == nil && len(ms) > 0 {
 			final = report.FinalTrainLoss(ms)
 		}
-		r.logf("%s: done in %.0fs, final training loss %.3f, held-out loss %.3f", phase, time.Since(start).Seconds(), final, last.EvalLoss)
+		// Which held-out set: the pretraining's own split of its corpus,
+		// or the study's held-out documents (the report's column).
+		held := "held-out documents' loss"
+		if strings.HasPrefix(phase, "pretrain") {
+			held = "loss on the pretraining corpus's held-out split"
+		}
+		r.logf("%s: done in %.0fs, final training loss %.3f, %s %.3f", phase, time.Since(start).Seconds(), final, held, last.EvalLoss)
 	}
 	return finetune.LatestCheckpoint(ckDir)
 }

@@ -183,6 +183,36 @@ func (m *Masker) Apply(targets []int32, w []float32) int {
 	return m.mask(targets, w, true)
 }
 
+// DropRule says which targets the configuration drops, and so why a
+// measured fraction falls short of 1/K: the hash strategies drop about one
+// in K of the targets whose H-token context is complete, and keep a
+// sequence's first H−1; Static drops every K-th from Start.
+func (c Config) DropRule() string {
+	if c.Strategy == Static {
+		return fmt.Sprintf("every %s target from position %d on", ordinal(c.K), c.Start)
+	}
+	if c.H == 1 {
+		return fmt.Sprintf("about 1 in %d of the targets", c.K)
+	}
+	return fmt.Sprintf("about 1 in %d of the targets whose %d-token context is complete; a sequence's first %d are kept", c.K, c.H, c.H-1)
+}
+
+// ordinal writes n as "4th", "2nd", "3rd", "11th".
+func ordinal(n int) string {
+	suffix := "th"
+	if n%100 < 11 || n%100 > 13 {
+		switch n % 10 {
+		case 1:
+			suffix = "st"
+		case 2:
+			suffix = "nd"
+		case 3:
+			suffix = "rd"
+		}
+	}
+	return fmt.Sprintf("%d%s", n, suffix)
+}
+
 // Drops reports which tokens of a sequence of ids the loss drops: drop[i]
 // is set when the loss at ids[i] is dropped. The targets are ids[1:], so
 // drop[0] is never set; with asTargets they are ids itself (labels), and

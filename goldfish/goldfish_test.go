@@ -484,3 +484,20 @@ func TestDropRateOnText(t *testing.T) {
 		}
 	}
 }
+
+func TestDropRule(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Strategy: HashTable, K: 4, H: 13}, "about 1 in 4 of the targets whose 13-token context is complete; a sequence's first 12 are kept"},
+		{Config{Strategy: HashAvalanche, K: 3, H: 1}, "about 1 in 3 of the targets"},
+		{Config{Strategy: Static, K: 2, Start: 5}, "every 2nd target from position 5 on"},
+		{Config{Strategy: Static, K: 11}, "every 11th target from position 0 on"},
+		{Config{Strategy: Static, K: 23}, "every 23rd target from position 0 on"},
+	} {
+		if got := c.cfg.DropRule(); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.cfg, got, c.want)
+		}
+	}
+}

@@ -181,7 +181,7 @@ func printEvalLoss(w io.Writer, rep *finetune.LossReport, asJSON bool) error {
 		enc := json.NewEncoder(w)
 		return enc.Encode(rep)
 	}
-	_, err := fmt.Fprintf(w, "loss %.4f  perplexity %.2f  (%d documents, %d tokens scored, %d skipped)\n",
-		rep.Loss, rep.Perplexity, rep.Documents, rep.Tokens, rep.Skipped)
+	_, err := fmt.Fprintf(w, "loss %.4f  perplexity %s  (%d documents, %d tokens scored, %d skipped)\n",
+		rep.Loss, units.FormatPerplexity(rep.Perplexity), rep.Documents, rep.Tokens, rep.Skipped)
 	return err
 }

@@ -197,8 +197,12 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 		fmt.Fprintf(w, "stopped after step %d of %d (--stop-after): loss %.4f; checkpoint %s; unfinished: resume with: %s\n",
 			res.Step, res.Steps, last.Loss, last.CheckpointDir, resumeFinetune(cfg.Out, ef, pf))
 	default:
-		fmt.Fprintf(w, "trained %d steps: loss %.4f, dropped %.1f%%, %.0f tokens/s; checkpoint %s\n",
-			last.Step, last.Loss, 100*last.DroppedFrac, last.TokensPerS, last.CheckpointDir)
+		dropped := ""
+		if cfg.Loss == finetune.Goldfish {
+			dropped = fmt.Sprintf(", dropped %.1f%% of targets (goldfish: %s)", 100*last.DroppedFrac, cfg.Goldfish.DropRule())
+		}
+		fmt.Fprintf(w, "trained %d steps: loss %.4f%s, %.0f tokens/s; checkpoint %s\n",
+			last.Step, last.Loss, dropped, last.TokensPerS, last.CheckpointDir)
 	}
 	return nil
 }

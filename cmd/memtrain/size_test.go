@@ -10,9 +10,9 @@ import (
 
 // maxLines bounds the CLI's non-test Go lines: it holds flags, printing
 // and progress, and its logic lives in library packages. Issue 33 asks for
-// 3,500; the bound is what the CLI holds today (plan.go and bench*.go
-// included, 1,047 of them), lowered as logic leaves, never raised.
-const maxLines = 3902
+// 3,500; the bound is what the CLI holds today (plan's report and its text
+// moved to perfmodel.Report), lowered as logic leaves, never raised.
+const maxLines = 3687
 
 // TestSize counts the lines of this package's non-test Go files as
 // `wc -l` does (newline characters) and fails past maxLines.

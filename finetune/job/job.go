@@ -60,7 +60,9 @@ type Progress struct {
 // EvalLine is the line of the step's held-out evaluation (when
 // finetune.Metrics.EvalLoss > 0).
 func (p Progress) EvalLine() string {
-	return fmt.Sprintf("step %d/%d: held-out loss %.4f, perplexity %.1f", p.Step, p.Steps, p.EvalLoss, p.EvalPerplex)
+	// The report's perplexity format (units.FormatPerplexity): the log and
+	// the tables say one number the same way.
+	return fmt.Sprintf("step %d/%d: held-out loss %.4f, perplexity %s", p.Step, p.Steps, p.EvalLoss, units.FormatPerplexity(p.EvalPerplex))
 }
 
 // SampleLines are the lines of the step's sample generations, one each.
