@@ -187,7 +187,7 @@ func TestPlanErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--model", "llama3.1-8b", "--gpus", "8", "--gpu", "v100"}, `plan: --gpu: perfmodel: unknown gpu "v100" (want one of a100, h100, h200, mi250x)`},
+		{[]string{"--model", "llama3.1-8b", "--gpus", "8", "--gpu", "v100"}, `plan: --gpu: unknown gpu "v100" (want one of a100, h100, h200, mi250x; did you mean "a100"?)`},
 		{[]string{"--model", "llama3.1-8b", "--gpus", "0"}, "plan: --gpus must be positive, got 0"},
 		{[]string{"--model", "llama3.1-8b", "--gpus", "-4"}, "plan: --gpus must be positive, got -4"},
 		{[]string{"--gpus", "8"}, "plan: --model is required"},

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/memtrain/memtrain/internal/choice"
 	"github.com/memtrain/memtrain/internal/inputfile"
 )
 
@@ -199,8 +200,7 @@ func LookupDevice(name string) (Device, error) {
 	for i, d := range devices {
 		names[i] = d.Name
 	}
-	sort.Strings(names)
-	return Device{}, fmt.Errorf("perfmodel: unknown gpu %q (want one of %s)", name, strings.Join(names, ", "))
+	return Device{}, &choice.UnknownError{What: "gpu", Name: name, Known: names}
 }
 
 // ReadDevice reads a device described in JSON, Device's fields (an
