@@ -40,6 +40,7 @@ type Progress struct {
 	Phase  string // e.g. "pretrain", "train standard-s1", "eval standard-s1 goldfish-50"
 	Done   int
 	Total  int
+	Unit   string // what Done and Total count: "bases", "steps", "passes" (a document scored or decoded)
 	Detail string // e.g. the loss
 }
 
@@ -317,7 +318,7 @@ func (r *Runner) checkLaunch(runs []armRun) error {
 		if r.stopped() {
 			return &StoppedError{Phase: preRunCheck}
 		}
-		r.progress(Progress{Phase: preRunCheck, Done: i, Total: len(bases)})
+		r.progress(Progress{Phase: preRunCheck, Done: i, Total: len(bases), Unit: "bases"})
 		var cfg *checkpoints.Config
 		if ar.base.Model != "" {
 			cfg, err = checkpoints.ReadConfig(r.models[ar.base.Model])
@@ -993,7 +994,7 @@ func (r *Runner) finetune(cfg finetune.Config, phase, shown string) (string, err
 				}
 				r.logf("%s", line)
 			}
-			r.progress(Progress{Phase: shown, Done: p.Step, Total: p.Steps, Detail: detail})
+			r.progress(Progress{Phase: shown, Done: p.Step, Total: p.Steps, Detail: detail, Unit: "steps"})
 		},
 	})
 	if err != nil {
@@ -1175,7 +1176,7 @@ func (r *Runner) evaluateArm(rk launch.Rank, final finetune.ModelRef, base, name
 		if rk.Lead() {
 			cfg.Progress = func(scored, nDocs, decoded, probes int) {
 				done, total := memorization.EvalProgress(scored, nDocs, decoded, probes)
-				r.progress(Progress{Phase: phase, Done: done, Total: total})
+				r.progress(Progress{Phase: phase, Done: done, Total: total, Unit: "passes"})
 			}
 		}
 		cfg.StopIDs = finetune.StopIDs(r.tok)

@@ -96,7 +96,7 @@ func runBenchGemm(cmd *cobra.Command, f benchGemmFlags) error {
 	}
 	var tick func()
 	if errw := cmd.ErrOrStderr(); isTerminal(errw) {
-		bar := newBar(errw, len(shapes)*f.repeat, "bench gemm")
+		bar := newBar(errw, len(shapes)*f.repeat, "bench gemm", "runs")
 		defer bar.Finish()
 		tick = func() { bar.Add(1) }
 	}

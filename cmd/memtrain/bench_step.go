@@ -116,7 +116,7 @@ func runBenchStep(cmd *cobra.Command, f benchStepFlags) error {
 	}
 	o := bench.StepOptions{Batch: f.batch, SeqLen: f.seqLen, Steps: f.steps, Recompute: f.recompute, Activations: act}
 	if errw := cmd.ErrOrStderr(); isTerminal(errw) {
-		bar := newBar(errw, f.steps+1, "bench step")
+		bar := newBar(errw, f.steps+1, "bench step", "steps")
 		defer bar.Finish()
 		o.Progress = func() { bar.Add(1) }
 	}

@@ -170,9 +170,10 @@ func runDataPrepare(cmd *cobra.Command, f dataPrepareFlags) error {
 	}
 	var bar *progressbar.ProgressBar
 	if isTerminal(cmd.ErrOrStderr()) {
-		var total int64
-		for _, in := range f.inputs {
-			total += pathSize(in, cfg.Read)
+		var total int64 // the inputs' bytes; unknown (0) if they do not open
+		if r, err := data.NewReader(f.inputs, cfg.Read); err == nil {
+			total = r.Size()
+			r.Close()
 		}
 		bar = progressbar.DefaultBytes(total, "prepare")
 		cfg.Read.Progress = func(n int64) { bar.Add64(n) }
@@ -238,16 +239,6 @@ func prepareChatTemplate(cmd *cobra.Command, f *dataPrepareFlags, tok *tokenizer
 		return nil, fmt.Errorf("data prepare: %w", err)
 	}
 	return ct, nil
-}
-
-// pathSize returns the size of a file, or of the files under a folder.
-func pathSize(path string, opt data.ReadOptions) int64 {
-	r, err := data.NewReader([]string{path}, opt)
-	if err != nil {
-		return 0
-	}
-	defer r.Close()
-	return r.Size()
 }
 
 func printPrepareSummary(w io.Writer, out string, m *data.Manifest, elapsed time.Duration, threads int) {

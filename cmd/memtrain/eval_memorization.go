@@ -258,7 +258,7 @@ func evalMemorization(cmd *cobra.Command, f evalMemFlags, p memorization.Protoco
 	}
 	var bar *progressbar.ProgressBar
 	if leader && isTerminal(cmd.ErrOrStderr()) {
-		bar = newBar(cmd.ErrOrStderr(), 2*len(docs), "eval memorization")
+		bar = newBar(cmd.ErrOrStderr(), 2*len(docs), "eval memorization", "passes")
 		cfg.Progress = func(scored, nDocs, decoded, probes int) {
 			done, _ := memorization.EvalProgress(scored, nDocs, decoded, probes)
 			bar.Set(done)

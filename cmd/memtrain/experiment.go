@@ -223,7 +223,7 @@ func (p *phaseBars) update(ev experiments.Progress) {
 			fmt.Fprintln(p.w)
 		}
 		p.phase = ev.Phase
-		p.bar = newBar(p.w, ev.Total, ev.Phase)
+		p.bar = newBar(p.w, ev.Total, ev.Phase, ev.Unit)
 	}
 	if ev.Detail != "" {
 		p.bar.Describe(ev.Phase + " " + ev.Detail)

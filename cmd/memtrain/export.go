@@ -120,7 +120,7 @@ func runExport(cmd *cobra.Command, what string, ref finetune.ModelRef, f exportF
 	if isTerminal(cmd.ErrOrStderr()) {
 		opt.Progress = func(done, total int) {
 			if bar == nil {
-				bar = newBar(cmd.ErrOrStderr(), total, what)
+				bar = newBar(cmd.ErrOrStderr(), total, what, "tensors")
 			}
 			bar.Set(done)
 		}

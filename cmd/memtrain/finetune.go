@@ -140,7 +140,7 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 				fmt.Fprintf(stderr, "memtrain: resuming %s from step %d of %d\n", cfg.Out, run.Step, run.Steps)
 			}
 			if isTerminal(stderr) && run.Step < run.Steps {
-				bar = newBar(stderr, run.Steps, "finetune")
+				bar = newBar(stderr, run.Steps, "finetune", "steps")
 				bar.Set(run.Step)
 			}
 		},

@@ -8,11 +8,13 @@ import (
 	"golang.org/x/term"
 )
 
-// newBar is the progress bar of a long phase of total steps: its count,
-// its predicted time, its elapsed time at the end.
-func newBar(w io.Writer, total int, desc string) *progressbar.ProgressBar {
+// newBar is the progress bar of a long phase of total units ("steps"):
+// its count and rate in that unit, its predicted time, its elapsed time at
+// the end.
+func newBar(w io.Writer, total int, desc, unit string) *progressbar.ProgressBar {
 	return progressbar.NewOptions(total, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription(desc),
-		progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionShowElapsedTimeOnFinish())
+		progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString(unit),
+		progressbar.OptionSetPredictTime(true), progressbar.OptionShowElapsedTimeOnFinish())
 }
 
 // isTerminal reports whether w is a terminal, where progress bars belong.
