@@ -181,7 +181,7 @@ func TestNewEpochs(t *testing.T) {
 func TestProgressLines(t *testing.T) {
 	p := Progress{Metrics: finetune.Metrics{Step: 3, EvalLoss: 2.25, EvalPerplex: 9.4877,
 		Samples: []finetune.Sample{{Prompt: "a", Text: "b\n"}, {Prompt: "c", Text: ""}}}, Steps: 10}
-	if got, want := p.EvalLine(), "step 3/10: held-out loss 2.2500, perplexity 9.5"; got != want {
+	if got, want := p.EvalLine(), "step 3/10: held-out loss 2.2500, perplexity 9.49"; got != want {
 		t.Errorf("EvalLine = %q, want %q", got, want)
 	}
 	want := []string{`step 3/10: sample "a" → "b\n"`, `step 3/10: sample "c" → ""`}
