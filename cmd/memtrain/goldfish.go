@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -129,7 +130,7 @@ func runGoldfish(cmd *cobra.Command, f goldfishFlags) error {
 	var lines, targets, dropped int64
 	var buf []byte
 	err = data.ReadLines(in, 0, func(line []byte, n int64) error {
-		ids, err := goldfishIDs(line, name, n, f, tok)
+		ids, err := goldfishIDs(line, n, f, tok)
 		if err != nil {
 			return err
 		}
@@ -146,7 +147,7 @@ func runGoldfish(cmd *cobra.Command, f goldfishFlags) error {
 		_, err = out.Write(buf)
 		return err
 	})
-	if err := wrapLineErr("goldfish", err, name); err != nil {
+	if err := inputErr("goldfish", name, err); err != nil {
 		return err
 	}
 	if err := out.Flush(); err != nil {
@@ -169,20 +170,20 @@ func runGoldfish(cmd *cobra.Command, f goldfishFlags) error {
 
 // goldfishIDs returns the token ids of one JSONL line: its "ids" or
 // "input_ids", or its text field encoded.
-func goldfishIDs(line []byte, name string, n int64, f goldfishFlags, tok *tokenizer.Tokenizer) ([]int32, error) {
+func goldfishIDs(line []byte, n int64, f goldfishFlags, tok *tokenizer.Tokenizer) ([]int32, error) {
 	ids, text, isText, err := data.ParseIDsOrText(line, f.field)
 	if err != nil {
-		return nil, lineErrorf("goldfish: %s:%d: %v", name, n, err)
+		return nil, &data.LineError{Line: n, Err: err}
 	}
 	if !isText {
 		return ids, nil
 	}
 	if tok == nil {
-		return nil, lineErrorf("goldfish: %s:%d: a text line needs --tokenizer", name, n)
+		return nil, &data.LineError{Line: n, Err: errors.New("a text line needs --tokenizer")}
 	}
 	ids, err = tok.EncodeChecked(text, tokenizer.EncodeOptions{AddSpecial: f.bos})
 	if err != nil {
-		return nil, lineErrorf("goldfish: %s:%d: %w", name, n, err)
+		return nil, &data.LineError{Line: n, Err: err}
 	}
 	return ids, nil
 }

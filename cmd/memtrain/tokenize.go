@@ -83,11 +83,7 @@ func runTokenize(cmd *cobra.Command, f tokenizeFlags) error {
 	} else {
 		err = data.EncodeLines(tok, in, w, f.field, tokenizer.EncodeOptions{AddSpecial: f.special, SplitSpecial: f.splitSpecial}, f.threads)
 	}
-	var le *data.LineError
-	if errors.As(err, &le) {
-		return lineErrorf("tokenize: %s:%d: %w", name, le.Line, le.Err)
-	}
-	if err := wrapLineErr("tokenize", err, name); err != nil {
+	if err := inputErr("tokenize", name, err); err != nil {
 		return err
 	}
 	if bar != nil {
@@ -97,21 +93,16 @@ func runTokenize(cmd *cobra.Command, f tokenizeFlags) error {
 	return w.Flush()
 }
 
-// lineError is an error about one line of an input that names the
-// command, the input and the line already (lineErrorf makes one).
-type lineError struct{ error }
-
-func (e lineError) Unwrap() error { return e.error }
-
-func lineErrorf(format string, args ...any) error { return lineError{fmt.Errorf(format, args...)} }
-
-// wrapLineErr names the command and the input for errors that the line
-// reader itself produced (I/O errors, over-long lines); a line's own
-// errors say so already.
-func wrapLineErr(command string, err error, name string) error {
-	var le lineError
-	if err == nil || errors.As(err, &le) {
-		return err
+// inputErr names the command and the input of an error reading it, and
+// the line when the error is one line's (data.LineError): "tokenize:
+// FILE:12: invalid JSON: …".
+func inputErr(command, name string, err error) error {
+	var le *data.LineError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &le):
+		return fmt.Errorf("%s: %s:%d: %w", command, name, le.Line, le.Err)
 	}
 	return fmt.Errorf("%s: %s: %w", command, name, err)
 }

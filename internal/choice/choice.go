@@ -34,15 +34,17 @@ func (e *UnknownError) Error() string {
 func Nearest(name string, known []string) string {
 	best, bestD := "", 3
 	for _, k := range known {
-		if d := distance(strings.ToLower(name), strings.ToLower(k)); d < bestD {
+		if d := Distance(strings.ToLower(name), strings.ToLower(k)); d < bestD {
 			best, bestD = k, d
 		}
 	}
 	return best
 }
 
-// distance is the Levenshtein distance between a and b, in bytes.
-func distance(a, b string) int {
+// Distance is the Levenshtein distance between a and b, in bytes: the
+// measure of every "did you mean" (Nearest, and options.Suggest's flags
+// and keys).
+func Distance(a, b string) int {
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {

@@ -2,6 +2,7 @@ package options
 
 import (
 	"fmt"
+	"github.com/memtrain/memtrain/internal/choice"
 	"reflect"
 	"sort"
 	"strings"
@@ -91,7 +92,7 @@ func Suggest(name string, known []string) string {
 	best, bestD := "", min(max(2, len(name)/3), len(name)-1)+1
 	for _, k := range sorted {
 		for _, cand := range []string{norm(k), last(norm(k))} {
-			if d := editDistance(name, cand); d < bestD {
+			if d := choice.Distance(name, cand); d < bestD {
 				best, bestD = k, d
 			}
 		}
@@ -104,25 +105,4 @@ func FlagNames(fl *pflag.FlagSet) []string {
 	var names []string
 	fl.VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
 	return names
-}
-
-// editDistance is the Levenshtein distance between a and b, in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
