@@ -66,11 +66,11 @@ func TestCanaryMixing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, _, err := data.OpenTokenizer("builtin:llama2")
+	tok, files, err := data.OpenTokenizer("builtin:llama2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Runner{Spec: s, Out: t.TempDir(), tok: tok}
+	r := &Runner{Spec: s, Out: t.TempDir(), tok: tok, tokFiles: files}
 	if err := r.prepareData(); err != nil {
 		t.Fatal(err)
 	}
@@ -79,6 +79,10 @@ func TestCanaryMixing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
+	// The study's dataset carries its tokenizer, as data prepare's do.
+	if got, err := st.Tokenizer(); err != nil || got == nil || got.Hash() != tok.Hash() {
+		t.Errorf("the dataset's tokenizer: %v, %v", got, err)
+	}
 	key := func(ids []int32) string { return fmt.Sprint(ids) }
 	train, holdout := map[string]int{}, map[string]int{}
 	for id := range st.NumDocuments() {
@@ -153,7 +157,7 @@ func TestCanaryMixing(t *testing.T) {
 		t.Errorf("targets.jsonl records repetitions %v", recorded)
 	}
 	// Prepared again (a resumed study): the same held-out filler.
-	r2 := &Runner{Spec: s, Out: r.Out, tok: tok}
+	r2 := &Runner{Spec: s, Out: r.Out, tok: tok, tokFiles: files}
 	if err := r2.prepareData(); err != nil {
 		t.Fatal(err)
 	}

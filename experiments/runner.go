@@ -449,6 +449,11 @@ func (r *Runner) prepareData() error {
 	if err != nil {
 		return err
 	}
+	// The study's dataset decodes its own tokens, as data prepare's do.
+	if err := w.AddTokenizer(r.tokFiles); err != nil {
+		w.Abort()
+		return err
+	}
 	add := func(p Passage, split data.Split) error {
 		_, err := w.Add(data.Document{Source: p.Source, Line: p.Line, IDs: p.IDs, Split: split})
 		return err
@@ -928,7 +933,7 @@ func (r *Runner) pretrain(dir, initDir string, p *Pretrain) (string, error) {
 		if seqLen == 0 {
 			seqLen = 128
 		}
-		if _, err := data.Prepare(ds, []string{corpus}, r.tok, data.PrepareConfig{Mode: data.ModePack, SeqLen: seqLen, BOS: true, EOS: true, Holdout: 0.02, Seed: 1}); err != nil {
+		if _, err := data.Prepare(ds, []string{corpus}, r.tok, data.PrepareConfig{Mode: data.ModePack, SeqLen: seqLen, BOS: true, EOS: true, Holdout: 0.02, Seed: 1, TokenizerFiles: r.tokFiles}); err != nil {
 			return "", err
 		}
 	}

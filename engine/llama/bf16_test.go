@@ -167,25 +167,33 @@ func trainableGrads(m *Model) map[string][]float32 {
 	return out
 }
 
+// adamWState is what the tests' AdamW steps of m take: zeroed moments for
+// each trainable tensor (its bf16 copy refreshed by the step) and the
+// clipping control {1, 1} (no clipping, finite); free releases them.
+func adamWState(m *Model) (ts []engine.AdamWTensors, ctl *engine.Tensor, free func()) {
+	b := m.Backend()
+	for _, p := range m.Trainable() {
+		ts = append(ts, engine.AdamWTensors{Param: p.Value, Grad: p.Grad, Copy: p.Copy,
+			M: b.Alloc(engine.F32, p.Value.Shape...), V: b.Alloc(engine.F32, p.Value.Shape...)})
+	}
+	ctl = b.Alloc(engine.F32, 2)
+	b.Upload(ctl, []float32{1, 1})
+	return ts, ctl, func() {
+		for _, x := range ts {
+			b.Free(x.M)
+			b.Free(x.V)
+		}
+		b.Free(ctl)
+	}
+}
+
 // trainSteps trains m for steps AdamW steps (one fused AdamWStep each,
 // refreshing the bf16 copies) on batch, and returns the last loss.
 func trainSteps(t *testing.T, m *Model, batch Batch, steps int) float64 {
 	t.Helper()
 	b := m.Backend()
-	var ts []engine.AdamWTensors
-	for _, p := range m.Trainable() {
-		ts = append(ts, engine.AdamWTensors{Param: p.Value, Grad: p.Grad, Copy: p.Copy,
-			M: b.Alloc(engine.F32, p.Value.Shape...), V: b.Alloc(engine.F32, p.Value.Shape...)})
-	}
-	defer func() {
-		for _, x := range ts {
-			b.Free(x.M)
-			b.Free(x.V)
-		}
-	}()
-	ctl := b.Alloc(engine.F32, 2)
-	defer b.Free(ctl)
-	b.Upload(ctl, []float32{1, 1})
+	ts, ctl, free := adamWState(m)
+	defer free()
 	var loss Loss
 	for s := 1; s <= steps; s++ {
 		m.ZeroGrads()

@@ -60,20 +60,8 @@ func gridTrain(t *testing.T, shape comm.Grid, ov parallel.Overlap, cfg *checkpoi
 			return err
 		}
 		b := m.Backend()
-		var ts []engine.AdamWTensors
-		for _, p := range m.Trainable() {
-			ts = append(ts, engine.AdamWTensors{Param: p.Value, Grad: p.Grad, Copy: p.Copy,
-				M: b.Alloc(engine.F32, p.Value.Shape...), V: b.Alloc(engine.F32, p.Value.Shape...)})
-		}
-		defer func() {
-			for _, x := range ts {
-				b.Free(x.M)
-				b.Free(x.V)
-			}
-		}()
-		ctl := b.Alloc(engine.F32, 2)
-		defer b.Free(ctl)
-		b.Upload(ctl, []float32{1, 1})
+		ts, ctl, free := adamWState(m)
+		defer free()
 		var losses []float64
 		for s := 1; s <= steps; s++ {
 			l, _, err := oneStep(m, global)
