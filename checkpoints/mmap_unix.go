@@ -28,7 +28,7 @@ func mmapFile(f *os.File, size int64) ([]byte, func() error, error) {
 func releasePages(mapping []byte, off, n int64) {
 	page := int64(os.Getpagesize())
 	lo := off / page * page
-	hi := min(int64(len(mapping)), (off+n+page-1)/page*page)
+	hi := min(int64(len(mapping)), (off+n)/page*page) // the page under off+n may be read next
 	if hi > lo {
 		_ = syscall.Madvise(mapping[lo:hi], syscall.MADV_DONTNEED) // advice only: a failure changes nothing
 	}

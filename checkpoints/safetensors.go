@@ -80,6 +80,7 @@ type File struct {
 	byName    map[string]int
 	metadata  map[string]string
 	bytesRead atomic.Int64
+	released  atomic.Int64 // the mapping's pages below this offset were dropped (releaseRead)
 }
 
 // OpenFile opens the safetensors file at path and validates its header: the
@@ -539,7 +540,7 @@ func (f *File) readScratch(t *TensorInfo, dst []float32, off int64, scratch *[]b
 		decode(dst, f.data[off:off+n], t.DType)
 		f.bytesRead.Add(n)
 		if f.mapped {
-			releasePages(f.data, off, n)
+			f.releaseRead(off + n)
 		}
 		return nil
 	}
@@ -558,6 +559,27 @@ func (f *File) readScratch(t *TensorInfo, dst []float32, off int64, scratch *[]b
 		dst, off = dst[k:], off+int64(len(b))
 	}
 	return nil
+}
+
+// releaseChunk is how many bytes of the mapping are read between two
+// releases of its pages.
+const releaseChunk = 4 << 20
+
+// releaseRead drops the mapping's pages below end, the end of a read, once
+// a chunk of them lies past the last release: one madvise a chunk, not one
+// a read. A column shard reads a short run a row, and dropping the pages
+// of every run (as each read once did) made the next run fault its page
+// back in: loading a tiny model spent most of its time in madvise. A
+// reader that goes back (another tensor, another rank's block) moves the
+// mark back; pages it finds dropped fault back in from the page cache.
+func (f *File) releaseRead(end int64) {
+	from := f.released.Load()
+	switch {
+	case end < from:
+		f.released.CompareAndSwap(from, end)
+	case end-from >= releaseChunk && f.released.CompareAndSwap(from, end):
+		releasePages(f.data, from, end-from)
+	}
 }
 
 // Close releases the file. Reads after Close fail.
