@@ -13,6 +13,7 @@ import (
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/comm/commbench"
 	"github.com/memtrain/memtrain/internal/atomicfile"
+	"github.com/memtrain/memtrain/internal/options"
 	"github.com/memtrain/memtrain/internal/units"
 )
 
@@ -65,9 +66,9 @@ a readable summary on stderr. --device FILE writes these as a perfmodel device
 	fl.StringVar(&f.ranks, "ranks", "2,4,8", "comma-separated group sizes")
 	fl.StringVar(&f.sizes, "sizes", "64K,256K,1M,4M,16M,64M", "comma-separated buffer sizes in bytes (K, M, G or KiB, MiB, GiB: powers of 1024; KB, MB: of 1000)")
 	fl.StringVar(&f.ops, "ops", "all-reduce,all-gather,reduce-scatter", "collectives to time")
-	fl.IntVar(&f.iters, "iters", 0, "timed calls a case, after two warm-up calls (default: enough to move 256 MiB, 5 to 200)")
+	options.IntRange(fl, &f.iters, "iters", 0, 1, commbench.MaxIters, "automatic", "timed calls a case, after two warm-up calls (default: enough to move 256 MiB, 5 to 200)")
 	fl.BoolVar(&f.oneGroup, "one-group", false, "time one group of each size while the other ranks wait")
-	fl.IntVar(&f.world, "world", 0, "in-process ranks (default the largest of --ranks; under mpirun the job's size)")
+	options.IntRange(fl, &f.world, "world", 0, 1, commbench.MaxRanks, "the largest of --ranks", "in-process ranks (default the largest of --ranks; under mpirun the job's size)")
 	fl.StringVar(&f.device, "device", "", "write the measured device for 'memtrain plan --device-json' to this file")
 	fl.Float64Var(&f.peak, "peak", 0, "with --device: the compute peak of one node, GFLOP/s (e.g. 'memtrain bench gemm''s, all cores)")
 	fl.Float64Var(&f.eff, "efficiency", 0, "with --device: the fraction of --peak a training step reaches (e.g. 'memtrain bench step''s)")
@@ -98,12 +99,6 @@ func runBenchComm(cmd *cobra.Command, f benchCommFlags) error {
 		}
 	}
 	switch {
-	case f.iters < 0:
-		return fmt.Errorf("bench comm: --iters %d: want 0 (automatic) or more", f.iters)
-	case f.iters > commbench.MaxIters:
-		return fmt.Errorf("bench comm: --iters %d: want 0 (automatic) to %d", f.iters, commbench.MaxIters)
-	case f.world < 0 || f.world > commbench.MaxRanks:
-		return fmt.Errorf("bench comm: --world %d: want 0 (the largest of --ranks) to %d", f.world, commbench.MaxRanks)
 	case f.device == "" && (f.peak != 0 || f.eff != 0):
 		return errors.New("bench comm: --peak and --efficiency go with --device (the device file they describe)")
 	case f.device != "" && !(f.peak > 0 && !math.IsInf(f.peak, 1)):

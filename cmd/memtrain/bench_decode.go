@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -10,6 +9,7 @@ import (
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine/bench"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/internal/options"
 	"github.com/memtrain/memtrain/internal/units"
 )
 
@@ -42,18 +42,15 @@ the aggregate generated tokens per second (prefill included), the median of
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.preset, "preset", "small", "model shape (see 'memtrain inspect --help')")
-	fl.IntVar(&f.batch, "batch", 8, "prompts decoded together")
-	fl.IntVar(&f.promptLen, "prompt-len", 32, "tokens per prompt")
-	fl.IntVar(&f.newTokens, "new-tokens", 128, "tokens generated per prompt")
-	fl.IntVar(&f.repeat, "repeat", 3, "timed runs; the median is reported")
+	options.IntRange(fl, &f.batch, "batch", 8, 1, units.MaxCount, "", "prompts decoded together")
+	options.IntRange(fl, &f.promptLen, "prompt-len", 32, 1, checkpoints.MaxPositions, "", "tokens per prompt")
+	options.IntRange(fl, &f.newTokens, "new-tokens", 128, 1, checkpoints.MaxPositions, "", "tokens generated per prompt")
+	options.IntRange(fl, &f.repeat, "repeat", 3, 1, maxBenchRuns, "", "timed runs; the median is reported")
 	f.engine.register(fl)
 	return cmd
 }
 
 func runBenchDecode(cmd *cobra.Command, f benchDecodeFlags) error {
-	if f.batch <= 0 || f.promptLen <= 0 || f.newTokens <= 0 || f.repeat <= 0 {
-		return errors.New("bench decode: --batch, --prompt-len, --new-tokens and --repeat must be positive")
-	}
 	p, err := checkpoints.LookupPreset(f.preset)
 	if err != nil {
 		return fmt.Errorf("bench decode: --preset: %w", err)
@@ -64,10 +61,6 @@ func runBenchDecode(cmd *cobra.Command, f benchDecodeFlags) error {
 	// KV cache), the batch by the preflight below.
 	maxPos := cfg.MaxPositionEmbeddings
 	switch {
-	case f.batch > units.MaxCount:
-		return fmt.Errorf("bench decode: --batch %d: want 1 to %d", f.batch, units.MaxCount)
-	case f.repeat > maxBenchRuns:
-		return fmt.Errorf("bench decode: --repeat %d: want 1 to %d", f.repeat, maxBenchRuns)
 	case f.promptLen >= maxPos:
 		return fmt.Errorf("bench decode: --prompt-len %d: want 1 to %d (%s's max_position_embeddings %d, less a new token)", f.promptLen, maxPos-1, f.preset, maxPos)
 	case f.newTokens > maxPos-f.promptLen:

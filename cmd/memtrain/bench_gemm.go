@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memtrain/memtrain/engine/gemm"
-	"github.com/memtrain/memtrain/internal/units"
+	"github.com/memtrain/memtrain/internal/options"
 )
 
 type benchGemmFlags struct {
@@ -54,8 +54,8 @@ timed). A size is N for an N³ product or MxNxK.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.sizes, "sizes", "512,1024,2048", "comma-separated sizes: N for N×N×N, or MxNxK")
-	fl.IntVar(&f.threads, "threads", 0, "threads for the Go kernels and OpenBLAS (default all cores)")
-	fl.IntVar(&f.repeat, "repeat", 5, "timed runs a case; the median is reported")
+	threadsFlag(fl, &f.threads, "threads for the Go kernels and OpenBLAS (default all cores)")
+	options.IntRange(fl, &f.repeat, "repeat", 5, 1, maxBenchRuns, "", "timed runs a case; the median is reported")
 	fl.BoolVar(&f.reference, "reference", false, "also time gonum's blas32 (one thread, slow)")
 	return cmd
 }
@@ -64,15 +64,6 @@ func runBenchGemm(cmd *cobra.Command, f benchGemmFlags) error {
 	shapes, err := gemm.ParseShapes(f.sizes)
 	if err != nil {
 		return fmt.Errorf("bench gemm: --sizes: %w", err)
-	}
-	if f.repeat < 1 {
-		return fmt.Errorf("bench gemm: --repeat %d: want at least 1", f.repeat)
-	}
-	if err := units.CheckCount("--repeat", int64(f.repeat), 1, maxBenchRuns); err != nil {
-		return fmt.Errorf("bench gemm: %w", err)
-	}
-	if err := checkThreads(f.threads); err != nil {
-		return fmt.Errorf("bench gemm: %w", err)
 	}
 	impls := []gemm.Impl{gemm.New(f.threads)}
 	if k, ok := impls[0].(interface{ Kernel() string }); ok {

@@ -10,6 +10,7 @@ import (
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/bench"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/internal/options"
 	"github.com/memtrain/memtrain/internal/units"
 )
 
@@ -56,10 +57,10 @@ on long sequences.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.preset, "preset", "small", "model shape (see 'memtrain inspect --help')")
-	fl.IntVar(&f.batch, "batch", 4, "sequences per step")
-	fl.IntVar(&f.seqLen, "seq-len", 0, "tokens per sequence (default min(2048, max_position_embeddings))")
-	fl.IntVar(&f.maxPos, "max-positions", 0, "the model's max_position_embeddings (default the preset's)")
-	fl.IntVar(&f.steps, "steps", 5, "timed steps (after one warm-up step); the median is reported")
+	options.IntRange(fl, &f.batch, "batch", 4, 1, units.MaxCount, "", "sequences per step")
+	options.IntRange(fl, &f.seqLen, "seq-len", 0, 1, checkpoints.MaxPositions, "the default", "tokens per sequence (default min(2048, max_position_embeddings))")
+	options.IntRange(fl, &f.maxPos, "max-positions", 0, 1, checkpoints.MaxPositions, "the preset's", "the model's max_position_embeddings (default the preset's)")
+	options.IntRange(fl, &f.steps, "steps", 5, 1, maxBenchRuns, "", "timed steps (after one warm-up step); the median is reported")
 	fl.BoolVar(&f.recompute, "recompute", false, "recompute activations in the backward pass")
 	fl.StringVar(&f.precision, "precision", "f32", "f32, or bf16: mixed precision (bf16 activations and weight copies, float32 master weights, gradients and moments)")
 	f.engine.register(fl)
@@ -67,27 +68,12 @@ on long sequences.`,
 }
 
 func runBenchStep(cmd *cobra.Command, f benchStepFlags) error {
-	switch {
-	case f.batch <= 0:
-		return fmt.Errorf("bench step: --batch %d: want 1 or more", f.batch)
-	case f.steps <= 0:
-		return fmt.Errorf("bench step: --steps %d: want 1 or more", f.steps)
-	case f.steps > maxBenchRuns:
-		return fmt.Errorf("bench step: --steps %d: want 1 to %d", f.steps, maxBenchRuns)
-	case f.batch > units.MaxCount:
-		return fmt.Errorf("bench step: --batch %d: want 1 to %d", f.batch, units.MaxCount)
-	case f.seqLen < 0:
-		return fmt.Errorf("bench step: --seq-len %d: want 1 or more (0: the default)", f.seqLen)
-	}
 	p, err := checkpoints.LookupPreset(f.preset)
 	if err != nil {
 		return fmt.Errorf("bench step: --preset: %w", err)
 	}
 	cfg := p.Config()
 	if f.maxPos != 0 {
-		if f.maxPos < 0 || f.maxPos > checkpoints.MaxPositions {
-			return fmt.Errorf("bench step: --max-positions %d: want 1 to %d (0: the preset's %d)", f.maxPos, checkpoints.MaxPositions, cfg.MaxPositionEmbeddings)
-		}
 		cfg.MaxPositionEmbeddings = f.maxPos
 		if err := cfg.Validate(); err != nil {
 			return fmt.Errorf("bench step: --max-positions %d: %w", f.maxPos, err)

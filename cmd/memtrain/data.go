@@ -18,6 +18,7 @@ import (
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/data/tokenizer"
 	"github.com/memtrain/memtrain/internal/inputfile"
+	"github.com/memtrain/memtrain/internal/options"
 	"github.com/memtrain/memtrain/internal/units"
 )
 
@@ -102,7 +103,7 @@ assistant turn or no messages is skipped and counted, as other bad records are.`
 	fl.StringVar(&f.format, "format", "auto", "input format: auto (by extension), jsonl, parquet or text")
 	fl.BoolVar(&f.pretokenized, "pretokenized", false, "the field holds token ids, not text")
 	fl.BoolVar(&f.paragraphs, "paragraphs", false, "text files: a document per blank-line separated paragraph")
-	fl.IntVar(&f.seqLen, "seq-len", 0, "tokens per training sequence (default: the --tokenizer checkpoint's min(2048, max_position_embeddings), else 2048)")
+	options.IntRange(fl, &f.seqLen, "seq-len", 0, 1, checkpoints.MaxPositions, "the default", "tokens per training sequence (default: the --tokenizer checkpoint's min(2048, max_position_embeddings), else 2048)")
 	fl.StringVar(&f.mode, "mode", "pack", "pack (join documents, cut windows) or document (one sequence per document)")
 	fl.Float64Var(&f.holdout, "holdout", 0, "fraction of documents held out, in [0, 1]")
 	fl.Uint64Var(&f.seed, "seed", 0, "seed of the holdout choice")
@@ -110,7 +111,7 @@ assistant turn or no messages is skipped and counted, as other bad records are.`
 	fl.BoolVar(&f.eos, "eos", false, "end each document with the EOS token")
 	fl.BoolVar(&f.splitSpecial, "split-special", false, "treat special-token text in the input as plain text")
 	fl.BoolVar(&f.strict, "strict", false, "fail on the first bad record instead of skipping it")
-	fl.IntVar(&f.threads, "threads", 0, "encoding threads (default all cores)")
+	threadsFlag(fl, &f.threads, "encoding threads (default all cores)")
 	fl.BoolVar(&f.chat, "chat", false, "read chat records (messages, or alpaca instruction/input/output) and train on the assistant turns only")
 	fl.StringVar(&f.chatTemplate, "chat-template", "", "with --chat: builtin:llama2, builtin:llama3 or a Jinja file (default: the tokenizer's chat_template, else its family's built-in format)")
 	fl.StringVar(&f.chatDate, "chat-date", "", "with --chat: the date strftime_now gives the template, YYYY-MM-DD (default today)")
@@ -122,9 +123,6 @@ assistant turn or no messages is skipped and counted, as other bad records are.`
 func runDataPrepare(cmd *cobra.Command, f dataPrepareFlags) error {
 	if len(f.inputs) == 0 {
 		return errors.New("data prepare: no input (use --input)")
-	}
-	if err := checkThreads(f.threads); err != nil {
-		return fmt.Errorf("data prepare: %w", err)
 	}
 	format, err := data.ParseFormat(f.format)
 	if err != nil {
@@ -141,12 +139,6 @@ func runDataPrepare(cmd *cobra.Command, f dataPrepareFlags) error {
 	chat, err := prepareChatTemplate(cmd, &f, tok, files)
 	if err != nil {
 		return err
-	}
-	if f.seqLen < 0 {
-		return fmt.Errorf("data prepare: --seq-len %d: want 1 or more (0: the default)", f.seqLen)
-	}
-	if f.seqLen > checkpoints.MaxPositions {
-		return fmt.Errorf("data prepare: --seq-len %d: want 1 to %d (0: the default; no model has more positions)", f.seqLen, checkpoints.MaxPositions)
 	}
 	if f.seqLen, err = preparedSeqLen(f.tokenizer, f.seqLen); err != nil {
 		return err
@@ -283,19 +275,13 @@ dataset's), else as token ids.`,
 		RunE:    func(cmd *cobra.Command, args []string) error { return runDataInspect(cmd, args[0], f) },
 	}
 	fl := cmd.Flags()
-	fl.IntVar(&f.samples, "samples", 3, "sequences to show")
+	options.IntRange(fl, &f.samples, "samples", 3, 0, units.MaxCount, "", "sequences to show")
 	fl.BoolVar(&f.json, "json", false, "print a JSON report")
 	fl.StringVar(&f.tokenizer, "tokenizer", "", tokenizerFlagHelp+"; decodes the samples of a dataset that carries no tokenizer")
 	return cmd
 }
 
 func runDataInspect(cmd *cobra.Command, dir string, f dataInspectFlags) error {
-	if f.samples < 0 {
-		return fmt.Errorf("data inspect: --samples %d: want 0 or more", f.samples)
-	}
-	if err := units.CheckCount("--samples", int64(f.samples), 0, units.MaxCount); err != nil {
-		return fmt.Errorf("data inspect: %w", err)
-	}
 	var tok *tokenizer.Tokenizer
 	if f.tokenizer != "" {
 		var err error

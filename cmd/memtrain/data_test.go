@@ -146,7 +146,7 @@ func TestDataErrors(t *testing.T) {
 		}, []string{`unknown format "csv"`}},
 		{"bad seq len", func(t *testing.T) []string {
 			return []string{"data", "prepare", "--input", in, "--tokenizer", "builtin:llama2", "--out", filepath.Join(t.TempDir(), "x"), "--seq-len", "-1"}
-		}, []string{"--seq-len -1: want 1 or more"}},
+		}, []string{"--seq-len -1: want 1 to 16777216 (0: the default)"}},
 		{"strict", func(t *testing.T) []string {
 			return []string{"data", "prepare", "--input", in, "--tokenizer", "builtin:llama2", "--out", filepath.Join(t.TempDir(), "x"), "--strict"}
 		}, []string{in + ":6: invalid JSON"}},

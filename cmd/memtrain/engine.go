@@ -14,6 +14,7 @@ import (
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/finetune/job"
+	"github.com/memtrain/memtrain/internal/options"
 )
 
 // engineFlags choose the backend a command computes on.
@@ -24,7 +25,7 @@ type engineFlags struct {
 }
 
 func (f *engineFlags) register(fl *pflag.FlagSet) {
-	fl.IntVar(&f.threads, "threads", 0, "compute threads (default all cores)")
+	threadsFlag(fl, &f.threads, "compute threads (default all cores)")
 	def := os.Getenv("MEMTRAIN_BLAS")
 	if def == "" {
 		def = "auto"
@@ -37,22 +38,13 @@ func (f *engineFlags) register(fl *pflag.FlagSet) {
 // front, and no machine has more cores.
 const maxThreads = 4096
 
-// checkThreads checks a --threads flag: 0 (all cores) to maxThreads.
-func checkThreads(n int) error {
-	if err := launch.CheckThreads(n); err != nil {
-		return fmt.Errorf("--threads %w", err)
-	}
-	if n > maxThreads {
-		return fmt.Errorf("--threads %d: want 0 (all cores) to %d", n, maxThreads)
-	}
-	return nil
+// threadsFlag defines a command's --threads: 0 (all cores) to maxThreads.
+func threadsFlag(fl *pflag.FlagSet, p *int, usage string) {
+	options.IntRange(fl, p, "threads", 0, 1, maxThreads, "all cores", usage)
 }
 
 // spec is the launch spec of one rank on the chosen backend.
 func (f engineFlags) spec() (launch.Spec, error) {
-	if err := checkThreads(f.threads); err != nil {
-		return launch.Spec{}, err
-	}
 	dev, err := launch.ParseDevice(f.device)
 	if err != nil {
 		return launch.Spec{}, fmt.Errorf("--%w", err)

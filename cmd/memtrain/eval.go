@@ -14,6 +14,7 @@ import (
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/finetune/job"
+	"github.com/memtrain/memtrain/internal/options"
 	"github.com/memtrain/memtrain/internal/units"
 	"github.com/memtrain/memtrain/memorization"
 )
@@ -67,8 +68,8 @@ ranks, and the data·Z ranks take turns through the batches.`,
 	fl.StringVar(&f.adapter, "adapter", "", "a LoRA adapter folder (PEFT format, e.g. a LoRA run's RUN/final) to apply to the model")
 	fl.StringVar(&f.data, "data", "", "JSONL file of documents ({\"input_ids\":[...]} or {\"text\":...}), or a dataset folder")
 	fl.StringVar(&f.split, "split", "", "with a dataset: the split to score, train, holdout or both (default holdout)")
-	fl.IntVar(&f.batch, "batch", 8, "sequences per forward pass")
-	fl.IntVar(&f.seqLen, "seq-len", 0, "window length in tokens for a file (default min(2048, max_position_embeddings)); a dataset has its own")
+	options.IntRange(fl, &f.batch, "batch", 8, 1, units.MaxCount, "", "sequences per forward pass")
+	options.IntRange(fl, &f.seqLen, "seq-len", 0, 1, checkpoints.MaxPositions, "the default", "window length in tokens for a file (default min(2048, max_position_embeddings)); a dataset has its own")
 	fl.BoolVar(&f.json, "json", false, "print a JSON report with per-document losses")
 	fl.BoolVar(&f.bos, "bos", true, "add BOS when tokenizing text")
 	f.engine.register(fl)
@@ -79,16 +80,6 @@ ranks, and the data·Z ranks take turns through the batches.`,
 }
 
 func runEvalLoss(cmd *cobra.Command, f evalLossFlags) error {
-	switch {
-	case f.batch <= 0:
-		return fmt.Errorf("eval loss: --batch %d: want 1 or more", f.batch)
-	case f.seqLen < 0:
-		return fmt.Errorf("eval loss: --seq-len %d: want 1 or more (0: the default)", f.seqLen)
-	case f.batch > units.MaxCount:
-		return fmt.Errorf("eval loss: --batch %d: want 1 to %d", f.batch, units.MaxCount)
-	case f.seqLen > checkpoints.MaxPositions:
-		return fmt.Errorf("eval loss: --seq-len %d: want 1 to %d (0: the default; no model has more positions)", f.seqLen, checkpoints.MaxPositions)
-	}
 	l, ref, err := launcher(cmd.ErrOrStderr(), f.engine, f.parallel, f.model, f.adapter)
 	if err != nil {
 		return fmt.Errorf("eval loss: %w", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/finetune"
+	"github.com/memtrain/memtrain/internal/options"
 	"github.com/memtrain/memtrain/internal/units"
 	"github.com/memtrain/memtrain/memorization"
 )
@@ -110,15 +111,15 @@ same probes and rank 0 writes the results, which equal one rank's.`,
 	fl.StringVar(&f.split, "split", "both", "with a dataset: train (members), holdout (non-members) or both")
 	fl.StringVar(&f.protocol, "protocol", "goldfish", "goldfish, pythia, carlini, custom or chat")
 	fl.Var((*intList)(&f.prefixes), "prefix", "prefix length(s) in tokens, comma-separated (pythia, carlini, custom; chat: the answer's tokens in the prompt, default 0)")
-	fl.IntVar(&f.suffix, "suffix", 0, "suffix length in tokens (default 50, pythia 32; chat: at most the rest of the answer)")
-	fl.IntVar(&f.limit, "limit", 0, "evaluate at most this many members and as many non-members (0: all)")
-	fl.IntVar(&f.batch, "batch", 8, "probes decoded together")
+	options.IntRange(fl, &f.suffix, "suffix", 0, 1, memorization.MaxLength, "the protocol's", "suffix length in tokens (default 50, pythia 32; chat: at most the rest of the answer)")
+	options.IntRange(fl, &f.limit, "limit", 0, 1, units.MaxCount, "all", "evaluate at most this many members and as many non-members (0: all)")
+	options.IntRange(fl, &f.batch, "batch", 8, 1, units.MaxCount, "", "probes decoded together")
 	fl.Float64Var(&f.minK, "min-k", 20, "k of the min-k% probability score, in percent")
-	fl.IntVar(&f.resamples, "resamples", 1000, "bootstrap resamples of the confidence intervals")
+	options.IntRange(fl, &f.resamples, "resamples", 1000, 1, memorization.MaxResamples, "1,000", "bootstrap resamples of the confidence intervals")
 	fl.Uint64Var(&f.seed, "seed", 0, "seed of the bootstrap and of the sampled continuations")
-	fl.IntVar(&f.samples, "samples", 0, "sampled continuations a probe, for probabilistic extraction beside greedy (0: greedy only)")
+	options.IntRange(fl, &f.samples, "samples", 0, 1, memorization.MaxSamples, "greedy only", "sampled continuations a probe, for probabilistic extraction beside greedy (0: greedy only)")
 	fl.Float64Var(&f.temperature, "temperature", 1, "temperature of the sampled continuations (above 0)")
-	fl.IntVar(&f.topK, "top-k", 0, "sample from the k most likely tokens (0: the whole vocabulary)")
+	options.IntRange(fl, &f.topK, "top-k", 0, 1, checkpoints.MaxVocabSize, "the whole vocabulary", "sample from the k most likely tokens (0: the whole vocabulary)")
 	fl.BoolVar(&f.strict, "strict", false, "fail on documents (chat: answers) too short for the protocol instead of skipping them")
 	fl.StringVar(&f.out, "out", "", "folder for summary.json and docs.jsonl")
 	fl.BoolVar(&f.force, "force", false, "replace an earlier result in --out")
@@ -145,36 +146,8 @@ func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
 			return fmt.Errorf("eval memorization: --%s: item %d of %d is empty (want paths, comma-separated)", flag, i+1, len(paths))
 		}
 	}
-	switch {
-	case f.batch <= 0:
-		return fmt.Errorf("eval memorization: --batch %d: want 1 or more", f.batch)
-	case f.limit < 0:
-		return fmt.Errorf("eval memorization: --limit %d: want 0 (all) or more", f.limit)
-	case f.resamples < 0:
-		return fmt.Errorf("eval memorization: --resamples %d: want 0 (1,000) or more", f.resamples)
-	case f.suffix < 0:
-		return fmt.Errorf("eval memorization: --suffix %d: want a length of 1 or more (0: the protocol's)", f.suffix)
-	case f.samples < 0:
-		return fmt.Errorf("eval memorization: --samples %d: want 0 (greedy only) or more", f.samples)
-	case !(f.temperature > 0) || math.IsInf(f.temperature, 1):
+	if !(f.temperature > 0) || math.IsInf(f.temperature, 1) {
 		return fmt.Errorf("eval memorization: --temperature %v: want a number above 0", f.temperature)
-	case f.topK < 0:
-		return fmt.Errorf("eval memorization: --top-k %d: want 0 (the whole vocabulary) or more", f.topK)
-	}
-	// The upper bounds, before anything is sized from a count: the
-	// bootstrap keeps a value a resample, sampling decodes every probe
-	// --samples times, and a probe is at most a model's positions long.
-	for _, c := range []struct {
-		flag       string
-		v, lo, max int64
-	}{
-		{"--batch", int64(f.batch), 1, units.MaxCount}, {"--limit", int64(f.limit), 0, units.MaxCount},
-		{"--resamples", int64(f.resamples), 0, memorization.MaxResamples}, {"--suffix", int64(f.suffix), 0, memorization.MaxLength},
-		{"--samples", int64(f.samples), 0, memorization.MaxSamples}, {"--top-k", int64(f.topK), 0, checkpoints.MaxVocabSize},
-	} {
-		if err := units.CheckCount(c.flag, c.v, c.lo, c.max); err != nil {
-			return fmt.Errorf("eval memorization: %w", err)
-		}
 	}
 	if err := memorization.CheckMinKPercent(f.minK); err != nil {
 		return fmt.Errorf("eval memorization: --min-k %w", err)

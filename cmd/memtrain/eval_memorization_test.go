@@ -85,10 +85,10 @@ func TestEvalMemorizationErrors(t *testing.T) {
 		{[]string{"--protocol", "custom", "--prefix", "300", "--suffix", "300"}, "no document has enough tokens"},
 		{[]string{"--split", "test"}, `split "test"`},
 		{[]string{"--non-members", "x.jsonl"}, "--non-members goes with input files"},
-		{[]string{"--samples", "-1"}, "--samples -1: want 0 (greedy only) or more"},
+		{[]string{"--samples", "-1"}, "--samples -1: want 1 to 100000 (0: greedy only)"},
 		{[]string{"--samples", "2", "--temperature", "0"}, "--temperature 0: want a number above 0"},
 		{[]string{"--temperature", "-0.5"}, "--temperature -0.5: want a number above 0"},
-		{[]string{"--top-k", "-1"}, "--top-k -1: want 0 (the whole vocabulary) or more"},
+		{[]string{"--top-k", "-1"}, "--top-k -1: want 1 to 4194304 (0: the whole vocabulary)"},
 	} {
 		args := append([]string{"eval", "memorization", "--model", base, "--data", ds, "--out", out}, tc.args...)
 		_, errs, code := memtrain(t, "", args...)

@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"fmt"
-	"github.com/spf13/pflag"
 	"io"
 	"path/filepath"
 	"sync"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/memtrain/memtrain/experiments"
 	"github.com/memtrain/memtrain/experiments/report"
+	"github.com/memtrain/memtrain/internal/options"
 	"github.com/memtrain/memtrain/internal/stopsignal"
 )
 
@@ -243,35 +243,6 @@ func (p *phaseBars) finish() {
 
 // resumeCommand is the command line that continues this study: the same
 // one (a study resumes in its folder by design), with its output folder.
-//
-// A boolean flag is written --name (or --name=false): "--quick true" would
-// give "true" as an argument. Every word is quoted for a POSIX shell where
-// it needs to be, so that the line runs as printed.
 func resumeCommand(cmd *cobra.Command, out string) string {
-	args := []string{"memtrain"}
-	args = append(args, strings.Fields(cmd.CommandPath())[1:]...)
-	cmd.Flags().Visit(func(f *pflag.Flag) {
-		switch {
-		case f.Name == "out":
-		case f.NoOptDefVal != "" && f.Value.String() == f.NoOptDefVal:
-			args = append(args, "--"+f.Name)
-		case f.NoOptDefVal != "":
-			args = append(args, "--"+f.Name+"="+shellQuote(f.Value.String()))
-		default:
-			args = append(args, "--"+f.Name, shellQuote(f.Value.String()))
-		}
-	})
-	for _, a := range cmd.Flags().Args() {
-		args = append(args, shellQuote(a))
-	}
-	return strings.Join(append(args, "--out", shellQuote(out)), " ")
-}
-
-// shellQuote is s as one word of a POSIX shell: as it is when it holds
-// nothing the shell would read, else in single quotes.
-func shellQuote(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./_-") == "" {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	return options.CommandLine("memtrain "+strings.Join(strings.Fields(cmd.CommandPath())[1:], " "), cmd.Flags(), "out", out)
 }

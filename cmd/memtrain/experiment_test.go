@@ -294,7 +294,4 @@ func TestResumeCommand(t *testing.T) {
 			t.Errorf("%v: %q, want %q", c.args, got, c.want)
 		}
 	}
-	if got := shellQuote(""); got != "''" {
-		t.Errorf("shellQuote(\"\") = %q", got)
-	}
 }

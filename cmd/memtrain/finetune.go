@@ -86,7 +86,7 @@ grid; 'memtrain export' makes an HF checkpoint of one.`,
 	fl := cmd.Flags()
 	fl.StringVar(&configFile, "config", "", "YAML configuration file")
 	fl.StringVar(&resume, "resume", "", "continue the run in this folder (or from this checkpoint)")
-	fl.IntVar(&stopAfter, "stop-after", 0, "stop (with a checkpoint) after this step, to continue later with --resume")
+	options.IntRange(fl, &stopAfter, "stop-after", 0, 1, units.MaxCount, "no stop", "stop (with a checkpoint) after this step, to continue later with --resume")
 	fl.BoolVar(&force, "force", false, "start over in a folder that holds a run, removing its checkpoints, metrics and config.yaml")
 	options.Bind(fl, &flagCfg)
 	ef.register(fl)
@@ -95,12 +95,6 @@ grid; 'memtrain export' makes an HF checkpoint of one.`,
 }
 
 func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf parallelFlags, h finetune.Hooks) error {
-	if h.StopAfter < 0 {
-		return fmt.Errorf("finetune: --stop-after %d: want a step of 1 or more (0: no stop)", h.StopAfter)
-	}
-	if h.StopAfter > units.MaxCount {
-		return fmt.Errorf("finetune: --stop-after %d: want a step of 1 to %d (0: no stop)", h.StopAfter, units.MaxCount)
-	}
 	// The configuration is checked before anything starts (every rank
 	// checks it again when it opens the run).
 	if err := cfg.Validate(); err != nil {
@@ -210,12 +204,12 @@ func runFinetune(cmd *cobra.Command, cfg finetune.Config, ef engineFlags, pf par
 // resumeFinetune is the command that continues the run in out on the
 // same grid and device.
 func resumeFinetune(out string, ef engineFlags, pf parallelFlags) string {
-	resume := "memtrain finetune --resume " + shellQuote(out)
+	resume := "memtrain finetune --resume " + options.ShellQuote(out)
 	if pf.grid != "" {
-		resume += " --parallel " + shellQuote(pf.grid)
+		resume += " --parallel " + options.ShellQuote(pf.grid)
 	}
 	if ef.device != "cpu" {
-		resume += " --device " + shellQuote(ef.device)
+		resume += " --device " + options.ShellQuote(ef.device)
 	}
 	return resume
 }

@@ -35,7 +35,7 @@ func TestListFlags(t *testing.T) {
 		{"bench comm --ops", []string{"bench", "comm", "--ops", "all-reduce,"}, `bench comm: --ops: list "all-reduce,": item 2 of 2 is empty`},
 		{"bench gemm --sizes", []string{"bench", "gemm", "--sizes", "8,,16"}, `bench gemm: --sizes: list "8,,16": item 2 of 3 is empty`},
 		{"eval memorization --prefix", []string{"eval", "memorization", "--model", "m", "--data", "d", "--out", "o", "--protocol", "carlini", "--prefix", "8,,16"},
-			`invalid argument "8,,16" for "--prefix" flag: list "8,,16": item 2 of 3 is empty`},
+			`eval memorization: --prefix 8,,16: list "8,,16": item 2 of 3 is empty`},
 		{"eval memorization --data", []string{"eval", "memorization", "--model", "m", "--data", "a.jsonl,,b.jsonl", "--out", "o"},
 			"eval memorization: --data: item 2 of 3 is empty"},
 		{"eval memorization --non-members", []string{"eval", "memorization", "--model", "m", "--data", "a.jsonl", "--non-members", "b.jsonl,", "--out", "o"},
@@ -109,8 +109,8 @@ func TestNumericFlags(t *testing.T) {
 	}
 	cases := []tc{
 		// bench comm
-		{[]string{"bench", "comm", "--iters", "-1"}, "bench comm: --iters -1: want 0 (automatic) or more"},
-		{[]string{"bench", "comm", "--world", "-2"}, "bench comm: --world -2: want 0"},
+		{[]string{"bench", "comm", "--iters", "-1"}, "bench comm: --iters -1: want 1 to 1000000 (0: automatic)"},
+		{[]string{"bench", "comm", "--world", "-2"}, "bench comm: --world -2: want 1 to 4096 (0: the largest of --ranks)"},
 		{[]string{"bench", "comm", "--device", "d.json", "--peak", "NaN", "--efficiency", "0.5"}, "bench comm: --device needs --peak, a node's compute peak in GFLOP/s (got --peak NaN)"},
 		{[]string{"bench", "comm", "--device", "d.json", "--peak", "+Inf", "--efficiency", "0.5"}, "(got --peak +Inf)"},
 		{[]string{"bench", "comm", "--device", "d.json", "--peak", "100", "--efficiency", "NaN"}, "bench comm: --device needs --efficiency in (0, 1], the fraction of --peak a step reaches (got --efficiency NaN)"},
@@ -118,56 +118,56 @@ func TestNumericFlags(t *testing.T) {
 		{[]string{"bench", "comm", "--peak", "-5"}, "bench comm: --peak and --efficiency go with --device"},
 		// bench decode
 		{[]string{"bench", "decode", "--batch", "0"}, "bench decode: --batch"},
-		{[]string{"bench", "decode", "--prompt-len", "-1"}, "bench decode: --batch, --prompt-len"},
-		{[]string{"bench", "decode", "--new-tokens", "0"}, "--new-tokens and --repeat must be positive"},
-		{[]string{"bench", "decode", "--repeat", "-1"}, "--new-tokens and --repeat must be positive"},
-		{[]string{"bench", "decode", "--threads", "-1"}, "--threads -1: want 0 (all cores) or more"},
+		{[]string{"bench", "decode", "--prompt-len", "-1"}, "bench decode: --prompt-len -1: want 1 to 16777216"},
+		{[]string{"bench", "decode", "--new-tokens", "0"}, "bench decode: --new-tokens 0: want 1 to 16777216"},
+		{[]string{"bench", "decode", "--repeat", "-1"}, "bench decode: --repeat -1: want 1 to 1000000"},
+		{[]string{"bench", "decode", "--threads", "-1"}, "--threads -1: want 1 to 4096 (0: all cores)"},
 		// bench gemm
-		{[]string{"bench", "gemm", "--threads", "-1"}, "bench gemm: --threads -1: want 0 (all cores) or more"},
-		{[]string{"bench", "gemm", "--repeat", "0"}, "bench gemm: --repeat 0: want at least 1"},
+		{[]string{"bench", "gemm", "--threads", "-1"}, "bench gemm: --threads -1: want 1 to 4096 (0: all cores)"},
+		{[]string{"bench", "gemm", "--repeat", "0"}, "bench gemm: --repeat 0: want 1 to 1000000"},
 		// bench step
-		{[]string{"bench", "step", "--batch", "-1"}, "bench step: --batch -1: want 1 or more"},
-		{[]string{"bench", "step", "--seq-len", "-1"}, "bench step: --seq-len -1: want 1 or more (0: the default)"},
-		{[]string{"bench", "step", "--steps", "0"}, "bench step: --steps 0: want 1 or more"},
-		{[]string{"bench", "step", "--threads", "-3"}, "--threads -3: want 0 (all cores) or more"},
-		{[]string{"bench", "step", "--max-positions", "-1"}, "bench step: --max-positions -1: want 1 to 16777216 (0: the preset's 2048)"},
-		{[]string{"bench", "step", "--max-positions", "16777217"}, "bench step: --max-positions 16777217: want 1 to 16777216 (0: the preset's 2048)"},
+		{[]string{"bench", "step", "--batch", "-1"}, "bench step: --batch -1: want 1 to 1000000000"},
+		{[]string{"bench", "step", "--seq-len", "-1"}, "bench step: --seq-len -1: want 1 to 16777216 (0: the default)"},
+		{[]string{"bench", "step", "--steps", "0"}, "bench step: --steps 0: want 1 to 1000000"},
+		{[]string{"bench", "step", "--threads", "-3"}, "--threads -3: want 1 to 4096 (0: all cores)"},
+		{[]string{"bench", "step", "--max-positions", "-1"}, "bench step: --max-positions -1: want 1 to 16777216 (0: the preset's)"},
+		{[]string{"bench", "step", "--max-positions", "16777217"}, "bench step: --max-positions 16777217: want 1 to 16777216 (0: the preset's)"},
 		{[]string{"bench", "step", "--seq-len", "4096"}, "bench step: --seq-len 4096 exceeds small's max_position_embeddings 2048 (raise it with --max-positions)"},
 		{[]string{"bench", "step", "--seq-len", "512", "--max-positions", "256"}, "bench step: --seq-len 512 exceeds small's max_position_embeddings 256 (raise it with --max-positions)"},
 		// data prepare and data inspect
-		{prepare("--seq-len", "-1"), "data prepare: --seq-len -1: want 1 or more (0: the default)"},
+		{prepare("--seq-len", "-1"), "data prepare: --seq-len -1: want 1 to 16777216 (0: the default)"},
 		{prepare("--holdout", "NaN"), "holdout NaN out of range [0, 1]"},
 		{prepare("--holdout", "1.5"), "holdout 1.5 out of range [0, 1]"},
-		{prepare("--seed", "-1"), `invalid argument "-1" for "--seed" flag`},
-		{prepare("--threads", "-1"), "data prepare: --threads -1: want 0 (all cores) or more"},
-		{[]string{"data", "inspect", "nowhere", "--samples", "-1"}, "data inspect: --samples -1: want 0 or more"},
+		{prepare("--seed", "-1"), "data prepare: --seed -1: want an integer of 0 or more"},
+		{prepare("--threads", "-1"), "data prepare: --threads -1: want 1 to 4096 (0: all cores)"},
+		{[]string{"data", "inspect", "nowhere", "--samples", "-1"}, "data inspect: --samples -1: want 0 to 1000000000"},
 		// eval loss
-		{[]string{"eval", "loss", "--model", "m", "--data", "d", "--batch", "0"}, "eval loss: --batch 0: want 1 or more"},
-		{[]string{"eval", "loss", "--model", "m", "--data", "d", "--seq-len", "-1"}, "eval loss: --seq-len -1: want 1 or more"},
-		{[]string{"eval", "loss", "--model", "m", "--data", "d", "--threads", "-1"}, "eval loss: --threads -1: want 0 (all cores) or more"},
+		{[]string{"eval", "loss", "--model", "m", "--data", "d", "--batch", "0"}, "eval loss: --batch 0: want 1 to 1000000000"},
+		{[]string{"eval", "loss", "--model", "m", "--data", "d", "--seq-len", "-1"}, "eval loss: --seq-len -1: want 1 to 16777216 (0: the default)"},
+		{[]string{"eval", "loss", "--model", "m", "--data", "d", "--threads", "-1"}, "eval loss: --threads -1: want 1 to 4096 (0: all cores)"},
 		// eval memorization
 		{evalMem("--min-k", "150"), "eval memorization: --min-k 150: want a percentage in (0, 100]"},
 		{evalMem("--min-k", "NaN"), "eval memorization: --min-k NaN: want a percentage in (0, 100]"},
 		{evalMem("--min-k", "-5"), "eval memorization: --min-k -5: want a percentage in (0, 100]"},
-		{evalMem("--batch", "0"), "eval memorization: --batch 0: want 1 or more"},
-		{evalMem("--limit", "-1"), "eval memorization: --limit -1: want 0 (all) or more"},
-		{evalMem("--resamples", "-1"), "eval memorization: --resamples -1: want 0 (1,000) or more"},
-		{evalMem("--suffix", "-4"), "eval memorization: --suffix -4: want a length of 1 or more"},
+		{evalMem("--batch", "0"), "eval memorization: --batch 0: want 1 to 1000000000"},
+		{evalMem("--limit", "-1"), "eval memorization: --limit -1: want 1 to 1000000000 (0: all)"},
+		{evalMem("--resamples", "-1"), "eval memorization: --resamples -1: want 1 to 100000 (0: 1,000)"},
+		{evalMem("--suffix", "-4"), "eval memorization: --suffix -4: want 1 to 16777216 (0: the protocol's)"},
 		{evalMem("--protocol", "carlini", "--prefix", "8,-16"), "prefix length -16 (want > 0)"},
-		{evalMem("--seed", "-1"), `invalid argument "-1" for "--seed" flag`},
-		{evalMem("--threads", "-1"), "eval memorization: --threads -1: want 0 (all cores) or more"},
+		{evalMem("--seed", "-1"), "eval memorization: --seed -1: want an integer of 0 or more"},
+		{evalMem("--threads", "-1"), "eval memorization: --threads -1: want 1 to 4096 (0: all cores)"},
 		// finetune (its configuration's keys follow, every one)
-		{finetuneArgs("--stop-after", "-1"), "finetune: --stop-after -1: want a step of 1 or more"},
+		{finetuneArgs("--stop-after", "-1"), "finetune: --stop-after -1: want 1 to 1000000000 (0: no stop)"},
 		{finetuneArgs("--max-steps", "-3"), "finetune: max_steps: -3 (want 0 or more)"},
 		{finetuneArgs("--clip", "NaN"), "finetune: clip: NaN (want a finite number)"},
-		{finetuneArgs("--threads", "-1"), "finetune: --threads -1: want 0 (all cores) or more"},
+		{finetuneArgs("--threads", "-1"), "finetune: --threads -1: want 1 to 4096 (0: all cores)"},
 		// generate
-		{[]string{"generate", "--model", "m", "--prompt-ids", "1", "--max-new-tokens", "-1"}, "generate: --max-new-tokens -1: want 0 or more"},
-		{[]string{"generate", "--model", "m", "--prompt-ids", "1", "--threads", "-1"}, "generate: --threads -1: want 0 (all cores) or more"},
+		{[]string{"generate", "--model", "m", "--prompt-ids", "1", "--max-new-tokens", "-1"}, "generate: --max-new-tokens -1: want 0 to 16777216"},
+		{[]string{"generate", "--model", "m", "--prompt-ids", "1", "--threads", "-1"}, "generate: --threads -1: want 1 to 4096 (0: all cores)"},
 		// goldfish
-		{[]string{"goldfish", "--k", "1"}, "goldfish: k must be ≥ 2, got 1"},
-		{[]string{"goldfish", "--h", "0"}, "goldfish: h (the context width) must be ≥ 1"},
-		{[]string{"goldfish", "--strategy", "static", "--start", "-1"}, "goldfish: start must be ≥ 0, got -1"},
+		{[]string{"goldfish", "--k", "1"}, "goldfish: --k 1: want 2 to 1000000000"},
+		{[]string{"goldfish", "--h", "0"}, "goldfish: --h 0: want 1 to 1000000000"},
+		{[]string{"goldfish", "--strategy", "static", "--start", "-1"}, "goldfish: --start -1: want 0 to 1000000000"},
 		// init
 		{initArgs("--hidden", "-1"), "init: --hidden -1: want a positive size, or 0 to keep the model's (hidden_size)"},
 		{initArgs("--layers", "-1"), "init: --layers -1: want a positive size, or 0 to keep the model's (num_hidden_layers)"},
@@ -175,7 +175,7 @@ func TestNumericFlags(t *testing.T) {
 		{initArgs("--kv-heads", "-1"), "init: --kv-heads -1: want a positive size, or 0 to keep the model's (num_key_value_heads)"},
 		{initArgs("--intermediate", "-1"), "init: --intermediate -1: want a positive size, or 0 to keep the model's (intermediate_size)"},
 		{initArgs("--head-dim", "-1"), "init: --head-dim -1: want a positive size, or 0 to keep the model's (head_dim)"},
-		{initArgs("--seed", "-1"), `invalid argument "-1" for "--seed" flag`},
+		{initArgs("--seed", "-1"), "init: --seed -1: want an integer of 0 or more"},
 		// inspect
 		{[]string{"inspect", "--preset", "tiny", "--batch", "0"}, "inspect: --batch 0: want 1 or more"},
 		{[]string{"inspect", "--preset", "tiny", "--seq-len", "-1"}, "inspect: --seq-len -1: want 1 or more"},
@@ -193,7 +193,7 @@ func TestNumericFlags(t *testing.T) {
 		{plan("--latency", "NaN"), "plan: --latency must be 0 or more µs, got NaN"},
 		{plan("--micro-batch", "-1"), "plan: --micro-batch must be positive, got -1"},
 		// tokenize
-		{[]string{"tokenize", "--tokenizer", "builtin:llama2", "--threads", "-1"}, "tokenize: --threads -1: want 0 (all cores) or more"},
+		{[]string{"tokenize", "--tokenizer", "builtin:llama2", "--threads", "-1"}, "tokenize: --threads -1: want 1 to 4096 (0: all cores)"},
 		// Counts beyond what they can mean, the prober's cases (every
 		// integer flag's overflow follows, in "overflow"): products that
 		// wrapped, allocations that panicked or ran out of memory.
@@ -202,15 +202,15 @@ func TestNumericFlags(t *testing.T) {
 		{finetuneArgs("--eval-batch", "9223372036854775807"), "finetune: eval_batch: 9223372036854775807 (want 0 to 1000000000)"},
 		{finetuneArgs("--samples.max-new-tokens", "16777217"), "finetune: samples.max_new_tokens: 16777217 (want 0 to 16777216"},
 		{[]string{"generate", "--model", "m", "--prompt-ids", "1", "--max-new-tokens", "9223372036854775807"}, "generate: --max-new-tokens 9223372036854775807: want 0 to 16777216"},
-		{[]string{"bench", "decode", "--new-tokens", "9223372036854775807"}, "bench decode: --new-tokens 9223372036854775807: want 1 to 2016"},
-		{[]string{"bench", "decode", "--prompt-len", "9223372036854775807"}, "bench decode: --prompt-len 9223372036854775807: want 1 to 2047"},
+		{[]string{"bench", "decode", "--new-tokens", "9223372036854775807"}, "bench decode: --new-tokens 9223372036854775807: want 1 to 16777216"},
+		{[]string{"bench", "decode", "--prompt-len", "9223372036854775807"}, "bench decode: --prompt-len 9223372036854775807: want 1 to 16777216"},
 		{[]string{"bench", "step", "--steps", "9223372036854775807"}, "bench step: --steps 9223372036854775807: want 1 to 1000000"},
 		{[]string{"bench", "comm", "--ranks", "100000"}, `bench comm: --ranks: "100000": want an integer in [1, 4096]`},
-		{evalMem("--resamples", "9223372036854775807"), "eval memorization: --resamples 9223372036854775807: want 0 to 100000"},
-		{evalMem("--resamples", "1000000000"), "eval memorization: --resamples 1000000000: want 0 to 100000"},
-		{evalMem("--samples", "9223372036854775807", "--limit", "2"), "eval memorization: --samples 9223372036854775807: want 0 to 100000"},
+		{evalMem("--resamples", "9223372036854775807"), "eval memorization: --resamples 9223372036854775807: want 1 to 100000 (0: 1,000)"},
+		{evalMem("--resamples", "1000000000"), "eval memorization: --resamples 1000000000: want 1 to 100000 (0: 1,000)"},
+		{evalMem("--samples", "9223372036854775807", "--limit", "2"), "eval memorization: --samples 9223372036854775807: want 1 to 100000 (0: greedy only)"},
 		// experiment run and demo: the engine's flags
-		{[]string{"demo", "--out", out(), "--threads", "-1"}, "--threads -1: want 0 (all cores) or more"},
+		{[]string{"demo", "--out", out(), "--threads", "-1"}, "--threads -1: want 1 to 4096 (0: all cores)"},
 	}
 	// Every numeric key of finetune's configuration, as its flag.
 	for _, f := range options.Fields(&finetune.Config{}) {
@@ -225,7 +225,7 @@ func TestNumericFlags(t *testing.T) {
 		case reflect.Int:
 			cases = append(cases, tc{finetuneArgs("--"+f.Flag(), "-1"), "finetune: " + f.Key + ": -1"})
 		case reflect.Uint64:
-			cases = append(cases, tc{finetuneArgs("--"+f.Flag(), "-1"), `invalid argument "-1" for "--` + f.Flag() + `" flag`})
+			cases = append(cases, tc{finetuneArgs("--"+f.Flag(), "-1"), "finetune: --" + f.Flag() + " -1: "})
 		}
 	}
 	for _, c := range cases {

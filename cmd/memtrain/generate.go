@@ -14,6 +14,7 @@ import (
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/finetune"
+	"github.com/memtrain/memtrain/internal/options"
 	"github.com/memtrain/memtrain/internal/units"
 )
 
@@ -58,7 +59,7 @@ is split over a grid of in-process ranks (every rank decodes every prompt).`,
 	fl.StringVar(&f.adapter, "adapter", "", "a LoRA adapter folder (PEFT format, e.g. a LoRA run's RUN/final) to apply to the model")
 	fl.StringArrayVar(&f.prompts, "prompt", nil, "prompt text (repeatable)")
 	fl.StringArrayVar(&f.promptIDs, "prompt-ids", nil, "prompt as comma-separated token ids (repeatable)")
-	fl.IntVar(&f.maxNew, "max-new-tokens", 32, "tokens to generate per prompt")
+	options.IntRange(fl, &f.maxNew, "max-new-tokens", 32, 0, checkpoints.MaxPositions, "", "tokens to generate per prompt")
 	fl.BoolVar(&f.json, "json", false, "print one JSON line per prompt: prompt_ids, ids, text")
 	fl.BoolVar(&f.bos, "bos", true, "add BOS when tokenizing a text prompt")
 	fl.BoolVar(&f.stopAtEOS, "stop-at-eos", true, "end a continuation at the model's EOS token")
@@ -84,12 +85,6 @@ func parseIDs(s string) ([]int32, error) {
 func runGenerate(cmd *cobra.Command, f generateFlags) error {
 	if len(f.prompts)+len(f.promptIDs) == 0 {
 		return errors.New("generate: give --prompt or --prompt-ids")
-	}
-	if f.maxNew < 0 {
-		return fmt.Errorf("generate: --max-new-tokens %d: want 0 or more", f.maxNew)
-	}
-	if f.maxNew > checkpoints.MaxPositions {
-		return fmt.Errorf("generate: --max-new-tokens %d: want 0 to %d (no model has more positions)", f.maxNew, checkpoints.MaxPositions)
 	}
 	// The id prompts are read before anything loads.
 	var idPrompts [][]int32

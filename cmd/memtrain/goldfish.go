@@ -11,6 +11,7 @@ import (
 	"github.com/memtrain/memtrain/data/tokenizer"
 	"github.com/memtrain/memtrain/goldfish"
 	"github.com/memtrain/memtrain/internal/inputfile"
+	"github.com/memtrain/memtrain/internal/options"
 	"github.com/memtrain/memtrain/internal/units"
 )
 
@@ -60,9 +61,9 @@ standard error. Blank lines are skipped.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.strategy, "strategy", "hash-table", "static, hash-table or hash-avalanche")
-	fl.IntVar(&f.k, "k", 4, "drop 1 target in k (at least 2)")
-	fl.IntVar(&f.h, "h", 13, "context width of the hash strategies: the targets hashed, ending at the one decided")
-	fl.IntVar(&f.start, "start", 0, "first target position dropped by the static strategy (0: the first target)")
+	options.IntRange(fl, &f.k, "k", 4, 2, units.MaxCount, "", "drop 1 target in k")
+	options.IntRange(fl, &f.h, "h", 13, 1, units.MaxCount, "", "context width of the hash strategies: the targets hashed, ending at the one decided")
+	options.IntRange(fl, &f.start, "start", 0, 0, units.MaxCount, "", "first target position dropped by the static strategy (0: the first target)")
 	fl.StringVar(&f.tokenizer, "tokenizer", "", tokenizerFlagHelp+" (needed for text lines and to decode ids with --show)")
 	fl.StringVar(&f.input, "input", "", "input JSONL file (default standard input)")
 	fl.StringVar(&f.field, "field", "text", "JSON field holding the text of lines without ids")
@@ -73,14 +74,6 @@ standard error. Blank lines are skipped.`,
 }
 
 func runGoldfish(cmd *cobra.Command, f goldfishFlags) error {
-	for _, c := range []struct {
-		flag string
-		v    int
-	}{{"--k", f.k}, {"--h", f.h}, {"--start", f.start}} {
-		if c.v > units.MaxCount {
-			return fmt.Errorf("goldfish: %s %d: want at most %d", c.flag, c.v, units.MaxCount)
-		}
-	}
 	strategy, err := goldfish.ParseStrategy(f.strategy)
 	if err != nil {
 		return err

@@ -185,9 +185,9 @@ func TestGoldfishErrors(t *testing.T) {
 		args  []string
 		want  string
 	}{
-		{"", []string{"--k", "1"}, "memtrain: goldfish: k must be ≥ 2, got 1"},
-		{"", []string{"--h", "0"}, "memtrain: goldfish: h (the context width) must be ≥ 1 for the hash-table strategy, got 0"},
-		{"", []string{"--strategy", "static", "--start", "-2"}, "memtrain: goldfish: start must be ≥ 0, got -2"},
+		{"", []string{"--k", "1"}, "memtrain: goldfish: --k 1: want 2 to 1000000000"},
+		{"", []string{"--h", "0"}, "memtrain: goldfish: --h 0: want 1 to 1000000000"},
+		{"", []string{"--strategy", "static", "--start", "-2"}, "memtrain: goldfish: --start -2: want 0 to 1000000000"},
 		{"", []string{"--strategy", "seeded_random"}, `memtrain: goldfish: unknown strategy "seeded_random" (want static, hash-table or hash-avalanche)`},
 		{"", []string{"--strategy", "static", "--h", "4"}, "memtrain: goldfish: --h applies to the hash strategies, not to static"},
 		{"", []string{"--start", "4"}, "memtrain: goldfish: --start applies to the static strategy, not to hash-table"},

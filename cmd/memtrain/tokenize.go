@@ -50,15 +50,12 @@ special tokens (BOS). Decoding (--decode) reads {"ids": [...]} (or
 	fl.BoolVar(&f.splitSpecial, "split-special", false, "treat special-token text in the input as plain text")
 	fl.BoolVar(&f.decode, "decode", false, "decode {\"ids\": [...]} lines to {\"text\": ...}")
 	fl.BoolVar(&f.skipSpecial, "skip-special", false, "when decoding, leave special tokens out of the text")
-	fl.IntVar(&f.threads, "threads", 0, "encoding threads (default all cores)")
+	threadsFlag(fl, &f.threads, "encoding threads (default all cores)")
 	cmd.MarkFlagRequired("tokenizer")
 	return cmd
 }
 
 func runTokenize(cmd *cobra.Command, f tokenizeFlags) error {
-	if err := checkThreads(f.threads); err != nil {
-		return fmt.Errorf("tokenize: %w", err)
-	}
 	tok, _, err := openTokenizer(f.tokenizer)
 	if err != nil {
 		return err
