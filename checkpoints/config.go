@@ -388,6 +388,57 @@ const MaxDefaultSeqLen = 2048
 // seq_len instead (the length it was packed for).
 func (c *Config) DefaultSeqLen() int { return min(MaxDefaultSeqLen, c.MaxPositionEmbeddings) }
 
+// A SeqLenError is a sequence length beyond a model's positions.
+type SeqLenError struct {
+	Asked, Max int
+	Model      string // the model's folder
+}
+
+func (e *SeqLenError) Error() string {
+	if e.Model == "" {
+		return fmt.Sprintf("%d exceeds the model's max_position_embeddings %d", e.Asked, e.Max)
+	}
+	return fmt.Sprintf("%d: the model in %s takes at most %d positions (max_position_embeddings in %s)",
+		e.Asked, e.Model, e.Max, filepath.Join(e.Model, ConfigFile))
+}
+
+// SeqLen is the sequence length asked for, checked against the model's
+// positions, or for 0 its DefaultSeqLen. The error, a *SeqLenError, names
+// no folder: the caller knows which model it read.
+func (c *Config) SeqLen(asked int) (int, error) {
+	switch {
+	case asked == 0:
+		return c.DefaultSeqLen(), nil
+	case asked > c.MaxPositionEmbeddings:
+		return 0, &SeqLenError{Asked: asked, Max: c.MaxPositionEmbeddings}
+	}
+	return asked, nil
+}
+
+// ModelSeqLen is the sequence length of data made for the model in dir
+// (the folder that holds its tokenizer): asked, checked against the
+// model's positions, or for asked 0 the model's DefaultSeqLen. A dir that
+// holds no model (a bare tokenizer) bounds nothing: asked, or for 0
+// MaxDefaultSeqLen.
+func ModelSeqLen(dir string, asked int) (int, error) {
+	path := filepath.Join(dir, ConfigFile)
+	if _, err := os.Stat(path); err != nil {
+		if asked > 0 {
+			return asked, nil
+		}
+		return MaxDefaultSeqLen, nil
+	}
+	cfg, err := ReadConfig(path)
+	if err != nil {
+		return 0, fmt.Errorf("the sequence length is checked against the model's: %w", err)
+	}
+	n, err := cfg.SeqLen(asked)
+	if se, ok := err.(*SeqLenError); ok {
+		se.Model = dir
+	}
+	return n, err
+}
+
 // QDim is the width of the query projection's output, heads × head_dim.
 func (c *Config) QDim() int { return c.NumAttentionHeads * c.HeadDimension() }
 

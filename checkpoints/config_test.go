@@ -456,3 +456,54 @@ func TestTensorCount(t *testing.T) {
 		}
 	}
 }
+
+// TestSeqLen: memtrain's one rule for a sequence length: the one asked
+// for within the model's positions, else the default; a folder without a
+// model bounds nothing.
+func TestSeqLen(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := LookupConfig("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxPositionEmbeddings = 256
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ConfigFile), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bare := t.TempDir() // a tokenizer's folder, say
+	for _, c := range []struct {
+		dir     string
+		asked   int
+		want    int
+		wantErr string
+	}{
+		{dir, 0, 256, ""},
+		{dir, 100, 100, ""},
+		{dir, 256, 256, ""},
+		{dir, 257, 0, "257: the model in " + dir + " takes at most 256 positions (max_position_embeddings in " + filepath.Join(dir, ConfigFile) + ")"},
+		{bare, 0, MaxDefaultSeqLen, ""},
+		{bare, 4096, 4096, ""},
+	} {
+		got, err := ModelSeqLen(c.dir, c.asked)
+		if c.wantErr != "" {
+			var se *SeqLenError
+			if !errors.As(err, &se) || err.Error() != c.wantErr || se.Max != 256 {
+				t.Errorf("ModelSeqLen(%s, %d): %v, want %q", c.dir, c.asked, err, c.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("ModelSeqLen(%s, %d) = %d, %v; want %d", c.dir, c.asked, got, err, c.want)
+		}
+	}
+	if _, err := cfg.SeqLen(300); err == nil || err.Error() != "300 exceeds the model's max_position_embeddings 256" {
+		t.Errorf("Config.SeqLen(300): %v", err)
+	}
+	if n, err := cfg.SeqLen(0); err != nil || n != 256 {
+		t.Errorf("Config.SeqLen(0) = %d, %v; want 256", n, err)
+	}
+}

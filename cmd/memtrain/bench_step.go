@@ -79,11 +79,8 @@ func runBenchStep(cmd *cobra.Command, f benchStepFlags) error {
 			return fmt.Errorf("bench step: --max-positions %d: %w", f.maxPos, err)
 		}
 	}
-	if f.seqLen == 0 {
-		f.seqLen = cfg.DefaultSeqLen()
-	}
-	if f.seqLen > cfg.MaxPositionEmbeddings {
-		return fmt.Errorf("bench step: --seq-len %d exceeds %s's max_position_embeddings %d (raise it with --max-positions)", f.seqLen, f.preset, cfg.MaxPositionEmbeddings)
+	if f.seqLen, err = cfg.SeqLen(f.seqLen); err != nil {
+		return fmt.Errorf("bench step: %s: --seq-len %w (raise it with --max-positions)", f.preset, err)
 	}
 	if n := cfg.Params().Total; n > maxInitParams {
 		return fmt.Errorf("bench step: %s has %s parameters, too many for a CPU step", f.preset, units.FormatCount(n))

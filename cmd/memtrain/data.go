@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -140,8 +138,13 @@ func runDataPrepare(cmd *cobra.Command, f dataPrepareFlags) error {
 	if err != nil {
 		return err
 	}
-	if f.seqLen, err = preparedSeqLen(f.tokenizer, f.seqLen); err != nil {
-		return err
+	// A length the model cannot take is refused here, not when the
+	// fine-tune that reads the dataset starts.
+	var long *checkpoints.SeqLenError
+	if f.seqLen, err = checkpoints.ModelSeqLen(f.tokenizer, f.seqLen); errors.As(err, &long) {
+		return fmt.Errorf("data prepare: --seq-len %v; give --seq-len %d or less", err, long.Max)
+	} else if err != nil {
+		return fmt.Errorf("data prepare: %w", err)
 	}
 	// BOS starts every document, as every command that tokenizes text adds
 	// it, when the tokenizer has one (asked for with --bos, it must).
@@ -317,33 +320,4 @@ func runDataInspect(cmd *cobra.Command, dir string, f dataInspectFlags) error {
 		return enc.Encode(rep)
 	}
 	return rep.WriteText(out)
-}
-
-// preparedSeqLen is data prepare's default sequence length, memtrain's one
-// rule (checkpoints.Config.DefaultSeqLen) applied to the model whose folder
-// holds the tokenizer; a tokenizer without a model (builtin:, a bare
-// tokenizer.json) gets the cap. A length asked for (asked > 0) is checked
-// against that model's positions.
-func preparedSeqLen(tokenizerSpec string, asked int) (int, error) {
-	path := filepath.Join(tokenizerSpec, checkpoints.ConfigFile)
-	if _, err := os.Stat(path); err != nil {
-		if asked > 0 {
-			return asked, nil
-		}
-		return checkpoints.MaxDefaultSeqLen, nil
-	}
-	cfg, err := checkpoints.ReadConfig(path)
-	if err != nil {
-		return 0, fmt.Errorf("data prepare: the sequence length is checked against the model's: %w", err)
-	}
-	if asked == 0 {
-		return cfg.DefaultSeqLen(), nil
-	}
-	// A length the model cannot take is refused here, not when the
-	// fine-tune that reads the dataset starts.
-	if asked > cfg.MaxPositionEmbeddings {
-		return 0, fmt.Errorf("data prepare: --seq-len %d: the model in %s takes at most %d positions (max_position_embeddings in %s); give --seq-len %d or less",
-			asked, tokenizerSpec, cfg.MaxPositionEmbeddings, path, cfg.MaxPositionEmbeddings)
-	}
-	return asked, nil
 }

@@ -111,11 +111,8 @@ func runEvalLoss(cmd *cobra.Command, f evalLossFlags) error {
 	default:
 		return fmt.Errorf("eval loss: --split %q: want train, holdout or both", f.split)
 	}
-	if f.seqLen == 0 {
-		f.seqLen = cfg.DefaultSeqLen()
-	}
-	if f.seqLen > cfg.MaxPositionEmbeddings {
-		return fmt.Errorf("eval loss: %s %d exceeds the model's max_position_embeddings %d", what, f.seqLen, cfg.MaxPositionEmbeddings)
+	if f.seqLen, err = cfg.SeqLen(f.seqLen); err != nil {
+		return fmt.Errorf("eval loss: %s %w", what, err)
 	}
 	if err := job.PreflightModel(l, cfg, llama.Work{Batch: f.batch, SeqLen: f.seqLen}); err != nil {
 		return fmt.Errorf("eval loss: %s: %w", f.model, err)

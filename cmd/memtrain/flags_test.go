@@ -132,8 +132,8 @@ func TestNumericFlags(t *testing.T) {
 		{[]string{"bench", "step", "--threads", "-3"}, "--threads -3: want 1 to 4096 (0: all cores)"},
 		{[]string{"bench", "step", "--max-positions", "-1"}, "bench step: --max-positions -1: want 1 to 16777216 (0: the preset's)"},
 		{[]string{"bench", "step", "--max-positions", "16777217"}, "bench step: --max-positions 16777217: want 1 to 16777216 (0: the preset's)"},
-		{[]string{"bench", "step", "--seq-len", "4096"}, "bench step: --seq-len 4096 exceeds small's max_position_embeddings 2048 (raise it with --max-positions)"},
-		{[]string{"bench", "step", "--seq-len", "512", "--max-positions", "256"}, "bench step: --seq-len 512 exceeds small's max_position_embeddings 256 (raise it with --max-positions)"},
+		{[]string{"bench", "step", "--seq-len", "4096"}, "bench step: small: --seq-len 4096 exceeds the model's max_position_embeddings 2048 (raise it with --max-positions)"},
+		{[]string{"bench", "step", "--seq-len", "512", "--max-positions", "256"}, "bench step: small: --seq-len 512 exceeds the model's max_position_embeddings 256 (raise it with --max-positions)"},
 		// data prepare and data inspect
 		{prepare("--seq-len", "-1"), "data prepare: --seq-len -1: want 1 to 16777216 (0: the default)"},
 		{prepare("--holdout", "NaN"), "holdout NaN out of range [0, 1]"},

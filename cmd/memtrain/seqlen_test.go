@@ -76,8 +76,8 @@ func TestDefaultSeqLen(t *testing.T) {
 			return jsonSeqLen(t, "inspect", short, "--json")
 		}, 256},
 		{"bench step", func(t *testing.T) int {
-			return jsonSeqLen(t, "bench", "step", "--preset", "tiny", "--batch", "1", "--steps", "1", "--threads", "1")
-		}, 2048},
+			return jsonSeqLen(t, "bench", "step", "--preset", "tiny", "--max-positions", "300", "--batch", "1", "--steps", "1", "--threads", "1")
+		}, 300},
 		{"data prepare, the tokenizer's model", func(t *testing.T) int { return prepared(t, short) }, 256},
 		{"data prepare, a tokenizer without a model", func(t *testing.T) int { return prepared(t, "builtin:llama2") }, 2048},
 	} {
