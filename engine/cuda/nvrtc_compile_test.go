@@ -1,11 +1,16 @@
 package cuda
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -80,29 +85,23 @@ func loadNVRTC(t *testing.T) *nvrtcAPI {
 // Both the exact options (--fmad=false, for f32 GEMMs) and the fast ones
 // are compiled.
 func TestKernelsCompileWithNVRTC(t *testing.T) {
-	rtc := loadNVRTC(t)
-	src, headers := kernelSource()
+	loadNVRTC(t) // skips, or fails, here where there is none
 	names := make([]string, 0, len(kernelSignatures))
 	for k := range kernelSignatures {
 		names = append(names, string(k))
 	}
 	sort.Strings(names)
-	for _, c := range []struct {
-		arch  int
-		exact bool
-	}{{80, false}, {90, false}, {80, true}, {90, true}} {
-		arch := c.arch
-		target := kernelTarget{arch: arch, cubin: true}
-		img, err := compileKernels(rtc, src, headers, nvrtcOptions(target, c.exact), target)
-		if err != nil {
-			t.Fatalf("%s (exact %v): %v", target, c.exact, err)
-		}
+	jobs := []nvrtcJob{{80, true, false}, {90, true, false}, {80, true, true}, {90, true, true}, {80, false, false}}
+	imgs := compileSideBySide(t, jobs)
+	for i, c := range jobs[:4] {
+		target := kernelTarget{arch: c.Arch, cubin: true}
+		img := imgs[i]
 		attrs, err := cubinKernelAttrs(img)
 		if err != nil {
 			t.Fatalf("%s: %v", target, err)
 		}
 		var table strings.Builder
-		fmt.Fprintf(&table, "%s, options %q: %d bytes of CUBIN\n%-32s %9s %11s %11s %12s\n", target, nvrtcOptions(target, c.exact)[1:], len(img), "kernel", "registers", "max threads", "frame bytes", "regs × block")
+		fmt.Fprintf(&table, "%s, options %q: %d bytes of CUBIN\n%-32s %9s %11s %11s %12s\n", target, nvrtcOptions(target, c.Exact)[1:], len(img), "kernel", "registers", "max threads", "frame bytes", "regs × block")
 		for _, name := range names {
 			a, ok := attrs[name]
 			if !ok {
@@ -124,7 +123,87 @@ func TestKernelsCompileWithNVRTC(t *testing.T) {
 		}
 		t.Log(table.String())
 	}
-	checkTensorCorePTX(t, rtc, src, headers)
+	checkTensorCorePTX(t, kernelTarget{arch: 80}, imgs[4])
+}
+
+// nvrtcJobEnv makes the test binary a compile worker (TestNVRTCWorker)
+// that compiles the kernels for one target and writes the image to a
+// file. TestKernelsCompileWithNVRTC runs its five compiles in workers side
+// by side, a core each: each takes a core for some 20 s, and NVRTC 11.8
+// does not promise that one process may compile on several threads.
+const nvrtcJobEnv = "MEMTRAIN_NVRTC_JOB"
+
+// An nvrtcJob is one compile of the kernels: for an architecture, to CUBIN
+// (else PTX), with the exact options (else the fast ones).
+type nvrtcJob struct {
+	Arch         int
+	CUBIN, Exact bool
+}
+
+// TestNVRTCWorker is a compile worker, run only as a child of
+// TestKernelsCompileWithNVRTC (nvrtcJobEnv).
+func TestNVRTCWorker(t *testing.T) {
+	spec := os.Getenv(nvrtcJobEnv)
+	if spec == "" {
+		t.Skip("a compile worker of TestKernelsCompileWithNVRTC, run only as its child")
+	}
+	var job struct {
+		nvrtcJob
+		Out string
+	}
+	if err := json.Unmarshal([]byte(spec), &job); err != nil {
+		t.Fatalf("%s=%s: %v", nvrtcJobEnv, spec, err)
+	}
+	rtc := loadNVRTC(t)
+	src, headers := kernelSource()
+	target := kernelTarget{arch: job.Arch, cubin: job.CUBIN}
+	img, err := compileKernels(rtc, src, headers, nvrtcOptions(target, job.Exact), target)
+	if err != nil {
+		t.Fatalf("%s (exact %v): %v", target, job.Exact, err)
+	}
+	if err := os.WriteFile(job.Out, img, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// compileSideBySide compiles the jobs in worker processes, as many at once
+// as there are cores, and returns their images in the jobs' order.
+func compileSideBySide(t *testing.T, jobs []nvrtcJob) [][]byte {
+	t.Helper()
+	dir := t.TempDir()
+	imgs := make([][]byte, len(jobs))
+	errs := make([]error, len(jobs))
+	slots := make(chan struct{}, runtime.NumCPU())
+	var wg sync.WaitGroup
+	for i, job := range jobs {
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			out := filepath.Join(dir, fmt.Sprint(i))
+			spec, err := json.Marshal(struct {
+				nvrtcJob
+				Out string
+			}{job, out})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			cmd := exec.Command(os.Args[0], "-test.run=^TestNVRTCWorker$", "-test.count=1", "-test.v")
+			cmd.Env = append(os.Environ(), nvrtcJobEnv+"="+string(spec))
+			if b, err := cmd.CombinedOutput(); err != nil {
+				errs[i] = fmt.Errorf("%v\n%s", err, b)
+				return
+			}
+			imgs[i], errs[i] = os.ReadFile(out)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("compile %+v: %v", jobs[i], err)
+		}
+	}
+	return imgs
 }
 
 // tensorCoreInstructions are the PTX instructions each tensor-core kernel
@@ -137,15 +216,9 @@ var tensorCoreInstructions = map[kernel][]string{
 	kFlashMMABackward128: {"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "cp.async.cg.shared.global", "ld.acquire.gpu", "st.release.gpu"},
 }
 
-// checkTensorCorePTX compiles the program once more, to PTX for
-// compute_80, and checks that each tensor-core kernel's body holds its
-// instructions.
-func checkTensorCorePTX(t *testing.T, rtc *nvrtcAPI, src string, headers map[string]string) {
-	target := kernelTarget{arch: 80}
-	img, err := compileKernels(rtc, src, headers, nvrtcOptions(target, false), target)
-	if err != nil {
-		t.Fatalf("%s: %v", target, err)
-	}
+// checkTensorCorePTX checks that each tensor-core kernel's body in the
+// program's PTX (for compute_80, the fast options) holds its instructions.
+func checkTensorCorePTX(t *testing.T, target kernelTarget, img []byte) {
 	ptx := string(img)
 	for k, instrs := range tensorCoreInstructions {
 		start := strings.Index(ptx, ".entry "+string(k)+"(")
