@@ -195,11 +195,13 @@ func (c Cache) Snapshot(repo, revision string) (string, error) {
 	return missing(fmt.Sprintf("snapshot %s has no safetensors weights", commit))
 }
 
-// NotCachedError is a model that is not (or not all) in the cache.
+// NotCachedError is a model that is not (or not all) in the cache. Its
+// message has no package prefix: it completes a message about the model
+// path a user gave.
 type NotCachedError struct {
 	Repo, Revision, Cache, Reason string
 }
 
 func (e *NotCachedError) Error() string {
-	return fmt.Sprintf("hub: model %s at revision %s is not in the Hugging Face cache %s (%s)", e.Repo, e.Revision, e.Cache, e.Reason)
+	return fmt.Sprintf("Hugging Face model %s (revision %s) is not in the cache %s: %s", e.Repo, e.Revision, e.Cache, e.Reason)
 }
