@@ -21,10 +21,10 @@ var ErrNothingSelected = errors.New("nothing to download")
 type Options struct {
 	// Revision is a branch, a tag or a commit; "" is DefaultRevision.
 	Revision string
-	// Files are repo paths to take, each of which must exist.
+	// Files are repo paths to take, each of which must exist. Without
+	// them, a download takes what a fine-tune reads (DefaultSelection).
 	Files []string
-	// Include are globs of paths to take. Without Files or Include, a
-	// download takes what a fine-tune reads (DefaultSelection).
+	// Include are globs of paths to take besides those.
 	Include []string
 	// Exclude are globs of paths to leave out of Include's and the
 	// default's (not out of Files).
@@ -128,15 +128,12 @@ func Select(list []Sibling, opt Options) ([]Sibling, error) {
 	for _, f := range opt.Files {
 		named[f] = true
 	}
-	byDefault := len(opt.Files) == 0 && len(opt.Include) == 0
+	byDefault := len(opt.Files) == 0
 	var out []Sibling
 	weights := false
 	for _, s := range list {
-		take := named[s.Path]
+		take := named[s.Path] || (byDefault && DefaultSelection(s.Path) || matchAny(include, s.Path)) && !matchAny(exclude, s.Path)
 		delete(named, s.Path)
-		if !take && (byDefault && DefaultSelection(s.Path) || matchAny(include, s.Path)) && !matchAny(exclude, s.Path) {
-			take = true
-		}
 		if take {
 			out = append(out, s)
 			weights = weights || strings.HasSuffix(s.Path, ".safetensors")
@@ -147,7 +144,7 @@ func Select(list []Sibling, opt Options) ([]Sibling, error) {
 			return nil, &NotFoundError{File: f, What: "file"}
 		}
 	}
-	if len(out) == 0 || byDefault && !weights {
+	if len(out) == 0 || byDefault && len(opt.Include) == 0 && !weights {
 		names := make([]string, 0, len(list))
 		for _, s := range list {
 			names = append(names, s.Path)

@@ -14,9 +14,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -332,4 +335,27 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, f File, req *Requ
 	}
 	n, _ := w.Write(body)
 	req.Bytes = int64(n)
+}
+
+// Folder returns the files under dir as a repo's, the safetensors ones
+// in LFS as the Hub keeps them.
+func Folder(tb testing.TB, dir string) []File {
+	tb.Helper()
+	var files []File
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		files = append(files, File{Path: filepath.ToSlash(rel), Data: data, LFS: strings.HasSuffix(p, ".safetensors")})
+		return err
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return files
 }
