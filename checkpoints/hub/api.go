@@ -322,7 +322,11 @@ func (e *NotFoundError) Error() string {
 // missing.
 func (c *Client) statusError(resp *http.Response, repo, revision, file string) error {
 	code, msg := resp.Header.Get("X-Error-Code"), resp.Header.Get("X-Error-Message")
+	// Only the Hub's own answers speak of the repo: a CDN's 403 is its
+	// own (an expired link, say).
+	hub := resp.Request == nil || strings.HasPrefix(resp.Request.URL.String(), c.Endpoint+"/")
 	switch {
+	case !hub:
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden || code == "GatedRepo":
 		return &AccessError{Repo: repo, Page: c.Endpoint + "/" + repo, Status: resp.StatusCode,
 			Gated: code == "GatedRepo", TokenSent: c.Token != "", Message: msg}
@@ -347,6 +351,9 @@ func (c *Client) statusError(resp *http.Response, repo, revision, file string) e
 	what := repo
 	if file != "" {
 		what += "/" + file
+	}
+	if !hub {
+		what += " (from " + resp.Request.URL.Host + ")"
 	}
 	return fmt.Errorf("hub: %s at %s: %s: %s", what, revision, resp.Status, msg)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -618,5 +619,43 @@ func TestParseModelRef(t *testing.T) {
 		if repo != tc.repo || rev != tc.rev || ok != tc.ok {
 			t.Errorf("ParseModelRef(%q) = %q, %q, %v; want %q, %q, %v", tc.in, repo, rev, ok, tc.repo, tc.rev, tc.ok)
 		}
+	}
+}
+
+// statusError reads the Hub's answers by their status and X-Error-Code,
+// and leaves another host's (a CDN's expired link) as that host's.
+func TestStatusError(t *testing.T) {
+	c := NewClient("https://hub.example", "")
+	for _, tc := range []struct {
+		name, url, code string
+		status          int
+		check           func(error) bool
+		msg             string
+	}{
+		{"gated", "https://hub.example/a/b/resolve/main/x", "GatedRepo", 403, isAccess(403, true), "the repo is gated"},
+		{"unauthorized", "https://hub.example/api/models/a/b/revision/main", "", 401, isAccess(401, false), "no token was sent"},
+		{"repo", "https://hub.example/api/models/a/b/revision/main", "RepoNotFound", 404, isNotFound("repo"), "repo a/b not found"},
+		{"mirror 404", "https://hub.example/api/models/a/b/revision/main", "", 404, isNotFound("repo or revision"), "repo a/b or its revision main not found"},
+		{"cdn 403", "https://cdn.example/blob", "", 403, func(err error) bool {
+			var ae *AccessError
+			return err != nil && !errors.As(err, &ae)
+		}, "a/b/x (from cdn.example) at main: 403 Forbidden: expired"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, tc.url, nil)
+			resp := &http.Response{StatusCode: tc.status, Status: fmt.Sprintf("%d %s", tc.status, http.StatusText(tc.status)),
+				Header: http.Header{}, Body: io.NopCloser(strings.NewReader("expired")), Request: req}
+			if tc.code != "" {
+				resp.Header.Set("X-Error-Code", tc.code)
+			}
+			file := ""
+			if strings.Contains(tc.url, "/resolve/") || strings.Contains(tc.url, "cdn") {
+				file = "x"
+			}
+			err := c.statusError(resp, "a/b", "main", file)
+			if !tc.check(err) || !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("err = %v (%T), want one saying %q", err, err, tc.msg)
+			}
+		})
 	}
 }
