@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/memtrain/memtrain/internal/atomicfile"
 )
@@ -147,6 +149,37 @@ func (c Cache) link(repo, commit, p, etag string) error {
 		return fmt.Errorf("hub: %w", err)
 	}
 	return nil
+}
+
+// lockBlob takes huggingface_hub's lock of a blob,
+// .locks/models--NAMESPACE--NAME/<etag>.lock, polling while another
+// process (a Python download, another memtrain) holds it, and returns its
+// release.
+func (c Cache) lockBlob(ctx context.Context, repo, etag string) (unlock func(), err error) {
+	p := filepath.Join(c.Dir, ".locks", filepath.Base(c.RepoDir(repo)), etag+".lock")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return nil, fmt.Errorf("hub: %w", err)
+	}
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("hub: %w", err)
+	}
+	for {
+		ok, err := tryLock(f)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("hub: locking %s: %w", p, err)
+		}
+		if ok {
+			return func() { f.Close() }, nil
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // has reports whether s is in the cache at commit: its snapshot entry or,

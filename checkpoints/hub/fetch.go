@@ -79,7 +79,18 @@ func (c *Client) fetchOnce(ctx context.Context, cache Cache, t target, progress 
 	}
 	part := filepath.Join(blobs, etag+".incomplete")
 	resumable := etag != ""
-	if !resumable {
+	if resumable {
+		// One writer a blob, whichever program: the partial file is
+		// appended to, and a blob another finished meanwhile is reused.
+		unlock, err := cache.lockBlob(ctx, t.repo, etag)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		if fi, err := os.Stat(cache.blobPath(t.repo, etag)); err == nil && fi.Mode().IsRegular() && fi.Size() == f.Size {
+			return cache.link(t.repo, t.commit, f.Path, etag)
+		}
+	} else {
 		// Named once the answer's ETag says what the blob is.
 		var r [8]byte
 		rand.Read(r[:])
