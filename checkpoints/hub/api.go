@@ -169,6 +169,19 @@ func ParseRepoInfo(data []byte) (*RepoInfo, error) {
 	if err := json.Unmarshal(data, &info); err != nil {
 		return nil, fmt.Errorf("the API's answer is not a repo's info: %w", err)
 	}
+	// A size the answer leaves out would read as 0: the API gives sizes
+	// only with blobs=true, which a mirror might ignore.
+	var sized struct {
+		Siblings []struct {
+			Size *int64 `json:"size"`
+		} `json:"siblings"`
+	}
+	json.Unmarshal(data, &sized)
+	for i, s := range sized.Siblings {
+		if s.Size == nil && i < len(info.Siblings) {
+			return nil, fmt.Errorf("the API gives no size for %q (a mirror that ignores blobs=true?)", info.Siblings[i].Path)
+		}
+	}
 	if !isHex(info.SHA, 40) {
 		return nil, fmt.Errorf("the API's answer has no commit hash (sha %q)", info.SHA)
 	}

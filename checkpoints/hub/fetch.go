@@ -88,6 +88,7 @@ func (c *Client) fetchOnce(ctx context.Context, cache Cache, t target, progress 
 		}
 		defer unlock()
 		if fi, err := os.Stat(cache.blobPath(t.repo, etag)); err == nil && fi.Mode().IsRegular() && fi.Size() == f.Size {
+			progress(f.Size)
 			return cache.link(t.repo, t.commit, f.Path, etag)
 		}
 	} else {
