@@ -60,8 +60,8 @@ func hubDownload(cmd *cobra.Command, repo string, opt hub.Options, token string)
 	if isTerminal(stderr) && p.Bytes() > 0 {
 		bar := progressbar.NewOptions64(p.Bytes(), progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("download"),
 			progressbar.OptionShowBytes(true), progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true))
-		defer bar.Finish()
 		progress = func(n int64) { bar.Add64(n) }
+		defer fmt.Fprintln(stderr) // the bar ends its line, where it stopped
 	}
 	return p.Snapshot(), c.Download(cmd.Context(), p, hub.DefaultWorkers, progress)
 }
