@@ -417,8 +417,12 @@ func TestResumeRetries(t *testing.T) {
 	shard := fileOf(t, repoFiles(2), "model-00002-of-00002.safetensors")
 	srv.DropAfter(shard.Path, 1000)
 	srv.DropAfter("tokenizer.json", 10) // a file the Hub serves itself
-	if _, _, err := download(t, c, cache, repoID, Options{}); err != nil {
+	p, seen, err := download(t, c, cache, repoID, Options{})
+	if err != nil {
 		t.Fatal(err)
+	}
+	if seen != p.Bytes() {
+		t.Errorf("progress %d, want %d: a retry counted its partial file again", seen, p.Bytes())
 	}
 	ranges := 0
 	for _, r := range srv.Requests() {
@@ -431,6 +435,34 @@ func TestResumeRetries(t *testing.T) {
 	}
 	checkSnapshot(t, cache, commit2, repoFiles(2), []string{"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
 		"special_tokens_map.json", "model.safetensors.index.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"})
+}
+
+// Retries count tries in a row that received nothing: a link that drops
+// again and again, each time after some bytes, still gets the file.
+func TestResumeKeepsGoing(t *testing.T) {
+	srv := hubtest.New(t, testRepo())
+	cache := Cache{Dir: t.TempDir()}
+	c := loopbackClient(t, srv, "")
+	c.Retries = 1
+	shard := fileOf(t, repoFiles(2), "model-00002-of-00002.safetensors")
+	for range 4 {
+		srv.DropAfter(shard.Path, 20_000)
+	}
+	p, seen, err := download(t, c, cache, repoID, Options{Files: []string{shard.Path}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSnapshot(t, cache, commit2, repoFiles(2), []string{shard.Path})
+	var starts []string
+	for _, r := range srv.Requests() {
+		if r.Server == "cdn" {
+			starts = append(starts, r.Range)
+		}
+	}
+	want := []string{"", "bytes=20000-", "bytes=40000-", "bytes=60000-", "bytes=80000-"}
+	if !slices.Equal(starts, want) || seen != p.Bytes() {
+		t.Errorf("CDN requests %q, progress %d; want %q, %d", starts, seen, want, p.Bytes())
+	}
 }
 
 // A server that ignores Range sends the whole file: the partial one starts

@@ -41,27 +41,41 @@ func (e *ChecksumError) Error() string {
 }
 
 // transferError is a transfer that broke off (a connection dropped, a
-// server error): the partial file stays, and a retry resumes it.
-type transferError struct{ err error }
+// server error) after received bytes: the partial file stays, and a retry
+// resumes it.
+type transferError struct {
+	err      error
+	received int64
+}
 
 func (e *transferError) Error() string { return e.err.Error() }
 func (e *transferError) Unwrap() error { return e.err }
 
 // fetch brings t's file into cache's blobs and links it into its
-// snapshot, resuming a transfer that broke off up to c.Retries times,
-// after a short pause. progress gets the bytes written (negative when a
-// server that ignores Range makes a partial file start over).
+// snapshot, resuming a transfer that broke off, after a short pause, up to
+// c.Retries times in a row without a byte received (a try that received
+// some starts the count again: a long file on a flaky link gets there).
+// progress gets the bytes written (negative when a server that ignores
+// Range makes a partial file start over).
 func (c *Client) fetch(ctx context.Context, cache Cache, t target, progress func(int64)) error {
-	for attempt := 0; ; attempt++ {
-		err := c.fetchOnce(ctx, cache, t, progress)
+	var reported int64 // of this file, so that a retry does not count its partial file again
+	report := func(n int64) { reported += n; progress(n) }
+	for failed := 0; ; failed++ {
+		err := c.fetchOnce(ctx, cache, t, reported, report)
 		var te *transferError
-		if err == nil || !errors.As(err, &te) || attempt >= c.Retries {
+		if err == nil || !errors.As(err, &te) {
+			return err
+		}
+		if te.received > 0 {
+			failed = 0
+		}
+		if failed >= c.Retries {
 			return err
 		}
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(time.Duration(250<<attempt) * time.Millisecond):
+		case <-time.After(time.Duration(250<<failed) * time.Millisecond):
 		}
 	}
 }
@@ -69,8 +83,9 @@ func (c *Client) fetch(ctx context.Context, cache Cache, t target, progress func
 // fetchOnce makes one try: the bytes go to blobs/<etag>.incomplete, from
 // where a partial file is resumed with a Range request; once all are
 // there and hash to the etag, the file is synced and renamed to
-// blobs/<etag>, so that a blob is always whole and checked.
-func (c *Client) fetchOnce(ctx context.Context, cache Cache, t target, progress func(int64)) (err error) {
+// blobs/<etag>, so that a blob is always whole and checked. done is what
+// progress has been told of the file already.
+func (c *Client) fetchOnce(ctx context.Context, cache Cache, t target, done int64, progress func(int64)) (err error) {
 	f := t.file
 	etag := f.Etag()
 	blobs := filepath.Join(cache.RepoDir(t.repo), "blobs")
@@ -88,7 +103,7 @@ func (c *Client) fetchOnce(ctx context.Context, cache Cache, t target, progress 
 		}
 		defer unlock()
 		if fi, err := os.Stat(cache.blobPath(t.repo, etag)); err == nil && fi.Mode().IsRegular() && fi.Size() == f.Size {
-			progress(f.Size)
+			progress(f.Size - done)
 			return cache.link(t.repo, t.commit, f.Path, etag)
 		}
 	} else {
@@ -127,7 +142,7 @@ func (c *Client) fetchOnce(ctx context.Context, cache Cache, t target, progress 
 	if _, err := io.CopyN(sum, out, n); err != nil {
 		return fmt.Errorf("hub: rehashing %s: %w", part, err)
 	}
-	progress(n)
+	progress(n - done)
 
 	if n < f.Size || etag == "" {
 		if etag, err = c.transfer(ctx, t, out, n, sum, progress); err != nil {
@@ -170,7 +185,7 @@ func (c *Client) transfer(ctx context.Context, t target, out *os.File, n int64, 
 	}
 	resp, err := c.get(ctx, u, header)
 	if err != nil {
-		return "", &transferError{err}
+		return "", &transferError{err: err}
 	}
 	defer resp.Body.Close()
 	switch {
@@ -188,7 +203,7 @@ func (c *Client) transfer(ctx context.Context, t target, out *os.File, n int64, 
 			n = 0
 		}
 	case resp.StatusCode >= 500:
-		return "", &transferError{fmt.Errorf("hub: %s: %s", u, resp.Status)}
+		return "", &transferError{err: fmt.Errorf("hub: %s: %s", u, resp.Status)}
 	default:
 		return "", c.statusError(resp, t.repo, t.revision, f.Path)
 	}
@@ -221,11 +236,11 @@ func (c *Client) transfer(ctx context.Context, t target, out *os.File, n int64, 
 	n += copied
 	switch {
 	case err != nil:
-		return "", &transferError{fmt.Errorf("hub: %s: the transfer broke off at byte %d of %d: %w", u, n, f.Size, err)}
+		return "", &transferError{fmt.Errorf("hub: %s: the transfer broke off at byte %d of %d: %w", u, n, f.Size, err), copied}
 	case n > f.Size:
 		return "", fmt.Errorf("hub: %s: more bytes than the file list's size %d", u, f.Size)
 	case n < f.Size:
-		return "", &transferError{fmt.Errorf("hub: %s: the transfer ended at byte %d of %d", u, n, f.Size)}
+		return "", &transferError{fmt.Errorf("hub: %s: the transfer ended at byte %d of %d", u, n, f.Size), copied}
 	}
 	return etag, nil
 }

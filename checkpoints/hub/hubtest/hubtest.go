@@ -67,13 +67,13 @@ type Server struct {
 	repos       map[string]*Repo
 	log         []Request
 	corrupt     map[string]bool
-	drop        map[string]int64
+	drop        map[string][]int64
 	ignoreRange bool
 }
 
 // New starts a Hub and its CDN, closed when tb's test ends.
 func New(tb testing.TB, repos ...Repo) *Server {
-	s := &Server{repos: map[string]*Repo{}, corrupt: map[string]bool{}, drop: map[string]int64{}}
+	s := &Server{repos: map[string]*Repo{}, corrupt: map[string]bool{}, drop: map[string][]int64{}}
 	for i := range repos {
 		s.repos[repos[i].ID] = &repos[i]
 	}
@@ -90,8 +90,13 @@ func (s *Server) URL() string { return s.Hub.URL }
 func (s *Server) Corrupt(path string) { s.mu.Lock(); s.corrupt[path] = true; s.mu.Unlock() }
 
 // DropAfter makes the next answer with the bytes of path close the
-// connection after n of them (a hijacked connection closed mid-body).
-func (s *Server) DropAfter(path string, n int64) { s.mu.Lock(); s.drop[path] = n; s.mu.Unlock() }
+// connection after n of them (a hijacked connection closed mid-body); a
+// second call, the answer after, and so on.
+func (s *Server) DropAfter(path string, n int64) {
+	s.mu.Lock()
+	s.drop[path] = append(s.drop[path], n)
+	s.mu.Unlock()
+}
 
 // IgnoreRange makes the servers answer every request with the whole file,
 // as a server without Range support does.
@@ -293,8 +298,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, f File, req *Requ
 		data = append([]byte(nil), data...)
 		data[len(data)/2] ^= 0x40
 	}
-	drop, dropping := s.drop[f.Path]
-	delete(s.drop, f.Path)
+	drop, dropping := int64(0), len(s.drop[f.Path]) > 0
+	if dropping {
+		drop, s.drop[f.Path] = s.drop[f.Path][0], s.drop[f.Path][1:]
+	}
 	ignore := s.ignoreRange
 	s.mu.Unlock()
 
