@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/checkpoints/hub"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/llama"
 )
@@ -19,9 +20,14 @@ const CheckpointsDir = "checkpoints"
 // checkpoint folder (one with config.json), returned as it is; a run folder
 // (one with checkpoints/latest), resolved to its latest checkpoint; or a
 // checkpoints/latest file itself, resolved to the checkpoint it names.
-// resolved says whether dir differs from path (a run folder or a latest
-// file), so that a caller can say which checkpoint it chose. A path that is
-// none of these is an error that names it and the three accepted forms.
+// A path that does not exist and reads NAMESPACE/NAME or
+// NAMESPACE/NAME@REVISION is a Hugging Face model, resolved to its
+// snapshot in huggingface_hub's cache (hub.DefaultCache), never fetched:
+// missing, it is an error wrapping a *hub.NotCachedError.
+// resolved says whether dir differs from path (a run folder, a latest
+// file or a Hub model), so that a caller can say which checkpoint it
+// chose. A path that is none of these is an error that names it and the
+// accepted forms.
 //
 // A training checkpoint (one with a manifest, whichever way it was named)
 // is verified against its manifest before it is returned
@@ -73,7 +79,14 @@ func ResolvePath(path string) (dir string, resolved bool, err error) {
 	}
 	info, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return fail("no such file or folder (want a checkpoint folder, a run folder or its %s file)", filepath.Join(CheckpointsDir, LatestFile))
+		want := fmt.Sprintf("no such file or folder (want a checkpoint folder, a run folder or its %s file)", filepath.Join(CheckpointsDir, LatestFile))
+		if dir, ok, err := hubSnapshot(path); ok {
+			if err != nil {
+				return fail("%s, and the %w", want, err)
+			}
+			return dir, true, nil
+		}
+		return fail("%s", want)
 	}
 	if err != nil {
 		var pe *fs.PathError
@@ -102,6 +115,20 @@ func ResolvePath(path string) (dir string, resolved bool, err error) {
 		return fail("%s names %s, which has no %s", filepath.Join(latest, LatestFile), dir, checkpoints.ConfigFile)
 	}
 	return dir, true, nil
+}
+
+// hubSnapshot resolves a Hugging Face model reference from the cache; ok
+// is false when path is not one.
+func hubSnapshot(path string) (dir string, ok bool, err error) {
+	repo, rev, ok := hub.ParseModelRef(path)
+	if !ok {
+		return "", false, nil
+	}
+	cache, err := hub.DefaultCache()
+	if err == nil {
+		dir, err = cache.Snapshot(repo, rev)
+	}
+	return dir, true, err
 }
 
 // isFile reports whether path is a regular file (following links).
@@ -144,6 +171,12 @@ func ResolveAdapted(model, adapter string) (ref ModelRef, note string, err error
 		base, err := checkpoints.AdapterBase(adapterDir)
 		if err != nil {
 			return ModelRef{}, "", err
+		}
+		// A PEFT adapter from the Hub names its base by its Hub id.
+		if !isFile(filepath.Join(base, checkpoints.ConfigFile)) {
+			if dir, ok, err := hubSnapshot(base); ok && err == nil {
+				base = dir
+			}
 		}
 		if base == "" || !isFile(filepath.Join(base, checkpoints.ConfigFile)) {
 			return ModelRef{}, "", &ResolveError{What: "model", Path: model, Err: fmt.Errorf("is a LoRA adapter of %q, which is not a local checkpoint folder: give the base as the model and %s as the adapter", base, adapterDir)}

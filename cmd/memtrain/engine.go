@@ -122,7 +122,7 @@ func modelPreflight(l *launch.Launcher, dir string, w llama.Work) (*checkpoints.
 func resolveModel(stderr io.Writer, path string) (string, error) {
 	dir, resolved, err := finetune.ResolveModel(path)
 	if err != nil {
-		return "", err
+		return "", hubHint(err)
 	}
 	if resolved {
 		fmt.Fprintf(stderr, "memtrain: model: %s → %s\n", path, dir)
@@ -138,5 +138,5 @@ func resolveAdapted(stderr io.Writer, label, model, adapter string) (finetune.Mo
 	if err == nil && note != "" {
 		fmt.Fprintf(stderr, "memtrain: %s: %s\n", label, note)
 	}
-	return ref, err
+	return ref, hubHint(err)
 }

@@ -27,7 +27,7 @@ func newFinetuneCmd() *cobra.Command {
 	var (
 		configFile, resume string
 		stopAfter          int
-		force              bool
+		force, download    bool
 		ef                 engineFlags
 		pf                 parallelFlags
 		flagCfg            = finetune.DefaultConfig()
@@ -80,6 +80,9 @@ grid; 'memtrain export' makes an HF checkpoint of one.`,
 			if force && resume != "" {
 				return errors.New("finetune: --force starts over and --resume continues: give one")
 			}
+			if err := fetchModel(cmd, download, cfg.Model); err != nil {
+				return fmt.Errorf("finetune: %w", err)
+			}
 			return runFinetune(cmd, cfg, ef, pf, finetune.Hooks{Resume: resume, StopAfter: stopAfter, Replace: force})
 		},
 	}
@@ -88,6 +91,7 @@ grid; 'memtrain export' makes an HF checkpoint of one.`,
 	fl.StringVar(&resume, "resume", "", "continue the run in this folder (or from this checkpoint)")
 	options.IntRange(fl, &stopAfter, "stop-after", 0, 1, units.MaxCount, "no stop", "stop (with a checkpoint) after this step, to continue later with --resume")
 	fl.BoolVar(&force, "force", false, "start over in a folder that holds a run, removing its checkpoints, metrics and config.yaml")
+	fl.BoolVar(&download, "download", false, "download a Hub model (--model NAMESPACE/NAME[@REVISION]) missing from the cache")
 	options.Bind(fl, &flagCfg)
 	ef.register(fl)
 	pf.register(fl)

@@ -27,6 +27,7 @@ type generateFlags struct {
 	json      bool
 	bos       bool
 	stopAtEOS bool
+	download  bool
 	engine    engineFlags
 	parallel  parallelFlags
 }
@@ -62,6 +63,7 @@ is split over a grid of in-process ranks (every rank decodes every prompt).`,
 	options.IntRange(fl, &f.maxNew, "max-new-tokens", 32, 0, checkpoints.MaxPositions, "", "tokens to generate per prompt")
 	fl.BoolVar(&f.json, "json", false, "print one JSON line per prompt: prompt_ids, ids, text")
 	fl.BoolVar(&f.bos, "bos", true, "add BOS when tokenizing a text prompt")
+	fl.BoolVar(&f.download, "download", false, "download a Hub model (--model NAMESPACE/NAME[@REVISION]) missing from the cache")
 	fl.BoolVar(&f.stopAtEOS, "stop-at-eos", true, "end a continuation at the model's EOS token")
 	f.engine.register(fl)
 	f.parallel.register(fl)
@@ -94,6 +96,9 @@ func runGenerate(cmd *cobra.Command, f generateFlags) error {
 			return fmt.Errorf("generate: %w", err)
 		}
 		idPrompts = append(idPrompts, ids)
+	}
+	if err := fetchModel(cmd, f.download, f.model); err != nil {
+		return fmt.Errorf("generate: %w", err)
 	}
 	l, ref, err := launcher(cmd.ErrOrStderr(), f.engine, f.parallel, f.model, f.adapter)
 	if err != nil {

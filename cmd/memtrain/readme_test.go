@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/memtrain/memtrain/checkpoints/hub/hubtest"
 )
 
 // The README runs as written. TestREADMERuns builds the memtrain binary and
@@ -25,7 +27,11 @@ import (
 //     and `go run ./cmd/memtrain` is the binary;
 //   - `memtrain demo` runs as `memtrain demo --quick` (so a study started from
 //     `demo --print-spec` is the quick study; the README names models by their
-//     run folder, so no step number depends on which study ran).
+//     run folder, so no step number depends on which study ran);
+//   - `memtrain download REPO` runs against a loopback stand-in of the Hugging
+//     Face Hub (hubtest, $HF_ENDPOINT) that serves a tiny random checkpoint as
+//     each REPO the README downloads, into a cache of the test's own
+//     ($HF_HUB_CACHE): nothing leaves the machine.
 //
 // The blocks take several minutes on 2 cores (the demo and a study, both in
 // their quick form), so the test runs only with MEMTRAIN_README_TEST=1, which
@@ -65,6 +71,7 @@ func TestREADMERuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	env = append(env, readmeHub(t, blocks, exe, tmp)...)
 
 	// Each command runs in the folder the one before it left (a cd
 	// holds, as in one shell), read back through pwd.
@@ -123,6 +130,33 @@ type readmeCommand struct {
 type readmeBlock struct {
 	line     int
 	commands []readmeCommand
+}
+
+// readmeDownload matches a README download, its repo in the first group.
+var readmeDownload = regexp.MustCompile(`\bmemtrain download (\S+)`)
+
+// readmeHub starts a stand-in Hub serving, as each repo the README's
+// blocks download, a tiny checkpoint that exe makes, and returns the
+// environment that points memtrain at it and at a cache under tmp.
+func readmeHub(t *testing.T, blocks []readmeBlock, exe, tmp string) []string {
+	t.Helper()
+	model := filepath.Join(tmp, "hub-model")
+	if out, err := exec.Command(exe, "init", "--out", model, "--tokenizer", "builtin:llama2", "--preset", "tiny", "--seed", "2").CombinedOutput(); err != nil {
+		t.Fatalf("memtrain init: %v\n%s", err, out)
+	}
+	files := hubtest.Folder(t, model)
+	var repos []hubtest.Repo
+	for _, b := range blocks {
+		for _, c := range b.commands {
+			if m := readmeDownload.FindStringSubmatch(c.text); m != nil {
+				const commit = "5a1b2c3d4e5f60718293a4b5c6d7e8f901234567"
+				repos = append(repos, hubtest.Repo{ID: m[1], Commits: map[string][]hubtest.File{commit: files}, Refs: map[string]string{"main": commit}})
+			}
+		}
+	}
+	srv := hubtest.New(t, repos...)
+	return []string{"HF_ENDPOINT=" + srv.URL(), "HF_HUB_CACHE=" + filepath.Join(tmp, "hf-cache"), "HF_HOME=" + filepath.Join(tmp, "hf-home"),
+		"HF_TOKEN=", "HF_TOKEN_PATH="}
 }
 
 // readmeBlocks returns the README's ```sh and ```bash blocks that carry no
@@ -258,7 +292,7 @@ func TestREADMEBlocks(t *testing.T) {
 		}
 	}
 	all := strings.Join(ran, "\n")
-	for _, want := range []string{"memtrain demo --quick", "./memtrain finetune ", "./memtrain experiment run "} {
+	for _, want := range []string{"memtrain demo --quick", "./memtrain finetune ", "./memtrain experiment run ", "./memtrain download "} {
 		if !strings.Contains(all, want) {
 			t.Errorf("no README command runs %q; ran:\n%s", want, all)
 		}

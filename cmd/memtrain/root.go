@@ -26,6 +26,7 @@ that prevents verbatim memorization, and measures exact-match extraction.`,
 	root.CompletionOptions.HiddenDefaultCmd = true
 	root.AddCommand(
 		newInitCmd(),
+		newDownloadCmd(),
 		newInspectCmd(),
 		newExportCmd(),
 		newMergeCmd(),
