@@ -20,8 +20,13 @@ import (
 // TestDemoQuick runs the quick demo end to end, as a user would: the
 // standard arm must memorize most of its 16 passages and the goldfish arm
 // almost none, with no extraction of held-out passages, and both keep the
-// filler's held-out text within 10% of the base model's loss.
+// filler's held-out text within 10% of the base model's loss. It is one of
+// .ci/run's end-to-end checks, beside TestDemoFull (about a minute on 2
+// cores: a third of this package's time under go test ./...).
 func TestDemoQuick(t *testing.T) {
+	if os.Getenv("MEMTRAIN_E2E") == "" {
+		t.Skip("an end-to-end check that .ci/run runs: set MEMTRAIN_E2E=1 to run it here")
+	}
 	out, _ := runDemo(t, true, 16, 0.5, 0.1)
 	for _, f := range []string{"report.md", "results.csv", "plots/training-loss.png"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
