@@ -12,6 +12,7 @@ import (
 	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/engine/launch"
 	"github.com/memtrain/memtrain/finetune"
+	"github.com/memtrain/memtrain/finetune/job"
 	"github.com/memtrain/memtrain/internal/numtest"
 	"github.com/memtrain/memtrain/memorization"
 )
@@ -112,9 +113,9 @@ func TestGenerate(t *testing.T) {
 	if len(lines) != 2 {
 		t.Fatalf("want 2 lines, got %q", out)
 	}
-	var again []generation
+	var again []job.Generation
 	for _, line := range lines {
-		var g generation
+		var g job.Generation
 		if err := json.Unmarshal([]byte(line), &g); err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +127,7 @@ func TestGenerate(t *testing.T) {
 	// Greedy decoding is deterministic, and a prompt alone gives what it
 	// gave in the batch.
 	out, _, _ = memtrain(t, "", "generate", "--model", dir, "--prompt-ids", "1,450,3186", "--max-new-tokens", "6", "--stop-at-eos=false", "--json")
-	var solo generation
+	var solo job.Generation
 	json.Unmarshal([]byte(out), &solo)
 	if !slices.Equal(solo.IDs, again[0].IDs) {
 		t.Errorf("batched %v, alone %v", again[0].IDs, solo.IDs)

@@ -5,15 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/spf13/cobra"
 
 	"github.com/memtrain/memtrain/checkpoints"
-	"github.com/memtrain/memtrain/data/tokenizer"
-	"github.com/memtrain/memtrain/engine/launch"
-	"github.com/memtrain/memtrain/engine/llama"
-	"github.com/memtrain/memtrain/finetune"
+	"github.com/memtrain/memtrain/finetune/job"
 	"github.com/memtrain/memtrain/internal/options"
 	"github.com/memtrain/memtrain/internal/units"
 )
@@ -30,13 +26,6 @@ type generateFlags struct {
 	download  bool
 	engine    engineFlags
 	parallel  parallelFlags
-}
-
-// generation is one prompt's result in `generate --json`.
-type generation struct {
-	PromptIDs []int32 `json:"prompt_ids"`
-	IDs       []int32 `json:"ids"`
-	Text      string  `json:"text,omitempty"`
 }
 
 func newGenerateCmd() *cobra.Command {
@@ -104,96 +93,29 @@ func runGenerate(cmd *cobra.Command, f generateFlags) error {
 	if err != nil {
 		return fmt.Errorf("generate: %w", err)
 	}
-	f.model, f.adapter = ref.Dir, ref.Adapter
-	// The prompts and their continuations fit the model's positions, and
-	// its KV cache the device, before it loads. Text prompts are tokenized
-	// on the ranks: their length is bounded by their bytes (a token is
-	// at least one byte, BOS and a leading space aside).
-	cfg, err := checkpoints.ReadConfig(f.model)
+	gens, lead, err := job.Generate(l, job.Decode{Model: ref, IDPrompts: idPrompts, Prompts: f.prompts, BOS: f.bos, MaxNewTokens: f.maxNew, StopAtEOS: f.stopAtEOS})
 	if err != nil {
+		if _, ok := err.(*job.NewTokensError); ok {
+			return fmt.Errorf("generate: --max-new-tokens %w", err)
+		}
 		return fmt.Errorf("generate: %w", err)
 	}
-	longest := 1 // a prompt has a token
-	for _, p := range idPrompts {
-		longest = max(longest, len(p))
-	}
-	if maxPos := cfg.MaxPositionEmbeddings; f.maxNew > maxPos-longest {
-		return fmt.Errorf("generate: --max-new-tokens %d: want 0 to %d (the new tokens and the longest prompt's %d within %s's max_position_embeddings %d)",
-			f.maxNew, max(0, maxPos-longest), longest, f.model, maxPos)
-	}
-	for _, p := range f.prompts {
-		longest = max(longest, min(len(p)+4, cfg.MaxPositionEmbeddings-f.maxNew))
-	}
-	w := llama.Work{}
-	if f.maxNew > 0 {
-		w = llama.Work{Batch: len(idPrompts) + len(f.prompts), SeqLen: longest, NewTokens: f.maxNew}
-	}
-	if _, err := modelPreflight(l, f.model, w); err != nil {
-		return fmt.Errorf("generate: %w", err)
-	}
-	return l.Run(func(r launch.Rank) error {
-		lm, err := finetune.LoadWithTokenizer(r.Backend, finetune.ModelRef{Dir: f.model, Adapter: f.adapter}, llama.Options{Parallel: r.Grid}, len(f.prompts) > 0)
-		if err != nil {
-			return err
-		}
-		defer lm.Model.Free()
-		return generate(cmd, f, idPrompts, lm)
-	})
-}
-
-// generate decodes the prompts (idPrompts, then the text prompts of f)
-// on one rank, or on one rank of a grid, where every rank decodes them all
-// and rank 0 prints.
-func generate(cmd *cobra.Command, f generateFlags, idPrompts [][]int32, lm *finetune.Loaded) error {
-	m := lm.Model
-	prompts := slices.Clone(idPrompts)
-	if len(f.prompts) > 0 {
-		enc, err := lm.Tokenizer.EncodeBatchChecked(f.prompts, tokenizer.EncodeOptions{AddSpecial: f.bos}, 0)
-		if err != nil {
-			return fmt.Errorf("generate: prompt: %w", err)
-		}
-		prompts = append(prompts, enc...)
-	}
-	var stop []int32
-	if f.stopAtEOS {
-		for _, id := range m.Config.EOSTokenIDs {
-			stop = append(stop, int32(id))
-		}
-	}
-	outs, err := m.Generate(prompts, llama.GenerateOptions{MaxNewTokens: f.maxNew, StopIDs: stop})
-	if err != nil {
-		return fmt.Errorf("generate: %w", err)
-	}
-	if err := finetune.CheckFinite(m, append(slices.Clone(prompts[0]), outs[0]...)); err != nil {
-		return fmt.Errorf("generate: %s: %w", lm.Dir, err)
-	}
-	if g := m.Grid(); g != nil && g.Rank() != 0 {
-		return nil
+	if !lead {
+		return nil // under mpirun, the process of rank 0 prints
 	}
 	w := cmd.OutOrStdout()
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
-	for i, ids := range outs {
-		g := generation{PromptIDs: prompts[i], IDs: ids}
-		if ids == nil {
-			g.IDs = []int32{}
-		}
-		if lm.Tokenizer != nil {
-			var err error
-			if g.Text, err = lm.Tokenizer.DecodeChecked(ids, false); err != nil {
-				return fmt.Errorf("generate: output %d: %w", i+1, err)
-			}
-		}
-		if f.json {
+	for _, g := range gens {
+		switch {
+		case f.json:
 			if err := enc.Encode(g); err != nil {
 				return err
 			}
-			continue
-		}
-		if lm.Tokenizer != nil {
-			fmt.Fprintf(w, "%s\u2192%s\n", lm.Tokenizer.DecodeSkipSpecial(prompts[i]), g.Text)
-		} else {
-			fmt.Fprintf(w, "%v -> %v\n", prompts[i], ids)
+		case g.Decoded:
+			fmt.Fprintf(w, "%s\u2192%s\n", g.Prompt, g.Text)
+		default:
+			fmt.Fprintf(w, "%v -> %v\n", g.PromptIDs, g.IDs)
 		}
 	}
 	return nil
