@@ -102,19 +102,6 @@ func hostFree() int64 {
 	return devs[0].Free
 }
 
-// modelPreflight is job.PreflightModel for the checkpoint in dir,
-// whose config.json is all it reads.
-func modelPreflight(l *launch.Launcher, dir string, w llama.Work) (*checkpoints.Config, error) {
-	cfg, err := checkpoints.ReadConfig(dir)
-	if err != nil {
-		return nil, err
-	}
-	if err := job.PreflightModel(l, cfg, w); err != nil {
-		return nil, fmt.Errorf("%s: %w", dir, err)
-	}
-	return cfg, nil
-}
-
 // resolveModel turns a --model value (a checkpoint folder, a run folder or
 // its checkpoints/latest file) into a checkpoint folder through
 // finetune.ResolveModel, and says on stderr which checkpoint a run folder or

@@ -12,9 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memtrain/memtrain/checkpoints"
-	"github.com/memtrain/memtrain/engine/launch"
-	"github.com/memtrain/memtrain/engine/llama"
-	"github.com/memtrain/memtrain/finetune"
+	"github.com/memtrain/memtrain/finetune/job"
 	"github.com/memtrain/memtrain/internal/options"
 	"github.com/memtrain/memtrain/internal/units"
 	"github.com/memtrain/memtrain/memorization"
@@ -160,90 +158,43 @@ func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
 	if err != nil {
 		return fmt.Errorf("eval memorization: %w", err)
 	}
-	f.model, f.adapter = ref.Dir, ref.Adapter
-	// The probes' lengths are known once the documents are read, on the
-	// ranks: the models' own memory is checked before they load, the
-	// reference's weights beside the model's.
-	var beside int64
-	var refAdapter string
-	if f.reference != "" {
-		rr, err := resolveAdapted(cmd.ErrOrStderr(), "reference model", f.reference, "")
-		if err != nil {
-			return fmt.Errorf("eval memorization: --reference-model: %w", err)
-		}
-		f.reference, refAdapter = rr.Dir, rr.Adapter
-		refCfg, err := modelPreflight(l, f.reference, llama.Work{})
-		if err != nil {
-			return fmt.Errorf("eval memorization: --reference-model: %w", err)
-		}
-		beside = llama.Memory(refCfg, llama.Work{Grid: l.Spec().Grid, Overlap: l.Spec().Overlap}).Params
-	}
-	if _, err := modelPreflight(l, f.model, llama.Work{Beside: beside}); err != nil {
-		return fmt.Errorf("eval memorization: %w", err)
-	}
-	return l.Run(func(r launch.Rank) error {
-		lm, err := finetune.LoadWithTokenizer(r.Backend, finetune.ModelRef{Dir: f.model, Adapter: f.adapter}, llama.Options{Parallel: r.Grid}, false)
-		if err != nil {
-			return err
-		}
-		defer lm.Model.Free()
-		var ref *finetune.Loaded
-		if f.reference != "" {
-			if ref, err = finetune.LoadWithTokenizer(r.Backend, finetune.ModelRef{Dir: f.reference, Adapter: refAdapter}, llama.Options{Parallel: r.Grid}, false); err != nil {
-				return fmt.Errorf("eval memorization: --reference-model: %w", err)
-			}
-			defer ref.Model.Free()
-			if err := lm.SameTokenizer(ref); err != nil {
-				return fmt.Errorf("eval memorization: --reference-model %s: %w", f.reference, err)
-			}
-		}
-		return evalMemorization(cmd, f, p, lm, ref, r.Lead())
-	})
-}
-
-// evalMemorization evaluates on one rank, or on one rank of a grid: every
-// rank makes the same model calls in the same order (the collectives
-// inside them pair up), and only the leader reports and writes.
-func evalMemorization(cmd *cobra.Command, f evalMemFlags, p memorization.Protocol, lm, ref *finetune.Loaded, leader bool) error {
-	if lm.Tokenizer == nil && !isDataset(f.data) {
-		return finetune.NoTokenizerError(f.model)
-	}
-	docs, err := memorization.LoadDocuments(memorization.DocumentSource{
-		Data: f.data, NonMembers: f.nonMembers, Split: f.split, Strict: f.strict, Limit: f.limit, Chat: p.Name == "chat"}, lm.Tokenizer)
-	var ue *memorization.UsageError
-	if errors.As(err, &ue) {
-		return fmt.Errorf("eval memorization: --%s goes with %s", ue.Option, ue.Goes)
-	}
-	if err != nil {
-		return fmt.Errorf("eval memorization: %w", err)
-	}
-	cfg := memorization.EvalConfig{Protocol: p, Batch: f.batch, MinKPercent: f.minK, Strict: f.strict,
-		Bootstrap: memorization.Bootstrap{Resamples: f.resamples, Seed: f.seed, Level: 0.95}}
-	if ref != nil {
-		cfg.Reference = ref.Model
-	}
+	e := job.Extraction{Model: ref,
+		Documents: memorization.DocumentSource{Data: f.data, NonMembers: f.nonMembers, Split: f.split, Strict: f.strict, Limit: f.limit, Chat: p.Name == "chat"},
+		Config: memorization.EvalConfig{Protocol: p, Batch: f.batch, MinKPercent: f.minK, Strict: f.strict,
+			Bootstrap: memorization.Bootstrap{Resamples: f.resamples, Seed: f.seed, Level: 0.95}}}
 	if f.samples > 0 {
-		cfg.Sampling = memorization.SampleConfig{Samples: f.samples, Temperature: f.temperature, TopK: f.topK, Seed: f.seed}
+		e.Config.Sampling = memorization.SampleConfig{Samples: f.samples, Temperature: f.temperature, TopK: f.topK, Seed: f.seed}
 	}
-	if lm.Tokenizer != nil {
-		cfg.Decode = lm.Tokenizer.DecodeSkipSpecial
-		cfg.StopIDs = finetune.StopIDs(lm.Tokenizer)
+	if f.reference != "" {
+		if e.Reference, err = resolveAdapted(cmd.ErrOrStderr(), "reference model", f.reference, ""); err != nil {
+			return fmt.Errorf("eval memorization: --reference-model: %w", err)
+		}
 	}
 	var bar *progressbar.ProgressBar
-	if leader && isTerminal(cmd.ErrOrStderr()) {
-		bar = newBar(cmd.ErrOrStderr(), 2*len(docs), "eval memorization", "passes")
-		cfg.Progress = func(scored, nDocs, decoded, probes int) {
-			done, _ := memorization.EvalProgress(scored, nDocs, decoded, probes)
+	if errw := cmd.ErrOrStderr(); isTerminal(errw) {
+		e.Progress = func(done, total int) {
+			if bar == nil {
+				bar = newBar(errw, total, "eval memorization", "passes")
+			}
 			bar.Set(done)
 		}
 	}
-	sum, res, err := memorization.Evaluate(lm.Model, docs, cfg)
+	sum, res, lead, err := job.EvaluateExtraction(l, e)
 	if bar != nil {
 		bar.Finish()
 		fmt.Fprintln(cmd.ErrOrStderr())
 	}
-	if err != nil || !leader {
-		return err
+	var ue *memorization.UsageError
+	var re *job.ReferenceError
+	switch {
+	case errors.As(err, &ue):
+		return fmt.Errorf("eval memorization: --%s goes with %s", ue.Option, ue.Goes)
+	case errors.As(err, &re):
+		return fmt.Errorf("eval memorization: --reference-model %w", err)
+	case err != nil:
+		return fmt.Errorf("eval memorization: %w", err)
+	case !lead:
+		return nil // under mpirun, the process of rank 0 writes
 	}
 	if err := memorization.WriteResults(f.out, sum, res); err != nil {
 		return err
@@ -270,7 +221,3 @@ func (l *intList) Set(s string) error {
 	return err
 }
 
-// isDataset says whether paths name one dataset folder.
-func isDataset(paths []string) bool {
-	return len(paths) == 1 && memorization.IsDataset(paths[0])
-}
