@@ -123,6 +123,7 @@ type pattern struct {
 	budget  budget          // of a search on re
 	where   string          // "tokenizer: FILE: FIELD", for errors
 	llama3  bool            // the Llama 3 pattern, matched by llama3Next
+	tables  bool            // re's \p{…}, \d, \w and \s are the package's tables' (see expandClasses)
 }
 
 // match is a half-open byte range of a pattern match.
