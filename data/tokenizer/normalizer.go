@@ -9,6 +9,7 @@ import (
 	"unicode"
 
 	"github.com/dlclark/regexp2/v2"
+	"golang.org/x/text/unicode/norm"
 )
 
 // A normalizer rewrites a piece of text before pre-tokenization.
@@ -96,6 +97,28 @@ func (r replace) normalize(s string, limit int) (string, error) {
 			return "", tooLong(r.where, tl.size, len(s), lim)
 		}
 		return "", err
+	}
+	return out, nil
+}
+
+// unicodeForm puts text in a Unicode normalization form (HF "NFC", "NFD",
+// "NFKC", "NFKD"; Qwen's tokenizers have NFC). Invalid UTF-8 is kept.
+type unicodeForm struct {
+	form  norm.Form
+	where string
+}
+
+var unicodeForms = map[string]norm.Form{"NFC": norm.NFC, "NFD": norm.NFD, "NFKC": norm.NFKC, "NFKD": norm.NFKD}
+
+func (u unicodeForm) normalize(s string, limit int) (string, error) {
+	if u.form.IsNormalString(s) {
+		return s, nil
+	}
+	// A form writes at most 18 characters for one (NFKD of U+FDFA), so the
+	// bound is checked once written.
+	out := u.form.String(s)
+	if lim := min(limit, bound(len(s), growth)); len(out) > lim {
+		return "", tooLong(u.where, int64(len(out)), len(s), lim)
 	}
 	return out, nil
 }
