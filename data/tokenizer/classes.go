@@ -18,15 +18,19 @@ import (
 // compiles the pattern, and sameMeaning checks that nothing else changed.
 
 // expandClasses returns expr with each class escape — \p{…} and \P{…} of a
-// general category (see classRanges), \d, \D, \w, \W, \s and \S — written
-// as explicit ranges: [\x{41}-\x{5a}…] outside a class, the bare ranges
-// inside one. It reports false for what its scan does not follow: \Q…\E
-// quoting and free spacing (?x).
+// general category (see classMember), \d, \D, \w, \W, \s and \S — given
+// the members of the package's tables (see writeClass). It reports false
+// for what its scan does not follow: \Q…\E quoting and free spacing (?x).
+// The scan may misread other oddities of regexp2's syntax; sameTree, which
+// compares the trees of the two patterns, is what tells.
 func expandClasses(expr string) (string, bool) {
 	var b strings.Builder
-	depth := 0 // of [ ] nesting, > 0 inside a class
+	depth := 0    // of [ ] nesting, > 0 inside a class
+	dash := false // the last of a class was an unescaped "-"
 	for i := 0; i < len(expr); {
 		c := expr[i]
+		wasDash := dash
+		dash = depth > 0 && c == '-'
 		switch {
 		case c == '\\':
 			if i+1 >= len(expr) {
@@ -46,7 +50,7 @@ func expandClasses(expr string) (string, bool) {
 				b.WriteString(expr[i : i+n]) // a script or property: the engine's
 			}
 			i += n
-		case c == '[' && (depth == 0 || i > 0 && expr[i-1] == '-'):
+		case c == '[' && (depth == 0 || wasDash):
 			// A class, or a subtracted one: [a-z-[aeiou]]. A "^" and
 			// then a "]" first are its own.
 			depth++
@@ -123,6 +127,10 @@ func writeClass(b *strings.Builder, esc, name string, negate, inClass bool) bool
 		return false
 	}
 	ours, add, drop := c.ours, c.add, c.drop
+	if len(add) == 0 && len(drop) == 0 {
+		b.WriteString(esc) // the same in both
+		return true
+	}
 	if !inClass {
 		// [^…] negates the class as a whole.
 		b.WriteString("[")
@@ -295,15 +303,20 @@ func skipAtomic(n *r2syntax.RegexNode) *r2syntax.RegexNode {
 	return n
 }
 
-// plainLoop maps an atomic loop of the optimizer's to the plain one.
+// plainLoop maps the greedy, lazy and atomic loops of a kind to one: the
+// optimizer turns a loop atomic, or a lazy one greedy, where it can prove
+// that the sets around it do not overlap, which it proves for Go's classes
+// and not always for their expansion. The expansion changes no quantifier.
 func plainLoop(t r2syntax.NodeType) r2syntax.NodeType {
 	switch t {
-	case r2syntax.NtOneloopatomic:
+	case r2syntax.NtOneloopatomic, r2syntax.NtOnelazy:
 		return r2syntax.NtOneloop
-	case r2syntax.NtNotoneloopatomic:
+	case r2syntax.NtNotoneloopatomic, r2syntax.NtNotonelazy:
 		return r2syntax.NtNotoneloop
-	case r2syntax.NtSetloopatomic:
+	case r2syntax.NtSetloopatomic, r2syntax.NtSetlazy:
 		return r2syntax.NtSetloop
+	case r2syntax.NtLazyloop:
+		return r2syntax.NtLoop
 	}
 	return t
 }
