@@ -14,9 +14,12 @@ patterns of tokenizer.json files, for the Go package to be checked against:
 
 Run it from anywhere with the python that has `regex` (Debian's
 python3-regex, or pip's): python3 gen.py. It is deterministic: the same
-`regex` version writes the same files.
+`regex` version writes the same files. With --out it writes only spans, of
+the edge cases and many random strings, for a larger check than the
+committed file's (see --help).
 """
 
+import argparse
 import gzip
 import json
 import os
@@ -169,7 +172,7 @@ EDGE = [
 ]
 
 
-def generated(rng, props):
+def generated(rng, props, n):
     """Returns random strings over an alphabet of every category, the
     white space, the characters of the patterns and some new in Unicode 16
     and 17."""
@@ -183,20 +186,8 @@ def generated(rng, props):
         alphabet += [chr(c) for c in rng.sample(by_cat[i], min(6, len(by_cat[i])))]
     alphabet += [chr(c) for c in (0x1C89, 0x10D4A, 0x16D40, 0x1E5D0, 0x10940, 0x10D40, 0x16FF4, 0x1171E, 0x0295)]
     out = []
-    for _ in range(1500):
+    for _ in range(n):
         out.append("".join(rng.choice(alphabet) for _ in range(rng.randrange(16))))
-    return out
-
-
-def spans(pat, text):
-    """The spans of the matches, as alternating gaps and lengths in UTF-8
-    bytes: [gap0, len0, gap1, len1, ...]."""
-    out, last = [], 0
-    for m in pat.finditer(text):
-        a = len(text[:m.start()].encode("utf-8")) if m.start() else 0
-        b = a + len(m.group().encode("utf-8"))
-        out += [a - last, b - a]
-        last = b
     return out
 
 
@@ -209,7 +200,9 @@ def byte_offsets(text):
     return offs
 
 
-def spans_fast(pat, text):
+def spans(pat, text):
+    """The spans of the matches, as alternating gaps and lengths in UTF-8
+    bytes: [gap0, len0, gap1, len1, ...]."""
     offs = byte_offsets(text)
     out, last = [], 0
     for m in pat.finditer(text):
@@ -220,21 +213,30 @@ def spans_fast(pat, text):
 
 
 def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", help="write only the spans, of the edge cases and --random random strings, to OUT "
+                    "(for a larger check: MEMTRAIN_REGEX_SPANS=OUT go test -run TestRegexPython)")
+    ap.add_argument("--random", type=int, default=1500, help="random strings (default 1500)")
+    ap.add_argument("--seed", type=int, default=34, help="their seed (default 34)")
+    args = ap.parse_args()
     props = properties()
-    runs = write_tables(props)
-    rng = random.Random(34)
+    rng = random.Random(args.seed)
     texts = EDGE[:]
-    texts += sample("austen.jsonl", 20000, 97)
-    texts += sample("sotu.jsonl", 15000, 7)
-    texts += golden_texts("llama3.jsonl")[::8]
-    texts += generated(rng, props)
-    # One text of all of them, for patterns with ^ and $ across lines.
-    texts.append("\n".join(texts[:200]))
+    if args.out:
+        texts += generated(rng, props, args.random)
+    else:
+        runs = write_tables(props)
+        texts += sample("austen.jsonl", 20000, 97)
+        texts += sample("sotu.jsonl", 15000, 7)
+        texts += golden_texts("llama3.jsonl")[::8]
+        texts += generated(rng, props, args.random)
+        # One text of all of them, for patterns with ^ and $ across lines.
+        texts.append("\n".join(texts[:200]))
     patterns = []
     for name, expr in PATTERNS:
         pat = regex.compile(expr)
         patterns.append({"name": name, "pattern": expr,
-                         "spans": [spans_fast(pat, t) for t in texts]})
+                         "spans": [spans(pat, t) for t in texts]})
     fixture = {
         "generator": "testdata/regex/gen.py",
         "regex": regex.__version__,
@@ -243,11 +245,10 @@ def main():
         "patterns": patterns,
     }
     data = json.dumps(fixture, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    with open(os.path.join(HERE, "spans.json.gz"), "wb") as f:
+    with open(args.out or os.path.join(HERE, "spans.json.gz"), "wb") as f:
         with gzip.GzipFile(fileobj=f, mode="wb", mtime=0, compresslevel=9) as z:
             z.write(data)
-    print("gen.py: %d property runs; %d texts, %d patterns, %d bytes of JSON"
-          % (runs, len(texts), len(patterns), len(data)), file=sys.stderr)
+    print("gen.py: %d texts, %d patterns, %d bytes of JSON" % (len(texts), len(patterns), len(data)), file=sys.stderr)
 
 
 if __name__ == "__main__":
