@@ -20,14 +20,18 @@ import (
 // expandClasses returns expr with each class escape — \p{…} and \P{…} of a
 // general category (see classMember), \d, \D, \w, \W, \s and \S — given
 // the members of the package's tables (see writeClass). It reports false
-// for what its scan does not follow: \Q…\E quoting and free spacing (?x).
+// for what its scan does not follow, \Q…\E quoting and free spacing (?x),
+// and once the result passes limit bytes.
 // The scan may misread other oddities of regexp2's syntax; sameTree, which
 // compares the trees of the two patterns, is what tells.
-func expandClasses(expr string) (string, bool) {
+func expandClasses(expr string, limit int) (string, bool) {
 	var b strings.Builder
 	depth := 0    // of [ ] nesting, > 0 inside a class
 	dash := false // the last of a class was an unescaped "-"
 	for i := 0; i < len(expr); {
+		if b.Len() > limit {
+			return "", false
+		}
 		c := expr[i]
 		wasDash := dash
 		dash = depth > 0 && c == '-'

@@ -41,8 +41,10 @@ func TestExpandClasses(t *testing.T) {
 		{`\Q\p{L}\E`, ``, false},
 		{`(?x) \p{L} # letter`, ``, false},
 		{`(?ix:\p{L})`, ``, false},
+		// Past maxExpanded: Go's tables.
+		{strings.Repeat(`\w`, 2000), ``, false},
 	} {
-		x, ok := expandClasses(c.expr)
+		x, ok := expandClasses(c.expr, maxExpanded)
 		if ok != (c.prefix != "") || !strings.HasPrefix(x, c.prefix) {
 			t.Errorf("expandClasses(%q) = %.60q, %v; want %q…", c.expr, x, ok, c.prefix)
 		}

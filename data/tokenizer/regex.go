@@ -39,6 +39,13 @@ type budget struct{ floor, perRune time.Duration }
 
 func (b budget) of(runes int) time.Duration { return b.floor + time.Duration(runes)*b.perRune }
 
+// maxExpanded bounds the length of a pattern with its classes written out
+// (see expandClasses), past which it keeps Go's tables: regexp2 sorts a
+// class's ranges as it adds each, so that a hostile pattern of thousands
+// of \w would take minutes to compile. Real patterns stay far below: that
+// of GPT-4o, the longest, is 19.5 KiB.
+const maxExpanded = 128 << 10
+
 // compileRegex compiles a pattern of tokenizer.json on regexp2, which
 // defines its syntax and, but for its classes, which are Python's regex's
 // (see expandClasses), its meaning; and also on Go's regexp when that is
@@ -51,7 +58,7 @@ func compileRegex(expr, where string) (pattern, error) {
 	p := pattern{where: where, budget: budget{regexBudgetFloor, regexBudgetPerRune}}
 	// The classes as Python's regex has them, where the expansion keeps the
 	// pattern's meaning otherwise; else Go's tables (see classes.go).
-	x, ok := expandClasses(expr)
+	x, ok := expandClasses(expr, maxExpanded)
 	if ok && x != expr {
 		if xtree, err := r2syntax.Parse(x, r2syntax.ParseOptions{}); err == nil && sameTree(tree.Root, xtree.Root) {
 			if p.re, err = regexp2.Compile(x, regexp2.None); err == nil {
