@@ -172,7 +172,7 @@ EDGE = [
 ]
 
 
-def generated(rng, props, n):
+def generated(rng, props, n, length=16):
     """Returns random strings over an alphabet of every category, the
     white space, the characters of the patterns and some new in Unicode 16
     and 17."""
@@ -187,7 +187,7 @@ def generated(rng, props, n):
     alphabet += [chr(c) for c in (0x1C89, 0x10D4A, 0x16D40, 0x1E5D0, 0x10940, 0x10D40, 0x16FF4, 0x1171E, 0x0295)]
     out = []
     for _ in range(n):
-        out.append("".join(rng.choice(alphabet) for _ in range(rng.randrange(16))))
+        out.append("".join(rng.choice(alphabet) for _ in range(rng.randrange(length))))
     return out
 
 
@@ -218,12 +218,13 @@ def main():
                     "(for a larger check: MEMTRAIN_REGEX_SPANS=OUT go test -run TestRegexPython)")
     ap.add_argument("--random", type=int, default=1500, help="random strings (default 1500)")
     ap.add_argument("--seed", type=int, default=34, help="their seed (default 34)")
+    ap.add_argument("--length", type=int, default=16, help="their length, below (default 16)")
     args = ap.parse_args()
     props = properties()
     rng = random.Random(args.seed)
     texts = EDGE[:]
     if args.out:
-        texts += generated(rng, props, args.random)
+        texts += generated(rng, props, args.random, args.length)
     else:
         runs = write_tables(props)
         texts += sample("austen.jsonl", 20000, 97)
