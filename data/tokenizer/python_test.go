@@ -113,8 +113,9 @@ func patternEngines(p *pattern, expr string) []engine {
 	return es
 }
 
-// TestRegexPython checks that every engine of the package finds, for each
-// pattern of the golden file, the spans that Python's regex module finds.
+// TestRegexPython checks that the Split pre-tokenizer, and every engine of
+// the package under it, finds for each pattern of the golden file the spans
+// that Python's regex module finds.
 func TestRegexPython(t *testing.T) {
 	g := readRegexGolden(t)
 	t.Logf("golden spans of regex %s (Unicode %s); the package's tables are of Unicode %s", g.Regex, g.Unicode, regexUnicodeVersion)
@@ -131,6 +132,44 @@ func TestRegexPython(t *testing.T) {
 				t.Errorf("%s: the classes are not the package's tables", gp.Pattern)
 			}
 			fails := 0
+			// The Split pre-tokenizer (Isolated, as tokenizer.json files
+			// have it): the matches and the text between them, in order.
+			// Llama 3's pattern is the hand-written splitter there.
+			split := &splitPre{pattern: p, behavior: splitIsolated}
+			if gp.Pattern == llama3Pattern {
+				split.pattern = pattern{llama3: true}
+			}
+			st := &encState{}
+			for i, text := range g.Texts {
+				var want []string
+				last := 0
+				for _, m := range goldenMatches(gp.Spans[i]) {
+					if m.start > last {
+						want = append(want, text[last:m.start])
+					}
+					if m.end > m.start {
+						want = append(want, text[m.start:m.end])
+					}
+					last = m.end
+				}
+				if last < len(text) {
+					want = append(want, text[last:])
+				}
+				pieces, err := split.split(nil, piece{s: text, start: true}, st)
+				if err != nil {
+					t.Fatalf("Split on text %d: %v", i, err)
+				}
+				got := make([]string, len(pieces))
+				for k, pc := range pieces {
+					got[k] = pc.s
+				}
+				if !slices.Equal(got, want) {
+					t.Errorf("Split on text %d %.200q:\n got %q\nwant %q (Python's regex)", i, text, got, want)
+					if fails++; fails > 5 {
+						t.Fatal("too many failures")
+					}
+				}
+			}
 			for _, e := range patternEngines(&p, gp.Pattern) {
 				for i, text := range g.Texts {
 					want := goldenMatches(gp.Spans[i])
