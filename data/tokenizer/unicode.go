@@ -43,9 +43,6 @@ func props(r rune) uint8 {
 	return uint8(propRuns[lo])
 }
 
-// category returns the two-letter general category of r.
-func category(r rune) string { return categoryNames[props(r)&propCategory] }
-
 // classRanges returns the code points of a class as sorted, disjoint,
 // inclusive ranges lo0, hi0, lo1, hi1, …, without the surrogates, which no
 // Go string holds (see classMember for the names). It reports false for
@@ -101,12 +98,6 @@ var classTables = sync.OnceValue(func() map[string]classTable {
 	}
 	return m
 })
-
-// inRanges reports whether r is in the sorted ranges.
-func inRanges(ranges []rune, r rune) bool {
-	i, found := slices.BinarySearch(ranges, r)
-	return found || i%2 == 1
-}
 
 // classMember returns the test of a class on a code point's properties
 // byte: a general category by its one- or two-letter name (\p{L}, \p{Nd}),
