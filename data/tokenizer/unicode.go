@@ -7,12 +7,12 @@ import (
 	"unicode"
 )
 
-//go:generate python3 testdata/regex/gen.py
-
 // The classes of the pre-tokenizer patterns — \p{L}, \p{N} and the other
 // general categories, \w, \s and \d — are those of Python's regex module,
 // the reference for what a tokenizer.json pattern means, from the tables of
-// unicode_tables.go that testdata/regex/gen.py writes with it. Go's own
+// unicode_tables.go that testdata/regex/gen.py writes with it (by hand, not
+// go generate: it needs Python's regex, and a newer regex writes newer
+// tables). Go's own
 // tables (unicode.Version) are of an older Unicode: under them a letter
 // that Unicode 16 or 17 added, such as U+1C89 CYRILLIC CAPITAL LETTER TJE,
 // would be unassigned and so split with punctuation.
