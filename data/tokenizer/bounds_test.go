@@ -296,3 +296,32 @@ func TestWordBounded(t *testing.T) {
 		t.Errorf("a word at the bound: %d ids, %v", len(ids), err)
 	}
 }
+
+// TestUnicodeForms checks the NFC, NFD, NFKC and NFKD normalizers, that
+// they keep invalid UTF-8, and the bound on NFKD, which writes 18
+// characters for U+FDFA.
+func TestUnicodeForms(t *testing.T) {
+	for _, c := range []struct{ form, in, want string }{
+		{"NFC", "e\u0301t\u00e9 \u212b", "\u00e9t\u00e9 \u00c5"},
+		{"NFD", "\u00e9", "e\u0301"},
+		{"NFKC", "\ufb01 \u2460", "fi 1"},
+		{"NFKD", "\u00e9\ufb01", "e\u0301fi"},
+		{"NFC", "a\xffe\u0301", "a\xff\u00e9"},
+	} {
+		tok, err := Parse("forms.json", []byte(minimal(okModel, `"normalizer": {"type": "`+c.form+`"}`)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := tok.normalize(c.in); got != c.want || err != nil {
+			t.Errorf("%s(%+q) = %+q, %v; want %+q", c.form, c.in, got, err, c.want)
+		}
+	}
+	tok, err := Parse("forms.json", []byte(minimal(okModel, `"normalizer": {"type": "NFKD"}`)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tok.normalize(strings.Repeat("\ufdfa", 2000)); err == nil ||
+		!strings.HasPrefix(err.Error(), "tokenizer: forms.json: normalizer: would write 66000 bytes from 6000") {
+		t.Errorf("NFKD of 2,000 U+FDFA: %v; want its bound's error", err)
+	}
+}

@@ -57,7 +57,7 @@ func TestParseErrors(t *testing.T) {
 		{minimal(okModel, `"added_tokens": {}`), `added_tokens: got JSON object, want array`},
 		{minimal(okModel, `"added_tokens": [{"content": "<x>"}]`), `added_tokens[0].id: missing`},
 		{minimal(okModel, `"added_tokens": [{"id": -3, "content": "<x>"}]`), `added_tokens[0].id: -3 is out of range`},
-		{minimal(okModel, `"normalizer": {"type": "Sequence", "normalizers": [{"type": "NFC"}]}`), `normalizer.normalizers[0].type: unsupported normalizer "NFC"`},
+		{minimal(okModel, `"normalizer": {"type": "Sequence", "normalizers": [{"type": "NFKC"}, {"type": "BertNormalizer"}]}`), `normalizer.normalizers[1].type: unsupported normalizer "BertNormalizer"`},
 		{minimal(okModel, `"normalizer": {"type": "Lowercase"}`), `normalizer.type: unsupported normalizer "Lowercase"`},
 		{minimal(okModel, `"normalizer": {"prepend": "x"}`), `normalizer.type: missing`},
 		{minimal(okModel, `"normalizer": {"type": "Replace", "pattern": {"Regex": "("}, "content": ""}`), `normalizer.pattern.Regex: error parsing regexp: missing closing ) in ` + "`(`"},

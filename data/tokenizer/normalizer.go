@@ -9,6 +9,7 @@ import (
 	"unicode"
 
 	"github.com/dlclark/regexp2/v2"
+	"golang.org/x/text/unicode/norm"
 )
 
 // A normalizer rewrites a piece of text before pre-tokenization.
@@ -100,6 +101,28 @@ func (r replace) normalize(s string, limit int) (string, error) {
 	return out, nil
 }
 
+// unicodeForm puts text in a Unicode normalization form (HF "NFC", "NFD",
+// "NFKC", "NFKD"; Qwen's tokenizers have NFC). Invalid UTF-8 is kept.
+type unicodeForm struct {
+	form  norm.Form
+	where string
+}
+
+var unicodeForms = map[string]norm.Form{"NFC": norm.NFC, "NFD": norm.NFD, "NFKC": norm.NFKC, "NFKD": norm.NFKD}
+
+func (u unicodeForm) normalize(s string, limit int) (string, error) {
+	if u.form.IsNormalString(s) {
+		return s, nil
+	}
+	// A form writes at most 18 characters for one (NFKD of U+FDFA), so the
+	// bound is checked once written.
+	out := u.form.String(s)
+	if lim := min(limit, bound(len(s), growth)); len(out) > lim {
+		return "", tooLong(u.where, int64(len(out)), len(s), lim)
+	}
+	return out, nil
+}
+
 // strip removes white space from the ends of the text (HF "Strip").
 type strip struct{ left, right bool }
 
@@ -123,6 +146,7 @@ type pattern struct {
 	budget  budget          // of a search on re
 	where   string          // "tokenizer: FILE: FIELD", for errors
 	llama3  bool            // the Llama 3 pattern, matched by llama3Next
+	tables  bool            // re's \p{…}, \d, \w and \s are the package's tables' (see expandClasses)
 }
 
 // match is a half-open byte range of a pattern match.

@@ -540,6 +540,8 @@ func (p *parser) normalizerAt(field string, raw json.RawMessage) (normalizer, er
 			return nil, err
 		}
 		return replace{pat, v.Content, p.where(field)}, nil
+	case "NFC", "NFD", "NFKC", "NFKD":
+		return unicodeForm{unicodeForms[ty.Type], p.where(field)}, nil
 	case "Strip":
 		var v struct {
 			Left  bool `json:"strip_left"`

@@ -39,47 +39,67 @@ type budget struct{ floor, perRune time.Duration }
 
 func (b budget) of(runes int) time.Duration { return b.floor + time.Duration(runes)*b.perRune }
 
-// compileRegex compiles a pattern of tokenizer.json on regexp2, which
-// defines its syntax and meaning, and also on Go's regexp when that is the
-// same pattern (see linearRegexp).
-func compileRegex(expr, where string) (pattern, error) {
-	re, err := regexp2.Compile(expr, regexp2.None)
-	if err != nil {
-		return pattern{}, err
-	}
-	p := pattern{re: re, where: where, budget: budget{regexBudgetFloor, regexBudgetPerRune}}
-	p.linear, p.endZ = linearRegexp(expr)
-	return p, nil
-}
+// maxExpanded bounds the length of a pattern with its classes written out
+// (see expandClasses), past which it keeps Go's tables: regexp2 sorts a
+// class's ranges as it adds each, so that a hostile pattern of thousands
+// of \w would take minutes to compile. Real patterns stay far below: that
+// of GPT-4o, the longest, is 19.5 KiB.
+const maxExpanded = 128 << 10
 
-// linearRegexp returns expr as a Go regexp that finds the same matches as
-// a backtracking engine (leftmost first, the same successive matches), or
-// nil if it has constructs that RE2 lacks or that mean something else
-// there. It translates regexp2's own parse tree, so that escapes and
-// classes mean what they mean to regexp2: \s, \d and \w are Unicode
-// classes, which they are not in RE2, and (?i) has regexp2's case
-// folding. endZ reports that the result's \z stands for regexp2's $, which
-// also matches before a final "\n": for texts that end in one, regexp2
-// must match instead. (Where the two differ, regexp2 v2.13.0 is wrong: it
-// misses matches of some patterns with lazy loops; see TestLinearRegexpRandom.)
-func linearRegexp(expr string) (re *regexp.Regexp, endZ bool) {
+// compileRegex compiles a pattern of tokenizer.json on regexp2, which
+// defines its syntax and, but for its classes, which are Python's regex's
+// (see expandClasses), its meaning; and also on Go's regexp when that is
+// the same pattern (see linearRegexp).
+func compileRegex(expr, where string) (pattern, error) {
+	tree, err := r2syntax.Parse(expr, r2syntax.ParseOptions{})
+	if err != nil {
+		return pattern{}, err // as regexp2.Compile's
+	}
+	p := pattern{where: where, budget: budget{regexBudgetFloor, regexBudgetPerRune}}
+	// The classes as Python's regex has them, where the expansion keeps the
+	// pattern's meaning otherwise; else Go's tables (see classes.go).
+	x, ok := expandClasses(expr, maxExpanded)
+	if ok && x != expr {
+		if xtree, err := r2syntax.Parse(x, r2syntax.ParseOptions{}); err == nil && sameTree(tree.Root, xtree.Root) {
+			if p.re, err = regexp2.Compile(x, regexp2.None); err == nil {
+				tree = xtree
+			}
+		}
+	}
+	p.tables = ok && p.re != nil || x == expr
+	if p.re == nil {
+		if p.re, err = regexp2.Compile(expr, regexp2.None); err != nil {
+			return pattern{}, err
+		}
+	}
 	// Atomic groups and possessive quantifiers become atomic nodes in
 	// regexp2's tree, as do the optimizer's own, which change nothing and
 	// are translated as plain groups: refuse the pattern if it may have the
 	// user's.
-	if mayBeAtomic(expr) {
-		return nil, false
+	if !mayBeAtomic(expr) {
+		p.linear, p.endZ = linearRegexp(tree)
 	}
-	tree, err := r2syntax.Parse(expr, r2syntax.ParseOptions{})
-	if err != nil {
-		return nil, false
-	}
+	return p, nil
+}
+
+// linearRegexp returns a regexp2 tree as a Go regexp that finds the same
+// matches as a backtracking engine (leftmost first, the same successive
+// matches), or nil if it has constructs that RE2 lacks or that mean
+// something else there. It translates regexp2's own parse tree, so that
+// escapes and classes mean what they mean to regexp2: \s, \d and \w are
+// Unicode classes, which they are not in RE2, and (?i) has regexp2's case
+// folding. endZ reports that the result's \z stands for regexp2's $, which
+// also matches before a final "\n": for texts that end in one, regexp2
+// must match instead. (Where the two differ, regexp2 v2.13.0 is wrong: it
+// misses matches of some patterns with lazy loops; see TestLinearRegexpRandom.)
+// The tree must be of a pattern without atomic groups (see mayBeAtomic).
+func linearRegexp(tree *r2syntax.RegexTree) (re *regexp.Regexp, endZ bool) {
 	tr := translator{}
 	g, ok := tr.node(tree.Root)
 	if !ok {
 		return nil, false
 	}
-	re, err = regexp.Compile(g.String())
+	re, err := regexp.Compile(g.String())
 	if err != nil {
 		return nil, false // such as a repeat count over RE2's 1000
 	}

@@ -1,16 +1,13 @@
 package tokenizer
 
-import (
-	"unicode"
-	"unicode/utf8"
-)
+import "unicode/utf8"
 
 // llama3Pattern is the pre-tokenizer regular expression of Llama 3 (and of
 // tiktoken's cl100k_base). It needs look-ahead, which Go's regexp lacks, so
 // llama3Next implements it by hand.
 const llama3Pattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 
-// Character classes of the Llama 3 pattern.
+// Character classes of the Llama 3 pattern, as Python's regex has them.
 const (
 	classL  = 1 << iota // \p{L}: letter
 	classN              // \p{N}: number
@@ -28,15 +25,19 @@ func makeASCIIClass() [utf8.RuneSelf]uint8 {
 	return t
 }
 
+// classOf returns the class of r under the package's tables (Python's
+// regex's, see unicode.go), not Go's, which are of an older Unicode.
 func classOf(r rune) uint8 {
+	p := props(r)
 	var c uint8
-	switch {
-	case unicode.IsLetter(r):
+	switch categoryNames[p&propCategory][0] {
+	case 'L':
 		c = classL
-	case unicode.IsNumber(r):
+	case 'N':
 		c = classN
-	case unicode.IsSpace(r): // White_Space, as \s in Oniguruma, Rust regex and regexp2
-		c = classS
+	}
+	if p&propSpace != 0 { // White_Space, as \s in Python's regex, Oniguruma and Rust's regex
+		c |= classS
 		if r == '\r' || r == '\n' {
 			c |= classNL
 		}

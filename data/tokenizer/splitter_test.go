@@ -5,19 +5,18 @@ import (
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/dlclark/regexp2/v2"
 )
 
 // The reference for the hand-written Llama 3 splitter is the same pattern
-// run by regexp2, a backtracking engine like HF's Oniguruma. In its default
-// mode regexp2 has the semantics the pattern needs: \s is unicode.IsSpace
-// (Unicode White_Space, as in Oniguruma and Rust's regex), \p{L} and \p{N}
-// are Go's Unicode tables, and (?i) uses Unicode simple case folding, so
-// that 's also matches 'ſ (U+017F), as in Oniguruma.
+// run by regexp2, a backtracking engine like HF's Oniguruma and Python's
+// regex, with the package's classes (compileRegex): \s is Unicode
+// White_Space, \p{L} and \p{N} are Python's regex's tables (Unicode 17),
+// and (?i) uses Unicode simple case folding, so that 's also matches 'ſ
+// (U+017F), as in Oniguruma and Python's regex.
 var (
 	refOnce sync.Once
-	refRe   *regexp2.Regexp
+	refRe   pattern
+	refErr  error
 )
 
 // refSplit splits s with regexp2. Each invalid UTF-8 byte is one U+FFFD rune
@@ -26,28 +25,24 @@ var (
 // none) is a piece of its own, as with HF's Split(Isolated).
 func refSplit(tb testing.TB, s string) []string {
 	tb.Helper()
-	refOnce.Do(func() { refRe = regexp2.MustCompile(llama3Pattern, regexp2.None) })
-	runes := []rune(s)
-	offsets := make([]int, 0, len(runes)+1)
-	for i := range s {
-		offsets = append(offsets, i)
+	refOnce.Do(func() { refRe, refErr = compileRegex(llama3Pattern, "llama3") })
+	if refErr != nil || !refRe.tables {
+		tb.Fatalf("compileRegex(Llama 3's pattern): %v; the package's classes %v", refErr, refRe.tables)
 	}
-	offsets = append(offsets, len(s))
-	idx, err := refRe.FindAllRunesIndex(runes, -1)
+	ms, err := refRe.regexpMatches(nil, s)
 	if err != nil {
 		tb.Fatalf("regexp2 on %q: %v", s, err)
 	}
 	var pieces []string
 	last := 0
-	for _, m := range idx {
-		a, b := offsets[m[0]], offsets[m[1]]
-		if a > last {
-			pieces = append(pieces, s[last:a])
+	for _, m := range ms {
+		if m.start > last {
+			pieces = append(pieces, s[last:m.start])
 		}
-		if b > a {
-			pieces = append(pieces, s[a:b])
+		if m.end > m.start {
+			pieces = append(pieces, s[m.start:m.end])
 		}
-		last = b
+		last = m.end
 	}
 	if last < len(s) {
 		pieces = append(pieces, s[last:])

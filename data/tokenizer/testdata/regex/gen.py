@@ -1,0 +1,256 @@
+#!/usr/bin/env python3
+"""gen.py writes what Python's `regex` module says about the pre-tokenizer
+patterns of tokenizer.json files, for the Go package to be checked against:
+
+  ../../unicode_tables.go  the general category of every code point and what
+                           \\w, \\s and \\d match, as `regex` has them (its
+                           Unicode version, not Go's), which the package's
+                           classes use;
+  spans.json.gz            for each pattern, the spans of regex.finditer over
+                           texts: a bounded, deterministic sample of the
+                           project's corpora (data/assets, the golden texts of
+                           testdata/*.jsonl) and hand-written and generated
+                           edge cases.
+
+Run it from anywhere with the python that has `regex` (Debian's
+python3-regex, or pip's): python3 gen.py. It is deterministic: the same
+`regex` version writes the same files. With --out it writes only spans, of
+the edge cases and many random strings, for a larger check than the
+committed file's (see --help).
+"""
+
+import argparse
+import gzip
+import json
+import os
+import random
+import sys
+
+import regex
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PKG = os.path.normpath(os.path.join(HERE, "..", ".."))
+ASSETS = os.path.normpath(os.path.join(PKG, "..", "assets"))
+
+# The Split patterns of real tokenizer.json files. Those of one tokenizer
+# that llama.cpp lists as several run one after another (a Sequence of
+# Splits); each is checked on its own here.
+PATTERNS = [
+    # Llama 3 and tiktoken's cl100k_base.
+    ("llama3", r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
+    # Qwen2, Qwen2.5 and Qwen3: numbers one digit at a time.
+    ("qwen2", r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
+    # GPT-2, and HF's ByteLevel pre-tokenizer with use_regex.
+    ("gpt2", r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"),
+    # GPT-4o (tiktoken's o200k_base).
+    ("o200k", r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
+    # llama.cpp's adaptation of Llama 3's, without (?i).
+    ("llama3-cased", r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
+    # Falcon: three Splits.
+    ("falcon-1", r"[\p{P}\$\+<=>\^~\|`]+"),
+    ("falcon-2", r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"),
+    ("falcon-3", r"[0-9][0-9][0-9]"),
+    # DeepSeek Coder.
+    ("deepseek-coder-1", r"[\r\n]"),
+    ("deepseek-coder-2", r"\s?\p{L}+"),
+    ("deepseek-coder-3", r"\s?\p{P}+"),
+    ("deepseek-coder-4", r"[一-龥ࠀ-一가-퟿]+"),
+    ("deepseek-coder-5", r"\p{N}"),
+    # DeepSeek LLM (of its five Splits, those whose text survives quoting;
+    # its letter class names characters that normalization changes).
+    ("deepseek-llm-3", r"\s?[!-/:-~！-／：-～‘-‟　-。]+"),
+    ("deepseek-llm-4", r"\s+$"),
+    # DeepSeek V3.
+    ("deepseek-v3-3", r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
+    # Classes one by one, and \w and \d, as the tables have them.
+    ("classes", r"\p{L}+|\p{N}+|\p{M}+|\p{P}+|\p{S}+|\p{Z}+|\p{C}+"),
+    ("word", r"\w+|\d+|\s+|\W"),
+]
+
+# The general categories, in the order of the Go tables' indices.
+CATEGORIES = ("Cc Cf Cn Co Cs Ll Lm Lo Lt Lu Mc Me Mn Nd Nl No "
+              "Pc Pd Pe Pf Pi Po Ps Sc Sk Sm So Zl Zp Zs").split()
+WORD, SPACE, DIGIT = 1 << 5, 1 << 6, 1 << 7
+
+
+def properties():
+    """Returns the properties byte of every code point: its category index
+    and the \\w, \\s and \\d bits, as `regex` has them."""
+    # Surrogates cannot be in a Go string; they stand as "x" here and are Cs.
+    text = "".join("x" if 0xD800 <= c < 0xE000 else chr(c) for c in range(0x110000))
+    props = [CATEGORIES.index("Cn")] * 0x110000
+    for i, cat in enumerate(CATEGORIES):
+        if cat in ("Cn", "Cs"):
+            continue
+        for m in regex.finditer(r"\p{%s}+" % cat, text):
+            for c in range(m.start(), m.end()):
+                props[c] = i
+    for bit, cls in ((WORD, r"\w+"), (SPACE, r"\s+"), (DIGIT, r"\d+")):
+        for m in regex.finditer(cls, text):
+            for c in range(m.start(), m.end()):
+                props[c] |= bit
+    for c in range(0xD800, 0xE000):
+        props[c] = CATEGORIES.index("Cs")
+    return props
+
+
+def write_tables(props):
+    runs = [(0, props[0])]
+    for c in range(1, 0x110000):
+        if props[c] != props[c - 1]:
+            runs.append((c, props[c]))
+    lines = [
+        "// Code generated by testdata/regex/gen.py from Python's regex module %s; DO NOT EDIT." % regex.__version__,
+        "",
+        "package tokenizer",
+        "",
+        "// regexUnicodeVersion is the Unicode version of Python's regex module %s," % regex.__version__,
+        "// whose classes the package's are.",
+        'const regexUnicodeVersion = "%s"' % unicode_version(),
+        "",
+        "// The general categories, by index in propRuns.",
+        "var categoryNames = [...]string{%s}" % ", ".join('"%s"' % c for c in CATEGORIES),
+        "",
+        "// propRuns are the runs of code points of the same properties, each",
+        "// start<<8 | props: props&31 is the category's index in categoryNames,",
+        "// then the bits of \\w (propWord), \\s (propSpace) and \\d (propDigit).",
+        "var propRuns = [...]uint32{",
+    ]
+    for k in range(0, len(runs), 8):
+        lines.append("\t" + " ".join("0x%08x," % (c << 8 | p) for c, p in runs[k:k + 8]))
+    lines.append("}")
+    with open(os.path.join(PKG, "unicode_tables.go"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return len(runs)
+
+
+def unicode_version():
+    # The newest version whose new letters `regex` knows: Unicode 17.0
+    # added U+10940 SIDETIC LETTER N01, 16.0 U+1C89 CYRILLIC CAPITAL LETTER TJE.
+    for version, probe in (("17.0.0", "\U00010940"), ("16.0.0", "\u1c89"), ("15.1.0", "\u2fff")):
+        if regex.match(r"\p{L}|\p{So}", probe):
+            return version
+    sys.exit("gen.py: regex %s has tables older than Unicode 15.1" % regex.__version__)
+
+
+def sample(name, budget, every):
+    """Returns texts of every every-th record of a JSONL asset, up to budget
+    characters in all, each cut to at most 2,000 characters."""
+    with gzip.open(os.path.join(ASSETS, name + ".gz"), "rt", encoding="utf-8") as f:
+        out, total = [], 0
+        for i, line in enumerate(f):
+            if i % every:
+                continue
+            t = json.loads(line)["text"][:2000]
+            out.append(t)
+            total += len(t)
+            if total >= budget:
+                break
+    return out
+
+
+def golden_texts(name):
+    with open(os.path.join(PKG, "testdata", name), encoding="utf-8") as f:
+        return [json.loads(line)["text"] for line in f if line.strip()]
+
+
+EDGE = [
+    "", " ", "  ", "\t", "\n", "\r\n", "\r", "x\r\ny\r\n", "a\r\n\r\n b", " \r\n \r\n ",
+    "tabs\tand\ttabs\t\t", "trailing spaces   ", "   leading", "a  b   c    d",
+    "x \t y", "\v\f\x1c\x1d\x1e\x1f", "\u0085\u00a0\u1680\u2000\u200a\u2028\u2029\u202f\u205f\u3000",
+    "\u200b\u180e\ufeff", "don't I'M we'RE they've you'll he'd it's",
+    "don’t I’m we’re", "'s 'S 'ſ 'K 'k 'ß 'ẞ 'ﬅ", "''s ' s '1 '\n", "'ll 'lL 'LL 'Ll 'l",
+    "1 12 123 1234 12345 123456 1234567", "٣٤٥ ١٢ ۱۲۳۴", "१२३४५", "Ⅻ ⅫⅫⅫⅫ ½¾ ²³⁴", "$100.00 €5 ¥3",
+    "héllo wörld ÉTÉ ß SS", "e\u0301 a\u0308 \u0301x", "Ελληνικά Русский Հայերեն עברית العربية",
+    "हिन्दी বাংলা தமிழ் ไทย ລາວ ქართული", "日本語のテキスト 中文 한국어", "𝐀𝐁𝐂 𝟏𝟐𝟑",
+    "👍🏽 ok 😀😀 👨‍👩‍👧 🇫🇷", "ǄEMAL ǅ ǆ", "ʰa ˆ", "__init__ a_b", "  // comment\n\tx := 1",
+    "\"quoted\" (paren) [br] {cu}", "... !!! ??? ---", "A.B a/b/c\n/x", "x\u200by",
+    # New in Unicode 16 and 17, where Go's tables (Unicode 15) differ.
+    "\u1c89\u1c8a \U00010d4a\U00010d4b \U00016d40 \U0001e5d0\U0001e5d1 \U00010940 \U0001e6c0",
+    "\U00010d40\U00010d41\U00010d42 \U00016ff4\U00016ff5 \u0ccc\u0cdc \u088f",
+    "\U0001171e \u0295 \u20c1",
+]
+
+
+def generated(rng, props, n, length=16):
+    """Returns random strings over an alphabet of every category, the
+    white space, the characters of the patterns and some new in Unicode 16
+    and 17."""
+    by_cat = {}
+    for c in range(0x110000):
+        by_cat.setdefault(props[c] & 31, []).append(c)
+    alphabet = list(" \t\n\r\v\f'’sStTrReEvVmMlLdDſKk1234567890/.,!?$_-\u00a0\u3000\u2028\u0301")
+    for i, cat in enumerate(CATEGORIES):
+        if cat in ("Cs", "Co", "Cn") or i not in by_cat:
+            continue
+        alphabet += [chr(c) for c in rng.sample(by_cat[i], min(6, len(by_cat[i])))]
+    alphabet += [chr(c) for c in (0x1C89, 0x10D4A, 0x16D40, 0x1E5D0, 0x10940, 0x10D40, 0x16FF4, 0x1171E, 0x0295)]
+    out = []
+    for _ in range(n):
+        out.append("".join(rng.choice(alphabet) for _ in range(rng.randrange(length))))
+    return out
+
+
+def byte_offsets(text):
+    offs, n = [], 0
+    for ch in text:
+        offs.append(n)
+        n += len(ch.encode("utf-8"))
+    offs.append(n)
+    return offs
+
+
+def spans(pat, text):
+    """The spans of the matches, as alternating gaps and lengths in UTF-8
+    bytes: [gap0, len0, gap1, len1, ...]."""
+    offs = byte_offsets(text)
+    out, last = [], 0
+    for m in pat.finditer(text):
+        a, b = offs[m.start()], offs[m.end()]
+        out += [a - last, b - a]
+        last = b
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", help="write only the spans, of the edge cases and --random random strings, to OUT "
+                    "(for a larger check: MEMTRAIN_REGEX_SPANS=OUT go test -run TestRegexPython)")
+    ap.add_argument("--random", type=int, default=1500, help="random strings (default 1500)")
+    ap.add_argument("--seed", type=int, default=34, help="their seed (default 34)")
+    ap.add_argument("--length", type=int, default=16, help="their length, below (default 16)")
+    args = ap.parse_args()
+    props = properties()
+    rng = random.Random(args.seed)
+    texts = EDGE[:]
+    if args.out:
+        texts += generated(rng, props, args.random, args.length)
+    else:
+        runs = write_tables(props)
+        texts += sample("austen.jsonl", 20000, 97)
+        texts += sample("sotu.jsonl", 15000, 7)
+        texts += golden_texts("llama3.jsonl")[::8]
+        texts += generated(rng, props, args.random)
+        # One text of all of them, for patterns with ^ and $ across lines.
+        texts.append("\n".join(texts[:200]))
+    patterns = []
+    for name, expr in PATTERNS:
+        pat = regex.compile(expr)
+        patterns.append({"name": name, "pattern": expr,
+                         "spans": [spans(pat, t) for t in texts]})
+    fixture = {
+        "generator": "testdata/regex/gen.py",
+        "regex": regex.__version__,
+        "unicode": unicode_version(),
+        "texts": texts,
+        "patterns": patterns,
+    }
+    data = json.dumps(fixture, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    with open(args.out or os.path.join(HERE, "spans.json.gz"), "wb") as f:
+        with gzip.GzipFile(fileobj=f, mode="wb", mtime=0, compresslevel=9) as z:
+            z.write(data)
+    print("gen.py: %d texts, %d patterns, %d bytes of JSON" % (len(texts), len(patterns), len(data)), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
