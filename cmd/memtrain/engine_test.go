@@ -275,9 +275,9 @@ func TestEvalLossDataset(t *testing.T) {
 	}{
 		{"another tokenizer", []string{"--data", ds3}, "another tokenizer"},
 		{"a dataset longer than the model", []string{"--data", long}, long + "'s seq_len 4096 exceeds the model's max_position_embeddings 2048"},
-		{"a split of a file", []string{"--data", file, "--split", "train"}, "--split train goes with a dataset folder"},
-		{"an unknown split", []string{"--data", ds, "--split", "test"}, `--split "test": want train, holdout or both`},
-		{"a window for a dataset", []string{"--data", ds, "--seq-len", "8"}, "--seq-len goes with a file: " + ds + " is scored in its own sequences"},
+		{"a split of a file", []string{"--data", file, "--split", "train"}, "split train goes with a dataset folder"},
+		{"an unknown split", []string{"--data", ds, "--split", "test"}, `split "test": want train, holdout or both`},
+		{"a window for a dataset", []string{"--data", ds, "--seq-len", "8"}, "a sequence length goes with a file: " + ds + " is scored in its own sequences"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, errs, code := memtrain(t, "", append([]string{"eval", "loss", "--model", base}, tc.args...)...)

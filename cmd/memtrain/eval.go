@@ -9,14 +9,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memtrain/memtrain/checkpoints"
-	"github.com/memtrain/memtrain/data"
-	"github.com/memtrain/memtrain/engine/launch"
-	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/finetune/job"
 	"github.com/memtrain/memtrain/internal/options"
 	"github.com/memtrain/memtrain/internal/units"
-	"github.com/memtrain/memtrain/memorization"
 )
 
 func newEvalCmd() *cobra.Command {
@@ -84,69 +80,17 @@ func runEvalLoss(cmd *cobra.Command, f evalLossFlags) error {
 	if err != nil {
 		return fmt.Errorf("eval loss: %w", err)
 	}
-	f.model, f.adapter = ref.Dir, ref.Adapter
-	cfg, err := checkpoints.ReadConfig(f.model)
-	if err != nil {
-		return err
-	}
-	what := "--seq-len"
-	if memorization.IsDataset(f.data) {
-		if f.split == "" {
-			f.split = string(data.Holdout)
-		}
-		if f.seqLen != 0 {
-			return fmt.Errorf("eval loss: --seq-len goes with a file: %s is scored in its own sequences, as training evaluates it", f.data)
-		}
-		s, err := data.OpenStore(f.data)
-		if err != nil {
-			return fmt.Errorf("eval loss: %w", err)
-		}
-		f.seqLen, what = s.SeqLen(), f.data+"'s seq_len"
-		s.Close()
-	} else if f.split != "" {
-		return fmt.Errorf("eval loss: --split %s goes with a dataset folder, and %s is none (no manifest.json)", f.split, f.data)
-	}
-	switch f.split {
-	case "", string(data.Train), string(data.Holdout), "both":
-	default:
-		return fmt.Errorf("eval loss: --split %q: want train, holdout or both", f.split)
-	}
-	if f.seqLen, err = cfg.SeqLen(f.seqLen); err != nil {
-		return fmt.Errorf("eval loss: %s %w", what, err)
-	}
-	if err := job.PreflightModel(l, cfg, llama.Work{Batch: f.batch, SeqLen: f.seqLen}); err != nil {
-		return fmt.Errorf("eval loss: %s: %w", f.model, err)
-	}
-	return l.Run(func(r launch.Rank) error {
-		lm, err := finetune.LoadWithTokenizer(r.Backend, finetune.ModelRef{Dir: f.model, Adapter: f.adapter}, llama.Options{Parallel: r.Grid}, f.split != "")
-		if err != nil {
-			return err
-		}
-		defer lm.Model.Free()
-		return evalLoss(cmd, f, lm, r.Lead())
-	})
-}
-
-// evalLoss scores the documents on one rank, or on one rank of a grid
-// (llama.Model.Score: the data·Z ranks take batches in turn); the lead
-// rank reports.
-func evalLoss(cmd *cobra.Command, f evalLossFlags, lm *finetune.Loaded, lead bool) error {
-	d := finetune.LossData{Data: f.data, Split: f.split, Tokenizer: lm.Tokenizer, BOS: f.bos, VocabSize: lm.Model.Config.VocabSize, SeqLen: f.seqLen}
-	src, docs, done, err := d.Open()
-	if err != nil {
-		return fmt.Errorf("eval loss: %w", err)
-	}
-	defer done()
-	if src.Len() == 0 {
-		return fmt.Errorf("eval loss: %s: no document has two or more tokens", f.data)
-	}
-	opt := llama.ScoreOptions{Docs: len(docs), Batch: f.batch}
+	s := job.Scoring{Model: ref, Data: f.data, Split: f.split, SeqLen: f.seqLen, BOS: f.bos, Batch: f.batch}
 	var bar *progressbar.ProgressBar
-	if lead && isTerminal(cmd.ErrOrStderr()) {
-		bar = progressbar.Default(int64(src.Len()), "eval loss")
-		opt.Progress = func(done, _ int) { bar.Set(done) }
+	if isTerminal(cmd.ErrOrStderr()) {
+		s.Progress = func(done, total int) {
+			if bar == nil {
+				bar = newBar(cmd.ErrOrStderr(), total, "eval loss", "sequences")
+			}
+			bar.Set(done)
+		}
 	}
-	sc, err := lm.Model.Score(src, opt)
+	rep, lead, err := job.Score(l, s)
 	if bar != nil {
 		bar.Finish()
 		fmt.Fprintln(cmd.ErrOrStderr())
@@ -155,11 +99,7 @@ func evalLoss(cmd *cobra.Command, f evalLossFlags, lm *finetune.Loaded, lead boo
 		return fmt.Errorf("eval loss: %w", err)
 	}
 	if !lead {
-		return nil
-	}
-	rep, err := d.Report(f.model, sc, docs)
-	if err != nil {
-		return fmt.Errorf("eval loss: %w", err)
+		return nil // under mpirun, the process of rank 0 prints
 	}
 	return printEvalLoss(cmd.OutOrStdout(), rep, f.json)
 }
