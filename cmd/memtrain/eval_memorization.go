@@ -220,4 +220,3 @@ func (l *intList) Set(s string) error {
 	}
 	return err
 }
-
