@@ -270,16 +270,6 @@ func FormatPerplexity(v float64) string {
 // such a count and another one in range does not overflow an int64.
 const MaxCount = 1_000_000_000
 
-// CheckCount refuses a count v outside [lo, hi], naming it as the user
-// wrote it (a flag, "--steps", or a key, "eval.resamples"):
-// "--steps 9223372036854775807: want 1 to 1000000000".
-func CheckCount(name string, v, lo, hi int64) error {
-	if v < lo || v > hi {
-		return fmt.Errorf("%s %d: want %d to %d", name, v, lo, hi)
-	}
-	return nil
-}
-
 // MulInt is a·b for counts (a, b ≥ 0), and false when the product
 // overflows an int64 (or either is negative): the product of two counts a
 // user gives, such as epochs × steps a epoch, checked before it is used.

@@ -238,25 +238,6 @@ func TestFormatPerplexity(t *testing.T) {
 	}
 }
 
-func TestCheckCount(t *testing.T) {
-	if err := CheckCount("--steps", 5, 1, MaxCount); err != nil {
-		t.Error(err)
-	}
-	for _, c := range []struct {
-		v, lo, hi int64
-		want      string
-	}{
-		{math.MaxInt64, 1, MaxCount, "--steps 9223372036854775807: want 1 to 1000000000"},
-		{0, 1, 10, "--steps 0: want 1 to 10"},
-		{math.MinInt64, 0, 10, "--steps -9223372036854775808: want 0 to 10"},
-	} {
-		err := CheckCount("--steps", c.v, c.lo, c.hi)
-		if err == nil || err.Error() != c.want {
-			t.Errorf("CheckCount(%d, %d, %d) = %v, want %q", c.v, c.lo, c.hi, err, c.want)
-		}
-	}
-}
-
 func TestMulAddInt(t *testing.T) {
 	for _, c := range []struct {
 		a, b, want int64
