@@ -75,11 +75,10 @@ func Export(src, out string, opt ExportOptions) error {
 // files and config.json and puts the folder in place.
 type ExportPlan struct {
 	setPlan
-	ck    *Checkpoint
+	src   *Source
 	files map[string][]byte
 	opt   ExportOptions
-	merge map[string]mergeTarget // the adapted weights, with Adapter
-	done  int                    // tensors written, for Progress
+	done  int // tensors written, for Progress
 }
 
 // PlanExport opens the checkpoint in folder src and plans its export.
@@ -90,34 +89,23 @@ func PlanExport(src string, opt ExportOptions) (*ExportPlan, error) {
 	if opt.MaxShardBytes < 0 {
 		return nil, fmt.Errorf("checkpoints: %s: shard size %d bytes", src, opt.MaxShardBytes)
 	}
-	ck, err := Open(src)
-	if err != nil {
-		return nil, err
-	}
 	files, err := ReadTokenizerFiles(src)
 	if err != nil {
-		ck.Close()
 		return nil, err
 	}
-	var merge map[string]mergeTarget
-	if opt.Adapter != nil {
-		if err = checkMergeable(src, ck.Config, opt.Adapter); err == nil {
-			merge, err = mergeTargets(ck.Config, opt.Adapter)
-		}
-		if err != nil {
-			ck.Close()
-			return nil, err
-		}
+	s, err := OpenSource(src, opt.Adapter, opt.DType)
+	if err != nil {
+		return nil, err
 	}
 	var tensors []StreamTensor
-	for _, s := range ck.Config.TensorSpecs() {
-		tensors = append(tensors, StreamTensor{Name: s.Name, Shape: s.Shape})
+	for _, t := range s.Config.TensorSpecs() {
+		tensors = append(tensors, StreamTensor{Name: t.Name, Shape: t.Shape})
 	}
-	return &ExportPlan{setPlan: newSetPlan(tensors, opt.DType, opt.MaxShardBytes), ck: ck, files: files, opt: opt, merge: merge}, nil
+	return &ExportPlan{setPlan: newSetPlan(tensors, opt.DType, opt.MaxShardBytes), src: s, files: files, opt: opt}, nil
 }
 
 // Close releases the source checkpoint.
-func (p *ExportPlan) Close() error { return p.ck.Close() }
+func (p *ExportPlan) Close() error { return p.src.Close() }
 
 // Files is the number of weight files.
 func (p *ExportPlan) Files() int { return len(p.shards) }
@@ -150,7 +138,7 @@ func (p *ExportPlan) Finish(tmp, out string) error {
 			return err
 		}
 	}
-	if err := SaveMeta(tmp, p.ck.Config, SaveOptions{DType: p.opt.DType, Files: p.files}); err != nil {
+	if err := SaveMeta(tmp, p.src.Config, SaveOptions{DType: p.opt.DType, Files: p.files}); err != nil {
 		return err
 	}
 	return CommitFolder(tmp, out)
@@ -193,21 +181,15 @@ func ExportTemp(out string) (string, error) {
 // whole rows (at most exportChunk values, or one row) at a time, merged
 // with its adapter when it has one.
 func (p *ExportPlan) streamTensor(t StreamTensor, put func([]float32) error) error {
-	s := p.ck.Weights
 	rows, cols, ok := matrixDims(t.Shape)
 	if !ok {
 		return fmt.Errorf("checkpoints: tensor %q: shape %v", t.Name, t.Shape)
 	}
 	step := max(1, exportChunk/max(1, cols))
 	for r := 0; r < rows; r += step {
-		r1 := min(rows, r+step)
-		v, err := s.ReadBlock(t.Name, r, r1, 0, cols, 0, (r1-r)*cols)
+		v, err := p.src.ReadRows(t.Name, r, min(rows, r+step))
 		if err != nil {
 			return err
-		}
-		if m, ok := p.merge[t.Name]; ok {
-			ac := p.opt.Adapter.Config
-			v = MergeRows(v, m.a, m.b, r, r1, cols, ac.R, ac.Scale(), p.opt.DType)
 		}
 		if err := put(v); err != nil {
 			return err
