@@ -80,7 +80,7 @@ func Export(src, out string, opt Options) error {
 		infos[i] = t.info
 	}
 	var buf []byte
-	err = WriteFile(out, kvs, infos, func(i int, w io.Writer) error {
+	return WriteFile(out, kvs, infos, func(i int, w io.Writer) error {
 		t := tensors[i]
 		put := func(v []float32) error {
 			var err error
@@ -91,10 +91,9 @@ func Export(src, out string, opt Options) error {
 			return err
 		}
 		var err error
-		switch {
-		case t.src == "":
+		if t.src == "" {
 			err = put(t.vals)
-		default:
+		} else {
 			err = stream(s, t, put)
 		}
 		if err == nil && opt.Progress != nil {
@@ -102,10 +101,6 @@ func Export(src, out string, opt Options) error {
 		}
 		return err
 	})
-	if err != nil {
-		return err
-	}
-	return nil
 }
 
 // stream hands put the rows of the source weight of t, in blocks of whole
@@ -217,4 +212,3 @@ func plan(cfg *checkpoints.Config, t TensorType) []outTensor {
 	}
 	return out
 }
-

@@ -207,4 +207,3 @@ func chatTemplates(tc tokenizerConfig) ([]KV, error) {
 	}
 	return kvs, nil
 }
-
