@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/memtrain/memtrain/internal/atomicfile"
 )
@@ -24,6 +25,28 @@ type ExportOptions struct {
 	// merge into the weights it adapts (merge.go): W + s·B·A, in float64
 	// from the stored W, rounded once.
 	Adapter *Adapter
+}
+
+// ExportDType reads an export's dtype: f32, bf16, or auto, the dtype of
+// the checkpoint in folder dir when that is bf16, else f32 (an f16 one
+// included: the export writes F32 or BF16).
+func ExportDType(dir, name string) (DType, error) {
+	switch strings.ToLower(name) {
+	case "f32":
+		return DTypeF32, nil
+	case "bf16":
+		return DTypeBF16, nil
+	case "auto":
+		cfg, err := ReadConfig(dir)
+		if err != nil {
+			return 0, err
+		}
+		if d, err := ParseDType(cfg.TorchDType); err == nil && d == DTypeBF16 {
+			return d, nil
+		}
+		return DTypeF32, nil
+	}
+	return 0, fmt.Errorf("checkpoints: export as %q: want f32, bf16 or auto", name)
 }
 
 // exportChunk bounds the values Export holds at a time: a tensor larger

@@ -25,6 +25,16 @@ type Options struct {
 	Progress func(done, total int)
 }
 
+// ParseType reads a type Export writes: f32, f16, bf16 or q8_0, in any
+// case.
+func ParseType(s string) (TensorType, error) {
+	t, err := ParseTensorType(s)
+	if _, ok := fileTypes[t]; err != nil || !ok {
+		return 0, fmt.Errorf("gguf: cannot write weights as %q (want f32, f16, bf16 or q8_0)", s)
+	}
+	return t, nil
+}
+
 // chunk bounds the values Export holds at a time: a larger tensor is read,
 // converted and written a block of whole rows (or one head's rows) at a
 // time.

@@ -10,18 +10,18 @@ import (
 // Arch is the GGUF architecture of a Llama checkpoint, general.architecture.
 const Arch = "llama"
 
-// fileType is general.file_type, llama.cpp's llama_ftype for the type of
-// the matrices.
+// fileTypes are general.file_type, llama.cpp's llama_ftype, by the type of
+// the matrices: the types Export writes.
+var fileTypes = map[TensorType]uint32{
+	F32:  0,  // LLAMA_FTYPE_ALL_F32
+	F16:  1,  // LLAMA_FTYPE_MOSTLY_F16
+	Q8_0: 7,  // LLAMA_FTYPE_MOSTLY_Q8_0
+	BF16: 32, // LLAMA_FTYPE_MOSTLY_BF16
+}
+
 func fileType(t TensorType) (uint32, error) {
-	switch t {
-	case F32:
-		return 0, nil // LLAMA_FTYPE_ALL_F32
-	case F16:
-		return 1, nil // LLAMA_FTYPE_MOSTLY_F16
-	case Q8_0:
-		return 7, nil // LLAMA_FTYPE_MOSTLY_Q8_0
-	case BF16:
-		return 32, nil // LLAMA_FTYPE_MOSTLY_BF16
+	if ft, ok := fileTypes[t]; ok {
+		return ft, nil
 	}
 	return 0, fmt.Errorf("gguf: cannot write weights as %s (want F32, F16, BF16 or Q8_0)", t)
 }

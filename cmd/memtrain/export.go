@@ -9,21 +9,22 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/checkpoints/gguf"
 	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/internal/units"
 )
 
 type exportFlags struct {
-	out          string
-	dtype        string
-	maxShardSize string
+	out, dtype, maxShardSize string
+	format                   string // hf (or "", merge's) or gguf
 }
 
 func newExportCmd() *cobra.Command {
 	var f exportFlags
+	var adapter string
 	cmd := &cobra.Command{
-		Use:   "export CKPT|RUN --out DIR",
-		Short: "Write a checkpoint, sharded or not, as a HuggingFace checkpoint folder",
+		Use:   "export CKPT|RUN --out DIR|FILE.gguf",
+		Short: "Write a checkpoint as a HuggingFace checkpoint folder or a GGUF file (llama.cpp, ollama)",
 		Long: `export writes a checkpoint as a HuggingFace checkpoint folder: config.json, the
 tokenizer files, and the weights by HF name in model.safetensors, or in
 model-0000i-of-0000N.safetensors files with model.safetensors.index.json when
@@ -36,15 +37,21 @@ memtrain merge writes it.
 It streams: each tensor is read from the pieces that hold it and written a
 block at a time, so that it never holds more than one tensor in memory. DIR
 must be new (or an empty folder); it is written under a temporary name and
-renamed into place once complete.`,
+renamed into place once complete.
+
+--format gguf writes one GGUF file instead, for llama.cpp, ollama and LM
+Studio, as llama.cpp's converter writes it (--dtype f32, f16, bf16 or q8_0).
+--adapter merges a LoRA adapter in, in either format.`,
 		Example: `  memtrain export run --out run-hf
-  memtrain export run/checkpoints/step-00000200 --out hf --dtype bf16 --max-shard-size 5GB`,
+  memtrain export run/checkpoints/step-00000200 --out hf --dtype bf16 --max-shard-size 5GB
+  memtrain export run --format gguf --dtype q8_0 --out model.gguf
+  memtrain export base --adapter run/final --format gguf --out model.gguf`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.check("export"); err != nil {
 				return err
 			}
-			ref, err := resolveAdapted(cmd.ErrOrStderr(), "model", args[0], "")
+			ref, err := resolveAdapted(cmd.ErrOrStderr(), "model", args[0], adapter)
 			if err != nil {
 				return fmt.Errorf("export: %w", err)
 			}
@@ -52,9 +59,11 @@ renamed into place once complete.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.out, "out", "", "the HF checkpoint folder to write (new or empty)")
-	fl.StringVar(&f.dtype, "dtype", "f32", "weights as f32 or bf16")
+	fl.StringVar(&f.out, "out", "", "the HF checkpoint folder to write (new or empty), or the GGUF file")
+	fl.StringVar(&f.format, "format", "hf", "hf (a HuggingFace checkpoint folder) or gguf (one file for llama.cpp and ollama)")
+	fl.StringVar(&f.dtype, "dtype", "f32", "weights as f32 or bf16; for gguf also f16 or q8_0")
 	fl.StringVar(&f.maxShardSize, "max-shard-size", "5GB", "largest weights file, as 5GB or 500MiB; 0 writes one model.safetensors")
+	fl.StringVar(&adapter, "adapter", "", "a LoRA adapter folder (PEFT format, e.g. a LoRA run's RUN/final) to merge in")
 	return cmd
 }
 
@@ -63,9 +72,14 @@ func (f exportFlags) check(what string) error {
 	if f.out == "" {
 		return fmt.Errorf("%s: give the folder to write with --out DIR", what)
 	}
-	switch strings.ToLower(f.dtype) {
-	case "f32", "bf16", "auto":
-	default:
+	switch d := strings.ToLower(f.dtype); {
+	case f.format == "gguf":
+		if _, err := gguf.ParseType(d); err != nil {
+			return fmt.Errorf("%s: --dtype %q: want f32, f16, bf16 or q8_0", what, f.dtype)
+		}
+	case f.format != "hf" && f.format != "":
+		return fmt.Errorf("%s: --format %q: want hf or gguf", what, f.format)
+	case d != "f32" && d != "bf16" && d != "auto":
 		return fmt.Errorf("%s: --dtype %q: want f32, bf16 or auto", what, f.dtype)
 	}
 	if _, err := units.ParseBytes(f.maxShardSize); err != nil {
@@ -75,57 +89,47 @@ func (f exportFlags) check(what string) error {
 }
 
 // runExport writes the model of ref (its adapter merged in, if it has
-// one) as an HF checkpoint folder; what names the command in errors.
+// one) as an HF checkpoint folder or a GGUF file; what names the command
+// in errors.
 func runExport(cmd *cobra.Command, what string, ref finetune.ModelRef, f exportFlags) error {
 	if err := f.check(what); err != nil {
 		return err
 	}
-	var dtype checkpoints.DType
-	switch strings.ToLower(f.dtype) {
-	case "f32":
-		dtype = checkpoints.DTypeF32
-	case "bf16":
-		dtype = checkpoints.DTypeBF16
-	case "auto":
-		// The base's own dtype: a bf16 base stays bf16.
-		cfg, err := checkpoints.ReadConfig(ref.Dir)
-		if err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		if dtype, err = checkpoints.ParseDType(cfg.TorchDType); err != nil || dtype == checkpoints.DTypeF16 {
-			dtype = checkpoints.DTypeF32
-		}
-	default:
-		return fmt.Errorf("%s: --dtype %q: want f32, bf16 or auto", what, f.dtype)
-	}
-	limit, err := units.ParseBytes(f.maxShardSize)
-	if err != nil {
-		return fmt.Errorf("%s: --max-shard-size: %w", what, err)
-	}
-	dir := ref.Dir
-	opt := checkpoints.ExportOptions{DType: dtype, MaxShardBytes: limit}
+	var ad *checkpoints.Adapter
 	if ref.Adapter != "" {
-		cfg, err := checkpoints.ReadConfig(dir)
-		if err != nil {
-			return fmt.Errorf("%s: %w", what, err)
+		cfg, err := checkpoints.ReadConfig(ref.Dir)
+		if err == nil {
+			ad, err = checkpoints.OpenAdapter(ref.Adapter, cfg)
 		}
-		ad, err := checkpoints.OpenAdapter(ref.Adapter, cfg)
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		defer ad.Close()
-		opt.Adapter = ad
 	}
 	var bar *progressbar.ProgressBar
+	var progress func(done, total int)
 	if isTerminal(cmd.ErrOrStderr()) {
-		opt.Progress = func(done, total int) {
+		progress = func(done, total int) {
 			if bar == nil {
 				bar = newBar(cmd.ErrOrStderr(), total, what, "tensors")
 			}
 			bar.Set(done)
 		}
 	}
-	err = checkpoints.Export(dir, f.out, opt)
+	written, err := "", error(nil) // the format and dtype, for the message
+	if f.format == "gguf" {
+		typ, _ := gguf.ParseType(f.dtype) // checked
+		written = "GGUF, " + typ.String()
+		err = gguf.Export(ref.Dir, f.out, gguf.Options{Type: typ, Adapter: ad, Progress: progress})
+	} else {
+		var dtype checkpoints.DType
+		if dtype, err = checkpoints.ExportDType(ref.Dir, f.dtype); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		limit, _ := units.ParseBytes(f.maxShardSize) // checked
+		written = dtype.String()
+		err = checkpoints.Export(ref.Dir, f.out, checkpoints.ExportOptions{DType: dtype, MaxShardBytes: limit, Adapter: ad, Progress: progress})
+	}
 	if bar != nil {
 		bar.Finish()
 		fmt.Fprintln(cmd.ErrOrStderr())
@@ -134,10 +138,10 @@ func runExport(cmd *cobra.Command, what string, ref finetune.ModelRef, f exportF
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	if ref.Adapter != "" {
-		fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (%s): the base %s with the adapter %s merged in; the base is unchanged\n", f.out, dtype, dir, ref.Adapter)
+		fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (%s): the base %s with the adapter %s merged in; the base is unchanged\n", f.out, written, ref.Dir, ref.Adapter)
 		return nil
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "exported %s to %s (%s)\n", dir, f.out, dtype)
+	fmt.Fprintf(cmd.OutOrStdout(), "exported %s to %s (%s)\n", ref.Dir, f.out, written)
 	return nil
 }
 

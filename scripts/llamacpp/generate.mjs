@@ -41,7 +41,10 @@ const llama = await getLlama({gpu: false, build: "never", usePrebuiltBinaries: t
 
 async function run({model, prompts, max_new: maxNew}) {
   const m = await llama.loadModel({modelPath: model, gpuLayers: 0});
-  const context = await m.createContext({contextSize: 512, sequences: 1});
+  // One thread: the test's tiny models gain nothing from more, and
+  // llama.cpp's spinning workers starve on a busy machine (12 tokens took
+  // 22 s with the default on 2 loaded cores, 26 ms with one).
+  const context = await m.createContext({contextSize: 512, sequences: 1, threads: 1});
   const seq = context.getSequence();
   const generations = [];
   for (const p of prompts) {
