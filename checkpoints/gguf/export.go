@@ -15,7 +15,8 @@ type Options struct {
 	// factors stay F32, as llama.cpp's converter keeps them; under Q8_0 a
 	// matrix whose rows are not whole blocks of 32 is F16, as there.
 	Type TensorType
-	// Name is general.name; "" names the model after the source folder.
+	// Name is general.name; "" names the model after the file written
+	// (out without its extension), the name its user gave it.
 	Name string
 	// Adapter, if not nil, is a LoRA adapter of the source to merge in
 	// (checkpoints.OpenSource).
@@ -73,7 +74,7 @@ func Export(src, out string, opt Options) error {
 	cfg := s.Config
 	name := opt.Name
 	if name == "" {
-		name = filepath.Base(filepath.Clean(src))
+		name = strings.TrimSuffix(filepath.Base(out), filepath.Ext(out))
 	}
 	kvs, err := Metadata(cfg, name, opt.Type)
 	if err != nil {

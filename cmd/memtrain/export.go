@@ -72,14 +72,13 @@ func (f exportFlags) check(what string) error {
 	if f.out == "" {
 		return fmt.Errorf("%s: give the folder to write with --out DIR", what)
 	}
+	_, ggufErr := gguf.ParseType(f.dtype)
 	switch d := strings.ToLower(f.dtype); {
-	case f.format == "gguf":
-		if _, err := gguf.ParseType(d); err != nil {
-			return fmt.Errorf("%s: --dtype %q: want f32, f16, bf16 or q8_0", what, f.dtype)
-		}
-	case f.format != "hf" && f.format != "":
+	case f.format != "hf" && f.format != "" && f.format != "gguf":
 		return fmt.Errorf("%s: --format %q: want hf or gguf", what, f.format)
-	case d != "f32" && d != "bf16" && d != "auto":
+	case f.format == "gguf" && ggufErr != nil:
+		return fmt.Errorf("%s: --dtype %q: want f32, f16, bf16 or q8_0", what, f.dtype)
+	case f.format != "gguf" && d != "f32" && d != "bf16" && d != "auto":
 		return fmt.Errorf("%s: --dtype %q: want f32, bf16 or auto", what, f.dtype)
 	}
 	if _, err := units.ParseBytes(f.maxShardSize); err != nil {

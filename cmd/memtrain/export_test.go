@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/checkpoints/gguf"
 	"github.com/memtrain/memtrain/internal/numtest"
 )
 
@@ -109,6 +110,57 @@ func compareExports(t *testing.T, want, exported string) {
 		y, _ := b.Weights.ReadFloat32(spec.Name)
 		if err := numtest.CloseL2(y, x, 1e-5); err != nil {
 			t.Errorf("%s: %s: the grid run's export against the one-rank run's: %v", exported, spec.Name, err)
+		}
+	}
+}
+
+// TestExportGGUF: export --format gguf of a LoRA run (its latest
+// checkpoint: the base with the adapter merged) writes the same file as
+// the base with --adapter RUN/final; the file is a GGUF of the requested
+// type (checkpoints/gguf's tests run such files in llama.cpp); bad flags
+// fail in one line.
+func TestExportGGUF(t *testing.T) {
+	base, ds := finetuneFixture(t, "builtin:llama2")
+	dir := t.TempDir()
+	run := filepath.Join(dir, "run")
+	if _, errs, code := memtrain(t, "", "finetune", "--model", base, "--data", ds, "--out", run, "--max-steps", "2", "--batch-size", "4",
+		"--micro-batch", "4", "--schedule.lr", "3e-2", "--lora.rank", "4"); code != 0 {
+		t.Fatal(errs)
+	}
+	fromRun, fromBase := filepath.Join(dir, "run.gguf"), filepath.Join(dir, "base.gguf")
+	stdout, errs, code := memtrain(t, "", "export", run, "--format", "gguf", "--dtype", "q8_0", "--out", fromRun)
+	if code != 0 || !strings.Contains(stdout, "GGUF, Q8_0") || !strings.Contains(stdout, "merged in") {
+		t.Fatalf("exit %d: %s%s", code, stdout, errs)
+	}
+	if _, errs, code := memtrain(t, "", "export", base, "--adapter", filepath.Join(run, "final"), "--format", "gguf", "--dtype", "Q8_0", "--out", fromBase); code != 0 {
+		t.Fatal(errs)
+	}
+	a, errA := os.ReadFile(fromRun)
+	b, errB := os.ReadFile(fromBase)
+	if errA != nil || errB != nil || string(a) != string(b) {
+		t.Errorf("the run's export and the base's with its final adapter differ (%v, %v)", errA, errB)
+	}
+	f, err := gguf.Read(fromRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ft, _ := f.Value("general.file_type"); ft != uint32(7) {
+		t.Errorf("general.file_type %v, want 7 (Q8_0)", ft)
+	}
+	if q, ok := f.Tensor("blk.0.attn_q.weight"); !ok || q.Type != gguf.Q8_0 {
+		t.Errorf("blk.0.attn_q.weight: %+v", q)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"export", base, "--format", "onnx", "--out", filepath.Join(dir, "x")}, "--format"},
+		{[]string{"export", base, "--format", "gguf", "--dtype", "q4_0", "--out", filepath.Join(dir, "x")}, "--dtype"},
+		{[]string{"export", base, "--dtype", "q8_0", "--out", filepath.Join(dir, "x")}, "--dtype"},
+	} {
+		_, errs, code := memtrain(t, "", tc.args...)
+		if code != 1 || !strings.Contains(errs, tc.want) || strings.Count(strings.TrimSpace(errs), "\n") > 0 {
+			t.Errorf("%v: exit %d, %q (want one line with %q)", tc.args, code, errs, tc.want)
 		}
 	}
 }
