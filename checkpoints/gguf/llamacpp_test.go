@@ -30,17 +30,22 @@ import (
 
 // llamacppDir is the folder of generate.mjs with node-llama-cpp installed,
 // or skips the test saying what is missing.
+// Named by MEMTRAIN_LLAMACPP_DIR (as .ci/run does), a missing node or
+// package fails the test instead.
 func llamacppDir(t *testing.T) string {
 	t.Helper()
 	dir := os.Getenv("MEMTRAIN_LLAMACPP_DIR")
-	if dir == "" {
+	missing := t.Skipf
+	if dir != "" {
+		missing = t.Fatalf
+	} else {
 		dir = filepath.Join("..", "..", "scripts", "llamacpp")
 	}
 	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("node is not installed: llama.cpp runs through node-llama-cpp (scripts/llamacpp)")
+		missing("node is not installed: llama.cpp runs through node-llama-cpp (scripts/llamacpp)")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "node-llama-cpp", "package.json")); err != nil {
-		t.Skipf("node-llama-cpp is not installed in %s (run `npm ci` there, or set MEMTRAIN_LLAMACPP_DIR)", dir)
+		missing("node-llama-cpp is not installed in %s (run `npm ci` there, or set MEMTRAIN_LLAMACPP_DIR)", dir)
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
