@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/memtrain/memtrain/checkpoints"
@@ -293,6 +294,14 @@ func TestTokenizerArrays(t *testing.T) {
 			t.Error("SentencePiece tokenizer with merges")
 		}
 	})
+	t.Run("larger than the model", func(t *testing.T) {
+		cfg := llama2Config(4, 4, true)
+		cfg.VocabSize = 1000
+		_, err := TokenizerMetadata(saveModel(t, cfg, 1, checkpoints.DTypeF32), cfg)
+		if err == nil || !strings.Contains(err.Error(), "32000 tokens, more than the model's vocab_size 1000") {
+			t.Errorf("error %v, want the tokenizer refused as larger than the vocabulary", err)
+		}
+	})
 	t.Run("llama3", func(t *testing.T) {
 		m := get(t, llama3Config(4, 2, true))
 		tokens := m["tokenizer.ggml.tokens"].([]string)
@@ -513,5 +522,29 @@ func TestMetadataRoundTrip(t *testing.T) {
 	}
 	if err := WriteFile(path, []KV{{"bad", struct{}{}}}, nil, nil); err == nil {
 		t.Error("wrote a struct value")
+	}
+}
+
+// TestPlanTypes: under Q8_0 a matrix whose rows are not whole blocks of 32
+// is F16, as llama.cpp's converter falls back; vectors are F32 in every
+// type; Q and K are permuted by their own head counts.
+func TestPlanTypes(t *testing.T) {
+	cfg := llama2Config(4, 2, false)
+	cfg.HiddenSize, cfg.HeadDim, cfg.IntermediateSize = 48, 12, 96 // rows of 48: not whole blocks; down_proj's of 96 are
+	want := map[string]TensorType{"token_embd.weight": F16, "blk.0.attn_q.weight": F16, "blk.0.ffn_down.weight": Q8_0,
+		"blk.0.attn_norm.weight": F32, "output_norm.weight": F32, "output.weight": F16}
+	heads := map[string]int{"blk.1.attn_q.weight": 4, "blk.1.attn_k.weight": 2, "blk.1.attn_v.weight": 0}
+	for _, ot := range plan(cfg, Q8_0) {
+		if w, ok := want[ot.info.Name]; ok && ot.info.Type != w {
+			t.Errorf("%s: %s, want %s", ot.info.Name, ot.info.Type, w)
+		}
+		if h, ok := heads[ot.info.Name]; ok && ot.heads != h {
+			t.Errorf("%s: permuted by %d heads, want %d", ot.info.Name, ot.heads, h)
+		}
+	}
+	for _, ot := range plan(cfg, BF16) {
+		if len(ot.info.Dims) == 1 && ot.info.Type != F32 || len(ot.info.Dims) == 2 && ot.info.Type != BF16 {
+			t.Errorf("BF16 export: %s %v is %s", ot.info.Name, ot.info.Dims, ot.info.Type)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/data/tokenizer"
 	"github.com/memtrain/memtrain/engine/cpu"
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/finetune"
@@ -78,6 +79,18 @@ type llamacppResult struct {
 	BOS         *int32    `json:"bos"`
 	EOS         *int32    `json:"eos"`
 	Generations [][]int32 `json:"generations"`
+	Tokenized   [][]int32 `json:"tokenized"`
+}
+
+// llamacppTexts are tokenized by llama.cpp from the file's tokenizer
+// arrays and by memtrain from tokenizer.json: prose, runs of spaces, a
+// newline and a tab, digits (Llama 3 splits them in threes),
+// contractions, accents and CJK, and an emoji (Llama 2's byte fallback).
+var llamacppTexts = []string{
+	"It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife.",
+	"  two spaces\nand a line\tand a tab",
+	"Numbers 1234567 and 3.14159; don't, can't, I'll, WE'RE.",
+	"naïve café — 東京 🎉",
 }
 
 const llamacppNew = 12 // new tokens a prompt
@@ -114,6 +127,7 @@ func TestLlamaCpp(t *testing.T) {
 		Model   string    `json:"model"`
 		Prompts [][]int32 `json:"prompts"`
 		MaxNew  int       `json:"max_new"`
+		Texts   []string  `json:"texts"`
 	}
 	out := t.TempDir()
 	var jobs []job
@@ -122,7 +136,7 @@ func TestLlamaCpp(t *testing.T) {
 		if err := Export(c.dir, path, Options{Type: c.typ, Name: c.name}); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		jobs = append(jobs, job{path, c.prompts, llamacppNew})
+		jobs = append(jobs, job{path, c.prompts, llamacppNew, llamacppTexts})
 	}
 	jobsFile := filepath.Join(out, "jobs.json")
 	b, _ := json.Marshal(jobs)
@@ -155,6 +169,19 @@ func TestLlamaCpp(t *testing.T) {
 				}
 			}
 			t.Logf("prompt %v: llama.cpp and memtrain continue with %v", c.prompts[0], r.Generations[0])
+			tok, err := tokenizer.Load(c.dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, text := range llamacppTexts {
+				var got []int32
+				if i < len(r.Tokenized) {
+					got = r.Tokenized[i]
+				}
+				if want := tok.Encode(text, tokenizer.EncodeOptions{}); !slices.Equal(got, want) {
+					t.Errorf("%q: llama.cpp's tokens %v, memtrain's %v", text, got, want)
+				}
+			}
 		})
 	}
 }

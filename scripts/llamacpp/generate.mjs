@@ -7,8 +7,9 @@
 //
 //   node generate.mjs MODEL.gguf '[[1,450,3186],[1,306]]' 8
 //   node generate.mjs --jobs JOBS.json    (several models in one process:
-//        [{"model": "a.gguf", "prompts": [[1, 2]], "max_new": 8}, ...];
-//        prints a JSON array, one object a job)
+//        [{"model": "a.gguf", "prompts": [[1, 2]], "max_new": 8,
+//          "texts": ["Hello"]}, ...]; prints a JSON array, one object a
+//        job; a job's texts are tokenized by llama.cpp's tokenizer, no BOS)
 import fs from "node:fs";
 import {getLlama, LlamaLogLevel} from "node-llama-cpp";
 
@@ -39,7 +40,7 @@ function summarise(v) {
 const llama = await getLlama({gpu: false, build: "never", usePrebuiltBinaries: true, skipDownload: true,
   logLevel: LlamaLogLevel.error});
 
-async function run({model, prompts, max_new: maxNew}) {
+async function run({model, prompts, max_new: maxNew, texts = []}) {
   const m = await llama.loadModel({modelPath: model, gpuLayers: 0});
   // One thread: the test's tiny models gain nothing from more, and
   // llama.cpp's spinning workers starve on a busy machine (12 tokens took
@@ -66,6 +67,7 @@ async function run({model, prompts, max_new: maxNew}) {
     tensors: info.tensorInfo.map(t => ({name: t.name, dims: t.dimensions.map(Number), type: t.ggmlType})),
     bos: m.tokens.bos, eos: m.tokens.eos,
     generations,
+    tokenized: texts.map(t => Array.from(m.tokenize(t))),
   };
   await context.dispose();
   await m.dispose();
