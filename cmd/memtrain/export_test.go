@@ -127,7 +127,10 @@ func TestExportGGUF(t *testing.T) {
 		"--micro-batch", "4", "--schedule.lr", "3e-2", "--lora.rank", "4"); code != 0 {
 		t.Fatal(errs)
 	}
-	fromRun, fromBase := filepath.Join(dir, "run.gguf"), filepath.Join(dir, "base.gguf")
+	// one file name, the model's general.name
+	fromRun, fromBase := filepath.Join(dir, "a", "model.gguf"), filepath.Join(dir, "b", "model.gguf")
+	os.Mkdir(filepath.Join(dir, "a"), 0o755)
+	os.Mkdir(filepath.Join(dir, "b"), 0o755)
 	stdout, errs, code := memtrain(t, "", "export", run, "--format", "gguf", "--dtype", "q8_0", "--out", fromRun)
 	if code != 0 || !strings.Contains(stdout, "GGUF, Q8_0") || !strings.Contains(stdout, "merged in") {
 		t.Fatalf("exit %d: %s%s", code, stdout, errs)
