@@ -67,8 +67,11 @@ func Read(path string) (*File, error) {
 // ReadHeader parses the header of a GGUF file of size bytes read from r;
 // name (its path) is used in errors, which name the field at fault. Every
 // count and length is checked against the bytes left before anything is
-// allocated for it, and every tensor's data must lie within the file,
-// aligned: a hostile header costs no more memory than its own size.
+// allocated for it (an entry takes at least its type's bytes of the file,
+// a string its 8-byte length), and every tensor's data must lie within
+// the file, aligned: a hostile header costs a small multiple of its own
+// size in memory (at most 2×, for a list of empty strings), never what it
+// declares.
 func ReadHeader(name string, r io.ReaderAt, size int64) (*File, error) {
 	d := &decoder{r: bufio.NewReaderSize(io.NewSectionReader(r, 0, size), 1<<16), size: size, name: name}
 	f := &File{Path: name, Alignment: Alignment}
