@@ -116,8 +116,8 @@ func TestLlamaCpp(t *testing.T) {
 	// the residual stream against the embeddings, which it barely leaves):
 	// at std 0.1 attention and the MLP steer the continuation, so that
 	// the GQA cases' Q/K permutation shows. (At 0.5 the Llama 3 case's
-	// continuations part after three tokens: activations that large are
-	// where llama.cpp's f16 KV cache rounds differently.)
+	// continuations part after three tokens, likely llama.cpp's f16 KV
+	// cache rounding activations that large; not investigated.)
 	add("llama2-gqa-tied", steered(llama2Config(4, 2, true)), 22, l2, F32)
 	add("llama3-gqa-tied-scaled", steered(llama3Config(4, 2, true)), 23, l3, F32, BF16)
 	add("llama3-mha-untied-scaled", llama3Config(4, 4, false), 24, l3, F32)
