@@ -248,9 +248,14 @@ func Poison() bool { return os.Getenv(PoisonEnv) == "1" }
 // updated Param rounded to its own dtype (engine.Param.Copy, the BF16
 // weights of a mixed-precision model), in the same pass over the
 // elements, so that the copy costs no launch of its own.
+//
+// Low, when not nil, makes the master split (Param.Low): Param is nil, the
+// float32 master is JoinF32 of Copy and Low, and the step writes the
+// updated master's SplitF32 back into them; only a MasterSplitter's
+// AdamWStep takes one.
 type AdamWTensors struct {
 	Param, Grad, M, V *Tensor
-	Copy              *Tensor
+	Copy, Low         *Tensor
 	WeightDecay       float32
 }
 

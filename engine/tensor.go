@@ -174,6 +174,12 @@ type Param struct {
 	// weight the optimizer updates, and the update refreshes Copy
 	// (AdamWTensors.Copy), so that the two never disagree by more than
 	// Copy's rounding.
-	Copy  *Tensor
+	Copy *Tensor
+	// Low, when not nil, holds the float32 master's low halves and Value
+	// is nil: the master is split (SplitF32) into Copy, its high halves
+	// rounded to nearest, and Low, a 16-bit residual in a BF16 tensor's
+	// storage (its bits are no bfloat16 value), so that a mixed-precision
+	// parameter takes 4 bytes for master and copy instead of 6.
+	Low   *Tensor
 	Decay bool // subject to weight decay (false for norms)
 }

@@ -27,6 +27,7 @@ func TestDefaultConfig(t *testing.T) {
 		Keep:       2,
 		SaveDType:  "f32",
 		Precision:  "f32",
+		Master:     "fp32",
 		Divergence: Divergence{Factor: 4, Margin: 1, Window: 50},
 		Samples:    Samples{MaxNewTokens: 32},
 		Extraction: Extraction{Protocol: "goldfish", Batch: 8},

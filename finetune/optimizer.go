@@ -54,16 +54,30 @@ func NewOptimizer(b engine.Backend, params []*engine.Param, cfg OptimizerConfig)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := checkSplit(params, cfg); err != nil {
+		return nil, err
+	}
 	o := &Optimizer{cfg: cfg, backend: b, params: params}
 	if cfg.Name == "adamw" {
 		for i, p := range params {
-			o.m = append(o.m, b.Alloc(engine.F32, p.Value.Shape...))
-			o.v = append(o.v, b.Alloc(engine.F32, p.Value.Shape...))
+			o.m = append(o.m, b.Alloc(engine.F32, p.Grad.Shape...))
+			o.v = append(o.v, b.Alloc(engine.F32, p.Grad.Shape...))
 			o.fused = append(o.fused, engine.AdamWTensors{Param: p.Value, Grad: p.Grad, M: o.m[i], V: o.v[i],
-				Copy: p.Copy, WeightDecay: float32(o.weightDecay(p))})
+				Copy: p.Copy, Low: p.Low, WeightDecay: float32(o.weightDecay(p))})
 		}
 	}
 	return o, nil
+}
+
+// checkSplit refuses split masters (engine.Param.Low) to an optimizer
+// other than AdamW, whose fused step alone updates them in place.
+func checkSplit(params []*engine.Param, cfg OptimizerConfig) error {
+	for _, p := range params {
+		if p.Low != nil && cfg.Name != "adamw" {
+			return fmt.Errorf("finetune: a split master is updated by AdamW's fused step only, not by %s", cfg.Name)
+		}
+	}
+	return nil
 }
 
 // weightDecay is p's decoupled weight decay: none for norm weights unless
