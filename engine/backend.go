@@ -253,9 +253,15 @@ func Poison() bool { return os.Getenv(PoisonEnv) == "1" }
 // float32 master is JoinF32 of Copy and Low, and the step writes the
 // updated master's SplitF32 back into them; only a MasterSplitter's
 // AdamWStep takes one.
+//
+// M and V are F32, or BF16 with Round set: the moments are then widened,
+// updated in float32 as AdamW updates them, and rounded back
+// stochastically under Round's key (stochastic.go); only a
+// MasterSplitter's AdamWStep takes BF16 moments.
 type AdamWTensors struct {
 	Param, Grad, M, V *Tensor
 	Copy, Low         *Tensor
+	Round             *MomentRound
 	WeightDecay       float32
 }
 

@@ -38,9 +38,10 @@ func JoinF32(hi, lo uint16) float32 {
 	return math.Float32frombits(sign | uint32(int32(h<<16)+int32(int16(lo))))
 }
 
-// MasterSplitter is implemented by the backends that hold split masters
-// (Param.Low): they convert between a float32 master and its halves and
-// their AdamWStep updates a split master in place (AdamWTensors.Low).
+// MasterSplitter is implemented by the backends that hold AdamW's state
+// compactly: split masters (Param.Low) — they convert between a float32
+// master and its halves — and BF16 moments; their AdamWStep updates both
+// in place (AdamWTensors.Low, AdamWTensors.Round).
 type MasterSplitter interface {
 	// SplitMaster writes SplitF32 of every element of master (F32) into
 	// hi and lo (BF16 tensors of master's length).

@@ -164,53 +164,57 @@ func TestSplitMasterEqualsFP32(t *testing.T) {
 	t.Logf("copies moved off nearest even by a tie: %d", ties)
 }
 
-// TestSplitMasterResumes: a run with split masters, stopped after a
-// checkpoint on a ZeRO-1 data-parallel grid and resumed on the same grid
-// without ZeRO, goes on bit for bit as the uninterrupted run: its metrics
-// and its last checkpoint's files (the float32 masters joined from their
-// halves, and the moments) are the same, so the checkpoint holds each
-// master exactly and loading it splits them again.
-func TestSplitMasterResumes(t *testing.T) {
-	cfg := shortRun(t)
-	cfg.Precision, cfg.Master = "bf16", "split"
-	grid := comm.Grid{Data: 2, X: 1, Y: 1, Z: 1}
-	root := t.TempDir()
-	cfg.Out = filepath.Join(root, "whole")
-	want := trainRun(t, cfg, &grid, "", 0)
-	cfg.Out = filepath.Join(root, "resumed")
-	cfg.Zero = 1
-	got := trainRun(t, cfg, &grid, "", 2)
-	cfg.Zero = 0
-	got = append(got, trainRun(t, cfg, &grid, cfg.Out, 0)...)
-	if len(got) != len(want) || len(want) == 0 {
-		t.Fatalf("%d metrics lines, want %d", len(got), len(want))
-	}
-	for i := range want {
-		w, g := want[i], got[i]
-		w.TokensPerS, w.ModelFLOPsPS, g.TokensPerS, g.ModelFLOPsPS, w.SaveBlockedS, g.SaveBlockedS = 0, 0, 0, 0, 0, 0
-		w.CheckpointDir, g.CheckpointDir = filepath.Base(w.CheckpointDir), filepath.Base(g.CheckpointDir)
-		if !reflect.DeepEqual(g, w) {
-			t.Errorf("step %d: resumed %+v\nwhole %+v", w.Step, g, w)
+// TestCompactStateResumes: a run with split masters, bf16 moments or
+// both, stopped after a checkpoint on a ZeRO-1 data-parallel grid and
+// resumed on the same grid without ZeRO, goes on bit for bit as the
+// uninterrupted run: its metrics and its last checkpoint's files (the
+// float32 masters joined from their halves, the moments widened) are the
+// same, so a checkpoint holds the state exactly and loading it narrows
+// it back exactly.
+func TestCompactStateResumes(t *testing.T) {
+	for _, c := range []struct{ master, moments string }{{"split", "fp32"}, {"fp32", "bf16"}, {"split", "bf16"}} {
+		name := c.master + "/" + c.moments
+		cfg := shortRun(t)
+		cfg.Precision, cfg.Master, cfg.Optimizer.Moments = "bf16", c.master, c.moments
+		grid := comm.Grid{Data: 2, X: 1, Y: 1, Z: 1}
+		root := t.TempDir()
+		cfg.Out = filepath.Join(root, "whole")
+		want := trainRun(t, cfg, &grid, "", 0)
+		cfg.Out = filepath.Join(root, "resumed")
+		cfg.Zero = 1
+		got := trainRun(t, cfg, &grid, "", 2)
+		cfg.Zero = 0
+		got = append(got, trainRun(t, cfg, &grid, cfg.Out, 0)...)
+		if len(got) != len(want) || len(want) == 0 {
+			t.Fatalf("%s: %d metrics lines, want %d", name, len(got), len(want))
 		}
-	}
-	ck := filepath.Join(CheckpointsDir, StepName(cfg.MaxSteps))
-	man, err := VerifyCheckpoint(filepath.Join(root, "whole", ck))
-	if err != nil {
-		t.Fatal(err)
-	}
-	compared := 0
-	for f := range man.Files {
-		if !strings.HasSuffix(f, ".safetensors") {
-			continue
+		for i := range want {
+			w, g := want[i], got[i]
+			w.TokensPerS, w.ModelFLOPsPS, g.TokensPerS, g.ModelFLOPsPS, w.SaveBlockedS, g.SaveBlockedS = 0, 0, 0, 0, 0, 0
+			w.CheckpointDir, g.CheckpointDir = filepath.Base(w.CheckpointDir), filepath.Base(g.CheckpointDir)
+			if !reflect.DeepEqual(g, w) {
+				t.Errorf("%s step %d: resumed %+v\nwhole %+v", name, w.Step, g, w)
+			}
 		}
-		a, _ := os.ReadFile(filepath.Join(root, "whole", ck, f))
-		b, _ := os.ReadFile(filepath.Join(root, "resumed", ck, f))
-		if len(a) == 0 || !bytes.Equal(a, b) {
-			t.Errorf("%s differs from the uninterrupted run's", f)
+		ck := filepath.Join(CheckpointsDir, StepName(cfg.MaxSteps))
+		man, err := VerifyCheckpoint(filepath.Join(root, "whole", ck))
+		if err != nil {
+			t.Fatal(err)
 		}
-		compared++
-	}
-	if compared == 0 {
-		t.Error("no tensor file compared")
+		compared := 0
+		for f := range man.Files {
+			if !strings.HasSuffix(f, ".safetensors") {
+				continue
+			}
+			a, _ := os.ReadFile(filepath.Join(root, "whole", ck, f))
+			b, _ := os.ReadFile(filepath.Join(root, "resumed", ck, f))
+			if len(a) == 0 || !bytes.Equal(a, b) {
+				t.Errorf("%s: %s differs from the uninterrupted run's", name, f)
+			}
+			compared++
+		}
+		if compared < 2 {
+			t.Errorf("%s: %d tensor files compared", name, compared)
+		}
 	}
 }

@@ -15,6 +15,9 @@ type OptimizerConfig struct {
 	Eps         float64 `yaml:"eps" json:"eps" default:"1e-8" help:"AdamW ε"`
 	WeightDecay float64 `yaml:"weight_decay" json:"weight_decay" default:"0.1" help:"decoupled weight decay: p -= lr·wd·p before the update"`
 	DecayNorms  bool    `yaml:"decay_norms" json:"decay_norms" help:"apply weight decay to RMSNorm weights too (off by default, as is usual)"`
+	Moments     string  `yaml:"moments" json:"moments" default:"fp32" help:"AdamW's moments: fp32, or bf16 (2 bytes each, updated in float32 and rounded stochastically, keyed by the seed, step, tensor and element, so alike on every grid; CPU backend)"`
+	// Seed keys bf16 moments' stochastic rounding (a run's seed).
+	Seed uint64 `yaml:"-" json:"-"`
 }
 
 // Validate checks the configuration.
@@ -27,6 +30,12 @@ func (c OptimizerConfig) Validate() error {
 	case "sgd":
 	default:
 		return fmt.Errorf("finetune: optimizer %q (want adamw or sgd)", c.Name)
+	}
+	switch {
+	case c.Moments != "" && c.Moments != "fp32" && c.Moments != "bf16":
+		return fmt.Errorf("finetune: moments %q (want fp32 or bf16)", c.Moments)
+	case c.Moments == "bf16" && c.Name != "adamw":
+		return fmt.Errorf("finetune: bf16 moments are AdamW's; optimizer %s has none", c.Name)
 	}
 	if c.WeightDecay < 0 || math.IsInf(c.WeightDecay, 0) || math.IsNaN(c.WeightDecay) {
 		return fmt.Errorf("finetune: weight decay %v (want ≥ 0)", c.WeightDecay)
@@ -54,28 +63,51 @@ func NewOptimizer(b engine.Backend, params []*engine.Param, cfg OptimizerConfig)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := checkSplit(params, cfg); err != nil {
+	if err := checkCompact(b, params, cfg); err != nil {
 		return nil, err
 	}
 	o := &Optimizer{cfg: cfg, backend: b, params: params}
 	if cfg.Name == "adamw" {
 		for i, p := range params {
-			o.m = append(o.m, b.Alloc(engine.F32, p.Grad.Shape...))
-			o.v = append(o.v, b.Alloc(engine.F32, p.Grad.Shape...))
+			o.m = append(o.m, b.Alloc(cfg.momentDType(), p.Grad.Shape...))
+			o.v = append(o.v, b.Alloc(cfg.momentDType(), p.Grad.Shape...))
 			o.fused = append(o.fused, engine.AdamWTensors{Param: p.Value, Grad: p.Grad, M: o.m[i], V: o.v[i],
-				Copy: p.Copy, Low: p.Low, WeightDecay: float32(o.weightDecay(p))})
+				Copy: p.Copy, Low: p.Low, Round: cfg.round(p, 0), WeightDecay: float32(o.weightDecay(p))})
 		}
 	}
 	return o, nil
 }
 
-// checkSplit refuses split masters (engine.Param.Low) to an optimizer
-// other than AdamW, whose fused step alone updates them in place.
-func checkSplit(params []*engine.Param, cfg OptimizerConfig) error {
+// momentDType is the dtype AdamW's moments are held in.
+func (c OptimizerConfig) momentDType() engine.DType {
+	if c.Moments == "bf16" {
+		return engine.BF16
+	}
+	return engine.F32
+}
+
+// round is the stochastic rounding key of p's bf16 moments, for the part
+// of p's shard that starts off elements in (a ZeRO chunk); nil for
+// float32 moments.
+func (c OptimizerConfig) round(p *engine.Param, off int) *engine.MomentRound {
+	if c.Moments != "bf16" {
+		return nil
+	}
+	ix := engine.ElementIndex{Shard: p.Shard, Cols: p.Full[len(p.Full)-1]}
+	return &engine.MomentRound{Seed: c.Seed, Tensor: engine.TensorKey(p.Name), Index: ix.Offset(off)}
+}
+
+// checkCompact refuses split masters (engine.Param.Low) to an optimizer
+// other than AdamW, whose fused step alone updates them in place, and
+// bf16 moments to a backend whose step does not take them.
+func checkCompact(b engine.Backend, params []*engine.Param, cfg OptimizerConfig) error {
 	for _, p := range params {
 		if p.Low != nil && cfg.Name != "adamw" {
 			return fmt.Errorf("finetune: a split master is updated by AdamW's fused step only, not by %s", cfg.Name)
 		}
+	}
+	if _, ok := b.(engine.MasterSplitter); cfg.Moments == "bf16" && !ok {
+		return fmt.Errorf("finetune: the %s backend holds AdamW's moments in float32 only, not bf16", b.Name())
 	}
 	return nil
 }
@@ -114,6 +146,11 @@ func (o *Optimizer) updateClipped(lr, maxNorm float64, ctl *engine.Tensor) error
 func (o *Optimizer) Update(lr float64) {
 	if o.zero != nil {
 		panic("finetune: Update on a ZeRO optimizer: its step is TrainStep's fused AdamWStep")
+	}
+	for _, t := range o.fused {
+		if t.Low != nil || t.Round != nil {
+			panic("finetune: Update on a split master or bf16 moments: their step is TrainStep's fused AdamWStep")
+		}
 	}
 	o.Step++
 	for i, p := range o.params {

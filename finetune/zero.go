@@ -103,7 +103,7 @@ func NewShardedOptimizer(b engine.Backend, params []*engine.Param, cfg Optimizer
 	if cfg.Name != "adamw" {
 		return nil, errors.New("finetune: ZeRO shards AdamW's moments; optimizer " + cfg.Name + " has none")
 	}
-	if err := checkSplit(params, cfg); err != nil {
+	if err := checkCompact(b, params, cfg); err != nil {
 		return nil, err
 	}
 	z := newZeroShard(params, data)
@@ -115,10 +115,11 @@ func NewShardedOptimizer(b engine.Backend, params []*engine.Param, cfg Optimizer
 			o.m, o.v = append(o.m, nil), append(o.v, nil)
 			continue
 		}
-		o.m = append(o.m, b.Alloc(engine.F32, z.n[i]))
-		o.v = append(o.v, b.Alloc(engine.F32, z.n[i]))
+		o.m = append(o.m, b.Alloc(cfg.momentDType(), z.n[i]))
+		o.v = append(o.v, b.Alloc(cfg.momentDType(), z.n[i]))
 		o.fused = append(o.fused, engine.AdamWTensors{Param: z.view(p.Value, i), Grad: z.view(p.Grad, i),
-			M: o.m[i], V: o.v[i], Copy: z.view(p.Copy, i), Low: z.view(p.Low, i), WeightDecay: float32(o.weightDecay(p))})
+			M: o.m[i], V: o.v[i], Copy: z.view(p.Copy, i), Low: z.view(p.Low, i), Round: cfg.round(p, z.off[i]),
+			WeightDecay: float32(o.weightDecay(p))})
 	}
 	return o, nil
 }
@@ -171,7 +172,7 @@ func (o *Optimizer) gatherMoments(dst func(kind, param, n int) []float32) error 
 			size = max(size, n)
 		}
 	}
-	buf := b.Alloc(engine.F32, size)
+	buf := b.Alloc(o.cfg.momentDType(), size) // broadcast in the moments' dtype
 	defer b.Free(buf)
 	for i, p := range o.params {
 		for k, own := range [2][]*engine.Tensor{o.m, o.v} {
@@ -260,6 +261,7 @@ func (o *Optimizer) readChunk(m *llama.Model, src parallel.SliceReader, name str
 // newRunOptimizer is the optimizer of a run's model: ZeRO-1 over the
 // grid's data group when cfg asks for it (and there is one).
 func newRunOptimizer(cfg Config, m *llama.Model) (*Optimizer, error) {
+	cfg.Optimizer.Seed = cfg.Seed
 	if g := m.Grid(); cfg.Zero == 1 && g != nil {
 		return NewShardedOptimizer(m.Backend(), m.Trainable(), cfg.Optimizer, g.Data)
 	}

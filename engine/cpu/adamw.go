@@ -65,12 +65,8 @@ func (b *Backend) AdamWStep(ts []engine.AdamWTensors, h engine.AdamWParams, maxN
 	// Every tensor is checked before any is updated, in the names of
 	// AdamWStep rather than of the AdamW, Scale and Copy it runs.
 	for i, t := range ts {
-		if t.Low != nil {
-			n := t.Low.Len()
-			check(t.Param == nil && t.Copy != nil, "AdamWStep", engine.MisuseTensor, "tensor %d: a split master (Low) has a Copy and no Param", i)
-			check(len(bf16s("AdamWStep", t.Copy)) == n && len(bf16s("AdamWStep", t.Low)) == n && len(floats("AdamWStep", t.Grad)) == n &&
-				len(floats("AdamWStep", t.M)) == n && len(floats("AdamWStep", t.V)) == n,
-				"AdamWStep", engine.MisuseShape, "tensor %d: copy %v, low %v, grad %v, m %v and v %v differ in size", i, t.Copy, t.Low, t.Grad, t.M, t.V)
+		if compact(t) {
+			checkCompact(i, t)
 			continue
 		}
 		n := len(floats("AdamWStep", t.Param))
@@ -91,8 +87,8 @@ func (b *Backend) AdamWStep(ts []engine.AdamWTensors, h engine.AdamWParams, maxN
 			b.Scale(t.Grad, coef)
 		}
 		h.WeightDecay = t.WeightDecay
-		if t.Low != nil {
-			b.adamWSplit(t, h)
+		if compact(t) {
+			b.adamWCompact(t, h)
 			continue
 		}
 		b.AdamW(t.Param, t.Grad, t.M, t.V, h)

@@ -33,25 +33,93 @@ func joinF32s(x []float32, hi, lo []uint16) {
 	}
 }
 
-// splitGrain is how many elements of a split master one worker joins,
-// updates and splits again through its own float32 scratch.
-const splitGrain = 1 << 12
+// compactGrain is how many elements of a compact AdamW state (a split
+// master, BF16 moments) one worker widens, updates and narrows again
+// through float32 scratch of its own.
+const compactGrain = 1 << 12
 
-// adamWSplit is AdamW on a split master (t.Low): each worker joins a
-// block of the master into a scratch, runs AdamW's kernel on it (so the
-// update is AdamW's bit for bit) and splits it back.
-func (b *Backend) adamWSplit(t engine.AdamWTensors, h engine.AdamWParams) {
-	hi, lo := bf16s("AdamWStep", t.Copy), bf16s("AdamWStep", t.Low)
-	g, ms, vs := floats("AdamWStep", t.Grad), floats("AdamWStep", t.M), floats("AdamWStep", t.V)
+// compact reports whether t's state is held in fewer bits than AdamW's
+// float32 (a split master, BF16 moments): adamWCompact updates it.
+func compact(t engine.AdamWTensors) bool { return t.Low != nil || t.Round != nil }
+
+// checkCompact checks t, tensor i of an AdamWStep whose state is compact.
+func checkCompact(i int, t engine.AdamWTensors) {
+	n := len(floats("AdamWStep", t.Grad))
+	if t.Low != nil {
+		check(t.Param == nil && t.Copy != nil, "AdamWStep", engine.MisuseTensor, "tensor %d: a split master (Low) has a Copy and no Param", i)
+		check(len(bf16s("AdamWStep", t.Copy)) == n && len(bf16s("AdamWStep", t.Low)) == n,
+			"AdamWStep", engine.MisuseShape, "tensor %d: copy %v and low %v of grad %v differ in size", i, t.Copy, t.Low, t.Grad)
+	} else {
+		check(len(floats("AdamWStep", t.Param)) == n, "AdamWStep", engine.MisuseShape, "tensor %d: param %v and grad %v differ in size", i, t.Param, t.Grad)
+		if t.Copy != nil {
+			check(storageOf("AdamWStep", t.Copy).dtype == engine.BF16 && t.Copy.Len() == n, "AdamWStep", engine.MisuseShape,
+				"tensor %d: copy %v of param %v, want BF16 of its size", i, t.Copy, t.Param)
+		}
+	}
+	want := engine.F32
+	if t.Round != nil {
+		want = engine.BF16
+	}
+	for _, m := range []*engine.Tensor{t.M, t.V} {
+		check(storageOf("AdamWStep", m).dtype == want, "AdamWStep", engine.MisuseDType, "tensor %d: moment %v, want %v (BF16 moments with a Round key)", i, m, want)
+		check(m.Len() == n, "AdamWStep", engine.MisuseShape, "tensor %d: moment %v of grad %v differs in size", i, m, t.Grad)
+	}
+}
+
+// adamWCompact is AdamW on compact state: each worker widens a block of
+// the master (joining a split one) and of the moments into float32
+// scratch, runs AdamW's kernel on it, so that the update is AdamW's bit
+// for bit, and narrows them back (splitting the master, rounding BF16
+// moments stochastically under t.Round's key), refreshing the copy of an
+// unsplit master.
+func (b *Backend) adamWCompact(t engine.AdamWTensors, h engine.AdamWParams) {
+	g := floats("AdamWStep", t.Grad)
 	c := adamWCoefficients(h)
-	b.parallelFor(len(hi), splitGrain, func(a, e int) {
-		for ; a < e; a += splitGrain {
-			n := min(splitGrain, e-a)
-			p := b.scratch.get(n)
-			joinF32s(p, hi[a:a+n], lo[a:a+n])
-			vec.AdamW(p, g[a:a+n], ms[a:a+n], vs[a:a+n], &c)
-			splitF32s(hi[a:a+n], lo[a:a+n], p)
+	b.parallelFor(len(g), compactGrain, func(a, e int) {
+		for ; a < e; a += compactGrain {
+			n := min(compactGrain, e-a)
+			p, m, v := b.scratch.get(n), b.scratch.get(n), b.scratch.get(n)
+			if t.Low != nil {
+				joinF32s(p, bf16s("AdamWStep", t.Copy)[a:a+n], bf16s("AdamWStep", t.Low)[a:a+n])
+			} else {
+				copy(p, floats("AdamWStep", t.Param)[a:a+n])
+			}
+			if t.Round != nil {
+				vec.WidenBF16(m, bf16s("AdamWStep", t.M)[a:a+n])
+				vec.WidenBF16(v, bf16s("AdamWStep", t.V)[a:a+n])
+			} else {
+				copy(m, floats("AdamWStep", t.M)[a:a+n])
+				copy(v, floats("AdamWStep", t.V)[a:a+n])
+			}
+			vec.AdamW(p, g[a:a+n], m, v, &c)
+			switch {
+			case t.Low != nil:
+				splitF32s(bf16s("AdamWStep", t.Copy)[a:a+n], bf16s("AdamWStep", t.Low)[a:a+n], p)
+			default:
+				copy(floats("AdamWStep", t.Param)[a:a+n], p)
+				if t.Copy != nil {
+					vec.RoundBF16(bf16s("AdamWStep", t.Copy)[a:a+n], p)
+				}
+			}
+			if t.Round != nil {
+				roundMoments(bf16s("AdamWStep", t.M)[a:a+n], bf16s("AdamWStep", t.V)[a:a+n], m, v, t.Round, h.Step, a)
+			} else {
+				copy(floats("AdamWStep", t.M)[a:a+n], m)
+				copy(floats("AdamWStep", t.V)[a:a+n], v)
+			}
 			b.scratch.put(p)
+			b.scratch.put(m)
+			b.scratch.put(v)
 		}
 	})
+}
+
+// roundMoments rounds the float32 moments m and v, elements off… of the
+// step's part of a parameter, stochastically into the BF16 dm and dv.
+func roundMoments(dm, dv []uint16, m, v []float32, r *engine.MomentRound, step, off int) {
+	for i := range m {
+		g := r.Index.Global(off + i)
+		dm[i] = engine.RoundStochastic(m[i], engine.RoundBits(r.Seed, step, r.Tensor, 0, g))
+		dv[i] = engine.RoundStochastic(v[i], engine.RoundBits(r.Seed, step, r.Tensor, 1, g))
+	}
 }
