@@ -218,3 +218,62 @@ func TestCompactStateResumes(t *testing.T) {
 		}
 	}
 }
+
+// TestCompactStateMemory: the memory accounting (llama.Itemize, which the
+// preflight, inspect and the planner size from) of split masters and
+// bf16 moments is what the model and the optimizer allocate: the model's
+// weights and gradients (a split master's copy and residual, no float32
+// master), and the moments at 2 bytes an element, whole or as ZeRO's
+// first data rank's chunks.
+func TestCompactStateMemory(t *testing.T) {
+	cfg := sweepConfig()
+	for _, c := range []struct {
+		shape   comm.Grid
+		zero    int
+		split   bool
+		moments string
+	}{
+		{comm.Grid{Data: 1, X: 1, Y: 1, Z: 1}, 0, true, "fp32"},
+		{comm.Grid{Data: 1, X: 1, Y: 1, Z: 1}, 0, false, "bf16"},
+		{comm.Grid{Data: 2, X: 2, Y: 1, Z: 1}, 1, true, "bf16"},
+		{comm.Grid{Data: 3, X: 1, Y: 2, Z: 1}, 0, true, "bf16"},
+	} {
+		name := fmt.Sprintf("%v/zero=%d/split=%v/%s", c.shape, c.zero, c.split, c.moments)
+		oc := OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, Moments: c.moments}
+		w := llama.Work{Grid: c.shape, Moments: 2, Zero: c.zero, Activations: engine.BF16, SplitMaster: c.split, MomentDType: oc.momentDType()}
+		it := llama.Itemize(cfg, w)
+		var mu sync.Mutex
+		err := launch.Local(c.shape, parallel.Overlap{}, func(g *parallel.Grid) error {
+			b := cpu.New(cpu.Options{Threads: 1})
+			m, err := llama.New(b, cfg, llama.Options{Parallel: g, Activations: engine.BF16, SplitMaster: c.split})
+			if err != nil {
+				return err
+			}
+			defer m.Free()
+			params := b.MemStats().Allocated
+			var o *Optimizer
+			if c.zero == 1 {
+				o, err = NewShardedOptimizer(b, m.Trainable(), oc, g.Data)
+			} else {
+				o, err = NewOptimizer(b, m.Trainable(), oc)
+			}
+			if err != nil {
+				return err
+			}
+			defer o.Free()
+			moments := b.MemStats().Allocated - params
+			mu.Lock()
+			defer mu.Unlock()
+			if want := engine.SumBytes(it.Weights, it.Gradients); params != want {
+				t.Errorf("%s rank %d: the model allocates %d bytes, the accounting %d", name, g.Rank(), params, want)
+			}
+			if g.Data.Rank() == 0 && moments != it.Optimizer || moments > it.Optimizer {
+				t.Errorf("%s rank %d: the moments take %d bytes, the accounting %d", name, g.Rank(), moments, it.Optimizer)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+}

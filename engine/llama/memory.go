@@ -35,6 +35,13 @@ type Work struct {
 	// comm.Chunk of every tensor's elements, the first data rank the
 	// largest (⌈n/Data⌉), which Optimizer counts.
 	Zero int
+	// MomentDType is the dtype the moments are held in: F32 (the zero
+	// value) or BF16 (finetune's bf16 moments).
+	MomentDType engine.DType
+	// SplitMaster is Options.SplitMaster: a mixed-precision matrix's
+	// float32 master is its BF16 copy and a 16-bit residual, so Weights
+	// count 4 bytes for master and copy instead of 6.
+	SplitMaster bool
 	// Batch and SeqLen are one pass on a rank: its sequences and their
 	// tokens. SeqLen 0 sizes the parameters alone.
 	Batch, SeqLen int
@@ -145,6 +152,10 @@ func Itemize(cfg *checkpoints.Config, w Work) Items {
 	local, z := shardElements(cfg, w.Grid, w.Overlap)
 	rope := int64(len(InvFreq(cfg))) * 4
 	moments := int64(max(w.Moments, 0))
+	momentSize := int64(4)
+	if w.MomentDType == engine.BF16 {
+		momentSize = 2
+	}
 	if a := w.LoRA; a != nil {
 		// The frozen base: its matrices in BaseDType and its norms in
 		// F32, no gradients; the adapters, replicated, with gradients
@@ -158,9 +169,9 @@ func Itemize(cfg *checkpoints.Config, w Work) Items {
 			m.Weights = engine.SumBytes(m.Weights, engine.MulBytes(ad, 2)) // the adapters' bf16 copies
 		}
 		m.Gradients = engine.SumBytes(engine.MulBytes(ad, 4), int64(d.H)*4)
-		m.Optimizer = engine.MulBytes(moments, ad, 4)
+		m.Optimizer = engine.MulBytes(moments, ad, momentSize)
 		if zeroShards(w) {
-			m.Optimizer = engine.MulBytes(moments, adapterChunks(cfg, a, w.Grid.Data), 4)
+			m.Optimizer = engine.MulBytes(moments, adapterChunks(cfg, a, w.Grid.Data), momentSize)
 		}
 		m.Activations = engine.SumBytes(passBytes(d, w), stepSumsBytes(cfg, w))
 		m.Gathered = engine.MulBytes(z.gather, int64(w.BaseDType.Size())) // the base gathered as held
@@ -170,15 +181,16 @@ func Itemize(cfg *checkpoints.Config, w Work) Items {
 		return m
 	}
 	m.Weights = engine.SumBytes(engine.MulBytes(local, 4), rope)
-	if w.Activations == engine.BF16 {
-		// The matrices' bf16 copies (New): everything but the norms.
+	if w.Activations == engine.BF16 && !w.SplitMaster {
+		// The matrices' bf16 copies (New): everything but the norms. A
+		// split master's copy is half of its 4 bytes.
 		norms := int64(2*cfg.NumHiddenLayers+1) * int64(d.H)
 		m.Weights = engine.SumBytes(m.Weights, engine.MulBytes(local-norms, 2))
 	}
 	m.Gradients = engine.MulBytes(local, 4)
-	m.Optimizer = engine.MulBytes(moments, local, 4)
+	m.Optimizer = engine.MulBytes(moments, local, momentSize)
 	if zeroShards(w) {
-		m.Optimizer = engine.MulBytes(moments, shardChunks(cfg, w.Grid), 4)
+		m.Optimizer = engine.MulBytes(moments, shardChunks(cfg, w.Grid), momentSize)
 	}
 	m.Activations = engine.SumBytes(passBytes(d, w), stepSumsBytes(cfg, w))
 	// The gathered blocks are what the passes multiply by (passWeight):
