@@ -75,9 +75,13 @@ func (s Step) Work(o Options) llama.Work {
 		ov = parallel.Overlap{}
 	}
 	g := s.Grid
-	return llama.Work{Grid: comm.Grid{Data: g.Data, X: g.X, Y: g.Y, Z: g.Z}, Overlap: ov, Train: true,
+	w := llama.Work{Grid: comm.Grid{Data: g.Data, X: g.X, Y: g.Y, Z: g.Z}, Overlap: ov, Train: true,
 		Recompute: s.Recompute, Moments: 2, Batch: s.MicroBatch, SeqLen: s.SeqLen, Micro: s.MicroBatches,
-		Activations: o.Precision.Activations(), Zero: o.Zero}
+		Activations: o.Precision.Activations(), Zero: o.Zero, SplitMaster: o.SplitMaster, MomentDType: o.Moments}
+	if o.LoRA != nil {
+		w.LoRA, w.BaseDType = o.LoRA, engine.BF16
+	}
+	return w
 }
 
 // computes says whether the engine computes step s at o's precision on

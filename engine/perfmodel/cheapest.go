@@ -1,0 +1,112 @@
+package perfmodel
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/memtrain/memtrain/engine"
+)
+
+// A Choice is what Cheapest found: the fewest GPUs that fit, the
+// optimizer-state options it chose, and its grids on them with those
+// options, fastest first (Search's plans).
+type Choice struct {
+	GPUs    int
+	Options Options
+	Plans   []Plan
+}
+
+// Cheapest searches the optimizer-state options as well as the grids:
+// ZeRO 0 and 1, the split master (in mixed precision, without adapters)
+// or not, float32 or bf16 moments, each with Search's grids,
+// micro-batches and recomputation, on at most j.GPUs devices. It returns
+// the fewest GPUs (the powers of two below j.GPUs, then j.GPUs) on which
+// some option set fits; of the option sets that fit there, the exact
+// ones first — float32 moments, for bf16 moments round (stochastically)
+// where the split master and ZeRO change no bit — then the fastest step.
+// o's state options are replaced; the rest (precision, recomputation,
+// overlap, adapters, …) hold for every try. With j.GlobalBatchTokens 0
+// each count trains one sequence a GPU. When nothing fits it returns
+// j.GPUs's most frugal option set's *NoFitError.
+func Cheapest(j Job, o Options) (Choice, error) {
+	if j.GPUs < 1 {
+		return Choice{}, fmt.Errorf("perfmodel: gpus must be positive, got %d", j.GPUs)
+	}
+	var counts []int
+	for n := 1; n < j.GPUs; n *= 2 {
+		counts = append(counts, n)
+	}
+	counts = append(counts, j.GPUs)
+	var lastErr error
+	for _, n := range counts {
+		jn := j
+		jn.GPUs = n
+		if j.GlobalBatchTokens == 0 {
+			jn.GlobalBatchTokens = int64(n) * int64(j.SeqLen)
+		}
+		var best *Choice
+		for _, v := range stateOptions(o) {
+			plans, err := Search(jn, v)
+			if err != nil {
+				lastErr = frugal(lastErr, err)
+				continue
+			}
+			c := Choice{GPUs: n, Options: v, Plans: plans}
+			if best == nil || better(c, *best) {
+				best = &c
+			}
+		}
+		if best != nil {
+			return *best, nil
+		}
+		if n == j.GPUs {
+			break
+		}
+		lastErr = nil // only j.GPUs's shortfall is reported
+	}
+	return Choice{}, lastErr
+}
+
+// stateOptions are o with each combination of the state options.
+func stateOptions(o Options) []Options {
+	splits := []bool{false}
+	if o.Precision == engine.PrecisionBF16 && o.LoRA == nil {
+		splits = append(splits, true)
+	}
+	var out []Options
+	for _, zero := range []int{0, 1} {
+		for _, split := range splits {
+			for _, m := range []engine.DType{engine.F32, engine.BF16} {
+				v := o
+				v.Zero, v.SplitMaster, v.Moments = zero, split, m
+				out = append(out, v)
+			}
+		}
+	}
+	return out
+}
+
+// better reports whether c is to be chosen over d at the same GPUs:
+// exact moments first, then the faster step.
+func better(c, d Choice) bool {
+	if ce, de := c.Options.Moments == engine.F32, d.Options.Moments == engine.F32; ce != de {
+		return ce
+	}
+	return c.Plans[0].StepSeconds < d.Plans[0].StepSeconds
+}
+
+// frugal keeps, of two Search errors, the no-fit one whose smallest
+// candidate needs the least memory (any error before none).
+func frugal(a, b error) error {
+	var na, nb *NoFitError
+	if !errors.As(b, &nb) {
+		if a == nil {
+			return b
+		}
+		return a
+	}
+	if errors.As(a, &na) && na.Smallest.Memory.Total() <= nb.Smallest.Memory.Total() {
+		return a
+	}
+	return b
+}
