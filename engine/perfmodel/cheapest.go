@@ -7,13 +7,27 @@ import (
 	"github.com/memtrain/memtrain/engine"
 )
 
-// A Choice is what Cheapest found: the fewest GPUs that fit, the
-// optimizer-state options it chose, and its grids on them with those
-// options, fastest first (Search's plans).
+// A Choice is what Choose found: the job it planned (with Cheapest, the
+// fewest GPUs that fit and their batch), the options (with Cheapest, the
+// state options it chose), and the grids with them, fastest first
+// (Search's plans).
 type Choice struct {
-	GPUs    int
+	Job     Job
 	Options Options
 	Plans   []Plan
+}
+
+// Choose plans j: Cheapest when o.Cheapest is set, else Search on j as
+// given (whose GlobalBatchTokens 0 is one sequence a GPU).
+func Choose(j Job, o Options) (Choice, error) {
+	if o.Cheapest {
+		return Cheapest(j, o)
+	}
+	if j.GlobalBatchTokens == 0 {
+		j.GlobalBatchTokens = int64(j.GPUs) * int64(j.SeqLen)
+	}
+	plans, err := Search(j, o)
+	return Choice{Job: j, Options: o, Plans: plans}, err
 }
 
 // Cheapest searches the optimizer-state options as well as the grids:
@@ -51,7 +65,7 @@ func Cheapest(j Job, o Options) (Choice, error) {
 				lastErr = frugal(lastErr, err)
 				continue
 			}
-			c := Choice{GPUs: n, Options: v, Plans: plans}
+			c := Choice{Job: jn, Options: v, Plans: plans}
 			if best == nil || better(c, *best) {
 				best = &c
 			}
@@ -70,7 +84,7 @@ func Cheapest(j Job, o Options) (Choice, error) {
 // stateOptions are o with each combination of the state options.
 func stateOptions(o Options) []Options {
 	splits := []bool{false}
-	if o.Precision == engine.PrecisionBF16 && o.LoRA == nil {
+	if o.Precision == engine.PrecisionBF16 && o.LoRA == 0 {
 		splits = append(splits, true)
 	}
 	var out []Options

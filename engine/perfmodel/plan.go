@@ -87,12 +87,16 @@ type Options struct {
 	// Moments is the dtype of AdamW's moments: F32 (the zero value) or
 	// BF16 (finetune's optimizer.moments).
 	Moments engine.DType
-	// LoRA, if not nil, plans a LoRA fine-tune with these adapters on a
-	// base frozen in bf16: its memory is the frozen base, the adapters
-	// and their state (llama.Itemize); its step time and communication
-	// are the full fine-tune's, an upper bound (a LoRA step skips the
-	// base's weight gradients and their reduction).
-	LoRA *checkpoints.AdapterConfig
+	// LoRA, if positive, plans a LoRA fine-tune of this rank on
+	// finetune's default projections (q, k, v and o_proj) and a base
+	// frozen in bf16: its memory is the frozen base, the adapters and
+	// their state (llama.Itemize); its step time and communication are
+	// the full fine-tune's, an upper bound (a LoRA step skips the base's
+	// weight gradients and their reduction).
+	LoRA int
+	// Cheapest has Choose search the state options and the GPU counts
+	// (Cheapest) rather than plan the job with these.
+	Cheapest bool
 	// Recompute restricts Search's recomputation choice.
 	Recompute Recompute
 	// NoOverlap serialises communication and compute; by default the
@@ -283,7 +287,9 @@ func (o Options) checkState() error {
 	switch {
 	case o.SplitMaster && o.Precision != engine.PrecisionBF16:
 		return errors.New("perfmodel: a split master is mixed precision's (precision bf16)")
-	case o.SplitMaster && o.LoRA != nil:
+	case o.LoRA < 0:
+		return fmt.Errorf("perfmodel: LoRA rank %d (want 0, full fine-tuning, or more)", o.LoRA)
+	case o.SplitMaster && o.LoRA > 0:
 		return errors.New("perfmodel: a split master is a full fine-tune's, not with adapters")
 	case o.Moments != engine.F32 && o.Moments != engine.BF16:
 		return fmt.Errorf("perfmodel: moments in %v (want f32 or bf16)", o.Moments)
@@ -298,8 +304,8 @@ func (o Options) State() string {
 		master = "split"
 	}
 	s := fmt.Sprintf("zero %d, master %s, moments %v", o.Zero, master, o.Moments)
-	if o.LoRA != nil {
-		s = fmt.Sprintf("LoRA rank %d on a bf16 base, zero %d, moments %v", o.LoRA.R, o.Zero, o.Moments)
+	if o.LoRA > 0 {
+		s = fmt.Sprintf("LoRA rank %d on a bf16 base, zero %d, moments %v", o.LoRA, o.Zero, o.Moments)
 	}
 	return s
 }
@@ -478,7 +484,7 @@ func Search(j Job, o Options) ([]Plan, error) {
 	}
 	if len(plans) == 0 {
 		nf := &NoFitError{GPUs: j.GPUs, Device: dev.Name, Smallest: *smallest, Usable: o.usable(dev, smallest.Grid), Capacity: int64(float64(dev.MemoryBytes) / dev.share(smallest.Grid))}
-		if o.SplitMaster || o.Moments != engine.F32 || o.LoRA != nil {
+		if o.SplitMaster || o.Moments != engine.F32 || o.LoRA > 0 {
 			nf.State = o.State()
 		}
 		return nil, nf
