@@ -256,12 +256,14 @@ func Poison() bool { return os.Getenv(PoisonEnv) == "1" }
 //
 // M and V are F32, or BF16 with Round set: the moments are then widened,
 // updated in float32 as AdamW updates them, and rounded back
-// stochastically under Round's key (stochastic.go); only a
-// MasterSplitter's AdamWStep takes BF16 moments.
+// stochastically under Round's key (stochastic.go); or I8 with Round and
+// Int8 set: decoded, updated and encoded again blockwise (int8.go). Only
+// a MasterSplitter's AdamWStep takes BF16 or I8 moments.
 type AdamWTensors struct {
 	Param, Grad, M, V *Tensor
 	Copy, Low         *Tensor
 	Round             *MomentRound
+	Int8              *Int8Moments
 	WeightDecay       float32
 }
 

@@ -48,4 +48,11 @@ type MasterSplitter interface {
 	SplitMaster(hi, lo, master *Tensor)
 	// JoinMaster writes JoinF32 of hi and lo into master.
 	JoinMaster(master, hi, lo *Tensor)
+	// DecodeMoment writes moment k's (0: m, 1: v) values of the I8
+	// codes and q's scales into dst (F32), DecodeInt8 piece by piece.
+	DecodeMoment(dst, codes *Tensor, q *Int8Moments, k int)
+	// EncodeMoment writes the codes and scales of src's values of
+	// moment k into codes and q's scales, rounding to nearest: the
+	// inverse of DecodeMoment (int8.go).
+	EncodeMoment(codes *Tensor, q *Int8Moments, k int, src *Tensor)
 }

@@ -12,6 +12,7 @@ const (
 	F32  DType = iota // IEEE float32
 	BF16              // bfloat16, the GPU backend's compute type
 	I32               // int32, token ids and positions
+	I8                // 8-bit codes: AdamW's 8-bit moments (Int8Moments)
 )
 
 func (d DType) String() string {
@@ -22,14 +23,19 @@ func (d DType) String() string {
 		return "bf16"
 	case I32:
 		return "i32"
+	case I8:
+		return "i8"
 	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }
 
 // Size is the size of one element in bytes.
 func (d DType) Size() int {
-	if d == BF16 {
+	switch d {
+	case BF16:
 		return 2
+	case I8:
+		return 1
 	}
 	return 4
 }

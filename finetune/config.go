@@ -277,6 +277,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("finetune: zero: %d (want 0 or 1)", c.Zero)
 	case c.Zero == 1 && c.Optimizer.Name != "adamw":
 		return fmt.Errorf("finetune: zero: 1 shards AdamW's moments; optimizer.name %s has none", c.Optimizer.Name)
+	case c.Zero == 1 && c.Optimizer.Moments == "int8":
+		return errors.New("finetune: zero: 1 does not shard 8-bit moments (optimizer.moments int8): its chunks would cut their blocks")
 	}
 	if err := c.checkMaster(); err != nil {
 		return err

@@ -260,7 +260,7 @@ func stateBytes(cfg *checkpoints.Config, p engine.Precision) []StateBytes {
 	}
 	var out []StateBytes
 	for _, master := range masters {
-		for _, moments := range []string{"fp32", "bf16"} {
+		for _, moments := range []string{"fp32", "bf16", "int8"} {
 			oc := OptimizerConfig{Moments: moments}
 			w := llama.Work{Moments: 2, Activations: p.Activations(), SplitMaster: master == "split", MomentDType: oc.momentDType()}
 			it := llama.Itemize(cfg, w)

@@ -164,15 +164,19 @@ func TestSplitMasterEqualsFP32(t *testing.T) {
 	t.Logf("copies moved off nearest even by a tie: %d", ties)
 }
 
-// TestCompactStateResumes: a run with split masters, bf16 moments or
-// both, stopped after a checkpoint on a ZeRO-1 data-parallel grid and
-// resumed on the same grid without ZeRO, goes on bit for bit as the
+// TestCompactStateResumes: a run with split masters, bf16 or 8-bit
+// moments, stopped after a checkpoint on a data-parallel grid (with
+// ZeRO-1 but for 8-bit moments, which it does not shard) and resumed on
+// the same grid without ZeRO, goes on bit for bit as the
 // uninterrupted run: its metrics and its last checkpoint's files (the
 // float32 masters joined from their halves, the moments widened) are the
 // same, so a checkpoint holds the state exactly and loading it narrows
 // it back exactly.
 func TestCompactStateResumes(t *testing.T) {
-	for _, c := range []struct{ master, moments string }{{"split", "fp32"}, {"fp32", "bf16"}, {"split", "bf16"}} {
+	for _, c := range []struct {
+		master, moments string
+		zero            int // of the first half
+	}{{"split", "fp32", 1}, {"fp32", "bf16", 1}, {"split", "bf16", 1}, {"split", "int8", 0}} {
 		name := c.master + "/" + c.moments
 		cfg := shortRun(t)
 		cfg.Precision, cfg.Master, cfg.Optimizer.Moments = "bf16", c.master, c.moments
@@ -181,7 +185,7 @@ func TestCompactStateResumes(t *testing.T) {
 		cfg.Out = filepath.Join(root, "whole")
 		want := trainRun(t, cfg, &grid, "", 0)
 		cfg.Out = filepath.Join(root, "resumed")
-		cfg.Zero = 1
+		cfg.Zero = c.zero
 		got := trainRun(t, cfg, &grid, "", 2)
 		cfg.Zero = 0
 		got = append(got, trainRun(t, cfg, &grid, cfg.Out, 0)...)
@@ -224,7 +228,8 @@ func TestCompactStateResumes(t *testing.T) {
 // bf16 moments is what the model and the optimizer allocate: the model's
 // weights and gradients (a split master's copy and residual, no float32
 // master), and the moments at 2 bytes an element, whole or as ZeRO's
-// first data rank's chunks.
+// first data rank's chunks; 8-bit moments at 1 byte an element and a
+// float32 scale a piece of a block.
 func TestCompactStateMemory(t *testing.T) {
 	cfg := sweepConfig()
 	for _, c := range []struct {
@@ -237,6 +242,8 @@ func TestCompactStateMemory(t *testing.T) {
 		{comm.Grid{Data: 1, X: 1, Y: 1, Z: 1}, 0, false, "bf16"},
 		{comm.Grid{Data: 2, X: 2, Y: 1, Z: 1}, 1, true, "bf16"},
 		{comm.Grid{Data: 3, X: 1, Y: 2, Z: 1}, 0, true, "bf16"},
+		{comm.Grid{Data: 1, X: 1, Y: 1, Z: 1}, 0, true, "int8"},
+		{comm.Grid{Data: 2, X: 2, Y: 1, Z: 2}, 0, false, "int8"},
 	} {
 		name := fmt.Sprintf("%v/zero=%d/split=%v/%s", c.shape, c.zero, c.split, c.moments)
 		oc := OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, Moments: c.moments}
@@ -264,7 +271,7 @@ func TestCompactStateMemory(t *testing.T) {
 			moments := b.MemStats().Allocated - params
 			mu.Lock()
 			defer mu.Unlock()
-			if want := engine.SumBytes(it.Weights, it.Gradients); params != want {
+			if want := engine.SumBytes(it.Weights, it.Gradients, it.Gathered); params != want { // Z-sharding buffers too
 				t.Errorf("%s rank %d: the model allocates %d bytes, the accounting %d", name, g.Rank(), params, want)
 			}
 			if g.Data.Rank() == 0 && moments != it.Optimizer || moments > it.Optimizer {

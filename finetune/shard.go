@@ -210,8 +210,7 @@ func pieceTensor(m *llama.Model, o *Optimizer, p shardPiece) (t *engine.Tensor, 
 	if p.kind == 0 {
 		return m.Master(m.Trainable()[p.param])
 	}
-	mv, vv := o.Moments()
-	return [2][]*engine.Tensor{mv, vv}[p.kind-1][p.param], func() {}
+	return o.moment(p.param, p.kind)
 }
 
 // rankPieces are this rank's pieces to write: its weights', and its

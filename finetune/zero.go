@@ -106,6 +106,9 @@ func NewShardedOptimizer(b engine.Backend, params []*engine.Param, cfg Optimizer
 	if err := checkCompact(b, params, cfg); err != nil {
 		return nil, err
 	}
+	if cfg.Moments == "int8" {
+		return nil, errors.New("finetune: 8-bit moments are not sharded over the data ranks (ZeRO cuts their blocks)")
+	}
 	z := newZeroShard(params, data)
 	o := &Optimizer{cfg: cfg, backend: b, params: params, zero: z}
 	for i, p := range params {

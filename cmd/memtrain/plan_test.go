@@ -455,7 +455,7 @@ func TestPlanZeRO(t *testing.T) {
 // plans adapters on a frozen base.
 func TestPlanCheapest(t *testing.T) {
 	r := runPlanJSON(t, "--model", "llama3.1-8b", "--gpus", "8", "--gpu", "h200", "--seq-len", "8192", "--precision", "bf16", "--cheapest")
-	if r.GPUs != 1 || r.State != "zero 0, master split, moments f32" || r.GlobalBatchTokens != 8192 || len(r.Plans) == 0 {
+	if r.GPUs != 1 || r.State != "zero 0, master split, moments fp32" || r.GlobalBatchTokens != 8192 || len(r.Plans) == 0 {
 		t.Errorf("--cheapest: %d GPUs, state %q, %d tokens, %d plans", r.GPUs, r.State, r.GlobalBatchTokens, len(r.Plans))
 	}
 	r = runPlanJSON(t, "--model", "llama3.1-8b", "--gpus", "1", "--gpu", "h200", "--seq-len", "8192", "--precision", "bf16", "--lora", "8")

@@ -39,7 +39,7 @@ func joinF32s(x []float32, hi, lo []uint16) {
 const compactGrain = 1 << 12
 
 // compact reports whether t's state is held in fewer bits than AdamW's
-// float32 (a split master, BF16 moments): adamWCompact updates it.
+// float32 (a split master, BF16 or I8 moments): adamWCompact updates it.
 func compact(t engine.AdamWTensors) bool { return t.Low != nil || t.Round != nil }
 
 // checkCompact checks t, tensor i of an AdamWStep whose state is compact.
@@ -55,6 +55,13 @@ func checkCompact(i int, t engine.AdamWTensors) {
 			check(storageOf("AdamWStep", t.Copy).dtype == engine.BF16 && t.Copy.Len() == n, "AdamWStep", engine.MisuseShape,
 				"tensor %d: copy %v of param %v, want BF16 of its size", i, t.Copy, t.Param)
 		}
+	}
+	if t.Int8 != nil {
+		check(t.Round != nil, "AdamWStep", engine.MisuseTensor, "tensor %d: 8-bit moments without a Round key", i)
+		for k, m := range []*engine.Tensor{t.M, t.V} {
+			checkInt8("AdamWStep", m, t.Int8, k, n)
+		}
+		return
 	}
 	want := engine.F32
 	if t.Round != nil {
@@ -73,17 +80,17 @@ func checkCompact(i int, t engine.AdamWTensors) {
 // moments stochastically under t.Round's key), refreshing the copy of an
 // unsplit master.
 func (b *Backend) adamWCompact(t engine.AdamWTensors, h engine.AdamWParams) {
+	if t.Int8 != nil {
+		b.adamWInt8(t, h)
+		return
+	}
 	g := floats("AdamWStep", t.Grad)
 	c := adamWCoefficients(h)
 	b.parallelFor(len(g), compactGrain, func(a, e int) {
 		for ; a < e; a += compactGrain {
 			n := min(compactGrain, e-a)
 			p, m, v := b.scratch.get(n), b.scratch.get(n), b.scratch.get(n)
-			if t.Low != nil {
-				joinF32s(p, bf16s("AdamWStep", t.Copy)[a:a+n], bf16s("AdamWStep", t.Low)[a:a+n])
-			} else {
-				copy(p, floats("AdamWStep", t.Param)[a:a+n])
-			}
+			b.loadMaster(p, t, a, a+n)
 			if t.Round != nil {
 				vec.WidenBF16(m, bf16s("AdamWStep", t.M)[a:a+n])
 				vec.WidenBF16(v, bf16s("AdamWStep", t.V)[a:a+n])
@@ -92,15 +99,7 @@ func (b *Backend) adamWCompact(t engine.AdamWTensors, h engine.AdamWParams) {
 				copy(v, floats("AdamWStep", t.V)[a:a+n])
 			}
 			vec.AdamW(p, g[a:a+n], m, v, &c)
-			switch {
-			case t.Low != nil:
-				splitF32s(bf16s("AdamWStep", t.Copy)[a:a+n], bf16s("AdamWStep", t.Low)[a:a+n], p)
-			default:
-				copy(floats("AdamWStep", t.Param)[a:a+n], p)
-				if t.Copy != nil {
-					vec.RoundBF16(bf16s("AdamWStep", t.Copy)[a:a+n], p)
-				}
-			}
+			b.storeMaster(t, a, a+n, p)
 			if t.Round != nil {
 				roundMoments(bf16s("AdamWStep", t.M)[a:a+n], bf16s("AdamWStep", t.V)[a:a+n], m, v, t.Round, h.Step, a)
 			} else {
@@ -112,6 +111,29 @@ func (b *Backend) adamWCompact(t engine.AdamWTensors, h engine.AdamWParams) {
 			b.scratch.put(v)
 		}
 	})
+}
+
+// loadMaster writes the float32 master's elements lo…hi−1 into p:
+// joined from a split master's halves, else copied.
+func (b *Backend) loadMaster(p []float32, t engine.AdamWTensors, lo, hi int) {
+	if t.Low != nil {
+		joinF32s(p, bf16s("AdamWStep", t.Copy)[lo:hi], bf16s("AdamWStep", t.Low)[lo:hi])
+		return
+	}
+	copy(p, floats("AdamWStep", t.Param)[lo:hi])
+}
+
+// storeMaster writes the updated master p back as loadMaster read it,
+// refreshing an unsplit master's copy.
+func (b *Backend) storeMaster(t engine.AdamWTensors, lo, hi int, p []float32) {
+	if t.Low != nil {
+		splitF32s(bf16s("AdamWStep", t.Copy)[lo:hi], bf16s("AdamWStep", t.Low)[lo:hi], p)
+		return
+	}
+	copy(floats("AdamWStep", t.Param)[lo:hi], p)
+	if t.Copy != nil {
+		vec.RoundBF16(bf16s("AdamWStep", t.Copy)[lo:hi], p)
+	}
 }
 
 // roundMoments rounds the float32 moments m and v, elements off… of the

@@ -219,7 +219,9 @@ func (k *kernelList) step(w Work) {
 	k.finishStep(ps, w.Micro)
 	// AdamWStep: each parameter's value, gradient, moments and copy. A
 	// split master's halves are read and written as a float32's four
-	// bytes, its copy one of them (no copy written beside).
+	// bytes, its copy one of them (no copy written beside). Compact
+	// moments move their own bytes; 8-bit moments' scales (4 bytes a 64
+	// elements) are left out.
 	var ops []engine.Operand
 	for _, p := range ps {
 		c := engine.Operand{}
@@ -227,8 +229,8 @@ func (k *kernelList) step(w Work) {
 			c = engine.Shaped(engine.BF16, p.shape...)
 		}
 		f, mom := k.f32(p.shape...), k.f32(p.shape...)
-		if w.MomentDType == engine.BF16 {
-			mom = engine.Shaped(engine.BF16, p.shape...)
+		if w.MomentDType != engine.F32 {
+			mom = engine.Shaped(w.MomentDType, p.shape...)
 		}
 		ops = append(ops, f, f, mom, mom, c)
 	}

@@ -36,7 +36,9 @@ type Work struct {
 	// largest (⌈n/Data⌉), which Optimizer counts.
 	Zero int
 	// MomentDType is the dtype the moments are held in: F32 (the zero
-	// value) or BF16 (finetune's bf16 moments).
+	// value), BF16 (finetune's bf16 moments) or I8 (8-bit moments, with
+	// a float32 scale a piece of a block: engine.Int8Pieces; not with
+	// Zero).
 	MomentDType engine.DType
 	// SplitMaster is Options.SplitMaster: a mixed-precision matrix's
 	// float32 master is its BF16 copy and a 16-bit residual, so Weights
@@ -152,10 +154,7 @@ func Itemize(cfg *checkpoints.Config, w Work) Items {
 	local, z := shardElements(cfg, w.Grid, w.Overlap)
 	rope := int64(len(InvFreq(cfg))) * 4
 	moments := int64(max(w.Moments, 0))
-	momentSize := int64(4)
-	if w.MomentDType == engine.BF16 {
-		momentSize = 2
-	}
+	momentSize := int64(w.MomentDType.Size())
 	if a := w.LoRA; a != nil {
 		// The frozen base: its matrices in BaseDType and its norms in
 		// F32, no gradients; the adapters, replicated, with gradients
@@ -170,6 +169,9 @@ func Itemize(cfg *checkpoints.Config, w Work) Items {
 		}
 		m.Gradients = engine.SumBytes(engine.MulBytes(ad, 4), int64(d.H)*4)
 		m.Optimizer = engine.MulBytes(moments, ad, momentSize)
+		if w.MomentDType == engine.I8 {
+			m.Optimizer = engine.SumBytes(m.Optimizer, engine.MulBytes(moments, adapterPieces(cfg, a), 4))
+		}
 		if zeroShards(w) {
 			m.Optimizer = engine.MulBytes(moments, adapterChunks(cfg, a, w.Grid.Data), momentSize)
 		}
@@ -189,6 +191,9 @@ func Itemize(cfg *checkpoints.Config, w Work) Items {
 	}
 	m.Gradients = engine.MulBytes(local, 4)
 	m.Optimizer = engine.MulBytes(moments, local, momentSize)
+	if w.MomentDType == engine.I8 {
+		m.Optimizer = engine.SumBytes(m.Optimizer, engine.MulBytes(moments, shardPieces(cfg, w.Grid), 4))
+	}
 	if zeroShards(w) {
 		m.Optimizer = engine.MulBytes(moments, shardChunks(cfg, w.Grid), momentSize)
 	}
@@ -332,6 +337,36 @@ func shardChunks(cfg *checkpoints.Config, g comm.Grid) int64 {
 		} else {
 			n += int64(c)
 		}
+	}
+	return n
+}
+
+// shardPieces counts the 8-bit moments' pieces (engine.Int8Pieces, one
+// float32 scale a moment each) of the shards of the rank at x = y = z =
+// 0, as shardElements counts the shards.
+func shardPieces(cfg *checkpoints.Config, g comm.Grid) int64 {
+	if g == (comm.Grid{}) {
+		g = comm.Grid{Data: 1, X: 1, Y: 1, Z: 1}
+	}
+	layers := int64(cfg.NumHiddenLayers)
+	var n int64
+	for _, s := range oneLayer(cfg).TensorSpecs() {
+		sh := parallel.ShardAt(g, 0, 0, 0, s.Name, s.Shape)
+		c := engine.Int8PieceCount(engine.ElementIndex{Shard: sh, Cols: s.Shape[len(s.Shape)-1]}, sh.Elements())
+		if isLayer(s.Name) {
+			c *= layers
+		}
+		n += c
+	}
+	return n
+}
+
+// adapterPieces is shardPieces for a's adapters, whole on every rank.
+func adapterPieces(cfg *checkpoints.Config, a *checkpoints.AdapterConfig) int64 {
+	var n int64
+	for _, s := range cfg.AdapterTensorSpecs(a) {
+		ix := engine.ElementIndex{Shard: engine.WholeShard(s.Shape[0], s.Shape[1]), Cols: s.Shape[1]}
+		n += engine.Int8PieceCount(ix, engine.Elements(s.Shape))
 	}
 	return n
 }

@@ -32,12 +32,13 @@ func Choose(j Job, o Options) (Choice, error) {
 
 // Cheapest searches the optimizer-state options as well as the grids:
 // ZeRO 0 and 1, the split master (in mixed precision, without adapters)
-// or not, float32 or bf16 moments, each with Search's grids,
-// micro-batches and recomputation, on at most j.GPUs devices. It returns
-// the fewest GPUs (the powers of two below j.GPUs, then j.GPUs) on which
-// some option set fits; of the option sets that fit there, the exact
-// ones first — float32 moments, for bf16 moments round (stochastically)
-// where the split master and ZeRO change no bit — then the fastest step.
+// or not, float32, bf16 or 8-bit moments (the last without ZeRO), each
+// with Search's grids, micro-batches and recomputation, on at most
+// j.GPUs devices. It returns the fewest GPUs (the powers of two below
+// j.GPUs, then j.GPUs) on which some option set fits; of the option
+// sets that fit there, the most exact first — float32 moments, then
+// bf16, then 8-bit, for compact moments round (stochastically) where the
+// split master and ZeRO change no bit — then the fastest step.
 // o's state options are replaced; the rest (precision, recomputation,
 // overlap, adapters, …) hold for every try. With j.GlobalBatchTokens 0
 // each count trains one sequence a GPU. When nothing fits it returns
@@ -90,7 +91,10 @@ func stateOptions(o Options) []Options {
 	var out []Options
 	for _, zero := range []int{0, 1} {
 		for _, split := range splits {
-			for _, m := range []engine.DType{engine.F32, engine.BF16} {
+			for _, m := range []engine.DType{engine.F32, engine.BF16, engine.I8} {
+				if m == engine.I8 && zero != 0 {
+					continue
+				}
 				v := o
 				v.Zero, v.SplitMaster, v.Moments = zero, split, m
 				out = append(out, v)
@@ -100,11 +104,11 @@ func stateOptions(o Options) []Options {
 	return out
 }
 
-// better reports whether c is to be chosen over d at the same GPUs:
-// exact moments first, then the faster step.
+// better reports whether c is to be chosen over d at the same GPUs: the
+// wider moments first (float32, bf16, 8-bit), then the faster step.
 func better(c, d Choice) bool {
-	if ce, de := c.Options.Moments == engine.F32, d.Options.Moments == engine.F32; ce != de {
-		return ce
+	if cs, ds := c.Options.Moments.Size(), d.Options.Moments.Size(); cs != ds {
+		return cs > ds
 	}
 	return c.Plans[0].StepSeconds < d.Plans[0].StepSeconds
 }

@@ -84,8 +84,9 @@ type Options struct {
 	// each matrix's float32 master held as its bf16 copy and a 16-bit
 	// residual.
 	SplitMaster bool
-	// Moments is the dtype of AdamW's moments: F32 (the zero value) or
-	// BF16 (finetune's optimizer.moments).
+	// Moments is the dtype of AdamW's moments: F32 (the zero value), BF16
+	// or I8 (finetune's optimizer.moments bf16 and int8; I8 not with
+	// Zero).
 	Moments engine.DType
 	// LoRA, if positive, plans a LoRA fine-tune of this rank on
 	// finetune's default projections (q, k, v and o_proj) and a base
@@ -291,8 +292,10 @@ func (o Options) checkState() error {
 		return fmt.Errorf("perfmodel: LoRA rank %d (want 0, full fine-tuning, or more)", o.LoRA)
 	case o.SplitMaster && o.LoRA > 0:
 		return errors.New("perfmodel: a split master is a full fine-tune's, not with adapters")
-	case o.Moments != engine.F32 && o.Moments != engine.BF16:
-		return fmt.Errorf("perfmodel: moments in %v (want f32 or bf16)", o.Moments)
+	case o.Moments != engine.F32 && o.Moments != engine.BF16 && o.Moments != engine.I8:
+		return fmt.Errorf("perfmodel: moments in %v (want f32, bf16 or i8)", o.Moments)
+	case o.Moments == engine.I8 && o.Zero != 0:
+		return errors.New("perfmodel: ZeRO does not shard 8-bit moments")
 	}
 	return nil
 }
@@ -303,9 +306,10 @@ func (o Options) State() string {
 	if o.SplitMaster {
 		master = "split"
 	}
-	s := fmt.Sprintf("zero %d, master %s, moments %v", o.Zero, master, o.Moments)
+	moments := map[engine.DType]string{engine.F32: "fp32", engine.BF16: "bf16", engine.I8: "int8"}[o.Moments]
+	s := fmt.Sprintf("zero %d, master %s, moments %s", o.Zero, master, moments)
 	if o.LoRA > 0 {
-		s = fmt.Sprintf("LoRA rank %d on a bf16 base, zero %d, moments %v", o.LoRA, o.Zero, o.Moments)
+		s = fmt.Sprintf("LoRA rank %d on a bf16 base, zero %d, moments %s", o.LoRA, o.Zero, moments)
 	}
 	return s
 }
