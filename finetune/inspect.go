@@ -142,11 +142,10 @@ func (r *ModelReport) WriteText(w io.Writer) error {
 	row("  weights", "%s", units.FormatBytes(t.Weights))
 	row("  gradients", "%s", units.FormatBytes(t.Gradients))
 	row("  optimizer (2 moments)", "%s", units.FormatBytes(t.OptimizerState))
-	var per []string
+	row("  bytes a parameter", "of weights, gradients and moments, by master and optimizer.moments:")
 	for _, s := range t.PerParam {
-		per = append(per, fmt.Sprintf("master %s, moments %s: %.2f", s.Master, s.Moments, s.Bytes))
+		row(fmt.Sprintf("    %s, %s", s.Master, s.Moments), "%.2f", s.Bytes)
 	}
-	row("  bytes a parameter", "%s (weights, gradients, moments)", strings.Join(per, "; "))
 	row("  activations", "%s (with recomputation %s; the engine's workspace)", engine.FormatNeed(t.Activations), engine.FormatNeed(t.ActivationsRecompute))
 	row("  total", "%s (with recomputation %s)", engine.FormatNeed(t.Total), engine.FormatNeed(t.TotalRecompute))
 	if l := r.LoRA; l != nil {
