@@ -143,19 +143,18 @@ func momentsLoss(t *testing.T, cfg *checkpoints.Config, moments string, steps in
 // float32 moments, at the study's learning-rate rule
 // (1e-2·√(64/hidden)). The tolerance: a bf16 moment carries 2⁻⁸ relative
 // rounding error a step, an 8-bit one up to a code of its block's scale
-// (1/127 of the largest |m|, 1/255 of the largest √v), unbiased, so the
+// (1/127 of the largest |m|, 1/255 of the largest ⁴√v), unbiased, so the
 // update's direction moves by about as much; over the run the
 // trajectories drift apart as any two roundings of the same training do.
 // Both must have learned: the loss at least halved. Measured at 40
-// steps (fp32, bf16, int8): hidden 32 0.0483, 0.0485, 0.0532; hidden 64
-// 0.2548, 0.2562, 0.2567; hidden 128 1.0613, 1.0541, 1.1458 — bf16
-// within 0.7%, int8 within 10% (0.005 at hidden 32, 8% at 128: the
-// linear square-root map leaves a piece's small second moments few
-// codes). The tolerances are about twice those: 2% and 0.01 for bf16,
-// 15% and 0.01 for int8.
+// steps (fp32, bf16, int8): hidden 32 0.0483, 0.0485, 0.0527; hidden 64
+// 0.2548, 0.2562, 0.2526; hidden 128 1.0613, 1.0541, 1.0303 — bf16
+// within 0.7%, int8 within 0.0044 at hidden 32 (9%) and 3% above it.
+// The tolerances are about twice those: 2% and 0.01 for bf16, 6% and
+// 0.01 for int8.
 func TestCompactMomentsLoss(t *testing.T) {
 	const steps = 40
-	tols := map[string]numtest.Tol{"bf16": {Abs: 0.01, Rel: 0.02}, "int8": {Abs: 0.01, Rel: 0.15}}
+	tols := map[string]numtest.Tol{"bf16": {Abs: 0.01, Rel: 0.02}, "int8": {Abs: 0.01, Rel: 0.06}}
 	for _, s := range []struct{ hidden, layers, intermediate int }{{32, 1, 88}, {64, 2, 176}, {128, 4, 344}} {
 		cfg := sizeStudyShape(s.hidden, s.layers, s.intermediate)
 		lr := 1e-2 * math.Sqrt(64/float64(s.hidden))

@@ -15,7 +15,7 @@ type OptimizerConfig struct {
 	Eps         float64 `yaml:"eps" json:"eps" default:"1e-8" help:"AdamW ε"`
 	WeightDecay float64 `yaml:"weight_decay" json:"weight_decay" default:"0.1" help:"decoupled weight decay: p -= lr·wd·p before the update"`
 	DecayNorms  bool    `yaml:"decay_norms" json:"decay_norms" help:"apply weight decay to RMSNorm weights too (off by default, as is usual)"`
-	Moments     string  `yaml:"moments" json:"moments" default:"fp32" help:"AdamW's moments: fp32; bf16 (2 bytes each, updated in float32 and rounded stochastically, keyed by the seed, step, tensor and element, so alike on every grid); or int8 (1 byte each and a float32 scale a block of 64 columns: m linear, v in the square-root domain, rounded stochastically alike; not with zero 1). CPU backend"`
+	Moments     string  `yaml:"moments" json:"moments" default:"fp32" help:"AdamW's moments: fp32; bf16 (2 bytes each, updated in float32 and rounded stochastically, keyed by the seed, step, tensor and element, so alike on every grid); or int8 (1 byte each and a float32 scale a block of 64 columns: m linear, v in the fourth-root domain, rounded stochastically alike; not with zero 1). CPU backend"`
 	// Seed keys bf16 moments' stochastic rounding (a run's seed).
 	Seed uint64 `yaml:"-" json:"-"`
 }
