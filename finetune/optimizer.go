@@ -16,7 +16,8 @@ type OptimizerConfig struct {
 	WeightDecay float64 `yaml:"weight_decay" json:"weight_decay" default:"0.1" help:"decoupled weight decay: p -= lr·wd·p before the update"`
 	DecayNorms  bool    `yaml:"decay_norms" json:"decay_norms" help:"apply weight decay to RMSNorm weights too (off by default, as is usual)"`
 	Moments     string  `yaml:"moments" json:"moments" default:"fp32" help:"AdamW's moments: fp32; bf16 (2 bytes each, updated in float32 and rounded stochastically, keyed by the seed, step, tensor and element, so alike on every grid); or int8 (1 byte each and a float32 scale a block of 64 columns: m linear, v in the fourth-root domain, rounded stochastically alike; not with zero 1). CPU backend"`
-	// Seed keys bf16 moments' stochastic rounding (a run's seed).
+	// Seed keys bf16 and 8-bit moments' stochastic rounding (a run's
+	// seed; newRunOptimizer sets it).
 	Seed uint64 `yaml:"-" json:"-"`
 }
 
@@ -107,7 +108,7 @@ func (c OptimizerConfig) round(p *engine.Param, off int) *engine.MomentRound {
 
 // checkCompact refuses split masters (engine.Param.Low) to an optimizer
 // other than AdamW, whose fused step alone updates them in place, and
-// bf16 moments to a backend whose step does not take them.
+// bf16 or 8-bit moments to a backend whose step does not take them.
 func checkCompact(b engine.Backend, params []*engine.Param, cfg OptimizerConfig) error {
 	for _, p := range params {
 		if p.Low != nil && cfg.Name != "adamw" {
@@ -157,7 +158,7 @@ func (o *Optimizer) Update(lr float64) {
 	}
 	for _, t := range o.fused {
 		if t.Low != nil || t.Round != nil {
-			panic("finetune: Update on a split master or bf16 moments: their step is TrainStep's fused AdamWStep")
+			panic("finetune: Update on compact state (a split master, bf16 or 8-bit moments): its step is TrainStep's fused AdamWStep")
 		}
 	}
 	o.Step++
