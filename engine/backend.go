@@ -248,9 +248,22 @@ func Poison() bool { return os.Getenv(PoisonEnv) == "1" }
 // updated Param rounded to its own dtype (engine.Param.Copy, the BF16
 // weights of a mixed-precision model), in the same pass over the
 // elements, so that the copy costs no launch of its own.
+//
+// Low, when not nil, makes the master split (Param.Low): Param is nil, the
+// float32 master is JoinF32 of Copy and Low, and the step writes the
+// updated master's SplitF32 back into them; only a MasterSplitter's
+// AdamWStep takes one.
+//
+// M and V are F32, or BF16 with Round set: the moments are then widened,
+// updated in float32 as AdamW updates them, and rounded back
+// stochastically under Round's key (stochastic.go); or I8 with Round and
+// Int8 set: decoded, updated and encoded again blockwise (int8.go). Only
+// a MasterSplitter's AdamWStep takes BF16 or I8 moments.
 type AdamWTensors struct {
 	Param, Grad, M, V *Tensor
-	Copy              *Tensor
+	Copy, Low         *Tensor
+	Round             *MomentRound
+	Int8              *Int8Moments
 	WeightDecay       float32
 }
 

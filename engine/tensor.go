@@ -12,6 +12,7 @@ const (
 	F32  DType = iota // IEEE float32
 	BF16              // bfloat16, the GPU backend's compute type
 	I32               // int32, token ids and positions
+	I8                // 8-bit codes: AdamW's 8-bit moments (Int8Moments)
 )
 
 func (d DType) String() string {
@@ -22,14 +23,19 @@ func (d DType) String() string {
 		return "bf16"
 	case I32:
 		return "i32"
+	case I8:
+		return "i8"
 	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }
 
 // Size is the size of one element in bytes.
 func (d DType) Size() int {
-	if d == BF16 {
+	switch d {
+	case BF16:
 		return 2
+	case I8:
+		return 1
 	}
 	return 4
 }
@@ -174,6 +180,12 @@ type Param struct {
 	// weight the optimizer updates, and the update refreshes Copy
 	// (AdamWTensors.Copy), so that the two never disagree by more than
 	// Copy's rounding.
-	Copy  *Tensor
+	Copy *Tensor
+	// Low, when not nil, holds the float32 master's low halves and Value
+	// is nil: the master is split (SplitF32) into Copy, its high halves
+	// rounded to nearest, and Low, a 16-bit residual in a BF16 tensor's
+	// storage (its bits are no bfloat16 value), so that a mixed-precision
+	// parameter takes 4 bytes for master and copy instead of 6.
+	Low   *Tensor
 	Decay bool // subject to weight decay (false for norms)
 }

@@ -33,6 +33,7 @@ type Config struct {
 
 	Optimizer OptimizerConfig `yaml:"optimizer"`
 	Zero      int             `yaml:"zero" help:"ZeRO stage over the data-parallel ranks: 0 none; 1 shards AdamW's moments, each data rank updating its 1/data of every tensor and all-gathering the updated weights (bit for bit stage 0's steps; checkpoints and resume on any grid as without); 2 (sharded gradients) is not implemented"`
+	Master    string          `yaml:"master" default:"fp32" help:"the float32 master weights of precision bf16: fp32, or split: each held as its bf16 copy (rounded to nearest, ties away from zero) and a 16-bit residual, exactly (4 bytes a parameter for master and copy instead of 6; CPU backend, AdamW, full fine-tuning)"`
 	Schedule  Schedule        `yaml:"schedule"`
 
 	BatchSize  int     `yaml:"batch_size" default:"8" resume:"same" help:"sequences per optimizer step (the global batch)"`
@@ -276,12 +277,42 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("finetune: zero: %d (want 0 or 1)", c.Zero)
 	case c.Zero == 1 && c.Optimizer.Name != "adamw":
 		return fmt.Errorf("finetune: zero: 1 shards AdamW's moments; optimizer.name %s has none", c.Optimizer.Name)
+	case c.Zero == 1 && c.Optimizer.Moments == "int8":
+		return errors.New("finetune: zero: 1 does not shard 8-bit moments (optimizer.moments int8): its chunks would cut their blocks")
+	}
+	if err := c.checkMaster(); err != nil {
+		return err
 	}
 	s := c.Schedule
 	if s.Total == 0 {
 		s.Total = s.Warmup + 1 // the real total is set once the data is open
 	}
 	return s.Validate()
+}
+
+// checkMaster checks the master key against the precision, the adapters
+// and the optimizer (llama.Options.SplitMaster's conditions but the
+// backend's, which the model checks).
+func (c *Config) checkMaster() error {
+	switch {
+	case c.Master == "fp32" || c.Master == "":
+		return nil
+	case c.Master != "split":
+		return fmt.Errorf("finetune: master: %q (want fp32 or split)", c.Master)
+	case !c.mixed():
+		return fmt.Errorf("finetune: master: split splits the float32 master of a bf16 copy; precision is %s", c.Precision)
+	case c.LoRA.Rank > 0:
+		return errors.New("finetune: master: split is for full fine-tuning (adapters' masters are small)")
+	case c.Optimizer.Name != "adamw":
+		return fmt.Errorf("finetune: master: split is updated by AdamW's fused step; optimizer.name is %s", c.Optimizer.Name)
+	}
+	return nil
+}
+
+// mixed reports whether the run is in mixed precision (bf16 activations).
+func (c *Config) mixed() bool {
+	act, err := c.activations()
+	return err == nil && act == engine.BF16
 }
 
 // resumeHash identifies the settings a resumed run must share with the run

@@ -18,7 +18,7 @@ func TestDefaultConfig(t *testing.T) {
 	want := Config{
 		Loss:       Standard,
 		Goldfish:   goldfish.Config{Strategy: goldfish.HashTable, K: 4, H: 13},
-		Optimizer:  OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1},
+		Optimizer:  OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Moments: "fp32"},
 		Schedule:   Schedule{Kind: "cosine", LR: 1e-4, MinLR: 1e-5},
 		BatchSize:  8,
 		MicroBatch: 4,
@@ -27,6 +27,7 @@ func TestDefaultConfig(t *testing.T) {
 		Keep:       2,
 		SaveDType:  "f32",
 		Precision:  "f32",
+		Master:     "fp32",
 		Divergence: Divergence{Factor: 4, Margin: 1, Window: 50},
 		Samples:    Samples{MaxNewTokens: 32},
 		Extraction: Extraction{Protocol: "goldfish", Batch: 8},

@@ -77,6 +77,19 @@ type TrainingMemory struct {
 	ActivationsRecompute int64  `json:"activations_recompute"`
 	Total                int64  `json:"total"`
 	TotalRecompute       int64  `json:"total_recompute"`
+	// PerParam are the bytes a parameter of weights, gradients and
+	// optimizer state under each memory option at the precision (the
+	// split master in mixed precision only), by the same accounting.
+	PerParam []StateBytes `json:"bytes_per_param"`
+}
+
+// StateBytes are the bytes a parameter that a full fine-tune holds
+// beside its activations under one choice of the master and moments
+// keys.
+type StateBytes struct {
+	Master  string  `json:"master"`
+	Moments string  `json:"moments"`
+	Bytes   float64 `json:"bytes"`
 }
 
 // WriteText writes the report as a table, as `memtrain inspect` prints it.
@@ -129,6 +142,10 @@ func (r *ModelReport) WriteText(w io.Writer) error {
 	row("  weights", "%s", units.FormatBytes(t.Weights))
 	row("  gradients", "%s", units.FormatBytes(t.Gradients))
 	row("  optimizer (2 moments)", "%s", units.FormatBytes(t.OptimizerState))
+	row("  bytes a parameter", "of weights, gradients and moments, by master and optimizer.moments:")
+	for _, s := range t.PerParam {
+		row(fmt.Sprintf("    %s, %s", s.Master, s.Moments), "%.2f", s.Bytes)
+	}
 	row("  activations", "%s (with recomputation %s; the engine's workspace)", engine.FormatNeed(t.Activations), engine.FormatNeed(t.ActivationsRecompute))
 	row("  total", "%s (with recomputation %s)", engine.FormatNeed(t.Total), engine.FormatNeed(t.TotalRecompute))
 	if l := r.LoRA; l != nil {
@@ -229,8 +246,28 @@ func trainingMemory(cfg *checkpoints.Config, batch, seq int, p engine.Precision)
 		Optimizer: "AdamW", Precision: p.String(), Batch: batch, SeqLen: seq,
 		Weights: it.Weights, Gradients: it.Gradients, OptimizerState: it.Optimizer,
 		Activations: it.Activations, ActivationsRecompute: rec.Activations,
-		Total: it.Total(), TotalRecompute: rec.Total(),
+		Total: it.Total(), TotalRecompute: rec.Total(), PerParam: stateBytes(cfg, p),
 	}
+}
+
+// stateBytes lists the bytes a parameter of a full fine-tune's weights,
+// gradients and moments under each master and moments choice.
+func stateBytes(cfg *checkpoints.Config, p engine.Precision) []StateBytes {
+	masters := []string{"fp32"}
+	if p.Activations() == engine.BF16 {
+		masters = append(masters, "split")
+	}
+	var out []StateBytes
+	for _, master := range masters {
+		for _, moments := range []string{"fp32", "bf16", "int8"} {
+			oc := OptimizerConfig{Moments: moments}
+			w := llama.Work{Moments: 2, Activations: p.Activations(), SplitMaster: master == "split", MomentDType: oc.momentDType()}
+			it := llama.Itemize(cfg, w)
+			b := float64(engine.SumBytes(it.Weights, it.Gradients, it.Optimizer)) / float64(cfg.Params().Total)
+			out = append(out, StateBytes{Master: master, Moments: moments, Bytes: b})
+		}
+	}
+	return out
 }
 
 // loraMemory sizes opt's LoRA fine-tune of the model of mc at its

@@ -15,6 +15,10 @@ type OptimizerConfig struct {
 	Eps         float64 `yaml:"eps" json:"eps" default:"1e-8" help:"AdamW ε"`
 	WeightDecay float64 `yaml:"weight_decay" json:"weight_decay" default:"0.1" help:"decoupled weight decay: p -= lr·wd·p before the update"`
 	DecayNorms  bool    `yaml:"decay_norms" json:"decay_norms" help:"apply weight decay to RMSNorm weights too (off by default, as is usual)"`
+	Moments     string  `yaml:"moments" json:"moments" default:"fp32" help:"AdamW's moments: fp32; bf16 (2 bytes each, updated in float32 and rounded stochastically, keyed by the seed, step, tensor and element, so alike on every grid); or int8 (1 byte each and a float32 scale a block of 64 columns: m linear, v in the fourth-root domain, rounded stochastically alike; not with zero 1). CPU backend"`
+	// Seed keys bf16 and 8-bit moments' stochastic rounding (a run's
+	// seed; newRunOptimizer sets it).
+	Seed uint64 `yaml:"-" json:"-"`
 }
 
 // Validate checks the configuration.
@@ -27,6 +31,12 @@ func (c OptimizerConfig) Validate() error {
 	case "sgd":
 	default:
 		return fmt.Errorf("finetune: optimizer %q (want adamw or sgd)", c.Name)
+	}
+	switch {
+	case c.Moments != "" && c.Moments != "fp32" && c.Moments != "bf16" && c.Moments != "int8":
+		return fmt.Errorf("finetune: moments %q (want fp32, bf16 or int8)", c.Moments)
+	case c.compactMoments() && c.Name != "adamw":
+		return fmt.Errorf("finetune: %s moments are AdamW's; optimizer %s has none", c.Moments, c.Name)
 	}
 	if c.WeightDecay < 0 || math.IsInf(c.WeightDecay, 0) || math.IsNaN(c.WeightDecay) {
 		return fmt.Errorf("finetune: weight decay %v (want ≥ 0)", c.WeightDecay)
@@ -43,6 +53,7 @@ type Optimizer struct {
 	backend engine.Backend
 	params  []*engine.Param
 	m, v    []*engine.Tensor      // AdamW moments, parallel to params; nil for SGD
+	int8    []*engine.Int8Moments // 8-bit moments' scales and pieces, parallel to params; nil otherwise
 	fused   []engine.AdamWTensors // params with their moments and decay, for AdamWStep
 	zero    *zeroShard            // ZeRO-1's chunks (zero.go); nil without
 	// Step counts the updates done; AdamW's bias correction uses it.
@@ -54,16 +65,60 @@ func NewOptimizer(b engine.Backend, params []*engine.Param, cfg OptimizerConfig)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := checkCompact(b, params, cfg); err != nil {
+		return nil, err
+	}
 	o := &Optimizer{cfg: cfg, backend: b, params: params}
 	if cfg.Name == "adamw" {
 		for i, p := range params {
-			o.m = append(o.m, b.Alloc(engine.F32, p.Value.Shape...))
-			o.v = append(o.v, b.Alloc(engine.F32, p.Value.Shape...))
+			o.m = append(o.m, b.Alloc(cfg.momentDType(), p.Grad.Shape...))
+			o.v = append(o.v, b.Alloc(cfg.momentDType(), p.Grad.Shape...))
 			o.fused = append(o.fused, engine.AdamWTensors{Param: p.Value, Grad: p.Grad, M: o.m[i], V: o.v[i],
-				Copy: p.Copy, WeightDecay: float32(o.weightDecay(p))})
+				Copy: p.Copy, Low: p.Low, Round: cfg.round(p, 0), Int8: o.newInt8(p), WeightDecay: float32(o.weightDecay(p))})
 		}
 	}
 	return o, nil
+}
+
+// momentDType is the dtype AdamW's moments are held in.
+func (c OptimizerConfig) momentDType() engine.DType {
+	switch c.Moments {
+	case "bf16":
+		return engine.BF16
+	case "int8":
+		return engine.I8
+	}
+	return engine.F32
+}
+
+// compactMoments reports whether the moments are held in fewer bits
+// than float32's.
+func (c OptimizerConfig) compactMoments() bool { return c.Moments == "bf16" || c.Moments == "int8" }
+
+// round is the stochastic rounding key of p's bf16 or 8-bit moments, for
+// the part of p's shard that starts off elements in (a ZeRO chunk); nil
+// for float32 moments.
+func (c OptimizerConfig) round(p *engine.Param, off int) *engine.MomentRound {
+	if !c.compactMoments() {
+		return nil
+	}
+	ix := engine.ElementIndex{Shard: p.Shard, Cols: p.Full[len(p.Full)-1]}
+	return &engine.MomentRound{Seed: c.Seed, Tensor: engine.TensorKey(p.Name), Index: ix.Offset(off)}
+}
+
+// checkCompact refuses split masters (engine.Param.Low) to an optimizer
+// other than AdamW, whose fused step alone updates them in place, and
+// bf16 or 8-bit moments to a backend whose step does not take them.
+func checkCompact(b engine.Backend, params []*engine.Param, cfg OptimizerConfig) error {
+	for _, p := range params {
+		if p.Low != nil && cfg.Name != "adamw" {
+			return fmt.Errorf("finetune: a split master is updated by AdamW's fused step only, not by %s", cfg.Name)
+		}
+	}
+	if _, ok := b.(engine.MasterSplitter); cfg.compactMoments() && !ok {
+		return fmt.Errorf("finetune: the %s backend holds AdamW's moments in float32 only, not %s", b.Name(), cfg.Moments)
+	}
+	return nil
 }
 
 // weightDecay is p's decoupled weight decay: none for norm weights unless
@@ -101,6 +156,11 @@ func (o *Optimizer) Update(lr float64) {
 	if o.zero != nil {
 		panic("finetune: Update on a ZeRO optimizer: its step is TrainStep's fused AdamWStep")
 	}
+	for _, t := range o.fused {
+		if t.Low != nil || t.Round != nil {
+			panic("finetune: Update on compact state (a split master, bf16 or 8-bit moments): its step is TrainStep's fused AdamWStep")
+		}
+	}
 	o.Step++
 	for i, p := range o.params {
 		wd := o.weightDecay(p)
@@ -124,6 +184,49 @@ func (o *Optimizer) Update(lr float64) {
 	}
 }
 
+// newInt8 allocates the scales of p's 8-bit moments (its shard's pieces,
+// engine.Int8Pieces) and records them; nil unless the moments are int8.
+func (o *Optimizer) newInt8(p *engine.Param) *engine.Int8Moments {
+	if o.cfg.Moments != "int8" {
+		return nil
+	}
+	ix := engine.ElementIndex{Shard: p.Shard, Cols: p.Full[len(p.Full)-1]}
+	q := &engine.Int8Moments{Starts: engine.Int8Pieces(ix, p.Grad.Len())}
+	q.MScale, q.VScale = o.backend.Alloc(engine.F32, len(q.Starts)-1), o.backend.Alloc(engine.F32, len(q.Starts)-1)
+	o.int8 = append(o.int8, q)
+	return q
+}
+
+// moment is parameter i's moment k (1: m, 2: v) as float32, which done
+// releases: the moment itself, or 8-bit moments decoded into a
+// temporary.
+func (o *Optimizer) moment(i, k int) (t *engine.Tensor, done func()) {
+	t = [2][]*engine.Tensor{o.m, o.v}[k-1][i]
+	if o.int8 == nil || t == nil {
+		return t, func() {}
+	}
+	f := o.backend.Empty(engine.F32, t.Shape...)
+	o.backend.(engine.MasterSplitter).DecodeMoment(f, t, o.int8[i], k-1)
+	return f, func() { o.backend.Free(f) }
+}
+
+// setMoment sets parameter i's moment k (1: m, 2: v) by fill, which
+// writes a float32 tensor of its shape: the moment itself, or for 8-bit
+// moments a temporary then encoded.
+func (o *Optimizer) setMoment(i, k int, fill func(*engine.Tensor) error) error {
+	t := [2][]*engine.Tensor{o.m, o.v}[k-1][i]
+	if o.int8 == nil {
+		return fill(t)
+	}
+	f := o.backend.Empty(engine.F32, t.Shape...)
+	defer o.backend.Free(f)
+	if err := fill(f); err != nil {
+		return err
+	}
+	o.backend.(engine.MasterSplitter).EncodeMoment(t, o.int8[i], k-1, f)
+	return nil
+}
+
 // Moments returns AdamW's state tensors (first and second moments),
 // parallel to the parameters; nil for SGD. Under ZeRO (NewShardedOptimizer)
 // they are this rank's flat chunks (nil for an empty one).
@@ -137,7 +240,11 @@ func (o *Optimizer) Free() {
 			o.backend.Free(o.v[i])
 		}
 	}
-	o.m, o.v, o.fused = nil, nil, nil
+	for _, q := range o.int8 {
+		o.backend.Free(q.MScale)
+		o.backend.Free(q.VScale)
+	}
+	o.m, o.v, o.fused, o.int8 = nil, nil, nil, nil
 }
 
 // GradNorm is the global L2 norm of all gradients, summed in float64 in

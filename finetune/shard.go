@@ -184,10 +184,11 @@ type pieceSource func(p shardPiece, put func([]float32) error) error
 // deviceSource streams pieces from the backend through one host buffer
 // (of at most saveBuffer values, reused).
 func deviceSource(m *llama.Model, o *Optimizer) pieceSource {
-	params, b := m.Trainable(), m.Backend()
+	b := m.Backend()
 	var buf []float32
 	return func(p shardPiece, put func([]float32) error) error {
-		t := pieceTensor(params, o, p)
+		t, done := pieceTensor(m, o, p)
+		defer done()
 		if buf == nil {
 			buf = make([]float32, min(largestPiece(m), saveBuffer))
 		}
@@ -202,13 +203,14 @@ func deviceSource(m *llama.Model, o *Optimizer) pieceSource {
 	}
 }
 
-// pieceTensor is the backend tensor a piece is of.
-func pieceTensor(params []*engine.Param, o *Optimizer, p shardPiece) *engine.Tensor {
+// pieceTensor is the backend tensor a piece is of, to be released by
+// done once read: a float32 master joined from a split one's halves
+// (llama.Model.Master) is a temporary.
+func pieceTensor(m *llama.Model, o *Optimizer, p shardPiece) (t *engine.Tensor, done func()) {
 	if p.kind == 0 {
-		return params[p.param].Value
+		return m.Master(m.Trainable()[p.param])
 	}
-	mv, vv := o.Moments()
-	return [2][]*engine.Tensor{mv, vv}[p.kind-1][p.param]
+	return o.moment(p.param, p.kind)
 }
 
 // rankPieces are this rank's pieces to write: its weights', and its
@@ -302,14 +304,14 @@ func (s *snapshot) take(m *llama.Model, o *Optimizer) error {
 		}
 		ms = nil // gathered
 	}
-	params := m.Trainable()
 	for _, p := range append(ws, ms...) {
-		t := pieceTensor(params, o, p)
+		t, done := pieceTensor(m, o, p)
 		key := [2]int{p.kind, p.param}
 		if len(s.bufs[key]) != t.Len() {
 			s.bufs[key] = make([]float32, t.Len())
 		}
 		m.Backend().Download(s.bufs[key], t)
+		done()
 	}
 	return nil
 }

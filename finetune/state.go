@@ -420,6 +420,13 @@ func loadMoments(path string, m *llama.Model, o *Optimizer, moments parallel.Sli
 	if mv, vv := o.Moments(); mv != nil {
 		for i, p := range o.params {
 			for k, t := range []*engine.Tensor{mv[i], vv[i]} {
+				if o.int8 != nil {
+					err := o.setMoment(i, k+1, func(dst *engine.Tensor) error { return m.ReadInto(moments, momentPrefixes[k]+p.Name, p, dst) })
+					if err != nil {
+						return fmt.Errorf("finetune: %s: %w", path, err)
+					}
+					continue
+				}
 				read := m.ReadInto
 				if o.zero != nil {
 					if t == nil {

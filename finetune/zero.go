@@ -52,7 +52,7 @@ type zeroShard struct {
 func newZeroShard(params []*engine.Param, data comm.Comm) *zeroShard {
 	z := &zeroShard{data: data}
 	for _, p := range params {
-		off, n := comm.Chunk(p.Value.Len(), data.Size(), data.Rank())
+		off, n := comm.Chunk(p.Grad.Len(), data.Size(), data.Rank())
 		z.off, z.n = append(z.off, off), append(z.n, n)
 	}
 	return z
@@ -103,6 +103,12 @@ func NewShardedOptimizer(b engine.Backend, params []*engine.Param, cfg Optimizer
 	if cfg.Name != "adamw" {
 		return nil, errors.New("finetune: ZeRO shards AdamW's moments; optimizer " + cfg.Name + " has none")
 	}
+	if err := checkCompact(b, params, cfg); err != nil {
+		return nil, err
+	}
+	if cfg.Moments == "int8" {
+		return nil, errors.New("finetune: 8-bit moments are not sharded over the data ranks (ZeRO cuts their blocks)")
+	}
 	z := newZeroShard(params, data)
 	o := &Optimizer{cfg: cfg, backend: b, params: params, zero: z}
 	for i, p := range params {
@@ -112,24 +118,31 @@ func NewShardedOptimizer(b engine.Backend, params []*engine.Param, cfg Optimizer
 			o.m, o.v = append(o.m, nil), append(o.v, nil)
 			continue
 		}
-		o.m = append(o.m, b.Alloc(engine.F32, z.n[i]))
-		o.v = append(o.v, b.Alloc(engine.F32, z.n[i]))
+		o.m = append(o.m, b.Alloc(cfg.momentDType(), z.n[i]))
+		o.v = append(o.v, b.Alloc(cfg.momentDType(), z.n[i]))
 		o.fused = append(o.fused, engine.AdamWTensors{Param: z.view(p.Value, i), Grad: z.view(p.Grad, i),
-			M: o.m[i], V: o.v[i], Copy: z.view(p.Copy, i), WeightDecay: float32(o.weightDecay(p))})
+			M: o.m[i], V: o.v[i], Copy: z.view(p.Copy, i), Low: z.view(p.Low, i), Round: cfg.round(p, z.off[i]),
+			WeightDecay: float32(o.weightDecay(p))})
 	}
 	return o, nil
 }
 
 // syncMasters makes every rank's float32 masters whole again in mixed
 // precision under ZeRO (the step updates and gathers only the bf16
-// copies' chunks); a no-op otherwise.
+// copies' chunks): the float32 masters, or a split master's low halves;
+// a no-op otherwise.
 func (o *Optimizer) syncMasters() error {
 	if o.zero == nil {
 		return nil
 	}
 	for _, p := range o.params {
 		if p.Copy != nil {
-			return o.zero.gather(o.params, func(p *engine.Param) *engine.Tensor { return p.Value })
+			return o.zero.gather(o.params, func(p *engine.Param) *engine.Tensor {
+				if p.Low != nil {
+					return p.Low
+				}
+				return p.Value
+			})
 		}
 	}
 	return nil
@@ -156,25 +169,25 @@ func (o *Optimizer) gatherMoments(dst func(kind, param, n int) []float32) error 
 	size := 0
 	for _, p := range o.params {
 		if d.Rank() == 0 {
-			size = max(size, p.Value.Len())
+			size = max(size, p.Grad.Len())
 		} else {
-			_, n := comm.Chunk(p.Value.Len(), d.Size(), 0) // the largest chunk
+			_, n := comm.Chunk(p.Grad.Len(), d.Size(), 0) // the largest chunk
 			size = max(size, n)
 		}
 	}
-	buf := b.Alloc(engine.F32, size)
+	buf := b.Alloc(o.cfg.momentDType(), size) // broadcast in the moments' dtype
 	defer b.Free(buf)
 	for i, p := range o.params {
 		for k, own := range [2][]*engine.Tensor{o.m, o.v} {
 			var full *engine.Tensor // data rank 0's assembled moment
 			if d.Rank() == 0 {
-				full = buf.View(0, p.Value.Len())
+				full = buf.View(0, p.Grad.Len())
 				if z.n[i] > 0 {
 					b.Copy(full.View(0, z.n[i]), own[i])
 				}
 			}
 			for r := 1; r < d.Size(); r++ {
-				off, n := comm.Chunk(p.Value.Len(), d.Size(), r)
+				off, n := comm.Chunk(p.Grad.Len(), d.Size(), r)
 				if n == 0 {
 					continue
 				}
@@ -239,7 +252,7 @@ func withMoments(src pieceSource, h hostMoments) pieceSource {
 // through a temporary of the shard's size.
 func (o *Optimizer) readChunk(m *llama.Model, src parallel.SliceReader, name string, i int, dst *engine.Tensor) error {
 	p := o.params[i]
-	tmp := o.backend.Alloc(engine.F32, p.Value.Shape...)
+	tmp := o.backend.Alloc(engine.F32, p.Grad.Shape...)
 	defer o.backend.Free(tmp)
 	if err := m.ReadInto(src, name, p, tmp); err != nil {
 		return err
@@ -251,6 +264,7 @@ func (o *Optimizer) readChunk(m *llama.Model, src parallel.SliceReader, name str
 // newRunOptimizer is the optimizer of a run's model: ZeRO-1 over the
 // grid's data group when cfg asks for it (and there is one).
 func newRunOptimizer(cfg Config, m *llama.Model) (*Optimizer, error) {
+	cfg.Optimizer.Seed = cfg.Seed
 	if g := m.Grid(); cfg.Zero == 1 && g != nil {
 		return NewShardedOptimizer(m.Backend(), m.Trainable(), cfg.Optimizer, g.Data)
 	}

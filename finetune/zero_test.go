@@ -34,10 +34,13 @@ type zeroRank struct {
 	m, v map[string][]float32
 }
 
+// zeroOptimizer is the ZeRO tests' AdamW.
+var zeroOptimizer = OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
+
 // zeroRun trains sweepSteps AdamW steps (clipped, with weight decay and
 // gradient accumulation) on one rank of grid g, with the optimizer's
 // moments sharded over the data group or not.
-func zeroRun(cfg *checkpoints.Config, weights []checkpoints.Tensor, batches []llama.Batch, act engine.DType, g *parallel.Grid, zero bool) (zeroRank, error) {
+func zeroRun(cfg *checkpoints.Config, weights []checkpoints.Tensor, batches []llama.Batch, act engine.DType, g *parallel.Grid, zero bool, oc OptimizerConfig) (zeroRank, error) {
 	var out zeroRank
 	b := cpu.New(cpu.Options{Threads: 1})
 	m, err := llama.New(b, cfg, llama.Options{Parallel: g, Activations: act})
@@ -48,7 +51,6 @@ func zeroRun(cfg *checkpoints.Config, weights []checkpoints.Tensor, batches []ll
 	if err := m.SetWeights(weights); err != nil {
 		return out, err
 	}
-	oc := OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
 	var o *Optimizer
 	if zero {
 		o, err = NewShardedOptimizer(b, m.Trainable(), oc, g.Data)
@@ -72,7 +74,7 @@ func zeroRun(cfg *checkpoints.Config, weights []checkpoints.Tensor, batches []ll
 	out.m, out.v, out.copies = map[string][]float32{}, map[string][]float32{}, map[string][]float32{}
 	d := g.Data
 	for i, p := range m.Trainable() {
-		off, n := comm.Chunk(p.Value.Len(), d.Size(), d.Rank())
+		off, n := comm.Chunk(p.Grad.Len(), d.Size(), d.Rank())
 		mt, vt := mv[i], vv[i]
 		if n == 0 {
 			continue
@@ -123,7 +125,7 @@ func TestZeROEqualsAllReduce(t *testing.T) {
 			for k, zero := range []bool{false, true} {
 				var mu sync.Mutex
 				err := launch.Local(shape, parallel.AllOverlap(), func(g *parallel.Grid) error {
-					r, err := zeroRun(cfg, weights, batches, act, g, zero)
+					r, err := zeroRun(cfg, weights, batches, act, g, zero, zeroOptimizer)
 					mu.Lock()
 					defer mu.Unlock()
 					runs[k][g.Rank()] = r

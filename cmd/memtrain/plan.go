@@ -42,6 +42,8 @@ type planFlags struct {
 	latencySet  bool    // --latency given (0 is a latency)
 	microBatch  int
 	zero        int
+	lora        int // LoRA rank, 0: full fine-tuning
+	cheapest    bool
 	fsBandwidth float64 // GB/s
 	precision   string
 	measured    string // bench step JSON lines
@@ -118,6 +120,8 @@ Devices:
 	fl.IntVar(&f.microBatch, "micro-batch", 0, "sequences per micro-batch over the whole grid, as finetune's micro_batch (default: try every size)")
 	fl.IntVar(&f.zero, "zero", 0, "the ZeRO stage, as finetune's zero: 0 (none) or 1 (AdamW's moments sharded over the data ranks)")
 	fl.StringVar(&f.precision, "precision", "f32", "the engine's precision, as finetune's precision: f32, or bf16 (mixed)")
+	fl.IntVar(&f.lora, "lora", 0, "plan a LoRA fine-tune of this rank on q, k, v and o_proj, the base frozen in bf16 (0: full fine-tuning)")
+	fl.BoolVar(&f.cheapest, "cheapest", false, "search the optimizer state too (zero 0/1, master fp32/split, moments fp32/bf16/int8) and up to --gpus GPUs: print the fewest GPUs that fit, exact options first, then the fastest")
 	fl.StringVar(&f.measured, "measured", "", "'memtrain bench step' results (JSON lines) whose measured steps replace the modelled ones they match")
 	return cmd
 }
@@ -217,21 +221,17 @@ func runPlan(out io.Writer, f planFlags) error {
 	if seq > cfg.MaxPositionEmbeddings {
 		return fmt.Errorf("plan: --seq-len %d exceeds %s's max_position_embeddings %d", seq, f.model, cfg.MaxPositionEmbeddings)
 	}
-	batch := f.batchTokens
-	if batch == 0 {
-		batch = int64(f.gpus) * int64(seq)
-	}
-	opt := perfmodel.Options{Precision: prec, Recompute: rec, NoOverlap: !f.overlap, Efficiency: f.efficiency, TopK: f.top, MicroBatch: f.microBatch, FSBandwidth: f.fsBandwidth * 1e9, Zero: f.zero}
+	opt := perfmodel.Options{Precision: prec, Recompute: rec, NoOverlap: !f.overlap, Efficiency: f.efficiency, TopK: f.top, MicroBatch: f.microBatch, FSBandwidth: f.fsBandwidth * 1e9, Zero: f.zero, LoRA: f.lora, Cheapest: f.cheapest}
 	if f.measured != "" {
 		if opt.Measured, err = perfmodel.ReadMeasurements(f.measured); err != nil {
 			return fmt.Errorf("plan: --measured: %w", err)
 		}
 	}
-	plans, err := perfmodel.Search(perfmodel.Job{Config: cfg, Device: dev, GPUs: f.gpus, SeqLen: seq, GlobalBatchTokens: batch}, opt)
+	ch, err := perfmodel.Choose(perfmodel.Job{Config: cfg, Device: dev, GPUs: f.gpus, SeqLen: seq, GlobalBatchTokens: f.batchTokens}, opt)
 	if err != nil {
 		return fmt.Errorf("plan: %s on %d %s: %w", f.model, f.gpus, dev.Name, err)
 	}
-	rep := perfmodel.NewReport(f.model, cfg, perfmodel.Job{Config: cfg, Device: dev, GPUs: f.gpus, SeqLen: seq, GlobalBatchTokens: batch}, opt, plans)
+	rep := perfmodel.NewReport(f.model, cfg, ch.Job, ch.Options, ch.Plans)
 	if f.efficiency > 0 {
 		rep.Efficiency = f.efficiency
 	}

@@ -28,6 +28,7 @@ type planJSON struct {
 	Efficiency        float64 `json:"efficiency"`
 	SeqLen            int     `json:"seq_len"`
 	GlobalBatchTokens int64   `json:"global_batch_tokens"`
+	State             string  `json:"state"`
 	Plans             []struct {
 		Grid         struct{ Data, X, Y, Z int } `json:"grid"`
 		MicroBatch   int                         `json:"micro_batch"`
@@ -445,5 +446,20 @@ func TestPlanZeRO(t *testing.T) {
 	}
 	if _, errs, code := memtrain(t, "", append([]string{"plan", "--zero", "2"}, args...)...); code != 1 || !strings.Contains(errs, "--zero 2: want 0 or 1") {
 		t.Errorf("--zero 2: exit %d, %q", code, errs)
+	}
+}
+
+// TestPlanCheapest: --cheapest prints the fewest GPUs that fit with the
+// state options it chose (Llama 3.1 8B at 8,192 tokens in bf16: one H200
+// with the split master, perfmodel's TestCheapestTargets), and --lora
+// plans adapters on a frozen base.
+func TestPlanCheapest(t *testing.T) {
+	r := runPlanJSON(t, "--model", "llama3.1-8b", "--gpus", "8", "--gpu", "h200", "--seq-len", "8192", "--precision", "bf16", "--cheapest")
+	if r.GPUs != 1 || r.State != "zero 0, master split, moments fp32" || r.GlobalBatchTokens != 8192 || len(r.Plans) == 0 {
+		t.Errorf("--cheapest: %d GPUs, state %q, %d tokens, %d plans", r.GPUs, r.State, r.GlobalBatchTokens, len(r.Plans))
+	}
+	r = runPlanJSON(t, "--model", "llama3.1-8b", "--gpus", "1", "--gpu", "h200", "--seq-len", "8192", "--precision", "bf16", "--lora", "8")
+	if len(r.Plans) == 0 || r.Plans[0].Memory["gradients"] >= r.Plans[0].Memory["weights"]/100 || !strings.Contains(r.State, "LoRA rank 8") {
+		t.Errorf("--lora 8: state %q, plans %+v", r.State, r.Plans)
 	}
 }

@@ -65,6 +65,10 @@ func (b *Backend) AdamWStep(ts []engine.AdamWTensors, h engine.AdamWParams, maxN
 	// Every tensor is checked before any is updated, in the names of
 	// AdamWStep rather than of the AdamW, Scale and Copy it runs.
 	for i, t := range ts {
+		if compact(t) {
+			checkCompact(i, t)
+			continue
+		}
 		n := len(floats("AdamWStep", t.Param))
 		check(len(floats("AdamWStep", t.Grad)) == n && len(floats("AdamWStep", t.M)) == n && len(floats("AdamWStep", t.V)) == n,
 			"AdamWStep", engine.MisuseShape, "tensor %d: param %v, grad %v, m %v and v %v differ in size", i, t.Param, t.Grad, t.M, t.V)
@@ -83,6 +87,10 @@ func (b *Backend) AdamWStep(ts []engine.AdamWTensors, h engine.AdamWParams, maxN
 			b.Scale(t.Grad, coef)
 		}
 		h.WeightDecay = t.WeightDecay
+		if compact(t) {
+			b.adamWCompact(t, h)
+			continue
+		}
 		b.AdamW(t.Param, t.Grad, t.M, t.V, h)
 		if t.Copy != nil {
 			b.Copy(t.Copy, t.Param)

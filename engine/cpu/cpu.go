@@ -162,6 +162,7 @@ type Storage struct {
 	f32   []float32
 	bf16  []uint16
 	i32   []int32
+	i8    []uint8 // I8: codes (AdamW's 8-bit moments)
 	n     int
 	freed bool
 }
@@ -217,6 +218,8 @@ func (b *Backend) alloc(op string, dtype engine.DType, shape []int) *engine.Tens
 		s.i32 = make([]int32, n)
 	case engine.BF16:
 		s.bf16 = make([]uint16, n)
+	case engine.I8:
+		s.i8 = make([]uint8, n)
 	default:
 		misuse(op, engine.MisuseDType, "unknown dtype %v", dtype)
 	}
@@ -240,7 +243,7 @@ func (b *Backend) Free(t *engine.Tensor) {
 	check(ok, "Free", engine.MisuseTensor, "%v is not a CPU tensor (storage %T)", t, t.Storage)
 	check(!s.freed, "Free", engine.MisuseTensor, "a tensor that was already freed")
 	s.freed = true
-	s.f32, s.bf16, s.i32 = nil, nil, nil
+	s.f32, s.bf16, s.i32, s.i8 = nil, nil, nil, nil
 	b.allocated.Add(-int64(s.n) * int64(s.dtype.Size()))
 }
 
@@ -394,4 +397,14 @@ func check(ok bool, op string, class engine.MisuseClass, format string, args ...
 // misuse panics with an *engine.Misuse of operation op.
 func misuse(op string, class engine.MisuseClass, format string, args ...any) {
 	panic(engine.Misusef("cpu", op, class, format, args...))
+}
+
+// codes is bf16s for I8 tensors: their 8-bit codes.
+func codes(op string, t *engine.Tensor) []uint8 {
+	s := storageOf(op, t)
+	if s.dtype != engine.I8 {
+		misuse(op, engine.MisuseDType, "a %v tensor (%v), want I8", s.dtype, t)
+	}
+	end := t.Offset + t.Len()
+	return s.i8[t.Offset:end:end]
 }

@@ -53,6 +53,9 @@ func (b *Backend) AdamWStep(ts []engine.AdamWTensors, h engine.AdamWParams, maxN
 		table := b.adamTable.reset()
 		chunks := int64(0)
 		for i, t := range ts {
+			if t.Low != nil || t.Round != nil {
+				misuse("AdamWStep", engine.MisuseTensor, "tensor %d: a split master (Low) or BF16 moments (Round): the CUDA backend holds AdamW's state in float32 only", i)
+			}
 			p, g := b.f32View("AdamWStep", "param", t.Param), b.f32View("AdamWStep", "grad", t.Grad)
 			ms, vs := b.f32View("AdamWStep", "m", t.M), b.f32View("AdamWStep", "v", t.V)
 			n := p.n

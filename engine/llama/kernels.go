@@ -217,15 +217,22 @@ func (k *kernelList) step(w Work) {
 		k.passes[len(k.passes)-1][0] = start
 	}
 	k.finishStep(ps, w.Micro)
-	// AdamWStep: each parameter's value, gradient, moments and copy.
+	// AdamWStep: each parameter's value, gradient, moments and copy. A
+	// split master's halves are read and written as a float32's four
+	// bytes, its copy one of them (no copy written beside). Compact
+	// moments move their own bytes; 8-bit moments' scales (4 bytes a 64
+	// elements) are left out.
 	var ops []engine.Operand
 	for _, p := range ps {
 		c := engine.Operand{}
-		if k.d.act == engine.BF16 && !p.norm {
+		if k.d.act == engine.BF16 && !p.norm && !w.SplitMaster {
 			c = engine.Shaped(engine.BF16, p.shape...)
 		}
-		f := k.f32(p.shape...)
-		ops = append(ops, f, f, f, f, c)
+		f, mom := k.f32(p.shape...), k.f32(p.shape...)
+		if w.MomentDType != engine.F32 {
+			mom = engine.Shaped(w.MomentDType, p.shape...)
+		}
+		ops = append(ops, f, f, mom, mom, c)
 	}
 	k.add("AdamWStep", append(ops, k.f32(2))...)
 	k.add("Download", k.f32(4)) // StepSums.Read

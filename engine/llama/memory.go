@@ -35,6 +35,15 @@ type Work struct {
 	// comm.Chunk of every tensor's elements, the first data rank the
 	// largest (⌈n/Data⌉), which Optimizer counts.
 	Zero int
+	// MomentDType is the dtype the moments are held in: F32 (the zero
+	// value), BF16 (finetune's bf16 moments) or I8 (8-bit moments, with
+	// a float32 scale a piece of a block: engine.Int8Pieces; not with
+	// Zero).
+	MomentDType engine.DType
+	// SplitMaster is Options.SplitMaster: a mixed-precision matrix's
+	// float32 master is its BF16 copy and a 16-bit residual, so Weights
+	// count 4 bytes for master and copy instead of 6.
+	SplitMaster bool
 	// Batch and SeqLen are one pass on a rank: its sequences and their
 	// tokens. SeqLen 0 sizes the parameters alone.
 	Batch, SeqLen int
@@ -145,6 +154,7 @@ func Itemize(cfg *checkpoints.Config, w Work) Items {
 	local, z := shardElements(cfg, w.Grid, w.Overlap)
 	rope := int64(len(InvFreq(cfg))) * 4
 	moments := int64(max(w.Moments, 0))
+	momentSize := int64(w.MomentDType.Size())
 	if a := w.LoRA; a != nil {
 		// The frozen base: its matrices in BaseDType and its norms in
 		// F32, no gradients; the adapters, replicated, with gradients
@@ -158,9 +168,12 @@ func Itemize(cfg *checkpoints.Config, w Work) Items {
 			m.Weights = engine.SumBytes(m.Weights, engine.MulBytes(ad, 2)) // the adapters' bf16 copies
 		}
 		m.Gradients = engine.SumBytes(engine.MulBytes(ad, 4), int64(d.H)*4)
-		m.Optimizer = engine.MulBytes(moments, ad, 4)
+		m.Optimizer = engine.MulBytes(moments, ad, momentSize)
+		if w.MomentDType == engine.I8 {
+			m.Optimizer = engine.SumBytes(m.Optimizer, engine.MulBytes(moments, adapterPieces(cfg, a), 4))
+		}
 		if zeroShards(w) {
-			m.Optimizer = engine.MulBytes(moments, adapterChunks(cfg, a, w.Grid.Data), 4)
+			m.Optimizer = engine.MulBytes(moments, adapterChunks(cfg, a, w.Grid.Data), momentSize)
 		}
 		m.Activations = engine.SumBytes(passBytes(d, w), stepSumsBytes(cfg, w))
 		m.Gathered = engine.MulBytes(z.gather, int64(w.BaseDType.Size())) // the base gathered as held
@@ -170,15 +183,19 @@ func Itemize(cfg *checkpoints.Config, w Work) Items {
 		return m
 	}
 	m.Weights = engine.SumBytes(engine.MulBytes(local, 4), rope)
-	if w.Activations == engine.BF16 {
-		// The matrices' bf16 copies (New): everything but the norms.
+	if w.Activations == engine.BF16 && !w.SplitMaster {
+		// The matrices' bf16 copies (New): everything but the norms. A
+		// split master's copy is half of its 4 bytes.
 		norms := int64(2*cfg.NumHiddenLayers+1) * int64(d.H)
 		m.Weights = engine.SumBytes(m.Weights, engine.MulBytes(local-norms, 2))
 	}
 	m.Gradients = engine.MulBytes(local, 4)
-	m.Optimizer = engine.MulBytes(moments, local, 4)
+	m.Optimizer = engine.MulBytes(moments, local, momentSize)
+	if w.MomentDType == engine.I8 {
+		m.Optimizer = engine.SumBytes(m.Optimizer, engine.MulBytes(moments, shardPieces(cfg, w.Grid), 4))
+	}
 	if zeroShards(w) {
-		m.Optimizer = engine.MulBytes(moments, shardChunks(cfg, w.Grid), 4)
+		m.Optimizer = engine.MulBytes(moments, shardChunks(cfg, w.Grid), momentSize)
 	}
 	m.Activations = engine.SumBytes(passBytes(d, w), stepSumsBytes(cfg, w))
 	// The gathered blocks are what the passes multiply by (passWeight):
@@ -320,6 +337,36 @@ func shardChunks(cfg *checkpoints.Config, g comm.Grid) int64 {
 		} else {
 			n += int64(c)
 		}
+	}
+	return n
+}
+
+// shardPieces counts the 8-bit moments' pieces (engine.Int8Pieces, one
+// float32 scale a moment each) of the shards of the rank at x = y = z =
+// 0, as shardElements counts the shards.
+func shardPieces(cfg *checkpoints.Config, g comm.Grid) int64 {
+	if g == (comm.Grid{}) {
+		g = comm.Grid{Data: 1, X: 1, Y: 1, Z: 1}
+	}
+	layers := int64(cfg.NumHiddenLayers)
+	var n int64
+	for _, s := range oneLayer(cfg).TensorSpecs() {
+		sh := parallel.ShardAt(g, 0, 0, 0, s.Name, s.Shape)
+		c := engine.Int8PieceCount(engine.ElementIndex{Shard: sh, Cols: s.Shape[len(s.Shape)-1]}, sh.Elements())
+		if isLayer(s.Name) {
+			c *= layers
+		}
+		n += c
+	}
+	return n
+}
+
+// adapterPieces is shardPieces for a's adapters, whole on every rank.
+func adapterPieces(cfg *checkpoints.Config, a *checkpoints.AdapterConfig) int64 {
+	var n int64
+	for _, s := range cfg.AdapterTensorSpecs(a) {
+		ix := engine.ElementIndex{Shard: engine.WholeShard(s.Shape[0], s.Shape[1]), Cols: s.Shape[1]}
+		n += engine.Int8PieceCount(ix, engine.Elements(s.Shape))
 	}
 	return n
 }

@@ -82,6 +82,16 @@ type Options struct {
 	// backward as each bucket's gradients become final (buckets.go): the
 	// same sums, the collectives later. For tests and measurements.
 	ReduceAfterBackward bool
+	// SplitMaster holds each weight matrix's float32 master split
+	// (engine.Param.Low): its BF16 copy is the master's high half and a
+	// 16-bit residual the rest, exactly, so master and copy take 4 bytes
+	// a parameter instead of 6. It needs BF16 activations, no adapters
+	// and a backend that is an engine.MasterSplitter; norm weights keep
+	// their float32 masters. The copy is the master rounded to nearest
+	// with ties away from zero (engine.SplitF32 says why), where an
+	// unsplit master's is rounded to nearest even: the two differ on
+	// exact ties only.
+	SplitMaster bool
 }
 
 // DefaultGradientBucketBytes is the default gradient bucket, 25 MiB:
@@ -158,6 +168,9 @@ func New(b engine.Backend, cfg *checkpoints.Config, opt Options) (*Model, error)
 	if err := checkLoRA(cfg, opt); err != nil {
 		return nil, err
 	}
+	if err := checkSplitMaster(b, opt); err != nil {
+		return nil, err
+	}
 	g := opt.Parallel
 	m := &Model{Config: cfg.Clone(), Options: opt, backend: b, d: fullDims(cfg)}
 	if g != nil {
@@ -194,9 +207,14 @@ func New(b engine.Backend, cfg *checkpoints.Config, opt Options) (*Model, error)
 			Decay: !s.Norm,
 		}
 		if opt.LoRA == nil {
-			p.Value, p.Grad = b.Alloc(engine.F32, shape...), b.Alloc(engine.F32, shape...)
+			p.Grad = b.Alloc(engine.F32, shape...)
 			if opt.Activations == engine.BF16 && !s.Norm {
 				p.Copy = b.Alloc(engine.BF16, shape...)
+			}
+			if p.Copy != nil && opt.SplitMaster {
+				p.Low = b.Alloc(engine.BF16, shape...)
+			} else {
+				p.Value = b.Alloc(engine.F32, shape...)
 			}
 		} else if s.Norm {
 			p.Value = b.Alloc(engine.F32, shape...) // frozen, and the norm kernels read F32
@@ -275,6 +293,49 @@ func CheckActivations(act engine.DType, g comm.Grid) error {
 	return fmt.Errorf("llama: activations in %v (want f32 or bf16)", act)
 }
 
+// checkSplitMaster refuses a split master (Options.SplitMaster) where
+// the model cannot hold one.
+func checkSplitMaster(b engine.Backend, opt Options) error {
+	if !opt.SplitMaster {
+		return nil
+	}
+	if opt.Activations != engine.BF16 || opt.LoRA != nil {
+		return errors.New("llama: a split master needs bf16 activations and no adapters (it splits the float32 master of a weight that has a bf16 copy)")
+	}
+	if _, ok := b.(engine.MasterSplitter); !ok {
+		return fmt.Errorf("llama: the %s backend holds float32 masters only, not split ones", b.Name())
+	}
+	return nil
+}
+
+// Master is p's float32 master weight: p.Value, or for a split master
+// (engine.Param.Low) a float32 tensor joined from its halves, which done
+// frees (done does nothing for p.Value).
+func (m *Model) Master(p *engine.Param) (t *engine.Tensor, done func()) {
+	if p.Low == nil {
+		return p.Value, func() {}
+	}
+	t = m.backend.Empty(engine.F32, p.Low.Shape...)
+	m.backend.(engine.MasterSplitter).JoinMaster(t, p.Copy, p.Low)
+	return t, func() { m.backend.Free(t) }
+}
+
+// setMaster sets p's master weight by fill, which writes a float32 tensor
+// of p's shape: p.Value itself (ReadInto and Scatter refresh its copy), or
+// for a split master a temporary then split into its halves.
+func (m *Model) setMaster(p *engine.Param, fill func(t *engine.Tensor) error) error {
+	if p.Low == nil {
+		return fill(p.Value)
+	}
+	t := m.backend.Empty(engine.F32, p.Low.Shape...)
+	defer m.backend.Free(t)
+	if err := fill(t); err != nil {
+		return err
+	}
+	m.backend.(engine.MasterSplitter).SplitMaster(p.Copy, p.Low, t)
+	return nil
+}
+
 // passWeight is the tensor the passes multiply by for p: its BF16 copy in
 // mixed precision, else its value.
 func passWeight(p *engine.Param) *engine.Tensor {
@@ -296,7 +357,7 @@ func (m *Model) refreshCopy(p *engine.Param, t *engine.Tensor) {
 // weights), this rank's shard of it.
 func (m *Model) LoadWeights(r parallel.SliceReader) error {
 	for _, p := range m.Params() {
-		if err := m.ReadInto(r, p.Name, p, p.Value); err != nil {
+		if err := m.setMaster(p, func(t *engine.Tensor) error { return m.ReadInto(r, p.Name, p, t) }); err != nil {
 			return err
 		}
 	}
@@ -413,7 +474,7 @@ func (m *Model) SetWeights(tensors []checkpoints.Tensor) error {
 		if !ok {
 			return fmt.Errorf("llama: weight %q missing", p.Name)
 		}
-		if err := m.Scatter(p, p.Value, t.Data); err != nil {
+		if err := m.setMaster(p, func(v *engine.Tensor) error { return m.Scatter(p, v, t.Data) }); err != nil {
 			return err
 		}
 	}
@@ -474,7 +535,9 @@ func (m *Model) Gather(p *engine.Param, t *engine.Tensor) ([]float32, error) {
 func (m *Model) GatherWeights() ([]checkpoints.Tensor, error) {
 	var out []checkpoints.Tensor
 	for _, p := range m.Params() {
-		data, err := m.Gather(p, p.Value)
+		t, done := m.Master(p)
+		data, err := m.Gather(p, t)
+		done()
 		if err != nil {
 			return nil, err
 		}
@@ -562,7 +625,11 @@ func (m *Model) Free() {
 		m.stepSums = nil
 	}
 	for _, p := range m.Params() {
-		m.backend.Free(p.Value)
+		for _, t := range []*engine.Tensor{p.Value, p.Low} {
+			if t != nil {
+				m.backend.Free(t)
+			}
+		}
 		if p.Grad != nil {
 			m.backend.Free(p.Grad)
 		}

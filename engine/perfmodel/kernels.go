@@ -391,7 +391,10 @@ func stepTime(cfg *checkpoints.Config, d Device, s Step, o Options, share float6
 
 // timeList times the whole kernel list of step s.
 func timeList(cfg *checkpoints.Config, d Device, s Step, o Options, share float64) (stepTimes, error) {
-	sk, err := llama.StepKernelsOf(cfg, s.Work(o))
+	w := s.Work(o)
+	// A LoRA step is timed as the full fine-tune's (Options.LoRA).
+	w.LoRA, w.BaseDType = nil, engine.F32
+	sk, err := llama.StepKernelsOf(cfg, w)
 	if err != nil {
 		return stepTimes{}, fmt.Errorf("perfmodel: %w", err)
 	}

@@ -75,9 +75,13 @@ func (s Step) Work(o Options) llama.Work {
 		ov = parallel.Overlap{}
 	}
 	g := s.Grid
-	return llama.Work{Grid: comm.Grid{Data: g.Data, X: g.X, Y: g.Y, Z: g.Z}, Overlap: ov, Train: true,
+	w := llama.Work{Grid: comm.Grid{Data: g.Data, X: g.X, Y: g.Y, Z: g.Z}, Overlap: ov, Train: true,
 		Recompute: s.Recompute, Moments: 2, Batch: s.MicroBatch, SeqLen: s.SeqLen, Micro: s.MicroBatches,
-		Activations: o.Precision.Activations(), Zero: o.Zero}
+		Activations: o.Precision.Activations(), Zero: o.Zero, SplitMaster: o.SplitMaster, MomentDType: o.Moments}
+	if o.LoRA > 0 {
+		w.LoRA, w.BaseDType = o.adapters(), engine.BF16
+	}
+	return w
 }
 
 // computes says whether the engine computes step s at o's precision on
@@ -88,6 +92,13 @@ func (s Step) computes(o Options) error {
 		return fmt.Errorf("perfmodel: %w", err)
 	}
 	return nil
+}
+
+// adapters are the LoRA adapters of o.LoRA: finetune's defaults, alpha
+// twice the rank on q, k, v and o_proj.
+func (o Options) adapters() *checkpoints.AdapterConfig {
+	return &checkpoints.AdapterConfig{PEFTType: "LORA", TaskType: "CAUSAL_LM", R: o.LoRA, LoRAAlpha: 2 * float64(o.LoRA),
+		TargetModules: []string{"q_proj", "k_proj", "v_proj", "o_proj"}}
 }
 
 func estimateMemory(cfg *checkpoints.Config, s Step, o Options) Memory {

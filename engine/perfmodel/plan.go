@@ -80,6 +80,24 @@ type Options struct {
 	// over the data ranks, which all-gather the updated weights once a
 	// step (Collectives, EstimateMemory).
 	Zero int
+	// SplitMaster is finetune's master: split (mixed precision only):
+	// each matrix's float32 master held as its bf16 copy and a 16-bit
+	// residual.
+	SplitMaster bool
+	// Moments is the dtype of AdamW's moments: F32 (the zero value), BF16
+	// or I8 (finetune's optimizer.moments bf16 and int8; I8 not with
+	// Zero).
+	Moments engine.DType
+	// LoRA, if positive, plans a LoRA fine-tune of this rank on
+	// finetune's default projections (q, k, v and o_proj) and a base
+	// frozen in bf16: its memory is the frozen base, the adapters and
+	// their state (llama.Itemize); its step time and communication are
+	// the full fine-tune's, an upper bound (a LoRA step skips the base's
+	// weight gradients and their reduction).
+	LoRA int
+	// Cheapest has Choose search the state options and the GPU counts
+	// (Cheapest) rather than plan the job with these.
+	Cheapest bool
 	// Recompute restricts Search's recomputation choice.
 	Recompute Recompute
 	// NoOverlap serialises communication and compute; by default the
@@ -253,13 +271,47 @@ func estimate(sh *shape, dev Device, s Step, o Options, mem Memory) (Plan, error
 // adamBytes is the memory traffic of the fused AdamW update per
 // parameter on a device described by a measured step efficiency, whose
 // FLOPs leave it out: engine.Kernel.Cost's AdamWStep rule — read the
-// fp32 weight, gradient and two moments (16 bytes), write the weight and
-// the moments (12), and in mixed precision the weight's bf16 copy (2).
+// fp32 weight (a split master's two halves alike), gradient and two
+// moments (16 bytes in float32), write the weight and the moments (12),
+// and in mixed precision an unsplit weight's bf16 copy (2).
 func (o Options) adamBytes() float64 {
-	if o.Precision == engine.PrecisionBF16 {
-		return 30
+	moment := float64(o.Moments.Size())
+	b := 4 + 4 + 2*moment + 4 + 2*moment
+	if o.Precision == engine.PrecisionBF16 && !o.SplitMaster {
+		b += 2
 	}
-	return 28
+	return b
+}
+
+// checkState refuses memory options the engine does not combine.
+func (o Options) checkState() error {
+	switch {
+	case o.SplitMaster && o.Precision != engine.PrecisionBF16:
+		return errors.New("perfmodel: a split master is mixed precision's (precision bf16)")
+	case o.LoRA < 0:
+		return fmt.Errorf("perfmodel: LoRA rank %d (want 0, full fine-tuning, or more)", o.LoRA)
+	case o.SplitMaster && o.LoRA > 0:
+		return errors.New("perfmodel: a split master is a full fine-tune's, not with adapters")
+	case o.Moments != engine.F32 && o.Moments != engine.BF16 && o.Moments != engine.I8:
+		return fmt.Errorf("perfmodel: moments in %v (want f32, bf16 or i8)", o.Moments)
+	case o.Moments == engine.I8 && o.Zero != 0:
+		return errors.New("perfmodel: ZeRO does not shard 8-bit moments")
+	}
+	return nil
+}
+
+// State says in words the optimizer-state options o plans with.
+func (o Options) State() string {
+	master := "fp32"
+	if o.SplitMaster {
+		master = "split"
+	}
+	moments := map[engine.DType]string{engine.F32: "fp32", engine.BF16: "bf16", engine.I8: "int8"}[o.Moments]
+	s := fmt.Sprintf("zero %d, master %s, moments %s", o.Zero, master, moments)
+	if o.LoRA > 0 {
+		s = fmt.Sprintf("LoRA rank %d on a bf16 base, zero %d, moments %s", o.LoRA, o.Zero, moments)
+	}
+	return s
 }
 
 // vocabParallelLossPasses is what the engine's cross-entropy costs, in
@@ -310,6 +362,9 @@ type NoFitError struct {
 	Smallest Plan  // the candidate needing the least memory (its Memory is set)
 	Usable   int64 // bytes a rank may use
 	Capacity int64 // the device's memory
+	// State is the optimizer-state options searched (Options.State),
+	// when they are not the default's.
+	State string
 }
 
 func (e *NoFitError) Error() string {
@@ -318,8 +373,12 @@ func (e *NoFitError) Error() string {
 	if s.Recompute {
 		rec = "on"
 	}
-	return fmt.Sprintf("perfmodel: no grid of %d %s fits: the smallest needs %s per GPU (%v, micro-batch %d, recompute %s), %s usable of %s",
-		e.GPUs, e.Device, units.FormatBytes(s.Memory.Total()), s.Grid, s.MicroBatch, rec, units.FormatBytes(e.Usable), units.FormatBytes(e.Capacity))
+	state := ""
+	if e.State != "" {
+		state = ", " + e.State
+	}
+	return fmt.Sprintf("perfmodel: no grid of %d %s fits: the smallest needs %s per GPU (%v, micro-batch %d, recompute %s%s), %s usable of %s",
+		e.GPUs, e.Device, units.FormatBytes(s.Memory.Total()), s.Grid, s.MicroBatch, rec, state, units.FormatBytes(e.Usable), units.FormatBytes(e.Capacity))
 }
 
 // Search enumerates every grid of j.GPUs ranks that divides the model
@@ -354,6 +413,9 @@ func Search(j Job, o Options) ([]Plan, error) {
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("perfmodel: %w", err)
+	}
+	if err := o.checkState(); err != nil {
+		return nil, err
 	}
 	seqs := j.GlobalBatchTokens / int64(j.SeqLen)
 	recomputes := []bool{false, true}
@@ -425,7 +487,11 @@ func Search(j Job, o Options) ([]Plan, error) {
 		return nil, fmt.Errorf("perfmodel: no grid of %d ranks divides the model's dimensions and the global batch's %d sequences over data×z", j.GPUs, seqs)
 	}
 	if len(plans) == 0 {
-		return nil, &NoFitError{GPUs: j.GPUs, Device: dev.Name, Smallest: *smallest, Usable: o.usable(dev, smallest.Grid), Capacity: int64(float64(dev.MemoryBytes) / dev.share(smallest.Grid))}
+		nf := &NoFitError{GPUs: j.GPUs, Device: dev.Name, Smallest: *smallest, Usable: o.usable(dev, smallest.Grid), Capacity: int64(float64(dev.MemoryBytes) / dev.share(smallest.Grid))}
+		if o.SplitMaster || o.Moments != engine.F32 || o.LoRA > 0 {
+			nf.State = o.State()
+		}
+		return nil, nf
 	}
 	sort.SliceStable(plans, func(a, b int) bool {
 		pa, pb := plans[a], plans[b]

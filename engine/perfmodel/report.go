@@ -36,7 +36,9 @@ type Report struct {
 	Overlap           bool       `json:"overlap"`
 	Recompute         string     `json:"recompute"`
 	Precision         string     `json:"precision"`
-	FSBandwidth       float64    `json:"fs_bandwidth"` // bytes/s
+	// State is the optimizer-state options planned with (Options.State).
+	State       string  `json:"state"`
+	FSBandwidth float64 `json:"fs_bandwidth"` // bytes/s
 	// Sources say which numbers are the device's (Device.Sources),
 	// which the engine's accounting and which the model's predictions.
 	Sources ReportSources `json:"sources"`
@@ -82,7 +84,7 @@ func NewReport(model string, cfg *checkpoints.Config, job Job, opt Options, plan
 	r := Report{
 		Model: model, Params: cfg.Params().Total, ModelFLOPsPerTok: engine.ModelFLOPsPerToken(cfg, seq),
 		GPUs: job.GPUs, Device: dev, Efficiency: dev.Efficiency, UsableMemory: opt.UsableMemory(dev, job.GPUs),
-		SeqLen: seq, GlobalBatchTokens: job.GlobalBatchTokens, Overlap: opt.Overlaps(dev), Recompute: opt.Recompute.String(), Precision: prec.String(), FSBandwidth: opt.FSBandwidth,
+		SeqLen: seq, GlobalBatchTokens: job.GlobalBatchTokens, Overlap: opt.Overlaps(dev), Recompute: opt.Recompute.String(), Precision: prec.String(), State: opt.State(), FSBandwidth: opt.FSBandwidth,
 		Sources: ReportSources{Sources: dev.Sources, MemoryPerGPU: memoryPerGPUSource(prec), Usable: usableSource, Predicted: predictedSource},
 	}
 	if k := dev.Kernels; k != nil {
@@ -137,6 +139,7 @@ func (r Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "batch   %d tokens a step: %d sequences of %d; communication %s; recompute %s; precision %s\n",
 		r.GlobalBatchTokens, r.GlobalBatchTokens/int64(r.SeqLen), r.SeqLen, overlap, r.Recompute, r.Precision)
+	fmt.Fprintf(w, "state   %s\n", r.State)
 	if len(r.Plans) > 0 {
 		fmt.Fprintf(w, "ckpt    %s (float32 weights and AdamW moments), each (x, y, z) position's rank writing its own; filesystem %.0f GB/s\n",
 			units.FormatBytes(r.Plans[0].Checkpoint.Bytes), r.FSBandwidth/1e9)
