@@ -10,9 +10,10 @@ import (
 
 // maxLines bounds the CLI's non-test Go lines: it holds flags, printing
 // and progress, and its logic lives in library packages. Issue 33 asks for
-// 3,500; the bound is what the CLI holds today (plan's report and its text
-// moved to perfmodel.Report), lowered as logic leaves, never raised.
-const maxLines = 3622
+// 3,500; the bound is what the CLI holds today (decoding, scoring and
+// extraction run through finetune/job, counts declare their ranges with
+// options.IntRange), lowered as logic leaves, never raised.
+const maxLines = 3420
 
 // TestSize counts the lines of this package's non-test Go files as
 // `wc -l` does (newline characters) and fails past maxLines.
