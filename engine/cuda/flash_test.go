@@ -36,8 +36,23 @@ func (c flashCase) String() string {
 // heads.
 func flashCases() []flashCase {
 	var cs []flashCase
+	// Every group size meets every length up to 129 (one and two tiles of
+	// either width, the edges of each); the longer lengths (three tiles
+	// and more, whose cost is T²) take two group sizes each, every group
+	// size among them.
+	groups := func(T int) []int {
+		switch T {
+		case 200:
+			return []int{4, 8}
+		case 255:
+			return []int{2, 4}
+		case 300:
+			return []int{1, 2}
+		}
+		return []int{1, 2, 4, 8}
+	}
 	for _, T := range []int{1, 2, 15, 16, 17, 63, 64, 65, 127, 129, 200, 255, 300} {
-		for _, G := range []int{1, 2, 4, 8} {
+		for _, G := range groups(T) {
 			for _, D := range []int{64, 128} {
 				cs = append(cs, flashCase{B: 1, T: T, heads: G, kvHeads: 1, D: D})
 			}
