@@ -13,6 +13,7 @@ import (
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/perfmodel"
+	"github.com/memtrain/memtrain/internal/options"
 	"github.com/memtrain/memtrain/internal/units"
 )
 
@@ -120,7 +121,7 @@ Devices:
 	fl.IntVar(&f.microBatch, "micro-batch", 0, "sequences per micro-batch over the whole grid, as finetune's micro_batch (default: try every size)")
 	fl.IntVar(&f.zero, "zero", 0, "the ZeRO stage, as finetune's zero: 0 (none) or 1 (AdamW's moments sharded over the data ranks)")
 	fl.StringVar(&f.precision, "precision", "f32", "the engine's precision, as finetune's precision: f32, or bf16 (mixed)")
-	fl.IntVar(&f.lora, "lora", 0, "plan a LoRA fine-tune of this rank on q, k, v and o_proj, the base frozen in bf16 (0: full fine-tuning)")
+	options.IntRange(fl, &f.lora, "lora", 0, 1, checkpoints.MaxLoRARank, "full fine-tuning", "plan a LoRA fine-tune of this rank on q, k, v and o_proj, the base frozen in bf16 (0: full fine-tuning)")
 	fl.BoolVar(&f.cheapest, "cheapest", false, "search the optimizer state too (zero 0/1, master fp32/split, moments fp32/bf16/int8) and up to --gpus GPUs: print the fewest GPUs that fit, exact options first, then the fastest")
 	fl.StringVar(&f.measured, "measured", "", "'memtrain bench step' results (JSON lines) whose measured steps replace the modelled ones they match")
 	return cmd
