@@ -6,6 +6,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/memtrain/memtrain/checkpoints/hub"
 	"github.com/memtrain/memtrain/finetune"
@@ -66,6 +67,11 @@ func hubDownload(cmd *cobra.Command, repo string, opt hub.Options, token string)
 	return p.Snapshot(), c.Download(cmd.Context(), p, hub.DefaultWorkers, progress)
 }
 
+// downloadFlag defines a command's --download, fetchModel's consent.
+func downloadFlag(fl *pflag.FlagSet, p *bool) {
+	fl.BoolVar(p, "download", false, "download a Hub model (--model NAMESPACE/NAME[@REVISION]) missing from the cache")
+}
+
 // fetchModel downloads the Hub model that model names when --download
 // consents and neither a local path nor the cache has it.
 func fetchModel(cmd *cobra.Command, consent bool, model string) error {
@@ -83,7 +89,7 @@ func hubHint(err error) error {
 	var ae *hub.AccessError
 	switch {
 	case errors.As(err, &nc):
-		return fmt.Errorf("%w; get it with: memtrain download %s --revision %s (finetune and generate: --download)", err, nc.Repo, nc.Revision)
+		return fmt.Errorf("%w; get it with: memtrain download %s --revision %s (or give --download)", err, nc.Repo, nc.Revision)
 	case errors.As(err, &ae):
 		return fmt.Errorf("%w (--token or $HF_TOKEN)", err)
 	case errors.Is(err, hub.ErrNothingSelected):

@@ -142,4 +142,19 @@ func TestModelDownloadConsent(t *testing.T) {
 	if _, errs, code := memtrain(t, "", append(args, "--download")...); code != 0 {
 		t.Errorf("finetune --download (%d): %s", code, errs)
 	}
+
+	// Every command that reads a model takes the consent: export and
+	// merge, eval loss and eval memorization as finetune and generate.
+	for _, c := range [][]string{
+		{"export", "acme/tiny", "--out", filepath.Join(t.TempDir(), "hf")},
+		{"eval", "loss", "--model", "acme/tiny", "--data", writeFile(t, "docs.jsonl", `{"text":"It is a truth universally acknowledged."}`+"\n")},
+	} {
+		t.Setenv("HF_HUB_CACHE", t.TempDir())
+		if _, errs, code := memtrain(t, "", c...); code == 0 || !strings.Contains(errs, "memtrain download acme/tiny") {
+			t.Errorf("%v of a model not cached, without --download (%d): %s", c[:2], code, errs)
+		}
+		if _, errs, code := memtrain(t, "", append(c, "--download")...); code != 0 {
+			t.Errorf("%v --download (%d): %s", c[:2], code, errs)
+		}
+	}
 }

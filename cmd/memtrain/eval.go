@@ -32,6 +32,7 @@ type evalLossFlags struct {
 	seqLen      int
 	json        bool
 	bos         bool
+	download    bool
 	engine      engineFlags
 	parallel    parallelFlags
 }
@@ -68,6 +69,7 @@ ranks, and the data·Z ranks take turns through the batches.`,
 	options.IntRange(fl, &f.seqLen, "seq-len", 0, 1, checkpoints.MaxPositions, "the default", "window length in tokens for a file (default min(2048, max_position_embeddings)); a dataset has its own")
 	fl.BoolVar(&f.json, "json", false, "print a JSON report with per-document losses")
 	fl.BoolVar(&f.bos, "bos", true, "add BOS when tokenizing text")
+	downloadFlag(fl, &f.download)
 	f.engine.register(fl)
 	f.parallel.register(fl)
 	cmd.MarkFlagRequired("model")
@@ -76,6 +78,9 @@ ranks, and the data·Z ranks take turns through the batches.`,
 }
 
 func runEvalLoss(cmd *cobra.Command, f evalLossFlags) error {
+	if err := fetchModel(cmd, f.download, f.model); err != nil {
+		return fmt.Errorf("eval loss: %w", err)
+	}
 	l, ref, err := launcher(cmd.ErrOrStderr(), f.engine, f.parallel, f.model, f.adapter)
 	if err != nil {
 		return fmt.Errorf("eval loss: %w", err)

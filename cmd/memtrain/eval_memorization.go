@@ -38,6 +38,7 @@ type evalMemFlags struct {
 	strict           bool
 	out              string
 	force            bool
+	download         bool
 	engine           engineFlags
 	parallel         parallelFlags
 }
@@ -121,6 +122,7 @@ same probes and rank 0 writes the results, which equal one rank's.`,
 	fl.BoolVar(&f.strict, "strict", false, "fail on documents (chat: answers) too short for the protocol instead of skipping them")
 	fl.StringVar(&f.out, "out", "", "folder for summary.json and docs.jsonl")
 	fl.BoolVar(&f.force, "force", false, "replace an earlier result in --out")
+	downloadFlag(fl, &f.download)
 	f.engine.register(fl)
 	f.parallel.register(fl)
 	cmd.MarkFlagRequired("model")
@@ -153,6 +155,9 @@ func runEvalMemorization(cmd *cobra.Command, f evalMemFlags) error {
 	p, err := memorization.ParseProtocol(f.protocol, f.prefixes, f.suffix)
 	if err != nil {
 		return err
+	}
+	if err := fetchModel(cmd, f.download, f.model); err != nil {
+		return fmt.Errorf("eval memorization: %w", err)
 	}
 	l, ref, err := launcher(cmd.ErrOrStderr(), f.engine, f.parallel, f.model, f.adapter)
 	if err != nil {

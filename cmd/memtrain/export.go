@@ -17,6 +17,7 @@ import (
 type exportFlags struct {
 	out, dtype, maxShardSize string
 	format                   string // hf (or "", merge's) or gguf
+	download                 bool   // fetch a Hub model missing from the cache
 }
 
 func newExportCmd() *cobra.Command {
@@ -51,6 +52,9 @@ Studio, as llama.cpp's converter writes it (--dtype f32, f16, bf16 or q8_0).
 			if err := f.check("export"); err != nil {
 				return err
 			}
+			if err := fetchModel(cmd, f.download, args[0]); err != nil {
+				return fmt.Errorf("export: %w", err)
+			}
 			ref, err := resolveAdapted(cmd.ErrOrStderr(), "model", args[0], adapter)
 			if err != nil {
 				return fmt.Errorf("export: %w", err)
@@ -64,6 +68,7 @@ Studio, as llama.cpp's converter writes it (--dtype f32, f16, bf16 or q8_0).
 	fl.StringVar(&f.dtype, "dtype", "f32", "weights as f32 or bf16; for gguf also f16 or q8_0")
 	fl.StringVar(&f.maxShardSize, "max-shard-size", "5GB", "largest weights file, as 5GB or 500MiB; 0 writes one model.safetensors")
 	fl.StringVar(&adapter, "adapter", "", "a LoRA adapter folder (PEFT format, e.g. a LoRA run's RUN/final) to merge in")
+	downloadFlag(fl, &f.download)
 	return cmd
 }
 
@@ -171,6 +176,8 @@ folder, and --adapter when --model names a LoRA run or its adapter.`,
 			}
 			if model == "" { // the adapter names its base
 				model, adapter = adapter, ""
+			} else if err := fetchModel(cmd, f.download, model); err != nil {
+				return fmt.Errorf("merge: %w", err)
 			}
 			ref, err := resolveAdapted(cmd.ErrOrStderr(), "model", model, adapter)
 			if err != nil {
@@ -188,5 +195,6 @@ folder, and --adapter when --model names a LoRA run or its adapter.`,
 	fl.StringVar(&f.out, "out", "", "the merged HF checkpoint folder to write (new or empty)")
 	fl.StringVar(&f.dtype, "dtype", "auto", "weights as f32, bf16, or auto (the base's dtype)")
 	fl.StringVar(&f.maxShardSize, "max-shard-size", "5GB", "largest weights file, as 5GB or 500MiB; 0 writes one model.safetensors")
+	downloadFlag(fl, &f.download)
 	return cmd
 }

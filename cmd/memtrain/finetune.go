@@ -91,7 +91,7 @@ grid; 'memtrain export' makes an HF checkpoint of one.`,
 	fl.StringVar(&resume, "resume", "", "continue the run in this folder (or from this checkpoint)")
 	options.IntRange(fl, &stopAfter, "stop-after", 0, 1, units.MaxCount, "no stop", "stop (with a checkpoint) after this step, to continue later with --resume")
 	fl.BoolVar(&force, "force", false, "start over in a folder that holds a run, removing its checkpoints, metrics and config.yaml")
-	fl.BoolVar(&download, "download", false, "download a Hub model (--model NAMESPACE/NAME[@REVISION]) missing from the cache")
+	downloadFlag(fl, &download)
 	options.Bind(fl, &flagCfg)
 	ef.register(fl)
 	pf.register(fl)

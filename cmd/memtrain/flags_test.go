@@ -177,13 +177,13 @@ func TestNumericFlags(t *testing.T) {
 		{initArgs("--head-dim", "-1"), "init: --head-dim -1: want a positive size, or 0 to keep the model's (head_dim)"},
 		{initArgs("--seed", "-1"), "init: --seed -1: want an integer of 0 or more"},
 		// inspect
-		{[]string{"inspect", "--preset", "tiny", "--batch", "0"}, "inspect: --batch 0: want 1 or more"},
-		{[]string{"inspect", "--preset", "tiny", "--seq-len", "-1"}, "inspect: --seq-len -1: want 1 or more"},
+		{[]string{"inspect", "--preset", "tiny", "--batch", "0"}, "inspect: --batch 0: want 1 to 1048576"},
+		{[]string{"inspect", "--preset", "tiny", "--seq-len", "-1"}, "inspect: --seq-len -1: want 1 to 16777216 (0: the default)"},
 		// plan
-		{[]string{"plan", "--model", "tiny", "--gpus", "-4"}, "plan: --gpus must be positive, got -4"},
+		{[]string{"plan", "--model", "tiny", "--gpus", "-4"}, "plan: --gpus -4: want 1 to 1048576"},
 		{plan("--global-batch-tokens", "-1"), "plan: --global-batch-tokens must be positive, got -1"},
-		{plan("--seq-len", "-1"), "plan: --seq-len must be positive, got -1"},
-		{plan("--top", "-1"), "plan: --top must not be negative, got -1"},
+		{plan("--seq-len", "-1"), "plan: --seq-len -1: want 1 to 16777216 (0: the default)"},
+		{plan("--top", "-1"), "plan: --top -1: want 1 to 1000000000 (0: all)"},
 		{plan("--efficiency", "NaN"), "plan: --efficiency must lie in (0, 1], got NaN"},
 		{plan("--efficiency", "2"), "plan: --efficiency must lie in (0, 1], got 2"},
 		{plan("--peak", "NaN"), "plan: --peak and --bandwidth must be positive numbers, got NaN"},
@@ -191,7 +191,7 @@ func TestNumericFlags(t *testing.T) {
 		{plan("--latency", "-5"), "plan: --latency must be 0 or more µs, got -5"},
 		{plan("--latency", "-1"), "plan: --latency must be 0 or more µs, got -1"},
 		{plan("--latency", "NaN"), "plan: --latency must be 0 or more µs, got NaN"},
-		{plan("--micro-batch", "-1"), "plan: --micro-batch must be positive, got -1"},
+		{plan("--micro-batch", "-1"), "plan: --micro-batch -1: want 1 to 1000000000 (0: try every size)"},
 		// tokenize
 		{[]string{"tokenize", "--tokenizer", "builtin:llama2", "--threads", "-1"}, "tokenize: --threads -1: want 1 to 4096 (0: all cores)"},
 		// Counts beyond what they can mean, the prober's cases (every

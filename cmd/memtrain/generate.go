@@ -52,7 +52,7 @@ is split over a grid of in-process ranks (every rank decodes every prompt).`,
 	options.IntRange(fl, &f.maxNew, "max-new-tokens", 32, 0, checkpoints.MaxPositions, "", "tokens to generate per prompt")
 	fl.BoolVar(&f.json, "json", false, "print one JSON line per prompt: prompt_ids, ids, text")
 	fl.BoolVar(&f.bos, "bos", true, "add BOS when tokenizing a text prompt")
-	fl.BoolVar(&f.download, "download", false, "download a Hub model (--model NAMESPACE/NAME[@REVISION]) missing from the cache")
+	downloadFlag(fl, &f.download)
 	fl.BoolVar(&f.stopAtEOS, "stop-at-eos", true, "end a continuation at the model's EOS token")
 	f.engine.register(fl)
 	f.parallel.register(fl)

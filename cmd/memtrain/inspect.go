@@ -11,6 +11,7 @@ import (
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/finetune"
+	"github.com/memtrain/memtrain/internal/options"
 )
 
 // maxInspectBatch bounds --batch: a million sequences a step is beyond
@@ -63,12 +64,12 @@ Presets:
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.preset, "preset", "", "inspect a preset shape instead of a checkpoint folder")
-	fl.IntVar(&f.batch, "batch", 1, "sequences per step for the activation estimate")
-	fl.IntVar(&f.seqLen, "seq-len", 0, "tokens per sequence for the activation estimate (default min(2048, max_position_embeddings))")
+	options.IntRange(fl, &f.batch, "batch", 1, 1, maxInspectBatch, "", "sequences per step for the activation estimate")
+	options.IntRange(fl, &f.seqLen, "seq-len", 0, 1, checkpoints.MaxPositions, "the default", "tokens per sequence for the activation estimate (default min(2048, max_position_embeddings))")
 	fl.StringVar(&f.precision, "precision", "f32", "training precision: f32, or bf16 (mixed: bf16 activations and weight copies, fp32 master weights, gradients and moments)")
 	fl.BoolVar(&f.json, "json", false, "print one JSON object instead of a table")
 	fl.BoolVar(&f.verify, "verify", false, "check a training checkpoint's files against its checkpoint.json")
-	fl.IntVar(&f.lora, "lora", 0, "also size a LoRA fine-tune of this rank (the base frozen in its stored dtype), as finetune's preflight does")
+	options.IntRange(fl, &f.lora, "lora", 0, 1, checkpoints.MaxLoRARank, "none", "also size a LoRA fine-tune of this rank (the base frozen in its stored dtype), as finetune's preflight does")
 	fl.StringVar(&f.loraTargets, "lora-targets", "q_proj,k_proj,v_proj,o_proj", "the LoRA fine-tune's projections (with --lora)")
 	fl.BoolVar(&f.recompute, "recompute", false, "the LoRA fine-tune recomputes activations (with --lora)")
 	return cmd
@@ -115,18 +116,6 @@ func runInspect(cmd *cobra.Command, args []string, f inspectFlags) error {
 		fmt.Fprintf(cmd.OutOrStdout(), "%s: OK, %d files verified (step %d)\n", args[0], len(m.Files), m.Step)
 		return nil
 	}
-	switch {
-	case f.batch <= 0:
-		return fmt.Errorf("inspect: --batch %d: want 1 or more", f.batch)
-	case f.seqLen < 0:
-		return fmt.Errorf("inspect: --seq-len %d: want 1 or more (0: the default)", f.seqLen)
-	}
-	if f.batch > maxInspectBatch {
-		return fmt.Errorf("inspect: --batch %d: want at most %d sequences", f.batch, maxInspectBatch)
-	}
-	if f.lora < 0 || f.lora > checkpoints.MaxLoRARank {
-		return fmt.Errorf("inspect: --lora %d: want a rank of 1 to %d (0: none)", f.lora, checkpoints.MaxLoRARank)
-	}
 	precision, err := engine.ParsePrecision(f.precision)
 	if err != nil {
 		return fmt.Errorf("inspect: --precision: %w", err)
@@ -154,12 +143,8 @@ func runInspect(cmd *cobra.Command, args []string, f inspectFlags) error {
 		defer ck.Close()
 		source, cfg = args[0], ck.Config
 	}
-	opt.SeqLen = f.seqLen
-	if opt.SeqLen == 0 {
-		opt.SeqLen = cfg.DefaultSeqLen()
-	}
-	if opt.SeqLen > cfg.MaxPositionEmbeddings {
-		return fmt.Errorf("inspect: --seq-len %d exceeds %s's max_position_embeddings %d", opt.SeqLen, source, cfg.MaxPositionEmbeddings)
+	if opt.SeqLen, err = cfg.SeqLen(f.seqLen); err != nil {
+		return fmt.Errorf("inspect: %s: --seq-len %w", source, err)
 	}
 	rep, err := finetune.InspectModel(source, cfg, ck, opt)
 	if err != nil {

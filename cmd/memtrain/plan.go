@@ -104,11 +104,11 @@ Devices:
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.model, "model", "", "a preset name or a checkpoint folder (its config.json)")
-	fl.IntVar(&f.gpus, "gpus", 0, "number of GPUs (GCDs for mi250x)")
+	options.IntRange(fl, &f.gpus, "gpus", 0, 1, maxPlanGPUs, "", "number of GPUs (GCDs for mi250x)")
 	fl.StringVar(&f.gpu, "gpu", "h100", "device: h100, h200, a100 or mi250x")
 	fl.Int64Var(&f.batchTokens, "global-batch-tokens", 0, "tokens per optimizer step (default one sequence per GPU: gpus × seq-len)")
-	fl.IntVar(&f.seqLen, "seq-len", 0, "tokens per sequence (default min(2048, max_position_embeddings))")
-	fl.IntVar(&f.top, "top", 10, "print the K fastest grids (0: all)")
+	options.IntRange(fl, &f.seqLen, "seq-len", 0, 1, checkpoints.MaxPositions, "the default", "tokens per sequence (default min(2048, max_position_embeddings))")
+	options.IntRange(fl, &f.top, "top", 10, 1, units.MaxCount, "all", "print the K fastest grids (0: all)")
 	fl.BoolVar(&f.json, "json", false, "print one JSON object instead of a table")
 	fl.StringVar(&f.recompute, "recompute", "auto", "activation recomputation: auto (whichever is faster and fits), on or off")
 	fl.BoolVar(&f.overlap, "overlap", true, "overlap communication with compute (AxoNN's OAG, OAR, ORS)")
@@ -118,8 +118,8 @@ Devices:
 	fl.Float64Var(&f.bandwidth, "bandwidth", 0, "override the device's intra-node link bandwidth, GB/s per direction (a shared-node device: the node's total)")
 	fl.Float64Var(&f.latency, "latency", 0, "override the device's latency of a collective call, µs (0 or more)")
 	fl.Float64Var(&f.fsBandwidth, "fs-bandwidth", perfmodel.DefaultFSBandwidth/1e9, "the shared filesystem's aggregate write bandwidth, GB/s, for the checkpoint's save time")
-	fl.IntVar(&f.microBatch, "micro-batch", 0, "sequences per micro-batch over the whole grid, as finetune's micro_batch (default: try every size)")
-	fl.IntVar(&f.zero, "zero", 0, "the ZeRO stage, as finetune's zero: 0 (none) or 1 (AdamW's moments sharded over the data ranks)")
+	options.IntRange(fl, &f.microBatch, "micro-batch", 0, 1, units.MaxCount, "try every size", "sequences per micro-batch over the whole grid, as finetune's micro_batch (default: try every size)")
+	options.IntRange(fl, &f.zero, "zero", 0, 0, 1, "", "the ZeRO stage, as finetune's zero: 0 (none) or 1 (AdamW's moments sharded over the data ranks)")
 	fl.StringVar(&f.precision, "precision", "f32", "the engine's precision, as finetune's precision: f32, or bf16 (mixed)")
 	options.IntRange(fl, &f.lora, "lora", 0, 1, checkpoints.MaxLoRARank, "full fine-tuning", "plan a LoRA fine-tune of this rank on q, k, v and o_proj, the base frozen in bf16 (0: full fine-tuning)")
 	fl.BoolVar(&f.cheapest, "cheapest", false, "search the optimizer state too (zero 0/1, master fp32/split, moments fp32/bf16/int8) and up to --gpus GPUs: print the fewest GPUs that fit, exact options first, then the fastest")
@@ -168,16 +168,10 @@ func runPlan(out io.Writer, f planFlags) error {
 	switch {
 	case f.model == "":
 		return errors.New("plan: --model is required (a preset name or a checkpoint folder)")
-	case f.gpus <= 0:
-		return fmt.Errorf("plan: --gpus must be positive, got %d", f.gpus)
-	case f.gpus > maxPlanGPUs:
-		return fmt.Errorf("plan: --gpus %d: want at most %d", f.gpus, maxPlanGPUs)
-	case f.seqLen < 0:
-		return fmt.Errorf("plan: --seq-len must be positive, got %d", f.seqLen)
+	case f.gpus == 0:
+		return errors.New("plan: --gpus is required (the number of GPUs)")
 	case f.batchTokens < 0:
 		return fmt.Errorf("plan: --global-batch-tokens must be positive, got %d", f.batchTokens)
-	case f.top < 0:
-		return fmt.Errorf("plan: --top must not be negative, got %d", f.top)
 	case !(f.efficiency >= 0 && f.efficiency <= 1):
 		return fmt.Errorf("plan: --efficiency must lie in (0, 1], got %g", f.efficiency)
 	case !(f.fsBandwidth > 0) || math.IsInf(f.fsBandwidth, 1):
@@ -186,18 +180,8 @@ func runPlan(out io.Writer, f planFlags) error {
 		return fmt.Errorf("plan: --peak and --bandwidth must be positive numbers, got %g and %g", f.peak, f.bandwidth)
 	case f.latencySet && (!(f.latency >= 0) || math.IsInf(f.latency, 1)):
 		return fmt.Errorf("plan: --latency must be 0 or more µs, got %g", f.latency)
-	case f.microBatch < 0:
-		return fmt.Errorf("plan: --micro-batch must be positive, got %d", f.microBatch)
-	case f.seqLen > checkpoints.MaxPositions:
-		return fmt.Errorf("plan: --seq-len %d: want 1 to %d (0: the default; no model has more positions)", f.seqLen, checkpoints.MaxPositions)
 	case f.batchTokens > maxPlanBatchTokens:
 		return fmt.Errorf("plan: --global-batch-tokens %d: want 1 to %d", f.batchTokens, int64(maxPlanBatchTokens))
-	case f.top > units.MaxCount:
-		return fmt.Errorf("plan: --top %d: want 0 (all) to %d", f.top, units.MaxCount)
-	case f.zero != 0 && f.zero != 1:
-		return fmt.Errorf("plan: --zero %d: want 0 or 1", f.zero)
-	case f.microBatch > units.MaxCount:
-		return fmt.Errorf("plan: --micro-batch %d: want 1 to %d", f.microBatch, units.MaxCount)
 	}
 	dev, err := planDevice(f)
 	if err != nil {
@@ -215,12 +199,9 @@ func runPlan(out io.Writer, f planFlags) error {
 	if err != nil {
 		return fmt.Errorf("plan: --model: %w", err)
 	}
-	seq := f.seqLen
-	if seq == 0 {
-		seq = cfg.DefaultSeqLen()
-	}
-	if seq > cfg.MaxPositionEmbeddings {
-		return fmt.Errorf("plan: --seq-len %d exceeds %s's max_position_embeddings %d", seq, f.model, cfg.MaxPositionEmbeddings)
+	seq, err := cfg.SeqLen(f.seqLen)
+	if err != nil {
+		return fmt.Errorf("plan: %s: --seq-len %w", f.model, err)
 	}
 	opt := perfmodel.Options{Precision: prec, Recompute: rec, NoOverlap: !f.overlap, Efficiency: f.efficiency, TopK: f.top, MicroBatch: f.microBatch, FSBandwidth: f.fsBandwidth * 1e9, Zero: f.zero, LoRA: f.lora, Cheapest: f.cheapest}
 	if f.measured != "" {

@@ -189,8 +189,8 @@ func TestPlanErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--model", "llama3.1-8b", "--gpus", "8", "--gpu", "v100"}, `plan: --gpu: unknown gpu "v100" (want one of a100, h100, h200, mi250x; did you mean "a100"?)`},
-		{[]string{"--model", "llama3.1-8b", "--gpus", "0"}, "plan: --gpus must be positive, got 0"},
-		{[]string{"--model", "llama3.1-8b", "--gpus", "-4"}, "plan: --gpus must be positive, got -4"},
+		{[]string{"--model", "llama3.1-8b", "--gpus", "0"}, "plan: --gpus 0: want 1 to 1048576"},
+		{[]string{"--model", "llama3.1-8b", "--gpus", "-4"}, "plan: --gpus -4: want 1 to 1048576"},
 		{[]string{"--gpus", "8"}, "plan: --model is required"},
 		{[]string{"--model", "llama9", "--gpus", "8"}, `plan: --model: checkpoints: "llama9" is no checkpoint folder, config file or preset (presets: `},
 		{[]string{"--model", "llama3.1-405b", "--gpus", "8", "--gpu", "h100"}, "plan: llama3.1-405b on 8 h100: perfmodel: no grid of 8 h100 fits: the smallest needs "},

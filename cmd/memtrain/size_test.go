@@ -13,7 +13,7 @@ import (
 // 3,500; the bound is what the CLI holds today (decoding, scoring and
 // extraction run through finetune/job, counts declare their ranges with
 // options.IntRange), lowered as logic leaves, never raised.
-const maxLines = 3420
+const maxLines = 3411
 
 // TestSize counts the lines of this package's non-test Go files as
 // `wc -l` does (newline characters) and fails past maxLines.

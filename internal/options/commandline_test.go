@@ -66,11 +66,14 @@ func TestIntRange(t *testing.T) {
 		{[]string{"--seq-len", "-1"}, 0, 0, `invalid argument "-1" for "--seq-len" flag: want 1 to 8192 (0: the default)`},
 		{[]string{"--batch", "4611686018427387905"}, 0, 0, `want 1 to 100`},
 		{[]string{"--batch", "two"}, 0, 0, `invalid argument "two" for "--batch" flag: want an integer from 1 to 100`},
+		{[]string{"--zero", "2"}, 0, 0, `invalid argument "2" for "--zero" flag: want 0 or 1`},
 	} {
 		fl := pflag.NewFlagSet("t", pflag.ContinueOnError)
 		var batch, seqLen int
 		IntRange(fl, &batch, "batch", 8, 1, 100, "", "")
 		IntRange(fl, &seqLen, "seq-len", 0, 1, 8192, "the default", "")
+		var stage int
+		IntRange(fl, &stage, "zero", 0, 0, 1, "", "")
 		err := fl.Parse(c.args)
 		switch {
 		case c.wantErr == "" && err != nil:

@@ -34,6 +34,9 @@ func (r *intRange) Set(s string) error {
 }
 
 func (r *intRange) bounds() string {
+	if r.hi == r.lo+1 && r.zero == "" {
+		return fmt.Sprintf("%d or %d", r.lo, r.hi)
+	}
 	if r.zero != "" {
 		return fmt.Sprintf("%d to %d (0: %s)", r.lo, r.hi, r.zero)
 	}
