@@ -101,11 +101,13 @@ func TestPreflightOversizedUnderUlimit(t *testing.T) {
 		{"plan", []string{"plan", "--model", layers, "--gpus", "8"},
 			"memtrain: plan: --model: checkpoints: " + layersFile + `: field "num_hidden_layers": want at most 1024`},
 		{"plan --gpus", []string{"plan", "--model", "llama3.1-8b", "--gpus", "1000000000000"},
-			"memtrain: plan: --gpus 1000000000000: want at most 1048576"},
+			"memtrain: plan: --gpus 1000000000000: want 1 to 1048576"},
 		{"inspect --seq-len", []string{"inspect", "--preset", "llama3.1-405b", "--seq-len", "1000000000000"},
-			"memtrain: inspect: --seq-len 1000000000000 exceeds preset llama3.1-405b's max_position_embeddings 131072"},
+			"memtrain: inspect: --seq-len 1000000000000: want 1 to 16777216 (0: the default)"},
+		{"inspect --seq-len beyond the model", []string{"inspect", "--preset", "llama3.1-405b", "--seq-len", "1000000"},
+			"memtrain: inspect: preset llama3.1-405b: --seq-len 1000000 exceeds the model's max_position_embeddings 131072"},
 		{"inspect --batch", []string{"inspect", "--preset", "llama3.1-405b", "--batch", "1000000000000"},
-			"memtrain: inspect: --batch 1000000000000: want at most 1048576 sequences"},
+			"memtrain: inspect: --batch 1000000000000: want 1 to 1048576"},
 	}
 	for _, tt := range tests {
 		cmd := exec.Command(bash, append([]string{"-c", `ulimit -v 4000000; exec "$0" "$@"`, bin}, tt.args...)...)
