@@ -54,3 +54,51 @@ func TestRunnerBaseFromRunFolder(t *testing.T) {
 		})
 	}
 }
+
+// TestRunnerBaseFromHubCache: a base `model:` that names no path beside
+// the spec but a Hugging Face model (NAMESPACE/NAME) is the model's
+// snapshot in the local cache (huggingface_hub's layout), as for the
+// commands' --model; a model not cached is an error saying so, before
+// anything trains.
+func TestRunnerBaseFromHubCache(t *testing.T) {
+	tok, files, err := data.OpenTokenizer("builtin:llama2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ParseSpec([]byte(tinyStudy), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := (&Runner{Spec: s, tok: tok}).baseConfig(s.Base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := t.TempDir()
+	t.Setenv("HF_HUB_CACHE", cache)
+	const commit = "0123456789abcdef0123456789abcdef01234567"
+	repo := filepath.Join(cache, "models--acme--tiny")
+	snapshot := filepath.Join(repo, "snapshots", commit)
+	if err := checkpoints.Save(snapshot, cfg, checkpoints.RandomWeights(cfg, 1), checkpoints.SaveOptions{Files: files}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(repo, "refs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(repo, "refs", "main"), []byte(commit), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	from := tinyStudy[strings.Index(tinyStudy, "base:\n"):strings.Index(tinyStudy, "targets:")]
+	spec := strings.Replace(tinyStudy, from, "base: {model: acme/tiny}\n", 1)
+	spec = strings.Replace(spec, "{name: custom, prefix: [8], suffix: 8}", "{name: custom, prefix: [30], suffix: 10}", 1)
+	_, log, err := runStudy(t, spec, filepath.Join(t.TempDir(), "study"), true)
+	if err == nil || !strings.Contains(err.Error(), "too short for custom(prefix 30, suffix 10)") {
+		t.Fatalf("error %v, want the strict check's", err)
+	}
+	if want := "model: acme/tiny → " + snapshot + "\n"; !strings.Contains(log, want) {
+		t.Errorf("log %q lacks %q", log, want)
+	}
+	other := strings.Replace(tinyStudy, from, "base: {model: acme/other}\n", 1)
+	if _, err := ParseSpec([]byte(other), ""); err == nil || !strings.Contains(err.Error(), "acme/other") || !strings.Contains(err.Error(), "not in the cache") {
+		t.Errorf("a model not cached: %v", err)
+	}
+}

@@ -221,12 +221,12 @@ func (r *Runner) resolveModels(runs []armRun) error {
 		if _, done := r.models[m]; done || m == "" {
 			continue
 		}
-		dir, resolved, err := finetune.ResolveModel(r.Spec.path(m))
+		dir, resolved, err := finetune.ResolveModel(r.Spec.modelPath(m))
 		if err != nil {
 			return fmt.Errorf("experiments: arm %s: base: %w", ar.arm.Name, err)
 		}
 		if resolved {
-			r.logf("model: %s → %s", r.Spec.path(m), dir)
+			r.logf("model: %s → %s", r.Spec.modelPath(m), dir)
 		}
 		r.models[m] = dir
 	}

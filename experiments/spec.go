@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/checkpoints/hub"
 	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/goldfish"
 	"github.com/memtrain/memtrain/internal/inputfile"
@@ -550,7 +551,7 @@ func (s *Spec) checkBase(b Base) error {
 		}
 		// That it resolves; the runner verifies its bytes once, when it
 		// resolves the models to use (Runner.resolveModels).
-		if _, _, err := finetune.ResolvePath(s.path(b.Model)); err != nil {
+		if _, _, err := finetune.ResolvePath(s.modelPath(b.Model)); err != nil {
 			return err // "model PATH: why"
 		}
 		return nil
@@ -622,6 +623,20 @@ func (s *Spec) path(p string) string {
 		return p
 	}
 	return filepath.Join(s.dir, p)
+}
+
+// modelPath resolves a base model's path against the spec's folder, as
+// path does, unless nothing is there and it names a Hugging Face model
+// (NAMESPACE/NAME[@REVISION]), which finetune.ResolvePath finds in the
+// local cache.
+func (s *Spec) modelPath(p string) string {
+	joined := s.path(p)
+	if _, err := os.Stat(joined); err != nil {
+		if _, _, ok := hub.ParseModelRef(p); ok {
+			return p
+		}
+	}
+	return joined
 }
 
 // goldfishOf describes an arm's goldfish loss for results.

@@ -144,9 +144,11 @@ func TestModelDownloadConsent(t *testing.T) {
 	}
 
 	// Every command that reads a model takes the consent: export and
-	// merge, eval loss and eval memorization as finetune and generate.
+	// merge, inspect, eval loss and eval memorization as finetune and
+	// generate.
 	for _, c := range [][]string{
 		{"export", "acme/tiny", "--out", filepath.Join(t.TempDir(), "hf")},
+		{"inspect", "acme/tiny"},
 		{"eval", "loss", "--model", "acme/tiny", "--data", writeFile(t, "docs.jsonl", `{"text":"It is a truth universally acknowledged."}`+"\n")},
 	} {
 		t.Setenv("HF_HUB_CACHE", t.TempDir())

@@ -33,6 +33,7 @@ type inspectFlags struct {
 	// loraAlpha and loraRSLoRA are an inspected adapter's (0: 2·rank).
 	loraAlpha  float64
 	loraRSLoRA bool
+	download   bool
 }
 
 func newInspectCmd() *cobra.Command {
@@ -71,6 +72,7 @@ Presets:
 	fl.BoolVar(&f.verify, "verify", false, "check a training checkpoint's files against its checkpoint.json")
 	options.IntRange(fl, &f.lora, "lora", 0, 1, checkpoints.MaxLoRARank, "none", "also size a LoRA fine-tune of this rank (the base frozen in its stored dtype), as finetune's preflight does")
 	fl.StringVar(&f.loraTargets, "lora-targets", "q_proj,k_proj,v_proj,o_proj", "the LoRA fine-tune's projections (with --lora)")
+	downloadFlag(fl, &f.download)
 	fl.BoolVar(&f.recompute, "recompute", false, "the LoRA fine-tune recomputes activations (with --lora)")
 	return cmd
 }
@@ -78,6 +80,11 @@ Presets:
 func runInspect(cmd *cobra.Command, args []string, f inspectFlags) error {
 	if (len(args) == 1) == (f.preset != "") {
 		return errors.New("inspect: give a checkpoint folder or --preset NAME (one of them)")
+	}
+	if len(args) == 1 {
+		if err := fetchModel(cmd, f.download, args[0]); err != nil {
+			return fmt.Errorf("inspect: %w", err)
+		}
 	}
 	if len(args) == 1 && !f.verify {
 		// A LoRA adapter (a run's RUN/final, a LoRA run or checkpoint) is
