@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -84,42 +85,10 @@ func TestAdamWStepBF16MomentsAnyShards(t *testing.T) {
 		all[i] = i
 	}
 	whole := step(all, engine.ElementIndex{Shard: engine.WholeShard(rows, cols), Cols: cols})
-	parts := 0
-	for _, grid := range [][3]int{{2, 1, 1}, {1, 2, 2}, {2, 2, 2}, {5, 3, 1}} {
-		x, y, z := grid[0], grid[1], grid[2]
-		bw, bh := cols/x, rows/y
-		for xi := range x {
-			for yi := range y {
-				for zi := range z {
-					f0, f1 := chunk(bw*bh, z, zi)
-					for _, d := range []int{1, 3} {
-						for di := range d {
-							o0, o1 := chunk(f1-f0, d, di)
-							var idx []int
-							for f := f0 + o0; f < f0+o1; f++ {
-								idx = append(idx, (yi*bh+f/bw)*cols+xi*bw+f%bw)
-							}
-							sh := engine.Shard{Row0: yi * bh, Row1: (yi + 1) * bh, Col0: xi * bw, Col1: (xi + 1) * bw, Flat0: f0, Flat1: f1}
-							got := step(idx, engine.ElementIndex{Shard: sh, Cols: cols}.Offset(o0))
-							for k, what := range []string{"master", "copy", "m", "v"} {
-								want := make([]float32, len(idx))
-								for i, j := range idx {
-									want[i] = whole[k][j]
-								}
-								if err := numtest.Equal(got[k], want); err != nil {
-									t.Errorf("grid %v part (%d,%d,%d) ZeRO %d/%d: %s: %v", grid, xi, yi, zi, di, d, what, err)
-								}
-							}
-							parts++
-						}
-					}
-				}
-			}
-		}
-	}
-	if parts < 20 {
-		t.Fatalf("%d parts compared", parts)
-	}
+	checkCuts(t, cuts(rows, cols, [][3]int{{2, 1, 1}, {1, 2, 2}, {2, 2, 2}, {5, 3, 1}}, []int{1, 3}), whole[:], []string{"master", "copy", "m", "v"}, func(idx []int, at engine.ElementIndex) [][]float32 {
+		r := step(idx, at)
+		return r[:]
+	})
 	// The master and copy are AdamW's on the widened moments, and each
 	// moment is AdamW's float32 rounded down or up, both seen.
 	ref := [4]*engine.Tensor{b.Alloc(engine.F32, n), b.Alloc(engine.F32, n), b.Alloc(engine.F32, n), b.Alloc(engine.F32, n)}
@@ -169,6 +138,70 @@ func bf16Of(x float32) uint16 {
 
 // chunk is comm.Chunk: part r of n elements cut in k, the first ones
 // ⌈n/k⌉ long.
+// A cut is one rank's part of a rows×cols parameter under a grid of X
+// column blocks, Y row blocks and Z chunks of each block's flat order,
+// then ZeRO's D chunks of that: the parameter's elements it holds
+// (indices into the whole, in the rank's order) and their ElementIndex.
+type cut struct {
+	name string
+	idx  []int
+	at   engine.ElementIndex
+}
+
+// cuts lists every rank's cut of a rows×cols parameter under each grid
+// (x, y, z) and each ZeRO degree d.
+func cuts(rows, cols int, grids [][3]int, ds []int) []cut {
+	var out []cut
+	for _, grid := range grids {
+		x, y, z := grid[0], grid[1], grid[2]
+		bw, bh := cols/x, rows/y
+		for xi := range x {
+			for yi := range y {
+				for zi := range z {
+					f0, f1 := chunk(bw*bh, z, zi)
+					for _, d := range ds {
+						for di := range d {
+							o0, o1 := chunk(f1-f0, d, di)
+							var idx []int
+							for f := f0 + o0; f < f0+o1; f++ {
+								idx = append(idx, (yi*bh+f/bw)*cols+xi*bw+f%bw)
+							}
+							sh := engine.Shard{Row0: yi * bh, Row1: (yi + 1) * bh, Col0: xi * bw, Col1: (xi + 1) * bw, Flat0: f0, Flat1: f1}
+							out = append(out, cut{
+								name: fmt.Sprintf("grid %v part (%d,%d,%d) ZeRO %d/%d", grid, xi, yi, zi, di, d),
+								idx:  idx,
+								at:   engine.ElementIndex{Shard: sh, Cols: cols}.Offset(o0),
+							})
+						}
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// checkCuts runs step on every cut and requires each of its outputs
+// (named by what) to be the whole run's at the cut's elements, bit for bit.
+func checkCuts(t *testing.T, cs []cut, whole [][]float32, what []string, step func(idx []int, at engine.ElementIndex) [][]float32) {
+	t.Helper()
+	for _, c := range cs {
+		got := step(c.idx, c.at)
+		for k, name := range what {
+			want := make([]float32, len(c.idx))
+			for i, j := range c.idx {
+				want[i] = whole[k][j]
+			}
+			if err := numtest.Equal(got[k], want); err != nil {
+				t.Errorf("%s: %s: %v", c.name, name, err)
+			}
+		}
+	}
+	if len(cs) < 20 {
+		t.Fatalf("%d parts compared", len(cs))
+	}
+}
+
 func chunk(n, k, r int) (lo, hi int) {
 	q, rem := n/k, n%k
 	lo = r*q + min(r, rem)

@@ -144,40 +144,8 @@ func TestAdamWStepInt8AnyShards(t *testing.T) {
 		all[i] = i
 	}
 	whole := run(all, engine.ElementIndex{Shard: engine.WholeShard(rows, cols), Cols: cols})
-	parts := 0
-	for _, grid := range [][3]int{{2, 1, 1}, {1, 2, 2}, {2, 2, 2}, {4, 1, 1}} {
-		x, y, z := grid[0], grid[1], grid[2]
-		bw, bh := cols/x, rows/y
-		for xi := range x {
-			for yi := range y {
-				for zi := range z {
-					f0, f1 := chunk(bw*bh, z, zi)
-					for _, d := range []int{1, 2} {
-						for di := range d {
-							o0, o1 := chunk(f1-f0, d, di)
-							var idx []int
-							for f := f0 + o0; f < f0+o1; f++ {
-								idx = append(idx, (yi*bh+f/bw)*cols+xi*bw+f%bw)
-							}
-							sh := engine.Shard{Row0: yi * bh, Row1: (yi + 1) * bh, Col0: xi * bw, Col1: (xi + 1) * bw, Flat0: f0, Flat1: f1}
-							got := run(idx, engine.ElementIndex{Shard: sh, Cols: cols}.Offset(o0))
-							for k, what := range []string{"master", "m", "v"} {
-								want := make([]float32, len(idx))
-								for i, j := range idx {
-									want[i] = whole[k][j]
-								}
-								if err := numtest.Equal(got[k], want); err != nil {
-									t.Errorf("grid %v part (%d,%d,%d) ZeRO %d/%d: %s: %v", grid, xi, yi, zi, di, d, what, err)
-								}
-							}
-							parts++
-						}
-					}
-				}
-			}
-		}
-	}
-	if parts < 20 {
-		t.Fatalf("%d parts compared", parts)
-	}
+	checkCuts(t, cuts(rows, cols, [][3]int{{2, 1, 1}, {1, 2, 2}, {2, 2, 2}, {4, 1, 1}}, []int{1, 2}), whole[:], []string{"master", "m", "v"}, func(idx []int, at engine.ElementIndex) [][]float32 {
+		r := run(idx, at)
+		return r[:]
+	})
 }
