@@ -45,12 +45,7 @@ func masterRun(cfg *checkpoints.Config, weights []checkpoints.Tensor, batches []
 		return out, err
 	}
 	oc := OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
-	var o *Optimizer
-	if zero {
-		o, err = NewShardedOptimizer(b, m.Trainable(), oc, g.Data)
-	} else {
-		o, err = NewOptimizer(b, m.Trainable(), oc)
-	}
+	o, err := testOptimizer(b, m, oc, g, zero)
 	if err != nil {
 		return out, err
 	}
@@ -87,17 +82,8 @@ func masterRun(cfg *checkpoints.Config, weights []checkpoints.Tensor, batches []
 			out.copies[p.Name] = download(b, p.Copy)
 		}
 	}
-	if err := o.syncMasters(); err != nil {
-		return out, err
-	}
-	w, err := m.GatherWeights()
-	if err != nil {
-		return out, err
-	}
-	if g.Rank() == 0 {
-		out.weights = tensorsByName(w)
-	}
-	return out, nil
+	out.weights, err = gatheredMasters(o, m, g)
+	return out, err
 }
 
 // TestSplitMasterEqualsFP32: mixed-precision training with split masters
@@ -258,12 +244,7 @@ func TestCompactStateMemory(t *testing.T) {
 			}
 			defer m.Free()
 			params := b.MemStats().Allocated
-			var o *Optimizer
-			if c.zero == 1 {
-				o, err = NewShardedOptimizer(b, m.Trainable(), oc, g.Data)
-			} else {
-				o, err = NewOptimizer(b, m.Trainable(), oc)
-			}
+			o, err := testOptimizer(b, m, oc, g, c.zero == 1)
 			if err != nil {
 				return err
 			}

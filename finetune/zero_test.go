@@ -39,6 +39,28 @@ var zeroOptimizer = OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps:
 
 // zeroRun trains sweepSteps AdamW steps (clipped, with weight decay and
 // gradient accumulation) on one rank of grid g, with the optimizer's
+// testOptimizer is oc's optimizer for m on one rank of g: with zero, its
+// moments sharded over g's data ranks (ZeRO-1), else whole.
+func testOptimizer(b engine.Backend, m *llama.Model, oc OptimizerConfig, g *parallel.Grid, zero bool) (*Optimizer, error) {
+	if zero {
+		return NewShardedOptimizer(b, m.Trainable(), oc, g.Data)
+	}
+	return NewOptimizer(b, m.Trainable(), oc)
+}
+
+// gatheredMasters brings o's masters up to date on every rank and gathers
+// the model's weights: rank 0's by name, nil on the others.
+func gatheredMasters(o *Optimizer, m *llama.Model, g *parallel.Grid) (map[string][]float32, error) {
+	if err := o.syncMasters(); err != nil {
+		return nil, err
+	}
+	w, err := m.GatherWeights()
+	if err != nil || g.Rank() != 0 {
+		return nil, err
+	}
+	return tensorsByName(w), nil
+}
+
 // moments sharded over the data group or not.
 func zeroRun(cfg *checkpoints.Config, weights []checkpoints.Tensor, batches []llama.Batch, act engine.DType, g *parallel.Grid, zero bool, oc OptimizerConfig) (zeroRank, error) {
 	var out zeroRank
@@ -51,12 +73,7 @@ func zeroRun(cfg *checkpoints.Config, weights []checkpoints.Tensor, batches []ll
 	if err := m.SetWeights(weights); err != nil {
 		return out, err
 	}
-	var o *Optimizer
-	if zero {
-		o, err = NewShardedOptimizer(b, m.Trainable(), oc, g.Data)
-	} else {
-		o, err = NewOptimizer(b, m.Trainable(), oc)
-	}
+	o, err := testOptimizer(b, m, oc, g, zero)
 	if err != nil {
 		return out, err
 	}
@@ -87,17 +104,8 @@ func zeroRun(cfg *checkpoints.Config, weights []checkpoints.Tensor, batches []ll
 			out.copies[p.Name] = download(b, p.Copy)
 		}
 	}
-	if err := o.syncMasters(); err != nil {
-		return out, err
-	}
-	w, err := m.GatherWeights()
-	if err != nil {
-		return out, err
-	}
-	if g.Rank() == 0 {
-		out.weights = tensorsByName(w)
-	}
-	return out, nil
+	out.weights, err = gatheredMasters(o, m, g)
+	return out, err
 }
 
 func download(b engine.Backend, t *engine.Tensor) []float32 {
