@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/memtrain/memtrain/checkpoints"
-	"github.com/memtrain/memtrain/data"
 	"github.com/memtrain/memtrain/engine/launch"
 )
 
@@ -23,18 +22,7 @@ import (
 // signal during it ends the study there, before any data is written.
 func TestManySeedsPreRunCheck(t *testing.T) {
 	t.Setenv(CacheEnv, t.TempDir())
-	tok, files, err := data.OpenTokenizer("builtin:llama2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ParseSpec([]byte(tinyStudy), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := (&Runner{Spec: s, tok: tok}).baseConfig(s.Base)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, files := tinyBaseConfig(t)
 	ck := filepath.Join(t.TempDir(), "base")
 	if err := checkpoints.Save(ck, cfg, checkpoints.RandomWeights(cfg, 1), checkpoints.SaveOptions{Files: files}); err != nil {
 		t.Fatal(err)
@@ -45,7 +33,8 @@ func TestManySeedsPreRunCheck(t *testing.T) {
 	}
 	from := tinyStudy[strings.Index(tinyStudy, "base:\n"):strings.Index(tinyStudy, "targets:")]
 	spec := strings.Replace(tinyStudy, from, "base: {model: "+ck+"}\n", 1) + "seeds: [" + strings.Join(seeds, ", ") + "]\n"
-	if s, err = ParseSpec([]byte(spec), ""); err != nil {
+	s, err := ParseSpec([]byte(spec), "")
+	if err != nil {
 		t.Fatal(err)
 	}
 

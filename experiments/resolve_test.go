@@ -16,19 +16,7 @@ import (
 // and logs which, before its checks (here a strict one that stops the
 // study before training).
 func TestRunnerBaseFromRunFolder(t *testing.T) {
-	tok, files, err := data.OpenTokenizer("builtin:llama2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ParseSpec([]byte(tinyStudy), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &Runner{Spec: s, tok: tok}
-	cfg, err := r.baseConfig(s.Base)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, files := tinyBaseConfig(t)
 	run := filepath.Join(t.TempDir(), "run")
 	ck := filepath.Join(run, finetune.CheckpointsDir, finetune.StepName(7))
 	if err := checkpoints.Save(ck, cfg, checkpoints.RandomWeights(cfg, 1), checkpoints.SaveOptions{Files: files}); err != nil {
@@ -61,18 +49,7 @@ func TestRunnerBaseFromRunFolder(t *testing.T) {
 // commands' --model; a model not cached is an error saying so, before
 // anything trains.
 func TestRunnerBaseFromHubCache(t *testing.T) {
-	tok, files, err := data.OpenTokenizer("builtin:llama2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ParseSpec([]byte(tinyStudy), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := (&Runner{Spec: s, tok: tok}).baseConfig(s.Base)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, files := tinyBaseConfig(t)
 	cache := t.TempDir()
 	t.Setenv("HF_HUB_CACHE", cache)
 	const commit = "0123456789abcdef0123456789abcdef01234567"
@@ -101,4 +78,23 @@ func TestRunnerBaseFromHubCache(t *testing.T) {
 	if _, err := ParseSpec([]byte(other), ""); err == nil || !strings.Contains(err.Error(), "acme/other") || !strings.Contains(err.Error(), "not in the cache") {
 		t.Errorf("a model not cached: %v", err)
 	}
+}
+
+// tinyBaseConfig is tinyStudy's preset base as the runner shapes it, with
+// the tokenizer files a checkpoint of it carries.
+func tinyBaseConfig(t *testing.T) (*checkpoints.Config, map[string][]byte) {
+	t.Helper()
+	tok, files, err := data.OpenTokenizer("builtin:llama2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ParseSpec([]byte(tinyStudy), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := (&Runner{Spec: s, tok: tok}).baseConfig(s.Base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, files
 }
