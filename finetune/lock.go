@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/memtrain/memtrain/internal/flock"
 )
 
 // LockFile is the run folder's lock: an advisory flock held for as long
@@ -47,12 +49,12 @@ func Lock(dir string) (unlock func(), err error) {
 		}
 		return nil, fmt.Errorf("finetune: %w", err)
 	}
-	held, err := flock(f)
+	ok, err := flock.TryLock(f)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("finetune: locking %s: %w", path, err)
 	}
-	if held {
+	if !ok { // another process holds it
 		b := make([]byte, 256)
 		n, _ := f.ReadAt(b, 0)
 		f.Close()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/memtrain/memtrain/internal/atomicfile"
+	"github.com/memtrain/memtrain/internal/flock"
 )
 
 // Cache is huggingface_hub's cache of Hub repos, its "hub" folder. A
@@ -165,7 +166,7 @@ func (c Cache) lockBlob(ctx context.Context, repo, etag string) (unlock func(), 
 		return nil, fmt.Errorf("hub: %w", err)
 	}
 	for {
-		ok, err := tryLock(f)
+		ok, err := flock.TryLock(f)
 		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("hub: locking %s: %w", p, err)
