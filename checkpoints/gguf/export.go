@@ -3,6 +3,7 @@ package gguf
 import (
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -57,10 +58,15 @@ type outTensor struct {
 // llama.cpp's names (TensorName), Q and K rows permuted (Permute), rope
 // factors for Llama 3's scaling (RopeFactors), no output tensor when the
 // embeddings are tied. It streams: one tensor at a time, at most chunk
-// values of it, into a temporary file renamed to out when complete.
+// values of it, into a temporary file renamed to out when complete. An
+// existing out is refused, not replaced, as the HF export refuses a
+// folder that holds files.
 func Export(src, out string, opt Options) error {
 	if _, err := fileType(opt.Type); err != nil {
 		return err
+	}
+	if _, err := os.Lstat(out); err == nil {
+		return fmt.Errorf("gguf: %s exists: export to a new file (or remove it first)", out)
 	}
 	merged := checkpoints.DTypeF32
 	if opt.Type == BF16 {

@@ -548,3 +548,20 @@ func TestPlanTypes(t *testing.T) {
 		}
 	}
 }
+
+// TestExportRefusesExisting: an existing file is not replaced (an earlier
+// export, or a file that is not one), and stays as it was.
+func TestExportRefusesExisting(t *testing.T) {
+	src := saveModel(t, llama2Config(4, 2, false), 7, checkpoints.DTypeF32)
+	out := filepath.Join(t.TempDir(), "m.gguf")
+	if err := os.WriteFile(out, []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := Export(src, out, Options{Type: F32})
+	if err == nil || !strings.Contains(err.Error(), out+" exists") {
+		t.Fatalf("export over an existing file: %v, want a refusal naming it", err)
+	}
+	if b, err := os.ReadFile(out); err != nil || string(b) != "mine" {
+		t.Errorf("the existing file became %q (%v)", b, err)
+	}
+}

@@ -63,7 +63,7 @@ Studio, as llama.cpp's converter writes it (--dtype f32, f16, bf16 or q8_0).
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.out, "out", "", "the HF checkpoint folder to write (new or empty), or the GGUF file")
+	fl.StringVar(&f.out, "out", "", "the HF checkpoint folder to write (new or empty), or the GGUF file (new)")
 	fl.StringVar(&f.format, "format", "hf", "hf (a HuggingFace checkpoint folder) or gguf (one file for llama.cpp and ollama)")
 	fl.StringVar(&f.dtype, "dtype", "f32", "weights as f32 or bf16; for gguf also f16 or q8_0")
 	fl.StringVar(&f.maxShardSize, "max-shard-size", "5GB", "largest weights file, as 5GB or 500MiB; 0 writes one model.safetensors")
