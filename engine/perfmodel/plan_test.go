@@ -42,7 +42,7 @@ func TestDevices(t *testing.T) {
 }
 
 func TestParseRecompute(t *testing.T) {
-	for s, want := range map[string]Recompute{"auto": RecomputeAuto, "on": RecomputeOn, "off": RecomputeOff} {
+	for s, want := range map[string]Recompute{"auto": RecomputeAuto, "on": RecomputeOn, "off": RecomputeOff, "selective": RecomputeSelective} {
 		if r, err := ParseRecompute(s); err != nil || r != want || r.String() != s {
 			t.Errorf("%q: %v %v", s, r, err)
 		}
@@ -161,13 +161,13 @@ func TestSearchChoices(t *testing.T) {
 	cfg := preset(t, "llama3.1-8b")
 	dev, _ := LookupDevice("h100")
 	job := Job{Config: cfg, Device: dev, GPUs: 16, SeqLen: 4096, GlobalBatchTokens: 64 * 4096}
-	for _, rec := range []Recompute{RecomputeOn, RecomputeOff} {
+	for rec, want := range map[Recompute]llama.Recompute{RecomputeOn: llama.RecomputeFull, RecomputeOff: llama.RecomputeNone, RecomputeSelective: llama.RecomputeSelective} {
 		plans, err := Search(job, Options{Recompute: rec})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, p := range plans {
-			if p.Recompute != (rec == RecomputeOn) {
+			if p.Recompute != want {
 				t.Errorf("recompute %v gave %v", rec, p.Recompute)
 			}
 			if got := int64(p.MicroBatch) * int64(p.MicroBatches) * int64(p.Grid.Data*p.Grid.Z); got != 64 {
@@ -207,7 +207,7 @@ func TestSearchErrors(t *testing.T) {
 	if !errors.As(err, &nf) {
 		t.Fatalf("405B on 8 GPUs: %v", err)
 	}
-	if nf.Smallest.Memory.Total() <= nf.Usable || !strings.Contains(err.Error(), "the smallest needs") || !nf.Smallest.Recompute {
+	if nf.Smallest.Memory.Total() <= nf.Usable || !strings.Contains(err.Error(), "the smallest needs") || nf.Smallest.Recompute != llama.RecomputeFull {
 		t.Errorf("no-fit error: %v (%+v)", err, nf.Smallest)
 	}
 	small := preset(t, "tiny")
