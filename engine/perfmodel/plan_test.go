@@ -257,3 +257,35 @@ func BenchmarkSearch405B(b *testing.B) {
 		}
 	}
 }
+
+// TestSelectiveRecomputeCosts: for Llama 3.1 8B at 8,192 tokens in bf16
+// on one rank, selective recomputation's step times its GEMMs and
+// attention as no recomputation does (it runs none of them again; on X
+// ranks a recomputed norm's rescaling is a batch of one-row GEMMs) and
+// adds only memory-bound kernels, less than full recomputation adds; its
+// memory lies between the two.
+func TestSelectiveRecomputeCosts(t *testing.T) {
+	cfg := preset(t, "llama3.1-8b")
+	dev, _ := LookupDevice("h200")
+	o := Options{Precision: engine.PrecisionBF16}
+	var plans []Plan
+	for _, rec := range []llama.Recompute{llama.RecomputeNone, llama.RecomputeSelective, llama.RecomputeFull} {
+		p, err := Estimate(cfg, dev, Step{Grid: Grid{1, 1, 1, 1}, SeqLen: 8192, MicroBatch: 1, MicroBatches: 1, Recompute: rec}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plans = append(plans, p)
+	}
+	none, sel, full := plans[0], plans[1], plans[2]
+	if sel.Kernels.GEMM != none.Kernels.GEMM || sel.Kernels.Attention != none.Kernels.Attention {
+		t.Errorf("selective GEMM and attention %v, %v s; none's %v, %v s", sel.Kernels.GEMM, sel.Kernels.Attention, none.Kernels.GEMM, none.Kernels.Attention)
+	}
+	if !(none.StepSeconds < sel.StepSeconds && sel.StepSeconds < full.StepSeconds) {
+		t.Errorf("step seconds none %v, selective %v, full %v: want increasing", none.StepSeconds, sel.StepSeconds, full.StepSeconds)
+	}
+	if !(none.Memory.Total() > sel.Memory.Total() && sel.Memory.Total() > full.Memory.Total()) {
+		t.Errorf("memory none %d, selective %d, full %d: want decreasing", none.Memory.Total(), sel.Memory.Total(), full.Memory.Total())
+	}
+	t.Logf("8B on one rank, bf16, 8192 tokens: none %.3f s %s, selective %.3f s %s, full %.3f s %s", none.StepSeconds, units.FormatBytes(none.Memory.Total()),
+		sel.StepSeconds, units.FormatBytes(sel.Memory.Total()), full.StepSeconds, units.FormatBytes(full.Memory.Total()))
+}
