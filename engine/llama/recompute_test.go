@@ -27,7 +27,8 @@ type exactRun struct {
 
 // recomputeRun trains a model of cfg holding w (and adapters ad, with
 // opt.LoRA) for steps AdamW steps of oneStep's two micro-batches on one
-// rank (shape the zero Grid) or on every rank of an in-process grid.
+// rank (shape the zero Grid) or on every rank of an in-process grid,
+// checking each rank's allocation against Memory after the first step.
 func recomputeRun(t *testing.T, shape comm.Grid, cfg *checkpoints.Config, opt Options, w, ad []checkpoints.Tensor, global Batch, steps int) exactRun {
 	t.Helper()
 	var mu sync.Mutex
@@ -55,6 +56,20 @@ func recomputeRun(t *testing.T, shape comm.Grid, cfg *checkpoints.Config, opt Op
 			l, grads, err := oneStep(m, global)
 			if err != nil {
 				return err
+			}
+			if s == 1 {
+				// What the rank holds is what Memory accounts: the model,
+				// its training workspace and the moments (and the
+				// clipping control, 2 float32).
+				ranks, ov := 1, parallel.Overlap{}
+				if g != nil {
+					ranks, ov = g.BatchRanks(), parallel.AllOverlap()
+				}
+				w := Work{Grid: shape, Overlap: ov, Train: true, Recompute: o.Recompute, Moments: 2, Batch: global.B / ranks / 2, SeqLen: global.T,
+					LoRA: o.LoRA, BaseDType: o.BaseDType, Activations: o.Activations}
+				if got, want := m.Backend().MemStats().Allocated, Memory(cfg, w).Total()+8; got != want {
+					t.Errorf("%v %v recompute=%v: allocated %d bytes, accounted %d", shape, o.Activations, o.Recompute, got, want)
+				}
 			}
 			r.losses = append(r.losses, []float64{l.Sum, l.Weight, l.ReportSum, l.ReportWeight})
 			r.grads = append(r.grads, grads)
@@ -97,7 +112,8 @@ func recomputeRun(t *testing.T, shape comm.Grid, cfg *checkpoints.Config, opt Op
 // grids that split the hidden size (X = 2, whose RMSNorm sums its
 // statistics over the ranks: the recomputed norms sum them again) and
 // shard the weights (Z = 2), in float32 and bf16, with and without
-// adapters (with dropout, and the adapters' z kept a layer).
+// adapters (with dropout, and the adapters' z kept a layer); and each
+// rank allocates what Memory accounts for the mode.
 func TestRecomputeModesAreExact(t *testing.T) {
 	cfg := gridConfig(false)
 	global := reportBatch(cfg)
