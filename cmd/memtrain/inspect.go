@@ -50,7 +50,8 @@ func newInspectCmd() *cobra.Command {
 counts (total and non-embedding), its size in each dtype, what is stored on
 disk, and the memory needed to fully fine-tune it with AdamW: weights,
 gradients, the two moments, and activations for --batch sequences of
---seq-len tokens, with and without activation recomputation.
+--seq-len tokens, without activation recomputation, with selective (the norms'
+outputs and SwiGLU's recomputed, no GEMM again) and with full recomputation.
 
 --verify checks a training checkpoint (RUN/checkpoints/step-NNNNNNNN) instead:
 every file against the size and SHA-256 its checkpoint.json records. It prints

@@ -16,17 +16,19 @@ const (
 	// RecomputeNone keeps every layer's activations.
 	RecomputeNone Recompute = iota
 	// RecomputeSelective keeps every layer's input and GEMM and attention
-	// outputs, and recomputes the elementwise ones that are cheap to make
-	// again — the RMSNorm outputs ln1 and ln2 and SwiGLU's product act —
-	// into one layer's shared buffers just before the layer's backward,
-	// with the forward's kernels on the forward's inputs, so bit for bit
-	// as the forward made them. It saves (2·H + I) elements a token a
-	// layer (H the hidden size, I the intermediate size, each this rank's
-	// share) and runs no GEMM twice; on X ranks each recomputed norm
-	// sums its rows' squares over X again (one all-reduce of N float32),
-	// as the forward did, rather than rebuild the output from the saved
-	// 1/rms, which would round differently (rmsnorm forms its scale from
-	// a float64 the saved float32 has lost).
+	// outputs (the adapters' z too), and drops the elementwise ones that
+	// are cheap to make again — the RMSNorm outputs ln1 and ln2 with their
+	// float32 1/rms, and SwiGLU's product act — which it recomputes into
+	// one shared set just before each layer's backward (the last layer's
+	// are still there from the forward), with the forward's own calls on
+	// the forward's inputs, so bit for bit as the forward made them. It
+	// saves (2·H + I) elements and 2 float32 a token a layer (H the
+	// hidden size, I the intermediate size, each this rank's share) and
+	// runs no GEMM or attention twice. On X ranks a recomputed norm sums
+	// its rows' squares over X again, one all-reduce of N float32, as
+	// the forward did: rebuilding the output from a saved 1/rms instead
+	// would round differently, for rmsnorm forms each row's scale from a
+	// float64 that the float32 1/rms has lost.
 	RecomputeSelective
 	// RecomputeFull keeps only each layer's input and runs the layer's
 	// whole forward again before its backward: about one extra forward of
