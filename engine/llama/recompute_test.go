@@ -111,7 +111,9 @@ func recomputeRun(t *testing.T, shape comm.Grid, cfg *checkpoints.Config, opt Op
 // gradient, the weights after three AdamW steps — on one rank and on
 // grids that split the hidden size (X = 2, whose RMSNorm sums its
 // statistics over the ranks: the recomputed norms sum them again) and
-// shard the weights (Z = 2), in float32 and bf16, with and without
+// shard the weights (Z = 2), on all three axes and beside data
+// parallelism (whose gradient buckets reduce during the last backward),
+// in float32 and bf16, with and without
 // adapters (with dropout, and the adapters' z kept a layer); and each
 // rank allocates what Memory accounts for the mode.
 func TestRecomputeModesAreExact(t *testing.T) {
@@ -125,7 +127,7 @@ func TestRecomputeModesAreExact(t *testing.T) {
 	ad := scaledLoRAModel(t, newBackend(1), cfg, Options{LoRA: a}, 5, 0.3, 0.1)
 	adapters := ad.AdapterTensors()
 	ad.Free()
-	for _, shape := range []comm.Grid{{}, {Data: 1, X: 2, Y: 1, Z: 1}, {Data: 1, X: 1, Y: 1, Z: 2}, {Data: 1, X: 2, Y: 2, Z: 2}} {
+	for _, shape := range []comm.Grid{{}, {Data: 1, X: 2, Y: 1, Z: 1}, {Data: 1, X: 1, Y: 1, Z: 2}, {Data: 1, X: 2, Y: 2, Z: 2}, {Data: 2, X: 2, Y: 1, Z: 1}} {
 		for _, act := range []engine.DType{engine.F32, engine.BF16} {
 			for _, lora := range []bool{false, true} {
 				opt := Options{Activations: act}
