@@ -110,12 +110,12 @@ func recomputeRun(t *testing.T, shape comm.Grid, cfg *checkpoints.Config, opt Op
 // for bit as keeping every activation does — each step's loss, every
 // gradient, the weights after three AdamW steps — on one rank and on
 // grids that split the hidden size (X = 2, whose RMSNorm sums its
-// statistics over the ranks: the recomputed norms sum them again) and
-// shard the weights (Z = 2), on all three axes and beside data
-// parallelism (whose gradient buckets reduce during the last backward),
-// in float32 and bf16, with and without
-// adapters (with dropout, and the adapters' z kept a layer); and each
-// rank allocates what Memory accounts for the mode.
+// statistics over the ranks: the recomputed norms sum them again), shard
+// the weights (Z = 2), do both with Y, or run beside data parallelism
+// (whose gradient buckets reduce during the last backward), in float32
+// and bf16, with and without adapters (with dropout, and the adapters' z
+// kept a layer); and each rank allocates what Memory accounts for the
+// mode.
 func TestRecomputeModesAreExact(t *testing.T) {
 	cfg := gridConfig(false)
 	global := reportBatch(cfg)
