@@ -11,6 +11,7 @@ import (
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/goldfish"
 	"github.com/memtrain/memtrain/internal/options"
 	"github.com/memtrain/memtrain/internal/units"
@@ -47,9 +48,11 @@ type Config struct {
 	Keep       int     `yaml:"keep" default:"2" help:"checkpoints to keep (0: all)"`
 	SaveAsync  bool    `yaml:"save_async" help:"write checkpoints in the background: the step's weights and moments are copied to host memory (a copy of each rank's shards, reused) and written while training goes on; the last one and one at a stop are written at once"`
 	Seed       uint64  `yaml:"seed" resume:"same" help:"data order seed"`
-	Recompute  bool    `yaml:"recompute" help:"recompute activations in the backward pass (less memory)"`
 	Precision  string  `yaml:"precision" default:"f32" help:"f32, or bf16: mixed precision (bf16 activations and weight copies; float32 master weights, gradients, moments and loss), on every grid"`
 	SaveDType  string  `yaml:"save_dtype" default:"f32" help:"weights of the finished run's HF export (RUN/final): f32 or bf16; training checkpoints keep float32"`
+
+	// Recompute is the activations the backward pass recomputes.
+	Recompute Recompute `yaml:"recompute" default:"none" help:"activations recomputed in the backward pass for less memory, bit for bit: none; selective (the norms' outputs and SwiGLU's, no GEMM again); or full (every layer's but its input: one more forward); true and false mean full and none"`
 
 	LoRA       LoRA       `yaml:"lora"`
 	Divergence Divergence `yaml:"divergence"`
@@ -189,6 +192,41 @@ func (l *Loss) UnmarshalText(b []byte) error {
 	}
 	return err
 }
+
+// Recompute is the recompute key: which activations the backward pass
+// recomputes (llama.Recompute). It was a switch: true and false still
+// mean full and none, and the flag alone (--recompute) full.
+type Recompute llama.Recompute
+
+// The recomputation modes.
+const (
+	RecomputeNone      = Recompute(llama.RecomputeNone)
+	RecomputeSelective = Recompute(llama.RecomputeSelective)
+	RecomputeFull      = Recompute(llama.RecomputeFull)
+)
+
+func (r Recompute) String() string               { return llama.Recompute(r).String() }
+func (r Recompute) MarshalText() ([]byte, error) { return llama.Recompute(r).MarshalText() }
+func (r *Recompute) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "true":
+		*r = RecomputeFull
+		return nil
+	case "false":
+		*r = RecomputeNone
+		return nil
+	}
+	v, err := llama.ParseRecompute(string(b))
+	if err != nil {
+		return fmt.Errorf("recompute %q: want none, selective or full (or true, false)", b)
+	}
+	*r = Recompute(v)
+	return nil
+}
+
+// NoOptValue is the value of the flag given alone: --recompute is full
+// recomputation, as when the key was a switch.
+func (r Recompute) NoOptValue() string { return "full" }
 
 // DefaultConfig is the configuration flags and files start from.
 func DefaultConfig() Config {

@@ -8,7 +8,10 @@ import (
 	"testing"
 
 	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
 
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/goldfish"
 	"github.com/memtrain/memtrain/internal/options"
 )
@@ -174,5 +177,51 @@ func TestMetricsWithoutLoss(t *testing.T) {
 	}
 	if v, ok := back["loss"]; !ok || v != nil || back["loss_all"] != 2.5 || back["step"] != 3.0 || back["targets"] != 8.0 {
 		t.Errorf("line %s", b)
+	}
+}
+
+// TestRecomputeKey: the recompute key takes none, selective and full, and
+// true and false as when it was a switch (a run's config.yaml of then
+// resumes as it was), in a file and as a flag, whose bare form is full;
+// anything else is refused. The run's model takes the mode.
+func TestRecomputeKey(t *testing.T) {
+	for _, c := range []struct {
+		value string
+		want  Recompute
+	}{
+		{"none", RecomputeNone}, {"selective", RecomputeSelective}, {"full", RecomputeFull},
+		{"true", RecomputeFull}, {"false", RecomputeNone},
+	} {
+		cfg := DefaultConfig()
+		if err := options.Decode("run.yaml", []byte("recompute: "+c.value+"\n"), &cfg); err != nil || cfg.Recompute != c.want {
+			t.Errorf("recompute: %s in a file: %v, %v; want %v", c.value, cfg.Recompute, err, c.want)
+		}
+		cfg = DefaultConfig()
+		fl := pflag.NewFlagSet("finetune", pflag.ContinueOnError)
+		options.Bind(fl, &cfg)
+		if err := fl.Parse([]string{"--recompute=" + c.value}); err != nil || cfg.Recompute != c.want {
+			t.Errorf("--recompute=%s: %v, %v; want %v", c.value, cfg.Recompute, err, c.want)
+		}
+		if opt, err := cfg.ModelOptions(&checkpoints.Config{}); err != nil || opt.Recompute != llama.Recompute(c.want) {
+			t.Errorf("--recompute=%s: the model's %v, %v", c.value, opt.Recompute, err)
+		}
+	}
+	cfg := DefaultConfig()
+	if cfg.Recompute != RecomputeNone {
+		t.Errorf("default %v, want none", cfg.Recompute)
+	}
+	fl := pflag.NewFlagSet("finetune", pflag.ContinueOnError)
+	options.Bind(fl, &cfg)
+	if err := fl.Parse([]string{"--recompute", "--seed", "3"}); err != nil || cfg.Recompute != RecomputeFull || cfg.Seed != 3 {
+		t.Errorf("--recompute alone: %v, %v; want full", cfg.Recompute, err)
+	}
+	for _, bad := range []string{"yes", "2", "Selective"} {
+		cfg := DefaultConfig()
+		if err := options.Decode("run.yaml", []byte("recompute: "+bad+"\n"), &cfg); err == nil || !strings.Contains(err.Error(), "want none, selective or full") {
+			t.Errorf("recompute: %s: %v", bad, err)
+		}
+	}
+	if b, err := yaml.Marshal(map[string]Recompute{"recompute": RecomputeSelective}); err != nil || string(b) != "recompute: selective\n" {
+		t.Errorf("written as %q, %v", b, err)
 	}
 }

@@ -38,14 +38,16 @@ type LoRAMemory struct {
 	BaseDType     string   `json:"base_dtype"`
 	// Precision is the full fine-tune's (with bf16 the base is held in
 	// bf16 and the adapters get bf16 copies).
-	Precision      string `json:"precision"`
-	Batch          int    `json:"batch"`
-	SeqLen         int    `json:"seq_len"`
-	Recompute      bool   `json:"recompute"`
-	Params         int64  `json:"params"`
-	OptimizerState int64  `json:"optimizer_state"`
-	Workspace      int64  `json:"workspace"`
-	Total          int64  `json:"total"`
+	Precision string `json:"precision"`
+	Batch     int    `json:"batch"`
+	SeqLen    int    `json:"seq_len"`
+	// Recompute is InspectOptions.Recompute ("none", "selective" or
+	// "full").
+	Recompute      llama.Recompute `json:"recompute"`
+	Params         int64           `json:"params"`
+	OptimizerState int64           `json:"optimizer_state"`
+	Workspace      int64           `json:"workspace"`
+	Total          int64           `json:"total"`
 }
 
 // ParamReport is checkpoints.Config.Params in the report's JSON.
@@ -63,8 +65,8 @@ type TokenizerSummary struct {
 	Error     string `json:"error,omitempty"`
 }
 
-// TrainingMemory is a full AdamW fine-tune's memory on one rank, with
-// and without activation recomputation.
+// TrainingMemory is a full AdamW fine-tune's memory on one rank, without
+// activation recomputation, with selective and with full recomputation.
 type TrainingMemory struct {
 	Optimizer            string `json:"optimizer"`
 	Precision            string `json:"precision"`
@@ -77,6 +79,10 @@ type TrainingMemory struct {
 	ActivationsRecompute int64  `json:"activations_recompute"`
 	Total                int64  `json:"total"`
 	TotalRecompute       int64  `json:"total_recompute"`
+	// ActivationsSelective and TotalSelective are with selective
+	// recomputation (llama.RecomputeSelective); the two above with full.
+	ActivationsSelective int64 `json:"activations_selective"`
+	TotalSelective       int64 `json:"total_selective"`
 	// PerParam are the bytes a parameter of weights, gradients and
 	// optimizer state under each memory option at the precision (the
 	// split master in mixed precision only), by the same accounting.
@@ -146,13 +152,14 @@ func (r *ModelReport) WriteText(w io.Writer) error {
 	for _, s := range t.PerParam {
 		row(fmt.Sprintf("    %s, %s", s.Master, s.Moments), "%.2f", s.Bytes)
 	}
-	row("  activations", "%s (with recomputation %s; the engine's workspace)", engine.FormatNeed(t.Activations), engine.FormatNeed(t.ActivationsRecompute))
-	row("  total", "%s (with recomputation %s)", engine.FormatNeed(t.Total), engine.FormatNeed(t.TotalRecompute))
+	row("  activations", "%s (with selective recomputation %s, with full %s; the engine's workspace)",
+		engine.FormatNeed(t.Activations), engine.FormatNeed(t.ActivationsSelective), engine.FormatNeed(t.ActivationsRecompute))
+	row("  total", "%s (with selective recomputation %s, with full %s)", engine.FormatNeed(t.Total), engine.FormatNeed(t.TotalSelective), engine.FormatNeed(t.TotalRecompute))
 	if l := r.LoRA; l != nil {
 		fmt.Fprintln(tw)
 		recompute := ""
-		if l.Recompute {
-			recompute = ", recomputation"
+		if l.Recompute != llama.RecomputeNone {
+			recompute = ", " + l.Recompute.String() + " recomputation"
 		}
 		row("LoRA fine-tune", "r %d, alpha %g on %s, AdamW, %s, batch %d × %d tokens%s (one CPU rank)", l.Rank, l.Alpha, strings.Join(l.Targets, ","), l.Precision, l.Batch, l.SeqLen, recompute)
 		row("  adapters", "%s parameters", units.FormatCount(l.AdapterParams))
@@ -177,7 +184,7 @@ type InspectOptions struct {
 	// the base held as lora.base_dtype auto holds it; Recompute is its
 	// activation recomputation.
 	LoRA      LoRA
-	Recompute bool
+	Recompute llama.Recompute
 }
 
 // AdapterLoRA is the lora block of the LoRA adapter of ref, as
@@ -234,19 +241,22 @@ func InspectModel(source string, cfg *checkpoints.Config, ck *checkpoints.Checkp
 }
 
 // trainingMemory is a full AdamW fine-tune of cfg on one rank, batch
-// sequences of seq tokens at precision p, with and without activation
+// sequences of seq tokens at precision p, with each activation
 // recomputation, by the engine's own accounting (llama.Itemize: what
 // the preflight checks, and what New and the passes allocate).
 func trainingMemory(cfg *checkpoints.Config, batch, seq int, p engine.Precision) TrainingMemory {
 	w := llama.Work{Train: true, Moments: 2, Batch: batch, SeqLen: seq, Micro: 1, Activations: p.Activations()}
 	it := llama.Itemize(cfg, w)
-	w.Recompute = true
+	w.Recompute = llama.RecomputeSelective
+	sel := llama.Itemize(cfg, w)
+	w.Recompute = llama.RecomputeFull
 	rec := llama.Itemize(cfg, w)
 	return TrainingMemory{
 		Optimizer: "AdamW", Precision: p.String(), Batch: batch, SeqLen: seq,
 		Weights: it.Weights, Gradients: it.Gradients, OptimizerState: it.Optimizer,
 		Activations: it.Activations, ActivationsRecompute: rec.Activations,
 		Total: it.Total(), TotalRecompute: rec.Total(), PerParam: stateBytes(cfg, p),
+		ActivationsSelective: sel.Activations, TotalSelective: sel.Total(),
 	}
 }
 
@@ -279,7 +289,7 @@ func loraMemory(mc *checkpoints.Config, opt InspectOptions) (*LoRAMemory, error)
 	lc.BaseDType = "auto"
 	p := opt.Precision
 	cfg := DefaultConfig()
-	cfg.LoRA, cfg.Recompute, cfg.Precision = lc, opt.Recompute, p.String()
+	cfg.LoRA, cfg.Recompute, cfg.Precision = lc, Recompute(opt.Recompute), p.String()
 	a, err := lc.Adapter("")
 	if err != nil {
 		return nil, fmt.Errorf("finetune: lora: %w", err)

@@ -101,7 +101,7 @@ func shareOf(b llama.Batch, ranks, rank, micro int) []llama.Batch {
 
 // sweepRun trains sweepSteps steps on one rank of a grid (nil: one rank)
 // and returns the losses and, on rank 0, the final full-shape weights.
-func sweepRun(cfg *checkpoints.Config, weights []checkpoints.Tensor, batches []llama.Batch, oc OptimizerConfig, lr float64, g *parallel.Grid, recompute bool) ([]StepResult, []checkpoints.Tensor, error) {
+func sweepRun(cfg *checkpoints.Config, weights []checkpoints.Tensor, batches []llama.Batch, oc OptimizerConfig, lr float64, g *parallel.Grid, recompute llama.Recompute) ([]StepResult, []checkpoints.Tensor, error) {
 	b := cpu.New(cpu.Options{Threads: 1})
 	m, err := llama.New(b, cfg, llama.Options{Parallel: g, Recompute: recompute})
 	if err != nil {
@@ -177,7 +177,7 @@ func TestGridTrainingEqualsOneRank(t *testing.T) {
 	refLoss := map[string][]StepResult{}
 	refWeights := map[string][]checkpoints.Tensor{}
 	for _, r := range runs {
-		res, w, err := sweepRun(cfg, weights, batches, r.oc, r.lr, nil, false)
+		res, w, err := sweepRun(cfg, weights, batches, r.oc, r.lr, nil, llama.RecomputeNone)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,7 +187,7 @@ func TestGridTrainingEqualsOneRank(t *testing.T) {
 	var worstLoss, worstWeight float64
 	for i, shape := range sweepGrids() {
 		for _, ov := range []parallel.Overlap{{}, parallel.AllOverlap()} {
-			recompute := i%2 == 1
+			recompute := []llama.Recompute{llama.RecomputeNone, llama.RecomputeFull, llama.RecomputeSelective}[i%3]
 			for _, r := range runs {
 				name := fmt.Sprintf("%v/%v/recompute=%v/%s", shape, ov, recompute, r.name)
 				var mu sync.Mutex

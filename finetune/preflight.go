@@ -100,7 +100,7 @@ func work(cfg Config, model *checkpoints.Config, store *data.Store, g comm.Grid,
 	if err := llama.CheckActivations(opt.Activations, g); err != nil {
 		return llama.Work{}, fmt.Errorf("finetune: precision %s: %w", cfg.Precision, err)
 	}
-	w := llama.Work{Grid: g, Overlap: ov, Train: true, Recompute: cfg.Recompute, Micro: cfg.BatchSize / max(1, cfg.MicroBatch),
+	w := llama.Work{Grid: g, Overlap: ov, Train: true, Recompute: opt.Recompute, Micro: cfg.BatchSize / max(1, cfg.MicroBatch),
 		Batch: max(1, cfg.MicroBatch/ranks), SeqLen: store.SeqLen(), LoRA: opt.LoRA, BaseDType: opt.BaseDType,
 		Activations: opt.Activations}
 	if cfg.Optimizer.Name == "adamw" {

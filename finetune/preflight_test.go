@@ -112,8 +112,8 @@ func TestWork(t *testing.T) {
 		want llama.Work
 	}{
 		{"one rank", func(c *Config) {}, comm.Grid{}, llama.Work{Train: true, Micro: 2, Moments: 2, Batch: 4, SeqLen: sweepT}},
-		{"sgd, recomputation, evaluation", func(c *Config) { c.Optimizer.Name, c.Recompute, c.EvalEvery = "sgd", true, 1 },
-			comm.Grid{}, llama.Work{Train: true, Recompute: true, Micro: 2, Batch: 4, SeqLen: sweepT, EvalBatch: 4}},
+		{"sgd, recomputation, evaluation", func(c *Config) { c.Optimizer.Name, c.Recompute, c.EvalEvery = "sgd", RecomputeFull, 1 },
+			comm.Grid{}, llama.Work{Train: true, Recompute: llama.RecomputeFull, Micro: 2, Batch: 4, SeqLen: sweepT, EvalBatch: 4}},
 		{"a grid splits the batches over data·Z", func(c *Config) { c.MicroBatch, c.EvalEvery, c.EvalBatch = 8, 1, 16 },
 			grid, llama.Work{Grid: grid, Train: true, Micro: 1, Moments: 2, Batch: 2, SeqLen: sweepT, EvalBatch: 4}},
 		{"lora keeps a bf16 base as bf16", func(c *Config) { c.LoRA.Rank = 8 }, comm.Grid{},

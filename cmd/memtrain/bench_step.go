@@ -90,14 +90,14 @@ func runBenchStep(cmd *cobra.Command, f benchStepFlags) error {
 		return fmt.Errorf("bench step: --precision: %w", err)
 	}
 	act := prec.Activations()
-	if err := f.engine.preflight("bench step: "+f.preset, cfg, llama.Work{Train: true, Recompute: f.recompute, Moments: 2, Batch: f.batch, SeqLen: f.seqLen, Micro: 1, Activations: act}); err != nil {
+	o := bench.StepOptions{Batch: f.batch, SeqLen: f.seqLen, Steps: f.steps, Recompute: f.recompute, Activations: act}
+	if err := f.engine.preflight("bench step: "+f.preset, cfg, llama.Work{Train: true, Recompute: o.RecomputeMode(), Moments: 2, Batch: f.batch, SeqLen: f.seqLen, Micro: 1, Activations: act}); err != nil {
 		return err
 	}
 	b, g, err := f.engine.build()
 	if err != nil {
 		return err
 	}
-	o := bench.StepOptions{Batch: f.batch, SeqLen: f.seqLen, Steps: f.steps, Recompute: f.recompute, Activations: act}
 	if errw := cmd.ErrOrStderr(); isTerminal(errw) {
 		bar := newBar(errw, f.steps+1, "bench step", "steps")
 		defer bar.Finish()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/internal/options"
 )
@@ -29,7 +30,7 @@ type inspectFlags struct {
 	// loraTargets to the report.
 	lora        int
 	loraTargets string
-	recompute   bool
+	recompute   string
 	// loraAlpha and loraRSLoRA are an inspected adapter's (0: 2·rank).
 	loraAlpha  float64
 	loraRSLoRA bool
@@ -49,7 +50,8 @@ func newInspectCmd() *cobra.Command {
 counts (total and non-embedding), its size in each dtype, what is stored on
 disk, and the memory needed to fully fine-tune it with AdamW: weights,
 gradients, the two moments, and activations for --batch sequences of
---seq-len tokens, with and without activation recomputation.
+--seq-len tokens, without activation recomputation, with selective (the norms'
+outputs and SwiGLU's recomputed, no GEMM again) and with full recomputation.
 
 --verify checks a training checkpoint (RUN/checkpoints/step-NNNNNNNN) instead:
 every file against the size and SHA-256 its checkpoint.json records. It prints
@@ -73,7 +75,8 @@ Presets:
 	options.IntRange(fl, &f.lora, "lora", 0, 1, checkpoints.MaxLoRARank, "none", "also size a LoRA fine-tune of this rank (the base frozen in its stored dtype), as finetune's preflight does")
 	fl.StringVar(&f.loraTargets, "lora-targets", "q_proj,k_proj,v_proj,o_proj", "the LoRA fine-tune's projections (with --lora)")
 	downloadFlag(fl, &f.download)
-	fl.BoolVar(&f.recompute, "recompute", false, "the LoRA fine-tune recomputes activations (with --lora)")
+	fl.StringVar(&f.recompute, "recompute", "none", "the LoRA fine-tune's activation recomputation (with --lora): none, selective or full (alone: full)")
+	fl.Lookup("recompute").NoOptDefVal = "full"
 	return cmd
 }
 
@@ -127,7 +130,11 @@ func runInspect(cmd *cobra.Command, args []string, f inspectFlags) error {
 	if err != nil {
 		return fmt.Errorf("inspect: --precision: %w", err)
 	}
-	opt := finetune.InspectOptions{Batch: f.batch, Precision: precision, Recompute: f.recompute,
+	var rec finetune.Recompute
+	if err := rec.UnmarshalText([]byte(f.recompute)); err != nil {
+		return fmt.Errorf("inspect: --recompute: %w", err)
+	}
+	opt := finetune.InspectOptions{Batch: f.batch, Precision: precision, Recompute: llama.Recompute(rec),
 		LoRA: finetune.LoRA{Rank: f.lora, Alpha: f.loraAlpha, RSLoRA: f.loraRSLoRA, Targets: f.loraTargets}}
 	if _, err := opt.LoRA.Adapter(""); err != nil {
 		return fmt.Errorf("inspect: --lora: %w", err)

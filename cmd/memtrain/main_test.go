@@ -212,8 +212,8 @@ func TestInspectPresets(t *testing.T) {
 	if st := rep.Training.Weights + rep.Training.Gradients + rep.Training.OptimizerState; st <= 16*rep.Params.Total || st >= 18*rep.Params.Total {
 		t.Errorf("bf16 state bytes %+v", rep.Training)
 	}
-	if rep.Training.ActivationsRecompute >= rep.Training.Activations {
-		t.Errorf("recomputation should save memory: %+v", rep.Training)
+	if tr := rep.Training; tr.ActivationsRecompute >= tr.ActivationsSelective || tr.ActivationsSelective >= tr.Activations {
+		t.Errorf("recomputation should save memory, full more than selective: %+v", rep.Training)
 	}
 }
 
@@ -271,11 +271,14 @@ func TestInspectIsTheEngines(t *testing.T) {
 		}
 		w := llama.Work{Train: true, Moments: 2, Batch: 1, SeqLen: 8192, Micro: 1, Activations: c.act}
 		it := llama.Itemize(cfg, w)
-		w.Recompute = true
+		w.Recompute = llama.RecomputeSelective
+		sel := llama.Itemize(cfg, w)
+		w.Recompute = llama.RecomputeFull
 		rec := llama.Itemize(cfg, w)
 		tr := rep.Training
 		if tr.Weights != it.Weights || tr.Gradients != it.Gradients || tr.OptimizerState != it.Optimizer ||
 			tr.Activations != it.Activations || tr.ActivationsRecompute != rec.Activations ||
+			tr.ActivationsSelective != sel.Activations || tr.TotalSelective != sel.Total() ||
 			tr.Total != llama.Memory(cfg, w).Total()-rec.Activations+it.Activations || tr.TotalRecompute != llama.Memory(cfg, w).Total() {
 			t.Errorf("%s: inspect %+v, the engine %+v / recomputing %+v", c.flag, tr, it, rec)
 		}

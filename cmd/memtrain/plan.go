@@ -110,7 +110,7 @@ Devices:
 	options.IntRange(fl, &f.seqLen, "seq-len", 0, 1, checkpoints.MaxPositions, "the default", "tokens per sequence (default min(2048, max_position_embeddings))")
 	options.IntRange(fl, &f.top, "top", 10, 1, units.MaxCount, "all", "print the K fastest grids (0: all)")
 	fl.BoolVar(&f.json, "json", false, "print one JSON object instead of a table")
-	fl.StringVar(&f.recompute, "recompute", "auto", "activation recomputation: auto (whichever is faster and fits), on or off")
+	fl.StringVar(&f.recompute, "recompute", "auto", "activation recomputation: auto (whichever of none, selective and full is fastest and fits), on (full), off or selective")
 	fl.BoolVar(&f.overlap, "overlap", true, "overlap communication with compute (AxoNN's OAG, OAR, ORS)")
 	fl.Float64Var(&f.efficiency, "efficiency", 0, "fraction of the peak large GEMMs reach, overriding the device's (on a device described by a measured step efficiency: that)")
 	fl.StringVar(&f.deviceJSON, "device-json", "", "plan for the device described in this JSON file (e.g. from 'memtrain bench comm --device') instead of --gpu")

@@ -33,7 +33,7 @@ type planJSON struct {
 		Grid         struct{ Data, X, Y, Z int } `json:"grid"`
 		MicroBatch   int                         `json:"micro_batch"`
 		MicroBatches int                         `json:"micro_batches"`
-		Recompute    bool                        `json:"recompute"`
+		Recompute    llama.Recompute             `json:"recompute"`
 		StepSeconds  float64                     `json:"step_seconds"`
 		TokensPerGPU float64                     `json:"tokens_per_second_per_gpu"`
 		MFU          float64                     `json:"mfu"`
@@ -160,7 +160,7 @@ func TestPlanOptions(t *testing.T) {
 		t.Errorf("%+v", r)
 	}
 	for _, p := range r.Plans {
-		if !p.Recompute {
+		if p.Recompute != llama.RecomputeFull {
 			t.Errorf("--recompute on gave %+v", p)
 		}
 		if got := p.MicroBatch * p.MicroBatches * p.Grid.Data * p.Grid.Z; got != 64 {

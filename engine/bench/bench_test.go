@@ -47,7 +47,7 @@ func TestStep(t *testing.T) {
 		if want := engine.ModelFLOPsPerToken(cfg, 8); r.ModelFLOPsPerToken != want {
 			t.Errorf("model FLOPs a token %v, want %v", r.ModelFLOPsPerToken, want)
 		}
-		mem := llama.Memory(cfg, llama.Work{Train: true, Recompute: true, Moments: 2, Batch: 2, SeqLen: 8, Micro: 1, Activations: act})
+		mem := llama.Memory(cfg, llama.Work{Train: true, Recompute: llama.RecomputeFull, Moments: 2, Batch: 2, SeqLen: 8, Micro: 1, Activations: act})
 		if r.AchievedGFLOPs != r.TokensPerS*r.ModelFLOPsPerToken/1e9 || r.EngineBytes != mem.Total() || r.ActivationBytes != mem.Workspace || r.ActivationBytes <= 0 {
 			t.Errorf("derived fields: %+v", r)
 		}
@@ -67,7 +67,7 @@ func TestStepMemoryIsTheEngines(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The step's scalars (llama.StepSums) included: Micro.
-			want := llama.Memory(cfg, llama.Work{Train: true, Recompute: rec, Micro: 1, Moments: 2, Batch: 2, SeqLen: 8, Activations: act}).Total()
+			want := llama.Memory(cfg, llama.Work{Train: true, Recompute: StepOptions{Recompute: rec}.RecomputeMode(), Micro: 1, Moments: 2, Batch: 2, SeqLen: 8, Activations: act}).Total()
 			if r.EngineBytes != want || r.AllocatedBytes != want {
 				t.Errorf("%v recompute=%v: accounting %d, allocated %d bytes; llama.Memory %d", act, rec, r.EngineBytes, r.AllocatedBytes, want)
 			}

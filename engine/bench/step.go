@@ -26,11 +26,19 @@ import (
 // Decode's runs), whose times are kept.
 const MaxRuns = 1_000_000
 
+// RecomputeMode is o.Recompute as the engine names it.
+func (o StepOptions) RecomputeMode() llama.Recompute {
+	if o.Recompute {
+		return llama.RecomputeFull
+	}
+	return llama.RecomputeNone
+}
+
 // StepOptions are the shape of a Step measurement.
 type StepOptions struct {
-	Batch, SeqLen int // sequences a step, tokens a sequence
-	Steps         int // timed steps after one warm-up step
-	Recompute     bool
+	Batch, SeqLen int  // sequences a step, tokens a sequence
+	Steps         int  // timed steps after one warm-up step
+	Recompute     bool // full recomputation (llama.RecomputeFull)
 	// Activations is the model's activation dtype (llama.Options):
 	// F32, or BF16 for mixed precision.
 	Activations engine.DType
@@ -102,7 +110,8 @@ func Step(b engine.Backend, g gemm.Impl, cfg *checkpoints.Config, o StepOptions)
 		o.GEMM = gemm.Shape{M: 2048, N: 2048, K: 2048}
 	}
 	base := b.MemStats().Allocated
-	m, err := llama.New(b, cfg, llama.Options{Recompute: o.Recompute, Activations: o.Activations})
+	rec := o.RecomputeMode()
+	m, err := llama.New(b, cfg, llama.Options{Recompute: rec, Activations: o.Activations})
 	if err != nil {
 		return StepResult{}, err
 	}
@@ -155,7 +164,7 @@ func Step(b engine.Backend, g gemm.Impl, cfg *checkpoints.Config, o StepOptions)
 		PeakRSSBytes:       peakRSS(),
 	}
 	res.AllocatedBytes = b.MemStats().Peak - base
-	mem := llama.Memory(cfg, llama.Work{Train: true, Recompute: o.Recompute, Micro: 1, Moments: 2, Batch: o.Batch, SeqLen: o.SeqLen, Activations: o.Activations})
+	mem := llama.Memory(cfg, llama.Work{Train: true, Recompute: rec, Micro: 1, Moments: 2, Batch: o.Batch, SeqLen: o.SeqLen, Activations: o.Activations})
 	res.EngineBytes, res.ActivationBytes = mem.Total(), mem.Workspace
 	res.AchievedGFLOPs = res.TokensPerS * res.ModelFLOPsPerToken / 1e9
 	res.GEMMGFLOPs = o.GEMM.Flops() / stats.Median(gemmTimes) / 1e9

@@ -375,7 +375,16 @@ func BenchmarkGPUStep(tb *testing.B) {
 	if os.Getenv("MEMTRAIN_GPU_BENCH_PRECISION") == "bf16" {
 		act, precision = engine.BF16, "bf16"
 	}
-	m, err := llama.New(b, cfg, llama.Options{Recompute: os.Getenv("MEMTRAIN_GPU_BENCH_RECOMPUTE") != "", Activations: act})
+	// MEMTRAIN_GPU_BENCH_RECOMPUTE names a recomputation mode; any
+	// other non-empty value is full.
+	rec := llama.RecomputeNone
+	if v := os.Getenv("MEMTRAIN_GPU_BENCH_RECOMPUTE"); v != "" {
+		rec = llama.RecomputeFull
+		if r, err := llama.ParseRecompute(v); err == nil {
+			rec = r
+		}
+	}
+	m, err := llama.New(b, cfg, llama.Options{Recompute: rec, Activations: act})
 	if err != nil {
 		tb.Fatal(err)
 	}

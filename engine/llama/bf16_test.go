@@ -70,9 +70,9 @@ func TestBF16StepMatchesF32(t *testing.T) {
 	wide.HiddenSize, wide.IntermediateSize, wide.VocabSize = 64, 96, 80
 	wide.InitializerRange = 0.15 // the tiny one's activations: 0.3·√(16/64)
 	for _, tie := range []bool{false, true} {
-		for _, recompute := range []bool{false, true} {
+		for _, recompute := range recomputeModes {
 			cfg, batch := testConfig(tie, 2), randomBatch(testConfig(tie, 2), 3, 12, 4)
-			if !tie && recompute {
+			if !tie && recompute != RecomputeNone {
 				cfg, batch = wide, randomBatch(wide, 2, 24, 4)
 			}
 			ref := randomModel(t, newBackend(2), cfg, Options{}, 6)
@@ -272,9 +272,12 @@ func TestBF16LoRAStepMatchesF32(t *testing.T) {
 	wide.HiddenSize, wide.IntermediateSize, wide.VocabSize = 64, 96, 80
 	wide.InitializerRange = 0.15
 	for _, tc := range []struct {
-		tie, recompute, wide bool
-		dropout              float64
-	}{{false, false, false, 0}, {true, true, false, 0}, {false, true, false, 0.3}, {true, false, false, 0.3}, {false, false, true, 0.1}} {
+		tie       bool
+		recompute Recompute
+		wide      bool
+		dropout   float64
+	}{{false, RecomputeNone, false, 0}, {true, RecomputeFull, false, 0}, {false, RecomputeFull, false, 0.3}, {true, RecomputeSelective, false, 0.3},
+		{false, RecomputeNone, true, 0.1}, {false, RecomputeSelective, true, 0.1}} {
 		cfg, batch := testConfig(tc.tie, 2), randomBatch(testConfig(tc.tie, 2), 3, 12, 4)
 		if tc.wide {
 			cfg, batch = wide, randomBatch(wide, 2, 24, 4)

@@ -62,8 +62,8 @@ var goldenTol = numtest.Tol{Max: 1e-4}
 
 func TestGoldenAgainstPyTorch(t *testing.T) {
 	for _, name := range goldenCases {
-		for _, recompute := range []bool{false, true} {
-			t.Run(name+map[bool]string{false: "", true: "/recompute"}[recompute], func(t *testing.T) {
+		for _, recompute := range recomputeModes {
+			t.Run(name+"/recompute="+recompute.String(), func(t *testing.T) {
 				m, batch, exp := loadGolden(t, name, Options{Recompute: recompute})
 				defer m.Free()
 				logits, err := m.Logits(batch)

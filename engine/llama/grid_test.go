@@ -156,7 +156,7 @@ func TestGridGradients(t *testing.T) {
 		}
 		for _, shape := range grids {
 			for _, ov := range []parallel.Overlap{{}, parallel.AllOverlap()} {
-				for _, rec := range []bool{false, true} {
+				for _, rec := range recomputeModes {
 					name := fmt.Sprintf("tie=%v/%v/%v/recompute=%v", tie, shape, ov, rec)
 					var mu sync.Mutex
 					err := launch.Local(shape, ov, func(g *parallel.Grid) error {

@@ -17,7 +17,8 @@ import (
 // micro-batches of w.Batch sequences of w.SeqLen tokens each uploaded and
 // run forward and backward (ForwardBackwardSum: the embedding, each
 // block's forward, the head and loss chunk by chunk, the final norm's and
-// each block's backward — after its recomputed forward with w.Recompute —,
+// each block's backward — after its recomputed forward with full
+// recomputation, its recomputed norms and SwiGLU with selective —,
 // the embedding's backward), the step's sums (FinishStep), the fused AdamW
 // update (Backend.AdamWStep) and the one read of the sums. It is the
 // step's time as the performance model sees it (engine/perfmodel costs
@@ -102,8 +103,8 @@ type kernelList struct {
 	cfg  *checkpoints.Config
 	grid bool // a grid (Options.Parallel set): the step's sums split norms from matrices
 	// recompute is Work.Recompute: each block's forward again before its
-	// backward.
-	recompute bool
+	// backward (full), or its norms and SwiGLU (selective).
+	recompute Recompute
 	// shape is the grid's (the zero Grid on one rank); z is Z > 1, whose
 	// weight gradients go through zGrads' blocks, and ors its overlapped
 	// reduce-scatters (Overlap.ReduceScatter), whose chunks are added
@@ -431,6 +432,14 @@ func (k *kernelList) blockForward(B, T int, out bool) {
 	}
 }
 
+// recomputeSelective is recomputeSelective's: SwiGLU, then the two norms.
+func (k *kernelList) recomputeSelective(N int) {
+	ni := k.act(N, k.d.I)
+	k.add("SwiGLU", ni, ni, ni)
+	k.rmsnorm(N)
+	k.rmsnorm(N)
+}
+
 // headLoss is headLoss's, chunk by chunk of headRows rows. It reports
 // whether the loss was the vocabulary-parallel one, whose sums come
 // from the host.
@@ -503,8 +512,13 @@ func (k *kernelList) backward(B, T int) {
 	H := d.H
 	k.rmsnormBackward(N, k.f32(N, H)) // the final norm: dx from dlnf (F32)
 	for l := d.L - 1; l >= 0; l-- {
-		if k.recompute {
+		switch k.recompute {
+		case RecomputeFull:
 			k.blockForward(B, T, false)
+		case RecomputeSelective:
+			if l < d.L-1 { // the last layer's are still held
+				k.recomputeSelective(N)
+			}
 		}
 		k.blockBackward(B, T)
 	}

@@ -222,16 +222,18 @@ func TestKernelsAreWhatTheStepLaunches(t *testing.T) {
 		name      string
 		tie       bool
 		kvHeads   int
-		recompute bool
+		recompute Recompute
 		act       engine.DType
 		B, T      int
 		micro     int
 		headRows  int // dims.headRowsLimit, to run the chunked head; 0 is the model's rule
 	}{
 		{name: "mha f32", kvHeads: 4, act: engine.F32, B: 2, T: 5, micro: 1},
-		{name: "gqa f32 recompute", kvHeads: 2, recompute: true, act: engine.F32, B: 2, T: 5, micro: 1},
+		{name: "gqa f32 recompute", kvHeads: 2, recompute: RecomputeFull, act: engine.F32, B: 2, T: 5, micro: 1},
+		{name: "gqa f32 selective", kvHeads: 2, recompute: RecomputeSelective, act: engine.F32, B: 2, T: 5, micro: 1},
 		{name: "gqa bf16 tied", tie: true, kvHeads: 2, act: engine.BF16, B: 1, T: 7, micro: 2},
-		{name: "mha bf16 recompute chunked head", kvHeads: 4, recompute: true, act: engine.BF16, B: 2, T: 6, micro: 2, headRows: 5},
+		{name: "mha bf16 recompute chunked head", kvHeads: 4, recompute: RecomputeFull, act: engine.BF16, B: 2, T: 6, micro: 2, headRows: 5},
+		{name: "mha bf16 selective tied", tie: true, kvHeads: 4, recompute: RecomputeSelective, act: engine.BF16, B: 2, T: 6, micro: 2},
 		{name: "gqa f32 chunked head", kvHeads: 2, act: engine.F32, B: 3, T: 4, micro: 3, headRows: 4},
 	}
 	for _, c := range cases {
@@ -283,22 +285,25 @@ func TestKernelsOnGrids(t *testing.T) {
 	cases := []struct {
 		shape     comm.Grid
 		act       engine.DType
-		recompute bool
+		recompute Recompute
 		flatRows  int
 		tie       bool
 		serial    bool // no overlap: Z's reduce-scatters and their adds at once
 		headRows  int  // dims.headRowsLimit: a head in chunks (X = Y = 1)
 	}{
 		{shape: comm.Grid{Data: 2, X: 1, Y: 1, Z: 1}, act: engine.F32},
-		{shape: comm.Grid{Data: 2, X: 1, Y: 1, Z: 1}, act: engine.BF16, recompute: true},
+		{shape: comm.Grid{Data: 2, X: 1, Y: 1, Z: 1}, act: engine.BF16, recompute: RecomputeFull},
 		{shape: comm.Grid{Data: 1, X: 2, Y: 1, Z: 1}, act: engine.F32},
+		{shape: comm.Grid{Data: 1, X: 2, Y: 1, Z: 1}, act: engine.F32, recompute: RecomputeSelective},
+		{shape: comm.Grid{Data: 2, X: 1, Y: 1, Z: 2}, act: engine.BF16, recompute: RecomputeSelective},
+		{shape: comm.Grid{Data: 2, X: 1, Y: 2, Z: 2}, act: engine.F32, recompute: RecomputeSelective},
 		{shape: comm.Grid{Data: 1, X: 1, Y: 2, Z: 1}, act: engine.F32, flatRows: 3},
-		{shape: comm.Grid{Data: 2, X: 2, Y: 2, Z: 1}, act: engine.F32, recompute: true},
+		{shape: comm.Grid{Data: 2, X: 2, Y: 2, Z: 1}, act: engine.F32, recompute: RecomputeFull},
 		{shape: comm.Grid{Data: 1, X: 1, Y: 1, Z: 2}, act: engine.F32},
 		{shape: comm.Grid{Data: 1, X: 1, Y: 1, Z: 2}, act: engine.F32, tie: true, headRows: 4},
 		{shape: comm.Grid{Data: 2, X: 1, Y: 1, Z: 2}, act: engine.F32, headRows: 3},
 		{shape: comm.Grid{Data: 1, X: 1, Y: 1, Z: 2}, act: engine.F32, serial: true, tie: true},
-		{shape: comm.Grid{Data: 1, X: 2, Y: 2, Z: 2}, act: engine.F32, recompute: true},
+		{shape: comm.Grid{Data: 1, X: 2, Y: 2, Z: 2}, act: engine.F32, recompute: RecomputeFull},
 		{shape: comm.Grid{Data: 1, X: 1, Y: 2, Z: 2}, act: engine.F32, serial: true},
 	}
 	for _, c := range cases {
@@ -380,9 +385,9 @@ func TestKernelsRefuse(t *testing.T) {
 // 4·L·heads·D·T a token on the causal half of the scores, × (T+1)/(2T);
 // the backward 2.5× that. Recomputation adds one forward of the blocks'
 // linears but down_proj (the block's output is not needed again) and of
-// attention.
+// attention. Selective recomputation adds neither.
 func TestKernelFLOPsAreTheModelFLOPs(t *testing.T) {
-	for _, rec := range []bool{false, true} {
+	for _, rec := range recomputeModes {
 		cfg := testConfig(false, 2)
 		const B, T, micro = 3, 8, 2
 		list, err := Kernels(cfg, Work{Train: true, Recompute: rec, Micro: micro, Moments: 2, Batch: B, SeqLen: T})
@@ -408,7 +413,7 @@ func TestKernelFLOPsAreTheModelFLOPs(t *testing.T) {
 		n -= float64((2*L + 1) * H)                     // the norms
 		blocks := n - float64(cfg.VocabSize*H)          // the head is not recomputed
 		wantGEMM, wantFwd := 6*n*tokens, attn/3*tokens*float64(T+1)/float64(2*T)
-		if rec {
+		if rec == RecomputeFull {
 			wantGEMM += 2 * (blocks - float64(L*H*cfg.IntermediateSize)) * tokens
 			wantFwd *= 2
 		}

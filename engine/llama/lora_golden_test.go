@@ -23,13 +23,16 @@ var loraGoldenCases = []string{"lora-gqa", "lora-rslora-bf16"}
 // can.
 func TestLoRAGoldenAgainstPyTorch(t *testing.T) {
 	type variant struct {
-		recompute bool
+		recompute Recompute
 		base      engine.DType
 	}
 	for _, name := range loraGoldenCases {
-		variants := []variant{{false, engine.F32}, {true, engine.F32}}
-		if strings.Contains(name, "bf16") {
-			variants = append(variants, variant{false, engine.BF16}, variant{true, engine.BF16})
+		var variants []variant
+		for _, r := range recomputeModes {
+			variants = append(variants, variant{r, engine.F32})
+			if strings.Contains(name, "bf16") {
+				variants = append(variants, variant{r, engine.BF16})
+			}
 		}
 		for _, v := range variants {
 			recompute := v.recompute

@@ -157,7 +157,7 @@ func TestLoRAFiniteDifferences(t *testing.T) {
 func TestLoRARecomputeAndDropout(t *testing.T) {
 	cfg := testConfig(false, 2)
 	batch := randomBatch(cfg, 2, 7, 9)
-	run := func(recompute bool, dropout float64, key uint64) map[string][]float32 {
+	run := func(recompute Recompute, dropout float64, key uint64) map[string][]float32 {
 		m := loraModel(t, newBackend(2), cfg, Options{LoRA: testAdapter(2, false, dropout), Recompute: recompute}, 5)
 		defer m.Free()
 		m.ZeroGrads()
@@ -174,17 +174,19 @@ func TestLoRARecomputeAndDropout(t *testing.T) {
 	}
 	equal := func(a, b map[string][]float32) bool { return numtest.Each(a, b, numtest.Equal[float32]) == nil }
 	for _, dropout := range []float64{0, 0.3} {
-		if !equal(run(false, dropout, 1), run(true, dropout, 1)) {
-			t.Errorf("dropout %v: recomputation changed the gradients", dropout)
+		for _, r := range recomputeModes[1:] {
+			if !equal(run(RecomputeNone, dropout, 1), run(r, dropout, 1)) {
+				t.Errorf("dropout %v: %v recomputation changed the gradients", dropout, r)
+			}
 		}
 	}
-	if !equal(run(false, 0.3, 1), run(false, 0.3, 1)) {
+	if !equal(run(RecomputeNone, 0.3, 1), run(RecomputeNone, 0.3, 1)) {
 		t.Error("dropout: the same key gave different gradients")
 	}
-	if equal(run(false, 0.3, 1), run(false, 0.3, 2)) {
+	if equal(run(RecomputeNone, 0.3, 1), run(RecomputeNone, 0.3, 2)) {
 		t.Error("dropout: another key gave the same gradients")
 	}
-	if equal(run(false, 0.3, 1), run(false, 0, 1)) {
+	if equal(run(RecomputeNone, 0.3, 1), run(RecomputeNone, 0, 1)) {
 		t.Error("dropout 0.3 gave the gradients of no dropout")
 	}
 	// Evaluation is deterministic and ignores dropout.
@@ -236,13 +238,14 @@ func TestLoRAInit(t *testing.T) {
 // frozen base, the adapters and their workspace, as allocated.
 func TestLoRAMemoryIsWhatIsAllocated(t *testing.T) {
 	for _, tc := range []struct {
-		recompute bool
+		recompute Recompute
 		dropout   float64
 		base, act engine.DType
 	}{
-		{false, 0, engine.F32, engine.F32}, {true, 0, engine.F32, engine.F32}, {false, 0.1, engine.F32, engine.F32},
-		{true, 0.1, engine.BF16, engine.F32}, {false, 0, engine.BF16, engine.F32},
-		{false, 0, engine.BF16, engine.BF16}, {true, 0.1, engine.BF16, engine.BF16}, {false, 0.1, engine.BF16, engine.BF16},
+		{RecomputeNone, 0, engine.F32, engine.F32}, {RecomputeFull, 0, engine.F32, engine.F32}, {RecomputeNone, 0.1, engine.F32, engine.F32},
+		{RecomputeFull, 0.1, engine.BF16, engine.F32}, {RecomputeNone, 0, engine.BF16, engine.F32}, {RecomputeSelective, 0.1, engine.F32, engine.F32},
+		{RecomputeNone, 0, engine.BF16, engine.BF16}, {RecomputeFull, 0.1, engine.BF16, engine.BF16}, {RecomputeNone, 0.1, engine.BF16, engine.BF16},
+		{RecomputeSelective, 0, engine.BF16, engine.BF16},
 	} {
 		cfg := testConfig(true, 2)
 		a := testAdapter(3, false, tc.dropout, "q_proj", "o_proj", "down_proj")
@@ -333,7 +336,7 @@ func TestLoRAOnGrids(t *testing.T) {
 		prompts := [][]int32{{1, 2, 3}, {4, 5}}
 		wantGen, _ := ref.Generate(prompts, GenerateOptions{MaxNewTokens: 4})
 		for _, shape := range grids {
-			for _, rec := range []bool{false, true} {
+			for _, rec := range recomputeModes {
 				name := fmt.Sprintf("tie=%v/%v/recompute=%v", tie, shape, rec)
 				var mu sync.Mutex
 				err := launch.Local(shape, parallel.AllOverlap(), func(g *parallel.Grid) error {

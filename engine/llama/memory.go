@@ -23,7 +23,7 @@ type Work struct {
 	// Train is a training step: every layer's activations are kept for
 	// the backward pass, beside one set of activation gradients.
 	Train     bool
-	Recompute bool // Options.Recompute
+	Recompute Recompute // Options.Recompute
 	// Micro, with Train, is the optimizer step's micro-batches: its
 	// device scalars (StepSums) count then; 0 counts none.
 	Micro int
@@ -230,7 +230,7 @@ func passBytes(d dims, w Work) int64 {
 	}
 	n := layerBytes(d, func(d dims) []tensorPlan { return plan(d, w.Batch, w.SeqLen, w.Train, w.Recompute) })
 	if w.EvalBatch > 0 {
-		n = max(n, layerBytes(d, func(d dims) []tensorPlan { return plan(d, w.EvalBatch, w.SeqLen, false, false) }))
+		n = max(n, layerBytes(d, func(d dims) []tensorPlan { return plan(d, w.EvalBatch, w.SeqLen, false, RecomputeNone) }))
 	}
 	return n
 }
@@ -438,8 +438,8 @@ func describe(cfg *checkpoints.Config, w Work) string {
 		return fmt.Sprintf("decoding %s after %s of %s with %s%s", plural(w.NewTokens, "new token"), plural(w.Batch, "prompt"), plural(w.SeqLen, "token"), params, where)
 	case w.Train:
 		how := ""
-		if w.Recompute {
-			how = " with activation recomputation"
+		if w.Recompute != RecomputeNone {
+			how = " with " + w.Recompute.words()
 		}
 		return fmt.Sprintf("training %s%s on %s of %s a pass%s", params, where, plural(w.Batch, "sequence"), plural(w.SeqLen, "token"), how)
 	}
@@ -455,8 +455,9 @@ func gridFlag(g comm.Grid) string {
 const maxSuggestedRanks = 1024
 
 // suggest lists changes of w that would fit free bytes for ranks ranks
-// sharing a device: activation recomputation, then the largest batch
-// that fits (with recomputation if that alone does not), and, when
+// sharing a device: activation recomputation (selective when that fits,
+// else full), then the largest batch that fits (with recomputation if
+// that alone does not: each mode that admits a larger one), and, when
 // neither does, the smallest grid of ranks on devices of their own.
 func suggest(cfg *checkpoints.Config, w Work, ranks int, free int64) []string {
 	need := func(v Work) (int64, bool) {
@@ -464,13 +465,16 @@ func suggest(cfg *checkpoints.Config, w Work, ranks int, free int64) []string {
 		return n, n <= free
 	}
 	var out []string
+	// The recomputation that costs least time and fits: selective before
+	// full.
 	recomputeFits := false
-	if w.Train && !w.Recompute {
+	for r := w.Recompute + 1; w.Train && r <= RecomputeFull; r++ {
 		v := w
-		v.Recompute = true
+		v.Recompute = r
 		if n, ok := need(v); ok {
 			recomputeFits = true
-			out = append(out, fmt.Sprintf("activation recomputation (%s)", mtunits.FormatBytes(n)))
+			out = append(out, fmt.Sprintf("%s (%s)", r.words(), mtunits.FormatBytes(n)))
+			break
 		}
 	}
 	smaller := func(v Work) (Work, bool) {
@@ -500,14 +504,16 @@ func suggest(cfg *checkpoints.Config, w Work, ranks int, free int64) []string {
 			plain = v.Batch
 			out = append(out, fmt.Sprintf("%s (%s)", batches(v.Batch), mtunits.FormatBytes(n)))
 		}
-		// Recomputation admits a larger batch than none: worth saying
-		// when recomputation alone does not fit.
-		if w.Train && !w.Recompute && !recomputeFits {
-			r := w
-			r.Recompute = true
-			if v, ok := smaller(r); ok && v.Batch > plain {
+		// Recomputation admits a larger batch than none, and full more
+		// than selective: worth saying, each that does, when
+		// recomputation alone does not fit.
+		for r := w.Recompute + 1; w.Train && !recomputeFits && r <= RecomputeFull; r++ {
+			v := w
+			v.Recompute = r
+			if v, ok := smaller(v); ok && v.Batch > plain {
 				n, _ := need(v)
-				out = append(out, fmt.Sprintf("activation recomputation with %s (%s)", batches(v.Batch), mtunits.FormatBytes(n)))
+				plain = v.Batch
+				out = append(out, fmt.Sprintf("%s with %s (%s)", r.words(), batches(v.Batch), mtunits.FormatBytes(n)))
 			}
 		}
 	}
@@ -517,6 +523,14 @@ func suggest(cfg *checkpoints.Config, w Work, ranks int, free int64) []string {
 		}
 	}
 	return out
+}
+
+// words name a recomputation mode in a suggestion.
+func (r Recompute) words() string {
+	if r == RecomputeFull {
+		return "activation recomputation"
+	}
+	return r.String() + " activation recomputation"
 }
 
 // plural writes n things: "1 sequence", "2 sequences".
@@ -543,9 +557,11 @@ func withBatch(v Work, b int) Work {
 // it.
 func suggestGrid(cfg *checkpoints.Config, w Work, free int64) string {
 	tries := []Work{w}
-	if w.SeqLen > 0 && (w.Batch > 1 || (w.Train && !w.Recompute)) {
+	if w.SeqLen > 0 && (w.Batch > 1 || (w.Train && w.Recompute != RecomputeFull)) {
 		v := withBatch(w, 1)
-		v.Recompute = v.Train
+		if v.Train {
+			v.Recompute = RecomputeFull
+		}
 		tries = append(tries, v)
 	}
 	one := oneLayer(cfg)
@@ -583,8 +599,8 @@ func suggestGrid(cfg *checkpoints.Config, w Work, free int64) string {
 			}
 			sort.SliceStable(fits, func(i, j int) bool { return fits[i].need < fits[j].need })
 			var with []string
-			if v.Recompute && !w.Recompute {
-				with = append(with, "activation recomputation")
+			if v.Recompute != w.Recompute {
+				with = append(with, v.Recompute.words())
 			}
 			if v.Batch != w.Batch {
 				with = append(with, "1 sequence a pass")

@@ -29,7 +29,7 @@ func TestMemoryIsWhatIsAllocated(t *testing.T) {
 
 func testMemoryIsWhatIsAllocated(t *testing.T, tie bool, act engine.DType) {
 	cfg := testConfig(tie, 2)
-	for _, recompute := range []bool{false, true} {
+	for _, recompute := range recomputeModes {
 		name := fmt.Sprintf("tie=%v/recompute=%v/activations=%v", tie, recompute, act)
 		b := newBackend(1)
 		m := randomModel(t, b, cfg, Options{Recompute: recompute, Activations: act}, 1)
@@ -178,7 +178,7 @@ func TestMemorySaturates(t *testing.T) {
 			t.Errorf("%+v: %d bytes, want saturated", w, got)
 		}
 	}
-	if got := ActivationBytes(cfg, 1_000_000_000, 1_000_000_000, true, true); got != math.MaxInt64 {
+	if got := ActivationBytes(cfg, 1_000_000_000, 1_000_000_000, true, RecomputeFull); got != math.MaxInt64 {
 		t.Errorf("ActivationBytes of 10^18 tokens = %d, want saturated", got)
 	}
 }
@@ -188,8 +188,11 @@ func TestPreflight(t *testing.T) {
 	w := Work{Train: true, Moments: 2, Batch: 8, SeqLen: 16}
 	need := Memory(cfg, w).Total()
 	rec := w
-	rec.Recompute = true
+	rec.Recompute = RecomputeFull
 	needRec := Memory(cfg, rec).Total()
+	sel := w
+	sel.Recompute = RecomputeSelective
+	needSel := Memory(cfg, sel).Total()
 	one := withBatch(rec, 1)
 	onGrid32 := one
 	onGrid32.Grid = comm.Grid{Data: 1, X: 8, Y: 4, Z: 1}
@@ -208,6 +211,8 @@ func TestPreflight(t *testing.T) {
 		{"no devices", w, nil, nil},
 		{"recomputation fits", w, host(needRec, 1), []string{"not enough memory on host: training ", " on 8 sequences of 16 tokens a pass needs ",
 			", but ", " is free (test); would fit: activation recomputation ("}},
+		{"selective recomputation fits", w, host(needSel, 1), []string{" is free (test); would fit: selective activation recomputation ("}},
+		{"selective recomputation with a smaller batch", w, host(Memory(cfg, withBatch(sel, 2)).Total(), 1), []string{"would fit: batches of 1 sequence (", "; or selective activation recomputation with batches of 2 sequences ("}},
 		{"ranks share the host", w, host(need, 2), []string{" for its 2 ranks"}},
 		{"a smaller batch fits", w, host(Memory(cfg, withBatch(w, 3)).Total(), 1), []string{"would fit: batches of 3 sequences ("}},
 		{"recomputation with a smaller batch", w, host(Memory(cfg, withBatch(rec, 2)).Total(), 1), []string{"would fit: batches of 1 sequence (", "; or activation recomputation with batches of 2 sequences ("}},
@@ -265,7 +270,7 @@ func TestActivationMemoryLinearInT(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := p.Config()
-	for _, rec := range []bool{false, true} {
+	for _, rec := range recomputeModes {
 		short, long := ActivationBytes(cfg, 1, 512, true, rec), ActivationBytes(cfg, 1, 8192, true, rec)
 		if r := float64(long) / float64(short); r < 7 || r > 16 {
 			t.Errorf("recompute=%v: activations %d bytes at T=512, %d at T=8192: ×%.2f, want ×7 to ×16", rec, short, long, r)
@@ -288,7 +293,7 @@ func TestActivationMemoryLinearInT(t *testing.T) {
 		before := b.MemStats().Allocated
 		m.prepare(1, T, true)
 		got := b.MemStats().Allocated - before
-		if want := ActivationBytes(one, 1, T, true, false); got != want {
+		if want := ActivationBytes(one, 1, T, true, RecomputeNone); got != want {
 			t.Errorf("T=%d: the workspace allocated %d bytes, the accounting says %d", T, got, want)
 		}
 		allocated = append(allocated, got)
@@ -331,9 +336,10 @@ func TestLayerBytesIsThePlans(t *testing.T) {
 			for _, a := range []*checkpoints.AdapterConfig{nil, lora} {
 				d.lora = a
 				lists := map[string]func(dims) []tensorPlan{
-					"train":     func(d dims) []tensorPlan { return plan(d, 2, 5, true, false) },
-					"recompute": func(d dims) []tensorPlan { return plan(d, 2, 5, true, true) },
-					"forward":   func(d dims) []tensorPlan { return plan(d, 3, 5, false, false) },
+					"train":     func(d dims) []tensorPlan { return plan(d, 2, 5, true, RecomputeNone) },
+					"recompute": func(d dims) []tensorPlan { return plan(d, 2, 5, true, RecomputeFull) },
+					"selective": func(d dims) []tensorPlan { return plan(d, 2, 5, true, RecomputeSelective) },
+					"forward":   func(d dims) []tensorPlan { return plan(d, 3, 5, false, RecomputeNone) },
 					"decode":    func(d dims) []tensorPlan { return decoderPlan(d, 2, 9, 6) },
 				}
 				for name, list := range lists {

@@ -28,10 +28,12 @@ import (
 
 // Options control how the model trains.
 type Options struct {
-	// Recompute keeps only each layer's input during the forward pass and
-	// recomputes the layer's activations in the backward pass: about one
-	// extra forward of compute for a large cut in activation memory.
-	Recompute bool
+	// Recompute is which activations a training pass drops in the
+	// forward pass and recomputes in the backward (recompute.go): none
+	// (the zero value), the cheap elementwise ones (selective), or all but
+	// each layer's input (full). Every mode gives the same numbers, bit
+	// for bit.
+	Recompute Recompute
 	// Parallel, if not nil, is this rank's place in a grid of ranks that
 	// run the model together: every rank of the grid creates its model
 	// with its own Grid and calls the same methods in the same order with
@@ -166,6 +168,9 @@ func New(b engine.Backend, cfg *checkpoints.Config, opt Options) (*Model, error)
 		return nil, err
 	}
 	if err := checkLoRA(cfg, opt); err != nil {
+		return nil, err
+	}
+	if err := opt.Recompute.check(); err != nil {
 		return nil, err
 	}
 	if err := checkSplitMaster(b, opt); err != nil {

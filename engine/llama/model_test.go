@@ -143,7 +143,7 @@ func TestRecomputeIsExact(t *testing.T) {
 	cfg := testConfig(false, 2)
 	batch := randomBatch(cfg, 3, 11, 4)
 	var ref map[string][]float32
-	for _, recompute := range []bool{false, true} {
+	for _, recompute := range recomputeModes {
 		m := randomModel(t, newBackend(2), cfg, Options{Recompute: recompute}, 8)
 		m.ZeroGrads()
 		if _, err := m.ForwardBackward(batch, 0.5); err != nil {
@@ -156,7 +156,7 @@ func TestRecomputeIsExact(t *testing.T) {
 			continue
 		}
 		if err := numtest.Each(g, ref, numtest.Equal[float32]); err != nil {
-			t.Errorf("gradients with recomputation: %v", err)
+			t.Errorf("gradients with %v recomputation: %v", recompute, err)
 		}
 	}
 }
@@ -295,7 +295,7 @@ func TestBadInput(t *testing.T) {
 // report is the engine's own allocation.
 func TestActivationBytesIsWhatIsAllocated(t *testing.T) {
 	cfg := testConfig(false, 2)
-	for _, recompute := range []bool{false, true} {
+	for _, recompute := range recomputeModes {
 		b := newBackend(1)
 		m := randomModel(t, b, cfg, Options{Recompute: recompute}, 1)
 		before := b.MemStats().Allocated

@@ -137,8 +137,8 @@ func (m *Model) trainWeights(batch Batch) []float32 {
 }
 
 // forward runs the model to the logits. In training mode every layer's
-// activations are kept (or only its input, with recomputation), and the
-// pass goes on into backward.
+// activations are kept (or those Options.Recompute keeps), and the pass
+// goes on into backward.
 func (m *Model) forward(ws *workspace) {
 	B, T := ws.B, ws.T
 	m.beginPass(m.units.forward(ws.train))
@@ -354,8 +354,15 @@ func (m *Model) backward(ws *workspace) {
 	for l := L - 1; l >= 0; l-- {
 		w := blockOf(m.nextWeights(m.units.layers[l]))
 		a := ws.layers[min(l, len(ws.layers)-1)]
-		if m.Options.Recompute {
+		switch m.Options.Recompute {
+		case RecomputeFull:
 			m.blockForward(l, w, a, ws.inputs[l], nil, ws.pos, ws.sc, ws.lora, B, T)
+		case RecomputeSelective:
+			// The last layer's are still in the shared buffers, from the
+			// forward pass.
+			if l < L-1 {
+				m.recomputeSelective(l, a, ws.inputs[l], ws.sc)
+			}
 		}
 		m.blockBackward(l, w, a, ws.inputs[l], g.dx, ws.pos, g, ws.sc, ws.lora, B, T)
 		m.layerGradsFinal(l)

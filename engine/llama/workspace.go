@@ -45,7 +45,9 @@ type workspace struct {
 	// inputs[l] is layer l's input; inputs[L] is the last layer's output.
 	inputs []*engine.Tensor
 	// layers has one set per layer, or a single shared set when the
-	// activations are recomputed (or not needed: forward only).
+	// activations are recomputed in full (or not needed: forward only).
+	// With selective recomputation every layer's set points to one
+	// shared ln1, rstd1, ln2, rstd2 and act.
 	layers []*layerActs
 	lnf    *engine.Tensor // [N,H]
 	rstdf  *engine.Tensor // [N]
@@ -168,11 +170,10 @@ func (p tensorPlan) writtenFirst() bool {
 // need — the token weights and losses, RMSNorm's rstd, attention's
 // log-sum-exp, the logits (of a head chunk) and the final norm's output
 // gradient, which their float32 gradient produces.
-func plan(d dims, B, T int, train, recompute bool) []tensorPlan {
+func plan(d dims, B, T int, train bool, recompute Recompute) []tensorPlan {
 	N := B * T
 	H, Q, KV, I, V := d.H, d.Q, d.KV, d.I, d.V
-	L, heads := d.L, d.heads
-	act := d.act
+	heads, act := d.heads, d.act
 	var p []tensorPlan
 	add := func(name string, dt engine.DType, shape ...int) {
 		p = append(p, tensorPlan{name, dt, shape})
@@ -186,33 +187,49 @@ func plan(d dims, B, T int, train, recompute bool) []tensorPlan {
 		add("report weights", engine.F32, N)
 		add("report losses", engine.F32, N)
 	}
-	inputs := L + 1
+	inputs := d.L + 1
 	if !train {
 		inputs = 2 // forward only: ping-pong between two residual buffers
 	}
 	for i := 0; i < inputs; i++ {
 		add("input", act, N, H)
 	}
-	sets := L
-	if !train || recompute {
-		sets = 1
+	// A layer's activations, in layerActs' order: with cheap the
+	// elementwise ones selective recomputation remakes (the norms' outputs
+	// and statistics, SwiGLU's product), with rest the others.
+	layer := func(cheap, rest bool) {
+		if cheap {
+			add("ln1", act, N, H)
+			add("rstd1", engine.F32, N)
+		}
+		if rest {
+			add("q", act, N, Q)
+			add("k", act, N, KV)
+			add("v", act, N, KV)
+			// Attention keeps one log-sum-exp per row, not the T×T
+			// probabilities: its backward recomputes them tile by tile.
+			add("lse", engine.F32, B, heads, T)
+			add("att", act, N, Q)
+			add("h", act, N, H)
+		}
+		if cheap {
+			add("ln2", act, N, H)
+			add("rstd2", engine.F32, N)
+		}
+		if rest {
+			add("gate", act, N, I)
+			add("up", act, N, I)
+		}
+		if cheap {
+			add("act", act, N, I)
+		}
+	}
+	sets := actSets(d.L, train, recompute)
+	if train && recompute == RecomputeSelective {
+		layer(true, false) // one set, shared by every layer
 	}
 	for i := 0; i < sets; i++ {
-		add("ln1", act, N, H)
-		add("rstd1", engine.F32, N)
-		add("q", act, N, Q)
-		add("k", act, N, KV)
-		add("v", act, N, KV)
-		// Attention keeps one log-sum-exp per row, not the T×T
-		// probabilities: its backward recomputes them tile by tile.
-		add("lse", engine.F32, B, heads, T)
-		add("att", act, N, Q)
-		add("h", act, N, H)
-		add("ln2", act, N, H)
-		add("rstd2", engine.F32, N)
-		add("gate", act, N, I)
-		add("up", act, N, I)
-		add("act", act, N, I)
+		layer(!train || recompute != RecomputeSelective, true)
 	}
 	add("lnf", act, N, H)
 	add("rstdf", engine.F32, N)
@@ -236,6 +253,8 @@ func plan(d dims, B, T int, train, recompute bool) []tensorPlan {
 	}
 	p = append(p, scratchPlan(d, N)...)
 	p = append(p, cePlan(d, N)...)
+	// The adapters' z are GEMM outputs: every mode but full
+	// recomputation keeps them a layer.
 	p = append(p, loraPlan(d, N, sets, train)...)
 	if train && act == engine.BF16 {
 		// The head chunk's float32 logits gradient rounded to bf16 for
@@ -246,13 +265,23 @@ func plan(d dims, B, T int, train, recompute bool) []tensorPlan {
 	return p
 }
 
+// actSets is how many sets of activations (layerActs) a workspace holds
+// for L layers: one a layer in training, but for full recomputation's
+// one shared set (as a forward-only pass holds).
+func actSets(L int, train bool, recompute Recompute) int {
+	if !train || recompute == RecomputeFull {
+		return 1
+	}
+	return L
+}
+
 // ActivationBytes is the memory the model's workspace takes for batches of
 // B sequences of T tokens: everything the engine allocates besides the
 // parameters, their gradients and the optimizer state. train adds the
 // saved activations and activation gradients of the backward pass.
 // The count saturates at math.MaxInt64 (engine.SumBytes) for shapes no
 // device could hold.
-func ActivationBytes(cfg *checkpoints.Config, B, T int, train, recompute bool) int64 {
+func ActivationBytes(cfg *checkpoints.Config, B, T int, train bool, recompute Recompute) int64 {
 	return passBytes(fullDims(cfg), Work{Train: train, Recompute: recompute, Batch: B, SeqLen: T})
 }
 
@@ -285,14 +314,36 @@ func (m *Model) prepare(B, T int, train bool) *workspace {
 	for i := 0; i < inputs; i++ {
 		ws.inputs = append(ws.inputs, next())
 	}
-	sets := m.Config.NumHiddenLayers
-	if !train || m.Options.Recompute {
-		sets = 1
+	// The activations in plan's order: selective recomputation's shared
+	// set first, then each layer's.
+	take := func(a *layerActs, cheap, rest bool) {
+		if cheap {
+			a.ln1, a.rstd1 = next(), next()
+		}
+		if rest {
+			a.q, a.k, a.v, a.lse, a.att, a.h = next(), next(), next(), next(), next(), next()
+		}
+		if cheap {
+			a.ln2, a.rstd2 = next(), next()
+		}
+		if rest {
+			a.gate, a.up = next(), next()
+		}
+		if cheap {
+			a.act = next()
+		}
 	}
-	for i := 0; i < sets; i++ {
+	selective := train && m.Options.Recompute == RecomputeSelective
+	var shared layerActs
+	if selective {
+		take(&shared, true, false)
+	}
+	for i := 0; i < actSets(m.Config.NumHiddenLayers, train, m.Options.Recompute); i++ {
 		a := &layerActs{}
-		a.ln1, a.rstd1, a.q, a.k, a.v, a.lse, a.att = next(), next(), next(), next(), next(), next(), next()
-		a.h, a.ln2, a.rstd2, a.gate, a.up, a.act = next(), next(), next(), next(), next(), next()
+		if selective {
+			a.ln1, a.rstd1, a.ln2, a.rstd2, a.act = shared.ln1, shared.rstd1, shared.ln2, shared.rstd2, shared.act
+		}
+		take(a, !selective, true)
 		ws.layers = append(ws.layers, a)
 	}
 	ws.lnf, ws.rstdf, ws.logits = next(), next(), next()
@@ -340,8 +391,11 @@ func (ws *workspace) all() []*engine.Tensor {
 		ts = append(ts, ws.reportWeights, ws.reportLosses)
 	}
 	ts = append(ts, ws.inputs...)
-	for _, a := range ws.layers {
-		ts = append(ts, a.ln1, a.rstd1, a.q, a.k, a.v, a.lse, a.att, a.h, a.ln2, a.rstd2, a.gate, a.up, a.act)
+	for i, a := range ws.layers {
+		if i == 0 || a.ln1 != ws.layers[0].ln1 { // selective recomputation's are shared
+			ts = append(ts, a.ln1, a.rstd1, a.ln2, a.rstd2, a.act)
+		}
+		ts = append(ts, a.q, a.k, a.v, a.lse, a.att, a.h, a.gate, a.up)
 		for _, z := range a.z {
 			if z != nil {
 				ts = append(ts, z)

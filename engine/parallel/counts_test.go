@@ -85,8 +85,8 @@ func format(m map[key]tally) string {
 // TestCountsEqualPerfmodel: the collectives a training step makes on each
 // group, counted by the communicators, are exactly the performance
 // model's itemized list (calls and elements), on every grid of up to 16
-// ranks with each axis 1, 2 or 4, tied and untied heads, with and without
-// recomputation and overlap.
+// ranks with each axis 1, 2 or 4, tied and untied heads, with each
+// recomputation and with and without overlap.
 func TestCountsEqualPerfmodel(t *testing.T) {
 	const T, micro, microBatches = 8, 1, 2
 	var grids []comm.Grid
@@ -102,7 +102,8 @@ func TestCountsEqualPerfmodel(t *testing.T) {
 		}
 	}
 	for i, shape := range grids {
-		tie, rec := i%2 == 0, (i/2)%2 == 0
+		tie := i%2 == 0
+		rec := []llama.Recompute{llama.RecomputeFull, llama.RecomputeNone, llama.RecomputeSelective}[(i/2)%3]
 		ov := parallel.AllOverlap()
 		if i%3 == 0 {
 			ov = parallel.Overlap{}

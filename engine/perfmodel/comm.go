@@ -5,6 +5,7 @@ import (
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/llama"
 )
 
 // The collective operations, as Collective.Op names them.
@@ -195,9 +196,15 @@ func collectives(cfg *checkpoints.Config, s Step, o Options) []Collective {
 	g := s.Grid
 	m := int64(s.MicroBatch) * int64(s.SeqLen)
 	n, L := s.MicroBatches, cfg.NumHiddenLayers
-	fwd := 1
-	if s.Recompute {
-		fwd = 2
+	// fwd is the forwards of a layer's linears a micro-batch; sums those
+	// of its norms, whose sums of squares selective recomputation also
+	// makes again, for every layer but the last.
+	fwd, sums := 1, L
+	switch s.Recompute {
+	case llama.RecomputeFull:
+		fwd, sums = 2, 2*L
+	case llama.RecomputeSelective:
+		sums = 2*L - 1
 	}
 	h, v := int64(cfg.HiddenSize), int64(cfg.VocabSize)
 	hx := h / int64(g.X)
@@ -222,8 +229,8 @@ func collectives(cfg *checkpoints.Config, s Step, o Options) []Collective {
 			add(name+" updated weight (ZeRO)", GroupData, OpAllGather, block/int64(g.Z), wireWeight, k, Blocking)
 		}
 	}
-	norm := func(name string, k, fwdCalls int) {
-		add(name+" sum of squares", GroupX, OpAllReduce, m, wireStat, fwdCalls*k*n, Blocking)
+	norm := func(name string, k, sums int) {
+		add(name+" sum of squares", GroupX, OpAllReduce, m, wireStat, sums*n, Blocking)
 		add(name+" backward sum", GroupX, OpAllReduce, m, wireStat, k*n, Blocking)
 		add(name+" weight gradient", GroupDataZ, OpAllReduce, hx, wireGrad, k, HiddenByLastBackward)
 		if o.Zero >= 1 {
@@ -232,8 +239,8 @@ func collectives(cfg *checkpoints.Config, s Step, o Options) []Collective {
 	}
 
 	add("embed_tokens forward output", GroupY, OpAllReduce, m*hx, wireActivation, n, Blocking)
-	norm("input_layernorm", L, fwd)
-	norm("post_attention_layernorm", L, fwd)
+	norm("input_layernorm", L, sums)
+	norm("post_attention_layernorm", L, sums)
 	var embed, head weight
 	for _, w := range weights(cfg) {
 		switch {

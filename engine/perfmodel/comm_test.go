@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/llama"
 
 	"github.com/memtrain/memtrain/internal/numtest"
 )
@@ -180,7 +181,7 @@ func TestCollectivesByHand(t *testing.T) {
 
 	// Recomputation repeats the decoder layers' forward all-reduces, and
 	// nothing else.
-	s.Recompute = true
+	s.Recompute = llama.RecomputeFull
 	cr, err := Collectives(cfg, s)
 	if err != nil {
 		t.Fatal(err)
@@ -199,6 +200,27 @@ func TestCollectivesByHand(t *testing.T) {
 		if c.Calls != w {
 			t.Errorf("recompute: %s over %s: %d calls, want %d", c.Name, c.Group, c.Calls, w)
 		}
+	}
+
+	// Selective recomputation sums the norms' squares again for every
+	// layer but the last, and repeats nothing else.
+	s.Recompute = llama.RecomputeSelective
+	cr, err = Collectives(cfg, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	L := cfg.NumHiddenLayers
+	for _, c := range cr {
+		w := base[key{c.Name, c.Group, c.Op}].Calls
+		if strings.HasSuffix(c.Name, "layernorm sum of squares") {
+			w = w / L * (2*L - 1)
+		}
+		if c.Calls != w {
+			t.Errorf("selective: %s over %s: %d calls, want %d", c.Name, c.Group, c.Calls, w)
+		}
+	}
+	if len(cr) != len(cs) {
+		t.Errorf("selective: %d collectives, want %d", len(cr), len(cs))
 	}
 }
 
@@ -232,7 +254,7 @@ func TestCollectivesY(t *testing.T) {
 
 	// With recomputation the forward outputs are all-reduced twice, but
 	// for down_proj's: the recomputed forward stops before it.
-	s.Recompute = true
+	s.Recompute = llama.RecomputeFull
 	cr, err := Collectives(cfg, s)
 	if err != nil {
 		t.Fatal(err)
@@ -274,7 +296,7 @@ func TestCollectivesTied(t *testing.T) {
 }
 
 func TestCollectivesOneRank(t *testing.T) {
-	cs, err := Collectives(smallConfig(t), Step{Grid: Grid{1, 1, 1, 1}, SeqLen: 8, MicroBatch: 1, MicroBatches: 4, Recompute: true})
+	cs, err := Collectives(smallConfig(t), Step{Grid: Grid{1, 1, 1, 1}, SeqLen: 8, MicroBatch: 1, MicroBatches: 4, Recompute: llama.RecomputeFull})
 	if err != nil {
 		t.Fatal(err)
 	}

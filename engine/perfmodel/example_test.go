@@ -31,9 +31,9 @@ func ExampleSearch() {
 			pl.Grid, pl.MicroBatch, pl.MicroBatches, pl.Recompute, pl.StepSeconds, pl.TokensPerSecondPerGPU, 100*pl.MFU, units.FormatBytes(pl.Memory.Total()))
 	}
 	// Output:
-	// dp=1 x=1 y=2 z=4 micro-batch 1×2 recompute false: 9.94 s, 824 tokens/s/GPU, MFU 4.8%, 62.0 GiB
-	// dp=2 x=1 y=4 z=1 micro-batch 1×4 recompute false: 10.13 s, 809 tokens/s/GPU, MFU 4.7%, 60.6 GiB
-	// dp=1 x=1 y=4 z=2 micro-batch 1×4 recompute false: 10.14 s, 808 tokens/s/GPU, MFU 4.7%, 47.1 GiB
+	// dp=1 x=1 y=2 z=4 micro-batch 1×2 recompute none: 9.94 s, 824 tokens/s/GPU, MFU 4.8%, 62.0 GiB
+	// dp=2 x=1 y=2 z=2 micro-batch 1×2 recompute selective: 9.99 s, 820 tokens/s/GPU, MFU 4.8%, 62.4 GiB
+	// dp=2 x=1 y=4 z=1 micro-batch 1×4 recompute none: 10.13 s, 809 tokens/s/GPU, MFU 4.7%, 60.6 GiB
 }
 
 // Count what one rank sends over each group in a step.

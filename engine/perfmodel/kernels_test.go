@@ -29,7 +29,7 @@ func TestStepIsTheKernelList(t *testing.T) {
 		o     Options
 	}{
 		{"llama3.1-8b", h200, Step{Grid: Grid{1, 1, 1, 1}, SeqLen: 2048, MicroBatch: 2, MicroBatches: 3}, Options{Precision: engine.PrecisionBF16}},
-		{"llama3.1-8b", h200, Step{Grid: Grid{4, 1, 1, 1}, SeqLen: 8192, MicroBatch: 1, MicroBatches: 2, Recompute: true}, Options{Precision: engine.PrecisionBF16}},
+		{"llama3.1-8b", h200, Step{Grid: Grid{4, 1, 1, 1}, SeqLen: 8192, MicroBatch: 1, MicroBatches: 2, Recompute: llama.RecomputeFull}, Options{Precision: engine.PrecisionBF16}},
 		{"llama3.1-8b", h200, Step{Grid: Grid{1, 2, 2, 2}, SeqLen: 4096, MicroBatch: 1, MicroBatches: 2}, Options{}},
 		{"tiny", measured, Step{Grid: Grid{1, 2, 1, 2}, SeqLen: 64, MicroBatch: 2, MicroBatches: 4}, Options{}},
 	}
@@ -174,7 +174,7 @@ func TestMeasuredStep(t *testing.T) {
 		{Step{Grid: Grid{1, 1, 1, 1}, SeqLen: 4096, MicroBatch: 2, MicroBatches: 1}, true},
 		{Step{Grid: Grid{4, 1, 1, 1}, SeqLen: 4096, MicroBatch: 2, MicroBatches: 1}, true}, // replicas compute one rank's step
 		{Step{Grid: Grid{1, 1, 1, 1}, SeqLen: 2048, MicroBatch: 2, MicroBatches: 1}, false},
-		{Step{Grid: Grid{1, 1, 1, 1}, SeqLen: 4096, MicroBatch: 2, MicroBatches: 1, Recompute: true}, false},
+		{Step{Grid: Grid{1, 1, 1, 1}, SeqLen: 4096, MicroBatch: 2, MicroBatches: 1, Recompute: llama.RecomputeFull}, false},
 	} {
 		p, err := Estimate(cfg, dev, c.s, o)
 		if err != nil {

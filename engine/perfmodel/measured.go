@@ -9,6 +9,7 @@ import (
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/internal/inputfile"
 )
 
@@ -22,7 +23,7 @@ type Measurement struct {
 	Params      int64
 	Batch       int
 	SeqLen      int
-	Recompute   bool
+	Recompute   bool // full recomputation (a bench step knows no other)
 	Precision   engine.Precision
 	StepSeconds float64
 	// Source says where it was read, for the plan's source.
@@ -82,11 +83,19 @@ func (o Options) measured(cfg *checkpoints.Config, s Step) (Measurement, bool) {
 		return Measurement{}, false
 	}
 	for _, m := range o.Measured {
-		if m.Params == cfg.Params().Total && m.Batch == s.MicroBatch && m.SeqLen == s.SeqLen && m.Recompute == s.Recompute && m.Precision == o.Precision {
+		if m.Params == cfg.Params().Total && m.Batch == s.MicroBatch && m.SeqLen == s.SeqLen && m.recompute() == s.Recompute && m.Precision == o.Precision {
 			return m, true
 		}
 	}
 	return Measurement{}, false
+}
+
+// recompute is m's recomputation as the engine names it.
+func (m Measurement) recompute() llama.Recompute {
+	if m.Recompute {
+		return llama.RecomputeFull
+	}
+	return llama.RecomputeNone
 }
 
 // applyMeasured replaces st's kernel time by m's: a measured step is

@@ -45,7 +45,7 @@ func TestShardParams(t *testing.T) {
 func TestMemoryIsTheEngines(t *testing.T) {
 	cfg := smallConfig(t)
 	for _, g := range []Grid{{1, 1, 1, 1}, {4, 1, 1, 1}, {2, 2, 1, 2}, {1, 1, 2, 2}, {1, 2, 2, 1}, {1, 1, 1, 4}} {
-		for _, rec := range []bool{false, true} {
+		for _, rec := range []llama.Recompute{llama.RecomputeNone, llama.RecomputeSelective, llama.RecomputeFull} {
 			for _, o := range []Options{{}, {NoOverlap: true}} {
 				s := Step{Grid: g, SeqLen: 8, MicroBatch: 2, MicroBatches: 3, Recompute: rec}
 				m, err := EstimateMemory(cfg, s, o)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/internal/units"
 )
 
@@ -22,9 +23,10 @@ type Step struct {
 	// MicroBatches is the number of micro-batches whose gradients
 	// accumulate into one optimizer step.
 	MicroBatches int `json:"micro_batches"`
-	// Recompute re-runs each decoder layer's forward before its backward,
-	// keeping only the layers' inputs.
-	Recompute bool `json:"recompute"`
+	// Recompute is the engine's recomputation: full re-runs each
+	// decoder layer's forward before its backward, keeping only the
+	// layers' inputs; selective re-runs only its norms and SwiGLU.
+	Recompute llama.Recompute `json:"recompute"`
 }
 
 // GlobalBatchTokens is the tokens of one optimizer step over all ranks.
@@ -43,10 +45,15 @@ func (s Step) validate(cfg *checkpoints.Config) error {
 type Recompute int
 
 const (
-	// RecomputeAuto tries both and keeps whichever is faster and fits.
+	// RecomputeAuto tries none, selective and full recomputation and
+	// keeps whichever is fastest and fits.
 	RecomputeAuto Recompute = iota
+	// RecomputeOn is full recomputation alone.
 	RecomputeOn
+	// RecomputeOff is none.
 	RecomputeOff
+	// RecomputeSelective is selective recomputation alone.
+	RecomputeSelective
 )
 
 func (r Recompute) String() string {
@@ -55,18 +62,33 @@ func (r Recompute) String() string {
 		return "on"
 	case RecomputeOff:
 		return "off"
+	case RecomputeSelective:
+		return "selective"
 	}
 	return "auto"
 }
 
-// ParseRecompute accepts "auto", "on" and "off".
+// ParseRecompute accepts "auto", "on" (full), "off" and "selective".
 func ParseRecompute(s string) (Recompute, error) {
-	for _, r := range []Recompute{RecomputeAuto, RecomputeOn, RecomputeOff} {
+	for _, r := range []Recompute{RecomputeAuto, RecomputeOn, RecomputeOff, RecomputeSelective} {
 		if r.String() == s {
 			return r, nil
 		}
 	}
-	return 0, fmt.Errorf("perfmodel: unknown recompute mode %q (want auto, on or off)", s)
+	return 0, fmt.Errorf("perfmodel: unknown recompute mode %q (want auto, on, off or selective)", s)
+}
+
+// modes are the engine's recomputation modes r lets Search try.
+func (r Recompute) modes() []llama.Recompute {
+	switch r {
+	case RecomputeOn:
+		return []llama.Recompute{llama.RecomputeFull}
+	case RecomputeOff:
+		return []llama.Recompute{llama.RecomputeNone}
+	case RecomputeSelective:
+		return []llama.Recompute{llama.RecomputeSelective}
+	}
+	return []llama.Recompute{llama.RecomputeNone, llama.RecomputeSelective, llama.RecomputeFull}
 }
 
 // Options are the planner's assumptions; the zero value is the default.
@@ -369,10 +391,7 @@ type NoFitError struct {
 
 func (e *NoFitError) Error() string {
 	s := e.Smallest
-	rec := "off"
-	if s.Recompute {
-		rec = "on"
-	}
+	rec := s.Recompute.String()
 	state := ""
 	if e.State != "" {
 		state = ", " + e.State
@@ -418,13 +437,7 @@ func Search(j Job, o Options) ([]Plan, error) {
 		return nil, err
 	}
 	seqs := j.GlobalBatchTokens / int64(j.SeqLen)
-	recomputes := []bool{false, true}
-	switch o.Recompute {
-	case RecomputeOn:
-		recomputes = []bool{true}
-	case RecomputeOff:
-		recomputes = []bool{false}
-	}
+	recomputes := o.Recompute.modes()
 
 	sh := newShape(cfg, j.SeqLen)
 	var plans []Plan

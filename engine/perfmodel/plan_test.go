@@ -42,7 +42,7 @@ func TestDevices(t *testing.T) {
 }
 
 func TestParseRecompute(t *testing.T) {
-	for s, want := range map[string]Recompute{"auto": RecomputeAuto, "on": RecomputeOn, "off": RecomputeOff} {
+	for s, want := range map[string]Recompute{"auto": RecomputeAuto, "on": RecomputeOn, "off": RecomputeOff, "selective": RecomputeSelective} {
 		if r, err := ParseRecompute(s); err != nil || r != want || r.String() != s {
 			t.Errorf("%q: %v %v", s, r, err)
 		}
@@ -161,13 +161,13 @@ func TestSearchChoices(t *testing.T) {
 	cfg := preset(t, "llama3.1-8b")
 	dev, _ := LookupDevice("h100")
 	job := Job{Config: cfg, Device: dev, GPUs: 16, SeqLen: 4096, GlobalBatchTokens: 64 * 4096}
-	for _, rec := range []Recompute{RecomputeOn, RecomputeOff} {
+	for rec, want := range map[Recompute]llama.Recompute{RecomputeOn: llama.RecomputeFull, RecomputeOff: llama.RecomputeNone, RecomputeSelective: llama.RecomputeSelective} {
 		plans, err := Search(job, Options{Recompute: rec})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, p := range plans {
-			if p.Recompute != (rec == RecomputeOn) {
+			if p.Recompute != want {
 				t.Errorf("recompute %v gave %v", rec, p.Recompute)
 			}
 			if got := int64(p.MicroBatch) * int64(p.MicroBatches) * int64(p.Grid.Data*p.Grid.Z); got != 64 {
@@ -207,7 +207,7 @@ func TestSearchErrors(t *testing.T) {
 	if !errors.As(err, &nf) {
 		t.Fatalf("405B on 8 GPUs: %v", err)
 	}
-	if nf.Smallest.Memory.Total() <= nf.Usable || !strings.Contains(err.Error(), "the smallest needs") || !nf.Smallest.Recompute {
+	if nf.Smallest.Memory.Total() <= nf.Usable || !strings.Contains(err.Error(), "the smallest needs") || nf.Smallest.Recompute != llama.RecomputeFull {
 		t.Errorf("no-fit error: %v (%+v)", err, nf.Smallest)
 	}
 	small := preset(t, "tiny")
@@ -256,4 +256,36 @@ func BenchmarkSearch405B(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestSelectiveRecomputeCosts: for Llama 3.1 8B at 8,192 tokens in bf16
+// on one rank, selective recomputation's step times its GEMMs and
+// attention as no recomputation does (it runs none of them again; on X
+// ranks a recomputed norm's rescaling is a batch of one-row GEMMs) and
+// adds only memory-bound kernels, less than full recomputation adds; its
+// memory lies between the two.
+func TestSelectiveRecomputeCosts(t *testing.T) {
+	cfg := preset(t, "llama3.1-8b")
+	dev, _ := LookupDevice("h200")
+	o := Options{Precision: engine.PrecisionBF16}
+	var plans []Plan
+	for _, rec := range []llama.Recompute{llama.RecomputeNone, llama.RecomputeSelective, llama.RecomputeFull} {
+		p, err := Estimate(cfg, dev, Step{Grid: Grid{1, 1, 1, 1}, SeqLen: 8192, MicroBatch: 1, MicroBatches: 1, Recompute: rec}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plans = append(plans, p)
+	}
+	none, sel, full := plans[0], plans[1], plans[2]
+	if sel.Kernels.GEMM != none.Kernels.GEMM || sel.Kernels.Attention != none.Kernels.Attention {
+		t.Errorf("selective GEMM and attention %v, %v s; none's %v, %v s", sel.Kernels.GEMM, sel.Kernels.Attention, none.Kernels.GEMM, none.Kernels.Attention)
+	}
+	if !(none.StepSeconds < sel.StepSeconds && sel.StepSeconds < full.StepSeconds) {
+		t.Errorf("step seconds none %v, selective %v, full %v: want increasing", none.StepSeconds, sel.StepSeconds, full.StepSeconds)
+	}
+	if !(none.Memory.Total() > sel.Memory.Total() && sel.Memory.Total() > full.Memory.Total()) {
+		t.Errorf("memory none %d, selective %d, full %d: want decreasing", none.Memory.Total(), sel.Memory.Total(), full.Memory.Total())
+	}
+	t.Logf("8B on one rank, bf16, 8192 tokens: none %.3f s %s, selective %.3f s %s, full %.3f s %s", none.StepSeconds, units.FormatBytes(none.Memory.Total()),
+		sel.StepSeconds, units.FormatBytes(sel.Memory.Total()), full.StepSeconds, units.FormatBytes(full.Memory.Total()))
 }

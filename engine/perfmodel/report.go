@@ -171,10 +171,7 @@ func (r Report) WriteText(w io.Writer) error {
 		return tw.Flush()
 	}
 	err := table("", "#\tdp\tx\ty\tz\tmb×n\trecompute\tstep\ttokens/s/GPU\tMFU\tGiB/GPU\t", func(i int, p ReportPlan) string {
-		rec := "off"
-		if p.Recompute {
-			rec = "on"
-		}
+		rec := p.Recompute.String()
 		g := p.Grid
 		return fmt.Sprintf("%d\t%d\t%d\t%d\t%d\t%d×%d\t%s\t%s\t%.0f\t%.1f%%\t%s\t", i+1, g.Data, g.X, g.Y, g.Z, p.MicroBatch, p.MicroBatches, rec,
 			seconds(p.StepSeconds), p.TokensPerSecondPerGPU, 100*p.MFU, gib(p.Memory.Total()))

@@ -33,6 +33,11 @@ func (f flagValue) Type() string {
 	return strings.ToLower(f.v.Type().Name())
 }
 
+// A NoOptValuer is a leaf whose flag may be given without a value, as a
+// bool's may (--flag is --flag=true): the flag alone sets NoOptValue,
+// such as a mode that was once a switch.
+type NoOptValuer interface{ NoOptValue() string }
+
 // Bind registers a flag for every leaf field of the struct v points to,
 // named Field.Flag, with the field's help and its current value as the
 // default shown. Parsing the command line sets the fields of v; Apply
@@ -43,6 +48,9 @@ func Bind(fl *pflag.FlagSet, v any) {
 		flag := fl.VarPF(fv, f.Flag(), "", f.Help)
 		if fv.v.Kind() == reflect.Bool {
 			flag.NoOptDefVal = "true"
+		}
+		if n, ok := fv.v.Interface().(NoOptValuer); ok {
+			flag.NoOptDefVal = n.NoOptValue()
 		}
 	}
 }

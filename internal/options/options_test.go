@@ -259,3 +259,47 @@ inner:
 		t.Errorf("Reference:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// level is an enumeration whose flag alone means "high", as a switch
+// that became a mode would.
+type level int
+
+func (l level) MarshalText() ([]byte, error) { return []byte([]string{"off", "low", "high"}[l]), nil }
+func (l *level) UnmarshalText(b []byte) error {
+	for i, s := range []string{"off", "low", "high"} {
+		if string(b) == s {
+			*l = level(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown level %q", b)
+}
+func (level) NoOptValue() string { return "high" }
+
+// TestNoOptValue: a NoOptValuer's flag given alone takes NoOptValue, and
+// a value with = as any other leaf's; CommandLine writes it back so.
+func TestNoOptValue(t *testing.T) {
+	type c struct {
+		Level level `yaml:"level"`
+		Seed  int   `yaml:"seed"`
+	}
+	for _, tc := range []struct {
+		args []string
+		want level
+		line string
+	}{
+		{[]string{"--level", "--seed", "2"}, 2, "run --level --seed 2"},
+		{[]string{"--level=low"}, 1, "run --level=low"},
+		{nil, 0, "run"},
+	} {
+		var v c
+		fl := pflag.NewFlagSet("test", pflag.ContinueOnError)
+		Bind(fl, &v)
+		if err := fl.Parse(tc.args); err != nil || v.Level != tc.want {
+			t.Errorf("%q: level %v, %v; want %v", tc.args, v.Level, err, tc.want)
+		}
+		if got := CommandLine("run", fl, "", ""); got != tc.line {
+			t.Errorf("%q: command line %q, want %q", tc.args, got, tc.line)
+		}
+	}
+}
