@@ -379,11 +379,11 @@ func (m *Model) readInto(r parallel.SliceReader, name string, p *engine.Param, t
 	if m.loadChunkLimit > 0 {
 		chunk = m.loadChunkLimit
 	}
-	if m.Options.Parallel == nil && t.Len() > chunk {
+	if rows, cols := engine.RowsCols(p.Full); m.Options.Parallel == nil && rows > 1 && t.Len() > chunk {
 		// A large matrix goes up a block of rows at a time, so that
 		// loading holds no float32 copy of it (a bf16 base's embedding
-		// would take twice its own size).
-		rows, cols := engine.RowsCols(p.Full)
+		// would take twice its own size); a vector, one row, is read
+		// whole.
 		if t.Len() != rows*cols {
 			return fmt.Errorf("llama: tensor %q has %d elements, want %d", name, t.Len(), rows*cols)
 		}

@@ -174,8 +174,10 @@ func TestSplitsTileEveryTensor(t *testing.T) {
 
 // TestGradGroupsSumCopies: the groups a gradient is summed over
 // (Grid.GradGroups) join only ranks that hold the same shard, so that a
-// sum adds copies of the same elements; a matrix's Z chunks are summed
-// apart (zGrads' reduce-scatter), so its groups never cross Z.
+// sum adds copies of the same elements: a matrix's Z chunks are summed
+// apart (zGrads' reduce-scatter), so its groups never cross Z. (That the
+// groups join every rank whose copy holds a different part of the sum is
+// the engine's grid tests' to show, against one rank's gradients.)
 func TestGradGroupsSumCopies(t *testing.T) {
 	for _, shape := range []comm.Grid{{Data: 2, X: 2, Y: 2, Z: 2}, {Data: 1, X: 2, Y: 1, Z: 2}} {
 		err := launch.Local(shape, parallel.Overlap{}, func(g *parallel.Grid) error {

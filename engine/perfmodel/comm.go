@@ -151,7 +151,9 @@ func (c Collective) SentBytes() float64 { return c.SentElements() * float64(c.By
 // squares over X in the forward (recomputed too) and the sum of dy·y in
 // the backward: m elements each. Its weight's gradient (H/X elements; Y
 // replicas computed the same thing, so Y is not summed) is all-reduced over
-// data-z (the Data·Z ranks, one group) once a step.
+// data-z (the Data·Z ranks, one group) once a step: the groups its declared
+// split names (parallel.Grid.GradGroups), as for every tensor whose blocks
+// are not split over Z.
 //
 // The embedding is vocabulary-parallel: W[vocab, hidden] with vocab over Y
 // and hidden over X, Z-sharded like a linear. Its forward gathers the
