@@ -15,9 +15,11 @@ import (
 // ConfigFile is the name of a checkpoint's model configuration.
 const ConfigFile = "config.json"
 
-// Config is a LlamaForCausalLM config.json as Llama 2, 3, 3.1 and 3.2 write
-// it. Field names follow HuggingFace's keys; zero values mean "absent" only
-// where HF has a default (HeadDim, NumKeyValueHeads, RopeTheta).
+// Config is the config.json of a model of one of memtrain's families
+// (family.go): LlamaForCausalLM as Llama 2, 3, 3.1 and 3.2 write it,
+// MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM. Field names
+// follow HuggingFace's keys; zero values mean "absent" only where HF has a
+// default (HeadDim, NumKeyValueHeads, RopeTheta, SlidingWindow).
 type Config struct {
 	Architectures         []string
 	ModelType             string
@@ -41,6 +43,12 @@ type Config struct {
 	InitializerRange      float64
 	AttentionBias         bool
 	MLPBias               bool
+	// SlidingWindow is sliding_window, 0 when null or absent: Mistral's
+	// attention window (Config.Window); Qwen's configs carry one that
+	// only UseSlidingWindow turns on, which memtrain refuses.
+	SlidingWindow    int
+	UseSlidingWindow bool
+	MaxWindowLayers  int // Qwen's max_window_layers, kept to write it back
 }
 
 // RopeScaling is the `llama3` frequency scaling of Llama 3.1 and 3.2.
@@ -112,11 +120,12 @@ func ParseConfig(name string, b []byte) (*Config, error) {
 	c.Architectures = p.strings("architectures")
 	c.ModelType = p.str("model_type", "llama")
 	if p.err == nil {
-		if len(c.Architectures) > 0 && !contains(c.Architectures, "LlamaForCausalLM") {
-			return nil, fail("architectures", "unsupported architecture %q (want LlamaForCausalLM)", strings.Join(c.Architectures, ", "))
+		fam, err := LookupFamily(c.ModelType)
+		if err != nil {
+			return nil, fail("model_type", "%v", err)
 		}
-		if c.ModelType != "llama" {
-			return nil, fail("model_type", "unsupported model type %q (want llama)", c.ModelType)
+		if len(c.Architectures) > 0 && !contains(c.Architectures, fam.Architecture) {
+			return nil, fail("architectures", "unsupported architecture %q for model_type %q (want %s)", strings.Join(c.Architectures, ", "), c.ModelType, fam.Architecture)
 		}
 	}
 	c.HiddenSize = p.requiredInt("hidden_size")
@@ -143,6 +152,9 @@ func ParseConfig(name string, b []byte) (*Config, error) {
 	c.AttentionBias = p.boolean("attention_bias", false)
 	c.MLPBias = p.boolean("mlp_bias", false)
 	c.RopeScaling = p.ropeScaling("rope_scaling")
+	c.SlidingWindow = p.optionalInt("sliding_window", 0)
+	c.UseSlidingWindow = p.boolean("use_sliding_window", false)
+	c.MaxWindowLayers = p.optionalInt("max_window_layers", 0)
 	if p.err != nil {
 		return nil, p.err
 	}
@@ -310,6 +322,11 @@ func (c *Config) validate(name string) error {
 			return fail("head_dim", "%s, got %d", msg, c.HeadDim)
 		}
 	}
+	if c.ModelType == "qwen2" && c.HeadDim != 0 && c.HeadDim*c.NumAttentionHeads != c.HiddenSize {
+		// transformers' Qwen2 takes hidden_size / num_attention_heads
+		// whatever head_dim says.
+		return fail("head_dim", "Qwen2 takes hidden_size / num_attention_heads = %d, got %d", c.HiddenSize/c.NumAttentionHeads, c.HeadDim)
+	}
 	if c.HeadDim == 0 && c.HiddenSize%c.NumAttentionHeads != 0 {
 		return fail("hidden_size", "%d is not divisible by num_attention_heads %d and head_dim is not given", c.HiddenSize, c.NumAttentionHeads)
 	}
@@ -325,11 +342,23 @@ func (c *Config) validate(name string) error {
 	if c.HiddenAct != "silu" {
 		return fail("hidden_act", "unsupported activation %q (Llama uses silu)", c.HiddenAct)
 	}
+	// Qwen2's q/k/v biases are its family's, not a key of its config;
+	// attention_bias would add one to o_proj too, which no family
+	// memtrain computes has.
 	if c.AttentionBias {
-		return fail("attention_bias", "unsupported: Llama projections have no bias")
+		return fail("attention_bias", "unsupported: true adds biases to every attention projection, o_proj's too (want false)")
 	}
 	if c.MLPBias {
-		return fail("mlp_bias", "unsupported: Llama projections have no bias")
+		return fail("mlp_bias", "unsupported: true adds biases to the MLP's projections (want false)")
+	}
+	if c.SlidingWindow < 0 || c.SlidingWindow > MaxPositions {
+		return fail("sliding_window", "want null or a positive number of keys up to %d, got %d", MaxPositions, c.SlidingWindow)
+	}
+	if c.UseSlidingWindow {
+		return fail("use_sliding_window", "unsupported: Qwen's windows on some layers only (want false)")
+	}
+	if c.MaxWindowLayers < 0 || c.MaxWindowLayers > MaxLayers {
+		return fail("max_window_layers", "want an integer of 0 to %d, got %d", MaxLayers, c.MaxWindowLayers)
 	}
 	if _, err := ParseDType(c.TorchDType); err != nil {
 		return fail("torch_dtype", "unsupported dtype %q (want float32, bfloat16 or float16)", c.TorchDType)
@@ -446,11 +475,15 @@ func (c *Config) QDim() int { return c.NumAttentionHeads * c.HeadDimension() }
 func (c *Config) KVDim() int { return c.NumKeyValueHeads * c.HeadDimension() }
 
 // MarshalJSON writes the config with HuggingFace's keys, as transformers
-// writes config.json for LlamaForCausalLM.
+// writes config.json for the family's class: Llama's keys, and a family's
+// own (Mistral's head_dim and sliding_window; Qwen2's sliding-window keys
+// and no head_dim, attention_bias, mlp_bias or pretraining_tp; Qwen3's
+// both).
 func (c *Config) MarshalJSON() ([]byte, error) {
+	fam := c.Family()
 	m := map[string]any{
 		"architectures":           c.architectures(),
-		"model_type":              "llama",
+		"model_type":              fam.ModelType,
 		"hidden_size":             c.HiddenSize,
 		"intermediate_size":       c.IntermediateSize,
 		"num_hidden_layers":       c.NumHiddenLayers,
@@ -471,6 +504,27 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 		"pretraining_tp":          1,
 		"use_cache":               true,
 		"rope_scaling":            nil,
+	}
+	var window any // null
+	if c.SlidingWindow > 0 {
+		window = c.SlidingWindow
+	}
+	switch fam.ModelType {
+	case "mistral":
+		m["sliding_window"] = window
+		delete(m, "attention_bias")
+		delete(m, "mlp_bias")
+		delete(m, "pretraining_tp")
+	case "qwen2", "qwen3":
+		m["sliding_window"] = window
+		m["use_sliding_window"] = c.UseSlidingWindow
+		m["max_window_layers"] = c.MaxWindowLayers
+		delete(m, "mlp_bias")
+		delete(m, "pretraining_tp")
+		if fam.ModelType == "qwen2" {
+			delete(m, "head_dim")
+			delete(m, "attention_bias")
+		}
 	}
 	if c.PadTokenID != nil {
 		m["pad_token_id"] = *c.PadTokenID
@@ -500,7 +554,7 @@ func (c *Config) architectures() []string {
 	if len(c.Architectures) > 0 {
 		return c.Architectures
 	}
-	return []string{"LlamaForCausalLM"}
+	return []string{c.Family().Architecture}
 }
 
 // Clone returns a deep copy.

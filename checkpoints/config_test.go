@@ -80,6 +80,9 @@ func TestPresetParams(t *testing.T) {
 		"llama3.1-70b":  70_553_706_496,
 		"llama3.1-405b": 405_853_388_800,
 		"llama2-7b":     6_738_415_616,
+		"mistral-7b":    7_248_023_552,
+		"qwen2.5-7b":    7_615_616_512,
+		"qwen3-8b":      8_190_735_360,
 	}
 	for name, n := range want {
 		p, err := LookupPreset(name)

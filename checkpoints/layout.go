@@ -204,6 +204,7 @@ type tensorDecl struct {
 	// name.
 	module string
 	layer  bool // one per decoder layer
+	bias   bool // the module's bias, not its weight
 	role   Role
 	split  Split
 	shape  func(c *Config) []int
@@ -233,7 +234,7 @@ func vocabByHidden(c *Config) []int { return []int{c.VocabSize, c.HiddenSize} }
 func hidden(c *Config) []int        { return []int{c.HiddenSize} }
 
 // declaration is the table of c's family.
-func (c *Config) declaration() []tensorDecl { return llamaTensors }
+func (c *Config) declaration() []tensorDecl { return c.Family().tensors }
 
 // present reports whether the declared tensor exists in a model of c.
 func (d tensorDecl) present(c *Config) bool { return !d.untied || !c.TieWordEmbeddings }
@@ -242,7 +243,11 @@ func (d tensorDecl) present(c *Config) bool { return !d.untied || !c.TieWordEmbe
 // the layers).
 func (d tensorDecl) spec(c *Config, l int) TensorSpec {
 	if d.layer {
-		return TensorSpec{Name: LayerTensorName(l, d.module), Shape: d.shape(c), Role: d.role, Split: d.split, Layer: l}
+		name := LayerTensorName(l, d.module)
+		if d.bias {
+			name = LayerBiasName(l, d.module)
+		}
+		return TensorSpec{Name: name, Shape: d.shape(c), Role: d.role, Split: d.split, Layer: l}
 	}
 	return TensorSpec{Name: d.module, Shape: d.shape(c), Role: d.role, Split: d.split, Layer: -1}
 }

@@ -31,6 +31,12 @@ func LayerTensorName(layer int, module string) string {
 	return fmt.Sprintf("model.layers.%d.%s.weight", layer, module)
 }
 
+// LayerBiasName is the HF name of a per-layer bias, e.g.
+// LayerBiasName(3, "self_attn.q_proj") = "model.layers.3.self_attn.q_proj.bias".
+func LayerBiasName(layer int, module string) string {
+	return fmt.Sprintf("model.layers.%d.%s.bias", layer, module)
+}
+
 // Names of the weights outside the layers.
 const (
 	EmbedTokensName = "model.embed_tokens.weight"

@@ -104,11 +104,20 @@ func (r *ModelReport) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }
 	row("model", "%s", r.Source)
-	row("architecture", "LlamaForCausalLM")
+	row("architecture", "%s (model_type %s)", c.Family().Architecture, c.Family().ModelType)
 	row("hidden_size", "%d", c.HiddenSize)
 	row("intermediate_size", "%d", c.IntermediateSize)
 	row("num_hidden_layers", "%d", c.NumHiddenLayers)
 	row("attention heads", "%d (kv %d, head_dim %d)", c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDimension())
+	if w := c.Window(); w > 0 {
+		row("sliding_window", "%d keys", w)
+	}
+	if c.QKVBias() {
+		row("attention biases", "q_proj, k_proj, v_proj")
+	}
+	if c.QKNorm() {
+		row("head norms", "q_norm, k_norm over head_dim %d", c.HeadDimension())
+	}
 	row("vocab_size", "%d", c.VocabSize)
 	row("max_position_embeddings", "%d", c.MaxPositionEmbeddings)
 	rope := fmt.Sprintf("theta %g", c.RopeTheta)

@@ -176,6 +176,9 @@ func New(b engine.Backend, cfg *checkpoints.Config, opt Options) (*Model, error)
 	if err := checkSplitMaster(b, opt); err != nil {
 		return nil, err
 	}
+	if err := checkFamily(cfg); err != nil {
+		return nil, err
+	}
 	g := opt.Parallel
 	m := &Model{Config: cfg.Clone(), Options: opt, backend: b, d: fullDims(cfg)}
 	if g != nil {
@@ -293,6 +296,21 @@ func CheckActivations(act engine.DType, g comm.Grid) error {
 		return nil
 	}
 	return fmt.Errorf("llama: activations in %v (want f32 or bf16)", act)
+}
+
+// checkFamily refuses the variations of a family's block (checkpoints'
+// Family) that the block does not compute.
+func checkFamily(cfg *checkpoints.Config) error {
+	f := cfg.Family()
+	switch {
+	case cfg.QKVBias():
+		return fmt.Errorf("llama: %s's q/k/v biases are not computed yet", f.ModelType)
+	case cfg.QKNorm():
+		return fmt.Errorf("llama: %s's q/k head norms are not computed yet", f.ModelType)
+	case cfg.Window() > 0:
+		return fmt.Errorf("llama: %s's sliding window of %d keys is not computed yet", f.ModelType, cfg.Window())
+	}
+	return nil
 }
 
 // checkSplitMaster refuses a split master (Options.SplitMaster) where
