@@ -7,8 +7,10 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/cpu"
+	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/internal/numtest"
 )
 
@@ -346,5 +348,75 @@ func TestCompactStateMisuseEmulated(t *testing.T) {
 			}()
 			b.AdamWStep([]engine.AdamWTensors{ts}, engine.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, Step: 1}, 0, ctl)
 		}()
+	}
+}
+
+// TestCompactStateTrainsEmulated: a mixed-precision Llama on the fake
+// GPU fine-tunes through finetune.TrainStep with each compact state that
+// the planner's cheapest answers use — a split master, bf16 and 8-bit
+// moments, and both — as the CPU backend does: step losses and gradient
+// norms within bf16StepLossTol of the CPU's, the tolerance of the float32
+// state (the first row) too, and of TestGridBF16Emulated. The two
+// backends' passes round the same float32 values, summed in other
+// orders, now and then to neighbouring bf16 numbers; their AdamW steps
+// are the same bit for bit (TestAdamWStepCompactEmulated), so the runs
+// differ by what the passes feed the steps. Three steps, so that the
+// third step's loss is of weights updated from compact moments (the
+// first update is of float32 moments before any rounding), with
+// AdamW's ε = 0.1 so that an update is a smooth function of the
+// gradient: at 1e-8 it is about lr·sign(g), a gradient near zero whose
+// sign a rounding flipped moves its weight by 2·lr, and an 8-bit moment
+// that differs in its last bits can round to a neighbouring code; at
+// 1e-8 the float32 state's third step already differed by 6.7e-4, beyond
+// the tolerance. Measured at 0.1: 1.4e-7 relative for the float32, split
+// and bf16 states, 2.5e-5 for 8-bit moments. The compact moments' losses
+// differ from the float32 state's: the compact state is what trained.
+func TestCompactStateTrainsEmulated(t *testing.T) {
+	fakeCUDA(t)
+	gpu := newFake(t, 0, GemmF32)
+	cfg := gridConfig()
+	weights := checkpoints.RandomWeights(cfg, 5)
+	batches := gridBatches(cfg)
+	var f32Loss []float64
+	for _, c := range []struct {
+		master, moments string
+	}{
+		{"fp32", "fp32"},
+		{"split", "fp32"},
+		{"fp32", "bf16"},
+		{"fp32", "int8"},
+		{"split", "bf16"},
+		{"split", "int8"},
+	} {
+		t.Run("master "+c.master+", moments "+c.moments, func(t *testing.T) {
+			opts := llama.Options{Activations: engine.BF16, SplitMaster: c.master == "split"}
+			oc := gridOptimizer
+			oc.Moments, oc.Seed, oc.Eps = c.moments, 7, 1e-1
+			want, err := gridTrainOptimizer(cpu.New(cpu.Options{Threads: 1}), cfg, weights, batches, opts, oc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := gridTrainOptimizer(gpu, cfg, weights, batches, opts, oc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			loss, norm := stepSeries(got)
+			wantLoss, wantNorm := stepSeries(want)
+			if err := numtest.Close(loss, wantLoss, numtest.Tol{Rel: bf16StepLossTol}); err != nil {
+				t.Errorf("step losses against the CPU's: %v", err)
+			}
+			if err := numtest.Close(norm, wantNorm, numtest.Tol{Rel: bf16StepLossTol}); err != nil {
+				t.Errorf("gradient norms against the CPU's: %v", err)
+			}
+			dl, _ := numtest.Measure(loss, wantLoss)
+			dg, _ := numtest.Measure(norm, wantNorm)
+			t.Logf("losses %v; largest difference from the CPU's, relative to the largest value: %.2g", loss, max(dl.MaxRel, dg.MaxRel))
+			switch {
+			case c.master == "fp32" && c.moments == "fp32":
+				f32Loss = wantLoss
+			case c.moments != "fp32" && f32Loss != nil && numtest.Equal(wantLoss, f32Loss) == nil:
+				t.Errorf("%s moments' losses %v are float32 moments'", c.moments, wantLoss)
+			}
+		})
 	}
 }
