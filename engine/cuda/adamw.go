@@ -198,3 +198,27 @@ func adamWTraffic(n int, param, grad, m, v engine.DType, clipped, hasCopy bool, 
 	}
 	return t
 }
+
+// compactAdamWTraffic is one tensor's share of AdamWStep on compact state
+// of n elements (kernel adamw_multi): grad read (and written when
+// clipped); a split master's copy and low halves read and written, or a
+// float32 master read and written with its bf16 copy written; moments of
+// dtype moments read and written, and for I8 ones the float32 scales of
+// m and v of pieces pieces; the update's flops as adamWTraffic's (the
+// rounding's integer hashing is not counted).
+func compactAdamWTraffic(n, pieces int, split bool, moments engine.DType, clipped bool) traffic {
+	t := traffic{bytes: moved(n, engine.F32, moments, moments, moments, moments), flops: 12 * float64(n)}
+	if split {
+		t.bytes += moved(n, engine.BF16, engine.BF16, engine.BF16, engine.BF16)
+	} else {
+		t.bytes += moved(n, engine.F32, engine.F32, engine.BF16)
+	}
+	if moments == engine.I8 {
+		t.bytes += moved(pieces, engine.F32, engine.F32, engine.F32, engine.F32)
+	}
+	if clipped {
+		t.bytes += moved(n, engine.F32)
+		t.flops += float64(n)
+	}
+	return t
+}
