@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"testing"
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/cpu"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/finetune"
 	"github.com/memtrain/memtrain/internal/numtest"
 )
 
@@ -418,5 +420,67 @@ func TestCompactStateTrainsEmulated(t *testing.T) {
 				t.Errorf("%s moments' losses %v are float32 moments'", c.moments, wantLoss)
 			}
 		})
+	}
+}
+
+// TestCompactStateResumesEmulated: compact state saved from the fake
+// GPU and loaded into a fresh model there — split masters joined for the
+// checkpoint and split again, 8-bit moments decoded and encoded again
+// (JoinMaster, SplitMaster, DecodeMoment, EncodeMoment) — resumes
+// exactly: the resumed run's next step and weights are the uninterrupted
+// run's bit for bit.
+func TestCompactStateResumesEmulated(t *testing.T) {
+	fakeCUDA(t)
+	gpu := newFake(t, 0, GemmF32)
+	cfg := gridConfig()
+	batches := gridBatches(cfg)
+	opts := llama.Options{Activations: engine.BF16, SplitMaster: true}
+	oc := gridOptimizer
+	oc.Moments, oc.Seed = "int8", 7
+	// run makes a model of weights seeded seed and its optimizer.
+	run := func(seed uint64) (*llama.Model, *finetune.Optimizer) {
+		m, err := llama.New(gpu, cfg, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(m.Free)
+		if err := m.SetWeights(checkpoints.RandomWeights(cfg, seed)); err != nil {
+			t.Fatal(err)
+		}
+		o, err := finetune.NewOptimizer(gpu, m.Params(), oc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(o.Free)
+		return m, o
+	}
+	step := func(m *llama.Model, o *finetune.Optimizer, b llama.Batch) finetune.StepResult {
+		r, err := finetune.TrainStep(m, o, gridShare(b, 1, 0), 1e-2, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	m, o := run(5)
+	for _, b := range batches[:2] {
+		step(m, o, b)
+	}
+	dir := t.TempDir()
+	if err := finetune.SaveCheckpoint(dir, finetune.StepName(2), m, o, finetune.TrainerState{Step: 2, OptimizerStep: o.Step}, finetune.SaveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m2, o2 := run(6)
+	if _, err := finetune.LoadCheckpoint(filepath.Join(dir, finetune.StepName(2)), m2, o2); err != nil {
+		t.Fatal(err)
+	}
+	want, got := step(m, o, batches[2]), step(m2, o2, batches[2])
+	if err := numtest.Equal([]float64{got.Loss, got.GradNorm}, []float64{want.Loss, want.GradNorm}); err != nil {
+		t.Errorf("the resumed step's loss and gradient norm: %v", err)
+	}
+	w, w2 := m.Weights(), m2.Weights()
+	for i := range w {
+		if err := numtest.Equal(w2[i].Data, w[i].Data); err != nil {
+			t.Errorf("%s after the resumed step: %v", w[i].Name, err)
+		}
 	}
 }
