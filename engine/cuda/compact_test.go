@@ -311,10 +311,12 @@ func uploadHalves(b *Backend, t *engine.Tensor, h []uint16) {
 
 // TestCompactStateMisuseEmulated: AdamWStep refuses compact state it
 // cannot take, with an *engine.Misuse of AdamWStep, before it launches
-// anything: a split master with a Param or without a Copy, moments of
-// the wrong dtype for their key (BF16 without Round, F32 with it, I8
-// without Int8), 8-bit moments without a Round key or with pieces other
-// in another count than Round.Index places, a float32 copy beside compact moments.
+// anything: a split master with a Param, without a Copy or with float32
+// halves, moments of the wrong dtype for their key (BF16 without Round,
+// F32 with it, I8 without Int8), 8-bit moments without a Round key or
+// in another count of pieces than Round.Index places, a float32 copy
+// beside compact moments; and DecodeMoment and EncodeMoment refuse what
+// their kernel cannot take.
 func TestCompactStateMisuseEmulated(t *testing.T) {
 	fakeCUDA(t)
 	b := newFake(t, 0, GemmF32)
@@ -350,6 +352,27 @@ func TestCompactStateMisuseEmulated(t *testing.T) {
 			}()
 			b.AdamWStep([]engine.AdamWTensors{ts}, engine.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, Step: 1}, 0, ctl)
 		}()
+	}
+	// DecodeMoment and EncodeMoment refuse a piece longer than a block (a
+	// warp's 64 elements) and scales of another count, in their names.
+	for name, q := range map[string]*engine.Int8Moments{
+		"a piece of 100":  int8([]int{0, 100}),
+		"scales of three": {Starts: engine.Int8Pieces(ix, n), MScale: f32(), VScale: f32()},
+	} {
+		for op, call := range map[string]func(){
+			"DecodeMoment": func() { b.DecodeMoment(f32(), i8(), q, 0) },
+			"EncodeMoment": func() { b.EncodeMoment(i8(), q, 1, f32()) },
+		} {
+			func() {
+				defer func() {
+					var m *engine.Misuse
+					if err, _ := recover().(error); !errors.As(err, &m) || m.Op != op {
+						t.Errorf("%s: %s panicked with %v, want an *engine.Misuse of %[2]s", name, op, err)
+					}
+				}()
+				call()
+			}()
+		}
 	}
 }
 

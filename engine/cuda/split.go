@@ -74,8 +74,11 @@ func (b *Backend) int8Codec(op string, encode int32, x, codes *engine.Tensor, q 
 				misuse(op, engine.MisuseShape, "piece %d of %d elements, want 1…%d", p, l, engine.Int8Block)
 			}
 		}
-		ms, vs := b.scaleViews(op, q, pieces)
-		scales := [2]view{ms, vs}[k]
+		// Only moment k's scales, as the CPU backend asks.
+		scales := b.f32View(op, "scales", [2]*engine.Tensor{q.MScale, q.VScale}[k])
+		if scales.n != pieces {
+			misuse(op, engine.MisuseShape, "%d scales for %d pieces", scales.n, pieces)
+		}
 		if pieces == 0 {
 			return
 		}
