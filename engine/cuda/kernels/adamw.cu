@@ -347,6 +347,9 @@ __device__ void adamw_int8_chunk(const i64* t, i64 c, float coef, int step, cons
   for (i64 p = first + (threadIdx.x >> 5); p < end; p += warps) {
     i64 lo, hi;
     int8_piece(p, n, flat0, col0, w, lo, hi);
+    // A piece lies in one row of the whole parameter: its elements'
+    // indices there are consecutive.
+    i64 index0 = element_index(lo, flat0, row0, cols, col0, w);
     float m[2], v[2];
     bool valid[2];
     i64 idx[2];
@@ -355,7 +358,7 @@ __device__ void adamw_int8_chunk(const i64* t, i64 c, float coef, int step, cons
     for (int j = 0; j < 2; j++) {
       i64 i = lo + lane + 32 * j;
       valid[j] = i < hi;
-      idx[j] = element_index(i, flat0, row0, cols, col0, w);
+      idx[j] = index0 + lane + 32 * j;
       mat[j] = mc + i;
       vat[j] = vc + i;
       m[j] = v[j] = 0.0f;
@@ -476,11 +479,19 @@ extern "C" __global__ void __launch_bounds__(ADAMW_THREADS)
                       a.step_size, a.bc2_sqrt, a.eps);
       }
       if (rounded) {
+        // The elements' indices in the whole parameter, from one
+        // division: the next element is the next column, or the next
+        // row's first.
+        i64 f = flat0 + i, row = row0 + f / w, col = f % w;
         MT_UNROLL
         for (int k = 0; k < VEC; k++) {
-          i64 x = element_index(i + k, flat0, row0, cols, col0, w);
+          i64 x = row * cols + col0 + col;
           hi[k] = round_stochastic(mi[k], round_bits(mkey, x));
           lo[k] = round_stochastic(vi[k], round_bits(vkey, x));
+          if (++col == w) {
+            col = 0;
+            row++;
+          }
         }
         store8_u16(m, i, end, hi, full);
         store8_u16(v, i, end, lo, full);
