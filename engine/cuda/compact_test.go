@@ -155,7 +155,17 @@ func (s *compactState) snapshot() map[string][]float32 {
 // the CPU backend's bit for bit, each step.
 func TestAdamWStepCompactEmulated(t *testing.T) {
 	fakeCUDA(t)
-	gpu := newFake(t, 0, GemmF32)
+	testAdamWStepCompact(t, newFake(t, 0, GemmF32))
+}
+
+// TestGPUAdamWStepCompact is TestAdamWStepCompactEmulated on a GPU: the
+// kernel compiled by NVRTC, bit for bit the CPU's too.
+func TestGPUAdamWStepCompact(t *testing.T) {
+	needGPU(t)
+	testAdamWStepCompact(t, newGPU(t, 0, GemmF32))
+}
+
+func testAdamWStepCompact(t *testing.T, gpu *Backend) {
 	parts := compactParts()
 	for _, c := range []struct {
 		name    string
@@ -224,7 +234,16 @@ func TestAdamWStepCompactEmulated(t *testing.T) {
 // codes and scales, on pieces that start mid-block.
 func TestMasterSplitterEmulated(t *testing.T) {
 	fakeCUDA(t)
-	gpu := newFake(t, 0, GemmF32)
+	testMasterSplitter(t, newFake(t, 0, GemmF32))
+}
+
+// TestGPUMasterSplitter is TestMasterSplitterEmulated on a GPU.
+func TestGPUMasterSplitter(t *testing.T) {
+	needGPU(t)
+	testMasterSplitter(t, newGPU(t, 0, GemmF32))
+}
+
+func testMasterSplitter(t *testing.T, gpu *Backend) {
 	rng := rand.New(rand.NewPCG(41, 42))
 	const n = 1000
 	bits := make([]uint32, n)
