@@ -180,12 +180,15 @@ __device__ __forceinline__ float decode_int8(int k, unsigned char q, float s) {
   return __fmul_rn(u2, u2);
 }
 
-// encode_piece_warp encodes a piece's values of moment k, lane holding
-// x[j] for j < valid[j] (up to 2 × 32 = INT8_BLOCK elements), into codes
-// at[j], and returns the piece's scale (every lane gets it); key is the
-// moment's round_key and index[j] the elements' indices in the whole
-// parameter, or key 0 with nearest (r = 0x8000).
+// INT8_BLOCK is engine.Int8Block: a piece has at most as many elements,
+// two for each lane of the warp that encodes it.
 #define INT8_BLOCK 64
+
+// encode_piece_warp encodes a piece's values of moment k into codes and
+// returns the piece's scale (every lane gets it): the lane's elements
+// j = 0, 1 (lo + lane + 32·j) with valid[j] set hold x[j], coded into
+// *at[j], rounded stochastically by round_bits(key, index[j]) or, when
+// nearest, to nearest (r = 0x8000).
 __device__ __forceinline__ float encode_piece_warp(int k, const float* x, const bool* valid, unsigned char* const* at,
                                                   bool nearest, unsigned long long key, const i64* index) {
   float s = 0.0f;  // Int8Scale's start
