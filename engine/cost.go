@@ -207,7 +207,11 @@ func (a AttentionShape) Pairs() float64 {
 //     per-row targets, weights and losses.
 //   - AdamWStep: each parameter's Param, Grad, M, V read, Param, M, V and
 //     Copy (when present) written — an unclipped step: clipping writes
-//     the gradient back too (4 bytes a parameter more).
+//     the gradient back too (4 bytes a parameter more). A split master
+//     (no Param, a Copy) has its Copy and Low (Copy's size) read and
+//     written; I8 moments their float32 scales, one a block of Int8Block
+//     columns of the operand's rows (a part cut mid-block has a piece
+//     more, not counted).
 //   - Embedding: ids and the looked-up rows (out's size in table's
 //     dtype) read, out written; EmbeddingBackward: ids and dOut read,
 //     dOut's size of dTable read and written.
@@ -277,10 +281,26 @@ func (k Kernel) Cost() Cost {
 		for i := 0; i+5 <= len(o)-1; i += 5 {
 			p, g, m, v, c := o[i], o[i+1], o[i+2], o[i+3], o[i+4]
 			b += sum(p, g, m, v) + sum(p, m, v, c)
+			if p.Shape == nil && c.Shape != nil { // a split master: Copy and Low read, written
+				b += 3 * c.Bytes()
+			}
+			if m.DType == I8 { // the pieces' scales of m and v, float32, read and written
+				b += 16 * float64(int8BlockCount(m.Shape))
+			}
 		}
 		return mem(b + o[len(o)-1].Bytes())
 	case "Upload", "UploadInt32", "Download", "DownloadInt32":
 		return Cost{Class: ClassHost, Bytes: o[0].Bytes()}
 	}
 	panic(fmt.Sprintf("engine: no cost rule for %s", k.Op))
+}
+
+// int8BlockCount is the blocks of Int8Block columns of a tensor of this
+// shape, a row (its last dimension) at a time.
+func int8BlockCount(shape []int) int {
+	if len(shape) == 0 {
+		return 0
+	}
+	cols := shape[len(shape)-1]
+	return Elements(shape) / max(cols, 1) * ((cols + Int8Block - 1) / Int8Block)
 }

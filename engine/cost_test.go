@@ -40,6 +40,15 @@ func TestCostRules(t *testing.T) {
 		// one norm without; then ctl.
 		{"adamw step", Kernel{Op: "AdamWStep", Operands: []Operand{f32(10), f32(10), f32(10), f32(10), bf16(10), f32(3), f32(3), f32(3), f32(3), {}, f32(2)}},
 			ClassMemory, 0, 10*30 + 3*28 + 8},
+		// A split master (Copy and Low, 2 bytes each, read and written)
+		// with bf16 moments: 4 + 8 + 8 bytes a value.
+		{"adamw step, split master", Kernel{Op: "AdamWStep", Operands: []Operand{{}, f32(3, 100), bf16(3, 100), bf16(3, 100), bf16(3, 100), f32(2)}},
+			ClassMemory, 0, 300*20 + 8},
+		// 8-bit moments: 18 bytes a value (the master 8, the gradient 4,
+		// the codes 4, the copy 2) and the float32 scales of m and v,
+		// read and written, of 3 rows of 2 blocks (100 columns).
+		{"adamw step, 8-bit moments", Kernel{Op: "AdamWStep", Operands: []Operand{f32(3, 100), f32(3, 100), Shaped(I8, 3, 100), Shaped(I8, 3, 100), bf16(3, 100), f32(2)}},
+			ClassMemory, 0, 300*(8+4+4+2) + 3*2*16 + 8},
 		// 6 rows of a bf16 table looked up into f32 rows.
 		{"embedding", Kernel{Op: "Embedding", Operands: []Operand{f32(6, 4), bf16(50, 4), i32(6)}}, ClassMemory, 0, 6*4*2 + 6*4*4 + 6*4},
 		{"embedding backward", Kernel{Op: "EmbeddingBackward", Operands: []Operand{f32(50, 4), bf16(6, 4), i32(6)}}, ClassMemory, 0, 2*6*4*4 + 6*4*2 + 6*4},

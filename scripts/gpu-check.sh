@@ -27,7 +27,9 @@
 #      small Llama's training step and generations against the CPU backend,
 #      bf16 storage, the backend's contracts, a steady-state step with no
 #      allocation (the counters), NCCL, a small Llama trained on a
-#      grid of up to 4 GPUs against the CPU (cuda.test -test.run TestGPU);
+#      grid of up to 4 GPUs against the CPU, AdamW on compact state (split
+#      masters, bf16 and 8-bit moments) bit for bit the CPU's (cuda.test
+#      -test.run TestGPU);
 #   1b. bf16 causal attention, forward and backward, at the 8B head shape
 #      (32 heads, 8 key/value heads, 128) and T = 4096, 8192: memtrain's
 #      kernels against torch's flash scaled_dot_product_attention;
@@ -240,7 +242,7 @@ verdict "the device's NVRTC compiles every kernel (register and frame table in s
 # ---------------------------------------------------------------------------
 if stage "1. Conformance on the GPU"; then
   L="$LOGS/stage1-conformance.log"
-  run "$L" 180 "$CT" -test.run '^TestGPU(Conformance|Model|BF16|Backend|SteadyState|NCCL|Grid|GridBF16|FlashAttention)$' -test.v -test.count=1 -test.timeout 170s
+  run "$L" 180 "$CT" -test.run '^TestGPU(Conformance|Model|BF16|Backend|SteadyState|NCCL|Grid|GridBF16|FlashAttention|AdamWStepCompact|MasterSplitter)$' -test.v -test.count=1 -test.timeout 170s
   noskip "$L" $?
   rc=$?
   note '```'

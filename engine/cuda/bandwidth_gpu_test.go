@@ -70,6 +70,25 @@ func BenchmarkGPUBandwidth(tb *testing.B) {
 	b.Fill(ones, 1)
 	p, g, m, v := rnd(F, 1<<26), rnd(F, 1<<26), rnd(F, 1<<26), rnd(F, 1<<26)
 	b.Fill(v, 1e-4)
+	// Compact AdamW state of an 8192 × 8192 matrix: a split master with
+	// 8-bit moments, and a float32 one with bf16 moments.
+	const side = 1 << 13
+	ix := engine.ElementIndex{Shard: engine.WholeShard(side, side), Cols: side}
+	round := &engine.MomentRound{Seed: 1, Tensor: engine.TensorKey("w"), Index: ix}
+	q8 := &engine.Int8Moments{Starts: engine.Int8Pieces(ix, side*side)}
+	pieces := len(q8.Starts) - 1
+	q8.MScale, q8.VScale = rnd(F, pieces), rnd(F, pieces)
+	codes := func() *engine.Tensor {
+		c := b.Alloc(engine.I8, side*side)
+		all = append(all, c)
+		return c
+	}
+	split := engine.AdamWTensors{Grad: g, Copy: rnd(B, side*side), Low: rnd(B, side*side), M: codes(), V: codes(), Round: round, Int8: q8}
+	bf16Moments := engine.AdamWTensors{Param: p, Grad: g, Copy: rnd(B, side*side), M: rnd(B, side*side), V: rnd(B, side*side), Round: round}
+	b.Fill(bf16Moments.V, 1e-4)
+	ctl := rnd(F, 2)
+	b.Upload(ctl, []float32{1, 1})
+	hp := engine.AdamWParams{LR: 1e-5, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, Step: 1}
 	tableRows, byPos := ropeTableRows(ps)
 	for _, c := range []struct {
 		name string
@@ -87,6 +106,10 @@ func BenchmarkGPUBandwidth(tb *testing.B) {
 			func() { b.CrossEntropy(losses, dlogits, logits, targets, ones, 1) }},
 		{"adamw (2^26 parameters)", adamWTraffic(1<<26, F, F, F, F, false, false, F),
 			func() { b.AdamW(p, g, m, v, engine.AdamWParams{LR: 1e-5, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, Step: 1}) }},
+		{"adamw step, split master, int8 moments (2^26 parameters)", compactAdamWTraffic(side*side, pieces, true, engine.I8, false),
+			func() { b.AdamWStep([]engine.AdamWTensors{split}, hp, 0, ctl) }},
+		{"adamw step, bf16 moments (2^26 parameters)", compactAdamWTraffic(side*side, 0, false, B, false),
+			func() { b.AdamWStep([]engine.AdamWTensors{bf16Moments}, hp, 0, ctl) }},
 	} {
 		secs := timeIt(tb, b, c.run)
 		line := map[string]any{"bench": "bandwidth", "case": c.name, "ms": secs * 1e3, "bytes": c.t.bytes,

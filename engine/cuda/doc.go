@@ -103,8 +103,11 @@
 //
 // # Precision
 //
-// Tensors are F32, BF16 or I32 on the device. The model keeps weights,
-// gradients, AdamW moments and activations in float32; matrix products of
+// Tensors are F32, BF16, I32 or I8 (8-bit moments' codes) on the device.
+// The model keeps weights, gradients, AdamW moments and activations in
+// float32 unless it asks for less: bf16 activations and weight copies, and
+// compact AdamW state (engine.MasterSplitter: split masters, bf16 or 8-bit
+// moments, updated by AdamWStep bit for bit as the CPU backend); matrix products of
 // float32 tensors run at the precision Options.GEMM (or $MEMTRAIN_CUDA_GEMM)
 // names: bf16 (the default: bf16 tensor cores with float32 accumulation,
 // cuBLAS's CUBLAS_COMPUTE_32F_FAST_16BF, i.e. mixed precision with float32

@@ -118,8 +118,8 @@ func TestGPUFreeMemory(t *testing.T) {
 // cuMemAlloc or cuMemFree and at most maxSyncsPerStep synchronisations.
 func TestGPUSteadyState(t *testing.T) {
 	needGPU(t)
-	for _, act := range []engine.DType{engine.F32, engine.BF16} {
-		t.Run(act.String(), func(t *testing.T) { testSteadyState(t, newGPU, 0, nil, act) })
+	for _, c := range steadyStates() {
+		t.Run(c.name, func(t *testing.T) { testSteadyState(t, newGPU, 0, nil, c) })
 	}
 }
 

@@ -90,9 +90,17 @@ func stepSeries(steps []finetune.StepResult) (loss, norm []float64) {
 	return loss, norm
 }
 
+// gridOptimizer is the grid tests' AdamW.
+var gridOptimizer = finetune.OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
+
 // gridTrainWith is gridTrain with the model's options, opts.Parallel the
 // grid.
 func gridTrainWith(b engine.Backend, cfg *checkpoints.Config, weights []checkpoints.Tensor, batches []llama.Batch, opts llama.Options) ([]finetune.StepResult, error) {
+	return gridTrainOptimizer(b, cfg, weights, batches, opts, gridOptimizer)
+}
+
+// gridTrainOptimizer is gridTrainWith with the optimizer's configuration.
+func gridTrainOptimizer(b engine.Backend, cfg *checkpoints.Config, weights []checkpoints.Tensor, batches []llama.Batch, opts llama.Options, oc finetune.OptimizerConfig) ([]finetune.StepResult, error) {
 	g := opts.Parallel
 	m, err := llama.New(b, cfg, opts)
 	if err != nil {
@@ -102,7 +110,7 @@ func gridTrainWith(b engine.Backend, cfg *checkpoints.Config, weights []checkpoi
 	if err := m.SetWeights(weights); err != nil {
 		return nil, err
 	}
-	o, err := finetune.NewOptimizer(b, m.Params(), finetune.OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
+	o, err := finetune.NewOptimizer(b, m.Params(), oc)
 	if err != nil {
 		return nil, err
 	}

@@ -53,6 +53,9 @@ const (
 	kArgmax                 kernel = "argmax"
 	kAdamW                  kernel = "adamw"
 	kAdamWMulti             kernel = "adamw_multi"
+	kSplitMaster            kernel = "split_master"
+	kJoinMaster             kernel = "join_master"
+	kInt8Codec              kernel = "int8_codec"
 )
 
 const (
@@ -77,7 +80,7 @@ const (
 	faAccumulators      = 16   // FA_ACC in attention.cu
 	adamWThreads        = 256  // ADAMW_THREADS in adamw.cu
 	adamWChunk          = 4096 // ADAMW_CHUNK in adamw.cu
-	adamWFields         = 9    // ADAMW_FIELDS in adamw.cu
+	adamWFields         = 20   // ADAMW_FIELDS in adamw.cu
 )
 
 // kernelFileNames lists the kernel folder's files, in name order.

@@ -127,6 +127,8 @@ func TestSharedConstants(t *testing.T) {
 	for name, want := range map[string]int{
 		"DT_F32":          int(engine.F32),
 		"DT_BF16":         int(engine.BF16),
+		"DT_I8":           int(engine.I8),
+		"INT8_BLOCK":      engine.Int8Block,
 		"SUMSQ_BLOCK":     sumSquaresBlock,
 		"VEC":             vecElems,
 		"SUMSQ_FIELDS":    sumSquaresFields,

@@ -72,7 +72,7 @@ func (b *Backend) alloc(op string, dtype engine.DType, shape []int, fill int) *e
 		n *= d
 	}
 	switch dtype {
-	case engine.F32, engine.BF16, engine.I32:
+	case engine.F32, engine.BF16, engine.I32, engine.I8:
 	default:
 		misuse(op, engine.MisuseDType, "unknown dtype %v", dtype)
 	}
@@ -262,6 +262,33 @@ func (b *Backend) f32View(op, name string, t *engine.Tensor) view {
 	return v
 }
 
+// bf16View is viewOf for a BF16 tensor: a split master's halves.
+func (b *Backend) bf16View(op, name string, t *engine.Tensor) view {
+	v := b.viewOf(op, t)
+	if v.dtype != engine.BF16 {
+		misuse(op, engine.MisuseDType, "%s is %v, want BF16", name, t)
+	}
+	return v
+}
+
+// codesView is viewOf for an I8 tensor: AdamW's 8-bit moments.
+func (b *Backend) codesView(op, name string, t *engine.Tensor) view {
+	v := b.viewOf(op, t)
+	if v.dtype != engine.I8 {
+		misuse(op, engine.MisuseDType, "%s is %v, want I8", name, t)
+	}
+	return v
+}
+
+// refuseCodes refuses an I8 tensor to a transfer or fill of float
+// values (MisuseDType), as the CPU backend does: its codes mean values
+// only with their scales (MasterSplitter's DecodeMoment, EncodeMoment).
+func refuseCodes(op string, v view, t *engine.Tensor) {
+	if v.dtype == engine.I8 {
+		misuse(op, engine.MisuseDType, "%v holds 8-bit moments' codes: decode or encode them (DecodeMoment, EncodeMoment)", t)
+	}
+}
+
 // intView is viewOf for an I32 tensor.
 func (b *Backend) intView(op, name string, t *engine.Tensor) view {
 	v := b.viewOf(op, t)
@@ -329,6 +356,7 @@ func (b *Backend) Upload(t *engine.Tensor, src []float32) {
 	b.do(func() {
 		v := b.viewOf("Upload", t)
 		checkLen("Upload", len(src), v.n)
+		refuseCodes("Upload", v, t)
 		if v.n == 0 {
 			return
 		}
@@ -369,6 +397,7 @@ func (b *Backend) Download(dst []float32, t *engine.Tensor) {
 	b.do(func() {
 		v := b.viewOf("Download", t)
 		checkLen("Download", len(dst), v.n)
+		refuseCodes("Download", v, t)
 		if v.n == 0 {
 			return
 		}
@@ -428,6 +457,7 @@ func pointerTo[T any](s []T) unsafe.Pointer {
 func (b *Backend) Fill(t *engine.Tensor, x float32) {
 	b.do(func() {
 		v := b.viewOf("Fill", t)
+		refuseCodes("Fill", v, t)
 		if v.n == 0 {
 			return
 		}
@@ -462,8 +492,8 @@ func (b *Backend) Copy(dst, src *engine.Tensor) {
 			return
 		}
 		if d.dtype != s.dtype {
-			if d.dtype == engine.I32 || s.dtype == engine.I32 {
-				misuse("Copy", engine.MisuseDType, "%v into %v: an I32 tensor copies only into an I32 tensor", src, dst)
+			if d.dtype == engine.I32 || s.dtype == engine.I32 || d.dtype == engine.I8 || s.dtype == engine.I8 {
+				misuse("Copy", engine.MisuseDType, "%v into %v: an I32 or I8 tensor copies only into its own dtype", src, dst)
 			}
 			b.launch(kCast, vecGrid(d.n), block1(elementThreads), d.ptr, d.dt(), s.ptr, s.dt(), int64(d.n))
 			return
@@ -498,6 +528,7 @@ const (
 	scratchSumSquares        // SumSquaresMulti's table of tensors, likewise
 	scratchCublas            // cuBLAS's workspace (cublasSetWorkspace), set once
 	scratchRoPE              // RoPE's table of cos θ and sin θ
+	scratchPieces            // DecodeMoment's and EncodeMoment's pieces' starts
 	numScratch
 )
 

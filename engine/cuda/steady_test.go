@@ -31,22 +31,37 @@ const maxSyncsPerStep = 1
 func TestSteadyStateEmulated(t *testing.T) {
 	const dev = 7
 	fakeCUDA(t)
-	for _, act := range []engine.DType{engine.F32, engine.BF16} {
-		t.Run(act.String(), func(t *testing.T) {
-			testSteadyState(t, newFake, dev, func() Counters { return fakeCounters(t, dev) }, act)
+	for _, c := range steadyStates() {
+		t.Run(c.name, func(t *testing.T) {
+			testSteadyState(t, newFake, dev, func() Counters { return fakeCounters(t, dev) }, c)
 		})
 	}
 }
 
-// testSteadyState runs the steady-state check on device dev with
-// activations of dtype act (llama.Options.Activations; with BF16 the
-// step also refreshes the weights' bf16 copies, in AdamWStep); lib, when
-// not nil, reads the library's own counts to compare with the backend's.
-func testSteadyState(t *testing.T, newBackend maker, dev int, lib func() Counters, act engine.DType) {
+// steadyState is a model's precision and AdamW state for the
+// steady-state check.
+type steadyState struct {
+	name    string
+	act     engine.DType // llama.Options.Activations
+	split   bool         // llama.Options.SplitMaster
+	moments string       // finetune.OptimizerConfig.Moments
+}
+
+// steadyStates are float32, bf16 activations (the step also refreshes the
+// weights' bf16 copies, in AdamWStep), and bf16 with the compact state of
+// the planner's cheapest answers (a split master, 8-bit moments).
+func steadyStates() []steadyState {
+	return []steadyState{{"f32", engine.F32, false, ""}, {"bf16", engine.BF16, false, ""}, {"bf16, split master, int8 moments", engine.BF16, true, "int8"}}
+}
+
+// testSteadyState runs the steady-state check on device dev in state c;
+// lib, when not nil, reads the library's own counts to compare with the
+// backend's.
+func testSteadyState(t *testing.T, newBackend maker, dev int, lib func() Counters, c steadyState) {
 	b := newBackend(t, dev, GemmF32)
 	cfg := testConfig()
-	m := randomModelWith(t, b, cfg, llama.Options{Activations: act})
-	o, err := finetune.NewOptimizer(b, m.Params(), finetune.OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
+	m := randomModelWith(t, b, cfg, llama.Options{Activations: c.act, SplitMaster: c.split})
+	o, err := finetune.NewOptimizer(b, m.Params(), finetune.OptimizerConfig{Name: "adamw", Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Moments: c.moments})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,6 +54,12 @@ func TestTraffic(t *testing.T) {
 			2*(9+5)*i + 4*i + 9*32*f + 4*32*2*b, 9 * 32},
 		{"adamw 100", adamWTraffic(100, F, F, F, F, false, false, B), 100 * 7 * f, 12 * 100},
 		{"adamw 100 clipped with a bf16 copy", adamWTraffic(100, F, F, F, F, true, true, B), 100 * (8*f + b), 13 * 100},
+		// A split master: grad read, copy and low read and written.
+		{"adamw 100, split master", compactAdamWTraffic(100, 0, true, F, false), 100 * (5*f + 4*b), 12 * 100},
+		// bf16 moments, a float32 master and its copy, clipped.
+		{"adamw 100, bf16 moments, clipped", compactAdamWTraffic(100, 0, false, B, true), 100 * (4*f + 4*b + b), 13 * 100},
+		// 8-bit moments of 2 pieces: codes and scales read and written.
+		{"adamw 100, split, int8 moments", compactAdamWTraffic(100, 2, true, engine.I8, false), 100*(f+4*b+4) + 2*4*f, 12 * 100},
 	} {
 		if c.got.bytes != c.bytes || c.got.flops != c.flops {
 			t.Errorf("%s: %v bytes and %v flops, want %v and %v", c.name, c.got.bytes, c.got.flops, c.bytes, c.flops)
@@ -86,6 +92,15 @@ func TestTrafficIsTheCostModel(t *testing.T) {
 				rmsnormTraffic(rows, h, a, engine.F32, a, w)},
 			{"AddRMSNorm", engine.Kernel{Op: "AddRMSNorm", Operands: []engine.Operand{sh(a, rows, h), sh(engine.F32, rows), sh(a, rows, h), sh(a, rows, h), sh(w, h)}},
 				addRMSNormTraffic(rows, h, a, engine.F32, a, a, w)},
+			// AdamWStep on compact state, one tensor of a whole rows × h
+			// parameter (its pieces its blocks), then ctl: 8 bytes of the
+			// call's, beside the tensor's share.
+			{"AdamWStep, split master, bf16 moments", engine.Kernel{Op: "AdamWStep", Operands: []engine.Operand{{}, sh(engine.F32, rows, h),
+				sh(engine.BF16, rows, h), sh(engine.BF16, rows, h), sh(engine.BF16, rows, h), sh(engine.F32, 2)}},
+				compactAdamWTraffic(n, 0, true, engine.BF16, false).plus(traffic{bytes: 8})},
+			{"AdamWStep, int8 moments", engine.Kernel{Op: "AdamWStep", Operands: []engine.Operand{sh(engine.F32, rows, h), sh(engine.F32, rows, h),
+				sh(engine.I8, rows, h), sh(engine.I8, rows, h), sh(engine.BF16, rows, h), sh(engine.F32, 2)}},
+				compactAdamWTraffic(n, rows*h/engine.Int8Block, false, engine.I8, false).plus(traffic{bytes: 8})},
 		} {
 			if got, want := c.ours.bytes, c.k.Cost().Bytes; got != want {
 				t.Errorf("%s %v: the kernels declare %g bytes, engine.Kernel.Cost %g", c.name, dts, got, want)

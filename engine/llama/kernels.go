@@ -230,8 +230,8 @@ func (k *kernelList) step(w Work) {
 	// AdamWStep: each parameter's value, gradient, moments and copy. A
 	// split master's halves are read and written as a float32's four
 	// bytes, its copy one of them (no copy written beside). Compact
-	// moments move their own bytes; 8-bit moments' scales (4 bytes a 64
-	// elements) are left out.
+	// moments move their own bytes, 8-bit ones with their scales
+	// (engine.Kernel.Cost counts them from the I8 operands' shapes).
 	var ops []engine.Operand
 	for _, p := range ps {
 		c := engine.Operand{}

@@ -12,6 +12,7 @@ typedef unsigned short bf16;
 // Element types, numbered as engine.DType numbers them (a test checks).
 #define DT_F32 0
 #define DT_BF16 1
+#define DT_I8 3  // AdamW's 8-bit moments' codes (adamw.cu)
 
 // ELEMENT_THREADS is the block of the kernels launched with at most 256
 // threads (the host's elementThreads and the launches' block1(256) and
