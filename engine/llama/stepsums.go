@@ -6,6 +6,7 @@ import (
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/comm"
 )
 
 // StepSums are the scalars of one optimizer step, kept on the device until
@@ -94,6 +95,9 @@ func (m *Model) ForwardBackwardSum(batch Batch, scale float32, s *StepSums, i in
 	if i < 0 || i >= s.micro {
 		return errors.New("llama: micro-batch slot out of range of the step's sums")
 	}
+	if m.Options.FusedOptimizer {
+		return errFusedPass
+	}
 	defer recoverComm(&err)
 	ws, err := m.upload(batch, true)
 	if err != nil {
@@ -151,50 +155,97 @@ func (m *Model) FinishStep(s *StepSums, micro int) (err error) {
 	if micro < 1 || micro > s.micro {
 		return errors.New("llama: micro-batch count out of range of the step's sums")
 	}
+	if m.Options.FusedOptimizer {
+		return errFusedPass // FusedStep leaves the sums finished
+	}
 	if m.reduce.inFlight() {
 		return errors.New("llama: FinishStep before ReduceGradients: the gradients' sums are still in flight")
 	}
 	defer recoverComm(&err)
-	b, t := m.backend, s.t
-	b.Sum(t.View(1, 1), t.View(stepSumsFixed, micro))
-	b.Sum(t.View(3, 1), t.View(stepSumsFixed+s.micro, micro))
-	g := m.Options.Parallel
-	params := m.Trainable()
-	slots := stepSumsFixed + 2*s.micro
+	m.sumLosses(s, micro)
 	// Every gradient's squares in one multi-tensor launch pair, matrices
 	// first: the slots' layout.
 	grads := s.grads[:0]
-	for _, p := range params {
-		if !m.isNormGrad(p) {
-			grads = append(grads, p.Grad)
+	for _, norm := range []bool{false, true} {
+		for _, p := range m.Trainable() {
+			if m.isNormGrad(p) == norm {
+				grads = append(grads, p.Grad)
+			}
 		}
 	}
-	matrices := len(grads)
-	for _, p := range params {
-		if m.isNormGrad(p) {
-			grads = append(grads, p.Grad)
-		}
-	}
-	norms := len(grads) - matrices
 	s.grads = grads
-	b.SumSquaresMulti(t.View(slots, len(grads)), grads)
+	m.backend.SumSquaresMulti(s.t.View(stepSumsFixed+2*s.micro, len(grads)), grads)
+	m.sumNorm(s)
+	m.exchangeStep(s, true, true)
+	return nil
+}
+
+// sumLosses writes the step's loss sums, [1] and [3], from its micro
+// micro-batches' slots.
+func (m *Model) sumLosses(s *StepSums, micro int) {
+	b, t := m.backend, s.t
+	b.Sum(t.View(1, 1), t.View(stepSumsFixed, micro))
+	b.Sum(t.View(3, 1), t.View(stepSumsFixed+s.micro, micro))
+}
+
+// normCounts are how many trainable tensors count as matrices and as
+// norm weights in the gradient norm (isNormGrad).
+func (m *Model) normCounts() (matrices, norms int) {
+	for _, p := range m.Trainable() {
+		if m.isNormGrad(p) {
+			norms++
+		} else {
+			matrices++
+		}
+	}
+	return matrices, norms
+}
+
+// sumNorm writes the squared norms of the matrices, [0], and of the norm
+// weights, [2], from the tensors' slots.
+func (m *Model) sumNorm(s *StepSums) {
+	b, t := m.backend, s.t
+	slots := stepSumsFixed + 2*s.micro
+	matrices, norms := m.normCounts()
 	b.Sum(t.View(0, 1), t.View(slots, matrices))
 	b.Sum(t.View(2, 1), t.View(slots+matrices, norms))
-	if g != nil && g.World.Size() > 1 {
+}
+
+// exchangeStep sums the step's norm sums ([0], [2]: norm) and loss sums
+// ([1], [3]: loss) over a grid's world, each counted once (FinishStep
+// says by which ranks), and with norm leaves the total ‖g‖² in [0]. The
+// two together are one all-reduce of the four; one pair alone, one
+// all-reduce group of its two (a fused step sums its loss before its
+// first update and its norm at its end): each element is summed over the
+// ranks alike either way.
+func (m *Model) exchangeStep(s *StepSums, norm, loss bool) {
+	b, t := m.backend, s.t
+	if g := m.Options.Parallel; g != nil && g.World.Size() > 1 {
 		matrices, norms := g.CountsUnique()
 		if m.lora != nil {
 			matrices = g.World.Rank() == 0 // whole adapters on every rank
 		}
 		counts := [4]bool{matrices, g.CountsBatch(), norms, g.CountsBatch()}
+		which := [4]bool{norm, loss, norm, loss}
+		var views []*engine.Tensor
 		for k, c := range counts {
+			if !which[k] {
+				continue
+			}
 			if !c {
 				b.Fill(t.View(k, 1), 0)
 			}
+			views = append(views, t.View(k, 1))
 		}
-		check(g.World.AllReduce(t.View(0, 4)))
+		if norm && loss {
+			check(g.World.AllReduce(t.View(0, 4)))
+		} else {
+			check(comm.IAllReduceGroup(g.World, views).Wait())
+		}
 	}
-	b.Add(t.View(0, 1), t.View(0, 1), t.View(2, 1))
-	return nil
+	if norm {
+		b.Add(t.View(0, 1), t.View(0, 1), t.View(2, 1))
+	}
 }
 
 // isNormGrad reports whether a trainable tensor's squares count as a norm

@@ -1,0 +1,183 @@
+package finetune
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/memtrain/memtrain/checkpoints"
+	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/comm"
+	"github.com/memtrain/memtrain/engine/cpu"
+	"github.com/memtrain/memtrain/engine/launch"
+	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/engine/parallel"
+	"github.com/memtrain/memtrain/internal/numtest"
+)
+
+// fusedSteps are the steps of a fused-optimizer comparison: enough for
+// the moments to matter (bias correction changes from step to step).
+const fusedSteps = 3
+
+// fusedCase is one comparison of a fused optimizer step with the
+// unfused one.
+type fusedCase struct {
+	grid    comm.Grid // the zero Grid: one rank, no llama.Options.Parallel
+	tie     bool
+	act     engine.DType
+	split   bool   // split masters (bf16 only)
+	moments string // optimizer.moments
+	clip    float64
+}
+
+func (c fusedCase) String() string {
+	return fmt.Sprintf("%v/tie=%v/%v/split=%v/moments=%s/clip=%v", c.grid, c.tie, c.act, c.split, c.moments, c.clip)
+}
+
+// fusedRun trains fusedSteps steps of one micro-batch each on one rank of
+// g (nil: one rank alone), with the optimizer fused into the backward or
+// not, and returns what the rank ends with: its results, its pass
+// weights, its moments (whole, of its shards) and on rank 0 the gathered
+// masters.
+func fusedRun(cfg *checkpoints.Config, weights []checkpoints.Tensor, batches []llama.Batch, c fusedCase, g *parallel.Grid, fused bool) (zeroRank, error) {
+	var out zeroRank
+	b := cpu.New(cpu.Options{Threads: 1})
+	m, err := llama.New(b, cfg, llama.Options{Parallel: g, Activations: c.act, SplitMaster: c.split, FusedOptimizer: fused})
+	if err != nil {
+		return out, err
+	}
+	defer m.Free()
+	if err := m.SetWeights(weights); err != nil {
+		return out, err
+	}
+	oc := zeroOptimizer
+	oc.Moments, oc.Seed = c.moments, 5
+	o, err := NewOptimizer(b, m.Trainable(), oc)
+	if err != nil {
+		return out, err
+	}
+	defer o.Free()
+	ranks, rank := 1, 0
+	if g != nil {
+		ranks, rank = g.BatchRanks(), g.BatchRank()
+	}
+	for step, batch := range batches {
+		if g != nil {
+			g.World.SetStep(step + 1)
+		}
+		r, err := TrainStep(m, o, shareOf(batch, ranks, rank, batch.B), 1e-2, c.clip)
+		if err != nil {
+			return out, err
+		}
+		out.res = append(out.res, r)
+	}
+	out.m, out.v, out.copies = map[string][]float32{}, map[string][]float32{}, map[string][]float32{}
+	for i, p := range m.Trainable() {
+		for k, into := range []map[string][]float32{out.m, out.v} {
+			t, done := o.moment(i, k+1) // 8-bit moments decoded
+			into[p.Name] = download(b, t)
+			done()
+		}
+		out.copies[p.Name] = download(b, passWeight(p))
+	}
+	w, err := m.GatherWeights()
+	if err == nil && (g == nil || g.Rank() == 0) {
+		out.weights = tensorsByName(w)
+	}
+	return out, err
+}
+
+// fusedRanks runs c's grid (one rank alone for the zero Grid) and returns
+// each rank's fusedRun.
+func fusedRanks(t *testing.T, cfg *checkpoints.Config, weights []checkpoints.Tensor, batches []llama.Batch, c fusedCase, fused bool) map[int]zeroRank {
+	t.Helper()
+	out := map[int]zeroRank{}
+	if c.grid == (comm.Grid{}) {
+		r, err := fusedRun(cfg, weights, batches, c, nil, fused)
+		if err != nil {
+			t.Fatalf("%v fused=%v: %v", c, fused, err)
+		}
+		out[0] = r
+		return out
+	}
+	var mu sync.Mutex
+	err := launch.Local(c.grid, parallel.AllOverlap(), func(g *parallel.Grid) error {
+		r, err := fusedRun(cfg, weights, batches, c, g, fused)
+		mu.Lock()
+		defer mu.Unlock()
+		out[g.Rank()] = r
+		return err
+	})
+	if err != nil {
+		t.Fatalf("%v fused=%v: %v", c, fused, err)
+	}
+	return out
+}
+
+// TestFusedOptimizerExact: the AdamW step fused into the backward
+// (llama.Options.FusedOptimizer), one micro-batch a step, is bit for bit
+// the unfused step: every rank's losses, gradient norms and clipping,
+// its pass weights (the bf16 copies in mixed precision), its moments,
+// and the gathered float32 masters — with clipping (through the norm-only
+// pass) and without, in float32 and mixed precision, with split masters
+// and 8-bit moments, tied and untied embeddings, on one rank and on data,
+// X·Z and Y·Z grids.
+func TestFusedOptimizerExact(t *testing.T) {
+	var cases []fusedCase
+	for _, clip := range []float64{0, 0.5} {
+		for _, tie := range []bool{false, true} {
+			cases = append(cases,
+				fusedCase{tie: tie, act: engine.F32, moments: "fp32", clip: clip},
+				fusedCase{tie: tie, act: engine.BF16, moments: "fp32", clip: clip},
+				fusedCase{tie: tie, act: engine.BF16, split: true, moments: "int8", clip: clip})
+			for _, g := range []comm.Grid{{Data: 2, X: 1, Y: 1, Z: 1}, {Data: 1, X: 2, Y: 1, Z: 2}, {Data: 1, X: 1, Y: 2, Z: 2}, {Data: 2, X: 1, Y: 1, Z: 2}} {
+				for _, act := range []engine.DType{engine.F32, engine.BF16} {
+					cases = append(cases, fusedCase{grid: g, tie: tie, act: act, moments: "fp32", clip: clip})
+				}
+			}
+		}
+	}
+	clipped := false
+	for _, c := range cases {
+		cfg := sweepConfig()
+		cfg.TieWordEmbeddings = c.tie
+		weights := checkpoints.RandomWeights(cfg, 3)
+		batches := sweepBatches(cfg)[:fusedSteps]
+		want := fusedRanks(t, cfg, weights, batches, c, false)
+		got := fusedRanks(t, cfg, weights, batches, c, true)
+		for rank, w := range want {
+			g := got[rank]
+			if len(g.res) != fusedSteps {
+				t.Fatalf("%v rank %d: %d steps", c, rank, len(g.res))
+			}
+			for _, f := range []struct {
+				what string
+				f    func(StepResult) float64
+			}{
+				{"loss", func(r StepResult) float64 { return r.Loss }},
+				{"reported loss", func(r StepResult) float64 { return r.LossAll }},
+				{"gradient norm", func(r StepResult) float64 { return r.GradNorm }},
+				{"clipped", func(r StepResult) float64 { return map[bool]float64{true: 1}[r.Clipped] }},
+			} {
+				if err := numtest.Equal(column(g.res, f.f), column(w.res, f.f)); err != nil {
+					t.Errorf("%v rank %d: %s: %v", c, rank, f.what, err)
+				}
+			}
+			for _, r := range w.res {
+				clipped = clipped || r.Clipped
+			}
+			compare := map[string][2]map[string][]float32{"pass weights": {g.copies, w.copies}, "m": {g.m, w.m}, "v": {g.v, w.v}}
+			if rank == 0 {
+				compare["masters"] = [2]map[string][]float32{g.weights, w.weights}
+			}
+			for what, mm := range compare {
+				if err := numtest.Each(mm[0], mm[1], numtest.Equal[float32]); err != nil {
+					t.Errorf("%v rank %d: %s: %v", c, rank, what, err)
+				}
+			}
+		}
+	}
+	if !clipped {
+		t.Error("no step clipped: the clipped cases do not test the norm-only pass's coefficient")
+	}
+}
