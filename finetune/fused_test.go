@@ -1,7 +1,9 @@
 package finetune
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 
@@ -179,5 +181,115 @@ func TestFusedOptimizerExact(t *testing.T) {
 	}
 	if !clipped {
 		t.Error("no step clipped: the clipped cases do not test the norm-only pass's coefficient")
+	}
+}
+
+// TestFusedOptimizerNonFinite: a fused step whose loss is not finite
+// changes nothing, nor with clipping one whose gradient norm is not
+// (the norm-only pass knows it first), and returns ErrNonFinite; without
+// clipping a non-finite gradient norm is met unit by unit: the error
+// wraps ErrPartialStep too (so a run stops on it as on ErrNonFinite),
+// the unit whose gradient is not finite — the LM head, here — keeps its
+// weights, and nothing becomes NaN or infinite. On one rank and on a
+// data·Z grid.
+func TestFusedOptimizerNonFinite(t *testing.T) {
+	cfg := sweepConfig()
+	batch := sweepBatches(cfg)[0]
+	overflow := batch
+	overflow.Weights = append([]float32(nil), batch.Weights...)
+	overflow.Weights[1] = 1e38 // the loss overflows
+	cases := []struct {
+		name    string
+		batch   llama.Batch
+		norm    float32 // the final norm's first weight: 1e25 overflows the head's squared norm, not the loss
+		clip    float64
+		partial bool
+	}{
+		{"loss, clip 0", overflow, 1, 0, false},
+		{"loss, clip 1", overflow, 1, 1, false},
+		{"norm, clip 1", batch, 1e25, 1, false},
+		{"norm, clip 0", batch, 1e25, 0, true},
+	}
+	for _, shape := range []comm.Grid{{}, {Data: 2, X: 1, Y: 1, Z: 2}} {
+		for _, c := range cases {
+			weights := checkpoints.RandomWeights(cfg, 3)
+			for _, w := range weights {
+				if w.Name == checkpoints.FinalNormName {
+					w.Data[0] = c.norm
+				}
+			}
+			run := func(g *parallel.Grid) error {
+				b := cpu.New(cpu.Options{Threads: 1})
+				m, err := llama.New(b, cfg, llama.Options{Parallel: g, FusedOptimizer: true})
+				if err != nil {
+					return err
+				}
+				defer m.Free()
+				if err := m.SetWeights(weights); err != nil {
+					return err
+				}
+				o, err := NewOptimizer(b, m.Trainable(), zeroOptimizer)
+				if err != nil {
+					return err
+				}
+				defer o.Free()
+				state := func() map[string][]float32 {
+					out := map[string][]float32{}
+					mv, vv := o.Moments()
+					for i, p := range m.Trainable() {
+						out[p.Name] = download(b, p.Value)
+						out["m "+p.Name], out["v "+p.Name] = download(b, mv[i]), download(b, vv[i])
+					}
+					return out
+				}
+				before := state()
+				ranks, rank := 1, 0
+				if g != nil {
+					ranks, rank = g.BatchRanks(), g.BatchRank()
+				}
+				_, err = TrainStep(m, o, shareOf(c.batch, ranks, rank, c.batch.B), 1e-2, c.clip)
+				if !errors.Is(err, ErrNonFinite) || errors.Is(err, ErrPartialStep) != c.partial {
+					return fmt.Errorf("TrainStep: %v, want ErrNonFinite, ErrPartialStep %v", err, c.partial)
+				}
+				after := state()
+				if !c.partial {
+					if o.Step != 0 {
+						return fmt.Errorf("optimizer step %d after a skipped step", o.Step)
+					}
+					return numtest.Each(after, before, numtest.Equal[float32])
+				}
+				head := m.Head.Name
+				if err := numtest.Equal(after[head], before[head]); err != nil {
+					return fmt.Errorf("the LM head, whose gradient is not finite, changed: %w", err)
+				}
+				changed := false
+				for name, v := range after {
+					for _, x := range v {
+						if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+							return fmt.Errorf("%s holds %v after a partial step", name, x)
+						}
+					}
+					changed = changed || numtest.Equal(v, before[name]) != nil
+				}
+				if !changed {
+					return errors.New("a partial step changed nothing: the test does not reach a unit with a finite gradient")
+				}
+				return nil
+			}
+			var err error
+			if shape == (comm.Grid{}) {
+				err = run(nil)
+			} else {
+				err = launch.Local(shape, parallel.AllOverlap(), func(g *parallel.Grid) error {
+					if err := run(g); err != nil {
+						return fmt.Errorf("rank %d: %w", g.Rank(), err)
+					}
+					return nil
+				})
+			}
+			if err != nil {
+				t.Errorf("%v %s: %v", shape, c.name, err)
+			}
+		}
 	}
 }
