@@ -1,9 +1,14 @@
 package finetune
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
 	"sync"
 	"testing"
 
@@ -15,6 +20,8 @@ import (
 	"github.com/memtrain/memtrain/engine/llama"
 	"github.com/memtrain/memtrain/engine/parallel"
 	"github.com/memtrain/memtrain/internal/numtest"
+	"github.com/memtrain/memtrain/internal/options"
+	"github.com/spf13/pflag"
 )
 
 // fusedSteps are the steps of a fused-optimizer comparison: enough for
@@ -290,6 +297,95 @@ func TestFusedOptimizerNonFinite(t *testing.T) {
 			if err != nil {
 				t.Errorf("%v %s: %v", shape, c.name, err)
 			}
+		}
+	}
+}
+
+// TestValidateFused: optimizer.fused is refused, in one line naming the
+// key and what it wants, with more than one micro-batch a step, an
+// optimizer other than AdamW, adapters or ZeRO; it is taken with one
+// micro-batch, clipping, mixed precision, split masters and compact
+// moments.
+func TestValidateFused(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string // "" for accepted
+	}{
+		{[]string{"--batch-size", "4", "--micro-batch", "4"}, ""},
+		{[]string{"--batch-size", "4", "--micro-batch", "4", "--clip", "0", "--precision", "bf16", "--master", "split", "--optimizer.moments", "int8"}, ""},
+		{[]string{"--batch-size", "8", "--micro-batch", "4"}, "finetune: optimizer.fused: true takes one micro-batch a step; batch_size 8 and micro_batch 4"},
+		{[]string{"--batch-size", "4", "--micro-batch", "4", "--optimizer.name", "sgd"}, "finetune: optimizer.fused: true fuses AdamW's step into the backward; optimizer.name is sgd"},
+		{[]string{"--batch-size", "4", "--micro-batch", "4", "--lora.rank", "8"}, "finetune: optimizer.fused: true is for full fine-tuning"},
+		{[]string{"--batch-size", "4", "--micro-batch", "4", "--zero", "1"}, "finetune: optimizer.fused: true does not shard the moments over the data ranks; zero is 1"},
+	}
+	for _, c := range cases {
+		cfg := DefaultConfig()
+		cfg.Model, cfg.Data, cfg.Out = "m", "d", "o"
+		fl := pflag.NewFlagSet("finetune", pflag.ContinueOnError)
+		options.Bind(fl, &cfg)
+		if err := fl.Parse(append([]string{"--optimizer.fused"}, c.args...)); err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		err := cfg.Validate()
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%v: %v", c.args, err)
+		case c.want != "" && (err == nil || !strings.HasPrefix(err.Error(), c.want)):
+			t.Errorf("%v: %v, want %q", c.args, err, c.want)
+		case err != nil && strings.Contains(err.Error(), "\n"):
+			t.Errorf("%v: %q is not one line", c.args, err)
+		}
+	}
+}
+
+// TestFusedRunResumes: a run with optimizer.fused, on a data-parallel
+// grid of two ranks, writes the metrics and checkpoints of the same run
+// unfused, bit for bit; stopped after a checkpoint and resumed unfused
+// (its checkpoints hold what an unfused run's do) it goes on as the
+// uninterrupted run.
+func TestFusedRunResumes(t *testing.T) {
+	cfg := shortRun(t)
+	cfg.BatchSize = cfg.MicroBatch // one micro-batch a step
+	grid := comm.Grid{Data: 2, X: 1, Y: 1, Z: 1}
+	root := t.TempDir()
+	cfg.Out = filepath.Join(root, "unfused")
+	want := trainRun(t, cfg, &grid, "", 0)
+	cfg.Out = filepath.Join(root, "fused")
+	cfg.Optimizer.Fused = true
+	got := trainRun(t, cfg, &grid, "", 2)
+	cfg.Optimizer.Fused = false
+	got = append(got, trainRun(t, cfg, &grid, cfg.Out, 0)...)
+	if len(got) != len(want) || len(want) == 0 {
+		t.Fatalf("%d metrics lines, want %d", len(got), len(want))
+	}
+	for i := range want {
+		w, g := want[i], got[i]
+		w.TokensPerS, w.ModelFLOPsPS, g.TokensPerS, g.ModelFLOPsPS, w.SaveBlockedS, g.SaveBlockedS = 0, 0, 0, 0, 0, 0
+		w.CheckpointDir, g.CheckpointDir = filepath.Base(w.CheckpointDir), filepath.Base(g.CheckpointDir)
+		if !reflect.DeepEqual(g, w) {
+			t.Errorf("step %d: fused then resumed %+v\nunfused %+v", w.Step, g, w)
+		}
+	}
+	for _, step := range []int{2, cfg.MaxSteps} { // the fused run's checkpoint, and the resumed run's last
+		ck := filepath.Join(CheckpointsDir, StepName(step))
+		man, err := VerifyCheckpoint(filepath.Join(root, "unfused", ck))
+		if err != nil {
+			t.Fatal(err)
+		}
+		compared := 0
+		for f := range man.Files {
+			if !strings.HasSuffix(f, ".safetensors") {
+				continue
+			}
+			a, _ := os.ReadFile(filepath.Join(root, "unfused", ck, f))
+			b, _ := os.ReadFile(filepath.Join(root, "fused", ck, f))
+			if len(a) == 0 || !bytes.Equal(a, b) {
+				t.Errorf("step %d: %s differs from the unfused run's", step, f)
+			}
+			compared++
+		}
+		if compared < 2 {
+			t.Errorf("step %d: %d tensor files compared", step, compared)
 		}
 	}
 }

@@ -17,6 +17,7 @@ type OptimizerConfig struct {
 	WeightDecay float64 `yaml:"weight_decay" json:"weight_decay" default:"0.1" help:"decoupled weight decay: p -= lr·wd·p before the update"`
 	DecayNorms  bool    `yaml:"decay_norms" json:"decay_norms" help:"apply weight decay to RMSNorm weights too (off by default, as is usual)"`
 	Moments     string  `yaml:"moments" json:"moments" default:"fp32" help:"AdamW's moments: fp32; bf16 (2 bytes each, updated in float32 and rounded stochastically, keyed by the seed, step, tensor and element, so alike on every grid); or int8 (1 byte each and a float32 scale a block of 64 columns: m linear, v in the fourth-root domain, rounded stochastically alike; not with zero 1). CPU backend"`
+	Fused       bool    `yaml:"fused" help:"apply AdamW unit by unit during the backward pass (a layer's, the head's, the embedding's weights as soon as their gradients are final), so that no whole-model gradient is held: 4 bytes a parameter fewer, bit for bit the same steps; one micro-batch a step (batch_size = micro_batch), full fine-tuning, zero 0; with clip > 0 a norm-only forward and backward first, about twice a step's compute"`
 	// Seed keys bf16 and 8-bit moments' stochastic rounding (a run's
 	// seed; newRunOptimizer sets it).
 	Seed uint64 `yaml:"-" json:"-"`
@@ -38,6 +39,8 @@ func (c OptimizerConfig) Validate() error {
 		return fmt.Errorf("finetune: moments %q (want fp32, bf16 or int8)", c.Moments)
 	case c.compactMoments() && c.Name != "adamw":
 		return fmt.Errorf("finetune: %s moments are AdamW's; optimizer %s has none", c.Moments, c.Name)
+	case c.Fused && c.Name != "adamw":
+		return fmt.Errorf("finetune: optimizer.fused: true fuses AdamW's step into the backward; optimizer.name is %s (want adamw)", c.Name)
 	}
 	if c.WeightDecay < 0 || math.IsInf(c.WeightDecay, 0) || math.IsNaN(c.WeightDecay) {
 		return fmt.Errorf("finetune: weight decay %v (want ≥ 0)", c.WeightDecay)
