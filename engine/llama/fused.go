@@ -171,7 +171,10 @@ func (m *Model) fusedBegin(ps ...*engine.Param) {
 	}
 	for _, p := range ps {
 		if p.Grad == nil {
-			p.Grad = m.backend.Alloc(engine.F32, ShardShape(p)...)
+			// Empty and Fill rather than Alloc: the zeroing is a kernel of
+			// the step's list (Kernels), as ZeroGrads' fill is.
+			p.Grad = m.backend.Empty(engine.F32, ShardShape(p)...)
+			m.backend.Fill(p.Grad, 0)
 		}
 	}
 }

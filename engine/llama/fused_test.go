@@ -179,3 +179,148 @@ func TestFusedRefuses(t *testing.T) {
 		t.Error("FusedStep on a model without a fused optimizer accepted")
 	}
 }
+
+// fusedKernelStep is kernelStep's step with the optimizer fused into the
+// backward: each unit's AdamWStep over its parameters, with the moments
+// of kernelStep's.
+type fusedKernelStep struct {
+	*kernelStep
+	clip float32
+}
+
+func (s fusedKernelStep) UpdateUnit(ps []*engine.Param, ctl *engine.Tensor, maxNorm float32) {
+	var ts []engine.AdamWTensors
+	for _, p := range ps {
+		for i, q := range s.m.Params() {
+			if q == p {
+				t := s.ts[i]
+				t.Grad = p.Grad
+				ts = append(ts, t)
+			}
+		}
+	}
+	s.m.Backend().AdamWStep(ts, engine.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, Step: s.step}, maxNorm, ctl)
+}
+
+func (s fusedKernelStep) run(batch Batch) error {
+	s.step++
+	sums := s.m.StepSums(1)
+	if err := s.m.FusedStep(batch, 1/float32(batch.B*batch.T), sums, s, s.clip); err != nil {
+		return err
+	}
+	sums.Read()
+	return nil
+}
+
+// allocations drops the allocation calls from calls, which the kernel
+// list does not hold, and counts the Empty and Free calls.
+func allocations(calls []engine.Kernel) (kernels []engine.Kernel, empty, free int) {
+	for _, c := range calls {
+		switch c.Op {
+		case "Empty":
+			empty++
+		case "Free":
+			free++
+		default:
+			kernels = append(kernels, c)
+		}
+	}
+	return kernels, empty, free
+}
+
+// TestFusedKernelsAreWhatTheStepLaunches records the backend calls of a
+// fused step (the second) on one rank and on rank 0 of grids, with and
+// without clipping, and holds them equal, call for call, to Kernels'
+// list with Work.FusedOptimizer — but for the gradients' allocations,
+// which the list does not hold: one Empty and one Free a gradient a
+// pass.
+func TestFusedKernelsAreWhatTheStepLaunches(t *testing.T) {
+	cases := []struct {
+		shape     comm.Grid
+		tie       bool
+		recompute Recompute
+		act       engine.DType
+		serial    bool
+	}{
+		{act: engine.F32},
+		{tie: true, recompute: RecomputeFull, act: engine.BF16},
+		{recompute: RecomputeSelective, act: engine.F32},
+		{shape: comm.Grid{Data: 2, X: 1, Y: 1, Z: 1}, act: engine.BF16},
+		{shape: comm.Grid{Data: 1, X: 2, Y: 1, Z: 1}, act: engine.F32}, // the list does not hold bf16 on X grids (nor unfused)
+		{shape: comm.Grid{Data: 1, X: 1, Y: 2, Z: 1}, act: engine.F32, tie: true},
+		{shape: comm.Grid{Data: 1, X: 1, Y: 1, Z: 2}, act: engine.F32, tie: true},
+		{shape: comm.Grid{Data: 2, X: 1, Y: 1, Z: 2}, act: engine.F32, serial: true},
+		{shape: comm.Grid{Data: 1, X: 2, Y: 2, Z: 2}, act: engine.F32, recompute: RecomputeFull},
+		{shape: comm.Grid{Data: 2, X: 1, Y: 1, Z: 2}, act: engine.F32, recompute: RecomputeSelective, tie: true},
+	}
+	for _, c := range cases {
+		for _, clip := range []float32{0, 1} {
+			name := fmt.Sprintf("%v %v tie=%v recompute=%v serial=%v clip=%v", c.shape, c.act, c.tie, c.recompute, c.serial, clip)
+			cfg := gridConfig(c.tie)
+			weights := checkpoints.RandomWeights(cfg, 5)
+			ov := parallel.AllOverlap()
+			if c.serial {
+				ov = parallel.Overlap{}
+			}
+			var got []engine.Kernel
+			tensors := 0
+			run := func(g *parallel.Grid) error {
+				r := &recorder{b: newBackend(1)}
+				m, err := New(r, cfg, Options{Parallel: g, Activations: c.act, Recompute: c.recompute, FusedOptimizer: true})
+				if err != nil {
+					return err
+				}
+				defer m.Free()
+				if err := m.SetWeights(weights); err != nil {
+					return err
+				}
+				rank := 0
+				if g != nil {
+					rank = g.BatchRank()
+				}
+				batch := randomBatch(cfg, 2, 5, uint64(3+rank))
+				s := fusedKernelStep{newKernelStep(m), clip}
+				if err := s.run(batch); err != nil {
+					return err
+				}
+				r.start()
+				if err := s.run(batch); err != nil {
+					return err
+				}
+				if g == nil || g.World.Rank() == 0 {
+					got, tensors = r.calls, len(m.Trainable())
+				}
+				return nil
+			}
+			var err error
+			if c.shape == (comm.Grid{}) {
+				err = run(nil)
+			} else {
+				err = launch.Local(c.shape, ov, func(g *parallel.Grid) error { return run(g) })
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			w := Work{Overlap: ov, Train: true, Recompute: c.recompute, Micro: 1, Moments: 2, Batch: 2, SeqLen: 5, Activations: c.act,
+				FusedOptimizer: true, Clip: clip > 0}
+			if c.shape != (comm.Grid{}) {
+				w.Grid = c.shape
+			}
+			list, err := Kernels(cfg, w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kernels, empty, free := allocations(got)
+			passes := 1
+			if clip > 0 {
+				passes = 2
+			}
+			if empty != passes*tensors || free != empty {
+				t.Errorf("%s: %d Empty and %d Free calls, want %d of each (a gradient a pass)", name, empty, free, passes*tensors)
+			}
+			if d := firstDifference(kernels, list); d != "" {
+				t.Errorf("%s: %s", name, d)
+			}
+		}
+	}
+}

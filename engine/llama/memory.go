@@ -48,6 +48,10 @@ type Work struct {
 	// of the units in flight in the backward (fusedGradElements), not
 	// every shard's.
 	FusedOptimizer bool
+	// Clip, with FusedOptimizer, is a step that clips its gradients: a
+	// norm-only forward and backward first (fused.go). It changes the
+	// step's kernels (Kernels), not its memory.
+	Clip bool
 	// Batch and SeqLen are one pass on a rank: its sequences and their
 	// tokens. SeqLen 0 sizes the parameters alone.
 	Batch, SeqLen int
