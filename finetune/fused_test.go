@@ -31,16 +31,17 @@ const fusedSteps = 3
 // fusedCase is one comparison of a fused optimizer step with the
 // unfused one.
 type fusedCase struct {
-	grid    comm.Grid // the zero Grid: one rank, no llama.Options.Parallel
-	tie     bool
-	act     engine.DType
-	split   bool   // split masters (bf16 only)
-	moments string // optimizer.moments
-	clip    float64
+	grid      comm.Grid // the zero Grid: one rank, no llama.Options.Parallel
+	tie       bool
+	act       engine.DType
+	split     bool   // split masters (bf16 only)
+	moments   string // optimizer.moments
+	clip      float64
+	recompute llama.Recompute
 }
 
 func (c fusedCase) String() string {
-	return fmt.Sprintf("%v/tie=%v/%v/split=%v/moments=%s/clip=%v", c.grid, c.tie, c.act, c.split, c.moments, c.clip)
+	return fmt.Sprintf("%v/tie=%v/%v/split=%v/moments=%s/clip=%v/recompute=%v", c.grid, c.tie, c.act, c.split, c.moments, c.clip, c.recompute)
 }
 
 // fusedRun trains fusedSteps steps of one micro-batch each on one rank of
@@ -51,7 +52,7 @@ func (c fusedCase) String() string {
 func fusedRun(cfg *checkpoints.Config, weights []checkpoints.Tensor, batches []llama.Batch, c fusedCase, g *parallel.Grid, fused bool) (zeroRank, error) {
 	var out zeroRank
 	b := cpu.New(cpu.Options{Threads: 1})
-	m, err := llama.New(b, cfg, llama.Options{Parallel: g, Activations: c.act, SplitMaster: c.split, FusedOptimizer: fused})
+	m, err := llama.New(b, cfg, llama.Options{Parallel: g, Activations: c.act, SplitMaster: c.split, Recompute: c.recompute, FusedOptimizer: fused})
 	if err != nil {
 		return out, err
 	}
@@ -129,8 +130,9 @@ func fusedRanks(t *testing.T, cfg *checkpoints.Config, weights []checkpoints.Ten
 // its pass weights (the bf16 copies in mixed precision), its moments,
 // and the gathered float32 masters — with clipping (through the norm-only
 // pass) and without, in float32 and mixed precision, with split masters
-// and 8-bit moments, tied and untied embeddings, on one rank and on data,
-// X·Z and Y·Z grids.
+// and 8-bit or bf16 moments, with full and selective recomputation, tied
+// and untied embeddings, on one rank and on data, X·Z, Y·Z and data·Z
+// grids (the last with split masters and selective recomputation too).
 func TestFusedOptimizerExact(t *testing.T) {
 	var cases []fusedCase
 	for _, clip := range []float64{0, 0.5} {
@@ -138,10 +140,16 @@ func TestFusedOptimizerExact(t *testing.T) {
 			cases = append(cases,
 				fusedCase{tie: tie, act: engine.F32, moments: "fp32", clip: clip},
 				fusedCase{tie: tie, act: engine.BF16, moments: "fp32", clip: clip},
-				fusedCase{tie: tie, act: engine.BF16, split: true, moments: "int8", clip: clip})
+				fusedCase{tie: tie, act: engine.BF16, split: true, moments: "int8", clip: clip},
+				fusedCase{tie: tie, act: engine.BF16, moments: "bf16", clip: clip, recompute: llama.RecomputeFull},
+				fusedCase{tie: tie, act: engine.F32, moments: "fp32", clip: clip, recompute: llama.RecomputeSelective})
 			for _, g := range []comm.Grid{{Data: 2, X: 1, Y: 1, Z: 1}, {Data: 1, X: 2, Y: 1, Z: 2}, {Data: 1, X: 1, Y: 2, Z: 2}, {Data: 2, X: 1, Y: 1, Z: 2}} {
 				for _, act := range []engine.DType{engine.F32, engine.BF16} {
 					cases = append(cases, fusedCase{grid: g, tie: tie, act: act, moments: "fp32", clip: clip})
+				}
+				if g.Z > 1 && g.Data > 1 {
+					cases = append(cases, fusedCase{grid: g, tie: tie, act: engine.BF16, split: true, moments: "int8", clip: clip},
+						fusedCase{grid: g, tie: tie, act: engine.F32, moments: "fp32", clip: clip, recompute: llama.RecomputeSelective})
 				}
 			}
 		}
