@@ -115,21 +115,24 @@ func (m *Model) FusedStep(batch Batch, scale float32, s *StepSums, u Updater, ma
 	}
 	defer recoverComm(&err)
 	defer m.freeFused()
-	clip := maxNorm > 0 && !math.IsInf(float64(maxNorm), 1)
-	if clip {
+	// The step's sums are FinishStep's, its calls and collective alike,
+	// after the norm-only pass or at the end.
+	finish := func() {
+		m.sumLosses(s, 1)
+		m.sumNorm(s)
+		m.exchangeStep(s)
+	}
+	if maxNorm > 0 {
 		if err := m.fusedPass(batch, scale, &fusedPass{s: s, clip: maxNorm}); err != nil {
 			return err
 		}
-		m.sumLosses(s, 1)
-		m.sumNorm(s)
-		m.exchangeStep(s, true, true)
+		finish()
 		return m.fusedPass(batch, scale, &fusedPass{u: u, s: s, clip: maxNorm})
 	}
 	if err := m.fusedPass(batch, scale, &fusedPass{u: u, s: s}); err != nil {
 		return err
 	}
-	m.sumNorm(s)
-	m.exchangeStep(s, true, false)
+	finish()
 	return nil
 }
 
@@ -151,9 +154,9 @@ func (m *Model) fusedPass(batch Batch, scale float32, f *fusedPass) error {
 	m.fusedBegin(m.Head)
 	m.tokenLossSums(ws, batch, scale, f.s.loss(0), f.s.report(0))
 	if f.u != nil && f.clip == 0 {
-		// Every unit's update reads the global loss: summed before the first.
-		m.sumLosses(f.s, 1)
-		m.exchangeStep(f.s, false, true)
+		// Every unit's update reads the global loss: summed before the
+		// first (FinishStep's sums at the end sum it again).
+		m.exchangeLoss(f.s)
 	}
 	m.backward(ws)
 	// Every unit's sums were waited for in its fusedDone: nothing is in
@@ -244,6 +247,25 @@ func (m *Model) fusedDone(ps ...*engine.Param) {
 		b.Free(p.Grad)
 		p.Grad = nil
 	}
+}
+
+// exchangeLoss writes the step's global loss sums, [1] and [3], before a
+// fused step's first update without clipping: summed over a grid's world
+// in one all-reduce group, each counted once, as exchangeStep counts them.
+func (m *Model) exchangeLoss(s *StepSums) {
+	b, t := m.backend, s.t
+	m.sumLosses(s, 1)
+	g := m.Options.Parallel
+	if g == nil || g.World.Size() == 1 {
+		return
+	}
+	ls := []*engine.Tensor{t.View(1, 1), t.View(3, 1)}
+	if !g.CountsBatch() {
+		for _, l := range ls {
+			b.Fill(l, 0)
+		}
+	}
+	check(comm.IAllReduceGroup(g.World, ls).Wait())
 }
 
 // freeFused frees the gradients a failed fused step left allocated.

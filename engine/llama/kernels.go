@@ -265,7 +265,7 @@ func (k *kernelList) adamWStep(w Work, ps []kparam) {
 
 // fusedStep is FusedStep's (Work.FusedOptimizer) and the one read: with
 // Work.Clip the norm-only pass and the step's sums, then the pass that
-// updates; without, the pass that updates and the norm's sums at its end.
+// updates; without, the pass that updates and the step's sums at its end.
 func (k *kernelList) fusedStep(w Work, ps []kparam) {
 	if w.Clip {
 		k.fused = &kfused{clip: true, w: w}
@@ -277,6 +277,8 @@ func (k *kernelList) fusedStep(w Work, ps []kparam) {
 	k.fused = &kfused{update: true, clip: w.Clip, w: w}
 	k.forwardBackwardSum(w.Batch, w.SeqLen)
 	if !w.Clip {
+		k.add("Sum", k.f32(1), k.f32(1)) // sumLosses again, as FinishStep
+		k.add("Sum", k.f32(1), k.f32(1))
 		k.sumNorm(ps)
 	}
 	k.fused = nil

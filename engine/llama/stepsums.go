@@ -6,7 +6,6 @@ import (
 
 	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
-	"github.com/memtrain/memtrain/engine/comm"
 )
 
 // StepSums are the scalars of one optimizer step, kept on the device until
@@ -176,7 +175,7 @@ func (m *Model) FinishStep(s *StepSums, micro int) (err error) {
 	s.grads = grads
 	m.backend.SumSquaresMulti(s.t.View(stepSumsFixed+2*s.micro, len(grads)), grads)
 	m.sumNorm(s)
-	m.exchangeStep(s, true, true)
+	m.exchangeStep(s)
 	return nil
 }
 
@@ -211,14 +210,10 @@ func (m *Model) sumNorm(s *StepSums) {
 	b.Sum(t.View(2, 1), t.View(slots+matrices, norms))
 }
 
-// exchangeStep sums the step's norm sums ([0], [2]: norm) and loss sums
-// ([1], [3]: loss) over a grid's world, each counted once (FinishStep
-// says by which ranks), and with norm leaves the total ‖g‖² in [0]. The
-// two together are one all-reduce of the four; one pair alone, one
-// all-reduce group of its two (a fused step sums its loss before its
-// first update and its norm at its end): each element is summed over the
-// ranks alike either way.
-func (m *Model) exchangeStep(s *StepSums, norm, loss bool) {
+// exchangeStep sums the step's norm and loss sums, [0, 4), over a grid's
+// world in one all-reduce, each counted once (FinishStep says by which
+// ranks), and leaves the total ‖g‖² in [0].
+func (m *Model) exchangeStep(s *StepSums) {
 	b, t := m.backend, s.t
 	if g := m.Options.Parallel; g != nil && g.World.Size() > 1 {
 		matrices, norms := g.CountsUnique()
@@ -226,26 +221,14 @@ func (m *Model) exchangeStep(s *StepSums, norm, loss bool) {
 			matrices = g.World.Rank() == 0 // whole adapters on every rank
 		}
 		counts := [4]bool{matrices, g.CountsBatch(), norms, g.CountsBatch()}
-		which := [4]bool{norm, loss, norm, loss}
-		var views []*engine.Tensor
 		for k, c := range counts {
-			if !which[k] {
-				continue
-			}
 			if !c {
 				b.Fill(t.View(k, 1), 0)
 			}
-			views = append(views, t.View(k, 1))
 		}
-		if norm && loss {
-			check(g.World.AllReduce(t.View(0, 4)))
-		} else {
-			check(comm.IAllReduceGroup(g.World, views).Wait())
-		}
+		check(g.World.AllReduce(t.View(0, 4)))
 	}
-	if norm {
-		b.Add(t.View(0, 1), t.View(0, 1), t.View(2, 1))
-	}
+	b.Add(t.View(0, 1), t.View(0, 1), t.View(2, 1))
 }
 
 // isNormGrad reports whether a trainable tensor's squares count as a norm
