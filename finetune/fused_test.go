@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -395,5 +397,40 @@ func TestFusedRunResumes(t *testing.T) {
 		if compared < 2 {
 			t.Errorf("step %d: %d tensor files compared", step, compared)
 		}
+	}
+}
+
+// TestFusedRunStopsOnAPartialStep: a run whose fused step without
+// clipping is applied in part (a non-finite gradient norm with a finite
+// loss) stops on it, as on any non-finite loss, and saves nothing of it:
+// no checkpoint of the step, the error naming the last good checkpoint.
+func TestFusedRunStopsOnAPartialStep(t *testing.T) {
+	_, dataset := sweepFolders(t)
+	mc := sweepConfig()
+	weights := checkpoints.RandomWeights(mc, 5)
+	for _, w := range weights {
+		if w.Name == checkpoints.FinalNormName {
+			w.Data[0] = 1e25 // the LM head's squared gradient norm overflows, the loss does not
+		}
+	}
+	model := filepath.Join(t.TempDir(), "model")
+	if err := checkpoints.Save(model, mc, weights, checkpoints.SaveOptions{DType: checkpoints.DTypeF32}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Model, cfg.Data, cfg.Out = model, dataset, filepath.Join(t.TempDir(), "run")
+	cfg.BatchSize, cfg.MicroBatch, cfg.MaxSteps, cfg.SaveEvery, cfg.Clip = 4, 4, 3, 1, 0
+	cfg.Optimizer.Fused = true
+	r, err := OpenParallel(cfg, cpu.New(cpu.Options{Threads: 1}), nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	err = r.Train(io.Discard, nil)
+	if !errors.Is(err, ErrPartialStep) || !errors.Is(err, ErrNonFinite) || !strings.Contains(err.Error(), "last good checkpoint") {
+		t.Fatalf("Train: %v, want a stop on ErrPartialStep", err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Out, CheckpointsDir, StepName(1))); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the partial step's checkpoint: %v, want none", err)
 	}
 }

@@ -28,7 +28,9 @@ import (
 //
 // So a rank holds the gradients of one unit at a time, plus a tied
 // embedding's through the whole backward (fusedGradElements counts
-// exactly this, and Itemize with it).
+// exactly this, and Itemize with it). The price on a grid: a unit's
+// sums are waited for before its update, so they no longer overlap the
+// backward of the units after it (perfmodel counts them blocking).
 //
 // Exactness. Each gradient is computed by the same kernels in the same
 // order as in ForwardBackwardSum (a zeroed allocation in place of
