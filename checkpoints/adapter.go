@@ -205,7 +205,10 @@ func asTypeError(err error, te **json.UnmarshalTypeError) bool {
 
 // AdapterTensorSpecs lists the adapter matrices a LoRA adapter of a on a
 // model of c holds, in PEFT's state-dict order: lora_A [r, in] then
-// lora_B [out, r] of each target of each layer.
+// lora_B [out, r] of each target of each layer. Adapters are
+// SplitReplicated: the engine keeps them whole on every rank, and sums
+// their gradients over the ranks that split their target's input and
+// output, as the target's declared Split says (engine/llama's lora.go).
 func (c *Config) AdapterTensorSpecs(a *AdapterConfig) []TensorSpec {
 	shapes := map[string][]int{}
 	for _, s := range c.TensorSpecs() {
@@ -219,8 +222,8 @@ func (c *Config) AdapterTensorSpecs(a *AdapterConfig) []TensorSpec {
 			}
 			w := shapes[LayerTensorName(l, m.path)] // [out, in]
 			specs = append(specs,
-				TensorSpec{Name: LoRATensorName(l, m.name, "A"), Shape: []int{a.R, w[1]}},
-				TensorSpec{Name: LoRATensorName(l, m.name, "B"), Shape: []int{w[0], a.R}})
+				TensorSpec{Name: LoRATensorName(l, m.name, "A"), Shape: []int{a.R, w[1]}, Role: RoleLoRAA, Split: SplitReplicated, Layer: l},
+				TensorSpec{Name: LoRATensorName(l, m.name, "B"), Shape: []int{w[0], a.R}, Role: RoleLoRAB, Split: SplitReplicated, Layer: l})
 		}
 	}
 	return specs

@@ -9,6 +9,9 @@
 // file goes to a temporary name in the same folder, is synced, and renamed,
 // so a crash mid-save never leaves a torn checkpoint.
 //
-// The package knows nothing of the engine; it speaks float32 slices, shapes
-// and names.
+// Each tensor of a model family is declared once (layout.go): its role and
+// how a 4D grid of ranks splits it, which TensorSpecs carries to the engine.
+//
+// The package knows nothing of the engine; it speaks float32 slices, shapes,
+// names and those declarations.
 package checkpoints

@@ -45,7 +45,7 @@ func RandomWeights(cfg *Config, seed uint64) []Tensor {
 	for i, s := range specs {
 		data := make([]float32, s.Elements())
 		tensors[i] = Tensor{Name: s.Name, Shape: append([]int(nil), s.Shape...), Data: data}
-		if s.Norm {
+		if s.Role.Norm() {
 			for j := range data {
 				data[j] = 1
 			}

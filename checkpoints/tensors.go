@@ -4,12 +4,16 @@ import (
 	"fmt"
 )
 
-// TensorSpec names one weight of a Llama checkpoint and its shape, as
-// HuggingFace's LlamaForCausalLM stores it (Linear weights are [out, in]).
+// TensorSpec names one weight of a checkpoint and its shape, as
+// HuggingFace stores it (Linear weights are [out, in]), with what its
+// family's declaration (layout.go) says of it: its role and how the grid
+// splits it.
 type TensorSpec struct {
 	Name  string
 	Shape []int
-	Norm  bool // an RMSNorm weight (initialised to one, excluded from weight decay)
+	Role  Role
+	Split Split
+	Layer int // the decoder layer it belongs to, −1 for the model's own tensors
 }
 
 // Elements is the product of the shape.
@@ -34,41 +38,47 @@ const (
 	LMHeadName      = "lm_head.weight"
 )
 
-// TensorCount is len(c.TensorSpecs()), counted without naming them: nine
-// a layer, the embedding and the final norm, and an untied LM head.
+// TensorCount is len(c.TensorSpecs()), counted from the declaration
+// without naming the tensors.
 func (c *Config) TensorCount() int {
-	n := 9*max(c.NumHiddenLayers, 0) + 2
-	if !c.TieWordEmbeddings {
-		n++
+	n := 0
+	for _, d := range c.declaration() {
+		switch {
+		case d.layer:
+			n += max(c.NumHiddenLayers, 0)
+		case d.present(c):
+			n++
+		}
 	}
 	return n
 }
 
 // TensorSpecs lists every weight the configuration implies, in the order
-// HuggingFace's state dict has them. lm_head.weight is absent when the
-// embeddings are tied.
+// HuggingFace's state dict has them, as its family declares them.
+// lm_head.weight is absent when the embeddings are tied.
 func (c *Config) TensorSpecs() []TensorSpec {
-	h, i := c.HiddenSize, c.IntermediateSize
-	// One allocation of the list: Validate bounds the layers, so this is
-	// at most 9·MaxLayers+3 entries.
-	specs := make([]TensorSpec, 0, 9*max(c.NumHiddenLayers, 0)+3)
-	specs = append(specs, TensorSpec{Name: EmbedTokensName, Shape: []int{c.VocabSize, h}})
-	for l := 0; l < c.NumHiddenLayers; l++ {
-		specs = append(specs,
-			TensorSpec{Name: LayerTensorName(l, "self_attn.q_proj"), Shape: []int{c.QDim(), h}},
-			TensorSpec{Name: LayerTensorName(l, "self_attn.k_proj"), Shape: []int{c.KVDim(), h}},
-			TensorSpec{Name: LayerTensorName(l, "self_attn.v_proj"), Shape: []int{c.KVDim(), h}},
-			TensorSpec{Name: LayerTensorName(l, "self_attn.o_proj"), Shape: []int{h, c.QDim()}},
-			TensorSpec{Name: LayerTensorName(l, "mlp.gate_proj"), Shape: []int{i, h}},
-			TensorSpec{Name: LayerTensorName(l, "mlp.up_proj"), Shape: []int{i, h}},
-			TensorSpec{Name: LayerTensorName(l, "mlp.down_proj"), Shape: []int{h, i}},
-			TensorSpec{Name: LayerTensorName(l, "input_layernorm"), Shape: []int{h}, Norm: true},
-			TensorSpec{Name: LayerTensorName(l, "post_attention_layernorm"), Shape: []int{h}, Norm: true},
-		)
-	}
-	specs = append(specs, TensorSpec{Name: FinalNormName, Shape: []int{h}, Norm: true})
-	if !c.TieWordEmbeddings {
-		specs = append(specs, TensorSpec{Name: LMHeadName, Shape: []int{c.VocabSize, h}})
+	decls := c.declaration()
+	// One allocation of the list: Validate bounds the layers.
+	specs := make([]TensorSpec, 0, c.TensorCount())
+	for i := 0; i < len(decls); {
+		if !decls[i].layer {
+			if decls[i].present(c) {
+				specs = append(specs, decls[i].spec(c, -1))
+			}
+			i++
+			continue
+		}
+		// A run of a layer's tensors, repeated for every layer.
+		j := i
+		for j < len(decls) && decls[j].layer {
+			j++
+		}
+		for l := 0; l < c.NumHiddenLayers; l++ {
+			for _, d := range decls[i:j] {
+				specs = append(specs, d.spec(c, l))
+			}
+		}
+		i = j
 	}
 	return specs
 }
@@ -82,19 +92,25 @@ type ParamCounts struct {
 }
 
 // Params counts the model's parameters: the tensors TensorSpecs lists,
-// counted from the sizes without listing them, so that Validate can bound
+// counted from the declaration without listing every layer's, so that Validate can bound
 // the count before anything is allocated. Within the size limits
 // (MaxHiddenSize and the others) no count overflows.
 func (c *Config) Params() ParamCounts {
-	h, i := int64(c.HiddenSize), int64(c.IntermediateSize)
-	q, kv := int64(c.QDim()), int64(c.KVDim())
 	var pc ParamCounts
-	pc.PerLayer = 2*q*h + 2*kv*h + 3*i*h + 2*h // q, o; k, v; gate, up, down; two norms
-	pc.Embedding = int64(c.VocabSize) * h
-	if !c.TieWordEmbeddings {
-		pc.Embedding *= 2
+	var model int64 // the non-embedding tensors outside the layers
+	for _, d := range c.declaration() {
+		n := d.elements(c)
+		switch {
+		case d.layer:
+			pc.PerLayer += n
+		case !d.present(c):
+		case d.role == RoleEmbedding || d.role == RoleHead:
+			pc.Embedding += n
+		default:
+			model += n
+		}
 	}
-	pc.NonEmbedding = int64(c.NumHiddenLayers)*pc.PerLayer + h // the layers and the final norm
+	pc.NonEmbedding = int64(c.NumHiddenLayers)*pc.PerLayer + model
 	pc.Total = pc.Embedding + pc.NonEmbedding
 	return pc
 }

@@ -3,6 +3,8 @@ package engine
 import (
 	"fmt"
 	"strings"
+
+	"github.com/memtrain/memtrain/checkpoints"
 )
 
 // DType is the element type of a tensor.
@@ -158,6 +160,15 @@ type Shard struct {
 	Flat0, Flat1           int
 }
 
+// RowsCols is a parameter's shape of rank 1 or 2 as rows × columns: a
+// vector is one row, as a Shard sees it.
+func RowsCols(full []int) (rows, cols int) {
+	if len(full) == 1 {
+		return 1, full[0]
+	}
+	return full[0], full[1]
+}
+
 // WholeShard is the shard that holds all of a rows × cols parameter.
 func WholeShard(rows, cols int) Shard {
 	return Shard{Row0: 0, Row1: rows, Col0: 0, Col1: cols, Flat0: 0, Flat1: rows * cols}
@@ -167,11 +178,13 @@ func WholeShard(rows, cols int) Shard {
 func (s Shard) Elements() int { return s.Flat1 - s.Flat0 }
 
 // A Param is a trainable weight: its HuggingFace name, its logical
-// full shape, the shard this rank holds, and the local tensors for the
-// value and its gradient (each Shard.Elements() long).
+// full shape, how the grid splits it (as its family declares it), the
+// shard this rank holds, and the local tensors for the value and its
+// gradient (each Shard.Elements() long).
 type Param struct {
 	Name  string
 	Full  []int // logical shape, as in the checkpoint
+	Split checkpoints.Split
 	Shard Shard
 	Value *Tensor
 	Grad  *Tensor

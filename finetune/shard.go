@@ -19,7 +19,8 @@ import (
 // of every weight to its own file, and those of the two AdamW moments to
 // another; the data-parallel replicas of a position, which hold the same
 // pieces, write nothing (the replica of data coordinate 0 writes), and a
-// norm weight, whole on every Y and Z rank, is written by y = z = 0. A
+// copy several positions hold — a norm weight, whole on every Y and Z
+// rank — is written by one of them (y = z = 0; positionPieces). A
 // grid of one position (one rank, or data parallelism alone) writes the
 // two files of a one-file checkpoint, model.safetensors and
 // optimizer.safetensors, whose tensors are then whole. The manifest maps
@@ -52,18 +53,17 @@ type shardPiece struct {
 }
 
 // positionPieces lists the weight pieces the position (x, y, z) of a grid
-// writes, or nil when it writes none of a parameter's (a norm weight off
-// y = z = 0).
+// writes: of each parameter the copy that position holds, unless another
+// position writes the same copy (parallel.CountsAt, by the parameter's
+// split: a norm weight off y = z = 0, an adapter off x = y = z = 0).
 func positionPieces(shape comm.Grid, x, y, z int, params []*engine.Param) []shardPiece {
 	var out []shardPiece
+	at := parallel.Coord{X: x, Y: y, Z: z}
 	for i, p := range params {
-		if replicated(p) && (y != 0 || z != 0) {
+		if !parallel.CountsAt(at, p.Split) {
 			continue
 		}
-		s := engine.WholeShard(rowsCols(p.Full))
-		if shape.Size() > 1 && !checkpoints.IsAdapterName(p.Name) {
-			s = parallel.ShardAt(shape, x, y, z, p.Name, p.Full)
-		}
+		s := parallel.ShardAt(shape, x, y, z, p.Split, p.Full)
 		local := parallel.LocalShape(p.Full, s)
 		if shape.X*shape.Y*shape.Z == 1 {
 			local = p.Full
@@ -71,13 +71,6 @@ func positionPieces(shape comm.Grid, x, y, z int, params []*engine.Param) []shar
 		out = append(out, shardPiece{name: p.Name, param: i, shard: s, shape: local})
 	}
 	return out
-}
-
-func rowsCols(full []int) (int, int) {
-	if len(full) == 1 {
-		return 1, full[0]
-	}
-	return full[0], full[1]
 }
 
 // momentPieces are the pieces of the two moments of the weights' pieces.
@@ -132,9 +125,12 @@ func savedAt(m *llama.Model) parallel.Coord {
 // checkpoint saved on shape, and its piece files (the weights' files by
 // grid position, then the moments'): each tensor's layout is a
 // checkpoints.PieceGrid, a few numbers whatever the grid's size, which
-// the engine's sharding (parallel.ShardAt) implies: a matrix's rows over
-// Y and columns over X (a transposed one's rows over X and columns over
-// Y), each block's elements over Z; a norm weight's columns over X.
+// the engine's sharding (parallel.ShardAt) of its declared split implies:
+// its rows and columns over the axes the split names (a matrix's rows
+// over Y and columns over X, a transposed one's the reverse, a vector's
+// columns over X or Y), a matrix block's elements over Z, and whole
+// along every other axis, written by the positions at coordinate 0 of
+// those (positionPieces).
 func pieceMap(shape comm.Grid, params []*engine.Param, moments bool) (checkpoints.PieceMap, []string) {
 	out := checkpoints.PieceMap{}
 	n := shape.X * shape.Y * shape.Z
@@ -150,15 +146,19 @@ func pieceMap(shape comm.Grid, params []*engine.Param, moments bool) (checkpoint
 	}
 	f32 := checkpoints.DTypeF32.String()
 	for _, p := range params {
-		g := checkpoints.PieceGrid{Parts: [3]int{shape.Y, shape.X, shape.Z}, Strides: [3]int{shape.X, 1, shape.X * shape.Y}, DType: f32}
-		switch {
-		case checkpoints.IsAdapterName(p.Name):
-			// Adapters are whole on every rank of any grid, written once.
-			g.Parts, g.Strides = [3]int{1, 1, 1}, [3]int{0, 0, 0}
-		case len(p.Full) == 1:
-			g.Parts, g.Strides = [3]int{1, shape.X, 1}, [3]int{0, 1, 0}
-		case parallel.Transposed(p.Name):
-			g.Parts, g.Strides = [3]int{shape.X, shape.Y, shape.Z}, [3]int{1, shape.X, shape.X * shape.Y}
+		g := checkpoints.PieceGrid{Parts: [3]int{1, 1, 1}, DType: f32}
+		rows, cols := p.Split.Axes()
+		// A position's file is x + X·y + X·Y·z (shardFiles' order).
+		for i, a := range []checkpoints.Axis{rows, cols} {
+			switch a {
+			case checkpoints.AxisX:
+				g.Parts[i], g.Strides[i] = shape.X, 1
+			case checkpoints.AxisY:
+				g.Parts[i], g.Strides[i] = shape.Y, shape.X
+			}
+		}
+		if p.Split.ChunksZ() {
+			g.Parts[2], g.Strides[2] = shape.Z, shape.X*shape.Y
 		}
 		out[p.Name] = checkpoints.ShardedTensor{Shape: append([]int(nil), p.Full...), Grid: &g}
 		if moments {
@@ -371,10 +371,4 @@ func decodeSums(all [][]byte, m *llama.Model, o *Optimizer, sums map[string]chec
 		}
 	}
 	return nil
-}
-
-// replicated reports whether every grid position holds p whole (a norm
-// weight over Y and Z, an adapter everywhere): y = z = 0 writes it.
-func replicated(p *engine.Param) bool {
-	return len(p.Full) == 1 || checkpoints.IsAdapterName(p.Name)
 }

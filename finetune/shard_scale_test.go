@@ -19,8 +19,7 @@ import (
 func specParams(cfg *checkpoints.Config) []*engine.Param {
 	var ps []*engine.Param
 	for _, s := range cfg.TensorSpecs() {
-		rows, cols := rowsCols(s.Shape)
-		ps = append(ps, &engine.Param{Name: s.Name, Full: s.Shape, Shard: engine.WholeShard(rows, cols)})
+		ps = append(ps, &engine.Param{Name: s.Name, Full: s.Shape, Split: s.Split, Shard: engine.WholeShard(engine.RowsCols(s.Shape))})
 	}
 	return ps
 }
@@ -30,7 +29,7 @@ func specParams(cfg *checkpoints.Config) []*engine.Param {
 // (checkpoints.PieceGrid), walked run by run.
 func touchedFiles(t checkpoints.ShardedTensor, s engine.Shard, into map[int]bool) {
 	g := t.Grid
-	rows, cols := rowsCols(t.Shape)
+	rows, cols := engine.RowsCols(t.Shape)
 	br, bc := rows/g.Parts[0], cols/g.Parts[1]
 	vol := int64(br) * int64(bc)
 	per := (vol + int64(g.Parts[2]) - 1) / int64(g.Parts[2])
@@ -139,7 +138,7 @@ func TestShardedReadPlanAt405B(t *testing.T) {
 			touched := map[int]bool{}
 			var want int64
 			for _, p := range params {
-				s := parallel.ShardAt(c.shape, x, y, z, p.Name, p.Full)
+				s := parallel.ShardAt(c.shape, x, y, z, p.Split, p.Full)
 				touchedFiles(tensors[p.Name], s, touched)
 				want += 4 * int64(s.Elements())
 			}
@@ -154,7 +153,7 @@ func TestShardedReadPlanAt405B(t *testing.T) {
 			allocs := readMetric("/gc/heap/allocs:bytes")
 			start := time.Now()
 			for _, p := range params {
-				s := parallel.ShardAt(c.shape, x, y, z, p.Name, p.Full)
+				s := parallel.ShardAt(c.shape, x, y, z, p.Split, p.Full)
 				if _, err := parallel.ReadShard(set, p.Name, p.Full, s); err != nil {
 					t.Fatalf("%v rank %d: %v", c.shape, rank, err)
 				}

@@ -213,16 +213,16 @@ func plan(cfg *checkpoints.Config, t TensorType) []outTensor {
 			info.Dims = append(info.Dims, uint64(s.Shape[i]))
 		}
 		switch {
-		case len(s.Shape) == 1:
+		case !s.Role.Matrix(): // norm weights (and biases) stay float32, as llama.cpp keeps them
 			info.Type = F32
 		case t == Q8_0 && s.Shape[1]%q8Block != 0:
 			info.Type = F16
 		}
 		ot := outTensor{info: info, src: s.Name}
 		switch {
-		case strings.HasSuffix(s.Name, "q_proj.weight"):
+		case s.Role == checkpoints.RoleAttnQ:
 			ot.heads = cfg.NumAttentionHeads
-		case strings.HasSuffix(s.Name, "k_proj.weight"):
+		case s.Role == checkpoints.RoleAttnK:
 			ot.heads = cfg.NumKeyValueHeads
 		}
 		out = append(out, ot)

@@ -132,14 +132,12 @@ func (m *Model) gradFinal(p *engine.Param, first, c comm.Comm) {
 	r.bs.add(p.Grad, c)
 }
 
-// baseGroup is the group a base parameter's gradient is summed over: the
-// data replicas for a weight shard, the data·Z ranks for a norm weight
-// (see ReduceGradients).
-func (m *Model) baseGroup(p *engine.Param) comm.Comm {
-	if len(p.Full) == 1 {
-		return m.Options.Parallel.DataZ
-	}
-	return m.Options.Parallel.Data
+// baseGroups are the groups a base parameter's gradient is summed over,
+// by its declared split (parallel.Grid.GradGroups): first (nil for
+// none), then batch — the data replicas for a weight shard, the data·Z
+// ranks for a vector (see ReduceGradients).
+func (m *Model) baseGroups(p *engine.Param) (first, batch comm.Comm) {
+	return m.Options.Parallel.GradGroups(p.Split)
 }
 
 // wroteGrad records that the pass has made its last direct write into
@@ -147,10 +145,17 @@ func (m *Model) baseGroup(p *engine.Param) comm.Comm {
 // final write is zGrads' addition of its reduce-scattered chunk, marked
 // there.
 func (m *Model) wroteGrad(p *engine.Param) {
-	if m.reduce.bs == nil || (m.zg != nil && len(p.Full) == 2) {
+	if m.reduce.bs == nil || (m.zg != nil && p.Split.ChunksZ()) {
 		return
 	}
-	m.gradFinal(p, nil, m.baseGroup(p))
+	m.baseGradFinal(p)
+}
+
+// baseGradFinal is gradFinal for base parameter p, over its split's
+// groups.
+func (m *Model) baseGradFinal(p *engine.Param) {
+	first, batch := m.baseGroups(p)
+	m.gradFinal(p, first, batch)
 }
 
 // layerGradsFinal marks layer l's gradients final once its backward is
@@ -205,11 +210,12 @@ func (r *gradReduce) abandon() {
 func (r *gradReduce) inFlight() bool { return r.bs != nil }
 
 // ReduceGradients completes an optimizer step's gradients on a grid, once
-// after its last micro-batch: every weight shard's gradient is summed over
-// the data-parallel replicas, and every norm weight's over the data·Z
-// ranks, which saw different tokens (its X·Y copies at one data·Z
-// coordinate computed the same sum, so Y is not summed). On one rank it
-// does nothing.
+// after its last micro-batch: every gradient is summed over the groups
+// its declared split names (parallel.Grid.GradGroups): a weight shard's
+// over the data-parallel replicas, a vector's over the data·Z ranks,
+// which saw different tokens (its X·Y copies at one data·Z coordinate
+// computed the same sum, so Y is not summed). On one rank it does
+// nothing.
 //
 // When the last micro-batch's backward issued the gradients' buckets
 // (see the comment at the top of buckets.go), it waits for them (and
@@ -246,10 +252,24 @@ func (m *Model) ReduceGradients() (err error) {
 		return m.reduceAdapterGradients()
 	}
 	bs := m.gradientBuckets()
+	var later []*engine.Param // summed over a first group, then over their batch's
 	for _, p := range m.Trainable() {
-		bs.add(p.Grad, m.baseGroup(p))
+		first, batch := m.baseGroups(p)
+		if first != nil && first.Size() > 1 {
+			bs.add(p.Grad, first)
+			later = append(later, p)
+			continue
+		}
+		bs.add(p.Grad, batch)
 	}
 	bs.finish()
+	if later != nil {
+		for _, p := range later {
+			_, batch := m.baseGroups(p)
+			bs.add(p.Grad, batch)
+		}
+		bs.finish()
+	}
 	return nil
 }
 

@@ -196,19 +196,27 @@ func (m *Model) fusedDone(ps ...*engine.Param) {
 	if m.zg != nil {
 		m.zg.finish(m, nil)
 	}
-	if bs := m.reduce.bs; bs != nil {
-		bs.finish()
+	if r := &m.reduce; r.bs != nil {
+		// As ReduceGradients completes them: the first sums (a replicated
+		// tensor's over Y), then those gradients' over their batch's ranks.
+		r.bs.finish()
+		for _, g := range r.later {
+			r.bs.add(g, m.Options.Parallel.DataZ)
+		}
+		r.later = r.later[:0]
+		r.bs.finish()
 	}
 	b, t := m.backend, f.s.t
 	if f.u != nil && f.clip > 0 {
 		f.u.UpdateUnit(ps, f.s.Control(), f.clip)
 	} else {
 		// The unit's squares in their slots (FinishStep's layout, so that
-		// sumNorm adds them as it would), matrices and norm weights apart.
+		// sumNorm adds them as it would), the tensors this rank counts
+		// and its copies apart.
 		var ranges [2][]*engine.Param
 		for _, p := range ps {
 			k := 0
-			if m.isNormGrad(p) {
+			if !m.countsGrad(p) {
 				k = 1
 			}
 			ranges[k] = append(ranges[k], p)
@@ -283,14 +291,15 @@ func (m *Model) freeFused() {
 }
 
 // stepSlot is the index of p's squared norm in the step's sums s:
-// FinishStep's layout, matrices first, then the norm weights.
+// FinishStep's layout, the tensors this rank counts first, then its
+// copies.
 func (m *Model) stepSlot(s *StepSums, p *engine.Param) int {
 	if m.slots == nil {
 		m.slots = map[*engine.Param]int{}
 		i := 0
-		for _, norm := range []bool{false, true} {
+		for _, counted := range []bool{true, false} {
 			for _, q := range m.Trainable() {
-				if m.isNormGrad(q) == norm {
+				if m.countsGrad(q) == counted {
 					m.slots[q] = i
 					i++
 				}
@@ -327,18 +336,18 @@ func fusedGradElements(cfg *checkpoints.Config, g comm.Grid) int64 {
 	for _, s := range oneLayer(cfg).TensorSpecs() {
 		shape := s.Shape
 		if g != (comm.Grid{}) {
-			shape = parallel.LocalShape(s.Shape, parallel.ShardAt(g, 0, 0, 0, s.Name, s.Shape))
+			shape = parallel.LocalShape(s.Shape, parallel.ShardAt(g, 0, 0, 0, s.Split, s.Shape))
 		}
 		n := int64(engine.Elements(shape))
-		switch s.Name {
-		case checkpoints.EmbedTokensName:
-			embed = n
-		case checkpoints.LMHeadName:
-			head = n
-		case checkpoints.FinalNormName:
-			norm = n
-		default:
+		switch {
+		case s.Layer >= 0:
 			layer += n
+		case s.Role == checkpoints.RoleEmbedding:
+			embed = n
+		case s.Role == checkpoints.RoleHead:
+			head = n
+		default: // the final norm
+			norm += n
 		}
 	}
 	if cfg.TieWordEmbeddings {

@@ -108,7 +108,7 @@ func newKernelList(cfg *checkpoints.Config, w Work) *kernelList {
 type kernelList struct {
 	d    dims
 	cfg  *checkpoints.Config
-	grid bool // a grid (Options.Parallel set): the step's sums split norms from matrices
+	grid bool // a grid (Options.Parallel set): the parameters are rank 0's shards
 	// recompute is Work.Recompute: each block's forward again before its
 	// backward (full), or its norms and SwiGLU (selective).
 	recompute Recompute
@@ -153,11 +153,12 @@ func (k *kernelList) gemm(p engine.GemmParams, a, b, c engine.Operand) {
 // kparam is a parameter as the list sees it: the shape of its value and
 // gradient on this rank (parallel.LocalShape: a flat chunk when
 // Z-sharded), its (x, y) block's rows and columns, and whether it is a
-// norm weight (F32, no BF16 copy, never Z-sharded).
+// matrix (checkpoints.Role.Matrix: a BF16 copy in mixed precision; a norm
+// weight has none).
 type kparam struct {
 	shape      []int
 	rows, cols int
-	norm       bool
+	matrix     bool
 }
 
 // kparams are the model's parameters in Model.Params' order: the
@@ -183,34 +184,42 @@ func (ps kparams) list(k *kernelList) []kparam {
 	return out
 }
 
-// param is the parameter name of full shape full as rank 0 of the grid
-// (New: Grid.Shard, parallel.LocalShape) holds it.
-func (k *kernelList) param(name string, full ...int) kparam {
-	p := kparam{shape: full, rows: full[0], norm: len(full) == 1}
-	if len(full) == 2 {
-		p.cols = full[1]
-	}
+// param is the declared tensor s as rank 0 of the grid (New:
+// Grid.Shard, parallel.LocalShape) holds it.
+func (k *kernelList) param(s checkpoints.TensorSpec) kparam {
+	rows, cols := engine.RowsCols(s.Shape)
+	p := kparam{shape: s.Shape, rows: rows, cols: cols, matrix: s.Role.Matrix()}
 	if k.grid {
-		s := parallel.ShardAt(k.shape, 0, 0, 0, name, full)
-		p.shape, p.rows, p.cols = parallel.LocalShape(full, s), s.Row1-s.Row0, s.Col1-s.Col0
+		sh := parallel.ShardAt(k.shape, 0, 0, 0, s.Split, s.Shape)
+		p.shape, p.rows, p.cols = parallel.LocalShape(s.Shape, sh), sh.Row1-sh.Row0, sh.Col1-sh.Col0
 	}
 	return p
 }
 
 func (k *kernelList) params() kparams {
-	c := k.cfg
-	H, Q, KV, I, V := c.HiddenSize, c.QDim(), c.KVDim(), c.IntermediateSize, c.VocabSize
-	ln := func(module string, full ...int) kparam {
-		return k.param(checkpoints.LayerTensorName(0, module), full...)
+	// The declaration of the model's tensors, layer 0's standing for
+	// every layer's.
+	specs := map[string]checkpoints.TensorSpec{}
+	for _, s := range oneLayer(k.cfg).TensorSpecs() {
+		specs[s.Name] = s
 	}
+	// An absent tensor (a tied head) is the zero spec, which the list
+	// never reads.
+	p := func(name string) kparam {
+		if s, ok := specs[name]; ok {
+			return k.param(s)
+		}
+		return kparam{}
+	}
+	ln := func(module string) kparam { return p(checkpoints.LayerTensorName(0, module)) }
 	return kparams{
-		embed: k.param(checkpoints.EmbedTokensName, V, H),
-		norm:  k.param(checkpoints.FinalNormName, H),
-		head:  k.param(checkpoints.LMHeadName, V, H),
+		embed: p(checkpoints.EmbedTokensName),
+		norm:  p(checkpoints.FinalNormName),
+		head:  p(checkpoints.LMHeadName),
 		layer: layerParams{
-			q: ln("self_attn.q_proj", Q, H), k: ln("self_attn.k_proj", KV, H), v: ln("self_attn.v_proj", KV, H),
-			o: ln("self_attn.o_proj", H, Q), gate: ln("mlp.gate_proj", I, H), up: ln("mlp.up_proj", I, H),
-			down: ln("mlp.down_proj", H, I), attnNorm: ln("input_layernorm", H), mlpNorm: ln("post_attention_layernorm", H),
+			q: ln("self_attn.q_proj"), k: ln("self_attn.k_proj"), v: ln("self_attn.v_proj"),
+			o: ln("self_attn.o_proj"), gate: ln("mlp.gate_proj"), up: ln("mlp.up_proj"),
+			down: ln("mlp.down_proj"), attnNorm: ln("input_layernorm"), mlpNorm: ln("post_attention_layernorm"),
 		},
 	}
 }
@@ -251,7 +260,7 @@ func (k *kernelList) adamWStep(w Work, ps []kparam) {
 	var ops []engine.Operand
 	for _, p := range ps {
 		c := engine.Operand{}
-		if k.d.act == engine.BF16 && !p.norm && !w.SplitMaster {
+		if k.d.act == engine.BF16 && p.matrix && !w.SplitMaster {
 			c = engine.Shaped(engine.BF16, p.shape...)
 		}
 		f, mom := k.f32(p.shape...), k.f32(p.shape...)
@@ -272,14 +281,14 @@ func (k *kernelList) fusedStep(w Work, ps []kparam) {
 		k.forwardBackwardSum(w.Batch, w.SeqLen)
 		k.add("Sum", k.f32(1), k.f32(1)) // sumLosses, one micro-batch
 		k.add("Sum", k.f32(1), k.f32(1))
-		k.sumNorm(ps)
+		k.sumNorm(len(ps))
 	}
 	k.fused = &kfused{update: true, clip: w.Clip, w: w}
 	k.forwardBackwardSum(w.Batch, w.SeqLen)
 	if !w.Clip {
 		k.add("Sum", k.f32(1), k.f32(1)) // sumLosses again, as FinishStep
 		k.add("Sum", k.f32(1), k.f32(1))
-		k.sumNorm(ps)
+		k.sumNorm(len(ps))
 	}
 	k.fused = nil
 	k.add("Download", k.f32(4)) // StepSums.Read
@@ -310,33 +319,17 @@ func (k *kernelList) fusedDone(ps ...kparam) {
 		k.adamWStep(f.w, ps)
 		return
 	}
-	var ranges [2][]engine.Operand // matrices, norm weights (isNormGrad)
+	// The unit's squares: rank 0, whose list this is, counts every
+	// tensor, so they are one range of slots.
+	ops := []engine.Operand{k.f32(len(ps))}
 	for _, p := range ps {
-		i := 0
-		if k.grid && p.norm {
-			i = 1
-		}
-		ranges[i] = append(ranges[i], k.f32(p.shape...))
+		ops = append(ops, k.f32(p.shape...))
 	}
-	for _, r := range ranges {
-		if len(r) > 0 {
-			k.add("SumSquaresMulti", append([]engine.Operand{k.f32(len(r))}, r...)...)
-		}
-	}
+	k.add("SumSquaresMulti", ops...)
 	if !f.update {
 		return
 	}
-	mat, norms := len(ranges[0]), len(ranges[1])
-	switch {
-	case mat > 0 && norms > 0:
-		k.add("Sum", k.f32(1), k.f32(mat))
-		k.add("Sum", k.f32(1), k.f32(norms))
-		k.add("Add", k.f32(1), k.f32(1), k.f32(1))
-	case mat > 0:
-		k.add("Sum", k.f32(1), k.f32(mat))
-	default:
-		k.add("Sum", k.f32(1), k.f32(norms))
-	}
+	k.add("Sum", k.f32(1), k.f32(len(ps))) // the unit's own ‖g‖²
 	k.adamWStep(f.w, ps)
 }
 
@@ -697,35 +690,25 @@ func (k *kernelList) blockBackward(B, T int) {
 }
 
 // finishStep is FinishStep's: the loss sums, every gradient's squares
-// (matrices first; on a grid the norm weights after them), their sums, and ‖g‖² = matrices' + norms'.
+// (those the rank counts first: at rank 0 of a grid, as on one rank,
+// every one), their sums, and ‖g‖² = the counted ones' + the others'
+// (none).
 func (k *kernelList) finishStep(ps []kparam, micro int) {
 	k.add("Sum", k.f32(1), k.f32(micro))
 	k.add("Sum", k.f32(1), k.f32(micro))
 	ops := []engine.Operand{k.f32(len(ps))}
-	for _, norm := range []bool{false, true} {
-		for _, p := range ps {
-			if k.grid && p.norm == norm || !k.grid && !norm {
-				ops = append(ops, k.f32(p.shape...))
-			}
-		}
+	for _, p := range ps {
+		ops = append(ops, k.f32(p.shape...))
 	}
 	k.add("SumSquaresMulti", ops...)
-	k.sumNorm(ps)
+	k.sumNorm(len(ps))
 }
 
-// sumNorm is sumNorm's and exchangeStep's: the matrices' and the norm
-// weights' squares summed, and ‖g‖² = matrices' + norms'.
-func (k *kernelList) sumNorm(ps []kparam) {
-	matrices, norms := len(ps), 0
-	if k.grid {
-		for _, p := range ps {
-			if p.norm {
-				norms++
-			}
-		}
-		matrices -= norms
-	}
-	k.add("Sum", k.f32(1), k.f32(matrices))
-	k.add("Sum", k.f32(1), k.f32(norms))
+// sumNorm is sumNorm's and exchangeStep's for n tensors: the squares of
+// those the rank counts summed (at rank 0 of a grid, as on one rank,
+// every one), then the others' (none), and ‖g‖² = the two's sum.
+func (k *kernelList) sumNorm(n int) {
+	k.add("Sum", k.f32(1), k.f32(n))
+	k.add("Sum", k.f32(1), k.f32(0))
 	k.add("Add", k.f32(1), k.f32(1), k.f32(1))
 }

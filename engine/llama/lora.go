@@ -126,7 +126,7 @@ func (m *Model) newAdapters() {
 			mk := func(s checkpoints.TensorSpec) *engine.Param {
 				p := &engine.Param{
 					Name: s.Name, Full: append([]int(nil), s.Shape...),
-					Shard: engine.WholeShard(s.Shape[0], s.Shape[1]),
+					Split: s.Split, Shard: engine.WholeShard(s.Shape[0], s.Shape[1]),
 					Value: b.Alloc(engine.F32, s.Shape...), Grad: b.Alloc(engine.F32, s.Shape...),
 					Decay: true, // as PEFT trains them: every non-bias, non-norm weight decays
 				}
@@ -136,10 +136,11 @@ func (m *Model) newAdapters() {
 				return p
 			}
 			sh := base[p].Shard
-			ad := &Adapter{A: mk(specs[i]), B: mk(specs[i+1]), r0: sh.Row0, r1: sh.Row1, c0: sh.Col0, c1: sh.Col1, in: m.gx, out: m.gy}
-			if p == projO || p == projDown { // [H, ·]: rows over X, columns over Y
-				ad.in, ad.out = m.gy, m.gx
-			}
+			// A's columns are the target's input columns, B's rows its
+			// output rows: each sums over the ranks that split them, as
+			// the target's declared split says.
+			rows, cols := base[p].Split.Axes()
+			ad := &Adapter{A: mk(specs[i]), B: mk(specs[i+1]), r0: sh.Row0, r1: sh.Row1, c0: sh.Col0, c1: sh.Col1, in: m.axisGroup(cols), out: m.axisGroup(rows)}
 			if specs[i].Name != checkpoints.LoRATensorName(l, module, "A") {
 				panic("llama: adapter order differs from checkpoints.AdapterTensorSpecs")
 			}
@@ -150,6 +151,18 @@ func (m *Model) newAdapters() {
 	}
 	st.frozenDW = b.Alloc(engine.F32, m.d.H)
 	m.lora = st
+}
+
+// axisGroup is the group of the ranks along a model-parallel axis, nil
+// for none or an axis of one rank (m.gx, m.gy).
+func (m *Model) axisGroup(a checkpoints.Axis) comm.Comm {
+	switch a {
+	case checkpoints.AxisX:
+		return m.gx
+	case checkpoints.AxisY:
+		return m.gy
+	}
+	return nil
 }
 
 // Adapter is the model's adapter configuration, nil without adapters.

@@ -294,22 +294,22 @@ func shardElements(cfg *checkpoints.Config, g comm.Grid, ov parallel.Overlap) (l
 	layers := int64(cfg.NumHiddenLayers)
 	var layer, unit, block, embed int64
 	for _, s := range oneLayer(cfg).TensorSpecs() {
-		sh := parallel.ShardAt(g, 0, 0, 0, s.Name, s.Shape)
+		sh := parallel.ShardAt(g, 0, 0, 0, s.Split, s.Shape)
 		n := int64(engine.Elements(parallel.LocalShape(s.Shape, sh)))
-		if isLayer(s.Name) {
+		if s.Layer >= 0 {
 			n *= layers
 		}
 		local += n
-		if len(s.Shape) != 2 {
-			continue
+		if !s.Split.ChunksZ() {
+			continue // whole on every Z rank: no Z buffer
 		}
 		b := int64(sh.Row1-sh.Row0) * int64(sh.Col1-sh.Col0)
 		block = max(block, b)
-		switch s.Name {
-		case checkpoints.EmbedTokensName:
+		switch s.Role {
+		case checkpoints.RoleEmbedding:
 			embed = b
 			unit = max(unit, b)
-		case checkpoints.LMHeadName:
+		case checkpoints.RoleHead:
 			unit = max(unit, b)
 		default:
 			// A decoder layer's seven linears are one unit (layer 0's,
@@ -342,9 +342,9 @@ func shardChunks(cfg *checkpoints.Config, g comm.Grid) int64 {
 	layers := int64(cfg.NumHiddenLayers)
 	var n int64
 	for _, s := range oneLayer(cfg).TensorSpecs() {
-		sh := parallel.ShardAt(g, 0, 0, 0, s.Name, s.Shape)
+		sh := parallel.ShardAt(g, 0, 0, 0, s.Split, s.Shape)
 		_, c := comm.Chunk(engine.Elements(parallel.LocalShape(s.Shape, sh)), g.Data, 0)
-		if isLayer(s.Name) {
+		if s.Layer >= 0 {
 			n += int64(c) * layers
 		} else {
 			n += int64(c)
@@ -363,9 +363,9 @@ func shardPieces(cfg *checkpoints.Config, g comm.Grid) int64 {
 	layers := int64(cfg.NumHiddenLayers)
 	var n int64
 	for _, s := range oneLayer(cfg).TensorSpecs() {
-		sh := parallel.ShardAt(g, 0, 0, 0, s.Name, s.Shape)
+		sh := parallel.ShardAt(g, 0, 0, 0, s.Split, s.Shape)
 		c := engine.Int8PieceCount(engine.ElementIndex{Shard: sh, Cols: s.Shape[len(s.Shape)-1]}, sh.Elements())
-		if isLayer(s.Name) {
+		if s.Layer >= 0 {
 			c *= layers
 		}
 		n += c
@@ -404,9 +404,6 @@ func oneLayer(cfg *checkpoints.Config) *checkpoints.Config {
 	c.NumHiddenLayers = min(c.NumHiddenLayers, 1)
 	return c
 }
-
-// isLayer says whether name is a weight of a decoder layer.
-func isLayer(name string) bool { return strings.HasPrefix(name, "model.layers.") }
 
 // Preflight checks, before anything is allocated, that what w needs on a
 // rank (Memory) fits each device the ranks of this process compute on

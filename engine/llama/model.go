@@ -217,26 +217,23 @@ func New(b engine.Backend, cfg *checkpoints.Config, opt Options) (*Model, error)
 	}
 	params := map[string]*engine.Param{}
 	for _, s := range cfg.TensorSpecs() {
-		rows, cols := 1, s.Shape[0]
-		if len(s.Shape) == 2 {
-			rows, cols = s.Shape[0], s.Shape[1]
-		}
-		shard, shape := engine.WholeShard(rows, cols), s.Shape
+		shard, shape := engine.WholeShard(engine.RowsCols(s.Shape)), s.Shape
 		if g != nil {
-			shard = g.Shard(s.Name, s.Shape)
+			shard = g.Shard(s.Split, s.Shape)
 			shape = parallel.LocalShape(s.Shape, shard)
 		}
 		p := &engine.Param{
 			Name:  s.Name,
 			Full:  append([]int(nil), s.Shape...),
+			Split: s.Split,
 			Shard: shard,
-			Decay: !s.Norm,
+			Decay: s.Role.Matrix(),
 		}
 		if opt.LoRA == nil {
 			if !opt.FusedOptimizer { // fused: allocated unit by unit in the backward
 				p.Grad = b.Alloc(engine.F32, shape...)
 			}
-			if opt.Activations == engine.BF16 && !s.Norm {
+			if opt.Activations == engine.BF16 && s.Role.Matrix() {
 				p.Copy = b.Alloc(engine.BF16, shape...)
 			}
 			if p.Copy != nil && opt.SplitMaster {
@@ -244,7 +241,7 @@ func New(b engine.Backend, cfg *checkpoints.Config, opt Options) (*Model, error)
 			} else {
 				p.Value = b.Alloc(engine.F32, shape...)
 			}
-		} else if s.Norm {
+		} else if !s.Role.Matrix() {
 			p.Value = b.Alloc(engine.F32, shape...) // frozen, and the norm kernels read F32
 		} else {
 			p.Value = b.Alloc(opt.BaseDType, shape...) // frozen: no gradient
@@ -410,11 +407,11 @@ func (m *Model) readInto(r parallel.SliceReader, name string, p *engine.Param, t
 	if m.loadChunkLimit > 0 {
 		chunk = m.loadChunkLimit
 	}
-	if m.Options.Parallel == nil && len(p.Full) == 2 && t.Len() > chunk {
+	if rows, cols := engine.RowsCols(p.Full); m.Options.Parallel == nil && rows > 1 && t.Len() > chunk {
 		// A large matrix goes up a block of rows at a time, so that
 		// loading holds no float32 copy of it (a bf16 base's embedding
-		// would take twice its own size).
-		rows, cols := p.Full[0], p.Full[1]
+		// would take twice its own size); a vector, one row, is read
+		// whole.
 		if t.Len() != rows*cols {
 			return fmt.Errorf("llama: tensor %q has %d elements, want %d", name, t.Len(), rows*cols)
 		}
@@ -551,7 +548,10 @@ func (m *Model) Gather(p *engine.Param, t *engine.Tensor) ([]float32, error) {
 		if d != 0 {
 			continue // a data-parallel replica of rank (0, x, y, z)'s shard
 		}
-		s := parallel.ShardAt(shape, x, y, z, p.Name, p.Full)
+		if !parallel.CountsAt(parallel.Coord{X: x, Y: y, Z: z}, p.Split) {
+			continue // a copy of a shard placed already
+		}
+		s := parallel.ShardAt(shape, x, y, z, p.Split, p.Full)
 		parallel.Place(s, p.Full[len(p.Full)-1], full, host[r*n:(r+1)*n])
 	}
 	return full, nil
@@ -596,8 +596,8 @@ func (m *Model) ZeroGrads() {
 }
 
 // GradNorm is the global L2 norm of the gradients, summed in float64 in
-// parameter order. On a grid it is collective: every shard counts once,
-// a norm weight's copies on the Y and Z ranks once between them.
+// parameter order. On a grid it is collective: each distinct element
+// counts once, whichever ranks hold copies of it (countsGrad).
 func (m *Model) GradNorm() (float64, error) {
 	if m.Options.FusedOptimizer {
 		return 0, errFusedPass // no gradients outside FusedStep
@@ -610,32 +610,39 @@ func (m *Model) GradNorm() (float64, error) {
 	for i, p := range params {
 		gs[i] = p.Grad
 	}
-	matrices, norms := 0.0, 0.0
 	sums := engine.SumSquaresEach(m.backend, gs)
-	if m.lora != nil {
-		// Every rank holds the same whole adapter gradients once they are
-		// reduced: the norm is the same on every rank, with nothing to
-		// exchange.
-		for _, s := range sums {
-			matrices += float64(s)
-		}
-		return math.Sqrt(matrices), nil
-	}
+	counted, local := 0.0, 0.0
+	whole := true // every gradient whole on every rank
 	for i, s := range sums {
-		if g := m.Options.Parallel; g != nil && len(params[i].Full) == 1 {
-			norms += float64(s)
-		} else {
-			matrices += float64(s)
+		local += float64(s)
+		whole = whole && params[i].Split == checkpoints.SplitReplicated
+		if m.countsGrad(params[i]) {
+			counted += float64(s)
 		}
+	}
+	if whole {
+		// Every rank holds the same whole gradients once they are
+		// reduced (adapters): the norm is the same on every rank, with
+		// nothing to exchange.
+		return math.Sqrt(local), nil
 	}
 	if g := m.Options.Parallel; g != nil {
-		total, err := g.SumUnique(m.backend, matrices, norms)
+		total, err := g.SumUnique(m.backend, counted)
 		if err != nil {
 			return 0, err
 		}
 		return math.Sqrt(total), nil
 	}
-	return math.Sqrt(matrices), nil
+	return math.Sqrt(counted), nil
+}
+
+// countsGrad reports whether this rank counts p's gradient's squares in
+// the global gradient norm: on a grid, the one copy of each distinct
+// element that parallel.CountsAt picks by p's split (adapters, whole on
+// every rank, by world rank 0 alone); on one rank, every tensor.
+func (m *Model) countsGrad(p *engine.Param) bool {
+	g := m.Options.Parallel
+	return g == nil || g.CountsUnique(p.Split)
 }
 
 // SumBatch replaces vals by their sums over the ranks that split the

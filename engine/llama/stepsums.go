@@ -18,13 +18,13 @@ import (
 //
 // The tensor's layout:
 //
-//	[0]  ‖g‖² — of the matrices (all, on one rank) until Finish, then the total
+//	[0]  ‖g‖² of the tensors this rank counts (countsGrad; all, on one rank) until Finish, then the total
 //	[1]  Σ w·CE over the global batch (Finish)
-//	[2]  ‖g‖² of the norm weights, on a grid
+//	[2]  ‖g‖² of the tensors it does not count (copies another rank counts), dropped
 //	[3]  Σ of the reported loss (Batch.ReportWeights) over the global batch
 //	[4, 4+n)        each micro-batch's Σ w·CE
 //	[4+n, 4+2n)     each micro-batch's reported loss sum (0 without one)
-//	[4+2n, …)       each trainable tensor's ‖g‖², matrices first, then norms
+//	[4+2n, …)       each trainable tensor's ‖g‖², the counted ones first
 type StepSums struct {
 	b     engine.Backend
 	t     *engine.Tensor
@@ -147,9 +147,10 @@ func sum64(xs []float32) float64 {
 // squared global gradient norm, all on the device. On a grid the sums are
 // all-reduced over the world in one collective, each counted once: the
 // losses by one X·Y rank of each data·Z coordinate (as SumBatch counts
-// them), the weight shards' squares by the first data replica, the norm
-// weights' by the one rank of the x group at y = z = 0 of that replica,
-// and with adapters — whole on every rank — by world rank 0 alone.
+// them), each gradient's squares by the one rank that counts its copy
+// (countsGrad, by its split: a weight shard's by the first data replica,
+// a norm weight's by the rank at y = z = 0 of that replica, and adapters
+// — whole on every rank — by world rank 0 alone).
 func (m *Model) FinishStep(s *StepSums, micro int) (err error) {
 	if micro < 1 || micro > s.micro {
 		return errors.New("llama: micro-batch count out of range of the step's sums")
@@ -162,12 +163,12 @@ func (m *Model) FinishStep(s *StepSums, micro int) (err error) {
 	}
 	defer recoverComm(&err)
 	m.sumLosses(s, micro)
-	// Every gradient's squares in one multi-tensor launch pair, matrices
-	// first: the slots' layout.
+	// Every gradient's squares in one multi-tensor launch pair, the
+	// counted ones first: the slots' layout.
 	grads := s.grads[:0]
-	for _, norm := range []bool{false, true} {
+	for _, counted := range []bool{true, false} {
 		for _, p := range m.Trainable() {
-			if m.isNormGrad(p) == norm {
+			if m.countsGrad(p) == counted {
 				grads = append(grads, p.Grad)
 			}
 		}
@@ -187,40 +188,39 @@ func (m *Model) sumLosses(s *StepSums, micro int) {
 	b.Sum(t.View(3, 1), t.View(stepSumsFixed+s.micro, micro))
 }
 
-// normCounts are how many trainable tensors count as matrices and as
-// norm weights in the gradient norm (isNormGrad).
-func (m *Model) normCounts() (matrices, norms int) {
+// gradCounts are how many trainable tensors this rank counts in the
+// gradient norm (countsGrad) and how many it holds copies of.
+func (m *Model) gradCounts() (counted, copies int) {
 	for _, p := range m.Trainable() {
-		if m.isNormGrad(p) {
-			norms++
+		if m.countsGrad(p) {
+			counted++
 		} else {
-			matrices++
+			copies++
 		}
 	}
-	return matrices, norms
+	return counted, copies
 }
 
-// sumNorm writes the squared norms of the matrices, [0], and of the norm
-// weights, [2], from the tensors' slots.
+// sumNorm writes the squared norms of the tensors this rank counts, [0],
+// and of its copies, [2], from the tensors' slots.
 func (m *Model) sumNorm(s *StepSums) {
 	b, t := m.backend, s.t
 	slots := stepSumsFixed + 2*s.micro
-	matrices, norms := m.normCounts()
-	b.Sum(t.View(0, 1), t.View(slots, matrices))
-	b.Sum(t.View(2, 1), t.View(slots+matrices, norms))
+	counted, copies := m.gradCounts()
+	b.Sum(t.View(0, 1), t.View(slots, counted))
+	b.Sum(t.View(2, 1), t.View(slots+counted, copies))
 }
 
 // exchangeStep sums the step's norm and loss sums, [0, 4), over a grid's
 // world in one all-reduce, each counted once (FinishStep says by which
-// ranks), and leaves the total ‖g‖² in [0].
+// ranks; the copies' sum dropped), and leaves the total ‖g‖² in [0].
 func (m *Model) exchangeStep(s *StepSums) {
 	b, t := m.backend, s.t
 	if g := m.Options.Parallel; g != nil && g.World.Size() > 1 {
-		matrices, norms := g.CountsUnique()
-		if m.lora != nil {
-			matrices = g.World.Rank() == 0 // whole adapters on every rank
-		}
-		counts := [4]bool{matrices, g.CountsBatch(), norms, g.CountsBatch()}
+		// The copies' sum is dropped where it holds any (it is zero
+		// already where every tensor counts: rank 0).
+		_, copies := m.gradCounts()
+		counts := [4]bool{true, g.CountsBatch(), copies == 0, g.CountsBatch()}
 		for k, c := range counts {
 			if !c {
 				b.Fill(t.View(k, 1), 0)
@@ -229,13 +229,6 @@ func (m *Model) exchangeStep(s *StepSums) {
 		check(g.World.AllReduce(t.View(0, 4)))
 	}
 	b.Add(t.View(0, 1), t.View(0, 1), t.View(2, 1))
-}
-
-// isNormGrad reports whether a trainable tensor's squares count as a norm
-// weight's in the gradient norm: one element per x rank of a grid (see
-// GradNorm); adapters and every tensor on one rank count as matrices.
-func (m *Model) isNormGrad(p *engine.Param) bool {
-	return m.Options.Parallel != nil && m.lora == nil && len(p.Full) == 1
 }
 
 // StepValues are what Read returns: the global batch's loss sums and the

@@ -191,7 +191,7 @@ type pendingScatter struct {
 func newZGrads(m *Model, z comm.Comm, async bool) *zGrads {
 	largest := 0
 	for _, p := range m.Params() {
-		if len(p.Full) == 2 {
+		if p.Split.ChunksZ() {
 			r, c := blockSize(p)
 			largest = max(largest, r*c)
 		}
@@ -232,7 +232,7 @@ func (zg *zGrads) scatter(m *Model, p *engine.Param, block *engine.Tensor) {
 	if !zg.async {
 		check(zg.z.ReduceScatter(chunk, block))
 		m.backend.Add(p.Grad, p.Grad, chunk)
-		m.gradFinal(p, nil, m.baseGroup(p)) // its last write in the pass
+		m.baseGradFinal(p) // its last write in the pass
 		return
 	}
 	buf := zg.buf
@@ -253,7 +253,7 @@ func (zg *zGrads) finish(m *Model, buf *engine.Tensor) {
 		}
 		check(s.req.Wait())
 		m.backend.Add(s.p.Grad, s.p.Grad, s.chunk)
-		m.gradFinal(s.p, nil, m.baseGroup(s.p)) // its last write in the pass
+		m.baseGradFinal(s.p) // its last write in the pass
 	}
 	zg.pending = kept
 }

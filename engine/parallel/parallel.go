@@ -1,9 +1,11 @@
 // Package parallel places a rank in AxoNN's four-dimensional grid, Data × X
 // × Y × Z (DESIGN.md, "AxoNN 4D algorithm"; engine/perfmodel's package
 // documentation has the layout): its communicators and coordinates, which
-// part of each Llama weight it holds (Shard), how those parts are read from
-// and put back into full-shape tensors, and Launch, which runs a whole grid
-// of ranks in this process.
+// part of each weight it holds (Shard, by the checkpoints.Split its
+// family declares), which ranks sum and count its gradient (GradGroups,
+// CountsUnique), how those parts are read from and put back into
+// full-shape tensors, and Launch, which runs a whole grid of ranks in this
+// process.
 //
 // The model math on a grid lives in engine/llama, beside the one-rank code
 // it generalises; this package knows only shapes and communicators.
@@ -112,16 +114,51 @@ func Check(cfg *checkpoints.Config, shape comm.Grid) error {
 		}
 	}
 	for _, s := range cfg.TensorSpecs() {
-		if len(s.Shape) != 2 {
-			continue
-		}
-		sh := ShardAt(shape, 0, 0, 0, s.Name, s.Shape)
-		r, c := sh.Row1-sh.Row0, sh.Col1-sh.Col0
-		if (r*c)%shape.Z != 0 {
-			return fmt.Errorf("parallel: grid %v: Z=%d does not divide %s's (x,y) block of %d×%d = %d elements", shape, shape.Z, s.Name, r, c, r*c)
+		if err := checkSplit(shape, s); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// checkSplit reports whether the grid divides one declared tensor: its
+// split axes its rows and columns, Z its (x, y) block when the split
+// chunks it.
+func checkSplit(shape comm.Grid, s checkpoints.TensorSpec) error {
+	if !s.Split.Valid() || (s.Split.Dims() != 0 && s.Split.Dims() != len(s.Shape)) {
+		return fmt.Errorf("parallel: %s of shape %v is declared %v", s.Name, s.Shape, s.Split)
+	}
+	rows, cols := engine.RowsCols(s.Shape)
+	ra, ca := s.Split.Axes()
+	for _, d := range []struct {
+		what string
+		n    int
+		a    checkpoints.Axis
+	}{{"rows", rows, ra}, {"columns", cols, ca}} {
+		if p := axisSize(shape, d.a); d.n%p != 0 {
+			return fmt.Errorf("parallel: grid %v: %v=%d does not divide %s's %d %s", shape, d.a, p, s.Name, d.n, d.what)
+		}
+	}
+	if !s.Split.ChunksZ() {
+		return nil
+	}
+	sh := ShardAt(shape, 0, 0, 0, s.Split, s.Shape)
+	r, c := sh.Row1-sh.Row0, sh.Col1-sh.Col0
+	if (r*c)%shape.Z != 0 {
+		return fmt.Errorf("parallel: grid %v: Z=%d does not divide %s's (x,y) block of %d×%d = %d elements", shape, shape.Z, s.Name, r, c, r*c)
+	}
+	return nil
+}
+
+// axisSize is the number of ranks along a, 1 for none.
+func axisSize(shape comm.Grid, a checkpoints.Axis) int {
+	switch a {
+	case checkpoints.AxisX:
+		return shape.X
+	case checkpoints.AxisY:
+		return shape.Y
+	}
+	return 1
 }
 
 // SumBatch replaces vals, on every rank, by their sums over the Data·Z
@@ -140,30 +177,57 @@ func (g *Grid) SumBatch(b engine.Backend, vals []float64) error {
 // sums) zeroes the values of the ranks that do not count.
 func (g *Grid) CountsBatch() bool { return g.At.X == 0 && g.At.Y == 0 }
 
-// CountsUnique reports whether this rank's squared gradient sums count in
-// the global norm, for its Z-sharded matrices (every (x, y, z) once, data
-// replicas not) and for its norm weights (one per x): SumUnique's rule.
-func (g *Grid) CountsUnique() (matrices, norms bool) {
-	matrices = g.At.Data == 0
-	return matrices, matrices && g.At.Y == 0 && g.At.Z == 0
+// CountsUnique reports whether this rank's copy of a tensor split as
+// split counts in a sum of its distinct elements over the world (the
+// global gradient norm): CountsAt at this rank's coordinates.
+func (g *Grid) CountsUnique(split checkpoints.Split) bool { return CountsAt(g.At, split) }
+
+// CountsAt reports whether the copy that the rank at coordinates at holds
+// of a tensor split as split counts once in a sum over the world: of the
+// ranks that hold the same elements — the data replicas, and the ranks
+// along every axis the split does not cut (Z for a vector; X, Y and Z for
+// a replicated tensor) — the one at coordinate 0 of each.
+func CountsAt(at Coord, split checkpoints.Split) bool {
+	rows, cols := split.Axes()
+	cuts := func(a checkpoints.Axis) bool { return rows == a || cols == a }
+	return at.Data == 0 &&
+		(at.X == 0 || cuts(checkpoints.AxisX)) &&
+		(at.Y == 0 || cuts(checkpoints.AxisY)) &&
+		(at.Z == 0 || split.ChunksZ())
 }
 
-// SumUnique replaces vals by their sums over the ranks that hold distinct
-// shards of the weights: weight is true for values of Z-sharded matrices
-// (every (x, y, z) counts once; data replicas do not) and false for
-// values of norm weights (one per x). Used for the global gradient norm.
-func (g *Grid) SumUnique(b engine.Backend, matrices, norms float64) (float64, error) {
-	vals := []float64{0, 0}
-	if cm, cn := g.CountsUnique(); cm {
-		vals[0] = matrices
-		if cn {
-			vals[1] = norms
-		}
-	}
+// SumUnique returns the sum over the world of counted, each rank's sum of
+// the values of the tensors whose copies it counts (CountsUnique): each
+// distinct element once. Used for the global gradient norm.
+func (g *Grid) SumUnique(b engine.Backend, counted float64) (float64, error) {
+	vals := []float64{counted}
 	if err := g.sumWorld(b, vals, true); err != nil {
 		return 0, err
 	}
-	return vals[0] + vals[1], nil
+	return vals[0], nil
+}
+
+// GradGroups are the groups a weight's gradient is summed over once a
+// step, after the backward, by its split: first (nil for none) and then
+// batch. The gradient of each copy is a partial sum over the tokens its
+// rank saw, and over the part of the activations it met:
+//
+//   - a matrix's block is summed over the data replicas (its Z chunks
+//     are reduce-scattered in the backward, engine/llama's zGrads);
+//   - a vector's copies at one data·Z coordinate computed the same sum:
+//     a vector over X scales the residual stream, replicated over Y; a
+//     vector over Y meets a linear's output, summed over X before it. It
+//     is summed over data·Z, whose ranks saw different tokens;
+//   - a replicated tensor applied to every head met only its rank's heads,
+//     split over Y: it is summed over Y first, then over data·Z.
+func (g *Grid) GradGroups(split checkpoints.Split) (first, batch comm.Comm) {
+	switch {
+	case split.ChunksZ():
+		return nil, g.Data
+	case split == checkpoints.SplitReplicated:
+		return g.Y, g.DataZ
+	}
+	return nil, g.DataZ
 }
 
 // sumWorld all-reduces vals over the world; a rank that does not

@@ -2,68 +2,69 @@ package parallel
 
 import (
 	"fmt"
-	"strings"
 
+	"github.com/memtrain/memtrain/checkpoints"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/comm"
 )
 
-// Transposed reports whether the named weight is one of AxoNN's
-// "transposed" linears, o_proj and down_proj: W[out, in] cut into
-// [out/X, in/Y] blocks, taking their input split over Y and giving their
-// output split over X, so that they chain after q/k/v and gate/up without
-// a re-layout.
-func Transposed(name string) bool {
-	return strings.HasSuffix(name, "self_attn.o_proj.weight") || strings.HasSuffix(name, "mlp.down_proj.weight")
-}
-
-// ShardAt is the shard of the named weight of the given full shape that
-// the rank at (x, y, z) of a grid holds (ranks differing only in their
-// data coordinate hold the same):
+// ShardAt is the shard of a weight of the given full shape, split as its
+// family declares it (checkpoints.Split), that the rank at (x, y, z) of a
+// grid holds (ranks differing only in their data coordinate hold the
+// same):
 //
-//   - a matrix W[out, in] keeps the (x, y) block [out/Y, in/X] (rows
-//     y·out/Y…, columns x·in/X…), or [out/X, in/Y] when Transposed; the
-//     embedding [vocab, hidden] and LM head are plain matrices, vocabulary
-//     over Y and hidden over X. The block, flattened row-major, is split
-//     over Z as comm.Chunk says;
-//   - a vector (an RMSNorm weight [hidden]) keeps columns x·hidden/X…,
-//     whole, on every Y and Z rank: it scales the residual stream, which
-//     is split over X and replicated over Y.
+//   - a matrix W[out, in] keeps its (x, y) block: [out/Y, in/X] (rows
+//     y·out/Y…, columns x·in/X…) when SplitRowsY, [out/X, in/Y] when
+//     SplitRowsX. The block, flattened row-major, is split over Z as
+//     comm.Chunk says;
+//   - a vector, one row, keeps its columns' slice over X (SplitVectorX)
+//     or Y (SplitVectorY), whole on every rank of the other axes;
+//   - a replicated tensor is whole on every rank.
 //
 // The grid must divide the shape (Check).
-func ShardAt(shape comm.Grid, x, y, z int, name string, full []int) engine.Shard {
-	if len(full) == 1 {
-		n := full[0] / shape.X
-		return engine.Shard{Row0: 0, Row1: 1, Col0: x * n, Col1: (x + 1) * n, Flat0: 0, Flat1: n}
+func ShardAt(shape comm.Grid, x, y, z int, split checkpoints.Split, full []int) engine.Shard {
+	if !split.Valid() {
+		panic(fmt.Sprintf("parallel: a tensor of shape %v has no declared split", full))
 	}
-	rowAxis, colAxis := y, x
-	rowParts, colParts := shape.Y, shape.X
-	if Transposed(name) {
-		rowAxis, colAxis = x, y
-		rowParts, colParts = shape.X, shape.Y
+	rows, cols := engine.RowsCols(full)
+	rowAxis, colAxis := split.Axes()
+	cut := func(n int, a checkpoints.Axis) (int, int) {
+		switch a {
+		case checkpoints.AxisX:
+			n /= shape.X
+			return x * n, (x + 1) * n
+		case checkpoints.AxisY:
+			n /= shape.Y
+			return y * n, (y + 1) * n
+		}
+		return 0, n
 	}
-	r, c := full[0]/rowParts, full[1]/colParts
-	off, n := comm.Chunk(r*c, shape.Z, z)
-	return engine.Shard{Row0: rowAxis * r, Row1: (rowAxis + 1) * r, Col0: colAxis * c, Col1: (colAxis + 1) * c, Flat0: off, Flat1: off + n}
+	r0, r1 := cut(rows, rowAxis)
+	c0, c1 := cut(cols, colAxis)
+	off, n := 0, (r1-r0)*(c1-c0)
+	if split.ChunksZ() {
+		off, n = comm.Chunk(n, shape.Z, z)
+	}
+	return engine.Shard{Row0: r0, Row1: r1, Col0: c0, Col1: c1, Flat0: off, Flat1: off + n}
 }
 
 // Shard is ShardAt for this rank.
-func (g *Grid) Shard(name string, full []int) engine.Shard {
-	return ShardAt(g.Shape(), g.At.X, g.At.Y, g.At.Z, name, full)
+func (g *Grid) Shard(split checkpoints.Split, full []int) engine.Shard {
+	return ShardAt(g.Shape(), g.At.X, g.At.Y, g.At.Z, split, full)
 }
 
-// LocalShape is the shape of the tensor a rank stores for a shard: the
-// block [rows, cols] when it is whole (Z = 1), the flat chunk otherwise,
-// and a vector's slice.
+// LocalShape is the shape of the tensor a rank stores for a shard of a
+// tensor of the given full shape: the block, of the full shape's rank,
+// when it is whole, the flat chunk of a Z-split block otherwise.
 func LocalShape(full []int, s engine.Shard) []int {
-	if len(full) == 1 {
-		return []int{s.Col1 - s.Col0}
-	}
 	rows, cols := s.Row1-s.Row0, s.Col1-s.Col0
-	if s.Flat0 == 0 && s.Flat1 == rows*cols {
-		return []int{rows, cols}
+	if s.Flat0 != 0 || s.Flat1 != rows*cols {
+		return []int{s.Elements()}
 	}
-	return []int{s.Elements()}
+	if len(full) < 2 { // a vector is one row
+		return []int{cols}
+	}
+	return []int{rows, cols}
 }
 
 // Extract returns the shard's values out of the full tensor's (row-major,
@@ -102,10 +103,10 @@ type SliceReader interface {
 	ReadFloat32(name string) ([]float32, error)
 }
 
-// ReadShard reads a shard of the named tensor of the given full shape. Of
-// a matrix it reads only the rows of the (x, y) block that hold the Z
-// chunk, and of those only the block's columns; a vector (a norm weight,
-// small) is read whole and cut.
+// ReadShard reads a shard of the named tensor of the given full shape
+// (a vector is one row). It reads only the rows of the (x, y) block that
+// hold the shard's elements, and of those only the block's columns; a
+// vector, small, is read whole and cut.
 //
 // A reader that can read a part of a block (checkpoints.Set's ReadBlock)
 // reads exactly the shard's elements, from wherever they are stored.
@@ -115,7 +116,7 @@ func ReadShard(r SliceReader, name string, full []int, s engine.Shard) ([]float3
 	}); ok {
 		return br.ReadBlock(name, s.Row0, s.Row1, s.Col0, s.Col1, s.Flat0, s.Flat1)
 	}
-	if len(full) == 1 {
+	if len(full) < 2 { // SliceReader reads 2-D tensors' slices only
 		v, err := r.ReadFloat32(name)
 		if err != nil {
 			return nil, err

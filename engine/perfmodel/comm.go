@@ -152,7 +152,9 @@ func (c Collective) SentBytes() float64 { return c.SentElements() * float64(c.By
 // squares over X in the forward (recomputed too) and the sum of dy·y in
 // the backward: m elements each. Its weight's gradient (H/X elements; Y
 // replicas computed the same thing, so Y is not summed) is all-reduced over
-// data-z (the Data·Z ranks, one group) once a step.
+// data-z (the Data·Z ranks, one group) once a step: the groups its declared
+// split names (parallel.Grid.GradGroups), as for every tensor whose blocks
+// are not split over Z.
 //
 // The embedding is vocabulary-parallel: W[vocab, hidden] with vocab over Y
 // and hidden over X, Z-sharded like a linear. Its forward gathers the
@@ -237,54 +239,91 @@ func collectives(cfg *checkpoints.Config, s Step, o Options) []Collective {
 			add(name+" updated weight (ZeRO)", GroupData, OpAllGather, block/int64(g.Z), wireWeight, k, Blocking)
 		}
 	}
+	// norm adds an RMSNorm's statistics: the sums over X of each token's
+	// squares (forward, sums calls a micro-batch with recomputation's) and
+	// of dy·y (backward).
 	norm := func(name string, k, sums int) {
 		add(name+" sum of squares", GroupX, OpAllReduce, m, wireStat, sums*n, Blocking)
 		add(name+" backward sum", GroupX, OpAllReduce, m, wireStat, k*n, Blocking)
-		add(name+" weight gradient", GroupDataZ, OpAllReduce, hx, wireGrad, gradCalls*k, gradOv)
+	}
+	// vector adds the once-a-step traffic of a tensor its split does not
+	// cut over Z (a norm weight: a vector over X, replicated over Y and
+	// Z): its gradient summed over the groups of its split
+	// (parallel.Grid.GradGroups: data-z, after Y for a replicated
+	// tensor), and with ZeRO its updated slice gathered over data.
+	vector := func(s checkpoints.TensorSpec, k int) {
+		rows, cols := s.Split.Axes()
+		elements := s.Elements() / int64(g.axisSize(rows)*g.axisSize(cols))
+		name := s.Role.String()
+		if s.Split == checkpoints.SplitReplicated {
+			add(name+" weight gradient", GroupY, OpAllReduce, elements, wireGrad, gradCalls*k, gradOv)
+		}
+		add(name+" weight gradient", GroupDataZ, OpAllReduce, elements, wireGrad, gradCalls*k, gradOv)
 		if o.Zero >= 1 {
-			add(name+" updated weight (ZeRO)", GroupData, OpAllGather, hx, wireNorm, k, Blocking)
+			add(name+" updated weight (ZeRO)", GroupData, OpAllGather, elements, wireNorm, k, Blocking)
+		}
+	}
+	// vectors adds vector's traffic for a layer's tensors (each L times)
+	// or the model's own.
+	vectors := func(layer bool) {
+		k := 1
+		if layer {
+			k = L
+		}
+		for _, s := range declared(cfg) {
+			if !s.Split.ChunksZ() && (s.Layer >= 0) == layer {
+				vector(s, k)
+			}
 		}
 	}
 
 	add("embed_tokens forward output", GroupY, OpAllReduce, m*hx, wireActivation, n, Blocking)
 	norm("input_layernorm", L, sums)
 	norm("post_attention_layernorm", L, sums)
+	vectors(true)
 	var embed, head weight
 	for _, w := range weights(cfg) {
-		switch {
-		case w.name == "embed_tokens":
+		switch w.role {
+		case checkpoints.RoleEmbedding:
 			embed = w
 			continue
-		case w.name == "lm_head":
+		case checkpoints.RoleHead:
 			head = w
 			continue
 		}
-		in, out := GroupX, GroupY
-		if w.transposed {
-			in, out = GroupY, GroupX
-		}
+		in, out := w.groups()
 		calls := fwd * L * n
-		if w.name == "down_proj" {
+		if w.role == checkpoints.RoleMLPDown {
 			calls = L * n
 		}
-		add(w.name+" forward output", in, OpAllReduce, m*int64(w.out)/int64(g.GroupSize(out)), wireActivation, calls, Blocking)
-		zSharded(w.name, w.blockElements(g), 1, 1, L)
+		add(w.role.String()+" forward output", in, OpAllReduce, m*int64(w.out)/int64(g.GroupSize(out)), wireActivation, calls, Blocking)
+		zSharded(w.role.String(), w.blockElements(g), 1, 1, L)
 	}
 	// Backward input gradients, one all-reduce per input: over the axis
-	// that splits the linears' outputs, of the input's share m·in/A.
+	// that splits the linears' outputs (their rows), of the input's share
+	// m·in/A (A the axis of their columns). The linears that share an
+	// input (q, k and v; gate and up) add their partial input gradients
+	// before one all-reduce.
+	byRole := map[checkpoints.Role]weight{}
+	for _, w := range weights(cfg) {
+		byRole[w.role] = w
+	}
 	for _, b := range []struct {
-		name   string
-		group  string
-		shared int64 // the input's width on this rank
+		name  string
+		first checkpoints.Role // the first linear of those sharing the input
 	}{
-		{"q_proj, k_proj, v_proj", GroupY, hx},
-		{"o_proj", GroupX, int64(cfg.QDim() / g.Y)},
-		{"gate_proj, up_proj", GroupY, hx},
-		{"down_proj", GroupX, int64(cfg.IntermediateSize / g.Y)},
+		{"q_proj, k_proj, v_proj", checkpoints.RoleAttnQ},
+		{"o_proj", checkpoints.RoleAttnO},
+		{"gate_proj, up_proj", checkpoints.RoleMLPGate},
+		{"down_proj", checkpoints.RoleMLPDown},
 	} {
-		add(b.name+" backward input gradient", b.group, OpAllReduce, m*b.shared, wireActivation, L*n, HiddenByCompute)
+		w := byRole[b.first]
+		in, out := w.groups()
+		shared := int64(w.in / g.GroupSize(in))
+		add(b.name+" backward input gradient", out, OpAllReduce, m*shared, wireActivation, L*n, HiddenByCompute)
 	}
 	norm("norm", 1, 1)
+	vectors(false)
 	add("lm_head forward output", GroupX, OpAllReduce, m*v/int64(g.Y), wireActivation, n, Blocking)
 	add("cross-entropy max logit", GroupY, OpAllGather, m*int64(g.Y), wireStat, n, Blocking)
 	add("cross-entropy sum of exponentials and target logit", GroupY, OpAllReduce, 2*m, wireStat, n, Blocking)

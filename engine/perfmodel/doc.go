@@ -6,10 +6,11 @@
 //
 // # Layout
 //
-// Ranks are numbered X fastest, then Y, Z, data (Grid). A weight W[out, in]
-// is cut into an (x, y) block — [out/Y, in/X], or [out/X, in/Y] for the
-// "transposed" o_proj and down_proj — and the block is flattened and split
-// evenly over Z. The batch's sequences are split over Data·Z; the X·Y ranks
+// Ranks are numbered X fastest, then Y, Z, data (Grid). Each tensor is cut
+// as its family declares it (checkpoints.Split, which engine/parallel
+// shards by and this package reads): a weight W[out, in] into an (x, y)
+// block — [out/Y, in/X], or [out/X, in/Y] for the "transposed" o_proj and
+// down_proj — and the block is flattened and split evenly over Z. The batch's sequences are split over Data·Z; the X·Y ranks
 // at one (data, z) coordinate share its tokens. The residual stream is
 // [m, H/X] on every rank, replicated over Y: q/k/v and gate/up take it and
 // give heads or intermediate features split over Y; o_proj and down_proj

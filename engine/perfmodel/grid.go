@@ -160,45 +160,71 @@ func divisors(n int) []int {
 	return small
 }
 
-// A weight is one Z-sharded matrix W[out, in] of the model, as the engine
-// lays it out: transposed weights take their input split over Y and give
-// their output split over X; the others the reverse.
+// A weight is one Z-sharded matrix W[out, in] of the model, as its
+// family declares it (checkpoints.TensorSpec): its role, and its split,
+// which says which axes its output and input are split over.
 type weight struct {
-	name       string
-	out, in    int
-	transposed bool
-	perLayer   bool // one per decoder layer (else once per model)
+	role    checkpoints.Role
+	split   checkpoints.Split
+	out, in int
 }
 
-// weights lists the model's matrices: a decoder layer's seven linears,
-// then the embedding and (untied) LM head. The embedding is laid out like
-// the head, W[vocab, hidden] with vocab over Y and hidden over X, so a tied
-// head shares its shard.
+// declared lists the model's tensors as its family declares them, a
+// decoder layer's once (the layers are alike).
+func declared(cfg *checkpoints.Config) []checkpoints.TensorSpec {
+	c := cfg.Clone()
+	c.NumHiddenLayers = min(c.NumHiddenLayers, 1)
+	return c.TensorSpecs()
+}
+
+// weights lists the model's matrices, in the declaration's order: the
+// tensors whose (x, y) blocks are split over Z.
 func weights(cfg *checkpoints.Config) []weight {
-	h, q, kv, i, v := cfg.HiddenSize, cfg.QDim(), cfg.KVDim(), cfg.IntermediateSize, cfg.VocabSize
-	ws := []weight{
-		{"q_proj", q, h, false, true},
-		{"k_proj", kv, h, false, true},
-		{"v_proj", kv, h, false, true},
-		{"o_proj", h, q, true, true},
-		{"gate_proj", i, h, false, true},
-		{"up_proj", i, h, false, true},
-		{"down_proj", h, i, true, true},
-		{"embed_tokens", v, h, false, false},
-	}
-	if !cfg.TieWordEmbeddings {
-		ws = append(ws, weight{"lm_head", v, h, false, false})
+	var ws []weight
+	for _, s := range declared(cfg) {
+		if s.Split.ChunksZ() {
+			ws = append(ws, weight{role: s.Role, split: s.Split, out: s.Shape[0], in: s.Shape[1]})
+		}
 	}
 	return ws
 }
 
-// block is the shape of the weight's (x, y) block, before the Z split:
-// [out/Y, in/X], or [out/X, in/Y] when transposed.
-func (w weight) block(g Grid) (rows, cols int) {
-	if w.transposed {
-		return w.out / g.X, w.in / g.Y
+// axisSize is the number of ranks along a model-parallel axis (1 for
+// none).
+func (g Grid) axisSize(a checkpoints.Axis) int {
+	switch a {
+	case checkpoints.AxisX:
+		return g.X
+	case checkpoints.AxisY:
+		return g.Y
 	}
-	return w.out / g.Y, w.in / g.X
+	return 1
+}
+
+// axisGroup is the group of an axis: "x", "y", or "" for none (whose
+// size is 1).
+func axisGroup(a checkpoints.Axis) string {
+	switch a {
+	case checkpoints.AxisX:
+		return GroupX
+	case checkpoints.AxisY:
+		return GroupY
+	}
+	return ""
+}
+
+// groups are the groups of the weight's input (its columns' axis) and
+// output (its rows').
+func (w weight) groups() (in, out string) {
+	rows, cols := w.split.Axes()
+	return axisGroup(cols), axisGroup(rows)
+}
+
+// block is the shape of the weight's (x, y) block, before the Z split:
+// [out/Y, in/X] for SplitRowsY, [out/X, in/Y] for SplitRowsX.
+func (w weight) block(g Grid) (rows, cols int) {
+	ra, ca := w.split.Axes()
+	return w.out / g.axisSize(ra), w.in / g.axisSize(ca)
 }
 
 // blockElements is out·in/(X·Y), the (x, y) block's size.

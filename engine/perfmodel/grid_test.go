@@ -78,8 +78,8 @@ func TestWeightBlocks(t *testing.T) {
 	}
 	for _, w := range ws {
 		r, c := w.block(g)
-		if [2]int{r, c} != want[w.name] {
-			t.Errorf("%s block %d×%d, want %v", w.name, r, c, want[w.name])
+		if [2]int{r, c} != want[w.role.String()] {
+			t.Errorf("%s block %d×%d, want %v", w.role.String(), r, c, want[w.role.String()])
 		}
 	}
 }

@@ -37,20 +37,24 @@ func (m Memory) Total() int64 {
 	return engine.SumBytes(m.Weights, m.Gradients, m.Optimizer, m.Activations, m.Workspace)
 }
 
-// ShardParams is the number of parameters one rank of grid g stores: each
-// weight's out·in/(X·Y·Z) and each norm's hidden/X (norms are split over X
-// with the residual stream, replicated over Y and Z).
+// ShardParams is the number of parameters one rank of grid g stores, by
+// each tensor's declared split: a matrix's out·in/(X·Y·Z), a vector's
+// slice over its axis (a norm's hidden/X: norms are split over X with the
+// residual stream, replicated over Y and Z), a replicated tensor whole.
 func ShardParams(cfg *checkpoints.Config, g Grid) int64 {
 	var n int64
-	for _, w := range weights(cfg) {
-		k := int64(1)
-		if w.perLayer {
-			k = int64(cfg.NumHiddenLayers)
+	for _, s := range declared(cfg) {
+		rows, cols := s.Split.Axes()
+		e := s.Elements() / int64(g.axisSize(rows)*g.axisSize(cols))
+		if s.Split.ChunksZ() {
+			e /= int64(g.Z)
 		}
-		n += k * w.blockElements(g) / int64(g.Z)
+		if s.Layer >= 0 {
+			e *= int64(cfg.NumHiddenLayers)
+		}
+		n += e
 	}
-	norms := int64(2*cfg.NumHiddenLayers + 1)
-	return n + norms*int64(cfg.HiddenSize/g.X)
+	return n
 }
 
 // EstimateMemory sizes one rank's memory for step s with AdamW, as the
