@@ -321,6 +321,9 @@ func (c *Config) Validate() error {
 	if err := c.checkMaster(); err != nil {
 		return err
 	}
+	if err := c.checkFused(); err != nil {
+		return err
+	}
 	s := c.Schedule
 	if s.Total == 0 {
 		s.Total = s.Warmup + 1 // the real total is set once the data is open
@@ -343,6 +346,22 @@ func (c *Config) checkMaster() error {
 		return errors.New("finetune: master: split is for full fine-tuning (adapters' masters are small)")
 	case c.Optimizer.Name != "adamw":
 		return fmt.Errorf("finetune: master: split is updated by AdamW's fused step; optimizer.name is %s", c.Optimizer.Name)
+	}
+	return nil
+}
+
+// checkFused checks optimizer.fused against the batch, the adapters and
+// ZeRO (llama.Options.FusedOptimizer's conditions, and TrainStep's).
+func (c *Config) checkFused() error {
+	switch {
+	case !c.Optimizer.Fused:
+		return nil
+	case c.BatchSize != c.MicroBatch:
+		return fmt.Errorf("finetune: optimizer.fused: true takes one micro-batch a step; batch_size %d and micro_batch %d (want them equal: every gradient would be needed whole until the last micro-batch)", c.BatchSize, c.MicroBatch)
+	case c.LoRA.Rank > 0:
+		return errors.New("finetune: optimizer.fused: true is for full fine-tuning (adapters' gradients are small); lora.rank is set")
+	case c.Zero != 0:
+		return fmt.Errorf("finetune: optimizer.fused: true does not shard the moments over the data ranks; zero is %d (want 0)", c.Zero)
 	}
 	return nil
 }

@@ -93,9 +93,12 @@ type TrainingMemory struct {
 // beside its activations under one choice of the master and moments
 // keys.
 type StateBytes struct {
-	Master  string  `json:"master"`
-	Moments string  `json:"moments"`
-	Bytes   float64 `json:"bytes"`
+	Master  string `json:"master"`
+	Moments string `json:"moments"`
+	// Fused is optimizer.fused: the gradients are the units' in flight
+	// in the backward, not the whole model's.
+	Fused bool    `json:"fused"`
+	Bytes float64 `json:"bytes"`
 }
 
 // WriteText writes the report as a table, as `memtrain inspect` prints it.
@@ -157,9 +160,13 @@ func (r *ModelReport) WriteText(w io.Writer) error {
 	row("  weights", "%s", units.FormatBytes(t.Weights))
 	row("  gradients", "%s", units.FormatBytes(t.Gradients))
 	row("  optimizer (2 moments)", "%s", units.FormatBytes(t.OptimizerState))
-	row("  bytes a parameter", "of weights, gradients and moments, by master and optimizer.moments:")
+	row("  bytes a parameter", "of weights, gradients and moments, by master, optimizer.moments and optimizer.fused:")
 	for _, s := range t.PerParam {
-		row(fmt.Sprintf("    %s, %s", s.Master, s.Moments), "%.2f", s.Bytes)
+		fused := ""
+		if s.Fused {
+			fused = ", fused"
+		}
+		row(fmt.Sprintf("    %s, %s%s", s.Master, s.Moments, fused), "%.2f", s.Bytes)
 	}
 	row("  activations", "%s (with selective recomputation %s, with full %s; the engine's workspace)",
 		engine.FormatNeed(t.Activations), engine.FormatNeed(t.ActivationsSelective), engine.FormatNeed(t.ActivationsRecompute))
@@ -270,20 +277,23 @@ func trainingMemory(cfg *checkpoints.Config, batch, seq int, p engine.Precision)
 }
 
 // stateBytes lists the bytes a parameter of a full fine-tune's weights,
-// gradients and moments under each master and moments choice.
+// gradients and moments under each master and moments choice, unfused
+// and with the optimizer fused into the backward.
 func stateBytes(cfg *checkpoints.Config, p engine.Precision) []StateBytes {
 	masters := []string{"fp32"}
 	if p.Activations() == engine.BF16 {
 		masters = append(masters, "split")
 	}
 	var out []StateBytes
-	for _, master := range masters {
-		for _, moments := range []string{"fp32", "bf16", "int8"} {
-			oc := OptimizerConfig{Moments: moments}
-			w := llama.Work{Moments: 2, Activations: p.Activations(), SplitMaster: master == "split", MomentDType: oc.momentDType()}
-			it := llama.Itemize(cfg, w)
-			b := float64(engine.SumBytes(it.Weights, it.Gradients, it.Optimizer)) / float64(cfg.Params().Total)
-			out = append(out, StateBytes{Master: master, Moments: moments, Bytes: b})
+	for _, fused := range []bool{false, true} {
+		for _, master := range masters {
+			for _, moments := range []string{"fp32", "bf16", "int8"} {
+				oc := OptimizerConfig{Moments: moments}
+				w := llama.Work{Moments: 2, Activations: p.Activations(), SplitMaster: master == "split", MomentDType: oc.momentDType(), FusedOptimizer: fused}
+				it := llama.Itemize(cfg, w)
+				b := float64(engine.SumBytes(it.Weights, it.Gradients, it.Optimizer)) / float64(cfg.Params().Total)
+				out = append(out, StateBytes{Master: master, Moments: moments, Fused: fused, Bytes: b})
+			}
 		}
 	}
 	return out

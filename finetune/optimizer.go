@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/memtrain/memtrain/engine"
+	"github.com/memtrain/memtrain/engine/llama"
 )
 
 // OptimizerConfig chooses and tunes the optimizer.
@@ -16,6 +17,7 @@ type OptimizerConfig struct {
 	WeightDecay float64 `yaml:"weight_decay" json:"weight_decay" default:"0.1" help:"decoupled weight decay: p -= lr·wd·p before the update"`
 	DecayNorms  bool    `yaml:"decay_norms" json:"decay_norms" help:"apply weight decay to RMSNorm weights too (off by default, as is usual)"`
 	Moments     string  `yaml:"moments" json:"moments" default:"fp32" help:"AdamW's moments: fp32; bf16 (2 bytes each, updated in float32 and rounded stochastically, keyed by the seed, step, tensor and element, so alike on every grid); or int8 (1 byte each and a float32 scale a block of 64 columns: m linear, v in the fourth-root domain, rounded stochastically alike; not with zero 1). CPU backend"`
+	Fused       bool    `yaml:"fused" help:"apply AdamW unit by unit during the backward pass (a layer's, the head's, the embedding's weights as soon as their gradients are final), so that no whole-model gradient is held: 4 bytes a parameter fewer, bit for bit the same steps; one micro-batch a step (batch_size = micro_batch), full fine-tuning, zero 0; with clip > 0 a norm-only forward and backward first, about twice a step's compute"`
 	// Seed keys bf16 and 8-bit moments' stochastic rounding (a run's
 	// seed; newRunOptimizer sets it).
 	Seed uint64 `yaml:"-" json:"-"`
@@ -37,6 +39,8 @@ func (c OptimizerConfig) Validate() error {
 		return fmt.Errorf("finetune: moments %q (want fp32, bf16 or int8)", c.Moments)
 	case c.compactMoments() && c.Name != "adamw":
 		return fmt.Errorf("finetune: %s moments are AdamW's; optimizer %s has none", c.Moments, c.Name)
+	case c.Fused && c.Name != "adamw":
+		return fmt.Errorf("finetune: optimizer.fused: true fuses AdamW's step into the backward; optimizer.name is %s (want adamw)", c.Name)
 	}
 	if c.WeightDecay < 0 || math.IsInf(c.WeightDecay, 0) || math.IsNaN(c.WeightDecay) {
 		return fmt.Errorf("finetune: weight decay %v (want ≥ 0)", c.WeightDecay)
@@ -55,6 +59,7 @@ type Optimizer struct {
 	m, v    []*engine.Tensor      // AdamW moments, parallel to params; nil for SGD
 	int8    []*engine.Int8Moments // 8-bit moments' scales and pieces, parallel to params; nil otherwise
 	fused   []engine.AdamWTensors // params with their moments and decay, for AdamWStep
+	index   map[*engine.Param]int // each param's place in params, for a fused step's units (AdamW)
 	zero    *zeroShard            // ZeRO-1's chunks (zero.go); nil without
 	// Step counts the updates done; AdamW's bias correction uses it.
 	Step int
@@ -70,14 +75,50 @@ func NewOptimizer(b engine.Backend, params []*engine.Param, cfg OptimizerConfig)
 	}
 	o := &Optimizer{cfg: cfg, backend: b, params: params}
 	if cfg.Name == "adamw" {
+		o.index = map[*engine.Param]int{}
 		for i, p := range params {
-			o.m = append(o.m, b.Alloc(cfg.momentDType(), p.Grad.Shape...))
-			o.v = append(o.v, b.Alloc(cfg.momentDType(), p.Grad.Shape...))
+			// A fused optimizer's model has no gradients outside its
+			// step: the moments take the shard's shape from its weight.
+			shape := llama.ShardShape(p)
+			o.m = append(o.m, b.Alloc(cfg.momentDType(), shape...))
+			o.v = append(o.v, b.Alloc(cfg.momentDType(), shape...))
 			o.fused = append(o.fused, engine.AdamWTensors{Param: p.Value, Grad: p.Grad, M: o.m[i], V: o.v[i],
 				Copy: p.Copy, Low: p.Low, Round: cfg.round(p, 0), Int8: o.newInt8(p), WeightDecay: float32(o.weightDecay(p))})
+			o.index[p] = i
 		}
 	}
 	return o, nil
+}
+
+// unitStep is one AdamW step at h applied unit by unit: the llama.Updater
+// of a fused step (llama.Options.FusedOptimizer), whose gradients exist
+// only while their unit is updated.
+type unitStep struct {
+	o *Optimizer
+	h engine.AdamWParams
+}
+
+// UpdateUnit is AdamWStep on params alone, with their gradients of now:
+// elementwise, so bit for bit those params' part of one AdamWStep over
+// every parameter with the same control values.
+func (u unitStep) UpdateUnit(params []*engine.Param, ctl *engine.Tensor, maxNorm float32) {
+	ts := make([]engine.AdamWTensors, len(params))
+	for k, p := range params {
+		i, ok := u.o.index[p]
+		if !ok {
+			panic("finetune: fused step of a parameter the optimizer does not hold: " + p.Name)
+		}
+		ts[k] = u.o.fused[i]
+		ts[k].Grad = p.Grad
+	}
+	u.o.backend.AdamWStep(ts, u.h, maxNorm, ctl)
+}
+
+// hyper are AdamW's hyper-parameters for the step at lr that o.Step
+// counts.
+func (o *Optimizer) hyper(lr float64) engine.AdamWParams {
+	return engine.AdamWParams{LR: float32(lr), Beta1: float32(o.cfg.Beta1), Beta2: float32(o.cfg.Beta2),
+		Eps: float32(o.cfg.Eps), Step: o.Step}
 }
 
 // momentDType is the dtype AdamW's moments are held in.
@@ -135,10 +176,7 @@ func (o *Optimizer) weightDecay(p *engine.Param) float64 {
 // update when ctl's norm or loss is not finite (Backend.AdamWStep).
 func (o *Optimizer) updateClipped(lr, maxNorm float64, ctl *engine.Tensor) error {
 	o.Step++
-	o.backend.AdamWStep(o.fused, engine.AdamWParams{
-		LR: float32(lr), Beta1: float32(o.cfg.Beta1), Beta2: float32(o.cfg.Beta2),
-		Eps: float32(o.cfg.Eps), Step: o.Step,
-	}, float32(maxNorm), ctl)
+	o.backend.AdamWStep(o.fused, o.hyper(lr), float32(maxNorm), ctl)
 	if o.zero != nil {
 		// A step skipped on a non-finite norm or loss left every chunk
 		// as it was; gathering them is harmless.
@@ -191,7 +229,7 @@ func (o *Optimizer) newInt8(p *engine.Param) *engine.Int8Moments {
 		return nil
 	}
 	ix := engine.ElementIndex{Shard: p.Shard, Cols: p.Full[len(p.Full)-1]}
-	q := &engine.Int8Moments{Starts: engine.Int8Pieces(ix, p.Grad.Len())}
+	q := &engine.Int8Moments{Starts: engine.Int8Pieces(ix, engine.Elements(llama.ShardShape(p)))}
 	q.MScale, q.VScale = o.backend.Alloc(engine.F32, len(q.Starts)-1), o.backend.Alloc(engine.F32, len(q.Starts)-1)
 	o.int8 = append(o.int8, q)
 	return q

@@ -107,7 +107,7 @@ func work(cfg Config, model *checkpoints.Config, store *data.Store, g comm.Grid,
 		w.Moments = 2
 	}
 	w.Zero = cfg.Zero
-	w.MomentDType, w.SplitMaster = cfg.Optimizer.momentDType(), opt.SplitMaster
+	w.MomentDType, w.SplitMaster, w.FusedOptimizer = cfg.Optimizer.momentDType(), opt.SplitMaster, opt.FusedOptimizer
 	w.Snapshot = cfg.SaveAsync
 	if cfg.EvalEvery > 0 && store.NumSequences(data.Holdout) > 0 {
 		batch := cfg.EvalBatch

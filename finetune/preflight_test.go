@@ -118,6 +118,8 @@ func TestWork(t *testing.T) {
 			grid, llama.Work{Grid: grid, Train: true, Micro: 1, Moments: 2, Batch: 2, SeqLen: sweepT, EvalBatch: 4}},
 		{"lora keeps a bf16 base as bf16", func(c *Config) { c.LoRA.Rank = 8 }, comm.Grid{},
 			llama.Work{Train: true, Micro: 2, Moments: 2, Batch: 4, SeqLen: sweepT, BaseDType: engine.BF16}},
+		{"a fused optimizer holds the units' gradients in flight", func(c *Config) { c.Optimizer.Fused, c.BatchSize = true, 4 }, comm.Grid{},
+			llama.Work{Train: true, Micro: 1, Moments: 2, Batch: 4, SeqLen: sweepT, FusedOptimizer: true}},
 		{"lora on a base held in f32", func(c *Config) { c.LoRA.Rank, c.LoRA.BaseDType = 8, "f32" }, comm.Grid{},
 			llama.Work{Train: true, Micro: 2, Moments: 2, Batch: 4, SeqLen: sweepT, BaseDType: engine.F32}},
 	}

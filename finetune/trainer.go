@@ -599,7 +599,7 @@ func (c *Config) ModelOptions(mc *checkpoints.Config) (llama.Options, error) {
 	if err != nil {
 		return llama.Options{}, err
 	}
-	opt := llama.Options{Recompute: llama.Recompute(c.Recompute), Activations: act, SplitMaster: c.Master == "split"}
+	opt := llama.Options{Recompute: llama.Recompute(c.Recompute), Activations: act, SplitMaster: c.Master == "split", FusedOptimizer: c.Optimizer.Fused}
 	base, err := filepath.Abs(c.Model)
 	if err != nil {
 		base = c.Model

@@ -43,6 +43,7 @@ type planFlags struct {
 	latencySet  bool    // --latency given (0 is a latency)
 	microBatch  int
 	zero        int
+	fused       bool
 	lora        int // LoRA rank, 0: full fine-tuning
 	cheapest    bool
 	fsBandwidth float64 // GB/s
@@ -120,9 +121,10 @@ Devices:
 	fl.Float64Var(&f.fsBandwidth, "fs-bandwidth", perfmodel.DefaultFSBandwidth/1e9, "the shared filesystem's aggregate write bandwidth, GB/s, for the checkpoint's save time")
 	options.IntRange(fl, &f.microBatch, "micro-batch", 0, 1, units.MaxCount, "try every size", "sequences per micro-batch over the whole grid, as finetune's micro_batch (default: try every size)")
 	options.IntRange(fl, &f.zero, "zero", 0, 0, 1, "", "the ZeRO stage, as finetune's zero: 0 (none) or 1 (AdamW's moments sharded over the data ranks)")
+	fl.BoolVar(&f.fused, "fused", false, "plan with AdamW fused into the backward, as finetune's optimizer.fused: no whole-model gradient; one micro-batch a step, a norm-only pass first (clip 1)")
 	fl.StringVar(&f.precision, "precision", "f32", "the engine's precision, as finetune's precision: f32, or bf16 (mixed)")
 	options.IntRange(fl, &f.lora, "lora", 0, 1, checkpoints.MaxLoRARank, "full fine-tuning", "plan a LoRA fine-tune of this rank on q, k, v and o_proj, the base frozen in bf16 (0: full fine-tuning)")
-	fl.BoolVar(&f.cheapest, "cheapest", false, "search the optimizer state too (zero 0/1, master fp32/split, moments fp32/bf16/int8) and up to --gpus GPUs: print the fewest GPUs that fit, exact options first, then the fastest")
+	fl.BoolVar(&f.cheapest, "cheapest", false, "search the optimizer state too (zero 0/1, master fp32/split, moments fp32/bf16/int8, optimizer fused or not) and up to --gpus GPUs: print the fewest GPUs that fit, exact options first, then the fastest")
 	fl.StringVar(&f.measured, "measured", "", "'memtrain bench step' results (JSON lines) whose measured steps replace the modelled ones they match")
 	return cmd
 }
@@ -203,7 +205,7 @@ func runPlan(out io.Writer, f planFlags) error {
 	if err != nil {
 		return fmt.Errorf("plan: %s: --seq-len %w", f.model, err)
 	}
-	opt := perfmodel.Options{Precision: prec, Recompute: rec, NoOverlap: !f.overlap, Efficiency: f.efficiency, TopK: f.top, MicroBatch: f.microBatch, FSBandwidth: f.fsBandwidth * 1e9, Zero: f.zero, LoRA: f.lora, Cheapest: f.cheapest}
+	opt := perfmodel.Options{Precision: prec, Recompute: rec, NoOverlap: !f.overlap, Efficiency: f.efficiency, TopK: f.top, MicroBatch: f.microBatch, FSBandwidth: f.fsBandwidth * 1e9, Zero: f.zero, Fused: f.fused, LoRA: f.lora, Cheapest: f.cheapest}
 	if f.measured != "" {
 		if opt.Measured, err = perfmodel.ReadMeasurements(f.measured); err != nil {
 			return fmt.Errorf("plan: --measured: %w", err)

@@ -185,7 +185,7 @@ func (m *Model) endBackwardReduce() {
 		return
 	}
 	for _, p := range m.Trainable() {
-		if p.Grad != nil && !r.final[p] {
+		if (p.Grad != nil || m.fused != nil) && !r.final[p] { // a fused step's are freed by now
 			panic(fmt.Sprintf("llama: gradient of %s never marked final in the backward", p.Name))
 		}
 	}
@@ -230,6 +230,9 @@ func (r *gradReduce) inFlight() bool { return r.bs != nil }
 // each is waited for in turn. The sums are those of one all-reduce a
 // gradient, and each gradient counts as one.
 func (m *Model) ReduceGradients() (err error) {
+	if m.Options.FusedOptimizer {
+		return errFusedPass // FusedStep sums each unit's in its backward
+	}
 	g := m.Options.Parallel
 	if g == nil {
 		return nil

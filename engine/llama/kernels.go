@@ -13,7 +13,12 @@ import (
 
 // Kernels lists, in launch order, the backend calls that one optimizer
 // step of w makes on a rank, as finetune's TrainStep and engine/bench's
-// Trainer take it: the gradients zeroed (ZeroGrads), w.Micro
+// Trainer take it. With w.FusedOptimizer it is FusedStep's (fused.go):
+// one micro-batch's passes — with w.Clip the norm-only one and the step's
+// sums first — each unit's gradients zeroed where the backward reaches
+// it and updated (AdamWStep over the unit) or squared where it leaves
+// it, and the one read; the gradients' allocations (Empty, Free) are not
+// kernels, and are left out. Otherwise: the gradients zeroed (ZeroGrads), w.Micro
 // micro-batches of w.Batch sequences of w.SeqLen tokens each uploaded and
 // run forward and backward (ForwardBackwardSum: the embedding, each
 // block's forward, the head and loss chunk by chunk, the final norm's and
@@ -55,6 +60,8 @@ func checkKernelWork(cfg *checkpoints.Config, w Work) error {
 		return errors.New("llama: the kernel list does not cover adapters")
 	case w.Moments != 2:
 		return fmt.Errorf("llama: the kernel list is of an AdamW step (2 moments), not %d", w.Moments)
+	case w.FusedOptimizer && w.Micro != 1:
+		return fmt.Errorf("llama: a fused optimizer step is of one micro-batch, not %d", w.Micro)
 	}
 	if g != (comm.Grid{}) {
 		if err := parallel.Check(cfg, g); err != nil {
@@ -122,6 +129,17 @@ type kernelList struct {
 	// model's flatRowsLimit, which the tests set).
 	flatRows int
 	list     []engine.Kernel
+	// fused is the fused step's pass being listed (Work.FusedOptimizer),
+	// nil otherwise.
+	fused *kfused
+}
+
+// kfused is a fused step's pass as the list sees it (fused.go's
+// fusedPass): update, or the norm-only pass; clip, whether the step
+// clips (so took the norm-only pass first); moments, the moments' dtype.
+type kfused struct {
+	update, clip bool
+	w            Work
 }
 
 func (k *kernelList) add(op string, ops ...engine.Operand) {
@@ -218,20 +236,27 @@ func (k *kernelList) weight(rows, cols int) engine.Operand { return k.act(rows, 
 func (k *kernelList) step(w Work) {
 	k.ps = k.params()
 	ps := k.ps.list(k)
+	if w.FusedOptimizer {
+		k.fusedStep(w, ps)
+		return
+	}
 	for _, p := range ps { // ZeroGrads
 		k.add("Fill", k.f32(p.shape...))
 	}
 	for i := 0; i < w.Micro; i++ {
-		start := len(k.list)
 		k.forwardBackwardSum(w.Batch, w.SeqLen)
-		k.passes[len(k.passes)-1][0] = start
 	}
 	k.finishStep(ps, w.Micro)
-	// AdamWStep: each parameter's value, gradient, moments and copy. A
-	// split master's halves are read and written as a float32's four
-	// bytes, its copy one of them (no copy written beside). Compact
-	// moments move their own bytes, 8-bit ones with their scales
-	// (engine.Kernel.Cost counts them from the I8 operands' shapes).
+	k.adamWStep(w, ps)
+	k.add("Download", k.f32(4)) // StepSums.Read
+}
+
+// adamWStep is an AdamWStep over ps: each parameter's value, gradient,
+// moments and copy. A split master's halves are read and written as a
+// float32's four bytes, its copy one of them (no copy written beside).
+// Compact moments move their own bytes, 8-bit ones with their scales
+// (engine.Kernel.Cost counts them from the I8 operands' shapes).
+func (k *kernelList) adamWStep(w Work, ps []kparam) {
 	var ops []engine.Operand
 	for _, p := range ps {
 		c := engine.Operand{}
@@ -245,13 +270,73 @@ func (k *kernelList) step(w Work) {
 		ops = append(ops, f, f, mom, mom, c)
 	}
 	k.add("AdamWStep", append(ops, k.f32(2))...)
+}
+
+// fusedStep is FusedStep's (Work.FusedOptimizer) and the one read: with
+// Work.Clip the norm-only pass and the step's sums, then the pass that
+// updates; without, the pass that updates and the step's sums at its end.
+func (k *kernelList) fusedStep(w Work, ps []kparam) {
+	if w.Clip {
+		k.fused = &kfused{clip: true, w: w}
+		k.forwardBackwardSum(w.Batch, w.SeqLen)
+		k.add("Sum", k.f32(1), k.f32(1)) // sumLosses, one micro-batch
+		k.add("Sum", k.f32(1), k.f32(1))
+		k.sumNorm(len(ps))
+	}
+	k.fused = &kfused{update: true, clip: w.Clip, w: w}
+	k.forwardBackwardSum(w.Batch, w.SeqLen)
+	if !w.Clip {
+		k.add("Sum", k.f32(1), k.f32(1)) // sumLosses again, as FinishStep
+		k.add("Sum", k.f32(1), k.f32(1))
+		k.sumNorm(len(ps))
+	}
+	k.fused = nil
 	k.add("Download", k.f32(4)) // StepSums.Read
+}
+
+// fusedBegin is fusedBegin's: each gradient of the unit ps zeroed.
+func (k *kernelList) fusedBegin(ps ...kparam) {
+	if k.fused == nil {
+		return
+	}
+	for _, p := range ps {
+		k.add("Fill", k.f32(p.shape...))
+	}
+}
+
+// fusedDone is fusedDone's for the unit ps: its Z chunks added, then
+// its update, or its squares (and without clipping its own norm's sums)
+// and the update.
+func (k *kernelList) fusedDone(ps ...kparam) {
+	f := k.fused
+	if f == nil {
+		return
+	}
+	if k.z {
+		k.zFinish(true)
+	}
+	if f.update && f.clip {
+		k.adamWStep(f.w, ps)
+		return
+	}
+	// The unit's squares: rank 0, whose list this is, counts every
+	// tensor, so they are one range of slots.
+	ops := []engine.Operand{k.f32(len(ps))}
+	for _, p := range ps {
+		ops = append(ops, k.f32(p.shape...))
+	}
+	k.add("SumSquaresMulti", ops...)
+	if !f.update {
+		return
+	}
+	k.add("Sum", k.f32(1), k.f32(len(ps))) // the unit's own ‖g‖²
+	k.adamWStep(f.w, ps)
 }
 
 // forwardBackwardSum is ForwardBackwardSum's: upload, forward,
 // tokenLossSums (headLoss and the sums), backward.
 func (k *kernelList) forwardBackwardSum(B, T int) {
-	N := B * T
+	N, start := B*T, len(k.list)
 	k.add("UploadInt32", k.i32(N)) // ids
 	if k.d.y > 1 {                 // vocabSlice: the ids within this rank's slice, and its mask
 		k.add("UploadInt32", k.i32(N))
@@ -260,13 +345,22 @@ func (k *kernelList) forwardBackwardSum(B, T int) {
 	k.add("UploadInt32", k.i32(N)) // targets
 	k.add("Upload", k.f32(N))      // weights
 	k.forward(B, T)
-	k.passes = append(k.passes, [3]int{0, len(k.list), 0})
+	k.passes = append(k.passes, [3]int{start, len(k.list), 0})
+	if k.cfg.TieWordEmbeddings {
+		k.fusedBegin(k.ps.embed)
+	} else {
+		k.fusedBegin(k.ps.head)
+	}
 	if k.headLoss(N) { // the vocabulary-parallel loss's sums, from the host
 		k.add("Upload", k.f32(1))
 		k.add("Upload", k.f32(1))
 	} else {
 		k.add("Fill", k.f32(1))          // the report slot: no report weights
 		k.add("Sum", k.f32(1), k.f32(N)) // the micro-batch's loss sum
+	}
+	if f := k.fused; f != nil && f.update && !f.clip { // the loss, summed before the first update
+		k.add("Sum", k.f32(1), k.f32(1))
+		k.add("Sum", k.f32(1), k.f32(1))
 	}
 	k.backward(B, T)
 	k.passes[len(k.passes)-1][2] = len(k.list)
@@ -519,7 +613,14 @@ func (k *kernelList) vocabCrossEntropy(n int) {
 func (k *kernelList) backward(B, T int) {
 	d, N := k.d, B*T
 	H := d.H
+	if !k.cfg.TieWordEmbeddings {
+		k.fusedDone(k.ps.head)
+	}
+	k.fusedBegin(k.ps.norm)
 	k.rmsnormBackward(N, k.f32(N, H)) // the final norm: dx from dlnf (F32)
+	k.fusedDone(k.ps.norm)
+	lp := k.ps.layer
+	layer := []kparam{lp.q, lp.k, lp.v, lp.o, lp.gate, lp.up, lp.down, lp.attnNorm, lp.mlpNorm}
 	for l := d.L - 1; l >= 0; l-- {
 		switch k.recompute {
 		case RecomputeFull:
@@ -529,8 +630,14 @@ func (k *kernelList) backward(B, T int) {
 				k.recomputeSelective(N)
 			}
 		}
+		k.fusedBegin(layer...)
 		k.blockBackward(B, T)
+		k.fusedDone(layer...)
 	}
+	if !k.cfg.TieWordEmbeddings { // a tied one's since the head
+		k.fusedBegin(k.ps.embed)
+	}
+	defer k.fusedDone(k.ps.embed)
 	grad := k.f32(k.ps.embed.shape...)
 	if k.z { // embedBlock: the tied buffer, or the shared one zeroed
 		grad = k.f32(k.ps.embed.rows, k.ps.embed.cols)
@@ -594,7 +701,14 @@ func (k *kernelList) finishStep(ps []kparam, micro int) {
 		ops = append(ops, k.f32(p.shape...))
 	}
 	k.add("SumSquaresMulti", ops...)
-	k.add("Sum", k.f32(1), k.f32(len(ps)))
+	k.sumNorm(len(ps))
+}
+
+// sumNorm is sumNorm's and exchangeStep's for n tensors: the squares of
+// those the rank counts summed (at rank 0 of a grid, as on one rank,
+// every one), then the others' (none), and ‖g‖² = the two's sum.
+func (k *kernelList) sumNorm(n int) {
+	k.add("Sum", k.f32(1), k.f32(n))
 	k.add("Sum", k.f32(1), k.f32(0))
 	k.add("Add", k.f32(1), k.f32(1), k.f32(1))
 }

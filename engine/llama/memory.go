@@ -44,6 +44,14 @@ type Work struct {
 	// float32 master is its BF16 copy and a 16-bit residual, so Weights
 	// count 4 bytes for master and copy instead of 6.
 	SplitMaster bool
+	// FusedOptimizer is Options.FusedOptimizer: the gradients are those
+	// of the units in flight in the backward (fusedGradElements), not
+	// every shard's.
+	FusedOptimizer bool
+	// Clip, with FusedOptimizer, is a step that clips its gradients: a
+	// norm-only forward and backward first (fused.go). It changes the
+	// step's kernels (Kernels), not its memory.
+	Clip bool
 	// Batch and SeqLen are one pass on a rank: its sequences and their
 	// tokens. SeqLen 0 sizes the parameters alone.
 	Batch, SeqLen int
@@ -117,7 +125,8 @@ type Items struct {
 	Weights int64
 	// Gradients are the gradients a model allocates beside them: every
 	// shard's, or with adapters the adapters' and the frozen norms'
-	// discarded one.
+	// discarded one; with a fused optimizer, the most that the units in
+	// flight hold at once.
 	Gradients int64
 	// Optimizer is the optimizer's moments.
 	Optimizer int64
@@ -190,6 +199,9 @@ func Itemize(cfg *checkpoints.Config, w Work) Items {
 		m.Weights = engine.SumBytes(m.Weights, engine.MulBytes(local-norms, 2))
 	}
 	m.Gradients = engine.MulBytes(local, 4)
+	if w.FusedOptimizer {
+		m.Gradients = engine.MulBytes(fusedGradElements(cfg, w.Grid), 4)
+	}
 	m.Optimizer = engine.MulBytes(moments, local, momentSize)
 	if w.MomentDType == engine.I8 {
 		m.Optimizer = engine.SumBytes(m.Optimizer, engine.MulBytes(moments, shardPieces(cfg, w.Grid), 4))

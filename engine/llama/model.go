@@ -94,6 +94,20 @@ type Options struct {
 	// unsplit master's is rounded to nearest even: the two differ on
 	// exact ties only.
 	SplitMaster bool
+	// FusedOptimizer fuses the optimizer step into the backward pass
+	// (fused.go, FusedStep): no gradient is allocated by New; each unit's
+	// gradients (the LM head, the final norm, a decoder layer, the
+	// embedding) are allocated when the backward reaches the unit, summed
+	// over the data and Z ranks when final, handed to the step's Updater
+	// and freed, so that only the units in flight hold gradients
+	// (Work.FusedOptimizer counts them). With one micro-batch the
+	// weights are bit for bit those of ForwardBackwardSum, FinishStep and
+	// one AdamWStep; clipping (a positive maxNorm) costs a second forward
+	// and backward, a norm-only pass first. It needs full fine-tuning (no
+	// adapters) and the reduction in the backward (not
+	// ReduceAfterBackward); the other training passes (ForwardBackward,
+	// ForwardBackwardSum) are refused.
+	FusedOptimizer bool
 }
 
 // DefaultGradientBucketBytes is the default gradient bucket, 25 MiB:
@@ -148,6 +162,10 @@ type Model struct {
 	// reduce is the gradient reduction of the step in progress, begun in
 	// its last micro-batch's backward (buckets.go).
 	reduce gradReduce
+	// fused is the fused step's pass in progress (fused.go), nil outside
+	// one; slots are each trainable tensor's slot in the step's sums.
+	fused *fusedPass
+	slots map[*engine.Param]int
 	// flatRowsLimit, when positive, replaces flatRows' int32 bound (the
 	// tests make it small to run the chunked path on tiny shapes).
 	flatRowsLimit int
@@ -177,6 +195,9 @@ func New(b engine.Backend, cfg *checkpoints.Config, opt Options) (*Model, error)
 		return nil, err
 	}
 	if err := checkFamily(cfg); err != nil {
+		return nil, err
+	}
+	if err := checkFused(opt); err != nil {
 		return nil, err
 	}
 	g := opt.Parallel
@@ -212,7 +233,9 @@ func New(b engine.Backend, cfg *checkpoints.Config, opt Options) (*Model, error)
 			Decay: s.Role.Matrix(),
 		}
 		if opt.LoRA == nil {
-			p.Grad = b.Alloc(engine.F32, shape...)
+			if !opt.FusedOptimizer { // fused: allocated unit by unit in the backward
+				p.Grad = b.Alloc(engine.F32, shape...)
+			}
 			if opt.Activations == engine.BF16 && s.Role.Matrix() {
 				p.Copy = b.Alloc(engine.BF16, shape...)
 			}
@@ -584,7 +607,9 @@ func (m *Model) Weights() []checkpoints.Tensor {
 func (m *Model) ZeroGrads() {
 	m.reduce.abandon()
 	for _, p := range m.Trainable() {
-		m.backend.Fill(p.Grad, 0)
+		if p.Grad != nil { // a fused optimizer's are allocated in the pass
+			m.backend.Fill(p.Grad, 0)
+		}
 	}
 }
 
@@ -592,6 +617,9 @@ func (m *Model) ZeroGrads() {
 // parameter order. On a grid it is collective: each distinct element
 // counts once, whichever ranks hold copies of it (countsGrad).
 func (m *Model) GradNorm() (float64, error) {
+	if m.Options.FusedOptimizer {
+		return 0, errFusedPass // no gradients outside FusedStep
+	}
 	if m.reduce.inFlight() {
 		return 0, errors.New("llama: GradNorm before ReduceGradients: the gradients' sums are still in flight")
 	}

@@ -94,6 +94,9 @@ func (m *Model) ForwardBackwardSum(batch Batch, scale float32, s *StepSums, i in
 	if i < 0 || i >= s.micro {
 		return errors.New("llama: micro-batch slot out of range of the step's sums")
 	}
+	if m.Options.FusedOptimizer {
+		return errFusedPass
+	}
 	defer recoverComm(&err)
 	ws, err := m.upload(batch, true)
 	if err != nil {
@@ -152,38 +155,71 @@ func (m *Model) FinishStep(s *StepSums, micro int) (err error) {
 	if micro < 1 || micro > s.micro {
 		return errors.New("llama: micro-batch count out of range of the step's sums")
 	}
+	if m.Options.FusedOptimizer {
+		return errFusedPass // FusedStep leaves the sums finished
+	}
 	if m.reduce.inFlight() {
 		return errors.New("llama: FinishStep before ReduceGradients: the gradients' sums are still in flight")
 	}
 	defer recoverComm(&err)
-	b, t := m.backend, s.t
-	b.Sum(t.View(1, 1), t.View(stepSumsFixed, micro))
-	b.Sum(t.View(3, 1), t.View(stepSumsFixed+s.micro, micro))
-	g := m.Options.Parallel
-	params := m.Trainable()
-	slots := stepSumsFixed + 2*s.micro
+	m.sumLosses(s, micro)
 	// Every gradient's squares in one multi-tensor launch pair, the
 	// counted ones first: the slots' layout.
 	grads := s.grads[:0]
-	for _, p := range params {
-		if m.countsGrad(p) {
-			grads = append(grads, p.Grad)
+	for _, counted := range []bool{true, false} {
+		for _, p := range m.Trainable() {
+			if m.countsGrad(p) == counted {
+				grads = append(grads, p.Grad)
+			}
 		}
 	}
-	counted := len(grads)
-	for _, p := range params {
-		if !m.countsGrad(p) {
-			grads = append(grads, p.Grad)
-		}
-	}
-	copies := len(grads) - counted
 	s.grads = grads
-	b.SumSquaresMulti(t.View(slots, len(grads)), grads)
+	m.backend.SumSquaresMulti(s.t.View(stepSumsFixed+2*s.micro, len(grads)), grads)
+	m.sumNorm(s)
+	m.exchangeStep(s)
+	return nil
+}
+
+// sumLosses writes the step's loss sums, [1] and [3], from its micro
+// micro-batches' slots.
+func (m *Model) sumLosses(s *StepSums, micro int) {
+	b, t := m.backend, s.t
+	b.Sum(t.View(1, 1), t.View(stepSumsFixed, micro))
+	b.Sum(t.View(3, 1), t.View(stepSumsFixed+s.micro, micro))
+}
+
+// gradCounts are how many trainable tensors this rank counts in the
+// gradient norm (countsGrad) and how many it holds copies of.
+func (m *Model) gradCounts() (counted, copies int) {
+	for _, p := range m.Trainable() {
+		if m.countsGrad(p) {
+			counted++
+		} else {
+			copies++
+		}
+	}
+	return counted, copies
+}
+
+// sumNorm writes the squared norms of the tensors this rank counts, [0],
+// and of its copies, [2], from the tensors' slots.
+func (m *Model) sumNorm(s *StepSums) {
+	b, t := m.backend, s.t
+	slots := stepSumsFixed + 2*s.micro
+	counted, copies := m.gradCounts()
 	b.Sum(t.View(0, 1), t.View(slots, counted))
 	b.Sum(t.View(2, 1), t.View(slots+counted, copies))
-	if g != nil && g.World.Size() > 1 {
+}
+
+// exchangeStep sums the step's norm and loss sums, [0, 4), over a grid's
+// world in one all-reduce, each counted once (FinishStep says by which
+// ranks; the copies' sum dropped), and leaves the total ‖g‖² in [0].
+func (m *Model) exchangeStep(s *StepSums) {
+	b, t := m.backend, s.t
+	if g := m.Options.Parallel; g != nil && g.World.Size() > 1 {
 		// The copies' sum is dropped where it holds any (it is zero
 		// already where every tensor counts: rank 0).
+		_, copies := m.gradCounts()
 		counts := [4]bool{true, g.CountsBatch(), copies == 0, g.CountsBatch()}
 		for k, c := range counts {
 			if !c {
@@ -193,7 +229,6 @@ func (m *Model) FinishStep(s *StepSums, micro int) (err error) {
 		check(g.World.AllReduce(t.View(0, 4)))
 	}
 	b.Add(t.View(0, 1), t.View(0, 1), t.View(2, 1))
-	return nil
 }
 
 // StepValues are what Read returns: the global batch's loss sums and the

@@ -308,6 +308,9 @@ func (m *Model) ForwardBackward(batch Batch, scale float32) (l Loss, err error) 
 	if scale == 0 || math.IsNaN(float64(scale)) {
 		return Loss{}, errors.New("llama: gradient scale must be non-zero")
 	}
+	if m.Options.FusedOptimizer {
+		return Loss{}, errFusedPass
+	}
 	defer recoverComm(&err)
 	ws, err := m.upload(batch, true)
 	if err != nil {
@@ -348,9 +351,12 @@ func (m *Model) backward(ws *workspace) {
 	B, T, L := ws.B, ws.T, len(m.Layers)
 	if m.Head != m.Embed {
 		m.wroteGrad(m.Head) // headLoss wrote its last chunk (a tied head's is not the last write)
+		m.fusedDone(m.Head)
 	}
+	m.fusedBegin(m.Norm)
 	m.rmsnormBackward(g.dx, m.Norm, g.dlnf, ws.inputs[L], ws.lnf, ws.rstdf, ws.sc)
 	m.wroteGrad(m.Norm)
+	m.fusedDone(m.Norm)
 	for l := L - 1; l >= 0; l-- {
 		w := blockOf(m.nextWeights(m.units.layers[l]))
 		a := ws.layers[min(l, len(ws.layers)-1)]
@@ -364,9 +370,12 @@ func (m *Model) backward(ws *workspace) {
 				m.recomputeSelective(l, a, ws.inputs[l], ws.sc)
 			}
 		}
+		m.fusedBegin(m.layerParams(l)...)
 		m.blockBackward(l, w, a, ws.inputs[l], g.dx, ws.pos, g, ws.sc, ws.lora, B, T)
 		m.layerGradsFinal(l)
+		m.fusedDone(m.layerParams(l)...)
 	}
+	m.fusedBegin(m.Embed)
 	if m.Embed.Grad != nil { // a frozen embedding (adapters) takes no gradient
 		m.embedBackward(g.dx, ws.ids, ws.sc)
 		m.wroteGrad(m.Embed)
@@ -374,6 +383,7 @@ func (m *Model) backward(ws *workspace) {
 	if m.zg != nil {
 		m.zg.finish(m, nil)
 	}
+	m.fusedDone(m.Embed)
 	m.endBackwardReduce()
 }
 

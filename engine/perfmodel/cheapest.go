@@ -32,7 +32,9 @@ func Choose(j Job, o Options) (Choice, error) {
 
 // Cheapest searches the optimizer-state options as well as the grids:
 // ZeRO 0 and 1, the split master (in mixed precision, without adapters)
-// or not, float32, bf16 or 8-bit moments (the last without ZeRO), each
+// or not, float32, bf16 or 8-bit moments (the last without ZeRO), the
+// optimizer fused into the backward or not (without ZeRO or adapters;
+// exact, but a second pass: the faster step wins when both fit), each
 // with Search's grids, micro-batches and recomputation, on at most
 // j.GPUs devices. It returns the fewest GPUs (the powers of two below
 // j.GPUs, then j.GPUs) on which some option set fits; of the option
@@ -88,16 +90,22 @@ func stateOptions(o Options) []Options {
 	if o.Precision == engine.PrecisionBF16 && o.LoRA == 0 {
 		splits = append(splits, true)
 	}
+	fused := []bool{false}
+	if o.LoRA == 0 {
+		fused = append(fused, true)
+	}
 	var out []Options
 	for _, zero := range []int{0, 1} {
 		for _, split := range splits {
 			for _, m := range []engine.DType{engine.F32, engine.BF16, engine.I8} {
-				if m == engine.I8 && zero != 0 {
-					continue
+				for _, f := range fused {
+					if m == engine.I8 && zero != 0 || f && zero != 0 {
+						continue
+					}
+					v := o
+					v.Zero, v.SplitMaster, v.Moments, v.Fused = zero, split, m, f
+					out = append(out, v)
 				}
-				v := o
-				v.Zero, v.SplitMaster, v.Moments = zero, split, m
-				out = append(out, v)
 			}
 		}
 	}

@@ -180,7 +180,8 @@ func Collectives(cfg *checkpoints.Config, s Step) ([]Collective, error) {
 	return CollectivesWith(cfg, s, Options{})
 }
 
-// CollectivesWith is Collectives at o's precision and ZeRO stage. In
+// CollectivesWith is Collectives at o's precision, ZeRO stage and fused
+// optimizer (Options.Fused: every pass's collectives twice). In
 // mixed precision the Z all-gathers move the weights' bf16 copies (2
 // bytes an element). With ZeRO (o.Zero 1) the gradients are all-reduced
 // over data as without, and then each weight shard's updated elements —
@@ -198,6 +199,13 @@ func collectives(cfg *checkpoints.Config, s Step, o Options) []Collective {
 	g := s.Grid
 	m := int64(s.MicroBatch) * int64(s.SeqLen)
 	n, L := s.MicroBatches, cfg.NumHiddenLayers
+	// The gradients' data sums: once a step, in the last backward; with a
+	// fused optimizer (two passes, Options.Fused) in each pass, each
+	// unit's waited for before its update.
+	gradCalls, gradOv := 1, HiddenByLastBackward
+	if o.Fused {
+		n, gradCalls, gradOv = 2*n, 2, Blocking
+	}
 	// fwd is the forwards of a layer's linears a micro-batch; sums those
 	// of its norms, whose sums of squares selective recomputation also
 	// makes again, for every layer but the last.
@@ -226,7 +234,7 @@ func collectives(cfg *checkpoints.Config, s Step, o Options) []Collective {
 		add(name+" weight (forward)", GroupZ, OpAllGather, block, wireWeight, fwdGathers*k*n, HiddenByCompute)
 		add(name+" weight (backward)", GroupZ, OpAllGather, block, wireWeight, bwdGathers*k*n, HiddenByCompute)
 		add(name+" gradient", GroupZ, OpReduceScatter, block, wireGrad, k*n, HiddenByCompute)
-		add(name+" gradient", GroupData, OpAllReduce, block/int64(g.Z), wireGrad, k, HiddenByLastBackward)
+		add(name+" gradient", GroupData, OpAllReduce, block/int64(g.Z), wireGrad, gradCalls*k, gradOv)
 		if o.Zero >= 1 {
 			add(name+" updated weight (ZeRO)", GroupData, OpAllGather, block/int64(g.Z), wireWeight, k, Blocking)
 		}
@@ -248,9 +256,9 @@ func collectives(cfg *checkpoints.Config, s Step, o Options) []Collective {
 		elements := s.Elements() / int64(g.axisSize(rows)*g.axisSize(cols))
 		name := s.Role.String()
 		if s.Split == checkpoints.SplitReplicated {
-			add(name+" weight gradient", GroupY, OpAllReduce, elements, wireGrad, k, HiddenByLastBackward)
+			add(name+" weight gradient", GroupY, OpAllReduce, elements, wireGrad, gradCalls*k, gradOv)
 		}
-		add(name+" weight gradient", GroupDataZ, OpAllReduce, elements, wireGrad, k, HiddenByLastBackward)
+		add(name+" weight gradient", GroupDataZ, OpAllReduce, elements, wireGrad, gradCalls*k, gradOv)
 		if o.Zero >= 1 {
 			add(name+" updated weight (ZeRO)", GroupData, OpAllGather, elements, wireNorm, k, Blocking)
 		}

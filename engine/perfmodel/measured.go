@@ -79,7 +79,7 @@ func ReadMeasurements(path string) ([]Measurement, error) {
 // sequence length, recomputation and precision the measurement's.
 func (o Options) measured(cfg *checkpoints.Config, s Step) (Measurement, bool) {
 	g := s.Grid
-	if g.X*g.Y*g.Z != 1 {
+	if g.X*g.Y*g.Z != 1 || o.Fused { // bench step measures the unfused step
 		return Measurement{}, false
 	}
 	for _, m := range o.Measured {

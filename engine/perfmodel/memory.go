@@ -81,7 +81,8 @@ func (s Step) Work(o Options) llama.Work {
 	g := s.Grid
 	w := llama.Work{Grid: comm.Grid{Data: g.Data, X: g.X, Y: g.Y, Z: g.Z}, Overlap: ov, Train: true,
 		Recompute: s.Recompute, Moments: 2, Batch: s.MicroBatch, SeqLen: s.SeqLen, Micro: s.MicroBatches,
-		Activations: o.Precision.Activations(), Zero: o.Zero, SplitMaster: o.SplitMaster, MomentDType: o.Moments}
+		Activations: o.Precision.Activations(), Zero: o.Zero, SplitMaster: o.SplitMaster, MomentDType: o.Moments,
+		FusedOptimizer: o.Fused, Clip: o.Fused}
 	if o.LoRA > 0 {
 		w.LoRA, w.BaseDType = o.adapters(), engine.BF16
 	}

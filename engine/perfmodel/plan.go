@@ -110,6 +110,15 @@ type Options struct {
 	// or I8 (finetune's optimizer.moments bf16 and int8; I8 not with
 	// Zero).
 	Moments engine.DType
+	// Fused is finetune's optimizer.fused: AdamW applied unit by unit in
+	// the backward, so that only the units in flight hold gradients
+	// (llama.Work.FusedOptimizer). It takes one micro-batch a step, so
+	// Search tries that alone, and is planned with finetune's default
+	// clip (1): a norm-only forward and backward before the one that
+	// updates, whose kernels (llama.Kernels, Work.Clip) and collectives
+	// count twice, and each unit's gradient sums waited for before its
+	// update. Not with ZeRO or adapters.
+	Fused bool
 	// LoRA, if positive, plans a LoRA fine-tune of this rank on
 	// finetune's default projections (q, k, v and o_proj) and a base
 	// frozen in bf16: its memory is the frozen base, the adapters and
@@ -318,6 +327,10 @@ func (o Options) checkState() error {
 		return fmt.Errorf("perfmodel: moments in %v (want f32, bf16 or i8)", o.Moments)
 	case o.Moments == engine.I8 && o.Zero != 0:
 		return errors.New("perfmodel: ZeRO does not shard 8-bit moments")
+	case o.Fused && o.Zero != 0:
+		return errors.New("perfmodel: a fused optimizer does not shard the moments over the data ranks (ZeRO)")
+	case o.Fused && o.LoRA > 0:
+		return errors.New("perfmodel: a fused optimizer is a full fine-tune's, not with adapters")
 	}
 	return nil
 }
@@ -332,6 +345,9 @@ func (o Options) State() string {
 	s := fmt.Sprintf("zero %d, master %s, moments %s", o.Zero, master, moments)
 	if o.LoRA > 0 {
 		s = fmt.Sprintf("LoRA rank %d on a bf16 base, zero %d, moments %s", o.LoRA, o.Zero, moments)
+	}
+	if o.Fused {
+		s += ", optimizer fused into the backward"
 	}
 	return s
 }
@@ -464,6 +480,12 @@ func Search(j Job, o Options) ([]Plan, error) {
 			}
 			ds = []int{int(b)}
 		}
+		if o.Fused { // one micro-batch a step
+			if ds[len(ds)-1] != perCoord {
+				continue
+			}
+			ds = []int{perCoord}
+		}
 		var best *Plan
 		for _, rec := range recomputes {
 			for k := len(ds) - 1; k >= 0; k-- {
@@ -501,7 +523,7 @@ func Search(j Job, o Options) ([]Plan, error) {
 	}
 	if len(plans) == 0 {
 		nf := &NoFitError{GPUs: j.GPUs, Device: dev.Name, Smallest: *smallest, Usable: o.usable(dev, smallest.Grid), Capacity: int64(float64(dev.MemoryBytes) / dev.share(smallest.Grid))}
-		if o.SplitMaster || o.Moments != engine.F32 || o.LoRA > 0 {
+		if o.SplitMaster || o.Moments != engine.F32 || o.LoRA > 0 || o.Fused {
 			nf.State = o.State()
 		}
 		return nil, nf
