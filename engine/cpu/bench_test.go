@@ -38,14 +38,14 @@ func BenchmarkAttention(b *testing.B) {
 		name := fmt.Sprintf("B=%d,T=%d,heads=%d,kv=%d,D=%d", g.B, g.T, g.heads, g.kvHeads, g.D)
 		b.Run("forward/"+name, func(b *testing.B) {
 			for b.Loop() {
-				be.Attention(out, lse, q, k, v)
+				be.Attention(out, lse, q, k, v, 0)
 			}
 			b.ReportMetric(attentionFlops(g)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		})
-		be.Attention(out, lse, q, k, v)
+		be.Attention(out, lse, q, k, v, 0)
 		b.Run("backward/"+name, func(b *testing.B) {
 			for b.Loop() {
-				be.AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse)
+				be.AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse, 0)
 			}
 			// The four products of the textbook backward (dP, dq, dk, dv);
 			// the recomputed scores and probabilities are not counted.
@@ -72,7 +72,7 @@ func BenchmarkAttentionKV(b *testing.B) {
 		b.Run(fmt.Sprintf("B=%d,heads=%d,D=%d,pos=%d", B, H, D, pos), func(b *testing.B) {
 			b.SetBytes(int64(2 * B * H * D * 4 * (int(pos) + 1))) // keys and values read
 			for b.Loop() {
-				be.AttentionKV(out, q, kc, vc, st)
+				be.AttentionKV(out, q, kc, vc, st, 0)
 			}
 		})
 	}

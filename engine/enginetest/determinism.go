@@ -64,9 +64,9 @@ func testDeterminism(h *harness) {
 		dOut := h.f32(h.randn(g.qLen(), 1), g.B, g.T, g.heads, g.D)
 		twice(fmt.Sprintf("Attention %+v", g), func() [][]float32 {
 			out, lse := h.nan(g.B, g.T, g.heads, g.D), h.nan(g.B, g.heads, g.T)
-			h.be.Attention(out, lse, q, k, v)
+			h.be.Attention(out, lse, q, k, v, 0)
 			dq, dk, dv := h.nan(g.B, g.T, g.heads, g.D), h.nan(g.B, g.T, g.kvHeads, g.D), h.nan(g.B, g.T, g.kvHeads, g.D)
-			h.be.AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse)
+			h.be.AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse, 0)
 			return [][]float32{h.get(out), h.get(lse), h.get(dq), h.get(dk), h.get(dv)}
 		})
 	}
