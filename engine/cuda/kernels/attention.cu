@@ -27,8 +27,10 @@
 #define FA_PAIRS 4  // FA_ROWS · FA_TILE / FA_THREADS
 
 // fa_sees reports whether the query at position t sees key j: j in
-// (t − W, t].
-__device__ __forceinline__ bool fa_sees(int j, int t, int W) { return j <= t && j > t - W; }
+// (t − W, t], that is 0 ≤ t − j < W, one unsigned comparison (as cheap as
+// the causal test alone, and the backward kernels' registers stay as
+// they were).
+__device__ __forceinline__ bool fa_sees(int j, int t, int W) { return (unsigned)(t - j) < (unsigned)W; }
 
 // fa_first_key is the first key of the first FA_TILE-aligned key tile
 // that the rows from position t0 on reach: the tile of t0 − W + 1.
