@@ -222,7 +222,9 @@ func (a AttentionShape) Pairs() float64 {
 //   - AttentionBackward: 5 products a pair (S recomputed, dV = PᵀdO,
 //     dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀQ), 10·D FLOPs, 2.5× the forward;
 //     dOut, q, k, v, out, lse read, dq, dk, dv written.
-//   - AttentionKV: decoding, counted as memory: the whole caches read.
+//   - AttentionKV: decoding, counted as memory: the whole caches read,
+//     or with a window W shorter than the cache, W positions of them (a
+//     query reads no row outside its window).
 //   - CrossEntropy: the logits read three times (the row's maximum, its
 //     sum of exponentials, the gradient: cross_entropy's three loops,
 //     one row of Llama 3's 128,256-entry vocabulary being 513 KB, past
@@ -273,7 +275,13 @@ func (k Kernel) Cost() Cost {
 		q, kk := o[4].Shape, o[5].Shape
 		a := AttentionShape{B: q[0], T: q[1], Heads: q[2], KVHeads: kk[2], D: q[3], Window: k.Window, Backward: true, DType: o[4].DType}
 		return Cost{Class: ClassAttention, FLOPs: 10 * float64(a.D) * a.Pairs(), Bytes: sum(o...), Attention: a}
-	case "AttentionKV", "Add", "Copy", "SwiGLU", "SwiGLUBackward", "Fill", "RMSNorm", "AdamW", "Sum", "SumSquares", "SumSquaresMulti", "Argmax":
+	case "AttentionKV": // out, q, kCache, vCache, start
+		caches := sum(o[2], o[3])
+		if tmax := o[2].Shape[1]; k.Window > 0 && k.Window < tmax {
+			caches *= float64(k.Window) / float64(tmax)
+		}
+		return mem(sum(o[0], o[1], o[4]) + caches)
+	case "Add", "Copy", "SwiGLU", "SwiGLUBackward", "Fill", "RMSNorm", "AdamW", "Sum", "SumSquares", "SumSquaresMulti", "Argmax":
 		b := sum(o...)
 		if k.Op == "AdamW" { // param, grad, m, v: three written back
 			b += sum(o[0], o[2], o[3])

@@ -31,6 +31,12 @@ func TestCostRules(t *testing.T) {
 			bf16(2, 4, 8, 16), bf16(2, 4, 2, 16), bf16(2, 4, 2, 16), bf16(2, 4, 8, 16),
 			bf16(2, 4, 8, 16), bf16(2, 4, 2, 16), bf16(2, 4, 2, 16), bf16(2, 4, 8, 16), f32(2, 8, 4)}},
 			ClassAttention, 160 * 10 * 16, 4*(2*4*8*16*2) + 4*(2*4*2*16*2) + 2*8*4*4},
+		// Decoding reads the whole caches [2, 8, 2, 16], or the window's 3
+		// positions of the 8.
+		{"attention kv", Kernel{Op: "AttentionKV", Operands: []Operand{f32(2, 1, 4, 16), f32(2, 1, 4, 16), bf16(2, 8, 2, 16), bf16(2, 8, 2, 16), i32(2)}},
+			ClassMemory, 0, 2*(2*4*16*4) + 2*(2*8*2*16*2) + 2*4},
+		{"attention kv window", Kernel{Op: "AttentionKV", Operands: []Operand{f32(2, 1, 4, 16), f32(2, 1, 4, 16), bf16(2, 8, 2, 16), bf16(2, 8, 2, 16), i32(2)}, Window: 3},
+			ClassMemory, 0, 2*(2*4*16*4) + 2*(2*3*2*16*2) + 2*4},
 		// A window of 2: queries see 1, 2, 2, 2 keys, 7 a head: 2·8·7 = 112
 		// pairs. A window of T or more is plain causal.
 		{"attention window", Kernel{Op: "Attention", Operands: []Operand{bf16(2, 4, 8, 16), f32(2, 8, 4), bf16(2, 4, 8, 16), bf16(2, 4, 2, 16), bf16(2, 4, 2, 16)}, Window: 2},
