@@ -75,11 +75,12 @@ func flashCases() []flashCase {
 	}
 	cs = append(cs, flashCase{B: 2, T: 33, heads: 8, kvHeads: 2, D: 64}, flashCase{B: 2, T: 40, heads: 4, kvHeads: 2, D: 128})
 	// Sliding windows over several tiles, whose cost is T·W: of one key;
-	// of 50 and 97, multiples of no tile size, so that a window's edge
+	// of 17, 50 and 97, multiples of no tile size, so that a window's edge
 	// cuts the forward's key tiles and the backward's query tiles
 	// anywhere and a query tile's dq sums start past key tile 0; of 64, a
 	// key tile; and of T, plain causal attention.
-	return append(cs, flashCase{B: 1, T: 300, heads: 2, kvHeads: 1, D: 64, W: 1},
+	return append(cs, flashCase{B: 1, T: 300, heads: 2, kvHeads: 1, D: 64, W: 1}, flashCase{B: 1, T: 200, heads: 1, kvHeads: 1, D: 128, W: 1},
+		flashCase{B: 1, T: 129, heads: 4, kvHeads: 1, D: 64, W: 17},
 		flashCase{B: 1, T: 255, heads: 4, kvHeads: 1, D: 128, W: 50},
 		flashCase{B: 1, T: 200, heads: 8, kvHeads: 1, D: 64, W: 97},
 		flashCase{B: 2, T: 129, heads: 4, kvHeads: 2, D: 128, W: 64},
