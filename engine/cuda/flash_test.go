@@ -353,6 +353,65 @@ func testFlashDeterministic(t *testing.T, newBackend maker) {
 	}
 }
 
+// TestFlashAttentionWindowSkipsTilesEmulated counts the tensor-core
+// kernels' mma operations (the fake's fakecuda_mma_count) and requires a
+// windowed call to visit no more tiles than its window reaches, O(T·W),
+// where without the skipping it would visit the causal triangle's: every
+// (block, tile) step runs the same mma operations, so the causal call's
+// count over its exact number of steps gives a step's, and the windowed
+// count must stay within that times a bound on its steps from the
+// geometry alone (a block's positions and their windows span L
+// consecutive keys, or its keys' windows L consecutive packed rows,
+// which at most ⌈L/tile⌉ + 1 tiles cover).
+func TestFlashAttentionWindowSkipsTilesEmulated(t *testing.T) {
+	f := newWarpFake(t)
+	b := newFake(t, 0, GemmF32)
+	const W = 40
+	causal := flashCase{B: 1, T: 512, heads: 2, kvHeads: 1, D: 64}
+	windowed := causal
+	windowed.W = W
+	in := newFlashInputs(causal, 5)
+	G, rows := causal.heads/causal.kvHeads, causal.T*causal.heads/causal.kvHeads
+	ceil := func(a, b int) int { return (a + b - 1) / b }
+	// The forward's blocks of fmRows packed rows, over key tiles of
+	// fmKeys; the backward's blocks of fbKeys keys, over query tiles of
+	// bq packed rows.
+	var fwdCausal, fwdBound, bwdCausal, bwdBound int
+	for p0 := 0; p0 < rows; p0 += fmRows {
+		first, last := p0/G, (min(p0+fmRows, rows)-1)/G
+		fwdCausal += last/fmKeys + 1
+		fwdBound += ceil(last-first+W, fmKeys) + 1
+	}
+	bq := fbQTile / causal.D
+	for k0 := 0; k0 < causal.T; k0 += fbKeys {
+		bwdCausal += ceil(rows, bq) - k0*G/bq
+		lastPos := min(causal.T-1, k0+fbKeys-1+W-1)
+		bwdBound += ceil((lastPos+1-k0)*G, bq) + 1
+	}
+	count := func(c flashCase) (fwd, bwd int64) {
+		start := f.mmaCount()
+		runFlash(t, b, c, in, false)
+		mid := f.mmaCount()
+		runFlash(t, b, c, in, true)
+		return mid - start, f.mmaCount() - mid - (mid - start)
+	}
+	cf, cb := count(causal)
+	wf, wb := count(windowed)
+	t.Logf("mma operations: forward %d causal, %d in a window of %d; backward %d, %d", cf, wf, W, cb, wb)
+	for _, x := range []struct {
+		name                    string
+		causal, steps, got, max int64
+	}{{"forward", cf, int64(fwdCausal), wf, int64(fwdBound)}, {"backward", cb, int64(bwdCausal), wb, int64(bwdBound)}} {
+		if x.causal == 0 || x.causal%x.steps != 0 {
+			t.Fatalf("%s: %d mma operations causal, not a multiple of its %d steps", x.name, x.causal, x.steps)
+		}
+		per := x.causal / x.steps
+		if x.got > per*x.max || x.max >= x.steps {
+			t.Errorf("%s: %d mma operations in a window of %d, more than %d steps of %d (causal: %d steps)", x.name, x.got, W, x.max, per, x.steps)
+		}
+	}
+}
+
 // TestFlashAttentionLayoutEmulated runs the tensor-core attention with the
 // emulator's mma fragment layout permuted (fakecuda_set_mma_permuted: A's
 // row halves swapped) and requires the comparison to fail — the kernels
