@@ -176,23 +176,29 @@ type Backend interface {
 	// Attention is causal grouped-query self-attention over B sequences of
 	// T tokens: q [B,T,heads,D], k and v [B,T,kvHeads,D], out
 	// [B,T,heads,D]; query head h uses key/value head h/(heads/kvHeads).
-	// Scores are scaled by 1/√D. lse [B,heads,T] (F32) receives each query
-	// row's log-sum-exp of its scaled scores over the keys it sees,
-	// L_i = log Σ_{j≤i} e^(s_ij), for the backward pass: the T×T
+	// Scores are scaled by 1/√D. A window W > 0 is a sliding window
+	// (HuggingFace's, as Mistral uses it): query i sees key j iff
+	// i−W < j ≤ i, W keys counting its own; W = 0 (or W ≥ T) is plain
+	// causal attention, j ≤ i. Keys outside the window are skipped, not
+	// only masked: the work is O(T·W). A negative window is a misuse
+	// (MisuseRange). lse [B,heads,T] (F32) receives each query row's
+	// log-sum-exp of its scaled scores over the keys it sees,
+	// L_i = log Σ_j e^(s_ij), for the backward pass: the T×T
 	// probabilities are never stored (FlashAttention-2's tiled forward
 	// with an online softmax), so attention's memory is O(T) per head.
-	Attention(out, lse, q, k, v *Tensor)
+	Attention(out, lse, q, k, v *Tensor, window int)
 	// AttentionBackward writes dq, dk and dv from dOut, the inputs, and the
-	// out and lse that Attention saved, recomputing the probabilities
-	// P = e^(S − L) tile by tile (dS = P ⊙ (dP − rowsum(dOut ⊙ out))).
-	// dk and dv are overwritten (each the sum over its group's query
-	// heads), not accumulated.
-	AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *Tensor)
+	// out and lse that Attention saved with the same window, recomputing
+	// the probabilities P = e^(S − L) tile by tile (dS = P ⊙ (dP −
+	// rowsum(dOut ⊙ out))). dk and dv are overwritten (each the sum over
+	// its group's query heads), not accumulated.
+	AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *Tensor, window int)
 	// AttentionKV is inference attention against a cache: for sequence b,
-	// the n queries q[b, i] (i < n) sit at positions start[b]+i and attend
-	// to kCache[b, 0 : start[b]+i+1]. q, out [B,n,heads,D]; kCache, vCache
-	// [B,Tmax,kvHeads,D]; start I32 [B].
-	AttentionKV(out, q, kCache, vCache, start *Tensor)
+	// the n queries q[b, i] (i < n) sit at positions p = start[b]+i and
+	// attend to the cached positions j with p−W < j ≤ p (window W > 0,
+	// as Attention's) or to all of kCache[b, 0 : p+1] (W = 0). q, out
+	// [B,n,heads,D]; kCache, vCache [B,Tmax,kvHeads,D]; start I32 [B].
+	AttentionKV(out, q, kCache, vCache, start *Tensor, window int)
 
 	// SwiGLU computes out = silu(gate) ⊙ up, silu(x) = x·σ(x).
 	SwiGLU(out, gate, up *Tensor)

@@ -8,7 +8,7 @@ import (
 
 // A Kernel is one call of a Backend method as its cost sees it: the
 // method's name, its tensor operands' shapes and dtypes in argument order,
-// and for Gemm its parameters. engine/llama lists the kernels of a
+// for Gemm its parameters and for the attention methods their window. engine/llama lists the kernels of a
 // training step (llama.Kernels) and a test records a real step's calls
 // into the same form, so that the list is what the engine launches; the
 // performance model (engine/perfmodel) times each one from its Cost.
@@ -22,6 +22,9 @@ type Kernel struct {
 	Operands []Operand
 	// Gemm is the call's parameters, for Op "Gemm" alone.
 	Gemm GemmParams
+	// Window is the sliding window of an Attention, AttentionBackward or
+	// AttentionKV call (0: plain causal).
+	Window int
 }
 
 // An Operand is a tensor argument's shape and dtype; the zero Operand
@@ -77,6 +80,14 @@ func GemmCall(p GemmParams, a, b, c *Tensor) Kernel {
 	return k
 }
 
+// AttentionCall is the Kernel of the attention method op (Attention,
+// AttentionBackward or AttentionKV) on tensors ts with this window.
+func AttentionCall(op string, window int, ts ...*Tensor) Kernel {
+	k := Call(op, ts...)
+	k.Window = window
+	return k
+}
+
 // AdamWStepCall is the Kernel of AdamWStep(ts, …, ctl).
 func AdamWStepCall(ts []AdamWTensors, ctl *Tensor) Kernel {
 	var args []*Tensor
@@ -92,9 +103,9 @@ func SumSquaresMultiCall(dst *Tensor, xs []*Tensor) Kernel {
 }
 
 // Equal reports whether k and o are the same call: op, operands and, for
-// Gemm, parameters.
+// Gemm, parameters, for attention, window.
 func (k Kernel) Equal(o Kernel) bool {
-	if k.Op != o.Op || k.Gemm != o.Gemm || len(k.Operands) != len(o.Operands) {
+	if k.Op != o.Op || k.Gemm != o.Gemm || k.Window != o.Window || len(k.Operands) != len(o.Operands) {
 		return false
 	}
 	for i, a := range k.Operands {
@@ -116,6 +127,9 @@ func (k Kernel) String() string {
 		p := k.Gemm
 		s += fmt.Sprintf(" {TransA:%v TransB:%v M:%d N:%d K:%d Alpha:%g Beta:%g LD:%d,%d,%d Batch:%d Strides:%d,%d,%d}",
 			p.TransA, p.TransB, p.M, p.N, p.K, p.Alpha, p.Beta, p.LDA, p.LDB, p.LDC, p.Batch, p.StrideA, p.StrideB, p.StrideC)
+	}
+	if k.Window != 0 {
+		s += fmt.Sprintf(" {Window:%d}", k.Window)
 	}
 	return s
 }
@@ -172,18 +186,26 @@ type GEMMShape struct {
 }
 
 // AttentionShape is a flash attention call's geometry: B sequences of T
-// tokens, Heads query and KVHeads key/value heads of D, causal; the
-// dtype of q (BF16 runs on tensor cores, F32 on scalar FMA kernels).
+// tokens, Heads query and KVHeads key/value heads of D, causal within a
+// sliding Window of keys (0: plain causal); the dtype of q (BF16 runs on
+// tensor cores, F32 on scalar FMA kernels).
 type AttentionShape struct {
 	B, T, Heads, KVHeads, D int
+	Window                  int
 	Backward                bool
 	DType                   DType
 }
 
-// Pairs is the (query, key) pairs a causal attention visits:
-// B·heads·T(T+1)/2.
+// Pairs is the (query, key) pairs a causal attention keeps: B·heads·
+// T(T+1)/2, or with a window W < T, where query i sees min(i+1, W) keys,
+// B·heads·(W(W+1)/2 + (T−W)·W).
 func (a AttentionShape) Pairs() float64 {
-	return float64(a.B) * float64(a.Heads) * float64(a.T) * float64(a.T+1) / 2
+	T, W := float64(a.T), float64(a.Window)
+	per := T * (T + 1) / 2
+	if a.Window > 0 && a.Window < a.T {
+		per = W*(W+1)/2 + (T-W)*W
+	}
+	return float64(a.B) * float64(a.Heads) * per
 }
 
 // Cost is the kernel's cost. Each rule counts one call of the method on
@@ -193,13 +215,16 @@ func (a AttentionShape) Pairs() float64 {
 //
 //   - Gemm: 2·M·N·K FLOPs a batch entry; A and B read, C written, and
 //     read too when Beta ≠ 0.
-//   - Attention: causal, so B·heads·T(T+1)/2 (query, key) pairs, 2·D
+//   - Attention: causal, so B·heads·T(T+1)/2 (query, key) pairs (fewer
+//     in a sliding window: AttentionShape.Pairs), 2·D
 //     FLOPs for each of S = QKᵀ and O = PV: 4·D a pair; q, k, v read,
 //     out and lse written.
 //   - AttentionBackward: 5 products a pair (S recomputed, dV = PᵀdO,
 //     dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀQ), 10·D FLOPs, 2.5× the forward;
 //     dOut, q, k, v, out, lse read, dq, dk, dv written.
-//   - AttentionKV: decoding, counted as memory: the whole caches read.
+//   - AttentionKV: decoding, counted as memory: the whole caches read,
+//     or with a window W shorter than the cache, W positions of them (a
+//     query reads no row outside its window).
 //   - CrossEntropy: the logits read three times (the row's maximum, its
 //     sum of exponentials, the gradient: cross_entropy's three loops,
 //     one row of Llama 3's 128,256-entry vocabulary being 513 KB, past
@@ -248,13 +273,19 @@ func (k Kernel) Cost() Cost {
 			GEMM: GEMMShape{M: p.M, N: p.N, K: p.K, Batch: batch, A: a, B: b, C: c}}
 	case "Attention": // out, lse, q, k, v
 		q, kk := o[2].Shape, o[3].Shape
-		a := AttentionShape{B: q[0], T: q[1], Heads: q[2], KVHeads: kk[2], D: q[3], DType: o[2].DType}
+		a := AttentionShape{B: q[0], T: q[1], Heads: q[2], KVHeads: kk[2], D: q[3], Window: k.Window, DType: o[2].DType}
 		return Cost{Class: ClassAttention, FLOPs: 4 * float64(a.D) * a.Pairs(), Bytes: sum(o...), Attention: a}
 	case "AttentionBackward": // dq, dk, dv, dOut, q, k, v, out, lse
 		q, kk := o[4].Shape, o[5].Shape
-		a := AttentionShape{B: q[0], T: q[1], Heads: q[2], KVHeads: kk[2], D: q[3], Backward: true, DType: o[4].DType}
+		a := AttentionShape{B: q[0], T: q[1], Heads: q[2], KVHeads: kk[2], D: q[3], Window: k.Window, Backward: true, DType: o[4].DType}
 		return Cost{Class: ClassAttention, FLOPs: 10 * float64(a.D) * a.Pairs(), Bytes: sum(o...), Attention: a}
-	case "AttentionKV", "Add", "Copy", "SwiGLU", "SwiGLUBackward", "Fill", "RMSNorm", "AdamW", "Sum", "SumSquares", "SumSquaresMulti", "Argmax":
+	case "AttentionKV": // out, q, kCache, vCache, start
+		caches := sum(o[2], o[3])
+		if tmax := o[2].Shape[1]; k.Window > 0 && k.Window < tmax {
+			caches *= float64(k.Window) / float64(tmax)
+		}
+		return mem(sum(o[0], o[1], o[4]) + caches)
+	case "Add", "Copy", "SwiGLU", "SwiGLUBackward", "Fill", "RMSNorm", "AdamW", "Sum", "SumSquares", "SumSquaresMulti", "Argmax":
 		b := sum(o...)
 		if k.Op == "AdamW" { // param, grad, m, v: three written back
 			b += sum(o[0], o[2], o[3])

@@ -31,6 +31,22 @@ func TestCostRules(t *testing.T) {
 			bf16(2, 4, 8, 16), bf16(2, 4, 2, 16), bf16(2, 4, 2, 16), bf16(2, 4, 8, 16),
 			bf16(2, 4, 8, 16), bf16(2, 4, 2, 16), bf16(2, 4, 2, 16), bf16(2, 4, 8, 16), f32(2, 8, 4)}},
 			ClassAttention, 160 * 10 * 16, 4*(2*4*8*16*2) + 4*(2*4*2*16*2) + 2*8*4*4},
+		// Decoding reads the whole caches [2, 8, 2, 16], or the window's 3
+		// positions of the 8.
+		{"attention kv", Kernel{Op: "AttentionKV", Operands: []Operand{f32(2, 1, 4, 16), f32(2, 1, 4, 16), bf16(2, 8, 2, 16), bf16(2, 8, 2, 16), i32(2)}},
+			ClassMemory, 0, 2*(2*4*16*4) + 2*(2*8*2*16*2) + 2*4},
+		{"attention kv window", Kernel{Op: "AttentionKV", Operands: []Operand{f32(2, 1, 4, 16), f32(2, 1, 4, 16), bf16(2, 8, 2, 16), bf16(2, 8, 2, 16), i32(2)}, Window: 3},
+			ClassMemory, 0, 2*(2*4*16*4) + 2*(2*3*2*16*2) + 2*4},
+		// A window of 2: queries see 1, 2, 2, 2 keys, 7 a head: 2·8·7 = 112
+		// pairs. A window of T or more is plain causal.
+		{"attention window", Kernel{Op: "Attention", Operands: []Operand{bf16(2, 4, 8, 16), f32(2, 8, 4), bf16(2, 4, 8, 16), bf16(2, 4, 2, 16), bf16(2, 4, 2, 16)}, Window: 2},
+			ClassAttention, 112 * 4 * 16, 2*(2*4*8*16*2) + 2*8*4*4 + 2*(2*4*2*16*2)},
+		{"attention window past T", Kernel{Op: "Attention", Operands: []Operand{bf16(2, 4, 8, 16), f32(2, 8, 4), bf16(2, 4, 8, 16), bf16(2, 4, 2, 16), bf16(2, 4, 2, 16)}, Window: 9},
+			ClassAttention, 160 * 4 * 16, 2*(2*4*8*16*2) + 2*8*4*4 + 2*(2*4*2*16*2)},
+		{"attention backward window", Kernel{Op: "AttentionBackward", Operands: []Operand{
+			bf16(2, 4, 8, 16), bf16(2, 4, 2, 16), bf16(2, 4, 2, 16), bf16(2, 4, 8, 16),
+			bf16(2, 4, 8, 16), bf16(2, 4, 2, 16), bf16(2, 4, 2, 16), bf16(2, 4, 8, 16), f32(2, 8, 4)}, Window: 1},
+			ClassAttention, 2 * 8 * 4 * 10 * 16, 4*(2*4*8*16*2) + 4*(2*4*2*16*2) + 2*8*4*4},
 		// Logits read three times, the bf16 gradient written once.
 		{"cross-entropy", Kernel{Op: "CrossEntropy", Operands: []Operand{f32(5), bf16(5, 100), f32(5, 100), i32(5), f32(5)}},
 			ClassMemory, 0, 5*4 + 5*100*2 + 3*5*100*4 + 5*4 + 5*4},

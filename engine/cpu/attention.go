@@ -10,13 +10,16 @@ import (
 // attnTile is the number of query positions, and of keys, in one tile of
 // attention. A tile's scores ((attnTile·group) × attnTile floats) stay in
 // cache between the products around them, and query and key tiles line
-// up, so that only the diagonal tile needs a mask and every row of a
-// visited tile sees at least one key.
+// up, so that without a window only the diagonal tile needs a mask and
+// every row of a visited tile sees at least one key.
 const attnTile = 64
 
 // attentionGeometry is the shape of one attention call.
 type attentionGeometry struct {
 	B, T, heads, kvHeads, D int
+	// W is the sliding window, 1 ≤ W ≤ T: query t sees keys (t−W, t]. A
+	// plain causal call has W = T, whose window every key before t is in.
+	W int
 }
 
 // group is the number of query heads that share a key/value head.
@@ -28,16 +31,35 @@ func (g attentionGeometry) scale() float32 { return float32(1 / math.Sqrt(float6
 // tiles is the number of attnTile-long tiles of a sequence.
 func (g attentionGeometry) tiles() int { return (g.T + attnTile - 1) / attnTile }
 
-// attentionShape reads the geometry from q [B,T,heads,D] and k
-// [B,T,kvHeads,D] and checks that the others agree.
-func attentionShape(op string, q, k *engine.Tensor) attentionGeometry {
+// attentionShape reads the geometry from q [B,T,heads,D], k
+// [B,T,kvHeads,D] and the window, and checks that the others agree.
+func attentionShape(op string, q, k *engine.Tensor, window int) attentionGeometry {
 	check(q != nil && k != nil, op, engine.MisuseTensor, "nil tensor")
 	check(len(q.Shape) == 4 && len(k.Shape) == 4, op, engine.MisuseShape, "q %v and k %v must be [B,T,heads,D] and [B,T,kvHeads,D]", q, k)
+	checkWindow(op, window)
 	g := attentionGeometry{B: q.Dim(0), T: q.Dim(1), heads: q.Dim(2), kvHeads: k.Dim(2), D: q.Dim(3)}
 	check(g.kvHeads > 0 && g.heads%g.kvHeads == 0, op, engine.MisuseShape, "%d query heads cannot share %d key/value heads", g.heads, g.kvHeads)
 	check(k.Dim(3) == g.D, op, engine.MisuseShape, "q %v and k %v differ in head size", q, k)
+	g.W = g.T
+	if window > 0 && window < g.T {
+		g.W = window
+	}
 	return g
 }
+
+// checkWindow refuses a negative window (MisuseRange).
+func checkWindow(op string, window int) {
+	check(window >= 0, op, engine.MisuseRange, "window %d is negative", window)
+}
+
+// firstKeyTile is the start of the first key tile that a query tile
+// starting at r0 reaches: the one holding key r0−W+1, its first row's
+// oldest key. Tiles before it are wholly outside every row's window.
+func (g attentionGeometry) firstKeyTile(r0 int) int { return max(0, r0-g.W+1) / attnTile * attnTile }
+
+// queryEnd is the position past the last query whose window reaches the
+// key tile ending before c1: query t sees key c1−1 iff t < c1−1+W.
+func (g attentionGeometry) queryEnd(c1 int) int { return min(g.T, c1-1+g.W) }
 
 // checkAttentionAlias refuses an out that overlaps q, k or v
 // (MisuseAlias): the kernel reads them all while it writes out.
@@ -124,40 +146,47 @@ func newAttnWork(g attentionGeometry) *attnWork {
 	}
 }
 
-// visible is the number of keys of the tile starting at c0 (n long) that
-// packed row r of a tile starting at position r0 may attend to: keys up
-// to its own position.
-func visible(r, group, r0, c0, n int) int { return max(0, min(n, r0+r/group+1-c0)) }
+// visible is the range [lo, hi) of the keys of the tile starting at c0
+// (n long) that packed row r of a tile starting at position r0 may
+// attend to: the keys of its window, up to its own position t and after
+// t−W. lo ≥ hi when it sees none of them.
+func (g attentionGeometry) visible(r, r0, c0, n int) (lo, hi int) {
+	t := r0 + r/g.group()
+	return max(0, t-g.W+1-c0), max(0, min(n, t+1-c0))
+}
 
 // Attention is causal grouped-query self-attention: q [B,T,heads,D], k and
 // v [B,T,kvHeads,D], out [B,T,heads,D]. Query head h reads key/value head
-// h/(heads/kvHeads); the scores are scaled by 1/√D. lse [B,heads,T]
+// h/(heads/kvHeads); the scores are scaled by 1/√D. A window W > 0 limits
+// query t to the keys (t−W, t] (engine.Backend). lse [B,heads,T]
 // receives each row's log-sum-exp of its scaled scores for the backward
 // pass; the T×T probabilities are never stored.
 //
 // It is FlashAttention-2's forward. For each work item (sequence, kv
 // head, tile of query positions, the group's heads packed together) one
-// goroutine walks the key tiles up to the diagonal (the tiles above it
-// are skipped) with a running maximum m, sum l and output accumulator o
-// per row:
+// goroutine walks the key tiles from the first its window reaches up to
+// the diagonal (the tiles above it and before the window are skipped, so
+// a window's work is O(T·W)) with a running maximum m, sum l and output
+// accumulator o per row:
 //
 //	S = q·k_tileᵀ/√D                  (GEMM)
-//	m' = max(m, rowmax S), P = e^(S−m') (keys past the row's position 0)
+//	m' = max(m, rowmax S), P = e^(S−m') (keys outside the row's window 0)
 //	l = l·e^(m−m') + rowsum P, o = o·e^(m−m') + P·v_tile   (GEMM)
 //
 // and ends with out = o/l, lse = m + log l. The exponentials and row
 // sums are vec.ExpSum's (float32 numerators, float64 sums). Items are
 // independent and each is computed whole by one goroutine, so the result
 // is the same for any thread count.
-func (b *Backend) Attention(out, lse, q, k, v *engine.Tensor) {
+func (b *Backend) Attention(out, lse, q, k, v *engine.Tensor, window int) {
 	// Before the stand-ins of mixed precision, which would hide them.
 	checkAttentionAlias(out, q, k, v)
 	checkLSE("Attention", lse)
+	checkWindow("Attention", window)
 	if hasBF16(out, lse, q, k, v) {
-		b.widened("Attention", []*engine.Tensor{out, lse, q, k, v}, 0b11, func(t []*engine.Tensor) { b.Attention(t[0], t[1], t[2], t[3], t[4]) })
+		b.widened("Attention", []*engine.Tensor{out, lse, q, k, v}, 0b11, func(t []*engine.Tensor) { b.Attention(t[0], t[1], t[2], t[3], t[4], window) })
 		return
 	}
-	g := attentionShape("Attention", q, k)
+	g := attentionShape("Attention", q, k, window)
 	B, T, H, KV, D, G := g.B, g.T, g.heads, g.kvHeads, g.D, g.group()
 	check(out.Len() == q.Len() && v.Len() == k.Len() && k.Len() == B*T*KV*D,
 		"Attention", engine.MisuseShape, "out %v, q %v, k %v, v %v do not agree", out, q, k, v)
@@ -182,21 +211,22 @@ func (b *Backend) Attention(out, lse, q, k, v *engine.Tensor) {
 				m[r], l[r] = float32(math.Inf(-1)), 0
 			}
 			kb, vb := K[(bi*T*KV+kv)*D:], V[(bi*T*KV+kv)*D:]
-			for c0 := 0; c0 < r1; c0 += attnTile {
+			for c0 := g.firstKeyTile(r0); c0 < r1; c0 += attnTile {
 				c1 := min(c0+attnTile, r1)
 				n := c1 - c0
 				s := w.s[:rows*n]
 				b.inner.Sgemm(false, true, rows, n, D, scale, qb, D, kb[c0*ldk:], ldk, 0, s, n)
 				for r := range rows {
 					row := s[r*n : (r+1)*n]
-					vis := visible(r, G, r0, c0, n)
-					if vis == 0 {
+					lo, hi := g.visible(r, r0, c0, n)
+					if lo >= hi {
 						clear(row)
 						continue
 					}
-					mNew := max(m[r], vec.Max(row[:vis]))
-					sum := vec.ExpSum(row[:vis], row[:vis], mNew)
-					clear(row[vis:])
+					mNew := max(m[r], vec.Max(row[lo:hi]))
+					sum := vec.ExpSum(row[lo:hi], row[lo:hi], mNew)
+					clear(row[:lo])
+					clear(row[hi:])
 					if mNew != m[r] {
 						// The first tile finds m = −∞: alpha = 0 on a zero o.
 						alpha := math.Exp(float64(m[r]) - float64(mNew))
@@ -218,14 +248,19 @@ func (b *Backend) Attention(out, lse, q, k, v *engine.Tensor) {
 }
 
 // probabilities turns a tile's scores s (rows × n, packed rows of the
-// tile at r0, keys from c0) into P = e^(S − lse), zero past each row's
-// position, with ls the rows' log-sum-exps.
-func probabilities(s, ls []float32, rows, n, group, r0, c0 int) {
+// tile at r0, keys from c0) into P = e^(S − lse), zero outside each
+// row's window, with ls the rows' log-sum-exps.
+func (g attentionGeometry) probabilities(s, ls []float32, rows, n, r0, c0 int) {
 	for r := range rows {
 		row := s[r*n : (r+1)*n]
-		vis := visible(r, group, r0, c0, n)
-		vec.ExpSum(row[:vis], row[:vis], ls[r])
-		clear(row[vis:])
+		lo, hi := g.visible(r, r0, c0, n)
+		if lo >= hi {
+			clear(row)
+			continue
+		}
+		vec.ExpSum(row[lo:hi], row[lo:hi], ls[r])
+		clear(row[:lo])
+		clear(row[hi:])
 	}
 }
 
@@ -238,7 +273,8 @@ func probabilities(s, ls []float32, rows, n, group, r0, c0 int) {
 //	dS = P ⊙ (dP − δ)                 (vec.SubMul)
 //	dv_tile += Pᵀ·dO,  dk_tile += dSᵀ·q/√D,  dq += dS·k_tile/√D   (GEMMs)
 //
-// Only the tiles on or below the diagonal are visited. No two goroutines
+// Only the tiles on or below the diagonal, and within reach of a window,
+// are visited. No two goroutines
 // add into one gradient: when the (sequence, kv head) pairs share evenly
 // among the threads, each pair is one goroutine's, computing all three
 // gradients in one pass; otherwise the work runs in two passes: dk and
@@ -246,21 +282,22 @@ func probabilities(s, ls []float32, rows, n, group, r0, c0 int) {
 // tiles from the diagonal down with the group's heads packed together
 // (the sum over a group's heads and over query tiles is a fixed order
 // within one item), then dq over items (sequence, kv head, query tile),
-// each walking the key tiles up to the diagonal. The second pass
+// each walking the key tiles of its window up to the diagonal. The second pass
 // recomputes P and dP: two products more than a single pass, the price of
 // a deterministic split over every thread. Both ways issue the same
 // products in the same order for every gradient element, so the bits do
 // not depend on which runs: dq, dk and dv are overwritten, and the result
 // is the same for any thread count.
-func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *engine.Tensor) {
+func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *engine.Tensor, window int) {
 	checkLSE("AttentionBackward", lse)
+	checkWindow("AttentionBackward", window)
 	if hasBF16(dq, dk, dv, dOut, q, k, v, out, lse) {
 		b.widened("AttentionBackward", []*engine.Tensor{dq, dk, dv, dOut, q, k, v, out, lse}, 0b111, func(t []*engine.Tensor) {
-			b.AttentionBackward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8])
+			b.AttentionBackward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], window)
 		})
 		return
 	}
-	g := attentionShape("AttentionBackward", q, k)
+	g := attentionShape("AttentionBackward", q, k, window)
 	B, T, H, KV, D, G := g.B, g.T, g.heads, g.kvHeads, g.D, g.group()
 	check(dq.Len() == q.Len() && dOut.Len() == q.Len() && out.Len() == q.Len() && dk.Len() == k.Len() && dv.Len() == k.Len() &&
 		v.Len() == k.Len() && k.Len() == B*T*KV*D,
@@ -293,7 +330,7 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *engine.
 	scoreGrads := func(w *attnWork, rows, n, r0, c0 int, kt, vt []float32) {
 		p, ds := w.s[:rows*n], w.ds[:rows*n]
 		b.inner.Sgemm(false, true, rows, n, D, scale, w.q, D, kt, ldk, 0, p, n)
-		probabilities(p, w.ls, rows, n, G, r0, c0)
+		g.probabilities(p, w.ls, rows, n, r0, c0)
 		b.inner.Sgemm(false, true, rows, n, D, 1, w.o, D, vt, ldk, 0, ds, n)
 		for r := range rows {
 			// Masked keys have P = 0, so their dS is 0 too.
@@ -302,8 +339,9 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *engine.
 	}
 
 	// keyTile computes the key tile from c0 of pair (bi, kv): its dk and dv,
-	// summed over the query tiles at and below it in order, and, when dq
-	// (the pair's packed dq) is not nil, each query tile's share of dq.
+	// summed in order over the query tiles at and below it whose windows
+	// reach it, and, when dq (the pair's packed dq) is not nil, each
+	// query tile's share of dq.
 	keyTile := func(w *attnWork, bi, kv, c0 int, dq []float32) {
 		c1 := min(c0+attnTile, T)
 		n := c1 - c0
@@ -311,7 +349,7 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *engine.
 		clear(dkb)
 		clear(dvb)
 		kt, vt := K[(bi*T*KV+kv)*D+c0*ldk:], V[(bi*T*KV+kv)*D+c0*ldk:]
-		for r0 := c0; r0 < T; r0 += attnTile {
+		for r0 := c0; r0 < g.queryEnd(c1); r0 += attnTile {
 			r1 := min(r0+attnTile, T)
 			rows := (r1 - r0) * G
 			g.pack(w.q, Q, bi, kv, r0, r1)
@@ -362,7 +400,8 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *engine.
 		}
 	})
 
-	// dq: each query tile sums over the key tiles up to its diagonal.
+	// dq: each query tile sums over the key tiles of its window, up to its
+	// diagonal.
 	b.parallelFor(B*KV*tiles, 1, func(lo, hi int) {
 		w := newAttnWork(g)
 		for item := lo; item < hi; item++ {
@@ -377,7 +416,7 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *engine.
 			dqb := w.dq[:rows*D]
 			clear(dqb)
 			kb, vb := K[(bi*T*KV+kv)*D:], V[(bi*T*KV+kv)*D:]
-			for c0 := 0; c0 < r1; c0 += attnTile {
+			for c0 := g.firstKeyTile(r0); c0 < r1; c0 += attnTile {
 				c1 := min(c0+attnTile, r1)
 				n := c1 - c0
 				scoreGrads(w, rows, n, r0, c0, kb[c0*ldk:], vb[c0*ldk:])
@@ -402,9 +441,11 @@ func causalSoftmax(row []float32, i int) {
 }
 
 // AttentionKV is inference attention against a key/value cache: for
-// sequence b, the n queries q[b,i] sit at positions start[b]+i and attend
-// to kCache[b, 0 : start[b]+i+1]. q, out [B,n,heads,D]; kCache, vCache
-// [B,Tmax,kvHeads,D]; start I32 [B], with start[b]+n ≤ Tmax.
+// sequence b, the n queries q[b,i] sit at positions p = start[b]+i and
+// attend to kCache[b, lo : p+1], lo = max(0, p+1−W) with a window W > 0
+// and 0 without. q, out [B,n,heads,D]; kCache, vCache [B,Tmax,kvHeads,D];
+// start I32 [B], with start[b]+n ≤ Tmax. Cache rows before lo are never
+// read.
 //
 // Decoding has n = 1 or a short prompt, so there is no GEMM: each query
 // takes its scores as vec.Dot products with the cached keys, scaled by
@@ -412,9 +453,10 @@ func causalSoftmax(row []float32, i int) {
 // weighted by the probabilities with vec.Axpy, in key order. The
 // (sequence, head) pairs run in parallel, each computed whole by one
 // goroutine, so the result does not depend on the thread count.
-func (b *Backend) AttentionKV(out, q, kCache, vCache, start *engine.Tensor) {
+func (b *Backend) AttentionKV(out, q, kCache, vCache, start *engine.Tensor, window int) {
+	checkWindow("AttentionKV", window)
 	if hasBF16(out, q, kCache, vCache) {
-		b.widened("AttentionKV", []*engine.Tensor{out, q, kCache, vCache, start}, 1, func(t []*engine.Tensor) { b.AttentionKV(t[0], t[1], t[2], t[3], t[4]) })
+		b.widened("AttentionKV", []*engine.Tensor{out, q, kCache, vCache, start}, 1, func(t []*engine.Tensor) { b.AttentionKV(t[0], t[1], t[2], t[3], t[4], window) })
 		return
 	}
 	check(q != nil && kCache != nil, "AttentionKV", engine.MisuseTensor, "nil tensor")
@@ -444,14 +486,21 @@ func (b *Backend) AttentionKV(out, q, kCache, vCache, start *engine.Tensor) {
 			for i := range n {
 				qi := Q[((bi*n+i)*H+h)*D:][:D]
 				L := int(S[bi]) + i + 1
-				for j := range L {
-					scores[j] = vec.Dot(qi, kb[j*ld:j*ld+D]) * scale
+				lo := 0
+				if window > 0 {
+					lo = max(0, L-window)
 				}
-				causalSoftmax(scores[:L], L-1)
+				sc := scores[:L-lo]
+				for j := range sc {
+					at := (lo + j) * ld
+					sc[j] = vec.Dot(qi, kb[at:at+D]) * scale
+				}
+				causalSoftmax(sc, len(sc)-1)
 				acc := O[((bi*n+i)*H+h)*D:][:D]
 				clear(acc)
-				for j, p := range scores[:L] {
-					vec.Axpy(p, vb[j*ld:j*ld+D], acc)
+				for j, p := range sc {
+					at := (lo + j) * ld
+					vec.Axpy(p, vb[at:at+D], acc)
 				}
 			}
 		}

@@ -16,13 +16,18 @@ func benchAttentionGeometries() []attentionGeometry {
 	return []attentionGeometry{
 		{B: 4, T: 256, heads: 12, kvHeads: 4, D: 64},
 		{B: 1, T: 1024, heads: 12, kvHeads: 12, D: 64},
+		// A sliding window of 512 (W, passed as the window; 0 elsewhere:
+		// plain causal) over a sequence 8 times longer: O(T·W) work.
+		{B: 1, T: 4096, heads: 12, kvHeads: 4, D: 64, W: 512},
 	}
 }
 
 // attentionFlops counts the multiply-adds of the causal products, ×2: the
-// forward's two T×T×D products over the lower triangle.
+// forward's two T×T×D products over the lower triangle, or over the
+// band of a sliding window.
 func attentionFlops(g attentionGeometry) float64 {
-	return 2 * 2 * float64(g.B*g.heads) * float64(g.T) * float64(g.T+1) / 2 * float64(g.D)
+	a := engine.AttentionShape{B: g.B, T: g.T, Heads: g.heads, KVHeads: g.kvHeads, D: g.D, Window: g.W}
+	return 2 * 2 * a.Pairs() * float64(g.D)
 }
 
 func BenchmarkAttention(b *testing.B) {
@@ -35,17 +40,17 @@ func BenchmarkAttention(b *testing.B) {
 		dOut := upload(be, randn(rng, g.B*g.T*g.heads*g.D), g.B, g.T, g.heads, g.D)
 		out, lse := be.Alloc(engine.F32, q.Shape...), be.Alloc(engine.F32, g.B, g.heads, g.T)
 		dq, dk, dv := be.Alloc(engine.F32, q.Shape...), be.Alloc(engine.F32, k.Shape...), be.Alloc(engine.F32, k.Shape...)
-		name := fmt.Sprintf("B=%d,T=%d,heads=%d,kv=%d,D=%d", g.B, g.T, g.heads, g.kvHeads, g.D)
+		name := fmt.Sprintf("B=%d,T=%d,heads=%d,kv=%d,D=%d,window=%d", g.B, g.T, g.heads, g.kvHeads, g.D, g.W)
 		b.Run("forward/"+name, func(b *testing.B) {
 			for b.Loop() {
-				be.Attention(out, lse, q, k, v)
+				be.Attention(out, lse, q, k, v, g.W)
 			}
 			b.ReportMetric(attentionFlops(g)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		})
-		be.Attention(out, lse, q, k, v)
+		be.Attention(out, lse, q, k, v, g.W)
 		b.Run("backward/"+name, func(b *testing.B) {
 			for b.Loop() {
-				be.AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse)
+				be.AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse, g.W)
 			}
 			// The four products of the textbook backward (dP, dq, dk, dv);
 			// the recomputed scores and probabilities are not counted.
@@ -72,7 +77,7 @@ func BenchmarkAttentionKV(b *testing.B) {
 		b.Run(fmt.Sprintf("B=%d,heads=%d,D=%d,pos=%d", B, H, D, pos), func(b *testing.B) {
 			b.SetBytes(int64(2 * B * H * D * 4 * (int(pos) + 1))) // keys and values read
 			for b.Loop() {
-				be.AttentionKV(out, q, kc, vc, st)
+				be.AttentionKV(out, q, kc, vc, st, 0)
 			}
 		})
 	}

@@ -195,7 +195,8 @@ func TestAdamWTorchFloat32(t *testing.T) {
 // the bits do not depend on the thread count.
 // AttentionBackward's 4 (sequence, kv head) pairs take its one-pass path
 // with 1 and 2 threads and its two-pass path with 3 and 8: the two must
-// agree bit for bit.
+// agree bit for bit, without a window and with one (of 20 positions,
+// which cuts the 64-position tiles).
 func TestThreadCountIndependence(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	const N, H, V = 97, 257, 40
@@ -222,9 +223,14 @@ func TestThreadCountIndependence(t *testing.T) {
 		b.SumSquares(ss, upload(b, big, len(big)))
 		tq, tk, tv := upload(b, q, B, T, heads, D), upload(b, k, B, T, kv, D), upload(b, vv, B, T, kv, D)
 		ao, lse := b.Alloc(engine.F32, B, T, heads, D), b.Alloc(engine.F32, B, heads, T)
-		b.Attention(ao, lse, tq, tk, tv)
+		b.Attention(ao, lse, tq, tk, tv, 0)
 		dq, dk, dv := b.Alloc(engine.F32, B, T, heads, D), b.Alloc(engine.F32, B, T, kv, D), b.Alloc(engine.F32, B, T, kv, D)
-		b.AttentionBackward(dq, dk, dv, upload(b, dAttn, B, T, heads, D), tq, tk, tv, ao, lse)
+		b.AttentionBackward(dq, dk, dv, upload(b, dAttn, B, T, heads, D), tq, tk, tv, ao, lse, 0)
+		const window = 20
+		wo, wlse := b.Alloc(engine.F32, B, T, heads, D), b.Alloc(engine.F32, B, heads, T)
+		b.Attention(wo, wlse, tq, tk, tv, window)
+		wdq, wdk, wdv := b.Alloc(engine.F32, B, T, heads, D), b.Alloc(engine.F32, B, T, kv, D), b.Alloc(engine.F32, B, T, kv, D)
+		b.AttentionBackward(wdq, wdk, wdv, upload(b, dAttn, B, T, heads, D), tq, tk, tv, wo, wlse, window)
 		ga, gb, gc := upload(b, big[:gm*gk], gm, gk), upload(b, big[1:1+gk*gn], gk, gn), b.Alloc(engine.F32, gm, gn)
 		b.Gemm(engine.GemmParams{M: gm, N: gn, K: gk, Alpha: 1, LDA: gk, LDB: gn, LDC: gn}, ga, gb, gc)
 		losses, dLogits := b.Alloc(engine.F32, N), b.Alloc(engine.F32, N, H)
@@ -237,9 +243,9 @@ func TestThreadCountIndependence(t *testing.T) {
 		b.SwiGLU(so, sgv, suv)
 		b.SwiGLUBackward(sdg, sdu, sd, sgv, suv)
 		kvOut := b.Alloc(engine.F32, B, 3, heads, D)
-		b.AttentionKV(kvOut, upload(b, q[:B*3*heads*D], B, 3, heads, D), tk, tv, uploadInt(b, []int32{0, 40}, B))
+		b.AttentionKV(kvOut, upload(b, q[:B*3*heads*D], B, 3, heads, D), tk, tv, uploadInt(b, []int32{0, 40}, B), 0)
 		var res [][]float32
-		for _, t := range []*engine.Tensor{out, rstd, dx, dw, dTable, ss, ao, lse, dq, dk, dv, gc, losses, dLogits, so, sdg, sdu, kvOut} {
+		for _, t := range []*engine.Tensor{out, rstd, dx, dw, dTable, ss, ao, lse, dq, dk, dv, wo, wlse, wdq, wdk, wdv, gc, losses, dLogits, so, sdg, sdu, kvOut} {
 			res = append(res, Float32s(t))
 		}
 		return res

@@ -14,15 +14,19 @@ const attnScratchBytes = 256 << 20
 // attentionGeometry is the shape of one attention call.
 type attentionGeometry struct {
 	B, T, heads, kvHeads, D int
+	// W is the sliding window, 1 ≤ W ≤ T: query t sees keys (t−W, t]. A
+	// plain causal call has W = T, which the kernels' window arithmetic
+	// turns into exactly the causal tiles and mask.
+	W int
 }
 
 func (g attentionGeometry) group() int { return g.heads / g.kvHeads }
 
 func (g attentionGeometry) scale() float32 { return float32(1 / math.Sqrt(float64(g.D))) }
 
-// attentionShape reads the geometry from q [B,T,heads,D] and k
-// [B,T,kvHeads,D].
-func attentionShape(op string, q, k *engine.Tensor) attentionGeometry {
+// attentionShape reads the geometry from q [B,T,heads,D], k
+// [B,T,kvHeads,D] and the window.
+func attentionShape(op string, q, k *engine.Tensor, window int) attentionGeometry {
 	if q == nil || k == nil {
 		misuse(op, engine.MisuseTensor, "nil tensor")
 	}
@@ -36,7 +40,19 @@ func attentionShape(op string, q, k *engine.Tensor) attentionGeometry {
 	if k.Dim(3) != g.D {
 		misuse(op, engine.MisuseShape, "q %v and k %v differ in head size", q, k)
 	}
+	checkWindow(op, window)
+	g.W = g.T
+	if window > 0 && window < g.T {
+		g.W = window
+	}
 	return g
+}
+
+// checkWindow refuses a negative window (MisuseRange).
+func checkWindow(op string, window int) {
+	if window < 0 {
+		misuse(op, engine.MisuseRange, "window %d is negative", window)
+	}
 }
 
 // attentionRows is how many packed query rows (or, in the dk/dv pass,
@@ -63,18 +79,20 @@ func attentionBlocks(op string, pairs, n, per int) int {
 }
 
 // Attention is causal grouped-query self-attention: q [B,T,heads,D], k and
-// v [B,T,kvHeads,D], out [B,T,heads,D], lse [B,heads,T] (F32).
+// v [B,T,kvHeads,D], out [B,T,heads,D], lse [B,heads,T] (F32); a window
+// W > 0 limits query t to the keys (t−W, t] (engine.Backend).
 //
 // One kernel, FlashAttention-2's forward: a block per key/value head of a
 // sequence and tile of its group's packed query rows (the group's heads
-// share each key/value tile), an online softmax over the key tiles up to
-// the diagonal, and only each row's log-sum-exp stored. BF16 tensors of
+// share each key/value tile), an online softmax over the key tiles from
+// the first its rows' windows reach up to the diagonal (the others are
+// skipped: O(T·W) work), and only each row's log-sum-exp stored. BF16 tensors of
 // head size 64 or 128 on sm_80 and newer take the tensor-core kernels of
 // kernels/flash.cu (tensorCoreAttention); the rest flash_attention of
 // kernels/attention.cu, on the CUDA cores in float32.
-func (b *Backend) Attention(out, lse, q, k, v *engine.Tensor) {
+func (b *Backend) Attention(out, lse, q, k, v *engine.Tensor, window int) {
 	b.do(func() {
-		g := attentionShape("Attention", q, k)
+		g := attentionShape("Attention", q, k, window)
 		B, T, H, KV, D, G := g.B, g.T, g.heads, g.kvHeads, g.D, g.group()
 		O, L := b.floatView("Attention", "out", out), b.f32View("Attention", "lse", lse)
 		Q, K, V := b.floatView("Attention", "q", q), b.floatView("Attention", "k", k), b.floatView("Attention", "v", v)
@@ -97,7 +115,7 @@ func (b *Backend) Attention(out, lse, q, k, v *engine.Tensor) {
 		R := attentionRows("Attention", D)
 		b.launch(kFlashAttention, grid1(attentionBlocks("Attention", B*KV, T*G, R)), block1(faThreads),
 			O.ptr, O.dt(), L.ptr, Q.ptr, Q.dt(), K.ptr, K.dt(), V.ptr, V.dt(),
-			int32(T), int32(H), int32(KV), int32(D), int32(R), g.scale())
+			int32(T), int32(H), int32(KV), int32(D), int32(R), int32(g.W), g.scale())
 	})
 }
 
@@ -113,15 +131,16 @@ func (b *Backend) Attention(out, lse, q, k, v *engine.Tensor) {
 //	flash_attention_backward_dkv   per key tile: dv = Σ Pᵀ·dOut, dk = Σ dSᵀ·q/√D
 //	flash_attention_backward_dq    per query tile: dq = Σ dS·k/√D
 //
-// with P = e^(q·kᵀ/√D − lse) and dS = P ⊙ (dOut·vᵀ − δ). Splitting dk/dv
+// with P = e^(q·kᵀ/√D − lse) and dS = P ⊙ (dOut·vᵀ − δ), over the tiles
+// within reach of the window (as Attention's). Splitting dk/dv
 // from dq gives every gradient element one writer, summing in a fixed
 // order, so there are no atomics and the result is reproducible; the
 // price is computing P and dP twice. dk and dv sum over their group's
 // heads, and all three are overwritten.
-func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *engine.Tensor) {
+func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *engine.Tensor, window int) {
 	b.do(func() {
 		const op = "AttentionBackward"
-		g := attentionShape(op, q, k)
+		g := attentionShape(op, q, k, window)
 		B, T, H, KV, D, G := g.B, g.T, g.heads, g.kvHeads, g.D, g.group()
 		dQ, dK, dV := b.floatView(op, "dq", dq), b.floatView(op, "dk", dk), b.floatView(op, "dv", dv)
 		dO, O, L := b.floatView(op, "dOut", dOut), b.floatView(op, "out", out), b.f32View(op, "lse", lse)
@@ -152,20 +171,22 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *engine.
 		R := attentionRows(op, D)
 		b.launch(kFlashAttentionDKV, grid1(attentionBlocks(op, B*KV, T, R)), block1(faThreads),
 			dK.ptr, dK.dt(), dV.ptr, dV.dt(), dO.ptr, dO.dt(), Q.ptr, Q.dt(), K.ptr, K.dt(), V.ptr, V.dt(), L.ptr, delta,
-			int32(T), int32(H), int32(KV), int32(D), int32(R), g.scale())
+			int32(T), int32(H), int32(KV), int32(D), int32(R), int32(g.W), g.scale())
 		b.launch(kFlashAttentionDQ, grid1(attentionBlocks(op, B*KV, T*G, R)), block1(faThreads),
 			dQ.ptr, dQ.dt(), dO.ptr, dO.dt(), Q.ptr, Q.dt(), K.ptr, K.dt(), V.ptr, V.dt(), L.ptr, delta,
-			int32(T), int32(H), int32(KV), int32(D), int32(R), g.scale())
+			int32(T), int32(H), int32(KV), int32(D), int32(R), int32(g.W), g.scale())
 	})
 }
 
 // AttentionKV is inference attention against a key/value cache (kernel
 // attention_kv, one block per query): for sequence b, the n queries
-// q[b,i] sit at positions start[b]+i and attend to kCache[b, 0 :
-// start[b]+i+1]. q, out [B,n,heads,D]; kCache, vCache [B,Tmax,kvHeads,D];
-// start I32 [B], checked on the host against Tmax.
-func (b *Backend) AttentionKV(out, q, kCache, vCache, start *engine.Tensor) {
+// q[b,i] sit at positions p = start[b]+i and attend to kCache[b, lo :
+// p+1], lo = max(0, p+1−W) with a window W > 0 and 0 without. q, out
+// [B,n,heads,D]; kCache, vCache [B,Tmax,kvHeads,D]; start I32 [B],
+// checked on the host against Tmax.
+func (b *Backend) AttentionKV(out, q, kCache, vCache, start *engine.Tensor, window int) {
 	b.do(func() {
+		checkWindow("AttentionKV", window)
 		if q == nil || kCache == nil {
 			misuse("AttentionKV", engine.MisuseTensor, "nil tensor")
 		}
@@ -198,7 +219,7 @@ func (b *Backend) AttentionKV(out, q, kCache, vCache, start *engine.Tensor) {
 		for item0 := 0; item0 < items; item0 += per {
 			b.launch(kAttentionKV, grid1(min(per, items-item0)), block1(256),
 				O.ptr, O.dt(), Q.ptr, Q.dt(), Kc.ptr, Kc.dt(), Vc.ptr, Vc.dt(), S.ptr, scores,
-				int64(item0), int32(n), int32(H), int32(KV), int32(D), int32(Tmax), scale)
+				int64(item0), int32(n), int32(H), int32(KV), int32(D), int32(Tmax), int32(min(window, Tmax)), scale)
 		}
 	})
 }
@@ -245,7 +266,7 @@ func launchFlashMMAForward(b *Backend, g attentionGeometry, O, L, Q, K, V view) 
 		k = kFlashMMAForward128
 	}
 	b.launch(k, grid1(attentionBlocks("Attention", g.B*g.kvHeads, g.T*g.group(), fmRows)), block1(fmThreads),
-		O.ptr, L.ptr, Q.ptr, K.ptr, V.ptr, int32(g.T), int32(g.heads), int32(g.kvHeads), g.scale())
+		O.ptr, L.ptr, Q.ptr, K.ptr, V.ptr, int32(g.T), int32(g.heads), int32(g.kvHeads), int32(g.W), g.scale())
 }
 
 // flashBackwardScratch lays out the backward's scratch buffer: δ (float32
@@ -280,5 +301,5 @@ func launchFlashMMABackward(b *Backend, g attentionGeometry, scratch devptr, acc
 	b.must("cuMemsetD8Async", b.cu.cuMemsetD8Async(scratch+devptr(ctrOff), 0, tiles*4, b.stream))
 	b.launch(k, grid1(attentionBlocks("AttentionBackward", g.B*g.kvHeads, g.T, fbKeys)), block1(fmThreads),
 		dQ.ptr, dK.ptr, dV.ptr, scratch+devptr(accOff), scratch+devptr(ctrOff), dO.ptr, Q.ptr, K.ptr, V.ptr, L.ptr, scratch,
-		int32(g.T), int32(g.heads), int32(g.kvHeads), g.scale())
+		int32(g.T), int32(g.heads), int32(g.kvHeads), int32(g.W), g.scale())
 }

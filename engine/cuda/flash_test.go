@@ -19,13 +19,28 @@ import (
 
 // These tests run the tensor-core attention (kernels/flash.cu, on the
 // emulated warp collectives of kernels/warp.cuh) on the fake GPU against a
-// float64 reference of causal grouped-query attention.
+// float64 reference of causal grouped-query attention, in a sliding window
+// where a case has one.
 
-// flashCase is one attention geometry on the tensor-core path.
-type flashCase struct{ B, T, heads, kvHeads, D int }
+// flashCase is one attention geometry on the tensor-core path; W is its
+// sliding window (0: plain causal).
+type flashCase struct{ B, T, heads, kvHeads, D, W int }
 
 func (c flashCase) String() string {
-	return fmt.Sprintf("B%d T%d H%d KV%d D%d", c.B, c.T, c.heads, c.kvHeads, c.D)
+	s := fmt.Sprintf("B%d T%d H%d KV%d D%d", c.B, c.T, c.heads, c.kvHeads, c.D)
+	if c.W > 0 {
+		s += fmt.Sprintf(" W%d", c.W)
+	}
+	return s
+}
+
+// first is the first key that query t sees: t−W+1 in a window of W, 0
+// without one.
+func (c flashCase) first(t int) int {
+	if c.W == 0 {
+		return 0
+	}
+	return max(0, t-c.W+1)
 }
 
 // flashCases cover ragged lengths around the tiles (the forward's 64
@@ -58,7 +73,18 @@ func flashCases() []flashCase {
 			}
 		}
 	}
-	return append(cs, flashCase{B: 2, T: 33, heads: 8, kvHeads: 2, D: 64}, flashCase{B: 2, T: 40, heads: 4, kvHeads: 2, D: 128})
+	cs = append(cs, flashCase{B: 2, T: 33, heads: 8, kvHeads: 2, D: 64}, flashCase{B: 2, T: 40, heads: 4, kvHeads: 2, D: 128})
+	// Sliding windows over several tiles, whose cost is T·W: of one key;
+	// of 17, 50 and 97, multiples of no tile size, so that a window's edge
+	// cuts the forward's key tiles and the backward's query tiles
+	// anywhere and a query tile's dq sums start past key tile 0; of 64, a
+	// key tile; and of T, plain causal attention.
+	return append(cs, flashCase{B: 1, T: 300, heads: 2, kvHeads: 1, D: 64, W: 1}, flashCase{B: 1, T: 200, heads: 1, kvHeads: 1, D: 128, W: 1},
+		flashCase{B: 1, T: 129, heads: 4, kvHeads: 1, D: 64, W: 17},
+		flashCase{B: 1, T: 255, heads: 4, kvHeads: 1, D: 128, W: 50},
+		flashCase{B: 1, T: 200, heads: 8, kvHeads: 1, D: 64, W: 97},
+		flashCase{B: 2, T: 129, heads: 4, kvHeads: 2, D: 128, W: 64},
+		flashCase{B: 1, T: 65, heads: 2, kvHeads: 1, D: 64, W: 65})
 }
 
 // flashInputs are bf16-rounded q, k, v and dOut of a case: scores of a
@@ -123,7 +149,7 @@ func (in flashInputs) reference(c flashCase, outStored []float32) flashRef {
 			kv := h / G
 			for t := range c.T {
 				m := math.Inf(-1)
-				for j := 0; j <= t; j++ {
+				for j := c.first(t); j <= t; j++ {
 					s := 0.0
 					for d := range D {
 						s += float64(in.q[qi(b, t, h)+d]) * float64(in.k[ki(b, j, kv)+d])
@@ -132,7 +158,7 @@ func (in flashInputs) reference(c flashCase, outStored []float32) flashRef {
 					m = math.Max(m, p[j])
 				}
 				l := 0.0
-				for j := 0; j <= t; j++ {
+				for j := c.first(t); j <= t; j++ {
 					p[j] = math.Exp(p[j] - m)
 					l += p[j]
 				}
@@ -143,7 +169,7 @@ func (in flashInputs) reference(c flashCase, outStored []float32) flashRef {
 					delta += x
 					deltaAbs += math.Abs(x)
 				}
-				for j := 0; j <= t; j++ {
+				for j := c.first(t); j <= t; j++ {
 					p[j] /= l
 					dp, dpAbs := 0.0, 0.0
 					for d := range D {
@@ -159,7 +185,7 @@ func (in flashInputs) reference(c flashCase, outStored []float32) flashRef {
 				}
 				for d := range D {
 					o, om, dq, dqm, dqe := 0.0, 0.0, 0.0, 0.0, 0.0
-					for j := 0; j <= t; j++ {
+					for j := c.first(t); j <= t; j++ {
 						vv, kk := float64(in.v[ki(b, j, kv)+d]), float64(in.k[ki(b, j, kv)+d])
 						o += p[j] * vv
 						om += p[j] * math.Abs(vv)
@@ -170,7 +196,7 @@ func (in flashInputs) reference(c flashCase, outStored []float32) flashRef {
 					r.out[qi(b, t, h)+d], outMag[qi(b, t, h)+d] = o, om
 					r.dq[qi(b, t, h)+d], dqMag[qi(b, t, h)+d], dqErr[qi(b, t, h)+d] = dq*scale, dqm*scale, dqe*scale
 				}
-				for j := 0; j <= t; j++ {
+				for j := c.first(t); j <= t; j++ {
 					for d := range D {
 						qq, g := float64(in.q[qi(b, t, h)+d]), float64(in.dOut[qi(b, t, h)+d])
 						r.dk[ki(b, j, kv)+d] += ds[j] * qq * scale
@@ -235,11 +261,11 @@ func runFlash(t *testing.T, b *Backend, c flashCase, in flashInputs, backward bo
 	out := put(nil, qs...)
 	lse := b.Alloc(engine.F32, c.B, c.heads, c.T)
 	t.Cleanup(func() { b.Free(lse) })
-	b.Attention(out, lse, q, k, v)
+	b.Attention(out, lse, q, k, v, c.W)
 	r := flashRun{out: get(out), lse: get(lse)}
 	if backward {
 		dq, dk, dv := put(nil, qs...), put(nil, kvs...), put(nil, kvs...)
-		b.AttentionBackward(dq, dk, dv, put(in.dOut, qs...), q, k, v, out, lse)
+		b.AttentionBackward(dq, dk, dv, put(in.dOut, qs...), q, k, v, out, lse, c.W)
 		r.dq, r.dk, r.dv = get(dq), get(dk), get(dv)
 	}
 	if err := b.Synchronize(); err != nil {
@@ -303,8 +329,8 @@ const flashBackward = true
 
 // TestFlashAttentionDeterministicEmulated runs the tensor-core attention
 // twice on inputs whose query tiles take their dq from several key tiles
-// each, and requires bit-identical results: the dq sums follow a fixed
-// order (no atomics).
+// each (the first past key tile 0 with a window), and requires
+// bit-identical results: the dq sums follow a fixed order (no atomics).
 func TestFlashAttentionDeterministicEmulated(t *testing.T) {
 	fakeCUDA(t)
 	testFlashDeterministic(t, newFake)
@@ -312,7 +338,8 @@ func TestFlashAttentionDeterministicEmulated(t *testing.T) {
 
 func testFlashDeterministic(t *testing.T, newBackend maker) {
 	b := newBackend(t, 0, GemmF32)
-	for _, c := range []flashCase{{B: 1, T: 300, heads: 2, kvHeads: 1, D: 128}, {B: 2, T: 150, heads: 8, kvHeads: 2, D: 64}} {
+	for _, c := range []flashCase{{B: 1, T: 300, heads: 2, kvHeads: 1, D: 128}, {B: 2, T: 150, heads: 8, kvHeads: 2, D: 64},
+		{B: 1, T: 300, heads: 2, kvHeads: 1, D: 128, W: 70}} {
 		in := newFlashInputs(c, 3)
 		first, second := runFlash(t, b, c, in, true), runFlash(t, b, c, in, true)
 		for _, x := range []struct {
@@ -322,6 +349,65 @@ func testFlashDeterministic(t *testing.T, newBackend maker) {
 			if err := numtest.Equal(x.got, x.want); err != nil {
 				t.Errorf("%v: %s differs between two runs: %v", c, x.name, err)
 			}
+		}
+	}
+}
+
+// TestFlashAttentionWindowSkipsTilesEmulated counts the tensor-core
+// kernels' mma operations (the fake's fakecuda_mma_count) and requires a
+// windowed call to visit no more tiles than its window reaches, O(T·W),
+// where without the skipping it would visit the causal triangle's: every
+// (block, tile) step runs the same mma operations, so the causal call's
+// count over its exact number of steps gives a step's, and the windowed
+// count must stay within that times a bound on its steps from the
+// geometry alone (a block's positions and their windows span L
+// consecutive keys, or its keys' windows L consecutive packed rows,
+// which at most ⌈L/tile⌉ + 1 tiles cover).
+func TestFlashAttentionWindowSkipsTilesEmulated(t *testing.T) {
+	f := newWarpFake(t)
+	b := newFake(t, 0, GemmF32)
+	const W = 40
+	causal := flashCase{B: 1, T: 512, heads: 2, kvHeads: 1, D: 64}
+	windowed := causal
+	windowed.W = W
+	in := newFlashInputs(causal, 5)
+	G, rows := causal.heads/causal.kvHeads, causal.T*causal.heads/causal.kvHeads
+	ceil := func(a, b int) int { return (a + b - 1) / b }
+	// The forward's blocks of fmRows packed rows, over key tiles of
+	// fmKeys; the backward's blocks of fbKeys keys, over query tiles of
+	// bq packed rows.
+	var fwdCausal, fwdBound, bwdCausal, bwdBound int
+	for p0 := 0; p0 < rows; p0 += fmRows {
+		first, last := p0/G, (min(p0+fmRows, rows)-1)/G
+		fwdCausal += last/fmKeys + 1
+		fwdBound += ceil(last-first+W, fmKeys) + 1
+	}
+	bq := fbQTile / causal.D
+	for k0 := 0; k0 < causal.T; k0 += fbKeys {
+		bwdCausal += ceil(rows, bq) - k0*G/bq
+		lastPos := min(causal.T-1, k0+fbKeys-1+W-1)
+		bwdBound += ceil((lastPos+1-k0)*G, bq) + 1
+	}
+	count := func(c flashCase) (fwd, bwd int64) {
+		start := f.mmaCount()
+		runFlash(t, b, c, in, false)
+		mid := f.mmaCount()
+		runFlash(t, b, c, in, true)
+		return mid - start, f.mmaCount() - mid - (mid - start)
+	}
+	cf, cb := count(causal)
+	wf, wb := count(windowed)
+	t.Logf("mma operations: forward %d causal, %d in a window of %d; backward %d, %d", cf, wf, W, cb, wb)
+	for _, x := range []struct {
+		name                    string
+		causal, steps, got, max int64
+	}{{"forward", cf, int64(fwdCausal), wf, int64(fwdBound)}, {"backward", cb, int64(bwdCausal), wb, int64(bwdBound)}} {
+		if x.causal == 0 || x.causal%x.steps != 0 {
+			t.Fatalf("%s: %d mma operations causal, not a multiple of its %d steps", x.name, x.causal, x.steps)
+		}
+		per := x.causal / x.steps
+		if x.got > per*x.max || x.max >= x.steps {
+			t.Errorf("%s: %d mma operations in a window of %d, more than %d steps of %d (causal: %d steps)", x.name, x.got, W, x.max, per, x.steps)
 		}
 	}
 }

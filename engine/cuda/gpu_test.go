@@ -304,8 +304,8 @@ func BenchmarkGPUAttention(tb *testing.B) {
 		for _, x := range []*engine.Tensor{q, k, v, dOut} {
 			fillRandom(b, x, tile)
 		}
-		fwdSecs := timeIt(tb, b, func() { b.Attention(out, lse, q, k, v) })
-		bwdSecs := timeIt(tb, b, func() { b.AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse) })
+		fwdSecs := timeIt(tb, b, func() { b.Attention(out, lse, q, k, v, 0) })
+		bwdSecs := timeIt(tb, b, func() { b.AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse, 0) })
 		fwd, bwd := attentionFLOPs(B, T, H, D)
 		for _, c := range []struct {
 			name        string

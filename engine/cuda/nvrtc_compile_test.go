@@ -20,13 +20,19 @@ import (
 //   - rope_table: double-precision sincos, whose argument reduction for huge
 //     angles (Payne–Hanek) keeps a table on the stack; the fast path that
 //     every position below 2^20 takes does not touch it.
-//   - the attention backward kernels keep a few accumulators in local
-//     memory on one architecture each even with their loops unrolled
-//     (MT_UNROLL): 24 bytes of dq's on sm_80, 64 of dk/dv's on sm_90.
-//     Measured here without a GPU, so what they cost is not known.
+//   - the float32 attention backward kernels keep a few accumulators in
+//     local memory even with their loops unrolled (MT_UNROLL): on sm_80
+//     40 bytes of dq's and 56 (64 with --fmad=false) of dk/dv's, on sm_90
+//     24 of dq's and 64 of dk/dv's. Before the sliding window's loop
+//     bounds (a key tile's last reaching query, a query tile's first
+//     reached key tile) they were 24 and 0 on sm_80, 0 and 64 on sm_90;
+//     ptxas's choice moves with any change to those bounds (an early
+//     break or continue instead moved the frames between kernels and
+//     architectures rather than removing them). Measured here without a
+//     GPU, so what they cost is not known.
 var knownFrames = map[int]map[string]int{
-	80: {"rope_table": 48, "flash_attention_backward_dq": 24},
-	90: {"rope_table": 48, "flash_attention_backward_dkv": 64},
+	80: {"rope_table": 48, "flash_attention_backward_dq": 40, "flash_attention_backward_dkv": 64},
+	90: {"rope_table": 48, "flash_attention_backward_dq": 24, "flash_attention_backward_dkv": 64},
 }
 
 // loadNVRTC binds the machine's NVRTC for a compile test, skipping the

@@ -26,6 +26,7 @@ type warpFake struct {
 	misuse     func(which int32) int32
 	wait       func(p uintptr, want int32) int32
 	setPermute func(on int32)
+	mmaCount   func() int64
 	errString  func(r int32, s **byte) int32
 }
 
@@ -42,6 +43,7 @@ func newWarpFake(t *testing.T) *warpFake {
 		"fakecuda_test_misuse":       &f.misuse,
 		"fakecuda_test_counter_wait": &f.wait,
 		"fakecuda_set_mma_permuted":  &f.setPermute,
+		"fakecuda_mma_count":         &f.mmaCount,
 		"cuGetErrorString":           &f.errString,
 	} {
 		sym, err := dlsym(h, name)

@@ -414,19 +414,23 @@ func testActivationsBF16(h *harness) {
 	// Attention on BF16 q, k, v and out (lse F32), its backward from a
 	// BF16 dOut and the BF16 out into BF16 gradients (δ from out as
 	// stored: refAttentionBackwardOut), and cached attention.
-	for _, g := range []geometry{{B: 2, T: 5, heads: 4, kvHeads: 2, D: 8}, {B: 1, T: 70, heads: 4, kvHeads: 1, D: 16}} {
+	// The last two have sliding windows, the one of head size 64 over
+	// several of every backend's tiles (CUDA's tensor-core kernels take
+	// it).
+	for _, g := range []geometry{{B: 2, T: 5, heads: 4, kvHeads: 2, D: 8}, {B: 1, T: 70, heads: 4, kvHeads: 1, D: 16},
+		{B: 1, T: 70, heads: 4, kvHeads: 1, D: 16, W: 9}, {B: 1, T: 140, heads: 2, kvHeads: 1, D: 64, W: 37}} {
 		name := fmt.Sprintf("%+v", g)
 		q, k, v := rounded(h.randn(g.qLen(), 1.5)), rounded(h.randn(g.kvLen(), 1.5)), rounded(h.randn(g.kvLen(), 1))
 		tq, tk, tv := bf(q, g.B, g.T, g.heads, g.D), bf(k, g.B, g.T, g.kvHeads, g.D), bf(v, g.B, g.T, g.kvHeads, g.D)
 		out, lse := bf(nil, g.B, g.T, g.heads, g.D), h.nan(g.B, g.heads, g.T)
-		h.be.Attention(out, lse, tq, tk, tv)
+		h.be.Attention(out, lse, tq, tk, tv, g.W)
 		wo, wl := refAttention(f64(q), f64(k), f64(v), g)
 		h.closeBF16("Attention BF16 out "+name, get(out), wo, sqrtTol(tolSum, g.T+g.D), 1e-6)
 		h.close("Attention BF16 lse "+name, get(lse), wl, sqrtTol(tolSum, g.D))
 
 		do := rounded(h.randn(g.qLen(), 1))
 		dq, dk, dv := bf(nil, g.B, g.T, g.heads, g.D), bf(nil, g.B, g.T, g.kvHeads, g.D), bf(nil, g.B, g.T, g.kvHeads, g.D)
-		h.be.AttentionBackward(dq, dk, dv, bf(do, g.B, g.T, g.heads, g.D), tq, tk, tv, out, lse)
+		h.be.AttentionBackward(dq, dk, dv, bf(do, g.B, g.T, g.heads, g.D), tq, tk, tv, out, lse, g.W)
 		wq, wk, wv := refAttentionBackwardOut(f64(do), f64(q), f64(k), f64(v), f64(get(out)), g)
 		tol := sqrtTol(tolSum, g.T*g.heads/g.kvHeads+g.D)
 		floor := maxAbs(wv) * math.Max(maxAbs(f64(k)), maxAbs(f64(q))) / math.Sqrt(float64(g.D))
@@ -435,7 +439,7 @@ func testActivationsBF16(h *harness) {
 		h.closeBF16("AttentionBackward BF16 dv "+name, get(dv), wv, tol, 1e-6)
 
 		kvOut := bf(nil, g.B, g.T, g.heads, g.D)
-		h.be.AttentionKV(kvOut, tq, tk, tv, h.i32(make([]int32, g.B), g.B))
+		h.be.AttentionKV(kvOut, tq, tk, tv, h.i32(make([]int32, g.B), g.B), g.W)
 		h.closeBF16("AttentionKV BF16 prefill "+name, get(kvOut), wo, sqrtTol(tolSum, g.T+g.D), 1e-6)
 	}
 }

@@ -57,16 +57,17 @@ func testDeterminism(h *harness) {
 			return [][]float32{h.get(dt)}
 		})
 	}
-	for _, g := range []geometry{{B: 2, T: 130, heads: 4, kvHeads: 2, D: 16}, {B: 1, T: 200, heads: 8, kvHeads: 2, D: 64}} {
+	for _, g := range []geometry{{B: 2, T: 130, heads: 4, kvHeads: 2, D: 16}, {B: 1, T: 200, heads: 8, kvHeads: 2, D: 64},
+		{B: 1, T: 200, heads: 4, kvHeads: 2, D: 64, W: 50}} {
 		q := h.f32(h.randn(g.qLen(), 1), g.B, g.T, g.heads, g.D)
 		k := h.f32(h.randn(g.kvLen(), 1), g.B, g.T, g.kvHeads, g.D)
 		v := h.f32(h.randn(g.kvLen(), 1), g.B, g.T, g.kvHeads, g.D)
 		dOut := h.f32(h.randn(g.qLen(), 1), g.B, g.T, g.heads, g.D)
 		twice(fmt.Sprintf("Attention %+v", g), func() [][]float32 {
 			out, lse := h.nan(g.B, g.T, g.heads, g.D), h.nan(g.B, g.heads, g.T)
-			h.be.Attention(out, lse, q, k, v)
+			h.be.Attention(out, lse, q, k, v, g.W)
 			dq, dk, dv := h.nan(g.B, g.T, g.heads, g.D), h.nan(g.B, g.T, g.kvHeads, g.D), h.nan(g.B, g.T, g.kvHeads, g.D)
-			h.be.AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse)
+			h.be.AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse, g.W)
 			return [][]float32{h.get(out), h.get(lse), h.get(dq), h.get(dk), h.get(dv)}
 		})
 	}

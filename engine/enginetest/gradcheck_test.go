@@ -129,6 +129,9 @@ func TestGradAttention(t *testing.T) {
 		{B: 2, T: 4, heads: 4, kvHeads: 2, D: 3},
 		{B: 1, T: 5, heads: 2, kvHeads: 1, D: 4},
 		{B: 1, T: 3, heads: 2, kvHeads: 2, D: 2},
+		// Sliding windows: of one key (the row itself), of two.
+		{B: 1, T: 4, heads: 2, kvHeads: 1, D: 3, W: 1},
+		{B: 2, T: 5, heads: 4, kvHeads: 2, D: 2, W: 2},
 	} {
 		q, k, v := randVec(rng, g.qLen(), 1), randVec(rng, g.kvLen(), 1), randVec(rng, g.kvLen(), 1)
 		r := randVec(rng, g.qLen(), 1)
@@ -162,17 +165,23 @@ func TestGradCrossEntropy(t *testing.T) {
 	gradCheck(t, "CrossEntropy dLogits", logits, d, f)
 }
 
-// TestRefAttentionKV checks the cache reference against the causal one:
-// prefilling from position 0, and decoding one position at a time, both
-// give causal attention's output.
+// TestRefAttentionKV checks the cache reference against the causal one,
+// without a window and with one: prefilling from position 0, and decoding
+// one position at a time, both give causal attention's output.
 func TestRefAttentionKV(t *testing.T) {
+	for _, W := range []int{0, 1, 4} {
+		testRefAttentionKV(t, W)
+	}
+}
+
+func testRefAttentionKV(t *testing.T, W int) {
 	rng := newRand(8)
-	g := geometry{B: 2, T: 6, heads: 4, kvHeads: 2, D: 3}
+	g := geometry{B: 2, T: 6, heads: 4, kvHeads: 2, D: 3, W: W}
 	q, k, v := randVec(rng, g.qLen(), 1), randVec(rng, g.kvLen(), 1), randVec(rng, g.kvLen(), 1)
 	want, _ := refAttention(q, k, v, g)
-	prefill := refAttentionKV(q, k, v, []int32{0, 0}, g.B, g.T, g.T, g.heads, g.kvHeads, g.D)
+	prefill := refAttentionKV(q, k, v, []int32{0, 0}, g.B, g.T, g.T, g.heads, g.kvHeads, g.D, W)
 	if err := numtest.Close(prefill, want, numtest.Tol{Abs: 1e-12}); err != nil {
-		t.Fatalf("prefill against causal attention: %v", err)
+		t.Fatalf("window %d: prefill against causal attention: %v", W, err)
 	}
 	row := g.heads * g.D
 	for pos := 0; pos < g.T; pos++ {
@@ -180,11 +189,11 @@ func TestRefAttentionKV(t *testing.T) {
 		for b := 0; b < g.B; b++ {
 			qs = append(qs, q[(b*g.T+pos)*row:(b*g.T+pos+1)*row]...)
 		}
-		out := refAttentionKV(qs, k, v, []int32{int32(pos), int32(pos)}, g.B, 1, g.T, g.heads, g.kvHeads, g.D)
+		out := refAttentionKV(qs, k, v, []int32{int32(pos), int32(pos)}, g.B, 1, g.T, g.heads, g.kvHeads, g.D, W)
 		for b := 0; b < g.B; b++ {
 			w := want[(b*g.T+pos)*row : (b*g.T+pos+1)*row]
 			if err := numtest.Close(out[b*row:(b+1)*row], w, numtest.Tol{Abs: 1e-12}); err != nil {
-				t.Fatalf("decode at %d, sequence %d, against causal attention: %v", pos, b, err)
+				t.Fatalf("window %d: decode at %d, sequence %d, against causal attention: %v", W, pos, b, err)
 			}
 		}
 	}

@@ -186,6 +186,17 @@ var attentionGeometries = []geometry{
 	{B: 1, T: 129, heads: 2, kvHeads: 2, D: 7},
 	{B: 1, T: 200, heads: 8, kvHeads: 2, D: 64},
 	{B: 2, T: 97, heads: 4, kvHeads: 4, D: 128},
+	// Sliding windows (query i sees keys (i−W, i]): of one key, of three,
+	// of 45 (a multiple of no tile size: the window's edge cuts tiles of
+	// every backend) and 40, over sequences of several tiles, so that
+	// whole key tiles fall outside some rows' windows; and windows of T
+	// and past it, plain causal attention.
+	{B: 1, T: 130, heads: 4, kvHeads: 2, D: 8, W: 1},
+	{B: 2, T: 70, heads: 2, kvHeads: 1, D: 16, W: 3},
+	{B: 1, T: 150, heads: 4, kvHeads: 1, D: 8, W: 45},
+	{B: 1, T: 140, heads: 2, kvHeads: 2, D: 64, W: 40},
+	{B: 1, T: 20, heads: 2, kvHeads: 1, D: 4, W: 20},
+	{B: 1, T: 20, heads: 2, kvHeads: 1, D: 4, W: 25},
 }
 
 // testAttention checks Attention's out and lse and AttentionBackward's
@@ -205,6 +216,7 @@ func testAttention(h *harness) {
 		q, k, v := h.randn(g.qLen(), 1.5), h.randn(g.kvLen(), 1.5), h.randn(g.kvLen(), 1)
 		h.checkAttention(fmt.Sprintf("%+v", g), g, q, k, v, 1)
 	}
+	testAttentionWindowPastT(h)
 
 	// Large scores: every query and key near one shared direction u, so
 	// that S ≈ 64·|u|²/√D is several hundred, far past where e^S overflows
@@ -236,6 +248,29 @@ func testAttention(h *harness) {
 	h.checkAttention(fmt.Sprintf("large scores (max |S| %.0f) %+v", maxS, g), g, q, k, v, maxS)
 }
 
+// testAttentionWindowPastT requires a window of T or more to be plain
+// causal attention bit for bit: the same tiles, in the same order, with
+// the same masks, forward and backward.
+func testAttentionWindowPastT(h *harness) {
+	g := geometry{B: 1, T: 75, heads: 4, kvHeads: 2, D: 8}
+	q, k, v, dOut := h.randn(g.qLen(), 1.5), h.randn(g.kvLen(), 1.5), h.randn(g.kvLen(), 1), h.randn(g.qLen(), 1)
+	tq, tk, tv := h.f32(q, g.B, g.T, g.heads, g.D), h.f32(k, g.B, g.T, g.kvHeads, g.D), h.f32(v, g.B, g.T, g.kvHeads, g.D)
+	tdo := h.f32(dOut, g.B, g.T, g.heads, g.D)
+	run := func(window int) [][]float32 {
+		out, lse := h.nan(g.B, g.T, g.heads, g.D), h.nan(g.B, g.heads, g.T)
+		h.be.Attention(out, lse, tq, tk, tv, window)
+		dq, dk, dv := h.nan(g.B, g.T, g.heads, g.D), h.nan(g.B, g.T, g.kvHeads, g.D), h.nan(g.B, g.T, g.kvHeads, g.D)
+		h.be.AttentionBackward(dq, dk, dv, tdo, tq, tk, tv, out, lse, window)
+		return [][]float32{h.get(out), h.get(lse), h.get(dq), h.get(dk), h.get(dv)}
+	}
+	causal := run(0)
+	for _, w := range []int{g.T, g.T + 1, 1 << 30} {
+		for i, got := range run(w) {
+			h.equal(fmt.Sprintf("Attention window %d of T %d, %s", w, g.T, []string{"out", "lse", "dq", "dk", "dv"}[i]), got, causal[i])
+		}
+	}
+}
+
 // maxAbs is the largest magnitude in x (0 for none).
 func maxAbs(x []float64) float64 {
 	m := 0.0
@@ -254,14 +289,14 @@ func (h *harness) checkAttention(name string, g geometry, q, k, v []float32, wid
 	tk := h.f32(k, g.B, g.T, g.kvHeads, g.D)
 	tv := h.f32(v, g.B, g.T, g.kvHeads, g.D)
 	out, lse := h.nan(g.B, g.T, g.heads, g.D), h.nan(g.B, g.heads, g.T)
-	h.be.Attention(out, lse, tq, tk, tv)
+	h.be.Attention(out, lse, tq, tk, tv, g.W)
 	wantOut, wantL := refAttention(f64(q), f64(k), f64(v), g)
 	h.close("Attention out "+name, h.get(out), wantOut, widen*sqrtTol(tolSum, g.T+g.D))
 	h.close("Attention lse "+name, h.get(lse), wantL, widen*sqrtTol(tolSum, g.D))
 
 	dOut := h.randn(g.qLen(), 1)
 	dq, dk, dv := h.nan(g.B, g.T, g.heads, g.D), h.nan(g.B, g.T, g.kvHeads, g.D), h.nan(g.B, g.T, g.kvHeads, g.D)
-	h.be.AttentionBackward(dq, dk, dv, h.f32(dOut, g.B, g.T, g.heads, g.D), tq, tk, tv, out, lse)
+	h.be.AttentionBackward(dq, dk, dv, h.f32(dOut, g.B, g.T, g.heads, g.D), tq, tk, tv, out, lse, g.W)
 	wq, wk, wv := refAttentionBackward(f64(dOut), f64(q), f64(k), f64(v), g)
 	tol := widen * sqrtTol(tolSum, g.T*g.heads/g.kvHeads+g.D)
 	// dq and dk sum terms dS·k/√D and dS·q/√D with dS = P⊙(dP − δ), which
@@ -277,14 +312,24 @@ func (h *harness) checkAttention(name string, g geometry, q, k, v []float32, wid
 func testAttentionKV(h *harness) {
 	const B, tmax, heads, kvHeads, D = 2, 12, 4, 2, 8
 	for _, c := range []struct {
-		n     int
-		start []int32
-	}{{1, []int32{11, 4}}, {3, []int32{0, 7}}, {1, []int32{0, 0}}} {
-		name := fmt.Sprintf("n=%d start=%v", c.n, c.start)
+		n, window int
+		start     []int32
+	}{
+		{1, 0, []int32{11, 4}}, {3, 0, []int32{0, 7}}, {1, 0, []int32{0, 0}},
+		// Sliding windows: of one key, of three, of five over a prompt of
+		// three (its queries' windows start at different rows), and of
+		// the whole cache and past it.
+		{1, 1, []int32{11, 4}}, {1, 3, []int32{11, 1}}, {3, 5, []int32{0, 7}}, {2, 12, []int32{10, 3}}, {1, 40, []int32{11, 0}},
+	} {
+		name := fmt.Sprintf("n=%d start=%v window=%d", c.n, c.start, c.window)
 		kc, vc := h.randn(B*tmax*kvHeads*D, 1.5), h.randn(B*tmax*kvHeads*D, 1)
-		// Cache rows past the last query's position must not be read.
+		// Cache rows past the last query's position, and before the
+		// first query's window, must not be read.
 		for b, s := range c.start {
-			for t := int(s) + c.n; t < tmax; t++ {
+			for t := range tmax {
+				if t >= windowStart(int(s), c.window) && t < int(s)+c.n {
+					continue
+				}
 				for i := 0; i < kvHeads*D; i++ {
 					kc[(b*tmax+t)*kvHeads*D+i] = float32(math.NaN())
 					vc[(b*tmax+t)*kvHeads*D+i] = float32(math.NaN())
@@ -294,21 +339,24 @@ func testAttentionKV(h *harness) {
 		q := h.randn(B*c.n*heads*D, 1.5)
 		out := h.nan(B, c.n, heads, D)
 		h.be.AttentionKV(out, h.f32(q, B, c.n, heads, D), h.f32(kc, B, tmax, kvHeads, D),
-			h.f32(vc, B, tmax, kvHeads, D), h.i32(c.start, B))
-		want := refAttentionKV(f64(q), f64(kc), f64(vc), c.start, B, c.n, tmax, heads, kvHeads, D)
+			h.f32(vc, B, tmax, kvHeads, D), h.i32(c.start, B), c.window)
+		want := refAttentionKV(f64(q), f64(kc), f64(vc), c.start, B, c.n, tmax, heads, kvHeads, D, c.window)
 		h.close("AttentionKV "+name, h.get(out), want, sqrtTol(tolSum, tmax+D))
 	}
 
-	// Prefill from position 0 is ordinary causal attention.
-	g := geometry{B: 2, T: 7, heads: 4, kvHeads: 2, D: 8}
-	q, k, v := h.randn(g.qLen(), 1.5), h.randn(g.kvLen(), 1.5), h.randn(g.kvLen(), 1)
-	tq := h.f32(q, g.B, g.T, g.heads, g.D)
-	tk, tv := h.f32(k, g.B, g.T, g.kvHeads, g.D), h.f32(v, g.B, g.T, g.kvHeads, g.D)
-	full, lse := h.nan(g.B, g.T, g.heads, g.D), h.nan(g.B, g.heads, g.T)
-	h.be.Attention(full, lse, tq, tk, tv)
-	kvOut := h.nan(g.B, g.T, g.heads, g.D)
-	h.be.AttentionKV(kvOut, tq, tk, tv, h.i32([]int32{0, 0}, 2))
-	h.close("AttentionKV prefill = Attention", h.get(kvOut), f64(h.get(full)), sqrtTol(tolSum, g.T+g.D))
+	// Prefill from position 0 is ordinary causal attention, with a window
+	// or without.
+	for _, W := range []int{0, 3} {
+		g := geometry{B: 2, T: 7, heads: 4, kvHeads: 2, D: 8, W: W}
+		q, k, v := h.randn(g.qLen(), 1.5), h.randn(g.kvLen(), 1.5), h.randn(g.kvLen(), 1)
+		tq := h.f32(q, g.B, g.T, g.heads, g.D)
+		tk, tv := h.f32(k, g.B, g.T, g.kvHeads, g.D), h.f32(v, g.B, g.T, g.kvHeads, g.D)
+		full, lse := h.nan(g.B, g.T, g.heads, g.D), h.nan(g.B, g.heads, g.T)
+		h.be.Attention(full, lse, tq, tk, tv, W)
+		kvOut := h.nan(g.B, g.T, g.heads, g.D)
+		h.be.AttentionKV(kvOut, tq, tk, tv, h.i32([]int32{0, 0}, 2), W)
+		h.close(fmt.Sprintf("AttentionKV prefill = Attention, window %d", W), h.get(kvOut), f64(h.get(full)), sqrtTol(tolSum, g.T+g.D))
+	}
 }
 
 func testCrossEntropy(h *harness) {

@@ -116,16 +116,28 @@ var misuseCases = []misuseCase{
 	{"AttentionHeads", "Attention", engine.MisuseShape, false, func(h *harness) {
 		// 3 query heads cannot share 2 key/value heads.
 		h.be.Attention(h.f32(nil, 1, 2, 3, 4), h.f32(nil, 1, 3, 2),
-			h.f32(h.randn(24, 1), 1, 2, 3, 4), h.f32(h.randn(16, 1), 1, 2, 2, 4), h.f32(h.randn(16, 1), 1, 2, 2, 4))
+			h.f32(h.randn(24, 1), 1, 2, 3, 4), h.f32(h.randn(16, 1), 1, 2, 2, 4), h.f32(h.randn(16, 1), 1, 2, 2, 4), 0)
 	}},
 	{"AttentionOutAliasesQ", "Attention", engine.MisuseAlias, false, func(h *harness) {
 		q := h.f32(h.randn(16, 1), 1, 2, 2, 4)
-		h.be.Attention(q, h.f32(nil, 1, 2, 2), q, h.f32(h.randn(8, 1), 1, 2, 1, 4), h.f32(h.randn(8, 1), 1, 2, 1, 4))
+		h.be.Attention(q, h.f32(nil, 1, 2, 2), q, h.f32(h.randn(8, 1), 1, 2, 1, 4), h.f32(h.randn(8, 1), 1, 2, 1, 4), 0)
+	}},
+	{"AttentionNegativeWindow", "Attention", engine.MisuseRange, false, func(h *harness) {
+		h.be.Attention(h.f32(nil, 1, 2, 2, 4), h.f32(nil, 1, 2, 2),
+			h.f32(h.randn(16, 1), 1, 2, 2, 4), h.f32(h.randn(8, 1), 1, 2, 1, 4), h.f32(h.randn(8, 1), 1, 2, 1, 4), -1)
+	}},
+	{"AttentionBackwardNegativeWindow", "AttentionBackward", engine.MisuseRange, false, func(h *harness) {
+		q, kv := func() *engine.Tensor { return h.f32(h.randn(16, 1), 1, 2, 2, 4) }, func() *engine.Tensor { return h.f32(h.randn(8, 1), 1, 2, 1, 4) }
+		h.be.AttentionBackward(q(), kv(), kv(), q(), q(), kv(), kv(), q(), h.f32(h.randn(4, 1), 1, 2, 2), -3)
+	}},
+	{"AttentionKVNegativeWindow", "AttentionKV", engine.MisuseRange, false, func(h *harness) {
+		h.be.AttentionKV(h.f32(nil, 1, 1, 2, 4), h.f32(h.randn(8, 1), 1, 1, 2, 4),
+			h.f32(h.randn(12, 1), 1, 3, 1, 4), h.f32(h.randn(12, 1), 1, 3, 1, 4), h.i32([]int32{1}, 1), -2)
 	}},
 	{"AttentionKVStartOverruns", "AttentionKV", engine.MisuseRange, false, func(h *harness) {
 		// One query at position 3 of a cache of 3.
 		h.be.AttentionKV(h.f32(nil, 1, 1, 2, 4), h.f32(h.randn(8, 1), 1, 1, 2, 4),
-			h.f32(h.randn(12, 1), 1, 3, 1, 4), h.f32(h.randn(12, 1), 1, 3, 1, 4), h.i32([]int32{3}, 1))
+			h.f32(h.randn(12, 1), 1, 3, 1, 4), h.f32(h.randn(12, 1), 1, 3, 1, 4), h.i32([]int32{3}, 1), 0)
 	}},
 	{"AdamWZeroStep", "AdamW", engine.MisuseRange, false, func(h *harness) {
 		h.be.AdamW(h.f32(h.randn(4, 1), 4), h.f32(h.randn(4, 1), 4), h.f32(nil, 4), h.f32(nil, 4),

@@ -184,8 +184,22 @@ func refRoPE(x []float64, pos []int32, invFreq []float32, heads int, sign float6
 	return out
 }
 
-// geometry is an attention shape.
-type geometry struct{ B, T, heads, kvHeads, D int }
+// geometry is an attention shape; W is its sliding window (0: plain
+// causal).
+type geometry struct{ B, T, heads, kvHeads, D, W int }
+
+// first is the first key that query i sees: i−W+1 in a window of W, 0
+// without one.
+func (g geometry) first(i int) int { return windowStart(i, g.W) }
+
+// windowStart is the first of the keys (i−W, i] that query i sees in a
+// sliding window of W keys, 0 without one (W = 0).
+func windowStart(i, W int) int {
+	if W == 0 {
+		return 0
+	}
+	return max(0, i-W+1)
+}
 
 func (g geometry) qLen() int  { return g.B * g.T * g.heads * g.D }
 func (g geometry) kvLen() int { return g.B * g.T * g.kvHeads * g.D }
@@ -194,15 +208,16 @@ func (g geometry) kvLen() int { return g.B * g.T * g.kvHeads * g.D }
 func (g geometry) qi(b, t, h, d int) int { return ((b*g.T+t)*g.heads+h)*g.D + d }
 func (g geometry) ki(b, t, h, d int) int { return ((b*g.T+t)*g.kvHeads+h)*g.D + d }
 
-// refAttention is causal grouped-query attention: out [B,T,heads,D] and
-// each row's log-sum-exp of its scaled scores, lse [B,heads,T].
+// refAttention is causal grouped-query attention, query i seeing keys
+// first(i)..i: out [B,T,heads,D] and each row's log-sum-exp of its scaled
+// scores, lse [B,heads,T].
 func refAttention(q, k, v []float64, g geometry) (out, lse []float64) {
 	out, _, lse = refAttentionProbs(q, k, v, g)
 	return out, lse
 }
 
 // refAttentionProbs is refAttention with the probabilities
-// [B,heads,T,T] (zero above the diagonal) as well.
+// [B,heads,T,T] (zero outside the window) as well.
 func refAttentionProbs(q, k, v []float64, g geometry) (out, probs, lse []float64) {
 	out = make([]float64, g.qLen())
 	probs = make([]float64, g.B*g.heads*g.T*g.T)
@@ -215,7 +230,7 @@ func refAttentionProbs(q, k, v []float64, g geometry) (out, probs, lse []float64
 			for i := 0; i < g.T; i++ {
 				p := probs[((b*g.heads+h)*g.T+i)*g.T:][:g.T]
 				m := math.Inf(-1)
-				for j := 0; j <= i; j++ {
+				for j := g.first(i); j <= i; j++ {
 					var s float64
 					for d := 0; d < g.D; d++ {
 						s += q[g.qi(b, i, h, d)] * k[g.ki(b, j, kv, d)]
@@ -224,12 +239,12 @@ func refAttentionProbs(q, k, v []float64, g geometry) (out, probs, lse []float64
 					m = math.Max(m, p[j])
 				}
 				var sum float64
-				for j := 0; j <= i; j++ {
+				for j := g.first(i); j <= i; j++ {
 					p[j] = math.Exp(p[j] - m)
 					sum += p[j]
 				}
 				lse[(b*g.heads+h)*g.T+i] = m + math.Log(sum)
-				for j := 0; j <= i; j++ {
+				for j := g.first(i); j <= i; j++ {
 					p[j] /= sum
 					for d := 0; d < g.D; d++ {
 						out[g.qi(b, i, h, d)] += p[j] * v[g.ki(b, j, kv, d)]
@@ -266,7 +281,7 @@ func refAttentionBackwardOut(dOut, q, k, v, out []float64, g geometry) (dq, dk, 
 				// dP_j = dOut_i·v_j; dS_j = P_j(dP_j − Σ P·dP).
 				dp := make([]float64, i+1)
 				var dot float64
-				for j := 0; j <= i; j++ {
+				for j := g.first(i); j <= i; j++ {
 					for d := 0; d < g.D; d++ {
 						dp[j] += dOut[g.qi(b, i, h, d)] * v[g.ki(b, j, kv, d)]
 					}
@@ -278,7 +293,7 @@ func refAttentionBackwardOut(dOut, q, k, v, out []float64, g geometry) (dq, dk, 
 						dot += dOut[g.qi(b, i, h, d)] * out[g.qi(b, i, h, d)]
 					}
 				}
-				for j := 0; j <= i; j++ {
+				for j := g.first(i); j <= i; j++ {
 					ds := p[j] * (dp[j] - dot) * scale
 					for d := 0; d < g.D; d++ {
 						dq[g.qi(b, i, h, d)] += ds * k[g.ki(b, j, kv, d)]
@@ -293,9 +308,9 @@ func refAttentionBackwardOut(dOut, q, k, v, out []float64, g geometry) (dq, dk, 
 }
 
 // refAttentionKV is attention against a cache: query i of sequence b, at
-// position start[b]+i, attends to cache positions 0..start[b]+i. q
-// [B,n,heads,D], caches [B,tmax,kvHeads,D].
-func refAttentionKV(q, kc, vc []float64, start []int32, B, n, tmax, heads, kvHeads, D int) []float64 {
+// position p = start[b]+i, attends to cache positions windowStart(p,
+// W)..p. q [B,n,heads,D], caches [B,tmax,kvHeads,D].
+func refAttentionKV(q, kc, vc []float64, start []int32, B, n, tmax, heads, kvHeads, D, W int) []float64 {
 	out := make([]float64, B*n*heads*D)
 	group := heads / kvHeads
 	scale := 1 / math.Sqrt(float64(D))
@@ -306,11 +321,12 @@ func refAttentionKV(q, kc, vc []float64, start []int32, B, n, tmax, heads, kvHea
 			kv := h / group
 			for i := 0; i < n; i++ {
 				L := int(start[b]) + i + 1
-				s := make([]float64, L)
+				lo := windowStart(L-1, W)
+				s := make([]float64, L-lo) // s[j] is key lo+j's
 				m := math.Inf(-1)
 				for j := range s {
 					for d := 0; d < D; d++ {
-						s[j] += q[qi(b, i, h, d)] * kc[ci(b, j, kv, d)]
+						s[j] += q[qi(b, i, h, d)] * kc[ci(b, lo+j, kv, d)]
 					}
 					s[j] *= scale
 					m = math.Max(m, s[j])
@@ -322,7 +338,7 @@ func refAttentionKV(q, kc, vc []float64, start []int32, B, n, tmax, heads, kvHea
 				}
 				for j := range s {
 					for d := 0; d < D; d++ {
-						out[qi(b, i, h, d)] += s[j] / sum * vc[ci(b, j, kv, d)]
+						out[qi(b, i, h, d)] += s[j] / sum * vc[ci(b, lo+j, kv, d)]
 					}
 				}
 			}

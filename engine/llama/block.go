@@ -33,7 +33,7 @@ func (m *Model) blockForward(l int, w blockWeights, a *layerActs, x, out, pos *e
 	b.RoPE(a.q.Reshape(N, d.heads, D), pos, m.invFreq)
 	b.RoPE(a.k.Reshape(N, d.kvHeads, D), pos, m.invFreq)
 	b.Attention(a.att.Reshape(B, T, d.heads, D), a.lse,
-		a.q.Reshape(B, T, d.heads, D), a.k.Reshape(B, T, d.kvHeads, D), a.v.Reshape(B, T, d.kvHeads, D))
+		a.q.Reshape(B, T, d.heads, D), a.k.Reshape(B, T, d.kvHeads, D), a.v.Reshape(B, T, d.kvHeads, D), 0)
 	// The residual rides on o_proj's GEMM (β = 1 over a copy of x), not
 	// on engine.Backend.AddRMSNorm: adding it in the norm would round the
 	// bf16 stream twice, and change the order of the sums on a grid and
@@ -96,7 +96,7 @@ func (m *Model) blockBackward(l int, w blockWeights, a *layerActs, x, dOut, pos 
 	b.AttentionBackward(g.dq.Reshape(B, T, d.heads, D), g.dk.Reshape(B, T, d.kvHeads, D), g.dv.Reshape(B, T, d.kvHeads, D),
 		g.datt.Reshape(B, T, d.heads, D),
 		a.q.Reshape(B, T, d.heads, D), a.k.Reshape(B, T, d.kvHeads, D), a.v.Reshape(B, T, d.kvHeads, D),
-		a.att.Reshape(B, T, d.heads, D), a.lse)
+		a.att.Reshape(B, T, d.heads, D), a.lse, 0)
 	b.RoPEBackward(g.dq.Reshape(N, d.heads, D), pos, m.invFreq)
 	b.RoPEBackward(g.dk.Reshape(N, d.kvHeads, D), pos, m.invFreq)
 	m.inputGrad(g.dln, g.dq, w.q, false)

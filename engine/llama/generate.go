@@ -221,7 +221,7 @@ func (d *decoder) step(s0 int, ids []int32, n int, start []int32) {
 			b.Copy(kc.View(off, n, kvRow), k.View(s*n*kvRow, n, kvRow))
 			b.Copy(vc.View(off, n, kvRow), v.View(s*n*kvRow, n, kvRow))
 		}
-		b.AttentionKV(att.Reshape(S, n, heads, D), q.Reshape(S, n, heads, D), kc, vc, startT)
+		b.AttentionKV(att.Reshape(S, n, heads, D), q.Reshape(S, n, heads, D), kc, vc, startT, 0)
 		m.linearResidual(h, att, w.o, x, m.gy)
 		d.adapt(l, projO, att, h)
 		m.rmsnorm(ln, rstd, h, p.MLPNorm, d.sc)

@@ -122,17 +122,17 @@ func (r *recorder) RoPEBackward(dx, pos, invFreq *engine.Tensor) {
 	r.call("RoPEBackward", dx, pos, invFreq)
 	r.b.RoPEBackward(dx, pos, invFreq)
 }
-func (r *recorder) Attention(out, lse, q, k, v *engine.Tensor) {
-	r.call("Attention", out, lse, q, k, v)
-	r.b.Attention(out, lse, q, k, v)
+func (r *recorder) Attention(out, lse, q, k, v *engine.Tensor, window int) {
+	r.rec(engine.AttentionCall("Attention", window, out, lse, q, k, v))
+	r.b.Attention(out, lse, q, k, v, window)
 }
-func (r *recorder) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *engine.Tensor) {
-	r.call("AttentionBackward", dq, dk, dv, dOut, q, k, v, out, lse)
-	r.b.AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse)
+func (r *recorder) AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse *engine.Tensor, window int) {
+	r.rec(engine.AttentionCall("AttentionBackward", window, dq, dk, dv, dOut, q, k, v, out, lse))
+	r.b.AttentionBackward(dq, dk, dv, dOut, q, k, v, out, lse, window)
 }
-func (r *recorder) AttentionKV(out, q, kCache, vCache, start *engine.Tensor) {
-	r.call("AttentionKV", out, q, kCache, vCache, start)
-	r.b.AttentionKV(out, q, kCache, vCache, start)
+func (r *recorder) AttentionKV(out, q, kCache, vCache, start *engine.Tensor, window int) {
+	r.rec(engine.AttentionCall("AttentionKV", window, out, q, kCache, vCache, start))
+	r.b.AttentionKV(out, q, kCache, vCache, start, window)
 }
 func (r *recorder) SwiGLUBackward(dGate, dUp, dOut, gate, up *engine.Tensor) {
 	r.call("SwiGLUBackward", dGate, dUp, dOut, gate, up)

@@ -210,10 +210,12 @@ func (r KernelRates) gemmEfficiency(s engine.GEMMShape, large float64) float64 {
 // clock (2322 clocks): 2322/(2322 + 979) = 0.70. The backward reaches
 // 0.551 × 0.70 = 0.387 of the peak.
 //
-// Causal. Blocks visit only tiles on or below the diagonal; the tiles
-// the diagonal crosses are partly masked, computed whole: the useful
-// share is the pairs T(T+1)/2 over the computed tiles' (T = 8192:
-// 0.985 forward with 128 × 64 tiles, 0.992 backward with 64 × 64).
+// Causal. Blocks visit only tiles on or below the diagonal (and, with a
+// sliding window, from the one its first query's window starts in); the
+// tiles the diagonal or the window's edge crosses are partly masked,
+// computed whole: the useful share is the pairs T(T+1)/2 (AttentionShape.
+// Pairs) over the computed tiles' (T = 8192: 0.985 forward with 128 × 64
+// tiles, 0.992 backward with 64 × 64).
 func (r KernelRates) AttentionEfficiency(a engine.AttentionShape) float64 {
 	D := float64(a.D)
 	busy := func(tensor, fp32, exp float64) (fraction, clocks float64) {
@@ -234,19 +236,25 @@ func (r KernelRates) AttentionEfficiency(a engine.AttentionShape) float64 {
 		exposed := attnBwdRows*D*4/r.L2 + 2*r.L2Latency
 		eff *= step / (step + exposed/attnResident)
 	}
-	return eff * causalUseful(a.T, rows, attnKeys)
+	return eff * causalUseful(a.T, a.Window, rows, attnKeys)
 }
 
 // causalUseful is the share of the computed tiles' pairs that are
-// causal ones, for query tiles of rows and key tiles of keys.
-func causalUseful(T, rows, keys int) float64 {
+// causal ones (within the sliding window W, 0 for none), for query tiles
+// of rows and key tiles of keys: a query tile computes the key tiles
+// from the one holding its first query's oldest key to its diagonal.
+func causalUseful(T, W, rows, keys int) float64 {
+	if W <= 0 || W > T {
+		W = T
+	}
 	computed := 0.0
 	for q0 := 0; q0 < T; q0 += rows {
 		last := min(T, q0+rows) - 1 // the tile's last query sees keys ≤ last
+		first := max(0, q0-W+1) / keys * keys
 		n := min(T, q0+rows) - q0
-		computed += float64(n) * float64(min(T, (last/keys+1)*keys))
+		computed += float64(n) * float64(min(T, (last/keys+1)*keys)-first)
 	}
-	return float64(T) * float64(T+1) / 2 / computed
+	return engine.AttentionShape{B: 1, T: T, Heads: 1, Window: W}.Pairs() / computed
 }
 
 // F32AttentionEfficiency is the fraction of FP32FLOPs the float32

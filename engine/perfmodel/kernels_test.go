@@ -132,11 +132,15 @@ func TestKernelRatesByHand(t *testing.T) {
 	// Causal tiles: T = 256 with 128-row query tiles and 64-key tiles:
 	// 128·128 + 128·256 pairs computed, 256·257/2 causal.
 	causal := 256.0 * 257 / 2 / (128*128 + 128*256)
-	got := []float64{r.gemmEfficiency(q, r.GEMM), r.gemmEfficiency(small, r.GEMM), causalUseful(256, 128, 64),
-		r.F32AttentionEfficiency(), ampereRates.F32AttentionEfficiency()}
+	// A window of 40 keeps 40·41/2 + 216·40 pairs; the second query tile
+	// (positions 128…255) starts at key tile 64 (its first query's oldest
+	// key is 89), computing 128·192 pairs.
+	windowed := (40.0*41/2 + 216*40) / (128*128 + 128*192)
+	got := []float64{r.gemmEfficiency(q, r.GEMM), r.gemmEfficiency(small, r.GEMM), causalUseful(256, 0, 128, 64),
+		causalUseful(256, 40, 128, 64), r.F32AttentionEfficiency(), ampereRates.F32AttentionEfficiency()}
 	// Exact arithmetic but for the order of operations: 1e-12.
-	if err := numtest.Close(got, []float64{want, wantSmall, causal, 0.1, 0.2}, numtest.Tol{Rel: 1e-12}); err != nil {
-		t.Errorf("(GEMM q_proj, GEMM 100², causal share, f32 attention H100, A100): %v", err)
+	if err := numtest.Close(got, []float64{want, wantSmall, causal, windowed, 0.1, 0.2}, numtest.Tol{Rel: 1e-12}); err != nil {
+		t.Errorf("(GEMM q_proj, GEMM 100², causal share, windowed share, f32 attention H100, A100): %v", err)
 	}
 	bad := r
 	bad.MMA = 0

@@ -6,8 +6,10 @@
 // Causal self-attention, FlashAttention-2 style: the forward keeps a
 // running maximum, sum and output per query row over tiles of keys and
 // stores only each row's log-sum-exp; the backward recomputes the
-// probabilities tile by tile. Only tiles on or below the diagonal are
-// visited, and the query heads of a key/value head's group are packed
+// probabilities tile by tile. Query t sees the keys (t − W, t] of a
+// sliding window W (W = T for plain causal attention, whose window holds
+// every key up to t). Only tiles on or below the diagonal and within
+// reach of a row's window are visited, and the query heads of a key/value head's group are packed
 // into one set of rows — packed row p of the pair (b, kv) is query head
 // kv·G + p mod G at position p / G — so that they share every key/value
 // tile. Every sum runs in a fixed order (no atomics): the results are
@@ -24,7 +26,15 @@
 #define FA_ACC 16
 #define FA_PAIRS 4  // FA_ROWS · FA_TILE / FA_THREADS
 
-__device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
+// fa_sees reports whether the query at position t sees key j: j in
+// (t − W, t], that is 0 ≤ t − j < W, one unsigned comparison (as cheap as
+// the causal test alone, and the backward kernels' registers stay as
+// they were).
+__device__ __forceinline__ bool fa_sees(int j, int t, int W) { return (unsigned)(t - j) < (unsigned)W; }
+
+// fa_first_key is the first key of the first FA_TILE-aligned key tile
+// that the rows from position t0 on reach: the tile of t0 − W + 1.
+__device__ __forceinline__ int fa_first_key(int t0, int W) { return imax(0, t0 - W + 1) / FA_TILE * FA_TILE; }
 
 // fa_dots sets, for the (a, b) pairs this thread owns (pair e·FA_THREADS
 // + threadIdx.x of na × nb, a = pair / nb, b = pair % nb, na·nb ≤
@@ -80,14 +90,15 @@ __device__ void fa_rows(i64* qoff, int* qpos, i64* sidx, i64 b, int kv, i64 p0, 
 
 // flash_attention is the forward: block blockIdx.x takes the pair (b, kv)
 // = divmod(blockIdx.x / tiles, KV) and its packed rows [p0, p0 + R), tiles
-// = ⌈T·G/R⌉. For each key tile up to the block's last position it computes
-// S = q·kᵀ·scale, then per row (a warp per row, a lane per key) m' =
-// max(m, rowmax S), P = e^(S − m') (zero past the row's position), l =
-// l·e^(m−m') + rowsum P, and o = o·e^(m−m') + P·v. It writes out = o/l and
-// lse = m + log l (F32 [B, H, T]).
+// = ⌈T·G/R⌉. For each key tile from the first its first row's window
+// reaches up to the block's last position it computes S = q·kᵀ·scale,
+// then per row (a warp per row, a lane per key) m' = max(m, rowmax S),
+// P = e^(S − m') (zero outside the row's window), l = l·e^(m−m') + rowsum
+// P, and o = o·e^(m−m') + P·v. It writes out = o/l and lse = m + log l
+// (F32 [B, H, T]).
 extern "C" __global__ void __launch_bounds__(FA_THREADS)
     flash_attention(void* out, int odt, float* lse, const void* q, int qdt, const void* k, int kdt, const void* v,
-                    int vdt, int T, int H, int KV, int D, int R, float scale) {
+                    int vdt, int T, int H, int KV, int D, int R, int W, float scale) {
   __shared__ float as[FA_TILE][FA_DC + 1], bs[FA_TILE][FA_DC + 1];
   __shared__ float ps[FA_ROWS][FA_TILE];
   __shared__ i64 qoff[FA_ROWS], sidx[FA_ROWS], koff[FA_TILE];
@@ -113,7 +124,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
   for (int e = 0; e < FA_ACC; e++) {
     o[e] = 0.0f;
   }
-  for (int k0 = 0; k0 <= last; k0 += FA_TILE) {
+  for (int k0 = fa_first_key((int)(p0 / G), W); k0 <= last; k0 += FA_TILE) {
     int nk = imin(FA_TILE, last + 1 - k0);
     __syncthreads();  // the previous tile's P·v has read koff and ps
     if ((int)threadIdx.x < nk) {
@@ -130,7 +141,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
     }
     __syncthreads();
     for (int r = warp; r < nr; r += FA_THREADS / 32) {
-      bool seen = lane < nk && k0 + lane <= qpos[r];
+      bool seen = lane < nk && fa_sees(k0 + lane, qpos[r], W);
       float x = seen ? ps[r][lane] : -MT_INF;
       float m = m_s[r];
       float mn = fmaxf(m, warp_max(x));
@@ -138,8 +149,10 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
       float sum = warp_sum(p);
       ps[r][lane] = p;
       if (lane == 0) {
-        // The first tile finds m = −∞: alpha = 0 on a zero o.
-        float alpha = expf(m - mn);
+        // The first tile a row sees a key in finds m = −∞: alpha = 0 on
+        // a zero o. Before it (a window's first tiles may hold none of
+        // the row's keys) m' is −∞ too: alpha 1 on the zero o and l.
+        float alpha = mn == -MT_INF ? 1.0f : expf(m - mn);
         alpha_s[r] = alpha;
         l_s[r] = l_s[r] * alpha + sum;
         m_s[r] = mn;
@@ -197,13 +210,14 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
 // flash_attention_backward_dkv writes dk and dv of R keys: block
 // blockIdx.x takes the pair (b, kv) = divmod(blockIdx.x / tiles, KV), tiles
 // = ⌈T/R⌉, and keys [k0, k0 + R). It walks the pair's packed query rows
-// from position k0 on, FA_TILE at a time, recomputing P = e^(q·kᵀ·scale −
-// lse) and dS = P ⊙ (dout·vᵀ − delta), and sums dv += Pᵀ·dout and dk +=
-// dSᵀ·q·scale over the rows in order. dk and dv are overwritten.
+// from position k0 to the last whose window reaches the block's last key,
+// FA_TILE at a time, recomputing P = e^(q·kᵀ·scale − lse) and dS = P ⊙
+// (dout·vᵀ − delta), and sums dv += Pᵀ·dout and dk += dSᵀ·q·scale over
+// the rows in order. dk and dv are overwritten.
 extern "C" __global__ void __launch_bounds__(FA_THREADS)
     flash_attention_backward_dkv(void* dk, int dkt, void* dv, int dvt, const void* dout, int ddt, const void* q,
                                  int qdt, const void* k, int kdt, const void* v, int vdt, const float* lse,
-                                 const float* delta, int T, int H, int KV, int D, int R, float scale) {
+                                 const float* delta, int T, int H, int KV, int D, int R, int W, float scale) {
   __shared__ float as[FA_TILE][FA_DC + 1], bs[FA_TILE][FA_DC + 1];
   __shared__ float ps[FA_TILE][FA_ROWS], dss[FA_TILE][FA_ROWS];
   __shared__ i64 qoff[FA_TILE], sidx[FA_TILE], koff[FA_ROWS];
@@ -225,7 +239,9 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
     dka[e] = 0.0f;
     dva[e] = 0.0f;
   }
-  i64 rows = (i64)T * G;
+  // Query t sees key k0 + nk − 1 iff t < k0 + nk − 1 + W: the rows of
+  // later positions see none of the block's keys.
+  i64 rows = (i64)imin(T, k0 + nk - 1 + W) * G;
   for (i64 p0 = (i64)k0 * G; p0 < rows; p0 += FA_TILE) {
     int nq = (int)min64(FA_TILE, rows - p0);
     __syncthreads();  // the previous rows' sums have read qoff, ps and dss
@@ -238,7 +254,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
       int pi = e * FA_THREADS + threadIdx.x;
       if (pi < nq * nk) {
         int r = pi / nk, j = pi % nk;
-        float p = k0 + j <= qpos[r] ? expf(s[e] * scale - lse[sidx[r]]) : 0.0f;
+        float p = fa_sees(k0 + j, qpos[r], W) ? expf(s[e] * scale - lse[sidx[r]]) : 0.0f;
         ps[r][j] = p;
         dss[r][j] = p * (dp[e] - delta[sidx[r]]);
       }
@@ -271,13 +287,13 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
 }
 
 // flash_attention_backward_dq writes dq of R packed rows, blocks laid out
-// as flash_attention's: for each key tile up to the block's last position
-// it recomputes P and dS as flash_attention_backward_dkv does and sums
-// dq += dS·k·scale over the keys in order. dq is overwritten.
+// as flash_attention's: for each key tile it visits (those of the
+// forward) it recomputes P and dS as flash_attention_backward_dkv does and
+// sums dq += dS·k·scale over the keys in order. dq is overwritten.
 extern "C" __global__ void __launch_bounds__(FA_THREADS)
     flash_attention_backward_dq(void* dq, int dqt, const void* dout, int ddt, const void* q, int qdt, const void* k,
                                 int kdt, const void* v, int vdt, const float* lse, const float* delta, int T, int H,
-                                int KV, int D, int R, float scale) {
+                                int KV, int D, int R, int W, float scale) {
   __shared__ float as[FA_TILE][FA_DC + 1], bs[FA_TILE][FA_DC + 1];
   __shared__ float dss[FA_ROWS][FA_TILE];
   __shared__ i64 qoff[FA_ROWS], sidx[FA_ROWS], koff[FA_TILE];
@@ -297,7 +313,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
   for (int e = 0; e < FA_ACC; e++) {
     acc[e] = 0.0f;
   }
-  for (int k0 = 0; k0 <= last; k0 += FA_TILE) {
+  for (int k0 = fa_first_key((int)(p0 / G), W); k0 <= last; k0 += FA_TILE) {
     int nk = imin(FA_TILE, last + 1 - k0);
     __syncthreads();  // the previous tile's sums have read koff and dss
     if ((int)threadIdx.x < nk) {
@@ -311,7 +327,7 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
       int pi = e * FA_THREADS + threadIdx.x;
       if (pi < nr * nk) {
         int r = pi / nk, j = pi % nk;
-        float p = k0 + j <= qpos[r] ? expf(s[e] * scale - lse[sidx[r]]) : 0.0f;
+        float p = fa_sees(k0 + j, qpos[r], W) ? expf(s[e] * scale - lse[sidx[r]]) : 0.0f;
         dss[r][j] = p * (dp[e] - delta[sidx[r]]);
       }
     }
@@ -341,30 +357,32 @@ extern "C" __global__ void __launch_bounds__(FA_THREADS)
 
 // attention_kv is decoding attention against a cache. Block item0 +
 // blockIdx.x is query (b, i, h) of q [B, n, H, D]; it sits at position
-// start[b]+i and attends to keys 0..L−1 of kc [B, Tmax, KV, D], L =
-// start[b]+i+1, through key/value head h/(H/KV). scores holds Tmax floats
-// per block of this launch.
+// start[b]+i and attends to keys lo..L−1 of kc [B, Tmax, KV, D], L =
+// start[b]+i+1, lo = max(0, L − W) for a sliding window W > 0 and 0 for
+// W = 0, through key/value head h/(H/KV). scores holds Tmax floats per
+// block of this launch, key j's at j.
 //
 // Each warp takes every (blockDim/32)-th key and computes its score as a
 // dot product over D (lanes over D, a butterfly sum); then the block
 // softmaxes the L scores, and thread d sums p_j·v[j][d] over the keys in
-// order. Cache rows from L on are never read.
+// order. Cache rows outside [lo, L) are never read.
 extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) attention_kv(void* out, int odt, const void* q, int qdt, const void* kc, int kdt, const void* vc,
                                         int vdt, const int* start, float* scores, i64 item0, int n, int H, int KV, int D,
-                                        int Tmax, float scale) {
+                                        int Tmax, int W, float scale) {
   i64 item = item0 + blockIdx.x;
   int h = (int)(item % H);
   int i = (int)(item / H % n);
   i64 b = item / ((i64)H * n);
   int kv = h / (H / KV);
   int L = start[b] + i + 1;
+  int lo = W > 0 ? imax(0, L - W) : 0;
   float* sc = scores + (i64)blockIdx.x * Tmax;
   i64 qoff = item * D;  // ((b·n + i)·H + h)·D
   i64 kvld = (i64)KV * D;
   i64 kvoff = b * Tmax * kvld + (i64)kv * D;
 
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  for (int j0 = 0; j0 < L; j0 += warps) {
+  for (int j0 = lo; j0 < L; j0 += warps) {
     // Every lane of a warp runs the loop the same number of times, so the
     // butterfly sum sees the whole warp.
     int j = j0 + warp;
@@ -382,12 +400,12 @@ extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) attention_kv(void*
   __syncthreads();
 
   float m = -MT_INF;
-  for (int j = threadIdx.x; j < L; j += blockDim.x) {
+  for (int j = lo + threadIdx.x; j < L; j += blockDim.x) {
     m = fmaxf(m, sc[j]);
   }
   m = block_max(m);
   float sum = 0;
-  for (int j = threadIdx.x; j < L; j += blockDim.x) {
+  for (int j = lo + threadIdx.x; j < L; j += blockDim.x) {
     float e = expf(sc[j] - m);
     sc[j] = e;
     sum += e;
@@ -398,7 +416,7 @@ extern "C" __global__ void __launch_bounds__(ELEMENT_THREADS) attention_kv(void*
 
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float acc = 0;
-    for (int j = 0; j < L; j++) {
+    for (int j = lo; j < L; j++) {
       acc += __fmul_rn(sc[j], inv) * load(vc, vdt, kvoff + j * kvld + d);
     }
     store(out, odt, qoff + d, acc);

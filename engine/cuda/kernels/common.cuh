@@ -72,6 +72,8 @@ __device__ __forceinline__ void store(void* p, int dt, i64 i, float v) {
 }
 
 __device__ __forceinline__ i64 min64(i64 a, i64 b) { return a < b ? a : b; }
+__device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
 
 // Vector access. The memory-bound kernels move VEC elements a thread at a
 // time: one 16-byte access for bf16, two for f32 — the widest a thread

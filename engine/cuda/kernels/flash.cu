@@ -12,6 +12,11 @@
 // the backward's block of keys sums dK and dV over the whole group in its
 // registers, with no reduction across blocks. Shared memory rows are padded by FM_PAD elements, so that the
 // eight rows of an ldmatrix matrix fall in different banks.
+//
+// Query t sees the keys (t − W, t] of a sliding window W; plain causal
+// attention is W = T, whose window holds every key up to t, so that its
+// tiles, masks and sums are exactly the causal ones. Key tiles wholly
+// before a block's windows are never visited: the work is O(T·W).
 #include "common.cuh"
 #include "warp.cuh"
 
@@ -93,17 +98,19 @@ __device__ __forceinline__ void fm_load_keys(bf16* dst, int ld, int n, const bf1
 // divmod(blockIdx.x / tiles, KV), tiles = ⌈T·G/FM_ROWS⌉, and its packed
 // rows [p0, p0 + FM_ROWS); warp w owns rows p0 + 16w … + 15. The block's Q
 // rows go to registers as A fragments (through shared memory and
-// ldmatrix). Then, for each key tile up to the block's last position,
-// the next tile's K and V are copied in (cp.async, double-buffered) while
-// this one's are used: S = Q·Kᵀ on tensor cores, the scale, the causal
-// mask (keys after a row's position, or past T: −∞), the online softmax
+// ldmatrix). Then, for each key tile from the one its first row's window
+// starts in up to the block's last position, the next tile's K and V are
+// copied in (cp.async, double-buffered) while this one's are used: S =
+// Q·Kᵀ on tensor cores, the scale, the mask (keys outside a row's
+// window, or past T: −∞), the online softmax
 // in registers (each lane holds two rows' values; a row's maximum and sum
 // over the four lanes of a quad, by shuffles), P rounded to bf16 as the A
 // operand of O += P·V. out = O / l (bf16), lse = m + log l (float32 [B,
-// H, T]). Tiles past the block's last position are never visited.
+// H, T]). Tiles past the block's last position, or before its first
+// row's window, are never visited.
 template <int D>
 __device__ __forceinline__ void flash_mma_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
-                                                  int T, int H, int KV, float scale) {
+                                                  int T, int H, int KV, int W, float scale) {
   const int BC = FM_KEYS, LD = D + FM_PAD, NT = BC / 8, DT = D / 8, KD = D / 16;
   __shared__ __align__(16) bf16 sm[4 * FM_KEYS * (D + FM_PAD)];  // K 0, K 1, V 0, V 1
   bf16* ks = sm;
@@ -137,6 +144,7 @@ __device__ __forceinline__ void flash_mma_forward(bf16* out, float* lse, const b
   int t0 = (int)min64(pr0 / G, T), t1 = (int)min64(pr1 / G, T);
   int last = (int)((min64(p0 + FM_ROWS, rows) - 1) / G);
   int ntiles = last / BC + 1;
+  int jfirst = imax(0, (int)(p0 / G) - W + 1) / BC;
 
   float m0 = -MT_INF, m1 = -MT_INF, l0 = 0.0f, l1 = 0.0f;
   float o[DT][4];
@@ -144,10 +152,10 @@ __device__ __forceinline__ void flash_mma_forward(bf16* out, float* lse, const b
   for (int dt = 0; dt < DT; dt++) {
     o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
   }
-  fm_load_keys<D>(ks, LD, BC, kb, ldkv, 0, T);
-  fm_load_keys<D>(vs, LD, BC, vb, ldkv, 0, T);
+  fm_load_keys<D>(ks + (jfirst & 1) * BC * LD, LD, BC, kb, ldkv, jfirst * BC, T);
+  fm_load_keys<D>(vs + (jfirst & 1) * BC * LD, LD, BC, vb, ldkv, jfirst * BC, T);
   cp_async_commit();
-  for (int j = 0; j < ntiles; j++) {
+  for (int j = jfirst; j < ntiles; j++) {
     if (j + 1 < ntiles) {
       int nb = (j + 1) & 1;
       fm_load_keys<D>(ks + nb * BC * LD, LD, BC, kb, ldkv, (j + 1) * BC, T);
@@ -178,9 +186,13 @@ __device__ __forceinline__ void flash_mma_forward(bf16* out, float* lse, const b
       }
     }
 
-    // The online softmax: every row sees key 0 in the first tile, so its
-    // maximum is finite from then on, and a row whose keys in this tile
-    // are all masked keeps it (alpha 1, p 0).
+    // The online softmax: once a row has seen a key its maximum is
+    // finite, and a row whose keys in this tile are all masked keeps it
+    // (alpha 1, p 0). Before that (without a window every row sees key 0
+    // in the first tile; with one, a row's window may start in a later
+    // tile than its block's first) the maximum stays −∞, and the
+    // exponentials take 0 in its place: alpha 1 and p 0 on the zero o
+    // and l.
     int k0 = j * BC;
     float mx0 = m0, mx1 = m1;
     MT_UNROLL
@@ -189,7 +201,7 @@ __device__ __forceinline__ void flash_mma_forward(bf16* out, float* lse, const b
       for (int e = 0; e < 4; e++) {
         int key = k0 + nt * 8 + 2 * (lane & 3) + (e & 1);
         int t = e < 2 ? t0 : t1;
-        float x = key <= t && key < T ? s[nt][e] * scale : -MT_INF;
+        float x = key <= t && key > t - W && key < T ? s[nt][e] * scale : -MT_INF;
         s[nt][e] = x;
         if (e < 2) {
           mx0 = fmaxf(mx0, x);
@@ -203,17 +215,19 @@ __device__ __forceinline__ void flash_mma_forward(bf16* out, float* lse, const b
       mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
     }
-    float a0 = expf(m0 - mx0), a1 = expf(m1 - mx1);  // 0 on the first tile
+    // alpha is 0 on a row's first tile with a key.
+    float a0 = mx0 == -MT_INF ? 1.0f : expf(m0 - mx0), a1 = mx1 == -MT_INF ? 1.0f : expf(m1 - mx1);
     m0 = mx0;
     m1 = mx1;
+    float e0 = m0 == -MT_INF ? 0.0f : m0, e1 = m1 == -MT_INF ? 0.0f : m1;
     l0 *= a0;
     l1 *= a1;
     MT_UNROLL
     for (int nt = 0; nt < NT; nt++) {
-      s[nt][0] = expf(s[nt][0] - m0);
-      s[nt][1] = expf(s[nt][1] - m0);
-      s[nt][2] = expf(s[nt][2] - m1);
-      s[nt][3] = expf(s[nt][3] - m1);
+      s[nt][0] = expf(s[nt][0] - e0);
+      s[nt][1] = expf(s[nt][1] - e0);
+      s[nt][2] = expf(s[nt][2] - e1);
+      s[nt][3] = expf(s[nt][3] - e1);
       l0 += s[nt][0] + s[nt][1];
       l1 += s[nt][2] + s[nt][3];
     }
@@ -274,14 +288,14 @@ __device__ __forceinline__ void flash_mma_forward(bf16* out, float* lse, const b
 
 extern "C" __global__ void __launch_bounds__(FM_THREADS)
     flash_mma_forward_d64(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int T, int H, int KV,
-                          float scale) {
-  flash_mma_forward<64>(out, lse, q, k, v, T, H, KV, scale);
+                          int W, float scale) {
+  flash_mma_forward<64>(out, lse, q, k, v, T, H, KV, W, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(FM_THREADS)
     flash_mma_forward_d128(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int T, int H, int KV,
-                           float scale) {
-  flash_mma_forward<128>(out, lse, q, k, v, T, H, KV, scale);
+                           int W, float scale) {
+  flash_mma_forward<128>(out, lse, q, k, v, T, H, KV, W, scale);
 }
 
 // flash_mma_backward is FlashAttention-2's backward in one pass. Block
@@ -289,22 +303,24 @@ extern "C" __global__ void __launch_bounds__(FM_THREADS)
 // FB_KEYS), k0 = j·FB_KEYS, of the pair (b, kv) in shared memory; warp w
 // owns keys k0 + 16w … + 15. It walks the pair's packed query rows in
 // tiles of BQ = FB_QTILE_ELEMS/D from the first row that sees k0 to the
-// end, and for each tile I:
+// last whose window reaches the block's last key, and for each tile I:
 //
 //	Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ           (the warp's keys × the tile's rows)
-//	Pᵀ = e^(Sᵀ·scale − lse), 0 where a key follows the row's position
+//	Pᵀ = e^(Sᵀ·scale − lse), 0 where a key is outside the row's window
 //	dSᵀ = Pᵀ ⊙ (dPᵀ − δ)             (δ = rowsum(dO ⊙ O): attention_row_dot)
 //	dV += Pᵀ·dO, dK += dSᵀ·Q         (in registers, over every tile)
 //	dQ_I += dS·K                     (dS through shared memory, bf16)
 //
-// dQ is summed over the key tiles without atomics, in a fixed order: tile
-// I's float32 accumulator (dq_acc, BQ × D per tile of each pair) takes
-// block j's contribution only once blocks 0 … j−1 have added theirs — block
-// j waits for the tile's counter (counters, zeroed by the host) to reach
-// j, adds, and raises it to j+1 (acquire/release at GPU scope). Block 0
-// writes instead of adding, and the tile's last contributor, the key tile
-// of the tile's last position, converts the sum to bf16 into dq instead
-// of storing it. Blocks of lower j have lower indices and are started
+// dQ is summed over the key tiles without atomics, in a fixed order. The
+// key tiles that tile I's windows reach are the consecutive j0 … jlast:
+// j0 the tile of its first position's oldest key (0 without a window),
+// jlast that of its last position. Tile I's float32 accumulator (dq_acc,
+// BQ × D per tile of each pair) takes block j's contribution only once
+// blocks j0 … j−1 have added theirs — block j waits for the tile's counter
+// (counters, zeroed by the host) to reach j − j0, adds, and raises it to
+// j − j0 + 1 (acquire/release at GPU scope). Block j0 writes instead of
+// adding, and the tile's last contributor, block jlast, converts the sum
+// to bf16 into dq instead of storing it. Blocks of lower j have lower indices and are started
 // first, so the blocks waited for are running or done: no deadlock. The
 // cost is the accumulator's read and write per (key tile, query tile),
 // BQ·D·8 bytes, mostly in L2, and the waits of a block for its
@@ -316,7 +332,7 @@ template <int D>
 __device__ __forceinline__ void flash_mma_backward(bf16* dq, bf16* dk, bf16* dv, float* dq_acc, int* counters,
                                                    const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                                                    const float* lse, const float* delta, int T, int H, int KV,
-                                                   float scale) {
+                                                   int W, float scale) {
   const int BQ = FB_QTILE_ELEMS / D, LD = D + FM_PAD, KD = D / 16, DT = D / 8, NR = BQ / 8;
   const int LDS = FB_KEYS + FM_PAD;
   const int WC = 4 / (BQ / 16), QC = D / WC, QT = QC / 8;  // dQ: warps of rows × columns, QC columns a warp
@@ -351,7 +367,11 @@ __device__ __forceinline__ void flash_mma_backward(bf16* dq, bf16* dk, bf16* dv,
   // This lane's keys, rows g and g + 8 of the warp's in Sᵀ's layout.
   int key0 = k0 + warp * 16 + (lane >> 2), key1 = key0 + 8;
   int rb = warp / WC, cb = warp % WC;  // this warp's dQ rows and columns
-  for (i64 I = (i64)k0 * G / BQ; I < qtiles; I++) {
+  // The last position whose window reaches the block's last key, and the
+  // query tiles past its rows.
+  int tend = imin(T - 1, k0 + FB_KEYS - 1 + W - 1);
+  i64 qend = (((i64)tend + 1) * G + BQ - 1) / BQ;
+  for (i64 I = (i64)k0 * G / BQ; I < qend; I++) {
     i64 r0 = I * BQ;
     fm_load_packed<D>(qs, LD, BQ, q, b, kv, r0, rows, T, H, G);
     fm_load_packed<D>(dos, LD, BQ, dout, b, kv, r0, rows, T, H, G);
@@ -398,7 +418,8 @@ __device__ __forceinline__ void flash_mma_backward(bf16* dq, bf16* dk, bf16* dv,
       for (int e = 0; e < 4; e++) {
         int row = nr * 8 + 2 * (lane & 3) + (e & 1);
         int key = e < 2 ? key0 : key1;
-        float p = key <= pos_s[row] ? expf(st[nr][e] * scale - lse_s[row]) : 0.0f;
+        int t = pos_s[row];
+        float p = key <= t && key > t - W ? expf(st[nr][e] * scale - lse_s[row]) : 0.0f;
         float ds = p * (dpt[nr][e] - delta_s[row]);
         st[nr][e] = p;
         dpt[nr][e] = ds;
@@ -450,10 +471,11 @@ __device__ __forceinline__ void flash_mma_backward(bf16* dq, bf16* dk, bf16* dv,
     }
     // Add it to the tile's sum in key-tile order (see above).
     int jlast = (int)((min64(r0 + BQ, rows) - 1) / G) / FB_KEYS;
+    int j0 = imax(0, (int)(r0 / G) - W + 1) / FB_KEYS;
     int* ctr = counters + pair * qtiles + I;
     float* acc = dq_acc + (pair * qtiles + I) * BQ * D;
     if (threadIdx.x == 0) {
-      counter_wait(ctr, j);
+      counter_wait(ctr, j - j0);
     }
     __syncthreads();
     MT_UNROLL
@@ -463,7 +485,7 @@ __device__ __forceinline__ void flash_mma_backward(bf16* dq, bf16* dk, bf16* dv,
         int row = rb * 16 + (lane >> 2) + 8 * half, col = cb * QC + c * 8 + 2 * (lane & 3);
         float x0 = dqp[c][2 * half], x1 = dqp[c][2 * half + 1];
         float* a = acc + row * D + col;
-        if (j > 0) {
+        if (j > j0) {
           x0 += a[0];
           x1 += a[1];
         }
@@ -477,7 +499,7 @@ __device__ __forceinline__ void flash_mma_backward(bf16* dq, bf16* dk, bf16* dv,
     }
     __syncthreads();  // every thread's sum is written; the tile's buffers are free
     if (threadIdx.x == 0 && j < jlast) {
-      counter_release(ctr, j + 1);
+      counter_release(ctr, j - j0 + 1);
     }
   }
 
@@ -505,13 +527,13 @@ __device__ __forceinline__ void flash_mma_backward(bf16* dq, bf16* dk, bf16* dv,
 extern "C" __global__ void __launch_bounds__(FM_THREADS)
     flash_mma_backward_d64(bf16* dq, bf16* dk, bf16* dv, float* dq_acc, int* counters, const bf16* dout,
                            const bf16* q, const bf16* k, const bf16* v, const float* lse, const float* delta, int T,
-                           int H, int KV, float scale) {
-  flash_mma_backward<64>(dq, dk, dv, dq_acc, counters, dout, q, k, v, lse, delta, T, H, KV, scale);
+                           int H, int KV, int W, float scale) {
+  flash_mma_backward<64>(dq, dk, dv, dq_acc, counters, dout, q, k, v, lse, delta, T, H, KV, W, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(FM_THREADS)
     flash_mma_backward_d128(bf16* dq, bf16* dk, bf16* dv, float* dq_acc, int* counters, const bf16* dout,
                             const bf16* q, const bf16* k, const bf16* v, const float* lse, const float* delta, int T,
-                            int H, int KV, float scale) {
-  flash_mma_backward<128>(dq, dk, dv, dq_acc, counters, dout, q, k, v, lse, delta, T, H, KV, scale);
+                            int H, int KV, int W, float scale) {
+  flash_mma_backward<128>(dq, dk, dv, dq_acc, counters, dout, q, k, v, lse, delta, T, H, KV, W, scale);
 }

@@ -636,6 +636,13 @@ static bool mma_permuted;
 
 EXPORT void fakecuda_set_mma_permuted(int on) { mma_permute_requested = on; }
 
+// mma_count counts the mma.sync operations the kernels have run, one per
+// warp and instruction (fakecuda_mma_count), for the tests that check
+// which tiles a kernel visits.
+static std::atomic<long long> mma_count;
+
+EXPORT long long fakecuda_mma_count() { return mma_count.load(); }
+
 static float bf16_bits(uint32_t reg, int half) { return __uint_as_float((half ? reg >> 16 : reg & 0xffffu) << 16); }
 
 // emu_mma_bf16: D = A·B + C for m16n8k16 with bf16 A, B and float C, D.
@@ -667,6 +674,7 @@ void emu_mma_bf16(float* d, const unsigned* a, const unsigned* b) {
   }
   warp_barrier(w, what);
   for (int i = 0; i < 4; i++) d[i] = out[i];
+  if (lane == 0) mma_count++;
 }
 
 // in_device_memory reports whether p lies in an allocation of the device
