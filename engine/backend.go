@@ -28,6 +28,7 @@ import (
 //   - Gemm of BF16 A and B into an F32 or BF16 C, accumulated in float32
 //     (C rounded once to nearest even when BF16);
 //   - BF16 tensors, mixed freely with F32 ones, in Add, Axpy, Scale,
+//     AddBias (y, bias), BiasGrad (dy),
 //     Embedding (out, table), EmbeddingBackward (dOut), RMSNorm and its
 //     backward (out, x, dOut, dx; w, rstd and dw may be either),
 //     AddRMSNorm (out, x, residual; w and rstd may be either),
@@ -49,9 +50,9 @@ import (
 // float32 and rounded once, as the head's bf16 products take it.
 //
 // Accumulation: kernels whose output is a gradient of a weight
-// (EmbeddingBackward's dTable, RMSNormBackward's dw) add into it, so that
-// micro-batches accumulate; activation gradients are overwritten unless a
-// kernel says otherwise.
+// (EmbeddingBackward's dTable, RMSNormBackward's dw, BiasGrad's db) add
+// into it, so that micro-batches accumulate; activation gradients are
+// overwritten unless a kernel says otherwise.
 //
 // Determinism: for a fixed backend, thread count and input, every kernel
 // gives bit-identical results (reductions run in a fixed order).
@@ -140,6 +141,18 @@ type Backend interface {
 	// however many tensors, where SumSquares is two a tensor: a gradient
 	// norm over hundreds of parameters.
 	SumSquaresMulti(dst *Tensor, xs []*Tensor)
+
+	// AddBias adds a linear layer's bias to its output in place:
+	// y[n, j] += bias[j] for every row n of y viewed as [rows, len(bias)]
+	// (y's length a multiple of bias's, which is not empty). y and bias
+	// may each be F32 or BF16 and do not overlap.
+	AddBias(y, bias *Tensor)
+	// BiasGrad adds the bias's gradient into db: db[j] += Σ_n dy[n, j]
+	// over the rows of dy viewed as [rows, len(db)] (dy's length a
+	// multiple of db's, which is not empty). db is F32; dy F32 or BF16,
+	// and the two do not overlap. The sum over rows runs in a fixed order
+	// (deterministic, as every reduction: see Determinism).
+	BiasGrad(db, dy *Tensor)
 
 	// Embedding gathers rows: out[i] = table[ids[i]]. out [N,H], table
 	// [V,H], ids I32 [N].

@@ -242,6 +242,8 @@ func (a AttentionShape) Pairs() float64 {
 //     dOut's size of dTable read and written.
 //   - RMSNormBackward: dOut, x, w, rstd read, dx written, dw read and
 //     written.
+//   - AddBias: y read and written in place, the bias read once.
+//   - BiasGrad: dy read, db read and written.
 //   - RoPE, RoPEBackward, Scale, Axpy's dst: read and written in place.
 //   - Sum, SumSquares, SumSquaresMulti, Argmax: inputs read, the small
 //     outputs written.
@@ -295,8 +297,10 @@ func (k Kernel) Cost() Cost {
 		return mem(sum(o...) + o[2].Bytes())
 	case "Axpy": // dst, x
 		return mem(2*o[0].Bytes() + o[1].Bytes())
-	case "Scale", "RoPE", "RoPEBackward": // the first operand in place
+	case "Scale", "RoPE", "RoPEBackward", "AddBias": // the first operand in place
 		return mem(o[0].Bytes() + sum(o...))
+	case "BiasGrad": // db, dy: db accumulated
+		return mem(2*o[0].Bytes() + o[1].Bytes())
 	case "CrossEntropy": // losses, dLogits, logits, targets, weights
 		return mem(sum(o[0], o[1], o[3], o[4]) + 3*o[2].Bytes())
 	case "Embedding": // out, table, ids

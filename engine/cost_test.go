@@ -74,6 +74,10 @@ func TestCostRules(t *testing.T) {
 		// out, rstd, x (read and written: the stream), residual, w.
 		{"add rmsnorm", Kernel{Op: "AddRMSNorm", Operands: []Operand{bf16(6, 4), f32(6), bf16(6, 4), bf16(6, 4), f32(4)}},
 			ClassMemory, 0, 4*6*4*2 + 6*4 + 4*4},
+		// A bf16 y [6, 4] read and written, its f32 bias read once.
+		{"add bias", Kernel{Op: "AddBias", Operands: []Operand{bf16(6, 4), f32(4)}}, ClassMemory, 0, 2*6*4*2 + 4*4},
+		// db read and written, a bf16 dy read.
+		{"bias grad", Kernel{Op: "BiasGrad", Operands: []Operand{f32(4), bf16(6, 4)}}, ClassMemory, 0, 2*4*4 + 6*4*2},
 		{"upload", Kernel{Op: "UploadInt32", Operands: []Operand{i32(7)}}, ClassHost, 0, 28},
 	}
 	for _, c := range cases {

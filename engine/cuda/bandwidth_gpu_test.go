@@ -99,6 +99,8 @@ func BenchmarkGPUBandwidth(tb *testing.B) {
 		{"rmsnorm", rmsnormTraffic(n, h, B, F, B, F), func() { b.RMSNorm(out, rstd, x, w, 1e-5) }},
 		{"add_rmsnorm", addRMSNormTraffic(n, h, B, F, B, B, F), func() { b.AddRMSNorm(out, rstd, x, res, w, 1e-5) }},
 		{"rmsnorm backward", rmsnormBackwardTraffic(n, h, B, F, B, B, F, F), func() { b.RMSNormBackward(res, dw, out, x, w, rstd) }},
+		{"add bias", addBiasTraffic(n, h, B, F), func() { b.AddBias(out, w) }},
+		{"bias grad", biasGradTraffic(n, h, F, B), func() { b.BiasGrad(dw, out) }},
 		{"swiglu", swigluTraffic(n*inter, B, B, B), func() { b.SwiGLU(act, gate, up) }},
 		{"swiglu backward", swigluBackwardTraffic(n*inter, B, B, B, B, B), func() { b.SwiGLUBackward(gate, up, act, gate, up) }},
 		{"rope (q)", ropeTraffic(n, heads, half, tableRows, byPos, B, F), func() { b.RoPE(q, pos, inv) }},

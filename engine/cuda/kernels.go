@@ -40,6 +40,8 @@ const (
 	kRMSNormBackwardDx      kernel = "rmsnorm_backward_dx"
 	kRMSNormBackwardDwPart  kernel = "rmsnorm_backward_dw_partial"
 	kRMSNormBackwardDwFinal kernel = "rmsnorm_backward_dw_final"
+	kAddBias                kernel = "add_bias"
+	kBiasGradPart           kernel = "bias_grad_partial"
 	kRoPE                   kernel = "rope"
 	kRoPETable              kernel = "rope_table"
 	kFlashAttention         kernel = "flash_attention"

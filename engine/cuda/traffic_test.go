@@ -36,6 +36,11 @@ func TestTraffic(t *testing.T) {
 		{"rmsnorm backward 100×64", rmsnormBackwardTraffic(100, 64, B, F, B, B, F, F),
 			(100*64*(b+b) + 100*f + 4*64*f) + (4*64*f + 2*64*f) + (100*64*(b+b+b) + 64*f + 100*f),
 			3*100*64 + 4*64 + 8*100*64},
+		// y [100, 64] bf16 read and written, its f32 bias read once.
+		{"add bias 100×64", addBiasTraffic(100, 64, B, F), 100*64*2*b + 64*f, 100 * 64},
+		// 100 rows are 4 chunks (as RMSNormBackward's dw): dy read, 4×64
+		// float32 partials written, then read, db read and written.
+		{"bias grad 100×64", biasGradTraffic(100, 64, F, B), 100*64*b + 4*64*f + 4*64*f + 2*64*f, 100*64 + 4*64},
 		// q [6, 4 heads, 2·16] bf16 with a table by position of 3 rows
 		// (no positions read for it): invFreq, the table written; the
 		// positions, a table row a token and x in place.
@@ -72,8 +77,8 @@ func TestTraffic(t *testing.T) {
 // whose kernels move nothing beyond their operands (no scratch, no
 // re-read the caches miss), both count the same bytes. The others differ
 // by what one of them says: RMSNormBackward's float32 partial sums of dw
-// (scratch, here only), cross-entropy's three passes over a row (there
-// only).
+// and BiasGrad's of db (scratch, here only), cross-entropy's three passes
+// over a row (there only).
 func TestTrafficIsTheCostModel(t *testing.T) {
 	sh := engine.Shaped
 	for _, dts := range [][2]engine.DType{{engine.F32, engine.F32}, {engine.BF16, engine.F32}, {engine.BF16, engine.BF16}} {
@@ -92,6 +97,7 @@ func TestTrafficIsTheCostModel(t *testing.T) {
 				rmsnormTraffic(rows, h, a, engine.F32, a, w)},
 			{"AddRMSNorm", engine.Kernel{Op: "AddRMSNorm", Operands: []engine.Operand{sh(a, rows, h), sh(engine.F32, rows), sh(a, rows, h), sh(a, rows, h), sh(w, h)}},
 				addRMSNormTraffic(rows, h, a, engine.F32, a, a, w)},
+			{"AddBias", engine.Kernel{Op: "AddBias", Operands: []engine.Operand{sh(a, rows, h), sh(w, h)}}, addBiasTraffic(rows, h, a, w)},
 			// AdamWStep on compact state, one tensor of a whole rows × h
 			// parameter (its pieces its blocks), then ctl: 8 bytes of the
 			// call's, beside the tensor's share.

@@ -125,6 +125,13 @@ func testVectorPaths(t *testing.T, b *Backend) {
 				b.AddRMSNorm(out, rstd, x, put(dt, rowsR, rows, h), tw, 1e-5)
 				return get(out, rstd, x)
 			}},
+			{"AddBias and BiasGrad", func(put placer) []float32 {
+				y := put(dt, rowsX, rows, h)
+				b.AddBias(y, put(dt, w, h))
+				db := put(engine.F32, w, h)
+				b.BiasGrad(db, put(dt, rowsG, rows, h))
+				return get(y, db)
+			}},
 			{"RoPE", func(put placer) []float32 {
 				p := aligned(engine.I32, nil, tok)
 				b.UploadInt32(p, pos)
@@ -261,6 +268,7 @@ func testLongRows(t *testing.T, gpu *Backend) {
 var vectorKernels = []string{
 	"cast", "add", "axpy", "scale", "swiglu", "swiglu_backward", "rmsnorm", "add_rmsnorm", "rmsnorm_backward_dx",
 	"rmsnorm_backward_dw_partial", "rope", "cross_entropy", "embedding", "embedding_backward", "adamw", "adamw_multi",
+	"add_bias", "bias_grad_partial",
 }
 
 // vectorLoad and vectorStore match PTX's 128-bit accesses of four 32-bit

@@ -48,6 +48,15 @@ func testDeterminism(h *harness) {
 		})
 	}
 	{
+		const N, H = 1031, 129
+		dy, db0 := h.f32(h.randn(N*H, 1), N, H), h.randn(H, 1)
+		twice("BiasGrad", func() [][]float32 {
+			db := h.f32(db0, H)
+			h.be.BiasGrad(db, dy)
+			return [][]float32{h.get(db)}
+		})
+	}
+	{
 		const V, H, N = 50, 300, 200
 		ids, dOut := h.i32(h.ints(N, V), N), h.f32(h.randn(N*H, 1), N, H)
 		dt0 := h.randn(V*H, 1)

@@ -110,6 +110,8 @@ func RunConfig(t *testing.T, cfg Config) {
 		{"CrossEntropyBF16", testCrossEntropyBF16},
 		{"Empty", testEmpty},
 		{"AddRMSNorm", testAddRMSNorm},
+		{"Bias", testBias},
+		{"BiasBF16", testBiasBF16},
 	}
 	for i, tc := range tests {
 		if cfg.NoBF16 && strings.Contains(tc.name, "BF16") {

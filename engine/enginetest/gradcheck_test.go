@@ -103,6 +103,13 @@ func TestGradRMSNorm(t *testing.T) {
 	gradCheck(t, "RMSNorm dw", w, dw, f)
 }
 
+func TestGradBias(t *testing.T) {
+	rng := newRand(10)
+	const N, H = 4, 3
+	y, bias, r := randVec(rng, N*H, 1), randVec(rng, H, 1), randVec(rng, N*H, 1)
+	gradCheck(t, "AddBias dBias", bias, refBiasGrad(r, H), func() float64 { return dot(r, refAddBias(y, bias)) })
+}
+
 func TestGradRoPE(t *testing.T) {
 	rng := newRand(4)
 	const N, heads, D = 4, 2, 6

@@ -208,6 +208,32 @@ var misuseCases = []misuseCase{
 		h.be.AddRMSNorm(h.f32(nil, 2, 4), h.f32(nil, 2), h.f32(h.randn(8, 1), 2, 4), h.i32(make([]int32, 8), 2, 4),
 			h.f32(h.randn(4, 1), 4), 1e-5)
 	}},
+	{"AddBiasShape", "AddBias", engine.MisuseShape, false, func(h *harness) {
+		// 7 elements are not rows of 3.
+		h.be.AddBias(h.f32(h.randn(7, 1), 7), h.f32(h.randn(3, 1), 3))
+	}},
+	{"AddBiasEmpty", "AddBias", engine.MisuseShape, false, func(h *harness) {
+		h.be.AddBias(h.f32(h.randn(6, 1), 2, 3), h.f32(nil, 0))
+	}},
+	{"AddBiasI32", "AddBias", engine.MisuseDType, false, func(h *harness) {
+		h.be.AddBias(h.f32(h.randn(6, 1), 2, 3), h.i32([]int32{1, 2, 3}, 3))
+	}},
+	{"AddBiasAlias", "AddBias", engine.MisuseAlias, false, func(h *harness) {
+		// The bias is y's first row.
+		y := h.f32(h.randn(6, 1), 2, 3)
+		h.be.AddBias(y, y.View(0, 3))
+	}},
+	{"BiasGradShape", "BiasGrad", engine.MisuseShape, false, func(h *harness) {
+		h.be.BiasGrad(h.f32(nil, 3), h.f32(h.randn(7, 1), 7))
+	}},
+	{"BiasGradBF16", "BiasGrad", engine.MisuseDType, true, func(h *harness) {
+		// The gradient accumulates in float32.
+		h.be.BiasGrad(h.bf16(nil, 3), h.f32(h.randn(6, 1), 2, 3))
+	}},
+	{"BiasGradAlias", "BiasGrad", engine.MisuseAlias, false, func(h *harness) {
+		dy := h.f32(h.randn(6, 1), 2, 3)
+		h.be.BiasGrad(dy.View(3, 3), dy)
+	}},
 }
 
 // MisuseCases lists the names of the suite's misuse cases, each run as

@@ -158,6 +158,26 @@ func refRMSNormBackward(dOut, x, w []float64, n, h int, eps float64) (dx, dw []f
 	return dx, dw
 }
 
+// refAddBias returns y + bias over y's rows of len(bias).
+func refAddBias(y, bias []float64) []float64 {
+	out := make([]float64, len(y))
+	h := len(bias)
+	for i := range y {
+		out[i] = y[i] + bias[i%h]
+	}
+	return out
+}
+
+// refBiasGrad returns the bias's gradient (the increment) for refAddBias:
+// dy summed over its rows of h.
+func refBiasGrad(dy []float64, h int) []float64 {
+	db := make([]float64, h)
+	for i, v := range dy {
+		db[i%h] += v
+	}
+	return db
+}
+
 // ropeAngle is θ = pos·invFreq[j] rounded to float32, as HuggingFace
 // computes it (in float32): the backends must round it the same way.
 func ropeAngle(pos int32, invFreq float32) float64 {

@@ -102,6 +102,8 @@ func (r *recorder) SumSquaresMulti(dst *engine.Tensor, xs []*engine.Tensor) {
 	r.rec(engine.SumSquaresMultiCall(dst, xs))
 	r.b.SumSquaresMulti(dst, xs)
 }
+func (r *recorder) AddBias(y, bias *engine.Tensor) { r.call("AddBias", y, bias); r.b.AddBias(y, bias) }
+func (r *recorder) BiasGrad(db, dy *engine.Tensor) { r.call("BiasGrad", db, dy); r.b.BiasGrad(db, dy) }
 func (r *recorder) RMSNorm(out, rstd, x, w *engine.Tensor, eps float32) {
 	r.call("RMSNorm", out, rstd, x, w)
 	r.b.RMSNorm(out, rstd, x, w, eps)
