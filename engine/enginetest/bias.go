@@ -21,7 +21,9 @@ func testBiasBF16(h *harness) {
 // whole and partial multiples of a GPU's 8-element vectors, against the
 // float64 references of the values the tensors hold (bf16-rounded where
 // BF16). AddBias rounds once per element (tolElem of the largest value,
-// and a BF16 y's own rounding, bf16Unit of each: closeBF16); BiasGrad
+// and a BF16 y's own rounding, bf16Unit of each: closeBF16), and is
+// moreover bit for bit the float32 sum rounded once to y's dtype, which
+// the interface prescribes; BiasGrad
 // sums rows terms into an accumulated db, twice, so its tolerance is a
 // sum's (sqrtTol(tolSum, rows)), as RMSNormBackward's dw.
 func biasCases(h *harness, dts [][2]engine.DType) {
@@ -46,11 +48,21 @@ func biasCases(h *harness, dts [][2]engine.DType) {
 			ty := put(ydt, y, c.rows, c.cols)
 			h.be.AddBias(ty, put(bdt, bias, c.cols))
 			want := refAddBias(f64(held(ydt, y)), f64(held(bdt, bias)))
+			got := h.get(ty)
 			if ydt == engine.BF16 {
-				h.closeBF16("AddBias "+name, h.get(ty), want, tolElem, 1e-6)
+				h.closeBF16("AddBias "+name, got, want, tolElem, 1e-6)
 			} else {
-				h.close("AddBias "+name, h.get(ty), want, tolElem)
+				h.close("AddBias "+name, got, want, tolElem)
 			}
+			// And bit for bit the contract's arithmetic: the float32 sum of
+			// the values held, rounded once to y's dtype.
+			exact := append([]float32(nil), held(ydt, y)...)
+			for j, v := range held(bdt, bias) {
+				for r := range c.rows {
+					exact[r*c.cols+j] += v
+				}
+			}
+			h.equal("AddBias, the float32 sum rounded once, "+name, got, held(ydt, exact))
 
 			dy, db0 := h.randn(c.rows*c.cols, 1), h.randn(c.cols, 1)
 			tdy, db := put(ydt, dy, c.rows, c.cols), h.f32(db0, c.cols)
