@@ -15,7 +15,8 @@ const initChunk = 1 << 20
 // RandomWeights returns freshly initialised weights for cfg, as
 // LlamaForCausalLM initialises them: every matrix normal with mean 0 and
 // standard deviation cfg.InitializerRange (0.02 when unset), every RMSNorm
-// weight one. The result depends only on cfg and seed.
+// weight one, every bias (Qwen2's) zero. The result depends only on cfg
+// and seed.
 func RandomWeights(cfg *Config, seed uint64) []Tensor {
 	std := cfg.InitializerRange
 	if std <= 0 {
@@ -50,6 +51,9 @@ func RandomWeights(cfg *Config, seed uint64) []Tensor {
 				data[j] = 1
 			}
 			continue
+		}
+		if !s.Role.Matrix() {
+			continue // a bias: zero
 		}
 		h := fnv.New64a()
 		h.Write([]byte(s.Name))

@@ -62,7 +62,7 @@ func family(modelType string, hidden, inter, layers, heads, kv, headDim, positio
 }
 
 // tinyFamily is the tiny preset's shape in another family: a sliding
-// window of 64 keys for Mistral, biases for Qwen2, head norms and a
+// window of 16 keys for Mistral, biases for Qwen2, head norms and a
 // head_dim of 64 (twice hidden/heads) for Qwen3.
 func tinyFamily(modelType string) Config {
 	c := small(128, 384, 4, 4, 2)
@@ -70,7 +70,7 @@ func tinyFamily(modelType string) Config {
 	c.Architectures, c.ModelType = []string{f.Architecture}, modelType
 	switch modelType {
 	case "mistral":
-		c.SlidingWindow = 64
+		c.SlidingWindow = 16
 	case "qwen2":
 		c.HeadDim = 0 // derived, as Qwen2 derives it
 		c.MaxWindowLayers = c.NumHiddenLayers
@@ -89,7 +89,7 @@ func qwen(c Config, window int) Config {
 // presets is read-only after package initialisation.
 var presets = []Preset{
 	{"tiny", "4 layers, hidden 128, tied embeddings: a few million parameters, for tests and the demo", small(128, 384, 4, 4, 2)},
-	{"tiny-mistral", "the tiny shape as Mistral, with a sliding window of 64 keys", tinyFamily("mistral")},
+	{"tiny-mistral", "the tiny shape as Mistral, with a sliding window of 16 keys", tinyFamily("mistral")},
 	{"tiny-qwen2", "the tiny shape as Qwen2, with q/k/v biases", tinyFamily("qwen2")},
 	{"tiny-qwen3", "the tiny shape as Qwen3, with q/k head norms and head_dim 64", tinyFamily("qwen3")},
 	{"small", "6 layers, hidden 384, tied embeddings: about 23M parameters (the CPU benchmark shape)", small(384, 1024, 6, 6, 6)},

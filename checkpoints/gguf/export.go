@@ -78,6 +78,12 @@ func Export(src, out string, opt Options) error {
 	}
 	defer s.Close()
 	cfg := s.Config
+	// llama.cpp's llama architecture is Llama's block: Mistral's without a
+	// window is the same (its converter writes Mistral so); a window, a
+	// bias or a head norm would be dropped without a word.
+	if cfg.QKVBias() || cfg.QKNorm() || cfg.Window() > 0 {
+		return fmt.Errorf("gguf: %s: model_type %s: only Llama's block (llama, or mistral without a sliding window) exports to GGUF", src, cfg.Family().ModelType)
+	}
 	name := opt.Name
 	if name == "" {
 		name = strings.TrimSuffix(filepath.Base(out), filepath.Ext(out))

@@ -99,6 +99,13 @@ func TestBF16StepMatchesF32(t *testing.T) {
 // gradient tensor), and a forward-only pass's loss.
 func checkBF16Pass(t *testing.T, what string, ref, half *Model, batch Batch, l2Tol, maxTol float64) {
 	t.Helper()
+	checkBF16PassTols(t, what, ref, half, batch, func(string) (float64, float64) { return l2Tol, maxTol })
+}
+
+// checkBF16PassTols is checkBF16Pass with each gradient tensor's
+// tolerances by name.
+func checkBF16PassTols(t *testing.T, what string, ref, half *Model, batch Batch, tols func(name string) (l2, max float64)) {
+	t.Helper()
 	ref.ZeroGrads()
 	half.ZeroGrads()
 	scale := 1 / float32(len(batch.IDs))
@@ -116,13 +123,17 @@ func checkBF16Pass(t *testing.T, what string, ref, half *Model, batch Batch, l2T
 	// Each tensor within l2Tol in L2 and maxTol of its largest element, and
 	// all of them together within bf16GradTotalTol; the worst are logged.
 	g32, g16 := trainableGrads(ref), trainableGrads(half)
-	if err := numtest.Each(g16, g32, func(g, w []float32) error {
+	if len(g16) != len(g32) {
+		t.Errorf("%s: %d gradients, want %d", what, len(g16), len(g32))
+	}
+	for _, name := range slices.Sorted(maps.Keys(g32)) {
+		l2Tol, maxTol := tols(name)
+		g, w := g16[name], g32[name]
 		if err := numtest.CloseL2(g, w, l2Tol); err != nil {
-			return fmt.Errorf("L2: %w", err)
+			t.Errorf("%s: gradients: tensor %q: L2: %v", what, name, err)
+		} else if err := numtest.CloseMax(g, w, maxTol); err != nil {
+			t.Errorf("%s: gradients: tensor %q: %v", what, name, err)
 		}
-		return numtest.CloseMax(g, w, maxTol)
-	}); err != nil {
-		t.Errorf("%s: gradients: %v", what, err)
 	}
 	worstMax, worstL2, maxName, l2Name := 0.0, 0.0, "", ""
 	var all16, all32 []float32

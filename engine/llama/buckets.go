@@ -165,7 +165,7 @@ func (m *Model) layerGradsFinal(l int) {
 		return
 	}
 	layer := m.Layers[l]
-	for _, p := range []*engine.Param{layer.Q, layer.K, layer.V, layer.O, layer.Gate, layer.Up, layer.Down, layer.AttnNorm, layer.MLPNorm} {
+	for _, p := range layer.params {
 		m.wroteGrad(p)
 	}
 	for _, ad := range layer.LoRA {

@@ -310,11 +310,8 @@ func (m *Model) stepSlot(s *StepSums, p *engine.Param) int {
 }
 
 // layerParams are layer l's parameters, a fused step's unit: its seven
-// linears and two norms, in Params' order.
-func (m *Model) layerParams(l int) []*engine.Param {
-	p := m.Layers[l]
-	return []*engine.Param{p.Q, p.K, p.V, p.O, p.Gate, p.Up, p.Down, p.AttnNorm, p.MLPNorm}
-}
+// linears, two norms and its family's variations, in Params' order.
+func (m *Model) layerParams(l int) []*engine.Param { return m.Layers[l].params }
 
 // ShardShape is the shape of p's shard on this rank, as New allocates
 // its value (its split master's low half, which has no float32 value).

@@ -68,7 +68,11 @@ type decoder struct {
 	sc                      *scratch       // the grid's, for rows tokens (nil on one rank)
 	ce                      *ceScratch     // the grid's argmax over Y ranks' vocabulary slices, and Argmax's output
 	z                       *engine.Tensor // [rows, r]: an adapter's product (nil without adapters)
-	all                     []*engine.Tensor
+	// With head norms (Qwen3): the q and k projections' outputs and each
+	// head's 1/rms; nil otherwise.
+	qraw, kraw   *engine.Tensor // [rows,Q], [rows,KV]
+	rstdq, rstdk *engine.Tensor // [rows·heads], [rows·kvHeads]
+	all          []*engine.Tensor
 }
 
 // decoderPlan lists a decoder's tensors for B sequences of up to Tmax
@@ -115,6 +119,12 @@ func decoderPlan(d dims, B, Tmax, rows int) []tensorPlan {
 	if d.lora != nil {
 		add("lora_z", engine.F32, rows, d.lora.R) // one projection's adapter product at a time
 	}
+	if d.qkNorm {
+		add("qraw", engine.F32, rows, Q)
+		add("kraw", engine.F32, rows, KV)
+		add("rstdq", engine.F32, rows*d.heads)
+		add("rstdk", engine.F32, rows*d.kvHeads)
+	}
 	return p
 }
 
@@ -153,19 +163,15 @@ func (m *Model) newDecoder(B, Tmax, rows int) *decoder {
 	if m.d.lora != nil {
 		d.z = next()
 	}
+	if m.d.qkNorm {
+		d.qraw, d.kraw, d.rstdq, d.rstdk = next(), next(), next(), next()
+	}
 	return d
 }
 
 func (d *decoder) free() {
 	for _, t := range d.all {
 		d.m.backend.Free(t)
-	}
-}
-
-// adapt adds projection p's adapter product into out (nothing without one).
-func (d *decoder) adapt(l, p int, x, out *engine.Tensor) {
-	if d.z != nil {
-		d.m.loraForward(l, p, rowsOf(d.z, x.Dim(0)), x, out, nil)
 	}
 }
 
@@ -180,7 +186,7 @@ func (d *decoder) step(s0 int, ids []int32, n int, start []int32) {
 	m, b := d.m, d.m.backend
 	S := len(start)
 	R := S * n
-	D, heads, kvHeads := m.d.D, m.d.heads, m.d.kvHeads
+	heads, kvHeads := m.d.heads, m.d.kvHeads
 
 	pos := make([]int32, R)
 	for s := 0; s < S; s++ {
@@ -196,47 +202,61 @@ func (d *decoder) step(s0 int, ids []int32, n int, start []int32) {
 	b.UploadInt32(startT, start)
 
 	x, y := rowsOf(d.x, R), rowsOf(d.y, R)
-	ln, h, rstd := rowsOf(d.ln, R), rowsOf(d.h, R), d.rstd.View(0, R)
-	q, att, k, v := rowsOf(d.q, R), rowsOf(d.att, R), rowsOf(d.k, R), rowsOf(d.v, R)
-	gate, up, act := rowsOf(d.gate, R), rowsOf(d.up, R), rowsOf(d.act, R)
-	kvRow := kvHeads * D
+	// The block's activations are the decoder's scratch: one norm output
+	// and statistic serve both norms, and one adapter product every
+	// projection, each dead before the next is made.
+	ln, rstd := rowsOf(d.ln, R), d.rstd.View(0, R)
+	a := &layerActs{
+		ln1: ln, rstd1: rstd, ln2: ln, rstd2: rstd,
+		q: rowsOf(d.q, R), k: rowsOf(d.k, R), v: rowsOf(d.v, R), att: rowsOf(d.att, R), h: rowsOf(d.h, R),
+		gate: rowsOf(d.gate, R), up: rowsOf(d.up, R), act: rowsOf(d.act, R),
+	}
+	if d.qraw != nil {
+		a.qraw, a.kraw = rowsOf(d.qraw, R), rowsOf(d.kraw, R)
+		a.rstdq, a.rstdk = d.rstdq.View(0, R*heads), d.rstdk.View(0, R*kvHeads)
+	}
+	if d.z != nil {
+		for p := range a.z {
+			a.z[p] = rowsOf(d.z, R)
+		}
+	}
+	kv := &kvStep{d: d, s0: s0, n: n, start: start, startT: startT}
 	m.beginPass(m.units.forward(false)[:1+len(m.Layers)])
 	m.embed(x, m.nextWeights(m.units.embed)[0], idsT, d.sc)
-	for l, p := range m.Layers {
+	for l := range m.Layers {
 		w := blockOf(m.nextWeights(m.units.layers[l]))
-		m.rmsnorm(ln, rstd, x, p.AttnNorm, d.sc)
-		m.linear(q, ln, w.q, m.gx)
-		m.linear(k, ln, w.k, m.gx)
-		m.linear(v, ln, w.v, m.gx)
-		d.adapt(l, projQ, ln, q)
-		d.adapt(l, projK, ln, k)
-		d.adapt(l, projV, ln, v)
-		b.RoPE(q.Reshape(R, heads, D), posT, m.invFreq)
-		b.RoPE(k.Reshape(R, kvHeads, D), posT, m.invFreq)
-		// Append this step's keys and values to each sequence's cache.
-		kc := d.kCache[l].View(s0*d.Tmax*kvRow, S, d.Tmax, kvHeads, D)
-		vc := d.vCache[l].View(s0*d.Tmax*kvRow, S, d.Tmax, kvHeads, D)
-		for s := 0; s < S; s++ {
-			off := (s*d.Tmax + int(start[s])) * kvRow
-			b.Copy(kc.View(off, n, kvRow), k.View(s*n*kvRow, n, kvRow))
-			b.Copy(vc.View(off, n, kvRow), v.View(s*n*kvRow, n, kvRow))
-		}
-		b.AttentionKV(att.Reshape(S, n, heads, D), q.Reshape(S, n, heads, D), kc, vc, startT, 0)
-		m.linearResidual(h, att, w.o, x, m.gy)
-		d.adapt(l, projO, att, h)
-		m.rmsnorm(ln, rstd, h, p.MLPNorm, d.sc)
-		m.linear(gate, ln, w.gate, m.gx)
-		m.linear(up, ln, w.up, m.gx)
-		d.adapt(l, projGate, ln, gate)
-		d.adapt(l, projUp, ln, up)
-		b.SwiGLU(act, gate, up)
-		m.linearResidual(y, act, w.down, h, m.gy)
-		d.adapt(l, projDown, act, y)
+		m.blockForward(l, w, a, x, y, posT, d.sc, nil, S, n, kv)
 		x, y = y, x
 	}
 	for s := 0; s < S; s++ {
 		b.Copy(d.last.Row(s0+s), x.Row(s*n+n-1))
 	}
+}
+
+// kvStep is a decoding step's attention (blockForward's kv): the new
+// tokens' keys and values appended to sequences s0…'s caches, then each
+// new query against its sequence's cache.
+type kvStep struct {
+	d      *decoder
+	s0, n  int
+	start  []int32        // each sequence's position of its first new token
+	startT *engine.Tensor // start on the device
+}
+
+// attend is layer l's attention of a decoding step, into a.att.
+func (kv *kvStep) attend(l int, a *layerActs) {
+	d, m := kv.d, kv.d.m
+	b := m.backend
+	S, n, D, heads, kvHeads := len(kv.start), kv.n, m.d.D, m.d.heads, m.d.kvHeads
+	kvRow := kvHeads * D
+	kc := d.kCache[l].View(kv.s0*d.Tmax*kvRow, S, d.Tmax, kvHeads, D)
+	vc := d.vCache[l].View(kv.s0*d.Tmax*kvRow, S, d.Tmax, kvHeads, D)
+	for s := 0; s < S; s++ {
+		off := (s*d.Tmax + int(kv.start[s])) * kvRow
+		b.Copy(kc.View(off, n, kvRow), a.k.View(s*n*kvRow, n, kvRow))
+		b.Copy(vc.View(off, n, kvRow), a.v.View(s*n*kvRow, n, kvRow))
+	}
+	b.AttentionKV(a.att.Reshape(S, n, heads, D), a.q.Reshape(S, n, heads, D), kc, vc, kv.startT, m.window)
 }
 
 // predict turns d.last into the next token of every sequence: the greedy

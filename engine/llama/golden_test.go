@@ -24,7 +24,13 @@ type goldenInputs struct {
 
 func loadGolden(t *testing.T, name string, opt Options) (*Model, Batch, *checkpoints.File) {
 	t.Helper()
-	dir := filepath.Join("testdata", "golden", name)
+	return loadFixture(t, filepath.Join("testdata", "golden", name), opt)
+}
+
+// loadFixture loads the model of a fixture folder (golden's layout) on one
+// rank, its batch and its expected values.
+func loadFixture(t *testing.T, dir string, opt Options) (*Model, Batch, *checkpoints.File) {
+	t.Helper()
 	ck, err := checkpoints.Open(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -34,6 +40,12 @@ func loadGolden(t *testing.T, name string, opt Options) (*Model, Batch, *checkpo
 	if err != nil {
 		t.Fatal(err)
 	}
+	return m, fixtureBatch(t, dir), fixtureExpected(t, dir)
+}
+
+// fixtureBatch is a fixture's inputs.json as one batch.
+func fixtureBatch(t *testing.T, dir string) Batch {
+	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(dir, "inputs.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -48,12 +60,19 @@ func loadGolden(t *testing.T, name string, opt Options) (*Model, Batch, *checkpo
 		batch.Targets = append(batch.Targets, in.Targets[i]...)
 		batch.Weights = append(batch.Weights, in.Weights[i]...)
 	}
+	return batch
+}
+
+// fixtureExpected opens a fixture's expected.safetensors, closed when the
+// test ends.
+func fixtureExpected(t *testing.T, dir string) *checkpoints.File {
+	t.Helper()
 	exp, err := checkpoints.OpenFile(filepath.Join(dir, "expected.safetensors"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { exp.Close() })
-	return m, batch, exp
+	return exp
 }
 
 // goldenTol is the issue's per-tensor bar against PyTorch: |got − want|
@@ -89,28 +108,39 @@ func TestGoldenGeneration(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			m, _, _ := loadGolden(t, name, Options{})
 			defer m.Free()
-			raw, err := os.ReadFile(filepath.Join("testdata", "golden", name, "generate.json"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var g struct {
-				Prompts      [][]int32 `json:"prompts"`
-				MaxNewTokens int       `json:"max_new_tokens"`
-				Outputs      [][]int32 `json:"outputs"`
-			}
-			if err := json.Unmarshal(raw, &g); err != nil {
-				t.Fatal(err)
-			}
-			got, err := m.Generate(g.Prompts, GenerateOptions{MaxNewTokens: g.MaxNewTokens})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range g.Outputs {
-				if !slices.Equal(got[i], g.Outputs[i]) {
-					t.Errorf("prompt %d: got %v, want %v", i, got[i], g.Outputs[i])
-				}
-			}
+			checkFixtureGeneration(t, m, filepath.Join("testdata", "golden", name))
 		})
+	}
+}
+
+// checkFixtureGeneration decodes a fixture's prompts greedily with the
+// KV cache and checks the ids against its generate.json, which the
+// reference made by recomputing the whole sequence at every step.
+func checkFixtureGeneration(t *testing.T, m *Model, dir string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, "generate.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		Prompts      [][]int32 `json:"prompts"`
+		MaxNewTokens int       `json:"max_new_tokens"`
+		Outputs      [][]int32 `json:"outputs"`
+	}
+	if err := json.Unmarshal(raw, &g); err != nil {
+		t.Fatal(err)
+	}
+	got, err := m.Generate(g.Prompts, GenerateOptions{MaxNewTokens: g.MaxNewTokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(g.Outputs) {
+		t.Fatalf("%d outputs, want %d", len(got), len(g.Outputs))
+	}
+	for i := range g.Outputs {
+		if !slices.Equal(got[i], g.Outputs[i]) {
+			t.Errorf("prompt %d: got %v, want %v", i, got[i], g.Outputs[i])
+		}
 	}
 }
 

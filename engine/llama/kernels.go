@@ -166,16 +166,16 @@ type kparam struct {
 // norm and an untied head.
 type kparams struct {
 	embed, norm, head kparam
-	layer             layerParams
+	// layer is a layer's parameters in the declaration's order, byRole
+	// each by its role.
+	layer  []kparam
+	byRole map[checkpoints.Role]kparam
 }
-
-type layerParams struct{ q, k, v, o, gate, up, down, attnNorm, mlpNorm kparam }
 
 func (ps kparams) list(k *kernelList) []kparam {
 	out := []kparam{ps.embed}
-	l := ps.layer
 	for range k.d.L {
-		out = append(out, l.q, l.k, l.v, l.o, l.gate, l.up, l.down, l.attnNorm, l.mlpNorm)
+		out = append(out, ps.layer...)
 	}
 	out = append(out, ps.norm)
 	if !k.cfg.TieWordEmbeddings {
@@ -198,30 +198,24 @@ func (k *kernelList) param(s checkpoints.TensorSpec) kparam {
 
 func (k *kernelList) params() kparams {
 	// The declaration of the model's tensors, layer 0's standing for
-	// every layer's.
-	specs := map[string]checkpoints.TensorSpec{}
+	// every layer's. An absent tensor (a tied head) is the zero kparam,
+	// which the list never reads.
+	ps := kparams{byRole: map[checkpoints.Role]kparam{}}
 	for _, s := range oneLayer(k.cfg).TensorSpecs() {
-		specs[s.Name] = s
-	}
-	// An absent tensor (a tied head) is the zero spec, which the list
-	// never reads.
-	p := func(name string) kparam {
-		if s, ok := specs[name]; ok {
-			return k.param(s)
+		p := k.param(s)
+		switch s.Role {
+		case checkpoints.RoleEmbedding:
+			ps.embed = p
+		case checkpoints.RoleFinalNorm:
+			ps.norm = p
+		case checkpoints.RoleHead:
+			ps.head = p
+		default:
+			ps.layer = append(ps.layer, p)
+			ps.byRole[s.Role] = p
 		}
-		return kparam{}
 	}
-	ln := func(module string) kparam { return p(checkpoints.LayerTensorName(0, module)) }
-	return kparams{
-		embed: p(checkpoints.EmbedTokensName),
-		norm:  p(checkpoints.FinalNormName),
-		head:  p(checkpoints.LMHeadName),
-		layer: layerParams{
-			q: ln("self_attn.q_proj"), k: ln("self_attn.k_proj"), v: ln("self_attn.v_proj"),
-			o: ln("self_attn.o_proj"), gate: ln("mlp.gate_proj"), up: ln("mlp.up_proj"),
-			down: ln("mlp.down_proj"), attnNorm: ln("input_layernorm"), mlpNorm: ln("post_attention_layernorm"),
-		},
-	}
+	return ps
 }
 
 func (k *kernelList) f32(shape ...int) engine.Operand { return engine.Shaped(engine.F32, shape...) }
@@ -431,6 +425,49 @@ func (k *kernelList) rmsnormBackward(n int, dy engine.Operand) {
 	}
 }
 
+// attention is an attention call's, with the model's sliding window.
+func (k *kernelList) attention(op string, ops ...engine.Operand) {
+	k.list = append(k.list, engine.Kernel{Op: op, Operands: ops, Window: k.cfg.Window()})
+}
+
+// linearBias is linearBias's: with a bias, the accumulator filled with it
+// (on one rank of the sum; that is rank 0, the rank the list is of)
+// before the product adds into it.
+func (k *kernelList) linearBias(n, o, kk int, bias bool) {
+	out := k.act(n, o)
+	if !bias {
+		k.linear(n, o, kk, 0, out)
+		return
+	}
+	acc, widened := out, (k.d.x > 1 || k.d.y > 1) && k.d.act == engine.BF16
+	if widened {
+		acc = k.f32(n, o) // partial: the grid's float32 accumulator
+	}
+	k.add("Fill", acc)
+	k.add("AddBias", acc, k.f32(o))
+	k.linear(n, o, kk, 1, acc)
+	if widened {
+		k.add("Copy", out, acc)
+	}
+}
+
+// headNorm is headNorm's over the heads of n rows.
+func (k *kernelList) headNorm(n, heads int) {
+	x := k.act(n*heads, k.d.D)
+	k.add("RMSNorm", x, k.f32(n*heads), x, k.f32(k.d.D))
+}
+
+// headNormBackward is headNormBackward's.
+func (k *kernelList) headNormBackward(n, heads int) {
+	x := k.act(n*heads, k.d.D)
+	k.add("RMSNormBackward", x, k.f32(k.d.D), x, x, k.f32(k.d.D), k.f32(n*heads))
+}
+
+// biasGrad is biasGrad's: a bias's gradient [o] += the rows of dy.
+func (k *kernelList) biasGrad(n, o int) {
+	k.add("BiasGrad", k.f32(o), k.act(n, o))
+}
+
 // linear is gemmLinear's call: out [n, o] = in [n, kk]·Wᵀ (+ out).
 func (k *kernelList) linear(n, o, kk int, beta float32, out engine.Operand) {
 	k.gemm(engine.GemmParams{TransB: true, M: n, N: o, K: kk, Alpha: 1, Beta: beta, LDA: kk, LDB: kk, LDC: o},
@@ -516,12 +553,16 @@ func (k *kernelList) blockForward(B, T int, out bool) {
 	d, N := k.d, B*T
 	H, Q, KV, I, D := d.H, d.Q, d.KV, d.I, d.D
 	k.rmsnorm(N)
-	k.linear(N, Q, H, 0, k.act(N, Q))
-	k.linear(N, KV, H, 0, k.act(N, KV))
-	k.linear(N, KV, H, 0, k.act(N, KV))
+	k.linearBias(N, Q, H, k.cfg.QKVBias())
+	k.linearBias(N, KV, H, k.cfg.QKVBias())
+	k.linearBias(N, KV, H, k.cfg.QKVBias())
+	if d.qkNorm {
+		k.headNorm(N, d.heads)
+		k.headNorm(N, d.kvHeads)
+	}
 	k.add("RoPE", k.act(N, d.heads, D), k.i32(N), k.f32(D/2))
 	k.add("RoPE", k.act(N, d.kvHeads, D), k.i32(N), k.f32(D/2))
-	k.add("Attention", k.act(B, T, d.heads, D), k.f32(B, d.heads, T),
+	k.attention("Attention", k.act(B, T, d.heads, D), k.f32(B, d.heads, T),
 		k.act(B, T, d.heads, D), k.act(B, T, d.kvHeads, D), k.act(B, T, d.kvHeads, D))
 	k.add("Copy", k.act(N, H), k.act(N, H)) // linearResidual: h = x, then += att·Woᵀ
 	k.linear(N, H, Q, 1, k.act(N, H))
@@ -619,8 +660,7 @@ func (k *kernelList) backward(B, T int) {
 	k.fusedBegin(k.ps.norm)
 	k.rmsnormBackward(N, k.f32(N, H)) // the final norm: dx from dlnf (F32)
 	k.fusedDone(k.ps.norm)
-	lp := k.ps.layer
-	layer := []kparam{lp.q, lp.k, lp.v, lp.o, lp.gate, lp.up, lp.down, lp.attnNorm, lp.mlpNorm}
+	layer := k.ps.layer
 	for l := d.L - 1; l >= 0; l-- {
 		switch k.recompute {
 		case RecomputeFull:
@@ -662,29 +702,38 @@ func (k *kernelList) blockBackward(B, T int) {
 	d, N := k.d, B*T
 	H, Q, KV, I, D := d.H, d.Q, d.KV, d.I, d.D
 	nh, nq, nkv, ni := k.act(N, H), k.act(N, Q), k.act(N, KV), k.act(N, I)
-	lp := k.ps.layer
+	lp := k.ps.byRole
 	k.inputGrad(N, H, I, false, nh, ni) // dact = dOut·Wdown
-	k.weightGrad(lp.down, N, nh, ni, true, true, false)
+	k.weightGrad(lp[checkpoints.RoleMLPDown], N, nh, ni, true, true, false)
 	k.add("SwiGLUBackward", ni, ni, ni, ni, ni)
 	k.inputGrad(N, I, H, false, ni, nh) // dln = dgate·Wgate
 	k.inputGrad(N, I, H, true, ni, nh)  // + dup·Wup
-	k.weightGrad(lp.gate, N, ni, nh, true, true, false)
-	k.weightGrad(lp.up, N, ni, nh, true, true, false)
+	k.weightGrad(lp[checkpoints.RoleMLPGate], N, ni, nh, true, true, false)
+	k.weightGrad(lp[checkpoints.RoleMLPUp], N, ni, nh, true, true, false)
 	k.rmsnormBackward(N, nh)
 	k.add("Add", nh, nh, nh)            // dh = dOut + dnorm
 	k.inputGrad(N, H, Q, false, nh, nq) // datt = dh·Wo
-	k.weightGrad(lp.o, N, nh, nq, true, true, false)
-	k.add("AttentionBackward", k.act(B, T, d.heads, D), k.act(B, T, d.kvHeads, D), k.act(B, T, d.kvHeads, D),
+	k.weightGrad(lp[checkpoints.RoleAttnO], N, nh, nq, true, true, false)
+	k.attention("AttentionBackward", k.act(B, T, d.heads, D), k.act(B, T, d.kvHeads, D), k.act(B, T, d.kvHeads, D),
 		k.act(B, T, d.heads, D), k.act(B, T, d.heads, D), k.act(B, T, d.kvHeads, D), k.act(B, T, d.kvHeads, D),
 		k.act(B, T, d.heads, D), k.f32(B, d.heads, T))
 	k.add("RoPEBackward", k.act(N, d.heads, D), k.i32(N), k.f32(D/2))
 	k.add("RoPEBackward", k.act(N, d.kvHeads, D), k.i32(N), k.f32(D/2))
+	if d.qkNorm {
+		k.headNormBackward(N, d.heads)
+		k.headNormBackward(N, d.kvHeads)
+	}
+	if k.cfg.QKVBias() {
+		k.biasGrad(N, Q)
+		k.biasGrad(N, KV)
+		k.biasGrad(N, KV)
+	}
 	k.inputGrad(N, Q, H, false, nq, nh)
 	k.inputGrad(N, KV, H, true, nkv, nh)
 	k.inputGrad(N, KV, H, true, nkv, nh)
-	k.weightGrad(lp.q, N, nq, nh, true, true, false)
-	k.weightGrad(lp.k, N, nkv, nh, true, true, false)
-	k.weightGrad(lp.v, N, nkv, nh, true, true, false)
+	k.weightGrad(lp[checkpoints.RoleAttnQ], N, nq, nh, true, true, false)
+	k.weightGrad(lp[checkpoints.RoleAttnK], N, nkv, nh, true, true, false)
+	k.weightGrad(lp[checkpoints.RoleAttnV], N, nkv, nh, true, true, false)
 	k.rmsnormBackward(N, nh)
 	k.add("Add", nh, nh, nh) // dx = dh + dnorm
 }

@@ -229,6 +229,7 @@ func TestKernelsAreWhatTheStepLaunches(t *testing.T) {
 		B, T      int
 		micro     int
 		headRows  int // dims.headRowsLimit, to run the chunked head; 0 is the model's rule
+		family    string
 	}{
 		{name: "mha f32", kvHeads: 4, act: engine.F32, B: 2, T: 5, micro: 1},
 		{name: "gqa f32 recompute", kvHeads: 2, recompute: RecomputeFull, act: engine.F32, B: 2, T: 5, micro: 1},
@@ -237,10 +238,18 @@ func TestKernelsAreWhatTheStepLaunches(t *testing.T) {
 		{name: "mha bf16 recompute chunked head", kvHeads: 4, recompute: RecomputeFull, act: engine.BF16, B: 2, T: 6, micro: 2, headRows: 5},
 		{name: "mha bf16 selective tied", tie: true, kvHeads: 4, recompute: RecomputeSelective, act: engine.BF16, B: 2, T: 6, micro: 2},
 		{name: "gqa f32 chunked head", kvHeads: 2, act: engine.F32, B: 3, T: 4, micro: 3, headRows: 4},
+		{name: "mistral window f32", kvHeads: 2, act: engine.F32, B: 2, T: 6, micro: 1, family: "mistral"},
+		{name: "qwen2 bf16 selective", kvHeads: 2, recompute: RecomputeSelective, act: engine.BF16, B: 2, T: 5, micro: 2, family: "qwen2"},
+		{name: "qwen2 f32 tied", tie: true, kvHeads: 4, act: engine.F32, B: 2, T: 5, micro: 1, family: "qwen2"},
+		{name: "qwen3 f32 recompute", kvHeads: 2, recompute: RecomputeFull, act: engine.F32, B: 2, T: 5, micro: 1, family: "qwen3"},
+		{name: "qwen3 bf16", kvHeads: 2, act: engine.BF16, B: 1, T: 7, micro: 2, family: "qwen3"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := testConfig(c.tie, c.kvHeads)
+			if c.family != "" {
+				cfg = asFamily(cfg, c.family)
+			}
 			r := &recorder{b: newBackend(1)}
 			m := randomModel(t, r, cfg, Options{Recompute: c.recompute, Activations: c.act}, 7)
 			defer m.Free()
@@ -292,6 +301,7 @@ func TestKernelsOnGrids(t *testing.T) {
 		tie       bool
 		serial    bool // no overlap: Z's reduce-scatters and their adds at once
 		headRows  int  // dims.headRowsLimit: a head in chunks (X = Y = 1)
+		family    string
 	}{
 		{shape: comm.Grid{Data: 2, X: 1, Y: 1, Z: 1}, act: engine.F32},
 		{shape: comm.Grid{Data: 2, X: 1, Y: 1, Z: 1}, act: engine.BF16, recompute: RecomputeFull},
@@ -307,10 +317,17 @@ func TestKernelsOnGrids(t *testing.T) {
 		{shape: comm.Grid{Data: 1, X: 1, Y: 1, Z: 2}, act: engine.F32, serial: true, tie: true},
 		{shape: comm.Grid{Data: 1, X: 2, Y: 2, Z: 2}, act: engine.F32, recompute: RecomputeFull},
 		{shape: comm.Grid{Data: 1, X: 1, Y: 2, Z: 2}, act: engine.F32, serial: true},
+		{shape: comm.Grid{Data: 2, X: 2, Y: 2, Z: 1}, act: engine.F32, family: "qwen2"},
+		{shape: comm.Grid{Data: 1, X: 1, Y: 2, Z: 2}, act: engine.F32, recompute: RecomputeSelective, family: "qwen3"},
+		{shape: comm.Grid{Data: 2, X: 1, Y: 1, Z: 2}, act: engine.BF16, family: "qwen2"},
+		{shape: comm.Grid{Data: 1, X: 2, Y: 1, Z: 2}, act: engine.F32, family: "mistral"},
 	}
 	for _, c := range cases {
-		t.Run(fmt.Sprintf("%v %v recompute %v tied %v serial %v head rows %d", c.shape, c.act, c.recompute, c.tie, c.serial, c.headRows), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%v %v recompute %v tied %v serial %v head rows %d %s", c.shape, c.act, c.recompute, c.tie, c.serial, c.headRows, c.family), func(t *testing.T) {
 			cfg := gridConfig(c.tie)
+			if c.family != "" {
+				cfg = asFamily(cfg, c.family)
+			}
 			w := checkpoints.RandomWeights(cfg, 5)
 			ov := parallel.AllOverlap()
 			if c.serial {

@@ -83,7 +83,7 @@ type loraState struct {
 	cfg      *checkpoints.AdapterConfig
 	scale    float32
 	params   []*engine.Param // every A and B, in PEFT's state-dict order
-	frozenDW *engine.Tensor  // [H]: the frozen norms' discarded weight gradient
+	frozenDW *engine.Tensor  // [max(H, D)]: the frozen norms' discarded weight gradient
 	// keys are the training pass's sequence keys for the dropout masks
 	// (Batch.Keys); nil numbers the sequences from 0.
 	keys []uint64
@@ -149,7 +149,7 @@ func (m *Model) newAdapters() {
 			i += 2
 		}
 	}
-	st.frozenDW = b.Alloc(engine.F32, m.d.H)
+	st.frozenDW = b.Alloc(engine.F32, max(m.d.H, m.d.D)) // a norm's [H/X], or a head norm's [D]
 	m.lora = st
 }
 

@@ -169,14 +169,14 @@ func Itemize(cfg *checkpoints.Config, w Work) Items {
 		// F32, no gradients; the adapters, replicated, with gradients
 		// and moments; the frozen norms' discarded weight gradient.
 		d.lora = a
-		norms := int64(2*cfg.NumHiddenLayers+1) * int64(d.H)
-		base := engine.SumBytes(engine.MulBytes(local-norms, int64(w.BaseDType.Size())), engine.MulBytes(norms, 4))
+		vectors := vectorElements(cfg, w.Grid)
+		base := engine.SumBytes(engine.MulBytes(local-vectors, int64(w.BaseDType.Size())), engine.MulBytes(vectors, 4))
 		ad := cfg.AdapterParams(a)
 		m.Weights = engine.SumBytes(base, engine.MulBytes(ad, 4), rope)
 		if w.Activations == engine.BF16 {
 			m.Weights = engine.SumBytes(m.Weights, engine.MulBytes(ad, 2)) // the adapters' bf16 copies
 		}
-		m.Gradients = engine.SumBytes(engine.MulBytes(ad, 4), int64(d.H)*4)
+		m.Gradients = engine.SumBytes(engine.MulBytes(ad, 4), int64(max(d.H, d.D))*4)
 		m.Optimizer = engine.MulBytes(moments, ad, momentSize)
 		if w.MomentDType == engine.I8 {
 			m.Optimizer = engine.SumBytes(m.Optimizer, engine.MulBytes(moments, adapterPieces(cfg, a), 4))
@@ -193,10 +193,9 @@ func Itemize(cfg *checkpoints.Config, w Work) Items {
 	}
 	m.Weights = engine.SumBytes(engine.MulBytes(local, 4), rope)
 	if w.Activations == engine.BF16 && !w.SplitMaster {
-		// The matrices' bf16 copies (New): everything but the norms. A
-		// split master's copy is half of its 4 bytes.
-		norms := int64(2*cfg.NumHiddenLayers+1) * int64(d.H)
-		m.Weights = engine.SumBytes(m.Weights, engine.MulBytes(local-norms, 2))
+		// The matrices' bf16 copies (New): everything but the vectors
+		// (norms, biases). A split master's copy is half of its 4 bytes.
+		m.Weights = engine.SumBytes(m.Weights, engine.MulBytes(local-vectorElements(cfg, w.Grid), 2))
 	}
 	m.Gradients = engine.MulBytes(local, 4)
 	if w.FusedOptimizer {
@@ -284,6 +283,27 @@ func planBytes(p []tensorPlan) int64 {
 // of the Z-sharding buffers newZWeights and newZGrads allocate: the
 // largest unit's (x, y) blocks, twice with OAG, the largest matrix block
 // for a gradient, and the tied embedding's block.
+// vectorElements is the elements of a rank's shards of the tensors that
+// are not matrices (checkpoints.Role.Matrix: norm weights, biases): those
+// that keep a float32 value beside a matrix's bf16 copy or frozen base.
+func vectorElements(cfg *checkpoints.Config, g comm.Grid) int64 {
+	if g == (comm.Grid{}) {
+		g = comm.Grid{Data: 1, X: 1, Y: 1, Z: 1}
+	}
+	var n int64
+	for _, s := range oneLayer(cfg).TensorSpecs() {
+		if s.Role.Matrix() {
+			continue
+		}
+		e := int64(engine.Elements(parallel.LocalShape(s.Shape, parallel.ShardAt(g, 0, 0, 0, s.Split, s.Shape))))
+		if s.Layer >= 0 {
+			e *= int64(cfg.NumHiddenLayers)
+		}
+		n += e
+	}
+	return n
+}
+
 func shardElements(cfg *checkpoints.Config, g comm.Grid, ov parallel.Overlap) (local int64, zbuf zBuffers) {
 	if g == (comm.Grid{}) {
 		return cfg.Params().Total, zBuffers{}

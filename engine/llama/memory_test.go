@@ -22,13 +22,18 @@ import (
 func TestMemoryIsWhatIsAllocated(t *testing.T) {
 	for _, act := range []engine.DType{engine.F32, engine.BF16} {
 		for _, tie := range []bool{false, true} {
-			testMemoryIsWhatIsAllocated(t, tie, act)
+			testMemoryIsWhatIsAllocated(t, testConfig(tie, 2), act)
+		}
+		// The families' variations: biases, head norms and their
+		// activations, a window.
+		for _, family := range []string{"mistral", "qwen2", "qwen3"} {
+			testMemoryIsWhatIsAllocated(t, asFamily(testConfig(false, 2), family), act)
 		}
 	}
 }
 
-func testMemoryIsWhatIsAllocated(t *testing.T, tie bool, act engine.DType) {
-	cfg := testConfig(tie, 2)
+func testMemoryIsWhatIsAllocated(t *testing.T, cfg *checkpoints.Config, act engine.DType) {
+	tie := fmt.Sprintf("%v %s", cfg.TieWordEmbeddings, cfg.ModelType)
 	for _, recompute := range recomputeModes {
 		name := fmt.Sprintf("tie=%v/recompute=%v/activations=%v", tie, recompute, act)
 		b := newBackend(1)
@@ -76,8 +81,8 @@ func testMemoryIsWhatIsAllocated(t *testing.T, tie bool, act engine.DType) {
 func TestMemoryOnAGridIsWhatIsAllocated(t *testing.T) {
 	grids := []comm.Grid{{Data: 2, X: 1, Y: 1, Z: 1}, {Data: 1, X: 2, Y: 2, Z: 1}, {Data: 1, X: 1, Y: 2, Z: 2}, {Data: 1, X: 2, Y: 1, Z: 4}}
 	adapter := testAdapter(2, false, 0.1, "q_proj", "down_proj") // with dropout: lora_xd
-	for _, tie := range []bool{false, true} {
-		cfg := gridConfig(tie)
+	for _, cfg := range []*checkpoints.Config{gridConfig(false), gridConfig(true), asFamily(gridConfig(false), "qwen2"), asFamily(gridConfig(true), "qwen3")} {
+		tie := fmt.Sprintf("%v %s", cfg.TieWordEmbeddings, cfg.ModelType)
 		for _, shape := range grids {
 			for _, ov := range []parallel.Overlap{{}, parallel.AllOverlap()} {
 				for _, act := range []engine.DType{engine.F32, engine.BF16} {

@@ -125,9 +125,54 @@ type Layer struct {
 	AttnNorm, Q, K, V, O *engine.Param
 	MLPNorm, Gate, Up    *engine.Param
 	Down                 *engine.Param
+	// A family's variations (checkpoints.Family), nil where it has none:
+	// Qwen2's q/k/v biases, Qwen3's per-head norms of q and k.
+	QBias, KBias, VBias *engine.Param
+	QNorm, KNorm        *engine.Param
 	// LoRA holds each projection's adapter (q, k, v, o, gate, up, down),
 	// nil where it has none.
 	LoRA [numProj]*Adapter
+	// params are the layer's parameters in the declaration's order.
+	params []*engine.Param
+}
+
+// Params lists the layer's parameters in the order its family declares
+// them (HF's state dict order).
+func (l *Layer) Params() []*engine.Param { return l.params }
+
+// slot is the Layer field a declared role fills.
+func (l *Layer) slot(r checkpoints.Role) **engine.Param {
+	switch r {
+	case checkpoints.RoleAttnQ:
+		return &l.Q
+	case checkpoints.RoleAttnK:
+		return &l.K
+	case checkpoints.RoleAttnV:
+		return &l.V
+	case checkpoints.RoleAttnO:
+		return &l.O
+	case checkpoints.RoleMLPGate:
+		return &l.Gate
+	case checkpoints.RoleMLPUp:
+		return &l.Up
+	case checkpoints.RoleMLPDown:
+		return &l.Down
+	case checkpoints.RoleAttnNorm:
+		return &l.AttnNorm
+	case checkpoints.RoleMLPNorm:
+		return &l.MLPNorm
+	case checkpoints.RoleAttnQBias:
+		return &l.QBias
+	case checkpoints.RoleAttnKBias:
+		return &l.KBias
+	case checkpoints.RoleAttnVBias:
+		return &l.VBias
+	case checkpoints.RoleAttnQNorm:
+		return &l.QNorm
+	case checkpoints.RoleAttnKNorm:
+		return &l.KNorm
+	}
+	return nil
 }
 
 // Model is a Llama model's parameters and gradients on a backend, with the
@@ -144,6 +189,9 @@ type Model struct {
 	Head   *engine.Param // the same Param as Embed when the embeddings are tied
 
 	invFreq *engine.Tensor // [D/2]
+	// window is the attention's sliding window (checkpoints.Config.Window),
+	// 0 for plain causal attention.
+	window int
 	ws      *workspace     // activations for the current batch shape
 
 	d dims // this rank's share of the model's dimensions
@@ -194,9 +242,6 @@ func New(b engine.Backend, cfg *checkpoints.Config, opt Options) (*Model, error)
 	if err := checkSplitMaster(b, opt); err != nil {
 		return nil, err
 	}
-	if err := checkFamily(cfg); err != nil {
-		return nil, err
-	}
 	if err := checkFused(opt); err != nil {
 		return nil, err
 	}
@@ -218,7 +263,10 @@ func New(b engine.Backend, cfg *checkpoints.Config, opt Options) (*Model, error)
 			m.gy = g.Y
 		}
 	}
-	params := map[string]*engine.Param{}
+	m.Layers = make([]*Layer, cfg.NumHiddenLayers)
+	for l := range m.Layers {
+		m.Layers[l] = &Layer{}
+	}
 	for _, s := range cfg.TensorSpecs() {
 		shard, shape := engine.WholeShard(engine.RowsCols(s.Shape)), s.Shape
 		if g != nil {
@@ -249,21 +297,26 @@ func New(b engine.Backend, cfg *checkpoints.Config, opt Options) (*Model, error)
 		} else {
 			p.Value = b.Alloc(opt.BaseDType, shape...) // frozen: no gradient
 		}
-		params[s.Name] = p
+		// Each tensor goes where its declared role says.
+		switch s.Role {
+		case checkpoints.RoleEmbedding:
+			m.Embed = p
+		case checkpoints.RoleFinalNorm:
+			m.Norm = p
+		case checkpoints.RoleHead:
+			m.Head = p
+		default:
+			layer := m.Layers[s.Layer]
+			slot := layer.slot(s.Role)
+			if slot == nil {
+				return nil, fmt.Errorf("llama: tensor %q: no place in a layer for role %v", s.Name, s.Role)
+			}
+			*slot = p
+			layer.params = append(layer.params, p)
+		}
 	}
-	m.Embed = params[checkpoints.EmbedTokensName]
-	m.Norm = params[checkpoints.FinalNormName]
-	m.Head = m.Embed
-	if !cfg.TieWordEmbeddings {
-		m.Head = params[checkpoints.LMHeadName]
-	}
-	for l := 0; l < cfg.NumHiddenLayers; l++ {
-		p := func(module string) *engine.Param { return params[checkpoints.LayerTensorName(l, module)] }
-		m.Layers = append(m.Layers, &Layer{
-			AttnNorm: p("input_layernorm"), Q: p("self_attn.q_proj"), K: p("self_attn.k_proj"),
-			V: p("self_attn.v_proj"), O: p("self_attn.o_proj"), MLPNorm: p("post_attention_layernorm"),
-			Gate: p("mlp.gate_proj"), Up: p("mlp.up_proj"), Down: p("mlp.down_proj"),
-		})
+	if m.Head == nil {
+		m.Head = m.Embed // tied
 	}
 	m.units = newUnits(m)
 	if opt.LoRA != nil {
@@ -276,6 +329,7 @@ func New(b engine.Backend, cfg *checkpoints.Config, opt Options) (*Model, error)
 			m.zg = newZGrads(m, g.Z, g.Overlap.ReduceScatter)
 		}
 	}
+	m.window = cfg.Window()
 	inv := InvFreq(cfg)
 	m.invFreq = b.Alloc(engine.F32, len(inv))
 	b.Upload(m.invFreq, inv)
@@ -319,21 +373,6 @@ func CheckActivations(act engine.DType, g comm.Grid) error {
 		return nil
 	}
 	return fmt.Errorf("llama: activations in %v (want f32 or bf16)", act)
-}
-
-// checkFamily refuses the variations of a family's block (checkpoints'
-// Family) that the block does not compute.
-func checkFamily(cfg *checkpoints.Config) error {
-	f := cfg.Family()
-	switch {
-	case cfg.QKVBias():
-		return fmt.Errorf("llama: %s's q/k/v biases are not computed yet", f.ModelType)
-	case cfg.QKNorm():
-		return fmt.Errorf("llama: %s's q/k head norms are not computed yet", f.ModelType)
-	case cfg.Window() > 0:
-		return fmt.Errorf("llama: %s's sliding window of %d keys is not computed yet", f.ModelType, cfg.Window())
-	}
-	return nil
 }
 
 // checkSplitMaster refuses a split master (Options.SplitMaster) where
@@ -490,7 +529,7 @@ func readWhole(r parallel.SliceReader, name string, dst []float32) error {
 func (m *Model) Params() []*engine.Param {
 	ps := []*engine.Param{m.Embed}
 	for _, l := range m.Layers {
-		ps = append(ps, l.Q, l.K, l.V, l.O, l.Gate, l.Up, l.Down, l.AttnNorm, l.MLPNorm)
+		ps = append(ps, l.params...)
 	}
 	ps = append(ps, m.Norm)
 	if m.Head != m.Embed {

@@ -153,7 +153,7 @@ func (m *Model) forward(ws *workspace) {
 		} else {
 			in, out = ws.inputs[l%2], ws.inputs[(l+1)%2]
 		}
-		m.blockForward(l, w, a, in, out, ws.pos, ws.sc, ws.lora, B, T)
+		m.blockForward(l, w, a, in, out, ws.pos, ws.sc, ws.lora, B, T, nil)
 	}
 	var last *engine.Tensor
 	if ws.train {
@@ -362,7 +362,7 @@ func (m *Model) backward(ws *workspace) {
 		a := ws.layers[min(l, len(ws.layers)-1)]
 		switch m.Options.Recompute {
 		case RecomputeFull:
-			m.blockForward(l, w, a, ws.inputs[l], nil, ws.pos, ws.sc, ws.lora, B, T)
+			m.blockForward(l, w, a, ws.inputs[l], nil, ws.pos, ws.sc, ws.lora, B, T, nil)
 		case RecomputeSelective:
 			// The last layer's are still in the shared buffers, from the
 			// forward pass.

@@ -17,6 +17,11 @@ type layerActs struct {
 	ln2, rstd2 *engine.Tensor // [N,H], [N]
 	gate, up   *engine.Tensor // [N,I]
 	act        *engine.Tensor // [N,I] silu(gate)·up
+	// With head norms (Qwen3): the q and k projections' outputs, the
+	// norms' inputs, and each head's 1/rms; q and k are then the norms'
+	// outputs after RoPE. nil otherwise.
+	qraw, kraw   *engine.Tensor // [N,Q], [N,KV]
+	rstdq, rstdk *engine.Tensor // [N·heads], [N·kvHeads]
 	// z holds each adapted projection's rank-r product drop(x)·Aᵀ [N,r]
 	// (lora.go); nil where the projection has no adapter.
 	z [numProj]*engine.Tensor
@@ -29,6 +34,9 @@ type grads struct {
 	dk, dv             *engine.Tensor // [N,KV]
 	dgate, dup, dact   *engine.Tensor // [N,I]
 	dlnf               *engine.Tensor // [N,H]
+	// dqn and dkn are the gradients of the q and k projections' outputs
+	// through the head norms (Qwen3); nil without them.
+	dqn, dkn *engine.Tensor // [N,Q], [N,KV]
 	// The logits' gradient replaces the logits in place.
 }
 
@@ -88,6 +96,9 @@ type dims struct {
 	// the residual stream, every layer's saved activations and the
 	// activation gradients in the workspace plan.
 	act engine.DType
+	// qkNorm: the family normalises q and k per head (Qwen3), which
+	// keeps the projections' outputs and the norms' statistics.
+	qkNorm bool
 }
 
 // headChunkElements bounds the logits a training pass holds: one chunk of
@@ -112,6 +123,7 @@ func fullDims(cfg *checkpoints.Config) dims {
 	return dims{
 		L: cfg.NumHiddenLayers, H: cfg.HiddenSize, Q: cfg.QDim(), KV: cfg.KVDim(), I: cfg.IntermediateSize, V: cfg.VocabSize,
 		heads: cfg.NumAttentionHeads, kvHeads: cfg.NumKeyValueHeads, D: cfg.HeadDimension(), x: 1, y: 1,
+		qkNorm: cfg.QKNorm(),
 	}
 }
 
@@ -153,8 +165,9 @@ func (p tensorPlan) alloc(b engine.Backend) *engine.Tensor {
 func (p tensorPlan) writtenFirst() bool {
 	switch p.name {
 	case "input", "ln1", "rstd1", "q", "k", "v", "lse", "att", "h", "ln2", "rstd2", "gate", "up", "act",
+		"qraw", "kraw", "rstdq", "rstdk",
 		"lnf", "rstdf", "logits", "dlogits",
-		"dx", "dh", "dln", "dnorm", "dq", "datt", "dk", "dv", "dgate", "dup", "dact", "dlnf",
+		"dx", "dh", "dln", "dnorm", "dq", "datt", "dk", "dv", "dgate", "dup", "dact", "dlnf", "dqn", "dkn",
 		// The decoder's.
 		"x", "y", "ln", "rstd", "last", "last_norm", "last_rms":
 		return true
@@ -211,6 +224,12 @@ func plan(d dims, B, T int, train bool, recompute Recompute) []tensorPlan {
 			add("lse", engine.F32, B, heads, T)
 			add("att", act, N, Q)
 			add("h", act, N, H)
+			if d.qkNorm {
+				add("qraw", act, N, Q)
+				add("kraw", act, N, KV)
+				add("rstdq", engine.F32, N*heads)
+				add("rstdk", engine.F32, N*d.kvHeads)
+			}
 		}
 		if cheap {
 			add("ln2", act, N, H)
@@ -250,6 +269,10 @@ func plan(d dims, B, T int, train bool, recompute Recompute) []tensorPlan {
 			add(n, act, N, I)
 		}
 		add("dlnf", engine.F32, N, H)
+		if d.qkNorm {
+			add("dqn", act, N, Q)
+			add("dkn", act, N, KV)
+		}
 	}
 	p = append(p, scratchPlan(d, N)...)
 	p = append(p, cePlan(d, N)...)
@@ -322,6 +345,9 @@ func (m *Model) prepare(B, T int, train bool) *workspace {
 		}
 		if rest {
 			a.q, a.k, a.v, a.lse, a.att, a.h = next(), next(), next(), next(), next(), next()
+			if m.d.qkNorm {
+				a.qraw, a.kraw, a.rstdq, a.rstdk = next(), next(), next(), next()
+			}
 		}
 		if cheap {
 			a.ln2, a.rstd2 = next(), next()
@@ -353,6 +379,9 @@ func (m *Model) prepare(B, T int, train bool) *workspace {
 		g.dq, g.datt, g.dk, g.dv = next(), next(), next(), next()
 		g.dgate, g.dup, g.dact = next(), next(), next()
 		g.dlnf = next()
+		if m.d.qkNorm {
+			g.dqn, g.dkn = next(), next()
+		}
 		ws.g = g
 	}
 	ws.sc = newScratch(m.d, B*T, next)
@@ -396,6 +425,9 @@ func (ws *workspace) all() []*engine.Tensor {
 			ts = append(ts, a.ln1, a.rstd1, a.ln2, a.rstd2, a.act)
 		}
 		ts = append(ts, a.q, a.k, a.v, a.lse, a.att, a.h, a.gate, a.up)
+		if a.qraw != nil {
+			ts = append(ts, a.qraw, a.kraw, a.rstdq, a.rstdk)
+		}
 		for _, z := range a.z {
 			if z != nil {
 				ts = append(ts, z)
@@ -410,6 +442,9 @@ func (ws *workspace) all() []*engine.Tensor {
 	}
 	if g := ws.g; g != nil {
 		ts = append(ts, g.dx, g.dh, g.dln, g.dnorm, g.dq, g.datt, g.dk, g.dv, g.dgate, g.dup, g.dact, g.dlnf)
+		if g.dqn != nil {
+			ts = append(ts, g.dqn, g.dkn)
+		}
 	}
 	if ws.dlogits != nil {
 		ts = append(ts, ws.dlogits)

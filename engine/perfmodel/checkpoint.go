@@ -32,12 +32,18 @@ type CheckpointCost struct {
 }
 
 // checkpointCost is the CheckpointCost of model cfg on grid g whose
-// ranks store shardParams parameters each.
+// ranks store shardParams parameters each. A LoRA run (Options.LoRA)
+// saves its adapters alone, whole, as one position of its grid
+// (finetune's gridShape): one rank writes them and their moments.
 func checkpointCost(cfg *checkpoints.Config, g Grid, shardParams int64, dev Device, o Options) CheckpointCost {
 	c := CheckpointCost{
 		BytesPerRank: shardParams * checkpointBytesPerParam,
 		Bytes:        cfg.Params().Total * checkpointBytesPerParam,
 		Files:        2 * g.X * g.Y * g.Z,
+	}
+	if o.LoRA > 0 {
+		n := loraParams(cfg, o.adapters()) * checkpointBytesPerParam
+		c = CheckpointCost{BytesPerRank: n, Bytes: n, Files: 2}
 	}
 	fs := o.FSBandwidth
 	if fs <= 0 {
@@ -48,4 +54,16 @@ func checkpointCost(cfg *checkpoints.Config, g Grid, shardParams int64, dev Devi
 		c.SaveSeconds = max(c.SaveSeconds, float64(c.BytesPerRank)/link)
 	}
 	return c
+}
+
+// loraParams counts the adapters' parameters: PEFT's lora_A [r, in] and
+// lora_B [out, r] of every projection a targets, in every layer.
+func loraParams(cfg *checkpoints.Config, a *checkpoints.AdapterConfig) int64 {
+	var n int64
+	for _, s := range declared(cfg) {
+		if s.Layer >= 0 && s.Role.Matrix() && a.Targets(s.Role.String()) {
+			n += int64(a.R) * int64(s.Shape[0]+s.Shape[1])
+		}
+	}
+	return n * int64(cfg.NumHiddenLayers)
 }

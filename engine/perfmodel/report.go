@@ -37,7 +37,10 @@ type Report struct {
 	Recompute         string     `json:"recompute"`
 	Precision         string     `json:"precision"`
 	// State is the optimizer-state options planned with (Options.State).
-	State       string  `json:"state"`
+	State string `json:"state"`
+	// LoRA is the adapters' rank of a LoRA plan (Options.LoRA), 0 for a
+	// full fine-tune.
+	LoRA        int     `json:"lora,omitempty"`
 	FSBandwidth float64 `json:"fs_bandwidth"` // bytes/s
 	// Sources say which numbers are the device's (Device.Sources),
 	// which the engine's accounting and which the model's predictions.
@@ -84,11 +87,11 @@ func NewReport(model string, cfg *checkpoints.Config, job Job, opt Options, plan
 	r := Report{
 		Model: model, Params: cfg.Params().Total, ModelFLOPsPerTok: engine.ModelFLOPsPerToken(cfg, seq),
 		GPUs: job.GPUs, Device: dev, Efficiency: dev.Efficiency, UsableMemory: opt.UsableMemory(dev, job.GPUs),
-		SeqLen: seq, GlobalBatchTokens: job.GlobalBatchTokens, Overlap: opt.Overlaps(dev), Recompute: opt.Recompute.String(), Precision: prec.String(), State: opt.State(), FSBandwidth: opt.FSBandwidth,
+		SeqLen: seq, GlobalBatchTokens: job.GlobalBatchTokens, Overlap: opt.Overlaps(dev), Recompute: opt.Recompute.String(), Precision: prec.String(), State: opt.State(), LoRA: opt.LoRA, FSBandwidth: opt.FSBandwidth,
 		Sources: ReportSources{Sources: dev.Sources, MemoryPerGPU: memoryPerGPUSource(prec), Usable: usableSource, Predicted: predictedSource},
 	}
 	if k := dev.Kernels; k != nil {
-		a := engine.AttentionShape{B: 1, T: seq, Heads: cfg.NumAttentionHeads, KVHeads: cfg.NumKeyValueHeads, D: cfg.HeadDimension(), DType: engine.BF16}
+		a := engine.AttentionShape{B: 1, T: seq, Heads: cfg.NumAttentionHeads, KVHeads: cfg.NumKeyValueHeads, D: cfg.HeadDimension(), Window: cfg.Window(), DType: engine.BF16}
 		r.Attention[0] = k.AttentionEfficiency(a)
 		a.Backward = true
 		r.Attention[1] = k.AttentionEfficiency(a)
@@ -141,8 +144,11 @@ func (r Report) WriteText(w io.Writer) error {
 		r.GlobalBatchTokens, r.GlobalBatchTokens/int64(r.SeqLen), r.SeqLen, overlap, r.Recompute, r.Precision)
 	fmt.Fprintf(w, "state   %s\n", r.State)
 	if len(r.Plans) > 0 {
-		fmt.Fprintf(w, "ckpt    %s (float32 weights and AdamW moments), each (x, y, z) position's rank writing its own; filesystem %.0f GB/s\n",
-			units.FormatBytes(r.Plans[0].Checkpoint.Bytes), r.FSBandwidth/1e9)
+		what := "float32 weights and AdamW moments), each (x, y, z) position's rank writing its own"
+		if r.LoRA > 0 {
+			what = "the float32 adapters and their AdamW moments), written by one rank"
+		}
+		fmt.Fprintf(w, "ckpt    %s (%s; filesystem %.0f GB/s\n", units.FormatBytes(r.Plans[0].Checkpoint.Bytes), what, r.FSBandwidth/1e9)
 	}
 	src := r.Sources
 	fmt.Fprintf(w, "sources peak: %s; memory: %s; links: %s\n", src.Peak, src.Memory, src.Links)
