@@ -192,7 +192,7 @@ type Model struct {
 	// window is the attention's sliding window (checkpoints.Config.Window),
 	// 0 for plain causal attention.
 	window int
-	ws      *workspace     // activations for the current batch shape
+	ws     *workspace // activations for the current batch shape
 
 	d dims // this rank's share of the model's dimensions
 	// gx and gy are the groups whose ranks hold partial sums of a layer's
