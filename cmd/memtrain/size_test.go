@@ -12,8 +12,9 @@ import (
 // and progress, and its logic lives in library packages. Issue 33 asks for
 // 3,500; the bound is what the CLI holds today (decoding, scoring and
 // extraction run through finetune/job, counts declare their ranges with
-// options.IntRange); it follows what the CLI holds, below the issue's bound.
-const maxLines = 3418
+// options.IntRange); it follows what the CLI holds, below the issue's bound
+// (3,427 with plan's --fused and the recomputation modes' flags).
+const maxLines = 3427
 
 // TestSize counts the lines of this package's non-test Go files as
 // `wc -l` does (newline characters) and fails past maxLines.
