@@ -380,7 +380,8 @@ const fuzzAllocLimit = 4 << 20
 
 func FuzzConfig(f *testing.F) {
 	f.Add([]byte(base))
-	for _, name := range []string{"llama2-7b.json", "llama3-8b.json", "llama3.1-8b.json", "llama3.2-1b.json"} {
+	for _, name := range []string{"llama2-7b.json", "llama3-8b.json", "llama3.1-8b.json", "llama3.2-1b.json",
+		"mistral-7b-v0.1.json", "mistral-7b-v0.3.json", "qwen2.5-0.5b.json", "qwen2.5-7b.json", "qwen3-8b.json"} {
 		b, err := os.ReadFile(filepath.Join("testdata", "configs", name))
 		if err != nil {
 			f.Fatal(err)
