@@ -17,13 +17,13 @@ export CGO_ENABLED=${CGO_ENABLED:-0}
 
 # family  package  tests (a regular expression of whole test names, |-separated)
 families=(
-  "golden   ./engine/llama  TestGoldenAgainstPyTorch|TestLoRAGoldenAgainstPyTorch|TestLoRAMergeGolden"
+  "golden   ./engine/llama  TestGoldenAgainstPyTorch|TestLoRAGoldenAgainstPyTorch|TestLoRAMergeGolden|TestFamiliesAgainstPyTorch"
   "golden   ./engine/cpu    TestAdamWTorchFloat32"
   "golden   ./finetune      TestTrainStepsMatchPyTorch"
-  "grid     ./engine/llama  TestGridGradients|TestGridInference|TestHeadChunks|TestVocabParallelChunks|TestStepSums|TestScore"
-  "bf16     ./engine/llama  TestBF16StepMatchesF32|TestBF16DataParallel|TestBF16CopiesFollowTheMasters"
+  "grid     ./engine/llama  TestGridGradients|TestGridInference|TestHeadChunks|TestVocabParallelChunks|TestStepSums|TestScore|TestFamiliesOnGrids"
+  "bf16     ./engine/llama  TestBF16StepMatchesF32|TestBF16DataParallel|TestBF16CopiesFollowTheMasters|TestFamiliesBF16"
   "lora     ./engine/llama  TestLoRAOnGrids|TestLoRAEqualsMergedModel|TestBF16LoRAStepMatchesF32|TestLoRAFiniteDifferences|TestLoRARecomputeAndDropout"
-  "stand-in ./engine/cuda   TestConformanceEmulated|TestModelEmulated|TestModelBF16Emulated|TestModelBF16LoRAEmulated|TestBF16Emulated|TestGridEmulated|TestFlashAttentionEmulated|TestFlashAttentionDeterministicEmulated|TestFlashAttentionLayoutEmulated|TestModelBF16FlashEmulated|TestMMAEmulated"
+  "stand-in ./engine/cuda   TestConformanceEmulated|TestModelEmulated|TestModelBF16Emulated|TestModelBF16LoRAEmulated|TestBF16Emulated|TestGridEmulated|TestFlashAttentionEmulated|TestFlashAttentionDeterministicEmulated|TestFlashAttentionLayoutEmulated|TestModelBF16FlashEmulated|TestMMAEmulated|TestFamiliesEmulated"
 )
 mutations=(element nan drop)
 
