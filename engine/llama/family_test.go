@@ -30,20 +30,7 @@ func TestFamiliesAgainstPyTorch(t *testing.T) {
 	for _, name := range familyCases {
 		for _, recompute := range recomputeModes {
 			t.Run(name+"/recompute="+recompute.String(), func(t *testing.T) {
-				m, batch, exp := loadFixture(t, familyDir(name), Options{Recompute: recompute})
-				defer m.Free()
-				logits, err := m.Logits(batch)
-				if err != nil {
-					t.Fatal(err)
-				}
-				want, err := exp.ReadFloat32("logits")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := numtest.Close(logits, want, goldenTol); err != nil {
-					t.Errorf("logits: %v", err)
-				}
-				checkGoldenStep(t, m, batch, exp)
+				checkFixture(t, familyDir(name), Options{Recompute: recompute})
 			})
 		}
 	}

@@ -83,21 +83,7 @@ func TestGoldenAgainstPyTorch(t *testing.T) {
 	for _, name := range goldenCases {
 		for _, recompute := range recomputeModes {
 			t.Run(name+"/recompute="+recompute.String(), func(t *testing.T) {
-				m, batch, exp := loadGolden(t, name, Options{Recompute: recompute})
-				defer m.Free()
-				logits, err := m.Logits(batch)
-				if err != nil {
-					t.Fatal(err)
-				}
-				want, err := exp.ReadFloat32("logits")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := numtest.Close(logits, want, goldenTol); err != nil {
-					t.Errorf("logits: %v", err)
-				}
-
-				checkGoldenStep(t, m, batch, exp)
+				checkFixture(t, filepath.Join("testdata", "golden", name), Options{Recompute: recompute})
 			})
 		}
 	}
@@ -142,6 +128,27 @@ func checkFixtureGeneration(t *testing.T, m *Model, dir string) {
 			t.Errorf("prompt %d: got %v, want %v", i, got[i], g.Outputs[i])
 		}
 	}
+}
+
+// checkFixture loads the model of a fixture folder with opt and checks
+// its logits (goldenTol) and a training pass (checkGoldenStep) against
+// the fixture's.
+func checkFixture(t *testing.T, dir string, opt Options) {
+	t.Helper()
+	m, batch, exp := loadFixture(t, dir, opt)
+	defer m.Free()
+	logits, err := m.Logits(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := exp.ReadFloat32("logits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := numtest.Close(logits, want, goldenTol); err != nil {
+		t.Errorf("logits: %v", err)
+	}
+	checkGoldenStep(t, m, batch, exp)
 }
 
 // checkGoldenStep runs a training pass of batch and checks its loss
