@@ -129,9 +129,20 @@ func TestLoRAEqualsMergedModel(t *testing.T) {
 // TestLoRAFiniteDifferences checks the adapters' gradients against central
 // differences of the loss; the base weights have none.
 func TestLoRAFiniteDifferences(t *testing.T) {
-	for _, tie := range []bool{false, true} {
-		t.Run(fmt.Sprintf("tie=%v", tie), func(t *testing.T) {
+	// Llama's, and the families' adapters through their variations: q and
+	// k's through Qwen3's head norms, Qwen2's beside the biases, and
+	// Mistral's under its window.
+	cases := []struct {
+		tie    bool
+		family string
+	}{{false, ""}, {true, ""}, {false, "qwen2"}, {true, "qwen3"}, {false, "mistral"}}
+	for _, c := range cases {
+		tie := c.tie
+		t.Run(fmt.Sprintf("tie=%v %s", tie, c.family), func(t *testing.T) {
 			cfg := testConfig(tie, 2)
+			if c.family != "" {
+				cfg = asFamily(cfg, c.family)
+			}
 			m := loraModel(t, newBackend(1), cfg, Options{LoRA: testAdapter(2, tie, 0)}, 5)
 			defer m.Free()
 			for _, p := range m.Params() {
@@ -311,8 +322,10 @@ func TestLoRAOnGrids(t *testing.T) {
 		{Data: 1, X: 2, Y: 1, Z: 1}, {Data: 1, X: 1, Y: 2, Z: 1}, {Data: 1, X: 1, Y: 1, Z: 2}, {Data: 2, X: 1, Y: 1, Z: 1},
 		{Data: 2, X: 2, Y: 2, Z: 2}, {Data: 1, X: 4, Y: 4, Z: 1},
 	}
-	for _, tie := range []bool{false, true} {
-		cfg := gridConfig(tie)
+	// Llama's, and two families': Qwen2's biases and Qwen3's head norms
+	// (their heads split over Y).
+	for _, cfg := range []*checkpoints.Config{gridConfig(false), gridConfig(true), asFamily(gridConfig(false), "qwen2"), asFamily(gridConfig(true), "qwen3")} {
+		tie := cfg.TieWordEmbeddings
 		a := testAdapter(3, tie, 0.2)
 		ref := loraModel(t, newBackend(1), cfg, Options{LoRA: a}, 7)
 		// Adapters of a trained size (loraModel's are large, and a model
@@ -337,7 +350,7 @@ func TestLoRAOnGrids(t *testing.T) {
 		wantGen, _ := ref.Generate(prompts, GenerateOptions{MaxNewTokens: 4})
 		for _, shape := range grids {
 			for _, rec := range recomputeModes {
-				name := fmt.Sprintf("tie=%v/%v/recompute=%v", tie, shape, rec)
+				name := fmt.Sprintf("tie=%v/%s/%v/recompute=%v", tie, cfg.ModelType, shape, rec)
 				var mu sync.Mutex
 				err := launch.Local(shape, parallel.AllOverlap(), func(g *parallel.Grid) error {
 					m, err := New(newBackend(1), cfg, Options{Parallel: g, Recompute: rec, LoRA: a})
