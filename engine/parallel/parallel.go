@@ -82,6 +82,17 @@ func One(b engine.Backend) *Grid {
 	return New(groups, Overlap{})
 }
 
+// OrOne is g, or the grid of one rank on b where g is nil: the one place
+// where nil means one rank, for the entry points that accept it (a model's
+// options, a run's rank), so that the code behind them meets a grid
+// always.
+func OrOne(g *Grid, b engine.Backend) *Grid {
+	if g == nil {
+		return One(b)
+	}
+	return g
+}
+
 // Shape is the grid's size along each axis.
 func (g *Grid) Shape() comm.Grid { return g.Groups.Grid }
 
