@@ -65,7 +65,7 @@ type workspace struct {
 	logits *engine.Tensor
 	g      *grads // nil when forward only
 
-	sc   *scratch     // the grid's per-token scratch; nil on one rank
+	sc   *scratch     // the grid's per-token scratch; nil when X and Y are 1
 	ce   *ceScratch   // the vocabulary-parallel cross-entropy's; nil unless Y > 1
 	lora *loraScratch // the adapters' shared scratch; nil unless training adapters
 	// head is the LM head's weight block the forward pass used, kept for
