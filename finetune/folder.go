@@ -329,14 +329,15 @@ type Result struct {
 }
 
 // TrainRank is one rank's part of a fine-tuning run on grid g (nil: the
-// only rank), on backend b: the writing rank (rank 0) locks the run
+// only rank, the grid of one rank), on backend b: the writing rank (rank 0) locks the run
 // folder (Lock) and checks it (a folder holding a run is continued with
 // Hooks.Resume or replaced with Hooks.Replace, never overwritten), every
 // rank opens the run, the writing rank opens the folder (OpenFolder),
 // every rank learns whether all started (so that none waits for one that
 // failed), and all train to the end or to a stop.
 func TrainRank(cfg Config, b engine.Backend, g *parallel.Grid, h Hooks) (Result, error) {
-	lead := g == nil || g.Rank() == 0
+	g = parallel.OrOne(g, b)
+	lead := g.Rank() == 0
 	restart := ""
 	if h.Resume != "" && RunFolder(h.Resume) == h.Resume {
 		if _, _, cerr := resumeCandidates(filepath.Join(h.Resume, CheckpointsDir)); cerr != nil {
@@ -359,10 +360,8 @@ func TrainRank(cfg Config, b engine.Backend, g *parallel.Grid, h Hooks) (Result,
 			err = prepareFolder(cfg.Out, h.Resume != "" || restart != "", h.Replace)
 		}
 	}
-	if g != nil {
-		err = g.Agree(b, err)
-	}
-	if err == nil && g != nil {
+	err = g.Agree(b, err)
+	if err == nil {
 		err = checkShared(cfg.Out, b, g)
 	}
 	if err != nil {
@@ -373,9 +372,7 @@ func TrainRank(cfg Config, b engine.Backend, g *parallel.Grid, h Hooks) (Result,
 	if err == nil && lead {
 		mf, err = run.OpenFolder()
 	}
-	if g != nil {
-		err = g.Agree(b, err)
-	}
+	err = g.Agree(b, err)
 	if err != nil {
 		if run != nil {
 			run.Close()
@@ -416,9 +413,7 @@ func TrainRank(cfg Config, b engine.Backend, g *parallel.Grid, h Hooks) (Result,
 			err = fmt.Errorf("finetune: %w", serr)
 		}
 	}
-	if g != nil {
-		_, err = g.AgreeGather(b, err, nil, 0)
-	}
+	_, err = g.AgreeGather(b, err, nil, 0)
 	if err == nil && run.Step >= run.Steps {
 		err = run.exportFinal(res.Done)
 	}
@@ -440,7 +435,7 @@ const finalShardBytes = 5_000_000_000
 // puts it in place.
 func (r *Run) exportFinal(already bool) error {
 	g, b := r.Model.Grid(), r.Model.Backend()
-	lead := g == nil || g.Rank() == 0
+	lead := g.Rank() == 0
 	final := filepath.Join(r.Config.Out, FinalDir)
 	var tmp, latest string
 	var err error
@@ -453,12 +448,10 @@ func (r *Run) exportFinal(already bool) error {
 			os.RemoveAll(tmp)
 		}
 	}()
-	if g != nil {
-		if _, err = g.AgreeGather(b, err, nil, 0); err == nil {
-			var shared []byte
-			shared, err = g.Broadcast(b, []byte(tmp+"\x00"+latest), 8192)
-			tmp, latest, _ = strings.Cut(string(shared), "\x00")
-		}
+	if _, err = g.AgreeGather(b, err, nil, 0); err == nil {
+		var shared []byte
+		shared, err = g.Broadcast(b, []byte(tmp+"\x00"+latest), 8192)
+		tmp, latest, _ = strings.Cut(string(shared), "\x00")
 	}
 	if err != nil || tmp == "" {
 		return err // tmp "": nothing to export
@@ -473,9 +466,7 @@ func (r *Run) exportFinal(already bool) error {
 				done = err == nil
 			}
 		}
-		if g != nil {
-			_, err = g.AgreeGather(b, err, nil, 0)
-		}
+		_, err = g.AgreeGather(b, err, nil, 0)
 		return err
 	}
 	dtype := checkpoints.DTypeF32
@@ -485,24 +476,16 @@ func (r *Run) exportFinal(already bool) error {
 	plan, err := checkpoints.PlanExport(latest, checkpoints.ExportOptions{DType: dtype, MaxShardBytes: finalShardBytes})
 	if err == nil {
 		defer plan.Close()
-		rank, ranks := 0, 1
-		if g != nil {
-			rank, ranks = g.Rank(), g.World.Size()
-		}
-		for i := rank; i < plan.Files() && err == nil; i += ranks {
+		for i := g.Rank(); i < plan.Files() && err == nil; i += g.World.Size() {
 			err = plan.WriteFile(tmp, i)
 		}
 	}
-	if g != nil {
-		_, err = g.AgreeGather(b, err, nil, 0)
-	}
+	_, err = g.AgreeGather(b, err, nil, 0)
 	if err == nil && lead {
 		err = plan.Finish(tmp, final)
 		done = err == nil
 	}
-	if g != nil {
-		_, err = g.AgreeGather(b, err, nil, 0)
-	}
+	_, err = g.AgreeGather(b, err, nil, 0)
 	return err
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/memtrain/memtrain/checkpoints/hub"
 	"github.com/memtrain/memtrain/engine"
 	"github.com/memtrain/memtrain/engine/llama"
+	"github.com/memtrain/memtrain/engine/parallel"
 )
 
 // CheckpointsDir is the folder of a run's checkpoints, inside the run folder.
@@ -206,6 +207,7 @@ func LoadModel(b engine.Backend, ref ModelRef, opt llama.Options) (*llama.Model,
 		return nil, err
 	}
 	defer ck.Close()
+	opt.Parallel = parallel.OrOne(opt.Parallel, b)
 	var ad *checkpoints.Adapter
 	if ref.Adapter != "" {
 		if ad, err = checkpoints.OpenAdapter(ref.Adapter, ck.Config); err != nil {
@@ -215,7 +217,7 @@ func LoadModel(b engine.Backend, ref ModelRef, opt llama.Options) (*llama.Model,
 		opt.LoRA = ad.Config
 		d, err := checkpoints.ParseDType(ck.Config.TorchDType)
 		storedBF16 := err == nil && d == checkpoints.DTypeBF16
-		if (storedBF16 || opt.Activations == engine.BF16) && (opt.Parallel == nil || opt.Parallel.Z.Size() == 1) {
+		if (storedBF16 || opt.Activations == engine.BF16) && opt.Parallel.Z.Size() == 1 {
 			opt.BaseDType = engine.BF16
 		}
 	}

@@ -100,10 +100,7 @@ func streamSpecs(ps []shardPiece) []checkpoints.StreamTensor {
 // rank, saves as one position with every rank a replica of it (savedAt).
 func gridShape(m *llama.Model) comm.Grid {
 	g := m.Grid()
-	switch {
-	case g == nil:
-		return comm.Grid{Data: 1, X: 1, Y: 1, Z: 1}
-	case m.Adapter() != nil:
+	if m.Adapter() != nil {
 		return comm.Grid{Data: g.World.Size(), X: 1, Y: 1, Z: 1}
 	}
 	return g.Shape()
@@ -112,10 +109,7 @@ func gridShape(m *llama.Model) comm.Grid {
 // savedAt is this rank's coordinate on gridShape(m).
 func savedAt(m *llama.Model) parallel.Coord {
 	g := m.Grid()
-	switch {
-	case g == nil:
-		return parallel.Coord{}
-	case m.Adapter() != nil:
+	if m.Adapter() != nil {
 		return parallel.Coord{Data: g.Rank()}
 	}
 	return g.At

@@ -137,13 +137,11 @@ func beginSave(dir, name string, m *llama.Model, o *Optimizer, st TrainerState, 
 	if sv.lead() {
 		sv.tmp, err = makeTemp(dir, name)
 	}
-	if g != nil {
-		if _, err = g.AgreeGather(b, err, nil, 0); err == nil {
-			var shared []byte
-			shared, err = g.Broadcast(b, []byte(sv.tmp), 1024)
-			if err == nil {
-				sv.tmp = string(shared)
-			}
+	if _, err = g.AgreeGather(b, err, nil, 0); err == nil {
+		var shared []byte
+		shared, err = g.Broadcast(b, []byte(sv.tmp), 1024)
+		if err == nil {
+			sv.tmp = string(shared)
 		}
 	}
 	if err != nil {
@@ -153,7 +151,7 @@ func beginSave(dir, name string, m *llama.Model, o *Optimizer, st TrainerState, 
 	return sv, nil
 }
 
-func (sv *save) lead() bool { return sv.m.Grid() == nil || sv.m.Grid().Rank() == 0 }
+func (sv *save) lead() bool { return sv.m.Grid().Rank() == 0 }
 
 // abandon removes the temporary folder of a save that will not commit.
 func (sv *save) abandon() {
@@ -167,11 +165,7 @@ func (sv *save) abandon() {
 // no backend when src is a host snapshot.
 func (sv *save) write(src pieceSource) (map[string]checkpoints.FileSum, error) {
 	if sv.opt.beforeWrite != nil {
-		rank := 0
-		if g := sv.m.Grid(); g != nil {
-			rank = g.Rank()
-		}
-		sv.opt.beforeWrite(rank, sv.tmp)
+		sv.opt.beforeWrite(sv.m.Grid().Rank(), sv.tmp)
 	}
 	sums, err := writeShards(sv.tmp, sv.m, sv.o, src)
 	if err == nil && sv.lead() {
@@ -192,17 +186,15 @@ func (sv *save) finish() error {
 			sv.abandon()
 		}
 	}()
-	if g != nil {
-		// Every rank's checksums, in the order of its files (which every
-		// rank can name: shardFiles), to the committing rank.
-		var enc []byte
-		if err == nil && !sv.lead() {
-			enc, err = encodeSums(sv.sums, m, o)
-		}
-		var all [][]byte
-		if all, err = g.AgreeGather(b, err, enc, 2*sumBytes); err == nil && sv.lead() {
-			err = decodeSums(all, m, o, sv.sums)
-		}
+	// Every rank's checksums, in the order of its files (which every
+	// rank can name: shardFiles), to the committing rank.
+	var enc []byte
+	if err == nil && !sv.lead() {
+		enc, err = encodeSums(sv.sums, m, o)
+	}
+	var all [][]byte
+	if all, err = g.AgreeGather(b, err, enc, 2*sumBytes); err == nil && sv.lead() {
+		err = decodeSums(all, m, o, sv.sums)
 	}
 	if err == nil && sv.lead() {
 		_, moments := o.Moments()
@@ -211,21 +203,19 @@ func (sv *save) finish() error {
 			PieceFiles: files, Tensors: tensors}, sv.opt)
 		committed = err == nil
 	}
-	if g != nil {
-		_, err = g.AgreeGather(b, err, nil, 0)
-	}
+	_, err = g.AgreeGather(b, err, nil, 0)
 	if err != nil {
 		return err
 	}
 	return pruneOn(g, b, sv.dir, sv.opt.Keep, sv.opt.Protect)
 }
 
-// pruneOn is prune on every rank of grid g (nil: one rank): each lists
+// pruneOn is prune on every rank of grid g (one rank alone: prune): each lists
 // the checkpoints (nothing is being removed while they do), all verify
 // the candidates together (verifyOn), and rank 0 removes what is not
 // kept.
 func pruneOn(g *parallel.Grid, b engine.Backend, dir string, keep int, protect string) error {
-	if g == nil || g.World.Size() == 1 {
+	if g.World.Size() == 1 {
 		return prune(dir, keep, protect, checkResumable)
 	}
 	kept, old, err := pruneCandidates(dir, keep, g.Rank() == 0)
@@ -504,12 +494,12 @@ func loadAdapterCheckpoint(path string, m *llama.Model, o *Optimizer, st Trainer
 // loads its shards.
 func (r *Run) resume(from string) error {
 	g, b := r.Model.Grid(), r.Model.Backend()
-	lead := g == nil || g.Rank() == 0
+	lead := g.Rank() == 0
 	// On a grid of several ranks they verify together, each a share of
 	// the files (verifyOn), and so all choose the same checkpoint; alone,
 	// the rank verifies everything.
 	check := checkResumable
-	shared := g != nil && g.World.Size() > 1
+	shared := g.World.Size() > 1
 	if shared {
 		check = func(path string) (string, error) {
 			return checkVerified(path, func(p string) (Manifest, error) { return verifyOn(g, b, p) })

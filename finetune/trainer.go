@@ -131,7 +131,8 @@ func Open(cfg Config, b engine.Backend, resume string) (*Run, error) {
 	return OpenParallel(cfg, b, nil, resume)
 }
 
-// OpenParallel is Open for one rank of a grid (nil: one rank): the model
+// OpenParallel is Open for one rank of a grid (nil: one rank, the grid of
+// one rank): the model
 // holds this rank's shards, read from the checkpoint alone, and the loader
 // yields this rank's data·Z share of each global batch. A checkpoint saved
 // on any grid resumes on any other.
@@ -139,12 +140,10 @@ func OpenParallel(cfg Config, b engine.Backend, grid *parallel.Grid, resume stri
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	ranks, rank := 1, 0
-	if grid != nil {
-		ranks, rank = grid.BatchRanks(), grid.BatchRank()
-		if cfg.MicroBatch%ranks != 0 {
-			return nil, fmt.Errorf("finetune: micro_batch %d does not split over the %d data×Z ranks of grid %v (each takes micro_batch/%d sequences)", cfg.MicroBatch, ranks, grid.Shape(), ranks)
-		}
+	grid = parallel.OrOne(grid, b)
+	ranks, rank := grid.BatchRanks(), grid.BatchRank()
+	if cfg.MicroBatch%ranks != 0 {
+		return nil, fmt.Errorf("finetune: micro_batch %d does not split over the %d data×Z ranks of grid %v (each takes micro_batch/%d sequences)", cfg.MicroBatch, ranks, grid.Shape(), ranks)
 	}
 	store, err := data.OpenStore(cfg.Data)
 	if err != nil {
@@ -252,20 +251,10 @@ func (r *Run) Close() {
 }
 
 // ranks is the number of ranks that split each batch (1 on one rank).
-func (r *Run) ranks() int {
-	if g := r.Model.Grid(); g != nil {
-		return g.BatchRanks()
-	}
-	return 1
-}
+func (r *Run) ranks() int { return r.Model.Grid().BatchRanks() }
 
 // batchRank is this rank's place among the ranks that split each batch.
-func (r *Run) batchRank() int {
-	if g := r.Model.Grid(); g != nil {
-		return g.BatchRank()
-	}
-	return 0
-}
+func (r *Run) batchRank() int { return r.Model.Grid().BatchRank() }
 
 // microBatches cuts this rank's share of a global batch into
 // micro-batches, applying the goldfish mask to each sequence's targets.
@@ -315,9 +304,7 @@ func (r *Run) TrainOne() (Metrics, error) {
 		return Metrics{}, err
 	}
 	start := time.Now()
-	if grid := r.Model.Grid(); grid != nil {
-		grid.World.SetStep(r.Step + 1) // for watchdog messages
-	}
+	r.Model.Grid().World.SetStep(r.Step + 1) // for watchdog messages
 	micro, targets, dropped := r.microBatches(g)
 	counts := []float64{targets, dropped}
 	if err := r.Model.SumBatch(counts); err != nil {
@@ -450,8 +437,8 @@ func (r *Run) pollSave(wait bool) error {
 		default:
 		}
 	}
-	if g := r.Model.Grid(); g != nil && !wait {
-		busy, err := g.Any(r.Model.Backend(), !done)
+	if !wait {
+		busy, err := r.Model.Grid().Any(r.Model.Backend(), !done)
 		if err != nil {
 			return fmt.Errorf("finetune: step %d: %w", r.Step, err)
 		}
@@ -489,7 +476,7 @@ func (r *Run) dropSave() {
 // loss left its band; the weights of the failed step are not saved. On a grid
 // every rank computes the same metrics, and only rank 0 writes them to w.
 func (r *Run) Train(w io.Writer, progress func(Metrics)) error {
-	if g := r.Model.Grid(); g != nil && g.Rank() != 0 {
+	if r.Model.Grid().Rank() != 0 {
 		w = io.Discard
 	}
 	enc := json.NewEncoder(w)
@@ -577,11 +564,9 @@ func (r *Run) stopRequested() (bool, error) {
 		return stop, nil
 	}
 	asked := r.Stop()
-	if g := r.Model.Grid(); g != nil {
-		var err error
-		if asked, err = g.Any(r.Model.Backend(), asked); err != nil {
-			return false, fmt.Errorf("finetune: step %d: %w", r.Step, err)
-		}
+	var err error
+	if asked, err = r.Model.Grid().Any(r.Model.Backend(), asked); err != nil {
+		return false, fmt.Errorf("finetune: step %d: %w", r.Step, err)
 	}
 	return stop || asked, nil
 }

@@ -262,11 +262,12 @@ func (o *Optimizer) readChunk(m *llama.Model, src parallel.SliceReader, name str
 }
 
 // newRunOptimizer is the optimizer of a run's model: ZeRO-1 over the
-// grid's data group when cfg asks for it (and there is one).
+// grid's data group when cfg asks for it (over a group of one rank, as on
+// one rank, that is NewOptimizer's).
 func newRunOptimizer(cfg Config, m *llama.Model) (*Optimizer, error) {
 	cfg.Optimizer.Seed = cfg.Seed
-	if g := m.Grid(); cfg.Zero == 1 && g != nil {
-		return NewShardedOptimizer(m.Backend(), m.Trainable(), cfg.Optimizer, g.Data)
+	if cfg.Zero == 1 {
+		return NewShardedOptimizer(m.Backend(), m.Trainable(), cfg.Optimizer, m.Grid().Data)
 	}
 	return NewOptimizer(m.Backend(), m.Trainable(), cfg.Optimizer)
 }

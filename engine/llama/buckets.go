@@ -93,11 +93,11 @@ func (m *Model) LastMicroBatch() { m.reduce.armed = true }
 
 // beginReduce starts the reduction in the training pass about to run its
 // head and backward, when the pass is its step's last micro-batch (last,
-// or armed by LastMicroBatch) on a grid.
+// or armed by LastMicroBatch) on a grid of more than one rank.
 func (m *Model) beginReduce(last bool) error {
 	r := &m.reduce
 	last, r.armed = last || r.armed, false
-	if !last || m.Options.Parallel == nil || m.Options.ReduceAfterBackward {
+	if !last || m.Options.Parallel.World.Size() == 1 || m.Options.ReduceAfterBackward {
 		return nil
 	}
 	if r.bs != nil {
@@ -234,8 +234,8 @@ func (m *Model) ReduceGradients() (err error) {
 		return errFusedPass // FusedStep sums each unit's in its backward
 	}
 	g := m.Options.Parallel
-	if g == nil {
-		return nil
+	if g.World.Size() == 1 {
+		return nil // nothing to sum
 	}
 	defer recoverComm(&err)
 	if r := &m.reduce; r.bs != nil {

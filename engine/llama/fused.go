@@ -266,7 +266,7 @@ func (m *Model) exchangeLoss(s *StepSums) {
 	b, t := m.backend, s.t
 	m.sumLosses(s, 1)
 	g := m.Options.Parallel
-	if g == nil || g.World.Size() == 1 {
+	if g.World.Size() == 1 {
 		return
 	}
 	ls := []*engine.Tensor{t.View(1, 1), t.View(3, 1)}

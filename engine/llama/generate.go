@@ -65,7 +65,7 @@ type decoder struct {
 	last, lastNorm, lastRms *engine.Tensor // [B,H], [B,H], [B]
 	logits                  *engine.Tensor // [B,V]
 	logitsAll               *engine.Tensor // [Y·B·V]: every Y rank's slice of the logits (nil on Y = 1)
-	sc                      *scratch       // the grid's, for rows tokens (nil on one rank)
+	sc                      *scratch       // the grid's, for rows tokens (nil when X and Y are 1)
 	ce                      *ceScratch     // the grid's argmax over Y ranks' vocabulary slices, and Argmax's output
 	z                       *engine.Tensor // [rows, r]: an adapter's product (nil without adapters)
 	// With head norms (Qwen3): the q and k projections' outputs and each

@@ -108,7 +108,7 @@ func newKernelList(cfg *checkpoints.Config, w Work) *kernelList {
 type kernelList struct {
 	d    dims
 	cfg  *checkpoints.Config
-	grid bool // a grid (Options.Parallel set): the parameters are rank 0's shards
+	grid bool // a grid (Work.Grid not the zero Grid): the parameters are rank 0's shards
 	// recompute is Work.Recompute: each block's forward again before its
 	// backward (full), or its norms and SwiGLU (selective).
 	recompute Recompute

@@ -60,7 +60,8 @@ type Adapter struct {
 
 	// r0, r1 are the base block's output rows (B's rows), c0, c1 its
 	// input columns (A's columns); in and out are the groups that split
-	// the projection's input and output features (nil: one rank).
+	// the projection's input and output features (nil: a group of one
+	// rank, as on one rank).
 	r0, r1, c0, c1 int
 	in, out        comm.Comm
 }

@@ -34,11 +34,12 @@ type Options struct {
 	// each layer's input (full). Every mode gives the same numbers, bit
 	// for bit.
 	Recompute Recompute
-	// Parallel, if not nil, is this rank's place in a grid of ranks that
-	// run the model together: every rank of the grid creates its model
-	// with its own Grid and calls the same methods in the same order with
-	// the same arguments (batches: see ForwardBackward). nil is one rank
-	// holding everything.
+	// Parallel is this rank's place in a grid of ranks that run the model
+	// together: every rank of the grid creates its model with its own Grid
+	// and calls the same methods in the same order with the same arguments
+	// (batches: see ForwardBackward). New takes nil for one rank holding
+	// everything, and puts the grid of one rank there (parallel.One): the
+	// model's Options.Parallel is never nil.
 	Parallel *parallel.Grid
 	// LoRA, if not nil, adds these adapters to the projections and
 	// freezes every base weight (lora.go): Trainable lists the adapters
@@ -223,11 +224,13 @@ type Model struct {
 }
 
 // New allocates a model of the given configuration with zero weights and
-// gradients (this rank's shards of them on a grid).
+// gradients (this rank's shards of them on a grid). A nil
+// Options.Parallel is one rank: the grid of one rank, parallel.One.
 func New(b engine.Backend, cfg *checkpoints.Config, opt Options) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	opt.Parallel = parallel.OrOne(opt.Parallel, b)
 	// The activations first: on a grid that cannot take bf16 at all, that
 	// is the reason, not the base's dtype.
 	if err := checkActivations(opt); err != nil {
@@ -246,33 +249,27 @@ func New(b engine.Backend, cfg *checkpoints.Config, opt Options) (*Model, error)
 		return nil, err
 	}
 	g := opt.Parallel
-	m := &Model{Config: cfg.Clone(), Options: opt, backend: b, d: fullDims(cfg)}
-	if g != nil {
-		if err := parallel.Check(cfg, g.Shape()); err != nil {
-			return nil, err
-		}
-		m.d = gridDims(cfg, g.Shape())
+	if err := parallel.Check(cfg, g.Shape()); err != nil {
+		return nil, err
 	}
+	m := &Model{Config: cfg.Clone(), Options: opt, backend: b, d: gridDims(cfg, g.Shape())}
 	m.d.act = opt.Activations
-	if g != nil {
-		m.d.v0 = g.At.Y * m.d.V
-		if g.X.Size() > 1 {
-			m.gx = g.X
-		}
-		if g.Y.Size() > 1 {
-			m.gy = g.Y
-		}
+	m.d.v0 = g.At.Y * m.d.V
+	// A group of one rank has nothing to exchange: its layers skip the
+	// collectives and their scratch buffers outright (grid.go).
+	if g.X.Size() > 1 {
+		m.gx = g.X
+	}
+	if g.Y.Size() > 1 {
+		m.gy = g.Y
 	}
 	m.Layers = make([]*Layer, cfg.NumHiddenLayers)
 	for l := range m.Layers {
 		m.Layers[l] = &Layer{}
 	}
 	for _, s := range cfg.TensorSpecs() {
-		shard, shape := engine.WholeShard(engine.RowsCols(s.Shape)), s.Shape
-		if g != nil {
-			shard = g.Shard(s.Split, s.Shape)
-			shape = parallel.LocalShape(s.Shape, shard)
-		}
+		shard := g.Shard(s.Split, s.Shape)
+		shape := parallel.LocalShape(s.Shape, shard)
 		p := &engine.Param{
 			Name:  s.Name,
 			Full:  append([]int(nil), s.Shape...),
@@ -323,7 +320,7 @@ func New(b engine.Backend, cfg *checkpoints.Config, opt Options) (*Model, error)
 		m.d.lora = opt.LoRA
 		m.newAdapters()
 	}
-	if g != nil && g.Z.Size() > 1 {
+	if g.Z.Size() > 1 {
 		m.zw = newZWeights(m, g.Z, g.Overlap.AllGather)
 		if opt.LoRA == nil { // a frozen base has no gradients to reduce-scatter
 			m.zg = newZGrads(m, g.Z, g.Overlap.ReduceScatter)
@@ -354,11 +351,7 @@ func Load(b engine.Backend, ck *checkpoints.Checkpoint, opt Options) (*Model, er
 // model cannot compute (see Options.Activations), before anything is
 // allocated.
 func checkActivations(opt Options) error {
-	var g comm.Grid
-	if opt.Parallel != nil {
-		g = opt.Parallel.Shape()
-	}
-	return CheckActivations(opt.Activations, g)
+	return CheckActivations(opt.Activations, opt.Parallel.Shape())
 }
 
 // CheckActivations says whether a model can compute with activations of
@@ -464,7 +457,8 @@ func (m *Model) readInto(r parallel.SliceReader, name string, p *engine.Param, t
 	if m.loadChunkLimit > 0 {
 		chunk = m.loadChunkLimit
 	}
-	if rows, cols := engine.RowsCols(p.Full); m.Options.Parallel == nil && rows > 1 && t.Len() > chunk {
+	whole := wholeShard(p)
+	if rows, cols := engine.RowsCols(p.Full); whole && rows > 1 && t.Len() > chunk {
 		// A large matrix goes up a block of rows at a time, so that
 		// loading holds no float32 copy of it (a bf16 base's embedding
 		// would take twice its own size); a vector, one row, is read
@@ -486,7 +480,7 @@ func (m *Model) readInto(r parallel.SliceReader, name string, p *engine.Param, t
 		}
 		return nil
 	}
-	if m.Options.Parallel == nil {
+	if whole {
 		data = make([]float32, t.Len())
 		err = readWhole(r, name, data)
 	} else {
@@ -504,6 +498,13 @@ func (m *Model) readInto(r parallel.SliceReader, name string, p *engine.Param, t
 
 // loadChunk bounds the values ReadInto holds at a time for a large matrix.
 const loadChunk = 1 << 22
+
+// wholeShard reports whether this rank holds the whole of p (on one rank,
+// and for the tensors no axis of a grid splits): its values are read and
+// written as they are, without extracting or placing a block.
+func wholeShard(p *engine.Param) bool {
+	return p.Shard == engine.WholeShard(engine.RowsCols(p.Full))
+}
 
 // readWhole reads a whole tensor into dst, without a second copy when r
 // can (checkpoints.Set and File can).
@@ -541,7 +542,8 @@ func (m *Model) Params() []*engine.Param {
 // Backend is the backend the model lives on.
 func (m *Model) Backend() engine.Backend { return m.backend }
 
-// Grid is the model's place in a grid of ranks, nil on one rank.
+// Grid is the model's place in a grid of ranks: on one rank, the grid of
+// one rank (parallel.One); never nil.
 func (m *Model) Grid() *parallel.Grid { return m.Options.Parallel }
 
 // SetWeights uploads weights by HF name, full-shape; every parameter must
@@ -570,7 +572,7 @@ func (m *Model) Scatter(p *engine.Param, t *engine.Tensor, full []float32) error
 	if n := engine.Elements(p.Full); len(full) != n {
 		return fmt.Errorf("llama: weight %q has %d elements, want %d", p.Name, len(full), n)
 	}
-	if m.Options.Parallel != nil {
+	if !wholeShard(p) {
 		full = parallel.Extract(p.Shard, p.Full[len(p.Full)-1], full)
 	}
 	m.backend.Upload(t, full)
@@ -585,7 +587,8 @@ func (m *Model) Scatter(p *engine.Param, t *engine.Tensor, full []float32) error
 // not count).
 func (m *Model) Gather(p *engine.Param, t *engine.Tensor) ([]float32, error) {
 	g := m.Options.Parallel
-	if g == nil {
+	if g.World.Size() == 1 {
+		// The one rank holds the whole tensor: no gather, no copy.
 		out := make([]float32, t.Len())
 		m.backend.Download(out, t)
 		return out, nil
@@ -683,14 +686,11 @@ func (m *Model) GradNorm() (float64, error) {
 		// nothing to exchange.
 		return math.Sqrt(local), nil
 	}
-	if g := m.Options.Parallel; g != nil {
-		total, err := g.SumUnique(m.backend, counted)
-		if err != nil {
-			return 0, err
-		}
-		return math.Sqrt(total), nil
+	total, err := m.Options.Parallel.SumUnique(m.backend, counted)
+	if err != nil {
+		return 0, err
 	}
-	return math.Sqrt(counted), nil
+	return math.Sqrt(total), nil
 }
 
 // countsGrad reports whether this rank counts p's gradient's squares in
@@ -698,18 +698,14 @@ func (m *Model) GradNorm() (float64, error) {
 // element that parallel.CountsAt picks by p's split (adapters, whole on
 // every rank, by world rank 0 alone); on one rank, every tensor.
 func (m *Model) countsGrad(p *engine.Param) bool {
-	g := m.Options.Parallel
-	return g == nil || g.CountsUnique(p.Split)
+	return m.Options.Parallel.CountsUnique(p.Split)
 }
 
 // SumBatch replaces vals by their sums over the ranks that split the
 // batch (see parallel.Grid.SumBatch): loss sums and target counts of
 // each rank's share of a global batch. On one rank it does nothing.
 func (m *Model) SumBatch(vals []float64) error {
-	if g := m.Options.Parallel; g != nil {
-		return g.SumBatch(m.backend, vals)
-	}
-	return nil
+	return m.Options.Parallel.SumBatch(m.backend, vals)
 }
 
 // Free releases the model's tensors, once no sum a failed step left in

@@ -84,10 +84,7 @@ func (m *Model) Score(src Source, opt ScoreOptions) (*Scores, error) {
 		opt.Batch = 8
 	}
 	n := src.Len()
-	ranks, rank := 1, 0
-	if g := m.Options.Parallel; g != nil {
-		ranks, rank = g.BatchRanks(), g.BatchRank()
-	}
+	ranks, rank := m.Options.Parallel.BatchRanks(), m.Options.Parallel.BatchRank()
 	// Where each sequence's position losses go in one flat vector, so
 	// that a grid sums them in one call.
 	var offset []int

@@ -216,7 +216,7 @@ func (m *Model) sumNorm(s *StepSums) {
 // ranks; the copies' sum dropped), and leaves the total ‖g‖² in [0].
 func (m *Model) exchangeStep(s *StepSums) {
 	b, t := m.backend, s.t
-	if g := m.Options.Parallel; g != nil && g.World.Size() > 1 {
+	if g := m.Options.Parallel; g.World.Size() > 1 {
 		// The copies' sum is dropped where it holds any (it is zero
 		// already where every tensor counts: rank 0).
 		_, copies := m.gradCounts()

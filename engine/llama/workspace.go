@@ -65,7 +65,7 @@ type workspace struct {
 	logits *engine.Tensor
 	g      *grads // nil when forward only
 
-	sc   *scratch     // the grid's per-token scratch; nil on one rank
+	sc   *scratch     // the grid's per-token scratch; nil when X and Y are 1
 	ce   *ceScratch   // the vocabulary-parallel cross-entropy's; nil unless Y > 1
 	lora *loraScratch // the adapters' shared scratch; nil unless training adapters
 	// head is the LM head's weight block the forward pass used, kept for
@@ -440,10 +440,10 @@ func (ws *workspace) all() []*engine.Tensor {
 			ts = append(ts, s.xd)
 		}
 	}
-	if g := ws.g; g != nil {
-		ts = append(ts, g.dx, g.dh, g.dln, g.dnorm, g.dq, g.datt, g.dk, g.dv, g.dgate, g.dup, g.dact, g.dlnf)
-		if g.dqn != nil {
-			ts = append(ts, g.dqn, g.dkn)
+	if gw := ws.g; gw != nil { // the gradients' workspace
+		ts = append(ts, gw.dx, gw.dh, gw.dln, gw.dnorm, gw.dq, gw.datt, gw.dk, gw.dv, gw.dgate, gw.dup, gw.dact, gw.dlnf)
+		if gw.dqn != nil {
+			ts = append(ts, gw.dqn, gw.dkn)
 		}
 	}
 	if ws.dlogits != nil {

@@ -70,6 +70,29 @@ func New(groups *comm.Groups, ov Overlap) *Grid {
 	return &Grid{Groups: groups, At: at, Overlap: ov}
 }
 
+// One is the grid of one rank on backend b: shape 1×1×1×1, coordinates
+// zero, every group a group of one (comm.One), so that one rank runs the
+// grid's code with nothing to exchange — its collectives return at once,
+// and its scalar sums and error agreement leave the values as they are.
+func One(b engine.Backend) *Grid {
+	groups, err := comm.SplitGrid(comm.One(b, "world"), comm.Grid{Data: 1, X: 1, Y: 1, Z: 1})
+	if err != nil {
+		panic(err) // a group of one splits into groups of one
+	}
+	return New(groups, Overlap{})
+}
+
+// OrOne is g, or the grid of one rank on b where g is nil: the one place
+// where nil means one rank, for the entry points that accept it (a model's
+// options, a run's rank), so that the code behind them meets a grid
+// always.
+func OrOne(g *Grid, b engine.Backend) *Grid {
+	if g == nil {
+		return One(b)
+	}
+	return g
+}
+
 // Shape is the grid's size along each axis.
 func (g *Grid) Shape() comm.Grid { return g.Groups.Grid }
 

@@ -20,14 +20,18 @@ import (
 // "o_proj.weight", a comparison with a module's name) or from its rank
 // (a Param's or a spec's one dimension taken to mean "a norm").
 
-// A LayoutInference is a line of non-test Go source that infers a tensor's
-// layout from its name or rank.
-type LayoutInference struct {
+// A SourceLine is a line of non-test Go source that one of a check's forms
+// matches.
+type SourceLine struct {
 	File string // slash-separated, relative to the module root
 	Line int
 	Text string // the line, trimmed
-	Why  string
+	Why  string // the form's reason
 }
+
+// A LayoutInference is a line of non-test Go source that infers a tensor's
+// layout from its name or rank.
+type LayoutInference struct{ SourceLine }
 
 func (l LayoutInference) String() string {
 	return fmt.Sprintf("%s:%d: %s (%s): read the declared checkpoints.Role or Split instead", l.File, l.Line, l.Text, l.Why)
@@ -35,10 +39,7 @@ func (l LayoutInference) String() string {
 
 // layoutForms are the forms of inference, matched on source lines whose
 // comments are blanked.
-var layoutForms = []struct {
-	re  *regexp.Regexp
-	why string
-}{
+var layoutForms = []lineForm{
 	{regexp.MustCompile(`\bTransposed\(`), "a split guessed from a name"},
 	{regexp.MustCompile(`strings\.(HasSuffix|HasPrefix|Contains|TrimSuffix|TrimPrefix|CutSuffix|CutPrefix|Cut|Index|LastIndex|Split)\([^)]*"[^"]*(proj|norm|embed|lm_head|layers)`),
 		"a tensor classified by a piece of its name"},
@@ -54,20 +55,41 @@ var layoutForms = []struct {
 // "engine" covers engine/...), that infer a tensor's layout from its name
 // or rank. Comments are not read.
 func (m *Module) LayoutInferences(dirs ...string) ([]LayoutInference, error) {
-	var out []LayoutInference
+	found, err := m.matchLines(dirs, layoutForms)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]LayoutInference, len(found))
+	for i, l := range found {
+		out[i] = LayoutInference{l}
+	}
+	return out, nil
+}
+
+// A lineForm is a pattern of source lines that a check refuses, and why.
+type lineForm struct {
+	re  *regexp.Regexp
+	why string
+}
+
+// matchLines lists the lines of m's non-test Go files, in the packages
+// under dirs, that match one of forms (the first that matches gives the
+// reason), sorted by file and line. Comments are not read.
+func (m *Module) matchLines(dirs []string, forms []lineForm) ([]SourceLine, error) {
+	var out []SourceLine
 	for pkg, files := range m.Packages {
 		if !slices.ContainsFunc(dirs, func(d string) bool { return pkg == d || strings.HasPrefix(pkg, d+"/") }) {
 			continue
 		}
 		for _, f := range files {
-			found, err := layoutInferences(m.Root, f.Name)
+			found, err := matchFile(m.Root, f.Name, forms)
 			if err != nil {
 				return nil, err
 			}
 			out = append(out, found...)
 		}
 	}
-	slices.SortFunc(out, func(a, b LayoutInference) int {
+	slices.SortFunc(out, func(a, b SourceLine) int {
 		if c := strings.Compare(a.File, b.File); c != 0 {
 			return c
 		}
@@ -76,8 +98,8 @@ func (m *Module) LayoutInferences(dirs ...string) ([]LayoutInference, error) {
 	return out, nil
 }
 
-// layoutInferences scans one file.
-func layoutInferences(root, name string) ([]LayoutInference, error) {
+// matchFile scans one file.
+func matchFile(root, name string, forms []lineForm) ([]SourceLine, error) {
 	src, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(name)))
 	if err != nil {
 		return nil, fmt.Errorf("archrules: %w", err)
@@ -95,11 +117,11 @@ func layoutInferences(root, name string) ([]LayoutInference, error) {
 			}
 		}
 	}
-	var out []LayoutInference
+	var out []SourceLine
 	for i, line := range bytes.Split(src, []byte("\n")) {
-		for _, form := range layoutForms {
+		for _, form := range forms {
 			if form.re.Match(line) {
-				out = append(out, LayoutInference{File: name, Line: i + 1, Text: string(bytes.TrimSpace(line)), Why: form.why})
+				out = append(out, SourceLine{File: name, Line: i + 1, Text: string(bytes.TrimSpace(line)), Why: form.why})
 				break
 			}
 		}
