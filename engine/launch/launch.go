@@ -28,8 +28,8 @@ import (
 
 // Spec says where the ranks of a computation run.
 type Spec struct {
-	// Grid is the 4D grid's shape. The zero Grid is one rank without a
-	// grid: the function run gets a nil *parallel.Grid.
+	// Grid is the 4D grid's shape. The zero Grid is one rank: the
+	// function run gets the grid of one rank (parallel.One).
 	Grid    comm.Grid
 	Overlap parallel.Overlap
 	// Device is where ranks compute: the CPU, or one GPU a rank from
@@ -47,8 +47,8 @@ type Spec struct {
 	Model *checkpoints.Config
 }
 
-// A Rank is one rank of a launch: its place in the grid (nil for one
-// rank without a grid) and its own backend.
+// A Rank is one rank of a launch: its place in the grid (the grid of one
+// rank for one rank alone) and its own backend.
 type Rank struct {
 	Grid    *parallel.Grid
 	Backend engine.Backend
@@ -56,18 +56,13 @@ type Rank struct {
 
 // Lead says whether this rank is the one that writes files and reports:
 // rank 0 of the grid, or the only rank.
-func (r Rank) Lead() bool { return r.Grid == nil || r.Grid.Rank() == 0 }
+func (r Rank) Lead() bool { return r.Grid.Rank() == 0 }
 
 // Agree returns nil when every rank of the grid passes a nil err, and an
 // error on every rank otherwise (parallel.Grid.Agree): so that a rank that
 // failed to start stops the others rather than leaving them waiting for
-// it in a collective. Without a grid it returns err.
-func (r Rank) Agree(err error) error {
-	if r.Grid == nil {
-		return err
-	}
-	return r.Grid.Agree(r.Backend, err)
-}
+// it in a collective. One rank alone gets its own err back.
+func (r Rank) Agree(err error) error { return r.Grid.Agree(r.Backend, err) }
 
 // Fn is the work of one rank. On a grid every rank calls the same
 // collectives in the same order; the Lead rank alone should write files
@@ -178,7 +173,7 @@ func (l *Launcher) Run(fn Fn) error {
 			return err
 		}
 		defer closeBackend(b)
-		return fn(Rank{Backend: b})
+		return fn(Rank{Grid: parallel.One(b), Backend: b})
 	}
 	if s.Device.Kind == engine.CUDA {
 		if l.mpi {

@@ -7,8 +7,8 @@ import (
 )
 
 // gridDirs are the packages that run a model on a grid and must meet one
-// always: the model, training and the studies.
-var gridDirs = []string{"engine/llama", "finetune", "experiments"}
+// always: the model, the launcher, training and the studies.
+var gridDirs = []string{"engine/llama", "engine/launch", "finetune", "experiments"}
 
 // TestNoNilGrids: no non-test file of the model, training or the studies
 // tests for a nil grid.
