@@ -232,7 +232,7 @@ L="$LOGS/stage0-nvrtc.log"
 # (A dry run on the fake libraries compiles with the machine's real NVRTC.)
 nvrtc_env=()
 [ -n "${QUICK:-}" ] && nvrtc_env=(-u MEMTRAIN_CUDA_LIB_DIR)
-MEMTRAIN_REQUIRE_NVRTC=1 run "$L" 120 env "${nvrtc_env[@]}" "$CT" -test.run '^TestKernelsCompileWithNVRTC$' -test.v -test.count=1
+MEMTRAIN_REQUIRE_NVRTC=1 MEMTRAIN_NVRTC_TEST=1 run "$L" 120 env "${nvrtc_env[@]}" "$CT" -test.run '^TestKernelsCompileWithNVRTC$' -test.v -test.count=1
 rc=$?
 note '```'
 grep -E "nvrtc_compile_test.go:[0-9]+: NVRTC|^(--- |ok|FAIL)" "$L" | sed 's/^ *//' | head -8 >>"$MD"

@@ -89,8 +89,17 @@ func loadNVRTC(t *testing.T) *nvrtcAPI {
 //     for the known ones listed in knownFrames.
 //
 // Both the exact options (--fmad=false, for f32 GEMMs) and the fast ones
-// are compiled.
+// are compiled. The PTX compile is also checked for the tensor-core
+// instructions (checkTensorCorePTX) and the memory-bound kernels' 128-bit
+// accesses (checkVectorAccesses).
+//
+// Five compiles of every kernel take about a minute of CPU: the test runs
+// where nvrtcTestEnv is 1, which .ci/run sets in a step of its own, so
+// that go test ./... stays within its budget.
 func TestKernelsCompileWithNVRTC(t *testing.T) {
+	if os.Getenv(nvrtcTestEnv) != "1" {
+		t.Skipf("the real NVRTC compile, about a minute of CPU: .ci/run runs it in its own step; set %s=1 to run it here", nvrtcTestEnv)
+	}
 	loadNVRTC(t) // skips, or fails, here where there is none
 	names := make([]string, 0, len(kernelSignatures))
 	for k := range kernelSignatures {
@@ -130,7 +139,11 @@ func TestKernelsCompileWithNVRTC(t *testing.T) {
 		t.Log(table.String())
 	}
 	checkTensorCorePTX(t, kernelTarget{arch: 80}, imgs[4])
+	checkVectorAccesses(t, string(imgs[4]))
 }
+
+// nvrtcTestEnv runs TestKernelsCompileWithNVRTC where it is 1.
+const nvrtcTestEnv = "MEMTRAIN_NVRTC_TEST"
 
 // nvrtcJobEnv makes the test binary a compile worker (TestNVRTCWorker)
 // that compiles the kernels for one target and writes the image to a

@@ -278,19 +278,13 @@ var (
 	vectorStore = regexp.MustCompile(`\bst\.(global\.)?v4\.(u32|b32|f32)\b`)
 )
 
-// TestVectorAccessesNVRTC compiles the kernels to PTX with the real NVRTC
-// and checks that each of vectorKernels loads and stores with 128-bit
-// vector instructions (ld.v4 / st.v4 of mt_v16's four words): what the
-// emulator, which runs the same source as C++, cannot tell.
-func TestVectorAccessesNVRTC(t *testing.T) {
-	rtc := loadNVRTC(t)
-	src, headers := kernelSource()
-	target := kernelTarget{arch: 90}
-	img, err := compileKernels(rtc, src, headers, nvrtcOptions(target, false), target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ptx := string(img)
+// checkVectorAccesses checks in ptx, the kernels compiled to PTX by the
+// real NVRTC (TestKernelsCompileWithNVRTC's PTX compile), that each of
+// vectorKernels loads and stores with 128-bit vector instructions (ld.v4
+// / st.v4 of mt_v16's four words): what the emulator, which runs the same
+// source as C++, cannot tell.
+func checkVectorAccesses(t *testing.T, ptx string) {
+	t.Helper()
 	for _, name := range vectorKernels {
 		start := strings.Index(ptx, ".entry "+name+"(")
 		if start < 0 {
