@@ -256,7 +256,8 @@ func (c *Config) Validate() error {
 	case c.BatchSize <= 0 || c.MicroBatch <= 0:
 		return fmt.Errorf("finetune: batch_size %d and micro_batch %d must be positive", c.BatchSize, c.MicroBatch)
 	case c.BatchSize%c.MicroBatch != 0:
-		return fmt.Errorf("finetune: micro_batch %d does not divide batch_size %d", c.MicroBatch, c.BatchSize)
+		return fmt.Errorf("finetune: micro_batch %d does not divide batch_size %d: set micro_batch to a divisor of it, such as %d",
+			c.MicroBatch, c.BatchSize, largestDivisor(c.BatchSize, c.MicroBatch))
 	case c.Epochs <= 0 && c.MaxSteps <= 0:
 		return errors.New("finetune: epochs or max_steps must be positive")
 	case c.Clip < 0 || c.EvalEvery < 0 || c.EvalBatch < 0 || c.SaveEvery < 0 || c.Keep < 0:
@@ -420,4 +421,15 @@ func (c *Config) activations() (engine.DType, error) {
 		return engine.F32, fmt.Errorf("finetune: precision: %w", err)
 	}
 	return p.Activations(), nil
+}
+
+// largestDivisor is the largest divisor of n that is at most limit (1 at
+// least), the micro-batch to suggest for a batch of n.
+func largestDivisor(n, limit int) int {
+	for d := min(n, limit); d > 1; d-- {
+		if n%d == 0 {
+			return d
+		}
+	}
+	return 1
 }

@@ -42,7 +42,7 @@ func TestPreflight(t *testing.T) {
 		{"a batch beyond the split", func(c *Config) { c.BatchSize, c.MicroBatch = 64, 8 },
 			comm.Grid{}, 1 << 30, "finetune: batch_size 64 is more than the 60 sequences of " + dataset + "'s train split (want at most 60)"},
 		{"in-process ranks share the host", func(c *Config) {}, comm.Grid{Data: 2, X: 1, Y: 1, Z: 1}, oneRank, " for its 2 ranks, but "},
-		{"invalid", func(c *Config) { c.MicroBatch = 3 }, comm.Grid{}, 1 << 30, "micro_batch 3 does not divide batch_size 8"},
+		{"invalid", func(c *Config) { c.MicroBatch = 3 }, comm.Grid{}, 1 << 30, "micro_batch 3 does not divide batch_size 8: set micro_batch to a divisor of it, such as 2"},
 		// Mixed precision: sized by the engine's accounting (half the
 		// activations, the weights' bf16 copies), on every grid.
 		{"bf16 fits", func(c *Config) { c.Precision = "bf16" }, comm.Grid{}, bf16Rank, ""},
