@@ -14,6 +14,21 @@ var layoutDirs = []string{"engine", "finetune", "experiments", "memorization", "
 // TestNoLayoutFromNames: no non-test file of the engine, training,
 // studies or CLI infers a tensor's layout from its name or rank.
 func TestNoLayoutFromNames(t *testing.T) {
+	m := loadModule(t, "engine/parallel", "engine/llama", "finetune")
+	found, err := m.LayoutInferences(layoutDirs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range found {
+		t.Error(f)
+	}
+}
+
+// loadModule loads the module this test runs in, and fails unless it read
+// the packages need names: a walk that read none of them would find
+// nothing wrong in them.
+func loadModule(t *testing.T, need ...string) *Module {
+	t.Helper()
 	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
@@ -26,19 +41,12 @@ func TestNoLayoutFromNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A walk that read none of them would find nothing.
-	for _, d := range []string{"engine/parallel", "engine/llama", "finetune"} {
+	for _, d := range need {
 		if _, ok := m.Packages[d]; !ok {
 			t.Fatalf("loaded %d packages under %s, but not %s", len(m.Packages), root, d)
 		}
 	}
-	found, err := m.LayoutInferences(layoutDirs...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range found {
-		t.Error(f)
-	}
+	return m
 }
 
 // TestLayoutInferences: each form of inference the engine used before its

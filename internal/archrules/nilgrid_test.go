@@ -1,7 +1,6 @@
 package archrules
 
 import (
-	"os"
 	"slices"
 	"testing"
 )
@@ -13,24 +12,7 @@ var gridDirs = []string{"engine/llama", "engine/launch", "finetune", "experiment
 // TestNoNilGrids: no non-test file of the model, training or the studies
 // tests for a nil grid.
 func TestNoNilGrids(t *testing.T) {
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := FindRoot(wd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := Load(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A walk that read none of them would find nothing.
-	for _, d := range gridDirs {
-		if _, ok := m.Packages[d]; !ok {
-			t.Fatalf("loaded %d packages under %s, but not %s", len(m.Packages), root, d)
-		}
-	}
+	m := loadModule(t, gridDirs...)
 	found, err := m.NilGrids(gridDirs...)
 	if err != nil {
 		t.Fatal(err)
