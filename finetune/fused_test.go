@@ -1,7 +1,6 @@
 package finetune
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -378,25 +377,7 @@ func TestFusedRunResumes(t *testing.T) {
 	}
 	for _, step := range []int{2, cfg.MaxSteps} { // the fused run's checkpoint, and the resumed run's last
 		ck := filepath.Join(CheckpointsDir, StepName(step))
-		man, err := VerifyCheckpoint(filepath.Join(root, "unfused", ck))
-		if err != nil {
-			t.Fatal(err)
-		}
-		compared := 0
-		for f := range man.Files {
-			if !strings.HasSuffix(f, ".safetensors") {
-				continue
-			}
-			a, _ := os.ReadFile(filepath.Join(root, "unfused", ck, f))
-			b, _ := os.ReadFile(filepath.Join(root, "fused", ck, f))
-			if len(a) == 0 || !bytes.Equal(a, b) {
-				t.Errorf("step %d: %s differs from the unfused run's", step, f)
-			}
-			compared++
-		}
-		if compared < 2 {
-			t.Errorf("step %d: %d tensor files compared", step, compared)
-		}
+		sameTensorFiles(t, fmt.Sprintf("step %d", step), filepath.Join(root, "unfused", ck), filepath.Join(root, "fused", ck))
 	}
 }
 
